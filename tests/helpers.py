@@ -1,0 +1,36 @@
+"""Test helpers. `wait_for` is the only sanctioned way to wait for something to happen."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+async def wait_for(
+    predicate: Callable[[], Any | Awaitable[Any]],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    *,
+    what: str | None = None,
+) -> Any:
+    """Poll `predicate` (sync or async) until it returns something truthy, and return that.
+
+    Raises TimeoutError naming the predicate (or `what`) and its last result. Exceptions raised by
+    the predicate propagate: a predicate that may fail transiently must catch them itself.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    attempts = 0
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        attempts += 1
+        if result:
+            return result
+        if loop.time() >= deadline:
+            name = what or getattr(predicate, "__qualname__", repr(predicate))
+            raise TimeoutError(f"{name} still false after {timeout}s ({attempts} checks); last value: {result!r}")
+        await asyncio.sleep(interval)
