@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
-.DEFAULT_GOAL := test
+.DEFAULT_GOAL := setup
 
 .PHONY: $(VENV) setup run test bench soak schemas clean distclean
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 setup: $(STAMP)
-	@echo "redis-server: $$(bash scripts/ensure-redis.sh)"
+	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
 
 run: setup
 	$(BIN)/treadle up --demo

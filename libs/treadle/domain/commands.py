@@ -74,3 +74,13 @@ class Ctx(msgspec.Struct, kw_only=True):
     def for_command(cls, command: Command) -> "Ctx":
         ms = int(command.issued_at.timestamp() * 1000)
         return cls(now=command.issued_at, ids=IdFactory(command.id, ms), actor=f"user:{command.user}")
+
+
+def thread_id_for(command_id: str, issued_at: datetime) -> str:
+    """The id of the thread a create command makes: derived, so a retried create names the same thread."""
+    return IdFactory(f"{command_id}|thread", int(issued_at.timestamp() * 1000)).next("thr")
+
+
+def reaction_ctx(seed: str, now: datetime, actor: str) -> Ctx:
+    """The context of a worker's reaction to an event: ids seeded by what triggered it."""
+    return Ctx(now=now, ids=IdFactory(seed, int(now.timestamp() * 1000)), actor=actor)

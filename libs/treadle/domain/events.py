@@ -175,6 +175,14 @@ class NodeCompleted(Payload, kw_only=True):
     output: str | None = None
 
 
+@event("run.warning")
+class RunWarning(Payload, kw_only=True):
+    """A provider error that does not end the run (L2.5)."""
+
+    run_id: str
+    message: str
+
+
 # --- provider sessions and threads ----------------------------------------------------------------
 
 

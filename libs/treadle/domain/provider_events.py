@@ -64,6 +64,12 @@ class PlanUpdated(Body, kw_only=True, tag="plan.updated"):
     items: list[TodoItem] = []
 
 
+class Warning(Body, kw_only=True, tag="warning"):
+    """A provider error that does not end the run (L2.5)."""
+
+    message: str
+
+
 class TurnCompleted(Body, kw_only=True, tag="turn.completed"):
     status: str = "completed"  # completed | failed | interrupted
     error: str | None = None
@@ -78,7 +84,7 @@ class SessionStopped(Body, kw_only=True, tag="session.stopped"):
 
 AnyBody = (
     TurnStarted | TextDelta | TextCompleted | ToolStarted | ToolCompleted | RequestOpened | PlanUpdated
-    | TurnCompleted | SessionStopped
+    | Warning | TurnCompleted | SessionStopped
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import events as ev
 from . import provider_events as pe
 from .commands import Ctx
-from .entities import Run, ProviderCapabilities
+from .entities import FileChange, ProviderCapabilities, Run
 from .thread import ThreadState
 
 MAX_RECOVERY_ATTEMPTS = 3
@@ -32,23 +32,24 @@ def baseline_ordinal(state: ThreadState, run: Run) -> int | None:
 
 
 def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str,
-                        captured: dict | None) -> ev.CheckpointCaptured:
-    """A capture result, or L10.4's error summary when the capture could not be made (``captured`` None)."""
+                        captured) -> ev.CheckpointCaptured:
+    """A capture result (ref, commit, tree, unchanged, files), or L10.4's error summary when the capture could
+    not be made (``captured`` None)."""
     if captured is None:
         return ev.CheckpointCaptured(checkpoint_id=ctx.ids.next("ckpt"), run_id=run_id, ordinal=ordinal, kind=kind,
                                      status="error")
     return ev.CheckpointCaptured(
         checkpoint_id=ctx.ids.next("ckpt"),
         run_id=run_id,
-        scope=captured.get("scope", "root"),
+        scope=captured.scope,
         ordinal=ordinal,
         kind=kind,
         status=status,
-        ref=captured["ref"],
-        commit=captured["commit"],
-        tree=captured["tree"],
-        unchanged=captured.get("unchanged", False),
-        files=captured.get("files", []),
+        ref=captured.ref,
+        commit=captured.commit,
+        tree=captured.tree,
+        unchanged=captured.unchanged,
+        files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in captured.files],
     )
 
 
@@ -114,6 +115,8 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     if isinstance(body, pe.PlanUpdated):
         return Reaction([ev.PlanUpdated(plan_id=body.plan_id, run_id=run.id, node_id=body.node_id, kind=body.kind,
                                         text=body.text, items=body.items)])
+    if isinstance(body, pe.Warning):
+        return Reaction([ev.RunWarning(run_id=run.id, message=body.message)])
     if isinstance(body, pe.TurnCompleted):
         return Reaction(finalize=body)
     return IGNORE

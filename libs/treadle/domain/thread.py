@@ -444,7 +444,12 @@ def _checkpoint_captured(state: ThreadState, e: ev.Envelope, d: ev.CheckpointCap
         _activity(state, e, "checkpoint.captured", d.run_id, None, f"{d.scope}/{d.ordinal} {d.status}")
 
 
+def _run_warning(state: ThreadState, e: ev.Envelope, d: ev.RunWarning) -> None:
+    _activity(state, e, "runtime.warning", d.run_id, None, d.message)
+
+
 _HANDLERS = {
+    ev.RunWarning: _run_warning,
     ev.ThreadCreated: _thread_created,
     ev.MessageCreated: _message_created,
     ev.MessageDelta: _message_delta,

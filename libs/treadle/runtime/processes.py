@@ -165,7 +165,11 @@ class ProcessSupervisor:
             child.task = None
 
     async def __aenter__(self) -> ProcessSupervisor:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # __aexit__ will not run: do not leave the children already spawned
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -1,0 +1,44 @@
+"""The checkpoint service as seen by other workers: request/reply on ``treadle.ckpt.<volume>.<verb>``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from ..eventlog import subjects
+from ..runtime.consumer import Retryable
+from .protocol import Capture, Captured, CheckpointError, Failure, PrepareWorkspace, WorkspaceReady, encode
+from .protocol import decode_capture_reply, decode_prepare_reply
+
+
+class CheckpointUnavailable(Retryable):
+    """No checkpoint service answered in time (retryable)."""
+
+
+class CheckpointClient:
+    def __init__(self, nc: NATS, volume: str, timeout: float = 30.0) -> None:
+        self._nc = nc
+        self._volume = volume
+        self._timeout = timeout
+
+    async def _request(self, verb: str, payload: bytes) -> bytes:
+        try:
+            msg = await self._nc.request(subjects.checkpoint(self._volume, verb), payload, timeout=self._timeout)
+        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+            raise CheckpointUnavailable(f"checkpoint service ({self._volume}) did not answer {verb}: {exc!r}") from None
+        return msg.data
+
+    async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
+        reply = decode_prepare_reply(await self._request("prepare", encode(
+            PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace))))
+        if isinstance(reply, Failure):
+            raise CheckpointError(reply.code, reply.message)
+        return reply
+
+    async def capture(self, request: Capture) -> Captured:
+        reply = decode_capture_reply(await self._request("capture", encode(request)))
+        if isinstance(reply, Failure):
+            raise CheckpointError(reply.code, reply.message)
+        return reply

@@ -1,0 +1,520 @@
+"""Workspace checkpoints as git hidden refs (ARCHITECTURE "Checkpoints", LIFECYCLES L10).
+
+A capture never touches the user's branch, HEAD, index or stash: it stages into a Treadle-private
+index (`<gitdir>/treadle/index`, kept so `add -A` reuses stat info), writes a tree, commits it with
+a fixed identity and date and points `refs/treadle/checkpoints/<thread>/<scope>/<ordinal>` at it.
+A workspace that is not a git repository gets a shadow git dir, `<shadow_root>/<tenant>/<thread>.git`.
+
+Captures are on the run hot path, so git is spawned as rarely as possible: refs read or created
+here are remembered (update-ref verifies that guess atomically), and an unchanged workspace is
+recognised from a stat fingerprint without running `add -A`/`write-tree` (see `_fingerprint`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import stat
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, FileStat, WorkspaceReady
+from treadle.domain.ids import is_token
+
+__all__ = ["CheckpointError", "Workspaces"]
+
+_STATUS = re.compile(r"[a-z_]{1,32}")
+_MAX_SCOPE_DEPTH = 8
+_REF_PREFIX = "refs/treadle/checkpoints"
+_TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
+_FINGERPRINT_LIMIT = 4000  # entries; beyond this `add -A` (C, ignores skipped) beats a Python walk
+
+# Quiet, fast and safe against a workspace-controlled .git/config: no hooks (update-ref runs the
+# reference-transaction hook), no fsmonitor command, no signing prompt, no auto gc, no EOL rewriting
+# (a checkpoint must restore the exact bytes).
+_GIT_CONFIG = (
+    "-c", "core.autocrlf=false", "-c", "core.safecrlf=false", "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false", "-c", "gc.auto=0",
+    "-c", "maintenance.auto=false", "-c", "advice.addEmbeddedRepo=false",
+)  # fmt: skip
+
+_CHANGES = {b"A": "added", b"D": "deleted", b"R": "renamed", b"C": "added"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Tip:
+    commit: str
+    tree: str
+
+
+@dataclass(slots=True)
+class _Repo:
+    """One git dir serving one worktree: the user's own, or a Treadle shadow dir."""
+
+    worktree: Path
+    gitdir: Path
+    shadow: bool
+    env: dict[str, str]
+    config_files: tuple[bytes, ...]  # git config/ignore/attributes files that shape `add -A`
+    fingerprintable: bool
+    tips: dict[str, _Tip] = field(default_factory=dict)
+    snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
+
+    @property
+    def index(self) -> Path:
+        return self.gitdir / "treadle" / "index"
+
+    def remember(self, ref: str, tip: _Tip) -> None:
+        self.tips.pop(ref, None)
+        self.tips[ref] = tip
+        while len(self.tips) > _TIPS_KEPT:
+            del self.tips[next(iter(self.tips))]
+
+
+@dataclass(slots=True)
+class _Workspace:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+    repos: dict[Path, _Repo] = field(default_factory=dict)
+
+
+class Workspaces:
+    """Prepares tenant workspaces under `root/<tenant>/…` and captures their checkpoints."""
+
+    def __init__(
+        self,
+        root: Path,
+        shadow_root: Path,
+        *,
+        git: str = "git",
+        timeout: float = 120.0,
+        max_processes: int = 32,
+        max_cached: int = 1024,
+    ) -> None:
+        self._root = Path(root)
+        self._shadow_root = Path(shadow_root).resolve()
+        self._git_bin = git
+        self._timeout = timeout
+        self._max_cached = max_cached
+        # Bounds git processes, not requests: a capture queued on a busy workspace holds no slot.
+        self._processes = asyncio.Semaphore(max_processes)
+        self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
+        self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        self._base_env.update(
+            GIT_CONFIG_NOSYSTEM="1", GIT_ATTR_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", LC_ALL="C"
+        )
+
+    async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
+        _check_token("tenant", tenant)
+        _check_token("thread", thread)
+        path, tenant_root = self._resolve(tenant, workspace)
+        async with self._locked(path) as ws:
+            if path.is_dir():
+                repo = await self._open(ws, tenant, thread, path, tenant_root)
+                return WorkspaceReady(path=str(path), git=not repo.shadow, created=False)
+            if path.exists():
+                raise CheckpointError("bad_request", f"workspace {workspace!r} is not a directory")
+            await self._create(path)
+            return WorkspaceReady(path=str(path), git=True, created=True)
+
+    async def capture(self, req: Capture) -> Captured:
+        _check_capture(req)
+        path, tenant_root = self._resolve(req.tenant, req.workspace)
+        ref = _ref(req.thread, req.scope, req.ordinal)
+        prev_ref = None
+        if req.previous_ordinal is not None:
+            prev_ref = _ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
+        async with self._locked(path) as ws:
+            if not path.is_dir():
+                raise CheckpointError("workspace_missing", f"workspace {req.workspace!r} does not exist")
+            repo = await self._open(ws, req.tenant, req.thread, path, tenant_root)
+            return await self._capture(repo, req, ref, prev_ref)
+
+    # -- capture -------------------------------------------------------------------------------
+
+    async def _capture(self, repo: _Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
+        failure = b""
+        for attempt in range(2):
+            # Warm: this process created/read the previous ref and not this one, so skip the
+            # lookup; update-ref below re-checks both atomically. Anything else reads the refs.
+            warm = attempt == 0 and prev_ref in repo.tips and ref not in repo.tips
+            if not warm:
+                await self._load_tips(repo, ref, prev_ref)
+                if ref in repo.tips:
+                    return await self._existing(repo, req, ref, prev_ref)
+            prev = repo.tips.get(prev_ref) if prev_ref else None
+            tree = await self._tree(repo, prev)
+            if prev is not None and tree == prev.tree:
+                # Unchanged: the new ordinal shares the previous commit; nothing to diff.
+                commit, files = prev.commit, []
+                ok, failure = await self._create_ref(repo, ref, commit, prev_ref, prev)
+            else:
+                commit = await self._commit(repo, req, tree, prev)
+                (ok, failure), files = await asyncio.gather(
+                    self._create_ref(repo, ref, commit, prev_ref, prev),
+                    self._diff(repo, prev.tree, tree) if prev else _no_files(),
+                )
+            if ok:
+                repo.remember(ref, _Tip(commit, tree))
+                return _captured(req, ref, _Tip(commit, tree), prev, files)
+            # Another writer moved one of the refs since we looked: read them again, retry once.
+        raise CheckpointError("git_error", f"cannot create {ref}: {_tail(failure)}")
+
+    async def _existing(self, repo: _Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
+        """Idempotent replay: the ref is the checkpoint; only the stats are recomputed."""
+        tip = repo.tips[ref]
+        prev = repo.tips.get(prev_ref) if prev_ref else None
+        files = await self._diff(repo, prev.tree, tip.tree) if prev and prev.tree != tip.tree else []
+        return _captured(req, ref, tip, prev, files)
+
+    async def _tree(self, repo: _Repo, prev: _Tip | None) -> str:
+        # The fingerprint is taken *before* `add -A`: a file changing in between then differs
+        # from the fingerprint next time, so the fast path can only ever be too cautious.
+        fp = None
+        if repo.fingerprintable:
+            fp = await asyncio.to_thread(_fingerprint, repo)
+        if fp is not None and prev is not None and repo.snapshot == (fp, prev.tree):
+            return prev.tree
+        if not repo.shadow and not repo.index.exists():
+            # Start from the user's HEAD so tracked-but-ignored files are captured as git would.
+            # An unborn HEAD fails; then the private index simply starts empty.
+            await self._run(repo.env, repo.worktree, "read-tree", "HEAD")
+        await self._git(repo, "add", "-A")
+        tree = (await self._git(repo, "write-tree")).decode().strip()
+        repo.snapshot = (fp, tree) if fp is not None else None
+        return tree
+
+    async def _commit(self, repo: _Repo, req: Capture, tree: str, prev: _Tip | None) -> str:
+        parent = ("-p", prev.commit) if prev else ()
+        message = f"treadle checkpoint {req.thread} {req.scope} #{req.ordinal} ({req.status})"
+        return (await self._git(repo, "commit-tree", tree, *parent, "-m", message)).decode().strip()
+
+    async def _create_ref(
+        self, repo: _Repo, ref: str, commit: str, prev_ref: str | None, prev: _Tip | None
+    ) -> tuple[bool, bytes]:
+        # One transaction: create fails if the ordinal already exists (another replica got there
+        # first), verify fails if the previous checkpoint moved under us (rollback, restore).
+        script = b"create %s\0%s\0" % (ref.encode(), commit.encode())
+        if prev_ref and prev:
+            script += b"verify %s\0%s\0" % (prev_ref.encode(), prev.commit.encode())
+        rc, _, err = await self._run(repo.env, repo.worktree, "update-ref", "--stdin", "-z", input=script)
+        return rc == 0, err
+
+    async def _load_tips(self, repo: _Repo, *refs: str | None) -> None:
+        wanted = [r for r in refs if r]
+        out = await self._git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(tree)", *wanted)
+        for r in wanted:
+            repo.tips.pop(r, None)
+        for line in out.decode().splitlines():
+            name, commit, tree = line.split("\0")
+            if name in wanted:  # patterns also match refs *under* a name
+                repo.remember(name, _Tip(commit, tree))
+
+    async def _diff(self, repo: _Repo, old: str, new: str) -> list[FileStat]:
+        out = await self._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new)
+        return _parse_diff(out)
+
+    # -- workspaces and git dirs ---------------------------------------------------------------
+
+    def _resolve(self, tenant: str, workspace: str) -> tuple[Path, Path]:
+        rel = PurePosixPath(workspace)
+        if not workspace or "\0" in workspace or rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise CheckpointError("bad_request", f"invalid workspace path {workspace!r}")
+        try:
+            tenant_root = (self._root / tenant).resolve()
+            path = (tenant_root / rel).resolve()
+        except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
+            raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
+        if path == tenant_root or not path.is_relative_to(tenant_root):
+            raise CheckpointError("bad_request", f"workspace {workspace!r} escapes the tenant root")
+        return path, tenant_root
+
+    async def _create(self, path: Path) -> None:
+        path.mkdir(parents=True)
+        try:
+            await self._plain_git("init", "-q", "-b", "main", str(path))
+        except BaseException:
+            path.rmdir()  # otherwise the next prepare would take it for a user's non-git dir
+            raise
+
+    async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> _Repo:
+        shadow = self._shadow_root / tenant / f"{thread}.git"
+        # A thread that started in a shadow dir stays there even if the agent runs `git init`,
+        # or its earlier checkpoints would vanish from view.
+        if shadow.is_dir():
+            gitdir, is_shadow = shadow, True
+        elif (user := _user_gitdir(path, tenant_root)) is not None:
+            gitdir, is_shadow = user, False
+        else:
+            await self._init_shadow(shadow)
+            gitdir, is_shadow = shadow, True
+        repo = ws.repos.get(gitdir)
+        if repo is None:
+            repo = ws.repos[gitdir] = self._repo(path, gitdir, is_shadow)
+        return repo
+
+    def _repo(self, worktree: Path, gitdir: Path, shadow: bool) -> _Repo:
+        (gitdir / "treadle").mkdir(exist_ok=True)
+        env = dict(self._base_env)
+        env.update(
+            GIT_DIR=str(gitdir), GIT_WORK_TREE=str(worktree), GIT_INDEX_FILE=str(gitdir / "treadle" / "index"),
+            GIT_AUTHOR_NAME="Treadle", GIT_AUTHOR_EMAIL="treadle@localhost", GIT_AUTHOR_DATE="@0 +0000",
+            GIT_COMMITTER_NAME="Treadle", GIT_COMMITTER_EMAIL="treadle@localhost", GIT_COMMITTER_DATE="@0 +0000",
+        )  # fmt: skip
+        dirs = [gitdir]
+        if (gitdir / "commondir").is_file():
+            dirs.append((gitdir / (gitdir / "commondir").read_text().strip()).resolve())
+        names = ("config", "config.worktree", "info/exclude", "info/attributes")
+        config_files = tuple(os.fsencode(d / n) for d in dirs for n in names)
+        # The fingerprint's race check compares file times with a stamp in the git dir, which is
+        # only meaningful when both live on one filesystem (one clock).
+        same_fs = os.stat(gitdir).st_dev == os.stat(worktree).st_dev
+        return _Repo(worktree, gitdir, shadow, env, config_files, fingerprintable=same_fs)
+
+    async def _init_shadow(self, shadow: Path) -> None:
+        shadow.parent.mkdir(parents=True, exist_ok=True)
+        tmp = shadow.with_name(f".{shadow.name}.{uuid.uuid4().hex}")
+        await self._plain_git("init", "-q", "--bare", "--template=", "-b", "main", str(tmp))
+        try:
+            os.rename(tmp, shadow)  # atomic, so a crash never leaves a half-made shadow dir
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not shadow.is_dir():
+                raise
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, path: Path):
+        ws = self._workspaces.get(path)
+        if ws is None:
+            ws = self._workspaces[path] = _Workspace()
+        self._workspaces.move_to_end(path)
+        ws.users += 1
+        self._evict()
+        try:
+            async with ws.lock:
+                yield ws
+        finally:
+            ws.users -= 1
+
+    def _evict(self) -> None:
+        # Only idle entries go: a second lock for a workspace in use would let captures overlap.
+        for key in [k for k, w in self._workspaces.items() if w.users == 0]:
+            if len(self._workspaces) <= self._max_cached:
+                break
+            del self._workspaces[key]
+
+    # -- running git ---------------------------------------------------------------------------
+
+    async def _git(self, repo: _Repo, *args: str) -> bytes:
+        rc, out, err = await self._run(repo.env, repo.worktree, *args)
+        if rc != 0:
+            raise CheckpointError("git_error", f"git {args[0]} failed: {_tail(err)}")
+        return out
+
+    async def _plain_git(self, *args: str) -> None:
+        rc, _, err = await self._run(self._base_env, None, *args)
+        if rc != 0:
+            raise CheckpointError("git_error", f"git {args[0]} failed: {_tail(err)}")
+
+    async def _run(
+        self, env: dict[str, str], cwd: Path | None, *args: str, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
+        async with self._processes:
+            return await self._spawn(env, cwd, args, input)
+
+    async def _spawn(
+        self, env: dict[str, str], cwd: Path | None, args: tuple[str, ...], input: bytes | None
+    ) -> tuple[int, bytes, bytes]:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self._git_bin, *_GIT_CONFIG, *args,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd,
+            )  # fmt: skip
+        except OSError as e:
+            raise CheckpointError("git_error", f"cannot run git: {e}") from None
+        try:
+            async with asyncio.timeout(self._timeout):
+                out, err = await proc.communicate(input)
+        except BaseException as e:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()  # SIGTERM, not SIGKILL: git then removes its .lock files
+                await proc.wait()
+            if isinstance(e, TimeoutError):
+                raise CheckpointError("git_error", f"git {args[0]} timed out") from None
+            raise
+        return proc.returncode or 0, out, err
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def _check_token(name: str, value: str) -> None:
+    if not is_token(value):
+        raise CheckpointError("bad_request", f"invalid {name} {value!r}")
+
+
+def _check_scope(scope: str) -> None:
+    parts = scope.split("/")
+    # Digit-only parts would collide with ordinal leaves: "root/3" vs the directory "root/3/…".
+    if len(parts) > _MAX_SCOPE_DEPTH or not all(is_token(p) and not p.isdigit() for p in parts):
+        raise CheckpointError("bad_request", f"invalid scope {scope!r}")
+
+
+def _check_capture(req: Capture) -> None:
+    _check_token("tenant", req.tenant)
+    _check_token("thread", req.thread)
+    _check_scope(req.scope)
+    if req.previous_scope is not None:
+        _check_scope(req.previous_scope)
+    if not _STATUS.fullmatch(req.status):
+        raise CheckpointError("bad_request", f"invalid status {req.status!r}")
+    if req.ordinal < 0 or (req.previous_ordinal is not None and req.previous_ordinal < 0):
+        raise CheckpointError("bad_request", "ordinals must be >= 0")
+    if req.previous_ordinal == req.ordinal and (req.previous_scope or req.scope) == req.scope:
+        raise CheckpointError("bad_request", "a checkpoint cannot be its own previous checkpoint")
+
+
+def _ref(thread: str, scope: str, ordinal: int) -> str:
+    return f"{_REF_PREFIX}/{thread}/{scope}/{ordinal}"
+
+
+def _user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
+    """The workspace's own git dir, if it has one (`.git` dir, or `.git` file of a linked worktree).
+
+    The workspace is agent-controlled: a `.git` (or its `commondir`) pointing outside the tenant
+    root would make us write refs into, and diff trees of, someone else's repository.
+    """
+    dotgit = worktree / ".git"
+    if dotgit.is_file():
+        line = dotgit.read_text(errors="replace").strip()
+        if not line.startswith("gitdir:"):
+            return None
+        gitdir = (worktree / line.removeprefix("gitdir:").strip()).resolve()
+    elif dotgit.is_dir():
+        gitdir = dotgit.resolve()
+    else:
+        return None
+    dirs = [gitdir]
+    if (gitdir / "commondir").is_file():
+        dirs.append((gitdir / (gitdir / "commondir").read_text(errors="replace").strip()).resolve())
+    if not all(d.is_relative_to(tenant_root) for d in dirs) or not gitdir.is_dir():
+        raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
+    return gitdir
+
+
+def _fingerprint(repo: _Repo) -> bytes | None:
+    """A digest of the stat data of every worktree file, or None when it cannot be trusted.
+
+    Same fingerprint => same `add -A` tree, because:
+    - it covers what `add -A` reads: every non-directory entry (ignored ones too; git skips
+      `.git` only at the top) and the git files that change ignore/attribute/config rules;
+    - content changes always move ctime, which user space cannot set back, and a change after
+      the stamp below gets ctime >= stamp while every fingerprinted entry has ctime < stamp
+      (entries touched at or after the stamp are "racy", as in git's own index, and give None);
+    - the stamp and the files share one filesystem, hence one clock (checked per entry).
+    Not covered: the service's own global git config/excludes, and wall-clock steps backwards.
+    """
+    stamp = os.fsencode(repo.gitdir / "treadle" / "stamp")
+    top = os.fsencode(repo.worktree)
+    try:
+        with open(stamp, "wb") as f:
+            f.write(b"\n")
+            st = os.fstat(f.fileno())
+        fence, dev = st.st_mtime_ns, st.st_dev
+        lines: list[bytes] = []
+        for path in repo.config_files:
+            try:
+                s = os.stat(path)
+                lines.append(b"%s\0%d\0%d\0%d" % (path, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
+            except FileNotFoundError:
+                lines.append(path)
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            with os.scandir(d) as it:
+                for e in it:
+                    if d == top and e.name == b".git":
+                        continue
+                    s = e.stat(follow_symlinks=False)
+                    if s.st_dev != dev:
+                        return None
+                    if stat.S_ISDIR(s.st_mode):  # git tracks no directories, only their files
+                        stack.append(e.path)
+                        continue
+                    if s.st_mtime_ns >= fence or s.st_ctime_ns >= fence:
+                        return None
+                    lines.append(b"%s\0%d\0%d\0%d\0%d\0%d" % (
+                        e.path, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino, s.st_mode))  # fmt: skip
+                    if len(lines) > _FINGERPRINT_LIMIT:
+                        return None
+    except OSError:  # vanished or unreadable entries: let git decide
+        return None
+    lines.sort()
+    return hashlib.blake2b(b"\n".join(lines), digest_size=20).digest()
+
+
+def _parse_diff(out: bytes) -> list[FileStat]:
+    """`diff-tree -z --raw --numstat`: all raw records, then all numstat records, same order."""
+    tokens = out.split(b"\0")
+    i, raw = 0, []
+    while i < len(tokens) and tokens[i].startswith(b":"):
+        kind = tokens[i].rsplit(b" ", 1)[1][:1]
+        if kind in (b"R", b"C"):
+            raw.append((kind, tokens[i + 1], tokens[i + 2]))
+            i += 3
+        else:
+            raw.append((kind, None, tokens[i + 1]))
+            i += 2
+    counts: dict[bytes, tuple[int, int]] = {}
+    while i < len(tokens) and tokens[i]:
+        added, removed, path = tokens[i].split(b"\t", 2)
+        if path:
+            i += 1
+        else:  # rename: source and destination follow as their own fields
+            path = tokens[i + 2]
+            i += 3
+        counts[path] = (_count(added), _count(removed))
+    return [
+        FileStat(
+            path=_text(new),
+            change=_CHANGES.get(kind, "modified"),  # M, and T (type change)
+            added=counts.get(new, (0, 0))[0],
+            removed=counts.get(new, (0, 0))[1],
+            old_path=_text(old) if old is not None else None,
+        )
+        for kind, old, new in raw
+    ]
+
+
+def _count(field: bytes) -> int:
+    return 0 if field == b"-" else int(field)  # "-": binary
+
+
+def _text(path: bytes) -> str:
+    return path.decode("utf-8", "replace")
+
+
+def _tail(err: bytes) -> str:
+    return err.decode("utf-8", "replace").strip()[-500:] or "no output"
+
+
+def _captured(req: Capture, ref: str, tip: _Tip, prev: _Tip | None, files: list[FileStat]) -> Captured:
+    # The reply echoes the request's status: a replay may carry a better-known terminal status,
+    # and the caller's event, not the commit message, is the record of it.
+    return Captured(
+        ref=ref, commit=tip.commit, tree=tip.tree, ordinal=req.ordinal, scope=req.scope,
+        status=req.status, unchanged=prev is not None and prev.tree == tip.tree, files=files,
+        previous_commit=prev.commit if prev else None,
+    )  # fmt: skip
+
+
+async def _no_files() -> list[FileStat]:
+    return []

@@ -1,0 +1,78 @@
+"""Folded thread states kept in memory and brought up to date from the log on demand.
+
+Writers decide on the cached state and append fenced on its sequence; a conflict means the cache was
+stale, so callers ``refresh`` and decide again. The cache is only an optimisation: the log is the truth.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime
+from collections.abc import Sequence
+
+from ..domain.events import Envelope, Payload
+from ..domain.ids import IdFactory
+from ..domain.thread import ThreadState, evolve
+from .log import EventLog
+from ..runtime.metrics import EVENTS_APPENDED
+
+
+class ThreadStore:
+    def __init__(self, log: EventLog, worker: str, capacity: int = 10_000) -> None:
+        self.log = log
+        self._worker = worker
+        self._capacity = capacity
+        self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
+
+    def cached(self, tenant: str, thread: str) -> ThreadState | None:
+        return self._states.get((tenant, thread))
+
+    async def load(self, tenant: str, thread: str, at_least: int = 0) -> ThreadState:
+        """The thread's state, refreshed from the log when the cache is behind ``at_least``."""
+        key = (tenant, thread)
+        state = self._states.get(key)
+        if state is None or state.seq < at_least or state.seq == 0:
+            return await self.refresh(tenant, thread)
+        self._states.move_to_end(key)
+        return state
+
+    async def refresh(self, tenant: str, thread: str) -> ThreadState:
+        key = (tenant, thread)
+        state = self._states.get(key) or ThreadState()
+        for e in await self.log.read(tenant, thread, after=state.seq):
+            evolve(state, e)
+        self._remember(key, state)
+        return state
+
+    def forget(self, tenant: str, thread: str) -> None:
+        self._states.pop((tenant, thread), None)
+
+    def _remember(self, key: tuple[str, str], state: ThreadState) -> None:
+        self._states[key] = state
+        self._states.move_to_end(key)
+        while len(self._states) > self._capacity:
+            self._states.popitem(last=False)
+
+    async def append(self, tenant: str, thread: str, state: ThreadState, payloads: Sequence[Payload], *,
+                     ids: IdFactory, at: datetime, command_id: str, actor: str, causation_id: str | None = None,
+                     correlation_id: str | None = None) -> int:
+        """Append a decision's events on top of ``state`` and fold them in. Raises the log's errors; on any
+        error the cached state is dropped so the next load rereads the log."""
+        envelopes = [
+            Envelope(id=ids.next("evt"), type=p.TYPE, tenant=tenant, thread=thread, at=at, command_id=command_id,
+                     causation_id=causation_id, correlation_id=correlation_id, actor=actor, data=p)
+            for p in payloads
+        ]
+        try:
+            last = await self.log.append(tenant, thread, state.seq, envelopes)
+        except Exception:
+            self.forget(tenant, thread)
+            raise
+        EVENTS_APPENDED.labels(self._worker).inc(len(envelopes))
+        # An atomic batch is stored contiguously, so the sequences are last-n+1 … last.
+        first = last - len(envelopes) + 1
+        for i, e in enumerate(envelopes):
+            e.seq = first + i
+            evolve(state, e)
+        self._remember((tenant, thread), state)
+        return last

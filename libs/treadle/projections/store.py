@@ -1,0 +1,103 @@
+"""Redis read models. Each thread's document is written together with the stream sequence it reflects,
+its tenant-list entry and its run index in one Lua call, and only if it is newer: a redelivered or
+replayed event can never move a projection backwards.
+
+Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+from redis.asyncio import Redis
+
+from ..domain.thread import ThreadState
+
+_WRITE = """
+local cur = redis.call('HGET', KEYS[1], 'seq')
+if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'doc', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[5])
+for i = 6, #ARGV do redis.call('HSET', KEYS[4], ARGV[i], ARGV[3]) end
+return 1
+"""
+
+EPOCH_KEY = "treadle:projections:epoch"
+_encoder = msgspec.json.Encoder()
+_state_decoder = msgspec.json.Decoder(ThreadState)
+
+
+class ThreadSummary(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    title: str
+    provider: str
+    created_at: str
+    seq: int
+    runs: int
+    active_run_id: str | None = None
+    last_run_status: str | None = None
+
+
+def _keys(tenant: str, thread: str) -> list[str]:
+    return [f"treadle:{{{tenant}}}:thread:{thread}", f"treadle:{{{tenant}}}:threads",
+            f"treadle:{{{tenant}}}:summaries", f"treadle:{{{tenant}}}:runs"]
+
+
+def summary(state: ThreadState) -> ThreadSummary:
+    t = state.thread
+    assert t is not None
+    last = state.runs[-1] if state.runs else None
+    return ThreadSummary(id=t.id, title=t.title, provider=t.provider, created_at=t.created_at.isoformat(),
+                         seq=state.seq, runs=len(state.runs), active_run_id=state.active_run_id,
+                         last_run_status=last.status if last else None)
+
+
+def encode_state(state: ThreadState) -> bytes:
+    return _encoder.encode(state)
+
+
+class ProjectionStore:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._write = redis.register_script(_WRITE)
+
+    async def write(self, items: Iterable[tuple[ThreadState, Iterable[str]]]) -> None:
+        """Write each (state, run ids to index) in one pipeline; stale writes are dropped by the script."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            n = 0
+            for state, run_ids in items:
+                if state.thread is None:
+                    continue
+                t = state.thread
+                created = int(t.created_at.timestamp() * 1000)
+                args = [state.seq, encode_state(state), t.id, created, _encoder.encode(summary(state)), *run_ids]
+                await self._write(keys=_keys(t.tenant, t.id), args=args, client=pipe)
+                n += 1
+            if n:
+                await pipe.execute()
+
+    async def doc(self, tenant: str, thread: str) -> bytes | None:
+        return await self._redis.hget(_keys(tenant, thread)[0], "doc")
+
+    async def state(self, tenant: str, thread: str) -> ThreadState | None:
+        raw = await self.doc(tenant, thread)
+        return _state_decoder.decode(raw) if raw else None
+
+    async def thread_of_run(self, tenant: str, run_id: str) -> str | None:
+        raw = await self._redis.hget(_keys(tenant, "")[3], run_id)
+        return raw.decode() if raw else None
+
+    async def threads(self, tenant: str, limit: int = 50, offset: int = 0) -> list[bytes]:
+        keys = _keys(tenant, "")
+        ids = await self._redis.zrevrange(keys[1], offset, offset + limit - 1)
+        if not ids:
+            return []
+        return [s for s in await self._redis.hmget(keys[2], ids) if s]
+
+    async def epoch(self) -> bytes | None:
+        return await self._redis.get(EPOCH_KEY)
+
+    async def set_epoch(self, value: str) -> None:
+        await self._redis.set(EPOCH_KEY, value)

@@ -1,0 +1,58 @@
+"""Requests to provider hosts: ``treadle.host.place`` (queue group) and ``treadle.host.<host_id>.<verb>``."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ..domain.entities import ProviderCapabilities
+
+
+class PlaceSession(msgspec.Struct, kw_only=True):
+    tenant: str
+    thread: str
+    provider: str
+    session_id: str
+    provider_thread_id: str
+    native_ref: str | None = None  # resume this provider thread (L9.2) instead of creating one
+    workspace: str
+    runtime_mode: str = "approval_required"
+    model: str | None = None
+    capabilities: ProviderCapabilities | None = None  # a scripted capability profile
+
+
+class StartTurn(msgspec.Struct, kw_only=True):
+    session_id: str
+    tenant: str
+    thread: str
+    run_id: str
+    attempt_id: str
+    root_node_id: str
+    text: str
+    script: dict | None = None
+
+
+class SessionPlaced(msgspec.Struct, kw_only=True, tag="placed"):
+    host_id: str
+    boot_id: str
+    session_id: str
+    provider: str
+    provider_thread_id: str
+    native_ref: str
+    resumed: bool
+    capabilities: ProviderCapabilities
+
+
+class TurnAccepted(msgspec.Struct, kw_only=True, tag="accepted"):
+    already: bool = False
+
+
+class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
+    code: str  # unknown_session | bad_request | provider_error | capacity
+    message: str
+
+
+place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
+turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
+place_request = msgspec.json.Decoder(PlaceSession)
+turn_request = msgspec.json.Decoder(StartTurn)
+encode = msgspec.json.Encoder().encode

@@ -1,0 +1,132 @@
+"""A durable pull consumer whose messages are handled per thread, in stream order, then acked.
+
+Several consumers of one worker may share a :class:`Mailboxes`, so all work on a thread is serialised.
+A handler that fails with a retryable error (the broker, a checkpoint service or a provider host is not
+answering) is retried in place with backoff until it succeeds: a nak would let later messages of the same
+thread overtake it. Anything else is terminated after ``max_failures`` and logged as dead-lettered, so a
+poison message cannot wedge its thread forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import FetchTimeoutError
+
+from ..eventlog.errors import LogError
+from .mailbox import Mailboxes
+from .metrics import DEAD_LETTERS, HANDLER_RETRIES
+
+log = logging.getLogger(__name__)
+
+Handle = Callable[[Msg], Awaitable[None]]
+KeyOf = Callable[[Msg], str]
+
+
+def thread_key(msg: Msg) -> str:
+    """``treadle.<kind>.<tenant>.<thread>…`` → ``<tenant>.<thread>``."""
+    parts = msg.subject.split(".", 4)
+    return f"{parts[2]}.{parts[3]}"
+
+
+class Retryable(Exception):
+    """A dependency did not answer; the same work will succeed once it is back."""
+
+
+class PullConsumer:
+    def __init__(self, js: JetStreamContext, *, stream: str, durable: str, filters: list[str], handle: Handle,
+                 mailboxes: Mailboxes | None = None, key_of: KeyOf = thread_key, batch: int = 256,
+                 ack_wait: float = 60.0, max_ack_pending: int = 4096, max_failures: int = 8) -> None:
+        self._js = js
+        self._stream = stream
+        self._durable = durable
+        self._filters = filters
+        self._handle = handle
+        self._key_of = key_of
+        self._batch = batch
+        self._ack_wait = ack_wait
+        self._max_ack_pending = max_ack_pending
+        self._max_failures = max_failures
+        self._mailboxes = mailboxes or Mailboxes()
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        config = ConsumerConfig(
+            durable_name=self._durable,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self._ack_wait,
+            max_ack_pending=self._max_ack_pending,
+            filter_subjects=self._filters if len(self._filters) > 1 else None,
+            filter_subject=self._filters[0] if len(self._filters) == 1 else None,
+        )
+        await self._js.add_consumer(self._stream, config)
+        self._sub = await self._js.pull_subscribe_bind(self._durable, stream=self._stream)
+        self._task = asyncio.create_task(self._loop(), name=f"consumer:{self._durable}")
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # broker hiccup (reconnecting): back off and fetch again
+                log.warning("%s: fetch failed: %r", self._durable, exc)
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                self._mailboxes.submit(self._key_of(msg), lambda msg=msg: self._process(msg))
+
+    async def _process(self, msg: Msg) -> None:
+        delay = 0.05
+        failures = 0
+        while True:
+            try:
+                await self._handle(msg)
+                await msg.ack()
+                return
+            except asyncio.CancelledError:
+                raise
+            except (LogError, Retryable) as exc:
+                if isinstance(exc, LogError) and not exc.retryable:
+                    failures = self._max_failures
+                else:
+                    log.info("%s: retrying %s after %r", self._durable, msg.subject, exc)
+                    failures -= 1  # dependency outages never exhaust a message's budget
+            except Exception:
+                log.exception("%s: handler failed on %s", self._durable, msg.subject)
+            failures += 1
+            HANDLER_RETRIES.labels(self._durable).inc()
+            if failures >= self._max_failures or self._stopping:
+                if not self._stopping:  # when stopping, the unacked message is redelivered to the next owner
+                    DEAD_LETTERS.labels(self._durable).inc()
+                    log.error("%s: dead-lettering %s (seq %s) after %d failures", self._durable, msg.subject,
+                              msg.metadata.sequence.stream, failures)
+                    await msg.term()
+                return
+            await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
+            delay = min(delay * 2, 5.0)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop fetching, finish what was fetched (unfinished work is redelivered to the next owner)."""
+        self._stopping = True
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        try:
+            await self._mailboxes.drain(timeout)
+        except asyncio.TimeoutError:
+            await self._mailboxes.cancel()
+        try:
+            await self._sub.unsubscribe()
+        except Exception:
+            pass

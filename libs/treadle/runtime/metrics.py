@@ -1,0 +1,16 @@
+"""Prometheus metrics. Names say what they count; the domain never imports this."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+EVENTS_APPENDED = Counter("treadle_events_appended_total", "Events appended to the thread log", ["worker"])
+APPEND_CONFLICTS = Counter("treadle_append_conflicts_total", "Appends fenced by optimistic concurrency", ["worker"])
+COMMANDS = Counter("treadle_commands_total", "Thread commands handled", ["verb", "outcome"])
+HANDLER_RETRIES = Counter("treadle_handler_retries_total", "Consumer handler retries", ["consumer"])
+DEAD_LETTERS = Counter("treadle_dead_letters_total", "Messages terminated after repeated failures", ["consumer"])
+RUN_DURATION = Histogram("treadle_run_duration_seconds", "Queued-to-terminal time of runs", ["status"],
+                         buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+PROJECTION_LAG = Gauge("treadle_projection_lag_events", "Events not yet projected into Redis")
+PROJECTED = Counter("treadle_projection_events_total", "Events folded into projections")
+LIVE_SESSIONS = Gauge("treadle_provider_sessions_live", "Provider sessions live on this host")
+CHECKPOINT_SECONDS = Histogram("treadle_checkpoint_capture_seconds", "Workspace checkpoint capture time",
+                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))

@@ -1,0 +1,67 @@
+"""Settings: shared ones under ``TREADLE_``, each worker's own under ``TREADLE_<WORKER>_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Shared(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    state_dir: Path = Path(".treadle")
+    workspace_root: Path | None = None  # default: <state_dir>/workspaces
+    volume: str = "local"
+    log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"
+    stream_replicas: int = 1
+
+    @property
+    def workspaces(self) -> Path:
+        return (self.workspace_root or self.state_dir / "workspaces").resolve()
+
+
+class WorkerSettings(BaseSettings):
+    metrics_port: int = 0  # 0: no /metrics endpoint (the gateway serves its own on the API port)
+    metrics_host: str = "127.0.0.1"
+
+
+class GatewaySettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_GATEWAY_", extra="ignore")
+    host: str = "127.0.0.1"
+    port: int = 8700
+    command_timeout: float = 10.0
+    max_body_bytes: int = 1024 * 1024
+
+
+class CoordinatorSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_COORDINATOR_", extra="ignore")
+    cache_threads: int = 10_000
+    checkpoint_timeout: float = 30.0
+
+
+class SupervisorSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_SUPERVISOR_", extra="ignore")
+    cache_threads: int = 10_000
+    host_timeout: float = 5.0
+    checkpoint_timeout: float = 30.0
+
+
+class ProviderHostSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_PROVIDER_HOST_", extra="ignore")
+    host_id: str = "host-1"
+    capacity: int = 1000
+    heartbeat_seconds: float = 2.0
+
+
+class CheckpointsSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_CHECKPOINTS_", extra="ignore")
+
+
+class ProjectorSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_PROJECTOR_", extra="ignore")
+    batch: int = 256

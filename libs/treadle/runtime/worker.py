@@ -1,0 +1,98 @@
+"""The shared worker lifecycle: connect, start one service, serve /metrics and health, run until SIGTERM,
+then stop fetching, finish in-flight work and drain."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import nats
+import uvloop
+from nats.aio.client import Client as NATS
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..eventlog import streams
+from . import logs
+from .settings import Shared, WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+async def connect(url: str, name: str) -> NATS:
+    """A connection that reconnects forever: workers outlive broker restarts."""
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats: %r", exc)
+
+    return await nats.connect(
+        url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, error_cb=on_error,
+        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024,
+    )
+
+
+async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ready: Callable[[], bool]) -> None:
+    try:
+        line = await reader.readline()
+        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+            pass
+        path = line.split(b" ")[1] if line.count(b" ") >= 2 else b"/"
+        if path == b"/metrics":
+            status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), generate_latest()
+        elif path == b"/healthz":
+            status, ctype, body = b"200 OK", b"text/plain", b"ok\n"
+        elif path == b"/readyz":
+            ok = ready()
+            status, ctype, body = (b"200 OK" if ok else b"503 Service Unavailable"), b"text/plain", (b"ready\n" if ok else b"not ready\n")
+        else:
+            status, ctype, body = b"404 Not Found", b"text/plain", b"not found\n"
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+async def serve(name: str, shared: Shared, own: WorkerSettings,
+                make: Callable[[NATS, contextlib.AsyncExitStack], Awaitable[Service]]) -> None:
+    logs.setup(name, shared.log_level, shared.log_format)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        nc = await connect(shared.nats_url, f"treadle-{name}")
+        stack.push_async_callback(_close, nc)
+        await streams.ensure(nc.jetstream(), shared.stream_replicas)
+        service = await make(nc, stack)
+        if own.metrics_port:
+            server = await asyncio.start_server(
+                lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port)
+            stack.push_async_callback(_close_server, server)
+        await service.start()
+        log.info("%s started", name)
+        await stop.wait()
+        log.info("%s stopping", name)
+        await service.stop()
+
+
+async def _close(nc: NATS) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(nc.drain(), 5)
+
+
+async def _close_server(server: asyncio.AbstractServer) -> None:
+    server.close()
+    await server.wait_closed()
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    uvloop.run(main())

@@ -1,0 +1,90 @@
+"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture}` over core NATS request/reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
+from treadle.eventlog import subjects
+
+__all__ = ["CheckpointService"]
+
+log = logging.getLogger(__name__)
+
+QUEUE = "checkpoints"
+
+
+class CheckpointService:
+    """Answers checkpoint requests for the workspaces of one volume.
+
+    Every request runs in its own task so a slow capture never holds up other workspaces (the
+    NATS subscription callback runs messages one at a time); `Workspaces` serialises per
+    workspace and bounds the git processes.
+    """
+
+    def __init__(self, nc: Any, workspaces: Workspaces, volume: str) -> None:
+        self._nc = nc
+        self._workspaces = workspaces
+        self._volume = subjects.token(volume, "volume")
+        self._subs: list[Any] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        handlers: dict[str, Callable[[Any], Awaitable[msgspec.Struct]]] = {
+            "prepare": self._prepare,
+            "capture": self._capture,
+        }
+        for verb, handler in handlers.items():
+            sub = await self._nc.subscribe(
+                subjects.checkpoint(self._volume, verb), queue=QUEUE, cb=self._dispatcher(verb, handler)
+            )
+            self._subs.append(sub)
+
+    async def stop(self) -> None:
+        """Stop taking requests, then let the ones in flight finish and reply."""
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            try:
+                await sub.drain()
+            except Exception:  # connection already closed/draining: nothing more will arrive
+                log.debug("drain of %s failed", sub.subject, exc_info=True)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _dispatcher(self, verb: str, handler: Callable[[Any], Awaitable[msgspec.Struct]]):
+        async def on_message(msg: Any) -> None:
+            task = asyncio.create_task(self._handle(verb, handler, msg), name=f"ckpt-{verb}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        return on_message
+
+    async def _handle(self, verb: str, handler: Callable[[Any], Awaitable[msgspec.Struct]], msg: Any) -> None:
+        try:
+            reply = await handler(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            reply = Failure(code="bad_request", message=f"invalid {verb} request: {e}")
+        except CheckpointError as e:
+            reply = e.to_failure()
+        except Exception:
+            log.exception("checkpoint %s failed", verb)
+            reply = Failure(code="internal", message=f"{verb} failed unexpectedly")
+        if not msg.reply:
+            return  # a publish without reply subject: nobody to tell
+        try:
+            await msg.respond(encode(reply))
+        except Exception:
+            log.warning("could not reply to checkpoint %s", verb, exc_info=True)
+
+    async def _prepare(self, data: bytes) -> msgspec.Struct:
+        req = decode_prepare(data)
+        return await self._workspaces.prepare(req.tenant, req.thread, req.workspace)
+
+    async def _capture(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.capture(decode_capture(data))

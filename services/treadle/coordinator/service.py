@@ -1,0 +1,117 @@
+"""The thread coordinator: owns app threads (messages, the run queue, dispatch). It decides *when* a run
+starts; the run supervisor decides *how*."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
+from treadle.domain.commands import Command, CreateThread, Ctx, Rejected, reaction_ctx, thread_id_for
+from treadle.domain.decide import decide, dispatch_next, normalise_workspace
+from treadle.domain.errors import DomainError
+from treadle.eventlog import subjects
+from treadle.eventlog.errors import Conflict, LogError, Unavailable
+from treadle.eventlog.log import EventLog
+from treadle.eventlog.store import ThreadStore
+from treadle.runtime.consumer import PullConsumer
+from treadle.runtime.mailbox import Mailboxes
+from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
+from treadle.runtime.settings import CoordinatorSettings, Shared
+
+log = logging.getLogger(__name__)
+
+_command_decoder = msgspec.json.Decoder(Command)
+_encode = msgspec.json.encode
+MAX_DECISION_TRIES = 8
+RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+
+
+class Coordinator:
+    def __init__(self, nc: NATS, shared: Shared, own: CoordinatorSettings) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
+        self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
+        self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
+        self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
+                                       filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,
+                                       mailboxes=self._mailboxes)
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)
+        await self._run_ended.start()
+
+    async def stop(self) -> None:
+        await self._sub.unsubscribe()
+        await self._run_ended.stop()
+
+    # --- commands ----------------------------------------------------------------------------------
+
+    async def _on_command(self, msg: Msg) -> None:
+        try:
+            command = _command_decoder.decode(msg.data)
+            tenant = subjects.token(command.tenant, "tenant")
+            if msg.subject.split(".")[2] != tenant:
+                raise ValueError("command tenant does not match its subject")
+            if isinstance(command.body, CreateThread):
+                command.thread = command.thread or thread_id_for(command.id, command.issued_at)
+            subjects.token(command.thread or "", "thread")
+        except (msgspec.DecodeError, ValueError) as exc:
+            await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
+            return
+        self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._handle_command(msg, command))
+
+    async def _handle_command(self, msg: Msg, command: Command) -> None:
+        verb = type(command.body).__name__
+        reply = await self._decide_and_append(command)
+        COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()
+        await msg.respond(_encode(reply))
+
+    async def _decide_and_append(self, command: Command):
+        tenant, thread = command.tenant, command.thread or ""
+        for _ in range(MAX_DECISION_TRIES):
+            ctx = Ctx.for_command(command)
+            try:
+                state = await self._store.load(tenant, thread)
+                events, receipt = decide(state, command, ctx)
+                if not events:
+                    return receipt
+                if isinstance(command.body, CreateThread):
+                    await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
+                receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
+                                                       command_id=command.id, actor=ctx.actor)
+                return receipt
+            except DomainError as exc:
+                return Rejected(code=exc.code, message=exc.message, status=exc.status, details=exc.details)
+            except CheckpointUnavailable as exc:
+                return Rejected(code="unavailable", message=str(exc), status=503)
+            except Conflict:
+                APPEND_CONFLICTS.labels("coordinator").inc()  # stale cache or a retried command: reload, decide again
+            except Unavailable as exc:
+                log.warning("append unavailable for %s: %s", command.id, exc)
+            except LogError as exc:
+                return Rejected(code="unavailable", message=str(exc), status=503)
+        return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    # --- reactions ---------------------------------------------------------------------------------
+
+    async def _on_run_ended(self, msg: Msg) -> None:
+        """L3.6: when a run ends, the next queued run of its thread starts."""
+        tenant, thread, _ = subjects.parse_event_subject(msg.subject)
+        seq = msg.metadata.sequence.stream
+        state = await self._store.load(tenant, thread, at_least=seq)
+        events = dispatch_next(state)
+        if not events:
+            return
+        ctx = reaction_ctx(f"dispatch|{tenant}|{thread}|{seq}", datetime.now(timezone.utc), "coordinator")
+        try:
+            await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
+                                     command_id=f"evt-{seq}", actor=ctx.actor)
+        except Conflict:
+            APPEND_CONFLICTS.labels("coordinator").inc()
+            raise

@@ -1,0 +1,21 @@
+from redis.asyncio import Redis
+
+from treadle.runtime.settings import ProjectorSettings, Shared
+from treadle.runtime.worker import run, serve
+
+from .service import Projector
+
+
+async def main() -> None:
+    shared, own = Shared(), ProjectorSettings()
+
+    async def make(nc, stack):
+        redis = Redis.from_url(shared.redis_url)
+        stack.push_async_callback(redis.aclose)
+        return Projector(nc, redis, own)
+
+    await serve("projector", shared, own, make)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,120 @@
+"""The projection writer: a follower of ``TREADLE_EVENTS`` that folds every event into the thread's Redis
+document. Per fetched batch: group by thread, fold, write all documents in one pipeline, then ack. A
+document carries its stream sequence, so redelivery after a crash is a no-op."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+
+from nats.aio.client import Client as NATS
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import FetchTimeoutError
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from treadle.domain.events import RunQueued, decode_event
+from treadle.domain.thread import ThreadState, evolve
+from treadle.eventlog import subjects
+from treadle.eventlog.log import EventLog
+from treadle.projections.rebuild import rebuild
+from treadle.projections.store import ProjectionStore
+from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
+from treadle.runtime.settings import ProjectorSettings
+
+log = logging.getLogger(__name__)
+DURABLE = "projector"
+CACHE = 20_000
+
+
+class Projector:
+    def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._log = EventLog(nc)
+        self._store = ProjectionStore(redis)
+        self._batch = own.batch
+        self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        await self._js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
+            durable_name=DURABLE, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
+            filter_subject=subjects.EVENTS_ALL, ack_wait=30, max_ack_pending=10_000))
+        self._sub = await self._js.pull_subscribe_bind(DURABLE, stream=subjects.EVENTS_STREAM)
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task:
+            await asyncio.wait_for(asyncio.gather(self._task, return_exceptions=True), 10)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._ensure_epoch()
+                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("projector fetch failed: %r", exc)
+                await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
+                continue
+            delay = 0.05
+            while True:
+                try:
+                    await self._project(msgs)
+                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+                    PROJECTED.inc(len(msgs))
+                    PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
+                    break
+                except (RedisError, OSError, NatsTimeout) as exc:
+                    log.warning("projection write failed, retrying: %r", exc)
+                    self._states.clear()
+                    await asyncio.sleep(delay)  # backoff while Redis is away
+                    delay = min(delay * 2, 5.0)
+
+    async def _ensure_epoch(self) -> None:
+        """Redis is a cache and may be flushed at any moment: when the marker is gone, rebuild everything."""
+        if await self._store.epoch() is not None:
+            return
+        self._states.clear()
+        count = await rebuild(self._nc, self._store)
+        await self._store.set_epoch(uuid.uuid4().hex)
+        log.info("projections rebuilt from the log: %d threads", count)
+
+    async def _project(self, msgs) -> None:
+        touched: dict[tuple[str, str], tuple[ThreadState, list[str]]] = {}
+        for msg in msgs:
+            try:
+                e = decode_event(msg.data, msg.metadata.sequence.stream)
+            except Exception:
+                log.exception("skipping undecodable event at seq %s", msg.metadata.sequence.stream)
+                continue
+            key = (e.tenant, e.thread)
+            entry = touched.get(key)
+            if entry is None:
+                entry = touched[key] = (await self._state(key, e.seq or 0), [])
+            evolve(entry[0], e)
+            if isinstance(e.data, RunQueued):
+                entry[1].append(e.data.run_id)
+        await self._store.write(touched.values())
+
+    async def _state(self, key: tuple[str, str], seq: int) -> ThreadState:
+        state = self._states.get(key)
+        if state is None:
+            # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
+            state = await self._store.state(*key) or ThreadState()
+            for e in await self._log.read(*key, after=state.seq):
+                if e.seq is not None and e.seq >= seq:
+                    break
+                evolve(state, e)
+            self._states[key] = state
+            while len(self._states) > CACHE:
+                self._states.popitem(last=False)
+        self._states.move_to_end(key)
+        return state

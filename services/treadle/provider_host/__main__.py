@@ -1,0 +1,17 @@
+from treadle.runtime.settings import ProviderHostSettings, Shared
+from treadle.runtime.worker import run, serve
+
+from .service import ProviderHost
+
+
+async def main() -> None:
+    shared, own = Shared(), ProviderHostSettings()
+
+    async def make(nc, stack):
+        return ProviderHost(nc, shared, own)
+
+    await serve("provider-host", shared, own, make)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,84 @@
+"""Reports one provider turn: normalised events to ``TREADLE_PROVIDER`` in order, raw text live."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+import msgspec
+from nats.aio.client import Client as NATS
+
+from treadle.domain import provider_events as pe
+from treadle.domain.ids import IdFactory
+from treadle.eventlog import subjects
+from treadle.providers.coalesce import Coalescer
+
+_encode = msgspec.json.Encoder().encode
+
+
+class LiveDelta(msgspec.Struct, kw_only=True):
+    """What UIs receive on ``treadle.live.<tenant>.<thread>`` for every raw delta (best effort)."""
+
+    run_id: str
+    attempt_id: str
+    message_id: str
+    node_id: str
+    text: str
+
+
+class TurnPublisher:
+    def __init__(self, nc: NATS, *, tenant: str, thread: str, session_id: str, provider_thread_id: str,
+                 run_id: str, attempt_id: str, ids: IdFactory) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._ids = ids
+        self._subject = subjects.provider(tenant, thread, provider_thread_id)
+        self._live = subjects.live(tenant, thread)
+        self._base = dict(tenant=tenant, thread=thread, session_id=session_id, provider_thread_id=provider_thread_id,
+                          run_id=run_id, attempt_id=attempt_id)
+        self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
+        self._buffers: dict[str, tuple[Coalescer, str]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    async def event(self, body: pe.Body) -> None:
+        async with self._lock:
+            await self._publish(body)
+
+    async def _publish(self, body: pe.Body) -> None:
+        event = pe.ProviderEvent(id=self._ids.next("evt"), at=datetime.now(timezone.utc), body=body, **self._base)
+        await self._js.publish(self._subject, _encode(event), headers={"Nats-Msg-Id": event.id})
+
+    async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        await self._nc.publish(self._live, _encode(LiveDelta(run_id=self._base["run_id"], attempt_id=self._base["attempt_id"],
+                                                             message_id=message_id, node_id=node_id, text=chunk)))
+        coalescer, _ = self._buffers.setdefault(message_id, (Coalescer(), node_id))
+        ready = coalescer.add(chunk)
+        if ready is not None:
+            await self.event(pe.TextDelta(message_id=message_id, node_id=node_id, text=ready))
+        elif message_id not in self._timers:
+            loop = asyncio.get_running_loop()
+            self._timers[message_id] = loop.call_later(coalescer.due_in(), self._on_timer, message_id)
+
+    def _on_timer(self, message_id: str) -> None:
+        self._timers.pop(message_id, None)
+        asyncio.ensure_future(self._flush(message_id))
+
+    async def _flush(self, message_id: str) -> None:
+        async with self._lock:
+            entry = self._buffers.get(message_id)
+            text = entry[0].flush() if entry else None
+            if text:
+                await self._publish(pe.TextDelta(message_id=message_id, node_id=entry[1], text=text))  # type: ignore[index]
+
+    async def text_done(self, message_id: str, node_id: str, text: str) -> None:
+        """The full text supersedes whatever is still buffered, so the buffer is dropped, not flushed."""
+        timer = self._timers.pop(message_id, None)
+        if timer:
+            timer.cancel()
+        self._buffers.pop(message_id, None)
+        await self.event(pe.TextCompleted(message_id=message_id, node_id=node_id, text=text))
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()

@@ -1,0 +1,35 @@
+"""Provider hosts as seen by the supervisor: place a session, start a turn."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+
+from treadle.eventlog import subjects
+from treadle.providers import protocol as hp
+from treadle.runtime.consumer import Retryable
+
+
+class HostUnavailable(Retryable):
+    pass
+
+
+class HostClient:
+    def __init__(self, nc: NATS, timeout: float) -> None:
+        self._nc = nc
+        self._timeout = timeout
+
+    async def _request(self, subject: str, payload: bytes) -> bytes:
+        try:
+            msg = await self._nc.request(subject, payload, timeout=self._timeout)
+        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+            raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
+        return msg.data
+
+    async def place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
+        return hp.place_reply.decode(await self._request(subjects.HOST_PLACE, hp.encode(request)))
+
+    async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
+        return hp.turn_reply.decode(await self._request(subjects.host(host_id, "turn.start"), hp.encode(request)))

@@ -1,0 +1,174 @@
+"""The run supervisor: owns runs, attempts, execution nodes and the finalization barrier. It hands
+dispatched runs to provider hosts and folds what the providers report into the thread's events."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from treadle.checkpoints.client import CheckpointClient
+from treadle.checkpoints.protocol import Capture, CheckpointError
+from treadle.domain import events as ev
+from treadle.domain import supervision as sv
+from treadle.domain.commands import Ctx, reaction_ctx
+from treadle.domain.entities import Run
+from treadle.domain.provider_events import provider_event_decoder
+from treadle.domain.script import parse_script
+from treadle.domain.thread import ThreadState, provider_cause
+from treadle.eventlog import subjects
+from treadle.eventlog.errors import Conflict
+from treadle.eventlog.log import EventLog
+from treadle.eventlog.store import ThreadStore
+from treadle.providers import protocol as hp
+from treadle.runtime.consumer import PullConsumer, Retryable
+from treadle.runtime.mailbox import Mailboxes
+from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
+from treadle.runtime.settings import Shared, SupervisorSettings
+
+from .hosts import HostClient
+
+log = logging.getLogger(__name__)
+ACTOR = "supervisor"
+MAX_PLACEMENTS = 3
+
+
+class Supervisor:
+    def __init__(self, nc: NATS, shared: Shared, own: SupervisorSettings) -> None:
+        js = nc.jetstream()
+        self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
+        self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
+        self._hosts = HostClient(nc, own.host_timeout)
+        mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
+        self._consumers = [
+            PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
+                         filters=subjects.event_types("run.dispatched"), handle=self._on_dispatched, mailboxes=mailboxes),
+            PullConsumer(js, stream=subjects.PROVIDER_STREAM, durable="supervisor-provider",
+                         filters=[subjects.PROVIDER_ALL], handle=self._on_provider_event, mailboxes=mailboxes),
+        ]
+
+    async def start(self) -> None:
+        for consumer in self._consumers:
+            await consumer.start()
+
+    async def stop(self) -> None:
+        for consumer in self._consumers:
+            await consumer.stop()
+
+    # --- handlers ----------------------------------------------------------------------------------
+
+    async def _on_dispatched(self, msg: Msg) -> None:
+        tenant, thread, _ = subjects.parse_event_subject(msg.subject)
+        seq = msg.metadata.sequence.stream
+        state = await self._store.load(tenant, thread, at_least=seq)
+        await self._hand_over(tenant, thread, state, f"dispatch|{seq}")
+
+    async def _on_provider_event(self, msg: Msg) -> None:
+        event = provider_event_decoder.decode(msg.data)
+        tenant, thread = event.tenant, event.thread
+        seq = msg.metadata.sequence.stream
+        state = await self._store.load(tenant, thread)
+        if seq <= state.provider_seq:
+            return  # folded in before a crash or a redelivery
+        if event.run_id and state.run(event.run_id) is None:
+            state = await self._store.refresh(tenant, thread)
+        ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
+        reaction = sv.react(state, event, ctx)
+        events = reaction.events
+        if reaction.finalize is not None:
+            run = state.run(event.run_id or "")
+            assert run is not None
+            capture = await self._capture(state, run, ctx, reaction.finalize.status)
+            events = sv.finalize(state, run, reaction.finalize, capture)
+        if events:
+            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq))
+        if reaction.finalize is not None:
+            run = state.run(event.run_id or "")
+            if run is not None and run.ended_at is not None:
+                RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+        await self._hand_over(tenant, thread, state, f"prov|{seq}")
+
+    # --- steps -------------------------------------------------------------------------------------
+
+    async def _append(self, tenant: str, thread: str, state: ThreadState, events: list[ev.Payload], ctx: Ctx,
+                      causation_id: str | None = None) -> None:
+        try:
+            await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
+                                     command_id=causation_id or ctx.ids.next("cmd"), actor=ACTOR,
+                                     causation_id=causation_id)
+        except Conflict:
+            APPEND_CONFLICTS.labels(ACTOR).inc()  # the consumer retries the message on a fresh state
+            raise
+
+    async def _hand_over(self, tenant: str, thread: str, state: ThreadState, seed: str) -> None:
+        """Give the active run's pending attempt to a provider: baseline checkpoint (L10.1), a live session
+        with its provider thread (L1.2, resumed after a loss per L9.3), then the turn. Idempotent: hosts
+        ignore a turn they already play, and every step is skipped once the state shows it done."""
+        for placement in range(MAX_PLACEMENTS):
+            run = sv.pending_attempt(state)
+            if run is None:
+                return
+            ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}", datetime.now(timezone.utc), ACTOR)
+            events: list[ev.Payload] = []
+            ordinal = sv.baseline_ordinal(state, run)
+            if ordinal is not None:
+                events.append(await self._capture_baseline(state, run, ordinal, ctx))
+            session = state.live_session
+            if session is None or session.provider != run.provider:
+                placed = await self._place(state, run, ctx)
+                events.append(sv.attached(placed, placed.capabilities))
+            if events:
+                await self._append(tenant, thread, state, events, ctx)
+            session = state.live_session
+            assert session is not None
+            message = state.message(run.message_id)
+            reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
+                session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=run.attempt.id,
+                root_node_id=run.attempt.root_node_id, text=message.text if message else "", script=run.script))
+            if isinstance(reply, hp.TurnAccepted):
+                return
+            if reply.code != "unknown_session":
+                raise Retryable(f"host {session.host_id} refused the turn: {reply.code} {reply.message}")
+            # The host no longer has the session (it restarted): record that and place it again.
+            await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_lost_session")], ctx)
+        raise Retryable(f"could not place run {run.id} after {MAX_PLACEMENTS} tries")
+
+    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced:
+        assert state.thread is not None
+        previous = state.provider_thread
+        resume = previous is not None and previous.provider == run.provider
+        script = parse_script(run.script)
+        reply = await self._hosts.place(hp.PlaceSession(
+            tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
+            provider_thread_id=previous.id if resume else ctx.ids.next("pth"),  # type: ignore[union-attr]
+            native_ref=previous.native_ref if resume else None,  # type: ignore[union-attr]
+            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
+            capabilities=script.capabilities if script else None))
+        if isinstance(reply, hp.HostFailure):
+            raise Retryable(f"placement failed: {reply.code} {reply.message}")
+        return reply
+
+    async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
+        captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)
+        return sv.checkpoint_captured(ctx, ordinal=ordinal, run_id=None, kind="baseline", status="baseline",
+                                      captured=captured)
+
+    async def _capture(self, state: ThreadState, run: Run, ctx: Ctx, status: str) -> ev.CheckpointCaptured:
+        """L10.2: the run's checkpoint, with its diff from the previous root checkpoint."""
+        previous = run.ordinal - 1 if state.checkpoint(run.ordinal - 1) is not None else None
+        captured = await self._capture_or_none(state, run.ordinal, status, previous)
+        return sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
+                                      captured=captured)
+
+    async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
+        assert state.thread is not None
+        request = Capture(tenant=state.thread.tenant, thread=state.thread.id, workspace=state.thread.workspace,
+                          ordinal=ordinal, status=status, previous_ordinal=previous)
+        try:
+            with CHECKPOINT_SECONDS.time():
+                return await self._checkpoints.capture(request)
+        except CheckpointError as exc:  # L10.4: record the failure instead of a checkpoint
+            log.warning("checkpoint %s/%s of %s failed: %s", "root", ordinal, state.thread.id, exc)
+            return None

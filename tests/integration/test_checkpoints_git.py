@@ -1,0 +1,309 @@
+"""Workspace checkpoints against real git in tmp_path (LIFECYCLES L10; ARCHITECTURE "Checkpoints")."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.protocol import Capture, CheckpointError, FileStat
+
+TENANT = "acme"
+THREAD = "thr_1"
+
+
+def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="U", GIT_AUTHOR_EMAIL="u@example.com",
+               GIT_COMMITTER_NAME="U", GIT_COMMITTER_EMAIL="u@example.com")  # fmt: skip
+    if git_dir is not None:
+        env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(cwd))
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def capture(ordinal: int, previous: int | None, *, workspace: str = "proj", **kw) -> Capture:
+    status = "baseline" if previous is None else "completed"
+    return Capture(tenant=TENANT, thread=THREAD, workspace=workspace, ordinal=ordinal,
+                   previous_ordinal=previous, status=kw.pop("status", status), **kw)  # fmt: skip
+
+
+def files_of(repo: Path, commit: str, git_dir: Path | None = None) -> dict[str, str]:
+    names = git(repo, "ls-tree", "-r", "--name-only", commit, git_dir=git_dir).split("\n")
+    return {n: git(repo, "show", f"{commit}:{n}", git_dir=git_dir) for n in names if n}
+
+
+def loose_objects(git_dir: Path) -> int:
+    return sum(len(files) for d, _, files in os.walk(git_dir / "objects") if len(Path(d).name) == 2)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "ws" / TENANT).mkdir(parents=True)
+    return tmp_path / "ws"
+
+
+@pytest.fixture
+def workspaces(root: Path) -> Workspaces:
+    return Workspaces(root, root.parent / "state" / "shadow")
+
+
+@pytest.fixture
+def user_repo(root: Path) -> Path:
+    """A user's repository with history, a stash, staged and unstaged changes and untracked files."""
+    repo = root / TENANT / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    (repo / "app.py").write_text("print(1)\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    (repo / "app.py").write_text("print(2)\n")
+    git(repo, "stash", "-q")
+    (repo / "README.md").write_text("hello\nstaged\n")
+    git(repo, "add", "README.md")
+    (repo / "app.py").write_text("print(3)\n")
+    (repo / "notes.txt").write_text("untracked\n")
+    return repo
+
+
+async def test_L10_1_baseline_capture_of_new_workspace_creates_hidden_ref(workspaces: Workspaces, root: Path):
+    ready = await workspaces.prepare(TENANT, THREAD, "threads/thr_1")
+    path = root / TENANT / "threads" / "thr_1"
+    assert (ready.path, ready.git, ready.created) == (str(path.resolve()), True, True)
+    (path / "main.py").write_text("x = 1\n")
+
+    got = await workspaces.capture(capture(0, None, workspace="threads/thr_1"))
+
+    assert got.ref == f"refs/treadle/checkpoints/{THREAD}/root/0"
+    assert git(path, "rev-parse", got.ref).strip() == got.commit
+    assert files_of(path, got.commit) == {"main.py": "x = 1\n"}
+    assert (got.unchanged, got.files, got.previous_commit, got.status) == (False, [], None, "baseline")
+    # Hidden: the user's branch is still unborn and the file is still untracked to the user.
+    assert subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=path).returncode != 0
+    assert git(path, "status", "--porcelain") == "?? main.py\n"
+    assert git(path, "branch", "--list") == ""
+
+
+async def test_L10_1_prepare_keeps_an_existing_repository_as_it_is(workspaces: Workspaces, user_repo: Path):
+    head = git(user_repo, "rev-parse", "HEAD")
+    ready = await workspaces.prepare(TENANT, THREAD, "proj")
+    assert (ready.git, ready.created) == (True, False)
+    assert git(user_repo, "rev-parse", "HEAD") == head
+
+
+async def test_L10_2_capture_after_run_has_per_file_stats(workspaces: Workspaces, root: Path):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "keep.txt").write_text("a\nb\nc\n")
+    (ws / "edit.txt").write_text("1\n2\n3\n")
+    (ws / "gone.txt").write_text("bye\n")
+    (ws / "old_name.txt").write_text("".join(f"line {i}\n" for i in range(20)))
+    (ws / "blob.bin").write_bytes(b"\0\1\2" * 100)
+    base = await workspaces.capture(capture(0, None))
+
+    (ws / "edit.txt").write_text("1\ntwo\n3\n4\n")
+    (ws / "gone.txt").unlink()
+    (ws / "old_name.txt").rename(ws / "new_name.txt")
+    (ws / "new_name.txt").write_text((ws / "new_name.txt").read_text() + "line 20\n")
+    (ws / "blob.bin").write_bytes(b"\0\3\4" * 100)
+    (ws / "src").mkdir()
+    (ws / "src" / "added.py").write_text("a = 1\nb = 2\n")
+    run = await workspaces.capture(capture(1, 0))
+
+    assert not run.unchanged and run.previous_commit == base.commit
+    assert git(ws, "rev-parse", f"{run.commit}^").strip() == base.commit
+    assert sorted(run.files, key=lambda f: f.path) == [
+        FileStat(path="blob.bin", change="modified", added=0, removed=0),
+        FileStat(path="edit.txt", change="modified", added=2, removed=1),
+        FileStat(path="gone.txt", change="deleted", added=0, removed=1),
+        FileStat(path="new_name.txt", change="renamed", added=1, removed=0, old_path="old_name.txt"),
+        FileStat(path="src/added.py", change="added", added=2, removed=0),
+    ]
+
+
+async def test_capture_never_touches_user_branch_index_or_stash(workspaces: Workspaces, user_repo: Path):
+    def observe() -> tuple:
+        index = hashlib.sha256((user_repo / ".git" / "index").read_bytes()).hexdigest()
+        return (
+            index,
+            git(user_repo, "rev-parse", "HEAD", "refs/heads/main", "stash@{0}"),
+            git(user_repo, "symbolic-ref", "HEAD"),
+            git(user_repo, "stash", "list"),
+            git(user_repo, "--no-optional-locks", "status", "--porcelain"),
+            git(user_repo, "--no-optional-locks", "diff", "--cached"),
+            git(user_repo, "for-each-ref", "refs/heads", "refs/tags", "refs/stash"),
+        )
+
+    before = observe()
+    first = await workspaces.capture(capture(0, None))
+    (user_repo / "app.py").write_text("print(4)\n")
+    second = await workspaces.capture(capture(1, 0))
+    (user_repo / "app.py").write_text("print(3)\n")  # back to what observe() saw
+
+    assert observe() == before
+    assert before[4] == "M  README.md\n M app.py\n?? notes.txt\n"
+    # The checkpoint is the working tree as the user sees it: staged, unstaged and untracked.
+    assert files_of(user_repo, first.commit) == {
+        "README.md": "hello\nstaged\n", "app.py": "print(3)\n", "notes.txt": "untracked\n",
+    }  # fmt: skip
+    assert second.files == [FileStat(path="app.py", change="modified", added=1, removed=1)]
+
+
+async def test_gitignored_files_are_not_captured(workspaces: Workspaces, root: Path):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / ".gitignore").write_text("*.log\nbuild/\n")
+    (ws / "app.py").write_text("ok\n")
+    (ws / "debug.log").write_text("noise\n")
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_bytes(b"\0obj")
+
+    got = await workspaces.capture(capture(0, None))
+
+    assert set(files_of(ws, got.commit)) == {".gitignore", "app.py"}
+
+
+async def test_files_the_user_tracks_despite_gitignore_are_captured(workspaces: Workspaces, user_repo: Path):
+    (user_repo / ".gitignore").write_text("*.log\n")
+    (user_repo / "kept.log").write_text("tracked on purpose\n")
+    git(user_repo, "add", "-f", ".gitignore", "kept.log")
+    git(user_repo, "commit", "-q", "-m", "keep a log")
+    (user_repo / "other.log").write_text("ignored\n")
+
+    got = await workspaces.capture(capture(0, None))
+
+    names = set(files_of(user_repo, got.commit))
+    assert "kept.log" in names and "other.log" not in names
+
+
+async def test_non_git_workspace_uses_shadow_git_dir(workspaces: Workspaces, root: Path):
+    ws = root / TENANT / "plain"
+    ws.mkdir()
+    (ws / "data.txt").write_text("v1\n")
+
+    ready = await workspaces.prepare(TENANT, THREAD, "plain")
+    base = await workspaces.capture(capture(0, None, workspace="plain"))
+    (ws / "data.txt").write_text("v2\n")
+    run = await workspaces.capture(capture(1, 0, workspace="plain"))
+
+    shadow = root.parent / "state" / "shadow" / TENANT / f"{THREAD}.git"
+    assert (ready.git, ready.created) == (False, False)
+    assert sorted(p.name for p in ws.iterdir()) == ["data.txt"]  # no .git, nothing else either
+    assert git(ws, "rev-parse", run.ref, git_dir=shadow).strip() == run.commit
+    assert files_of(ws, base.commit, git_dir=shadow) == {"data.txt": "v1\n"}
+    assert run.files == [FileStat(path="data.txt", change="modified", added=1, removed=1)]
+
+
+async def test_capture_is_idempotent_for_same_ordinal(workspaces: Workspaces, root: Path):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "a.txt").write_text("1\n")
+    await workspaces.capture(capture(0, None))
+    (ws / "a.txt").write_text("2\n")
+    first = await workspaces.capture(capture(1, 0))
+    objects = loose_objects(ws / ".git")
+
+    (ws / "a.txt").write_text("3\n")  # a replay must not pick this up
+    again = await workspaces.capture(capture(1, 0))
+    after_restart = await Workspaces(root, root.parent / "state" / "shadow").capture(capture(1, 0))
+
+    assert again == first == after_restart
+    assert loose_objects(ws / ".git") == objects  # no new commit, tree or blob
+
+
+async def test_unchanged_workspace_reports_unchanged(workspaces: Workspaces, root: Path):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "a.txt").write_text("same\n")
+    base = await workspaces.capture(capture(0, None))
+
+    runs = [await workspaces.capture(capture(n, n - 1)) for n in range(1, 4)]
+
+    for run in runs:
+        assert (run.unchanged, run.files, run.tree) == (True, [], base.tree)
+        assert git(ws, "rev-parse", run.ref).strip() == run.commit
+    # A touch that leaves the content alone is still unchanged.
+    os.utime(ws / "a.txt")
+    touched = await workspaces.capture(capture(4, 3))
+    assert touched.unchanged and touched.tree == base.tree
+
+
+async def test_same_size_rewrites_right_after_a_capture_are_never_missed(workspaces: Workspaces, root: Path):
+    """The stat fingerprint fast path must not hide a change made within the same clock tick,
+    nor one that restores size and mtime (as `cp -p` or tar extraction do)."""
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    target = ws / "f.txt"
+    target.write_text("v00\n")
+    previous = (await workspaces.capture(capture(0, None))).tree
+    for n in range(1, 30):
+        # Twice unchanged so the fingerprint is recorded and then used, then a same-size change.
+        for ordinal in (3 * n - 2, 3 * n - 1):
+            assert (await workspaces.capture(capture(ordinal, ordinal - 1))).unchanged
+        st = target.stat()
+        target.write_text(f"v{n:02}\n")
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        got = await workspaces.capture(capture(3 * n, 3 * n - 1))
+        assert not got.unchanged and got.tree != previous, n
+        assert got.files == [FileStat(path="f.txt", change="modified", added=1, removed=1)]
+        previous = got.tree
+
+
+@pytest.mark.parametrize("workspace", ["../other", "proj/../../other", "/etc", "", ".", "escape"])
+async def test_workspace_path_cannot_escape_tenant_root(workspaces: Workspaces, root: Path, workspace: str):
+    outside = root.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (root / TENANT / "escape").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(CheckpointError) as prepared:
+        await workspaces.prepare(TENANT, THREAD, workspace)
+    with pytest.raises(CheckpointError) as captured:
+        await workspaces.capture(capture(0, None, workspace=workspace))
+
+    assert prepared.value.code == captured.value.code == "bad_request"
+    assert list(outside.iterdir()) == []
+
+
+async def test_dot_git_pointing_outside_the_tenant_is_refused(workspaces: Workspaces, root: Path):
+    other = root / "other_tenant" / "repo"
+    other.mkdir(parents=True)
+    git(other, "init", "-q")
+    ws = root / TENANT / "proj"
+    ws.mkdir()
+    (ws / ".git").write_text(f"gitdir: {other / '.git'}\n")
+
+    with pytest.raises(CheckpointError) as refused:
+        await workspaces.capture(capture(0, None))
+
+    assert refused.value.code == "bad_request"
+    assert git(other, "for-each-ref") == ""
+
+
+async def test_capture_of_missing_workspace_fails_with_workspace_missing(workspaces: Workspaces):
+    with pytest.raises(CheckpointError) as missing:
+        await workspaces.capture(capture(0, None, workspace="nowhere"))
+    assert missing.value.code == "workspace_missing"
+
+
+async def test_concurrent_captures_on_one_workspace_are_serialised(workspaces: Workspaces, root: Path):
+    """Unserialised, the captures would race on the private index lock and fail."""
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    for i in range(20):
+        (ws / f"f{i}.txt").write_text(f"{i}\n")
+    await workspaces.capture(capture(0, None))
+    for i in range(20):
+        (ws / f"f{i}.txt").write_text(f"{i} changed\n")
+
+    got = await asyncio.gather(*(workspaces.capture(capture(n, 0)) for n in range(1, 17)))
+
+    assert len({c.tree for c in got}) == 1 and not any(c.unchanged for c in got)
+    assert all(len(c.files) == 20 for c in got)
+    refs = git(ws, "for-each-ref", "--format=%(refname)", f"refs/treadle/checkpoints/{THREAD}/root")
+    assert len(refs.split()) == 17
