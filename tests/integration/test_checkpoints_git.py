@@ -236,23 +236,27 @@ async def test_unchanged_workspace_reports_unchanged(workspaces: Workspaces, roo
 
 async def test_same_size_rewrites_right_after_a_capture_are_never_missed(workspaces: Workspaces, root: Path):
     """The stat fingerprint fast path must not hide a change made within the same clock tick,
-    nor one that restores size and mtime (as `cp -p` or tar extraction do)."""
+    nor one that puts back size and mtime (as `cp -p` or tar extraction do)."""
     await workspaces.prepare(TENANT, THREAD, "proj")
     ws = root / TENANT / "proj"
     target = ws / "f.txt"
-    target.write_text("v00\n")
-    previous = (await workspaces.capture(capture(0, None))).tree
+    target.write_text("a00\n")
+    await workspaces.capture(capture(0, None))
+    ordinal = 0
     for n in range(1, 30):
-        # Twice unchanged so the fingerprint is recorded and then used, then a same-size change.
-        for ordinal in (3 * n - 2, 3 * n - 1):
-            assert (await workspaces.capture(capture(ordinal, ordinal - 1))).unchanged
-        st = target.stat()
-        target.write_text(f"v{n:02}\n")
-        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
-        got = await workspaces.capture(capture(3 * n, 3 * n - 1))
-        assert not got.unchanged and got.tree != previous, n
-        assert got.files == [FileStat(path="f.txt", change="modified", added=1, removed=1)]
-        previous = got.tree
+        target.write_text(f"a{n:02}\n")
+        written = target.stat()
+        changed = await workspaces.capture(capture(ordinal + 1, ordinal))
+        # Twice unchanged, so the fingerprint is recorded and then relied on.
+        same = [await workspaces.capture(capture(ordinal + k, ordinal + k - 1)) for k in (2, 3)]
+        target.write_text(f"b{n:02}\n")
+        os.utime(target, ns=(written.st_atime_ns, written.st_mtime_ns))
+        rewritten = await workspaces.capture(capture(ordinal + 4, ordinal + 3))
+        ordinal += 4
+
+        assert not changed.unchanged and all(c.unchanged for c in same), n
+        assert not rewritten.unchanged and rewritten.tree != changed.tree, n
+        assert rewritten.files == [FileStat(path="f.txt", change="modified", added=1, removed=1)]
 
 
 @pytest.mark.parametrize("workspace", ["../other", "proj/../../other", "/etc", "", ".", "escape"])

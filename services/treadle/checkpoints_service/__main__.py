@@ -1,0 +1,19 @@
+from treadle.checkpoints.git import Workspaces
+from treadle.runtime.settings import CheckpointsSettings, Shared
+from treadle.runtime.worker import run, serve
+
+from .service import CheckpointService
+
+
+async def main() -> None:
+    shared, own = Shared(), CheckpointsSettings()
+
+    async def make(nc, stack):
+        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve())
+        return CheckpointService(nc, workspaces, shared.volume)
+
+    await serve("checkpoints", shared, own, make)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,18 @@
+import uvicorn
+
+from treadle.runtime import logs
+from treadle.runtime.settings import GatewaySettings, Shared
+
+from .app import create_app
+
+
+def main() -> None:
+    shared, own = Shared(), GatewaySettings()
+    logs.setup("gateway", shared.log_level, shared.log_format)
+    # uvicorn owns SIGTERM here: it stops accepting, finishes in-flight requests, then runs the lifespan exit.
+    uvicorn.run(create_app(shared, own), host=own.host, port=own.port, loop="uvloop", http="h11",
+                log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+
+
+if __name__ == "__main__":
+    main()

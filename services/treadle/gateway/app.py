@@ -1,0 +1,229 @@
+"""HTTP API v1 (Litestar, msgspec-native). Reads come from Redis projections, writes go to the thread
+coordinator as commands, and the event stream comes straight from JetStream."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from litestar.openapi import OpenAPIConfig
+from litestar.params import Parameter
+from litestar.response import Stream
+from nats.aio.client import Client as NATS
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.asyncio import Redis
+
+from treadle.domain.commands import CreateThread, SendMessage
+from treadle.domain.ids import is_token
+from treadle.domain.thread import ThreadState, fold
+from treadle.eventlog import streams
+from treadle.eventlog.log import EventLog
+from treadle.projections.store import ProjectionStore, encode_state
+from treadle.runtime.settings import GatewaySettings, Shared
+from treadle.runtime.tokens import Principal, TokenStore
+from treadle.runtime.worker import connect
+
+from . import errors
+from .commands import Commands
+from .errors import ApiError
+from .sse import thread_events
+
+
+# --- request and response shapes (the OpenAPI document is generated from these) --------------------
+
+
+class CreateThreadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: str = "approval_required"
+    workspace: str | None = None
+
+
+class ThreadCreated(msgspec.Struct, kw_only=True):
+    thread_id: str
+    seq: int
+
+
+class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    text: str
+    mode: str = "auto"
+    target_run_id: str | None = None
+    provider: str | None = None
+    script: dict | None = None
+
+
+class MessageAccepted(msgspec.Struct, kw_only=True):
+    message_id: str
+    run_id: str
+    disposition: str
+    seq: int
+
+
+# --- plumbing ---------------------------------------------------------------------------------------
+
+
+def _state(request: Request) -> State:
+    return request.app.state
+
+
+async def principal(request: Request) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+    found = await _state(request).tokens.resolve(token.strip())
+    if found is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    return found
+
+
+def _id(value: str, prefix: str) -> str:
+    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key."""
+    if not (is_token(value) and value.startswith(prefix + "_")):
+        raise ApiError(400, "invalid_id", f"{value!r} is not a valid {prefix} id")
+    return value
+
+
+async def _thread_doc(request: Request, tenant: str, thread: str) -> bytes:
+    """The thread's projection; a thread missing from Redis is rebuilt from the log on demand."""
+    state = _state(request)
+    doc = await state.projections.doc(tenant, thread)
+    if doc is not None:
+        return doc
+    folded = fold(await state.log.read(tenant, thread))
+    if folded.thread is None:
+        raise ApiError(404, "thread_not_found", f"thread {thread} not found")
+    await state.projections.write([(folded, [r.id for r in folded.runs])])
+    return encode_state(folded)
+
+
+def _json(content: bytes, status: int = 200) -> Response:
+    return Response(content=content, media_type="application/json", status_code=status)
+
+
+# --- routes -----------------------------------------------------------------------------------------
+
+
+@post("/v1/threads", status_code=201, summary="Create a thread (no provider work until the first run, L1.1)")
+async def create_thread(request: Request, data: CreateThreadRequest,
+                        idempotency_key: str | None = Parameter(header="Idempotency-Key", default=None)) -> ThreadCreated:
+    who = await principal(request)
+    body = CreateThread(**msgspec.structs.asdict(data))
+    accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None,
+                                                   body=body, idempotency_key=idempotency_key)
+    return ThreadCreated(thread_id=accepted.thread_id, seq=accepted.seq)
+
+
+@get("/v1/threads", summary="List the tenant's threads, newest first")
+async def list_threads(request: Request, limit: int = Parameter(default=50, ge=1, le=500),
+                       offset: int = Parameter(default=0, ge=0)) -> Response:
+    who = await principal(request)
+    items = await _state(request).projections.threads(who.tenant, limit, offset)
+    return _json(b'{"threads":[' + b",".join(items) + b"]}")
+
+
+@get("/v1/threads/{thread_id:str}", summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
+async def get_thread(request: Request, thread_id: str) -> Response:
+    who = await principal(request)
+    return _json(await _thread_doc(request, who.tenant, _id(thread_id, "thr")))
+
+
+@post("/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)")
+async def send_message(request: Request, thread_id: str, data: SendMessageRequest,
+                       idempotency_key: str | None = Parameter(header="Idempotency-Key", default=None)) -> MessageAccepted:
+    who = await principal(request)
+    thread = _id(thread_id, "thr")
+    if data.target_run_id is not None:
+        _id(data.target_run_id, "run")
+    body = SendMessage(**msgspec.structs.asdict(data))
+    accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="send", thread=thread,
+                                                   body=body, idempotency_key=idempotency_key)
+    return MessageAccepted(message_id=accepted.message_id or "", run_id=accepted.run_id or "",
+                           disposition=accepted.disposition or "", seq=accepted.seq)
+
+
+@get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph")
+async def get_run(request: Request, run_id: str) -> Response:
+    who = await principal(request)
+    run_id = _id(run_id, "run")
+    thread = await _state(request).projections.thread_of_run(who.tenant, run_id)
+    if thread is None:
+        raise ApiError(404, "run_not_found", f"run {run_id} not found")
+    state = msgspec.json.decode(await _thread_doc(request, who.tenant, thread), type=ThreadState)
+    run = state.run(run_id)
+    if run is None:
+        raise ApiError(404, "run_not_found", f"run {run_id} not found")
+    out = msgspec.to_builtins(run)
+    out["thread_id"] = thread
+    out["messages"] = [msgspec.to_builtins(m) for m in state.messages if m.run_id == run_id]
+    out["checkpoint"] = next((msgspec.to_builtins(c) for c in state.checkpoints if c.id == run.checkpoint_id), None)
+    return _json(msgspec.json.encode(out))
+
+
+@get("/v1/threads/{thread_id:str}/events", summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID")
+async def events(request: Request, thread_id: str,
+                 last_event_id: str | None = Parameter(header="Last-Event-ID", default=None),
+                 after: int | None = Parameter(query="after", default=None, ge=0)) -> Stream:
+    who = await principal(request)
+    thread = _id(thread_id, "thr")
+    await _thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads
+    start = after or 0
+    if last_event_id is not None:
+        if not last_event_id.isdigit():
+            raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a stream sequence")
+        start = int(last_event_id)
+    return Stream(thread_events(_state(request).nc, who.tenant, thread, start), media_type="text/event-stream",
+                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@get("/healthz", include_in_schema=False)
+async def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@get("/readyz", include_in_schema=False)
+async def readyz(request: Request) -> Response:
+    ok = _state(request).nc.is_connected
+    return Response({"status": "ready" if ok else "nats unavailable"}, status_code=200 if ok else 503)
+
+
+@get("/metrics", include_in_schema=False)
+async def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(shared: Shared | None = None, own: GatewaySettings | None = None) -> Litestar:
+    shared = shared or Shared()
+    own = own or GatewaySettings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        nc: NATS = await connect(shared.nats_url, "treadle-gateway")
+        redis = Redis.from_url(shared.redis_url)
+        await streams.ensure(nc.jetstream(), shared.stream_replicas)
+        app.state.nc = nc
+        app.state.log = EventLog(nc)
+        app.state.commands = Commands(nc, own.command_timeout)
+        app.state.tokens = TokenStore(nc.jetstream())
+        app.state.projections = ProjectionStore(redis)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.drain()
+            await redis.aclose()
+
+    return Litestar(
+        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics],
+        lifespan=[lifespan],
+        exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
+                            Exception: errors.on_unexpected},
+        openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
+        request_max_body_size=own.max_body_bytes,
+        debug=False,
+    )

@@ -1,0 +1,87 @@
+"""Sending thread commands to the coordinator, with idempotency keys and retries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import datetime, timezone
+
+import msgspec
+from nats.aio.client import Client as NATS
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from treadle.domain.commands import Accepted, Body, Command, Rejected, Reply
+from treadle.domain.ids import new_id
+from treadle.eventlog import subjects
+
+from .errors import ApiError
+
+_reply = msgspec.json.Decoder(Reply)
+_encode = msgspec.json.Encoder().encode
+MAX_KEY = 255
+
+
+class IdempotencyRecord(msgspec.Struct, kw_only=True):
+    command_id: str
+    issued_at: datetime
+    fingerprint: str
+
+
+class Commands:
+    def __init__(self, nc: NATS, timeout: float) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._timeout = timeout
+        self._kv = None
+
+    async def _identity(self, tenant: str, key: str | None, fingerprint: str) -> tuple[str, datetime]:
+        """A fresh command id, or the one first minted for this tenant's Idempotency-Key (kept 24 h)."""
+        now = datetime.now(timezone.utc)
+        if key is None:
+            return new_id("cmd", int(now.timestamp() * 1000)), now
+        if not 0 < len(key) <= MAX_KEY:
+            raise ApiError(400, "invalid_idempotency_key", f"Idempotency-Key must be 1..{MAX_KEY} characters")
+        if self._kv is None:
+            self._kv = await self._js.key_value("treadle-idempotency")
+        kv_key = f"{tenant}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+        record = IdempotencyRecord(command_id=new_id("cmd", int(now.timestamp() * 1000)), issued_at=now,
+                                   fingerprint=fingerprint)
+        try:
+            await self._kv.create(kv_key, _encode(record))
+            return record.command_id, now
+        except KeyWrongLastSequenceError:
+            pass
+        try:
+            stored = msgspec.json.decode((await self._kv.get(kv_key)).value, type=IdempotencyRecord)
+        except KeyNotFoundError:
+            raise ApiError(409, "idempotency_conflict", "Idempotency-Key is being processed; retry") from None
+        if stored.fingerprint != fingerprint:
+            raise ApiError(422, "idempotency_key_reused", "Idempotency-Key was used with a different request")
+        return stored.command_id, stored.issued_at
+
+    async def send(self, *, tenant: str, user: str, verb: str, thread: str | None, body: Body,
+                   idempotency_key: str | None) -> Accepted:
+        fingerprint = hashlib.sha256(f"{verb}|{thread}|".encode() + _encode(body)).hexdigest()
+        command_id, issued_at = await self._identity(tenant, idempotency_key, fingerprint)
+        payload = _encode(Command(id=command_id, tenant=tenant, user=user, thread=thread, issued_at=issued_at, body=body))
+        deadline = time.monotonic() + self._timeout
+        delay = 0.05
+        while True:
+            try:
+                # A retry carries the same command id: the coordinator answers it with the original receipt.
+                msg = await self._nc.request(subjects.command(tenant, verb), payload,
+                                             timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                reply = _reply.decode(msg.data)
+                if isinstance(reply, Rejected):
+                    if reply.status == 503 and time.monotonic() < deadline:
+                        raise NatsTimeout
+                    raise ApiError(reply.status, reply.code, reply.message, reply.details)
+                return reply
+            except (NatsTimeout, NoRespondersError, asyncio.TimeoutError):
+                if time.monotonic() >= deadline:
+                    raise ApiError(503, "unavailable", "the thread coordinator did not answer; retry",
+                                   headers={"Retry-After": "1"}) from None
+                await asyncio.sleep(delay)  # backoff before re-sending the same command
+                delay = min(delay * 2, 1.0)

@@ -1,0 +1,42 @@
+"""One error shape for every failure: ``{"error": {"code", "message", "details"}}``; never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, details: dict | None = None,
+                 headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.details, self.headers = status, code, message, details or {}, headers
+
+
+def body(code: str, message: str, details: dict | None = None) -> dict:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def on_api_error(request: Request, exc: ApiError) -> Response:
+    return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
+
+
+_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+          413: "too_large", 429: "rate_limited"}
+
+
+def on_http_error(request: Request, exc: HTTPException) -> Response:
+    details = {}
+    if isinstance(exc, ValidationException) and exc.extra:
+        details = {"problems": exc.extra}
+    message = exc.detail if exc.status_code < 500 else "internal error"
+    return Response(body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code)
+
+
+def on_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return Response(body("internal", "internal error"), status_code=500)

@@ -1,0 +1,52 @@
+"""Server-Sent Events for one thread: durable events from the log (``id:`` = stream sequence, resumable
+with ``Last-Event-ID`` through an ordered consumer) with the live text deltas interleaved."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from nats.aio.client import Client as NATS
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from treadle.eventlog import subjects
+
+KEEPALIVE = 15.0
+BACKLOG = 10_000
+
+
+async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:
+    queue: asyncio.Queue = asyncio.Queue(BACKLOG)
+    overflow = asyncio.Event()
+
+    def put(kind: str):
+        async def cb(msg) -> None:
+            try:
+                queue.put_nowait((kind, msg))
+            except asyncio.QueueFull:  # a client this slow is cut off; it resumes with Last-Event-ID
+                overflow.set()
+        return cb
+
+    js = nc.jetstream()
+    live = await nc.subscribe(subjects.live(tenant, thread), cb=put("live"))
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1) if after \
+        else ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+    durable = await js.subscribe(subjects.thread_events(tenant, thread), cb=put("evt"), ordered_consumer=True,
+                                 config=config)
+    try:
+        yield b": connected\n\n"
+        while not overflow.is_set():
+            try:
+                kind, msg = await asyncio.wait_for(queue.get(), KEEPALIVE)
+            except asyncio.TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            if kind == "evt":
+                seq = msg.metadata.sequence.stream
+                event_type = msg.subject.split(".", 4)[4]
+                yield b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event_type.encode(), msg.data)
+            else:
+                yield b"event: live.delta\ndata: %s\n\n" % msg.data
+    finally:
+        await live.unsubscribe()
+        await durable.unsubscribe()
