@@ -40,7 +40,7 @@ def normalise_workspace(path: str) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     check(bool(parts), BadRequest, "workspace must name a directory", code="invalid_workspace")
     for part in parts:
-        check(part != ".." and TOKEN.match(part.replace(".", "_")) is not None, BadRequest,
+        check(part != ".." and TOKEN.fullmatch(part.replace(".", "_")) is not None, BadRequest,
               f"workspace segment {part!r} is not allowed (letters, digits, '.', '_', '-')", code="invalid_workspace")
     return posixpath.join(*parts)
 

@@ -12,7 +12,7 @@ import os
 import re
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
-TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 PREFIXES = frozenset(
     {"thr", "msg", "run", "att", "node", "req", "ckpt", "xfer", "hoff", "ps", "pth", "turn", "cmd", "evt", "plan"}
@@ -38,7 +38,7 @@ def new_id(prefix: str, ms: int) -> str:
 
 def is_token(value: object) -> bool:
     """True when ``value`` may be placed in a NATS subject token or a URL path segment."""
-    return isinstance(value, str) and TOKEN.match(value) is not None
+    return isinstance(value, str) and TOKEN.fullmatch(value) is not None
 
 
 def has_prefix(value: object, prefix: str) -> bool:

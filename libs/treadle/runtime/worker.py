@@ -73,11 +73,11 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
         stack.push_async_callback(_close, nc)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         service = await make(nc, stack)
-        if own.metrics_port:
+        await service.start()
+        if own.metrics_port:  # after start: /readyz answering means the worker is consuming
             server = await asyncio.start_server(
                 lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port)
             stack.push_async_callback(_close_server, server)
-        await service.start()
         log.info("%s started", name)
         await stop.wait()
         log.info("%s stopping", name)

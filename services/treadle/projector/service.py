@@ -52,6 +52,7 @@ class Projector:
         self._stopping = True
         if self._task:
             await asyncio.wait_for(asyncio.gather(self._task, return_exceptions=True), 10)
+        await self._sub.unsubscribe()
 
     async def _loop(self) -> None:
         while not self._stopping:

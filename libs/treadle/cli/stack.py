@@ -1,0 +1,109 @@
+"""The embedded deployment: nats-server with JetStream, redis-server and the six workers as supervised OS
+processes. ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from ..runtime.processes import ProcessSupervisor
+from ..runtime.servers import NatsServer, RedisServer, free_port
+
+WORKERS = {
+    "gateway": "treadle.gateway",
+    "coordinator": "treadle.coordinator",
+    "supervisor": "treadle.supervisor",
+    "provider-host": "treadle.provider_host",
+    "checkpoints": "treadle.checkpoints_service",
+    "projector": "treadle.projector",
+}
+_PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SUPERVISOR",
+           "provider-host": "PROVIDER_HOST", "checkpoints": "CHECKPOINTS", "projector": "PROJECTOR"}
+
+
+class Stack:
+    def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
+                 gateway_port: int | None = None, env: dict[str, str] | None = None,
+                 on_output: Callable[[str, str], None] | None = None) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self._nats_url, self._redis_url = nats_url, redis_url
+        self.gateway_port = gateway_port or free_port()
+        self._env = env or {}
+        self.nats: NatsServer | None = None
+        self.redis: RedisServer | None = None
+        self.processes = ProcessSupervisor(on_output=on_output)
+        self.health_ports: dict[str, int] = {}
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}"
+
+    @property
+    def nats_url(self) -> str:
+        return self._nats_url or self.nats.url  # type: ignore[union-attr]
+
+    @property
+    def redis_url(self) -> str:
+        return self._redis_url or self.redis.url  # type: ignore[union-attr]
+
+    def worker_env(self) -> dict[str, str]:
+        return {"TREADLE_NATS_URL": self.nats_url, "TREADLE_REDIS_URL": self.redis_url,
+                "TREADLE_STATE_DIR": str(self.state_dir), **self._env}
+
+    async def start(self, timeout: float = 60.0) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self._nats_url is None:
+            self.nats = NatsServer(self.state_dir / "nats")
+            await self.nats.start()
+        if self._redis_url is None:
+            self.redis = RedisServer(self.state_dir / "redis")
+            await self.redis.start()
+        base = self.worker_env()
+        for name, module in WORKERS.items():
+            env = dict(base)
+            if name == "gateway":
+                env["TREADLE_GATEWAY_PORT"] = str(self.gateway_port)
+                self.health_ports[name] = self.gateway_port
+            else:
+                port = free_port()
+                env[f"TREADLE_{_PREFIX[name]}_METRICS_PORT"] = str(port)
+                self.health_ports[name] = port
+            self.processes.add(name, [sys.executable, "-m", module], env)
+        await self.processes.start()
+        await self.wait_ready(timeout)
+
+    async def wait_ready(self, timeout: float = 60.0, names: list[str] | None = None) -> None:
+        """Every worker answers /readyz (workers answer only once they consume)."""
+        async with httpx.AsyncClient(timeout=1.0) as http:
+            async def ready(name: str) -> None:
+                url = f"http://127.0.0.1:{self.health_ports[name]}/readyz"
+                while True:
+                    try:
+                        if (await http.get(url)).status_code == 200:
+                            return
+                    except httpx.HTTPError:
+                        pass
+                    await asyncio.sleep(0.05)  # polling a process that is still starting
+            await asyncio.wait_for(asyncio.gather(*(ready(n) for n in names or WORKERS)), timeout)
+
+    async def stop(self) -> None:
+        await self.processes.stop()
+        if self.redis:
+            await self.redis.stop()
+        if self.nats:
+            await self.nats.stop()
+
+    async def __aenter__(self) -> "Stack":
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

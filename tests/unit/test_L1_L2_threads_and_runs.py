@@ -1,0 +1,211 @@
+import pytest
+
+from treadle.domain import events as ev
+from treadle.domain import provider_events as pe
+from treadle.domain import supervision as sv
+from treadle.domain.commands import CreateThread, SendMessage
+from treadle.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
+from treadle.domain.decide import decide, dispatch_next
+from treadle.domain.thread import ThreadState, provider_cause
+
+from domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
+
+
+def test_L1_1_thread_create_creates_only_the_thread():
+    state = new_thread(title="t")
+    assert state.thread is not None and state.thread.title == "t"
+    assert state.sessions == [] and state.provider_threads == [] and state.runs == []
+    assert state.thread.workspace == f"threads/{state.thread.id}"
+
+
+def test_L1_1_retried_create_returns_the_original_receipt():
+    state = ThreadState()
+    cmd = command(CreateThread(title="t"), thread="thr_a")
+    events, first = run_command(state, cmd)
+    again, second = decide(state, cmd, __import__("treadle.domain.commands", fromlist=["Ctx"]).Ctx.for_command(cmd))
+    assert again == [] and second.duplicate and second.thread_id == first.thread_id
+
+
+def test_L2_1_message_appends_message_run_root_node_attempt_and_dispatch():
+    state = new_thread()
+    events, receipt = send(state, "do it")
+    assert [type(e) for e in events] == [ev.MessageCreated, ev.RunQueued, ev.RunDispatched]
+    run = state.runs[0]
+    assert run.ordinal == 1 and run.status == "starting" and receipt.disposition == "started"
+    assert run.nodes[0].kind == "root_turn" and run.nodes[0].counts_for_run
+    assert len(run.attempts) == 1 and run.attempts[0].status == "pending"
+    assert state.messages[0].role == "user" and state.messages[0].text == "do it"
+
+
+def test_L2_1_duplicate_send_returns_same_receipt_and_appends_nothing():
+    state = new_thread()
+    cmd = command(SendMessage(text="x"), thread=state.thread.id)
+    _, first = run_command(state, cmd)
+    events, second = run_command(state, cmd)
+    assert events == [] and second.duplicate
+    assert (second.message_id, second.run_id, second.disposition) == (first.message_id, first.run_id, first.disposition)
+
+
+def _provider_event(state, body, run=None, session="ps_1"):
+    run = run or state.active_run
+    return pe.ProviderEvent(id="evt_p", tenant="acme", thread=state.thread.id, session_id=session,
+                            provider_thread_id="pth_1", run_id=run.id, attempt_id=run.attempt.id, at=T0, body=body)
+
+
+def _started(state):
+    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
+                                      provider_thread_id="pth_1", native_ref="n",
+                                      capabilities=sv.ProviderCapabilities())])
+    apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="t1")), ctx()).events)
+    return state.active_run
+
+
+def test_L2_2_turn_started_makes_root_node_and_run_running():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    assert run.status == "running" and run.nodes[0].status == "running"
+    assert run.attempt.status == "running" and run.attempt.native_turn_ref == "t1" and run.attempt.session_id == "ps_1"
+
+
+def _capture(run, status="completed"):
+    return ev.CheckpointCaptured(checkpoint_id="ckpt_1", run_id=run.id, ordinal=run.ordinal, status=status,
+                                 ref="refs/x", commit="c", tree="t")
+
+
+def test_L2_3_finalization_closes_everything_before_the_terminal_status():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    apply(state, sv.react(state, _provider_event(state, pe.TextDelta(message_id="msg_1", node_id=run.attempt.root_node_id,
+                                                                          text="partial")), ctx()).events)
+    apply(state, sv.react(state, _provider_event(state, pe.ToolStarted(node_id="node_t", title="ls")), ctx()).events)
+    reaction = sv.react(state, _provider_event(state, pe.TurnCompleted(status="completed")), ctx())
+    assert reaction.finalize is not None and reaction.events == []
+    events = sv.finalize(state, run, reaction.finalize, _capture(run))
+    kinds = [type(e) for e in events]
+    assert kinds == [ev.MessageCompleted, ev.NodeCompleted, ev.CheckpointCaptured, ev.RunCompleted]
+    apply(state, events)
+    assert run.status == "completed" and run.checkpoint_id == "ckpt_1"
+    assert all(m.status != "streaming" for m in state.messages)
+    assert all(n.status not in ("running", "pending") for n in run.nodes)
+    assert state.active_run_id is None
+
+
+def test_L2_4_child_nodes_never_complete_the_run():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    apply(state, sv.react(state, _provider_event(state, pe.ToolStarted(node_id="node_t", kind="subagent")), ctx()).events)
+    apply(state, sv.react(state, _provider_event(state, pe.ToolCompleted(node_id="node_t")), ctx()).events)
+    assert run.status == "running" and run.node("node_t").status == "completed"
+
+
+def test_L2_5_non_fatal_provider_errors_do_not_end_the_run():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    apply(state, sv.react(state, _provider_event(state, pe.Warning(message="rate limited")), ctx()).events)
+    assert run.status == "running"
+    assert state.activity[-1].kind == "runtime.warning" and state.activity[-1].run_id == run.id
+
+
+def test_L2_5_failed_turn_fails_the_run_with_its_error():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    turn = pe.TurnCompleted(status="failed", error="boom")
+    apply(state, sv.finalize(state, run, turn, _capture(run, "failed")))
+    assert run.status == "failed" and run.error == "boom"
+
+
+def test_L3_1_every_mode_starts_at_once_on_an_idle_thread():
+    for mode in ("auto", "start_immediately", "queue_after_active"):
+        state = new_thread()
+        _, receipt = send(state, mode=mode)
+        assert receipt.disposition == "started"
+
+
+def test_L3_1_queue_after_active_queues_behind_the_active_run():
+    state = new_thread()
+    send(state)
+    events, receipt = send(state, "second", mode="queue_after_active")
+    assert receipt.disposition == "queued" and not any(isinstance(e, ev.RunDispatched) for e in events)
+    assert state.queue == [receipt.run_id]
+
+
+def test_L3_1_start_immediately_on_a_busy_thread_is_refused_and_appends_nothing():
+    state = new_thread()
+    send(state)
+    seq = state.seq
+    with pytest.raises(Conflict):
+        send(state, mode="start_immediately")
+    assert state.seq == seq
+
+
+def test_L3_6_queued_runs_start_in_order_when_the_active_run_ends():
+    state = new_thread()
+    send(state)
+    _, second = send(state, "2")
+    _, third = send(state, "3")
+    assert dispatch_next(state) == []  # the first run is still active
+    first = state.runs[0]
+    apply(state, [ev.RunCompleted(run_id=first.id, attempt_id=first.attempt.id)])
+    assert dispatch_next(state) == [ev.RunDispatched(run_id=second.run_id)]
+    apply(state, dispatch_next(state))
+    assert state.active_run_id == second.run_id and state.queue == [third.run_id]
+
+
+def test_L9_3_lost_session_mid_turn_starts_a_recovery_attempt():
+    state = new_thread()
+    send(state)
+    run = _started(state)
+    events = sv.session_stopped(state, "ps_1", "host_restarted", ctx())
+    assert [type(e) for e in events] == [ev.ProviderStopped, ev.AttemptEnded, ev.AttemptStarted]
+    apply(state, events)
+    assert run.attempts[0].status == "lost" and run.attempt.reason == "provider_recovery"
+    assert sv.pending_attempt(state) is run and state.live_session is None
+    stale = _provider_event(state, pe.TextDelta(message_id="m", node_id="n", text="late"))
+    stale.attempt_id = run.attempts[0].id
+    assert sv.react(state, stale, ctx()).events == []
+
+
+def test_L10_1_first_run_needs_a_baseline_for_ordinal_zero():
+    state = new_thread()
+    send(state)
+    assert sv.baseline_ordinal(state, state.active_run) == 0
+
+
+def test_provider_events_are_folded_once_by_provider_sequence():
+    state = new_thread()
+    send(state)
+    apply(state, [ev.RunWarning(run_id=state.active_run_id, message="w")], causation=provider_cause(41))
+    assert state.provider_seq == 41
+
+
+@pytest.mark.parametrize("body,error", [
+    (SendMessage(text="   "), BadRequest),
+    (SendMessage(text="x" * 100_001), BadRequest),
+    (SendMessage(text="x", mode="sideways"), BadRequest),
+    (SendMessage(text="x", mode="steer_active"), Unprocessable),
+    (SendMessage(text="x", provider="gpt"), BadRequest),
+    (SendMessage(text="x", script={"steps": [{"type": "teleport"}]}), BadRequest),
+    (SendMessage(text="x", script={"steps": [{"type": "write_file", "path": "../x", "content": ""}]}), BadRequest),
+])
+def test_bad_message_input_is_rejected_and_appends_nothing(body, error):
+    state = new_thread()
+    seq = state.seq
+    with pytest.raises(error):
+        run_command(state, command(body, thread=state.thread.id))
+    assert state.seq == seq
+
+
+def test_message_to_a_missing_thread_is_not_found():
+    with pytest.raises(NotFound):
+        run_command(ThreadState(), command(SendMessage(text="x"), thread="thr_missing"))
+
+
+@pytest.mark.parametrize("workspace", ["../x", "/etc", "a/../../b", "a b", "a/*", "a/\n"])
+def test_workspace_never_leaves_the_tenant_root(workspace):
+    with pytest.raises(BadRequest):
+        new_thread(workspace=workspace)

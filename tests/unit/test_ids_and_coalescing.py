@@ -1,0 +1,48 @@
+from treadle.domain.ids import IdFactory, is_token, new_id
+from treadle.providers.coalesce import Coalescer
+
+
+def test_ids_from_one_command_are_deterministic_and_typed():
+    a, b = IdFactory("cmd_1", 1_000), IdFactory("cmd_1", 1_000)
+    assert [a.next("run"), a.next("msg")] == [b.next("run"), b.next("msg")]
+    assert IdFactory("cmd_2", 1_000).next("run") != IdFactory("cmd_1", 1_000).next("run")
+
+
+def test_ids_sort_by_time_and_are_subject_safe():
+    early, late = new_id("thr", 1_000), new_id("thr", 2_000)
+    assert early < late and is_token(early) and early.startswith("thr_")
+
+
+def test_injection_attempts_are_not_tokens():
+    for bad in ("a.b", "*", ">", "a b", "", "x" * 65, "thr_1\n"):
+        assert not is_token(bad)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_10000_char_reply_in_3000_deltas_makes_at_most_60_durable_events():
+    clock = FakeClock()
+    coalescer = Coalescer(clock=clock)
+    text = "x" * 10_000
+    chunks = [text[i:i + 4] for i in range(0, 10_000, 4)] + ["y"] * 500  # 3,000 deltas
+    flushed = []
+    for chunk in chunks:
+        clock.now += 0.004  # 12 s of streaming in total
+        if (out := coalescer.add(chunk)) is not None:
+            flushed.append(out)
+    assert len(flushed) <= 60
+    rest = coalescer.flush() or ""
+    assert "".join(flushed) + rest == "".join(chunks)
+
+
+def test_coalescing_flushes_by_size_when_text_arrives_fast():
+    clock = FakeClock()
+    coalescer = Coalescer(clock=clock)
+    flushed = [out for _ in range(3) if (out := coalescer.add("z" * 4096)) is not None]
+    assert len(flushed) == 3
