@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,10 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def workspaces(root: Path) -> Workspaces:
-    return Workspaces(root, root.parent / "state" / "shadow")
+def workspaces(root: Path) -> Iterator[Workspaces]:
+    ws = Workspaces(root, root.parent / "state" / "shadow")
+    yield ws
+    ws.close()
 
 
 @pytest.fixture
@@ -125,6 +128,23 @@ async def test_L10_2_capture_after_run_has_per_file_stats(workspaces: Workspaces
         FileStat(path="new_name.txt", change="renamed", added=1, removed=0, old_path="old_name.txt"),
         FileStat(path="src/added.py", change="added", added=2, removed=0),
     ]
+
+
+async def test_L10_3_child_scope_nests_under_the_parent_and_diffs_against_its_checkpoint(
+    workspaces: Workspaces, root: Path
+):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "a.txt").write_text("1\n")
+    parent = await workspaces.capture(capture(0, None))
+    (ws / "b.txt").write_text("from the subagent\n")
+
+    child = await workspaces.capture(capture(1, 0, scope="root/node_sub", previous_scope="root"))
+
+    assert child.ref == f"refs/treadle/checkpoints/{THREAD}/root/node_sub/1"
+    assert child.previous_commit == parent.commit
+    assert child.files == [FileStat(path="b.txt", change="added", added=1, removed=0)]
+    assert git(ws, "rev-parse", f"refs/treadle/checkpoints/{THREAD}/root/0").strip() == parent.commit
 
 
 async def test_capture_never_touches_user_branch_index_or_stash(workspaces: Workspaces, user_repo: Path):
@@ -211,7 +231,9 @@ async def test_capture_is_idempotent_for_same_ordinal(workspaces: Workspaces, ro
 
     (ws / "a.txt").write_text("3\n")  # a replay must not pick this up
     again = await workspaces.capture(capture(1, 0))
-    after_restart = await Workspaces(root, root.parent / "state" / "shadow").capture(capture(1, 0))
+    restarted = Workspaces(root, root.parent / "state" / "shadow")
+    after_restart = await restarted.capture(capture(1, 0))
+    restarted.close()
 
     assert again == first == after_restart
     assert loose_objects(ws / ".git") == objects  # no new commit, tree or blob
@@ -287,6 +309,21 @@ async def test_dot_git_pointing_outside_the_tenant_is_refused(workspaces: Worksp
 
     assert refused.value.code == "bad_request"
     assert git(other, "for-each-ref") == ""
+
+
+async def test_an_orphaned_private_index_lock_does_not_block_captures_forever(workspaces: Workspaces, root: Path):
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "a.txt").write_text("1\n")
+    lock = ws / ".git" / "treadle" / "index.lock"
+    lock.parent.mkdir(exist_ok=True)
+    lock.write_bytes(b"")  # what a SIGKILLed `git add` leaves behind
+    an_hour_ago = lock.stat().st_mtime - 3600
+    os.utime(lock, (an_hour_ago, an_hour_ago))
+
+    got = await workspaces.capture(capture(0, None))
+
+    assert set(files_of(ws, got.commit)) == {"a.txt"}
 
 
 async def test_capture_of_missing_workspace_fails_with_workspace_missing(workspaces: Workspaces):

@@ -20,6 +20,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -112,6 +113,10 @@ class Workspaces:
             GIT_CONFIG_NOSYSTEM="1", GIT_ATTR_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", LC_ALL="C"
         )
 
+    def close(self) -> None:
+        """Release the git worker threads (after the service has stopped sending requests)."""
+        self._pool.shutdown(wait=True)
+
     async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
         _check_token("tenant", tenant)
         _check_token("thread", thread)
@@ -183,6 +188,7 @@ class Workspaces:
             fp = await asyncio.to_thread(_fingerprint, repo)
         if fp is not None and prev is not None and repo.snapshot == (fp, prev.tree):
             return prev.tree
+        _clear_stale_lock(repo.index.with_name("index.lock"), older_than=2 * self._timeout)
         if not repo.shadow and not repo.index.exists():
             # Start from the user's HEAD so tracked-but-ignored files are captured as git would.
             # An unborn HEAD fails; then the private index simply starts empty.
@@ -242,7 +248,8 @@ class Workspaces:
         try:
             await self._plain_git("init", "-q", "-b", "main", str(path))
         except BaseException:
-            path.rmdir()  # otherwise the next prepare would take it for a user's non-git dir
+            # We just made it; left behind, the next prepare would take it for a user's non-git dir.
+            shutil.rmtree(path, ignore_errors=True)
             raise
 
     async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> _Repo:
@@ -269,9 +276,7 @@ class Workspaces:
             GIT_AUTHOR_NAME="Treadle", GIT_AUTHOR_EMAIL="treadle@localhost", GIT_AUTHOR_DATE="@0 +0000",
             GIT_COMMITTER_NAME="Treadle", GIT_COMMITTER_EMAIL="treadle@localhost", GIT_COMMITTER_DATE="@0 +0000",
         )  # fmt: skip
-        dirs = [gitdir]
-        if (gitdir / "commondir").is_file():
-            dirs.append((gitdir / (gitdir / "commondir").read_text().strip()).resolve())
+        dirs = [gitdir, *filter(None, [_common_dir(gitdir)])]
         names = ("config", "config.worktree", "info/exclude", "info/attributes")
         config_files = tuple(os.fsencode(d / n) for d in dirs for n in names)
         # The fingerprint's race check compares file times with a stamp in the git dir, which is
@@ -305,6 +310,8 @@ class Workspaces:
             ws.users -= 1
 
     def _evict(self) -> None:
+        if len(self._workspaces) <= self._max_cached:
+            return
         # Only idle entries go: a second lock for a workspace in use would let captures overlap.
         for key in [k for k, w in self._workspaces.items() if w.users == 0]:
             if len(self._workspaces) <= self._max_cached:
@@ -357,11 +364,28 @@ def _run_git(
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.terminate()  # SIGTERM, not SIGKILL: git then removes its .lock files
-            proc.communicate()
+            proc.terminate()  # SIGTERM first: git then removes its .lock files
+            try:
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
             command = " ".join(argv[1 + len(_GIT_CONFIG) :])[:200]
             raise CheckpointError("git_error", f"git {command} timed out after {timeout}s") from None
     return proc.returncode, out, err
+
+
+def _clear_stale_lock(lock: Path, older_than: float) -> None:
+    """A git killed with SIGKILL (OOM, container stop) leaves the private index locked forever.
+
+    Only captures use that index, and none runs git for longer than the timeout, so a lock file
+    older than that is an orphan.
+    """
+    try:
+        if time.time() - lock.stat().st_mtime > older_than:
+            lock.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
 
 
 def _check_token(name: str, value: str) -> None:
@@ -410,12 +434,17 @@ def _user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
         gitdir = dotgit.resolve()
     else:
         return None
-    dirs = [gitdir]
-    if (gitdir / "commondir").is_file():
-        dirs.append((gitdir / (gitdir / "commondir").read_text(errors="replace").strip()).resolve())
-    if not all(d.is_relative_to(tenant_root) for d in dirs) or not gitdir.is_dir():
+    if not gitdir.is_relative_to(tenant_root) or not (_common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
         raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
-    return gitdir
+    return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
+
+
+def _common_dir(gitdir: Path) -> Path | None:
+    """Where a linked worktree's git dir keeps the shared config, objects and refs."""
+    pointer = gitdir / "commondir"
+    if not pointer.is_file():
+        return None
+    return (gitdir / pointer.read_text(errors="replace").strip()).resolve()
 
 
 def _fingerprint(repo: _Repo) -> bytes | None:

@@ -26,7 +26,7 @@ DispatchMode = Literal[
 ]
 
 
-class Entity(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Entity(msgspec.Struct, kw_only=True):
     pass
 
 

@@ -31,7 +31,7 @@ def provider_cause(seq: int) -> str:
     return f"{PROVIDER_CAUSE}{seq}"
 
 
-class ThreadState(msgspec.Struct, kw_only=True, omit_defaults=True):
+class ThreadState(msgspec.Struct, kw_only=True):
     thread: Thread | None = None
     seq: int = 0
     messages: list[Message] = msgspec.field(default_factory=list)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import msgspec
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
@@ -19,6 +21,8 @@ log = logging.getLogger(__name__)
 
 QUEUE = "checkpoints"
 
+Handler = Callable[[bytes], Awaitable[msgspec.Struct]]
+
 
 class CheckpointService:
     """Answers checkpoint requests for the workspaces of one volume.
@@ -28,15 +32,15 @@ class CheckpointService:
     workspace and bounds the git processes.
     """
 
-    def __init__(self, nc: Any, workspaces: Workspaces, volume: str) -> None:
+    def __init__(self, nc: NATS, workspaces: Workspaces, volume: str) -> None:
         self._nc = nc
         self._workspaces = workspaces
         self._volume = subjects.token(volume, "volume")
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        handlers: dict[str, Callable[[Any], Awaitable[msgspec.Struct]]] = {
+        handlers: dict[str, Handler] = {
             "prepare": self._prepare,
             "capture": self._capture,
         }
@@ -57,18 +61,18 @@ class CheckpointService:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _dispatcher(self, verb: str, handler: Callable[[Any], Awaitable[msgspec.Struct]]):
-        async def on_message(msg: Any) -> None:
+    def _dispatcher(self, verb: str, handler: Handler) -> Callable[[Msg], Awaitable[None]]:
+        async def on_message(msg: Msg) -> None:
             task = asyncio.create_task(self._handle(verb, handler, msg), name=f"ckpt-{verb}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
         return on_message
 
-    async def _handle(self, verb: str, handler: Callable[[Any], Awaitable[msgspec.Struct]], msg: Any) -> None:
+    async def _handle(self, verb: str, handler: Handler, msg: Msg) -> None:
         try:
             reply = await handler(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except msgspec.DecodeError as e:  # includes ValidationError
             reply = Failure(code="bad_request", message=f"invalid {verb} request: {e}")
         except CheckpointError as e:
             reply = e.to_failure()

@@ -89,10 +89,10 @@ class ProviderHost:
     async def _report_previous_life(self) -> None:
         """Sessions recorded by an earlier boot of this host died with it: say so on their threads."""
         try:
-            keys = await self._kv_sessions.keys(filters=[f"{self.host_id}.>"])
+            keys = await self._kv_sessions.keys()  # nats-py 2.16 drops key filters, so filter here
         except NoKeysError:
             return
-        for key in keys:
+        for key in (k for k in keys if k.startswith(f"{self.host_id}.")):
             entry = await self._kv_sessions.get(key)
             record = msgspec.json.decode(entry.value, type=SessionRecord)
             if record.boot_id == self.boot_id:

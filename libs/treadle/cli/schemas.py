@@ -1,0 +1,219 @@
+"""Generate ``schemas/``: JSON Schema of the commands, events, provider events and scripts, the OpenAPI
+document of the HTTP API and an AsyncAPI document of the subjects, all from the code.
+
+``python -m treadle.cli.schemas`` (``make schemas``) writes them; :func:`check` lists the files on disk
+that differ, which is what the drift test asserts on. Output is byte-for-byte deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..domain import commands, events, provider_events, script
+
+ROOT = Path(__file__).resolve().parents[3] / "schemas"
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+REF = "#/$defs/{name}"
+
+
+def _components(types: list, title: str, description: str, root: str | None = None) -> dict:
+    _, defs = msgspec.json.schema_components(types, ref_template=REF)
+    doc: dict[str, Any] = {"$schema": DIALECT, "title": title, "description": description, "$defs": defs}
+    if root:
+        doc["$ref"] = REF.format(name=root)
+    return doc
+
+
+def _event_def(type_: str) -> str:
+    return events.PAYLOADS[type_].__name__ + "Event"
+
+
+def events_schema() -> dict:
+    from treadle.provider_host.publisher import LiveDelta  # the live subject's payload lives with its publisher
+
+    payloads = [events.PAYLOADS[t] for t in sorted(events.PAYLOADS)]
+    doc = _components([events.Envelope, LiveDelta, *payloads], "Treadle events",
+                      "Events of stream TREADLE_EVENTS on treadle.evt.<tenant>.<thread>.<aggregate>.<event>: an "
+                      "Envelope whose `type` names the payload in `data`. LiveDelta is the payload of the "
+                      "best-effort subject treadle.live.<tenant>.<thread>.")
+    for type_ in sorted(events.PAYLOADS):
+        # One envelope per event type, so a consumer (or AsyncAPI) can validate a whole message.
+        doc["$defs"][_event_def(type_)] = {
+            "allOf": [{"$ref": REF.format(name="Envelope")},
+                      {"type": "object", "properties": {"type": {"const": type_},
+                                                        "data": {"$ref": REF.format(name=events.PAYLOADS[type_].__name__)}}}],
+            "title": type_,
+        }
+    doc["oneOf"] = [{"$ref": REF.format(name=_event_def(t))} for t in sorted(events.PAYLOADS)]
+    return doc
+
+
+def commands_schema() -> dict:
+    doc = _components([commands.Command, commands.CreateThread, commands.SendMessage, commands.Accepted,
+                       commands.Rejected], "Treadle commands",
+                      "Requests on treadle.cmd.<tenant>.thread.<verb> (a Command) and their replies (a Reply).",
+                      root="Command")
+    doc["$defs"]["Reply"] = msgspec.json.schema(commands.Reply, ref_template=REF)
+    doc["$defs"]["Reply"].pop("$defs", None)
+    return doc
+
+
+def provider_events_schema() -> dict:
+    return _components([provider_events.ProviderEvent], "Treadle provider events",
+                       "Normalised provider events of stream TREADLE_PROVIDER on "
+                       "treadle.prov.<tenant>.<thread>.<provider_thread>.", root="ProviderEvent")
+
+
+def script_schema() -> dict:
+    return _components([script.Script], "Scripted provider script",
+                       "The `script` of a message sent to the scripted provider.", root="Script")
+
+
+def openapi_schema() -> dict:
+    from treadle.gateway.app import create_app
+
+    return create_app().openapi_schema.to_schema()
+
+
+# --- AsyncAPI -----------------------------------------------------------------------------------------
+
+
+def _q(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def _channel(name: str, address: str, description: str, params: dict[str, str | tuple[str, list[str]]],
+             messages: dict[str, str]) -> list[str]:
+    out = [f"  {name}:", f"    address: {_q(address)}", f"    description: {_q(description)}", "    parameters:"]
+    for param, spec in params.items():
+        text, enum = spec if isinstance(spec, tuple) else (spec, None)
+        out += [f"      {param}:", f"        description: {_q(text)}"]
+        if enum:
+            out.append(f"        enum: [{', '.join(_q(v) for v in enum)}]")
+    out.append("    messages:")
+    out += [f"      {m}:\n        $ref: {_q('#/components/messages/' + ref)}" for m, ref in messages.items()]
+    return out
+
+
+def _message(name: str, title: str, payload_ref: str, summary: str = "") -> list[str]:
+    out = [f"    {name}:", f"      name: {_q(name)}", f"      title: {_q(title)}", "      contentType: application/json"]
+    if summary:
+        out.append(f"      summary: {_q(summary)}")
+    out += ["      payload:", "        schemaFormat: application/schema+json;version=draft-2020-12",
+            "        schema:", f"          $ref: {_q(payload_ref)}"]
+    return out
+
+
+def asyncapi() -> str:
+    tenant = "tenant id ([A-Za-z0-9_-], 1..64)"
+    thread = "app thread id (thr_…)"
+    types = sorted(events.PAYLOADS)
+    event_msgs = {_event_def(t): _event_def(t) for t in types}
+    lines = [
+        "# Generated by `make schemas` (python -m treadle.cli.schemas); do not edit.",
+        "asyncapi: 3.0.0",
+        "info:",
+        "  title: Treadle subjects",
+        "  version: 1.0.0",
+        "  description: >-",
+        "    NATS subjects of Treadle (ARCHITECTURE.md, \"Subjects and streams\"). Payloads are msgspec JSON;",
+        "    their JSON Schemas are the files next to this one.",
+        "defaultContentType: application/json",
+        "channels:",
+        *_channel("commands", "treadle.cmd.{tenant}.thread.{verb}",
+                  "Thread commands, request/reply on core NATS (queue group of coordinators). The reply is a Reply.",
+                  {"tenant": tenant, "verb": ("the command's verb", ["create", "send"])},
+                  {"Command": "Command", "Reply": "Reply"}),
+        *_channel("events", "treadle.evt.{tenant}.{thread}.{aggregate}.{event}",
+                  "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type.",
+                  {"tenant": tenant, "thread": thread,
+                   "aggregate": ("first token of the event type", sorted({t.split(".")[0] for t in types})),
+                   "event": ("second token of the event type", sorted({t.split(".")[1] for t in types}))},
+                  event_msgs),
+        *_channel("live", "treadle.live.{tenant}.{thread}",
+                  "Raw text deltas on core NATS, best effort (durable text arrives as message.delta events).",
+                  {"tenant": tenant, "thread": thread}, {"LiveDelta": "LiveDelta"}),
+        *_channel("provider", "treadle.prov.{tenant}.{thread}.{providerThread}",
+                  "Normalised provider events from provider hosts, stream TREADLE_PROVIDER.",
+                  {"tenant": tenant, "thread": thread, "providerThread": "provider thread id (pth_…)"},
+                  {"ProviderEvent": "ProviderEvent"}),
+        "operations:",
+    ]
+    ops = [("sendCommand", "send", "commands", ["Command"], "Reply"),
+           ("receiveEvents", "receive", "events", list(event_msgs), None),
+           ("receiveLiveDeltas", "receive", "live", ["LiveDelta"], None),
+           ("receiveProviderEvents", "receive", "provider", ["ProviderEvent"], None)]
+    for name, action, channel, msgs, reply in ops:
+        lines += [f"  {name}:", f"    action: {action}", "    channel:", f"      $ref: {_q('#/channels/' + channel)}",
+                  "    messages:"]
+        lines += [f"      - $ref: {_q(f'#/channels/{channel}/messages/{m}')}" for m in msgs]
+        if reply:
+            lines += ["    reply:", "      address:", "        description: the requester's inbox",
+                      "        location: $message.header#/replyTo", "      channel:", f"        $ref: {_q('#/channels/' + channel)}", "      messages:",
+                      f"        - $ref: {_q(f'#/channels/{channel}/messages/{reply}')}"]
+    lines += ["components:", "  messages:"]
+    lines += _message("Command", "Thread command", "commands.json#/$defs/Command")
+    lines += _message("Reply", "Command reply (Accepted or Rejected)", "commands.json#/$defs/Reply")
+    for t in types:
+        summary = (events.PAYLOADS[t].__doc__ or "").strip().split("\n")[0]
+        lines += _message(_event_def(t), t, f"events.json#/$defs/{_event_def(t)}", summary)
+    lines += _message("LiveDelta", "Live text delta", "events.json#/$defs/LiveDelta")
+    lines += _message("ProviderEvent", "Provider event", "provider-events.json#/$defs/ProviderEvent")
+    return "\n".join(lines) + "\n"
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+def _json(doc: dict) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def render() -> dict[str, str]:
+    """Every generated file's name and content."""
+    return {
+        "events.json": _json(events_schema()),
+        "commands.json": _json(commands_schema()),
+        "provider-events.json": _json(provider_events_schema()),
+        "script.json": _json(script_schema()),
+        "openapi.json": _json(openapi_schema()),
+        "asyncapi.yaml": asyncapi(),
+    }
+
+
+def write(root: Path = ROOT) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in render().items():
+        path = root / name
+        if not path.exists() or path.read_text() != content:
+            path.write_text(content)
+            written.append(path)
+    return written
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Names of the generated files that are missing from ``root`` or differ from what the code generates."""
+    return [name for name, content in render().items()
+            if not (root / name).exists() or (root / name).read_text() != content]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if args == ["--check"]:
+        stale = check()
+        for name in stale:
+            print(f"schemas/{name} is out of date", file=sys.stderr)
+        return 1 if stale else 0
+    written = write()
+    print(f"{len(written)} of {len(render())} files in {ROOT} updated" if written else f"{ROOT} is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""An async client for the HTTP API v1: JSON calls, the thread's Server-Sent Events, and waiting on runs.
+
+Every failure the API reports comes back as :class:`ApiError` carrying the API's own error shape
+``{"error": {code, message, details}}``; a gateway that cannot be reached is an ``ApiError`` too (status 0),
+so callers handle one exception type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..domain.entities import TERMINAL_RUN_STATUSES
+
+TERMINAL = TERMINAL_RUN_STATUSES
+
+# What a run's status becomes with each event about it: lets wait_run watch the stream instead of polling.
+_STATUS_AFTER = {
+    "run.dispatched": "starting",
+    "attempt.started": "starting",
+    "run.started": "running",
+    "request.opened": "waiting",
+    "request.resolved": "running",
+    "run.completed": "completed",
+    "run.failed": "failed",
+    "run.interrupted": "interrupted",
+    "run.cancelled": "cancelled",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, details: dict | None = None) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> ApiError:
+        try:
+            error = response.json()["error"]
+            return cls(response.status_code, error.get("code", ""), error.get("message", ""), error.get("details"))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # Not our shape (a proxy, a crash page): keep the start of the body for the message.
+            text = response.text.strip()[:200] or response.reason_phrase
+            return cls(response.status_code, f"http_{response.status_code}", text)
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One Server-Sent Event. ``id`` is the stream sequence of a durable event, None for live deltas."""
+
+    id: int | None
+    event: str
+    data: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
+    """The subset of the SSE wire format the gateway speaks: id, event and (multi-line) data fields."""
+    id_: int | None = None
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield SseEvent(id_, event or "message", "\n".join(data).encode())
+            # Only durable events carry an id, so it must not leak into the live delta that follows.
+            id_, event, data = None, "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id":
+            id_ = int(value) if value.isdigit() else None
+
+
+class TreadleClient:
+    def __init__(self, base_url: str, token: str, timeout: float = 10, *,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
+                                       headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> TreadleClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _call(self, method: str, path: str, *, body: dict | None = None,
+                    idempotency_key: str | None = None, params: dict | None = None) -> Any:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        try:
+            response = await self._http.request(method, path, json=body, headers=headers, params=params)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        if response.status_code >= 400:
+            raise ApiError.from_response(response)
+        return response.json()
+
+    def _unreachable(self, exc: Exception) -> ApiError:
+        return ApiError(0, "unreachable", f"cannot reach {self.base_url}: {exc or exc.__class__.__name__}")
+
+    # --- threads, messages, runs ------------------------------------------------------------------
+
+    async def create_thread(self, title: str | None = None, provider: str | None = None, model: str | None = None,
+                            runtime_mode: str | None = None, workspace: str | None = None,
+                            idempotency_key: str | None = None) -> dict:
+        body = _present(title=title, provider=provider, model=model, runtime_mode=runtime_mode, workspace=workspace)
+        return await self._call("POST", "/v1/threads", body=body, idempotency_key=idempotency_key)
+
+    async def list_threads(self, limit: int = 50, offset: int = 0) -> list[dict]:
+        return (await self._call("GET", "/v1/threads", params={"limit": limit, "offset": offset}))["threads"]
+
+    async def get_thread(self, thread_id: str) -> dict:
+        return await self._call("GET", f"/v1/threads/{thread_id}")
+
+    async def send(self, thread_id: str, text: str, mode: str = "auto", provider: str | None = None,
+                   script: dict | None = None, idempotency_key: str | None = None,
+                   target_run_id: str | None = None) -> dict:
+        body = {"text": text, "mode": mode, **_present(provider=provider, script=script, target_run_id=target_run_id)}
+        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body,
+                                idempotency_key=idempotency_key)
+
+    async def get_run(self, run_id: str) -> dict:
+        return await self._call("GET", f"/v1/runs/{run_id}")
+
+    # --- events -----------------------------------------------------------------------------------
+
+    async def events(self, thread_id: str, last_event_id: int | None = None) -> AsyncIterator[SseEvent]:
+        """The thread's events after ``last_event_id`` (from the start when None), then live until closed."""
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        # The stream is quiet between events (keepalives every 15 s): no read timeout.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        try:
+            async with self._http.stream("GET", f"/v1/threads/{thread_id}/events", headers=headers,
+                                         timeout=timeout) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise ApiError.from_response(response)
+                async for event in parse_sse(response.aiter_lines()):
+                    yield event
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
+    async def wait_run(self, run_id: str, timeout: float, statuses: Iterable[str] = TERMINAL) -> dict:
+        """The run once its status is one of ``statuses``, found by following the thread's event stream.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        wanted = frozenset(statuses)
+        async with asyncio.timeout(timeout):
+            run = await self.get_run(run_id)
+            if run["status"] in wanted:
+                return run
+            # The thread document is one consistent snapshot at its ``seq``: if the run has not reached a
+            # wanted status there, the event that takes it there has a later sequence, so following from
+            # ``seq`` cannot miss it.
+            doc = await self.get_thread(run["thread_id"])
+            status = next((r["status"] for r in doc["runs"] if r["id"] == run_id), None)
+            if status not in wanted:
+                async with contextlib.aclosing(aiter(follow(self, run["thread_id"], doc["seq"]))) as events:
+                    async for event in events:
+                        after = _STATUS_AFTER.get(event.event)
+                        if after in wanted and event.json().get("data", {}).get("run_id") == run_id:
+                            break
+            return await self._caught_up(run_id, wanted)
+
+    async def _caught_up(self, run_id: str, wanted: frozenset[str]) -> dict:
+        # The projection trails the log by a few milliseconds: the event is in, its read model is on its way.
+        delay = 0.01
+        while (run := await self.get_run(run_id))["status"] not in wanted:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        return run
+
+
+class Follow:
+    """Durable events of a thread from ``from_seq`` on, reconnecting with ``Last-Event-ID`` when the stream
+    drops. ``last_id`` is the sequence of the last event yielded: persist it to resume later."""
+
+    def __init__(self, client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
+                 reconnect: bool = True) -> None:
+        self.client, self.thread_id, self.last_id = client, thread_id, from_seq
+        self.live, self.reconnect = live, reconnect
+
+    def __aiter__(self) -> AsyncIterator[SseEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[SseEvent]:
+        delay = 0.1
+        while True:
+            try:
+                async with contextlib.aclosing(self.client.events(self.thread_id, self.last_id)) as events:
+                    async for event in events:
+                        delay = 0.1
+                        if event.id is None:
+                            if self.live:
+                                yield event
+                            continue
+                        if event.id <= self.last_id:  # replayed after a reconnect
+                            continue
+                        self.last_id = event.id
+                        yield event
+            except ApiError as exc:
+                if not self.reconnect or exc.status not in (0, 502, 503, 504):
+                    raise
+            if not self.reconnect:
+                return
+            await asyncio.sleep(delay)  # a gateway restarting: back off, then resume after last_id
+            delay = min(delay * 2, 2.0)
+
+
+def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False) -> Follow:
+    return Follow(client, thread_id, from_seq, live=live)
+
+
+def _present(**fields: Any) -> dict:
+    return {k: v for k, v in fields.items() if v is not None}

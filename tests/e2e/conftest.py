@@ -1,0 +1,56 @@
+"""One embedded deployment (its own nats-server, redis-server and six worker processes) for the e2e tests."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import nats
+import pytest
+
+from api import Api
+from treadle.cli.stack import Stack
+from treadle.eventlog.log import EventLog
+from treadle.runtime.tokens import TokenStore
+
+_tenants = itertools.count(1)
+
+
+def _quiet(name: str, line: str) -> None:
+    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
+        print(f"{name} | {line}")
+
+
+@pytest.fixture(scope="session")
+async def stack(tmp_path_factory):
+    async with Stack(tmp_path_factory.mktemp("stack"), on_output=_quiet) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+async def stack_nc(stack):
+    nc = await nats.connect(stack.nats_url)
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+def log(stack_nc) -> EventLog:
+    return EventLog(stack_nc)
+
+
+async def make_api(stack, stack_nc, tenant: str) -> Api:
+    token = await TokenStore(stack_nc.jetstream()).create(tenant, "alice")
+    return Api(stack.api_url, token, tenant)
+
+
+@pytest.fixture
+async def tenant() -> str:
+    return f"tenant{next(_tenants)}"
+
+
+@pytest.fixture
+async def api(stack, stack_nc, tenant):
+    client = await make_api(stack, stack_nc, tenant)
+    yield client
+    await client.close()

@@ -1,0 +1,84 @@
+"""One message end to end through real worker processes over HTTP (L2, L3.6, L10.1–L10.2)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import msgspec
+import pytest
+
+from helpers import wait_for
+from treadle.domain.thread import fold
+from treadle.projections.store import encode_state
+
+pytestmark = pytest.mark.e2e
+
+REPLY = "The quick brown fox jumps over the lazy dog. " * 4
+
+
+def streamed(text: str = REPLY, chunk: int = 9, delay_ms: int = 15, extra: list | None = None) -> dict:
+    return {"steps": [*(extra or []), {"type": "text", "text": text, "chunk": chunk, "delay_ms": delay_ms}]}
+
+
+async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(api, stack):
+    thread = await api.create_thread(title="skeleton")
+    seen: list = []
+
+    async def follow():
+        async for event in api.events(thread):
+            seen.append(event)
+            if event.event == "run.completed":
+                return
+
+    follower = asyncio.create_task(follow())
+    await wait_for(lambda: any(e.event == "thread.created" for e in seen), what="SSE connected")
+    script = streamed(extra=[{"type": "write_file", "path": "hello.py", "content": "print('hi')\n"}])
+    sent = await api.send(thread, "write hello.py", script=script)
+    assert sent["disposition"] == "started"
+    await asyncio.wait_for(follower, 30)
+
+    types = [e.event for e in seen]
+    assert "live.delta" in types and "message.delta" in types
+    assert types.index("run.started") < types.index("message.completed") < types.index("run.completed")
+    live_text = "".join(e.data["text"] for e in seen if e.event == "live.delta")
+    assert live_text == REPLY
+    assert [e.id for e in seen if e.id is not None] == sorted({e.id for e in seen if e.id is not None})
+
+    run = await api.wait_run(sent["run_id"])
+    assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == [REPLY]
+    checkpoint = run["checkpoint"]
+    assert checkpoint["status"] == "completed" and checkpoint["ordinal"] == 1
+    assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.py", "added")]
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    tree = subprocess.run(["git", "-C", str(workspace), "ls-tree", "-r", "--name-only", checkpoint["ref"]],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert tree == ["hello.py"]
+    thread_doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    baseline = [c for c in thread_doc["checkpoints"] if c["kind"] == "baseline"]
+    assert [c["ordinal"] for c in baseline] == [0]  # L10.1
+
+
+async def test_L3_6_a_queued_second_message_runs_after_the_first(api):
+    thread = await api.create_thread()
+    first = await api.send(thread, "one", script=streamed(delay_ms=20))
+    second = await api.send(thread, "two", script=streamed(text="second reply"))
+    assert (first["disposition"], second["disposition"]) == ("started", "queued")
+    done = await api.wait_run(second["run_id"])
+    earlier = await api.run(first["run_id"])
+    assert earlier["status"] == "completed" and earlier["ordinal"] == 1 and done["ordinal"] == 2
+    assert earlier["ended_at"] <= done["started_at"]
+    assert [m["text"] for m in done["messages"] if m["role"] == "assistant"] == ["second reply"]
+
+
+async def test_L9_1_projection_equals_a_replay_of_the_log(api, log):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "hi", script=streamed(delay_ms=0))
+    await api.wait_run(sent["run_id"])
+    replay = encode_state(fold(await log.read(api.tenant, thread)))
+
+    async def projected():
+        r = await api.request("GET", f"/v1/threads/{thread}")
+        return r.content == replay
+    await wait_for(projected, what="projection caught up with the log")
+    assert msgspec.json.decode(replay)["runs"][0]["status"] == "completed"
