@@ -185,7 +185,10 @@ class Workspaces:
         # from the fingerprint next time, so the fast path can only ever be too cautious.
         fp = None
         if repo.fingerprintable:
-            fp = await asyncio.to_thread(_fingerprint, repo)
+            try:
+                fp = await asyncio.to_thread(_fingerprint, repo)
+            except _TooLarge:  # walking it every time would cost more than `add -A` saves
+                repo.fingerprintable = False
         if fp is not None and prev is not None and repo.snapshot == (fp, prev.tree):
             return prev.tree
         _clear_stale_lock(repo.index.with_name("index.lock"), older_than=2 * self._timeout)
@@ -439,6 +442,10 @@ def _user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
 
 
+class _TooLarge(Exception):
+    pass
+
+
 def _common_dir(gitdir: Path) -> Path | None:
     """Where a linked worktree's git dir keeps the shared config, objects and refs."""
     pointer = gitdir / "commondir"
@@ -451,8 +458,9 @@ def _fingerprint(repo: _Repo) -> bytes | None:
     """A digest of the stat data of every worktree file, or None when it cannot be trusted.
 
     Same fingerprint => same `add -A` tree, because:
-    - it covers what `add -A` reads: every non-directory entry (ignored ones too; git skips
-      `.git` only at the top) and the git files that change ignore/attribute/config rules;
+    - it covers more than `add -A` reads: every non-directory entry below the worktree but its
+      own `.git` (ignored files and nested repositories included) and the git files that change
+      ignore, attribute and config rules;
     - content changes always move ctime, which user space cannot set back, and a change after
       the stamp below gets ctime >= stamp while every fingerprinted entry has ctime < stamp
       (entries touched at or after the stamp are "racy", as in git's own index, and give None);
@@ -470,9 +478,12 @@ def _fingerprint(repo: _Repo) -> bytes | None:
         for path in repo.config_files:
             try:
                 s = os.stat(path)
-                lines.append(b"%s\0%d\0%d\0%d" % (path, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
             except FileNotFoundError:
                 lines.append(path)
+                continue
+            if s.st_ctime_ns >= fence:
+                return None
+            lines.append(b"%s\0%d\0%d\0%d" % (path, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
         stack = [top]
         while stack:
             d = stack.pop()
@@ -491,7 +502,7 @@ def _fingerprint(repo: _Repo) -> bytes | None:
                     lines.append(b"%s\0%d\0%d\0%d\0%d\0%d" % (
                         e.path, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino, s.st_mode))  # fmt: skip
                     if len(lines) > _FINGERPRINT_LIMIT:
-                        return None
+                        raise _TooLarge
     except OSError:  # vanished or unreadable entries: let git decide
         return None
     lines.sort()

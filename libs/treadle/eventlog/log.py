@@ -75,28 +75,32 @@ class EventLog:
         if len(events) > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} events per decision")
         fence = {ELSS: str(expected_seq), ELSS_SUBJECT: subjects.thread_events(tenant, thread)}
+        # Encode and size-check everything first: a batch must never be abandoned half sent.
+        payloads = [encode_event(e) for e in events]
+        limit = self._nc.max_payload
+        if any(len(p) > limit for p in payloads):
+            raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
         if len(events) == 1:
-            e = events[0]
-            ack = await self._request(subjects.event(tenant, thread, e.type), encode_event(e),
-                                      {**fence, "Nats-Msg-Id": e.id})
+            ack = await self._request(subjects.event(tenant, thread, events[0].type), payloads[0],
+                                      {**fence, "Nats-Msg-Id": events[0].id})
             assert ack is not None
             return ack.seq
         batch = uuid.uuid4().hex
         last = len(events)
-        for i, e in enumerate(events, start=1):
+        for i, (e, payload) in enumerate(zip(events, payloads), start=1):
             headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": e.id}
             subject = subjects.event(tenant, thread, e.type)
             if i == 1:
                 headers.update(fence)
             if i == last:
                 headers["Nats-Batch-Commit"] = "1"
-                ack = await self._request(subject, encode_event(e), headers)
+                ack = await self._request(subject, payload, headers)
                 assert ack is not None
                 return ack.seq
             if i == 1:
-                await self._request(subject, encode_event(e), headers)  # the server replies once it opened the batch
+                await self._request(subject, payload, headers)  # the server replies once it opened the batch
             else:
-                await self._nc.publish(subject, encode_event(e), headers=headers)
+                await self._nc.publish(subject, payload, headers=headers)
         raise AssertionError("unreachable")
 
     async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:

@@ -1,0 +1,89 @@
+"""The projection writer against real JetStream and Redis: replay equals live, redelivery is a no-op."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from helpers import wait_for
+from treadle.domain import events as ev
+from treadle.domain.thread import ThreadState, fold
+from treadle.eventlog import streams
+from treadle.eventlog.log import EventLog
+from treadle.projections.store import ProjectionStore, encode_state
+from treadle.projector.service import Projector
+from treadle.runtime.settings import ProjectorSettings
+
+_n = itertools.count()
+T0 = datetime(2026, 12, 2, tzinfo=timezone.utc)
+
+
+def envelope(thread: str, data: ev.Payload, i: int) -> ev.Envelope:
+    return ev.Envelope(id=f"evt_p{next(_n)}", type=data.TYPE, tenant="proj", thread=thread,
+                       at=T0 + timedelta(seconds=i), command_id="cmd_p", actor="test", data=data)
+
+
+async def write_thread(log: EventLog, thread: str) -> int:
+    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
+                                                                                created_by="u"), 0)])
+    seq = await log.append("proj", thread, seq, [
+        envelope(thread, ev.MessageCreated(message_id="msg_1", role="user", text="hi", run_id="run_1"), 1),
+        envelope(thread, ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", root_node_id="node_1",
+                                      attempt_id="att_1", mode="auto", disposition="started", provider="scripted"), 2),
+        envelope(thread, ev.RunDispatched(run_id="run_1"), 3),
+    ])
+    for i in range(5):
+        seq = await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
+            message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text=f"part{i} "), 4 + i)])
+    return seq
+
+
+@pytest.fixture
+async def projector(nc, redis):
+    await streams.ensure(nc.jetstream())
+    p = Projector(nc, redis, ProjectorSettings())
+    await p.start()
+    yield p
+    await p.stop()
+
+
+async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, redis, projector):
+    log, store = EventLog(nc), ProjectionStore(redis)
+    thread = f"thr_proj{next(_n)}"
+    last = await write_thread(log, thread)
+    replay = encode_state(fold(await log.read("proj", thread)))
+
+    async def caught_up():
+        state = await store.state("proj", thread)
+        return state is not None and state.seq == last
+    await wait_for(caught_up, what="projector caught up")
+    assert await store.doc("proj", thread) == replay
+    assert await store.thread_of_run("proj", "run_1") == thread
+
+    # A redelivered batch, and an older state written late, both leave the document as it is.
+    partial = fold((await log.read("proj", thread))[:3])
+    await store.write([(partial, ["run_1"])])
+    await projector._project([])
+    assert await store.doc("proj", thread) == replay
+    state = await store.state("proj", thread)
+    assert state.messages[-1].text == "part0 part1 part2 part3 part4 "
+
+
+async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, projector):
+    log, store = EventLog(nc), ProjectionStore(redis)
+    thread = f"thr_proj{next(_n)}"
+    last = await write_thread(log, thread)
+    await wait_for(lambda: store.doc("proj", thread), what="first projection")
+    await redis.delete(f"treadle:{{proj}}:thread:{thread}")
+    projector._states.clear()  # as after a restart: nothing cached in memory either
+    seq = await log.append("proj", thread, last, [envelope(thread, ev.MessageCompleted(
+        message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
+
+    async def refolded():
+        state = await store.state("proj", thread)
+        return state if state is not None and state.seq == seq else None
+    state: ThreadState = await wait_for(refolded, what="thread refolded after losing its document")
+    assert state.thread is not None and len(state.runs) == 1 and state.messages[-1].text == "done"
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
