@@ -142,8 +142,13 @@ class TreadleClient:
 
     # --- events -----------------------------------------------------------------------------------
 
-    async def events(self, thread_id: str, last_event_id: int | None = None) -> AsyncIterator[SseEvent]:
-        """The thread's events after ``last_event_id`` (from the start when None), then live until closed."""
+    async def events(self, thread_id: str, last_event_id: int | None = None, *,
+                     connected: asyncio.Event | None = None) -> AsyncIterator[SseEvent]:
+        """The thread's events after ``last_event_id`` (from the start when None), then live until closed.
+
+        ``connected`` is set when the gateway's first line arrives: it sends one only once it is subscribed,
+        so anything published after that (a reply to a message sent then) is in this stream.
+        """
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
@@ -155,7 +160,7 @@ class TreadleClient:
                 if response.status_code >= 400:
                     await response.aread()
                     raise ApiError.from_response(response)
-                async for event in parse_sse(response.aiter_lines()):
+                async for event in parse_sse(_signal_first(response.aiter_lines(), connected)):
                     yield event
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
@@ -230,6 +235,13 @@ class Follow:
 
 def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False) -> Follow:
     return Follow(client, thread_id, from_seq, live=live)
+
+
+async def _signal_first(lines: AsyncIterator[str], event: asyncio.Event | None) -> AsyncIterator[str]:
+    async for line in lines:
+        if event is not None and not event.is_set():
+            event.set()
+        yield line
 
 
 def _present(**fields: Any) -> dict:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Annotated
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig
-from litestar.params import Parameter
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -64,6 +65,9 @@ class MessageAccepted(msgspec.Struct, kw_only=True):
     seq: int
 
 
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
+
+
 # --- plumbing ---------------------------------------------------------------------------------------
 
 
@@ -110,8 +114,8 @@ def _json(content: bytes, status: int = 200) -> Response:
 
 
 @post("/v1/threads", status_code=201, summary="Create a thread (no provider work until the first run, L1.1)")
-async def create_thread(request: Request, data: CreateThreadRequest,
-                        idempotency_key: str | None = Parameter(header="Idempotency-Key", default=None)) -> ThreadCreated:
+async def create_thread(request: Request, data: JSONBody[CreateThreadRequest],
+                        idempotency_key: IdempotencyKey = None) -> ThreadCreated:
     who = await principal(request)
     body = CreateThread(**msgspec.structs.asdict(data))
     accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None,
@@ -120,22 +124,22 @@ async def create_thread(request: Request, data: CreateThreadRequest,
 
 
 @get("/v1/threads", summary="List the tenant's threads, newest first")
-async def list_threads(request: Request, limit: int = Parameter(default=50, ge=1, le=500),
-                       offset: int = Parameter(default=0, ge=0)) -> Response:
+async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
+                       offset: Annotated[int, QueryParameter(ge=0)] = 0) -> Response:
     who = await principal(request)
     items = await _state(request).projections.threads(who.tenant, limit, offset)
     return _json(b'{"threads":[' + b",".join(items) + b"]}")
 
 
 @get("/v1/threads/{thread_id:str}", summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
-async def get_thread(request: Request, thread_id: str) -> Response:
+async def get_thread(request: Request, thread_id: FromPath[str]) -> Response:
     who = await principal(request)
     return _json(await _thread_doc(request, who.tenant, _id(thread_id, "thr")))
 
 
 @post("/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)")
-async def send_message(request: Request, thread_id: str, data: SendMessageRequest,
-                       idempotency_key: str | None = Parameter(header="Idempotency-Key", default=None)) -> MessageAccepted:
+async def send_message(request: Request, thread_id: FromPath[str], data: JSONBody[SendMessageRequest],
+                       idempotency_key: IdempotencyKey = None) -> MessageAccepted:
     who = await principal(request)
     thread = _id(thread_id, "thr")
     if data.target_run_id is not None:
@@ -148,7 +152,7 @@ async def send_message(request: Request, thread_id: str, data: SendMessageReques
 
 
 @get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph")
-async def get_run(request: Request, run_id: str) -> Response:
+async def get_run(request: Request, run_id: FromPath[str]) -> Response:
     who = await principal(request)
     run_id = _id(run_id, "run")
     thread = await _state(request).projections.thread_of_run(who.tenant, run_id)
@@ -166,9 +170,9 @@ async def get_run(request: Request, run_id: str) -> Response:
 
 
 @get("/v1/threads/{thread_id:str}/events", summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID")
-async def events(request: Request, thread_id: str,
-                 last_event_id: str | None = Parameter(header="Last-Event-ID", default=None),
-                 after: int | None = Parameter(query="after", default=None, ge=0)) -> Stream:
+async def events(request: Request, thread_id: FromPath[str],
+                 last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
+                 after: Annotated[int | None, QueryParameter(ge=0)] = None) -> Stream:
     who = await principal(request)
     thread = _id(thread_id, "thr")
     await _thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads

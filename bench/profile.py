@@ -1,0 +1,333 @@
+"""Where the time goes under the scenario-B load: a diagnostic companion of ``bench/run.py`` (not run by make).
+
+    .venv/bin/python bench/profile.py cpu   [--threads 50] [--seconds 12] [--sample 8]
+    .venv/bin/python bench/profile.py trace [--threads 50] [--seconds 6]
+
+``cpu``: while B-style load runs, ``py-spy record`` samples every worker (needs ``pip install py-spy`` into the
+venv; it is not a project dependency) and ``perf record`` samples nats-server if perf is installed. Prints the
+top functions per process, by own time and by inclusive time.
+
+``trace``: a wiretap subscribed to ``>`` on the stack's NATS records every message with a timestamp; for a few
+runs in the middle of the load it prints the message timeline of the run's thread (commands, JetStream API
+calls, appends, pull requests, deliveries, acks, replies) relative to the POST, and a per-hop latency summary
+over all runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx  # noqa: E402
+import nats  # noqa: E402
+from redis.asyncio import Redis  # noqa: E402
+
+import run as bench  # noqa: E402
+from treadle.cli.stack import WORKERS, Stack  # noqa: E402
+from treadle.runtime.tokens import TokenStore  # noqa: E402
+
+VENV_BIN = Path(sys.executable).parent
+
+
+async def start(threads: int) -> tuple[Stack, bench.Env, bench.Output, Path]:
+    output = bench.Output()
+    tmp = Path(tempfile.mkdtemp(prefix="treadle-profile-"))
+    stack = Stack(tmp / "state", on_output=output)
+    try:
+        await stack.start()
+    except BaseException:
+        output.dump()
+        await stack.stop()
+        raise
+    nc = await nats.connect(stack.nats_url, name="treadle-bench")
+    token = await TokenStore(nc.jetstream()).create(bench.TENANT, "bench")
+    limits = httpx.Limits(max_connections=threads * 2 + 32, max_keepalive_connections=threads * 2 + 32)
+    http = httpx.AsyncClient(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"},
+                             timeout=httpx.Timeout(10.0), limits=limits)
+    env = bench.Env(stack, bench.Procs(stack), http, Redis.from_url(stack.redis_url), nc, nc.jetstream())
+    return stack, env, output, tmp
+
+
+async def stop(stack: Stack, env: bench.Env | None, tmp: Path) -> None:
+    if env is not None:
+        await env.http.aclose()
+        with contextlib.suppress(Exception):
+            await env.redis.aclose()
+        with contextlib.suppress(Exception):
+            await env.nc.close()
+    await stack.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def load(env: bench.Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None):
+    errors: collections.Counter[str] = collections.Counter()
+    ids = await bench.create_threads(env.http, threads, errors)
+    clients = await bench.open_threads(env.http, ids, errors)
+    if started:
+        started.set()
+    deadline = time.perf_counter() + seconds
+
+    async def loop(c: bench.ThreadClient) -> None:
+        while time.perf_counter() < deadline:
+            o = await c.run_once("please summarise the benchmark plan in one short paragraph")
+            if o is not None:
+                results.append((c.id, o))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in clients))
+    elapsed = time.perf_counter() - t0
+    for c in clients:
+        await c.close()
+    return elapsed, errors
+
+
+# --- cpu ------------------------------------------------------------------------------------------------
+
+_FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]+)(?::\d+)?\)$")
+
+
+def _short(frame: str) -> str:
+    m = _FRAME.match(frame)
+    if not m:
+        return frame
+    path = m.group("file")
+    for marker in ("site-packages/", "libs/", "services/", "lib/python3.11/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{m.group('func')} ({path})"
+
+
+def summarise_raw(path: Path, top: int) -> tuple[int, list, list]:
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        n = int(count)
+        total += n
+        frames = [_short(f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    return total, own.most_common(top), incl.most_common(top * 2)
+
+
+def perf_report(data: Path, top: int) -> list[str]:
+    out = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "symbol",
+                          "--percent-limit", "0.8"], capture_output=True, text=True)
+    rows = [line for line in out.stdout.splitlines() if line.strip() and not line.startswith("#")
+            and "%" in line and not line.lstrip().startswith("|") and not line.lstrip().startswith("-")]
+    return rows[:top]
+
+
+async def cpu(args: argparse.Namespace) -> None:
+    stack, env, output, tmp = await start(args.threads)
+    procs: list[subprocess.Popen] = []
+    try:
+        await bench.warm_up(env)
+        results: list = []
+        started = asyncio.Event()
+        task = asyncio.create_task(load(env, args.threads, args.seconds, results, started))
+        await started.wait()
+        await asyncio.sleep(2)  # skip the ramp-up
+        outdir = Path(tempfile.mkdtemp(prefix="treadle-pyspy-"))
+        files = {}
+        cpu0 = env.procs.cpu()
+        for name, pid in env.procs.pids.items():
+            if name in WORKERS:
+                files[name] = outdir / f"{name}.txt"
+                procs.append(subprocess.Popen(
+                    [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(args.sample),
+                     "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(files[name])],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        perf_data = outdir / "nats.perf"
+        if shutil.which("perf") and "nats-server" in env.procs.pids:
+            procs.append(subprocess.Popen(
+                ["perf", "record", "-F", "499", "-g", "-p", str(env.procs.pids["nats-server"]), "-o", str(perf_data),
+                 "--", "sleep", str(args.sample)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for p in procs:
+            await asyncio.to_thread(p.wait)
+        cpu1 = env.procs.cpu()
+        elapsed, errors = await task
+        done = [o for _, o in results if o.status == "run.completed"]
+        print(f"\nload: {len(done)} runs in {elapsed:.1f}s = {len(done) / elapsed:.1f} runs/s, errors {dict(errors)}")
+        print("CPU seconds during the sampling window (includes the profilers' perturbation):")
+        for k in cpu0:
+            print(f"  {k:14} {cpu1[k] - cpu0[k]:6.2f}s")
+        for name, f in files.items():
+            if not f.exists():
+                print(f"\n== {name}: no py-spy output")
+                continue
+            total, own, incl = summarise_raw(f, args.top)
+            print(f"\n== {name}: {total} samples at 200 Hz ≈ {total / 200:.2f} CPU-s over {args.sample}s")
+            print("  own time:")
+            for fn, n in own:
+                print(f"    {100 * n / total:5.1f}%  {fn}")
+            print("  inclusive:")
+            for fn, n in incl:
+                print(f"    {100 * n / total:5.1f}%  {fn}")
+        if perf_data.exists():
+            print("\n== nats-server (perf, own time by symbol)")
+            for row in perf_report(perf_data, args.top * 2):
+                print("   ", row.strip())
+        print(f"\nraw profiles kept in {outdir}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        await stop(stack, env, tmp)
+
+
+# --- trace ----------------------------------------------------------------------------------------------
+
+
+def classify(subject: str) -> str:
+    if subject.startswith("$JS.API.DIRECT.GET"):
+        return "direct-get"
+    if subject.startswith("$JS.API.CONSUMER.MSG.NEXT"):
+        return "pull-request:" + subject.split(".")[-1]
+    if subject.startswith("$JS.ACK"):
+        return "ack:" + subject.split(".")[3]
+    if subject.startswith("$JS.API"):
+        return "js-api:" + ".".join(subject.split(".")[2:4])
+    if subject.startswith("$KV"):
+        return "kv:" + subject.split(".")[1]
+    if subject.startswith("_INBOX") or subject.startswith("$JS") is False and "INBOX" in subject:
+        return "reply"
+    return subject
+
+
+async def trace(args: argparse.Namespace) -> None:
+    stack, env, output, tmp = await start(args.threads)
+    tap = None
+    try:
+        await bench.warm_up(env)
+        tap = await nats.connect(stack.nats_url, name="treadle-wiretap", pending_size=512 * 1024 * 1024)
+        records: list[tuple[float, str, str | None, bytes, dict | None]] = []
+
+        async def on_msg(msg) -> None:
+            records.append((time.perf_counter(), msg.subject, msg.reply or None, msg.data, msg.headers))
+
+        await tap.subscribe(">", cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**31)
+        results: list = []
+        elapsed, errors = await load(env, args.threads, args.seconds, results)
+        await asyncio.sleep(0.5)  # let the tap drain
+        done = [(t, o) for t, o in results if o.status == "run.completed"]
+        print(f"\nload: {len(done)} runs in {elapsed:.1f}s = {len(done) / elapsed:.1f} runs/s; {len(records)} NATS messages "
+              f"= {len(records) / max(1, len(done)):.0f} per run; errors {dict(errors)}")
+        kinds = collections.Counter(classify(s) for _, s, *_ in records)
+        print("NATS messages per run by kind:")
+        for k, n in kinds.most_common(40):
+            print(f"  {n / max(1, len(done)):7.2f}  {k}")
+
+        # label every message of a run's thread; deliveries (reply $JS.ACK…) and their acks by consumer
+        thread_re = re.compile(rb'"thread":"(thr_[a-z0-9]+)"')
+        type_re = re.compile(rb'"type":"([a-z_.]+)"')
+        delivered: dict[str, tuple[str, str]] = {}
+        labelled: dict[str, list[tuple[int, str]]] = collections.defaultdict(list)
+        for i, (_, subject, reply, data, _) in enumerate(records):
+            thread = label = None
+            if subject.startswith(("treadle.evt.", "treadle.prov.", "treadle.live.")):
+                parts = subject.split(".")
+                thread = parts[3]
+                what = subject.split(".", 4)[4] if parts[1] == "evt" else "live" if parts[1] == "live" else \
+                    "prov:" + (m.group(1).decode() if (m := type_re.search(data)) else "?")
+                if reply and reply.startswith("$JS.ACK"):
+                    tok = reply.split(".")
+                    consumer = tok[3] if len(tok) == 9 else tok[5]
+                    consumer = consumer if not consumer.startswith(("_", "OC")) and len(consumer) < 40 else "ordered/sse"
+                    label = f"deliver[{consumer}] {what}"
+                    delivered[reply] = (thread, f"ack[{consumer}] {what}")
+                elif parts[1] == "live":
+                    label = "live.delta publish"
+                else:
+                    label = f"append {what}" if parts[1] == "evt" else f"publish {what}"
+            elif subject.startswith("$JS.ACK") and subject in delivered:
+                thread, label = delivered[subject]
+            elif subject.startswith(("treadle.cmd.", "treadle.host.", "treadle.ckpt.")):
+                m = thread_re.search(data)
+                if m:
+                    thread = m.group(1).decode()
+                    label = "request " + ".".join(subject.split(".")[:2] + subject.split(".")[-2:])
+            if thread and label:
+                labelled[thread].append((i, label))
+        hop: dict[str, list[float]] = collections.defaultdict(list)
+        samples = 0
+        for thread, o in done:
+            seen: dict[str, float] = {}
+            for i, label in labelled.get(thread, []):
+                t = records[i][0]
+                if o.t0 <= t <= (o.end or 0):
+                    seen.setdefault(label, t - o.t0)
+            for k, v in seen.items():
+                hop[k].append(v)
+            samples += bool(seen)
+        print(f"\nmedian ms from POST until the first NATS message of each kind for the run's thread ({samples} runs):")
+        for k, v in sorted(hop.items(), key=lambda kv: statistics.median(kv[1])):
+            if len(v) < samples / 3:
+                continue
+            v.sort()
+            print(f"  {statistics.median(v) * 1000:8.1f}  p90 {v[int(0.9 * (len(v) - 1))] * 1000:7.1f}   {k}  (n={len(v)})")
+
+        # full timelines of a few runs in the middle, with the replies to each request
+        by_reply: dict[str, int] = {}
+        for i, (_, subject, reply, _, _) in enumerate(records):
+            if reply and not reply.startswith("$JS.ACK"):
+                by_reply.setdefault(reply, i)
+        replies_to: dict[int, list[int]] = collections.defaultdict(list)
+        for i, (_, subject, _, _, _) in enumerate(records):
+            j = by_reply.get(subject)
+            if j is not None and j < i:
+                replies_to[j].append(i)
+        for thread, o in done[len(done) // 2: len(done) // 2 + args.timelines]:
+            print(f"\n--- timeline of a run on {thread} (POST at 0; 202 at {1000 * (o.accepted - o.t0):.1f} ms, "
+                  f"run.completed on SSE at {1000 * (o.end - o.t0):.1f} ms)")
+            for i, label in labelled.get(thread, []):
+                t = records[i][0]
+                if not o.t0 - 0.005 <= t <= (o.end or 0) + 0.005:
+                    continue
+                headers = records[i][4] or {}
+                h = " ".join(f"{k.replace('Nats-', '')}={v}" for k, v in headers.items()
+                             if k in ("Nats-Batch-Sequence", "Nats-Batch-Commit", "Nats-Expected-Last-Subject-Sequence"))
+                print(f"  {1000 * (t - o.t0):8.2f} ms  {label}  {h}")
+                for j in replies_to.get(i, []):
+                    print(f"  {1000 * (records[j][0] - o.t0):8.2f} ms     └ reply {len(records[j][3])}B")
+    finally:
+        if tap is not None:
+            with contextlib.suppress(Exception):
+                await tap.close()
+        await stop(stack, env, tmp)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["cpu", "trace"])
+    p.add_argument("--threads", type=int, default=50)
+    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--sample", type=float, default=8.0, help="cpu: seconds of py-spy/perf sampling")
+    p.add_argument("--top", type=int, default=18)
+    p.add_argument("--timelines", type=int, default=2)
+    args = p.parse_args()
+    import uvloop
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(cpu(args) if args.mode == "cpu" else trace(args))
+
+
+if __name__ == "__main__":
+    main()
