@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -31,7 +32,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx  # noqa: E402
 import nats  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
@@ -54,9 +54,7 @@ async def start(threads: int) -> tuple[Stack, bench.Env, bench.Output, Path]:
         raise
     nc = await nats.connect(stack.nats_url, name="treadle-bench")
     token = await TokenStore(nc.jetstream()).create(bench.TENANT, "bench")
-    limits = httpx.Limits(max_connections=threads * 2 + 32, max_keepalive_connections=threads * 2 + 32)
-    http = httpx.AsyncClient(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"},
-                             timeout=httpx.Timeout(10.0), limits=limits)
+    http = bench.http_client(stack.api_url, token, 32)
     env = bench.Env(stack, bench.Procs(stack), http, Redis.from_url(stack.redis_url), nc, nc.jetstream())
     return stack, env, output, tmp
 
@@ -149,18 +147,20 @@ async def cpu(args: argparse.Namespace) -> None:
         outdir = Path(tempfile.mkdtemp(prefix="treadle-pyspy-"))
         files = {}
         cpu0 = env.procs.cpu()
-        for name, pid in env.procs.pids.items():
-            if name in WORKERS:
+        targets = {n: pid for n, pid in env.procs.pids.items() if n in WORKERS}
+        targets["bench-client"] = os.getpid()
+        for name, pid in targets.items():
+            if True:
                 files[name] = outdir / f"{name}.txt"
                 procs.append(subprocess.Popen(
-                    [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(args.sample),
+                    [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(int(args.sample)),
                      "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(files[name])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         perf_data = outdir / "nats.perf"
         if shutil.which("perf") and "nats-server" in env.procs.pids:
             procs.append(subprocess.Popen(
                 ["perf", "record", "-F", "499", "-g", "-p", str(env.procs.pids["nats-server"]), "-o", str(perf_data),
-                 "--", "sleep", str(args.sample)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                 "--", "sleep", str(int(args.sample))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for p in procs:
             await asyncio.to_thread(p.wait)
         cpu1 = env.procs.cpu()
@@ -320,7 +320,7 @@ def main() -> None:
     p.add_argument("mode", choices=["cpu", "trace"])
     p.add_argument("--threads", type=int, default=50)
     p.add_argument("--seconds", type=float, default=12.0)
-    p.add_argument("--sample", type=float, default=8.0, help="cpu: seconds of py-spy/perf sampling")
+    p.add_argument("--sample", type=int, default=8, help="cpu: seconds of py-spy/perf sampling")
     p.add_argument("--top", type=int, default=18)
     p.add_argument("--timelines", type=int, default=2)
     args = p.parse_args()

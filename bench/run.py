@@ -203,9 +203,19 @@ class RunObs:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def http_client(base_url: str, token: str, connections: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"},
+                             timeout=httpx.Timeout(10.0), limits=limits, http2=False)
+
+
 class ThreadClient:
+    """One simulated UI on one thread: its own HTTP/1.1 pool of two keep-alive connections (the SSE stream
+    and the POSTs). A pool shared by all threads costs the client O(connections) per request in httpcore
+    (idle/expiry checks poll every pooled socket), which made the client the bottleneck at 50 threads."""
+
     def __init__(self, http: httpx.AsyncClient, thread_id: str, errors: collections.Counter) -> None:
-        self.http = http
+        self.http = http_client(str(http.base_url), http.headers["Authorization"].split(" ", 1)[1], 2)
         self.id = thread_id
         self.errors = errors
         self.runs: dict[str, RunObs] = {}
@@ -231,6 +241,7 @@ class ThreadClient:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self.http.aclose()
 
     async def _sse(self) -> None:
         while not self._closing:
@@ -752,9 +763,7 @@ async def main(args: argparse.Namespace) -> int:
         nc = await nats.connect(stack.nats_url, name="treadle-bench")
         token = await TokenStore(nc.jetstream()).create(TENANT, "bench")
         redis = Redis.from_url(stack.redis_url)
-        limits = httpx.Limits(max_connections=args.threads * 2 + 32, max_keepalive_connections=args.threads * 2 + 32)
-        http = httpx.AsyncClient(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"},
-                                 timeout=httpx.Timeout(10.0), limits=limits, http2=False)
+        http = http_client(stack.api_url, token, 32)  # thread creation; each ThreadClient has its own pool
         env = Env(stack, procs, http, redis, nc, nc.jetstream())
 
         result["meta"] = {

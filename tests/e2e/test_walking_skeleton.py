@@ -82,3 +82,17 @@ async def test_L9_1_projection_equals_a_replay_of_the_log(api, log):
         return r.content == replay
     await wait_for(projected, what="projection caught up with the log")
     assert msgspec.json.decode(replay)["runs"][0]["status"] == "completed"
+
+
+async def test_a_10000_char_reply_in_3000_deltas_is_at_most_60_durable_events(api, log):
+    text = "".join(f"{i % 10}" for i in range(10_000))
+    script = {"steps": [{"type": "text", "text": text[:9_000], "chunk": 3, "delay_ms": 0},
+                        {"type": "delay", "ms": 300},  # a pause: the time budget flushes the buffer
+                        {"type": "text", "text": text[9_000:], "chunk": 4, "delay_ms": 1}]}
+    thread = await api.create_thread()
+    sent = await api.send(thread, "long", script=script)
+    run = await api.wait_run(sent["run_id"], timeout=60)
+    events = await log.read(api.tenant, thread)
+    deltas = [e for e in events if e.type == "message.delta"]
+    assert 0 < len(deltas) <= 60
+    assert "".join(m["text"] for m in run["messages"] if m["role"] == "assistant") == text
