@@ -550,7 +550,7 @@ async def warm_up(env: Env) -> dict:
     return {"errors": dict(errors), "idle_server_cpu_ms_per_s": round(idle, 1)}
 
 
-async def raw_appends(env: Env, total: int, actors: int) -> dict:
+async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
     """C: EventLog.append (50 serial OCC actors) and js.publish_async (window 256) to a scratch stream."""
     log(f"scenario C: raw JetStream appends, {total} events")
     js = env.js
@@ -602,6 +602,26 @@ async def raw_appends(env: Env, total: int, actors: int) -> dict:
                 "nats_cpu_us_per_event": round((cpu1["nats-server"] - cpu0["nats-server"]) / n * 1e6, 1),
                 "client_cpu_us_per_event": round((cpu1["bench-client"] - cpu0["bench-client"]) / n * 1e6, 1),
             }
+
+            # the same with 3-event decisions, as the coordinator and supervisor write them (atomic batch)
+            decisions = max(actors, batches // actors * actors)
+
+            async def batch_actor(i: int) -> None:
+                thread = f"thr_rawb{i:03d}"
+                seq = 0
+                for k in range(decisions // actors):
+                    seq = await elog.append(TENANT, thread, seq, [envelope(thread, k) for _ in range(3)])
+
+            cpu0, t0 = env.procs.cpu(), time.perf_counter()
+            await asyncio.gather(*(batch_actor(i) for i in range(actors)))
+            dt = time.perf_counter() - t0
+            cpu1 = env.procs.cpu()
+            out["eventlog_append_batch3_actors"] = {
+                "decisions": decisions, "events": decisions * 3, "seconds": round(dt, 3),
+                "decisions_per_s": round(decisions / dt), "events_per_s": round(decisions * 3 / dt),
+                "nats_cpu_us_per_decision": round((cpu1["nats-server"] - cpu0["nats-server"]) / decisions * 1e6, 1),
+                "client_cpu_us_per_decision": round((cpu1["bench-client"] - cpu0["bench-client"]) / decisions * 1e6, 1),
+            }
         finally:
             eventlog_module.subjects = original  # type: ignore[assignment]
 
@@ -624,8 +644,9 @@ async def raw_appends(env: Env, total: int, actors: int) -> dict:
     finally:
         with contextlib.suppress(Exception):
             await js.delete_stream(SCRATCH_STREAM)
-    log(f"scenario C: EventLog.append {out['eventlog_append_actors']['events_per_s']}/s, "
-        f"publish_async {out['publish_async_w256']['events_per_s']}/s")
+    log(f"scenario C: EventLog.append {out['eventlog_append_actors']['events_per_s']} events/s, 3-event batches "
+        f"{out['eventlog_append_batch3_actors']['decisions_per_s']} decisions/s, "
+        f"publish_async {out['publish_async_w256']['events_per_s']} events/s")
     return out
 
 
@@ -723,6 +744,11 @@ def print_report(result: dict) -> None:
         a, p = raw["eventlog_append_actors"], raw["publish_async_w256"]
         rt.add_row(f"EventLog.append, {raw['actors']} OCC actors", f"{a['events']:,}", f"{a['events_per_s']:,}",
                    str(a["nats_cpu_us_per_event"]), str(a["client_cpu_us_per_event"]), "15.8k (asyncio) / 19.9k (uvloop)")
+        b = raw["eventlog_append_batch3_actors"]
+        rt.add_row(f"EventLog.append 3-event atomic batch, {raw['actors']} actors",
+                   f"{b['decisions']:,} × 3", f"{b['events_per_s']:,} ({b['decisions_per_s']:,} batches/s)",
+                   f"{b['nats_cpu_us_per_decision'] / 3:.1f}", f"{b['client_cpu_us_per_decision'] / 3:.1f}",
+                   "17.1k (100-msg batches)")
         rt.add_row("js.publish_async window 256", f"{p['events']:,}", f"{p['events_per_s']:,}",
                    str(p["nats_cpu_us_per_event"]), str(p["client_cpu_us_per_event"]), "28.3k (asyncio)")
         console.print(rt)
@@ -775,10 +801,12 @@ async def main(args: argparse.Namespace) -> int:
         }
         result["warm_up"] = await warm_up(env)
         result["scenarios"] = {}
-        result["scenarios"]["A"] = await run_scenario(env, "A", 1, args.seconds)
-        result["scenarios"]["B"] = await run_scenario(env, "B", args.threads, args.seconds)
-        if not args.skip_raw:
-            result["raw"] = await raw_appends(env, args.raw_events, 50)
+        if "A" in args.only.upper():
+            result["scenarios"]["A"] = await run_scenario(env, "A", 1, args.seconds)
+        if "B" in args.only.upper():
+            result["scenarios"]["B"] = await run_scenario(env, "B", args.threads, args.seconds)
+        if not args.skip_raw and "C" in args.only.upper():
+            result["raw"] = await raw_appends(env, args.raw_events, 50, args.raw_batches)
         restarts = {n: stack.processes.restarts(n) for n in WORKERS}
         result["worker_restarts"] = restarts
         result["worker_log"] = {"warnings": dict(output.warnings), "errors": dict(output.errors)}
@@ -825,6 +853,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=50, help="concurrent threads in scenario B (default 50)")
     p.add_argument("--skip-raw", action="store_true", help="skip scenario C (raw JetStream appends)")
     p.add_argument("--raw-events", type=int, default=20_000, help="events per raw append mode (default 20000)")
+    p.add_argument("--raw-batches", type=int, default=2_000,
+                   help="3-event atomic-batch decisions in the raw batch mode (default 2000)")
+    p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only C (default ABC)")
     return p.parse_args(argv)
 
 
