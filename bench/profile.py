@@ -42,10 +42,14 @@ from treadle.runtime.tokens import TokenStore  # noqa: E402
 VENV_BIN = Path(sys.executable).parent
 
 
-async def start(threads: int) -> tuple[Stack, bench.Env, bench.Output, Path]:
+async def start(threads: int, experiment: str = "") -> tuple[Stack, bench.Env, bench.Output, Path]:
     output = bench.Output()
     tmp = Path(tempfile.mkdtemp(prefix="treadle-profile-"))
-    stack = Stack(tmp / "state", on_output=output)
+    env_extra = {}
+    if experiment:
+        path = os.pathsep.join(filter(None, [str(bench.ROOT / "experiments"), os.environ.get("PYTHONPATH")]))
+        env_extra = {"PYTHONPATH": path, "TREADLE_BENCH_EXPERIMENTS": experiment}
+    stack = Stack(tmp / "state", on_output=output, env=env_extra)
     try:
         await stack.start()
     except BaseException:
@@ -135,7 +139,7 @@ def perf_report(data: Path, top: int) -> list[str]:
 
 
 async def cpu(args: argparse.Namespace) -> None:
-    stack, env, output, tmp = await start(args.threads)
+    stack, env, output, tmp = await start(args.threads, args.experiment)
     procs: list[subprocess.Popen] = []
     try:
         await bench.warm_up(env)
@@ -214,7 +218,7 @@ def classify(subject: str) -> str:
 
 
 async def trace(args: argparse.Namespace) -> None:
-    stack, env, output, tmp = await start(args.threads)
+    stack, env, output, tmp = await start(args.threads, args.experiment)
     tap = None
     try:
         await bench.warm_up(env)
@@ -295,7 +299,9 @@ async def trace(args: argparse.Namespace) -> None:
             j = by_reply.get(subject)
             if j is not None and j < i:
                 replies_to[j].append(i)
-        for thread, o in done[len(done) // 2: len(done) // 2 + args.timelines]:
+        picks = done[len(done) // 2: len(done) // 2 + args.timelines]
+        picks += sorted(done, key=lambda to: to[1].end - to[1].t0)[-args.slowest:] if args.slowest else []
+        for thread, o in picks:
             print(f"\n--- timeline of a run on {thread} (POST at 0; 202 at {1000 * (o.accepted - o.t0):.1f} ms, "
                   f"run.completed on SSE at {1000 * (o.end - o.t0):.1f} ms)")
             for i, label in labelled.get(thread, []):
@@ -322,7 +328,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--sample", type=int, default=8, help="cpu: seconds of py-spy/perf sampling")
     p.add_argument("--top", type=int, default=18)
-    p.add_argument("--timelines", type=int, default=2)
+    p.add_argument("--timelines", type=int, default=2, help="trace: timelines of runs from the middle")
+    p.add_argument("--slowest", type=int, default=0, help="trace: also the timelines of the N slowest runs")
+    p.add_argument("--experiment", default="", help="what-if patches, as in run.py (bench/experiments)")
     args = p.parse_args()
     import uvloop
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -1,6 +1,7 @@
 """End-to-end benchmark of a fresh embedded stack (``make bench``).
 
-    .venv/bin/python bench/run.py [--seconds 15] [--threads 50] [--skip-raw] [--raw-events 20000]
+    .venv/bin/python bench/run.py [--seconds 15] [--threads 50] [--skip-raw]
+                                  [--raw-events 20000] [--raw-batches 2000] [--only ABC] [--experiment …]
 
 Starts nats-server, redis-server and the six workers (``treadle.cli.stack.Stack``) on free ports in a temp
 dir, creates a token, warms up, then measures scripted one-reply runs over HTTP/1.1:
@@ -8,13 +9,22 @@ dir, creates a token, warms up, then measures scripted one-reply runs over HTTP/
 * A: one thread, runs back to back for ``--seconds``;
 * B: ``--threads`` threads concurrently, each running back to back for ``--seconds``;
 * C: raw JetStream appends against the same nats-server, to a scratch stream: ``EventLog.append`` from 50
-  serial OCC "actors", and ``js.publish_async`` pipelined with a window of 256.
+  serial OCC "actors" (single events, then 3-event decisions as atomic batches), and ``js.publish_async``
+  pipelined with a window of 256.
 
 A run is "sent" right before ``POST /v1/threads/{id}/messages`` and "completed" when its ``run.completed``
 arrives on the thread's SSE stream (one connection per thread, open for the whole scenario; events are
-routed to waiters by run id). CPU is user+system of every worker process, nats-server and redis-server,
-including their children (git), before/after. The table and the JSON go to stdout; the JSON also goes to
-``bench/results/latest.json``. Exit status is 0 unless the stack failed (did not start, or a worker crashed).
+routed to waiters by run id). Each simulated thread has its own two-connection HTTP/1.1 pool (see
+``ThreadClient``). CPU is user+system of every worker process, nats-server and redis-server, including their
+children (git), before/after. The workers' own counters (OCC conflicts, retries, checkpoint time) are
+scraped from their /metrics. The table and the JSON go to stdout; the JSON also goes to
+``bench/results/latest.json`` (git-ignored). Exit status is 0 unless the stack failed (did not start, or a
+worker crashed); Ctrl-C/SIGTERM stop everything that was started.
+
+``--experiment no-batch,no-git-ref`` loads diagnostic what-if patches into the workers
+(``bench/experiments/sitecustomize.py``) and writes ``bench/results/experiment-….json`` instead.
+``bench/profile.py`` samples the workers (py-spy) and nats-server (perf) under the same load, or traces
+every NATS message of a run.
 """
 
 from __future__ import annotations
@@ -209,13 +219,16 @@ def http_client(base_url: str, token: str, connections: int) -> httpx.AsyncClien
                              timeout=httpx.Timeout(10.0), limits=limits, http2=False)
 
 
+OPEN: set["ThreadClient"] = set()  # closed in main's `finally`, also after an interrupt
+
+
 class ThreadClient:
     """One simulated UI on one thread: its own HTTP/1.1 pool of two keep-alive connections (the SSE stream
     and the POSTs). A pool shared by all threads costs the client O(connections) per request in httpcore
     (idle/expiry checks poll every pooled socket), which made the client the bottleneck at 50 threads."""
 
-    def __init__(self, http: httpx.AsyncClient, thread_id: str, errors: collections.Counter) -> None:
-        self.http = http_client(str(http.base_url), http.headers["Authorization"].split(" ", 1)[1], 2)
+    def __init__(self, base_url: str, token: str, thread_id: str, errors: collections.Counter) -> None:
+        self.http = http_client(base_url, token, 2)
         self.id = thread_id
         self.errors = errors
         self.runs: dict[str, RunObs] = {}
@@ -234,9 +247,11 @@ class ThreadClient:
         return o
 
     def start(self) -> None:
+        OPEN.add(self)
         self._task = asyncio.get_running_loop().create_task(self._sse())
 
     async def close(self) -> None:
+        OPEN.discard(self)
         self._closing = True
         if self._task:
             self._task.cancel()
@@ -385,7 +400,8 @@ async def create_threads(http: httpx.AsyncClient, n: int, errors: collections.Co
 
 
 async def open_threads(http: httpx.AsyncClient, ids: list[str], errors: collections.Counter) -> list[ThreadClient]:
-    clients = [ThreadClient(http, t, errors) for t in ids]
+    token = http.headers["Authorization"].split(" ", 1)[1]
+    clients = [ThreadClient(str(http.base_url), token, t, errors) for t in ids]
     for c in clients:
         c.start()
     await asyncio.wait_for(asyncio.gather(*(c.connected.wait() for c in clients)), 30)
@@ -416,6 +432,47 @@ async def wait_projected(redis: Redis, threads: list[ThreadClient], timeout: flo
     return time.perf_counter() - t0
 
 
+async def scrape_metrics(stack: Stack) -> dict[str, float]:
+    """The workers' own Prometheus counters (conflicts, retries, dead letters, checkpoint time), summed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = ("treadle_append_conflicts", "treadle_handler_retries", "treadle_dead_letters",
+              "treadle_events_appended", "treadle_checkpoint_capture_seconds", "treadle_commands")
+    out: dict[str, float] = collections.defaultdict(float)
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        for name, port in stack.health_ports.items():
+            try:
+                text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            except httpx.HTTPError:
+                continue
+            for family in text_string_to_metric_families(text):
+                if not family.name.startswith(wanted):
+                    continue
+                for sample in family.samples:
+                    if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
+                        continue
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    out[f"{sample.name}{{{labels}}}" if labels else sample.name] += sample.value
+    return dict(out)
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float], runs: int) -> dict:
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    delta = {k: v for k, v in delta.items() if v}
+    conflicts = sum(v for k, v in delta.items() if k.startswith("treadle_append_conflicts_total"))
+    retries = sum(v for k, v in delta.items() if k.startswith("treadle_handler_retries_total"))
+    dead = sum(v for k, v in delta.items() if k.startswith("treadle_dead_letters_total"))
+    ck_n = delta.get("treadle_checkpoint_capture_seconds_count", 0.0)
+    ck_s = delta.get("treadle_checkpoint_capture_seconds_sum", 0.0)
+    return {
+        "append_conflicts_per_run": r2(conflicts / runs if runs else None, 3),
+        "handler_retries": int(retries),
+        "dead_letters": int(dead),
+        "checkpoint_capture_mean_ms": r2(ck_s / ck_n * 1000 if ck_n else None),
+        "raw": {k: round(v, 4) for k, v in sorted(delta.items())},
+    }
+
+
 # --- scenarios -----------------------------------------------------------------------------------------
 
 
@@ -442,6 +499,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         c.unattributed = 0
     ev0 = await stream_messages(env.js, subjects.EVENTS_STREAM)
     pv0 = await stream_messages(env.js, subjects.PROVIDER_STREAM)
+    met0 = await scrape_metrics(env.stack)
     cpu0 = env.procs.cpu()
     results: list[RunObs] = []
     text = "please summarise the benchmark plan in one short paragraph"
@@ -459,6 +517,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         elapsed = time.perf_counter() - t_start
         settle = await wait_projected(env.redis, clients)
         cpu1 = env.procs.cpu()
+    met1 = await scrape_metrics(env.stack)
     ev1 = await stream_messages(env.js, subjects.EVENTS_STREAM)
     pv1 = await stream_messages(env.js, subjects.PROVIDER_STREAM)
     mem1 = (await env.redis.info("memory"))["used_memory"]
@@ -517,6 +576,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
             "thread_doc_json_bytes": doc_len,
         },
         "projection_catch_up_s": r2(settle, 3),
+        "worker_metrics": metrics_delta(met0, met1, len(results)),
         "errors": dict(errors),
         "error_count": sum(errors.values()),
     }
@@ -683,7 +743,9 @@ def print_report(result: dict) -> None:
     sc = result["scenarios"]
     names = [n for n in ("A", "B") if n in sc]
 
-    t = Table(title=f"Treadle end-to-end ({result['meta']['cpus']} CPUs, loop={result['meta']['loop']})")
+    exp = result["meta"].get("experiments")
+    t = Table(title=f"Treadle end-to-end ({result['meta']['cpus']} CPUs, loop={result['meta']['loop']})"
+                    + (f"  [EXPERIMENT: {exp}]" if exp else ""))
     t.add_column("metric")
     for n in names:
         t.add_column(f"{n}: {sc[n]['threads']} thread(s)", justify="right")
@@ -720,8 +782,13 @@ def print_report(result: dict) -> None:
     row("redis MEMORY USAGE one thread doc", lambda s: s["redis"]["thread_doc_memory_usage_bytes"])
     row("  runs in that thread", lambda s: s["redis"]["runs_in_that_thread"])
     row("projection catch-up s", lambda s: s["projection_catch_up_s"])
+    row("append conflicts per run (OCC)", lambda s: s["worker_metrics"]["append_conflicts_per_run"])
+    row("checkpoint capture mean ms", lambda s: s["worker_metrics"]["checkpoint_capture_mean_ms"])
+    row("handler retries / dead letters", lambda s: f"{s['worker_metrics']['handler_retries']} / "
+                                                    f"{s['worker_metrics']['dead_letters']}")
     row("errors", lambda s: s["error_count"])
-    console.print(t)
+    if names:
+        console.print(t)
 
     bt = Table(title="p50 ms from send until each durable event type is seen on SSE")
     bt.add_column("event")
@@ -734,7 +801,8 @@ def print_report(result: dict) -> None:
                 types.append(k)
     for k in types:
         bt.add_row(k, *[str(sc[n]["event_seen_p50_ms"].get(k, "–")) for n in names])
-    console.print(bt)
+    if names:
+        console.print(bt)
 
     raw = result.get("raw")
     if raw:
@@ -770,7 +838,12 @@ def print_report(result: dict) -> None:
 async def main(args: argparse.Namespace) -> int:
     output = Output()
     tmp = Path(tempfile.mkdtemp(prefix="treadle-bench-"))
-    stack = Stack(tmp / "state", on_output=output)
+    env_extra = {}
+    if args.experiment:
+        # what-if patches loaded into every worker (bench/experiments/sitecustomize.py); diagnostic only
+        path = os.pathsep.join(filter(None, [str(ROOT / "experiments"), os.environ.get("PYTHONPATH")]))
+        env_extra = {"PYTHONPATH": path, "TREADLE_BENCH_EXPERIMENTS": args.experiment}
+    stack = Stack(tmp / "state", on_output=output, env=env_extra)
     nc = None
     redis = None
     http = None
@@ -798,6 +871,7 @@ async def main(args: argparse.Namespace) -> int:
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             "seconds": args.seconds, "threads": args.threads, "stack_start_s": round(time.perf_counter() - t0, 2),
             "pids": procs.pids,
+            "experiments": args.experiment or None,
         }
         result["warm_up"] = await warm_up(env)
         result["scenarios"] = {}
@@ -825,6 +899,9 @@ async def main(args: argparse.Namespace) -> int:
         rc = 1
         raise
     finally:
+        # SSE connections first: the gateway's graceful shutdown would otherwise wait for them
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*(c.close() for c in list(OPEN)), return_exceptions=True), 10)
         if http is not None:
             await http.aclose()
         if redis is not None:
@@ -841,9 +918,10 @@ async def main(args: argparse.Namespace) -> int:
     print_report(result)
     text = json.dumps(result, indent=2)
     print(text)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text + "\n")
-    log(f"wrote {RESULTS.relative_to(ROOT.parent)}")
+    out = RESULTS if not args.experiment else RESULTS.with_name(f"experiment-{args.experiment.replace(',', '+')}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    log(f"wrote {out.relative_to(ROOT.parent)}")
     return rc
 
 
@@ -855,6 +933,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--raw-events", type=int, default=20_000, help="events per raw append mode (default 20000)")
     p.add_argument("--raw-batches", type=int, default=2_000,
                    help="3-event atomic-batch decisions in the raw batch mode (default 2000)")
+    p.add_argument("--experiment", default="",
+                   help="diagnostic what-if patches for the workers, e.g. no-batch,no-git-ref (bench/experiments)")
     p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only C (default ABC)")
     return p.parse_args(argv)
 
@@ -868,14 +948,25 @@ def run() -> int:
         runner = asyncio.Runner()
     with runner:
         loop = runner.get_loop()
-        task_holder: dict[str, asyncio.Task] = {}
+        state: dict[str, Any] = {"task": None, "signals": 0}
+
+        def on_signal(signum: int) -> None:
+            # Ctrl-C / SIGTERM (also when the shell started us with SIGINT ignored): cancel the main task, whose
+            # `finally` stops the stack; a second signal only says so, so that the stop can finish.
+            state["signals"] += 1
+            if state["signals"] == 1 and state["task"] is not None:
+                log(f"{signal.Signals(signum).name}: stopping")
+                state["task"].cancel()
+            else:
+                log("still stopping the stack; the workers also get SIGTERM if this process dies")
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal, sig)
 
         async def guarded() -> int:
-            task_holder["t"] = asyncio.current_task()  # type: ignore[assignment]
+            state["task"] = asyncio.current_task()
             return await main(args)
 
-        # SIGTERM behaves like Ctrl-C: cancel the main task so the stack is stopped in `finally`
-        loop.add_signal_handler(signal.SIGTERM, lambda: task_holder["t"].cancel() if "t" in task_holder else None)
         try:
             return runner.run(guarded())
         except (KeyboardInterrupt, asyncio.CancelledError):

@@ -91,7 +91,7 @@ async def test_an_idempotency_key_makes_a_retried_send_return_the_same_receipt(a
     second = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": "once"}, headers=headers)
     assert first.status_code == second.status_code == 202
     assert first.json()["run_id"] == second.json()["run_id"]
-    assert [e.type for e in await log.read(api.tenant, thread)].count("message.created") == 1
+    assert [e.type for e in await log.read(api.tenant, thread)].count("run.queued") == 1
     reused = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": "other"}, headers=headers)
     assert reused.status_code == 422 and reused.json()["error"]["code"] == "idempotency_key_reused"
 

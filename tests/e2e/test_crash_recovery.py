@@ -40,8 +40,9 @@ async def test_kill_9_of_a_worker_mid_run_completes_the_run_exactly_once(worker,
     events = await log.read(api.tenant, thread)
     assert [e.type for e in terminal] == ["run.completed"]
     assert len({e.id for e in events}) == len(events), "an event was appended twice"
-    users = [e for e in events if isinstance(e.data, ev.MessageCreated)]
+    users = [e for e in events if isinstance(e.data, ev.RunQueued)]
     assert len(users) == 1 and users[0].data.text == "stream something long"
+    assert [m.text for m in fold(events).messages if m.role == "user"] == ["stream something long"]
 
     state = fold(events)
     run = state.run(run_id)

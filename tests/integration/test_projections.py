@@ -29,9 +29,8 @@ async def write_thread(log: EventLog, thread: str) -> int:
     seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
                                                                                 created_by="u"), 0)])
     seq = await log.append("proj", thread, seq, [
-        envelope(thread, ev.MessageCreated(message_id="msg_1", role="user", text="hi", run_id="run_1"), 1),
-        envelope(thread, ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", root_node_id="node_1",
-                                      attempt_id="att_1", mode="auto", disposition="started", provider="scripted"), 2),
+        envelope(thread, ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="hi", root_node_id="node_1",
+                                      attempt_id="att_1", mode="auto", disposition="queued", provider="scripted"), 2),
         envelope(thread, ev.RunDispatched(run_id="run_1"), 3),
     ])
     for i in range(5):

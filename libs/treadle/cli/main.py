@@ -84,8 +84,9 @@ async def _nats(url: str):
         pass
 
     try:
-        nc = await nats.connect(url, connect_timeout=3, allow_reconnect=False, max_reconnect_attempts=0,
-                                error_cb=quiet, name="treadle-cli")
+        # nats-py 2.16 retries an unreachable server forever when allow_reconnect=False; one attempt fails fast.
+        nc = await asyncio.wait_for(nats.connect(url, connect_timeout=3, max_reconnect_attempts=1,
+                                                 reconnect_time_wait=0.1, error_cb=quiet, name="treadle-cli"), 10)
     except Exception as exc:
         raise UsageError(f"cannot connect to NATS at {url}: {exc or exc.__class__.__name__}") from None
     try:
@@ -278,7 +279,7 @@ class RunView:
         mark = {"completed": ("✓", "green"), "resolved": ("✓", "green"), "running": ("…", "cyan"),
                 "waiting": ("?", "yellow")}.get(status, ("✗", "red"))
         out = Text.assemble(("  ", ""), mark, " ", (item["kind"], "bold"), " ", item["title"])
-        if item.get("input") and item["kind"] == "tool":
+        if item.get("input") and not all(str(v) in item["title"] for v in item["input"].values()):
             out.append(" " + _short(json.dumps(item["input"]), 60), style="dim")
         if item.get("output"):
             out.append(" → " + _short(item["output"], 60), style="dim")
@@ -325,6 +326,8 @@ async def stream_run(client: TreadleClient, thread_id: str, since: int, start: C
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+    if not console.is_terminal:
+        console.print()  # rich ends the final render of a non-terminal Live without a newline
     return accepted, view
 
 
@@ -394,7 +397,8 @@ DEMO_SCRIPT = {"steps": [
 ]}
 
 
-async def run_demo(api_url: str, token: str, state: Path) -> None:
+async def run_demo(api_url: str, token: str, state: Path) -> str:
+    """Create a thread, send one scripted message and show the run live; returns the thread id."""
     console.rule("[bold]demo")
     async with TreadleClient(api_url, token) as client:
         thread = await client.create_thread(title="Treadle demo")
@@ -410,9 +414,10 @@ async def run_demo(api_url: str, token: str, state: Path) -> None:
     if hello.is_file():
         console.print(Text.assemble(("workspace file ", "dim"), str(hello)), soft_wrap=True)
     console.rule()
+    return thread_id
 
 
-def _print_access(api: str, token: str, state: Path) -> None:
+def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> None:
     console.print()
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
@@ -422,12 +427,20 @@ def _print_access(api: str, token: str, state: Path) -> None:
     grid.add_row("dev token", Text.assemble((token, "bold"), (f"  (tenant {DEV_TENANT}; saved in "
                                                               f"{state / 'dev-token'})", "dim")))
     console.print(grid)
+    thread = thread_id or "<thread id>"
+    here = "" if state == Path(".treadle") else f" --state-dir {state}"
+    auth = '-H "Authorization: Bearer $TREADLE_TOKEN"'
+    create = [] if thread_id else [f"curl -s -X POST {auth} -H 'Content-Type: application/json' "
+                                   f"-d '{{\"title\": \"first\"}}' {api}/v1/threads"]
     console.print("\n[dim]try:[/]")
     for line in (f"export TREADLE_TOKEN={token}",
-                 f'curl -s -H "Authorization: Bearer $TREADLE_TOKEN" {api}/v1/threads',
-                 f"curl -s -X POST -H \"Authorization: Bearer $TREADLE_TOKEN\" -H 'Content-Type: application/json' "
-                 f"-d '{{\"text\": \"hello\"}}' {api}/v1/threads/<thread id>/messages",
-                 "treadle threads list"):
+                 f"curl -s {auth} {api}/v1/threads",
+                 *create,
+                 f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"text\": \"hello\"}}' "
+                 f"{api}/v1/threads/{thread}/messages",
+                 f"curl -sN {auth} {api}/v1/threads/{thread}/events",
+                 f"treadle threads show {thread}{here}",
+                 f"treadle send {thread} 'hello again' --wait{here}"):
         console.print("  " + escape(line), soft_wrap=True)
 
 
@@ -449,6 +462,13 @@ async def _dev_token(nats_url: str, state: Path) -> tuple[str, bool]:
     return token, False
 
 
+def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    # Ctrl-C during start-up cancels Stack.wait_ready's wait_for(gather(...)), and Python 3.11 then reports the
+    # gather's CancelledError as "never retrieved": noise, not news.
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -459,6 +479,7 @@ def _port_free(port: int) -> bool:
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
+    from ..runtime.servers import ServerNotFound
     from .stack import Stack
 
     state = _state_dir(args)
@@ -468,33 +489,45 @@ async def cmd_up(args: argparse.Namespace) -> int:
     main = asyncio.current_task()
     assert main is not None
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    loop.set_exception_handler(_ignore_cancelled)
     stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose))
     began = time.monotonic()
     try:
         with console.status("starting nats-server, redis-server and 6 workers…"):
-            await stack.start()
+            try:
+                await stack.start()
+            except ServerNotFound as exc:
+                raise UsageError(str(exc)) from None
+            except TimeoutError:
+                raise UsageError("the workers did not all become ready within 60s; `treadle up --verbose` shows "
+                                 "their output") from None
         console.print(f"[green]✓[/] stack up in {time.monotonic() - began:.1f}s · state in {escape(str(state))}")
         for name, value in (("nats-url", stack.nats_url), ("redis-url", stack.redis_url), ("api-url", stack.api_url)):
             (state / name).write_text(value + "\n")
         token, reused = await _dev_token(stack.nats_url, state)
         console.print(f"[green]✓[/] dev token {'reused' if reused else 'created'} (tenant {DEV_TENANT}, "
                       f"user {DEV_USER})")
+        thread_id = None
         if args.demo:
             try:
-                await run_demo(stack.api_url, token, state)
+                thread_id = await run_demo(stack.api_url, token, state)
             except (ApiError, TimeoutError) as exc:
                 stderr.print(f"[red]demo failed:[/] {escape(_describe(exc))}")
-        _print_access(stack.api_url, token, state)
+        _print_access(stack.api_url, token, state, thread_id)
         console.print("\n[dim]serving · Ctrl-C to stop[/]")
         await asyncio.Event().wait()
     except asyncio.CancelledError:
         main.uncancel()  # Ctrl-C or SIGTERM: the normal way to stop, not an error
     finally:
         # A second Ctrl-C must not abandon the stop half way (that is what leaves processes behind).
-        loop.add_signal_handler(signal.SIGINT, lambda: console.print("[dim]still stopping…[/]"))
-        with console.status("stopping…"):
-            await stack.stop()
-        console.print("[green]✓[/] stopped")
+        loop.add_signal_handler(signal.SIGINT, lambda: None)
+        stopping = asyncio.ensure_future(stack.stop())
+        # The same Ctrl-C may have closed a pipe we print to (`treadle up | tee`): stopping comes first.
+        with contextlib.suppress(OSError), console.status("stopping…"):
+            await asyncio.shield(stopping)
+        await stopping
+        with contextlib.suppress(OSError):
+            console.print("[green]✓[/] stopped")
     return 0
 
 
@@ -538,7 +571,7 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
     ckpts = {c["id"]: c for c in doc.get("checkpoints", [])}
     if doc.get("runs"):
         table = Table(title="runs", title_justify="left", title_style="bold", box=None, header_style="dim")
-        for col in ("#", "run", "status", "attempts", "mode", "took", "checkpoint"):
+        for col in ("#", "run", "status", "attempts", "mode", "took", "ckpt"):
             table.add_column(col, no_wrap=col == "run")
         for r in doc["runs"]:
             attempts = Text(", ").join(_status(a["status"]) for a in r.get("attempts", []))
@@ -567,14 +600,14 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
         console.print(Text.assemble(("? ", "yellow"), (r["kind"], "bold"), f" {r['id']} ", r.get("prompt", ""),
                                     (" waiting for a response", "yellow")))
     if ckpts:
-        table = Table(title="checkpoints", title_justify="left", title_style="bold", box=None, header_style="dim")
-        for col in ("checkpoint", "kind", "status", "ref", "commit", "files"):
-            table.add_column(col, no_wrap=col == "ref")
+        console.print("[bold]checkpoints[/]")
         for c in ckpts.values():
-            table.add_row(f"{c['scope']}/{c['ordinal']}", c.get("kind", ""), _status(c.get("status")),
-                          c.get("ref") or "-", (c.get("commit") or "-")[:12],
-                          Text("unchanged", "dim") if c.get("unchanged") else _files(c.get("files", [])))
-        console.print(table)
+            # Two lines each: the full ref is what `git diff` wants, and it does not fit in a table column.
+            console.print(Text.assemble((f"  {c['scope']}/{c['ordinal']:<3} ", "bold"), (f"{c.get('kind', ''):<9}", ""),
+                                        _status(c.get("status")), "  ", ((c.get("commit") or "-")[:12], "dim"), "  ",
+                                        Text("unchanged", "dim") if c.get("unchanged") else _files(c.get("files", []))))
+            if c.get("ref"):
+                console.print(Text(f"    {c['ref']}", style="dim"), soft_wrap=True)
     if doc.get("activity"):
         console.print("[bold]activity[/]")
         for a in doc["activity"][-args.activity:]:
@@ -626,7 +659,7 @@ class Tail:
     def __init__(self) -> None:
         self._open: str | None = None  # the message whose text is on the current line
         self._live: set[str] = set()
-        self._shown: set[str] = set()
+        self._printed: dict[str, str] = {}
 
     def add(self, event: SseEvent) -> None:
         body = event.json()
@@ -639,18 +672,29 @@ class Tail:
             if d["message_id"] not in self._live:  # history, or live deltas were lost: durable text instead
                 self._text(d["message_id"], d["text"])
             return
-        if event.event == "message.completed" and d["message_id"] not in self._shown:
-            self._text(d["message_id"], d["text"])
+        if event.event == "message.completed":
+            # The last durable delta may stop short of the end (the tail comes with the completion).
+            printed = self._printed.get(d["message_id"], "")
+            if d["text"].startswith(printed):
+                self._text(d["message_id"], d["text"][len(printed):])
+            elif self._open != d["message_id"]:
+                self._text(d["message_id"], d["text"])
         self._end()
         console.print(Text(f"#{event.id:<6} {event.event:<20} {summarise(event.event, d)}", style="dim"),
                       soft_wrap=True)
 
+    def note(self, text: str) -> None:
+        self._end()
+        console.print(Text(text, style="yellow"), soft_wrap=True)
+
     def _text(self, message_id: str, text: str) -> None:
+        if not text:
+            return
         if self._open != message_id:
             self._end()
             console.print(Text(f"{message_id} › ", style="bold cyan"), end="")
             self._open = message_id
-        self._shown.add(message_id)
+        self._printed[message_id] = self._printed.get(message_id, "") + text
         console.print(Text(text), end="", soft_wrap=True)
 
     def _end(self) -> None:
@@ -664,7 +708,18 @@ async def cmd_watch(args: argparse.Namespace) -> int:
         await client.get_thread(args.thread)  # a clear 404 before streaming
         console.print(f"[dim]watching {escape(args.thread)} · Ctrl-C to stop[/]")
         tail = Tail()
-        async for event in follow(client, args.thread, args.after, live=True):
+        lost = False
+
+        def retrying(error: ApiError | None) -> None:
+            nonlocal lost
+            if not lost:  # say it once per outage, not on every retry
+                tail.note(f"stream lost ({error.message if error else 'closed by the gateway'}); reconnecting…")
+            lost = True
+
+        async for event in follow(client, args.thread, args.after, live=True, on_retry=retrying):
+            if lost:
+                tail.note("reconnected")
+                lost = False
             tail.add(event)
     return 0
 
@@ -815,6 +870,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 0 if getattr(args, "interrupt_ok", False) else 130
+    except BrokenPipeError:
+        # `treadle … | head`: the reader left. Point stdout at /dev/null so the exit-time flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

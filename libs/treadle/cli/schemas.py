@@ -34,7 +34,7 @@ def _event_def(type_: str) -> str:
 
 
 def events_schema() -> dict:
-    from treadle.provider_host.publisher import LiveDelta  # the live subject's payload lives with its publisher
+    from treadle.domain.provider_events import LiveDelta
 
     payloads = [events.PAYLOADS[t] for t in sorted(events.PAYLOADS)]
     doc = _components([events.Envelope, LiveDelta, *payloads], "Treadle events",

@@ -88,7 +88,8 @@ class Stack:
                     except httpx.HTTPError:
                         pass
                     await asyncio.sleep(0.05)  # polling a process that is still starting
-            await asyncio.wait_for(asyncio.gather(*(ready(n) for n in names or WORKERS)), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(ready(n) for n in names or WORKERS))
 
     async def stop(self) -> None:
         await self.processes.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +172,7 @@ class TreadleClient:
         """
         wanted = frozenset(statuses)
         async with asyncio.timeout(timeout):
-            run = await self.get_run(run_id)
+            run = await self._fresh_run(run_id)
             if run["status"] in wanted:
                 return run
             # The thread document is one consistent snapshot at its ``seq``: if the run has not reached a
@@ -188,10 +188,23 @@ class TreadleClient:
                             break
             return await self._caught_up(run_id, wanted)
 
+    async def _fresh_run(self, run_id: str, grace: float = 5.0) -> dict:
+        """The run, allowing for a run accepted a moment ago that the read model does not show yet."""
+        deadline = asyncio.get_running_loop().time() + grace
+        delay = 0.01
+        while True:
+            try:
+                return await self.get_run(run_id)
+            except ApiError as exc:
+                if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
     async def _caught_up(self, run_id: str, wanted: frozenset[str]) -> dict:
         # The projection trails the log by a few milliseconds: the event is in, its read model is on its way.
         delay = 0.01
-        while (run := await self.get_run(run_id))["status"] not in wanted:
+        while (run := await self._fresh_run(run_id))["status"] not in wanted:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
         return run
@@ -202,9 +215,9 @@ class Follow:
     drops. ``last_id`` is the sequence of the last event yielded: persist it to resume later."""
 
     def __init__(self, client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
-                 reconnect: bool = True) -> None:
+                 reconnect: bool = True, on_retry: Callable[[ApiError | None], None] | None = None) -> None:
         self.client, self.thread_id, self.last_id = client, thread_id, from_seq
-        self.live, self.reconnect = live, reconnect
+        self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
 
     def __aiter__(self) -> AsyncIterator[SseEvent]:
         return self._events()
@@ -212,6 +225,7 @@ class Follow:
     async def _events(self) -> AsyncIterator[SseEvent]:
         delay = 0.1
         while True:
+            failure: ApiError | None = None
             try:
                 async with contextlib.aclosing(self.client.events(self.thread_id, self.last_id)) as events:
                     async for event in events:
@@ -227,14 +241,18 @@ class Follow:
             except ApiError as exc:
                 if not self.reconnect or exc.status not in (0, 502, 503, 504):
                     raise
+                failure = exc
             if not self.reconnect:
                 return
+            if self.on_retry is not None:
+                self.on_retry(failure)  # None: the gateway ended the stream (shutdown, a slow reader cut off)
             await asyncio.sleep(delay)  # a gateway restarting: back off, then resume after last_id
             delay = min(delay * 2, 2.0)
 
 
-def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False) -> Follow:
-    return Follow(client, thread_id, from_seq, live=live)
+def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
+           on_retry: Callable[[ApiError | None], None] | None = None) -> Follow:
+    return Follow(client, thread_id, from_seq, live=live, on_retry=on_retry)
 
 
 async def _signal_first(lines: AsyncIterator[str], event: asyncio.Event | None) -> AsyncIterator[str]:

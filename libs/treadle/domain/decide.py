@@ -111,24 +111,22 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     disposition = "queued" if busy else "started"
     message_id, run_id = ctx.ids.next("msg"), ctx.ids.next("run")
     root_node_id, attempt_id = ctx.ids.next("node"), ctx.ids.next("att")
-    events: list[ev.Payload] = [
-        ev.MessageCreated(message_id=message_id, role="user", text=body.text, run_id=run_id, author=command.user),
-        ev.RunQueued(
-            run_id=run_id,
-            ordinal=len(state.runs) + 1,
-            message_id=message_id,
-            root_node_id=root_node_id,
-            attempt_id=attempt_id,
-            mode=body.mode,
-            disposition=disposition,
-            provider=provider,
-            model=thread.model,
-            script=body.script,
-        ),
-    ]
-    if not busy:
-        events.append(ev.RunDispatched(run_id=run_id))
-    return events, Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
+    queued = ev.RunQueued(
+        run_id=run_id,
+        ordinal=len(state.runs) + 1,
+        message_id=message_id,
+        text=body.text,
+        author=command.user,
+        root_node_id=root_node_id,
+        attempt_id=attempt_id,
+        mode=body.mode,
+        disposition=disposition,
+        dispatched=not busy,
+        provider=provider,
+        model=thread.model,
+        script=body.script,
+    )
+    return [queued], Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
 
 
 def dispatch_next(state: ThreadState) -> list[ev.Payload]:

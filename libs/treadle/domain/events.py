@@ -81,13 +81,19 @@ class MessageCompleted(Payload, kw_only=True):
 
 @event("run.queued")
 class RunQueued(Payload, kw_only=True):
+    """L2.1 in one fact: the user message, its run (ordinal N) with root node and first attempt, and — when
+    nothing else is active — its dispatch. One event, so the decision is atomic without a batch."""
+
     run_id: str
     ordinal: int
     message_id: str
+    text: str
+    author: str | None = None
     root_node_id: str
     attempt_id: str
     mode: str
     disposition: str
+    dispatched: bool = False
     provider: str
     model: str | None = None
     script: dict | None = None
@@ -110,9 +116,11 @@ class RunStarted(Payload, kw_only=True):
 
 
 class RunEnded(Payload, kw_only=True):
+    """A terminal run carries its checkpoint (L10.2): the barrier's last step and its result land together."""
+
     run_id: str
     attempt_id: str
-    checkpoint_id: str | None = None
+    checkpoint: "CheckpointCaptured | None" = None
     error: str | None = None
 
 

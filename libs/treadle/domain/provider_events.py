@@ -101,3 +101,13 @@ class ProviderEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 provider_event_decoder = msgspec.json.Decoder(ProviderEvent)
+
+
+class LiveDelta(msgspec.Struct, kw_only=True):
+    """What UIs receive on ``treadle.live.<tenant>.<thread>`` for every raw delta (best effort)."""
+
+    run_id: str
+    attempt_id: str
+    message_id: str
+    node_id: str
+    text: str

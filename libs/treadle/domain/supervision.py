@@ -124,8 +124,9 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
 
 def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.CheckpointCaptured) -> list[ev.Payload]:
     """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
-    requests the provider left open, record the checkpoint, then the run's terminal status (L2.4: only the
-    root turn ends a run). One atomic batch, so nothing can observe a terminal run with open parts."""
+    requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
+    root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
+    so nothing can observe a terminal run with open parts."""
     att = run.attempt
     status = turn.status if turn.status in _RUN_ENDED else "failed"
     events: list[ev.Payload] = []
@@ -139,9 +140,7 @@ def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.C
     for req in state.requests:
         if req.run_id == run.id and req.status == "pending":
             events.append(ev.RequestResolved(request_id=req.id, run_id=run.id, status="cancelled"))
-    events.append(capture)
-    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint_id=capture.checkpoint_id,
-                                     error=turn.error))
+    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=turn.error))
     return events
 
 

@@ -194,6 +194,8 @@ def _message_completed(state: ThreadState, e: ev.Envelope, d: ev.MessageComplete
 
 
 def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
+    state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
+                                  created_at=e.at, command_id=e.command_id))
     run = Run(
         id=d.run_id,
         ordinal=d.ordinal,
@@ -212,7 +214,11 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
         )
     )
     state.runs.append(run)
-    state.queue.append(d.run_id)
+    if d.dispatched:
+        run.status = "starting"
+        state.active_run_id = d.run_id
+    else:
+        state.queue.append(d.run_id)
 
 
 def _run_dispatched(state: ThreadState, e: ev.Envelope, d: ev.RunDispatched) -> None:
@@ -250,9 +256,11 @@ def _run_ended(status: str):
         run = state.run(d.run_id)
         if run is None or run.terminal:
             return
+        if d.checkpoint is not None:
+            _checkpoint_captured(state, e, d.checkpoint)
+            run.checkpoint_id = d.checkpoint.checkpoint_id
         run.status = status  # type: ignore[assignment]
         run.ended_at = e.at
-        run.checkpoint_id = d.checkpoint_id
         run.error = d.error
         for att in run.attempts:
             if att.id == d.attempt_id:

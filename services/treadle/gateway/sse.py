@@ -4,6 +4,7 @@ with ``Last-Event-ID`` through an ordered consumer) with the live text deltas in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from nats.aio.client import Client as NATS
@@ -48,5 +49,6 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
             else:
                 yield b"event: live.delta\ndata: %s\n\n" % msg.data
     finally:
-        await live.unsubscribe()
-        await durable.unsubscribe()
+        for sub in (live, durable):
+            with contextlib.suppress(Exception):  # the connection may already be draining at shutdown
+                await sub.unsubscribe()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections import OrderedDict
 
@@ -30,6 +31,13 @@ DURABLE = "projector"
 CACHE = 20_000
 
 
+def _exit_if_crashed(task: asyncio.Task) -> None:
+    """A projector whose loop died must not look healthy: exit so the supervisor restarts it."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("projector loop crashed", exc_info=task.exception())
+        os._exit(70)
+
+
 class Projector:
     def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings) -> None:
         self._nc = nc
@@ -47,6 +55,7 @@ class Projector:
             filter_subject=subjects.EVENTS_ALL, ack_wait=30, max_ack_pending=10_000))
         self._sub = await self._js.pull_subscribe_bind(DURABLE, stream=subjects.EVENTS_STREAM)
         self._task = asyncio.create_task(self._loop())
+        self._task.add_done_callback(_exit_if_crashed)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -64,6 +73,8 @@ class Projector:
             except Exception as exc:
                 log.warning("projector fetch failed: %r", exc)
                 await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
+                continue
+            if not msgs:  # nats-py may return an empty batch instead of timing out
                 continue
             delay = 0.05
             while True:

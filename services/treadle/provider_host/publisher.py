@@ -10,20 +10,11 @@ from nats.aio.client import Client as NATS
 
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
+from treadle.domain.provider_events import LiveDelta
 from treadle.eventlog import subjects
 from treadle.providers.coalesce import Coalescer
 
 _encode = msgspec.json.Encoder().encode
-
-
-class LiveDelta(msgspec.Struct, kw_only=True):
-    """What UIs receive on ``treadle.live.<tenant>.<thread>`` for every raw delta (best effort)."""
-
-    run_id: str
-    attempt_id: str
-    message_id: str
-    node_id: str
-    text: str
 
 
 class TurnPublisher:

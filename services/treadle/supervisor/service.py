@@ -44,7 +44,8 @@ class Supervisor:
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
-                         filters=subjects.event_types("run.dispatched"), handle=self._on_dispatched, mailboxes=mailboxes),
+                         filters=subjects.event_types("run.queued", "run.dispatched"), handle=self._on_dispatched,
+                         mailboxes=mailboxes),
             PullConsumer(js, stream=subjects.PROVIDER_STREAM, durable="supervisor-provider",
                          filters=[subjects.PROVIDER_ALL], handle=self._on_provider_event, mailboxes=mailboxes),
         ]
@@ -60,6 +61,7 @@ class Supervisor:
     # --- handlers ----------------------------------------------------------------------------------
 
     async def _on_dispatched(self, msg: Msg) -> None:
+        """A run was queued (maybe dispatched with it) or dispatched: hand it over if the state says so."""
         tenant, thread, _ = subjects.parse_event_subject(msg.subject)
         seq = msg.metadata.sequence.stream
         state = await self._store.load(tenant, thread, at_least=seq)
@@ -111,16 +113,14 @@ class Supervisor:
             if run is None:
                 return
             ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}", datetime.now(timezone.utc), ACTOR)
-            events: list[ev.Payload] = []
+            # Each step is a fact of its own, appended alone: a crash between them resumes at the next step.
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
-                events.append(await self._capture_baseline(state, run, ordinal, ctx))
+                await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
             session = state.live_session
             if session is None or session.provider != run.provider:
                 placed = await self._place(state, run, ctx)
-                events.append(sv.attached(placed, placed.capabilities))
-            if events:
-                await self._append(tenant, thread, state, events, ctx)
+                await self._append(tenant, thread, state, [sv.attached(placed, placed.capabilities)], ctx)
             session = state.live_session
             assert session is not None
             message = state.message(run.message_id)

@@ -1,0 +1,77 @@
+"""The ``treadle`` command as a user runs it: separate processes against a running stack, judged by what they
+print and how they exit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from treadle.cli.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+TREADLE = Path(sys.executable).parent / "treadle"
+REPLY = "I wrote notes.md with the three points you asked for."
+
+
+def _quiet(name: str, line: str) -> None:
+    if " ERROR " in line or "Traceback" in line:
+        print(f"{name} | {line}")
+
+
+async def treadle(*args: str, cwd: Path) -> tuple[int, str, str]:
+    # No TREADLE_* from the developer's shell, and a cwd without a .treadle/: only the flags count.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
+    proc = await asyncio.create_subprocess_exec(str(TREADLE), *args, cwd=cwd, env={**env, "COLUMNS": "200"},
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
+    tenant = f"cli-{uuid.uuid4().hex[:8]}"
+    async with Stack(tmp_path / "stack", nats_url=nats_url, redis_url=redis_url, on_output=_quiet) as stack:
+        code, out, err = await treadle("tokens", "create", "--tenant", tenant, "--user", "carol",
+                                       "--nats-url", stack.nats_url, cwd=tmp_path)
+        assert code == 0, err
+        token = out.strip()
+        assert re.fullmatch(r"trd_[\w-]+", token) and f"{tenant}/carol" in err
+        api = ["--api", stack.api_url, "--token", token]
+
+        code, out, err = await treadle("threads", "create", "--title", "from the cli", *api, cwd=tmp_path)
+        assert code == 0, err
+        assert "created thread" in out
+        thread = re.search(r"thr_[0-9a-z]+", out).group(0)
+
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps({"steps": [
+            {"type": "text", "text": REPLY, "chunk": 7, "delay_ms": 5},
+            {"type": "write_file", "path": "notes.md", "content": "- one\n- two\n- three\n"},
+        ]}))
+        code, out, err = await treadle("send", thread, "write my notes", "--script", str(script), "--wait", *api,
+                                       cwd=tmp_path)
+        assert code == 0, out + err
+        run = re.search(r"run_[0-9a-z]+", out).group(0)
+        assert REPLY in out
+        assert re.search(r"status\s+completed", out)
+        assert "notes.md added +3/-0" in out
+        assert f"refs/treadle/checkpoints/{thread}/root/1" in out
+
+        code, out, err = await treadle("threads", "show", thread, *api, cwd=tmp_path)
+        assert code == 0, err
+        assert "from the cli" in out
+        assert re.search(rf"1\s+{run}\s+completed", out)
+        assert "user › write my notes" in out and f"assistant › {REPLY}" in out
+        assert "notes.md added" in out
+
+        # An expected failure is one red line on stderr and exit code 1, never a traceback.
+        code, out, err = await treadle("threads", "show", "thr_0000000000nothere0000000000", *api, cwd=tmp_path)
+        assert code == 1
+        assert "not found" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
