@@ -143,6 +143,12 @@ class Procs:
         out["bench-client"] = t.user + t.system
         return out
 
+    @staticmethod
+    def machine_busy() -> float:
+        """CPU seconds the whole machine has been busy (to spot other load sharing the cores)."""
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
     def rss(self) -> dict[str, int]:
         out = {}
         for name, p in self._procs.items():
@@ -500,7 +506,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
     ev0 = await stream_messages(env.js, subjects.EVENTS_STREAM)
     pv0 = await stream_messages(env.js, subjects.PROVIDER_STREAM)
     met0 = await scrape_metrics(env.stack)
-    cpu0 = env.procs.cpu()
+    cpu0, busy0 = env.procs.cpu(), Procs.machine_busy()
     results: list[RunObs] = []
     text = "please summarise the benchmark plan in one short paragraph"
 
@@ -516,7 +522,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         await asyncio.gather(*(loop(c, deadline) for c in clients))
         elapsed = time.perf_counter() - t_start
         settle = await wait_projected(env.redis, clients)
-        cpu1 = env.procs.cpu()
+        cpu1, busy1 = env.procs.cpu(), Procs.machine_busy()
     met1 = await scrape_metrics(env.stack)
     ev1 = await stream_messages(env.js, subjects.EVENTS_STREAM)
     pv1 = await stream_messages(env.js, subjects.PROVIDER_STREAM)
@@ -564,6 +570,9 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
             "per_process_ms_per_run": {k: r2(per_run(v)) for k, v in cpu.items() if k != "bench-client"},
             "bench_client_ms_per_run": r2(per_run(cpu["bench-client"])),
             "window_s": round(elapsed + (settle or 0), 2),
+            # busy cores outside the stack and this client (other jobs on the machine): the numbers are
+            # only comparable between runs where this stays near 0
+            "other_load_cores": r2(((busy1 - busy0) - sum(cpu.values())) / (elapsed + (settle or 0))),
         },
         "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in rss.peak.items()},
         "rss_start_mb": {k: round(v / 2**20, 1) for k, v in rss.start.items()},
@@ -776,6 +785,7 @@ def print_report(result: dict) -> None:
         row(f"  CPU ms/run {p}", lambda s, p=p: s["cpu"]["per_process_ms_per_run"].get(p))
     row("server cores busy (avg)", lambda s: s["cpu"]["server_cores_busy"])
     row("bench client CPU ms/run", lambda s: s["cpu"]["bench_client_ms_per_run"])
+    row("other load on the machine (cores)", lambda s: s["cpu"]["other_load_cores"])
     for p in procs:
         row(f"  peak RSS MB {p}", lambda s, p=p: s["peak_rss_mb"].get(p))
     row("redis bytes/thread (used_memory Δ)", lambda s: s["redis"]["bytes_per_thread"])

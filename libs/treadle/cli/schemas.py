@@ -171,7 +171,7 @@ def asyncapi() -> str:
 
 
 def _json(doc: dict) -> str:
-    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(msgspec.to_builtins(doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def render() -> dict[str, str]:

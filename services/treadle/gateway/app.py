@@ -11,7 +11,7 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
-from litestar.openapi import OpenAPIConfig
+from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 from nats.aio.client import Client as NATS
@@ -20,10 +20,11 @@ from redis.asyncio import Redis
 
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.ids import is_token
+from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.log import EventLog
-from treadle.projections.store import ProjectionStore, encode_state
+from treadle.projections.store import ProjectionStore, ThreadSummary, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.tokens import Principal, TokenStore
 from treadle.runtime.worker import connect
@@ -59,6 +60,7 @@ class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
 
 
 class MessageAccepted(msgspec.Struct, kw_only=True):
+    thread_id: str
     message_id: str
     run_id: str
     disposition: str
@@ -123,7 +125,22 @@ async def create_thread(request: Request, data: JSONBody[CreateThreadRequest],
     return ThreadCreated(thread_id=accepted.thread_id, seq=accepted.seq)
 
 
-@get("/v1/threads", summary="List the tenant's threads, newest first")
+class ThreadList(msgspec.Struct):
+    threads: list[ThreadSummary]
+
+
+class RunView(Run, kw_only=True):
+    thread_id: str
+    messages: list[Message]
+    checkpoint: Checkpoint | None
+
+
+def _documented(model: type) -> dict:
+    """These routes pass stored JSON through untouched; the OpenAPI document still names its shape."""
+    return {200: ResponseSpec(data_container=model, description="OK", generate_examples=False)}
+
+
+@get("/v1/threads", summary="List the tenant's threads, newest first", responses=_documented(ThreadList))
 async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
                        offset: Annotated[int, QueryParameter(ge=0)] = 0) -> Response:
     who = await principal(request)
@@ -131,7 +148,8 @@ async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge
     return _json(b'{"threads":[' + b",".join(items) + b"]}")
 
 
-@get("/v1/threads/{thread_id:str}", summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
+@get("/v1/threads/{thread_id:str}", responses=_documented(ThreadState),
+     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
 async def get_thread(request: Request, thread_id: FromPath[str]) -> Response:
     who = await principal(request)
     return _json(await _thread_doc(request, who.tenant, _id(thread_id, "thr")))
@@ -147,11 +165,11 @@ async def send_message(request: Request, thread_id: FromPath[str], data: JSONBod
     body = SendMessage(**msgspec.structs.asdict(data))
     accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="send", thread=thread,
                                                    body=body, idempotency_key=idempotency_key)
-    return MessageAccepted(message_id=accepted.message_id or "", run_id=accepted.run_id or "",
+    return MessageAccepted(thread_id=thread, message_id=accepted.message_id or "", run_id=accepted.run_id or "",
                            disposition=accepted.disposition or "", seq=accepted.seq)
 
 
-@get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph")
+@get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph", responses=_documented(RunView))
 async def get_run(request: Request, run_id: FromPath[str]) -> Response:
     who = await principal(request)
     run_id = _id(run_id, "run")
