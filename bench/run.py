@@ -557,6 +557,7 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         "first_delta_ms": {"p50": ms(pct(first, 0.5)), "p99": ms(pct(first, 0.99)), "runs_with_delta": len(first)},
         "post_202_ms": {"p50": ms(pct(post, 0.5)), "p99": ms(pct(post, 0.99))},
         "event_seen_p50_ms": {k: ms(pct(v, 0.5)) for k, v in sorted(marks.items(), key=lambda kv: pct(kv[1], 0.5))},
+        "event_seen_runs": {k: len(v) for k, v in marks.items()},  # events that only some runs have (first run)
         "durable_events_per_run": {
             "sse": r2(sse_durable / n if n else None),
             "events_stream": r2((ev1 - ev0) / n if n else None),
@@ -619,6 +620,11 @@ async def warm_up(env: Env) -> dict:
     return {"errors": dict(errors), "idle_server_cpu_ms_per_s": round(idle, 1)}
 
 
+def other_load(cpu0: dict[str, float], cpu1: dict[str, float], busy0: float, dt: float) -> float:
+    ours = sum(cpu1[k] - cpu0[k] for k in cpu0)
+    return round((Procs.machine_busy() - busy0 - ours) / dt, 2)
+
+
 async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
     """C: EventLog.append (50 serial OCC actors) and js.publish_async (window 256) to a scratch stream."""
     log(f"scenario C: raw JetStream appends, {total} events")
@@ -661,13 +667,14 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
                             conflicts += 1
                             seq = exc.actual_seq if exc.actual_seq is not None else await elog.last_seq(TENANT, thread)
 
-            cpu0, t0 = env.procs.cpu(), time.perf_counter()
+            cpu0, t0, busy0 = env.procs.cpu(), time.perf_counter(), Procs.machine_busy()
             await asyncio.gather(*(actor(i) for i in range(actors)))
             dt = time.perf_counter() - t0
             cpu1 = env.procs.cpu()
             n = per_actor * actors
             out["eventlog_append_actors"] = {
                 "events": n, "seconds": round(dt, 3), "events_per_s": round(n / dt), "conflicts": conflicts,
+                "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
                 "nats_cpu_us_per_event": round((cpu1["nats-server"] - cpu0["nats-server"]) / n * 1e6, 1),
                 "client_cpu_us_per_event": round((cpu1["bench-client"] - cpu0["bench-client"]) / n * 1e6, 1),
             }
@@ -681,12 +688,13 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
                 for k in range(decisions // actors):
                     seq = await elog.append(TENANT, thread, seq, [envelope(thread, k) for _ in range(3)])
 
-            cpu0, t0 = env.procs.cpu(), time.perf_counter()
+            cpu0, t0, busy0 = env.procs.cpu(), time.perf_counter(), Procs.machine_busy()
             await asyncio.gather(*(batch_actor(i) for i in range(actors)))
             dt = time.perf_counter() - t0
             cpu1 = env.procs.cpu()
             out["eventlog_append_batch3_actors"] = {
                 "decisions": decisions, "events": decisions * 3, "seconds": round(dt, 3),
+                "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
                 "decisions_per_s": round(decisions / dt), "events_per_s": round(decisions * 3 / dt),
                 "nats_cpu_us_per_decision": round((cpu1["nats-server"] - cpu0["nats-server"]) / decisions * 1e6, 1),
                 "client_cpu_us_per_decision": round((cpu1["bench-client"] - cpu0["bench-client"]) / decisions * 1e6, 1),
@@ -696,7 +704,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
 
         payload = msgspec.json.encode(envelope("thr_pipe", 0))
         pjs = env.nc.jetstream(publish_async_max_pending=256)
-        cpu0, t0 = env.procs.cpu(), time.perf_counter()
+        cpu0, t0, busy0 = env.procs.cpu(), time.perf_counter(), Procs.machine_busy()
         futures = []
         for k in range(total):
             futures.append(await pjs.publish_async(f"{SCRATCH_PREFIX}.pipe.t{k % actors}", payload))
@@ -705,6 +713,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
         cpu1 = env.procs.cpu()
         out["publish_async_w256"] = {
             "events": len(acks), "seconds": round(dt, 3), "events_per_s": round(len(acks) / dt),
+            "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
             "nats_cpu_us_per_event": round((cpu1["nats-server"] - cpu0["nats-server"]) / total * 1e6, 1),
             "client_cpu_us_per_event": round((cpu1["bench-client"] - cpu0["bench-client"]) / total * 1e6, 1),
             "payload_bytes": len(payload),
@@ -810,25 +819,33 @@ def print_report(result: dict) -> None:
             if k not in types:
                 types.append(k)
     for k in types:
-        bt.add_row(k, *[str(sc[n]["event_seen_p50_ms"].get(k, "–")) for n in names])
+        cells = []
+        for n in names:
+            v, seen = sc[n]["event_seen_p50_ms"].get(k), sc[n].get("event_seen_runs", {}).get(k, 0)
+            partial = f" ({seen}/{sc[n]['completed_runs']} runs)" if seen < sc[n]["completed_runs"] * 0.9 else ""
+            cells.append("–" if v is None else f"{v}{partial}")
+        bt.add_row(k, *cells)
     if names:
         console.print(bt)
 
     raw = result.get("raw")
     if raw:
         rt = Table(title="C: raw JetStream appends (scratch stream, same nats-server)")
-        for c in ("mode", "events", "events/s", "nats-server µs/event", "client µs/event", "reference (infra doc)"):
+        for c in ("mode", "events", "events/s", "nats-server µs/event", "client µs/event", "other load",
+                  "reference (infra doc)"):
             rt.add_column(c, justify="right" if c != "mode" else "left")
         a, p = raw["eventlog_append_actors"], raw["publish_async_w256"]
         rt.add_row(f"EventLog.append, {raw['actors']} OCC actors", f"{a['events']:,}", f"{a['events_per_s']:,}",
-                   str(a["nats_cpu_us_per_event"]), str(a["client_cpu_us_per_event"]), "15.8k (asyncio) / 19.9k (uvloop)")
+                   str(a["nats_cpu_us_per_event"]), str(a["client_cpu_us_per_event"]), str(a["other_load_cores"]),
+                   "15.8k (asyncio) / 19.9k (uvloop)")
         b = raw["eventlog_append_batch3_actors"]
         rt.add_row(f"EventLog.append 3-event atomic batch, {raw['actors']} actors",
                    f"{b['decisions']:,} × 3", f"{b['events_per_s']:,} ({b['decisions_per_s']:,} batches/s)",
                    f"{b['nats_cpu_us_per_decision'] / 3:.1f}", f"{b['client_cpu_us_per_decision'] / 3:.1f}",
-                   "17.1k (100-msg batches)")
+                   str(b["other_load_cores"]), "17.1k (100-msg batches)")
         rt.add_row("js.publish_async window 256", f"{p['events']:,}", f"{p['events_per_s']:,}",
-                   str(p["nats_cpu_us_per_event"]), str(p["client_cpu_us_per_event"]), "28.3k (asyncio)")
+                   str(p["nats_cpu_us_per_event"]), str(p["client_cpu_us_per_event"]), str(p["other_load_cores"]),
+                   "28.3k (asyncio)")
         console.print(rt)
 
     vt = Table(title=f"Targets vs peer ({PEER['name']}: ~50 runs/s at 50 threads, ~1 s p50, 17–20 ms CPU/run)")

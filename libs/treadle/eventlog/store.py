@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ..domain.events import Envelope, Payload
 from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
+from .errors import Conflict
 from .log import EventLog
 from ..runtime.metrics import EVENTS_APPENDED
 
@@ -23,6 +24,7 @@ class ThreadStore:
         self._worker = worker
         self._capacity = capacity
         self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
+        self._stale: set[tuple[str, str]] = set()  # fenced by a conflict: read the tail before deciding
 
     def cached(self, tenant: str, thread: str) -> ThreadState | None:
         return self._states.get((tenant, thread))
@@ -31,7 +33,7 @@ class ThreadStore:
         """The thread's state, refreshed from the log when the cache is behind ``at_least``."""
         key = (tenant, thread)
         state = self._states.get(key)
-        if state is None or state.seq < at_least or state.seq == 0:
+        if state is None or state.seq < at_least or state.seq == 0 or key in self._stale:
             return await self.refresh(tenant, thread)
         self._states.move_to_end(key)
         return state
@@ -41,11 +43,13 @@ class ThreadStore:
         state = self._states.get(key) or ThreadState()
         for e in await self.log.read(tenant, thread, after=state.seq):
             evolve(state, e)
+        self._stale.discard(key)
         self._remember(key, state)
         return state
 
     def forget(self, tenant: str, thread: str) -> None:
         self._states.pop((tenant, thread), None)
+        self._stale.discard((tenant, thread))
 
     def _remember(self, key: tuple[str, str], state: ThreadState) -> None:
         self._states[key] = state
@@ -56,8 +60,9 @@ class ThreadStore:
     async def append(self, tenant: str, thread: str, state: ThreadState, payloads: Sequence[Payload], *,
                      ids: IdFactory, at: datetime, command_id: str, actor: str, causation_id: str | None = None,
                      correlation_id: str | None = None) -> int:
-        """Append a decision's events on top of ``state`` and fold them in. Raises the log's errors; on any
-        error the cached state is dropped so the next load rereads the log."""
+        """Append a decision's events on top of ``state`` and fold them in. Raises the log's errors. After a
+        conflict the cached state is still a correct prefix of the log, so the next load reads only the tail;
+        after anything else (the append may have half-happened in memory) the cache is dropped."""
         envelopes = [
             Envelope(id=ids.next("evt"), type=p.TYPE, tenant=tenant, thread=thread, at=at, command_id=command_id,
                      causation_id=causation_id, correlation_id=correlation_id, actor=actor, data=p)
@@ -65,6 +70,9 @@ class ThreadStore:
         ]
         try:
             last = await self.log.append(tenant, thread, state.seq, envelopes)
+        except Conflict:
+            self._stale.add((tenant, thread))
+            raise
         except Exception:
             self.forget(tenant, thread)
             raise

@@ -29,6 +29,18 @@ Handle = Callable[[Msg], Awaitable[None]]
 KeyOf = Callable[[Msg], str]
 
 
+async def fetch_ready(sub, batch: int, wait: float = 1.0) -> list[Msg]:
+    """Wait up to ``wait`` for one message, then take whatever else is already pending, without lingering.
+    (A lingering pull for a whole batch holds the first message until the batch fills or expires.)"""
+    msgs = await sub.fetch(1, timeout=wait)
+    if batch > 1 and msgs and msgs[-1].metadata.num_pending:
+        try:
+            msgs += await sub.fetch(batch - 1, timeout=wait)  # no-wait first: returns what is there now
+        except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+            pass
+    return msgs
+
+
 def thread_key(msg: Msg) -> str:
     """``treadle.<kind>.<tenant>.<thread>…`` → ``<tenant>.<thread>``."""
     parts = msg.subject.split(".", 4)
@@ -74,7 +86,7 @@ class PullConsumer:
     async def _loop(self) -> None:
         while not self._stopping:
             try:
-                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+                msgs = await fetch_ready(self._sub, self._batch)
             except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
                 continue
             except asyncio.CancelledError:

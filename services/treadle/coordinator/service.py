@@ -103,6 +103,9 @@ class Coordinator:
     async def _on_run_ended(self, msg: Msg) -> None:
         """L3.6: when a run ends, the next queued run of its thread starts."""
         tenant, thread, _ = subjects.parse_event_subject(msg.subject)
+        cached = self._store.cached(tenant, thread)
+        if cached is not None and not cached.queue and cached.thread is not None:
+            return  # only this coordinator queues runs on its threads: an empty cached queue is the truth
         seq = msg.metadata.sequence.stream
         state = await self._store.load(tenant, thread, at_least=seq)
         events = dispatch_next(state)

@@ -16,6 +16,13 @@ KEEPALIVE = 15.0
 BACKLOG = 10_000
 
 
+def _frame(kind: str, msg) -> bytes:
+    if kind == "live":
+        return b"event: live.delta\ndata: %s\n\n" % msg.data
+    seq = msg.metadata.sequence.stream
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, msg.subject.split(".", 4)[4].encode(), msg.data)
+
+
 async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:
     queue: asyncio.Queue = asyncio.Queue(BACKLOG)
     overflow = asyncio.Event()
@@ -37,17 +44,19 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
     try:
         yield b": connected\n\n"
         while not overflow.is_set():
-            try:
-                kind, msg = await asyncio.wait_for(queue.get(), KEEPALIVE)
-            except asyncio.TimeoutError:
-                yield b": keepalive\n\n"
-                continue
-            if kind == "evt":
-                seq = msg.metadata.sequence.stream
-                event_type = msg.subject.split(".", 4)[4]
-                yield b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event_type.encode(), msg.data)
+            if queue.empty():
+                try:
+                    item = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                except asyncio.TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
             else:
-                yield b"event: live.delta\ndata: %s\n\n" % msg.data
+                item = queue.get_nowait()
+            # Send everything already queued as one chunk: one write per burst, not per event.
+            chunk = [_frame(*item)]
+            while not queue.empty() and len(chunk) < 256:
+                chunk.append(_frame(*queue.get_nowait()))
+            yield b"".join(chunk)
     finally:
         for sub in (live, durable):
             with contextlib.suppress(Exception):  # the connection may already be draining at shutdown

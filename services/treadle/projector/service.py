@@ -23,6 +23,7 @@ from treadle.eventlog import subjects
 from treadle.eventlog.log import EventLog
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore
+from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings
 
@@ -67,7 +68,7 @@ class Projector:
         while not self._stopping:
             try:
                 await self._ensure_epoch()
-                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+                msgs = await fetch_ready(self._sub, self._batch)
             except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
                 continue
             except Exception as exc:
