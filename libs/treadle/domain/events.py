@@ -267,7 +267,7 @@ class CheckpointCaptured(Payload, kw_only=True):
 # --- envelope -------------------------------------------------------------------------------------
 
 
-class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
+class _Header(msgspec.Struct, kw_only=True, omit_defaults=True):
     id: str
     type: str
     tenant: str
@@ -279,21 +279,13 @@ class Envelope(msgspec.Struct, kw_only=True, omit_defaults=True):
     actor: str
     schema_version: int = SCHEMA_VERSION
     seq: int | None = None
+
+
+class Envelope(_Header, kw_only=True):
     data: Any
 
 
-class _RawEnvelope(msgspec.Struct, kw_only=True):
-    id: str
-    type: str
-    tenant: str
-    thread: str
-    at: datetime
-    command_id: str
-    causation_id: str | None = None
-    correlation_id: str | None = None
-    actor: str
-    schema_version: int = SCHEMA_VERSION
-    seq: int | None = None
+class _RawEnvelope(_Header, kw_only=True):
     data: msgspec.Raw
 
 
@@ -316,19 +308,7 @@ def decode_event(data: bytes, seq: int | None = None) -> Envelope:
     raw = _raw_decoder.decode(data)
     decoder = _payload_decoders.get(raw.type)
     payload = decoder.decode(raw.data) if decoder else UnknownEvent(raw=msgspec.json.decode(raw.data))
-    return Envelope(
-        id=raw.id,
-        type=raw.type,
-        tenant=raw.tenant,
-        thread=raw.thread,
-        at=raw.at,
-        command_id=raw.command_id,
-        causation_id=raw.causation_id,
-        correlation_id=raw.correlation_id,
-        actor=raw.actor,
-        schema_version=raw.schema_version,
-        seq=seq if seq is not None else raw.seq,
-        data=payload,
-    )
-
-
+    return Envelope(id=raw.id, type=raw.type, tenant=raw.tenant, thread=raw.thread, at=raw.at,
+                    command_id=raw.command_id, causation_id=raw.causation_id, correlation_id=raw.correlation_id,
+                    actor=raw.actor, schema_version=raw.schema_version, seq=seq if seq is not None else raw.seq,
+                    data=payload)
