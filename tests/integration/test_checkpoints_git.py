@@ -348,3 +348,17 @@ async def test_concurrent_captures_on_one_workspace_are_serialised(workspaces: W
     assert all(len(c.files) == 20 for c in got)
     refs = git(ws, "for-each-ref", "--format=%(refname)", f"refs/treadle/checkpoints/{THREAD}/root")
     assert len(refs.split()) == 17
+
+
+async def test_unchanged_captures_stay_correct_after_the_user_packs_refs(workspaces: Workspaces, root: Path):
+    """The in-process ref write steps aside for git when refs are packed (e.g. after `git gc`)."""
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    ws = root / TENANT / "proj"
+    (ws / "a.txt").write_text("same\n")
+    await workspaces.capture(capture(0, None))
+    first = await workspaces.capture(capture(1, 0))
+    git(ws, "pack-refs", "--all")
+    second = await workspaces.capture(capture(2, 1))
+    assert second.unchanged and git(ws, "rev-parse", second.ref).strip() == first.commit
+    assert git(ws, "for-each-ref", "--format=%(refname)", "refs/treadle").split() == [
+        f"refs/treadle/checkpoints/{THREAD}/root/{n}" for n in range(3)]

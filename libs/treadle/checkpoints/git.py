@@ -158,9 +158,14 @@ class Workspaces:
             prev = repo.tips.get(prev_ref) if prev_ref else None
             tree = await self._tree(repo, prev)
             if prev is not None and tree == prev.tree:
-                # Unchanged: the new ordinal shares the previous commit; nothing to diff.
+                # Unchanged: the new ordinal shares the previous commit; nothing to diff. Most runs change
+                # nothing, so the ref is written in-process when that is safe (no git process at all).
                 commit, files = prev.commit, []
-                ok, failure = await self._create_ref(repo, ref, commit, prev_ref, prev)
+                written = await asyncio.to_thread(_create_loose_ref, repo, ref, commit, prev_ref, prev)
+                if written is None:
+                    ok, failure = await self._create_ref(repo, ref, commit, prev_ref, prev)
+                else:
+                    ok, failure = written, b"a ref moved under the capture"
             else:
                 commit = await self._commit(repo, req, tree, prev)
                 (ok, failure), files = await asyncio.gather(
@@ -444,6 +449,42 @@ def _user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
 
 class _TooLarge(Exception):
     pass
+
+
+def _create_loose_ref(repo: _Repo, ref: str, commit: str, prev_ref: str | None, prev: _Tip | None) -> bool | None:
+    """Create ``ref`` as a loose ref the way git's files backend does: take ``<ref>.lock``, check under it
+    that the ref is new and the previous checkpoint still points where we think, then rename. Returns None
+    when only git can decide (reftable storage, packed refs), False when a ref moved, True when created."""
+    refs_dir = _common_dir(repo.gitdir) or repo.gitdir
+    try:
+        if b"refstorage" in (refs_dir / "config").read_bytes().lower() or (refs_dir / "packed-refs").exists():
+            return None
+    except OSError:
+        return None
+    target = refs_dir / ref
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lock = target.with_name(target.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # git (or another capture) is updating this ref
+        return False
+    try:
+        try:
+            moved = target.exists() or bool(prev_ref and prev and (refs_dir / prev_ref).read_text().strip() != prev.commit)
+        except FileNotFoundError:
+            return None
+        if moved:
+            return False
+        os.write(fd, commit.encode() + b"\n")
+        os.close(fd)
+        fd = -1
+        os.rename(lock, target)
+        return True
+    finally:
+        if fd != -1:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
 
 
 def _common_dir(gitdir: Path) -> Path | None:
