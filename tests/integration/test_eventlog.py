@@ -10,7 +10,7 @@ import pytest
 
 from treadle.coordinator.service import Coordinator
 from treadle.domain import events as ev
-from treadle.domain.commands import Accepted, Command, CreateThread, Reply, SendMessage, thread_id_for
+from treadle.domain.commands import Accepted, Command, CreateThread, Reply, SendMessage
 from treadle.domain.thread import fold
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Rejected

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.domain.commands import Command, CreateThread, Ctx, Rejected, reaction_ctx, thread_id_for
-from treadle.domain.decide import decide, dispatch_next, normalise_workspace
+from treadle.domain.decide import decide, dispatch_next
 from treadle.domain.errors import DomainError
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
