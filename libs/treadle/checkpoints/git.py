@@ -7,18 +7,16 @@ A workspace that is not a git repository gets a shadow git dir, `<shadow_root>/<
 
 Captures are on the run hot path, so git is spawned as rarely as possible: refs read or created
 here are remembered (update-ref verifies that guess atomically), and an unchanged workspace is
-recognised from a stat fingerprint without running `add -A`/`write-tree` (see `_fingerprint`).
+recognised from a stat fingerprint without running `add -A`/`write-tree` (see fingerprint.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import re
 import shutil
-import stat
 import subprocess
 import time
 import uuid
@@ -27,16 +25,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from treadle.checkpoints.diffs import parse_diff
+from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, FileStat, WorkspaceReady
+from treadle.checkpoints.refs import checkpoint_ref, create_loose_ref
+from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
 from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
 
 _STATUS = re.compile(r"[a-z_]{1,32}")
 _MAX_SCOPE_DEPTH = 8
-_REF_PREFIX = "refs/treadle/checkpoints"
-_TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
-_FINGERPRINT_LIMIT = 4000  # entries; beyond this `add -A` (C, ignores skipped) beats a Python walk
 
 # Quiet, fast and safe against a workspace-controlled .git/config: no hooks (update-ref runs the
 # reference-transaction hook), no fsmonitor command, no signing prompt, no auto gc, no EOL rewriting
@@ -47,44 +46,12 @@ _GIT_CONFIG = (
     "-c", "maintenance.auto=false", "-c", "advice.addEmbeddedRepo=false",
 )  # fmt: skip
 
-_CHANGES = {b"A": "added", b"D": "deleted", b"R": "renamed", b"C": "added"}
-
-
-@dataclass(frozen=True, slots=True)
-class _Tip:
-    commit: str
-    tree: str
-
-
-@dataclass(slots=True)
-class _Repo:
-    """One git dir serving one worktree: the user's own, or a Treadle shadow dir."""
-
-    worktree: Path
-    gitdir: Path
-    shadow: bool
-    env: dict[str, str]
-    config_files: tuple[bytes, ...]  # git config/ignore/attributes files that shape `add -A`
-    fingerprintable: bool
-    tips: dict[str, _Tip] = field(default_factory=dict)
-    snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
-
-    @property
-    def index(self) -> Path:
-        return self.gitdir / "treadle" / "index"
-
-    def remember(self, ref: str, tip: _Tip) -> None:
-        self.tips.pop(ref, None)
-        self.tips[ref] = tip
-        while len(self.tips) > _TIPS_KEPT:
-            del self.tips[next(iter(self.tips))]
-
 
 @dataclass(slots=True)
 class _Workspace:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
-    repos: dict[Path, _Repo] = field(default_factory=dict)
+    repos: dict[Path, Repo] = field(default_factory=dict)
 
 
 class Workspaces:
@@ -133,10 +100,10 @@ class Workspaces:
     async def capture(self, req: Capture) -> Captured:
         _check_capture(req)
         path, tenant_root = self._resolve(req.tenant, req.workspace)
-        ref = _ref(req.thread, req.scope, req.ordinal)
+        ref = checkpoint_ref(req.thread, req.scope, req.ordinal)
         prev_ref = None
         if req.previous_ordinal is not None:
-            prev_ref = _ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
+            prev_ref = checkpoint_ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
         async with self._locked(path) as ws:
             if not path.is_dir():
                 raise CheckpointError("workspace_missing", f"workspace {req.workspace!r} does not exist")
@@ -145,7 +112,7 @@ class Workspaces:
 
     # -- capture -------------------------------------------------------------------------------
 
-    async def _capture(self, repo: _Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
+    async def _capture(self, repo: Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
         failure = b""
         for attempt in range(2):
             # Warm: this process created/read the previous ref and not this one, so skip the
@@ -161,7 +128,7 @@ class Workspaces:
                 # Unchanged: the new ordinal shares the previous commit; nothing to diff. Most runs change
                 # nothing, so the ref is written in-process when that is safe (no git process at all).
                 commit, files = prev.commit, []
-                written = await asyncio.to_thread(_create_loose_ref, repo, ref, commit, prev_ref, prev)
+                written = await asyncio.to_thread(create_loose_ref, repo, ref, commit, prev_ref, prev)
                 if written is None:
                     ok, failure = await self._create_ref(repo, ref, commit, prev_ref, prev)
                 else:
@@ -173,26 +140,26 @@ class Workspaces:
                     self._diff(repo, prev.tree, tree) if prev else _no_files(),
                 )
             if ok:
-                repo.remember(ref, _Tip(commit, tree))
-                return _captured(req, ref, _Tip(commit, tree), prev, files)
+                repo.remember(ref, Tip(commit, tree))
+                return _captured(req, ref, Tip(commit, tree), prev, files)
             # Another writer moved one of the refs since we looked: read them again, retry once.
         raise CheckpointError("git_error", f"cannot create {ref}: {_tail(failure)}")
 
-    async def _existing(self, repo: _Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
+    async def _existing(self, repo: Repo, req: Capture, ref: str, prev_ref: str | None) -> Captured:
         """Idempotent replay: the ref is the checkpoint; only the stats are recomputed."""
         tip = repo.tips[ref]
         prev = repo.tips.get(prev_ref) if prev_ref else None
         files = await self._diff(repo, prev.tree, tip.tree) if prev and prev.tree != tip.tree else []
         return _captured(req, ref, tip, prev, files)
 
-    async def _tree(self, repo: _Repo, prev: _Tip | None) -> str:
+    async def _tree(self, repo: Repo, prev: Tip | None) -> str:
         # The fingerprint is taken *before* `add -A`: a file changing in between then differs
         # from the fingerprint next time, so the fast path can only ever be too cautious.
         fp = None
         if repo.fingerprintable:
             try:
-                fp = await asyncio.to_thread(_fingerprint, repo)
-            except _TooLarge:  # walking it every time would cost more than `add -A` saves
+                fp = await asyncio.to_thread(fingerprint, repo)
+            except TooLarge:  # walking it every time would cost more than `add -A` saves
                 repo.fingerprintable = False
         if fp is not None and prev is not None and repo.snapshot == (fp, prev.tree):
             return prev.tree
@@ -206,13 +173,13 @@ class Workspaces:
         repo.snapshot = (fp, tree) if fp is not None else None
         return tree
 
-    async def _commit(self, repo: _Repo, req: Capture, tree: str, prev: _Tip | None) -> str:
+    async def _commit(self, repo: Repo, req: Capture, tree: str, prev: Tip | None) -> str:
         parent = ("-p", prev.commit) if prev else ()
         message = f"treadle checkpoint {req.thread} {req.scope} #{req.ordinal} ({req.status})"
         return (await self._git(repo, "commit-tree", tree, *parent, "-m", message)).decode().strip()
 
     async def _create_ref(
-        self, repo: _Repo, ref: str, commit: str, prev_ref: str | None, prev: _Tip | None
+        self, repo: Repo, ref: str, commit: str, prev_ref: str | None, prev: Tip | None
     ) -> tuple[bool, bytes]:
         # One transaction: create fails if the ordinal already exists (another replica got there
         # first), verify fails if the previous checkpoint moved under us (rollback, restore).
@@ -222,7 +189,7 @@ class Workspaces:
         rc, _, err = await self._run(repo.env, repo.worktree, "update-ref", "--stdin", "-z", input=script)
         return rc == 0, err
 
-    async def _load_tips(self, repo: _Repo, *refs: str | None) -> None:
+    async def _load_tips(self, repo: Repo, *refs: str | None) -> None:
         wanted = [r for r in refs if r]
         out = await self._git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(tree)", *wanted)
         for r in wanted:
@@ -230,11 +197,11 @@ class Workspaces:
         for line in out.decode().splitlines():
             name, commit, tree = line.split("\0")
             if name in wanted:  # patterns also match refs *under* a name
-                repo.remember(name, _Tip(commit, tree))
+                repo.remember(name, Tip(commit, tree))
 
-    async def _diff(self, repo: _Repo, old: str, new: str) -> list[FileStat]:
+    async def _diff(self, repo: Repo, old: str, new: str) -> list[FileStat]:
         out = await self._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new)
-        return _parse_diff(out)
+        return parse_diff(out)
 
     # -- workspaces and git dirs ---------------------------------------------------------------
 
@@ -260,13 +227,13 @@ class Workspaces:
             shutil.rmtree(path, ignore_errors=True)
             raise
 
-    async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> _Repo:
+    async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> Repo:
         shadow = self._shadow_root / tenant / f"{thread}.git"
         # A thread that started in a shadow dir stays there even if the agent runs `git init`,
         # or its earlier checkpoints would vanish from view.
         if shadow.is_dir():
             gitdir, is_shadow = shadow, True
-        elif (user := _user_gitdir(path, tenant_root)) is not None:
+        elif (user := user_gitdir(path, tenant_root)) is not None:
             gitdir, is_shadow = user, False
         else:
             await self._init_shadow(shadow)
@@ -276,7 +243,7 @@ class Workspaces:
             repo = ws.repos[gitdir] = self._repo(path, gitdir, is_shadow)
         return repo
 
-    def _repo(self, worktree: Path, gitdir: Path, shadow: bool) -> _Repo:
+    def _repo(self, worktree: Path, gitdir: Path, shadow: bool) -> Repo:
         (gitdir / "treadle").mkdir(exist_ok=True)
         env = dict(self._base_env)
         env.update(
@@ -284,13 +251,13 @@ class Workspaces:
             GIT_AUTHOR_NAME="Treadle", GIT_AUTHOR_EMAIL="treadle@localhost", GIT_AUTHOR_DATE="@0 +0000",
             GIT_COMMITTER_NAME="Treadle", GIT_COMMITTER_EMAIL="treadle@localhost", GIT_COMMITTER_DATE="@0 +0000",
         )  # fmt: skip
-        dirs = [gitdir, *filter(None, [_common_dir(gitdir)])]
+        dirs = [gitdir, *filter(None, [common_dir(gitdir)])]
         names = ("config", "config.worktree", "info/exclude", "info/attributes")
         config_files = tuple(os.fsencode(d / n) for d in dirs for n in names)
         # The fingerprint's race check compares file times with a stamp in the git dir, which is
         # only meaningful when both live on one filesystem (one clock).
         same_fs = os.stat(gitdir).st_dev == os.stat(worktree).st_dev
-        return _Repo(worktree, gitdir, shadow, env, config_files, fingerprintable=same_fs)
+        return Repo(worktree, gitdir, shadow, env, config_files, fingerprintable=same_fs)
 
     async def _init_shadow(self, shadow: Path) -> None:
         shadow.parent.mkdir(parents=True, exist_ok=True)
@@ -328,7 +295,7 @@ class Workspaces:
 
     # -- running git ---------------------------------------------------------------------------
 
-    async def _git(self, repo: _Repo, *args: str) -> bytes:
+    async def _git(self, repo: Repo, *args: str) -> bytes:
         rc, out, err = await self._run(repo.env, repo.worktree, *args)
         if rc != 0:
             raise CheckpointError("git_error", f"git {args[0]} failed: {_tail(err)}")
@@ -422,180 +389,11 @@ def _check_capture(req: Capture) -> None:
         raise CheckpointError("bad_request", "a checkpoint cannot be its own previous checkpoint")
 
 
-def _ref(thread: str, scope: str, ordinal: int) -> str:
-    return f"{_REF_PREFIX}/{thread}/{scope}/{ordinal}"
-
-
-def _user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
-    """The workspace's own git dir, if it has one (`.git` dir, or `.git` file of a linked worktree).
-
-    The workspace is agent-controlled: a `.git` (or its `commondir`) pointing outside the tenant
-    root would make us write refs into, and diff trees of, someone else's repository.
-    """
-    dotgit = worktree / ".git"
-    if dotgit.is_file():
-        line = dotgit.read_text(errors="replace").strip()
-        if not line.startswith("gitdir:"):
-            return None
-        gitdir = (worktree / line.removeprefix("gitdir:").strip()).resolve()
-    elif dotgit.is_dir():
-        gitdir = dotgit.resolve()
-    else:
-        return None
-    if not gitdir.is_relative_to(tenant_root) or not (_common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
-        raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
-    return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _create_loose_ref(repo: _Repo, ref: str, commit: str, prev_ref: str | None, prev: _Tip | None) -> bool | None:
-    """Create ``ref`` as a loose ref the way git's files backend does: take ``<ref>.lock``, check under it
-    that the ref is new and the previous checkpoint still points where we think, then rename. Returns None
-    when only git can decide (reftable storage, packed refs), False when a ref moved, True when created."""
-    refs_dir = _common_dir(repo.gitdir) or repo.gitdir
-    try:
-        if b"refstorage" in (refs_dir / "config").read_bytes().lower() or (refs_dir / "packed-refs").exists():
-            return None
-    except OSError:
-        return None
-    target = refs_dir / ref
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lock = target.with_name(target.name + ".lock")
-    try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:  # git (or another capture) is updating this ref
-        return False
-    try:
-        try:
-            moved = target.exists() or bool(prev_ref and prev and (refs_dir / prev_ref).read_text().strip() != prev.commit)
-        except FileNotFoundError:
-            return None
-        if moved:
-            return False
-        os.write(fd, commit.encode() + b"\n")
-        os.close(fd)
-        fd = -1
-        os.rename(lock, target)
-        return True
-    finally:
-        if fd != -1:
-            os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock)
-
-
-def _common_dir(gitdir: Path) -> Path | None:
-    """Where a linked worktree's git dir keeps the shared config, objects and refs."""
-    pointer = gitdir / "commondir"
-    if not pointer.is_file():
-        return None
-    return (gitdir / pointer.read_text(errors="replace").strip()).resolve()
-
-
-def _fingerprint(repo: _Repo) -> bytes | None:
-    """A digest of the stat data of every worktree file, or None when it cannot be trusted.
-
-    Same fingerprint => same `add -A` tree, because:
-    - it covers more than `add -A` reads: every non-directory entry below the worktree but its
-      own `.git` (ignored files and nested repositories included) and the git files that change
-      ignore, attribute and config rules;
-    - content changes always move ctime, which user space cannot set back, and a change after
-      the stamp below gets ctime >= stamp while every fingerprinted entry has ctime < stamp
-      (entries touched at or after the stamp are "racy", as in git's own index, and give None);
-    - the stamp and the files share one filesystem, hence one clock (checked per entry).
-    Not covered: the service's own global git config/excludes, and wall-clock steps backwards.
-    """
-    stamp = os.fsencode(repo.gitdir / "treadle" / "stamp")
-    top = os.fsencode(repo.worktree)
-    try:
-        with open(stamp, "wb") as f:
-            f.write(b"\n")
-            st = os.fstat(f.fileno())
-        fence, dev = st.st_mtime_ns, st.st_dev
-        lines: list[bytes] = []
-        for path in repo.config_files:
-            try:
-                s = os.stat(path)
-            except FileNotFoundError:
-                lines.append(path)
-                continue
-            if s.st_ctime_ns >= fence:
-                return None
-            lines.append(b"%s\0%d\0%d\0%d" % (path, s.st_size, s.st_mtime_ns, s.st_ctime_ns))
-        stack = [top]
-        while stack:
-            d = stack.pop()
-            with os.scandir(d) as it:
-                for e in it:
-                    if d == top and e.name == b".git":
-                        continue
-                    s = e.stat(follow_symlinks=False)
-                    if s.st_dev != dev:
-                        return None
-                    if stat.S_ISDIR(s.st_mode):  # git tracks no directories, only their files
-                        stack.append(e.path)
-                        continue
-                    if s.st_mtime_ns >= fence or s.st_ctime_ns >= fence:
-                        return None
-                    lines.append(b"%s\0%d\0%d\0%d\0%d\0%d" % (
-                        e.path, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_ino, s.st_mode))  # fmt: skip
-                    if len(lines) > _FINGERPRINT_LIMIT:
-                        raise _TooLarge
-    except OSError:  # vanished or unreadable entries: let git decide
-        return None
-    lines.sort()
-    return hashlib.blake2b(b"\n".join(lines), digest_size=20).digest()
-
-
-def _parse_diff(out: bytes) -> list[FileStat]:
-    """`diff-tree -z --raw --numstat`: all raw records, then all numstat records, same order."""
-    tokens = out.split(b"\0")
-    i, raw = 0, []
-    while i < len(tokens) and tokens[i].startswith(b":"):
-        kind = tokens[i].rsplit(b" ", 1)[1][:1]
-        if kind in (b"R", b"C"):
-            raw.append((kind, tokens[i + 1], tokens[i + 2]))
-            i += 3
-        else:
-            raw.append((kind, None, tokens[i + 1]))
-            i += 2
-    counts: dict[bytes, tuple[int, int]] = {}
-    while i < len(tokens) and tokens[i]:
-        added, removed, path = tokens[i].split(b"\t", 2)
-        if path:
-            i += 1
-        else:  # rename: source and destination follow as their own fields
-            path = tokens[i + 2]
-            i += 3
-        counts[path] = (_count(added), _count(removed))
-    return [
-        FileStat(
-            path=_text(new),
-            change=_CHANGES.get(kind, "modified"),  # M, and T (type change)
-            added=counts.get(new, (0, 0))[0],
-            removed=counts.get(new, (0, 0))[1],
-            old_path=_text(old) if old is not None else None,
-        )
-        for kind, old, new in raw
-    ]
-
-
-def _count(field: bytes) -> int:
-    return 0 if field == b"-" else int(field)  # "-": binary
-
-
-def _text(path: bytes) -> str:
-    return path.decode("utf-8", "replace")
-
-
 def _tail(err: bytes) -> str:
     return err.decode("utf-8", "replace").strip()[-500:] or "no output"
 
 
-def _captured(req: Capture, ref: str, tip: _Tip, prev: _Tip | None, files: list[FileStat]) -> Captured:
+def _captured(req: Capture, ref: str, tip: Tip, prev: Tip | None, files: list[FileStat]) -> Captured:
     # The reply echoes the request's status: a replay may carry a better-known terminal status,
     # and the caller's event, not the commit message, is the record of it.
     return Captured(

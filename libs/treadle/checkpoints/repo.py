@@ -1,0 +1,69 @@
+"""The git dir a capture writes to: the workspace's own, or a Treadle shadow dir, and what is remembered about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from treadle.checkpoints.protocol import CheckpointError
+
+_TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
+
+
+@dataclass(frozen=True, slots=True)
+class Tip:
+    commit: str
+    tree: str
+
+
+@dataclass(slots=True)
+class Repo:
+    """One git dir serving one worktree: the user's own, or a Treadle shadow dir."""
+
+    worktree: Path
+    gitdir: Path
+    shadow: bool
+    env: dict[str, str]
+    config_files: tuple[bytes, ...]  # git config/ignore/attributes files that shape `add -A`
+    fingerprintable: bool
+    tips: dict[str, Tip] = field(default_factory=dict)
+    snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
+
+    @property
+    def index(self) -> Path:
+        return self.gitdir / "treadle" / "index"
+
+    def remember(self, ref: str, tip: Tip) -> None:
+        self.tips.pop(ref, None)
+        self.tips[ref] = tip
+        while len(self.tips) > _TIPS_KEPT:
+            del self.tips[next(iter(self.tips))]
+
+
+def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
+    """The workspace's own git dir, if it has one (`.git` dir, or `.git` file of a linked worktree).
+
+    The workspace is agent-controlled: a `.git` (or its `commondir`) pointing outside the tenant
+    root would make us write refs into, and diff trees of, someone else's repository.
+    """
+    dotgit = worktree / ".git"
+    if dotgit.is_file():
+        line = dotgit.read_text(errors="replace").strip()
+        if not line.startswith("gitdir:"):
+            return None
+        gitdir = (worktree / line.removeprefix("gitdir:").strip()).resolve()
+    elif dotgit.is_dir():
+        gitdir = dotgit.resolve()
+    else:
+        return None
+    if not gitdir.is_relative_to(tenant_root) or not (common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
+        raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
+    return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
+
+
+def common_dir(gitdir: Path) -> Path | None:
+    """Where a linked worktree's git dir keeps the shared config, objects and refs."""
+    pointer = gitdir / "commondir"
+    if not pointer.is_file():
+        return None
+    return (gitdir / pointer.read_text(errors="replace").strip()).resolve()

@@ -1,0 +1,58 @@
+"""Operator commands: they talk to NATS and Redis directly, not to the API."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.markup import escape
+
+from .config import connect_nats, nats_url, setting
+from .errors import UsageError
+from .render import console, stderr
+
+
+async def cmd_tokens_create(args: argparse.Namespace) -> int:
+    from nats.js.errors import BucketNotFoundError
+
+    from treadle.runtime.tokens import TokenStore
+
+    url = nats_url(args)
+    async with connect_nats(url) as nc:
+        try:
+            token = await TokenStore(nc.jetstream()).create(args.tenant, args.user, args.role)
+        except BucketNotFoundError:
+            raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    stderr.print(f"[green]✓[/] token for {escape(args.tenant)}/{escape(args.user)} ({escape(args.role)}):")
+    print(token)  # alone on stdout, so TOKEN=$(treadle tokens create …) works
+    return 0
+
+
+async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    from treadle.projections.rebuild import rebuild
+    from treadle.projections.store import ProjectionStore
+
+    redis_url = setting(args.redis_url, "TREADLE_REDIS_URL", args, "redis-url")
+    if not redis_url:
+        raise UsageError("no Redis URL: pass --redis-url, set TREADLE_REDIS_URL, or run `treadle up`")
+    redis = Redis.from_url(redis_url)
+    try:
+        async with connect_nats(nats_url(args)) as nc:
+            with console.status("replaying TREADLE_EVENTS…"):
+                count = await rebuild(nc, ProjectionStore(redis))
+    except RedisError as exc:
+        raise UsageError(f"Redis at {redis_url}: {exc}") from None
+    finally:
+        await redis.aclose()
+    console.print(f"[green]✓[/] rebuilt {count} thread projection{'s' if count != 1 else ''}")
+    return 0
+
+
+async def cmd_schemas(args: argparse.Namespace) -> int:
+    from . import schemas
+
+    return schemas.main(["--check"] if args.check else [])

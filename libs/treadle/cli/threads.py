@@ -1,0 +1,161 @@
+"""The API commands: create, list and show threads, send them messages, watch their events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..client.http import ApiError, follow
+from .config import api_client
+from .errors import UsageError
+from .live import Tail, stream_run
+from .render import TODO_MARK, console, files_text, print_run, short, status_text, took, when
+
+
+async def cmd_threads_create(args: argparse.Namespace) -> int:
+    async with api_client(args) as client:
+        created = await client.create_thread(title=args.title, provider=args.provider, model=args.model,
+                                             runtime_mode=args.runtime_mode, workspace=args.workspace)
+    console.print(Text.assemble(("✓ ", "green"), "created thread ", (created["thread_id"], "bold")))
+    return 0
+
+
+async def cmd_threads_list(args: argparse.Namespace) -> int:
+    async with api_client(args) as client:
+        threads = await client.list_threads(limit=args.limit)
+    if not threads:
+        console.print("[dim]no threads yet: `treadle threads create`[/]")
+        return 0
+    table = Table(box=None, header_style="bold dim", pad_edge=False)
+    table.add_column("thread", no_wrap=True)  # ids are for copying: never cut them
+    for col in ("title", "provider", "runs", "last run", "created"):
+        table.add_column(col)
+    for t in threads:
+        table.add_row(Text(t["id"], style="bold"), t.get("title") or "", t.get("provider", ""), str(t.get("runs", 0)),
+                      status_text(t.get("last_run_status")), when(t.get("created_at")))
+    console.print(table)
+    return 0
+
+
+async def cmd_threads_show(args: argparse.Namespace) -> int:
+    async with api_client(args) as client:
+        doc = await client.get_thread(args.thread)
+    t = doc["thread"]
+    console.print(Text.assemble((t["id"], "bold"), "  ", (t.get("title") or "(untitled)", "bold cyan")))
+    console.print(f"[dim]provider[/] {escape(t['provider'])}{' / ' + escape(t['model']) if t.get('model') else ''}"
+                  f"  [dim]mode[/] {t.get('runtime_mode')}  [dim]workspace[/] {escape(t['workspace'])}"
+                  f"  [dim]created[/] {when(t.get('created_at'))} by {escape(t.get('created_by', ''))}"
+                  f"  [dim]seq[/] {doc.get('seq')}")
+    ckpts = {c["id"]: c for c in doc.get("checkpoints", [])}
+    if doc.get("runs"):
+        table = Table(title="runs", title_justify="left", title_style="bold", box=None, header_style="dim")
+        for col in ("#", "run", "status", "attempts", "mode", "took", "ckpt"):
+            table.add_column(col, no_wrap=col == "run")
+        for r in doc["runs"]:
+            attempts = Text(", ").join(status_text(a["status"]) for a in r.get("attempts", []))
+            ckpt = ckpts.get(r.get("checkpoint_id") or "")
+            status = status_text(r["status"]) + Text(f" {r['error']}" if r.get("error") else "", "red")
+            table.add_row(str(r["ordinal"]), r["id"], status, attempts, r.get("mode", ""),
+                          took(r.get("started_at"), r.get("ended_at")),
+                          f"{ckpt['scope']}/{ckpt['ordinal']}" if ckpt else "-")
+        console.print(table)
+    if doc.get("messages"):
+        console.print("[bold]messages[/]")
+        for m in doc["messages"]:
+            style = {"user": "bold green", "assistant": "bold cyan"}.get(m["role"], "bold")
+            line = Text.assemble((f"  {m['role']:>9} › ", style), short(m.get("text", ""), 400))
+            if m.get("status") != "completed":
+                line.append(f" ({m.get('status')})", style="yellow")
+            console.print(line)
+    for plan in doc.get("plans", []):
+        console.print(f"[bold]{plan['kind'].replace('_', ' ')}[/] [dim]{plan['run_id']}[/]")
+        for todo in plan.get("items", []):
+            mark, style = TODO_MARK.get(todo.get("status", "pending"), ("☐", ""))
+            console.print(Text.assemble((f"  {mark} ", style), todo["text"]))
+        if plan.get("text"):
+            console.print("  " + escape(plan["text"]))
+    pending = [r for r in doc.get("requests", []) if r.get("status") == "pending"]
+    for r in pending:
+        console.print(Text.assemble(("? ", "yellow"), (r["kind"], "bold"), f" {r['id']} ", r.get("prompt", ""),
+                                    (" waiting for a response", "yellow")))
+    if ckpts:
+        console.print("[bold]checkpoints[/]")
+        for c in ckpts.values():
+            # Two lines each: the full ref is what `git diff` wants, and it does not fit in a table column.
+            changes = Text("unchanged", "dim") if c.get("unchanged") else files_text(c.get("files", []))
+            console.print(Text.assemble((f"  {c['scope']}/{c['ordinal']:<3} ", "bold"), (f"{c.get('kind', ''):<9}", ""),
+                                        status_text(c.get("status")), "  ", ((c.get("commit") or "-")[:12], "dim"), "  ",
+                                        changes))
+            if c.get("ref"):
+                console.print(Text(f"    {c['ref']}", style="dim"), soft_wrap=True)
+    if doc.get("activity"):
+        console.print("[bold]activity[/]")
+        for a in doc["activity"][-args.activity:]:
+            console.print(Text.assemble((f"  {when(a['at'])} ", "dim"), (f"{a['kind']:<22}", "cyan"),
+                                        short(a.get("summary", ""), 70)))
+    return 0
+
+
+def _load_script(path: str | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        raw = sys.stdin.read() if path == "-" else Path(path).read_text()
+        script = json.loads(raw)
+    except OSError as exc:
+        raise UsageError(f"cannot read script {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"script {path} is not JSON: {exc}") from None
+    if not isinstance(script, dict):
+        raise UsageError(f"script {path} must be a JSON object with \"steps\"")
+    return script
+
+
+async def cmd_send(args: argparse.Namespace) -> int:
+    script = _load_script(args.script)
+    async with api_client(args) as client:
+        def start() -> Awaitable[dict]:
+            return client.send(args.thread, args.text, mode=args.mode, provider=args.provider, script=script,
+                               idempotency_key=args.idempotency_key)
+
+        if not args.wait:
+            accepted = await start()
+            console.print(Text.assemble(("✓ ", "green"), "message ", (accepted["message_id"], "bold"), " → run ",
+                                        (accepted["run_id"], "bold"), f" ({accepted['disposition']})"))
+            return 0
+        doc = await client.get_thread(args.thread)
+        console.print(Text.assemble(("  you › ", "bold green"), args.text))
+        accepted, _ = await stream_run(client, args.thread, doc["seq"], start, args.timeout)
+        run = await client.wait_run(accepted["run_id"], timeout=args.timeout)
+    print_run(run)
+    if run["status"] != "completed":
+        raise UsageError(f"run {run['id']} {run['status']}" + (f": {run['error']}" if run.get("error") else ""))
+    return 0
+
+
+async def cmd_watch(args: argparse.Namespace) -> int:
+    async with api_client(args) as client:
+        await client.get_thread(args.thread)  # a clear 404 before streaming
+        console.print(f"[dim]watching {escape(args.thread)} · Ctrl-C to stop[/]")
+        tail = Tail()
+        lost = False
+
+        def retrying(error: ApiError | None) -> None:
+            nonlocal lost
+            if not lost:  # say it once per outage, not on every retry
+                tail.note(f"stream lost ({error.message if error else 'closed by the gateway'}); reconnecting…")
+            lost = True
+
+        async for event in follow(client, args.thread, args.after, live=True, on_retry=retrying):
+            if lost:
+                tail.note("reconnected")
+                lost = False
+            tail.add(event)
+    return 0
