@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from conftest import make_api
 from helpers import wait_for
-from treadle.projections.store import EPOCH_KEY
+from treadle.projections.store import EPOCH_KEY, ProjectionStore
 
 pytestmark = pytest.mark.e2e
 
@@ -122,15 +122,16 @@ async def test_flushing_redis_rebuilds_projections_that_equal_the_old_ones(api, 
     for thread in threads:
         await api.wait_run((await api.send(thread, "hi", script=SCRIPT))["run_id"])
     redis = Redis.from_url(stack.redis_url)
+    store = ProjectionStore(redis)
     try:
         async def settled():
-            docs = [await redis.hget(f"treadle:{{{api.tenant}}}:thread:{t}", "doc") for t in threads]
+            docs = [await store.doc(api.tenant, t) for t in threads]
             return docs if all(d and b'"status":"completed"' in d for d in docs) else None
         before = await wait_for(settled, what="projections written")
         listing = (await api.request("GET", "/v1/threads")).content
         await redis.flushall()
         await wait_for(lambda: redis.exists(EPOCH_KEY), timeout=30, what="projector rebuilt after the flush")
-        after = [await redis.hget(f"treadle:{{{api.tenant}}}:thread:{t}", "doc") for t in threads]
+        after = [await store.doc(api.tenant, t) for t in threads]
         assert after == before
         assert (await api.request("GET", "/v1/threads")).content == listing
     finally:

@@ -44,7 +44,7 @@ async def fold_all(nc: NATS, until_seq: int | None = None) -> dict[tuple[str, st
 
 async def rebuild(nc: NATS, store: ProjectionStore, chunk: int = 200) -> int:
     """Write every thread's projection; returns the number of threads written."""
-    folded = list((await fold_all(nc)).values())
+    folded = [(state, runs, None) for state, runs in (await fold_all(nc)).values()]
     for i in range(0, len(folded), chunk):
         await store.write(folded[i:i + chunk])
     return len(folded)

@@ -1,6 +1,6 @@
-"""Redis read models. Each thread's document is written together with the stream sequence it reflects,
-its tenant-list entry and its run index in one Lua call, and only if it is newer: a redelivered or
-replayed event can never move a projection backwards.
+"""Redis read models. Each thread's document (its changed parts, see ``document``) is written together
+with the stream sequence it reflects, its tenant-list entry and its run index in one Lua call, and only if
+it is newer: a redelivered or replayed event can never move a projection backwards.
 
 Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster slot.
 """
@@ -13,14 +13,23 @@ import msgspec
 from redis.asyncio import Redis
 
 from ..domain.thread import ThreadState
+from . import document
 
+# ARGV: seq, thread id, created (ms), summary, n, n run ids to index, then field/value pairs of the document.
 _WRITE = """
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'doc', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[3], ARGV[5])
-for i = 6, #ARGV do redis.call('HSET', KEYS[4], ARGV[i], ARGV[3]) end
+local n = tonumber(ARGV[5])
+for i = 6, 5 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
+local i = 6 + n
+while i <= #ARGV do
+  local j = math.min(i + 999, #ARGV)
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
+  i = j + 1
+end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 return 1
 """
 
@@ -55,7 +64,7 @@ def summary(state: ThreadState) -> ThreadSummary:
 
 
 def encode_state(state: ThreadState) -> bytes:
-    return _encoder.encode(state)
+    return document.encode(state)
 
 
 class ProjectionStore:
@@ -63,23 +72,25 @@ class ProjectionStore:
         self._redis = redis
         self._write = redis.register_script(_WRITE)
 
-    async def write(self, items: Iterable[tuple[ThreadState, Iterable[str]]]) -> None:
-        """Write each (state, run ids to index) in one pipeline; stale writes are dropped by the script."""
+    async def write(self, items: Iterable[tuple[ThreadState, list[str], document.Changes | None]]) -> None:
+        """Write each (state, new run ids to index, what changed — None: everything) in one pipeline; stale
+        writes are dropped by the script."""
         async with self._redis.pipeline(transaction=False) as pipe:
             n = 0
-            for state, run_ids in items:
+            for state, run_ids, changes in items:
                 if state.thread is None:
                     continue
                 t = state.thread
                 created = int(t.created_at.timestamp() * 1000)
-                args = [state.seq, encode_state(state), t.id, created, _encoder.encode(summary(state)), *run_ids]
+                args = [state.seq, t.id, created, _encoder.encode(summary(state)), len(run_ids), *run_ids,
+                        *document.fields(state, changes)]
                 await self._write(keys=_keys(t.tenant, t.id), args=args, client=pipe)
                 n += 1
             if n:
                 await pipe.execute()
 
     async def doc(self, tenant: str, thread: str) -> bytes | None:
-        return await self._redis.hget(_keys(tenant, thread)[0], "doc")
+        return document.assemble(await self._redis.hgetall(_keys(tenant, thread)[0]))
 
     async def state(self, tenant: str, thread: str) -> ThreadState | None:
         raw = await self.doc(tenant, thread)

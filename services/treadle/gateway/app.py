@@ -104,7 +104,7 @@ async def _thread_doc(request: Request, tenant: str, thread: str) -> bytes:
     folded = fold(await state.log.read(tenant, thread))
     if folded.thread is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
-    await state.projections.write([(folded, [r.id for r in folded.runs])])
+    await state.projections.write([(folded, [r.id for r in folded.runs], None)])
     return encode_state(folded)
 
 

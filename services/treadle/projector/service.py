@@ -21,6 +21,7 @@ from treadle.domain.events import RunQueued, decode_event
 from treadle.domain.thread import ThreadState, evolve
 from treadle.eventlog import subjects
 from treadle.eventlog.log import EventLog
+from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.consumer import fetch_ready
@@ -101,7 +102,7 @@ class Projector:
         log.info("projections rebuilt from the log: %d threads", count)
 
     async def _project(self, msgs) -> None:
-        touched: dict[tuple[str, str], tuple[ThreadState, list[str]]] = {}
+        touched: dict[tuple[str, str], tuple[ThreadState, list[str], Changes]] = {}
         for msg in msgs:
             try:
                 e = decode_event(msg.data, msg.metadata.sequence.stream)
@@ -111,14 +112,18 @@ class Projector:
             key = (e.tenant, e.thread)
             entry = touched.get(key)
             if entry is None:
-                entry = touched[key] = (await self._state(key, e.seq or 0), [])
+                state, cached = await self._state(key, e.seq or 0)
+                # A state just loaded is written whole; a cached one only where this batch changed it.
+                entry = touched[key] = (state, [], Changes(state if cached else None))
             evolve(entry[0], e)
+            entry[2].note(e.data)
             if isinstance(e.data, RunQueued):
                 entry[1].append(e.data.run_id)
         await self._store.write(touched.values())
 
-    async def _state(self, key: tuple[str, str], seq: int) -> ThreadState:
+    async def _state(self, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
         state = self._states.get(key)
+        cached = state is not None
         if state is None:
             # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
             state = await self._store.state(*key) or ThreadState()
@@ -130,4 +135,4 @@ class Projector:
             while len(self._states) > CACHE:
                 self._states.popitem(last=False)
         self._states.move_to_end(key)
-        return state
+        return state, cached
