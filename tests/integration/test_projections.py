@@ -86,3 +86,19 @@ async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, proj
     state: ThreadState = await wait_for(refolded, what="thread refolded after losing its document")
     assert state.thread is not None and len(state.runs) == 1 and state.messages[-1].text == "done"
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+
+
+async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, redis, projector):
+    log, store = EventLog(nc), ProjectionStore(redis)
+    thread = f"thr_proj{next(_n)}"
+    last = await write_thread(log, thread)
+    await wait_for(lambda: store.doc("proj", thread), what="first projection")
+    await redis.delete(f"treadle:{{proj}}:thread:{thread}")  # the projector still caches the thread
+    seq = await log.append("proj", thread, last, [envelope(thread, ev.MessageCompleted(
+        message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
+
+    async def whole():
+        state = await store.state("proj", thread)
+        return state if state is not None and state.seq == seq else None
+    await wait_for(whole, what="the whole document written again")
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))

@@ -85,14 +85,17 @@ def encode(state: ThreadState) -> bytes:
 
 
 def assemble(stored: dict[bytes, bytes]) -> bytes | None:
-    """The document from the hash HGETALL returned; None when the thread is not projected."""
+    """The document from the hash HGETALL returned; None when the thread is not (wholly) projected."""
     if not stored or b"seq" not in stored:
         return None
     parts = {}
-    for name in FIELDS:
-        if name in LISTS:
-            n = int(stored[b"n:" + name.encode()])
-            parts[name] = b"[" + b",".join(stored[b"l:%s:%d" % (name.encode(), i)] for i in range(n)) + b"]"
-        else:
-            parts[name] = stored[b"f:" + name.encode()]
+    try:
+        for name in FIELDS:
+            if name in LISTS:
+                n = int(stored[b"n:" + name.encode()])
+                parts[name] = b"[" + b",".join(stored[b"l:%s:%d" % (name.encode(), i)] for i in range(n)) + b"]"
+            else:
+                parts[name] = stored[b"f:" + name.encode()]
+    except KeyError:
+        return None
     return _join(parts)

@@ -15,13 +15,16 @@ from redis.asyncio import Redis
 from ..domain.thread import ThreadState
 from . import document
 
-# ARGV: seq, thread id, created (ms), summary, n, n run ids to index, then field/value pairs of the document.
+# ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), n, n run ids to
+# index, then field/value pairs of the document. Changed parts on top of nothing (Redis was flushed) would
+# make a document with holes: that write is refused with -1 and the caller sends the whole document.
 _WRITE = """
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-local n = tonumber(ARGV[5])
-for i = 6, 5 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
-local i = 6 + n
+if not cur and ARGV[5] == '0' then return -1 end
+local n = tonumber(ARGV[6])
+for i = 7, 6 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
+local i = 7 + n
 while i <= #ARGV do
   local j = math.min(i + 999, #ARGV)
   redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
@@ -74,20 +77,26 @@ class ProjectionStore:
 
     async def write(self, items: Iterable[tuple[ThreadState, list[str], document.Changes | None]]) -> None:
         """Write each (state, new run ids to index, what changed — None: everything) in one pipeline; stale
-        writes are dropped by the script."""
+        writes are dropped by the script, and changes refused for lack of a base are resent whole."""
+        items = [item for item in items if item[0].thread is not None]
+        results = await self._pipeline(items)
+        again = [(state, [r.id for r in state.runs], None) for (state, _, _), r in zip(items, results) if r == -1]
+        if again:
+            await self._pipeline(again)
+
+    async def _pipeline(self, items: list[tuple[ThreadState, list[str], document.Changes | None]]) -> list:
+        if not items:
+            return []
         async with self._redis.pipeline(transaction=False) as pipe:
-            n = 0
             for state, run_ids, changes in items:
-                if state.thread is None:
-                    continue
                 t = state.thread
+                assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
-                args = [state.seq, t.id, created, _encoder.encode(summary(state)), len(run_ids), *run_ids,
+                whole = changes is None or changes.everything
+                args = [state.seq, t.id, created, _encoder.encode(summary(state)), int(whole), len(run_ids), *run_ids,
                         *document.fields(state, changes)]
                 await self._write(keys=_keys(t.tenant, t.id), args=args, client=pipe)
-                n += 1
-            if n:
-                await pipe.execute()
+            return await pipe.execute()
 
     async def doc(self, tenant: str, thread: str) -> bytes | None:
         return document.assemble(await self._redis.hgetall(_keys(tenant, thread)[0]))
