@@ -35,21 +35,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nats  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
-import run as bench  # noqa: E402
+from client import ThreadClient, create_threads, http_client, open_threads  # noqa: E402
+from harness import TENANT, Env, Output  # noqa: E402
+from sampling import Procs  # noqa: E402
+from scenarios import warm_up  # noqa: E402
 from treadle.cli.stack import WORKERS, Stack  # noqa: E402
 from treadle.runtime.tokens import TokenStore  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
 
-async def start(threads: int, experiment: str = "") -> tuple[Stack, bench.Env, bench.Output, Path]:
-    output = bench.Output()
+async def start(threads: int) -> tuple[Stack, Env, Output, Path]:
+    output = Output()
     tmp = Path(tempfile.mkdtemp(prefix="treadle-profile-"))
-    env_extra = {}
-    if experiment:
-        path = os.pathsep.join(filter(None, [str(bench.ROOT / "experiments"), os.environ.get("PYTHONPATH")]))
-        env_extra = {"PYTHONPATH": path, "TREADLE_BENCH_EXPERIMENTS": experiment}
-    stack = Stack(tmp / "state", on_output=output, env=env_extra)
+    stack = Stack(tmp / "state", on_output=output)
     try:
         await stack.start()
     except BaseException:
@@ -57,13 +56,13 @@ async def start(threads: int, experiment: str = "") -> tuple[Stack, bench.Env, b
         await stack.stop()
         raise
     nc = await nats.connect(stack.nats_url, name="treadle-bench")
-    token = await TokenStore(nc.jetstream()).create(bench.TENANT, "bench")
-    http = bench.http_client(stack.api_url, token, 32)
-    env = bench.Env(stack, bench.Procs(stack), http, Redis.from_url(stack.redis_url), nc, nc.jetstream())
+    token = await TokenStore(nc.jetstream()).create(TENANT, "bench")
+    http = http_client(stack.api_url, token, 32)
+    env = Env(stack, Procs(stack), http, Redis.from_url(stack.redis_url), nc, nc.jetstream())
     return stack, env, output, tmp
 
 
-async def stop(stack: Stack, env: bench.Env | None, tmp: Path) -> None:
+async def stop(stack: Stack, env: Env | None, tmp: Path) -> None:
     if env is not None:
         await env.http.aclose()
         with contextlib.suppress(Exception):
@@ -74,15 +73,15 @@ async def stop(stack: Stack, env: bench.Env | None, tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def load(env: bench.Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None):
+async def load(env: Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None):
     errors: collections.Counter[str] = collections.Counter()
-    ids = await bench.create_threads(env.http, threads, errors)
-    clients = await bench.open_threads(env.http, ids, errors)
+    ids = await create_threads(env.http, threads, errors)
+    clients = await open_threads(env.http, ids, errors)
     if started:
         started.set()
     deadline = time.perf_counter() + seconds
 
-    async def loop(c: bench.ThreadClient) -> None:
+    async def loop(c: ThreadClient) -> None:
         while time.perf_counter() < deadline:
             o = await c.run_once("please summarise the benchmark plan in one short paragraph")
             if o is not None:
@@ -139,10 +138,10 @@ def perf_report(data: Path, top: int) -> list[str]:
 
 
 async def cpu(args: argparse.Namespace) -> None:
-    stack, env, output, tmp = await start(args.threads, args.experiment)
+    stack, env, output, tmp = await start(args.threads)
     procs: list[subprocess.Popen] = []
     try:
-        await bench.warm_up(env)
+        await warm_up(env)
         results: list = []
         started = asyncio.Event()
         task = asyncio.create_task(load(env, args.threads, args.seconds, results, started))
@@ -218,10 +217,10 @@ def classify(subject: str) -> str:
 
 
 async def trace(args: argparse.Namespace) -> None:
-    stack, env, output, tmp = await start(args.threads, args.experiment)
+    stack, env, output, tmp = await start(args.threads)
     tap = None
     try:
-        await bench.warm_up(env)
+        await warm_up(env)
         tap = await nats.connect(stack.nats_url, name="treadle-wiretap", pending_size=512 * 1024 * 1024)
         records: list[tuple[float, str, str | None, bytes, dict | None]] = []
 
@@ -330,7 +329,6 @@ def main() -> None:
     p.add_argument("--top", type=int, default=18)
     p.add_argument("--timelines", type=int, default=2, help="trace: timelines of runs from the middle")
     p.add_argument("--slowest", type=int, default=0, help="trace: also the timelines of the N slowest runs")
-    p.add_argument("--experiment", default="", help="what-if patches, as in run.py (bench/experiments)")
     args = p.parse_args()
     import uvloop
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

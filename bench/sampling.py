@@ -1,0 +1,121 @@
+"""What the stack costs while a scenario runs: CPU and RSS of its processes, the workers' own counters."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+
+import httpx
+import psutil
+
+from treadle.cli.stack import WORKERS, Stack
+
+
+class Procs:
+    """The stack's processes by name; CPU includes reaped children and live descendants (git)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.pids: dict[str, int] = {}
+        for name in WORKERS:
+            pid = stack.processes.pid(name)
+            if pid is not None:
+                self.pids[name] = pid
+        if stack.nats is not None and stack.nats.pid:
+            self.pids["nats-server"] = stack.nats.pid
+        if stack.redis is not None and stack.redis.pid:
+            self.pids["redis-server"] = stack.redis.pid
+        self._procs = {name: psutil.Process(pid) for name, pid in self.pids.items()}
+        self.me = psutil.Process()
+
+    @staticmethod
+    def _cpu(p: psutil.Process) -> float:
+        try:
+            t = p.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in p.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    c = child.cpu_times()
+                    total += c.user + c.system
+            return total
+        except psutil.Error:
+            return float("nan")
+
+    def cpu(self) -> dict[str, float]:
+        out = {name: self._cpu(p) for name, p in self._procs.items()}
+        t = self.me.cpu_times()
+        out["bench-client"] = t.user + t.system
+        return out
+
+    @staticmethod
+    def machine_busy() -> float:
+        """CPU seconds the whole machine has been busy (to spot other load sharing the cores)."""
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+    def rss(self) -> dict[str, int]:
+        out = {}
+        for name, p in self._procs.items():
+            with contextlib.suppress(psutil.Error):
+                out[name] = p.memory_info().rss
+        return out
+
+
+class RssSampler:
+    def __init__(self, procs: Procs, interval: float = 0.2) -> None:
+        self._procs = procs
+        self._interval = interval
+        self.peak: dict[str, int] = {}
+        self.start: dict[str, int] = {}
+        self.samples = 0
+        self._task: asyncio.Task | None = None
+
+    def _sample(self) -> None:
+        for name, rss in self._procs.rss().items():
+            self.start.setdefault(name, rss)
+            if rss > self.peak.get(name, 0):
+                self.peak[name] = rss
+        self.samples += 1
+
+    async def _loop(self) -> None:
+        while True:
+            self._sample()
+            await asyncio.sleep(self._interval)  # sampling period
+
+    def __enter__(self) -> "RssSampler":
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task:
+            self._task.cancel()
+        self._sample()
+
+
+def other_load(cpu0: dict[str, float], cpu1: dict[str, float], busy0: float, dt: float) -> float:
+    ours = sum(cpu1[k] - cpu0[k] for k in cpu0)
+    return round((Procs.machine_busy() - busy0 - ours) / dt, 2)
+
+
+async def scrape_metrics(stack: Stack) -> dict[str, float]:
+    """The workers' own Prometheus counters (conflicts, retries, dead letters, checkpoint time), summed."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = ("treadle_append_conflicts", "treadle_handler_retries", "treadle_dead_letters",
+              "treadle_events_appended", "treadle_checkpoint_capture_seconds", "treadle_commands")
+    out: dict[str, float] = collections.defaultdict(float)
+    async with httpx.AsyncClient(timeout=5.0) as http:
+        for name, port in stack.health_ports.items():
+            try:
+                text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+            except httpx.HTTPError:
+                continue
+            for family in text_string_to_metric_families(text):
+                if not family.name.startswith(wanted):
+                    continue
+                for sample in family.samples:
+                    if sample.name.endswith("_created") or sample.name.endswith("_bucket"):
+                        continue
+                    labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    out[f"{sample.name}{{{labels}}}" if labels else sample.name] += sample.value
+    return dict(out)
