@@ -7,6 +7,7 @@ batch, so a decision lands whole or not at all, and only on top of the state it 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import Sequence
 
@@ -54,6 +55,12 @@ class EventLog:
     def __init__(self, nc: NATS, timeout: float = 5.0) -> None:
         self._nc = nc
         self._timeout = timeout
+        # Direct-get batches answer with many messages; one wildcard inbox routes them all by token,
+        # instead of a subscribe/unsubscribe pair per read.
+        self._inbox: str | None = None
+        self._inbox_lock = asyncio.Lock()
+        self._waiting: dict[str, asyncio.Queue] = {}
+        self._tokens = itertools.count()
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
         try:
@@ -117,13 +124,27 @@ class EventLog:
                 return out
             start = got[-1].seq + 1  # type: ignore[operator]
 
+    async def _reply_inbox(self) -> str:
+        async with self._inbox_lock:
+            if self._inbox is None:
+                inbox = self._nc.new_inbox()
+                await self._nc.subscribe(inbox + ".*", cb=self._route)
+                self._inbox = inbox
+        return self._inbox
+
+    async def _route(self, msg) -> None:
+        queue = self._waiting.get(msg.subject.rsplit(".", 1)[1])
+        if queue is not None:  # else: the read gave up (timeout) and late answers are dropped
+            queue.put_nowait(msg)
+
     async def _direct_batch(self, filter_subject: str, start: int) -> tuple[list[Envelope], bool]:
-        inbox = self._nc.new_inbox()
+        inbox = await self._reply_inbox()
+        token = str(next(self._tokens))
         queue: asyncio.Queue = asyncio.Queue()
-        sub = await self._nc.subscribe(inbox, cb=queue.put)
+        self._waiting[token] = queue
         try:
             request = msgspec.json.encode({"seq": start, "next_by_subj": filter_subject, "batch": READ_BATCH})
-            await self._nc.publish(f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request, reply=inbox)
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request, reply=f"{inbox}.{token}")
             got: list[Envelope] = []
             while True:
                 try:
@@ -140,7 +161,7 @@ class EventLog:
                     raise Unavailable(f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}")
                 got.append(decode_event(msg.data, int(headers["Nats-Sequence"])))
         finally:
-            await sub.unsubscribe()
+            del self._waiting[token]
 
     async def last_seq(self, tenant: str, thread: str) -> int:
         events = await self._last(subjects.thread_events(tenant, thread))

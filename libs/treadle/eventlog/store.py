@@ -10,11 +10,11 @@ from collections import OrderedDict
 from datetime import datetime
 from collections.abc import Sequence
 
-from ..domain.events import Envelope, Payload
+from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
 from .errors import Conflict
-from .log import EventLog
+from .log import ELSS, EventLog
 from ..runtime.metrics import EVENTS_APPENDED
 
 
@@ -29,14 +29,33 @@ class ThreadStore:
     def cached(self, tenant: str, thread: str) -> ThreadState | None:
         return self._states.get((tenant, thread))
 
-    async def load(self, tenant: str, thread: str, at_least: int = 0) -> ThreadState:
-        """The thread's state, refreshed from the log when the cache is behind ``at_least``."""
+    async def load(self, tenant: str, thread: str) -> ThreadState:
+        """The cached state (writers append fenced on it, so a stale one costs a conflict, not a wrong
+        decision); read from the log when not cached or known to be stale."""
         key = (tenant, thread)
         state = self._states.get(key)
-        if state is None or state.seq < at_least or state.seq == 0 or key in self._stale:
+        if state is None or state.seq == 0 or key in self._stale:
             return await self.refresh(tenant, thread)
         self._states.move_to_end(key)
         return state
+
+    async def through(self, tenant: str, thread: str, msg) -> ThreadState:
+        """The state up to and including ``msg``, an event of this thread delivered by a consumer. Its append
+        was fenced on the thread's previous sequence, and the stored message still carries that header: when
+        the cache ends exactly there, the event is folded in directly instead of rereading the log."""
+        key = (tenant, thread)
+        seq = msg.metadata.sequence.stream
+        state = self._states.get(key)
+        if state is not None and key not in self._stale:
+            if state.seq >= seq:
+                self._states.move_to_end(key)
+                return state
+            previous = (msg.headers or {}).get(ELSS)
+            if previous is not None and int(previous) == state.seq:
+                evolve(state, decode_event(msg.data, seq))
+                self._states.move_to_end(key)
+                return state
+        return await self.refresh(tenant, thread)
 
     async def refresh(self, tenant: str, thread: str) -> ThreadState:
         key = (tenant, thread)

@@ -109,7 +109,7 @@ class Coordinator:
         if cached is not None and not cached.queue and cached.thread is not None:
             return  # only this coordinator queues runs on its threads: an empty cached queue is the truth
         seq = msg.metadata.sequence.stream
-        state = await self._store.load(tenant, thread, at_least=seq)
+        state = await self._store.through(tenant, thread, msg)
         events = dispatch_next(state)
         if not events:
             return

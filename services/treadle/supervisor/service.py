@@ -63,9 +63,8 @@ class Supervisor:
     async def _on_dispatched(self, msg: Msg) -> None:
         """A run was queued (maybe dispatched with it) or dispatched: hand it over if the state says so."""
         tenant, thread, _ = subjects.parse_event_subject(msg.subject)
-        seq = msg.metadata.sequence.stream
-        state = await self._store.load(tenant, thread, at_least=seq)
-        await self._hand_over(tenant, thread, state, f"dispatch|{seq}")
+        state = await self._store.through(tenant, thread, msg)
+        await self._hand_over(tenant, thread, state, f"dispatch|{msg.metadata.sequence.stream}")
 
     async def _on_provider_event(self, msg: Msg) -> None:
         event = provider_event_decoder.decode(msg.data)
