@@ -34,6 +34,7 @@ from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
 
+INLINE_WALK_SECONDS = 0.001
 _STATUS = re.compile(r"[a-z_]{1,32}")
 _MAX_SCOPE_DEPTH = 8
 
@@ -128,7 +129,7 @@ class Workspaces:
                 # Unchanged: the new ordinal shares the previous commit; nothing to diff. Most runs change
                 # nothing, so the ref is written in-process when that is safe (no git process at all).
                 commit, files = prev.commit, []
-                written = await asyncio.to_thread(create_loose_ref, repo, ref, commit, prev_ref, prev)
+                written = create_loose_ref(repo, ref, commit, prev_ref, prev)  # a handful of syscalls
                 if written is None:
                     ok, failure = await self._create_ref(repo, ref, commit, prev_ref, prev)
                 else:
@@ -158,7 +159,7 @@ class Workspaces:
         fp = None
         if repo.fingerprintable:
             try:
-                fp = await asyncio.to_thread(fingerprint, repo)
+                fp = await self._fingerprint(repo)
             except TooLarge:  # walking it every time would cost more than `add -A` saves
                 repo.fingerprintable = False
         if fp is not None and prev is not None and repo.snapshot == (fp, prev.tree):
@@ -172,6 +173,14 @@ class Workspaces:
         tree = (await self._git(repo, "write-tree")).decode().strip()
         repo.snapshot = (fp, tree) if fp is not None else None
         return tree
+
+    @staticmethod
+    async def _fingerprint(repo: Repo) -> bytes | None:
+        """Walk small workspaces on the loop (a thread hop costs more than the walk), large ones on a thread."""
+        started = time.perf_counter()
+        fp = await asyncio.to_thread(fingerprint, repo) if repo.walk_seconds > INLINE_WALK_SECONDS else fingerprint(repo)
+        repo.walk_seconds = time.perf_counter() - started
+        return fp
 
     async def _commit(self, repo: Repo, req: Capture, tree: str, prev: Tip | None) -> str:
         parent = ("-p", prev.commit) if prev else ()

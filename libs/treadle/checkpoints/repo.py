@@ -28,6 +28,7 @@ class Repo:
     fingerprintable: bool
     tips: dict[str, Tip] = field(default_factory=dict)
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
+    walk_seconds: float = float("inf")  # how long the last fingerprint took (unknown: assume slow)
 
     @property
     def index(self) -> Path:
