@@ -66,5 +66,6 @@ def fingerprint(repo: Repo) -> bytes | None:
                         raise TooLarge
     except OSError:  # vanished or unreadable entries: let git decide
         return None
+    repo.walk_entries = len(lines)
     lines.sort()
     return hashlib.blake2b(b"\n".join(lines), digest_size=20).digest()

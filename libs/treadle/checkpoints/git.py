@@ -34,7 +34,7 @@ from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
 
-INLINE_WALK_SECONDS = 0.001
+INLINE_WALK_ENTRIES = 256
 _STATUS = re.compile(r"[a-z_]{1,32}")
 _MAX_SCOPE_DEPTH = 8
 
@@ -75,6 +75,7 @@ class Workspaces:
         self._max_cached = max_cached
         # Bounds git processes, not requests: a capture queued on a busy workspace holds no slot.
         self._pool = ThreadPoolExecutor(max_processes, thread_name_prefix="treadle-git")
+        self._tenant_roots: dict[str, Path] = {}
         self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
         self._base_env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
         self._base_env.update(
@@ -177,10 +178,7 @@ class Workspaces:
     @staticmethod
     async def _fingerprint(repo: Repo) -> bytes | None:
         """Walk small workspaces on the loop (a thread hop costs more than the walk), large ones on a thread."""
-        started = time.perf_counter()
-        fp = await asyncio.to_thread(fingerprint, repo) if repo.walk_seconds > INLINE_WALK_SECONDS else fingerprint(repo)
-        repo.walk_seconds = time.perf_counter() - started
-        return fp
+        return await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
 
     async def _commit(self, repo: Repo, req: Capture, tree: str, prev: Tip | None) -> str:
         parent = ("-p", prev.commit) if prev else ()
@@ -219,8 +217,10 @@ class Workspaces:
         if not workspace or "\0" in workspace or rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise CheckpointError("bad_request", f"invalid workspace path {workspace!r}")
         try:
-            tenant_root = (self._root / tenant).resolve()
-            path = (tenant_root / rel).resolve()
+            tenant_root = self._tenant_roots.get(tenant)
+            if tenant_root is None:  # Treadle's own directory, not the agent's: resolved once
+                tenant_root = self._tenant_roots[tenant] = (self._root / tenant).resolve()
+            path = (tenant_root / rel).resolve()  # the agent's: resolved every time (symlinks may change)
         except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
             raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
         if path == tenant_root or not path.is_relative_to(tenant_root):

@@ -28,7 +28,7 @@ class Repo:
     fingerprintable: bool
     tips: dict[str, Tip] = field(default_factory=dict)
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
-    walk_seconds: float = float("inf")  # how long the last fingerprint took (unknown: assume slow)
+    walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
 
     @property
     def index(self) -> Path:
