@@ -72,7 +72,10 @@ class Supervisor:
         seq = msg.metadata.sequence.stream
         state = await self._store.load(tenant, thread)
         if seq <= state.provider_seq:
-            return  # folded in before a crash or a redelivery
+            # Folded in already (a redelivery, or a retry after the hand-over below failed): only the
+            # hand-over may still be owed, e.g. a recovery attempt whose host was not back yet.
+            await self._hand_over(tenant, thread, state, f"prov|{seq}")
+            return
         if event.run_id and state.run(event.run_id) is None:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
