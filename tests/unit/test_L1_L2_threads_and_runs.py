@@ -210,3 +210,21 @@ def test_message_to_a_missing_thread_is_not_found():
 def test_workspace_never_leaves_the_tenant_root(workspace):
     with pytest.raises(BadRequest):
         new_thread(workspace=workspace)
+
+
+def test_L9_3_a_dead_sessions_late_events_never_join_an_attempt_handed_to_a_new_session():
+    state = new_thread()
+    send(state)
+    run = state.active_run
+    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b1",
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+    # The host restarted before the start was seen: the attempt is handed to a new session.
+    apply(state, [ev.ProviderStopped(session_id="ps_1", reason="host_lost_session"),
+                  ev.ProviderAttached(session_id="ps_2", provider="scripted", host_id="h", boot_id="b2",
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+    late_start = _provider_event(state, pe.TurnStarted(native_turn_ref="old"), session="ps_1")
+    assert sv.react(state, late_start, ctx()).events == []
+    apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="new"), session="ps_2"), ctx()).events)
+    assert run.attempt.session_id == "ps_2"
+    late_text = _provider_event(state, pe.TextCompleted(message_id="m_old", node_id="n", text="x"), session="ps_1")
+    assert sv.react(state, late_text, ctx()).events == []

@@ -80,8 +80,8 @@ IGNORE = Reaction()
 
 
 def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
-    """Map one provider event onto the thread. Events of an attempt that is no longer current are stale
-    (its session was lost and a recovery attempt took over) and are ignored."""
+    """Map one provider event onto the thread. Events of an attempt that is no longer current, or from a
+    session the attempt no longer runs on, are stale (a lost session's last words) and are ignored."""
     body = event.body
     if isinstance(body, pe.SessionStopped):
         return Reaction(session_stopped(state, event.session_id, body.reason, ctx))
@@ -92,10 +92,14 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     if att.status in ("lost", "interrupted", "failed", "cancelled", "completed"):
         return IGNORE
     if isinstance(body, pe.TurnStarted):
-        if att.status != "pending":
+        # Only from the session the attempt was handed to: a dead session's late start must not claim it.
+        live = state.live_session
+        if att.status != "pending" or live is None or live.id != event.session_id:
             return IGNORE
         return Reaction([ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id=event.session_id,
                                        turn_id=ctx.ids.next("turn"), native_turn_ref=body.native_turn_ref)])
+    if att.session_id != event.session_id:
+        return IGNORE  # from a session this attempt no longer runs on (it was handed over again)
     if isinstance(body, pe.TextDelta):
         return Reaction([ev.MessageDelta(message_id=body.message_id, run_id=run.id, attempt_id=att.id,
                                          node_id=body.node_id, text=body.text)])

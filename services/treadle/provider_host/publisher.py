@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timezone
 
 import msgspec
@@ -15,6 +16,7 @@ from treadle.eventlog import subjects
 from treadle.providers.coalesce import Coalescer
 
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger(__name__)
 
 
 class TurnPublisher:
@@ -36,8 +38,21 @@ class TurnPublisher:
             await self._publish(body)
 
     async def _publish(self, body: pe.Body) -> None:
+        """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
+        and the stream's dedupe window makes a resend of an event that did land harmless."""
         event = pe.ProviderEvent(id=self._ids.next("evt"), at=datetime.now(timezone.utc), body=body, **self._base)
-        await self._js.publish(self._subject, _encode(event), headers={"Nats-Msg-Id": event.id})
+        payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
+        delay = 0.1
+        while True:
+            try:
+                await self._js.publish(self._subject, payload, headers=headers)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker is restarting or unreachable: keep the turn's events
+                log.warning("provider event %s not stored yet (%r); retrying", event.id, exc)
+                await asyncio.sleep(delay)  # backoff while the broker is away
+                delay = min(delay * 2, 2.0)
 
     async def text(self, message_id: str, node_id: str, chunk: str) -> None:
         await self._nc.publish(self._live, _encode(LiveDelta(run_id=self._base["run_id"], attempt_id=self._base["attempt_id"],
