@@ -228,3 +228,28 @@ def test_L9_3_a_dead_sessions_late_events_never_join_an_attempt_handed_to_a_new_
     assert run.attempt.session_id == "ps_2"
     late_text = _provider_event(state, pe.TextCompleted(message_id="m_old", node_id="n", text="x"), session="ps_1")
     assert sv.react(state, late_text, ctx()).events == []
+
+
+def test_L2_3_a_turn_never_ends_ahead_of_its_own_earlier_events():
+    """After a supervisor crash, new provider events arrive before the unacknowledged earlier ones are
+    redelivered: an event ahead of a gap waits, so the turn's text is never cut short."""
+    state = new_thread()
+    send(state)
+    run = state.active_run
+    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+
+    def numbered(body, index):
+        e = _provider_event(state, body)
+        e.index = index
+        return e
+
+    started = sv.react(state, numbered(pe.TurnStarted(), 1), ctx())
+    apply(state, started.events, causation=provider_cause(10, 1))
+    ahead = sv.react(state, numbered(pe.TurnCompleted(status="completed"), 3), ctx())
+    assert ahead.wait and ahead.events == [] and ahead.finalize is None
+    text = sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="all of it"), 2), ctx())
+    apply(state, text.events, causation=provider_cause(11, 2))
+    assert run.attempt.provider_index == 2
+    assert sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="again"), 2), ctx()).events == []
+    assert sv.react(state, numbered(pe.TurnCompleted(status="completed"), 3), ctx()).finalize is not None

@@ -66,6 +66,7 @@ class Attempt(Entity, kw_only=True):
     root_node_id: str
     provider_thread_id: str | None = None
     session_id: str | None = None
+    provider_index: int = 0  # the last provider event of this attempt's play folded in (see supervision.react)
     turn_id: str | None = None
     native_turn_ref: str | None = None
     error: str | None = None

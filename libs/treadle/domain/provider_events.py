@@ -96,6 +96,7 @@ class ProviderEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     provider_thread_id: str | None = None
     run_id: str | None = None
     attempt_id: str | None = None
+    index: int = 0  # 1, 2, … within one play of a turn; 0: not part of a turn's sequence (session events)
     at: datetime
     body: AnyBody
 

@@ -69,14 +69,17 @@ def attached(placed, capabilities: ProviderCapabilities) -> ev.ProviderAttached:
 class Reaction:
     """What a provider event means for the thread: events to append, and whether the run must finalize."""
 
-    __slots__ = ("events", "finalize")
+    __slots__ = ("events", "finalize", "wait")
 
-    def __init__(self, events: list[ev.Payload] | None = None, finalize: pe.TurnCompleted | None = None) -> None:
+    def __init__(self, events: list[ev.Payload] | None = None, finalize: pe.TurnCompleted | None = None,
+                 wait: bool = False) -> None:
         self.events = events or []
         self.finalize = finalize
+        self.wait = wait  # an earlier event of the same play has not been folded yet: try this one later
 
 
 IGNORE = Reaction()
+WAIT = Reaction(wait=True)
 
 
 def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
@@ -96,10 +99,19 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
         live = state.live_session
         if att.status != "pending" or live is None or live.id != event.session_id:
             return IGNORE
+        if event.index > 1:
+            return WAIT
         return Reaction([ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id=event.session_id,
                                        turn_id=ctx.ids.next("turn"), native_turn_ref=body.native_turn_ref)])
     if att.session_id != event.session_id:
         return IGNORE  # from a session this attempt no longer runs on (it was handed over again)
+    if event.index:
+        # After a crash a consumer gets new messages before the unacknowledged ones come back: fold a play's
+        # events strictly in their order, or a turn could end before its last text arrived.
+        if event.index <= att.provider_index:
+            return IGNORE
+        if event.index > att.provider_index + 1:
+            return WAIT
     if isinstance(body, pe.TextDelta):
         return Reaction([ev.MessageDelta(message_id=body.message_id, run_id=run.id, attempt_id=att.id,
                                          node_id=body.node_id, text=body.text)])

@@ -26,9 +26,9 @@ from .entities import (
 PROVIDER_CAUSE = "prov:"
 
 
-def provider_cause(seq: int) -> str:
-    """The causation id of events derived from provider-stream message ``seq``."""
-    return f"{PROVIDER_CAUSE}{seq}"
+def provider_cause(seq: int, index: int = 0) -> str:
+    """The causation id of events derived from provider-stream message ``seq`` (its ``index`` in its turn)."""
+    return f"{PROVIDER_CAUSE}{seq}:{index}"
 
 
 class ThreadState(msgspec.Struct, kw_only=True):
@@ -107,11 +107,15 @@ def evolve(state: ThreadState, e: ev.Envelope) -> ThreadState:
         if e.seq <= state.seq:
             return state
         state.seq = e.seq
-    if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
-        state.provider_seq = max(state.provider_seq, int(e.causation_id[len(PROVIDER_CAUSE):]))
     handler = _HANDLERS.get(type(e.data))
     if handler is not None:
         handler(state, e, e.data)
+    if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
+        seq, _, index = e.causation_id[len(PROVIDER_CAUSE):].partition(":")
+        state.provider_seq = max(state.provider_seq, int(seq))
+        run = state.run(getattr(e.data, "run_id", "") or "")
+        if index and run is not None:
+            run.attempt.provider_index = max(run.attempt.provider_index, int(index))
     return state
 
 

@@ -47,14 +47,22 @@ def thread_key(msg: Msg) -> str:
     return f"{parts[2]}.{parts[3]}"
 
 
+LATER_DELAY = 0.5
+
+
 class Retryable(Exception):
     """A dependency did not answer; the same work will succeed once it is back."""
+
+
+class Later(Exception):
+    """This message must wait for an earlier one still to be (re)delivered: hand it back to the broker
+    rather than retry in place, which would block the very message it waits for."""
 
 
 class PullConsumer:
     def __init__(self, js: JetStreamContext, *, stream: str, durable: str, filters: list[str], handle: Handle,
                  mailboxes: Mailboxes | None = None, key_of: KeyOf = thread_key, batch: int = 256,
-                 ack_wait: float = 60.0, max_ack_pending: int = 4096, max_failures: int = 8) -> None:
+                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8) -> None:
         self._js = js
         self._stream = stream
         self._durable = durable
@@ -66,6 +74,7 @@ class PullConsumer:
         self._max_ack_pending = max_ack_pending
         self._max_failures = max_failures
         self._mailboxes = mailboxes or Mailboxes()
+        self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -98,7 +107,23 @@ class PullConsumer:
             for msg in msgs:
                 self._mailboxes.submit(self._key_of(msg), lambda msg=msg: self._process(msg))
 
+    def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
+        """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
+        crashed worker's messages come back in seconds, not minutes."""
+        def beat() -> None:
+            asyncio.ensure_future(msg.in_progress())
+            self._beats[id(msg)] = loop.call_later(self._ack_wait / 3, beat)
+        loop = asyncio.get_running_loop()
+        return loop.call_later(self._ack_wait / 3, beat)
+
     async def _process(self, msg: Msg) -> None:
+        self._beats[id(msg)] = self._keep_alive(msg)
+        try:
+            await self._settle(msg)
+        finally:
+            self._beats.pop(id(msg)).cancel()
+
+    async def _settle(self, msg: Msg) -> None:
         delay = 0.05
         failures = 0
         while True:
@@ -108,6 +133,10 @@ class PullConsumer:
                 return
             except asyncio.CancelledError:
                 raise
+            except Later as exc:
+                log.info("%s: %s; redelivering later", self._durable, exc)
+                await msg.nak(delay=LATER_DELAY)
+                return
             except (LogError, Retryable) as exc:
                 if isinstance(exc, LogError) and not exc.retryable:
                     failures = self._max_failures

@@ -30,6 +30,7 @@ class TurnPublisher:
         self._base = dict(tenant=tenant, thread=thread, session_id=session_id, provider_thread_id=provider_thread_id,
                           run_id=run_id, attempt_id=attempt_id)
         self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
+        self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
 
@@ -40,7 +41,9 @@ class TurnPublisher:
     async def _publish(self, body: pe.Body) -> None:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
-        event = pe.ProviderEvent(id=self._ids.next("evt"), at=datetime.now(timezone.utc), body=body, **self._base)
+        self._index += 1
+        event = pe.ProviderEvent(id=self._ids.next("evt"), index=self._index, at=datetime.now(timezone.utc), body=body,
+                                 **self._base)
         payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
         delay = 0.1
         while True:

@@ -23,7 +23,7 @@ from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
-from treadle.runtime.consumer import PullConsumer, Retryable
+from treadle.runtime.consumer import Later, PullConsumer, Retryable
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
@@ -80,6 +80,8 @@ class Supervisor:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
+        if reaction.wait:
+            raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
         events = reaction.events
         if reaction.finalize is not None:
             run = state.run(event.run_id or "")
@@ -87,7 +89,7 @@ class Supervisor:
             capture = await self._capture(state, run, ctx, reaction.finalize.status)
             events = sv.finalize(state, run, reaction.finalize, capture)
         if events:
-            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq))
+            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq, event.index))
         if reaction.finalize is not None:
             run = state.run(event.run_id or "")
             if run is not None and run.ended_at is not None:
