@@ -4,6 +4,7 @@ from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv
 from treadle.domain.commands import CreateThread, SendMessage
+from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.errors import BadRequest, Conflict, NotFound, Unprocessable
 from treadle.domain.decide import decide, dispatch_next
 from treadle.domain.thread import ThreadState, provider_cause
@@ -55,7 +56,7 @@ def _provider_event(state, body, run=None, session="ps_1"):
 def _started(state):
     apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
                                       provider_thread_id="pth_1", native_ref="n",
-                                      capabilities=sv.ProviderCapabilities())])
+                                      capabilities=ProviderCapabilities())])
     apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="t1")), ctx()).events)
     return state.active_run
 
@@ -217,11 +218,11 @@ def test_L9_3_a_dead_sessions_late_events_never_join_an_attempt_handed_to_a_new_
     send(state)
     run = state.active_run
     apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b1",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
     # The host restarted before the start was seen: the attempt is handed to a new session.
     apply(state, [ev.ProviderStopped(session_id="ps_1", reason="host_lost_session"),
                   ev.ProviderAttached(session_id="ps_2", provider="scripted", host_id="h", boot_id="b2",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
     late_start = _provider_event(state, pe.TurnStarted(native_turn_ref="old"), session="ps_1")
     assert sv.react(state, late_start, ctx()).events == []
     apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="new"), session="ps_2"), ctx()).events)
@@ -237,7 +238,7 @@ def test_L2_3_a_turn_never_ends_ahead_of_its_own_earlier_events():
     send(state)
     run = state.active_run
     apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=sv.ProviderCapabilities())])
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
 
     def numbered(body, index):
         e = _provider_event(state, body)

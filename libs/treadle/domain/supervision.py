@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import events as ev
 from . import provider_events as pe
 from .commands import Ctx
-from .entities import FileChange, ProviderCapabilities, Run
+from .entities import FileChange, Run
 from .thread import ThreadState
 
 MAX_RECOVERY_ATTEMPTS = 3
@@ -53,7 +53,8 @@ def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str
     )
 
 
-def attached(placed, capabilities: ProviderCapabilities) -> ev.ProviderAttached:
+def attached(placed) -> ev.ProviderAttached:
+    """A placed session (the host's answer) as the thread's fact."""
     return ev.ProviderAttached(
         session_id=placed.session_id,
         provider=placed.provider,
@@ -62,7 +63,7 @@ def attached(placed, capabilities: ProviderCapabilities) -> ev.ProviderAttached:
         provider_thread_id=placed.provider_thread_id,
         native_ref=placed.native_ref,
         resumed=placed.resumed,
-        capabilities=capabilities,
+        capabilities=placed.capabilities,
     )
 
 

@@ -39,10 +39,11 @@ class SessionRecord(msgspec.Struct, kw_only=True):
 
 
 class Session:
-    def __init__(self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str) -> None:
+    def __init__(self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str, resumed: bool) -> None:
         self.request = request
         self.adapter = adapter
         self.native_ref = native_ref
+        self.resumed = resumed
         self.turns: dict[str, asyncio.Task] = {}
 
 
@@ -141,16 +142,15 @@ class ProviderHost:
                 return hp.HostFailure(code="capacity", message=f"host {self.host_id} is full")
             adapter = self._adapter(request)
             native_ref, resumed = await adapter.open_thread(request.native_ref, f"scripted-{request.provider_thread_id}")
-            session = Session(request, adapter, native_ref)
+            session = Session(request, adapter, native_ref, resumed)
             record = SessionRecord(tenant=request.tenant, thread=request.thread,
                                    provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
             await self._kv_sessions.put(f"{self.host_id}.{request.session_id}", _encode(record))
             self._sessions[request.session_id] = session
             LIVE_SESSIONS.set(len(self._sessions))
-            session.resumed = resumed  # type: ignore[attr-defined]
         return hp.SessionPlaced(host_id=self.host_id, boot_id=self.boot_id, session_id=request.session_id,
                                 provider=request.provider, provider_thread_id=request.provider_thread_id,
-                                native_ref=session.native_ref, resumed=getattr(session, "resumed", False),
+                                native_ref=session.native_ref, resumed=session.resumed,
                                 capabilities=session.adapter.capabilities)
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:

@@ -124,7 +124,7 @@ class Supervisor:
             session = state.live_session
             if session is None or session.provider != run.provider:
                 placed = await self._place(state, run, ctx)
-                await self._append(tenant, thread, state, [sv.attached(placed, placed.capabilities)], ctx)
+                await self._append(tenant, thread, state, [sv.attached(placed)], ctx)
             session = state.live_session
             assert session is not None
             message = state.message(run.message_id)
