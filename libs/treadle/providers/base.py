@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
+
+import msgspec
 
 from ..domain import provider_events as pe
 from ..domain.entities import ProviderCapabilities
@@ -34,6 +36,20 @@ class Turn:
         self.text = text
         self.script = script
         self.ids = ids
+        self.native_ref: str | None = None  # the runtime's own turn id, once the adapter knows it
+
+
+class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A user's answer to a live runtime request (L11.2/L11.4), provider-neutral.
+
+    Approvals carry ``decision``: accept | accept_for_session | decline | cancel (``message`` explains a
+    decline to the agent). Questions carry ``answers``: question id (or "0" for a single free-text
+    question) → the chosen option label or the typed text.
+    """
+
+    decision: Literal["accept", "accept_for_session", "decline", "cancel"] | None = None
+    answers: dict[str, str] | None = None
+    message: str | None = None
 
 
 class ProviderAdapter(abc.ABC):
@@ -51,8 +67,34 @@ class ProviderAdapter(abc.ABC):
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         """Play one turn to its end, reporting through ``sink``; ends with ``TurnCompleted``."""
 
-    async def respond(self, request_id: str, response: dict) -> None:
+    async def steer(self, turn: Turn, text: str) -> None:
+        """L3.2: add ``text`` to the playing ``turn`` natively. Called only when ``active_steering``."""
+        raise Unsupported("this provider cannot steer an active turn")
+
+    async def interrupt(self, turn: Turn) -> None:
+        """L8.1: ask the runtime to stop ``turn``. Returning is only an acknowledgement (L8.2): the turn
+        still ends through ``run_turn`` reporting ``TurnCompleted(status="interrupted")``."""
+        raise Unsupported("this provider cannot interrupt a turn")
+
+    async def respond(self, request_id: str, response: Response) -> None:
+        """L11.2: answer the live request ``request_id`` (the id the adapter put in ``RequestOpened``).
+        Raises ``Unsupported`` when the callback is gone (the request becomes ``not_resumable``)."""
         raise Unsupported("this provider has no live requests")
 
+    async def fork(self, at_turn_ref: str | None) -> str:
+        """L6.2: fork the open provider thread natively (after ``at_turn_ref``, or at its end); returns the
+        new thread's native ref, which a later ``open_thread`` resumes."""
+        raise Unsupported("this provider cannot fork natively")
+
+    async def rollback(self, turns: int) -> dict | None:
+        """L10.5: drop the last ``turns`` turns of the open provider thread; returns the provider's
+        snapshot of what remains when it gives one."""
+        raise Unsupported("this provider cannot roll its conversation back")
+
+    async def snapshot(self) -> dict:
+        """The provider's own view of the open thread (capability ``read_snapshot``)."""
+        raise Unsupported("this provider has no readable snapshot")
+
     async def close(self) -> None:
+        """Release the runtime (idle reaper, host stop). The provider thread survives (L9.3)."""
         return None

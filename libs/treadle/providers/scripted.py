@@ -9,7 +9,8 @@ from pathlib import Path
 from ..domain import provider_events as pe
 from ..domain import script as sc
 from ..domain.entities import ProviderCapabilities
-from .base import ProviderAdapter, Turn, TurnSink, Unsupported
+from .base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from .protocol import PlaceSession
 
 DEFAULT_CAPABILITIES = ProviderCapabilities(
     create_empty_thread=True,
@@ -41,9 +42,9 @@ def default_script(text: str) -> sc.Script:
 class ScriptedAdapter(ProviderAdapter):
     name = "scripted"
 
-    def __init__(self, workspace: Path, capabilities: ProviderCapabilities | None = None) -> None:
+    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None) -> None:
         super().__init__(workspace)
-        self.capabilities = capabilities or DEFAULT_CAPABILITIES
+        self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
 
@@ -51,7 +52,7 @@ class ScriptedAdapter(ProviderAdapter):
         # A scripted conversation keeps no native state, so resuming any ref always succeeds.
         return (native_ref, True) if native_ref else (fresh_ref, False)
 
-    async def respond(self, request_id: str, response: dict) -> None:
+    async def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)
         if future is None or future.done():
             raise Unsupported(f"request {request_id} is not live")

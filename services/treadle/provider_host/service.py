@@ -19,7 +19,7 @@ from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, Turn
-from treadle.providers.scripted import ScriptedAdapter
+from treadle.providers.registry import create_adapter
 from treadle.runtime.metrics import LIVE_SESSIONS
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
@@ -52,6 +52,7 @@ class ProviderHost:
         self._nc = nc
         self._js = nc.jetstream()
         self._workspaces = shared.workspaces
+        self._runtime_dir = (shared.state_dir / "provider-runtimes" / own.host_id).resolve()
         self._own = own
         self.host_id = subjects.token(own.host_id, "host id")
         self.boot_id = uuid.uuid4().hex[:16]
@@ -155,9 +156,7 @@ class ProviderHost:
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
         workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace
-        if request.provider != "scripted":
-            raise ValueError(f"provider {request.provider!r} is not available on host {self.host_id}")
-        return ScriptedAdapter(Path(workspace), request.capabilities)
+        return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id)
 
     async def _on_verb(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]

@@ -1,0 +1,26 @@
+"""Which adapter serves which provider. Real runtimes are imported only when a session asks for them,
+so a host without Codex or Claude Code installed still serves the scripted provider."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from .base import ProviderAdapter
+from .protocol import PlaceSession
+
+# provider name -> "module:Class"; every class is constructed as ``Class(workspace, request, state_dir)``
+ADAPTERS: dict[str, str] = {
+    "scripted": "treadle.providers.scripted:ScriptedAdapter",
+    "codex": "treadle.providers.codex:CodexAdapter",
+    "claude": "treadle.providers.claude:ClaudeAdapter",
+}
+
+
+def create_adapter(request: PlaceSession, workspace: Path, state_dir: Path) -> ProviderAdapter:
+    """``state_dir`` is the host's private directory for the session's runtime files (config homes)."""
+    target = ADAPTERS.get(request.provider)
+    if target is None:
+        raise ValueError(f"provider {request.provider!r} is not known to this host")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(workspace, request, state_dir)
