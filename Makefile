@@ -28,14 +28,14 @@ run: setup
 	$(BIN)/treadle up --demo
 
 test: setup
-	@TIMEFORMAT='wall time: %1Rs'; time $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/run.py
 
 # Long chaos soak (not in CI): TREADLE_SOAK_SECONDS=600 make soak
 soak: setup
-	$(BIN)/pytest -q -p no:cacheprovider tests/chaos
+	scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider tests/chaos
 
 schemas: $(STAMP)
 	$(BIN)/python -m treadle.cli.schemas
