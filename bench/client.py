@@ -158,7 +158,7 @@ class ThreadClient:
     async def run_once(self, text: str) -> RunObs | None:
         t0 = time.perf_counter()
         try:
-            r = await self.http.post(f"/v1/threads/{self.id}/messages", json={"text": text})
+            r = await self.http.post(f"/v1/threads/{self.id}/messages", json={"text": text, "mode": "queue_after_active"})
         except httpx.TimeoutException:
             self.errors["post_timeout"] += 1
             return None

@@ -34,7 +34,7 @@ async def test_runs_survive_random_kill_9_of_workers(api, stack, log):
     async def talk(thread: str) -> None:
         n = 0
         while loop.time() < deadline:
-            sent = await api.send(thread, f"message {n}", script=SCRIPT)
+            sent = await api.send(thread, f"message {n}", script=SCRIPT, mode="queue_after_active")
             runs[sent["run_id"]] = thread
             n += 1
             try:

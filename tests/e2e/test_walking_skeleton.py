@@ -63,7 +63,7 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
 async def test_L3_6_a_queued_second_message_runs_after_the_first(api):
     thread = await api.create_thread()
     first = await api.send(thread, "one", script=streamed(delay_ms=20))
-    second = await api.send(thread, "two", script=streamed(text="second reply"))
+    second = await api.send(thread, "two", script=streamed(text="second reply"), mode="queue_after_active")
     assert (first["disposition"], second["disposition"]) == ("started", "queued")
     done = await api.wait_run(second["run_id"])
     earlier = await api.run(first["run_id"])

@@ -59,7 +59,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
         return state is not None and state.seq == last
     await wait_for(caught_up, what="projector caught up")
     assert await store.doc("proj", thread) == replay
-    assert await store.thread_of_run("proj", "run_1") == thread
+    assert await store.thread_of("proj", "run_1") == thread
 
     # A redelivered batch, and an older state written late, both leave the document as it is.
     partial = fold((await log.read("proj", thread))[:3])

@@ -136,20 +136,30 @@ def test_L3_1_queue_after_active_queues_behind_the_active_run():
     assert state.queue == [receipt.run_id]
 
 
-def test_L3_1_start_immediately_on_a_busy_thread_is_refused_and_appends_nothing():
+def test_L3_1_reject_on_a_busy_thread_is_refused_and_appends_nothing():
     state = new_thread()
     send(state)
     seq = state.seq
     with pytest.raises(Conflict):
-        send(state, mode="start_immediately")
+        send(state, mode="reject")
     assert state.seq == seq
+
+
+def test_L3_1_start_immediately_on_a_busy_thread_interrupts_the_active_run_and_goes_first():
+    state = new_thread()
+    send(state)
+    _, queued = send(state, "later", mode="queue_after_active")
+    events, receipt = send(state, "now", mode="start_immediately")
+    assert [type(e) for e in events] == [ev.RunQueued, ev.InterruptRequested]
+    assert receipt.disposition == "preempting" and state.queue == [receipt.run_id, queued.run_id]
+    assert state.runs[0].attempt.interrupt == "requested" and state.runs[0].attempt.interrupt_reason == "preempted"
 
 
 def test_L3_6_queued_runs_start_in_order_when_the_active_run_ends():
     state = new_thread()
     send(state)
-    _, second = send(state, "2")
-    _, third = send(state, "3")
+    _, second = send(state, "2", mode="queue_after_active")
+    _, third = send(state, "3", mode="queue_after_active")
     assert dispatch_next(state) == []  # the first run is still active
     first = state.runs[0]
     apply(state, [ev.RunCompleted(run_id=first.id, attempt_id=first.attempt.id)])
@@ -162,7 +172,7 @@ def test_L9_3_lost_session_mid_turn_starts_a_recovery_attempt():
     state = new_thread()
     send(state)
     run = _started(state)
-    events = sv.session_stopped(state, "ps_1", "host_restarted", ctx())
+    events = sv.session_stopped(state, "ps_1", "host_restarted", ctx()).events
     assert [type(e) for e in events] == [ev.ProviderStopped, ev.AttemptEnded, ev.AttemptStarted]
     apply(state, events)
     assert run.attempts[0].status == "lost" and run.attempt.reason == "provider_recovery"
@@ -189,7 +199,7 @@ def test_provider_events_are_folded_once_by_provider_sequence():
     (SendMessage(text="   "), BadRequest),
     (SendMessage(text="x" * 100_001), BadRequest),
     (SendMessage(text="x", mode="sideways"), BadRequest),
-    (SendMessage(text="x", mode="steer_active"), Unprocessable),
+    (SendMessage(text="x", mode="rollback_active"), Unprocessable),
     (SendMessage(text="x", provider="gpt"), BadRequest),
     (SendMessage(text="x", script={"steps": [{"type": "teleport"}]}), BadRequest),
     (SendMessage(text="x", script={"steps": [{"type": "write_file", "path": "../x", "content": ""}]}), BadRequest),

@@ -30,7 +30,45 @@ class SendMessage(msgspec.Struct, kw_only=True, tag="thread.send", forbid_unknow
     script: dict | None = None
 
 
-Body = CreateThread | SendMessage
+class InterruptRun(msgspec.Struct, kw_only=True, tag="run.interrupt", forbid_unknown_fields=True):
+    """L8: interrupt a run (or one of its nodes). ``allow_destructive``: without native interrupt, stop the
+    provider session (L8.3); when false, such a provider answers ``interrupt_unsupported`` instead."""
+
+    run_id: str | None = None
+    node_id: str | None = None
+    allow_destructive: bool = True
+
+
+class RespondRequest(msgspec.Struct, kw_only=True, tag="request.respond", forbid_unknown_fields=True):
+    request_id: str
+    decision: str | None = None  # accept | accept_for_session | decline | cancel (approvals)
+    answers: dict[str, str] | None = None  # questions (L11.4)
+    message: str | None = None
+
+
+class ReorderQueue(msgspec.Struct, kw_only=True, tag="queue.reorder", forbid_unknown_fields=True):
+    order: list[str]
+
+
+class EditQueued(msgspec.Struct, kw_only=True, tag="queue.edit", forbid_unknown_fields=True):
+    run_id: str
+    text: str
+    script: dict | None = None
+
+
+class CancelQueued(msgspec.Struct, kw_only=True, tag="queue.cancel", forbid_unknown_fields=True):
+    run_id: str
+
+
+class ImplementPlan(msgspec.Struct, kw_only=True, tag="plan.implement", forbid_unknown_fields=True):
+    """L12.3 as a run of this thread (the run is queued here) or the record of a new thread implementing it."""
+
+    plan_id: str
+    as_: str = msgspec.field(name="as", default="run")
+    thread_id: str | None = None  # with as=thread: the thread the gateway created for it
+
+
+Body = CreateThread | SendMessage | InterruptRun | RespondRequest | ReorderQueue | EditQueued | CancelQueued | ImplementPlan
 
 
 class Command(msgspec.Struct, kw_only=True):

@@ -8,8 +8,23 @@ from typing import get_args
 import msgspec
 
 from . import events as ev
-from .commands import MAX_SCRIPT_BYTES, MAX_TEXT_CHARS, MAX_TITLE_CHARS, Accepted, Command, CreateThread, Ctx, SendMessage
-from .entities import DispatchMode, RuntimeMode
+from . import interrupts, plans, queue
+from .commands import (
+    MAX_SCRIPT_BYTES,
+    MAX_TEXT_CHARS,
+    MAX_TITLE_CHARS,
+    Accepted,
+    CancelQueued,
+    Command,
+    CreateThread,
+    Ctx,
+    EditQueued,
+    ImplementPlan,
+    InterruptRun,
+    ReorderQueue,
+    SendMessage,
+)
+from .entities import DispatchMode, ProviderCapabilities, Run, RuntimeMode
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import TOKEN
 from .script import parse_script
@@ -18,18 +33,39 @@ from .thread import ThreadState
 PROVIDERS = ("scripted", "codex", "claude")
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
-# Modes whose behaviour lands with the run-lifecycle work (steering, restart, reject, rollback).
-AVAILABLE_MODES = ("auto", "start_immediately", "queue_after_active")
+# rollback_active needs checkpoint restore in the checkpoint service.
+AVAILABLE_MODES = ("auto", "start_immediately", "queue_after_active", "steer_active", "restart_active", "reject")
 
 Decision = tuple[list[ev.Payload], Accepted]
 
 
 def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
+    """Every thread command but ``RespondRequest``, whose answer must reach a live provider callback first
+    (the coordinator checks it with :func:`requests.answerable`)."""
     body = command.body
     if isinstance(body, CreateThread):
         return create_thread(state, command, body, ctx)
+    if state.thread is None:
+        raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
+    receipt = Accepted(seq=0, thread_id=state.thread.id)
+    if isinstance(body, InterruptRun):
+        run = interrupts.target(state, body)
+        events, receipt.disposition = interrupts.interrupt(state, body, capabilities_for(state, run), command.user)
+        receipt.run_id = run.id
+        return events, receipt
+    if isinstance(body, ReorderQueue):
+        return queue.reorder(state, body), receipt
+    if isinstance(body, EditQueued):
+        receipt.run_id = body.run_id
+        return queue.edit(state, body), receipt
+    if isinstance(body, CancelQueued):
+        receipt.run_id = body.run_id
+        return queue.cancel(state, body), receipt
+    if isinstance(body, ImplementPlan):
+        events, sent = plans.implement(state, command, body, lambda st, cmd, msg: send_message(st, cmd, msg, ctx))
+        return events, sent or receipt
     raise BadRequest(f"unknown command {type(body).__name__}")
 
 
@@ -91,7 +127,6 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     check(len(body.text) <= MAX_TEXT_CHARS, BadRequest, f"text is at most {MAX_TEXT_CHARS} characters", code="text_too_long")
     check(body.mode in MODES, BadRequest, f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
     check(body.mode in AVAILABLE_MODES, Unprocessable, f"mode {body.mode} is not available yet", code="mode_unavailable")
-    check(body.target_run_id is None, BadRequest, f"target_run_id is not used by mode {body.mode}", code="invalid_target")
     provider = body.provider or thread.provider
     check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
     if body.script is not None:
@@ -103,14 +138,48 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
 
-    busy = state.active_run_id is not None or bool(state.queue)
-    if busy and body.mode == "start_immediately":
-        raise Conflict("a run is active; start_immediately cannot preempt it yet", code="run_active",
-                       details={"active_run_id": state.active_run_id})
+    active = state.active_run
+    busy = active is not None or bool(state.queue)
+    target = body.target_run_id
+    if target is not None:
+        check(body.mode in ("steer_active", "restart_active"), BadRequest,
+              f"target_run_id is not used by mode {body.mode}", code="invalid_target")
+        check(state.run(target) is not None, NotFound, f"run {target} not found", code="run_not_found")
+    if busy and body.mode == "reject":
+        raise Conflict("a run is active or queued on this thread", code="run_active",
+                       details={"active_run_id": state.active_run_id, "queued": len(state.queue)})
+    ids = ctx.ids
+    if active is not None and body.mode in ("auto", "steer_active", "restart_active") and provider == active.provider:
+        if target is None or target == active.id:
+            steering = _steering(state, active, body.mode)
+            if steering is not None:
+                message_id = ids.next("msg")
+                steered = ev.RunSteered(run_id=active.id, message_id=message_id, text=body.text, author=command.user,
+                                        steering=steering, script=body.script)
+                disposition = "steered" if steering == "native" else "restarting"
+                return [steered], Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=active.id,
+                                           disposition=disposition)
+    if body.mode in ("steer_active", "restart_active") and active is not None:
+        if provider != active.provider:
+            raise Unprocessable("a steer goes to the active run's provider; switch providers with a new run",
+                                code="steering_unavailable")
+        if target is None or target == active.id:
+            raise Conflict("the active run's provider can neither steer nor interrupt a turn; queue instead",
+                           code="steering_unavailable", details={"active_run_id": active.id})
 
-    disposition = "queued" if busy else "started"
-    message_id, run_id = ctx.ids.next("msg"), ctx.ids.next("run")
-    root_node_id, attempt_id = ctx.ids.next("node"), ctx.ids.next("att")
+    events: list[ev.Payload] = []
+    preempting = body.mode == "start_immediately" and busy
+    if preempting and active is not None:
+        caps = capabilities_for(state, active)
+        if caps is not None and not caps.interrupt:
+            raise Conflict("the active run cannot be interrupted to start this one", code="run_active",
+                           details={"active_run_id": active.id})
+        if active.attempt.interrupt is None:
+            events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="preempted",
+                                                by=command.user))
+    disposition = "preempting" if preempting else "queued" if busy else "started"
+    message_id, run_id = ids.next("msg"), ids.next("run")
+    root_node_id, attempt_id = ids.next("node"), ids.next("att")
     queued = ev.RunQueued(
         run_id=run_id,
         ordinal=len(state.runs) + 1,
@@ -122,11 +191,36 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         mode=body.mode,
         disposition=disposition,
         dispatched=not busy,
+        front=preempting,
         provider=provider,
         model=thread.model,
         script=body.script,
+        supersedes_run_id=target if target is not None and (active is None or target != active.id) else None,
     )
-    return [queued], Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
+    events.insert(0, queued)
+    return events, Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
+
+
+def capabilities_for(state: ThreadState, run: Run) -> ProviderCapabilities | None:
+    """What the provider running ``run`` can do: its live session's declaration, or the capability profile its
+    script asks for before a session exists. None: not known yet."""
+    session = state.live_session
+    if session is not None and session.provider == run.provider and session.capabilities is not None:
+        return session.capabilities
+    script = parse_script(run.script)
+    return script.capabilities if script is not None else None
+
+
+def _steering(state: ThreadState, run: Run, mode: str) -> str | None:
+    """L3.2/L3.3: how a message steers ``run``: natively, by interrupt and restart, or not at all (None).
+    With capabilities not known yet, ``auto`` and ``steer_active`` prefer native steering and the supervisor
+    falls back at delivery time; a provider that can do neither gets the steer as a superseding run."""
+    caps = capabilities_for(state, run)
+    if mode == "restart_active":
+        return "restart" if caps is None or caps.interrupt else None
+    if caps is None or caps.active_steering:
+        return "native"
+    return "restart" if caps.interrupt else None
 
 
 def dispatch_next(state: ThreadState) -> list[ev.Payload]:

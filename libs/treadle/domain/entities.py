@@ -55,6 +55,10 @@ class Message(Entity, kw_only=True):
     author: str | None = None
     created_at: datetime
     command_id: str | None = None
+    # A steering message (L3.2/L3.3): "native" or "restart" as asked; undelivered until the provider has it.
+    steering: Literal["native", "restart"] | None = None
+    delivered: bool = True
+    script: dict | None = None  # a steering message's script for the scripted provider
 
 
 class Attempt(Entity, kw_only=True):
@@ -67,6 +71,10 @@ class Attempt(Entity, kw_only=True):
     provider_thread_id: str | None = None
     session_id: str | None = None
     provider_index: int = 0  # the last provider event of this attempt's play folded in (see supervision.react)
+    message_ids: list[str] = msgspec.field(default_factory=list)  # its input when not the run's own message
+    script: dict | None = None
+    interrupt: Literal["requested", "native", "stop_session"] | None = None  # L8: asked, then how it was sent
+    interrupt_reason: Literal["user", "steering", "preempted"] | None = None
     turn_id: str | None = None
     native_turn_ref: str | None = None
     error: str | None = None
@@ -103,6 +111,9 @@ class Run(Entity, kw_only=True):
     nodes: list[ExecutionNode] = msgspec.field(default_factory=list)
     checkpoint_id: str | None = None
     error: str | None = None
+    supersedes_run_id: str | None = None  # L3.4: a steer that arrived after this run's predecessor had answered
+    superseded_by: str | None = None
+    progress: "Progress | None" = None  # from the root todo list (L12.2)
     queued_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -120,6 +131,11 @@ class Run(Entity, kw_only=True):
             if n.id == node_id:
                 return n
         return None
+
+
+class Progress(Entity, kw_only=True):
+    done: int = 0
+    total: int = 0
 
 
 class ProviderCapabilities(Entity, kw_only=True):
@@ -183,6 +199,7 @@ class RuntimeRequest(Entity, kw_only=True):
     detail: dict | None = None
     response: dict | None = None
     created_at: datetime
+    command_id: str | None = None  # the answer's command (a retried answer gets its receipt again)
 
 
 class TodoItem(Entity, kw_only=True):
@@ -199,7 +216,9 @@ class Plan(Entity, kw_only=True):
     kind: Literal["proposed_plan", "todo_list"]
     text: str = ""
     items: list[TodoItem] = msgspec.field(default_factory=list)
-    status: Literal["open", "final", "accepted"] = "open"
+    status: Literal["open", "final", "accepted", "implemented"] = "open"
+    root: bool = False  # the run's own list (its root turn's), which drives the run's progress (L12.2)
+    implemented_by: str | None = None  # the run or thread that implements a proposed plan (L12.3)
 
 
 class FileChange(Entity, kw_only=True):

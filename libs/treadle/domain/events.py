@@ -97,6 +97,8 @@ class RunQueued(Payload, kw_only=True):
     provider: str
     model: str | None = None
     script: dict | None = None
+    supersedes_run_id: str | None = None  # L3.4: the message was a steer of this run, which had answered already
+    front: bool = False  # queued at the head (start_immediately behind a run being interrupted)
 
 
 @event("run.dispatched")
@@ -152,6 +154,8 @@ class AttemptStarted(Payload, kw_only=True):
     attempt_id: str
     root_node_id: str
     reason: str
+    message_ids: list[str] = []  # the steering messages this attempt carries (reason steering_restart)
+    script: dict | None = None
 
 
 @event("attempt.ended")
@@ -191,6 +195,72 @@ class RunWarning(Payload, kw_only=True):
     message: str
 
 
+# --- steering, interrupts, the queue (L3, L8) ----------------------------------------------------
+
+
+@event("run.steered")
+class RunSteered(Payload, kw_only=True):
+    """A user message that steers the active run (L3.2/L3.3): attached to the run, delivered by the
+    supervisor natively or through an interrupt and a replacement attempt."""
+
+    run_id: str
+    message_id: str
+    text: str
+    author: str | None = None
+    steering: str  # native | restart (restart_active, or no active steering)
+    script: dict | None = None
+
+
+@event("steer.delivered")
+class SteerDelivered(Payload, kw_only=True):
+    """The provider accepted a native steer into the attempt's turn."""
+
+    run_id: str
+    attempt_id: str
+    message_id: str
+
+
+@event("interrupt.requested")
+class InterruptRequested(Payload, kw_only=True):
+    """L8.1: someone asked; the run ends only when the provider says so (L8.2)."""
+
+    run_id: str
+    attempt_id: str
+    reason: str = "user"  # user | steering | preempted
+    by: str | None = None
+
+
+@event("interrupt.sent")
+class InterruptSent(Payload, kw_only=True):
+    """How the interrupt reached the provider: ``native`` or ``stop_session`` (L8.3's degradation)."""
+
+    run_id: str
+    attempt_id: str
+    path: str
+
+
+@event("queue.reordered")
+class QueueReordered(Payload, kw_only=True):
+    order: list[str]
+
+
+@event("run.edited")
+class RunEdited(Payload, kw_only=True):
+    """A queued run's message was edited before it started (L3.6)."""
+
+    run_id: str
+    text: str
+    script: dict | None = None
+
+
+@event("plan.implemented")
+class PlanImplemented(Payload, kw_only=True):
+    plan_id: str
+    run_id: str
+    by: str  # the run or thread implementing it (L12.3)
+    as_: str = msgspec.field(name="as")
+
+
 # --- provider sessions and threads ----------------------------------------------------------------
 
 
@@ -225,6 +295,7 @@ class RequestOpened(Payload, kw_only=True):
     run_id: str
     node_id: str
     attempt_id: str
+    parent_id: str | None = None  # the node that asked (a subagent's requests nest under it)
     kind: str
     native_ref: str | None = None
     prompt: str = ""

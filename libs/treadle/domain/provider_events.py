@@ -50,6 +50,7 @@ class ToolCompleted(Body, kw_only=True, tag="tool.completed"):
 class RequestOpened(Body, kw_only=True, tag="request.opened"):
     request_id: str
     node_id: str
+    parent_id: str | None = None  # the node that asked, when not the root turn (a subagent)
     kind: str
     prompt: str = ""
     detail: dict | None = None

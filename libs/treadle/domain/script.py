@@ -10,6 +10,7 @@ from typing import Literal
 
 import msgspec
 
+from .capabilities import PROFILES
 from .entities import ProviderCapabilities, TodoItem
 
 
@@ -80,7 +81,8 @@ AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | Propose
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     steps: list[AnyStep] = []
-    capabilities: ProviderCapabilities | None = None
+    profile: str | None = None  # a named capability profile (domain.capabilities.PROFILES)
+    capabilities: ProviderCapabilities | None = None  # or a profile spelled out
 
 
 MAX_STEPS = 10_000
@@ -96,6 +98,10 @@ def parse_script(raw: dict | None) -> Script | None:
     except msgspec.ValidationError as exc:
         raise ValueError(f"invalid script: {exc}") from None
     _check_steps(script.steps, depth=0)
+    if script.profile is not None:
+        if script.profile not in PROFILES:
+            raise ValueError(f"invalid script: profile must be one of {', '.join(PROFILES)}")
+        script.capabilities = script.capabilities or PROFILES[script.profile]
     return script
 
 

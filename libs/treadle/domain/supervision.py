@@ -17,6 +17,45 @@ _RUN_ENDED = {"completed": ev.RunCompleted, "failed": ev.RunFailed, "interrupted
               "cancelled": ev.RunCancelled}
 
 
+class Steer:
+    """Deliver a steering message natively into the running turn (L3.2)."""
+
+    def __init__(self, run: Run, message) -> None:
+        self.run, self.message = run, message
+
+
+class Interrupt:
+    """Send the requested interrupt: ``native`` or by stopping the session (L8.3)."""
+
+    def __init__(self, run: Run, path: str) -> None:
+        self.run, self.path = run, path
+
+
+def owed(state: ThreadState, ctx: Ctx) -> tuple[list[ev.Payload], list[Steer | Interrupt]]:
+    """What the running attempt is still owed: steers to deliver, an interrupt to send (and the events that
+    decide them, e.g. a restart-steer turning into an interrupt request). Empty once the state shows it done."""
+    run = state.active_run
+    session = state.live_session
+    if run is None or run.terminal or run.attempt.status != "running" or session is None:
+        return [], []
+    att, caps = run.attempt, session.capabilities
+    if caps is None or att.session_id != session.id:
+        return [], []
+    events: list[ev.Payload] = []
+    actions: list[Steer | Interrupt] = []
+    if att.interrupt is None:
+        steers = undelivered_steers(state, run)
+        native = [m for m in steers if m.steering == "native"] if caps.active_steering else []
+        actions += [Steer(run, m) for m in native]
+        if len(native) < len(steers) and caps.interrupt:
+            events.append(ev.InterruptRequested(run_id=run.id, attempt_id=att.id, reason="steering"))
+            actions.append(Interrupt(run, "native"))
+        # A provider that can neither steer nor interrupt gets its steers as the next run (``finalize``).
+    elif att.interrupt == "requested":
+        actions.append(Interrupt(run, "native" if caps.interrupt else "stop_session"))
+    return events, actions
+
+
 def pending_attempt(state: ThreadState) -> Run | None:
     """The active run when its current attempt still has to be handed to a provider."""
     run = state.active_run
@@ -70,12 +109,13 @@ def attached(placed) -> ev.ProviderAttached:
 class Reaction:
     """What a provider event means for the thread: events to append, and whether the run must finalize."""
 
-    __slots__ = ("events", "finalize", "wait")
+    __slots__ = ("events", "finalize", "run_id", "wait")
 
     def __init__(self, events: list[ev.Payload] | None = None, finalize: pe.TurnCompleted | None = None,
-                 wait: bool = False) -> None:
+                 wait: bool = False, run_id: str | None = None) -> None:
         self.events = events or []
-        self.finalize = finalize
+        self.finalize = finalize  # the root turn ended: run the barrier for ``run_id`` (after ``events``)
+        self.run_id = run_id
         self.wait = wait  # an earlier event of the same play has not been folded yet: try this one later
 
 
@@ -88,7 +128,7 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     session the attempt no longer runs on, are stale (a lost session's last words) and are ignored."""
     body = event.body
     if isinstance(body, pe.SessionStopped):
-        return Reaction(session_stopped(state, event.session_id, body.reason, ctx))
+        return session_stopped(state, event.session_id, body.reason, ctx)
     run = state.run(event.run_id or "")
     if run is None or run.terminal or run.attempt.id != event.attempt_id:
         return IGNORE
@@ -127,67 +167,127 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
         return Reaction([ev.NodeCompleted(node_id=body.node_id, run_id=run.id, status=body.status, output=body.output)])
     if isinstance(body, pe.RequestOpened):
         return Reaction([ev.RequestOpened(request_id=body.request_id, run_id=run.id, node_id=body.node_id,
-                                          attempt_id=att.id, kind=body.kind, prompt=body.prompt, detail=body.detail,
-                                          native_ref=body.native_ref)])
+                                          attempt_id=att.id, parent_id=body.parent_id, kind=body.kind,
+                                          prompt=body.prompt, detail=body.detail, native_ref=body.native_ref)])
     if isinstance(body, pe.PlanUpdated):
         return Reaction([ev.PlanUpdated(plan_id=body.plan_id, run_id=run.id, node_id=body.node_id, kind=body.kind,
                                         text=body.text, items=body.items)])
     if isinstance(body, pe.Warning):
         return Reaction([ev.RunWarning(run_id=run.id, message=body.message)])
     if isinstance(body, pe.TurnCompleted):
-        return Reaction(finalize=body)
+        return Reaction(finalize=body, run_id=run.id)
     return IGNORE
 
 
-def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.CheckpointCaptured) -> list[ev.Payload]:
-    """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
-    requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
-    root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
-    so nothing can observe a terminal run with open parts."""
+def _close_messages(state: ThreadState, run: Run) -> list[ev.Payload]:
     att = run.attempt
-    status = turn.status if turn.status in _RUN_ENDED else "failed"
+    return [ev.MessageCompleted(message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text,
+                                status="incomplete")
+            for m in state.messages if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming"]
+
+
+def _close_children(state: ThreadState, run: Run) -> list[ev.Payload]:
+    """Child nodes and requests the ended attempt left open (L2.3), closed as cancelled."""
+    att = run.attempt
     events: list[ev.Payload] = []
-    for m in state.messages:
-        if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming":
-            events.append(ev.MessageCompleted(message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "",
-                                              text=m.text, status="incomplete"))
     for node in run.nodes:
         if node.attempt_id == att.id and not node.counts_for_run and node.status in ("pending", "running", "waiting"):
             events.append(ev.NodeCompleted(node_id=node.id, run_id=run.id, status="cancelled"))
     for req in state.requests:
         if req.run_id == run.id and req.status == "pending":
             events.append(ev.RequestResolved(request_id=req.id, run_id=run.id, status="cancelled"))
-    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=turn.error))
     return events
 
 
-def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx) -> list[ev.Payload]:
+def undelivered_steers(state: ThreadState, run: Run) -> list:
+    return [m for m in state.messages if m.run_id == run.id and m.steering is not None and not m.delivered]
+
+
+def turn_status(state: ThreadState, run: Run, turn: pe.TurnCompleted) -> str:
+    """The root turn's terminal status. A provider with weak terminal status may report an interrupted turn
+    as completed: once the interrupt reached it, interrupted is the truth."""
+    status = turn.status if turn.status in _RUN_ENDED else "failed"
+    session = state.session(run.attempt.session_id or "")
+    weak = session is not None and session.capabilities is not None and session.capabilities.terminal_status != "strong"
+    if status == "completed" and weak and run.attempt.interrupt in ("native", "stop_session"):
+        return "interrupted"
+    return status
+
+
+def _meaningful(state: ThreadState, run: Run) -> bool:
+    """L3.4: a run has answered once an assistant message of it completed with text."""
+    return any(m.run_id == run.id and m.role == "assistant" and m.status == "completed" and m.text.strip()
+               for m in state.messages)
+
+
+def restarts(state: ThreadState, run: Run, turn: pe.TurnCompleted) -> bool:
+    """L3.3: the turn was interrupted for steering and the run has not answered yet: same run, new attempt."""
+    return (run.attempt.interrupt_reason == "steering" and turn_status(state, run, turn) == "interrupted"
+            and bool(undelivered_steers(state, run)) and not _meaningful(state, run))
+
+
+def restart(state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
+    """Close the interrupted attempt (kept in the graph for audit, L3.7) and start one carrying the steers."""
+    att = run.attempt
+    steers = undelivered_steers(state, run)
+    events = _close_messages(state, run) + _close_children(state, run)
+    events.append(ev.AttemptEnded(run_id=run.id, attempt_id=att.id, status="interrupted", reason="steering"))
+    events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),
+                                    reason="steering_restart", message_ids=[m.id for m in steers],
+                                    script=steers[-1].script))
+    return events
+
+
+def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.CheckpointCaptured,
+             ctx: Ctx | None = None) -> list[ev.Payload]:
+    """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
+    requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
+    root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
+    so nothing can observe a terminal run with open parts. Steers the turn never took become the next run,
+    superseding this one and starting at once (L3.4)."""
+    att = run.attempt
+    status = turn_status(state, run, turn)
+    events = _close_messages(state, run) + _close_children(state, run)
+    error = turn.error if status != "interrupted" or turn.error else None
+    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error))
+    steers = undelivered_steers(state, run)
+    if steers and ctx is not None:
+        ids = ctx.ids
+        events.append(ev.RunQueued(
+            run_id=ids.next("run"), ordinal=len(state.runs) + 1, message_id=steers[0].id,
+            text="\n\n".join(m.text for m in steers), author=steers[0].author, root_node_id=ids.next("node"),
+            attempt_id=ids.next("att"), mode="steer_active", disposition="superseding", dispatched=True,
+            provider=run.provider, model=run.model, script=steers[-1].script, supersedes_run_id=run.id))
+    return events
+
+
+def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx) -> Reaction:
     """L9.3: the session is stopped with its reason; the provider thread and its native ref are kept. A run
-    that was mid-turn on it gets a recovery attempt (or fails once recovery has been tried enough)."""
+    that was mid-turn on it gets a recovery attempt (or fails once recovery has been tried enough) — unless
+    the session was stopped to interrupt that run (L8.3): then the run ends interrupted."""
     session = state.session(session_id)
     if session is None or session.status != "live":
-        return []
+        return IGNORE
     events: list[ev.Payload] = [ev.ProviderStopped(session_id=session_id, reason=reason)]
     run = state.active_run
     if run is None or run.terminal:
-        return events
+        return Reaction(events)
     att = run.attempt
     if att.status not in ("running", "pending") or (att.session_id not in (None, session_id)):
-        return events
+        return Reaction(events)
     if att.status == "pending":
-        return events  # not yet handed over: the supervisor places it on a new session
+        return Reaction(events)  # not yet handed over: the supervisor places it on a new session
+    if att.interrupt is not None:  # stopped to interrupt it (L8.3), or asked to stop anyway
+        return Reaction(events, finalize=pe.TurnCompleted(status="interrupted"), run_id=run.id)
     for req in state.requests:
         if req.run_id == run.id and req.status == "pending":
             events.append(ev.RequestResolved(request_id=req.id, run_id=run.id, status="not_resumable"))
     events.append(ev.AttemptEnded(run_id=run.id, attempt_id=att.id, status="lost", reason=reason))
-    for m in state.messages:
-        if m.attempt_id == att.id and m.status == "streaming":
-            events.append(ev.MessageCompleted(message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "",
-                                              text=m.text, status="incomplete"))
+    events += _close_messages(state, run)
     if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
         events.append(ev.RunFailed(run_id=run.id, attempt_id=att.id,
                                    error=f"provider lost {len(run.attempts)} times: {reason}"))
     else:
         events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),
-                                        reason="provider_recovery"))
-    return events
+                                        reason="provider_recovery", message_ids=list(att.message_ids), script=att.script))
+    return Reaction(events)

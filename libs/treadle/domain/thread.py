@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from . import events as ev
+from .capabilities import CapabilityView, view
 from .entities import (
     Activity,
     Attempt,
@@ -16,6 +17,7 @@ from .entities import (
     ExecutionNode,
     Message,
     Plan,
+    Progress,
     ProviderSession,
     ProviderThread,
     Run,
@@ -45,6 +47,7 @@ class ThreadState(msgspec.Struct, kw_only=True):
     checkpoints: list[Checkpoint] = msgspec.field(default_factory=list)
     activity: list[Activity] = msgspec.field(default_factory=list)
     provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
+    capabilities: CapabilityView | None = None  # what clients can do with the live provider
 
     # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
 
@@ -198,8 +201,17 @@ def _message_completed(state: ThreadState, e: ev.Envelope, d: ev.MessageComplete
 
 
 def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
-    state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
-                                  created_at=e.at, command_id=e.command_id))
+    steer = state.message(d.message_id)
+    if steer is not None:  # a steer that came too late for its run moves to the run that supersedes it
+        steer.run_id, steer.delivered = d.run_id, True
+    else:
+        state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
+                                      created_at=e.at, command_id=e.command_id))
+    if d.supersedes_run_id and (old := state.run(d.supersedes_run_id)) is not None:
+        old.superseded_by = d.run_id
+        for m in state.messages:  # every undelivered steer of the old run rides along with this one
+            if m.run_id == old.id and not m.delivered:
+                m.run_id, m.delivered = d.run_id, True
     run = Run(
         id=d.run_id,
         ordinal=d.ordinal,
@@ -210,6 +222,7 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
         model=d.model,
         script=d.script,
         queued_at=e.at,
+        supersedes_run_id=d.supersedes_run_id,
     )
     run.attempts.append(Attempt(id=d.attempt_id, run_id=d.run_id, number=1, root_node_id=d.root_node_id))
     run.nodes.append(
@@ -221,6 +234,8 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
     if d.dispatched:
         run.status = "starting"
         state.active_run_id = d.run_id
+    elif d.front:
+        state.queue.insert(0, d.run_id)
     else:
         state.queue.append(d.run_id)
 
@@ -278,6 +293,9 @@ def _run_ended(status: str):
             state.active_run_id = None
         if d.run_id in state.queue:
             state.queue.remove(d.run_id)
+        for plan in state.plans:  # L2.3: the run's todo lists are final with it
+            if plan.run_id == d.run_id and plan.status == "open" and plan.kind == "todo_list":
+                plan.status = "final"
         pth = state.provider_thread
         if pth is not None and status == "completed" and run.ordinal not in pth.covered_ordinals:
             pth.covered_ordinals.append(run.ordinal)
@@ -290,8 +308,12 @@ def _attempt_started(state: ThreadState, e: ev.Envelope, d: ev.AttemptStarted) -
     if run is None:
         return
     run.attempts.append(
-        Attempt(id=d.attempt_id, run_id=d.run_id, number=len(run.attempts) + 1, reason=d.reason, root_node_id=d.root_node_id)  # type: ignore[arg-type]
+        Attempt(id=d.attempt_id, run_id=d.run_id, number=len(run.attempts) + 1, reason=d.reason,  # type: ignore[arg-type]
+                root_node_id=d.root_node_id, message_ids=list(d.message_ids), script=d.script)
     )
+    for message_id in d.message_ids:
+        if (m := state.message(message_id)) is not None:
+            m.delivered = True
     run.nodes.append(
         ExecutionNode(id=d.root_node_id, run_id=d.run_id, attempt_id=d.attempt_id, kind="root_turn", counts_for_run=True)
     )
@@ -362,6 +384,7 @@ def _provider_attached(state: ThreadState, e: ev.Envelope, d: ev.ProviderAttache
         state.provider_threads.append(pth)
     pth.session_id = d.session_id
     pth.status = "active"
+    state.capabilities = view(d.capabilities)
 
 
 def _provider_stopped(state: ThreadState, e: ev.Envelope, d: ev.ProviderStopped) -> None:
@@ -394,7 +417,7 @@ def _request_opened(state: ThreadState, e: ev.Envelope, d: ev.RequestOpened) -> 
                 run_id=d.run_id,
                 attempt_id=d.attempt_id,
                 kind="user_input" if d.kind == "user_input" else "approval",
-                parent_id=run.attempt.root_node_id,
+                parent_id=d.parent_id or run.attempt.root_node_id,
                 status="waiting",
                 title=d.prompt,
                 started_at=e.at,
@@ -411,6 +434,7 @@ def _request_resolved(state: ThreadState, e: ev.Envelope, d: ev.RequestResolved)
         return
     req.status = d.status  # type: ignore[assignment]
     req.response = d.response
+    req.command_id = e.command_id
     run = state.run(d.run_id)
     if run is not None:
         node = run.node(req.node_id)
@@ -423,16 +447,72 @@ def _request_resolved(state: ThreadState, e: ev.Envelope, d: ev.RequestResolved)
 
 
 def _plan_updated(state: ThreadState, e: ev.Envelope, d: ev.PlanUpdated) -> None:
+    run = state.run(d.run_id)
     for p in state.plans:
         if p.id == d.plan_id:
             p.text = d.text
             p.items = list(d.items)
             break
     else:
-        state.plans.append(
-            Plan(id=d.plan_id, run_id=d.run_id, node_id=d.node_id, kind=d.kind, text=d.text, items=list(d.items))  # type: ignore[arg-type]
-        )
+        # L12.2: only the root turn's list is the run's; a child's nests under its node and never replaces it.
+        root = run is not None and (d.node_id is None or any(a.root_node_id == d.node_id for a in run.attempts))
+        p = Plan(id=d.plan_id, run_id=d.run_id, node_id=d.node_id, kind=d.kind, text=d.text,  # type: ignore[arg-type]
+                 items=list(d.items), root=root)
+        state.plans.append(p)
+    if run is not None and p.root and p.kind == "todo_list":
+        run.progress = Progress(done=sum(i.status == "completed" for i in p.items), total=len(p.items))
     _activity(state, e, "plan.updated", d.run_id, d.node_id, d.kind)
+
+
+def _plan_implemented(state: ThreadState, e: ev.Envelope, d: ev.PlanImplemented) -> None:
+    for p in state.plans:
+        if p.id == d.plan_id:
+            p.status, p.implemented_by = "implemented", d.by
+    _activity(state, e, "plan.implemented", d.run_id, None, f"as {d.as_}: {d.by}")
+
+
+def _run_steered(state: ThreadState, e: ev.Envelope, d: ev.RunSteered) -> None:
+    state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
+                                  created_at=e.at, command_id=e.command_id, steering=d.steering,  # type: ignore[arg-type]
+                                  delivered=False, script=d.script))
+    _activity(state, e, "run.steered", d.run_id, None, d.steering)
+
+
+def _steer_delivered(state: ThreadState, e: ev.Envelope, d: ev.SteerDelivered) -> None:
+    if (m := state.message(d.message_id)) is not None:
+        m.delivered = True
+
+
+def _attempt_of(state: ThreadState, run_id: str, attempt_id: str) -> Attempt | None:
+    run = state.run(run_id)
+    for att in run.attempts if run else ():
+        if att.id == attempt_id:
+            return att
+    return None
+
+
+def _interrupt_requested(state: ThreadState, e: ev.Envelope, d: ev.InterruptRequested) -> None:
+    if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None and att.interrupt is None:
+        att.interrupt, att.interrupt_reason = "requested", d.reason  # type: ignore[assignment]
+    _activity(state, e, "interrupt.requested", d.run_id, None, d.reason)
+
+
+def _interrupt_sent(state: ThreadState, e: ev.Envelope, d: ev.InterruptSent) -> None:
+    if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None:
+        att.interrupt = d.path  # type: ignore[assignment]
+
+
+def _queue_reordered(state: ThreadState, e: ev.Envelope, d: ev.QueueReordered) -> None:
+    state.queue = list(d.order)
+
+
+def _run_edited(state: ThreadState, e: ev.Envelope, d: ev.RunEdited) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    if (m := state.message(run.message_id)) is not None:
+        m.text = d.text
+    run.script = d.script
 
 
 def _checkpoint_captured(state: ThreadState, e: ev.Envelope, d: ev.CheckpointCaptured) -> None:
@@ -483,4 +563,11 @@ _HANDLERS = {
     ev.RequestResolved: _request_resolved,
     ev.PlanUpdated: _plan_updated,
     ev.CheckpointCaptured: _checkpoint_captured,
+    ev.PlanImplemented: _plan_implemented,
+    ev.RunSteered: _run_steered,
+    ev.SteerDelivered: _steer_delivered,
+    ev.InterruptRequested: _interrupt_requested,
+    ev.InterruptSent: _interrupt_sent,
+    ev.QueueReordered: _queue_reordered,
+    ev.RunEdited: _run_edited,
 }

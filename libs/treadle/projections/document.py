@@ -23,7 +23,8 @@ LOCAL_EVENTS = frozenset({
     ev.ThreadCreated, ev.MessageCreated, ev.MessageDelta, ev.MessageCompleted, ev.RunQueued, ev.RunDispatched,
     ev.RunStarted, ev.RunCompleted, ev.RunFailed, ev.RunInterrupted, ev.RunCancelled, ev.AttemptStarted,
     ev.AttemptEnded, ev.NodeStarted, ev.NodeCompleted, ev.ProviderAttached, ev.ProviderStopped, ev.RequestOpened,
-    ev.RequestResolved, ev.PlanUpdated, ev.CheckpointCaptured, ev.RunWarning,
+    ev.RequestResolved, ev.PlanUpdated, ev.CheckpointCaptured, ev.RunWarning, ev.RunSteered, ev.SteerDelivered,
+    ev.InterruptRequested, ev.InterruptSent, ev.QueueReordered, ev.PlanImplemented,
 })
 
 
@@ -39,7 +40,9 @@ class Changes:
         self.message_ids: set[str] = set()
 
     def note(self, payload: ev.Payload) -> None:
-        if type(payload) not in LOCAL_EVENTS:
+        # A steer carried over (to a superseding run or a restart attempt) changes messages it does not name.
+        moved = getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None)
+        if type(payload) not in LOCAL_EVENTS or moved:
             self.everything = True
             return
         if run_id := getattr(payload, "run_id", None):

@@ -7,10 +7,10 @@ import asyncio
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
-from ..domain.events import RunQueued, decode_event
+from ..domain.events import decode_event
 from ..domain.thread import ThreadState, evolve
 from ..eventlog import subjects
-from .store import ProjectionStore
+from .store import ProjectionStore, indexed
 
 
 async def fold_all(nc: NATS, until_seq: int | None = None) -> dict[tuple[str, str], tuple[ThreadState, list[str]]]:
@@ -29,8 +29,7 @@ async def fold_all(nc: NATS, until_seq: int | None = None) -> dict[tuple[str, st
             e = decode_event(msg.data, seq)
             state, runs = folded.setdefault((e.tenant, e.thread), (ThreadState(), []))
             evolve(state, e)
-            if isinstance(e.data, RunQueued):
-                runs.append(e.data.run_id)
+            runs.extend(indexed(e.data))
         if seq >= last:
             done.set()
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import msgspec
 from redis.asyncio import Redis
 
+from ..domain import events as ev
 from ..domain.thread import ThreadState
 from . import document
 
@@ -66,6 +67,24 @@ def summary(state: ThreadState) -> ThreadSummary:
                          last_run_status=last.status if last else None)
 
 
+def indexed(payload) -> list[str]:
+    """Ids an event makes addressable on their own (``/v1/runs/{id}``, ``/v1/requests/{id}``, …)."""
+    if isinstance(payload, ev.RunQueued):
+        return [payload.run_id, payload.root_node_id]
+    if isinstance(payload, (ev.AttemptStarted, ev.NodeStarted)):
+        return [getattr(payload, "root_node_id", None) or payload.node_id]  # type: ignore[union-attr]
+    if isinstance(payload, ev.RequestOpened):
+        return [payload.request_id, payload.node_id]
+    if isinstance(payload, ev.PlanUpdated):
+        return [payload.plan_id]
+    return []
+
+
+def all_indexed(state: ThreadState) -> list[str]:
+    ids = [r.id for r in state.runs] + [n.id for r in state.runs for n in r.nodes]
+    return ids + [q.id for q in state.requests] + [p.id for p in state.plans]
+
+
 def encode_state(state: ThreadState) -> bytes:
     return document.encode(state)
 
@@ -76,11 +95,11 @@ class ProjectionStore:
         self._write = redis.register_script(_WRITE)
 
     async def write(self, items: Iterable[tuple[ThreadState, list[str], document.Changes | None]]) -> None:
-        """Write each (state, new run ids to index, what changed — None: everything) in one pipeline; stale
+        """Write each (state, new ids to index, what changed — None: everything) in one pipeline; stale
         writes are dropped by the script, and changes refused for lack of a base are resent whole."""
         items = [item for item in items if item[0].thread is not None]
         results = await self._pipeline(items)
-        again = [(state, [r.id for r in state.runs], None) for (state, _, _), r in zip(items, results) if r == -1]
+        again = [(state, all_indexed(state), None) for (state, _, _), r in zip(items, results) if r == -1]
         if again:
             await self._pipeline(again)
 
@@ -105,8 +124,9 @@ class ProjectionStore:
         raw = await self.doc(tenant, thread)
         return _state_decoder.decode(raw) if raw else None
 
-    async def thread_of_run(self, tenant: str, run_id: str) -> str | None:
-        raw = await self._redis.hget(_keys(tenant, "")[3], run_id)
+    async def thread_of(self, tenant: str, entity_id: str) -> str | None:
+        """The thread a run, node, request or plan of this tenant belongs to."""
+        raw = await self._redis.hget(_keys(tenant, "")[3], entity_id)
         return raw.decode() if raw else None
 
     async def threads(self, tenant: str, limit: int = 50, offset: int = 0) -> list[bytes]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from ..domain.entities import ProviderCapabilities
+from .base import Response
 
 
 class PlaceSession(msgspec.Struct, kw_only=True):
@@ -31,6 +32,26 @@ class StartTurn(msgspec.Struct, kw_only=True):
     script: dict | None = None
 
 
+class SteerTurn(msgspec.Struct, kw_only=True):
+    session_id: str
+    attempt_id: str
+    message_id: str  # hosts deliver each steer once, however often it is sent
+    text: str
+
+
+class StopTurn(msgspec.Struct, kw_only=True):
+    """``turn.interrupt`` (native, L8.1) or ``session.stop`` (L8.3: the whole runtime goes)."""
+
+    session_id: str
+    attempt_id: str
+
+
+class Respond(msgspec.Struct, kw_only=True):
+    session_id: str
+    request_id: str
+    response: Response
+
+
 class SessionPlaced(msgspec.Struct, kw_only=True, tag="placed"):
     host_id: str
     boot_id: str
@@ -47,7 +68,7 @@ class TurnAccepted(msgspec.Struct, kw_only=True, tag="accepted"):
 
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
-    code: str  # unknown_session | bad_request | provider_error | capacity
+    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported
     message: str
 
 
@@ -55,4 +76,6 @@ place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
+VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,
+                 "session.stop": StopTurn, "request.respond": Respond}
 encode = msgspec.json.Encoder().encode

@@ -8,24 +8,12 @@ from pathlib import Path
 
 from ..domain import provider_events as pe
 from ..domain import script as sc
-from ..domain.entities import ProviderCapabilities
+from ..domain.capabilities import PROFILES
 from .base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
 from .protocol import PlaceSession
 
-DEFAULT_CAPABILITIES = ProviderCapabilities(
-    create_empty_thread=True,
-    read_snapshot=False,
-    rollback=False,
-    fork=False,
-    interrupt=True,
-    active_steering=False,
-    approvals=["command", "file_change", "file_read", "patch"],
-    structured_questions=True,
-    plan_updates=True,
-    todo_list=True,
-    proposed_plan=True,
-    subagents=True,
-)
+# Without a profile in its script the scripted provider behaves like Claude Code: no active steering.
+DEFAULT_CAPABILITIES = PROFILES["no_steering"]
 
 
 class ScriptFailed(Exception):
@@ -47,6 +35,9 @@ class ScriptedAdapter(ProviderAdapter):
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
+        self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
+        self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
+        self._woken: dict[str, asyncio.Event] = {}
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         # A scripted conversation keeps no native state, so resuming any ref always succeeds.
@@ -63,15 +54,72 @@ class ScriptedAdapter(ProviderAdapter):
         self._turns += 1
         await sink.event(pe.TurnStarted(native_turn_ref=f"scripted-turn-{self._turns}"))
         status, error = "completed", None
+        self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
+        play = self._plays[turn.attempt_id] = asyncio.create_task(self._play(script.steps, turn, sink, turn.root_node_id))
         try:
-            await self._play(script.steps, turn, sink, turn.root_node_id)
+            await asyncio.shield(play)
+        except asyncio.CancelledError:
+            if not play.cancelled():
+                play.cancel()
+                raise  # the host is going away, not an interrupt
+            # Weak terminal status: the runtime cannot tell an interrupted turn from a finished one.
+            status = "interrupted" if self.capabilities.terminal_status == "strong" else "completed"
         except ScriptFailed as exc:
             status, error = "failed", str(exc)
+        finally:
+            for name in (self._plays, self._steers, self._woken):
+                name.pop(turn.attempt_id, None)
         await sink.event(pe.TurnCompleted(status=status, error=error))
 
-    async def _play(self, steps: list, turn: Turn, sink: TurnSink, node_id: str) -> None:
+    async def interrupt(self, turn: Turn) -> None:
+        if not self.capabilities.interrupt:
+            raise Unsupported("this profile cannot interrupt a turn")
+        play = self._plays.get(turn.attempt_id)
+        if play is not None:
+            play.cancel()
+
+    async def steer(self, turn: Turn, text: str) -> None:
+        """A native steer replaces what was left of the script: the turn answers the steer and ends."""
+        if not self.capabilities.active_steering:
+            raise Unsupported("this profile cannot steer an active turn")
+        if turn.attempt_id not in self._steers:
+            raise Unsupported("the turn has ended")
+        self._steers[turn.attempt_id].append(text)
+        self._woken[turn.attempt_id].set()
+
+    async def _wait(self, turn: Turn, seconds: float | None) -> bool:
+        """Sleep (forever when ``seconds`` is None) unless a steer arrives; True when steered."""
+        woken = self._woken[turn.attempt_id]
+        try:
+            await asyncio.wait_for(woken.wait(), seconds)  # the script's pacing
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def _play_steers(self, turn: Turn, sink: TurnSink, node_id: str) -> bool:
+        steers = self._steers.get(turn.attempt_id)
+        if not steers:
+            return False
+        text = "\n".join(steers)
+        steers.clear()
+        message_id = turn.ids.next("msg")
+        reply = f"Steered: {text[:200]}"
+        await sink.text(message_id, node_id, reply)
+        await sink.text_done(message_id, node_id, reply)
+        return True
+
+    async def _play(self, steps: list, turn: Turn, sink: TurnSink, node_id: str) -> bool:
+        """Play ``steps``; True when a steer cut them short (the whole turn then ends)."""
         plan_id = turn.ids.next("plan")
+        caps = self.capabilities
+        declined = False
         for step in steps:
+            if await self._play_steers(turn, sink, node_id):
+                return True
+            if declined:  # a declined approval gates the step after it, which does not run
+                declined = False
+                await self._unstructured(turn, sink, node_id, "Declined, so I did not do that.")
+                continue
             if isinstance(step, sc.Text):
                 message_id = turn.ids.next("msg")
                 for i in range(0, len(step.text), step.chunk):
@@ -92,39 +140,55 @@ class ScriptedAdapter(ProviderAdapter):
                 await asyncio.to_thread(self._write, step.path, step.content)
                 await sink.event(pe.ToolCompleted(node_id=tool, output=f"wrote {len(step.content)} characters"))
             elif isinstance(step, sc.Delay):
-                await asyncio.sleep(step.ms / 1000)
+                await self._wait(turn, step.ms / 1000)
+            elif isinstance(step, sc.Approval) and step.kind not in caps.approvals:
+                await self._unstructured(turn, sink, node_id, f"(ran without asking: {step.prompt})")
+            elif isinstance(step, sc.Question) and not caps.structured_questions:
+                await self._unstructured(turn, sink, node_id, step.prompt)  # L11.4: only an assistant message
             elif isinstance(step, (sc.Approval, sc.Question)):
-                await self._ask(step, turn, sink)
+                answer = await self._ask(step, turn, sink, node_id)
+                declined = isinstance(step, sc.Approval) and answer.decision in ("decline", "cancel")
             elif isinstance(step, sc.Todo):
-                await sink.event(pe.PlanUpdated(plan_id=plan_id, kind="todo_list", node_id=node_id, items=step.items))
+                if caps.todo_list:
+                    await sink.event(pe.PlanUpdated(plan_id=plan_id, kind="todo_list", node_id=node_id, items=step.items))
             elif isinstance(step, sc.ProposedPlan):
-                await sink.event(pe.PlanUpdated(plan_id=turn.ids.next("plan"), kind="proposed_plan", node_id=node_id,
-                                                text=step.text))
+                if caps.proposed_plan:
+                    await sink.event(pe.PlanUpdated(plan_id=turn.ids.next("plan"), kind="proposed_plan",
+                                                    node_id=node_id, text=step.text))
             elif isinstance(step, sc.Subagent):
                 child = turn.ids.next("node")
                 await sink.event(pe.ToolStarted(node_id=child, parent_id=node_id, kind="subagent", title=step.title))
-                await self._play(step.steps, turn, sink, child)
+                steered = await self._play(step.steps, turn, sink, child)
                 await sink.event(pe.ToolCompleted(node_id=child))
+                if steered:
+                    return True
             elif isinstance(step, sc.Fail):
                 if step.fatal:
                     raise ScriptFailed(step.message)
                 await sink.event(pe.Warning(message=step.message))
             elif isinstance(step, sc.Hang):
-                await asyncio.Future()  # only an interrupt or a crash ends this turn
+                await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this
+        return await self._play_steers(turn, sink, node_id)
 
-    async def _ask(self, step: sc.Approval | sc.Question, turn: Turn, sink: TurnSink) -> None:
+    async def _unstructured(self, turn: Turn, sink: TurnSink, node_id: str, text: str) -> None:
+        message_id = turn.ids.next("msg")
+        await sink.text(message_id, node_id, text)
+        await sink.text_done(message_id, node_id, text)
+
+    async def _ask(self, step: sc.Approval | sc.Question, turn: Turn, sink: TurnSink, parent_id: str) -> Response:
         request_id, node_id = turn.ids.next("req"), turn.ids.next("node")
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        parent = None if parent_id == turn.root_node_id else parent_id
         if isinstance(step, sc.Question):
-            body = pe.RequestOpened(request_id=request_id, node_id=node_id, kind="user_input", prompt=step.prompt,
-                                    detail={"options": step.options})
+            body = pe.RequestOpened(request_id=request_id, node_id=node_id, parent_id=parent, kind="user_input",
+                                    prompt=step.prompt, detail={"options": step.options})
         else:
-            body = pe.RequestOpened(request_id=request_id, node_id=node_id, kind=step.kind, prompt=step.prompt,
-                                    detail=step.detail)
+            body = pe.RequestOpened(request_id=request_id, node_id=node_id, parent_id=parent, kind=step.kind,
+                                    prompt=step.prompt, detail=step.detail)
         await sink.event(body)
         try:
-            await future
+            return await future
         finally:
             self._pending.pop(request_id, None)
 

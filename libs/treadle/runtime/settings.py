@@ -42,6 +42,7 @@ class CoordinatorSettings(WorkerSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_COORDINATOR_", extra="ignore")
     cache_threads: int = 10_000
     checkpoint_timeout: float = 30.0
+    host_timeout: float = 5.0
 
 
 class SupervisorSettings(WorkerSettings):

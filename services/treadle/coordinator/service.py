@@ -11,9 +11,25 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
-from treadle.domain.commands import Command, CreateThread, Ctx, Rejected, reaction_ctx, thread_id_for
+from treadle.domain import events as ev
+from treadle.domain import requests
+from treadle.domain.commands import (
+    Accepted,
+    Command,
+    CreateThread,
+    Ctx,
+    Rejected,
+    RespondRequest,
+    reaction_ctx,
+    thread_id_for,
+)
 from treadle.domain.decide import decide, dispatch_next
+from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
+from treadle.domain.thread import ThreadState
+from treadle.providers import protocol as hp
+from treadle.providers.base import Response
+from treadle.providers.hosts import HostClient, HostUnavailable
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
@@ -37,6 +53,7 @@ class Coordinator:
         self._js = nc.jetstream()
         self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
+        self._hosts = HostClient(nc, own.host_timeout)
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
                                        filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,
@@ -68,11 +85,14 @@ class Coordinator:
 
     async def _handle_command(self, msg: Msg, command: Command) -> None:
         verb = type(command.body).__name__
-        reply = await self._decide_and_append(command)
+        if isinstance(command.body, RespondRequest):
+            reply = await self._decide_and_append(command, self._respond)
+        else:
+            reply = await self._decide_and_append(command)
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()
         await msg.respond(_encode(reply))
 
-    async def _decide_and_append(self, command: Command):
+    async def _decide_and_append(self, command: Command, decider=None):
         tenant, thread = command.tenant, command.thread or ""
         for _ in range(MAX_DECISION_TRIES):
             ctx = Ctx.for_command(command)
@@ -80,7 +100,10 @@ class Coordinator:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
-                events, receipt = decide(state, command, ctx)
+                if decider is not None:
+                    events, receipt = await decider(state, command)
+                else:
+                    events, receipt = decide(state, command, ctx)
                 if not events:
                     return receipt
                 if isinstance(command.body, CreateThread):
@@ -99,6 +122,38 @@ class Coordinator:
             except LogError as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    async def _respond(self, state: ThreadState, command: Command) -> tuple[list, Accepted]:
+        """L11.2/L11.3: the answer reaches the live callback on the host holding the session, then the request
+        is resolved; a callback that is gone makes the request ``not_resumable`` (recorded, then refused)."""
+        body = command.body
+        assert isinstance(body, RespondRequest) and state.thread is not None
+        receipt = Accepted(seq=state.seq, thread_id=state.thread.id, disposition="resolved")
+        known = state.request(body.request_id)
+        if known is not None and known.command_id == command.id:
+            receipt.run_id, receipt.duplicate = known.run_id, True
+            if known.status == "not_resumable":
+                raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
+            return [], receipt
+        req = requests.answerable(state, body)
+        receipt.run_id = req.run_id
+        session = requests.holder(state, req)
+        reply: hp.TurnAccepted | hp.HostFailure | None = None
+        if session is not None:
+            response = Response(decision=body.decision, answers=body.answers, message=body.message)  # type: ignore[arg-type]
+            try:
+                reply = await self._hosts.verb(session.host_id, "request.respond", hp.Respond(
+                    session_id=session.id, request_id=req.id, response=response))
+            except HostUnavailable:
+                reply = None
+        if isinstance(reply, hp.TurnAccepted):
+            return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
+        if isinstance(reply, hp.HostFailure) and reply.code == "provider_error":
+            raise Unavailable(f"the provider failed to take the answer: {reply.message}")
+        gone = ev.RequestResolved(request_id=req.id, run_id=req.run_id, status="not_resumable")
+        await self._store.append(command.tenant, state.thread.id, state, [gone], ids=Ctx.for_command(command).ids,
+                                 at=command.issued_at, command_id=command.id, actor="coordinator")
+        raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
 
     # --- reactions ---------------------------------------------------------------------------------
 

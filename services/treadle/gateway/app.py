@@ -173,7 +173,7 @@ async def send_message(request: Request, thread_id: FromPath[str], data: JSONBod
 async def get_run(request: Request, run_id: FromPath[str]) -> Response:
     who = await principal(request)
     run_id = _id(run_id, "run")
-    thread = await _state(request).projections.thread_of_run(who.tenant, run_id)
+    thread = await _state(request).projections.thread_of(who.tenant, run_id)
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
     state = msgspec.json.decode(await _thread_doc(request, who.tenant, thread), type=ThreadState)
@@ -240,8 +240,11 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                 await nc.drain()
             await redis.aclose()
 
+    from .control import ROUTES as control_routes  # imports this module's plumbing, so not at the top
+
     return Litestar(
-        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics],
+        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
+                        *control_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             Exception: errors.on_unexpected},

@@ -18,13 +18,13 @@ from nats.js.errors import FetchTimeoutError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from treadle.domain.events import RunQueued, decode_event
+from treadle.domain.events import decode_event
 from treadle.domain.thread import ThreadState, evolve
 from treadle.eventlog import subjects
 from treadle.eventlog.log import EventLog
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
-from treadle.projections.store import ProjectionStore
+from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings
@@ -125,8 +125,7 @@ class Projector:
                 entry = touched[key] = (state, [], Changes(state if cached else None))
             evolve(entry[0], e)
             entry[2].note(e.data)
-            if isinstance(e.data, RunQueued):
-                entry[1].append(e.data.run_id)
+            entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
 
     async def _state(self, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:

@@ -18,7 +18,7 @@ from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, Turn
+from treadle.providers.base import ProviderAdapter, Turn, Unsupported
 from treadle.providers.registry import create_adapter
 from treadle.runtime.metrics import LIVE_SESSIONS
 from treadle.runtime.settings import ProviderHostSettings, Shared
@@ -45,6 +45,9 @@ class Session:
         self.native_ref = native_ref
         self.resumed = resumed
         self.turns: dict[str, asyncio.Task] = {}
+        self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
+        self.steered: set[str] = set()  # message ids delivered (a re-sent steer is not injected twice)
+        self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
 
 
 class ProviderHost:
@@ -160,19 +163,55 @@ class ProviderHost:
 
     async def _on_verb(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]
+        kind = hp.VERB_REQUESTS.get(verb)
         try:
-            if verb == "turn.start":
-                reply = self._start_turn(hp.turn_request.decode(msg.data))
-            else:
+            if kind is None:
                 reply = hp.HostFailure(code="bad_request", message=f"unknown verb {verb}")
+            else:
+                request = msgspec.json.decode(msg.data, type=kind)
+                session = self._sessions.get(request.session_id)
+                if session is None:
+                    reply = hp.HostFailure(code="unknown_session", message=f"session {request.session_id} is not live here")
+                elif verb == "turn.start":
+                    reply = self._start_turn(session, request)
+                else:
+                    reply = await self._control(session, verb, request)
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
+        except Unsupported as exc:
+            reply = hp.HostFailure(code="unsupported", message=str(exc))
+        except Exception as exc:
+            log.exception("%s failed", verb)
+            reply = hp.HostFailure(code="provider_error", message=repr(exc))
         await msg.respond(_encode(reply))
 
-    def _start_turn(self, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
-        session = self._sessions.get(request.session_id)
-        if session is None:
-            return hp.HostFailure(code="unknown_session", message=f"session {request.session_id} is not live here")
+    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+        """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
+        if verb == "request.respond":
+            answer = _encode(request.response)
+            if request.request_id in session.answered:
+                if session.answered[request.request_id] == answer:
+                    return hp.TurnAccepted(already=True)
+                return hp.HostFailure(code="not_active", message=f"request {request.request_id} was answered already")
+            await session.adapter.respond(request.request_id, request.response)
+            session.answered[request.request_id] = answer
+            return hp.TurnAccepted()
+        if verb == "session.stop":
+            await self._end_session(request.session_id, "interrupted")
+            return hp.TurnAccepted()
+        turn = session.playing.get(request.attempt_id)
+        if turn is None:
+            return hp.HostFailure(code="not_active", message=f"attempt {request.attempt_id} is not playing here")
+        if verb == "turn.interrupt":
+            await session.adapter.interrupt(turn)
+            return hp.TurnAccepted()
+        if request.message_id in session.steered:
+            return hp.TurnAccepted(already=True)
+        await session.adapter.steer(turn, request.text)
+        session.steered.add(request.message_id)
+        return hp.TurnAccepted()
+
+    def _start_turn(self, session: Session, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         if request.attempt_id in session.turns:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
         task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
@@ -186,6 +225,7 @@ class ProviderHost:
                                   attempt_id=request.attempt_id, ids=ids)
         turn = Turn(run_id=request.run_id, attempt_id=request.attempt_id, root_node_id=request.root_node_id,
                     text=request.text, script=request.script, ids=ids)
+        session.playing[request.attempt_id] = turn
         try:
             await session.adapter.run_turn(turn, publisher)
         except asyncio.CancelledError:
@@ -194,4 +234,5 @@ class ProviderHost:
             log.exception("turn %s failed", request.attempt_id)
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
         finally:
+            session.playing.pop(request.attempt_id, None)
             publisher.close()

@@ -15,6 +15,7 @@ from treadle.domain import events as ev
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
+from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
 from treadle.domain.script import parse_script
 from treadle.domain.thread import ThreadState, provider_cause
@@ -28,11 +29,13 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
 
-from .hosts import HostClient
+from treadle.providers.hosts import HostClient
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
 MAX_PLACEMENTS = 3
+# Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
+WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
 
 
 class Supervisor:
@@ -44,7 +47,7 @@ class Supervisor:
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
-                         filters=subjects.event_types("run.queued", "run.dispatched"), handle=self._on_dispatched,
+                         filters=subjects.event_types(*WAKE_EVENTS), handle=self._on_dispatched,
                          mailboxes=mailboxes),
             PullConsumer(js, stream=subjects.PROVIDER_STREAM, durable="supervisor-provider",
                          filters=[subjects.PROVIDER_ALL], handle=self._on_provider_event, mailboxes=mailboxes),
@@ -82,18 +85,18 @@ class Supervisor:
         reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
-        events = reaction.events
-        if reaction.finalize is not None:
-            run = state.run(event.run_id or "")
-            assert run is not None
-            capture = await self._capture(state, run, ctx, reaction.finalize.status)
-            events = sv.finalize(state, run, reaction.finalize, capture)
+        events = list(reaction.events)
+        run = state.run(reaction.run_id or "") if reaction.finalize is not None else None
+        if run is not None and reaction.finalize is not None:
+            if sv.restarts(state, run, reaction.finalize):
+                events += sv.restart(state, run, ctx)
+            else:
+                status = sv.turn_status(state, run, reaction.finalize)
+                events += sv.finalize(state, run, reaction.finalize, await self._capture(state, run, ctx, status), ctx)
         if events:
             await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq, event.index))
-        if reaction.finalize is not None:
-            run = state.run(event.run_id or "")
-            if run is not None and run.ended_at is not None:
-                RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+        if run is not None and run.ended_at is not None:
+            RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
         await self._hand_over(tenant, thread, state, f"prov|{seq}")
 
     # --- steps -------------------------------------------------------------------------------------
@@ -115,8 +118,13 @@ class Supervisor:
         for placement in range(MAX_PLACEMENTS):
             run = sv.pending_attempt(state)
             if run is None:
-                return
+                return await self._follow_through(tenant, thread, state, seed)
             ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}", datetime.now(timezone.utc), ACTOR)
+            if run.attempt.interrupt is not None:  # interrupted before any provider saw it (L8)
+                turn = pe.TurnCompleted(status="interrupted")
+                capture = await self._capture(state, run, ctx, "interrupted")
+                await self._append(tenant, thread, state, sv.finalize(state, run, turn, capture, ctx), ctx)
+                continue
             # Each step is a fact of its own, appended alone: a crash between them resumes at the next step.
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
@@ -127,10 +135,12 @@ class Supervisor:
                 await self._append(tenant, thread, state, [sv.attached(placed)], ctx)
             session = state.live_session
             assert session is not None
-            message = state.message(run.message_id)
+            att = run.attempt
+            inputs = [state.message(m) for m in att.message_ids or [run.message_id]]
             reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
-                session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=run.attempt.id,
-                root_node_id=run.attempt.root_node_id, text=message.text if message else "", script=run.script))
+                session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
+                root_node_id=att.root_node_id, text="\n\n".join(m.text for m in inputs if m is not None),
+                script=att.script if att.message_ids else run.script))
             if isinstance(reply, hp.TurnAccepted):
                 return
             if reply.code != "unknown_session":
@@ -138,6 +148,34 @@ class Supervisor:
             # The host no longer has the session (it restarted): record that and place it again.
             await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_lost_session")], ctx)
         raise Retryable(f"could not place run {run.id} after {MAX_PLACEMENTS} tries")
+
+    async def _follow_through(self, tenant: str, thread: str, state: ThreadState, seed: str) -> None:
+        """Send the running attempt what it is owed (L3.2 steers, L8 interrupts). Sent first, recorded after:
+        a crash in between sends again, and hosts ignore what they already have."""
+        run = state.active_run
+        ctx = reaction_ctx(f"{seed}|owed|{run.attempt.id if run else ''}", datetime.now(timezone.utc), ACTOR)
+        events, actions = sv.owed(state, ctx)
+        if events:
+            await self._append(tenant, thread, state, events, ctx)
+        session = state.live_session
+        for action in actions:
+            assert session is not None
+            att = action.run.attempt
+            if isinstance(action, sv.Steer):
+                reply = await self._hosts.verb(session.host_id, "turn.steer", hp.SteerTurn(
+                    session_id=session.id, attempt_id=att.id, message_id=action.message.id, text=action.message.text))
+                if isinstance(reply, hp.TurnAccepted):
+                    await self._append(tenant, thread, state, [ev.SteerDelivered(
+                        run_id=action.run.id, attempt_id=att.id, message_id=action.message.id)], ctx)
+                # Refused (the turn just ended): the steer becomes the next run when the run ends (L3.4).
+                continue
+            request = hp.StopTurn(session_id=session.id, attempt_id=att.id)
+            reply = await self._hosts.verb(session.host_id, "turn.interrupt" if action.path == "native" else "session.stop",
+                                           request)
+            if isinstance(reply, hp.HostFailure) and reply.code not in ("unknown_session", "not_active"):
+                raise Retryable(f"host {session.host_id} refused the interrupt: {reply.code} {reply.message}")
+            await self._append(tenant, thread, state, [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id,
+                                                                         path=action.path)], ctx)
 
     async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced:
         assert state.thread is not None

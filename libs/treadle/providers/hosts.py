@@ -32,4 +32,8 @@ class HostClient:
         return hp.place_reply.decode(await self._request(subjects.HOST_PLACE, hp.encode(request)))
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
-        return hp.turn_reply.decode(await self._request(subjects.host(host_id, "turn.start"), hp.encode(request)))
+        return await self.verb(host_id, "turn.start", request)
+
+    async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+        """One of ``protocol.VERB_REQUESTS`` on the host that holds the session."""
+        return hp.turn_reply.decode(await self._request(subjects.host(host_id, verb), hp.encode(request)))

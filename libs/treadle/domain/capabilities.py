@@ -1,0 +1,52 @@
+"""Capability profiles and what they mean to a client (LIFECYCLES "Capabilities and degradation").
+
+Orchestration branches on these typed results, never on provider names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from .entities import ProviderCapabilities
+
+ALL_APPROVALS = ["command", "file_change", "file_read", "patch"]
+
+FULL = ProviderCapabilities(  # Codex-like
+    create_empty_thread=True, interrupt=True, active_steering=True, approvals=ALL_APPROVALS,
+    structured_questions=True, plan_updates=True, todo_list=True, proposed_plan=True, subagents=True)
+
+# The scripted provider's named profiles: one per degradation path a real provider takes.
+PROFILES: dict[str, ProviderCapabilities] = {
+    "full": FULL,
+    "no_steering": msgspec.structs.replace(FULL, active_steering=False, native_turn_ids=False),  # Claude-like
+    "no_interrupt": msgspec.structs.replace(FULL, active_steering=False, interrupt=False),
+    "no_approvals": msgspec.structs.replace(FULL, approvals=[]),
+    "no_plans": msgspec.structs.replace(FULL, plan_updates=False, todo_list=False, proposed_plan=False,
+                                        structured_questions=False),
+    "weak_terminal": msgspec.structs.replace(FULL, terminal_status="weak"),
+}
+
+
+class CapabilityView(msgspec.Struct, kw_only=True):
+    """What a client can do with the thread's live provider, as typed results."""
+
+    interrupt: Literal["available", "destructive", "unavailable"]
+    steering: Literal["native", "restart", "queue_only"]
+    approvals: Literal["structured", "none"]
+    questions: Literal["structured", "text_only"]
+    plans: Literal["available", "unavailable"]
+    terminal_status: Literal["strong", "weak", "none"]
+
+
+def view(caps: ProviderCapabilities) -> CapabilityView:
+    # Without native interrupt the session can still be stopped (L8.3): destructive, but available.
+    return CapabilityView(
+        interrupt="available" if caps.interrupt else "destructive",
+        steering="native" if caps.active_steering else "restart" if caps.interrupt else "queue_only",
+        approvals="structured" if caps.approvals else "none",
+        questions="structured" if caps.structured_questions else "text_only",
+        plans="available" if (caps.todo_list or caps.proposed_plan) else "unavailable",
+        terminal_status=caps.terminal_status,
+    )

@@ -1,0 +1,230 @@
+"""HTTP routes for life inside a run (L3 queue, L8 interrupt, L11 requests, L12 plans and activity).
+
+Ids in paths resolve to their thread through the projection's index, so clients never need the thread id.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import Request, delete, get, patch, post
+from litestar.params import FromPath, JSONBody, QueryParameter
+
+from treadle.domain.commands import (
+    CancelQueued,
+    CreateThread,
+    EditQueued,
+    ImplementPlan,
+    InterruptRun,
+    ReorderQueue,
+    RespondRequest,
+    SendMessage,
+)
+from treadle.domain.entities import Activity, RuntimeRequest
+from treadle.domain.plans import implementation_text
+from treadle.domain.thread import ThreadState
+
+from .app import IdempotencyKey, _id, _state, _thread_doc, principal
+from .errors import ApiError
+
+
+class InterruptRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    allow_destructive: bool = True  # without native interrupt, stop the provider session (L8.3)
+
+
+class Acknowledged(msgspec.Struct, kw_only=True):
+    """An acknowledgement, not the outcome (L8.2): the run's status says when it actually ended."""
+
+    thread_id: str
+    run_id: str | None
+    disposition: str
+    seq: int
+
+
+class RespondBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    decision: Literal["accept", "accept_for_session", "decline", "cancel"] | None = None
+    answers: dict[str, str] | None = None
+    message: str | None = None
+
+
+class QueuedRun(msgspec.Struct, kw_only=True):
+    run_id: str
+    ordinal: int
+    message_id: str
+    text: str
+    mode: str
+    queued_at: str
+
+
+class QueueView(msgspec.Struct, kw_only=True):
+    thread_id: str
+    active_run_id: str | None
+    queue: list[QueuedRun]
+
+
+class ReorderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    order: list[str]
+
+
+class EditBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    text: str
+    script: dict | None = None
+
+
+class ImplementBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    as_: Literal["run", "thread"] = msgspec.field(name="as", default="run")
+
+
+class Implemented(msgspec.Struct, kw_only=True):
+    plan_id: str
+    as_: str = msgspec.field(name="as")
+    thread_id: str
+    run_id: str
+
+
+class RequestList(msgspec.Struct):
+    requests: list[RuntimeRequest]
+
+
+class ActivityList(msgspec.Struct):
+    activity: list[Activity]
+
+
+async def _owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
+    thread = await _state(request).projections.thread_of(tenant, _id(entity_id, prefix))
+    if thread is None:
+        raise ApiError(404, missing, f"{entity_id} not found")
+    return thread
+
+
+async def _folded(request: Request, tenant: str, thread: str) -> ThreadState:
+    return msgspec.json.decode(await _thread_doc(request, tenant, thread), type=ThreadState)
+
+
+async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
+    who = await principal(request)
+    accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb=verb, thread=thread,
+                                                   body=body, idempotency_key=key)
+    return Acknowledged(thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq)
+
+
+@post("/v1/runs/{run_id:str}/interrupt", status_code=202,
+      summary="Interrupt a run (L8): acknowledged now, interrupted when the provider says so")
+async def interrupt_run(request: Request, run_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
+                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    who = await principal(request)
+    thread = await _owner(request, who.tenant, run_id, "run", "run_not_found")
+    body = InterruptRun(run_id=run_id, allow_destructive=data.allow_destructive if data else True)
+    return await _send(request, "interrupt", thread, body, idempotency_key)
+
+
+@post("/v1/nodes/{node_id:str}/interrupt", status_code=202, summary="Interrupt the run a root-turn node belongs to (L8)")
+async def interrupt_node(request: Request, node_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
+                         idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    who = await principal(request)
+    thread = await _owner(request, who.tenant, node_id, "node", "node_not_found")
+    body = InterruptRun(node_id=node_id, allow_destructive=data.allow_destructive if data else True)
+    return await _send(request, "interrupt", thread, body, idempotency_key)
+
+
+@post("/v1/requests/{request_id:str}/respond", status_code=200,
+      summary="Answer an approval or a question (L11); 409 not_resumable when its provider callback is gone")
+async def respond(request: Request, request_id: FromPath[str], data: JSONBody[RespondBody],
+                  idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    who = await principal(request)
+    thread = await _owner(request, who.tenant, request_id, "req", "request_not_found")
+    body = RespondRequest(request_id=request_id, decision=data.decision, answers=data.answers, message=data.message)
+    return await _send(request, "respond", thread, body, idempotency_key)
+
+
+@get("/v1/threads/{thread_id:str}/requests", summary="The thread's runtime requests (pending ones with status=pending)")
+async def list_requests(request: Request, thread_id: FromPath[str],
+                        status: Annotated[str | None, QueryParameter()] = None) -> RequestList:
+    who = await principal(request)
+    state = await _folded(request, who.tenant, _id(thread_id, "thr"))
+    return RequestList([r for r in state.requests if status is None or r.status == status])
+
+
+@get("/v1/threads/{thread_id:str}/activity", summary="Activity (L12.4), each entry with its run and node ids")
+async def list_activity(request: Request, thread_id: FromPath[str],
+                        run_id: Annotated[str | None, QueryParameter()] = None) -> ActivityList:
+    who = await principal(request)
+    state = await _folded(request, who.tenant, _id(thread_id, "thr"))
+    return ActivityList([a for a in state.activity if run_id is None or a.run_id == run_id])
+
+
+def _queue_view(state: ThreadState) -> QueueView:
+    assert state.thread is not None
+    items = []
+    for run_id in state.queue:
+        run = state.run(run_id)
+        message = state.message(run.message_id) if run else None
+        if run is not None:
+            items.append(QueuedRun(run_id=run.id, ordinal=run.ordinal, message_id=run.message_id,
+                                   text=message.text if message else "", mode=run.mode,
+                                   queued_at=run.queued_at.isoformat()))
+    return QueueView(thread_id=state.thread.id, active_run_id=state.active_run_id, queue=items)
+
+
+@get("/v1/threads/{thread_id:str}/queue", summary="Runs waiting behind the active one, in the order they will start (L3.6)")
+async def get_queue(request: Request, thread_id: FromPath[str]) -> QueueView:
+    who = await principal(request)
+    return _queue_view(await _folded(request, who.tenant, _id(thread_id, "thr")))
+
+
+@patch("/v1/threads/{thread_id:str}/queue", summary="Reorder the queue: name every queued run in the new order")
+async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody],
+                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    thread = _id(thread_id, "thr")
+    for run_id in data.order:
+        _id(run_id, "run")
+    return await _send(request, "queue", thread, ReorderQueue(order=data.order), idempotency_key)
+
+
+@patch("/v1/threads/{thread_id:str}/queue/{run_id:str}", summary="Edit a queued run's message before it starts")
+async def edit_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str], data: JSONBody[EditBody],
+                      idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    body = EditQueued(run_id=_id(run_id, "run"), text=data.text, script=data.script)
+    return await _send(request, "queue", _id(thread_id, "thr"), body, idempotency_key)
+
+
+@delete("/v1/threads/{thread_id:str}/queue/{run_id:str}", status_code=200, summary="Cancel a queued run")
+async def cancel_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str],
+                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    body = CancelQueued(run_id=_id(run_id, "run"))
+    return await _send(request, "queue", _id(thread_id, "thr"), body, idempotency_key)
+
+
+@post("/v1/plans/{plan_id:str}/implement", status_code=202,
+      summary="Implement a proposed plan as a new run of its thread or as a new thread (L12.3)")
+async def implement_plan(request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody],
+                         idempotency_key: IdempotencyKey = None) -> Implemented:
+    who = await principal(request)
+    thread = await _owner(request, who.tenant, plan_id, "plan", "plan_not_found")
+    commands = _state(request).commands
+    if data.as_ == "run":
+        accepted = await commands.send(tenant=who.tenant, user=who.user, verb="plan", thread=thread,
+                                       body=ImplementPlan(plan_id=plan_id), idempotency_key=idempotency_key)
+        return Implemented(plan_id=plan_id, as_="run", thread_id=thread, run_id=accepted.run_id or "")
+    state = await _folded(request, who.tenant, thread)
+    plan = next((p for p in state.plans if p.id == plan_id), None)
+    if plan is None or plan.kind != "proposed_plan" or plan.status == "implemented":
+        raise ApiError(409, "plan_not_implementable", f"plan {plan_id} is not an open proposed plan")
+    assert state.thread is not None
+    source = state.thread
+    # Three commands, each idempotent under a key derived from the client's: a retry redoes none twice.
+    key = idempotency_key or f"implement-{plan_id}"
+    created = await commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None, idempotency_key=f"{key}|create",
+                                  body=CreateThread(title=f"Plan from {source.title or source.id}"[:200],
+                                                    provider=source.provider, model=source.model,
+                                                    runtime_mode=source.runtime_mode))
+    sent = await commands.send(tenant=who.tenant, user=who.user, verb="send", thread=created.thread_id,
+                               idempotency_key=f"{key}|send", body=SendMessage(text=implementation_text(plan)))
+    await commands.send(tenant=who.tenant, user=who.user, verb="plan", thread=thread, idempotency_key=f"{key}|link",
+                        body=ImplementPlan(plan_id=plan_id, as_="thread", thread_id=created.thread_id))
+    return Implemented(plan_id=plan_id, as_="thread", thread_id=created.thread_id, run_id=sent.run_id or "")
+
+
+ROUTES = [interrupt_run, interrupt_node, respond, list_requests, list_activity, get_queue, reorder_queue, edit_queued,
+          cancel_queued, implement_plan]
