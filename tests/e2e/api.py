@@ -70,3 +70,31 @@ class Api:
                 elif not line.startswith(":"):
                     key, _, value = line.partition(":")
                     fields[key] = value[1:] if value.startswith(" ") else value
+
+    async def thread(self, thread: str) -> dict:
+        r = await self.request("GET", f"/v1/threads/{thread}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    async def wait_thread(self, thread: str, predicate, what: str, timeout: float = 30):
+        """Poll the thread's projection until ``predicate(doc)`` returns something truthy; return that."""
+        async def check():
+            return predicate(await self.thread(thread))
+        return await wait_for(check, timeout=timeout, interval=0.05, what=what)
+
+    async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict:
+        def pending(doc):
+            return next((r for r in doc["requests"] if r["status"] == status), None)
+        return await self.wait_thread(thread, pending, f"a {status} request on {thread}", timeout)
+
+    async def wait_running(self, run_id: str, timeout: float = 30) -> dict:
+        async def running():
+            run = (await self.request("GET", f"/v1/runs/{run_id}")).json()
+            return run if run.get("status") in ("running", "waiting") else None
+        return await wait_for(running, timeout=timeout, interval=0.05, what=f"run {run_id} running")
+
+    async def post(self, path: str, body: dict | None = None, expect: int | None = None) -> dict:
+        r = await self.request("POST", path, json=body or {})
+        if expect is not None:
+            assert r.status_code == expect, r.text
+        return r.json()

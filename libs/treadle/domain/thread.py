@@ -28,9 +28,10 @@ from .entities import (
 PROVIDER_CAUSE = "prov:"
 
 
-def provider_cause(seq: int, index: int = 0) -> str:
-    """The causation id of events derived from provider-stream message ``seq`` (its ``index`` in its turn)."""
-    return f"{PROVIDER_CAUSE}{seq}:{index}"
+def provider_cause(seq: int, index: int = 0, attempt_id: str = "") -> str:
+    """The causation id of events derived from provider-stream message ``seq``: its ``index`` in the play of
+    ``attempt_id``. Events so caused may concern other attempts (a replacement, a superseding run)."""
+    return f"{PROVIDER_CAUSE}{seq}:{index}:{attempt_id}"
 
 
 class ThreadState(msgspec.Struct, kw_only=True):
@@ -114,12 +115,25 @@ def evolve(state: ThreadState, e: ev.Envelope) -> ThreadState:
     if handler is not None:
         handler(state, e, e.data)
     if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
-        seq, _, index = e.causation_id[len(PROVIDER_CAUSE):].partition(":")
+        seq, _, rest = e.causation_id[len(PROVIDER_CAUSE):].partition(":")
+        index, _, attempt_id = rest.partition(":")
         state.provider_seq = max(state.provider_seq, int(seq))
-        run = state.run(getattr(e.data, "run_id", "") or "")
-        if index and run is not None:
-            run.attempt.provider_index = max(run.attempt.provider_index, int(index))
+        if index and int(index) and (att := _reporting_attempt(state, e.data, attempt_id)) is not None:
+            att.provider_index = max(att.provider_index, int(index))
     return state
+
+
+def _reporting_attempt(state: ThreadState, data, attempt_id: str) -> Attempt | None:
+    """The attempt whose play reported the provider event (named in the causation id since steering; before,
+    the run's current attempt)."""
+    if not attempt_id:
+        run = state.run(getattr(data, "run_id", "") or "")
+        return run.attempt if run is not None else None
+    for run in reversed(state.runs):
+        for att in run.attempts:
+            if att.id == attempt_id:
+                return att
+    return None
 
 
 def fold(events, state: ThreadState | None = None) -> ThreadState:

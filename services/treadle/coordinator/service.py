@@ -54,6 +54,7 @@ class Coordinator:
         self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout)
+        self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
                                        filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,
@@ -110,6 +111,7 @@ class Coordinator:
                     await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
                 receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
                                                        command_id=command.id, actor=ctx.actor)
+                self._delivered.discard(command.id)
                 return receipt
             except DomainError as exc:
                 return Rejected(code=exc.code, message=exc.message, status=exc.status, details=exc.details)
@@ -135,6 +137,13 @@ class Coordinator:
             if known.status == "not_resumable":
                 raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
             return [], receipt
+        if command.id in self._delivered:
+            # The provider has this answer already and may have finished its turn since, closing the request
+            # before our record landed: the answer was given, so the record says so.
+            req = state.request(body.request_id)
+            assert req is not None
+            receipt.run_id = req.run_id
+            return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
         req = requests.answerable(state, body)
         receipt.run_id = req.run_id
         session = requests.holder(state, req)
@@ -147,6 +156,7 @@ class Coordinator:
             except HostUnavailable:
                 reply = None
         if isinstance(reply, hp.TurnAccepted):
+            self._delivered.add(command.id)  # until recorded: a retry after a conflict must not ask the host again
             return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
         if isinstance(reply, hp.HostFailure) and reply.code == "provider_error":
             raise Unavailable(f"the provider failed to take the answer: {reply.message}")

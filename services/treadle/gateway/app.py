@@ -3,6 +3,7 @@ coordinator as commands, and the event stream comes straight from JetStream."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -108,6 +109,18 @@ async def _thread_doc(request: Request, tenant: str, thread: str) -> bytes:
     return encode_state(folded)
 
 
+async def thread_of(request: Request, tenant: str, entity_id: str) -> str | None:
+    """The thread of a run, node, request or plan. The index is written by the projector just after the event
+    is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
+    looked up again for up to a second before it counts as unknown."""
+    projections = _state(request).projections
+    for delay in (0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.35):
+        await asyncio.sleep(delay)
+        if (thread := await projections.thread_of(tenant, entity_id)) is not None:
+            return thread
+    return None
+
+
 def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, media_type="application/json", status_code=status)
 
@@ -173,7 +186,7 @@ async def send_message(request: Request, thread_id: FromPath[str], data: JSONBod
 async def get_run(request: Request, run_id: FromPath[str]) -> Response:
     who = await principal(request)
     run_id = _id(run_id, "run")
-    thread = await _state(request).projections.thread_of(who.tenant, run_id)
+    thread = await thread_of(request, who.tenant, run_id)
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
     state = msgspec.json.decode(await _thread_doc(request, who.tenant, thread), type=ThreadState)

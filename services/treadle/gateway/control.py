@@ -25,7 +25,7 @@ from treadle.domain.entities import Activity, RuntimeRequest
 from treadle.domain.plans import implementation_text
 from treadle.domain.thread import ThreadState
 
-from .app import IdempotencyKey, _id, _state, _thread_doc, principal
+from .app import IdempotencyKey, _id, _state, _thread_doc, principal, thread_of
 from .errors import ApiError
 
 
@@ -92,7 +92,7 @@ class ActivityList(msgspec.Struct):
 
 
 async def _owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
-    thread = await _state(request).projections.thread_of(tenant, _id(entity_id, prefix))
+    thread = await thread_of(request, tenant, _id(entity_id, prefix))
     if thread is None:
         raise ApiError(404, missing, f"{entity_id} not found")
     return thread

@@ -94,7 +94,7 @@ class Supervisor:
                 status = sv.turn_status(state, run, reaction.finalize)
                 events += sv.finalize(state, run, reaction.finalize, await self._capture(state, run, ctx, status), ctx)
         if events:
-            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq, event.index))
+            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq, event.index, event.attempt_id or ""))
         if run is not None and run.ended_at is not None:
             RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
         await self._hand_over(tenant, thread, state, f"prov|{seq}")

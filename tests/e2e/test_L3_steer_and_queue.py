@@ -1,0 +1,153 @@
+"""L3 over HTTP: steering natively or by interrupt-restart, the run-id rule, and the queue."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts import HANG, approval, script, text, tool
+
+
+def user_texts(run: dict) -> list[str]:
+    return [m["text"] for m in run["messages"] if m["role"] == "user"]
+
+
+def replies(run: dict) -> list[str]:
+    return [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed"]
+
+
+async def test_L3_2_native_steer_during_a_tool_call_joins_the_running_attempt(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "build it", script=script(tool("pytest", delay_ms=400), HANG, profile="full"))
+    await api.wait_thread(thread, lambda d: any(n["kind"] == "tool" for r in d["runs"] for n in r["nodes"]), "tool running")
+    steer = await api.send(thread, "use the fast tests", mode="steer_active", target_run_id=sent["run_id"])
+    assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
+    run = await api.wait_run(sent["run_id"])
+    assert len(run["attempts"]) == 1  # native: no restart
+    assert user_texts(run) == ["build it", "use the fast tests"]
+    assert replies(run) == ["Steered: use the fast tests"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "steer_active", "restart_active"])
+async def test_L3_3_steer_without_native_steering_interrupts_and_restarts_the_same_run(api, mode):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG, profile="no_steering"))
+    await api.wait_running(sent["run_id"])
+    steer = await api.send(thread, "do this instead", mode=mode, script=script(text("restarted reply")))
+    assert steer["disposition"] == "restarting" and steer["run_id"] == sent["run_id"]
+    run = await api.wait_run(sent["run_id"])
+    first, second = run["attempts"]
+    assert (first["status"], second["status"], second["reason"]) == ("interrupted", "completed", "steering_restart")
+    assert replies(run) == ["restarted reply"]  # L3.7: only the last attempt completes the run
+    nodes = {n["attempt_id"]: n for n in run["nodes"] if n["kind"] == "root_turn"}
+    assert nodes[first["id"]]["status"] == "interrupted"  # kept in the graph for audit
+
+
+async def test_L3_3_restart_active_restarts_even_when_native_steering_exists(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG, profile="full"))
+    await api.wait_running(sent["run_id"])
+    steer = await api.send(thread, "again", mode="restart_active", script=script(text("fresh")))
+    assert steer["disposition"] == "restarting"
+    run = await api.wait_run(sent["run_id"])
+    assert [a["reason"] for a in run["attempts"]] == ["initial", "steering_restart"]
+
+
+async def test_L3_4_steer_after_the_run_answered_creates_a_superseding_run(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(text("here is my answer"), HANG, profile="no_steering"))
+    await api.wait_thread(thread, lambda d: any(m["role"] == "assistant" and m["status"] == "completed"
+                                                for m in d["messages"]), "the first answer")
+    steer = await api.send(thread, "now refine it", script=script(text("refined")))
+    first = await api.wait_run(sent["run_id"], status="interrupted")
+    doc = await api.thread(thread)
+    second = next(r for r in doc["runs"] if r.get("supersedes_run_id") == sent["run_id"])
+    assert first["superseded_by"] == second["id"] and first["checkpoint"] is not None
+    done = await api.wait_run(second["id"])
+    assert user_texts(done) == ["now refine it"] and replies(done) == ["refined"] and done["ordinal"] == 2
+    assert steer["message_id"] == done["message_id"]
+
+
+async def test_L3_3_two_quick_steers_both_reach_one_restart(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG, profile="no_steering"))
+    await api.wait_running(sent["run_id"])
+    await api.send(thread, "first correction")
+    await api.send(thread, "second correction", script=script(text("both taken")))
+    run = await api.wait_run(sent["run_id"])
+    assert user_texts(run) == ["start", "first correction", "second correction"]
+    assert run["attempts"][-1]["reason"] == "steering_restart" and replies(run) == ["both taken"]
+    doc = await api.thread(thread)
+    assert len(doc["runs"]) == 1 and not any(m["role"] == "user" and not m["delivered"] for m in doc["messages"])
+
+
+@pytest.mark.parametrize("profile, attempts", [("full", 1), ("no_steering", 2)])
+async def test_L3_2_L3_3_steer_while_an_approval_is_pending(api, profile, attempts):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "deploy", script=script(approval("deploy now?"), text("deployed"), profile=profile))
+    request = await api.wait_request(thread)
+    await api.send(thread, "wait, stage first", script=script(text("staged")))
+    if profile == "full":  # native: the turn still waits for its answer, then takes the steer
+        await api.post(f"/v1/requests/{request['id']}/respond", {"decision": "accept"}, expect=200)
+    run = await api.wait_run(sent["run_id"])
+    assert len(run["attempts"]) == attempts
+    doc = await api.thread(thread)
+    assert next(r for r in doc["requests"] if r["id"] == request["id"])["status"] == (
+        "resolved" if profile == "full" else "cancelled")
+
+
+async def test_L3_5_an_explicit_new_turn_queues_even_when_steering_is_possible(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG, profile="full"))
+    queued = await api.send(thread, "next task", mode="queue_after_active")
+    assert queued["disposition"] == "queued" and queued["run_id"] != sent["run_id"]
+    await api.post(f"/v1/runs/{sent['run_id']}/interrupt", expect=202)
+    await api.wait_run(queued["run_id"])
+
+
+async def test_L3_1_reject_refuses_while_a_run_is_active_and_changes_nothing(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG))
+    before = await api.thread(thread)
+    r = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": "x", "mode": "reject"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "run_active"
+    after = await api.thread(thread)
+    assert len(after["messages"]) == len(before["messages"]) and len(after["runs"]) == 1
+    await api.post(f"/v1/runs/{sent['run_id']}/interrupt", expect=202)
+
+
+async def test_L3_1_start_immediately_interrupts_the_active_run_and_starts_before_the_queue(api):
+    thread = await api.create_thread()
+    active = await api.send(thread, "long", script=script(HANG))
+    queued = await api.send(thread, "later", mode="queue_after_active")
+    now = await api.send(thread, "urgent", mode="start_immediately")
+    assert now["disposition"] == "preempting"
+    await api.wait_run(active["run_id"], status="interrupted")
+    urgent, later = await api.wait_run(now["run_id"]), await api.wait_run(queued["run_id"])
+    assert urgent["ordinal"] == 3 and urgent["started_at"] < later["started_at"]
+
+
+async def test_L3_6_queue_of_five_with_one_cancelled_two_reordered_and_one_edited(api):
+    thread = await api.create_thread()
+    active = await api.send(thread, "long", script=script(HANG))
+    runs = [(await api.send(thread, f"task {i}", mode="queue_after_active"))["run_id"] for i in range(5)]
+    listed = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
+    assert [q["run_id"] for q in listed["queue"]] == runs and listed["active_run_id"] == active["run_id"]
+    r = await api.request("DELETE", f"/v1/threads/{thread}/queue/{runs[2]}")
+    assert r.status_code == 200, r.text
+    order = [runs[0], runs[1], runs[4], runs[3]]
+    r = await api.request("PATCH", f"/v1/threads/{thread}/queue", json={"order": order})
+    assert r.status_code == 200, r.text
+    stale = await api.request("PATCH", f"/v1/threads/{thread}/queue", json={"order": runs})
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "queue_changed"
+    r = await api.request("PATCH", f"/v1/threads/{thread}/queue/{runs[1]}", json={"text": "task 1, edited"})
+    assert r.status_code == 200, r.text
+    listed = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
+    assert [q["run_id"] for q in listed["queue"]] == order and listed["queue"][1]["text"] == "task 1, edited"
+    await api.post(f"/v1/runs/{active['run_id']}/interrupt", expect=202)
+    done = [await api.wait_run(run_id) for run_id in order]
+    for earlier, later in zip(done, done[1:]):  # one at a time, in the new order
+        assert earlier["ended_at"] <= later["started_at"]
+    assert (await api.run(runs[2]))["status"] == "cancelled"
+    assert user_texts(done[1]) == ["task 1, edited"]
+    gone = await api.request("DELETE", f"/v1/threads/{thread}/queue/{runs[0]}")
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "run_not_queued"
