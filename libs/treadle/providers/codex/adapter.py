@@ -77,6 +77,7 @@ class CodexAdapter(ProviderAdapter):
         self._turn_known = asyncio.Event()
         self._live: dict[str, LiveRequest] = {}
         self._exit_watch: asyncio.Task | None = None
+        self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
 
     @property
     def thread_id(self) -> str | None:
@@ -155,11 +156,22 @@ class CodexAdapter(ProviderAdapter):
         return self._thread_id
 
     async def fork(self, at_turn_ref: str | None) -> str:
-        params = {"threadId": self._require_thread(), "excludeTurns": True, **self._thread_overrides()}
+        params = {"threadId": self._require_thread(), "excludeTurns": True, **self._thread_overrides(),
+                  "config": {"thread_unload_delay_secs": 0}}  # unloaded as soon as it is let go of
         if at_turn_ref:
             params["lastTurnId"] = at_turn_ref
         result = await self._call("thread/fork", params)
-        return result["thread"]["id"]
+        forked = result["thread"]["id"]
+        # The fork belongs to the session that will open it: this process must let go of it, or codex
+        # refuses to resume it elsewhere ("already has an active writer").
+        closed = self._closed.setdefault(forked, asyncio.Event())
+        try:
+            await self._call("thread/unsubscribe", {"threadId": forked})
+            async with asyncio.timeout(self._settings.request_timeout):
+                await closed.wait()
+        finally:
+            self._closed.pop(forked, None)
+        return forked
 
     async def rollback(self, turns: int) -> dict | None:
         if turns < 1:
@@ -256,6 +268,9 @@ class CodexAdapter(ProviderAdapter):
                 await self._rpc.reply_error(rpc_id, -32601, f"Treadle does not serve {method}")
 
     def _on_notification(self, method: str, params: dict) -> None:
+        if method == "thread/closed" and params.get("threadId") in self._closed:
+            self._closed[params["threadId"]].set()
+            return
         if method == "serverRequest/resolved":
             # answered or withdrawn by codex itself (interrupt): the callback is gone
             rpc_id = params.get("requestId")

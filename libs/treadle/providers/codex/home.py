@@ -31,6 +31,8 @@ def render_config(settings: CodexSettings) -> str:
         'sandbox_mode = "workspace-write"',
         "check_for_update_on_startup = false",
         "hide_agent_reasoning = false",
+        # default_mode_request_user_input is marked under development; the warning would reach every turn
+        "suppress_unstable_features_warning = true",
     ]
     if settings.reasoning_effort:
         lines.append(f"model_reasoning_effort = {_toml(settings.reasoning_effort)}")
