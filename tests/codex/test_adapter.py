@@ -43,7 +43,7 @@ async def test_L11_2_approved_command_runs_and_its_file_lands(open_driver, mock,
     turn, sink, task = driver.start("make a file")
     request = await opened_request(sink)
     assert request.kind == "command"
-    assert "echo approved > approved.txt" in request.prompt
+    assert request.prompt == "Run `echo approved > approved.txt`?"
     assert not (workspace / "approved.txt").exists()  # nothing ran before the answer
     await driver.adapter.respond(request.request_id, Response(decision="accept"))
     assert (await ended(task, sink)).status == "completed"
@@ -93,8 +93,7 @@ async def test_L11_2_bad_decision_is_a_clear_error_and_keeps_the_request_live(op
     with pytest.raises(ValueError):
         await driver.adapter.respond(request.request_id, Response(answers={"x": "y"}))
     await driver.adapter.respond(request.request_id, Response(decision="cancel"))
-    status = (await ended(task, sink)).status
-    assert status in ("completed", "interrupted")
+    assert (await ended(task, sink)).status == "interrupted"  # codex ends the turn on a cancel
     assert not (workspace / "bad.txt").exists()
 
 
@@ -241,11 +240,15 @@ async def test_L10_5_rollback_drops_the_last_turns(open_driver, mock):
 
 async def test_L2_5_backend_500_fails_the_turn_with_the_provider_message_and_the_next_works(open_driver, mock):
     mock.on("break the backend", [HttpError(500, "mock backend exploded")])
+    mock.on("bad request", [HttpError(400, "mock rejects this request")])
     driver = await open_driver()
     sink = await driver.play("break the backend")
     assert sink.completed.status == "failed"
-    assert sink.completed.error  # codex's own words
+    assert "high demand" in sink.completed.error  # codex 0.171's own words for a 500
     assert (await driver.play("try again")).completed.status == "completed"
+    sink = await driver.play("bad request")
+    assert sink.completed.status == "failed"
+    assert "mock rejects this request" in sink.completed.error  # the backend's message, through codex
 
 
 async def test_L2_5_broken_stream_fails_the_turn_and_the_next_works(open_driver, mock):

@@ -139,16 +139,26 @@ class CodexAdapter(ProviderAdapter):
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         """``fresh_ref`` is ignored: Codex names its threads itself (strong identity)."""
         if native_ref:
-            try:
-                result = await self._call("thread/resume", {"threadId": native_ref, "excludeTurns": True,
-                                                            **self._thread_overrides()})
-            except RpcError as exc:
-                raise ResumeFailed(f"codex could not resume thread {native_ref}: {exc.message}") from exc
+            result = await self._resume(native_ref)
             self._thread_id = result["thread"]["id"]
             return self._thread_id, True
         result = await self._call("thread/start", self._thread_overrides())
         self._thread_id = result["thread"]["id"]
         return self._thread_id, False
+
+    async def _resume(self, native_ref: str) -> dict:
+        params = {"threadId": native_ref, "excludeTurns": True, **self._thread_overrides()}
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self._settings.request_timeout, 0.05
+        while True:
+            try:
+                return await self._call("thread/resume", params)
+            except RpcError as exc:
+                # the process of a session that just died may still hold the thread for a moment
+                if "active writer" not in exc.message or loop.time() >= deadline:
+                    raise ResumeFailed(f"codex could not resume thread {native_ref}: {exc.message}") from exc
+            await asyncio.sleep(delay)  # backoff while the old writer exits
+            delay = min(delay * 2, 1.0)
 
     def _require_thread(self) -> str:
         if self._thread_id is None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from ...runtime.processes import die_with_parent
+
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode
@@ -41,7 +43,8 @@ ServerRequest = Callable[[int | str, str, dict], Awaitable[None] | None]
 
 class RpcProcess:
     """One ``codex app-server`` child. ``on_notification(method, params)`` and ``on_request(id, method,
-    params)`` are called from the reader task in arrival order."""
+    params)`` are called from the reader task in arrival order. The child stays in its host's process
+    group and gets SIGTERM if the host dies, so a killed host leaves no writer holding its threads."""
 
     def __init__(self, on_notification: Notify, on_request: ServerRequest) -> None:
         self._on_notification = on_notification
@@ -62,7 +65,7 @@ class RpcProcess:
     async def start(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
         self._proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, cwd=str(cwd), limit=_LINE_LIMIT, start_new_session=True)
+            env=env, cwd=str(cwd), limit=_LINE_LIMIT, preexec_fn=die_with_parent())
         self._reader = asyncio.create_task(self._read(), name=f"codex-rpc:{self._proc.pid}")
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name=f"codex-stderr:{self._proc.pid}")
 

@@ -161,7 +161,7 @@ class TurnTranslator:
         request_id, node_id = ids.next("req"), ids.next("node")
         item_id = params.get("itemId")
         if method == "item/commandExecution/requestApproval":
-            command = params.get("command") or self._commands.get(item_id or "", "")
+            command = self._commands.get(item_id or "") or params.get("command") or ""
             detail = {"command": command, "cwd": params.get("cwd"), "reason": params.get("reason"),
                       "tool_node_id": self._nodes.get(item_id or "")}
             prompt = params.get("reason") or f"Run `{command}`?"
