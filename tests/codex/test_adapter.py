@@ -270,3 +270,29 @@ async def test_L9_3_a_dead_process_fails_the_playing_turn(open_driver, mock):
     os.kill(driver.adapter.pid, signal.SIGKILL)
     done = await ended(task, sink)
     assert done.status == "failed" and "exited" in (done.error or "")
+
+
+async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(open_driver, mock, homes_root,
+                                                                                  settings, tmp_path):
+    """Sessions of one tenant on a host share the tenant's CODEX_HOME (so a later session can resume any of
+    its threads); concurrent app-server processes must not disturb each other there."""
+    from conftest import Driver, place
+    from treadle.providers.codex import CodexAdapter
+    others = []
+    for n in range(2):
+        ws = tmp_path / f"ws{n}"
+        ws.mkdir()
+        request = place(ws)
+        adapter = CodexAdapter(ws, request, tmp_path / "rt" / request.session_id, settings)
+        await adapter.open_thread(None, "unused")
+        others.append(Driver(adapter))
+    try:
+        for n in range(2):
+            mock.on(f"parallel {n}", [Text(f"reply {n}", chunks=5)])
+        sinks = await asyncio.gather(*(d.play(f"parallel {n}") for n, d in enumerate(others)))
+        assert [s.reply for s in sinks] == ["reply 0", "reply 1"]
+        config = (homes_root / "acme" / "config.toml").read_text()
+        assert config.startswith("# written by Treadle")
+    finally:
+        for d in others:
+            await d.adapter.close()
