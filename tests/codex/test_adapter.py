@@ -296,3 +296,15 @@ async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(
     finally:
         for d in others:
             await d.adapter.close()
+
+
+async def test_unknown_turn_options_fail_the_turn_clearly_without_reaching_codex(open_driver, mock):
+    driver = await open_driver()
+    before = len(mock.requests)
+    sink = await driver.play("with options", {"collaboration_mode": "chaos"})
+    assert sink.completed.status == "failed" and "collaboration_mode" in sink.completed.error
+    sink = await driver.play("with options", {"temperature": 2})
+    assert sink.completed.status == "failed" and "temperature" in sink.completed.error
+    assert len(mock.requests) == before
+    assert (await driver.play("plain again")).completed.status == "completed"
+    assert (await driver.adapter.snapshot())["token_usage"]["total"]["totalTokens"] > 0

@@ -78,6 +78,7 @@ class CodexAdapter(ProviderAdapter):
         self._live: dict[str, LiveRequest] = {}
         self._exit_watch: asyncio.Task | None = None
         self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
+        self._usage: dict | None = None  # codex's token usage after the last turn (shown in snapshots)
 
     @property
     def thread_id(self) -> str | None:
@@ -202,6 +203,7 @@ class CodexAdapter(ProviderAdapter):
             "native_ref": thread["id"],
             "forked_from": thread.get("forkedFromId"),
             "status": (thread.get("status") or {}).get("type"),
+            "token_usage": self._usage,
             "turns": [{"id": t["id"], "status": t.get("status"),
                        "error": (t.get("error") or {}).get("message"),
                        "items": [_item_summary(i) for i in t.get("items") or []]}
@@ -219,11 +221,11 @@ class CodexAdapter(ProviderAdapter):
         self._turn_known.clear()
         try:
             params = {"threadId": thread_id, "input": [_text_input(turn.text)]}
-            mode = (turn.script or {}).get("collaboration_mode")
-            if mode:
-                params["collaborationMode"] = {"mode": mode, "settings": {
-                    "model": self._model, "reasoning_effort": self._settings.reasoning_effort,
-                    "developer_instructions": None}}
+            try:
+                params |= self._turn_options(turn.script)
+            except ValueError as exc:
+                await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
+                return
             try:
                 result = await self._call("turn/start", params)
             except (RpcError, ProcessGone, TimeoutError) as exc:
@@ -233,11 +235,36 @@ class CodexAdapter(ProviderAdapter):
             self._turn_known.set()
             await sink.event(pe.TurnStarted(native_turn_ref=turn.native_ref))
             await self._play(translator, sink)
+        except asyncio.CancelledError:
+            # the host let go of the turn (session ending): do not leave codex working on it
+            if translator.native_turn_id and self._rpc is not None and not self._rpc.exited.is_set():
+                asyncio.ensure_future(self._quietly_interrupt(self._rpc, thread_id, translator.native_turn_id))
+            raise
         finally:
+            self._usage = translator.usage or self._usage
             self._queue = self._translator = None
             self._turn_known.clear()
-            for request_id in [r for r, live in self._live.items()]:
-                self._live.pop(request_id, None)
+            self._live.clear()  # L11.3: a request outlives its turn only as not resumable
+
+    async def _quietly_interrupt(self, rpc: RpcProcess, thread_id: str, turn_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await rpc.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id},
+                              self._settings.request_timeout)
+
+    def _turn_options(self, script: dict | None) -> dict:
+        """A Codex turn's options travel in the message's ``script``: ``{"collaboration_mode": "plan"}``."""
+        options = dict(script or {})
+        mode = options.pop("collaboration_mode", None)
+        if options:
+            raise ValueError(f"codex turn options: unknown {', '.join(sorted(options))} "
+                             "(known: collaboration_mode)")
+        if mode is None:
+            return {}
+        if mode not in ("plan", "default"):
+            raise ValueError(f"codex turn options: collaboration_mode must be plan or default, not {mode!r}")
+        return {"collaborationMode": {"mode": mode, "settings": {
+            "model": self._model, "reasoning_effort": self._settings.reasoning_effort,
+            "developer_instructions": None}}}
 
     async def _play(self, translator: TurnTranslator, sink: TurnSink) -> None:
         assert self._queue is not None
