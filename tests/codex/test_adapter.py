@@ -270,6 +270,11 @@ async def test_L9_3_a_dead_process_fails_the_playing_turn(open_driver, mock):
     os.kill(driver.adapter.pid, signal.SIGKILL)
     done = await ended(task, sink)
     assert done.status == "failed" and "exited" in (done.error or "")
+    # the session heals: a new process takes the same thread back for the next turn
+    thread_id = driver.adapter.thread_id
+    assert (await driver.play("still there?")).completed.status == "completed"
+    assert driver.adapter.thread_id == thread_id
+    assert "hang on" in str(mock.requests[-1].body["input"])
 
 
 async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(open_driver, mock, homes_root,

@@ -119,6 +119,9 @@ class CodexAdapter(ProviderAdapter):
             raise
         self._rpc = rpc
         self._exit_watch = asyncio.create_task(self._watch_exit(rpc), name="codex-exit-watch")
+        if self._thread_id is not None:
+            # the session's earlier process died: its successor takes the thread back (L9.2)
+            await self._resume(self._thread_id)
         return rpc
 
     async def _watch_exit(self, rpc: RpcProcess) -> None:
