@@ -313,3 +313,53 @@ async def test_unknown_turn_options_fail_the_turn_clearly_without_reaching_codex
     assert len(mock.requests) == before
     assert (await driver.play("plain again")).completed.status == "completed"
     assert (await driver.adapter.snapshot())["token_usage"]["total"]["totalTokens"] > 0
+
+
+async def test_runtime_mode_auto_accept_edits_applies_patches_and_asks_only_to_escalate(open_driver, mock,
+                                                                                        workspace):
+    mock.on("edit freely", [Patch("auto.md", "no questions asked\n")], [Text("Edited.")])
+    mock.on("leave the sandbox", [Exec("touch escalated.txt", escalate=True)], [Text("Escalated.")])
+    driver = await open_driver(runtime_mode="auto_accept_edits")
+    sink = await driver.play("edit freely")
+    assert sink.completed.status == "completed" and not sink.of(pe.RequestOpened)
+    assert (workspace / "auto.md").read_text() == "no questions asked\n"
+    turn, sink, task = driver.start("leave the sandbox")
+    request = await opened_request(sink)
+    assert request.kind == "command" and request.prompt == "needs to run touch escalated.txt"
+    await driver.adapter.respond(request.request_id, Response(decision="accept"))
+    assert (await ended(task, sink)).status == "completed"
+    assert (workspace / "escalated.txt").exists()
+
+
+async def test_runtime_mode_full_access_runs_commands_without_asking(open_driver, mock, workspace):
+    mock.on("just do it", [Exec("echo free > free.txt")], [Text("Done.")])
+    driver = await open_driver(runtime_mode="full_access")
+    sink = await driver.play("just do it")
+    assert sink.completed.status == "completed" and not sink.of(pe.RequestOpened)
+    assert (workspace / "free.txt").read_text() == "free\n"
+
+
+async def test_L11_2_accept_for_session_stops_asking_for_that_command(open_driver, mock, workspace):
+    mock.on("count once", [Exec("echo 1 >> count.txt")], [Text("once")])
+    mock.on("count twice", [Exec("echo 1 >> count.txt")], [Text("twice")])
+    driver = await open_driver()
+    turn, sink, task = driver.start("count once")
+    request = await opened_request(sink)
+    await driver.adapter.respond(request.request_id, Response(decision="accept_for_session"))
+    assert (await ended(task, sink)).status == "completed"
+    sink = await driver.play("count twice")
+    assert sink.completed.status == "completed" and not sink.of(pe.RequestOpened)
+    assert (workspace / "count.txt").read_text() == "1\n1\n"
+
+
+async def test_L11_4_a_question_outside_plan_mode_with_an_unknown_answer_id_is_refused(open_driver, mock):
+    mock.on("ask me", [Ask("size", "Which size?", ["S", "M", "L"])], [Text("Size noted.")])
+    driver = await open_driver()
+    turn, sink, task = driver.start("ask me")
+    request = await opened_request(sink)
+    assert request.kind == "user_input" and request.detail["options"] == ["S", "M", "L"]
+    with pytest.raises(ValueError):
+        await driver.adapter.respond(request.request_id, Response(answers={"colour": "red"}))
+    await driver.adapter.respond(request.request_id, Response(answers={"0": "M"}))  # the only question
+    assert (await ended(task, sink)).status == "completed"
+    assert '"M"' in str([r for r in mock.requests if r.prompt == "ask me"][-1].tool_outputs[-1])

@@ -16,7 +16,7 @@ from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.runtime.tokens import TokenStore
 
-from mock_api import Exec, HttpError, Text
+from mock_api import Exec, HttpError, PlanUpdate, Text
 
 pytestmark = pytest.mark.e2e
 
@@ -129,3 +129,24 @@ async def test_L2_5_a_backend_failure_fails_the_run_with_the_provider_message_an
     run = await client.wait_run(ok["run_id"], timeout=60)
     assert run["status"] == "completed"
     assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == ["Back on track."]
+
+
+async def test_L11_1_a_codex_todo_list_and_approval_request_reach_the_thread_view(client, codex_stack, mock):
+    """Answering over HTTP comes with the request endpoints; here: the request is opened, live and waiting."""
+    mock.on("careful now", [PlanUpdate("careful", [("ask first", "in_progress"), ("then act", "pending")]),
+                            Exec("echo careful > careful.txt")], [Text("Acted.")])
+    thread = (await client.create_thread(title="codex approval", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "careful now")
+
+    async def pending():
+        doc = await client.get_thread(thread)
+        return doc if any(r["status"] == "pending" for r in doc["requests"]) else None
+    doc = await wait_for(pending, timeout=60, what="a pending approval request")
+    [request] = doc["requests"]
+    assert request["kind"] == "command" and request["prompt"] == "Run `echo careful > careful.txt`?"
+    [todo] = [p for p in doc["plans"] if p["kind"] == "todo_list"]
+    assert [(i["text"], i["status"]) for i in todo["items"]] == [("ask first", "in_progress"), ("then act", "pending")]
+    run = await client.get_run(sent["run_id"])
+    assert run["status"] == "waiting"
+    workspace = codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
+    assert not (workspace / "careful.txt").exists()
