@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests" / "codex"))
 
 import nats  # noqa: E402
 
-from mock_api import MockResponses, Text  # noqa: E402
+from codex_mock import MockResponses, Text  # noqa: E402
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
 from treadle.domain import provider_events as pe  # noqa: E402

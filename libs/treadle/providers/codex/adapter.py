@@ -231,7 +231,7 @@ class CodexAdapter(ProviderAdapter):
                 return
             try:
                 result = await self._call("turn/start", params)
-            except (RpcError, ProcessGone, TimeoutError) as exc:
+            except (RpcError, ProcessGone, ResumeFailed, TimeoutError) as exc:
                 await sink.event(pe.TurnCompleted(status="failed", error=f"codex could not start the turn: {exc}"))
                 return
             translator.native_turn_id = turn.native_ref = result["turn"]["id"]
@@ -293,14 +293,14 @@ class CodexAdapter(ProviderAdapter):
                 return
 
     async def _report(self, outcome: Outcome, root: str, sink: TurnSink) -> None:
+        for request_id, live in outcome.opened:
+            self._live[request_id] = live  # answerable as soon as anyone can have seen it
         for message_id, chunk in outcome.text:
             await sink.text(message_id, root, chunk)
         for body in outcome.events:
             await sink.event(body)
         for message_id, text in outcome.text_done:
             await sink.text_done(message_id, root, text)
-        for request_id, live in outcome.opened:
-            self._live[request_id] = live  # live only once the user can see it
 
     async def _refuse(self, rpc_id: int | str, method: str) -> None:
         if self._rpc is not None:

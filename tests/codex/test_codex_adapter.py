@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from helpers import wait_for
-from mock_api import Ask, Break, Exec, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
+from codex_mock import Ask, Break, Exec, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
@@ -281,7 +281,7 @@ async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(
                                                                                   settings, tmp_path):
     """Sessions of one tenant on a host share the tenant's CODEX_HOME (so a later session can resume any of
     its threads); concurrent app-server processes must not disturb each other there."""
-    from conftest import Driver, place
+    from codex_support import Driver, place
     from treadle.providers.codex import CodexAdapter
     others = []
     for n in range(2):

@@ -10,13 +10,13 @@ import subprocess
 import nats
 import pytest
 
-from conftest import codex_env
+from codex_support import codex_env
 from helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.runtime.tokens import TokenStore
 
-from mock_api import Exec, HttpError, PlanUpdate, Text
+from codex_mock import Exec, HttpError, PlanUpdate, Text
 
 pytestmark = pytest.mark.e2e
 
