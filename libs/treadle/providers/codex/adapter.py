@@ -79,6 +79,7 @@ class CodexAdapter(ProviderAdapter):
         self._exit_watch: asyncio.Task | None = None
         self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
         self._usage: dict | None = None  # codex's token usage after the last turn (shown in snapshots)
+        self._tasks: set[asyncio.Task] = set()  # fire-and-forget replies, kept referenced until done
 
     @property
     def thread_id(self) -> str | None:
@@ -241,7 +242,7 @@ class CodexAdapter(ProviderAdapter):
         except asyncio.CancelledError:
             # the host let go of the turn (session ending): do not leave codex working on it
             if translator.native_turn_id and self._rpc is not None and not self._rpc.exited.is_set():
-                asyncio.ensure_future(self._quietly_interrupt(self._rpc, thread_id, translator.native_turn_id))
+                self._background(self._quietly_interrupt(self._rpc, thread_id, translator.native_turn_id))
             raise
         finally:
             self._usage = translator.usage or self._usage
@@ -280,6 +281,9 @@ class CodexAdapter(ProviderAdapter):
             kind, method, params, rpc_id = message
             if not translator.mine(params):
                 continue
+            if method == "serverRequest/resolved":
+                self._forget(params.get("requestId"))  # answered, or withdrawn by codex (interrupt)
+                continue
             if kind == "request":
                 outcome = translator.request(rpc_id, method, params)
                 if outcome is None:
@@ -302,6 +306,16 @@ class CodexAdapter(ProviderAdapter):
         for message_id, text in outcome.text_done:
             await sink.text_done(message_id, root, text)
 
+    def _forget(self, rpc_id: int | str | None) -> None:
+        for request_id, live in list(self._live.items()):
+            if live.rpc_id == rpc_id:
+                self._live.pop(request_id, None)
+
+    def _background(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _refuse(self, rpc_id: int | str, method: str) -> None:
         if self._rpc is not None:
             with contextlib.suppress(ProcessGone):
@@ -311,13 +325,6 @@ class CodexAdapter(ProviderAdapter):
         if method == "thread/closed" and params.get("threadId") in self._closed:
             self._closed[params["threadId"]].set()
             return
-        if method == "serverRequest/resolved":
-            # answered or withdrawn by codex itself (interrupt): the callback is gone
-            rpc_id = params.get("requestId")
-            for request_id, live in list(self._live.items()):
-                if live.rpc_id == rpc_id:
-                    self._live.pop(request_id, None)
-            return
         if self._queue is not None and params.get("threadId") == self._thread_id:
             self._queue.put_nowait(("notification", method, params, None))
 
@@ -325,7 +332,7 @@ class CodexAdapter(ProviderAdapter):
         if self._queue is not None and params.get("threadId") == self._thread_id:
             self._queue.put_nowait(("request", method, params, rpc_id))
         else:
-            asyncio.ensure_future(self._refuse(rpc_id, method))
+            self._background(self._refuse(rpc_id, method))
 
     async def steer(self, turn: Turn, text: str) -> None:
         """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call."""

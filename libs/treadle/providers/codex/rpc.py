@@ -8,7 +8,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ class ProcessGone(Exception):
 
 
 Notify = Callable[[str, dict], None]
-ServerRequest = Callable[[int | str, str, dict], Awaitable[None] | None]
+ServerRequest = Callable[[int | str, str, dict], None]
 
 
 class RpcProcess:
@@ -137,9 +137,7 @@ class RpcProcess:
             else:
                 future.set_result(message.get("result"))
         elif "id" in message:
-            outcome = self._on_request(message["id"], method, message.get("params") or {})
-            if asyncio.iscoroutine(outcome):
-                asyncio.ensure_future(outcome)
+            self._on_request(message["id"], method, message.get("params") or {})
         else:
             self._on_notification(method, message.get("params") or {})
 
