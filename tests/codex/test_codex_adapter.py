@@ -205,10 +205,15 @@ async def test_L9_2_resume_after_the_process_was_killed(open_driver, mock):
     assert "first words" in str(mock.requests[-1].body["input"])
 
 
-async def test_L9_4_resuming_an_unknown_thread_fails_typed(open_driver):
-    from treadle.providers.codex import ResumeFailed
+async def test_L9_4_resuming_an_unknown_thread_fails_typed_and_leaves_no_process(workspace, settings, tmp_path):
+    from codex_support import place
+    from treadle.providers.codex import CodexAdapter, ResumeFailed
+    request = place(workspace, native_ref="019a0000-0000-7000-8000-000000000000")
+    adapter = CodexAdapter(workspace, request, tmp_path / "rt" / request.session_id, settings)
     with pytest.raises(ResumeFailed):
-        await open_driver(native_ref="019a0000-0000-7000-8000-000000000000")
+        await adapter.open_thread(request.native_ref, "unused")
+    import psutil
+    assert not [p for p in psutil.Process().children() if p.name() == "codex"]  # its app-server was shut down
 
 
 async def test_L6_2_fork_creates_a_new_native_thread_with_the_history(open_driver, mock):

@@ -143,11 +143,15 @@ class CodexAdapter(ProviderAdapter):
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         """``fresh_ref`` is ignored: Codex names its threads itself (strong identity)."""
-        if native_ref:
-            result = await self._resume(native_ref)
-            self._thread_id = result["thread"]["id"]
-            return self._thread_id, True
-        result = await self._call("thread/start", self._thread_overrides())
+        try:
+            if native_ref:
+                result = await self._resume(native_ref)
+                self._thread_id = result["thread"]["id"]
+                return self._thread_id, True
+            result = await self._call("thread/start", self._thread_overrides())
+        except BaseException:
+            await self.close()  # the host keeps no session that failed to open: nothing may linger
+            raise
         self._thread_id = result["thread"]["id"]
         return self._thread_id, False
 
