@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from helpers import wait_for
-from codex_mock import Ask, Break, Exec, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
+from codex_mock import Ask, Break, Exec, Failed, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
@@ -258,11 +258,16 @@ async def test_L2_5_backend_500_fails_the_turn_with_the_provider_message_and_the
 
 async def test_L2_5_broken_stream_fails_the_turn_and_the_next_works(open_driver, mock):
     mock.on("cut me off", [Text("partial"), Break()])
+    mock.on("fail mid-stream", [Text("partial"), Failed("the mock gave up on this response")])
     driver = await open_driver()
     sink = await driver.play("cut me off")
     assert sink.completed.status == "failed"
     assert "stream" in (sink.completed.error or "").lower()
     assert (await driver.play("again please")).completed.status == "completed"
+    sink = await driver.play("fail mid-stream")
+    assert sink.completed.status == "failed"
+    assert "the mock gave up on this response" in (sink.completed.error or "")
+    assert (await driver.play("and again")).completed.status == "completed"
 
 
 async def test_L9_3_a_dead_process_fails_the_playing_turn(open_driver, mock):
