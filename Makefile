@@ -21,7 +21,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	@touch $@
 
-setup: $(STAMP)
+# The Codex provider's runtime (issue 7): pinned, installed into the project, found by TREADLE_CODEX_* settings
+CODEX_VERSION := 0.171.0
+CODEX_STAMP   := .tools/codex/.installed-$(CODEX_VERSION)
+$(CODEX_STAMP):
+	@command -v npm >/dev/null || { echo "error: npm is needed to install @openai/codex" >&2; exit 1; }
+	mkdir -p .tools/codex && npm install --prefix .tools/codex --save-exact --no-audit --no-fund --loglevel=error @openai/codex@$(CODEX_VERSION)
+	@touch $@
+
+setup: $(STAMP) $(CODEX_STAMP)
 	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
 
 run: setup

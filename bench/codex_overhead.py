@@ -1,0 +1,172 @@
+"""Treadle's per-turn overhead on top of Codex: the same plain turn, driven directly through
+``CodexAdapter`` and through the HTTP API of a private stack with real workers, against the test tree's
+mock Responses API on 127.0.0.1 (so model time is the same, and small, on both paths).
+
+    scripts/loopback-only.sh .venv/bin/python bench/codex_overhead.py [--turns 20]
+
+Direct: ``run_turn`` called → ``TurnCompleted`` reported (one app-server, one thread).
+HTTP: ``POST /v1/threads/{id}/messages`` sent → ``run.completed`` seen on the thread's SSE stream (one
+thread; the provider session stays warm between runs, as in production). The two paths alternate turn by
+turn, so a busy machine slows both alike; the paired difference is the steadier number.
+The difference of the medians is what Treadle adds per turn: events through NATS, the supervisor's
+fold, the checkpoint (git) before the run completes, projections and the gateway.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "codex"))
+
+import nats  # noqa: E402
+
+from codex_mock import MockResponses, Text  # noqa: E402
+from treadle.cli.stack import Stack  # noqa: E402
+from treadle.client.http import TreadleClient  # noqa: E402
+from treadle.domain import provider_events as pe  # noqa: E402
+from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.providers.base import Turn  # noqa: E402
+from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402
+from treadle.providers.protocol import PlaceSession  # noqa: E402
+from treadle.runtime.tokens import TokenStore  # noqa: E402
+
+REPLY = "A short plain reply from the mock model."
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+
+    async def event(self, body: pe.Body) -> None:
+        if isinstance(body, pe.TurnCompleted):
+            self.done.set()
+
+    async def text(self, *args) -> None: ...
+    async def text_done(self, *args) -> None: ...
+
+
+def env_for(mock: MockResponses, homes: Path) -> dict[str, str]:
+    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "TREADLE_BENCH_MODEL_KEY",
+            "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes)}
+
+
+class Direct:
+    """One app-server and thread driven through ``CodexAdapter``."""
+
+    def __init__(self, mock: MockResponses, homes: Path, work: Path) -> None:
+        workspace = work / "direct-ws"
+        workspace.mkdir()
+        settings = CodexSettings(base_url=mock.base_url, api_key_env="TREADLE_BENCH_MODEL_KEY", api_key="sk-mock",
+                                 home_root=homes)
+        request = PlaceSession(tenant="bench", thread="thr", provider="codex", session_id="ps_bench",
+                               provider_thread_id="pth_bench", workspace=str(workspace))
+        self.adapter = CodexAdapter(workspace, request, work / "rt" / "ps_bench", settings)
+        self.n = 0
+
+    async def turn(self, text: str) -> float:
+        self.n += 1
+        turn = Turn(run_id=f"run_{self.n}", attempt_id=f"att_{self.n}", root_node_id=f"node_{self.n}", text=text,
+                    script=None, ids=IdFactory(f"att_{self.n}", 1_700_000_000_000 + self.n))
+        start = time.perf_counter()
+        await self.adapter.run_turn(turn, Sink())
+        return time.perf_counter() - start
+
+
+class OverHttp:
+    """One Treadle thread on a private stack; a run is timed from POST to ``run.completed`` on SSE."""
+
+    def __init__(self, client: TreadleClient) -> None:
+        self.client = client
+        self.waiting: dict[str, asyncio.Future] = {}
+
+    async def open(self) -> None:
+        self.thread = (await self.client.create_thread(provider="codex"))["thread_id"]
+        connected = asyncio.Event()
+        self.follower = asyncio.create_task(self._follow(connected))
+        await connected.wait()
+
+    async def _follow(self, connected: asyncio.Event) -> None:
+        async for event in self.client.events(self.thread, connected=connected):
+            if event.event in ("run.completed", "run.failed"):
+                future = self.waiting.get(event.json()["data"]["run_id"])
+                if future and not future.done():
+                    future.set_result((event.event, time.perf_counter()))
+
+    async def turn(self, text: str) -> float:
+        start = time.perf_counter()
+        sent = await self.client.send(self.thread, text)
+        future = self.waiting.setdefault(sent["run_id"], asyncio.get_running_loop().create_future())
+        kind, end = await asyncio.wait_for(future, 60)
+        assert kind == "run.completed", kind
+        return end - start
+
+
+async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> tuple[list[float], list[float]]:
+    """Turns alternate between the two paths, so both see the same machine load."""
+    direct_times, http_times = [], []
+    async with Stack(work / "stack", env=env_for(mock, homes), on_output=lambda *a: None) as stack:
+        nc = await nats.connect(stack.nats_url)
+        token = await TokenStore(nc.jetstream()).create("bench", "alice")
+        await nc.close()
+        async with TreadleClient(stack.api_url, token, timeout=30) as client:
+            direct, http = Direct(mock, homes, work), OverHttp(client)
+            await direct.adapter.open_thread(None, "unused")
+            await http.open()
+            try:
+                for n in range(turns + 2):  # two warm-up turns each
+                    d = await direct.turn(f"bench {n}")
+                    h = await http.turn(f"bench {n}")
+                    if n >= 2:
+                        direct_times.append(d)
+                        http_times.append(h)
+            finally:
+                http.follower.cancel()
+                await direct.adapter.close()
+    return direct_times, http_times
+
+
+def summary(times: list[float]) -> dict:
+    ms = sorted(t * 1000 for t in times)
+    return {"n": len(ms), "median_ms": round(statistics.median(ms), 1), "p10_ms": round(ms[len(ms) // 10], 1),
+            "p90_ms": round(ms[(len(ms) * 9) // 10], 1), "min_ms": round(ms[0], 1)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=20)
+    args = parser.parse_args()
+    mock = await MockResponses().start()
+    for n in range(args.turns + 2):
+        mock.on(f"bench {n}", [Text(REPLY, chunks=3)])
+    homes = ROOT / ".tools" / "bench-homes" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
+    work = Path(tempfile.mkdtemp(prefix="codex-bench-"))
+    try:
+        direct_times, http_times = await measure(mock, homes, work, args.turns)
+    finally:
+        await mock.stop()
+        shutil.rmtree(homes, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    d, h = summary(direct_times), summary(http_times)
+    paired = sorted((b - a) * 1000 for a, b in zip(direct_times, http_times))
+    result = {"direct_adapter": d, "http_api": h, "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
+              "overhead_paired_median_ms": round(statistics.median(paired), 1)}
+    print(f"{'path':<16}{'n':>4}{'median':>10}{'p10':>10}{'p90':>10}{'min':>10}   (ms)")
+    for name, s in (("direct adapter", d), ("HTTP API", h)):
+        print(f"{name:<16}{s['n']:>4}{s['median_ms']:>10}{s['p10_ms']:>10}{s['p90_ms']:>10}{s['min_ms']:>10}")
+    print(f"Treadle overhead per turn: {result['overhead_median_ms']} ms (difference of medians), "
+          f"{result['overhead_paired_median_ms']} ms (median of paired differences)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

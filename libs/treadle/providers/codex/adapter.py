@@ -1,0 +1,415 @@
+"""The Codex adapter: one ``codex app-server`` process per provider session, driven over JSON-RPC.
+
+The process serves one provider thread (the session's). Its notifications and server requests are
+routed, in arrival order, to the turn that is playing; the translator turns them into provider events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from ...domain import provider_events as pe
+from ...domain.entities import ProviderCapabilities
+from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from ..protocol import PlaceSession
+from .home import PROVIDER_ID, prepare_home
+from .rpc import ProcessGone, RpcError, RpcProcess
+from .settings import CodexSettings
+from .translate import LiveRequest, Outcome, TurnTranslator
+
+log = logging.getLogger(__name__)
+
+CAPABILITIES = ProviderCapabilities(
+    create_empty_thread=True,
+    read_snapshot=True,
+    rollback=True,
+    fork=True,
+    native_turn_ids=True,
+    interrupt=True,
+    active_steering=True,
+    terminal_status="strong",
+    streaming=True,
+    approvals=["command", "file_change"],
+    approvals_live_only=True,  # a callback dies with its process; nothing is pending across restarts
+    structured_questions=True,
+    plan_updates=True,
+    todo_list=True,
+    proposed_plan=True,
+    subagents=False,
+    identity="strong",
+)
+
+# Treadle runtime mode -> (Codex approval policy, sandbox)
+RUNTIME_MODES: dict[str, tuple[str, str]] = {
+    "approval_required": ("untrusted", "workspace-write"),  # anything not known-safe asks first
+    "auto_accept_edits": ("on-request", "workspace-write"),  # edits in the workspace run; escalations ask
+    "full_access": ("never", "danger-full-access"),
+}
+_DECISIONS = {"accept": "accept", "accept_for_session": "acceptForSession", "decline": "decline", "cancel": "cancel"}
+_END = object()  # queued when the process exits under a playing turn
+
+
+class ResumeFailed(Exception):
+    """L9.4: the provider thread could not be resumed (orchestration continues on a new one)."""
+
+
+class CodexAdapter(ProviderAdapter):
+    name = "codex"
+    capabilities = CAPABILITIES
+
+    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path,
+                 settings: CodexSettings | None = None) -> None:
+        super().__init__(workspace)
+        self._request = request
+        self._state_dir = Path(state_dir)
+        self._settings = settings or CodexSettings()
+        mode = request.runtime_mode if request.runtime_mode in RUNTIME_MODES else "approval_required"
+        self._approval_policy, self._sandbox = RUNTIME_MODES[mode]
+        self._model = request.model or self._settings.model
+        self._rpc: RpcProcess | None = None
+        self._thread_id: str | None = None
+        self._queue: asyncio.Queue | None = None  # messages of the playing turn
+        self._translator: TurnTranslator | None = None
+        self._turn_known = asyncio.Event()
+        self._live: dict[str, LiveRequest] = {}
+        self._exit_watch: asyncio.Task | None = None
+        self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
+        self._usage: dict | None = None  # codex's token usage after the last turn (shown in snapshots)
+        self._tasks: set[asyncio.Task] = set()  # fire-and-forget replies, kept referenced until done
+
+    @property
+    def thread_id(self) -> str | None:
+        return self._thread_id
+
+    @property
+    def pid(self) -> int | None:
+        return self._rpc.pid if self._rpc else None
+
+    # --- process ------------------------------------------------------------------------------
+
+    def _home_root(self) -> Path:
+        # state_dir is <host runtime dir>/<session id>; the homes live beside the sessions, so a later
+        # session of the same tenant on this host finds the rollouts it must resume
+        return self._settings.home_root or self._state_dir.parent / "codex-homes"
+
+    async def _ensure_process(self) -> RpcProcess:
+        if self._rpc is not None and not self._rpc.exited.is_set():
+            return self._rpc
+        home = prepare_home(self._home_root(), self._request.tenant, self._settings)
+        env = dict(os.environ)
+        env.update({"CODEX_HOME": str(home), "RUST_LOG": env.get("RUST_LOG", "warn")})
+        if self._settings.api_key is not None:
+            env[self._settings.api_key_env] = self._settings.api_key.get_secret_value()
+        if self._settings.proxy:
+            for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+                env[name] = self._settings.proxy
+            env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        rpc = RpcProcess(self._on_notification, self._on_request)
+        await rpc.start([str(self._settings.resolve_binary()), "app-server"], env, self.workspace)
+        try:
+            await rpc.request("initialize", {
+                "clientInfo": {"name": "treadle", "title": "Treadle", "version": "0.1.0"},
+                "capabilities": {"experimentalApi": True}}, self._settings.start_timeout)
+            await rpc.notify("initialized")
+        except BaseException:
+            await rpc.close(grace=1.0)
+            raise
+        self._rpc = rpc
+        self._exit_watch = asyncio.create_task(self._watch_exit(rpc), name="codex-exit-watch")
+        if self._thread_id is not None:
+            # the session's earlier process died: its successor takes the thread back (L9.2)
+            await self._resume(self._thread_id)
+        return rpc
+
+    async def _watch_exit(self, rpc: RpcProcess) -> None:
+        await rpc.exited.wait()
+        self._live.clear()  # L11.3: their callbacks died with the process
+        if self._queue is not None:
+            self._queue.put_nowait((_END, rpc))
+
+    async def _call(self, method: str, params: dict) -> dict:
+        rpc = await self._ensure_process()
+        return await rpc.request(method, params, self._settings.request_timeout) or {}
+
+    def _thread_overrides(self) -> dict:
+        return {"cwd": str(self.workspace), "model": self._model, "modelProvider": PROVIDER_ID,
+                "approvalPolicy": self._approval_policy, "sandbox": self._sandbox}
+
+    # --- threads ------------------------------------------------------------------------------
+
+    async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
+        """``fresh_ref`` is ignored: Codex names its threads itself (strong identity)."""
+        try:
+            if native_ref:
+                result = await self._resume(native_ref)
+                self._thread_id = result["thread"]["id"]
+                return self._thread_id, True
+            result = await self._call("thread/start", self._thread_overrides())
+        except BaseException:
+            await self.close()  # the host keeps no session that failed to open: nothing may linger
+            raise
+        self._thread_id = result["thread"]["id"]
+        return self._thread_id, False
+
+    async def _resume(self, native_ref: str) -> dict:
+        params = {"threadId": native_ref, "excludeTurns": True, **self._thread_overrides()}
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self._settings.request_timeout, 0.05
+        while True:
+            try:
+                return await self._call("thread/resume", params)
+            except RpcError as exc:
+                # the process of a session that just died may still hold the thread for a moment
+                if "active writer" not in exc.message or loop.time() >= deadline:
+                    raise ResumeFailed(f"codex could not resume thread {native_ref}: {exc.message}") from exc
+            await asyncio.sleep(delay)  # backoff while the old writer exits
+            delay = min(delay * 2, 1.0)
+
+    def _require_thread(self) -> str:
+        if self._thread_id is None:
+            raise RuntimeError("open_thread must come first")
+        return self._thread_id
+
+    async def fork(self, at_turn_ref: str | None) -> str:
+        params = {"threadId": self._require_thread(), "excludeTurns": True, **self._thread_overrides(),
+                  "config": {"thread_unload_delay_secs": 0}}  # unloaded as soon as it is let go of
+        if at_turn_ref:
+            params["lastTurnId"] = at_turn_ref
+        result = await self._call("thread/fork", params)
+        forked = result["thread"]["id"]
+        # The fork belongs to the session that will open it: this process must let go of it, or codex
+        # refuses to resume it elsewhere ("already has an active writer").
+        closed = self._closed.setdefault(forked, asyncio.Event())
+        try:
+            await self._call("thread/unsubscribe", {"threadId": forked})
+            async with asyncio.timeout(self._settings.request_timeout):
+                await closed.wait()
+        finally:
+            self._closed.pop(forked, None)
+        return forked
+
+    async def rollback(self, turns: int) -> dict | None:
+        if turns < 1:
+            raise ValueError("rollback needs at least one turn")
+        thread_id = self._require_thread()
+        page = await self._call("thread/turns/list", {"threadId": thread_id, "limit": turns,
+                                                      "sortDirection": "desc"})
+        newest = page.get("data") or []
+        if len(newest) < turns:
+            raise ValueError(f"the provider thread has {len(newest)} turns, cannot drop {turns}")
+        await self._call("thread/revert", {"threadId": thread_id, "beforeTurnId": newest[turns - 1]["id"]})
+        return await self.snapshot()
+
+    async def snapshot(self) -> dict:
+        result = await self._call("thread/read", {"threadId": self._require_thread(), "includeTurns": True})
+        thread = result["thread"]
+        return {
+            "native_ref": thread["id"],
+            "forked_from": thread.get("forkedFromId"),
+            "status": (thread.get("status") or {}).get("type"),
+            "token_usage": self._usage,
+            "turns": [{"id": t["id"], "status": t.get("status"),
+                       "error": (t.get("error") or {}).get("message"),
+                       "items": [_item_summary(i) for i in t.get("items") or []]}
+                      for t in thread.get("turns") or []],
+        }
+
+    # --- turns --------------------------------------------------------------------------------
+
+    async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
+        if self._queue is not None:
+            raise RuntimeError("a turn is already playing on this session")
+        thread_id = self._require_thread()
+        translator = TurnTranslator(turn)
+        self._translator, self._queue = translator, asyncio.Queue()
+        self._turn_known.clear()
+        try:
+            params = {"threadId": thread_id, "input": [_text_input(turn.text)]}
+            try:
+                params |= self._turn_options(turn.script)
+            except ValueError as exc:
+                await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
+                return
+            try:
+                result = await self._call("turn/start", params)
+            except (RpcError, ProcessGone, ResumeFailed, TimeoutError) as exc:
+                await sink.event(pe.TurnCompleted(status="failed", error=f"codex could not start the turn: {exc}"))
+                return
+            translator.native_turn_id = turn.native_ref = result["turn"]["id"]
+            self._turn_known.set()
+            await sink.event(pe.TurnStarted(native_turn_ref=turn.native_ref))
+            await self._play(translator, sink)
+        except asyncio.CancelledError:
+            # the host let go of the turn (session ending): do not leave codex working on it
+            if translator.native_turn_id and self._rpc is not None and not self._rpc.exited.is_set():
+                self._background(self._quietly_interrupt(self._rpc, thread_id, translator.native_turn_id))
+            raise
+        finally:
+            self._usage = translator.usage or self._usage
+            self._queue = self._translator = None
+            self._turn_known.clear()
+            self._live.clear()  # L11.3: a request outlives its turn only as not resumable
+
+    async def _quietly_interrupt(self, rpc: RpcProcess, thread_id: str, turn_id: str) -> None:
+        with contextlib.suppress(Exception):
+            await rpc.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id},
+                              self._settings.request_timeout)
+
+    def _turn_options(self, script: dict | None) -> dict:
+        """A Codex turn's options travel in the message's ``script``: ``{"collaboration_mode": "plan"}``."""
+        options = dict(script or {})
+        mode = options.pop("collaboration_mode", None)
+        if options:
+            raise ValueError(f"codex turn options: unknown {', '.join(sorted(options))} "
+                             "(known: collaboration_mode)")
+        if mode is None:
+            return {}
+        if mode not in ("plan", "default"):
+            raise ValueError(f"codex turn options: collaboration_mode must be plan or default, not {mode!r}")
+        return {"collaborationMode": {"mode": mode, "settings": {
+            "model": self._model, "reasoning_effort": self._settings.reasoning_effort,
+            "developer_instructions": None}}}
+
+    async def _play(self, translator: TurnTranslator, sink: TurnSink) -> None:
+        assert self._queue is not None
+        root = translator.turn.root_node_id
+        while True:
+            message = await self._queue.get()
+            if message[0] is _END:
+                await sink.event(pe.TurnCompleted(status="failed", error=message[1].describe_exit()))
+                return
+            kind, method, params, rpc_id = message
+            if not translator.mine(params):
+                continue
+            if method == "serverRequest/resolved":
+                self._forget(params.get("requestId"))  # answered, or withdrawn by codex (interrupt)
+                continue
+            if kind == "request":
+                outcome = translator.request(rpc_id, method, params)
+                if outcome is None:
+                    await self._refuse(rpc_id, method)
+                    continue
+            else:
+                outcome = translator.notification(method, params)
+            await self._report(outcome, root, sink)
+            if outcome.finished is not None:
+                await sink.event(outcome.finished)
+                return
+
+    async def _report(self, outcome: Outcome, root: str, sink: TurnSink) -> None:
+        for request_id, live in outcome.opened:
+            self._live[request_id] = live  # answerable as soon as anyone can have seen it
+        for message_id, chunk in outcome.text:
+            await sink.text(message_id, root, chunk)
+        for body in outcome.events:
+            await sink.event(body)
+        for message_id, text in outcome.text_done:
+            await sink.text_done(message_id, root, text)
+
+    def _forget(self, rpc_id: int | str | None) -> None:
+        for request_id, live in list(self._live.items()):
+            if live.rpc_id == rpc_id:
+                self._live.pop(request_id, None)
+
+    def _background(self, work) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refuse(self, rpc_id: int | str, method: str) -> None:
+        if self._rpc is not None:
+            with contextlib.suppress(ProcessGone):
+                await self._rpc.reply_error(rpc_id, -32601, f"Treadle does not serve {method}")
+
+    def _on_notification(self, method: str, params: dict) -> None:
+        if method == "thread/closed" and params.get("threadId") in self._closed:
+            self._closed[params["threadId"]].set()
+            return
+        if self._queue is not None and params.get("threadId") == self._thread_id:
+            self._queue.put_nowait(("notification", method, params, None))
+
+    def _on_request(self, rpc_id: int | str, method: str, params: dict) -> None:
+        if self._queue is not None and params.get("threadId") == self._thread_id:
+            self._queue.put_nowait(("request", method, params, rpc_id))
+        else:
+            self._background(self._refuse(rpc_id, method))
+
+    async def steer(self, turn: Turn, text: str) -> None:
+        """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call."""
+        await self._wait_turn_known()
+        try:
+            await self._call("turn/steer", {"threadId": self._require_thread(), "input": [_text_input(text)],
+                                            "expectedTurnId": turn.native_ref})
+        except RpcError as exc:
+            raise Unsupported(f"codex cannot steer this turn now: {exc.message}") from exc
+
+    async def interrupt(self, turn: Turn) -> None:
+        await self._wait_turn_known()
+        try:
+            await self._call("turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.native_ref})
+        except RpcError as exc:
+            raise Unsupported(f"codex cannot interrupt this turn now: {exc.message}") from exc
+
+    async def _wait_turn_known(self) -> None:
+        """Steer and interrupt name the native turn, which is known once ``turn/start`` answered."""
+        if self._queue is None:
+            raise Unsupported("no turn is playing")
+        async with asyncio.timeout(self._settings.request_timeout):
+            await self._turn_known.wait()
+
+    async def respond(self, request_id: str, response: Response) -> None:
+        live = self._live.get(request_id)
+        if live is None or self._rpc is None or self._rpc.exited.is_set():
+            raise Unsupported(f"request {request_id} is not live")
+        if live.kind == "user_input":
+            result = {"answers": _answers(live, response)}
+        else:
+            if response.decision is None:
+                raise ValueError("an approval needs a decision: accept, accept_for_session, decline or cancel")
+            result = {"decision": _DECISIONS[response.decision]}
+        self._live.pop(request_id, None)
+        try:
+            await self._rpc.reply(live.rpc_id, result)
+        except ProcessGone as exc:
+            raise Unsupported(f"request {request_id} is not live: {exc}") from exc
+
+    async def close(self) -> None:
+        rpc, self._rpc = self._rpc, None
+        if rpc is not None:
+            await rpc.close()
+        if self._exit_watch is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._exit_watch
+
+
+def _text_input(text: str) -> dict:
+    return {"type": "text", "text": text, "text_elements": []}
+
+
+def _answers(live: LiveRequest, response: Response) -> dict:
+    """Treadle answers (question id, or "0" for the only question) → Codex's ``{id: {answers: [...]}}``."""
+    given = dict(response.answers or {})
+    if "0" in given and len(live.question_ids) == 1 and live.question_ids[0] not in given:
+        given[live.question_ids[0]] = given.pop("0")
+    unknown = set(given) - set(live.question_ids)
+    if unknown:
+        raise ValueError(f"no such question: {', '.join(sorted(unknown))}")
+    return {qid: {"answers": [given[qid]]} for qid in live.question_ids if qid in given}
+
+
+def _item_summary(item: dict) -> dict:
+    kind = item.get("type")
+    summary: dict = {"type": kind}
+    if kind == "userMessage":
+        summary["text"] = " ".join(c.get("text", "") for c in item.get("content") or [] if c.get("type") == "text")
+    elif kind in ("agentMessage", "plan"):
+        summary["text"] = item.get("text", "")
+    elif kind == "commandExecution":
+        summary |= {"command": item.get("command"), "status": item.get("status")}
+    elif kind == "fileChange":
+        summary |= {"paths": [c.get("path") for c in item.get("changes") or []], "status": item.get("status")}
+    return summary

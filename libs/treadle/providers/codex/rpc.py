@@ -1,0 +1,173 @@
+"""A small JSON-RPC client for ``codex app-server`` over stdio: one JSON object per line, no ``jsonrpc``
+field. Server requests share the id space of client requests, so a message is routed by whether it
+carries a ``method`` (notification or server request) or not (the answer to one of ours)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ...runtime.processes import die_with_parent
+
+log = logging.getLogger(__name__)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+_LINE_LIMIT = 64 * 1024 * 1024  # a command's aggregated output arrives in one line
+
+
+class RpcError(Exception):
+    """The server answered a request with an error."""
+
+    def __init__(self, method: str, code: int, message: str) -> None:
+        super().__init__(f"{method}: {message} (code {code})")
+        self.method = method
+        self.code = code
+        self.message = message
+
+
+class ProcessGone(Exception):
+    """The app-server process exited; every pending and later request fails with this."""
+
+
+Notify = Callable[[str, dict], None]
+ServerRequest = Callable[[int | str, str, dict], None]
+
+
+class RpcProcess:
+    """One ``codex app-server`` child. ``on_notification(method, params)`` and ``on_request(id, method,
+    params)`` are called from the reader task in arrival order. The child stays in its host's process
+    group and gets SIGTERM if the host dies, so a killed host leaves no writer holding its threads."""
+
+    def __init__(self, on_notification: Notify, on_request: ServerRequest) -> None:
+        self._on_notification = on_notification
+        self._on_request = on_request
+        self._proc: asyncio.subprocess.Process | None = None
+        self._next_id = 0
+        self._pending: dict[int, tuple[str, asyncio.Future]] = {}
+        self._reader: asyncio.Task | None = None
+        self._stderr_task: asyncio.Task | None = None
+        self._write_lock = asyncio.Lock()
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.exited = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def start(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, cwd=str(cwd), limit=_LINE_LIMIT, preexec_fn=die_with_parent())
+        self._reader = asyncio.create_task(self._read(), name=f"codex-rpc:{self._proc.pid}")
+        self._stderr_task = asyncio.create_task(self._drain_stderr(), name=f"codex-stderr:{self._proc.pid}")
+
+    async def request(self, method: str, params: dict | None, timeout: float) -> Any:
+        if self.exited.is_set():
+            raise ProcessGone(self.describe_exit())
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (method, future)
+        try:
+            await self._send({"id": request_id, "method": method, "params": params or {}})
+            async with asyncio.timeout(timeout):
+                return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: dict | None = None) -> None:
+        message: dict = {"method": method}
+        if params is not None:
+            message["params"] = params
+        await self._send(message)
+
+    async def reply(self, request_id: int | str, result: dict) -> None:
+        await self._send({"id": request_id, "result": result})
+
+    async def reply_error(self, request_id: int | str, code: int, message: str) -> None:
+        await self._send({"id": request_id, "error": {"code": code, "message": message}})
+
+    async def _send(self, message: dict) -> None:
+        assert self._proc and self._proc.stdin
+        async with self._write_lock:
+            try:
+                self._proc.stdin.write(_encode(message) + b"\n")
+                await self._proc.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise ProcessGone(self.describe_exit()) from exc
+
+    async def _read(self) -> None:
+        assert self._proc and self._proc.stdout
+        try:
+            while line := await self._proc.stdout.readline():
+                try:
+                    message = _decode(line)
+                except msgspec.DecodeError:
+                    log.warning("codex app-server wrote a line that is not JSON: %r", line[:200])
+                    continue
+                self._dispatch(message)
+        except Exception:
+            log.exception("codex app-server reader failed")
+        finally:
+            await self._proc.wait()
+            self.exited.set()
+            gone = ProcessGone(self.describe_exit())
+            for _, future in self._pending.values():
+                if not future.done():
+                    future.set_exception(gone)
+
+    def _dispatch(self, message: dict) -> None:
+        method = message.get("method")
+        if method is None:
+            entry = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            if entry is None or entry[1].done():
+                return
+            name, future = entry
+            if "error" in message:
+                error = message["error"] or {}
+                future.set_exception(RpcError(name, int(error.get("code", 0)), str(error.get("message", ""))))
+            else:
+                future.set_result(message.get("result"))
+        elif "id" in message:
+            self._on_request(message["id"], method, message.get("params") or {})
+        else:
+            self._on_notification(method, message.get("params") or {})
+
+    async def _drain_stderr(self) -> None:
+        assert self._proc and self._proc.stderr
+        while line := await self._proc.stderr.readline():
+            text = line.decode(errors="replace").rstrip()
+            self.stderr_tail.append(text)
+            log.debug("codex: %s", text)
+
+    def describe_exit(self) -> str:
+        code = self._proc.returncode if self._proc else None
+        tail = " | ".join(list(self.stderr_tail)[-3:])
+        return f"codex app-server exited (code {code}){': ' + tail if tail else ''}"
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Closing stdin ends the server; a server that lingers is killed."""
+        if self._proc is None:
+            return
+        if self._proc.returncode is None and self._proc.stdin:
+            with contextlib.suppress(Exception):
+                self._proc.stdin.close()
+            try:
+                async with asyncio.timeout(grace):
+                    await self.exited.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self._proc.kill()
+        await self.exited.wait()
+        for task in (self._reader, self._stderr_task):
+            if task:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task

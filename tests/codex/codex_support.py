@@ -1,0 +1,91 @@
+"""Helpers of the Codex provider tests: settings pointing codex at the mock, a recording sink, a driver."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from pathlib import Path
+
+from codex_mock import MockResponses
+from treadle.domain import provider_events as pe
+from treadle.domain.ids import IdFactory
+from treadle.providers.base import Turn
+from treadle.providers.codex import CodexAdapter, CodexSettings
+from treadle.providers.protocol import PlaceSession
+
+REPO = Path(__file__).resolve().parents[2]
+_turns = itertools.count(1)
+
+
+def codex_settings(mock: MockResponses, homes_root: Path) -> CodexSettings:
+    return CodexSettings(base_url=mock.base_url, api_key_env="TREADLE_TEST_MODEL_KEY", api_key="sk-mock",
+                         home_root=homes_root, proxy=f"http://127.0.0.1:{mock.port}", request_timeout=20)
+
+
+def codex_env(mock: MockResponses, homes_root: Path) -> dict[str, str]:
+    """The same settings as environment variables, for worker processes."""
+    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "TREADLE_TEST_MODEL_KEY",
+            "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes_root),
+            "TREADLE_CODEX_PROXY": f"http://127.0.0.1:{mock.port}"}
+
+
+class Recorder:
+    """A TurnSink that keeps everything a turn reported."""
+
+    def __init__(self) -> None:
+        self.events: list[pe.Body] = []
+        self.chunks: dict[str, list[str]] = {}
+        self.texts: dict[str, str] = {}
+        self.ended = asyncio.Event()
+
+    async def event(self, body: pe.Body) -> None:
+        self.events.append(body)
+        if isinstance(body, pe.TurnCompleted):
+            self.ended.set()
+
+    async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        self.chunks.setdefault(message_id, []).append(chunk)
+
+    async def text_done(self, message_id: str, node_id: str, text: str) -> None:
+        self.texts[message_id] = text
+
+    def of(self, kind: type) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    @property
+    def completed(self) -> pe.TurnCompleted:
+        return self.of(pe.TurnCompleted)[-1]
+
+    @property
+    def reply(self) -> str:
+        return "".join(self.texts.values())
+
+
+class Driver:
+    """An adapter plus the turns played on it."""
+
+    def __init__(self, adapter: CodexAdapter) -> None:
+        self.adapter = adapter
+
+    def turn(self, text: str, script: dict | None = None) -> Turn:
+        n = next(_turns)
+        return Turn(run_id=f"run_{n}", attempt_id=f"att_{n}", root_node_id=f"node_root{n}", text=text,
+                    script=script, ids=IdFactory(f"att_{n}", 1_700_000_000_000 + n))
+
+    def start(self, text: str, script: dict | None = None) -> tuple[Turn, Recorder, asyncio.Task]:
+        turn, sink = self.turn(text, script), Recorder()
+        return turn, sink, asyncio.create_task(self.adapter.run_turn(turn, sink))
+
+    async def play(self, text: str, script: dict | None = None, timeout: float = 60) -> Recorder:
+        _, sink, task = self.start(text, script)
+        async with asyncio.timeout(timeout):
+            await task
+        return sink
+
+
+def place(workspace: Path, *, runtime_mode: str = "approval_required", native_ref: str | None = None,
+          tenant: str = "acme") -> PlaceSession:
+    return PlaceSession(tenant=tenant, thread="thr_1", provider="codex", session_id=f"ps_{uuid.uuid4().hex[:8]}",
+                        provider_thread_id="pth_1", native_ref=native_ref, workspace=str(workspace),
+                        runtime_mode=runtime_mode)
