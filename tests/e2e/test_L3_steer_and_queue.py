@@ -129,8 +129,9 @@ async def test_L3_1_start_immediately_interrupts_the_active_run_and_starts_befor
 async def test_L3_6_queue_of_five_with_one_cancelled_two_reordered_and_one_edited(api):
     thread = await api.create_thread()
     active = await api.send(thread, "long", script=script(HANG))
-    runs = [(await api.send(thread, f"task {i}", mode="queue_after_active"))["run_id"] for i in range(5)]
-    listed = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
+    sent = [await api.send(thread, f"task {i}", mode="queue_after_active") for i in range(5)]
+    runs = [s["run_id"] for s in sent]
+    listed = (await api.request("GET", f"/v1/threads/{thread}/queue?min_seq={sent[-1]['seq']}")).json()
     assert [q["run_id"] for q in listed["queue"]] == runs and listed["active_run_id"] == active["run_id"]
     r = await api.request("DELETE", f"/v1/threads/{thread}/queue/{runs[2]}")
     assert r.status_code == 200, r.text
@@ -141,7 +142,7 @@ async def test_L3_6_queue_of_five_with_one_cancelled_two_reordered_and_one_edite
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "queue_changed"
     r = await api.request("PATCH", f"/v1/threads/{thread}/queue/{runs[1]}", json={"text": "task 1, edited"})
     assert r.status_code == 200, r.text
-    listed = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
+    listed = (await api.request("GET", f"/v1/threads/{thread}/queue?min_seq={r.json()['seq']}")).json()
     assert [q["run_id"] for q in listed["queue"]] == order and listed["queue"][1]["text"] == "task 1, edited"
     await api.post(f"/v1/runs/{active['run_id']}/interrupt", expect=202)
     done = [await api.wait_run(run_id) for run_id in order]

@@ -133,8 +133,8 @@ async def test_L11_3_answering_after_the_provider_host_was_killed_is_not_resumab
     await stack.processes.kill("provider-host")
     gone = await api.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
-    doc = await api.thread(thread)
-    assert next(r for r in doc["requests"] if r["id"] == request["id"])["status"] == "not_resumable"
+    await api.wait_thread(thread, lambda d: next(r for r in d["requests"] if r["id"] == request["id"])["status"]
+                          == "not_resumable", "the request marked not_resumable")
     # Not stuck: the run is recovered on the restarted host and asks again; that answer works.
     fresh = await api.wait_thread(thread, lambda d: next((r for r in d["requests"] if r["status"] == "pending"
                                                           and r["id"] != request["id"]), None), "a new request")
@@ -185,7 +185,9 @@ async def test_L12_3_a_proposed_plan_is_implemented_as_a_run_or_a_thread(api, as
     assert (out["thread_id"] == thread) == (as_ == "run")
     run = await api.wait_run(out["run_id"])
     assert run["messages"][0]["text"].endswith("1. add tests\n2. refactor")
-    plan = next(p for p in (await api.thread(thread))["plans"] if p["id"] == plan["id"])
+    plan_id = plan["id"]
+    plan = await api.wait_thread(thread, lambda d: next((p for p in d["plans"] if p["id"] == plan_id
+                                                         and p["status"] == "implemented"), None), "plan implemented")
     assert plan["status"] == "implemented" and plan["implemented_by"] == (out["run_id"] if as_ == "run" else out["thread_id"])
     again = await api.request("POST", f"/v1/plans/{plan['id']}/implement", json={"as": as_})
     assert again.status_code == 409

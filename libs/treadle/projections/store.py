@@ -120,6 +120,11 @@ class ProjectionStore:
     async def doc(self, tenant: str, thread: str) -> bytes | None:
         return document.assemble(await self._redis.hgetall(_keys(tenant, thread)[0]))
 
+    async def seq(self, tenant: str, thread: str) -> int:
+        """The stream sequence the thread's projection reflects (0: not projected)."""
+        raw = await self._redis.hget(_keys(tenant, thread)[0], "seq")
+        return int(raw) if raw else 0
+
     async def state(self, tenant: str, thread: str) -> ThreadState | None:
         raw = await self.doc(tenant, thread)
         return _state_decoder.decode(raw) if raw else None

@@ -25,7 +25,7 @@ from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.log import EventLog
-from treadle.projections.store import ProjectionStore, ThreadSummary, encode_state
+from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.tokens import Principal, TokenStore
 from treadle.runtime.worker import connect
@@ -96,16 +96,27 @@ def _id(value: str, prefix: str) -> str:
     return value
 
 
-async def _thread_doc(request: Request, tenant: str, thread: str) -> bytes:
-    """The thread's projection; a thread missing from Redis is rebuilt from the log on demand."""
+MinSeq = Annotated[int | None, QueryParameter(ge=0, description=(
+    "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
+    "a write answered with"))]
+
+
+async def _thread_doc(request: Request, tenant: str, thread: str, min_seq: int | None = None) -> bytes:
+    """The thread's projection; a thread missing from Redis is rebuilt from the log on demand. With
+    ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after)."""
     state = _state(request)
+    if min_seq:
+        for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+            await asyncio.sleep(delay)
+            if await state.projections.seq(tenant, thread) >= min_seq:
+                break
     doc = await state.projections.doc(tenant, thread)
     if doc is not None:
         return doc
     folded = fold(await state.log.read(tenant, thread))
     if folded.thread is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
-    await state.projections.write([(folded, [r.id for r in folded.runs], None)])
+    await state.projections.write([(folded, all_indexed(folded), None)])
     return encode_state(folded)
 
 
@@ -163,9 +174,9 @@ async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge
 
 @get("/v1/threads/{thread_id:str}", responses=_documented(ThreadState),
      summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
-async def get_thread(request: Request, thread_id: FromPath[str]) -> Response:
+async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> Response:
     who = await principal(request)
-    return _json(await _thread_doc(request, who.tenant, _id(thread_id, "thr")))
+    return _json(await _thread_doc(request, who.tenant, _id(thread_id, "thr"), min_seq))
 
 
 @post("/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)")

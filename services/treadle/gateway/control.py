@@ -25,7 +25,7 @@ from treadle.domain.entities import Activity, RuntimeRequest
 from treadle.domain.plans import implementation_text
 from treadle.domain.thread import ThreadState
 
-from .app import IdempotencyKey, _id, _state, _thread_doc, principal, thread_of
+from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, principal, thread_of
 from .errors import ApiError
 
 
@@ -98,8 +98,8 @@ async def _owner(request: Request, tenant: str, entity_id: str, prefix: str, mis
     return thread
 
 
-async def _folded(request: Request, tenant: str, thread: str) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread), type=ThreadState)
+async def _folded(request: Request, tenant: str, thread: str, min_seq: int | None = None) -> ThreadState:
+    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
 
 
 async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
@@ -140,17 +140,17 @@ async def respond(request: Request, request_id: FromPath[str], data: JSONBody[Re
 
 @get("/v1/threads/{thread_id:str}/requests", summary="The thread's runtime requests (pending ones with status=pending)")
 async def list_requests(request: Request, thread_id: FromPath[str],
-                        status: Annotated[str | None, QueryParameter()] = None) -> RequestList:
+                        status: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> RequestList:
     who = await principal(request)
-    state = await _folded(request, who.tenant, _id(thread_id, "thr"))
+    state = await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq)
     return RequestList([r for r in state.requests if status is None or r.status == status])
 
 
 @get("/v1/threads/{thread_id:str}/activity", summary="Activity (L12.4), each entry with its run and node ids")
 async def list_activity(request: Request, thread_id: FromPath[str],
-                        run_id: Annotated[str | None, QueryParameter()] = None) -> ActivityList:
+                        run_id: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> ActivityList:
     who = await principal(request)
-    state = await _folded(request, who.tenant, _id(thread_id, "thr"))
+    state = await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq)
     return ActivityList([a for a in state.activity if run_id is None or a.run_id == run_id])
 
 
@@ -168,9 +168,9 @@ def _queue_view(state: ThreadState) -> QueueView:
 
 
 @get("/v1/threads/{thread_id:str}/queue", summary="Runs waiting behind the active one, in the order they will start (L3.6)")
-async def get_queue(request: Request, thread_id: FromPath[str]) -> QueueView:
+async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
-    return _queue_view(await _folded(request, who.tenant, _id(thread_id, "thr")))
+    return _queue_view(await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq))
 
 
 @patch("/v1/threads/{thread_id:str}/queue", summary="Reorder the queue: name every queued run in the new order")
