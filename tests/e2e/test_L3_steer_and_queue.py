@@ -152,3 +152,27 @@ async def test_L3_6_queue_of_five_with_one_cancelled_two_reordered_and_one_edite
     assert user_texts(done[1]) == ["task 1, edited"]
     gone = await api.request("DELETE", f"/v1/threads/{thread}/queue/{runs[0]}")
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "run_not_queued"
+
+
+async def test_L3_7_only_the_last_attempt_completes_the_run_and_gets_its_checkpoint(api):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "start", script=script(HANG, profile="no_steering"))
+    await api.wait_running(sent["run_id"])
+    await api.send(thread, "change of plan", script=script(text("done")))
+    run = await api.wait_run(sent["run_id"])
+    doc = await api.thread(thread)
+    checkpoints = [c for c in doc["checkpoints"] if c["run_id"] == sent["run_id"]]
+    assert len(checkpoints) == 1 and run["checkpoint_id"] == checkpoints[0]["id"]
+    assert [a["status"] for a in run["attempts"]] == ["interrupted", "completed"]
+    assert all(m["attempt_id"] == run["attempts"][-1]["id"] for m in run["messages"] if m["role"] == "assistant")
+
+
+async def test_L4_1_a_follow_up_run_reuses_the_provider_thread_with_a_new_root_node(api):
+    thread = await api.create_thread()
+    first = await api.wait_run((await api.send(thread, "one"))["run_id"])
+    second = await api.wait_run((await api.send(thread, "two"))["run_id"])
+    assert (first["ordinal"], second["ordinal"]) == (1, 2)
+    assert first["attempts"][0]["provider_thread_id"] == second["attempts"][0]["provider_thread_id"]
+    assert first["attempts"][0]["root_node_id"] != second["attempts"][0]["root_node_id"]
+    doc = await api.thread(thread)
+    assert len(doc["provider_threads"]) == 1 and doc["provider_threads"][0]["covered_ordinals"] == [1, 2]
