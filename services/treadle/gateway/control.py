@@ -109,23 +109,26 @@ async def _send(request: Request, verb: str, thread: str, body, key: str | None)
     return Acknowledged(thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq)
 
 
+async def _interrupt(request: Request, entity_id: str, prefix: str, data: InterruptRequest | None,
+                     key: str | None) -> Acknowledged:
+    who = await principal(request)
+    thread = await _owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
+    target = {"run_id": entity_id} if prefix == "run" else {"node_id": entity_id}
+    body = InterruptRun(**target, allow_destructive=data.allow_destructive if data else True)
+    return await _send(request, "interrupt", thread, body, key)
+
+
 @post("/v1/runs/{run_id:str}/interrupt", status_code=202,
       summary="Interrupt a run (L8): acknowledged now, interrupted when the provider says so")
 async def interrupt_run(request: Request, run_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
                         idempotency_key: IdempotencyKey = None) -> Acknowledged:
-    who = await principal(request)
-    thread = await _owner(request, who.tenant, run_id, "run", "run_not_found")
-    body = InterruptRun(run_id=run_id, allow_destructive=data.allow_destructive if data else True)
-    return await _send(request, "interrupt", thread, body, idempotency_key)
+    return await _interrupt(request, run_id, "run", data, idempotency_key)
 
 
 @post("/v1/nodes/{node_id:str}/interrupt", status_code=202, summary="Interrupt the run a root-turn node belongs to (L8)")
 async def interrupt_node(request: Request, node_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
                          idempotency_key: IdempotencyKey = None) -> Acknowledged:
-    who = await principal(request)
-    thread = await _owner(request, who.tenant, node_id, "node", "node_not_found")
-    body = InterruptRun(node_id=node_id, allow_destructive=data.allow_destructive if data else True)
-    return await _send(request, "interrupt", thread, body, idempotency_key)
+    return await _interrupt(request, node_id, "node", data, idempotency_key)
 
 
 @post("/v1/requests/{request_id:str}/respond", status_code=200,
