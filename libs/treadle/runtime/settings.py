@@ -12,6 +12,8 @@ class Shared(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
 
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None  # the workers' service credentials (or user:password in nats_url)
+    nats_password: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
     state_dir: Path = Path(".treadle")
     workspace_root: Path | None = None  # default: <state_dir>/workspaces

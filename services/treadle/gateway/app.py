@@ -225,7 +225,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        nc: NATS = await connect(shared.nats_url, "treadle-gateway")
+        nc: NATS = await connect(shared.nats_url, "treadle-gateway", user=shared.nats_user,
+                                 password=shared.nats_password)
         redis = Redis.from_url(shared.redis_url)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         app.state.nc = nc
