@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
@@ -48,6 +49,7 @@ def thread_key(msg: Msg) -> str:
 
 
 LATER_DELAY = 0.5
+MAX_LATER_DELIVERIES = 240  # ~2 minutes of waiting for an earlier message before giving up on this one
 
 
 class Retryable(Exception):
@@ -105,7 +107,18 @@ class PullConsumer:
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
-                self._mailboxes.submit(self._key_of(msg), lambda msg=msg: self._process(msg))
+                try:
+                    key = self._key_of(msg)
+                except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
+                    await self._dead_letter(msg, "malformed subject", 1)
+                    continue
+                self._mailboxes.submit(key, lambda msg=msg: self._process(msg))
+
+    async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
+        DEAD_LETTERS.labels(self._durable).inc()
+        log.error("%s: dead-lettering %s (seq %s) after %d failures: %s", self._durable, msg.subject,
+                  msg.metadata.sequence.stream, failures, why)
+        await msg.term()
 
     def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
         """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
@@ -134,8 +147,14 @@ class PullConsumer:
             except asyncio.CancelledError:
                 raise
             except Later as exc:
+                if msg.metadata.num_delivered >= MAX_LATER_DELIVERIES:  # what it waits for never came
+                    await self._dead_letter(msg, f"still waiting: {exc}", msg.metadata.num_delivered)
+                    return
                 log.info("%s: %s; redelivering later", self._durable, exc)
                 await msg.nak(delay=LATER_DELAY)
+                return
+            except msgspec.DecodeError as exc:  # malformed payload: no retry can fix it
+                await self._dead_letter(msg, f"invalid payload: {exc}", 1)
                 return
             except (LogError, Retryable) as exc:
                 if isinstance(exc, LogError) and not exc.retryable:
@@ -149,10 +168,7 @@ class PullConsumer:
             HANDLER_RETRIES.labels(self._durable).inc()
             if failures >= self._max_failures or self._stopping:
                 if not self._stopping:  # when stopping, the unacked message is redelivered to the next owner
-                    DEAD_LETTERS.labels(self._durable).inc()
-                    log.error("%s: dead-lettering %s (seq %s) after %d failures", self._durable, msg.subject,
-                              msg.metadata.sequence.stream, failures)
-                    await msg.term()
+                    await self._dead_letter(msg, "handler kept failing", failures)
                 return
             await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
             delay = min(delay * 2, 5.0)
