@@ -11,6 +11,7 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
@@ -32,6 +33,7 @@ from treadle.runtime.worker import connect
 from . import errors
 from .commands import Commands
 from .errors import ApiError
+from .limits import RateLimitMiddleware, TokenBuckets
 from .sse import thread_events
 
 
@@ -245,8 +247,9 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
-                            Exception: errors.on_unexpected},
+                            RecursionError: errors.on_too_deep, Exception: errors.on_unexpected},
         openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
         request_max_body_size=own.max_body_bytes,
+        middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],
         debug=False,
     )
