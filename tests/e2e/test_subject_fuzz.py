@@ -158,6 +158,7 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         restarts = {name: stack.processes.restarts(name) for name in WORKERS}
 
         replies: dict[str, int] = {}
+        internal: dict[str, int] = {}
         for subject, payload in _command_cases(tenant, thread, victim, victim_thread):
             try:
                 reply = await stack_nc.request(subject, payload, timeout=10)
@@ -165,11 +166,28 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
             except (NatsTimeout, NoRespondersError) as exc:
                 outcome = f"no reply ({type(exc).__name__})"
             replies[outcome] = replies.get(outcome, 0) + 1
+        # What a tenant's push consumer could make the server deliver anywhere (its deliver_subject is not
+        # checked against the credential's permissions): the tenant's own event envelopes, onto the internal
+        # request subjects. Each must be refused like any other malformed request.
+        own_event = (await js.get_last_msg("TREADLE_EVENTS", f"treadle.evt.{tenant}.>", direct=True)).data
+        for subject in (f"treadle.cmd.{tenant}.thread.send", f"treadle.cmd.{tenant}.thread.create",
+                        "treadle.host.place", "treadle.host.host-1.turn.start", "treadle.ckpt.local.prepare",
+                        "treadle.ckpt.local.capture"):
+            for payload in (own_event, b"\x00garbage"):
+                try:
+                    reply = await stack_nc.request(subject, payload, timeout=5)
+                    outcome = "refused" if b'"type":"failure"' in reply.data or b'"rejected"' in reply.data \
+                        else f"ANSWERED {reply.data[:80]!r}"
+                except (NatsTimeout, NoRespondersError) as exc:
+                    outcome = f"no reply ({type(exc).__name__})"
+                internal[outcome] = internal.get(outcome, 0) + 1
         provider = _provider_cases(tenant, thread, run, victim, victim_thread, victim_run)
         for subject, payload in provider:
             await js.publish(subject, payload)
-        print(f"command cases: {sum(replies.values())} {replies}; provider cases: {len(provider)}")
+        print(f"command cases: {sum(replies.values())} {replies}; internal request cases: {internal}; "
+              f"provider cases: {len(provider)}")
         assert set(replies) <= {"Rejected", "Accepted"}, replies  # every command got an answer
+        assert not any(o.startswith("ANSWERED") for o in internal), internal
 
         async def provider_consumer_settled() -> bool:
             info = await js.consumer_info("TREADLE_PROVIDER", "supervisor-provider")

@@ -93,6 +93,20 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_broker_init(args: argparse.Namespace) -> int:
+    from treadle.runtime.broker_auth import BrokerAuth
+
+    directory = Path(args.nats_dir)
+    password = os.environ.get(args.password_env) if args.password_env else None
+    if args.password_env and not password:
+        raise UsageError(f"${args.password_env} is empty")
+    service = BrokerAuth(directory).init(password)
+    console.print(f"[green]✓[/] {escape(str(directory / 'auth.conf'))} written (include it from the nats-server "
+                  f"config); workers connect as TREADLE_NATS_USER={service.user} with "
+                  f"{'$' + args.password_env if args.password_env else 'the password in auth/service.json'}")
+    return 0
+
+
 async def cmd_consumers_list(args: argparse.Namespace) -> int:
     for cred in _auth(args).credentials():
         print(f"{cred.id}\t{cred.tenant}\t{cred.created_at}")
@@ -148,6 +162,13 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     revoke.set_defaults(func=cmd_consumers_revoke)
     listing = consumers.add_parser("list", parents=[broker], help="list credentials (id, tenant, created)")
     listing.set_defaults(func=cmd_consumers_list)
+
+    broker_cmds = sub.add_parser("broker", help="the broker's authorization").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    init = broker_cmds.add_parser("init", help="write auth.conf (service user, tenant credentials) for a deployment")
+    init.add_argument("--nats-dir", required=True, help="directory shared with nats-server (auth.conf goes here)")
+    init.add_argument("--password-env", metavar="VAR", help="take the service password from this variable")
+    init.set_defaults(func=cmd_broker_init)
 
     events = sub.add_parser("events", help="a tenant's durable events").add_subparsers(
         dest="action", required=True, metavar="ACTION")

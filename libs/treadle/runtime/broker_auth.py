@@ -102,6 +102,14 @@ class BrokerAuth:
 
     # --- service user ---------------------------------------------------------------------------
 
+    def init(self, password: str | None = None) -> Service:
+        """Set up a server directory for a deployment: the service user (with the operator's password, e.g.
+        from a secret, or a generated one) and ``auth.conf``. Existing tenant credentials are kept."""
+        service = Service(user=SERVICE_USER, password=password or secrets.token_urlsafe(24))
+        _write_private(self.dir / "service.json", msgspec.json.encode(service))
+        self.render()
+        return service
+
     def service(self) -> Service:
         """The workers' credentials, created on first use and kept across restarts of the server."""
         path = self.dir / "service.json"
