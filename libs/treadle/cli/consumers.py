@@ -114,9 +114,9 @@ async def cmd_consumers_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_events_tail(args: argparse.Namespace) -> int:
-    from nats.errors import Error as NatsError
+    from nats.errors import Error as NatsError, NoServersError
 
-    from treadle.client.tenant_events import TenantCredential, follow_tenant
+    from treadle.client.tenant_events import TenantCredential, TenantFollower
 
     creds_path = args.creds or os.environ.get("TREADLE_CONSUMER_CREDS")
     if not creds_path:
@@ -129,18 +129,28 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
         raise UsageError(f"the credential is for tenant {creds.tenant}, not {args.tenant}")
     types = [args.type] if args.type else None
     seen = 0
+    errors: list[Exception] = []
+
+    async def remember(exc: Exception) -> None:  # instead of nats-py printing a traceback per attempt
+        errors.append(exc)
+
     try:
-        async with creds.connect(allow_reconnect=True, max_reconnect_attempts=-1) as nc:
-            async for event in follow_tenant(nc, creds, from_seq=args.from_seq, types=types,
-                                             idle_timeout=args.idle_timeout):
+        # One connection attempt: a refused credential fails at once, and a tail that loses its broker exits
+        # (run it again: the durable consumer resumes after the last event it printed).
+        async with creds.connect(connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.1,
+                                 error_cb=remember) as nc, \
+                TenantFollower(nc, creds, from_seq=args.from_seq, types=types, idle_timeout=args.idle_timeout) as events:
+            async for event in events:
                 line = {"seq": event.seq, "type": event.type, "thread": event.thread, "at": event.at,
                         "data": event.data}
                 print(msgspec.json.encode(line).decode(), flush=True)
+                await events.ack(event)  # printed is handled: the next tail starts after it
                 seen += 1
                 if args.limit and seen >= args.limit:
                     break
-    except (NatsError, ValueError) as exc:
-        raise UsageError(f"{exc}") from None
+    except (NatsError, ValueError, OSError) as exc:
+        cause = errors[-1] if errors and isinstance(exc, NoServersError) else exc  # e.g. the auth refusal
+        raise UsageError(f"{cause or type(cause).__name__}") from None
     return 0
 
 

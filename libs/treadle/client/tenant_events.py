@@ -5,9 +5,10 @@ Other services of the platform (billing, notifications, analytics) use this inst
     from treadle.client.tenant_events import TenantCredential, follow_tenant
 
     creds = TenantCredential.load("billing.creds.json")   # from `treadle consumers create --tenant acme`
-    async with creds.connect() as nc:
-        async for event in follow_tenant(nc, creds, types=["run.completed"]):
-            bill(event.tenant, event.data.run_id)          # the event is acked when you ask for the next one
+    async with creds.connect() as nc, TenantFollower(nc, creds, types=["run.completed"]) as events:
+        async for event in events:
+            bill(event.tenant, event.data.run_id)
+            await events.ack(event)                        # resume after this one next time
 
 The credential owns one durable pull consumer on stream TREADLE_EVENTS, named after it and filtered on
 ``treadle.evt.<tenant>.>`` (or on one event type). The broker remembers what was acked, so a follower that
@@ -98,31 +99,76 @@ async def ensure_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | 
     await js.add_consumer(creds.stream, config)
 
 
+class TenantFollower:
+    """The tenant's events in stream order, each to be acked with :meth:`ack` once handled. Leaving the
+    ``async with`` block hands every unacked event back to the broker at once (nak), so the next follower
+    gets it immediately instead of after the ack wait::
+
+        async with TenantFollower(nc, creds, types=["run.completed"]) as events:
+            async for event in events:
+                bill(event)
+                await events.ack(event)
+    """
+
+    def __init__(self, nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
+                 types: list[str] | None = None, batch: int = 64, idle_timeout: float | None = None) -> None:
+        self._nc, self._creds, self._from_seq, self._types = nc, creds, from_seq, types
+        self._batch, self._idle = batch, idle_timeout
+        self._unacked: dict[int, object] = {}  # stream seq -> message, fetched and not yet acked
+        self._sub = None
+
+    async def __aenter__(self) -> "TenantFollower":
+        await ensure_consumer(self._nc, self._creds, from_seq=self._from_seq, types=self._types)
+        self._sub = await self._nc.jetstream().pull_subscribe_bind(self._creds.consumer, stream=self._creds.stream)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for msg in list(self._unacked.values()):
+            with contextlib.suppress(Exception):
+                await msg.nak()  # type: ignore[attr-defined]
+        self._unacked.clear()
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()  # type: ignore[union-attr]
+
+    async def ack(self, event: Envelope) -> None:
+        """Done with this event: a follower that starts later resumes after it."""
+        msg = self._unacked.pop(event.seq or 0, None)
+        if msg is not None:
+            await msg.ack_sync()  # type: ignore[attr-defined]
+
+    async def __aiter__(self) -> AsyncIterator[Envelope]:
+        wanted = set(self._types or ())
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while True:
+            try:
+                msgs = await self._sub.fetch(self._batch, timeout=1.0)  # type: ignore[union-attr]
+            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+                if self._idle is not None and loop.time() - idle_since > self._idle:
+                    return
+                continue
+            idle_since = loop.time()
+            for msg in msgs:  # all of them: those not handed over yet are given back on exit too
+                self._unacked[msg.metadata.sequence.stream] = msg
+            for msg in msgs:
+                seq = msg.metadata.sequence.stream
+                event = decode_event(msg.data, seq=seq)
+                if wanted and event.type not in wanted:
+                    self._unacked.pop(seq, None)
+                    await msg.ack()  # filtered out client side: nothing to hand over
+                    continue
+                yield event
+
+
 async def follow_tenant(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
                         types: list[str] | None = None, batch: int = 64,
                         idle_timeout: float | None = None) -> AsyncIterator[Envelope]:
     """Yield the tenant's events in stream order (``event.seq`` set), each acked once the caller asks for
-    the next. Ends after ``idle_timeout`` seconds without a new event (None: follow forever)."""
-    await ensure_consumer(nc, creds, from_seq=from_seq, types=types)
-    js = nc.jetstream()
-    sub = await js.pull_subscribe_bind(creds.consumer, stream=creds.stream)
-    wanted = set(types or ())
-    loop = asyncio.get_running_loop()
-    idle_since = loop.time()
-    try:
-        while True:
-            try:
-                msgs = await sub.fetch(batch, timeout=1.0)
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-                if idle_timeout is not None and loop.time() - idle_since > idle_timeout:
-                    return
-                continue
-            idle_since = loop.time()
-            for msg in msgs:
-                event = decode_event(msg.data, seq=msg.metadata.sequence.stream)
-                if not wanted or event.type in wanted:
-                    yield event
-                await msg.ack_sync()  # acked after the caller is done with it: a crash redelivers it
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+    the next: the event being handled when the follower stops is delivered again next time. Ends after
+    ``idle_timeout`` seconds without a new event (None: follow forever). Close it (``aclosing``) to hand
+    unhandled events back at once."""
+    async with TenantFollower(nc, creds, from_seq=from_seq, types=types, batch=batch,
+                              idle_timeout=idle_timeout) as follower:
+        async for event in follower:
+            yield event
+            await follower.ack(event)
