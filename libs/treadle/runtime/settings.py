@@ -38,8 +38,8 @@ class GatewaySettings(WorkerSettings):
     port: int = 8700
     command_timeout: float = 10.0
     max_body_bytes: int = 1024 * 1024
-    rate_limit: float = 200.0  # requests per second per token, sustained (0: no limit)
-    rate_burst: int = 400  # requests per token at once
+    rate_limit: float = 1000.0  # requests per second per token, sustained (0: no limit)
+    rate_burst: int = 2000  # requests per token at once
 
 
 class CoordinatorSettings(WorkerSettings):
