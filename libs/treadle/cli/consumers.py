@@ -55,15 +55,23 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
+    from treadle.runtime import audit
+
     auth = _auth(args)
-    url = args.broker_url or _address(nats_url(args))
-    try:
-        issued = auth.issue(args.tenant, url)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    await _reload(auth, args)
-    await _audit(args, tenant=args.tenant, action="broker_credential.created", target=issued.user,
-                 details={"consumer": issued.consumer, "filter": issued.filter})
+    service_url = nats_url(args)
+    url = args.broker_url or _address(service_url)
+    async with connect_nats(service_url) as nc:  # first: an unreachable broker fails before anything is issued
+        try:
+            issued = auth.issue(args.tenant, url)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            await _reload(auth, args)
+            await audit.record(nc.jetstream(), tenant=args.tenant, action="broker_credential.created",
+                               target=issued.user, details={"consumer": issued.consumer, "filter": issued.filter})
+        except BaseException:
+            auth.revoke(issued.user)  # not handed out, so not left behind either
+            raise
     document = msgspec.json.format(msgspec.json.encode(issued), indent=2).decode() + "\n"
     if args.out:
         fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
