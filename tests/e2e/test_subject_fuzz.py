@@ -181,11 +181,17 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
                 except (NatsTimeout, NoRespondersError) as exc:
                     outcome = f"no reply ({type(exc).__name__})"
                 internal[outcome] = internal.get(outcome, 0) + 1
+        # Fire and forget: commands without a reply subject (nobody to answer) must not upset the coordinator.
+        no_reply = [payload for _, payload in _command_cases(tenant, thread, victim, victim_thread)[:24]]
+        no_reply.append(json.dumps(_command(tenant, thread, {"type": "thread.send", "text": "no reply"})).encode())
+        for payload in no_reply:
+            await stack_nc.publish(f"treadle.cmd.{tenant}.thread.send", payload)
+        await stack_nc.flush()
         provider = _provider_cases(tenant, thread, run, victim, victim_thread, victim_run)
         for subject, payload in provider:
             await js.publish(subject, payload)
-        print(f"command cases: {sum(replies.values())} {replies}; internal request cases: {internal}; "
-              f"provider cases: {len(provider)}")
+        print(f"command cases: {sum(replies.values())} {replies}; without reply subject: {len(no_reply)}; "
+              f"internal request cases: {internal}; provider cases: {len(provider)}")
         assert set(replies) <= {"Rejected", "Accepted"}, replies  # every command got an answer
         assert not any(o.startswith("ANSWERED") for o in internal), internal
 

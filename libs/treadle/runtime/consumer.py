@@ -64,7 +64,8 @@ class Later(Exception):
 class PullConsumer:
     def __init__(self, js: JetStreamContext, *, stream: str, durable: str, filters: list[str], handle: Handle,
                  mailboxes: Mailboxes | None = None, key_of: KeyOf = thread_key, batch: int = 256,
-                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8) -> None:
+                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8,
+                 max_waits: int = MAX_LATER_DELIVERIES) -> None:
         self._js = js
         self._stream = stream
         self._durable = durable
@@ -75,6 +76,7 @@ class PullConsumer:
         self._ack_wait = ack_wait
         self._max_ack_pending = max_ack_pending
         self._max_failures = max_failures
+        self._max_waits = max_waits
         self._mailboxes = mailboxes or Mailboxes()
         self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
@@ -147,7 +149,7 @@ class PullConsumer:
             except asyncio.CancelledError:
                 raise
             except Later as exc:
-                if msg.metadata.num_delivered >= MAX_LATER_DELIVERIES:  # what it waits for never came
+                if msg.metadata.num_delivered >= self._max_waits:  # what it waits for never came
                     await self._dead_letter(msg, f"still waiting: {exc}", msg.metadata.num_delivered)
                     return
                 log.info("%s: %s; redelivering later", self._durable, exc)
