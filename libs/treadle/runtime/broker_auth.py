@@ -16,6 +16,8 @@ workers' consumers. Its inbox prefix is its own (``_INBOX_<id>``) for the same r
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -132,6 +134,17 @@ class BrokerAuth:
         _write_private(self.dir / "tenants.json", msgspec.json.encode(creds))
         self.render()
 
+    @contextlib.contextmanager
+    def _locked(self):
+        """One writer at a time (two operators issuing at once must not lose a credential)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
     def issue(self, tenant: str, url: str) -> IssuedCredential:
         """A new consumer credential for ``tenant``; call :meth:`reload` for the server to accept it."""
         if not is_token(tenant):
@@ -140,17 +153,19 @@ class BrokerAuth:
         password = secrets.token_urlsafe(24)
         cred = ConsumerCredential(id=cred_id, tenant=tenant, password_hash=_hash(password),
                                   created_at=datetime.now(timezone.utc).isoformat())
-        self._save([*self.credentials(), cred])
+        with self._locked():
+            self._save([*self.credentials(), cred])
         return IssuedCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,
                                 consumer=cred.consumer, inbox_prefix=cred.inbox_prefix,
                                 filter=f"treadle.evt.{tenant}.>")
 
     def revoke(self, cred_id: str) -> ConsumerCredential | None:
         """Forget a credential; returns it (or None when unknown). :meth:`reload` makes it take effect."""
-        creds = self.credentials()
-        found = next((c for c in creds if c.id == cred_id), None)
-        if found is not None:
-            self._save([c for c in creds if c.id != cred_id])
+        with self._locked():
+            creds = self.credentials()
+            found = next((c for c in creds if c.id == cred_id), None)
+            if found is not None:
+                self._save([c for c in creds if c.id != cred_id])
         return found
 
     # --- the server's view ----------------------------------------------------------------------
