@@ -3,7 +3,6 @@ denial is the server's own answer. Revoked credentials and API tokens stop worki
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
