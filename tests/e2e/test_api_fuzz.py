@@ -46,7 +46,7 @@ def fuzz(document: dict, base_url: str, token: str) -> tuple[collections.Counter
             @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
                       derandomize=True, database=None)
             def one(case) -> None:
-                response = case.call(base_url=base_url, headers={"Authorization": token}, timeout=5)
+                response = case.call(base_url=base_url, headers={"Authorization": token}, timeout=15)
                 statuses[response.status_code] += 1
                 case.validate_response(response, **CHECKS)
 
