@@ -78,7 +78,7 @@ async def main(args: argparse.Namespace) -> int:
             log("the stack did not start; last output:")
             output.dump()
             raise
-        log(f"stack up in {time.perf_counter() - t0:.1f}s (api {stack.api_url}, nats {stack.nats_url})")
+        log(f"stack up in {time.perf_counter() - t0:.1f}s (api {stack.api_url}, nats {stack.nats_address})")
         procs = Procs(stack)
         nc = await nats.connect(stack.nats_url, name="treadle-bench")
         token = await TokenStore(nc.jetstream()).create(TENANT, "bench")

@@ -24,8 +24,31 @@ async def cmd_tokens_create(args: argparse.Namespace) -> int:
             raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    stderr.print(f"[green]✓[/] token for {escape(args.tenant)}/{escape(args.user)} ({escape(args.role)}):")
+    from treadle.runtime.tokens import token_id
+
+    stderr.print(f"[green]✓[/] token {token_id(token)} for {escape(args.tenant)}/{escape(args.user)} "
+                 f"({escape(args.role)}):")
     print(token)  # alone on stdout, so TOKEN=$(treadle tokens create …) works
+    return 0
+
+
+async def cmd_tokens_revoke(args: argparse.Namespace) -> int:
+    from nats.js.errors import BucketNotFoundError
+
+    from treadle.runtime.tokens import TokenStore, UnknownToken
+
+    if bool(args.token) == bool(args.id):
+        raise UsageError("pass either the token or --id ID")
+    url = nats_url(args)
+    async with connect_nats(url) as nc:
+        try:
+            who = await TokenStore(nc.jetstream()).revoke(args.token, id=args.id)
+        except BucketNotFoundError:
+            raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
+        except UnknownToken as exc:
+            raise UsageError(str(exc)) from None
+    console.print(f"[green]✓[/] revoked the token of {escape(who.tenant)}/{escape(who.user)} (gateways stop "
+                  "accepting it within 5 s)")
     return 0
 
 

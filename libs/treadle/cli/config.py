@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from ..client.http import TreadleClient
@@ -46,6 +47,11 @@ def nats_url(args: argparse.Namespace) -> str:
     return url
 
 
+def _redacted(url: str) -> str:
+    """The URL without its password (the service user's URL is what `treadle up` leaves behind)."""
+    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)
+
+
 @contextlib.asynccontextmanager
 async def connect_nats(url: str):
     import nats
@@ -58,7 +64,7 @@ async def connect_nats(url: str):
         nc = await asyncio.wait_for(nats.connect(url, connect_timeout=3, max_reconnect_attempts=1,
                                                  reconnect_time_wait=0.1, error_cb=quiet, name="treadle-cli"), 10)
     except Exception as exc:
-        raise UsageError(f"cannot connect to NATS at {url}: {exc or exc.__class__.__name__}") from None
+        raise UsageError(f"cannot connect to NATS at {_redacted(url)}: {exc or exc.__class__.__name__}") from None
     try:
         yield nc
     finally:

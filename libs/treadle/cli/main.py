@@ -14,7 +14,8 @@ import sys
 from rich.markup import escape
 
 from ..client.http import ApiError
-from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create
+from . import consumers
+from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
 from .render import stderr
@@ -47,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--user", required=True)
     create.add_argument("--role", default="member")
     create.set_defaults(func=cmd_tokens_create)
+    revoke = tokens.add_parser("revoke", parents=[nats_], help="revoke a token (the token itself, or --id)")
+    revoke.add_argument("token", nargs="?", help="the bearer token")
+    revoke.add_argument("--id", help="the token's id (printed by `tokens create`)")
+    revoke.set_defaults(func=cmd_tokens_revoke)
+    consumers.add_parsers(sub, nats_)
 
     threads = sub.add_parser("threads", help="app threads").add_subparsers(dest="action", required=True, metavar="ACTION")
     tc = threads.add_parser("create", parents=[api], help="create a thread")

@@ -47,6 +47,11 @@ class Stack:
         return self._nats_url or self.nats.url  # type: ignore[union-attr]
 
     @property
+    def nats_address(self) -> str:
+        """The broker URL without the service user's credentials (what tenant consumers are given)."""
+        return self.nats.address if self.nats else self.nats_url  # type: ignore[union-attr]
+
+    @property
     def redis_url(self) -> str:
         return self._redis_url or self.redis.url  # type: ignore[union-attr]
 

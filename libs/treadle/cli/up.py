@@ -176,6 +176,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
         console.print(f"[green]✓[/] stack up in {time.monotonic() - began:.1f}s · state in {escape(str(state))}")
         for name, value in (("nats-url", stack.nats_url), ("redis-url", stack.redis_url), ("api-url", stack.api_url)):
             (state / name).write_text(value + "\n")
+        (state / "nats-url").chmod(0o600)  # it carries the service user's password
         token, reused = await _dev_token(stack.nats_url, state)
         console.print(f"[green]✓[/] dev token {'reused' if reused else 'created'} (tenant {DEV_TENANT}, "
                       f"user {DEV_USER})")

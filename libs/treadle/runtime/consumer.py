@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
@@ -48,6 +49,7 @@ def thread_key(msg: Msg) -> str:
 
 
 LATER_DELAY = 0.5
+MAX_LATER_DELIVERIES = 240  # ~2 minutes of waiting for an earlier message before giving up on this one
 
 
 class Retryable(Exception):
@@ -62,7 +64,8 @@ class Later(Exception):
 class PullConsumer:
     def __init__(self, js: JetStreamContext, *, stream: str, durable: str, filters: list[str], handle: Handle,
                  mailboxes: Mailboxes | None = None, key_of: KeyOf = thread_key, batch: int = 256,
-                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8) -> None:
+                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8,
+                 max_waits: int = MAX_LATER_DELIVERIES) -> None:
         self._js = js
         self._stream = stream
         self._durable = durable
@@ -73,6 +76,7 @@ class PullConsumer:
         self._ack_wait = ack_wait
         self._max_ack_pending = max_ack_pending
         self._max_failures = max_failures
+        self._max_waits = max_waits
         self._mailboxes = mailboxes or Mailboxes()
         self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
@@ -105,7 +109,18 @@ class PullConsumer:
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
-                self._mailboxes.submit(self._key_of(msg), lambda msg=msg: self._process(msg))
+                try:
+                    key = self._key_of(msg)
+                except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
+                    await self._dead_letter(msg, "malformed subject", 1)
+                    continue
+                self._mailboxes.submit(key, lambda msg=msg: self._process(msg))
+
+    async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
+        DEAD_LETTERS.labels(self._durable).inc()
+        log.error("%s: dead-lettering %s (seq %s) after %d failures: %s", self._durable, msg.subject,
+                  msg.metadata.sequence.stream, failures, why)
+        await msg.term()
 
     def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
         """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
@@ -134,8 +149,14 @@ class PullConsumer:
             except asyncio.CancelledError:
                 raise
             except Later as exc:
+                if msg.metadata.num_delivered >= self._max_waits:  # what it waits for never came
+                    await self._dead_letter(msg, f"still waiting: {exc}", msg.metadata.num_delivered)
+                    return
                 log.info("%s: %s; redelivering later", self._durable, exc)
                 await msg.nak(delay=LATER_DELAY)
+                return
+            except msgspec.DecodeError as exc:  # malformed payload: no retry can fix it
+                await self._dead_letter(msg, f"invalid payload: {exc}", 1)
                 return
             except (LogError, Retryable) as exc:
                 if isinstance(exc, LogError) and not exc.retryable:
@@ -149,10 +170,7 @@ class PullConsumer:
             HANDLER_RETRIES.labels(self._durable).inc()
             if failures >= self._max_failures or self._stopping:
                 if not self._stopping:  # when stopping, the unacked message is redelivered to the next owner
-                    DEAD_LETTERS.labels(self._durable).inc()
-                    log.error("%s: dead-lettering %s (seq %s) after %d failures", self._durable, msg.subject,
-                              msg.metadata.sequence.stream, failures)
-                    await msg.term()
+                    await self._dead_letter(msg, "handler kept failing", failures)
                 return
             await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
             delay = min(delay * 2, 5.0)

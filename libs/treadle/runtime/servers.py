@@ -15,7 +15,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
+from treadle.runtime.broker_auth import CONF, PID_FILE, BrokerAuth
 from treadle.runtime.processes import die_with_parent, signal_group
 
 _POLL = 0.01
@@ -206,7 +208,11 @@ class _ExitedEarly(Exception):
 
 
 class NatsServer(_LocalServer):
-    """`nats-server -js` on 127.0.0.1; `config_text` is written to `nats.conf` and passed with `-c`."""
+    """`nats-server -js` on 127.0.0.1; `config_text` is written to `nats.conf` and passed with `-c`.
+
+    With `auth` (the default) nobody connects without credentials: the workers' service user and the tenant
+    consumer credentials of :class:`~treadle.runtime.broker_auth.BrokerAuth` are included from `auth.conf`.
+    `url` then carries the service user's credentials; `address` never does."""
 
     name = "nats-server"
 
@@ -218,15 +224,24 @@ class NatsServer(_LocalServer):
         config_text: str | None = None,
         *,
         start_timeout: float = 30.0,
+        auth: bool = True,
     ) -> None:
         super().__init__(store_dir, port, start_timeout)
         self.binary = find_nats_server()
         self.http_port = http_port
         self.config_text = config_text
+        self.auth = BrokerAuth(self.dir) if auth else None
+
+    @property
+    def address(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        if self.auth is None:
+            return self.address
+        service = self.auth.service()
+        return f"nats://{quote(service.user)}:{quote(service.password, safe='')}@127.0.0.1:{self.port}"
 
     @property
     def http_url(self) -> str | None:
@@ -237,16 +252,26 @@ class NatsServer(_LocalServer):
         return self.dir / "nats.conf"
 
     def _prepare(self) -> None:
-        if self.config_text is not None:
+        if self.auth is not None:
+            self.auth.render()
+            text = (self.config_text or "") + f'\ninclude "{CONF}"\n'
+            self.config_path.write_text(text)
+        elif self.config_text is not None:
             self.config_path.write_text(self.config_text)
 
     def _argv(self) -> list[str]:
-        argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir)]
+        argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir),
+                "-P", str(self.dir / PID_FILE)]
         if self.http_port:
             argv += ["-m", str(self.http_port)]
-        if self.config_text is not None:
+        if self.config_text is not None or self.auth is not None:
             argv += ["-c", str(self.config_path)]
         return argv
+
+    async def reload(self) -> None:
+        """Apply a changed `auth.conf` (issued or revoked credentials) without a restart."""
+        assert self.auth is not None, "reload() needs a server with auth"
+        await asyncio.to_thread(self.auth.reload)
 
     async def _ready(self) -> bool:
         # The client port opens only after JetStream has recovered its streams.

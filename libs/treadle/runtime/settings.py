@@ -12,6 +12,8 @@ class Shared(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_", extra="ignore")
 
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_user: str | None = None  # the workers' service credentials (or user:password in nats_url)
+    nats_password: str | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"
     state_dir: Path = Path(".treadle")
     workspace_root: Path | None = None  # default: <state_dir>/workspaces
@@ -36,6 +38,8 @@ class GatewaySettings(WorkerSettings):
     port: int = 8700
     command_timeout: float = 10.0
     max_body_bytes: int = 1024 * 1024
+    rate_limit: float = 1000.0  # requests per second per token, sustained (0: no limit)
+    rate_burst: int = 2000  # requests per token at once
 
 
 class CoordinatorSettings(WorkerSettings):

@@ -1,4 +1,8 @@
-"""API tokens: random bearer secrets stored only as SHA-256 digests in KV ``treadle-tokens``."""
+"""API tokens: random bearer secrets stored only as SHA-256 digests in KV ``treadle-tokens``.
+
+A token is never compared with anything: it is hashed and the digest is the lookup key, so the time a
+lookup takes does not depend on how much of a guess matches a real token. Creation and revocation are
+audited (:mod:`treadle.runtime.audit`); a revoked token stops working within the gateways' cache time."""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from datetime import datetime, timezone
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NoKeysError
 
 from ..domain.ids import is_token
+from . import audit
 
 BUCKET = "treadle-tokens"
 PREFIX = "trd_"
@@ -26,6 +31,15 @@ class Principal(msgspec.Struct, kw_only=True, frozen=True):
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_id(token: str) -> str:
+    """A token's public name (audit records, ``treadle tokens revoke --id``): a prefix of its digest."""
+    return digest(token)[:16]
+
+
+class UnknownToken(LookupError):
+    pass
 
 
 class TokenStore:
@@ -46,7 +60,34 @@ class TokenStore:
         token = PREFIX + secrets.token_urlsafe(32)
         principal = Principal(tenant=tenant, user=user, role=role, created_at=datetime.now(timezone.utc).isoformat())
         await (await self._bucket()).put(digest(token), msgspec.json.encode(principal))
+        await audit.record(self._js, tenant=tenant, action="token.created", target=token_id(token),
+                           details={"user": user, "role": role})
         return token
+
+    async def revoke(self, token: str | None = None, *, id: str | None = None) -> Principal:
+        """Delete a token, given the token itself or its id; returns whom it belonged to."""
+        kv = await self._bucket()
+        if token is not None:
+            key = digest(token)
+        else:
+            if not id or len(id) < 8 or any(c not in "0123456789abcdef" for c in id):
+                raise UnknownToken(f"{id!r} is not a token id (hex digits, at least 8)")
+            keys = [k for k in await _keys(kv) if k.startswith(id)]
+            if len(keys) != 1:
+                raise UnknownToken(f"no token with id {id}" if not keys else f"token id {id} is ambiguous")
+            key = keys[0]
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            raise UnknownToken("unknown or already revoked token") from None
+        if not entry.value:
+            raise UnknownToken("unknown or already revoked token")
+        principal = msgspec.json.decode(entry.value, type=Principal)
+        await kv.delete(key)
+        self._cache.pop(key, None)
+        await audit.record(self._js, tenant=principal.tenant, action="token.revoked", target=key[:16],
+                           details={"user": principal.user})
+        return principal
 
     async def resolve(self, token: str) -> Principal | None:
         """The principal of a bearer token; lookups are by digest, so no secret is ever compared directly."""
@@ -64,3 +105,10 @@ class TokenStore:
             self._cache.clear()
         self._cache[key] = (now + self._ttl, principal)
         return principal
+
+
+async def _keys(kv) -> list[str]:
+    try:
+        return await kv.keys()
+    except NoKeysError:
+        return []

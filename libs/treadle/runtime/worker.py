@@ -27,15 +27,17 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-async def connect(url: str, name: str) -> NATS:
-    """A connection that reconnects forever: workers outlive broker restarts."""
+async def connect(url: str, name: str, *, user: str | None = None, password: str | None = None) -> NATS:
+    """A connection that reconnects forever: workers outlive broker restarts. ``user``/``password`` are the
+    service credentials (``TREADLE_NATS_USER``/``_PASSWORD``); they may also come in the URL."""
+    auth = {"user": user, "password": password} if user else {}
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats: %r", exc)
 
     return await nats.connect(
         url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, error_cb=on_error,
-        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024,
+        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024, **auth,
     )
 
 
@@ -69,7 +71,7 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(shared.nats_url, f"treadle-{name}")
+        nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)
         stack.push_async_callback(_close, nc)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         service = await make(nc, stack)

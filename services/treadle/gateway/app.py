@@ -12,6 +12,7 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
@@ -33,6 +34,7 @@ from treadle.runtime.worker import connect
 from . import errors
 from .commands import Commands
 from .errors import ApiError
+from .limits import RateLimitMiddleware, TokenBuckets
 from .sse import thread_events
 
 
@@ -249,7 +251,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        nc: NATS = await connect(shared.nats_url, "treadle-gateway")
+        nc: NATS = await connect(shared.nats_url, "treadle-gateway", user=shared.nats_user,
+                                 password=shared.nats_password)
         redis = Redis.from_url(shared.redis_url)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         app.state.nc = nc
@@ -271,8 +274,9 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                         *control_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
-                            Exception: errors.on_unexpected},
+                            RecursionError: errors.on_too_deep, Exception: errors.on_unexpected},
         openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
         request_max_body_size=own.max_body_bytes,
+        middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],
         debug=False,
     )

@@ -37,6 +37,11 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
     return Response(body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code)
 
 
+def on_too_deep(request: Request, exc: RecursionError) -> Response:
+    """JSON nested deeper than the decoder recurses (found by fuzzing: it was a 500)."""
+    return Response(body("bad_request", "the request body is nested too deeply"), status_code=400)
+
+
 def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(body("internal", "internal error"), status_code=500)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -71,6 +72,8 @@ class Supervisor:
 
     async def _on_provider_event(self, msg: Msg) -> None:
         event = provider_event_decoder.decode(msg.data)
+        if msg.subject.split(".")[2:4] != [event.tenant, event.thread]:  # never act on another thread's behalf
+            raise msgspec.ValidationError(f"provider event of {event.tenant}/{event.thread} on {msg.subject}")
         tenant, thread = event.tenant, event.thread
         seq = msg.metadata.sequence.stream
         state = await self._store.load(tenant, thread)

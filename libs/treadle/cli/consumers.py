@@ -1,0 +1,200 @@
+"""Broker access for event consumers: ``treadle consumers create|revoke|list`` (operator commands, run
+where the nats-server's directory is, e.g. next to ``treadle up``) and ``treadle events tail`` (a
+tenant's consumer, with nothing but its credential)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+from rich.markup import escape
+
+from ..eventlog.subjects import EVENTS_STREAM
+from .config import connect_nats, nats_url, state_dir
+from .errors import UsageError
+from .render import console, stderr
+
+
+def _auth(args: argparse.Namespace):
+    from treadle.runtime.broker_auth import BrokerAuth
+
+    directory = Path(args.nats_dir) if args.nats_dir else state_dir(args) / "nats"
+    if not (directory / "auth").is_dir():
+        raise UsageError(f"{directory} is not the directory of a Treadle nats-server (no auth/ in it): pass "
+                         "--nats-dir, or run `treadle up` first")
+    return BrokerAuth(directory)
+
+
+def _address(service_url: str) -> str:
+    """The broker URL without the service user's credentials."""
+    parts = urlsplit(service_url.split(",")[0])
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+
+
+async def _reload(auth, args: argparse.Namespace) -> None:
+    if args.no_reload:
+        stderr.print("[yellow]not reloaded:[/] the server applies it at its next reload")
+        return
+    try:
+        await asyncio.to_thread(auth.reload)
+    except (OSError, ValueError, TimeoutError) as exc:
+        raise UsageError(f"could not reload nats-server: {exc}") from None
+
+
+async def _audit(args: argparse.Namespace, **record) -> None:
+    from treadle.runtime import audit
+
+    async with connect_nats(nats_url(args)) as nc:
+        await audit.record(nc.jetstream(), **record)
+
+
+async def cmd_consumers_create(args: argparse.Namespace) -> int:
+    from treadle.runtime import audit
+
+    auth = _auth(args)
+    service_url = nats_url(args)
+    url = args.broker_url or _address(service_url)
+    async with connect_nats(service_url) as nc:  # first: an unreachable broker fails before anything is issued
+        try:
+            issued = auth.issue(args.tenant, url)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            await _reload(auth, args)
+            await audit.record(nc.jetstream(), tenant=args.tenant, action="broker_credential.created",
+                               target=issued.user, details={"consumer": issued.consumer, "filter": issued.filter})
+        except BaseException:
+            auth.revoke(issued.user)  # not handed out, so not left behind either
+            raise
+    document = msgspec.json.format(msgspec.json.encode(issued), indent=2).decode() + "\n"
+    if args.out:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(document)
+        stderr.print(f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)} written to "
+                     f"{escape(args.out)}")
+    else:
+        stderr.print(f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)}:")
+        sys.stdout.write(document)
+    return 0
+
+
+async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
+    auth = _auth(args)
+    gone = auth.revoke(args.credential)
+    if gone is None:
+        raise UsageError(f"no consumer credential {args.credential}")
+    await _reload(auth, args)  # the server closes the credential's connections during the reload
+    async with connect_nats(nats_url(args)) as nc:
+        from nats.js.errors import NotFoundError
+
+        with contextlib.suppress(NotFoundError):
+            await nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer)
+    await _audit(args, tenant=gone.tenant, action="broker_credential.revoked", target=gone.id)
+    console.print(f"[green]✓[/] revoked {gone.id} (tenant {escape(gone.tenant)}); its consumer is deleted")
+    return 0
+
+
+async def cmd_broker_init(args: argparse.Namespace) -> int:
+    from treadle.runtime.broker_auth import BrokerAuth
+
+    directory = Path(args.nats_dir)
+    password = os.environ.get(args.password_env) if args.password_env else None
+    if args.password_env and not password:
+        raise UsageError(f"${args.password_env} is empty")
+    service = BrokerAuth(directory).init(password)
+    console.print(f"[green]✓[/] {escape(str(directory / 'auth.conf'))} written (include it from the nats-server "
+                  f"config); workers connect as TREADLE_NATS_USER={service.user} with "
+                  f"{'$' + args.password_env if args.password_env else 'the password in auth/service.json'}")
+    return 0
+
+
+async def cmd_consumers_list(args: argparse.Namespace) -> int:
+    for cred in _auth(args).credentials():
+        print(f"{cred.id}\t{cred.tenant}\t{cred.created_at}")
+    return 0
+
+
+async def cmd_events_tail(args: argparse.Namespace) -> int:
+    from nats.errors import Error as NatsError, NoServersError
+
+    from treadle.client.tenant_events import TenantCredential, TenantFollower
+
+    creds_path = args.creds or os.environ.get("TREADLE_CONSUMER_CREDS")
+    if not creds_path:
+        raise UsageError("pass --creds FILE (from `treadle consumers create`) or set TREADLE_CONSUMER_CREDS")
+    try:
+        creds = TenantCredential.load(creds_path)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise UsageError(f"cannot read credential {creds_path}: {exc}") from None
+    if args.tenant and args.tenant != creds.tenant:
+        raise UsageError(f"the credential is for tenant {creds.tenant}, not {args.tenant}")
+    types = [args.type] if args.type else None
+    seen = 0
+    errors: list[Exception] = []
+
+    async def remember(exc: Exception) -> None:  # instead of nats-py printing a traceback per attempt
+        errors.append(exc)
+
+    try:
+        # One connection attempt: a refused credential fails at once, and a tail that loses its broker exits
+        # (run it again: the durable consumer resumes after the last event it printed).
+        async with creds.connect(connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.1,
+                                 error_cb=remember) as nc, \
+                TenantFollower(nc, creds, from_seq=args.from_seq, types=types, idle_timeout=args.idle_timeout) as events:
+            async for event in events:
+                line = {"seq": event.seq, "type": event.type, "thread": event.thread, "at": event.at,
+                        "data": event.data}
+                print(msgspec.json.encode(line).decode(), flush=True)
+                await events.ack(event)  # printed is handled: the next tail starts after it
+                seen += 1
+                if args.limit and seen >= args.limit:
+                    break
+    except (NatsError, ValueError, OSError) as exc:
+        cause = errors[-1] if errors and isinstance(exc, NoServersError) else exc  # e.g. the auth refusal
+        raise UsageError(f"{cause or type(cause).__name__}") from None
+    return 0
+
+
+def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
+    """Register ``consumers`` and ``events`` on the ``treadle`` parser."""
+    broker = argparse.ArgumentParser(add_help=False, parents=[nats_])
+    broker.add_argument("--nats-dir", help="the nats-server's directory (default: <state-dir>/nats)")
+    broker.add_argument("--no-reload", action="store_true", help="write the server's auth file only")
+
+    consumers = sub.add_parser("consumers", help="broker credentials for a tenant's event consumers").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    create = consumers.add_parser("create", parents=[broker], help="issue a read-only credential for one tenant")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--out", metavar="FILE", help="write the credential here (0600) instead of stdout")
+    create.add_argument("--broker-url", help="the URL consumers reach the broker at (default: the NATS URL)")
+    create.set_defaults(func=cmd_consumers_create)
+    revoke = consumers.add_parser("revoke", parents=[broker], help="revoke a credential and delete its consumer")
+    revoke.add_argument("credential", metavar="ID", help="tc_… as printed by `consumers create`/`list`")
+    revoke.set_defaults(func=cmd_consumers_revoke)
+    listing = consumers.add_parser("list", parents=[broker], help="list credentials (id, tenant, created)")
+    listing.set_defaults(func=cmd_consumers_list)
+
+    broker_cmds = sub.add_parser("broker", help="the broker's authorization").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    init = broker_cmds.add_parser("init", help="write auth.conf (service user, tenant credentials) for a deployment")
+    init.add_argument("--nats-dir", required=True, help="directory shared with nats-server (auth.conf goes here)")
+    init.add_argument("--password-env", metavar="VAR", help="take the service password from this variable")
+    init.set_defaults(func=cmd_broker_init)
+
+    events = sub.add_parser("events", help="a tenant's durable events").add_subparsers(
+        dest="action", required=True, metavar="ACTION")
+    tail = events.add_parser("tail", help="follow a tenant's events as JSON lines, resuming where it stopped")
+    tail.add_argument("--creds", metavar="FILE", help="consumer credential (default: $TREADLE_CONSUMER_CREDS)")
+    tail.add_argument("--tenant", help="check the credential is for this tenant")
+    tail.add_argument("--from-seq", type=int, metavar="N", help="start (over) at this stream sequence")
+    tail.add_argument("--type", help="only this event type, e.g. run.completed")
+    tail.add_argument("--limit", type=int, help="stop after this many events")
+    tail.add_argument("--idle-timeout", type=float, help="stop after this many seconds without an event")
+    tail.set_defaults(func=cmd_events_tail, interrupt_ok=True)

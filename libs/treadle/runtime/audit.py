@@ -1,0 +1,65 @@
+"""The audit trail of security-relevant operations (API tokens and broker credentials issued or revoked):
+stream ``TREADLE_AUDIT`` on ``treadle.audit.<tenant>.<action>``, one JSON record per operation.
+
+A stream of its own, not TREADLE_EVENTS: these are facts about a tenant's access, not about a thread, and
+tenant consumer credentials (which may read ``treadle.evt.<tenant>.>``) cannot read them.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError
+
+from ..domain.ids import is_token, new_id
+
+STREAM = "TREADLE_AUDIT"
+ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked")
+
+CONFIG = StreamConfig(name=STREAM, subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
+                      storage=StorageType.FILE, max_msg_size=64 * 1024)
+
+
+class AuditRecord(msgspec.Struct, kw_only=True):
+    """One audited operation. ``target`` names what it was about without revealing a secret: a token's
+    id (the first 16 hex digits of its SHA-256 digest) or a broker credential's id."""
+
+    id: str
+    at: datetime
+    tenant: str
+    action: str
+    actor: str
+    target: str
+    details: dict = {}
+
+
+def subject(tenant: str, action: str) -> str:
+    if not is_token(tenant) or action not in ACTIONS:
+        raise ValueError(f"bad audit subject for tenant {tenant!r}, action {action!r}")
+    return f"treadle.audit.{tenant}.{action}"
+
+
+async def ensure(js: JetStreamContext) -> None:
+    try:
+        await js.add_stream(CONFIG)
+    except BadRequestError:
+        await js.update_stream(CONFIG)
+
+
+async def record(js: JetStreamContext, *, tenant: str, action: str, target: str, actor: str | None = None,
+                 details: dict | None = None) -> AuditRecord:
+    """Append one record (after making sure the stream exists; audited operations are rare)."""
+    await ensure(js)
+    now = datetime.now(timezone.utc)
+    entry = AuditRecord(id=new_id("evt", int(now.timestamp() * 1000)), at=now, tenant=tenant, action=action,
+                        actor=actor or _operator(), target=target, details=details or {})
+    await js.publish(subject(tenant, action), msgspec.json.encode(entry), headers={"Nats-Msg-Id": entry.id})
+    return entry
+
+
+def _operator() -> str:
+    return "operator:" + (os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown")

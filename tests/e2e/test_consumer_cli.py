@@ -1,0 +1,74 @@
+"""Issue 9, items 2-4 from the command line: an operator issues and revokes a tenant's consumer credential
+and API tokens; the tenant tails its events durably, resuming where it stopped."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from conftest import make_api
+from test_cli import treadle
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, tmp_path):
+    tenant = f"tail-{time.time_ns()}"
+    nats = ["--nats-dir", str(stack.nats.dir), "--nats-url", stack.nats_url]
+    creds = tmp_path / "creds.json"
+    code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--out", str(creds), *nats, cwd=tmp_path)
+    assert code == 0, err
+    issued = json.loads(creds.read_text())
+    assert issued["tenant"] == tenant and issued["filter"] == f"treadle.evt.{tenant}.>"
+    assert "treadle:" not in issued["url"]  # the service user's password is not handed out
+
+    api = await make_api(stack, stack_nc, tenant)
+    try:
+        thread = await api.create_thread(title="tail")
+        runs = [(await api.send(thread, f"message {i}"))["run_id"] for i in range(2)]
+        for run in runs:
+            await api.wait_run(run)
+    finally:
+        await api.close()
+
+    tail = ["events", "tail", "--creds", str(creds), "--tenant", tenant, "--type", "run.completed",
+            "--idle-timeout", "2"]
+    code, out, err = await treadle(*tail, "--limit", "1", cwd=tmp_path)
+    assert code == 0, err
+    first = [json.loads(line) for line in out.splitlines()]
+    assert [(e["type"], e["data"]["run_id"]) for e in first] == [("run.completed", runs[0])]
+
+    # The first tail stopped after one event: the next resumes after it, at the second run.
+    code, out, err = await treadle(*tail, cwd=tmp_path)
+    assert code == 0, err
+    assert [json.loads(line)["data"]["run_id"] for line in out.splitlines()] == [runs[1]]
+    code, out, err = await treadle(*tail, cwd=tmp_path)
+    assert code == 0 and out == "", (out, err)  # everything acked: nothing left
+    code, out, err = await treadle(*tail, "--from-seq", str(first[0]["seq"]), cwd=tmp_path)
+    assert [json.loads(line)["data"]["run_id"] for line in out.splitlines()] == runs  # replayed from a seq
+
+    code, out, err = await treadle("consumers", "list", *nats, cwd=tmp_path)
+    assert issued["user"] in out
+    code, out, err = await treadle("consumers", "revoke", issued["user"], *nats, cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await treadle(*tail, cwd=tmp_path)
+    assert code == 1 and "authorization violation" in err.lower() and "Traceback" not in err
+
+
+async def test_tokens_revoke_by_id_is_audited(stack, stack_nc, tmp_path):
+    tenant = f"tok-{time.time_ns()}"
+    nats = ["--nats-url", stack.nats_url]
+    code, out, err = await treadle("tokens", "create", "--tenant", tenant, "--user", "dave", *nats, cwd=tmp_path)
+    assert code == 0, err
+    token_id = re.search(r"token ([0-9a-f]{16})", err).group(1)
+    code, out, err = await treadle("tokens", "revoke", "--id", token_id, *nats, cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await treadle("tokens", "revoke", "--id", token_id, *nats, cwd=tmp_path)
+    assert code == 1 and "no token" in err
+    js = stack_nc.jetstream()
+    for action in ("token.created", "token.revoked"):
+        record = json.loads((await js.get_last_msg("TREADLE_AUDIT", f"treadle.audit.{tenant}.{action}")).data)
+        assert record["target"] == token_id and record["details"]["user"] == "dave"

@@ -1,0 +1,48 @@
+"""Issue 9, item 5 (fixes found by the subject fuzz): a pull consumer dead-letters what it can never handle
+and keeps consuming. Before, a subject of the wrong shape stopped its fetch loop for good, and a malformed
+payload held its thread for eight retries."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+from nats.js.api import StreamConfig
+
+from helpers import wait_for
+from treadle.runtime.consumer import Later, PullConsumer
+
+
+async def test_malformed_subjects_payloads_and_endless_waits_are_dead_lettered_and_consuming_goes_on(nc):
+    js = nc.jetstream()
+    name = f"POISON_{uuid.uuid4().hex[:8]}"
+    prefix = f"poison{uuid.uuid4().hex[:8]}"
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{prefix}.>"]))
+    handled: list[str] = []
+    deliveries: dict[str, int] = {}
+
+    async def handle(msg) -> None:
+        deliveries[msg.subject] = deliveries.get(msg.subject, 0) + 1
+        if msg.data == b"wait":
+            raise Later("an earlier message never comes")
+        msgspec.json.decode(msg.data, type=dict)  # malformed JSON raises DecodeError
+        handled.append(msg.subject)
+
+    consumer = PullConsumer(js, stream=name, durable="poison", filters=[f"{prefix}.>"], handle=handle, max_waits=3)
+    await consumer.start()
+    try:
+        await js.publish(f"{prefix}.short", b"{}")                 # too few tokens for a thread key
+        await js.publish(f"{prefix}.t.th1.x", b"{not json")        # deterministic decode failure
+        await js.publish(f"{prefix}.t.th2.x", b"wait")             # waits forever
+        await js.publish(f"{prefix}.t.th1.y", b"{}")               # a good one behind the bad ones
+        await wait_for(lambda: f"{prefix}.t.th1.y" in handled, timeout=20, what="the good message handled")
+
+        async def settled() -> bool:
+            info = await js.consumer_info(name, "poison")
+            return info.num_pending == 0 and info.num_ack_pending == 0
+        await wait_for(settled, timeout=20, interval=0.1, what="every message settled")
+    finally:
+        await consumer.stop()
+    assert deliveries[f"{prefix}.t.th1.x"] == 1  # dead-lettered at once, not retried
+    assert deliveries[f"{prefix}.t.th2.x"] == 3  # handed back until max_waits, then dead-lettered
+    assert f"{prefix}.short" not in deliveries   # never reached the handler
