@@ -27,7 +27,9 @@ from pathlib import Path, PurePosixPath
 
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
-from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, FileStat, WorkspaceReady
+from treadle.checkpoints import restore as ops
+from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, DiffRequest, DiffResult, FileStat
+from treadle.checkpoints.protocol import Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref, create_loose_ref
 from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
 from treadle.domain.ids import is_token
@@ -111,6 +113,45 @@ class Workspaces:
                 raise CheckpointError("workspace_missing", f"workspace {req.workspace!r} does not exist")
             repo = await self._open(ws, req.tenant, req.thread, path, tenant_root)
             return await self._capture(repo, req, ref, prev_ref)
+
+    async def diff(self, req: DiffRequest) -> DiffResult:
+        """Unified diff (cut at ``max_bytes``) and per-file stats between two checkpoint commits."""
+        async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
+            return await ops.diff(self, repo, req)
+
+    async def restore(self, req: Restore) -> Restored:
+        """L10.5/L10.6: the workspace's checkpointed files become those of ``req.commit``."""
+        _check_token("restore_id", req.restore_id)
+        for r in req.retire:
+            _check_scope(r.scope)
+            if r.ordinal < 0:
+                raise CheckpointError("bad_request", "ordinals must be >= 0")
+        async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
+            return await ops.restore(self, repo, req)
+
+    async def prune(self, req: Prune, thread: str = "retention") -> Pruned:
+        """Retention for the git dir of one workspace (every thread checkpointed in it)."""
+        if req.keep_latest < 1 or req.idle_seconds < 0:
+            raise CheckpointError("bad_request", "keep_latest must be >= 1 and idle_seconds >= 0")
+        async with self._repo_for(req.tenant, thread, req.workspace) as repo:
+            return await ops.prune(self, repo, req, req.now if req.now is not None else time.time())
+
+    @contextlib.asynccontextmanager
+    async def _repo_for(self, tenant: str, thread: str, workspace: str):
+        _check_token("tenant", tenant)
+        _check_token("thread", thread)
+        path, tenant_root = self._resolve(tenant, workspace)
+        async with self._locked(path) as ws:
+            if not path.is_dir():
+                raise CheckpointError("workspace_missing", f"workspace {workspace!r} does not exist")
+            yield await self._open(ws, tenant, thread, path, tenant_root)
+
+    @staticmethod
+    def ref_mtime(repo: Repo, name: str) -> float:
+        try:
+            return os.stat((common_dir(repo.gitdir) or repo.gitdir) / name).st_mtime
+        except OSError:
+            return 0.0  # packed (or gone): unknown, counted as old
 
     # -- capture -------------------------------------------------------------------------------
 
@@ -215,7 +256,7 @@ class Workspaces:
     def _resolve(self, tenant: str, workspace: str) -> tuple[Path, Path]:
         rel = PurePosixPath(workspace)
         if not workspace or "\0" in workspace or rel.is_absolute() or ".." in rel.parts or not rel.parts:
-            raise CheckpointError("bad_request", f"invalid workspace path {workspace!r}")
+            raise CheckpointError("path_escape", f"invalid workspace path {workspace!r}")
         try:
             tenant_root = self._tenant_roots.get(tenant)
             if tenant_root is None:  # Treadle's own directory, not the agent's: resolved once
@@ -224,7 +265,7 @@ class Workspaces:
         except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
             raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
         if path == tenant_root or not path.is_relative_to(tenant_root):
-            raise CheckpointError("bad_request", f"workspace {workspace!r} escapes the tenant root")
+            raise CheckpointError("path_escape", f"workspace {workspace!r} escapes the tenant root")
         return path, tenant_root
 
     async def _create(self, path: Path) -> None:

@@ -14,6 +14,10 @@ def checkpoint_ref(thread: str, scope: str, ordinal: int) -> str:
     return f"{_REF_PREFIX}/{thread}/{scope}/{ordinal}"
 
 
+def thread_prefix(thread: str) -> str:
+    return f"{_REF_PREFIX}/{thread}"
+
+
 def create_loose_ref(repo: Repo, ref: str, commit: str, prev_ref: str | None, prev: Tip | None) -> bool | None:
     """Create ``ref`` as a loose ref the way git's files backend does: take ``<ref>.lock``, check under it
     that the ref is new and the previous checkpoint still points where we think, then rename. Returns None

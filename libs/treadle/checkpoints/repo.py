@@ -58,7 +58,7 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     else:
         return None
     if not gitdir.is_relative_to(tenant_root) or not (common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
-        raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
+        raise CheckpointError("path_escape", "the workspace's .git points outside the tenant root")
     return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
 
 

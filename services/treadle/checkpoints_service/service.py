@@ -1,4 +1,4 @@
-"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture}` over core NATS request/reply."""
+"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture,diff,restore,prune}` over core NATS request/reply."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from nats.aio.subscription import Subscription
 
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
+from treadle.checkpoints.protocol import decode_diff, decode_prune, decode_restore
 from treadle.eventlog import subjects
 
 __all__ = ["CheckpointService"]
@@ -43,6 +44,9 @@ class CheckpointService:
         handlers: dict[str, Handler] = {
             "prepare": self._prepare,
             "capture": self._capture,
+            "diff": self._diff,
+            "restore": self._restore,
+            "prune": self._prune,
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(
@@ -92,3 +96,12 @@ class CheckpointService:
 
     async def _capture(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.capture(decode_capture(data))
+
+    async def _diff(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.diff(decode_diff(data))
+
+    async def _restore(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.restore(decode_restore(data))
+
+    async def _prune(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.prune(decode_prune(data))
