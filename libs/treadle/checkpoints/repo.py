@@ -29,6 +29,7 @@ class Repo:
     tips: dict[str, Tip] = field(default_factory=dict)
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
     walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
+    lock_fd: int | None = None  # flock of <gitdir>/treadle/lock, held around every capture and restore
 
     @property
     def index(self) -> Path:

@@ -41,7 +41,7 @@ def check_commit(value: str | None, name: str) -> None:
 
 async def tree_of(ws: Workspaces, repo: Repo, commit: str) -> str:
     """The tree of a checkpoint commit of this git dir; a typed error for anything else."""
-    rc, out, _ = await ws._run(repo.env, repo.worktree, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
+    rc, out, _ = await ws._repo_run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
     if rc != 0:
         raise CheckpointError("unknown_commit", f"{commit} is not a commit of this workspace")
     return out.decode().strip()
@@ -120,7 +120,7 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
         moved.append(stale)
         repo.tips.pop(name, None)
     if script:
-        rc, _, err = await ws._run(repo.env, repo.worktree, "update-ref", "--stdin", "-z", input=script)
+        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
         if rc != 0:
             raise CheckpointError("git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}")
     return moved
@@ -144,7 +144,7 @@ async def prune(ws: Workspaces, repo: Repo, req: Prune, now: float) -> Pruned:
     doomed = refs_to_prune(refs, now=now, idle_seconds=req.idle_seconds, keep_latest=req.keep_latest)
     if doomed:
         script = b"".join(b"delete %s\0%s\0" % (r.name.encode(), r.commit.encode()) for r in doomed)
-        rc, _, err = await ws._run(repo.env, repo.worktree, "update-ref", "--stdin", "-z", input=script)
+        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
         if rc != 0:
             raise CheckpointError("git_error", f"cannot prune: {err.decode(errors='replace')[-300:]}")
         for r in doomed:

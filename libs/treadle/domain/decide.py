@@ -8,6 +8,7 @@ from typing import get_args
 import msgspec
 
 from . import events as ev
+from . import rollback
 from .commands import MAX_SCRIPT_BYTES, MAX_TEXT_CHARS, MAX_TITLE_CHARS, Accepted, Command, CreateThread, Ctx, SendMessage
 from .entities import DispatchMode, RuntimeMode
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
@@ -30,6 +31,8 @@ def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
         return create_thread(state, command, body, ctx)
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
+    if isinstance(body, rollback.ROLLBACK_COMMANDS):
+        return rollback.decide(state, command, ctx)
     raise BadRequest(f"unknown command {type(body).__name__}")
 
 
@@ -103,7 +106,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
 
-    busy = state.active_run_id is not None or bool(state.queue)
+    busy = state.active_run_id is not None or bool(state.queue) or rollback.pending(state) is not None
     if busy and body.mode == "start_immediately":
         raise Conflict("a run is active; start_immediately cannot preempt it yet", code="run_active",
                        details={"active_run_id": state.active_run_id})
@@ -131,6 +134,6 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
 
 def dispatch_next(state: ThreadState) -> list[ev.Payload]:
     """L3.6: when nothing is active, the head of the queue starts."""
-    if state.thread is None or state.active_run_id is not None or not state.queue:
+    if state.thread is None or state.active_run_id is not None or not state.queue or rollback.pending(state):
         return []
     return [ev.RunDispatched(run_id=state.queue[0])]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from . import events as ev
+from . import rollback
 from .entities import (
     Activity,
     Attempt,
@@ -19,6 +20,7 @@ from .entities import (
     ProviderSession,
     ProviderThread,
     Run,
+    Rollback,
     RuntimeRequest,
     Thread,
 )
@@ -45,6 +47,7 @@ class ThreadState(msgspec.Struct, kw_only=True):
     checkpoints: list[Checkpoint] = msgspec.field(default_factory=list)
     activity: list[Activity] = msgspec.field(default_factory=list)
     provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
+    rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
 
     # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
 
@@ -484,3 +487,4 @@ _HANDLERS = {
     ev.PlanUpdated: _plan_updated,
     ev.CheckpointCaptured: _checkpoint_captured,
 }
+_HANDLERS.update(rollback.FOLDS)  # rollback.started/completed/failed (domain/rollback.py)

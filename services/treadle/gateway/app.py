@@ -18,6 +18,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 
+from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.ids import is_token
 from treadle.domain.entities import Checkpoint, Message, Run
@@ -233,6 +234,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.commands = Commands(nc, own.command_timeout)
         app.state.tokens = TokenStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
+        app.state.checkpoints = CheckpointClient(nc, shared.volume)
         try:
             yield
         finally:
@@ -240,8 +242,11 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                 await nc.drain()
             await redis.aclose()
 
+    from .checkpoints import ROUTES as CHECKPOINT_ROUTES  # diffs and rollbacks (checkpoints.py imports this module)
+
     return Litestar(
-        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics],
+        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
+                        *CHECKPOINT_ROUTES],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             Exception: errors.on_unexpected},
