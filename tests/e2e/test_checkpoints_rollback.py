@@ -158,3 +158,62 @@ async def test_L10_5_rollback_is_refused_while_a_run_is_active_and_changes_nothi
 async def test_path_safety_workspaces_outside_the_tenant_root_are_refused(api, workspace):
     r = await api.request("POST", "/v1/threads", json={"workspace": workspace})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_workspace"
+
+
+NESTED = {"steps": [
+    write("root.txt", "before the subagent\n"),
+    {"type": "subagent", "title": "helper", "steps": [
+        write("sub.txt", "by the subagent\n"),
+        {"type": "subagent", "title": "nested helper", "steps": [write("deep.txt", "nested\n")]},
+    ]},
+    write("after.txt", "after the subagent\n"),
+    {"type": "text", "text": "done"},
+]}
+
+
+async def test_L10_3_subagents_get_child_scopes_that_never_advance_the_run_count(api, stack):
+    thread = await api.create_thread()
+    run = await run_to_end(api, thread, "delegate", NESTED)
+    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    assert [r["ordinal"] for r in doc["runs"]] == [1]
+    helper = next(n for n in run["nodes"] if n["title"] == "helper")
+    nested = next(n for n in run["nodes"] if n["title"] == "nested helper")
+    children = {(c["scope"], c["ordinal"]): c for c in doc["checkpoints"] if c["scope"] != "root"}
+    outer, inner = f"root/{helper['id']}", f"root/{helper['id']}/{nested['id']}"
+    assert set(children) == {(outer, 0), (outer, 1), (inner, 0), (inner, 1)}
+    assert {c["kind"] for k, c in children.items() if k[1] == 0} == {"baseline"}
+    # Each scope's diff is what happened while that subagent ran: not the parent's earlier or later writes.
+    assert sorted(f["path"] for f in children[(outer, 1)]["files"]) == ["deep.txt", "sub.txt"]
+    assert [f["path"] for f in children[(inner, 1)]["files"]] == ["deep.txt"]
+    assert children[(outer, 1)]["node_id"] == helper["id"]
+    root = run["checkpoint"]
+    assert root["scope"] == "root" and root["ordinal"] == 1
+    assert {c["scope"]: c["files"] for c in root["children"]} == {outer: 2, inner: 1}
+    assert sorted(f["path"] for f in root["files"]) == ["after.txt", "deep.txt", "root.txt", "sub.txt"]
+
+
+async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_touches_the_parent(api, stack):
+    thread = await api.create_thread()
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    run = await run_to_end(api, thread, "delegate", NESTED)
+    helper = next(n for n in run["nodes"] if n["title"] == "helper")
+    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    baseline = next(c for c in doc["checkpoints"] if c["node_id"] == helper["id"] and c["ordinal"] == 0)
+
+    r = await api.request("POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": baseline["id"]})
+    assert r.status_code == 200, r.text
+    rollback = r.json()
+    assert rollback["kind"] == "node" and rollback["node_id"] == helper["id"] and rollback["status"] == "completed"
+    assert rollback["touches_parent_workspace"] is True
+    assert files(workspace) == {"root.txt": "before the subagent\n"}
+    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    recorded = next(x for x in doc["rollbacks"] if x["id"] == rollback["id"])
+    assert recorded["touches_parent_workspace"] is True
+    stale = {(c["scope"], c["ordinal"]) for c in doc["checkpoints"] if c["stale"]}
+    assert ("root", 1) in stale and (f"root/{helper['id']}", 1) in stale
+    assert (f"root/{helper['id']}", 0) not in stale
+
+    wrong = await api.request("POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": run["checkpoint"]["id"]})
+    assert wrong.status_code == 404 and wrong.json()["error"]["code"] == "checkpoint_not_found"
+    unknown = await api.request("POST", "/v1/nodes/node_nope/rollback", json={"checkpoint_id": baseline["id"]})
+    assert unknown.status_code == 404

@@ -214,7 +214,7 @@ class Checkpoint(Entity, kw_only=True):
     scope: str = "root"
     ordinal: int
     run_id: str | None = None
-    kind: Literal["baseline", "run"] = "run"
+    kind: Literal["baseline", "run", "node"] = "run"  # node: the end of a child scope (L10.3)
     status: str = "completed"
     ref: str | None = None
     commit: str | None = None

@@ -453,10 +453,13 @@ def _checkpoint_captured(state: ThreadState, e: ev.Envelope, d: ev.CheckpointCap
             unchanged=d.unchanged,
             files=list(d.files),
             created_at=e.at,
+            node_id=d.node_id,
+            children=list(d.children),
+            skipped=list(d.skipped),
         )
     )
     if d.run_id:
-        _activity(state, e, "checkpoint.captured", d.run_id, None, f"{d.scope}/{d.ordinal} {d.status}")
+        _activity(state, e, "checkpoint.captured", d.run_id, d.node_id, f"{d.scope}/{d.ordinal} {d.status}")
 
 
 def _run_warning(state: ThreadState, e: ev.Envelope, d: ev.RunWarning) -> None:

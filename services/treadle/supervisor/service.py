@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
+from treadle.domain import child_scopes
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
@@ -28,6 +29,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
 
+from .child_checkpoints import with_child_checkpoints
 from .hosts import HostClient
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ class Supervisor:
         reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
-        events = reaction.events
+        events = await with_child_checkpoints(self._checkpoints, state, state.run(event.run_id or ""), reaction.events, ctx)
         if reaction.finalize is not None:
             run = state.run(event.run_id or "")
             assert run is not None
@@ -161,10 +163,13 @@ class Supervisor:
 
     async def _capture(self, state: ThreadState, run: Run, ctx: Ctx, status: str) -> ev.CheckpointCaptured:
         """L10.2: the run's checkpoint, with its diff from the previous root checkpoint."""
-        previous = run.ordinal - 1 if state.checkpoint(run.ordinal - 1) is not None else None
+        before = state.checkpoint(run.ordinal - 1)
+        previous = run.ordinal - 1 if before is not None and before.commit is not None else None
         captured = await self._capture_or_none(state, run.ordinal, status, previous)
-        return sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
-                                      captured=captured)
+        checkpoint = sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
+                                            captured=captured)
+        checkpoint.children = child_scopes.summaries(state.checkpoints, run.id)  # L10.3
+        return checkpoint
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
         assert state.thread is not None
