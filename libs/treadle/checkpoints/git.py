@@ -30,7 +30,7 @@ from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints import restore as ops
 from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, DiffRequest, DiffResult, FileStat
-from treadle.checkpoints.protocol import Prune, Pruned, Restore, Restored, WorkspaceReady
+from treadle.checkpoints.protocol import MAX_FILES, Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref, create_loose_ref, thread_prefix
 from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
 from treadle.domain.ids import is_token
@@ -492,8 +492,8 @@ def _captured(req: Capture, ref: str, tip: Tip, prev: Tip | None, files: list[Fi
     # and the caller's event, not the commit message, is the record of it.
     return Captured(
         ref=ref, commit=tip.commit, tree=tip.tree, ordinal=req.ordinal, scope=req.scope,
-        status=req.status, unchanged=prev is not None and prev.tree == tip.tree, files=files,
-        previous_commit=prev.commit if prev else None,
+        status=req.status, unchanged=prev is not None and prev.tree == tip.tree, files=files[:MAX_FILES],
+        previous_commit=prev.commit if prev else None, files_total=len(files),
     )  # fmt: skip
 
 

@@ -33,6 +33,10 @@ __all__ = [
     "Pruned",
 ]
 
+# Per-file stats in one reply or event are capped: a run that touched 20,000 files must still fit a NATS
+# message (1 MiB) and a thread event. The whole list is always available from the diff API.
+MAX_FILES = 1000
+
 FailureCode = Literal["bad_request", "workspace_missing", "path_escape", "unknown_commit", "git_error", "internal"]
 Change = Literal["added", "modified", "deleted", "renamed"]
 
@@ -92,6 +96,7 @@ class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
     files: list[FileStat] = []  # vs the previous checkpoint; empty without one or when unchanged
     previous_commit: str | None = None  # what `files` is relative to; None when there was none
     skipped: list[Skipped] = []
+    files_total: int = 0  # len(files) unless the list was cut at MAX_FILES
 
 
 class Failure(_Message, kw_only=True, tag="failure", tag_field="type"):
@@ -120,10 +125,12 @@ class DiffRequest(_Message, kw_only=True):
     from_commit: str | None = None
     to_commit: str
     max_bytes: int = 256 * 1024  # the unified diff is cut at this size (``truncated``)
+    max_files: int = MAX_FILES
 
 
 class DiffResult(_Message, kw_only=True, tag="diff", tag_field="type"):
-    files: list[FileStat]
+    files: list[FileStat]  # cut at ``max_files`` (files_total says how many there are)
+    files_total: int = 0
     patch: str
     truncated: bool
     patch_bytes: int  # the size of the whole diff, also when cut
@@ -155,7 +162,8 @@ class Restored(_Message, kw_only=True, tag="restored", tag_field="type"):
     tree: str
     undo_ref: str
     undo_commit: str
-    files: list[FileStat]  # what the restore changed: the state before it vs the checkpoint
+    files: list[FileStat]  # what the restore changed: the state before it vs the checkpoint (cut at MAX_FILES)
+    files_total: int = 0
     retired: list[str] = []  # the stale refs the retired checkpoints now live under
     skipped: list[Skipped] = []
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.protocol import (
+    MAX_FILES,
     CheckpointError,
     DiffRequest,
     DiffResult,
@@ -50,8 +51,8 @@ async def tree_of(ws: Workspaces, repo: Repo, commit: str) -> str:
 async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     check_commit(req.from_commit, "from_commit")
     check_commit(req.to_commit, "to_commit")
-    if not 0 < req.max_bytes <= MAX_PATCH_BYTES:
-        raise CheckpointError("bad_request", f"max_bytes must be 1..{MAX_PATCH_BYTES}")
+    if not 0 < req.max_bytes <= MAX_PATCH_BYTES or not 0 < req.max_files <= MAX_FILES:
+        raise CheckpointError("bad_request", f"max_bytes must be 1..{MAX_PATCH_BYTES}, max_files 1..{MAX_FILES}")
     new = await tree_of(ws, repo, req.to_commit)
     old = await tree_of(ws, repo, req.from_commit) if req.from_commit else EMPTY_TREE
     if old == new:
@@ -60,7 +61,9 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     patch = await ws._git(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
                           "--full-index", old, new)
     text, truncated = cut(patch, req.max_bytes)
-    return DiffResult(files=parse_diff(stats), patch=text, truncated=truncated, patch_bytes=len(patch))
+    files = parse_diff(stats)
+    return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,
+                      patch_bytes=len(patch))
 
 
 def cut(patch: bytes, limit: int) -> tuple[str, bool]:
@@ -99,8 +102,9 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
     files = parse_diff(await ws._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
         if before.tree != target else []
     retired = await _retire(ws, repo, req)
-    return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit, files=files,
-                    retired=retired, skipped=await submodules(ws, repo, target))
+    return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit,
+                    files=files[:MAX_FILES], files_total=len(files), retired=retired,
+                    skipped=await submodules(ws, repo, target))
 
 
 async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:

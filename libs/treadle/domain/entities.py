@@ -226,6 +226,7 @@ class Checkpoint(Entity, kw_only=True):
     node_id: str | None = None  # the child node of a child scope (L10.3)
     children: list["ChildCheckpoint"] = msgspec.field(default_factory=list)  # a root checkpoint's child scopes
     skipped: list[str] = msgspec.field(default_factory=list)  # paths left out: "<path> (submodule|too_large)"
+    files_total: int | None = None  # set when `files` was cut: how many files changed
 
 
 class ContextTransfer(Entity, kw_only=True):

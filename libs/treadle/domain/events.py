@@ -265,6 +265,7 @@ class CheckpointCaptured(Payload, kw_only=True):
     node_id: str | None = None  # a child scope's node (L10.3)
     children: list[ChildCheckpoint] = []  # a root checkpoint's summaries of its run's child scopes (L10.3)
     skipped: list[str] = []  # paths a checkpoint leaves alone: "<path> (submodule)"
+    files_total: int | None = None  # set when `files` was cut (at 1,000): the number of files changed
 
 
 # --- envelope -------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str
         unchanged=captured.unchanged,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in captured.files],
         skipped=[f"{s.path} ({s.reason})" for s in getattr(captured, "skipped", [])],
+        files_total=captured.files_total if captured.files_total > len(captured.files) else None,
     )
 
 

@@ -456,6 +456,7 @@ def _checkpoint_captured(state: ThreadState, e: ev.Envelope, d: ev.CheckpointCap
             node_id=d.node_id,
             children=list(d.children),
             skipped=list(d.skipped),
+            files_total=d.files_total,
         )
     )
     if d.run_id:

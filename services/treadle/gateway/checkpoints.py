@@ -44,7 +44,8 @@ class Diff(msgspec.Struct, kw_only=True):
     run_id: str | None = None
     from_: CheckpointPoint | None = msgspec.field(default=None, name="from")
     to: CheckpointPoint
-    files: list[FileStat]
+    files: list[FileStat]  # at most 1,000 (files_total: how many changed)
+    files_total: int
     patch: str
     truncated: bool
     patch_bytes: int
@@ -101,7 +102,7 @@ async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoi
         raise ApiError(409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code,
                        exc.message) from None
     return Diff(thread_id=state.thread.id, run_id=run_id, from_=_point(old) if old else None, to=_point(new),
-                files=got.files, patch=got.patch, truncated=got.truncated, patch_bytes=got.patch_bytes)
+                files=got.files, files_total=got.files_total, patch=got.patch, truncated=got.truncated, patch_bytes=got.patch_bytes)
 
 
 # --- diffs ------------------------------------------------------------------------------------------

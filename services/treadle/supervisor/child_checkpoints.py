@@ -53,4 +53,5 @@ async def _capture(client: CheckpointClient, state: ThreadState, run: Run, ctx: 
         **base, status=status, ref=got.ref, commit=got.commit, tree=got.tree, unchanged=got.unchanged,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in got.files],
         skipped=[f"{s.path} ({s.reason})" for s in got.skipped],
+        files_total=got.files_total if got.files_total > len(got.files) else None,
     )  # fmt: skip
