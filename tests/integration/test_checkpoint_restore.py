@@ -299,3 +299,39 @@ async def test_retention_prunes_idle_threads_but_keeps_their_latest_checkpoints(
     assert len(pruned.deleted) == 4 and pruned.kept == 2
     with pytest.raises(CheckpointError):
         await workspaces.prune(Prune(tenant=TENANT, workspace="proj", idle_seconds=0, keep_latest=0))
+
+
+async def test_unchanged_ordinals_write_no_ref_and_a_restarted_service_diffs_from_the_callers_record(
+        workspaces: Workspaces, root: Path):
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "a.txt").write_text("0\n")
+    c0 = await workspaces.capture(capture(0, None))
+    c1 = await workspaces.capture(capture(1, 0))
+    assert c1.unchanged and c1.ref == c0.ref and c1.commit == c0.commit
+
+    restarted = Workspaces(root, root.parent / "state" / "shadow")
+    try:
+        (ws / "a.txt").write_text("2\n")
+        c2 = await restarted.capture(capture(2, 1, previous_commit=c1.commit, previous_tree=c1.tree,
+                                             previous_ref=c1.ref))
+    finally:
+        restarted.close()
+    assert [(f.path, f.change) for f in c2.files] == [("a.txt", "modified")]
+    assert git(ws, "rev-parse", f"{c2.ref}^").strip() == c0.commit
+
+
+async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_rollback(workspaces: Workspaces, root: Path):
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "a.txt").write_text("0\n")
+    c0 = await workspaces.capture(capture(0, None))
+    (ws / "a.txt").write_text("1\n")
+    await workspaces.capture(capture(1, 0))
+    c2 = await workspaces.capture(capture(2, 1))
+    assert c2.unchanged
+
+    await workspaces.restore(restore(c0.commit, retire=[RefName(scope="root", ordinal=1),
+                                                        RefName(scope="root", ordinal=2)]))
+    again = await workspaces.capture(capture(2, None, status="baseline"))
+    assert again.tree == c0.tree and (ws / "a.txt").read_text() == "0\n"

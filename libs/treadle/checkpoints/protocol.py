@@ -66,6 +66,11 @@ class Capture(_Message, kw_only=True):
     status: str = "completed"  # terminal status of the run, or "baseline"
     previous_ordinal: int | None = None
     previous_scope: str | None = None  # where previous_ordinal lives; defaults to `scope` (L10.3)
+    # What the caller recorded for the previous checkpoint: used when it has no ref of its own (an
+    # unchanged capture writes none) and this process has forgotten it (a restart).
+    previous_commit: str | None = None
+    previous_tree: str | None = None
+    previous_ref: str | None = None
 
 
 class FileStat(_Message, kw_only=True):
@@ -86,7 +91,7 @@ class Skipped(_Message, kw_only=True):
 
 
 class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
-    ref: str
+    ref: str  # the ref holding `commit`: this ordinal's own, or for an unchanged capture the earlier one
     commit: str
     tree: str
     ordinal: int

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,11 @@ _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of 
 class Tip:
     commit: str
     tree: str
+    holder: str | None = None  # None: the ref itself holds the commit; else the (earlier) ref that does
+
+    @property
+    def written(self) -> bool:
+        return self.holder is None
 
 
 @dataclass(slots=True)
@@ -30,6 +36,13 @@ class Repo:
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
     walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
     lock_fd: int | None = None  # flock of <gitdir>/treadle/lock, held around every capture and restore
+    stamp_fd: int | None = None  # <gitdir>/treadle/stamp, the fingerprint's clock (see fingerprint.py)
+
+    def close(self) -> None:
+        for fd in (self.lock_fd, self.stamp_fd):
+            if fd is not None:
+                os.close(fd)
+        self.lock_fd = self.stamp_fd = None
 
     @property
     def index(self) -> Path:

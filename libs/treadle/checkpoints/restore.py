@@ -116,8 +116,9 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
     script, moved = b"", []
     for name, r in names.items():
         tip = repo.tips.get(name)
-        if tip is None:
-            continue  # never captured, or retired by an earlier try of this restore
+        if tip is None or not tip.written:  # never captured, retired before, or unchanged (no ref of its own)
+            repo.tips.pop(name, None)
+            continue
         stale = f"{thread_prefix(req.thread)}/stale/{req.restore_id}/{r.scope}/{r.ordinal}"
         script += b"update %s\0%s\0\0" % (stale.encode(), tip.commit.encode())
         script += b"delete %s\0%s\0" % (name.encode(), tip.commit.encode())

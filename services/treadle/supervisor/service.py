@@ -173,8 +173,11 @@ class Supervisor:
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
         assert state.thread is not None
+        before = state.checkpoint(previous) if previous is not None else None
         request = Capture(tenant=state.thread.tenant, thread=state.thread.id, workspace=state.thread.workspace,
-                          ordinal=ordinal, status=status, previous_ordinal=previous)
+                          ordinal=ordinal, status=status, previous_ordinal=previous,
+                          previous_commit=before.commit if before else None, previous_tree=before.tree if before else None,
+                          previous_ref=before.ref if before else None)
         try:
             with CHECKPOINT_SECONDS.time():
                 return await self._checkpoints.capture(request)
