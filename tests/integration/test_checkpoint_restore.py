@@ -335,3 +335,19 @@ async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_roll
                                                         RefName(scope="root", ordinal=2)]))
     again = await workspaces.capture(capture(2, None, status="baseline"))
     assert again.tree == c0.tree and (ws / "a.txt").read_text() == "0\n"
+
+
+async def test_retention_sweep_covers_every_workspace_the_service_has_served(workspaces: Workspaces, root: Path):
+    for name in ("one", "two"):
+        ws = root / TENANT / name
+        await workspaces.prepare(TENANT, THREAD, name)
+        for n in range(3):
+            (ws / "f.txt").write_text(f"{n}\n")
+            await workspaces.capture(capture(n, n - 1 if n else None, workspace=name))
+
+    assert await workspaces.sweep(idle_seconds=3600, keep_latest=1) == []
+    deleted = await workspaces.sweep(idle_seconds=3600, keep_latest=1, now=time.time() + 7200)
+    assert len(deleted) == 4
+    for name in ("one", "two"):
+        left = git(root / TENANT / name, "for-each-ref", "--format=%(refname)").split()
+        assert left == [f"refs/treadle/checkpoints/{THREAD}/root/2"]

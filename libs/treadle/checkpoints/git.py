@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -36,6 +37,8 @@ from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
 from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
+
+log = logging.getLogger(__name__)
 
 INLINE_WALK_ENTRIES = 256
 _STATUS = re.compile(r"[a-z_]{1,32}")
@@ -137,6 +140,19 @@ class Workspaces:
             raise CheckpointError("bad_request", "keep_latest must be >= 1 and idle_seconds >= 0")
         async with self._repo_for(req.tenant, thread, req.workspace) as repo:
             return await ops.prune(self, repo, req, req.now if req.now is not None else time.time())
+
+    async def sweep(self, idle_seconds: float, keep_latest: int, now: float | None = None) -> list[str]:
+        """Retention over every git dir this process has served: prune idle threads' refs, keep the newest."""
+        req = Prune(tenant="-", workspace="-", idle_seconds=idle_seconds, keep_latest=keep_latest, now=now)
+        deleted: list[str] = []
+        for path, ws in list(self._workspaces.items()):
+            for repo in list(ws.repos.values()):
+                try:
+                    async with self._locked(path), _exclusive(repo):
+                        deleted += (await ops.prune(self, repo, req, now if now is not None else time.time())).deleted
+                except (CheckpointError, OSError) as exc:  # a workspace deleted since: nothing to keep
+                    log.warning("retention of %s skipped: %s", repo.gitdir, exc)
+        return deleted
 
     @contextlib.asynccontextmanager
     async def _repo_for(self, tenant: str, thread: str, workspace: str):

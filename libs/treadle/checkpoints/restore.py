@@ -8,6 +8,7 @@ which never writes through a symlink: a leading path that is a symlink is replac
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING
 
@@ -53,13 +54,18 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     check_commit(req.to_commit, "to_commit")
     if not 0 < req.max_bytes <= MAX_PATCH_BYTES or not 0 < req.max_files <= MAX_FILES:
         raise CheckpointError("bad_request", f"max_bytes must be 1..{MAX_PATCH_BYTES}, max_files 1..{MAX_FILES}")
-    new = await tree_of(ws, repo, req.to_commit)
-    old = await tree_of(ws, repo, req.from_commit) if req.from_commit else EMPTY_TREE
-    if old == new:
-        return DiffResult(files=[], patch="", truncated=False, patch_bytes=0)
-    stats = await ws._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new)
-    patch = await ws._git(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
-                          "--full-index", old, new)
+    # diff-tree takes the commits as they are (no rev-parse round trips); both runs go side by side.
+    new = f"{req.to_commit}^{{tree}}"
+    old = f"{req.from_commit}^{{tree}}" if req.from_commit else EMPTY_TREE
+    (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
+        ws._repo_run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
+        ws._repo_run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
+                     "--full-index", old, new),
+    )
+    if rc1 or rc2:
+        if any(m in err1 + err2 for m in (b"bad object", b"not a tree", b"bad revision", b"unknown revision")):
+            raise CheckpointError("unknown_commit", "a commit of the diff is not a checkpoint of this workspace")
+        raise CheckpointError("git_error", f"git diff-tree failed: {(err1 or err2).decode(errors='replace')[-300:]}")
     text, truncated = cut(patch, req.max_bytes)
     files = parse_diff(stats)
     return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,

@@ -10,7 +10,7 @@ async def main() -> None:
 
     async def make(nc, stack):
         workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve())
-        return CheckpointService(nc, workspaces, shared.volume)
+        return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)
 

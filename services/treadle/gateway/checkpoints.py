@@ -126,8 +126,8 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
 
 @get("/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)")
 async def thread_diff(request: Request, thread_id: FromPath[str],
-                      from_ordinal: Annotated[int | None, QueryParameter(query="from", ge=0)] = None,
-                      to_ordinal: Annotated[int | None, QueryParameter(query="to", ge=0)] = None,
+                      from_ordinal: Annotated[int | None, QueryParameter(name="from", ge=0)] = None,
+                      to_ordinal: Annotated[int | None, QueryParameter(name="to", ge=0)] = None,
                       max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
     who = await principal(request)
     state = await _state_of(request, who.tenant, _id(thread_id, "thr"))
