@@ -217,3 +217,23 @@ async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_t
     assert wrong.status_code == 404 and wrong.json()["error"]["code"] == "checkpoint_not_found"
     unknown = await api.request("POST", "/v1/nodes/node_nope/rollback", json={"checkpoint_id": baseline["id"]})
     assert unknown.status_code == 404
+
+
+async def test_client_diff_and_rollback_methods(api, stack):
+    from treadle.client.http import ApiError, TreadleClient
+
+    thread = await api.create_thread()
+    await run_to_end(api, thread, "one", script(write("a.txt", "1\n")))
+    run2 = await run_to_end(api, thread, "two", script(write("a.txt", "2\n")))
+    token = api.http.headers["Authorization"].split()[1]
+    async with TreadleClient(stack.api_url, token) as client:
+        cut = await client.run_diff(run2["id"], max_bytes=40)
+        assert cut["truncated"] and [f["path"] for f in cut["files"]] == ["a.txt"]
+        between = await client.thread_diff(thread, from_ordinal=0, to_ordinal=2)
+        assert between["from"]["ordinal"] == 0 and "+2" in between["patch"]
+        done = await client.rollback(thread, 1, idempotency_key="rb-1")
+        again = await client.rollback(thread, 1, idempotency_key="rb-1")
+        assert done["status"] == "completed" and again["id"] == done["id"]
+        with pytest.raises(ApiError) as refused:
+            await client.rollback_node("node_x", "ckpt_x", thread_id=thread)
+        assert refused.value.status == 404
