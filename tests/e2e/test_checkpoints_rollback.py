@@ -237,3 +237,18 @@ async def test_client_diff_and_rollback_methods(api, stack):
         with pytest.raises(ApiError) as refused:
             await client.rollback_node("node_x", "ckpt_x", thread_id=thread)
         assert refused.value.status == 404
+
+
+async def test_L10_4_a_failed_run_is_captured_with_a_status_that_says_so(api, stack):
+    thread = await api.create_thread()
+    sent = await api.send(thread, "fail", script={"steps": [write("half.txt", "written before the failure\n"),
+                                                             {"type": "fail", "message": "boom"}]})
+    run = await api.wait_run(sent["run_id"], status="failed")
+    checkpoint = run["checkpoint"]
+    assert checkpoint["status"] == "failed" and checkpoint["commit"]
+    assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("half.txt", "added")]
+    # A failed run's checkpoint is a stable point: a rollback to it (or past it) works like any other.
+    r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 0})
+    assert r.status_code == 200 and r.json()["rolled_back_run_ids"] == [run["id"]]
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    assert files(workspace) == {}

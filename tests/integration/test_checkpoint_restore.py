@@ -218,12 +218,17 @@ async def test_path_safety_a_symlink_planted_in_the_workspace_is_never_followed(
     assert (outside / "secret.txt").read_text() == "secret\n"
 
 
-@pytest.mark.parametrize("workspace", ["../other", "/etc", "proj/../../x", "escape"])
+@pytest.mark.parametrize("workspace", ["../other", "/etc", "proj/../../x", "escape", "proj/planted"])
 async def test_path_safety_restore_diff_and_prune_refuse_paths_outside_the_tenant(
         workspaces: Workspaces, root: Path, workspace: str):
     outside = root.parent / "outside"
     outside.mkdir(exist_ok=True)
     (root / TENANT / "escape").symlink_to(outside, target_is_directory=True)
+    (root / TENANT / "proj").mkdir()
+    (root / TENANT / "proj" / "planted").symlink_to(outside, target_is_directory=True)  # planted by the agent
+    with pytest.raises(CheckpointError) as captured:
+        await workspaces.capture(capture(0, None, workspace=workspace))
+    assert captured.value.code == "path_escape"
     calls = [workspaces.restore(restore("0" * 40, workspace=workspace)),
              workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace=workspace, to_commit="0" * 40)),
              workspaces.prune(Prune(tenant=TENANT, workspace=workspace, idle_seconds=0, keep_latest=1))]

@@ -105,3 +105,22 @@ def test_retention_never_prunes_the_latest_and_leaves_active_threads_alone():
         "refs/treadle/checkpoints/thr_old/undo/rbk_1"]
     with pytest.raises(ValueError):
         refs_to_prune(refs, now=0, idle_seconds=0, keep_latest=0)
+
+
+def test_L10_4_a_run_whose_provider_was_lost_for_good_gets_a_missing_checkpoint_summary():
+    from domain_helpers import ctx
+    from treadle.domain import supervision as sv
+    from treadle.domain.entities import ProviderCapabilities
+
+    state = finished_runs(0)
+    events, _ = send(state, "doomed")
+    run = state.run(events[0].run_id)
+    for n in range(sv.MAX_RECOVERY_ATTEMPTS):
+        apply(state, [ev.ProviderAttached(session_id=f"ps_{n}", provider="scripted", host_id="h", boot_id="b",
+                                          provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities()),
+                      ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=f"ps_{n}", turn_id=f"turn_{n}")])
+        lost = sv.session_stopped(state, f"ps_{n}", "host gone", ctx(f"s{n}"))
+        apply(state, lost)
+    [failed] = [e for e in lost if isinstance(e, ev.RunFailed)]
+    assert failed.checkpoint is not None and failed.checkpoint.status == "missing" and failed.checkpoint.commit is None
+    assert state.run(run.id).status == "failed" and state.checkpoint(run.ordinal).status == "missing"
