@@ -50,7 +50,8 @@ def generate(path: Path, files: int) -> list[Path]:
 def plain_git(path: Path, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_AUTHOR_NAME="B", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="B", GIT_COMMITTER_EMAIL="b@x")
-    subprocess.run(["git", "-C", str(path), *args], env=env, check=True, capture_output=True)
+    # No auto gc (Treadle runs none either): a background gc would skew the timings and race the copy.
+    subprocess.run(["git", "-C", str(path), "-c", "gc.auto=0", *args], env=env, check=True, capture_output=True)
 
 
 def timed(fn):
