@@ -356,3 +356,52 @@ async def test_retention_sweep_covers_every_workspace_the_service_has_served(wor
     for name in ("one", "two"):
         left = git(root / TENANT / name, "for-each-ref", "--format=%(refname)").split()
         assert left == [f"refs/treadle/checkpoints/{THREAD}/root/2"]
+
+
+def _edit_same_size(ws: Path) -> None:
+    (ws / "src" / "a.py").write_text("a = 2\n")
+
+
+def _new_nested_dir(ws: Path) -> None:
+    (ws / "src" / "deep" / "er").mkdir(parents=True)
+    (ws / "src" / "deep" / "er" / "n.py").write_text("n = 1\n")
+
+
+CHANGES = {
+    "edit_same_size": _edit_same_size,
+    "chmod": lambda ws: (ws / "src" / "a.py").chmod(0o755),
+    "new_nested_dir": _new_nested_dir,
+    "delete": lambda ws: (ws / "src" / "b.py").unlink(),
+    "rename": lambda ws: (ws / "src" / "b.py").rename(ws / "src" / "c.py"),
+    "retarget_symlink": lambda ws: ((ws / "link").unlink(), (ws / "link").symlink_to("src/b.py")),
+    "unignore": lambda ws: (ws / ".gitignore").write_text(""),
+}
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "fingerprint"])
+@pytest.mark.parametrize("change", list(CHANGES))
+async def test_the_unchanged_fast_path_never_misses_a_change(root: Path, change: str, watch: bool):
+    workspaces = Workspaces(root, root.parent / "state" / "shadow", watch=watch)
+    try:
+        ws = root / TENANT / "proj"
+        await workspaces.prepare(TENANT, THREAD, "proj")
+        (ws / "src").mkdir()
+        (ws / "src" / "a.py").write_text("a = 1\n")
+        (ws / "src" / "b.py").write_text("b = 1\n")
+        (ws / "link").symlink_to("src/a.py")
+        (ws / ".gitignore").write_text("*.log\n")
+        (ws / "x.log").write_text("ignored\n")
+        base = await workspaces.capture(capture(0, None))
+        same = await workspaces.capture(capture(1, 0))
+        assert same.unchanged
+
+        CHANGES[change](ws)
+        after = await workspaces.capture(capture(2, 1))
+        assert not after.unchanged and after.tree != base.tree, change
+        again = await workspaces.capture(capture(3, 2))
+        assert again.unchanged and again.tree == after.tree
+        os.utime(ws / "src" / "a.py")  # a touch: content and mode unchanged
+        touched = await workspaces.capture(capture(4, 3))
+        assert touched.unchanged
+    finally:
+        workspaces.close()

@@ -34,6 +34,7 @@ from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, Dif
 from treadle.checkpoints.protocol import MAX_FILES, Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref, thread_prefix
 from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
+from treadle.checkpoints.watcher import Watcher, local_filesystem
 from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
@@ -73,12 +74,14 @@ class Workspaces:
         timeout: float = 120.0,
         max_processes: int = 32,
         max_cached: int = 1024,
+        watch: bool = True,
     ) -> None:
         self._root = Path(root)
         self._shadow_root = Path(shadow_root).resolve()
         self._git_bin = git
         self._timeout = timeout
         self._max_cached = max_cached
+        self._watch = watch  # inotify fast path for unchanged workspaces (watcher.py)
         # Bounds git processes, not requests: a capture queued on a busy workspace holds no slot.
         self._pool = ThreadPoolExecutor(max_processes, thread_name_prefix="treadle-git")
         self._tenant_roots: dict[str, Path] = {}
@@ -217,10 +220,21 @@ class Workspaces:
         return _captured(req, ref, tip, prev, files)
 
     async def _tree(self, repo: Repo, prev: Tip | None) -> str:
-        # The fingerprint is taken *before* `add -A`: a file changing in between then differs
-        # from the fingerprint next time, so the fast path can only ever be too cautious.
+        # Fast paths, each armed *before* `add -A`, so a change racing it shows next time: the fast
+        # path can only ever be too cautious. inotify (no walk at all) where it sees every writer,
+        # else the stat fingerprint of small workspaces.
+        watcher = self._watcher_of(repo)
+        if watcher is not None:
+            if prev is not None and watcher.tree == prev.tree and not watcher.changed():
+                return prev.tree
+            try:
+                await asyncio.to_thread(watcher.arm)  # only on the slow path, next to git processes
+            except OSError as exc:  # out of watches, too many directories, a vanished directory
+                log.info("not watching %s: %s", repo.worktree, exc)
+                watcher.close()
+                repo.watcher, repo.watchable, watcher = None, False, None
         fp = None
-        if repo.fingerprintable:
+        if watcher is None and repo.fingerprintable:
             try:
                 fp = await self._fingerprint(repo)
             except TooLarge:  # walking it every time would cost more than `add -A` saves
@@ -236,7 +250,25 @@ class Workspaces:
         await self._git(repo, "add", "-A")
         tree = (await self._git(repo, "write-tree")).decode().strip()
         repo.snapshot = (fp, tree) if fp is not None else None
+        if watcher is not None:
+            watcher.tree = tree
         return tree
+
+    def _watcher_of(self, repo: Repo) -> Watcher | None:
+        if not self._watch or repo.watchable is False:
+            return None
+        if repo.watcher is None:
+            repo.watchable = local_filesystem(str(repo.worktree)) and local_filesystem(str(repo.gitdir))
+            if not repo.watchable:
+                return None
+            dirs = [repo.gitdir, *filter(None, [common_dir(repo.gitdir)])]
+            try:
+                repo.watcher = Watcher(os.fsencode(repo.worktree),
+                                       tuple(os.fsencode(p) for d in dirs for p in (d, d / "info")))
+            except OSError:
+                repo.watchable = False
+                return None
+        return repo.watcher
 
     @staticmethod
     async def _fingerprint(repo: Repo) -> bytes | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treadle.checkpoints.protocol import CheckpointError
+from treadle.checkpoints.watcher import Watcher
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
 
@@ -37,12 +38,23 @@ class Repo:
     walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
     lock_fd: int | None = None  # flock of <gitdir>/treadle/lock, held around every capture and restore
     stamp_fd: int | None = None  # <gitdir>/treadle/stamp, the fingerprint's clock (see fingerprint.py)
+    watcher: Watcher | None = None  # inotify on the worktree (see watcher.py)
+    watchable: bool | None = None  # None: not decided yet
 
     def close(self) -> None:
         for fd in (self.lock_fd, self.stamp_fd):
             if fd is not None:
                 os.close(fd)
         self.lock_fd = self.stamp_fd = None
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+
+    def forget_tree(self) -> None:
+        """The worktree was changed by us (a restore): no fast path may assume the last tree."""
+        self.snapshot = None
+        if self.watcher is not None:
+            self.watcher.tree = None
 
     @property
     def index(self) -> Path:

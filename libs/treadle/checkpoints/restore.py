@@ -100,7 +100,7 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
                 raise CheckpointError("git_error", f"cannot record the undo point {undo_ref}: {err.decode(errors='replace')}")
         before = repo.tips.get(undo_ref) or Tip(commit, current)
         repo.remember(undo_ref, before)
-    repo.snapshot = None  # the worktree is about to change under the fingerprint
+    repo.forget_tree()  # the worktree is about to change under the fast paths
     if current != target:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.

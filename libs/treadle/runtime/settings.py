@@ -64,6 +64,7 @@ class CheckpointsSettings(WorkerSettings):
     retention_idle_days: float = 30.0
     retention_keep_latest: int = 20
     retention_interval_seconds: float = 3600.0
+    watch: bool = True  # inotify fast path for unchanged workspaces on local filesystems
 
 
 class ProjectorSettings(WorkerSettings):

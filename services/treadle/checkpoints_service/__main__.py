@@ -9,7 +9,7 @@ async def main() -> None:
     shared, own = Shared(), CheckpointsSettings()
 
     async def make(nc, stack):
-        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve())
+        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch)
         return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)
