@@ -15,7 +15,7 @@ import pytest
 
 from test_checkpoints_git import TENANT, THREAD, capture, git
 from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints.protocol import CheckpointError, DiffRequest, Prune, RefName, Restore
+from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName, Restore
 
 
 @pytest.fixture
@@ -405,3 +405,15 @@ async def test_the_unchanged_fast_path_never_misses_a_change(root: Path, change:
         assert touched.unchanged
     finally:
         workspaces.close()
+
+
+async def test_one_inotify_instance_tells_workspaces_apart(workspaces: Workspaces, root: Path):
+    names = [f"w{i}" for i in range(3)]
+    for name in names:
+        await workspaces.prepare(TENANT, f"thr_{name}", name)
+        (root / TENANT / name / "f.txt").write_text("0\n")
+        await workspaces.capture(Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=0))
+    (root / TENANT / "w1" / "f.txt").write_text("1\n")
+    got = {name: await workspaces.capture(Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=1,
+                                                  previous_ordinal=0)) for name in names}
+    assert {n: c.unchanged for n, c in got.items()} == {"w0": True, "w1": False, "w2": True}

@@ -34,7 +34,7 @@ from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, Dif
 from treadle.checkpoints.protocol import MAX_FILES, Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref, thread_prefix
 from treadle.checkpoints.repo import Repo, Tip, common_dir, user_gitdir
-from treadle.checkpoints.watcher import Watcher, local_filesystem
+from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_filesystem
 from treadle.domain.ids import is_token
 
 __all__ = ["CheckpointError", "Workspaces"]
@@ -82,6 +82,7 @@ class Workspaces:
         self._timeout = timeout
         self._max_cached = max_cached
         self._watch = watch  # inotify fast path for unchanged workspaces (watcher.py)
+        self._inotify = Inotify()
         # Bounds git processes, not requests: a capture queued on a busy workspace holds no slot.
         self._pool = ThreadPoolExecutor(max_processes, thread_name_prefix="treadle-git")
         self._tenant_roots: dict[str, Path] = {}
@@ -94,6 +95,10 @@ class Workspaces:
     def close(self) -> None:
         """Release the git worker threads (after the service has stopped sending requests)."""
         self._pool.shutdown(wait=True)
+        for ws in self._workspaces.values():
+            for repo in ws.repos.values():
+                repo.close()
+        self._inotify.close()
 
     async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
         _check_token("tenant", tenant)
@@ -229,10 +234,12 @@ class Workspaces:
                 return prev.tree
             try:
                 await asyncio.to_thread(watcher.arm)  # only on the slow path, next to git processes
-            except OSError as exc:  # out of watches, too many directories, a vanished directory
+            except Unwatchable as exc:  # out of watches, too many directories: leave it to the other paths
                 log.info("not watching %s: %s", repo.worktree, exc)
                 watcher.close()
                 repo.watcher, repo.watchable, watcher = None, False, None
+            except OSError:  # a directory vanished mid-walk: not armed this time (tree stays None)
+                watcher = None
         fp = None
         if watcher is None and repo.fingerprintable:
             try:
@@ -263,8 +270,8 @@ class Workspaces:
                 return None
             dirs = [repo.gitdir, *filter(None, [common_dir(repo.gitdir)])]
             try:
-                repo.watcher = Watcher(os.fsencode(repo.worktree),
-                                       tuple(os.fsencode(p) for d in dirs for p in (d, d / "info")))
+                repo.watcher = self._inotify.watcher(os.fsencode(repo.worktree),
+                                                     tuple(os.fsencode(p) for d in dirs for p in (d, d / "info")))
             except OSError:
                 repo.watchable = False
                 return None

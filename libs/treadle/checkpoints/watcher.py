@@ -1,28 +1,34 @@
-"""inotify watches on a worktree, so an unchanged workspace is recognised without walking it (issue 4 "Cost").
+"""inotify watches on worktrees, so an unchanged workspace is recognised without walking it (issue 4 "Cost").
 
-A capture that runs `add -A` first *arms* the watcher: it drops the events queued so far (that capture
-covers them) and makes sure every directory below the worktree, and the git dirs whose files shape
-`add -A` (config, info/exclude), is watched. From then on any write, create, delete, rename or
-attribute change in them queues an event. The next capture finds the queue empty — one non-blocking
-read — and knows the tree is the one `add -A` produced last time. Anything doubtful counts as a change:
-a queue overflow, a watch that could not be added (the caller then stops using the watcher), a
-filesystem inotify does not see every writer of (network filesystems: only local ones are watched).
-Not seen: writes through a shared memory mapping that are never followed by a write() or close, and the
-service's own global git configuration, as with the stat fingerprint.
+A capture that runs `add -A` first *arms* its worktree's watcher: the events queued so far are dropped
+(that capture covers them) and every directory below the worktree, and the git dirs whose files shape
+`add -A` (config, info/exclude), is watched. From then on any write, create, delete, rename or attribute
+change in them queues an event. The next capture finds nothing queued for its worktree — one
+non-blocking read — and knows the tree is the one `add -A` produced last time.
+
+Anything doubtful counts as a change: a queue overflow, a watch that could not be added (the caller
+then stops watching that worktree), a filesystem inotify does not see every writer of (network
+filesystems: only local ones are watched). Not seen, as with the stat fingerprint: writes through a
+shared memory mapping never followed by write() or close, and the service's own global git config.
+
+One inotify instance serves every worktree of a process (instances are a small per-user budget).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import struct
+import threading
 
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
-_IN_DELETE_SELF, _IN_MOVE_SELF = 0x400, 0x800
+_IN_DELETE_SELF, _IN_MOVE_SELF, _IN_IGNORED = 0x400, 0x800, 0x8000
 _IN_ONLYDIR, _IN_DONT_FOLLOW = 0x01000000, 0x02000000
 _MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
          | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW)
-MAX_DIRECTORIES = 4096  # beyond this a workspace is left to `add -A` (and the watch budget to others)
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
+MAX_DIRECTORIES = 4096  # beyond this a worktree is left to `add -A` (and the watch budget to others)
 LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs"})
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -48,29 +54,113 @@ def local_filesystem(path: str) -> bool:
     return fstype in LOCAL_FILESYSTEMS
 
 
+class Inotify:
+    """The process's inotify instance: watch descriptors and which worktree watchers they belong to."""
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._owners: dict[int, set[Watcher]] = {}
+        self.lock = threading.Lock()  # arming runs on a worker thread while the loop drains for others
+
+    def watcher(self, worktree: bytes, extra_dirs: tuple[bytes, ...]) -> Watcher:
+        if self._fd < 0:
+            fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                raise Unwatchable(ctypes.get_errno(), "inotify_init1 failed")
+            self._fd = fd
+        return Watcher(self, worktree, extra_dirs)
+
+    def close(self) -> None:
+        with self.lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            self._owners.clear()
+
+    def drain(self) -> None:
+        """Read every queued event and mark the watchers it concerns as changed."""
+        with self.lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size + length
+                if wd < 0:  # queue overflow: any worktree may have changed
+                    for owners in self._owners.values():
+                        for w in owners:
+                            w.dirty = True
+                    continue
+                for w in self._owners.get(wd, ()):
+                    w.dirty = True
+                if mask & _IN_IGNORED:  # the directory is gone; its watch with it
+                    for w in self._owners.pop(wd, ()):
+                        w.wds.discard(wd)
+
+    def add(self, watcher: Watcher, d: bytes) -> None:
+        with self.lock:
+            self._add(watcher, d)
+
+    def _add(self, watcher: Watcher, d: bytes) -> None:
+        wd = _libc.inotify_add_watch(self._fd, d, _MASK)
+        if wd < 0:
+            raise Unwatchable(ctypes.get_errno(), f"cannot watch {d!r}")
+        self._owners.setdefault(wd, set()).add(watcher)
+        watcher.wds.add(wd)
+
+    def release(self, watcher: Watcher) -> None:
+        with self.lock:
+            self._release(watcher)
+
+    def _release(self, watcher: Watcher) -> None:
+        for wd in watcher.wds:
+            owners = self._owners.get(wd)
+            if owners is None:
+                continue
+            owners.discard(watcher)
+            if not owners:
+                del self._owners[wd]
+                if self._fd >= 0:
+                    _libc.inotify_rm_watch(self._fd, wd)
+        watcher.wds.clear()
+
+
 class Watcher:
-    def __init__(self, worktree: bytes, extra_dirs: tuple[bytes, ...]) -> None:
-        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            raise Unwatchable(ctypes.get_errno(), "inotify_init1 failed")
-        self._fd = fd
+    """The watches of one worktree (and of the git dirs that shape its `add -A`)."""
+
+    def __init__(self, inotify: Inotify, worktree: bytes, extra_dirs: tuple[bytes, ...]) -> None:
+        self._inotify = inotify
         self._top = worktree
         self._extra = extra_dirs
+        self.wds: set[int] = set()
+        self.dirty = True
         self.tree: str | None = None  # what `add -A` made of the worktree when the watcher was last armed
 
+    __hash__ = object.__hash__
+
     def changed(self) -> bool:
-        """Did anything happen since the watcher was armed? (Consumes the queued events.)"""
-        return self._drain() or self.tree is None
+        """Did anything happen in the worktree since the watcher was armed?"""
+        self._inotify.drain()
+        return self.dirty or self.tree is None
 
     def arm(self) -> None:
-        """Before `add -A`: forget queued events and watch every directory (adding watches is idempotent)."""
+        """Before `add -A`: forget what happened so far and watch every directory (idempotent per directory)."""
         self.tree = None
-        self._drain()
+        self._inotify.drain()
+        self.dirty = False
         count = 0
         stack = [self._top]
         while stack:
             d = stack.pop()
-            self._watch(d)
+            self._inotify.add(self, d)
             count += 1
             if count > MAX_DIRECTORIES:
                 raise Unwatchable(0, "too many directories to watch")
@@ -80,24 +170,8 @@ class Watcher:
                         stack.append(e.path)
         for d in self._extra:
             if os.path.isdir(d):
-                self._watch(d)
+                self._inotify.add(self, d)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def _watch(self, d: bytes) -> None:
-        if _libc.inotify_add_watch(self._fd, d, _MASK) < 0:
-            raise Unwatchable(ctypes.get_errno(), f"cannot watch {d!r}")
-
-    def _drain(self) -> bool:
-        seen = False
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                return seen
-            if not data:
-                return seen
-            seen = True
+        self._inotify.release(self)
+        self.tree = None
