@@ -417,3 +417,28 @@ async def test_one_inotify_instance_tells_workspaces_apart(workspaces: Workspace
     got = {name: await workspaces.capture(Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=1,
                                                   previous_ordinal=0)) for name in names}
     assert {n: c.unchanged for n, c in got.items()} == {"w0": True, "w1": False, "w2": True}
+
+
+async def test_two_service_replicas_on_one_workspace_are_serialised_by_the_git_dir_lock(root: Path):
+    """Two `Workspaces` (as two checkpoint-service replicas on one volume) share no in-process lock: only
+    the flock on the git dir keeps their captures and restores apart."""
+    replicas = [Workspaces(root, root.parent / "state" / "shadow") for _ in range(2)]
+    try:
+        ws = root / TENANT / "proj"
+        await replicas[0].prepare(TENANT, THREAD, "proj")
+        for i in range(30):
+            (ws / f"f{i}.txt").write_text(f"{i}\n")
+        base = await replicas[0].capture(capture(0, None))
+        for i in range(30):
+            (ws / f"f{i}.txt").write_text(f"{i} changed\n")
+        jobs = []
+        for n in range(1, 7):
+            jobs.append(replicas[n % 2].capture(capture(n, None, status="completed")))
+            jobs.append(replicas[(n + 1) % 2].restore(restore(base.commit, restore_id=f"rbk_{n}")))
+        results = await asyncio.gather(*jobs)
+        assert git(ws, "fsck", "--no-progress") == ""
+        assert {r.tree for r in results} <= {base.tree, results[0].tree}
+        assert snapshot(ws) == {f"f{i}.txt": ("0o0", f"{i}\n".encode()) for i in range(30)}
+    finally:
+        for r in replicas:
+            r.close()
