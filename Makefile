@@ -9,7 +9,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := setup
 
-.PHONY: $(VENV) setup run test bench soak schemas clean distclean
+.PHONY: $(VENV) setup run test bench bench-checkpoint soak schemas clean distclean
 
 $(VENV): $(STAMP)
 
@@ -40,6 +40,11 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/run.py
+	$(MAKE) bench-checkpoint
+
+# Checkpoint cost on a 10,000-file repository vs plain git, and CPU per unchanged capture (not in `make test`)
+bench-checkpoint: setup
+	$(BIN)/python bench/bench_checkpoint_repo.py
 
 # Long chaos soak (not in CI): TREADLE_SOAK_SECONDS=600 make soak
 soak: setup

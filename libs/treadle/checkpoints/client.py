@@ -10,7 +10,9 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from ..eventlog import subjects
 from ..runtime.consumer import Retryable
 from .protocol import Capture, Captured, CheckpointError, Failure, PrepareWorkspace, WorkspaceReady, encode
-from .protocol import decode_capture_reply, decode_prepare_reply
+from .protocol import DiffRequest, DiffResult, Prune, Pruned, Restore, Restored
+from .protocol import decode_capture_reply, decode_diff_reply, decode_prepare_reply, decode_prune_reply
+from .protocol import decode_restore_reply
 
 
 class CheckpointUnavailable(Retryable):
@@ -42,3 +44,18 @@ class CheckpointClient:
         if isinstance(reply, Failure):
             raise CheckpointError(reply.code, reply.message)
         return reply
+
+    async def diff(self, request: DiffRequest) -> DiffResult:
+        return _ok(decode_diff_reply(await self._request("diff", encode(request))))
+
+    async def restore(self, request: Restore) -> Restored:
+        return _ok(decode_restore_reply(await self._request("restore", encode(request))))
+
+    async def prune(self, request: Prune) -> Pruned:
+        return _ok(decode_prune_reply(await self._request("prune", encode(request))))
+
+
+def _ok(reply):
+    if isinstance(reply, Failure):
+        raise CheckpointError(reply.code, reply.message)
+    return reply

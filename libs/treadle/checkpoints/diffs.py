@@ -20,6 +20,7 @@ def parse_diff(out: bytes) -> list[FileStat]:
             raw.append((kind, None, tokens[i + 1]))
             i += 2
     counts: dict[bytes, tuple[int, int]] = {}
+    binary: set[bytes] = set()
     while i < len(tokens) and tokens[i]:
         added, removed, path = tokens[i].split(b"\t", 2)
         if path:
@@ -28,6 +29,8 @@ def parse_diff(out: bytes) -> list[FileStat]:
             path = tokens[i + 2]
             i += 3
         counts[path] = (_count(added), _count(removed))
+        if added == b"-":
+            binary.add(path)
     return [
         FileStat(
             path=_text(new),
@@ -35,6 +38,7 @@ def parse_diff(out: bytes) -> list[FileStat]:
             added=counts.get(new, (0, 0))[0],
             removed=counts.get(new, (0, 0))[1],
             old_path=_text(old) if old is not None else None,
+            binary=new in binary,
         )
         for kind, old, new in raw
     ]

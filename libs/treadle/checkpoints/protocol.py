@@ -23,9 +23,21 @@ __all__ = [
     "decode_prepare",
     "decode_prepare_reply",
     "encode",
+    "DiffRequest",
+    "DiffResult",
+    "Restore",
+    "Restored",
+    "RefName",
+    "Skipped",
+    "Prune",
+    "Pruned",
 ]
 
-FailureCode = Literal["bad_request", "workspace_missing", "git_error", "internal"]
+# Per-file stats in one reply or event are capped: a run that touched 20,000 files must still fit a NATS
+# message (1 MiB) and a thread event. The whole list is always available from the diff API.
+MAX_FILES = 1000
+
+FailureCode = Literal["bad_request", "workspace_missing", "path_escape", "unknown_commit", "git_error", "internal"]
 Change = Literal["added", "modified", "deleted", "renamed"]
 
 
@@ -54,6 +66,11 @@ class Capture(_Message, kw_only=True):
     status: str = "completed"  # terminal status of the run, or "baseline"
     previous_ordinal: int | None = None
     previous_scope: str | None = None  # where previous_ordinal lives; defaults to `scope` (L10.3)
+    # What the caller recorded for the previous checkpoint: used when it has no ref of its own (an
+    # unchanged capture writes none) and this process has forgotten it (a restart).
+    previous_commit: str | None = None
+    previous_tree: str | None = None
+    previous_ref: str | None = None
 
 
 class FileStat(_Message, kw_only=True):
@@ -62,10 +79,19 @@ class FileStat(_Message, kw_only=True):
     added: int  # lines; 0 for binary files
     removed: int
     old_path: str | None = None  # set for renames
+    binary: bool = False
+
+
+class Skipped(_Message, kw_only=True):
+    """A path a checkpoint left alone, and why (a submodule's own files, a file above the size limit)."""
+
+    path: str
+    reason: Literal["submodule", "too_large"]
+    size: int | None = None
 
 
 class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
-    ref: str
+    ref: str  # the ref holding `commit`: this ordinal's own, or for an unchanged capture the earlier one
     commit: str
     tree: str
     ordinal: int
@@ -74,6 +100,8 @@ class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
     unchanged: bool  # same tree as the previous checkpoint
     files: list[FileStat] = []  # vs the previous checkpoint; empty without one or when unchanged
     previous_commit: str | None = None  # what `files` is relative to; None when there was none
+    skipped: list[Skipped] = []
+    files_total: int = 0  # len(files) unless the list was cut at MAX_FILES
 
 
 class Failure(_Message, kw_only=True, tag="failure", tag_field="type"):
@@ -93,11 +121,111 @@ class CheckpointError(Exception):
         return Failure(code=self.code, message=self.message)
 
 
+class DiffRequest(_Message, kw_only=True):
+    """The change from ``from_commit`` (None: the empty tree) to ``to_commit``, both checkpoint commits."""
+
+    tenant: str
+    thread: str
+    workspace: str
+    from_commit: str | None = None
+    to_commit: str
+    max_bytes: int = 256 * 1024  # the unified diff is cut at this size (``truncated``)
+    max_files: int = MAX_FILES
+
+
+class DiffResult(_Message, kw_only=True, tag="diff", tag_field="type"):
+    files: list[FileStat]  # cut at ``max_files`` (files_total says how many there are)
+    files_total: int = 0
+    patch: str
+    truncated: bool
+    patch_bytes: int  # the size of the whole diff, also when cut
+
+
+class RefName(_Message, kw_only=True):
+    scope: str
+    ordinal: int
+
+
+class Restore(_Message, kw_only=True):
+    """Make the workspace's checkpointed files equal to ``commit`` (L10.5, L10.6).
+
+    Before touching a file the current state is committed under the ``undo`` ref named by
+    ``restore_id``, so a rollback can itself be undone; ``retire`` names checkpoints that the
+    restore makes stale: they move to ``refs/treadle/checkpoints/<thread>/stale/<restore_id>/…``
+    (kept for audit, out of the way of the ordinals that will be captured again)."""
+
+    tenant: str
+    thread: str
+    workspace: str
+    restore_id: str
+    commit: str
+    retire: list[RefName] = []
+
+
+class Restored(_Message, kw_only=True, tag="restored", tag_field="type"):
+    commit: str
+    tree: str
+    undo_ref: str
+    undo_commit: str
+    files: list[FileStat]  # what the restore changed: the state before it vs the checkpoint (cut at MAX_FILES)
+    files_total: int = 0
+    retired: list[str] = []  # the stale refs the retired checkpoints now live under
+    skipped: list[Skipped] = []
+
+
+class Prune(_Message, kw_only=True):
+    """Retention for one workspace's git dir: threads idle longer than ``idle_seconds`` keep only
+    their ``keep_latest`` newest root checkpoints (and the child scopes of those)."""
+
+    tenant: str
+    workspace: str
+    idle_seconds: float
+    keep_latest: int
+    now: float | None = None  # epoch seconds; the service's clock when omitted
+
+
+class Pruned(_Message, kw_only=True, tag="pruned", tag_field="type"):
+    deleted: list[str]
+    kept: int
+
+
 _encoder = msgspec.json.Encoder()
 _prepare = msgspec.json.Decoder(PrepareWorkspace)
 _capture = msgspec.json.Decoder(Capture)
 _prepare_reply = msgspec.json.Decoder(WorkspaceReady | Failure)
 _capture_reply = msgspec.json.Decoder(Captured | Failure)
+
+
+_diff = msgspec.json.Decoder(DiffRequest)
+_restore = msgspec.json.Decoder(Restore)
+_prune = msgspec.json.Decoder(Prune)
+_diff_reply = msgspec.json.Decoder(DiffResult | Failure)
+_restore_reply = msgspec.json.Decoder(Restored | Failure)
+_prune_reply = msgspec.json.Decoder(Pruned | Failure)
+
+
+def decode_diff(data: bytes) -> DiffRequest:
+    return _diff.decode(data)
+
+
+def decode_restore(data: bytes) -> Restore:
+    return _restore.decode(data)
+
+
+def decode_prune(data: bytes) -> Prune:
+    return _prune.decode(data)
+
+
+def decode_diff_reply(data: bytes) -> DiffResult | Failure:
+    return _diff_reply.decode(data)
+
+
+def decode_restore_reply(data: bytes) -> Restored | Failure:
+    return _restore_reply.decode(data)
+
+
+def decode_prune_reply(data: bytes) -> Pruned | Failure:
+    return _prune_reply.decode(data)
 
 
 def encode(obj: msgspec.Struct) -> bytes:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from treadle.checkpoints.protocol import CheckpointError
+from treadle.checkpoints.watcher import Watcher
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
 
@@ -14,6 +16,11 @@ _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of 
 class Tip:
     commit: str
     tree: str
+    holder: str | None = None  # None: the ref itself holds the commit; else the (earlier) ref that does
+
+    @property
+    def written(self) -> bool:
+        return self.holder is None
 
 
 @dataclass(slots=True)
@@ -29,6 +36,25 @@ class Repo:
     tips: dict[str, Tip] = field(default_factory=dict)
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
     walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
+    lock_fd: int | None = None  # flock of <gitdir>/treadle/lock, held around every capture and restore
+    stamp_fd: int | None = None  # <gitdir>/treadle/stamp, the fingerprint's clock (see fingerprint.py)
+    watcher: Watcher | None = None  # inotify on the worktree (see watcher.py)
+    watchable: bool | None = None  # None: not decided yet
+
+    def close(self) -> None:
+        for fd in (self.lock_fd, self.stamp_fd):
+            if fd is not None:
+                os.close(fd)
+        self.lock_fd = self.stamp_fd = None
+        if self.watcher is not None:
+            self.watcher.close()
+            self.watcher = None
+
+    def forget_tree(self) -> None:
+        """The worktree was changed by us (a restore): no fast path may assume the last tree."""
+        self.snapshot = None
+        if self.watcher is not None:
+            self.watcher.tree = None
 
     @property
     def index(self) -> Path:
@@ -58,7 +84,7 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     else:
         return None
     if not gitdir.is_relative_to(tenant_root) or not (common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
-        raise CheckpointError("bad_request", "the workspace's .git points outside the tenant root")
+        raise CheckpointError("path_escape", "the workspace's .git points outside the tenant root")
     return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
 
 

@@ -209,6 +209,30 @@ class TreadleClient:
             delay = min(delay * 2, 0.25)
         return run
 
+    # --- checkpoints: diffs and rollbacks (L10) ----------------------------------------------------
+
+    async def run_diff(self, run_id: str, max_bytes: int | None = None) -> dict:
+        """What a run changed: unified diff (``truncated`` when cut at ``max_bytes``) and per-file stats."""
+        return await self._call("GET", f"/v1/runs/{run_id}/diff", params=_present(max_bytes=max_bytes))
+
+    async def thread_diff(self, thread_id: str, from_ordinal: int | None = None, to_ordinal: int | None = None,
+                          max_bytes: int | None = None) -> dict:
+        params = _present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal})
+        return await self._call("GET", f"/v1/threads/{thread_id}/diff", params=params)
+
+    async def rollback(self, thread_id: str, to_run_ordinal: int, interrupt_active: bool = False,
+                       idempotency_key: str | None = None) -> dict:
+        """L10.5: restore run ``to_run_ordinal``'s files; later runs become ``rolled_back``."""
+        body = {"to_run_ordinal": to_run_ordinal, "interrupt_active": interrupt_active}
+        return await self._call("POST", f"/v1/threads/{thread_id}/rollback", body=body,
+                                idempotency_key=idempotency_key)
+
+    async def rollback_node(self, node_id: str, checkpoint_id: str, thread_id: str | None = None,
+                            idempotency_key: str | None = None) -> dict:
+        """L10.6: restore a child node's checkpoint; the answer says whether the parent's workspace is touched."""
+        body = {"checkpoint_id": checkpoint_id, **_present(thread_id=thread_id)}
+        return await self._call("POST", f"/v1/nodes/{node_id}/rollback", body=body, idempotency_key=idempotency_key)
+
 
 class Follow:
     """Durable events of a thread from ``from_seq`` on, reconnecting with ``Last-Event-ID`` when the stream

@@ -89,6 +89,7 @@ class Accepted(msgspec.Struct, kw_only=True, omit_defaults=True, tag="accepted")
     run_id: str | None = None
     disposition: str | None = None
     duplicate: bool = False
+    rollback_id: str | None = None
 
 
 class Rejected(msgspec.Struct, kw_only=True, omit_defaults=True, tag="rejected"):
@@ -122,3 +123,20 @@ def thread_id_for(command_id: str, issued_at: datetime) -> str:
 def reaction_ctx(seed: str, now: datetime, actor: str) -> Ctx:
     """The context of a worker's reaction to an event: ids seeded by what triggered it."""
     return Ctx(now=now, ids=IdFactory(seed, int(now.timestamp() * 1000)), actor=actor)
+
+
+# --- rollbacks (L10.5, L10.6) ---------------------------------------------------------------------
+
+
+class RollbackThread(msgspec.Struct, kw_only=True, tag="thread.rollback", forbid_unknown_fields=True):
+    to_run_ordinal: int
+    interrupt_active: bool = False
+
+
+class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unknown_fields=True):
+    node_id: str
+    checkpoint_id: str
+
+
+# `Command.body` is resolved when its decoder is first built, so widening the union here reaches it.
+Body = CreateThread | SendMessage | RollbackThread | RollbackNode

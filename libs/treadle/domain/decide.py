@@ -8,7 +8,7 @@ from typing import get_args
 import msgspec
 
 from . import events as ev
-from . import interrupts, plans, queue
+from . import interrupts, plans, queue, rollback
 from .commands import (
     MAX_SCRIPT_BYTES,
     MAX_TEXT_CHARS,
@@ -49,6 +49,8 @@ def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
         raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
+    if isinstance(body, rollback.ROLLBACK_COMMANDS):
+        return rollback.decide(state, command, ctx)
     receipt = Accepted(seq=0, thread_id=state.thread.id)
     if isinstance(body, InterruptRun):
         run = interrupts.target(state, body)
@@ -139,7 +141,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
             raise BadRequest(str(exc), code="invalid_script") from None
 
     active = state.active_run
-    busy = active is not None or bool(state.queue)
+    busy = active is not None or bool(state.queue) or rollback.pending(state) is not None
     target = body.target_run_id
     if target is not None:
         check(body.mode in ("steer_active", "restart_active"), BadRequest,
@@ -225,6 +227,6 @@ def _steering(state: ThreadState, run: Run, mode: str) -> str | None:
 
 def dispatch_next(state: ThreadState) -> list[ev.Payload]:
     """L3.6: when nothing is active, the head of the queue starts."""
-    if state.thread is None or state.active_run_id is not None or not state.queue:
+    if state.thread is None or state.active_run_id is not None or not state.queue or rollback.pending(state):
         return []
     return [ev.RunDispatched(run_id=state.queue[0])]

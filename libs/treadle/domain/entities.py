@@ -177,7 +177,7 @@ class ProviderThread(Entity, kw_only=True):
     provider: str
     native_ref: str
     session_id: str | None = None
-    status: Literal["active", "unloaded", "unusable"] = "active"
+    status: Literal["active", "unloaded", "unusable", "divergent"] = "active"  # divergent: files rolled back under it
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
 
 
@@ -233,7 +233,7 @@ class Checkpoint(Entity, kw_only=True):
     scope: str = "root"
     ordinal: int
     run_id: str | None = None
-    kind: Literal["baseline", "run"] = "run"
+    kind: Literal["baseline", "run", "node"] = "run"  # node: the end of a child scope (L10.3)
     status: str = "completed"
     ref: str | None = None
     commit: str | None = None
@@ -242,6 +242,10 @@ class Checkpoint(Entity, kw_only=True):
     files: list[FileChange] = msgspec.field(default_factory=list)
     stale: bool = False
     created_at: datetime
+    node_id: str | None = None  # the child node of a child scope (L10.3)
+    children: list["ChildCheckpoint"] = msgspec.field(default_factory=list)  # a root checkpoint's child scopes
+    skipped: list[str] = msgspec.field(default_factory=list)  # paths left out: "<path> (submodule|too_large)"
+    files_total: int | None = None  # set when `files` was cut: how many files changed
 
 
 class ContextTransfer(Entity, kw_only=True):
@@ -272,3 +276,37 @@ class Activity(Entity, kw_only=True):
     run_id: str
     node_id: str | None = None
     summary: str = ""
+
+
+class ChildCheckpoint(Entity, kw_only=True):
+    """What a root checkpoint says about a child scope of its run (L10.3)."""
+
+    checkpoint_id: str
+    node_id: str | None = None
+    scope: str
+    status: str
+    files: int = 0
+
+
+class Rollback(Entity, kw_only=True):
+    """A rollback of a thread to a run (L10.5) or of a child node to its checkpoint (L10.6), as audited."""
+
+    id: str
+    command_id: str
+    kind: Literal["thread", "node"]
+    status: Literal["in_progress", "completed", "failed"] = "in_progress"
+    to_run_ordinal: int | None = None
+    node_id: str | None = None
+    checkpoint_id: str
+    commit: str
+    rolled_back_run_ids: list[str] = msgspec.field(default_factory=list)
+    stale_checkpoint_ids: list[str] = msgspec.field(default_factory=list)
+    touches_parent_workspace: bool = False
+    provider_context: Literal["kept", "divergent", "rolled_back"] = "divergent"
+    undo_ref: str | None = None
+    undo_commit: str | None = None
+    files: list[FileChange] = msgspec.field(default_factory=list)
+    error: str | None = None
+    requested_by: str | None = None
+    started_at: datetime
+    ended_at: datetime | None = None

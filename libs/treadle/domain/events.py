@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .entities import FileChange, ProviderCapabilities, TodoItem
+from .entities import ChildCheckpoint, FileChange, ProviderCapabilities, TodoItem
 
 SCHEMA_VERSION = 1
 
@@ -333,6 +333,10 @@ class CheckpointCaptured(Payload, kw_only=True):
     tree: str | None = None
     unchanged: bool = False
     files: list[FileChange] = []
+    node_id: str | None = None  # a child scope's node (L10.3)
+    children: list[ChildCheckpoint] = []  # a root checkpoint's summaries of its run's child scopes (L10.3)
+    skipped: list[str] = []  # paths a checkpoint leaves alone: "<path> (submodule)"
+    files_total: int | None = None  # set when `files` was cut (at 1,000): the number of files changed
 
 
 # --- envelope -------------------------------------------------------------------------------------
@@ -383,3 +387,48 @@ def decode_event(data: bytes, seq: int | None = None) -> Envelope:
                     command_id=raw.command_id, causation_id=raw.causation_id, correlation_id=raw.correlation_id,
                     actor=raw.actor, schema_version=raw.schema_version, seq=seq if seq is not None else raw.seq,
                     data=payload)
+
+
+# --- rollbacks (L10.5, L10.6) ---------------------------------------------------------------------
+# Registered after the envelope code above, so their decoders are added to the table here.
+
+
+@event("rollback.started")
+class RollbackStarted(Payload, kw_only=True):
+    """A rollback was accepted: new runs wait until it completes or fails. ``kind=thread`` rolls the thread
+    back to run ``to_run_ordinal``; ``kind=node`` restores a child node's checkpoint (L10.6)."""
+
+    rollback_id: str
+    kind: str
+    to_run_ordinal: int | None = None
+    node_id: str | None = None
+    checkpoint_id: str
+    commit: str
+    rolled_back_run_ids: list[str] = []
+    stale_checkpoint_ids: list[str] = []
+    touches_parent_workspace: bool = False
+
+
+@event("rollback.completed")
+class RollbackCompleted(Payload, kw_only=True):
+    """The files are restored (``files``: what changed). Later runs are ``rolled_back``, later checkpoints
+    stale; ``provider_context`` says what became of the provider conversation."""
+
+    rollback_id: str
+    undo_ref: str
+    undo_commit: str
+    files: list[FileChange] = []
+    provider_context: str = "divergent"
+    skipped: list[str] = []
+
+
+@event("rollback.failed")
+class RollbackFailed(Payload, kw_only=True):
+    """The restore could not be done; nothing is marked rolled back (files may be as the error says)."""
+
+    rollback_id: str
+    error: str
+
+
+_payload_decoders.update({name: msgspec.json.Decoder(cls) for name, cls in PAYLOADS.items()
+                          if name not in _payload_decoders})

@@ -67,7 +67,8 @@ def pending_attempt(state: ThreadState) -> Run | None:
 def baseline_ordinal(state: ThreadState, run: Run) -> int | None:
     """L10.1: before root run N starts, the checkpoint of ordinal N-1 must exist."""
     ordinal = run.ordinal - 1
-    return None if state.checkpoint(ordinal) is not None else ordinal
+    found = state.checkpoint(ordinal)
+    return None if found is not None and found.commit is not None else ordinal  # an error/missing summary: again
 
 
 def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str,
@@ -89,6 +90,8 @@ def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str
         tree=captured.tree,
         unchanged=captured.unchanged,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in captured.files],
+        skipped=[f"{s.path} ({s.reason})" for s in getattr(captured, "skipped", [])],
+        files_total=captured.files_total if captured.files_total > len(captured.files) else None,
     )
 
 
@@ -285,7 +288,10 @@ def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx) 
     events.append(ev.AttemptEnded(run_id=run.id, attempt_id=att.id, status="lost", reason=reason))
     events += _close_messages(state, run)
     if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
-        events.append(ev.RunFailed(run_id=run.id, attempt_id=att.id,
+        # L10.4: a provider that may still be writing makes the files unsafe to capture: a missing summary.
+        missing = ev.CheckpointCaptured(checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal,
+                                        status="missing")
+        events.append(ev.RunFailed(run_id=run.id, attempt_id=att.id, checkpoint=missing,
                                    error=f"provider lost {len(run.attempts)} times: {reason}"))
     else:
         events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),

@@ -10,6 +10,7 @@ import msgspec
 
 from . import events as ev
 from .capabilities import CapabilityView, view
+from . import rollback
 from .entities import (
     Activity,
     Attempt,
@@ -21,6 +22,7 @@ from .entities import (
     ProviderSession,
     ProviderThread,
     Run,
+    Rollback,
     RuntimeRequest,
     Thread,
 )
@@ -49,6 +51,7 @@ class ThreadState(msgspec.Struct, kw_only=True):
     activity: list[Activity] = msgspec.field(default_factory=list)
     provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
     capabilities: CapabilityView | None = None  # what clients can do with the live provider
+    rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
 
     # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
 
@@ -544,10 +547,14 @@ def _checkpoint_captured(state: ThreadState, e: ev.Envelope, d: ev.CheckpointCap
             unchanged=d.unchanged,
             files=list(d.files),
             created_at=e.at,
+            node_id=d.node_id,
+            children=list(d.children),
+            skipped=list(d.skipped),
+            files_total=d.files_total,
         )
     )
     if d.run_id:
-        _activity(state, e, "checkpoint.captured", d.run_id, None, f"{d.scope}/{d.ordinal} {d.status}")
+        _activity(state, e, "checkpoint.captured", d.run_id, d.node_id, f"{d.scope}/{d.ordinal} {d.status}")
 
 
 def _run_warning(state: ThreadState, e: ev.Envelope, d: ev.RunWarning) -> None:
@@ -585,3 +592,4 @@ _HANDLERS = {
     ev.QueueReordered: _queue_reordered,
     ev.RunEdited: _run_edited,
 }
+_HANDLERS.update(rollback.FOLDS)  # rollback.started/completed/failed (domain/rollback.py)

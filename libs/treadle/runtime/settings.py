@@ -65,6 +65,11 @@ class ProviderHostSettings(WorkerSettings):
 
 class CheckpointsSettings(WorkerSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_CHECKPOINTS_", extra="ignore")
+    # Retention (issue 4): threads idle this long keep only their newest checkpoints; 0 days: never prune.
+    retention_idle_days: float = 30.0
+    retention_keep_latest: int = 20
+    retention_interval_seconds: float = 3600.0
+    watch: bool = True  # inotify fast path for unchanged workspaces on local filesystems
 
 
 class ProjectorSettings(WorkerSettings):

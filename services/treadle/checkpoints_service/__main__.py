@@ -9,8 +9,8 @@ async def main() -> None:
     shared, own = Shared(), CheckpointsSettings()
 
     async def make(nc, stack):
-        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve())
-        return CheckpointService(nc, workspaces, shared.volume)
+        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch)
+        return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)
 

@@ -1,4 +1,4 @@
-"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture}` over core NATS request/reply."""
+"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture,diff,restore,prune}` over core NATS request/reply."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from nats.aio.subscription import Subscription
 
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
+from treadle.checkpoints.protocol import decode_diff, decode_prune, decode_restore
 from treadle.eventlog import subjects
+from treadle.runtime.settings import CheckpointsSettings
 
 __all__ = ["CheckpointService"]
 
@@ -32,8 +34,10 @@ class CheckpointService:
     workspace and bounds the git processes.
     """
 
-    def __init__(self, nc: NATS, workspaces: Workspaces, volume: str) -> None:
+    def __init__(self, nc: NATS, workspaces: Workspaces, volume: str, retention: CheckpointsSettings | None = None) -> None:
         self._nc = nc
+        self._retention = retention
+        self._sweeper: asyncio.Task[None] | None = None
         self._workspaces = workspaces
         self._volume = subjects.token(volume, "volume")
         self._subs: list[Subscription] = []
@@ -43,15 +47,22 @@ class CheckpointService:
         handlers: dict[str, Handler] = {
             "prepare": self._prepare,
             "capture": self._capture,
+            "diff": self._diff,
+            "restore": self._restore,
+            "prune": self._prune,
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(
                 subjects.checkpoint(self._volume, verb), queue=QUEUE, cb=self._dispatcher(verb, handler)
             )
             self._subs.append(sub)
+        if self._retention is not None and self._retention.retention_idle_days > 0:
+            self._sweeper = asyncio.create_task(self._sweep(self._retention), name="ckpt-retention")
 
     async def stop(self) -> None:
         """Stop taking requests, then let the ones in flight finish and reply."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         subs, self._subs = self._subs, []
         for sub in subs:
             try:
@@ -92,3 +103,23 @@ class CheckpointService:
 
     async def _capture(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.capture(decode_capture(data))
+
+    async def _sweep(self, policy: CheckpointsSettings) -> None:
+        """Retention: every interval, prune the refs of threads idle for longer than the policy allows."""
+        while True:
+            await asyncio.sleep(policy.retention_interval_seconds)  # the policy's period, not a synchronisation
+            try:
+                deleted = await self._workspaces.sweep(policy.retention_idle_days * 86400, policy.retention_keep_latest)
+                if deleted:
+                    log.info("retention pruned %d checkpoint refs", len(deleted))
+            except Exception:
+                log.exception("retention sweep failed")
+
+    async def _diff(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.diff(decode_diff(data))
+
+    async def _restore(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.restore(decode_restore(data))
+
+    async def _prune(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.prune(decode_prune(data))

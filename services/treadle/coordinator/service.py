@@ -39,6 +39,8 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
+from .rollback import Rollbacks
+
 log = logging.getLogger(__name__)
 
 _command_decoder = msgspec.json.Decoder(Command)
@@ -55,6 +57,7 @@ class Coordinator:
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout)
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
+        self._rollbacks = Rollbacks(self._store, self._checkpoints)  # L10.5/L10.6 (rollback.py)
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
                                        filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,
@@ -106,13 +109,13 @@ class Coordinator:
                 else:
                     events, receipt = decide(state, command, ctx)
                 if not events:
-                    return receipt
+                    return await self._rollbacks.after(tenant, thread, state, command, receipt)
                 if isinstance(command.body, CreateThread):
                     await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
                 receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
                                                        command_id=command.id, actor=ctx.actor)
                 self._delivered.discard(command.id)
-                return receipt
+                return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
                 return Rejected(code=exc.code, message=exc.message, status=exc.status, details=exc.details)
             except CheckpointUnavailable as exc:

@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 
+from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.ids import is_token
 from treadle.domain.entities import Checkpoint, Message, Run
@@ -260,6 +261,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.commands = Commands(nc, own.command_timeout)
         app.state.tokens = TokenStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
+        app.state.checkpoints = CheckpointClient(nc, shared.volume)
         try:
             yield
         finally:
@@ -267,11 +269,12 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                 await nc.drain()
             await redis.aclose()
 
-    from .control import ROUTES as control_routes  # imports this module's plumbing, so not at the top
+    from .checkpoints import ROUTES as checkpoint_routes  # these modules import this one's plumbing
+    from .control import ROUTES as control_routes
 
     return Litestar(
         route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
-                        *control_routes],
+                        *control_routes, *checkpoint_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             RecursionError: errors.on_too_deep, Exception: errors.on_unexpected},

@@ -23,6 +23,9 @@ from treadle.providers.registry import create_adapter
 from treadle.runtime.metrics import LIVE_SESSIONS
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
+from treadle.checkpoints.client import CheckpointClient
+
+from .child_scopes import ChildScopeSink
 from .publisher import TurnPublisher
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,7 @@ class ProviderHost:
         self._sessions: dict[str, Session] = {}
         self._subs: list = []
         self._heartbeat: asyncio.Task | None = None
+        self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
 
     async def start(self) -> None:
         self._kv_sessions = await self._js.key_value("treadle-sessions")
@@ -223,6 +227,8 @@ class ProviderHost:
         publisher = TurnPublisher(self._nc, tenant=request.tenant, thread=request.thread, session_id=request.session_id,
                                   provider_thread_id=session.request.provider_thread_id, run_id=request.run_id,
                                   attempt_id=request.attempt_id, ids=ids)
+        publisher = ChildScopeSink(publisher, self._checkpoints, tenant=request.tenant, thread=request.thread,
+                                   workspace=session.request.workspace)
         turn = Turn(run_id=request.run_id, attempt_id=request.attempt_id, root_node_id=request.root_node_id,
                     text=request.text, script=request.script, ids=ids)
         session.playing[request.attempt_id] = turn

@@ -13,6 +13,7 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
+from treadle.domain import child_scopes
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
@@ -31,6 +32,8 @@ from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DU
 from treadle.runtime.settings import Shared, SupervisorSettings
 
 from treadle.providers.hosts import HostClient
+
+from .child_checkpoints import with_child_checkpoints
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
@@ -88,7 +91,8 @@ class Supervisor:
         reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
-        events = list(reaction.events)
+        events = await with_child_checkpoints(self._checkpoints, state, state.run(event.run_id or ""),
+                                              list(reaction.events), ctx)
         run = state.run(reaction.run_id or "") if reaction.finalize is not None else None
         if run is not None and reaction.finalize is not None:
             if sv.restarts(state, run, reaction.finalize):
@@ -202,15 +206,21 @@ class Supervisor:
 
     async def _capture(self, state: ThreadState, run: Run, ctx: Ctx, status: str) -> ev.CheckpointCaptured:
         """L10.2: the run's checkpoint, with its diff from the previous root checkpoint."""
-        previous = run.ordinal - 1 if state.checkpoint(run.ordinal - 1) is not None else None
+        before = state.checkpoint(run.ordinal - 1)
+        previous = run.ordinal - 1 if before is not None and before.commit is not None else None
         captured = await self._capture_or_none(state, run.ordinal, status, previous)
-        return sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
-                                      captured=captured)
+        checkpoint = sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
+                                            captured=captured)
+        checkpoint.children = child_scopes.summaries(state.checkpoints, run.id)  # L10.3
+        return checkpoint
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
         assert state.thread is not None
+        before = state.checkpoint(previous) if previous is not None else None
         request = Capture(tenant=state.thread.tenant, thread=state.thread.id, workspace=state.thread.workspace,
-                          ordinal=ordinal, status=status, previous_ordinal=previous)
+                          ordinal=ordinal, status=status, previous_ordinal=previous,
+                          previous_commit=before.commit if before else None, previous_tree=before.tree if before else None,
+                          previous_ref=before.ref if before else None)
         try:
             with CHECKPOINT_SECONDS.time():
                 return await self._checkpoints.capture(request)

@@ -1,0 +1,163 @@
+"""Restores, diffs and retention on checkpoint refs (LIFECYCLES L10.5, L10.6; issue 4 "Diffs", "Retention").
+
+Everything here runs under the workspace lock of :class:`treadle.checkpoints.git.Workspaces`, with the
+same Treadle-private index and git environment as a capture, so the user's HEAD, branch, index and stash
+are never read for writing. Files are changed only by git's own checkout machinery (`read-tree -u`),
+which never writes through a symlink: a leading path that is a symlink is replaced, not followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import TYPE_CHECKING
+
+from treadle.checkpoints.diffs import parse_diff
+from treadle.checkpoints.protocol import (
+    MAX_FILES,
+    CheckpointError,
+    DiffRequest,
+    DiffResult,
+    Prune,
+    Pruned,
+    Restore,
+    Restored,
+    Skipped,
+)
+from treadle.checkpoints.refs import checkpoint_ref, thread_prefix
+from treadle.checkpoints.repo import Repo, Tip
+from treadle.checkpoints.retention import RefInfo, refs_to_prune
+
+if TYPE_CHECKING:
+    from treadle.checkpoints.git import Workspaces
+
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+MAX_PATCH_BYTES = 4 * 1024 * 1024
+
+
+def check_commit(value: str | None, name: str) -> None:
+    if value is not None and not _COMMIT.fullmatch(value):
+        raise CheckpointError("bad_request", f"{name} must be a full commit id, got {value!r}")
+
+
+async def tree_of(ws: Workspaces, repo: Repo, commit: str) -> str:
+    """The tree of a checkpoint commit of this git dir; a typed error for anything else."""
+    rc, out, _ = await ws._repo_run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
+    if rc != 0:
+        raise CheckpointError("unknown_commit", f"{commit} is not a commit of this workspace")
+    return out.decode().strip()
+
+
+async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
+    check_commit(req.from_commit, "from_commit")
+    check_commit(req.to_commit, "to_commit")
+    if not 0 < req.max_bytes <= MAX_PATCH_BYTES or not 0 < req.max_files <= MAX_FILES:
+        raise CheckpointError("bad_request", f"max_bytes must be 1..{MAX_PATCH_BYTES}, max_files 1..{MAX_FILES}")
+    # diff-tree takes the commits as they are (no rev-parse round trips); both runs go side by side.
+    new = f"{req.to_commit}^{{tree}}"
+    old = f"{req.from_commit}^{{tree}}" if req.from_commit else EMPTY_TREE
+    (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
+        ws._repo_run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
+        ws._repo_run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
+                     "--full-index", old, new),
+    )
+    if rc1 or rc2:
+        if any(m in err1 + err2 for m in (b"bad object", b"not a tree", b"bad revision", b"unknown revision")):
+            raise CheckpointError("unknown_commit", "a commit of the diff is not a checkpoint of this workspace")
+        raise CheckpointError("git_error", f"git diff-tree failed: {(err1 or err2).decode(errors='replace')[-300:]}")
+    text, truncated = cut(patch, req.max_bytes)
+    files = parse_diff(stats)
+    return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,
+                      patch_bytes=len(patch))
+
+
+def cut(patch: bytes, limit: int) -> tuple[str, bool]:
+    """At most ``limit`` bytes of the patch, ending on a whole line."""
+    if len(patch) <= limit:
+        return patch.decode("utf-8", "replace"), False
+    head = patch[:limit]
+    end = head.rfind(b"\n")
+    return head[: end + 1 if end >= 0 else 0].decode("utf-8", "replace"), True
+
+
+async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
+    check_commit(req.commit, "commit")
+    target = await tree_of(ws, repo, req.commit)
+    undo_ref = f"{thread_prefix(req.thread)}/undo/{req.restore_id}"
+    # The state before the restore, committed first: a retried restore (after a crash half-way) finds
+    # it and keeps it, so the undo point is always the state the user had before the rollback began.
+    current = await ws._tree(repo, None)
+    await ws._load_tips(repo, undo_ref)
+    before = repo.tips.get(undo_ref)
+    if before is None:
+        message = f"treadle: state before restore {req.restore_id}"
+        commit = (await ws._git(repo, "commit-tree", current, "-m", message)).decode().strip()
+        ok, err = await ws._create_ref(repo, undo_ref, commit, None, None)
+        if not ok:
+            await ws._load_tips(repo, undo_ref)
+            if undo_ref not in repo.tips:
+                raise CheckpointError("git_error", f"cannot record the undo point {undo_ref}: {err.decode(errors='replace')}")
+        before = repo.tips.get(undo_ref) or Tip(commit, current)
+        repo.remember(undo_ref, before)
+    repo.forget_tree()  # the worktree is about to change under the fast paths
+    if current != target:
+        # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
+        # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
+        await ws._git(repo, "read-tree", "--reset", "-u", target)
+    files = parse_diff(await ws._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
+        if before.tree != target else []
+    retired = await _retire(ws, repo, req)
+    return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit,
+                    files=files[:MAX_FILES], files_total=len(files), retired=retired,
+                    skipped=await submodules(ws, repo, target))
+
+
+async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
+    """Move the checkpoints the restore made stale out of their ordinals, in one ref transaction."""
+    if not req.retire:
+        return []
+    names = {checkpoint_ref(req.thread, r.scope, r.ordinal): r for r in req.retire}
+    await ws._load_tips(repo, *names)
+    script, moved = b"", []
+    for name, r in names.items():
+        tip = repo.tips.get(name)
+        if tip is None or not tip.written:  # never captured, retired before, or unchanged (no ref of its own)
+            repo.tips.pop(name, None)
+            continue
+        stale = f"{thread_prefix(req.thread)}/stale/{req.restore_id}/{r.scope}/{r.ordinal}"
+        script += b"update %s\0%s\0\0" % (stale.encode(), tip.commit.encode())
+        script += b"delete %s\0%s\0" % (name.encode(), tip.commit.encode())
+        moved.append(stale)
+        repo.tips.pop(name, None)
+    if script:
+        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
+        if rc != 0:
+            raise CheckpointError("git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}")
+    return moved
+
+
+async def submodules(ws: Workspaces, repo: Repo, tree: str) -> list[Skipped]:
+    """Submodules are recorded as the commit they point at; their own files are never captured or restored."""
+    out = await ws._git(repo, "ls-tree", "-r", "-z", tree)
+    return [Skipped(path=entry.split(b"\t", 1)[1].decode("utf-8", "replace"), reason="submodule")
+            for entry in out.split(b"\0") if entry.startswith(b"160000 ")]
+
+
+async def prune(ws: Workspaces, repo: Repo, req: Prune, now: float) -> Pruned:
+    """Retention: delete the refs :func:`refs_to_prune` picks (their objects go with the next `git gc`)."""
+    base = "refs/treadle/checkpoints/"
+    out = await ws._git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", base)
+    refs = []
+    for line in out.decode().splitlines():
+        name, commit = line.split("\0")
+        refs.append(RefInfo(name=name, commit=commit, mtime=ws.ref_mtime(repo, name)))
+    doomed = refs_to_prune(refs, now=now, idle_seconds=req.idle_seconds, keep_latest=req.keep_latest)
+    if doomed:
+        script = b"".join(b"delete %s\0%s\0" % (r.name.encode(), r.commit.encode()) for r in doomed)
+        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
+        if rc != 0:
+            raise CheckpointError("git_error", f"cannot prune: {err.decode(errors='replace')[-300:]}")
+        for r in doomed:
+            repo.tips.pop(r.name, None)
+    return Pruned(deleted=[r.name for r in doomed], kept=len(refs) - len(doomed))

@@ -1,0 +1,212 @@
+"""Rollbacks (LIFECYCLES L10.5, L10.6): the decisions and their fold, pure.
+
+A rollback is three facts: ``rollback.started`` (accepted; what will be restored, which runs and
+checkpoints it makes obsolete; new runs wait behind it), then, once the checkpoint service has restored
+the files, ``rollback.completed`` (what changed, where the undo point is, what became of the provider
+conversation) or ``rollback.failed``. Only ``completed`` marks runs ``rolled_back`` and checkpoints stale.
+
+Provider conversation: an adapter that can drop turns (capability ``rollback``) would be asked to here
+(see :func:`provider_turns_to_drop`); none is wired yet, so the provider thread is marked ``divergent``
+and the live session is let go, which makes the next run open a fresh provider thread. The fresh thread
+does not see the rolled-back turns, and — until context handoff lands (L5.4) — not the kept ones either.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import events as ev
+from .commands import Accepted, Command, Ctx, RollbackNode, RollbackThread
+from .entities import Activity, Checkpoint, FileChange, Rollback
+from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
+from .ids import has_prefix
+
+if TYPE_CHECKING:
+    from .thread import ThreadState
+
+ROLLBACK_COMMANDS = (RollbackThread, RollbackNode)
+Decision = tuple[list[ev.Payload], Accepted]
+
+
+def pending(state: ThreadState) -> Rollback | None:
+    """The rollback in progress, if any: while it is, no run may start."""
+    for r in reversed(state.rollbacks):
+        if r.status == "in_progress":
+            return r
+    return None
+
+
+def for_command(state: ThreadState, command_id: str) -> Rollback | None:
+    for r in reversed(state.rollbacks):
+        if r.command_id == command_id:
+            return r
+    return None
+
+
+def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
+    """A rollback command: ``rollback.started``, or the receipt of the same command seen before."""
+    thread = state.thread
+    if thread is None:
+        raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
+    seen = for_command(state, command.id)
+    if seen is not None:
+        return [], Accepted(seq=state.seq, thread_id=thread.id, duplicate=True, rollback_id=seen.id)
+    other = pending(state)
+    if other is not None:
+        raise Conflict(f"rollback {other.id} is still in progress", code="rollback_in_progress",
+                       details={"rollback_id": other.id})
+    body = command.body
+    if isinstance(body, RollbackThread):
+        started = _thread_rollback(state, body, ctx)
+    elif isinstance(body, RollbackNode):
+        started = _node_rollback(state, body, ctx)
+    else:
+        raise BadRequest(f"not a rollback: {type(body).__name__}")
+    return [started], Accepted(seq=0, thread_id=thread.id, rollback_id=started.rollback_id)
+
+
+def _refuse_while_active(state: ThreadState, interrupt_active: bool) -> None:
+    active = state.active_run_id or (state.queue[0] if state.queue else None)
+    if active is None:
+        return
+    if interrupt_active:
+        raise Unprocessable("interrupting the active run before a rollback is not available yet; interrupt it "
+                            "(or wait for it to end) and roll back then", code="interrupt_unavailable",
+                            details={"active_run_id": active})
+    raise Conflict("a run is active or queued; roll back once it has ended", code="run_active",
+                   details={"active_run_id": active})
+
+
+def _thread_rollback(state: ThreadState, body: RollbackThread, ctx: Ctx) -> ev.RollbackStarted:
+    """L10.5: back to the files of run ``to_run_ordinal`` (0: before the first run)."""
+    last = state.runs[-1].ordinal if state.runs else 0
+    check(0 <= body.to_run_ordinal <= last, BadRequest, f"to_run_ordinal must be 0..{last}", code="invalid_ordinal")
+    _refuse_while_active(state, body.interrupt_active)
+    target = state.checkpoint(body.to_run_ordinal)
+    if target is None or target.commit is None:
+        raise Conflict(f"run {body.to_run_ordinal} has no usable checkpoint to roll back to",
+                       code="checkpoint_unavailable", details={"to_run_ordinal": body.to_run_ordinal})
+    later_runs = [r.id for r in state.runs if r.ordinal > body.to_run_ordinal and r.status != "rolled_back"]
+    later = set(later_runs)
+    stale = [c.id for c in state.checkpoints if not c.stale and c.id != target.id
+             and ((c.scope == "root" and c.ordinal > body.to_run_ordinal) or (c.scope != "root" and c.run_id in later))]
+    return ev.RollbackStarted(rollback_id=ctx.ids.next("rbk"), kind="thread", to_run_ordinal=body.to_run_ordinal,
+                              checkpoint_id=target.id, commit=target.commit, rolled_back_run_ids=later_runs,
+                              stale_checkpoint_ids=stale, touches_parent_workspace=True)
+
+
+def _node_rollback(state: ThreadState, body: RollbackNode, ctx: Ctx) -> ev.RollbackStarted:
+    """L10.6: restore a child node's checkpoint. A child shares its parent's workspace here, so restoring it
+    always touches the parent's files: the flag says so explicitly, and the parent's later checkpoints go stale."""
+    check(has_prefix(body.node_id, "node"), BadRequest, "node_id must be a node id", code="invalid_id")
+    check(has_prefix(body.checkpoint_id, "ckpt"), BadRequest, "checkpoint_id must be a checkpoint id", code="invalid_id")
+    run = next((r for r in reversed(state.runs) if r.node(body.node_id) is not None), None)
+    if run is None:
+        raise NotFound(f"node {body.node_id} not found", code="node_not_found")
+    target = next((c for c in state.checkpoints if c.id == body.checkpoint_id), None)
+    if target is None or target.node_id != body.node_id:
+        raise NotFound(f"checkpoint {body.checkpoint_id} is not a checkpoint of node {body.node_id}",
+                       code="checkpoint_not_found")
+    if target.stale or target.commit is None:
+        raise Conflict(f"checkpoint {body.checkpoint_id} is stale or has no commit", code="checkpoint_unavailable")
+    _refuse_while_active(state, False)
+    # Descendants: the node's later checkpoints and its sub-scopes, and every checkpoint taken after it
+    # on the parent's side (the root checkpoint of its run and of later runs) — their files are gone now.
+    stale = [c.id for c in state.checkpoints if not c.stale and c.id != target.id and _after(state, c, target)]
+    later_runs = [r.id for r in state.runs if r.ordinal > run.ordinal and r.status != "rolled_back"]
+    return ev.RollbackStarted(rollback_id=ctx.ids.next("rbk"), kind="node", node_id=body.node_id,
+                              checkpoint_id=target.id, commit=target.commit, rolled_back_run_ids=later_runs,
+                              stale_checkpoint_ids=stale, touches_parent_workspace=True)
+
+
+def _after(state: ThreadState, c: Checkpoint, target: Checkpoint) -> bool:
+    """Was ``c`` captured after ``target``? Checkpoints are appended in the order they were taken."""
+    return state.checkpoints.index(c) > state.checkpoints.index(target)
+
+
+def provider_turns_to_drop(state: ThreadState, rollback: Rollback) -> int:
+    """Hook for a provider-native rollback (adapter ``rollback(turns)``, capability ``rollback``): how many
+    turns the open provider thread would have to drop. Not wired to a host verb yet, so callers fall back
+    to marking the provider context divergent."""
+    pth = state.provider_thread
+    if pth is None or rollback.to_run_ordinal is None:
+        return 0
+    return sum(1 for o in pth.covered_ordinals if o > rollback.to_run_ordinal)
+
+
+def completed(rollback: Rollback, restored, provider_context: str) -> ev.RollbackCompleted:
+    return ev.RollbackCompleted(
+        rollback_id=rollback.id, undo_ref=restored.undo_ref, undo_commit=restored.undo_commit,
+        files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in restored.files],
+        provider_context=provider_context, skipped=[f"{s.path} ({s.reason})" for s in restored.skipped],
+    )  # fmt: skip
+
+
+def retire_list(state: ThreadState, rollback: Rollback) -> list[tuple[str, int]]:
+    """The (scope, ordinal) of the checkpoints the rollback makes stale: their refs move aside in git."""
+    ids = set(rollback.stale_checkpoint_ids)
+    return [(c.scope, c.ordinal) for c in state.checkpoints if c.id in ids]
+
+
+# --- fold ------------------------------------------------------------------------------------------
+
+
+def fold_started(state: ThreadState, e: ev.Envelope, d: ev.RollbackStarted) -> None:
+    state.rollbacks.append(Rollback(
+        id=d.rollback_id, command_id=e.command_id, kind=d.kind,  # type: ignore[arg-type]
+        to_run_ordinal=d.to_run_ordinal, node_id=d.node_id, checkpoint_id=d.checkpoint_id, commit=d.commit,
+        rolled_back_run_ids=list(d.rolled_back_run_ids), stale_checkpoint_ids=list(d.stale_checkpoint_ids),
+        touches_parent_workspace=d.touches_parent_workspace, requested_by=e.actor, started_at=e.at,
+    ))  # fmt: skip
+    _activity(state, e, d.rollback_id, "rollback.started", d.node_id)
+
+
+def fold_completed(state: ThreadState, e: ev.Envelope, d: ev.RollbackCompleted) -> None:
+    r = _find(state, d.rollback_id)
+    if r is None or r.status != "in_progress":
+        return
+    r.status, r.ended_at = "completed", e.at
+    r.undo_ref, r.undo_commit, r.files = d.undo_ref, d.undo_commit, list(d.files)
+    r.provider_context = d.provider_context  # type: ignore[assignment]
+    for run_id in r.rolled_back_run_ids:
+        run = state.run(run_id)
+        if run is not None:
+            run.status = "rolled_back"
+    stale = set(r.stale_checkpoint_ids)
+    for c in state.checkpoints:
+        if c.id in stale:
+            c.stale = True
+    if d.provider_context == "divergent":
+        # The provider still remembers turns whose files are gone: never resume it; the next run opens a
+        # fresh provider thread on a fresh session.
+        for p in state.provider_threads:
+            if p.status == "active":
+                p.status = "divergent"
+        for s in state.sessions:
+            if s.status == "live":
+                s.status, s.reason = "stopped", "rolled_back"
+    _activity(state, e, d.rollback_id, "rollback.completed", r.node_id)
+
+
+def fold_failed(state: ThreadState, e: ev.Envelope, d: ev.RollbackFailed) -> None:
+    r = _find(state, d.rollback_id)
+    if r is None or r.status != "in_progress":
+        return
+    r.status, r.ended_at, r.error = "failed", e.at, d.error
+    _activity(state, e, d.rollback_id, "rollback.failed", r.node_id)
+
+
+def _find(state: ThreadState, rollback_id: str) -> Rollback | None:
+    for r in reversed(state.rollbacks):
+        if r.id == rollback_id:
+            return r
+    return None
+
+
+def _activity(state: ThreadState, e: ev.Envelope, rollback_id: str, kind: str, node_id: str | None) -> None:
+    # L12.4: activity carries a run id; a rollback belongs to the thread's latest run.
+    run_id = state.runs[-1].id if state.runs else ""
+    state.activity.append(Activity(at=e.at, kind=kind, run_id=run_id, node_id=node_id, summary=rollback_id))
+
+
+FOLDS = {ev.RollbackStarted: fold_started, ev.RollbackCompleted: fold_completed, ev.RollbackFailed: fold_failed}

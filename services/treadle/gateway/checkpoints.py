@@ -1,0 +1,200 @@
+"""HTTP routes of checkpoints: diffs (issue 4 "Diffs") and rollbacks (L10.5, L10.6).
+
+Diffs are read from git by the checkpoint service between the commits the thread's projection names;
+rollbacks are thread commands (the coordinator owns rollback intent) whose outcome is read back from the
+thread's log, so the answer is the audited record, not a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from litestar import Request, get, post
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
+
+from treadle.checkpoints.client import CheckpointUnavailable
+from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
+from treadle.domain.commands import RollbackNode, RollbackThread
+from treadle.domain.entities import Checkpoint, Rollback
+from treadle.domain.thread import ThreadState, fold
+
+from .app import _id, _thread_doc, principal
+from .errors import ApiError
+
+DEFAULT_DIFF_BYTES = 256 * 1024
+MAX_DIFF_BYTES = 4 * 1024 * 1024
+_NODE_SEARCH_THREADS = 500
+
+
+# --- shapes -----------------------------------------------------------------------------------------
+
+
+class CheckpointPoint(msgspec.Struct, kw_only=True):
+    checkpoint_id: str
+    ordinal: int
+    scope: str
+    commit: str
+
+
+class Diff(msgspec.Struct, kw_only=True):
+    """A unified diff (cut at ``max_bytes``: ``truncated``) and per-file stats between two checkpoints."""
+
+    thread_id: str
+    run_id: str | None = None
+    from_: CheckpointPoint | None = msgspec.field(default=None, name="from")
+    to: CheckpointPoint
+    files: list[FileStat]  # at most 1,000 (files_total: how many changed)
+    files_total: int
+    patch: str
+    truncated: bool
+    patch_bytes: int
+
+
+class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    to_run_ordinal: int
+    interrupt_active: bool = False
+
+
+class NodeRollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    checkpoint_id: str
+    thread_id: str | None = None  # optional: saves looking the node up among the tenant's recent threads
+
+
+class RollbackView(Rollback, kw_only=True):
+    thread_id: str
+
+
+MaxBytes = Annotated[int, QueryParameter(ge=1, le=MAX_DIFF_BYTES)]
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+async def _state_of(request: Request, tenant: str, thread: str) -> ThreadState:
+    return msgspec.json.decode(await _thread_doc(request, tenant, thread), type=ThreadState)
+
+
+def _point(c: Checkpoint) -> CheckpointPoint:
+    assert c.commit is not None
+    return CheckpointPoint(checkpoint_id=c.id, ordinal=c.ordinal, scope=c.scope, commit=c.commit)
+
+
+def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
+    if c is None or c.commit is None:
+        raise ApiError(409, "checkpoint_unavailable", f"{what} has no checkpoint with files to compare")
+    return c
+
+
+async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoint | None, new: Checkpoint,
+                max_bytes: int, run_id: str | None = None) -> Diff:
+    assert state.thread is not None
+    client = request.app.state.checkpoints
+    try:
+        got = await client.diff(DiffRequest(tenant=tenant, thread=state.thread.id, workspace=state.thread.workspace,
+                                            from_commit=old.commit if old else None, to_commit=new.commit or "",
+                                            max_bytes=max_bytes))
+    except CheckpointUnavailable:
+        raise ApiError(503, "unavailable", "the checkpoint service did not answer; retry",
+                       headers={"Retry-After": "1"}) from None
+    except CheckpointError as exc:
+        raise ApiError(409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code,
+                       exc.message) from None
+    return Diff(thread_id=state.thread.id, run_id=run_id, from_=_point(old) if old else None, to=_point(new),
+                files=got.files, files_total=got.files_total, patch=got.patch, truncated=got.truncated, patch_bytes=got.patch_bytes)
+
+
+# --- diffs ------------------------------------------------------------------------------------------
+
+
+@get("/v1/runs/{run_id:str}/diff", summary="What a run changed: its checkpoint vs the previous root checkpoint")
+async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
+    who = await principal(request)
+    run_id = _id(run_id, "run")
+    thread = await request.app.state.projections.thread_of_run(who.tenant, run_id)
+    state = await _state_of(request, who.tenant, thread) if thread else None
+    run = state.run(run_id) if state else None
+    if state is None or run is None:
+        raise ApiError(404, "run_not_found", f"run {run_id} not found")
+    new = _usable(next((c for c in state.checkpoints if c.id == run.checkpoint_id), None), f"run {run_id}")
+    # The previous root checkpoint this run started from: ordinal N-1 as captured before the run's own.
+    before = state.checkpoints[: state.checkpoints.index(new)]
+    old = next((c for c in reversed(before) if c.scope == "root" and c.ordinal == run.ordinal - 1 and c.commit), None)
+    return await _diff(request, who.tenant, state, old, new, max_bytes, run_id=run_id)
+
+
+@get("/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)")
+async def thread_diff(request: Request, thread_id: FromPath[str],
+                      from_ordinal: Annotated[int | None, QueryParameter(name="from", ge=0)] = None,
+                      to_ordinal: Annotated[int | None, QueryParameter(name="to", ge=0)] = None,
+                      max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
+    who = await principal(request)
+    state = await _state_of(request, who.tenant, _id(thread_id, "thr"))
+    if to_ordinal is None:
+        latest = [c.ordinal for c in state.checkpoints if c.scope == "root" and not c.stale and c.commit]
+        if not latest:
+            raise ApiError(409, "checkpoint_unavailable", "the thread has no checkpoint yet")
+        to_ordinal = max(latest)
+    if from_ordinal is None:
+        from_ordinal = max(to_ordinal - 1, 0)
+    if from_ordinal > to_ordinal:
+        raise ApiError(400, "invalid_range", "from must not be after to")
+    new = _usable(state.checkpoint(to_ordinal), f"run {to_ordinal}")
+    old = _usable(state.checkpoint(from_ordinal), f"run {from_ordinal}")
+    return await _diff(request, who.tenant, state, old, new, max_bytes)
+
+
+# --- rollbacks --------------------------------------------------------------------------------------
+
+
+async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
+    """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
+    state = fold(await request.app.state.log.read(tenant, thread))
+    record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None)
+    if record is None:
+        raise ApiError(503, "unavailable", "the rollback was accepted but its record is not readable yet; retry")
+    if record.status == "failed":
+        raise ApiError(409, "rollback_failed", record.error or "the restore failed",
+                       details={"rollback": msgspec.to_builtins(record)})
+    return RollbackView(thread_id=thread, **msgspec.structs.asdict(record))
+
+
+@post("/v1/threads/{thread_id:str}/rollback", status_code=200,
+      summary="Roll the thread back to run N's files (L10.5); later runs become rolled_back")
+async def rollback_thread(request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest],
+                          idempotency_key: IdempotencyKey = None) -> RollbackView:
+    who = await principal(request)
+    thread = _id(thread_id, "thr")
+    body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
+    accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="rollback",
+                                                     thread=thread, body=body, idempotency_key=idempotency_key)
+    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
+
+
+@post("/v1/nodes/{node_id:str}/rollback", status_code=200,
+      summary="Restore a child node's checkpoint (L10.6); says whether the parent's workspace is touched")
+async def rollback_node(request: Request, node_id: FromPath[str], data: JSONBody[NodeRollbackRequest],
+                        idempotency_key: IdempotencyKey = None) -> RollbackView:
+    who = await principal(request)
+    node_id = _id(node_id, "node")
+    _id(data.checkpoint_id, "ckpt")
+    thread = _id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
+    body = RollbackNode(node_id=node_id, checkpoint_id=data.checkpoint_id)
+    accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="node-rollback",
+                                                     thread=thread, body=body, idempotency_key=idempotency_key)
+    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
+
+
+async def _thread_of_node(request: Request, tenant: str, node_id: str) -> str:
+    """Node ids are not indexed: look among the tenant's most recent threads (pass thread_id to skip this)."""
+    projections = request.app.state.projections
+    for raw in await projections.threads(tenant, _NODE_SEARCH_THREADS, 0):
+        thread = msgspec.json.decode(raw)["id"]
+        state = await projections.state(tenant, thread)
+        if state is not None and any(r.node(node_id) for r in state.runs):
+            return thread
+    raise ApiError(404, "node_not_found", f"node {node_id} not found")
+
+
+ROUTES = [run_diff, thread_diff, rollback_thread, rollback_node]
