@@ -1,0 +1,81 @@
+"""Where Claude Code keeps a tenant's conversations, and what Treadle reads from them.
+
+Each provider session runs the CLI with a private ``CLAUDE_CONFIG_DIR``; its ``projects`` directory (the
+conversation transcripts, ``<cwd-key>/<session id>.jsonl``) is a link to the tenant's shared store, so a
+provider thread outlives the process and the session that wrote it (L9.2, L9.3). Forks are recorded here
+and materialised by the first turn of the fork (Claude Code writes a forked session only once it is used).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import msgspec
+
+
+class PendingFork(msgspec.Struct, kw_only=True):
+    source: str  # the session forked from
+    at: str | None = None  # resume the source only up to this transcript entry (None: all of it)
+
+
+class SessionStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.projects = root / "projects"
+        self._forks = root / "forks"
+
+    def ensure(self) -> None:
+        self.projects.mkdir(parents=True, exist_ok=True)
+        self._forks.mkdir(parents=True, exist_ok=True)
+
+    def link_into(self, config_dir: Path) -> None:
+        """Make ``config_dir/projects`` the shared store (the rest of the config dir stays private)."""
+        config_dir.mkdir(parents=True, exist_ok=True)
+        link = config_dir / "projects"
+        if link.is_symlink() and link.resolve() == self.projects.resolve():
+            return
+        if link.is_symlink() or link.exists():
+            raise RuntimeError(f"{link} exists and is not a link to the session store {self.projects}")
+        os.symlink(self.projects.resolve(), link, target_is_directory=True)
+
+    def transcript(self, session_id: str) -> Path | None:
+        return next(iter(self.projects.glob(f"*/{session_id}.jsonl")), None)
+
+    def record_fork(self, session_id: str, fork: PendingFork) -> None:
+        path = self._forks / f"{session_id}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode(fork))
+        tmp.replace(path)
+
+    def pending_fork(self, session_id: str) -> PendingFork | None:
+        path = self._forks / f"{session_id}.json"
+        return msgspec.json.decode(path.read_bytes(), type=PendingFork) if path.exists() else None
+
+    def forget_fork(self, session_id: str) -> None:
+        (self._forks / f"{session_id}.json").unlink(missing_ok=True)
+
+    def turns(self, session_id: str) -> list[tuple[str, str]]:
+        """The turns of a conversation as (prompt uuid, uuid of the turn's last entry), oldest first.
+
+        A turn starts at a prompt Treadle sent (``promptSource: sdk``) and runs until the next one; what the
+        harness adds in between (tool results, interruption notes, task notifications) belongs to it."""
+        path = self.transcript(session_id)
+        if path is None:
+            return []
+        turns: list[list[str]] = []
+        with path.open() as lines:
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line of a crashed writer
+                uuid = entry.get("uuid")
+                if not uuid or entry.get("isSidechain"):
+                    continue
+                if entry.get("type") == "user" and entry.get("promptSource") == "sdk":
+                    turns.append([uuid, uuid])
+                elif turns:
+                    turns[-1][1] = uuid
+        return [(prompt, last) for prompt, last in turns]
