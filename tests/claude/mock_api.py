@@ -105,6 +105,8 @@ def _sub(conv: Conversation) -> Stream:
 
 def _plan(conv: Conversation) -> Stream:
     if conv.step == 0:
+        return Stream([tool("EnterPlanMode", {}, "toolu_enter_plan")])
+    if conv.step == 1:
         return Stream([tool("ExitPlanMode", {"plan": "1. Write plan.txt\n2. Run the tests"}, "toolu_plan")])
     return Stream([text(f"Plan handed over. {conv.result_text()}")])
 
@@ -168,8 +170,8 @@ def conversation(body: dict) -> Conversation:
 def pick(conv: Conversation) -> Stream | Failure:
     if "<task-notification>" in conv.last_text or "background-task event" in conv.last_text:
         return Stream([text("The background agent finished.")])
-    tag = _TAG.search(conv.prompt)
-    scenario = SCENARIOS.get(tag.group(1), _echo) if tag else _echo
+    tags = _TAG.findall(conv.prompt)  # the CLI merges a prompt into a failed one's message: the last tag wins
+    scenario = SCENARIOS.get(tags[-1], _echo) if tags else _echo
     return scenario(conv)
 
 

@@ -123,6 +123,11 @@ async def test_L12_1_exit_plan_mode_becomes_a_proposed_plan_and_nothing_is_imple
     assert plan.kind == "proposed_plan" and plan.text.startswith("1. Write plan.txt")
     assert "shown to the user as a proposed plan" in sink.texts()[-1]
     assert sink.completed.status == "completed"
+    # The user's next message implements it, in the thread's own mode again (plan mode forbids writing).
+    _, implement, task = claude.start(adapter, "#write implement the plan")
+    await answer(implement, task, Response(decision="accept"), adapter)
+    await asyncio.wait_for(task, 60)
+    assert (claude.workspace / "written.txt").read_text() == "written by claude\n"
 
 
 async def test_L8_2_an_interrupt_ends_the_turn_interrupted_and_the_next_turn_works(claude):
@@ -228,7 +233,7 @@ async def test_L2_4_a_background_subagent_ends_inside_its_run(claude):
 @pytest.mark.parametrize("mode,prompt,asks", [
     ("approval_required", "#write a file", True),
     ("auto_accept_edits", "#write a file", False),
-    ("auto_accept_edits", "#bash run it", True),
+    ("auto_accept_edits", "#python run it", True),
     ("full_access", "#bash run it", False),
 ])
 async def test_L11_1_runtime_modes_decide_what_needs_approval(claude, mode, prompt, asks):

@@ -24,7 +24,7 @@ from ...domain.ids import is_token
 from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
 from ..protocol import PlaceSession
 from .approvals import Approvals
-from .options import session_options
+from .options import PERMISSION_MODES, session_options
 from .settings import ClaudeSettings
 from .store import PendingFork, SessionStore
 from .translate import TurnTranslator
@@ -98,6 +98,7 @@ class ClaudeAdapter(ProviderAdapter):
         self._turn_lock = asyncio.Lock()
         self._playing: tuple[Turn, TurnTranslator] | None = None
         self._interrupt_requested = False
+        self._mode_changed = False  # the agent entered plan mode: the thread's own mode returns next turn
         self._stderr: deque[str] = deque(maxlen=40)
 
     # --- provider threads ---------------------------------------------------------------------------
@@ -138,6 +139,7 @@ class ClaudeAdapter(ProviderAdapter):
         except Exception as exc:
             raise ClaudeUnavailable(f"Claude Code did not start: {exc}{self._stderr_tail()}") from exc
         self._client = client
+        self._mode_changed = False
         self._inbox = asyncio.Queue()
         self._reader = asyncio.create_task(self._read(client), name="claude-reader")
 
@@ -211,6 +213,10 @@ class ClaudeAdapter(ProviderAdapter):
         cut_short = False  # interrupted while waiting for a background agent after the CLI's result
         try:
             assert self._client is not None
+            if self._mode_changed:
+                # A proposed plan waits for the user; their next message runs in the thread's runtime mode.
+                await self._client.set_permission_mode(PERMISSION_MODES[self.request.runtime_mode])  # type: ignore[arg-type]
+                self._mode_changed = False
             await self._client.query(_prompt(turn.text, prompt_uuid))
             while True:
                 message = await self._inbox.get()
@@ -225,10 +231,11 @@ class ClaudeAdapter(ProviderAdapter):
         except Exception as exc:  # writing to a dead process
             ended = _Ended(f"Claude Code failed: {exc!r}")
         finally:
+            self._mode_changed = self._mode_changed or translator.entered_plan_mode
             translator.finished = True
             self._approvals.turn = None
             self._playing = None
-        await translator.close_streams()
+        await translator.close_open()
         if ended is not None:
             await self._drop_client()
             if self._interrupt_requested:

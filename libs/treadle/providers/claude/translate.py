@@ -66,6 +66,8 @@ class TurnTranslator:
         self._quiet: set[str] = set()  # tool_use ids shown as artifacts, whose results are not nodes
         self._tasks: dict[str, str] = {}  # Claude task id -> tool_use id of the Agent call
         self._background: dict[str, str] = {}  # background task id -> tool_use id, while it runs
+        self._ended: dict[str, tuple[str, str]] = {}  # task id -> (tool_use id, status): ended, summary to come
+        self.entered_plan_mode = False  # the agent switched the session to plan mode during this turn
         self._streams: dict[str | None, tuple[str, str, list[str]]] = {}  # parent -> (message id, node id, parts)
         self._todo_plans: dict[str, str] = {}  # node id -> plan id of its todo list
 
@@ -147,6 +149,8 @@ class TurnTranslator:
 
     async def _tool_use(self, parent: str | None, block: ToolUseBlock) -> None:
         where = self.node_of(parent)
+        if block.name == "EnterPlanMode":
+            self.entered_plan_mode = True
         if block.name in ARTIFACT_TOOLS:
             self._quiet.add(block.id)
             if block.name == "TodoWrite":
@@ -193,23 +197,33 @@ class TurnTranslator:
                 self._background[message.task_id] = message.tool_use_id
 
     async def _task_changed(self, message: TaskNotificationMessage | TaskUpdatedMessage) -> None:
+        """A background agent ends with an update (its status), usually followed by a notification (its
+        summary, which becomes the node's output). The update alone lets the turn end."""
         status = message.status
-        tool_use_id = self._background.get(message.task_id)
-        if tool_use_id is None or status not in TASK_ENDED:
+        if status not in TASK_ENDED:
             return
-        del self._background[message.task_id]
-        summary = getattr(message, "summary", None)
+        tool_use_id = self._background.pop(message.task_id, None)
+        if tool_use_id is not None:
+            self._ended[message.task_id] = (tool_use_id, status)
+        if isinstance(message, TaskNotificationMessage) and message.task_id in self._ended:
+            await self._close_task(message.task_id, message.summary)
+
+    async def _close_task(self, task_id: str, summary: str | None) -> None:
+        tool_use_id, status = self._ended.pop(task_id)
         await self.sink.event(pe.ToolCompleted(node_id=self._nodes[tool_use_id],
                                                status="completed" if status == "completed" else "failed",
                                                output=(summary or f"background agent {status}")[:MAX_OUTPUT_CHARS]))
 
     # --- the end ------------------------------------------------------------------------------------
 
-    async def close_streams(self) -> None:
-        """Text the CLI never completed (its process died mid-answer) is closed with what arrived."""
+    async def close_open(self) -> None:
+        """Text the CLI never completed (its process died mid-answer) is closed with what arrived, and an
+        ended background agent whose summary never came is closed without one."""
         for message_id, node, parts in list(self._streams.values()):
             await self.sink.text_done(message_id, node, "".join(parts))
         self._streams.clear()
+        for task_id in list(self._ended):
+            await self._close_task(task_id, None)
 
     def completion(self, interrupt_requested: bool) -> pe.TurnCompleted:
         """The turn's terminal status. ``subtype`` alone says little: an API failure is a "success" with
