@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk.types import CanUseToolShadowedWarning
 
 from .settings import ClaudeSettings
 
@@ -16,6 +18,10 @@ PERMISSION_MODES = {
     "auto_accept_edits": "acceptEdits",
     "full_access": "bypassPermissions",
 }
+
+# In full access the permission callback is shadowed for tool calls, and that is intended: it stays set
+# because Claude Code offers AskUserQuestion (and the plan tools) only to a client that has one.
+warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
 
 
 def cli_env(settings: ClaudeSettings, config_dir: Path, runtime_mode: str) -> dict[str, str]:
