@@ -186,6 +186,32 @@ async def test_L6_2_a_fork_is_a_new_claude_session_with_the_history_and_the_sour
     assert source.store.transcript(source.session_id).read_text() == before
 
 
+async def test_L10_5_rollback_drops_the_last_turns_from_claudes_conversation_durably(claude, api):
+    adapter = await claude.opened()
+    ref = adapter.session_id
+    one, _ = await claude.play(adapter, "#text turn one")
+    await claude.play(adapter, "#text turn two")
+    await claude.play(adapter, "#text turn three")
+
+    snapshot = await adapter.rollback(2)
+    assert snapshot == {"session_id": ref, "turns": [one.native_ref]}
+    await adapter.close()  # before any new turn: the rollback must survive a new process
+    reopened = claude.adapter()
+    assert await reopened.open_thread(ref, "unused") == (ref, True)
+    _, sink = await claude.play(reopened, "#text after the rollback")
+    history = str(api.seen[-1].body["messages"])
+    assert sink.completed.status == "completed"
+    assert "turn one" in history and "turn two" not in history and "turn three" not in history
+
+    await reopened.close()
+    again = await claude.opened(ref)
+    await claude.play(again, "#text later")
+    history = str(api.seen[-1].body["messages"])
+    assert "after the rollback" in history and "turn two" not in history
+    with pytest.raises(Unsupported):
+        await again.rollback(3)  # every turn: Claude Code cannot resume before the first
+
+
 async def test_L2_5_an_api_error_fails_the_turn_with_the_providers_message_and_the_next_turn_works(claude):
     adapter = await claude.opened()
     _, sink = await claude.play(adapter, "#error please")

@@ -26,7 +26,7 @@ from ..protocol import PlaceSession
 from .approvals import Approvals
 from .options import PERMISSION_MODES, session_options
 from .settings import ClaudeSettings
-from .store import PendingFork, SessionStore
+from .store import PendingFork, PendingRewind, SessionStore
 from .translate import TurnTranslator
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 CAPABILITIES = ProviderCapabilities(
     create_empty_thread=False,  # a Claude session exists on disk only once a turn was sent
     read_snapshot=False,
-    rollback=False,
+    rollback=True,  # resume at the end of an earlier turn (--resume-session-at) on the same session
     fork=True,
     native_turn_ids=False,  # Claude Code has no turn ids; Treadle mints the prompt's uuid as the turn ref
     interrupt=True,
@@ -118,7 +118,8 @@ class ClaudeAdapter(ProviderAdapter):
         """Start the CLI on ``session_id``: resume it, materialise it as a recorded fork, or begin it.
         Returns whether earlier history was carried over."""
         if self.store.transcript(session_id) is not None:
-            await self._connect(resume=session_id)
+            rewind = self.store.pending_rewind(session_id)
+            await self._connect(resume=session_id, resume_at=rewind.at if rewind else None)
             return True
         fork = self.store.pending_fork(session_id)
         if fork is not None:
@@ -241,11 +242,17 @@ class ClaudeAdapter(ProviderAdapter):
             if self._interrupt_requested:
                 return pe.TurnCompleted(status="interrupted")
             return pe.TurnCompleted(status="failed", error=f"{ended.reason}{self._stderr_tail()}")
-        if translator.session_id == self.session_id and self.store.pending_fork(self.session_id or ""):
-            await asyncio.to_thread(self.store.forget_fork, self.session_id or "")  # the fork now has its own transcript
+        if translator.session_id is not None and translator.session_id == self.session_id:
+            # The turn is written: a fork now has its own transcript, and after a rollback the newest entry
+            # is on the kept branch, so a plain resume finds the right conversation from here on.
+            await asyncio.to_thread(self._settled, translator.session_id)
         if cut_short:
             return pe.TurnCompleted(status="interrupted")
         return translator.completion(self._interrupt_requested)
+
+    def _settled(self, session_id: str) -> None:
+        self.store.forget_fork(session_id)
+        self.store.forget_rewind(session_id)
 
     async def interrupt(self, turn: Turn) -> None:
         playing = self._playing
@@ -272,7 +279,8 @@ class ClaudeAdapter(ProviderAdapter):
         if self.session_id is None:
             raise Unsupported("no Claude Code session is open to fork")
         source = self.session_id
-        fork = PendingFork(source=source)
+        rewind = self.store.pending_rewind(source)
+        fork = PendingFork(source=source, at=rewind.at if rewind else None)
         if self.store.transcript(source) is None:
             earlier = self.store.pending_fork(source)
             if earlier is None:
@@ -288,6 +296,27 @@ class ClaudeAdapter(ProviderAdapter):
         new_id = str(uuid.uuid4())
         await asyncio.to_thread(self.store.record_fork, new_id, fork)
         return new_id
+
+    async def rollback(self, turns: int) -> dict | None:
+        """L10.5: drop the last ``turns`` turns. The session keeps its id; the CLI is restarted to resume it
+        at the end of the last kept turn, and that point is recorded until a new turn is written after it
+        (the dropped turns stay in the transcript file as a dead branch). Returns the remaining turns."""
+        if self.session_id is None:
+            raise Unsupported("no Claude Code session is open to roll back")
+        if turns < 1:
+            raise ValueError("rollback needs at least one turn to drop")
+        async with self._turn_lock:
+            session_id = self.session_id
+            kept = await asyncio.to_thread(self.store.turns, session_id)
+            if turns > len(kept):
+                raise ValueError(f"Claude session {session_id} has {len(kept)} turns; cannot drop {turns}")
+            if turns == len(kept):
+                raise Unsupported("Claude Code cannot resume a session before its first turn")
+            kept = kept[:-turns]
+            await asyncio.to_thread(self.store.record_rewind, session_id, PendingRewind(at=kept[-1][1]))
+            await self._drop_client()
+            await self._open(session_id)
+        return {"session_id": session_id, "turns": [prompt for prompt, _ in kept]}
 
     async def close(self) -> None:
         await self._drop_client()

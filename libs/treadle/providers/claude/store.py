@@ -20,6 +20,13 @@ class PendingFork(msgspec.Struct, kw_only=True):
     at: str | None = None  # resume the source only up to this transcript entry (None: all of it)
 
 
+class PendingRewind(msgspec.Struct, kw_only=True):
+    """A rollback not yet followed by a turn: until one is written, the transcript's newest entry is still
+    on the dropped branch, so every resume must say where the conversation now ends."""
+
+    at: str
+
+
 class SessionStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -44,10 +51,7 @@ class SessionStore:
         return next(iter(self.projects.glob(f"*/{session_id}.jsonl")), None)
 
     def record_fork(self, session_id: str, fork: PendingFork) -> None:
-        path = self._forks / f"{session_id}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(msgspec.json.encode(fork))
-        tmp.replace(path)
+        self._write(self._forks / f"{session_id}.json", msgspec.json.encode(fork))
 
     def pending_fork(self, session_id: str) -> PendingFork | None:
         path = self._forks / f"{session_id}.json"
@@ -56,15 +60,36 @@ class SessionStore:
     def forget_fork(self, session_id: str) -> None:
         (self._forks / f"{session_id}.json").unlink(missing_ok=True)
 
-    def turns(self, session_id: str) -> list[tuple[str, str]]:
+    def record_rewind(self, session_id: str, rewind: PendingRewind) -> None:
+        self._write(self._forks / f"{session_id}.rewind.json", msgspec.json.encode(rewind))
+
+    def pending_rewind(self, session_id: str) -> PendingRewind | None:
+        path = self._forks / f"{session_id}.rewind.json"
+        return msgspec.json.decode(path.read_bytes(), type=PendingRewind) if path.exists() else None
+
+    def forget_rewind(self, session_id: str) -> None:
+        (self._forks / f"{session_id}.rewind.json").unlink(missing_ok=True)
+
+    @staticmethod
+    def _write(path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+
+    def turns(self, session_id: str, leaf: str | None = None) -> list[tuple[str, str]]:
         """The turns of a conversation as (prompt uuid, uuid of the turn's last entry), oldest first.
 
+        The transcript is a tree (a rollback or a truncated resume starts a new branch); the conversation
+        is the chain of ``parentUuid`` links from its newest entry (or from ``leaf``) back to the first.
         A turn starts at a prompt Treadle sent (``promptSource: sdk``) and runs until the next one; what the
         harness adds in between (tool results, interruption notes, task notifications) belongs to it."""
         path = self.transcript(session_id)
         if path is None:
             return []
-        turns: list[list[str]] = []
+        rewind = self.pending_rewind(session_id)
+        leaf = leaf or (rewind.at if rewind else None)
+        entries: dict[str, dict] = {}
+        newest = None
         with path.open() as lines:
             for line in lines:
                 try:
@@ -72,10 +97,17 @@ class SessionStore:
                 except ValueError:
                     continue  # a torn last line of a crashed writer
                 uuid = entry.get("uuid")
-                if not uuid or entry.get("isSidechain"):
-                    continue
-                if entry.get("type") == "user" and entry.get("promptSource") == "sdk":
-                    turns.append([uuid, uuid])
-                elif turns:
-                    turns[-1][1] = uuid
+                if uuid and not entry.get("isSidechain"):
+                    entries[uuid] = entry
+                    newest = uuid
+        chain, at = [], leaf or newest
+        while at in entries and len(chain) <= len(entries):
+            chain.append(entries[at])
+            at = entries[at].get("parentUuid")
+        turns: list[list[str]] = []
+        for entry in reversed(chain):
+            if entry.get("type") == "user" and entry.get("promptSource") == "sdk":
+                turns.append([entry["uuid"], entry["uuid"]])
+            elif turns:
+                turns[-1][1] = entry["uuid"]
         return [(prompt, last) for prompt, last in turns]
