@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
+import psutil
 import pytest
 
 from helpers import wait_for
@@ -210,6 +213,27 @@ async def test_L10_5_rollback_drops_the_last_turns_from_claudes_conversation_dur
     assert "after the rollback" in history and "turn two" not in history
     with pytest.raises(Unsupported):
         await again.rollback(3)  # every turn: Claude Code cannot resume before the first
+
+
+def claude_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process(os.getpid()).children(recursive=True) if "claude" in " ".join(p.cmdline())]
+
+
+async def test_L9_3_a_claude_process_that_dies_mid_turn_fails_that_turn_and_the_next_turn_resumes(claude, api):
+    adapter = await claude.opened()
+    await claude.play(adapter, "#text keep this in mind")
+    turn, sink, task = claude.start(adapter, "#slow a long answer")
+    await wait_for(lambda: sink.live, timeout=30, what="the first streamed words")
+    (cli,) = claude_processes()
+    os.kill(cli.pid, signal.SIGKILL)
+    await asyncio.wait_for(task, 30)
+
+    assert sink.completed.status == "failed" and "Claude Code" in sink.completed.error
+    assert [t for t in sink.texts() if t.startswith("word000")]  # the partial answer is closed, not lost
+    _, after = await claude.play(adapter, "#text still there?")
+    assert after.completed.status == "completed"
+    assert "keep this in mind" in str(api.seen[-1].body["messages"])
+    assert [p.pid for p in claude_processes()] != [cli.pid]
 
 
 async def test_L2_5_an_api_error_fails_the_turn_with_the_providers_message_and_the_next_turn_works(claude):

@@ -99,3 +99,22 @@ async def test_L2_5_an_api_error_fails_the_run_with_the_providers_message_and_th
     after = await run_to_end(client, thread, "#text and now")
     assert after["status"] == "completed", after
     assert after["checkpoint_id"] is not None
+
+
+async def test_L12_2_claude_todos_are_the_runs_todo_list_and_a_subagent_nests_in_the_run_graph(client):
+    thread = (await client.create_thread(title="claude graph", provider="claude", runtime_mode="full_access"))["thread_id"]
+    todo = await run_to_end(client, thread, "#todo plan the work")
+    assert todo["status"] == "completed", todo
+    doc = await client.get_thread(thread)
+    (plan,) = [p for p in doc["plans"] if p["run_id"] == todo["id"]]
+    assert plan["kind"] == "todo_list"
+    assert [(i["text"], i["status"]) for i in plan["items"]] == [
+        ("Read the code", "completed"), ("Write the fix", "in_progress"), ("Run the tests", "pending")]
+
+    delegated = await run_to_end(client, thread, "#subagent delegate it")
+    assert delegated["status"] == "completed", delegated
+    nodes = {n["id"]: n for n in delegated["nodes"]}
+    (agent,) = [n for n in nodes.values() if n["kind"] == "subagent"]
+    assert nodes[agent["parent_id"]]["kind"] == "root_turn" and agent["status"] == "completed"
+    (command,) = [n for n in nodes.values() if n["kind"] == "tool" and n["parent_id"] == agent["id"]]
+    assert command["status"] == "completed" and command["output"] == "from-sub"
