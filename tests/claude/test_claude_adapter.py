@@ -236,6 +236,23 @@ async def test_L9_3_a_claude_process_that_dies_mid_turn_fails_that_turn_and_the_
     assert [p.pid for p in claude_processes()] != [cli.pid]
 
 
+async def test_L9_2_a_turn_cut_off_by_a_host_crash_is_left_out_when_the_session_resumes(claude, api):
+    adapter = await claude.opened()
+    ref = adapter.session_id
+    await claude.play(adapter, "#text the first message")
+    turn, sink, task = claude.start(adapter, "#slow the message that was cut off")
+    await wait_for(lambda: sink.live, timeout=30, what="the first streamed words")
+    task.cancel()  # the host dies: nothing of this turn is reported any more, and its process goes too
+    await asyncio.gather(task, return_exceptions=True)
+    await adapter.close()
+
+    resumed = await claude.opened(ref)
+    _, after = await claude.play(resumed, "#text the message again")
+    history = str(api.seen[-1].body["messages"])
+    assert after.completed.status == "completed"
+    assert "the first message" in history and "cut off" not in history and "word000" not in history
+
+
 async def test_L2_5_an_api_error_fails_the_turn_with_the_providers_message_and_the_next_turn_works(claude):
     adapter = await claude.opened()
     _, sink = await claude.play(adapter, "#error please")
@@ -280,6 +297,7 @@ async def test_L2_4_a_background_subagent_ends_inside_its_run(claude):
     assert sink.completed.status == "completed"
 
 
+@pytest.mark.filterwarnings("ignore::claude_agent_sdk.types.CanUseToolShadowedWarning")  # intended in full access
 @pytest.mark.parametrize("mode,prompt,asks", [
     ("approval_required", "#write a file", True),
     ("auto_accept_edits", "#write a file", False),

@@ -1,9 +1,11 @@
 """The Claude Code adapter: one ``ClaudeSDKClient`` (one CLI process) per provider session.
 
 A provider thread is a Claude Code session; its native ref is the session id, which Treadle chooses
-(``--session-id``) so it is known before the first turn. Turns are prompts sent over the open client;
-one reader task moves everything the CLI says into an inbox that the playing turn consumes, so the
-death of the process is noticed even between turns.
+(``--session-id``) so it is known before the first turn. The CLI starts with the first turn, not at
+placement: placing a session stays a quick answer to the supervisor, and ``claude_agent_sdk`` (seconds
+to import) is loaded off the event loop. Turns are prompts sent over the open client; one reader task
+moves everything the CLI says into an inbox that the playing turn consumes, so the death of the
+process is noticed even between turns.
 """
 
 from __future__ import annotations
@@ -14,20 +16,22 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
-
-from claude_agent_sdk import ClaudeSDKClient
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
 from ...domain.ids import is_token
 from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
 from ..protocol import PlaceSession
-from .approvals import Approvals
-from .options import PERMISSION_MODES, session_options
-from .settings import ClaudeSettings
+from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
-from .translate import TurnTranslator
+
+if TYPE_CHECKING:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    from .approvals import Approvals
+    from .translate import TurnTranslator
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,11 @@ class _Ended:
         self.reason = reason
 
 
+def _import_runtime() -> None:
+    """The SDK pulls in mcp and pydantic models (about 3 s of imports on a busy 2-core machine)."""
+    importlib.import_module(f"{__package__}.approvals")  # and with it translate, claude_agent_sdk
+
+
 def _valid_session_id(value: str) -> str:
     try:
         return str(uuid.UUID(value))
@@ -85,13 +94,15 @@ class ClaudeAdapter(ProviderAdapter):
         super().__init__(workspace)
         if not is_token(request.tenant):
             raise ValueError(f"tenant {request.tenant!r} is not a valid token")
+        if request.runtime_mode not in PERMISSION_MODES:
+            raise ValueError(f"runtime mode {request.runtime_mode!r} is not one of {sorted(PERMISSION_MODES)}")
         self.request = request
         self.settings = settings or ClaudeSettings()
         self._config_dir = Path(state_dir) / "claude-config"
         threads = self.settings.threads_dir or Path(state_dir).parent.parent / "claude-threads"
         self.store = SessionStore(Path(threads) / request.tenant)
         self.session_id: str | None = None
-        self._approvals = Approvals()
+        self._approvals: Approvals | None = None  # once the runtime is imported
         self._client: ClaudeSDKClient | None = None
         self._reader: asyncio.Task | None = None
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
@@ -104,32 +115,41 @@ class ClaudeAdapter(ProviderAdapter):
     # --- provider threads ---------------------------------------------------------------------------
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
-        await asyncio.to_thread(self._prepare_dirs)
+        """Resume ``native_ref`` (its transcript is in the store, or it is a recorded fork) or begin a new
+        session. The CLI itself starts with the first turn, which is where a failed resume shows."""
         session_id = _valid_session_id(native_ref) if native_ref else str(uuid.uuid4())
-        resumed = await self._open(session_id)
+        resumed = await asyncio.to_thread(self._prepare, session_id)
+        from .approvals import Approvals
+
+        self._approvals = Approvals()
         self.session_id = session_id
         return session_id, resumed
 
-    def _prepare_dirs(self) -> None:
+    def _prepare(self, session_id: str) -> bool:
+        _import_runtime()
         self.store.ensure()
         self.store.link_into(self._config_dir)
+        return self.store.transcript(session_id) is not None or self.store.pending_fork(session_id) is not None
 
-    async def _open(self, session_id: str) -> bool:
-        """Start the CLI on ``session_id``: resume it, materialise it as a recorded fork, or begin it.
-        Returns whether earlier history was carried over."""
+    async def _open(self, session_id: str) -> None:
+        """Start the CLI on ``session_id``: resume it, materialise it as a recorded fork, or begin it."""
         if self.store.transcript(session_id) is not None:
-            rewind = self.store.pending_rewind(session_id)
-            await self._connect(resume=session_id, resume_at=rewind.at if rewind else None)
-            return True
+            point = await asyncio.to_thread(self.store.resume_point, session_id)
+            await self._connect(resume=session_id, resume_at=point)
+            return
         fork = self.store.pending_fork(session_id)
         if fork is not None:
             await self._connect(resume=fork.source, fork=True, session_id=session_id, resume_at=fork.at)
-            return True
+            return
         # Nothing was ever written under this id (no turn reached the CLI): the conversation starts here.
         await self._connect(session_id=session_id)
-        return False
 
     async def _connect(self, **where: Any) -> None:
+        from claude_agent_sdk import ClaudeSDKClient
+
+        from .options import session_options
+
+        assert self._approvals is not None
         options = session_options(self.settings, workspace=self.workspace, config_dir=self._config_dir,
                                   runtime_mode=self.request.runtime_mode, model=self.request.model,
                                   can_use_tool=self._approvals.can_use_tool, stderr=self._on_stderr, **where)
@@ -167,7 +187,8 @@ class ClaudeAdapter(ProviderAdapter):
 
     async def _drop_client(self) -> None:
         client, reader, self._client, self._reader = self._client, self._reader, None, None
-        self._approvals.abandon()
+        if self._approvals is not None:
+            self._approvals.abandon()
         if reader is not None:
             reader.cancel()
         if client is not None:
@@ -192,7 +213,7 @@ class ClaudeAdapter(ProviderAdapter):
             await sink.event(await self._play(turn, sink, prompt_uuid))
 
     async def _ensure_alive(self) -> None:
-        """L9.3 inside one session: a CLI that died between turns is started again on the same session."""
+        """Start the CLI for the first turn, and (L9.3 inside one session) again after it died."""
         ended = None
         while not self._inbox.empty():  # what a previous turn left behind (a late notification, an end)
             message = self._inbox.get_nowait()
@@ -206,6 +227,9 @@ class ClaudeAdapter(ProviderAdapter):
         await self._open(self.session_id)
 
     async def _play(self, turn: Turn, sink: TurnSink, prompt_uuid: str) -> pe.TurnCompleted:
+        from .translate import TurnTranslator
+
+        assert self._approvals is not None
         translator = TurnTranslator(turn, sink)
         self._interrupt_requested = False
         self._playing = (turn, translator)
@@ -237,6 +261,8 @@ class ClaudeAdapter(ProviderAdapter):
             self._approvals.turn = None
             self._playing = None
         await translator.close_open()
+        if self.session_id is not None:
+            await asyncio.to_thread(self.store.record_ended, self.session_id, prompt_uuid)
         if ended is not None:
             await self._drop_client()
             if self._interrupt_requested:
@@ -268,6 +294,8 @@ class ClaudeAdapter(ProviderAdapter):
                 log.warning("could not stop background task %s: %r", task_id, exc)
 
     async def respond(self, request_id: str, response: Response) -> None:
+        if self._approvals is None:
+            raise Unsupported(f"request {request_id} is not live (no Claude Code session is open)")
         self._approvals.respond(request_id, response)
 
     # --- forks and the end --------------------------------------------------------------------------
@@ -314,8 +342,7 @@ class ClaudeAdapter(ProviderAdapter):
                 raise Unsupported("Claude Code cannot resume a session before its first turn")
             kept = kept[:-turns]
             await asyncio.to_thread(self.store.record_rewind, session_id, PendingRewind(at=kept[-1][1]))
-            await self._drop_client()
-            await self._open(session_id)
+            await self._drop_client()  # the next turn starts the CLI at the kept point
         return {"session_id": session_id, "turns": [prompt for prompt, _ in kept]}
 
     async def close(self) -> None:
@@ -323,4 +350,4 @@ class ClaudeAdapter(ProviderAdapter):
 
     @property
     def pending_requests(self) -> list[str]:
-        return self._approvals.pending
+        return self._approvals.pending if self._approvals else []

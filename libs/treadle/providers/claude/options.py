@@ -10,14 +10,7 @@ from pathlib import Path
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk.types import CanUseToolShadowedWarning
 
-from .settings import ClaudeSettings
-
-# Treadle's runtime modes (Thread.runtime_mode) as Claude Code permission modes.
-PERMISSION_MODES = {
-    "approval_required": "default",
-    "auto_accept_edits": "acceptEdits",
-    "full_access": "bypassPermissions",
-}
+from .settings import PERMISSION_MODES, ClaudeSettings
 
 # In full access the permission callback is shadowed for tool calls, and that is intended: it stays set
 # because Claude Code offers AskUserQuestion (and the plan tools) only to a client that has one.

@@ -7,6 +7,13 @@ from pathlib import Path
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# Treadle's runtime modes (Thread.runtime_mode) as Claude Code permission modes.
+PERMISSION_MODES = {
+    "approval_required": "default",
+    "auto_accept_edits": "acceptEdits",
+    "full_access": "bypassPermissions",
+}
+
 
 class ClaudeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_CLAUDE_", extra="ignore")

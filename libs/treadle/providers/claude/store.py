@@ -20,6 +20,14 @@ class PendingFork(msgspec.Struct, kw_only=True):
     at: str | None = None  # resume the source only up to this transcript entry (None: all of it)
 
 
+class LastEnded(msgspec.Struct, kw_only=True):
+    """The prompt of the last turn that reported its end to Treadle. A later turn in the transcript was cut
+    off by a crash of the host; Treadle plays its message again as a new attempt, so a resume leaves the
+    cut-off turn out instead of showing the model the same message twice."""
+
+    prompt: str
+
+
 class PendingRewind(msgspec.Struct, kw_only=True):
     """A rollback not yet followed by a turn: until one is written, the transcript's newest entry is still
     on the dropped branch, so every resume must say where the conversation now ends."""
@@ -59,6 +67,25 @@ class SessionStore:
 
     def forget_fork(self, session_id: str) -> None:
         (self._forks / f"{session_id}.json").unlink(missing_ok=True)
+
+    def record_ended(self, session_id: str, prompt: str) -> None:
+        self._write(self._forks / f"{session_id}.ended.json", msgspec.json.encode(LastEnded(prompt=prompt)))
+
+    def resume_point(self, session_id: str) -> str | None:
+        """Where a resume of ``session_id`` must stop: a pending rollback's point, else the end of the last
+        turn that ended when turns after it were cut off; None for the whole conversation."""
+        rewind = self.pending_rewind(session_id)
+        if rewind is not None:
+            return rewind.at
+        path = self._forks / f"{session_id}.ended.json"
+        if not path.exists():
+            return None
+        ended = msgspec.json.decode(path.read_bytes(), type=LastEnded).prompt
+        turns = self.turns(session_id)
+        for i, (prompt, last) in enumerate(turns):
+            if prompt == ended:
+                return last if i < len(turns) - 1 else None
+        return None
 
     def record_rewind(self, session_id: str, rewind: PendingRewind) -> None:
         self._write(self._forks / f"{session_id}.rewind.json", msgspec.json.encode(rewind))
