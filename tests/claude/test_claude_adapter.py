@@ -9,6 +9,7 @@ import signal
 import psutil
 import pytest
 
+from claude_fixtures import api, claude  # noqa: F401  (fixtures)
 from helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
@@ -146,6 +147,24 @@ async def test_L8_2_an_interrupt_ends_the_turn_interrupted_and_the_next_turn_wor
     _, after = await claude.play(adapter, "#text are you there")
     assert after.completed.status == "completed"
     assert after.texts()[-1].endswith("#text are you there")
+
+
+async def test_L8_2_a_turn_interrupted_before_its_prompt_was_sent_ends_without_sending_it(claude, api):
+    adapter = await claude.opened()
+    first, first_sink, first_task = claude.start(adapter, "#slow keep talking")
+    await wait_for(lambda: first_sink.live, timeout=30, what="the first turn streaming")
+    waiting, sink, task = claude.start(adapter, "#text never sent")
+    await wait_for(lambda: waiting.attempt_id in adapter._waiting, what="the second turn waiting for the first")
+    await adapter.interrupt(waiting)
+    await adapter.interrupt(first)
+    await asyncio.wait_for(asyncio.gather(first_task, task), 60)
+
+    assert first_sink.completed.status == "interrupted"
+    assert [type(e) for e in sink.events] == [pe.TurnStarted, pe.TurnCompleted]
+    assert sink.completed.status == "interrupted"
+    assert "never sent" not in str(api.prompts())
+    _, after = await claude.play(adapter, "#text the next one")
+    assert after.completed.status == "completed"
 
 
 async def test_L9_2_close_and_reopen_resumes_the_same_claude_session(claude, api):

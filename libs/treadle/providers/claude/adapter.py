@@ -108,6 +108,7 @@ class ClaudeAdapter(ProviderAdapter):
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
         self._turn_lock = asyncio.Lock()
         self._playing: tuple[Turn, TurnTranslator] | None = None
+        self._waiting: dict[str, bool] = {}  # attempt id -> interrupted before its prompt was sent
         self._interrupt_requested = False
         self._mode_changed = False  # the agent entered plan mode: the thread's own mode returns next turn
         self._stderr: deque[str] = deque(maxlen=40)
@@ -201,16 +202,25 @@ class ClaudeAdapter(ProviderAdapter):
     # --- turns --------------------------------------------------------------------------------------
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
-        async with self._turn_lock:
-            prompt_uuid = str(uuid.uuid4())
-            turn.native_ref = prompt_uuid
-            await sink.event(pe.TurnStarted(native_turn_ref=prompt_uuid))
-            try:
-                await self._ensure_alive()
-            except ClaudeUnavailable as exc:
-                await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
-                return
-            await sink.event(await self._play(turn, sink, prompt_uuid))
+        self._waiting[turn.attempt_id] = False
+        try:
+            async with self._turn_lock:
+                prompt_uuid = str(uuid.uuid4())
+                turn.native_ref = prompt_uuid
+                await sink.event(pe.TurnStarted(native_turn_ref=prompt_uuid))
+                try:
+                    await self._ensure_alive()
+                except ClaudeUnavailable as exc:
+                    await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
+                    return
+                if self._waiting[turn.attempt_id]:
+                    # Interrupted while the CLI was starting (or an earlier turn ending): the prompt never
+                    # reached Claude, and now it never will.
+                    await sink.event(pe.TurnCompleted(status="interrupted"))
+                    return
+                await sink.event(await self._play(turn, sink, prompt_uuid))
+        finally:
+            self._waiting.pop(turn.attempt_id, None)
 
     async def _ensure_alive(self) -> None:
         """Start the CLI for the first turn, and (L9.3 inside one session) again after it died."""
@@ -283,7 +293,9 @@ class ClaudeAdapter(ProviderAdapter):
     async def interrupt(self, turn: Turn) -> None:
         playing = self._playing
         if playing is None or playing[0].attempt_id != turn.attempt_id or not self._alive:
-            return  # that turn is over: it already reported how it ended
+            if turn.attempt_id in self._waiting:
+                self._waiting[turn.attempt_id] = True  # not sent yet: it ends as soon as it would start
+            return  # otherwise that turn is over: it already reported how it ended
         self._interrupt_requested = True
         assert self._client is not None
         await self._client.interrupt()

@@ -1,5 +1,6 @@
 """Fixtures for the Claude Code provider: a mock Messages API on 127.0.0.1, adapters on the real CLI, and a
-sink that records what an adapter reports."""
+sink that records what an adapter reports. Test modules import the fixtures by name: a ``conftest.py`` here
+would shadow ``tests/e2e/conftest.py``, which its tests import as ``conftest``."""
 
 from __future__ import annotations
 
