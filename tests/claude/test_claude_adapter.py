@@ -235,7 +235,8 @@ async def test_L10_5_rollback_drops_the_last_turns_from_claudes_conversation_dur
 
 
 def claude_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process(os.getpid()).children(recursive=True) if "claude" in " ".join(p.cmdline())]
+    """The Claude Code CLIs this test process started (not their own children, such as shells)."""
+    return [p for p in psutil.Process(os.getpid()).children() if p.cmdline()[:1] and p.cmdline()[0].endswith("/claude")]
 
 
 async def test_L9_3_a_claude_process_that_dies_mid_turn_fails_that_turn_and_the_next_turn_resumes(claude, api):

@@ -2,8 +2,8 @@
 
 A provider thread is a Claude Code session; its native ref is the session id, which Treadle chooses
 (``--session-id``) so it is known before the first turn. The CLI starts with the first turn, not at
-placement: placing a session stays a quick answer to the supervisor, and ``claude_agent_sdk`` (seconds
-to import) is loaded off the event loop. Turns are prompts sent over the open client; one reader task
+placement, and ``claude_agent_sdk`` (seconds to import) is loaded then, off the event loop: placing a
+session stays a quick answer to the supervisor (a slow one is retried, and would place it twice). Turns are prompts sent over the open client; one reader task
 moves everything the CLI says into an inbox that the playing turn consumes, so the death of the
 process is noticed even between turns.
 """
@@ -120,14 +120,10 @@ class ClaudeAdapter(ProviderAdapter):
         session. The CLI itself starts with the first turn, which is where a failed resume shows."""
         session_id = _valid_session_id(native_ref) if native_ref else str(uuid.uuid4())
         resumed = await asyncio.to_thread(self._prepare, session_id)
-        from .approvals import Approvals
-
-        self._approvals = Approvals()
         self.session_id = session_id
         return session_id, resumed
 
     def _prepare(self, session_id: str) -> bool:
-        _import_runtime()
         self.store.ensure()
         self.store.link_into(self._config_dir)
         return self.store.transcript(session_id) is not None or self.store.pending_fork(session_id) is not None
@@ -233,6 +229,11 @@ class ClaudeAdapter(ProviderAdapter):
             return
         if self.session_id is None:
             raise ClaudeUnavailable("no Claude Code session is open (open_thread was not called)")
+        if self._approvals is None:
+            await asyncio.to_thread(_import_runtime)
+            from .approvals import Approvals
+
+            self._approvals = Approvals()
         await self._drop_client()
         await self._open(self.session_id)
 
