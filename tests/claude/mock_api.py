@@ -84,6 +84,10 @@ def _slow(conv: Conversation) -> Stream:
     return Stream([text(" ".join(f"word{i:03d}" for i in range(300)))], delay=0.1)
 
 
+def _steady(conv: Conversation) -> Stream:
+    return Stream([text(" ".join(f"part{i:02d}" for i in range(30)))], delay=0.1)
+
+
 def _error(conv: Conversation) -> Failure:
     return Failure(400, "mock refuses this request (scenario #error)")
 
@@ -114,7 +118,8 @@ def _plan(conv: Conversation) -> Stream:
 SCENARIOS: dict[str, Scenario] = {
     "text": _echo,
     "think": _thinking,
-    "slow": _slow,
+    "slow": _slow,  # 30 s: only ever interrupted
+    "steady": _steady,  # 3 s
     "error": _error,
     "bash": _tool_then_reply("Bash", {"command": "echo hi > bash.txt && cat bash.txt",
                                       "description": "Write hi to bash.txt"}, "The command printed:"),

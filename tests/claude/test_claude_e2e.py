@@ -90,6 +90,32 @@ async def test_L9_3_after_kill_9_of_the_provider_host_the_next_message_resumes_t
     assert "the password is swordfish" in history and "Mock Claude heard: #text the password" in history
 
 
+async def test_L9_3_a_run_cut_off_by_a_provider_host_crash_is_retried_on_the_resumed_session_once(
+        client, claude_stack, mock_claude_api):
+    thread = (await client.create_thread(title="claude crash mid-run", provider="claude"))["thread_id"]
+    await run_to_end(client, thread, "#text before the crash")
+    sent = await client.send(thread, "#steady a three second answer")
+
+    async def streaming():
+        doc = await client.get_thread(thread)
+        return any(m["role"] == "assistant" and m.get("run_id") == sent["run_id"] for m in doc["messages"])
+    await wait_for(streaming, timeout=60, what="the answer streaming")
+    restarts = claude_stack.processes.restarts("provider-host")
+    await claude_stack.processes.kill("provider-host")
+    await wait_for(lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30,
+                   what="provider host restarted")
+
+    run = await client.wait_run(sent["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    assert [a["status"] for a in run["attempts"]] == ["lost", "completed"]
+    doc = await client.get_thread(thread)
+    final = [m for m in doc["messages"] if m.get("attempt_id") == run["attempts"][-1]["id"] and m["role"] == "assistant"]
+    assert [m["text"] for m in final] == [" ".join(f"part{i:02d}" for i in range(30))]
+    # Claude's conversation has the message once: the cut-off turn was left out when the session resumed.
+    history = str(mock_claude_api.seen[-1].body["messages"])
+    assert history.count("#steady a three second answer") == 1 and "before the crash" in history
+
+
 async def test_L2_5_an_api_error_fails_the_run_with_the_providers_message_and_the_next_run_works(client):
     thread = (await client.create_thread(title="claude error", provider="claude"))["thread_id"]
     failed = await run_to_end(client, thread, "#error now")
