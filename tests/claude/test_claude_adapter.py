@@ -93,8 +93,10 @@ async def test_L11_3_an_answer_to_a_request_whose_callback_is_gone_is_refused(cl
     assert not (claude.workspace / "bash.txt").exists()
 
 
-async def test_L11_4_a_question_is_answered_through_the_tool_input(claude):
-    adapter = await claude.opened()
+@pytest.mark.filterwarnings("ignore::claude_agent_sdk.types.CanUseToolShadowedWarning")
+@pytest.mark.parametrize("mode", ["approval_required", "full_access"])  # questions reach the user in every mode
+async def test_L11_4_a_question_is_answered_through_the_tool_input(claude, mode):
+    adapter = await claude.opened(runtime_mode=mode)
     _, sink, task = claude.start(adapter, "#ask which color")
     request = await answer(sink, task, Response(answers={"0": "Blue"}), adapter)
     await asyncio.wait_for(task, 60)
