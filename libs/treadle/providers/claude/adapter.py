@@ -125,6 +125,7 @@ class ClaudeAdapter(ProviderAdapter):
 
     def _prepare(self, session_id: str) -> bool:
         self.store.ensure()
+        (self._config_dir.parent / "home").mkdir(parents=True, exist_ok=True)
         self.store.link_into(self._config_dir)
         return self.store.transcript(session_id) is not None or self.store.pending_fork(session_id) is not None
 

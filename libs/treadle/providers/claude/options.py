@@ -20,6 +20,9 @@ warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
 def cli_env(settings: ClaudeSettings, config_dir: Path, runtime_mode: str) -> dict[str, str]:
     env = {
         "CLAUDE_CONFIG_DIR": str(config_dir),
+        # The agent's shell sources $HOME's profile: not the host user's (their dotfiles, tool shims and
+        # locks belong to the machine, not to a tenant's session).
+        "HOME": str(config_dir.parent / "home"),
         # Without this the CLI resolves api.anthropic.com, pings /api/hello and asks the model for titles.
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_TELEMETRY": "1",
