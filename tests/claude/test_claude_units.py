@@ -1,0 +1,74 @@
+"""Pure parts of the Claude provider: how a turn's end is judged, and how turns are read from a transcript."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from claude_agent_sdk import ResultMessage
+
+from treadle.domain import provider_events as pe
+from treadle.domain.ids import IdFactory
+from treadle.providers.base import Turn
+from treadle.providers.claude.store import PendingRewind, SessionStore
+from treadle.providers.claude.translate import TurnTranslator
+
+
+def result(**kw) -> ResultMessage:
+    base = dict(subtype="success", duration_ms=1, duration_api_ms=1, is_error=False, num_turns=1, session_id="s",
+                terminal_reason="completed")
+    return ResultMessage(**{**base, **kw})
+
+
+def translator(res: ResultMessage | None, api_error: str | None = None) -> TurnTranslator:
+    t = TurnTranslator(Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None, ids=IdFactory("a", 0)),
+                       sink=None)  # type: ignore[arg-type]
+    t.result, t.api_error = res, api_error
+    return t
+
+
+@pytest.mark.parametrize("res,api_error,interrupted,expected", [
+    (result(), None, False, pe.TurnCompleted(status="completed")),
+    # An API failure is a "success" result with is_error and the HTTP status: the CLI's own text is the error.
+    (result(is_error=True, api_error_status=400, stop_reason="stop_sequence"), "API Error: 400 no",
+     False, pe.TurnCompleted(status="failed", error="API Error: 400 no")),
+    (result(is_error=True, api_error_status=529), None, False,
+     pe.TurnCompleted(status="failed", error="API error 529: success")),
+    (result(subtype="error_max_turns", is_error=True, errors=["too many turns"]), None, False,
+     pe.TurnCompleted(status="failed", error="too many turns")),
+    (result(subtype="error_during_execution", is_error=True, terminal_reason="aborted_streaming"), None, False,
+     pe.TurnCompleted(status="interrupted")),
+    (result(subtype="error_during_execution", is_error=True, terminal_reason=None), None, True,
+     pe.TurnCompleted(status="interrupted")),
+    (None, None, False, pe.TurnCompleted(status="failed", error="Claude Code ended the turn without a result")),
+])
+def test_L2_5_a_turns_end_is_judged_by_is_error_status_and_terminal_reason_not_subtype(res, api_error, interrupted,
+                                                                                         expected):
+    assert translator(res, api_error).completion(interrupted) == expected
+
+
+def test_L10_5_transcript_turns_follow_the_live_branch(tmp_path):
+    store = SessionStore(tmp_path)
+    store.ensure()
+    (tmp_path / "projects" / "-w").mkdir()
+    lines = [
+        {"type": "user", "uuid": "p1", "parentUuid": None, "promptSource": "sdk"},
+        {"type": "assistant", "uuid": "a1", "parentUuid": "p1"},
+        {"type": "user", "uuid": "p2", "parentUuid": "a1", "promptSource": "sdk"},
+        {"type": "assistant", "uuid": "a2", "parentUuid": "p2"},
+        {"type": "assistant", "uuid": "side", "parentUuid": "p2", "isSidechain": True},
+        {"type": "user", "uuid": "p3", "parentUuid": "a1", "promptSource": "sdk"},  # after a rollback of turn 2
+        {"type": "user", "uuid": "r3", "parentUuid": "p3"},  # harness text belongs to the turn
+        {"type": "assistant", "uuid": "a3", "parentUuid": "r3"},
+    ]
+    (tmp_path / "projects" / "-w" / "sid.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"torn')
+
+    assert store.turns("sid") == [("p1", "a1"), ("p3", "a3")]
+    assert store.turns("sid", leaf="a2") == [("p1", "a1"), ("p2", "a2")]
+    store.record_rewind("sid", PendingRewind(at="a1"))
+    assert store.turns("sid") == [("p1", "a1")]
+    store.forget_rewind("sid")
+    store.record_ended("sid", "p1")
+    assert store.resume_point("sid") == "a1"  # turn 3 never reported its end
+    store.record_ended("sid", "p3")
+    assert store.resume_point("sid") is None
