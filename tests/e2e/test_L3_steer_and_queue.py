@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import HANG, approval, script, text, tool
+from scripts import HANG, approval, script, text, tool, write
 
 
 def user_texts(run: dict) -> list[str]:
@@ -176,3 +176,25 @@ async def test_L4_1_a_follow_up_run_reuses_the_provider_thread_with_a_new_root_n
     assert first["attempts"][0]["root_node_id"] != second["attempts"][0]["root_node_id"]
     doc = await api.thread(thread)
     assert len(doc["provider_threads"]) == 1 and doc["provider_threads"][0]["covered_ordinals"] == [1, 2]
+
+
+@pytest.mark.parametrize("how", ["rollback_active", "rollback_interrupting_first"])
+async def test_L3_1_L10_5_rolling_back_the_active_run_interrupts_it_restores_its_baseline_then_continues(api, stack, how):
+    thread = await api.create_thread()
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    await api.wait_run((await api.send(thread, "one", script=script(write("a.txt", "1\n"))))["run_id"])
+    active = await api.send(thread, "two", script=script(write("a.txt", "2\n"), HANG))
+    await api.wait_running(active["run_id"])
+    if how == "rollback_active":
+        sent = await api.send(thread, "three", mode="rollback_active", script=script(text("on run 1's files")))
+        assert sent["disposition"] == "rolling_back"
+        follow = sent["run_id"]
+    else:
+        r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1, "interrupt_active": True})
+        assert r.status_code == 200 and r.json()["status"] == "in_progress", r.text  # waits for the interrupt
+        follow = (await api.send(thread, "three", script=script(text("on run 1's files"))))["run_id"]
+    await api.wait_run(active["run_id"], status="rolled_back")
+    done = await api.wait_run(follow)
+    assert (workspace / "a.txt").read_text() == "1\n" and done["ordinal"] == 3
+    doc = await api.thread(thread)
+    assert doc["rollbacks"][0]["status"] == "completed" and doc["rollbacks"][0]["rolled_back_run_ids"] == [active["run_id"]]

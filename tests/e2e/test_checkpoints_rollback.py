@@ -145,9 +145,6 @@ async def test_L10_5_rollback_is_refused_while_a_run_is_active_and_changes_nothi
 
     refused = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1})
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_active"
-    interrupting = await api.request("POST", f"/v1/threads/{thread}/rollback",
-                                     json={"to_run_ordinal": 1, "interrupt_active": True})
-    assert interrupting.status_code == 422 and interrupting.json()["error"]["code"] == "interrupt_unavailable"
     out_of_range = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 7})
     assert out_of_range.status_code == 400 and out_of_range.json()["error"]["code"] == "invalid_ordinal"
     doc = (await api.request("GET", f"/v1/threads/{thread}")).json()

@@ -9,7 +9,7 @@ from treadle.checkpoints.retention import RefInfo, refs_to_prune
 from treadle.domain import events as ev
 from treadle.domain import rollback
 from treadle.domain.commands import RollbackNode, RollbackThread
-from treadle.domain.errors import BadRequest, Conflict, Unprocessable
+from treadle.domain.errors import BadRequest, Conflict
 
 
 def finished_runs(n: int):
@@ -66,12 +66,21 @@ def test_L10_5_rollback_is_refused_while_a_run_is_active_and_for_bad_ordinals():
     with pytest.raises(Conflict) as active:
         run_command(state, rollback_cmd(state, to_run_ordinal=1))
     assert active.value.code == "run_active"
-    with pytest.raises(Unprocessable) as interrupting:
-        run_command(state, rollback_cmd(state, to_run_ordinal=1, interrupt_active=True))
-    assert interrupting.value.code == "interrupt_unavailable"
     with pytest.raises(BadRequest):
         run_command(state, rollback_cmd(state, to_run_ordinal=5))
     assert state.rollbacks == []
+
+
+def test_L10_5_asked_to_interrupt_first_the_rollback_waits_for_the_interrupted_run():
+    state = finished_runs(1)
+    _, busy = send(state, "busy")
+    events, _ = run_command(state, rollback_cmd(state, to_run_ordinal=1, interrupt_active=True))
+    assert [type(e) for e in events] == [ev.RollbackStarted, ev.InterruptRequested]
+    pending = rollback.pending(state)
+    assert pending.after_run_id == busy.run_id and rollback.waiting(state, pending)
+    run = state.run(busy.run_id)
+    apply(state, [ev.RunInterrupted(run_id=run.id, attempt_id=run.attempt.id)])
+    assert not rollback.waiting(state, pending) and pending.rolled_back_run_ids == [busy.run_id]
 
 
 def test_L10_5_a_retried_rollback_command_is_a_duplicate():

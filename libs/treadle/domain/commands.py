@@ -68,7 +68,6 @@ class ImplementPlan(msgspec.Struct, kw_only=True, tag="plan.implement", forbid_u
     thread_id: str | None = None  # with as=thread: the thread the gateway created for it
 
 
-Body = CreateThread | SendMessage | InterruptRun | RespondRequest | ReorderQueue | EditQueued | CancelQueued | ImplementPlan
 
 
 class Command(msgspec.Struct, kw_only=True):
@@ -139,4 +138,5 @@ class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unk
 
 
 # `Command.body` is resolved when its decoder is first built, so widening the union here reaches it.
-Body = CreateThread | SendMessage | RollbackThread | RollbackNode
+Body = (CreateThread | SendMessage | InterruptRun | RespondRequest | ReorderQueue | EditQueued | CancelQueued | ImplementPlan
+        | RollbackThread | RollbackNode)

@@ -33,8 +33,6 @@ from .thread import ThreadState
 PROVIDERS = ("scripted", "codex", "claude")
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
-# rollback_active needs checkpoint restore in the checkpoint service.
-AVAILABLE_MODES = ("auto", "start_immediately", "queue_after_active", "steer_active", "restart_active", "reject")
 
 Decision = tuple[list[ev.Payload], Accepted]
 
@@ -128,7 +126,6 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     check(bool(body.text.strip()), BadRequest, "text must not be empty", code="empty_text")
     check(len(body.text) <= MAX_TEXT_CHARS, BadRequest, f"text is at most {MAX_TEXT_CHARS} characters", code="text_too_long")
     check(body.mode in MODES, BadRequest, f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
-    check(body.mode in AVAILABLE_MODES, Unprocessable, f"mode {body.mode} is not available yet", code="mode_unavailable")
     provider = body.provider or thread.provider
     check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
     if body.script is not None:
@@ -151,7 +148,8 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         raise Conflict("a run is active or queued on this thread", code="run_active",
                        details={"active_run_id": state.active_run_id, "queued": len(state.queue)})
     ids = ctx.ids
-    if active is not None and body.mode in ("auto", "steer_active", "restart_active") and provider == active.provider:
+    steerable = active is not None and provider == active.provider and rollback.pending(state) is None
+    if steerable and body.mode in ("auto", "steer_active", "restart_active"):
         if target is None or target == active.id:
             steering = _steering(state, active, body.mode)
             if steering is not None:
@@ -162,6 +160,8 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
                 return [steered], Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=active.id,
                                            disposition=disposition)
     if body.mode in ("steer_active", "restart_active") and active is not None:
+        check(rollback.pending(state) is None, Conflict, "the active run is being rolled back; send without a steer "
+              "mode to queue behind the rollback", code="rollback_in_progress")
         if provider != active.provider:
             raise Unprocessable("a steer goes to the active run's provider; switch providers with a new run",
                                 code="steering_unavailable")
@@ -170,8 +170,10 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
                            code="steering_unavailable", details={"active_run_id": active.id})
 
     events: list[ev.Payload] = []
-    preempting = body.mode == "start_immediately" and busy
-    if preempting and active is not None:
+    if body.mode == "rollback_active" and active is not None:
+        events += rollback.roll_back_active(state, command.user, ctx)
+    preempting = body.mode in ("start_immediately", "rollback_active") and busy
+    if preempting and active is not None and body.mode == "start_immediately":
         caps = capabilities_for(state, active)
         if caps is not None and not caps.interrupt:
             raise Conflict("the active run cannot be interrupted to start this one", code="run_active",
@@ -179,7 +181,8 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         if active.attempt.interrupt is None:
             events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="preempted",
                                                 by=command.user))
-    disposition = "preempting" if preempting else "queued" if busy else "started"
+    disposition = ("rolling_back" if events else "queued") if body.mode == "rollback_active" and busy else \
+        "preempting" if preempting else "queued" if busy else "started"
     message_id, run_id = ids.next("msg"), ids.next("run")
     root_node_id, attempt_id = ids.next("node"), ids.next("att")
     queued = ev.RunQueued(
@@ -199,7 +202,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         script=body.script,
         supersedes_run_id=target if target is not None and (active is None or target != active.id) else None,
     )
-    events.insert(0, queued)
+    events.append(queued)  # after a rollback's start: the new run is not among the runs it rolls back
     return events, Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
 
 

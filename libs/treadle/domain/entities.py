@@ -74,7 +74,7 @@ class Attempt(Entity, kw_only=True):
     message_ids: list[str] = msgspec.field(default_factory=list)  # its input when not the run's own message
     script: dict | None = None
     interrupt: Literal["requested", "native", "stop_session"] | None = None  # L8: asked, then how it was sent
-    interrupt_reason: Literal["user", "steering", "preempted"] | None = None
+    interrupt_reason: Literal["user", "steering", "preempted", "rollback"] | None = None
     turn_id: str | None = None
     native_turn_ref: str | None = None
     error: str | None = None
@@ -302,6 +302,7 @@ class Rollback(Entity, kw_only=True):
     rolled_back_run_ids: list[str] = msgspec.field(default_factory=list)
     stale_checkpoint_ids: list[str] = msgspec.field(default_factory=list)
     touches_parent_workspace: bool = False
+    after_run_id: str | None = None  # waits for this run, interrupted for the rollback, to end
     provider_context: Literal["kept", "divergent", "rolled_back"] = "divergent"
     undo_ref: str | None = None
     undo_commit: str | None = None

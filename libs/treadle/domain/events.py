@@ -407,6 +407,7 @@ class RollbackStarted(Payload, kw_only=True):
     rolled_back_run_ids: list[str] = []
     stale_checkpoint_ids: list[str] = []
     touches_parent_workspace: bool = False
+    after_run_id: str | None = None  # carried out once this run (interrupted for it) has ended
 
 
 @event("rollback.completed")

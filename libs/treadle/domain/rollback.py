@@ -62,37 +62,63 @@ def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
         started = _node_rollback(state, body, ctx)
     else:
         raise BadRequest(f"not a rollback: {type(body).__name__}")
-    return [started], Accepted(seq=0, thread_id=thread.id, rollback_id=started.rollback_id)
+    events: list[ev.Payload] = [started]
+    active = state.active_run
+    if started.after_run_id and active is not None and active.attempt.interrupt is None:
+        events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="rollback",
+                                            by=command.user))
+    return events, Accepted(seq=0, thread_id=thread.id, rollback_id=started.rollback_id)
 
 
-def _refuse_while_active(state: ThreadState, interrupt_active: bool) -> None:
+def roll_back_active(state: ThreadState, user: str, ctx: Ctx) -> list[ev.Payload]:
+    """``rollback_active`` (a LangGraph-style multitask strategy): interrupt the active run, then restore the
+    files from before it and mark it ``rolled_back``; the message that asked starts right after."""
+    active = state.active_run
+    assert active is not None
+    other = pending(state)
+    if other is not None:
+        raise Conflict(f"rollback {other.id} is still in progress", code="rollback_in_progress",
+                       details={"rollback_id": other.id})
+    started = _thread_rollback(state, RollbackThread(to_run_ordinal=active.ordinal - 1, interrupt_active=True), ctx)
+    events: list[ev.Payload] = [started]
+    if active.attempt.interrupt is None:
+        events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="rollback", by=user))
+    return events
+
+
+def waiting(state: ThreadState, rollback: Rollback) -> bool:
+    """A rollback that interrupted the active run waits for it to end: its provider may still be writing."""
+    run = state.run(rollback.after_run_id) if rollback.after_run_id else None
+    return run is not None and not run.terminal
+
+
+def _refuse_while_active(state: ThreadState, interrupt_active: bool) -> str | None:
+    """The run the rollback must interrupt and wait for (``interrupt_active``), or a refusal."""
     active = state.active_run_id or (state.queue[0] if state.queue else None)
     if active is None:
-        return
-    if interrupt_active:
-        raise Unprocessable("interrupting the active run before a rollback is not available yet; interrupt it "
-                            "(or wait for it to end) and roll back then", code="interrupt_unavailable",
-                            details={"active_run_id": active})
-    raise Conflict("a run is active or queued; roll back once it has ended", code="run_active",
-                   details={"active_run_id": active})
+        return None
+    if interrupt_active and state.active_run_id is not None:
+        return state.active_run_id  # queued runs stay queued and start after the rollback
+    raise Conflict("a run is active or queued; roll back once it has ended (or ask to interrupt it first)",
+                   code="run_active", details={"active_run_id": active})
 
 
 def _thread_rollback(state: ThreadState, body: RollbackThread, ctx: Ctx) -> ev.RollbackStarted:
     """L10.5: back to the files of run ``to_run_ordinal`` (0: before the first run)."""
     last = state.runs[-1].ordinal if state.runs else 0
     check(0 <= body.to_run_ordinal <= last, BadRequest, f"to_run_ordinal must be 0..{last}", code="invalid_ordinal")
-    _refuse_while_active(state, body.interrupt_active)
+    after = _refuse_while_active(state, body.interrupt_active)
     target = state.checkpoint(body.to_run_ordinal)
     if target is None or target.commit is None:
         raise Conflict(f"run {body.to_run_ordinal} has no usable checkpoint to roll back to",
                        code="checkpoint_unavailable", details={"to_run_ordinal": body.to_run_ordinal})
-    later_runs = [r.id for r in state.runs if r.ordinal > body.to_run_ordinal and r.status != "rolled_back"]
+    later_runs = [r.id for r in state.runs if r.ordinal > body.to_run_ordinal and r.status not in ("rolled_back", "queued")]
     later = set(later_runs)
     stale = [c.id for c in state.checkpoints if not c.stale and c.id != target.id
              and ((c.scope == "root" and c.ordinal > body.to_run_ordinal) or (c.scope != "root" and c.run_id in later))]
     return ev.RollbackStarted(rollback_id=ctx.ids.next("rbk"), kind="thread", to_run_ordinal=body.to_run_ordinal,
                               checkpoint_id=target.id, commit=target.commit, rolled_back_run_ids=later_runs,
-                              stale_checkpoint_ids=stale, touches_parent_workspace=True)
+                              stale_checkpoint_ids=stale, touches_parent_workspace=True, after_run_id=after)
 
 
 def _node_rollback(state: ThreadState, body: RollbackNode, ctx: Ctx) -> ev.RollbackStarted:
@@ -157,6 +183,7 @@ def fold_started(state: ThreadState, e: ev.Envelope, d: ev.RollbackStarted) -> N
         to_run_ordinal=d.to_run_ordinal, node_id=d.node_id, checkpoint_id=d.checkpoint_id, commit=d.commit,
         rolled_back_run_ids=list(d.rolled_back_run_ids), stale_checkpoint_ids=list(d.stale_checkpoint_ids),
         touches_parent_workspace=d.touches_parent_workspace, requested_by=e.actor, started_at=e.at,
+        after_run_id=d.after_run_id,
     ))  # fmt: skip
     _activity(state, e, d.rollback_id, "rollback.started", d.node_id)
 

@@ -7,6 +7,7 @@ what happened into thread events.
 from __future__ import annotations
 
 from . import events as ev
+from . import rollback
 from . import provider_events as pe
 from .commands import Ctx
 from .entities import FileChange, Run
@@ -256,10 +257,11 @@ def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.C
     steers = undelivered_steers(state, run)
     if steers and ctx is not None:
         ids = ctx.ids
+        held = rollback.pending(state) is not None  # a rollback waiting for this run goes first
         events.append(ev.RunQueued(
             run_id=ids.next("run"), ordinal=len(state.runs) + 1, message_id=steers[0].id,
             text="\n\n".join(m.text for m in steers), author=steers[0].author, root_node_id=ids.next("node"),
-            attempt_id=ids.next("att"), mode="steer_active", disposition="superseding", dispatched=True,
+            attempt_id=ids.next("att"), mode="steer_active", disposition="superseding", dispatched=not held, front=held,
             provider=run.provider, model=run.model, script=steers[-1].script, supersedes_run_id=run.id))
     return events
 

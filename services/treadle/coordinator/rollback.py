@@ -39,8 +39,8 @@ class Rollbacks:
         """After any decided command: carry out the rollback in progress — the one this command started, or
         one a crashed coordinator left half-way (then this command, e.g. a send, was queued behind it)."""
         pending = rollback.pending(state)
-        if pending is None:
-            return receipt
+        if pending is None or rollback.waiting(state, pending):
+            return receipt  # a rollback waiting for its interrupted run is carried out when that run ends
         await self.carry_out(tenant, thread, state, pending)
         if is_rollback(command):
             receipt.seq = state.seq

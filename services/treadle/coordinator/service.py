@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.domain import events as ev
-from treadle.domain import requests
+from treadle.domain import requests, rollback
 from treadle.domain.commands import (
     Accepted,
     Command,
@@ -171,13 +171,18 @@ class Coordinator:
     # --- reactions ---------------------------------------------------------------------------------
 
     async def _on_run_ended(self, msg: Msg) -> None:
-        """L3.6: when a run ends, the next queued run of its thread starts."""
+        """L3.6: when a run ends, the next queued run of its thread starts — after the rollback that was
+        waiting for this run to end (rollback_active, or a rollback asked to interrupt first)."""
         tenant, thread, _ = subjects.parse_event_subject(msg.subject)
         cached = self._store.cached(tenant, thread)
-        if cached is not None and not cached.queue and cached.thread is not None:
+        if cached is not None and not cached.queue and cached.thread is not None and not rollback.pending(cached):
             return  # only this coordinator queues runs on its threads: an empty cached queue is the truth
         seq = msg.metadata.sequence.stream
         state = await self._store.through(tenant, thread, msg)
+        pending = rollback.pending(state)
+        if pending is not None and not rollback.waiting(state, pending):
+            await self._rollbacks.carry_out(tenant, thread, state, pending)  # it dispatches the queue's head
+            return
         events = dispatch_next(state)
         if not events:
             return

@@ -19,12 +19,11 @@ from treadle.domain.commands import RollbackNode, RollbackThread
 from treadle.domain.entities import Checkpoint, Rollback
 from treadle.domain.thread import ThreadState, fold
 
-from .app import _id, _thread_doc, principal
+from .app import _id, _thread_doc, principal, thread_of
 from .errors import ApiError
 
 DEFAULT_DIFF_BYTES = 256 * 1024
 MAX_DIFF_BYTES = 4 * 1024 * 1024
-_NODE_SEARCH_THREADS = 500
 
 
 # --- shapes -----------------------------------------------------------------------------------------
@@ -112,7 +111,7 @@ async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoi
 async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
     who = await principal(request)
     run_id = _id(run_id, "run")
-    thread = await request.app.state.projections.thread_of_run(who.tenant, run_id)
+    thread = await thread_of(request, who.tenant, run_id)
     state = await _state_of(request, who.tenant, thread) if thread else None
     run = state.run(run_id) if state else None
     if state is None or run is None:
@@ -187,14 +186,10 @@ async def rollback_node(request: Request, node_id: FromPath[str], data: JSONBody
 
 
 async def _thread_of_node(request: Request, tenant: str, node_id: str) -> str:
-    """Node ids are not indexed: look among the tenant's most recent threads (pass thread_id to skip this)."""
-    projections = request.app.state.projections
-    for raw in await projections.threads(tenant, _NODE_SEARCH_THREADS, 0):
-        thread = msgspec.json.decode(raw)["id"]
-        state = await projections.state(tenant, thread)
-        if state is not None and any(r.node(node_id) for r in state.runs):
-            return thread
-    raise ApiError(404, "node_not_found", f"node {node_id} not found")
+    thread = await thread_of(request, tenant, node_id)
+    if thread is None:
+        raise ApiError(404, "node_not_found", f"node {node_id} not found")
+    return thread
 
 
 ROUTES = [run_diff, thread_diff, rollback_thread, rollback_node]
