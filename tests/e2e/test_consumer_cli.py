@@ -28,7 +28,7 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     api = await make_api(stack, stack_nc, tenant)
     try:
         thread = await api.create_thread(title="tail")
-        runs = [(await api.send(thread, f"message {i}"))["run_id"] for i in range(2)]
+        runs = [(await api.send(thread, f"message {i}", mode="queue_after_active"))["run_id"] for i in range(2)]
         for run in runs:
             await api.wait_run(run)
     finally:

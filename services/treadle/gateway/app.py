@@ -169,7 +169,7 @@ def _documented(model: type) -> dict:
 
 @get("/v1/threads", summary="List the tenant's threads, newest first", responses=_documented(ThreadList))
 async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
-                       offset: Annotated[int, QueryParameter(ge=0)] = 0) -> Response:
+                       offset: Annotated[int, QueryParameter(ge=0, le=1_000_000)] = 0) -> Response:
     who = await principal(request)
     items = await _state(request).projections.threads(who.tenant, limit, offset)
     return _json(b'{"threads":[' + b",".join(items) + b"]}")

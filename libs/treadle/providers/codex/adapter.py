@@ -101,7 +101,11 @@ class CodexAdapter(ProviderAdapter):
             return self._rpc
         home = prepare_home(self._home_root(), self._request.tenant, self._settings)
         env = dict(os.environ)
-        env.update({"CODEX_HOME": str(home), "RUST_LOG": env.get("RUST_LOG", "warn")})
+        # A private HOME too: the commands Codex runs through a login shell must not depend on (or wait for)
+        # the host user's profile, and must not see its dotfiles.
+        user_home = home / "home"
+        user_home.mkdir(exist_ok=True)
+        env.update({"CODEX_HOME": str(home), "HOME": str(user_home), "RUST_LOG": env.get("RUST_LOG", "warn")})
         if self._settings.api_key is not None:
             env[self._settings.api_key_env] = self._settings.api_key.get_secret_value()
         if self._settings.proxy:
