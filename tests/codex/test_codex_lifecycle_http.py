@@ -1,0 +1,173 @@
+"""Life inside a Codex run over HTTP (issues 3 and 7): approvals, questions, steering, interrupt and the
+todo list, with real workers, the real ``codex`` binary and the mock model API."""
+
+from __future__ import annotations
+
+import subprocess
+
+import httpx
+import pytest
+
+from codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from helpers import wait_for
+from treadle.client.http import TreadleClient
+
+pytestmark = pytest.mark.e2e
+
+
+def assistant_texts(run: dict) -> list[str]:
+    return [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["text"]]
+
+
+def user_texts(run: dict) -> list[str]:
+    return [m["text"] for m in run["messages"] if m["role"] == "user"]
+
+
+def workspace_of(codex_stack, thread: str):
+    return codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
+
+
+async def pending_request(http: httpx.AsyncClient, thread: str) -> dict:
+    """The thread's one pending request, as the pending-request projection lists it (L11.1)."""
+    async def listed():
+        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
+        assert r.status_code == 200, r.text
+        return r.json()["requests"] or None
+    [request] = await wait_for(listed, timeout=60, what=f"a pending request on {thread}")
+    return request
+
+
+async def respond(http: httpx.AsyncClient, request_id: str, body: dict) -> dict:
+    r = await http.post(f"/v1/requests/{request_id}/respond", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def stalled_on(mock, prompt: str) -> None:
+    """The model stream of ``prompt`` is open and stalled: the Codex turn is mid-stream."""
+    await wait_for(lambda: mock.stalled and mock.requests and mock.requests[-1].prompt == prompt,
+                   timeout=60, what=f"the model stream of {prompt!r} to stall")
+
+
+async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
+    return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
+
+
+async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_the_checkpoint(
+        client, http, codex_stack, mock):
+    mock.on("write approved.txt", [Exec("echo approved > approved.txt")], [Text("Wrote approved.txt.")])
+    thread = (await client.create_thread(title="codex approve", provider="codex",
+                                         runtime_mode="approval_required"))["thread_id"]
+    sent = await client.send(thread, "write approved.txt")
+    request = await pending_request(http, thread)
+    assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
+    assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
+    assert not (workspace_of(codex_stack, thread) / "approved.txt").exists()  # nothing ran before the answer
+
+    assert (await respond(http, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert assistant_texts(run) == ["Wrote approved.txt."]
+    checkpoint = run["checkpoint"]
+    assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
+    shown = subprocess.run(["git", "-C", str(workspace_of(codex_stack, thread)), "show",
+                            f"{checkpoint['ref']}:approved.txt"], capture_output=True, text=True, check=True).stdout
+    assert shown == "approved\n"
+    answered = await request_status(client, thread, request["id"])
+    assert answered["status"] == "resolved" and answered["response"] == {"decision": "accept"}
+    again = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert again.status_code == 409  # answered once; the callback is used up
+
+
+async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_stack, mock):
+    mock.on("write declined.txt", [Exec("echo nope > declined.txt")], [Text("Understood, I did not run it.")])
+    thread = (await client.create_thread(title="codex decline", provider="codex",
+                                         runtime_mode="approval_required"))["thread_id"]
+    sent = await client.send(thread, "write declined.txt")
+    request = await pending_request(http, thread)
+    assert (await respond(http, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert assistant_texts(run) == ["Understood, I did not run it."]
+    assert [f["path"] for f in run["checkpoint"]["files"]] == []
+    assert not (workspace_of(codex_stack, thread) / "declined.txt").exists()
+    [tool] = [n for n in run["nodes"] if n["title"] == "echo nope > declined.txt"]
+    assert tool["status"] == "cancelled"
+    assert (await request_status(client, thread, request["id"]))["response"] == {"decision": "decline"}
+
+
+async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_the_message_joins_the_run(
+        client, mock):
+    mock.on("write a long essay", [Text("Starting the essay"), Stall()])
+    mock.on("make it short instead", [Text("Short version.")])
+    thread = (await client.create_thread(title="codex steer", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "write a long essay")
+    await stalled_on(mock, "write a long essay")
+    steer = await client.send(thread, "make it short instead", mode="auto")
+    assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert len(run["attempts"]) == 1  # Codex took the steer into its running turn: no restart
+    assert user_texts(run) == ["write a long essay", "make it short instead"]
+    assert assistant_texts(run)[-1] == "Short version."
+    history = str([r for r in mock.requests if r.prompt == "make it short instead"][-1].body["input"])
+    assert "write a long essay" in history  # the same conversation turn, continued
+    doc = await client.get_thread(thread)
+    assert len(doc["runs"]) == 1
+
+
+async def test_L8_1_L8_2_interrupting_a_codex_run_ends_it_interrupted_and_the_next_message_works(
+        client, http, mock):
+    mock.on("think forever", [Text("Let me think"), Stall()])
+    mock.on("are you still there", [Text("Still here.")])
+    thread = (await client.create_thread(title="codex interrupt", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "think forever")
+    await stalled_on(mock, "think forever")
+    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    assert r.status_code == 202, r.text
+    assert r.json()["disposition"] == "interrupting"  # an acknowledgement, not the outcome (L8.2)
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "interrupted", run
+    assert run["checkpoint"] is not None and run["attempts"][0]["interrupt"] == "native"
+    nxt = await client.send(thread, "are you still there")
+    run = await client.wait_run(nxt["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert assistant_texts(run) == ["Still here."]
+
+
+async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client, http, mock):
+    mock.on("pick a database", [Ask("db", "Which database?", ["pg", "sqlite"])], [Text("Going with pg.")])
+    thread = (await client.create_thread(title="codex question", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "pick a database")
+    request = await pending_request(http, thread)
+    assert request["kind"] == "user_input" and request["prompt"] == "Which database?"
+    assert request["detail"]["options"] == ["pg", "sqlite"]
+    assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
+    bad = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
+    assert (await respond(http, request["id"], {"answers": {"db": "pg"}}))["disposition"] == "resolved"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert assistant_texts(run) == ["Going with pg."]
+    answer = [r for r in mock.requests if r.prompt == "pick a database" and r.tool_outputs][-1].tool_outputs[-1]
+    assert '"pg"' in str(answer)  # the model got the user's answer
+    assert (await request_status(client, thread, request["id"]))["status"] == "resolved"
+
+
+async def test_L12_1_L12_2_a_codex_todo_list_is_the_runs_progress_and_its_root_plan(client, mock):
+    mock.on("read, write, test",
+            [PlanUpdate("three steps", [("read", "completed"), ("write", "in_progress"), ("test", "pending")])],
+            [PlanUpdate("two done", [("read", "completed"), ("write", "completed"), ("test", "pending")])],
+            [Text("Read and written; tests next time.")])
+    thread = (await client.create_thread(title="codex todos", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "read, write, test")
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert run["progress"] == {"done": 2, "total": 3}
+    doc = await client.get_thread(thread)
+    [todo] = [p for p in doc["plans"] if p["kind"] == "todo_list"]  # one list, updated in place
+    assert todo["root"] and todo["status"] == "final"
+    assert [(i["text"], i["status"]) for i in todo["items"]] == [
+        ("read", "completed"), ("write", "completed"), ("test", "pending")]
+    root = next(n for n in run["nodes"] if n["kind"] == "root_turn")
+    assert todo["node_id"] == root["id"]
