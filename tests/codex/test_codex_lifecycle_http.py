@@ -49,6 +49,12 @@ async def stalled_on(mock, prompt: str) -> None:
                    timeout=60, what=f"the model stream of {prompt!r} to stall")
 
 
+async def shown(client: TreadleClient, thread: str, text: str) -> None:
+    async def visible():
+        return any(m["text"] == text for m in (await client.get_thread(thread))["messages"])
+    await wait_for(visible, timeout=60, what=f"{text!r} on the thread")
+
+
 async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
     return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
 
@@ -103,13 +109,17 @@ async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_th
     thread = (await client.create_thread(title="codex steer", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write a long essay")
     await stalled_on(mock, "write a long essay")
+    await shown(client, thread, "Starting the essay")  # the user saw the start and steers mid-stream
     steer = await client.send(thread, "make it short instead", mode="auto")
     assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert len(run["attempts"]) == 1  # Codex took the steer into its running turn: no restart
     assert user_texts(run) == ["write a long essay", "make it short instead"]
-    assert assistant_texts(run)[-1] == "Short version."
+    assert assistant_texts(run) == ["Starting the essay", "Short version."]
+    in_order = sorted(run["messages"], key=lambda m: m["created_at"])
+    assert [m["text"] for m in in_order] == ["write a long essay", "Starting the essay", "make it short instead",
+                                             "Short version."]
     history = str([r for r in mock.requests if r.prompt == "make it short instead"][-1].body["input"])
     assert "write a long essay" in history  # the same conversation turn, continued
     doc = await client.get_thread(thread)
@@ -171,3 +181,61 @@ async def test_L12_1_L12_2_a_codex_todo_list_is_the_runs_progress_and_its_root_p
         ("read", "completed"), ("write", "completed"), ("test", "pending")]
     root = next(n for n in run["nodes"] if n["kind"] == "root_turn")
     assert todo["node_id"] == root["id"]
+
+
+async def test_L8_1_L11_3_interrupting_a_codex_run_that_waits_on_an_approval_cancels_the_request_and_nothing_runs(
+        client, http, codex_stack, mock):
+    mock.on("write risky.txt", [Exec("echo risky > risky.txt")], [Text("Ran it.")])
+    thread = (await client.create_thread(title="codex interrupt approval", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "write risky.txt")
+    request = await pending_request(http, thread)
+    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    assert r.status_code == 202, r.text
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "interrupted", run
+    assert run["checkpoint"] is not None and run["checkpoint"]["files"] == []
+    assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
+    late = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert late.status_code == 409
+    assert not (workspace_of(codex_stack, thread) / "risky.txt").exists()
+    nxt = await client.send(thread, "never mind that")
+    assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
+
+
+async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_attempt(client, http, codex_stack, mock):
+    mock.on("deploy it", [Exec("echo deployed > deployed.txt")], [Text("Deployed.")])
+    mock.on("stage it first", [Text("Staged first, then deployed.")])
+    thread = (await client.create_thread(title="codex steer approval", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "deploy it")
+    request = await pending_request(http, thread)
+    steer = await client.send(thread, "stage it first")
+    assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
+    await respond(http, request["id"], {"decision": "accept"})  # the turn still waits for its answer
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert len(run["attempts"]) == 1
+    assert user_texts(run) == ["deploy it", "stage it first"]
+    assert (workspace_of(codex_stack, thread) / "deployed.txt").read_text() == "deployed\n"
+    assert assistant_texts(run)[-1] == "Staged first, then deployed."
+    assert (await request_status(client, thread, request["id"]))["status"] == "resolved"
+
+
+async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_implemented_as_a_run(
+        client, http, mock):
+    mock.on("design the page", [Ask("colour", "Which colour?", ["Red", "Blue"])],
+            [Text("My plan:\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")])
+    thread = (await client.create_thread(title="codex plan mode", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "design the page", script={"collaboration_mode": "plan"})
+    request = await pending_request(http, thread)
+    assert request["kind"] == "user_input" and request["detail"]["options"] == ["Red", "Blue"]
+    await respond(http, request["id"], {"answers": {"0": "Blue"}})
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    [plan] = [p for p in (await client.get_thread(thread))["plans"] if p["kind"] == "proposed_plan"]
+    assert "paint it blue" in plan["text"]
+    r = await http.post(f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
+    assert r.status_code == 202, r.text
+    implemented = await client.wait_run(r.json()["run_id"], timeout=60)
+    assert implemented["status"] == "completed", implemented
+    assert "paint it blue" in user_texts(implemented)[0]
+    assert any("paint it blue" in r.prompt for r in mock.requests)  # Codex was asked to implement it
