@@ -239,3 +239,54 @@ async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_
     assert implemented["status"] == "completed", implemented
     assert "paint it blue" in user_texts(implemented)[0]
     assert any("paint it blue" in r.prompt for r in mock.requests)  # Codex was asked to implement it
+
+
+async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after_the_command(
+        client, codex_stack, mock):
+    gate = "until [ -f go.flag ]; do sleep 0.05; done; echo built > built.txt"  # runs until the test opens the gate
+    mock.on("build it", [Exec(gate)], [Text("Built.")])
+    mock.on("use the fast build", [Text("Switched to the fast build.")])
+    thread = (await client.create_thread(title="codex steer tool", provider="codex",
+                                         runtime_mode="full_access"))["thread_id"]
+    sent = await client.send(thread, "build it")
+
+    async def command_running():
+        doc = await client.get_thread(thread)
+        return any(n["title"] == gate and n["status"] == "running" for r in doc["runs"] for n in r["nodes"])
+    await wait_for(command_running, timeout=60, what="the command to be running")
+    steer = await client.send(thread, "use the fast build")
+    assert steer["disposition"] == "steered"
+    (workspace_of(codex_stack, thread) / "go.flag").touch()
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert len(run["attempts"]) == 1 and user_texts(run) == ["build it", "use the fast build"]
+    assert [n["status"] for n in run["nodes"] if n["title"] == gate] == ["completed"]
+    assert assistant_texts(run) == ["Switched to the fast build."]
+    assert {f["path"] for f in run["checkpoint"]["files"]} == {"built.txt", "go.flag"}
+
+
+async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_not_resumable_and_the_run_recovers(
+        client, http, codex_stack, mock):
+    mock.on("write recovered.txt", [Exec("echo recovered > recovered.txt")], [Text("Recovered and written.")])
+    thread = (await client.create_thread(title="codex approval kill", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "write recovered.txt")
+    request = await pending_request(http, thread)
+    before = [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]]
+    restarts = codex_stack.processes.restarts("provider-host")
+    await codex_stack.processes.kill("provider-host")
+    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
+    assert (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+    await wait_for(lambda: codex_stack.processes.restarts("provider-host") > restarts, timeout=30,
+                   what="provider host restarted")
+    # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
+    async def asked_again():
+        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
+        return next((q for q in r.json()["requests"] if q["id"] != request["id"]), None)
+    fresh = await wait_for(asked_again, timeout=60, what="the approval asked again")
+    await respond(http, fresh["id"], {"decision": "accept"})
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert run["attempts"][-1]["reason"] == "provider_recovery"
+    assert (workspace_of(codex_stack, thread) / "recovered.txt").read_text() == "recovered\n"
+    assert [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]] == before
