@@ -290,3 +290,22 @@ async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_
     assert run["attempts"][-1]["reason"] == "provider_recovery"
     assert (workspace_of(codex_stack, thread) / "recovered.txt").read_text() == "recovered\n"
     assert [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]] == before
+
+
+async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, mock):
+    mock.on("draft the release notes", [Text("Drafting"), Stall()])
+    mock.on("mention the fix", [Stall()])
+    mock.on("and keep it short", [Text("Short notes, fix mentioned.")])
+    thread = (await client.create_thread(title="codex two steers", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "draft the release notes")
+    await stalled_on(mock, "draft the release notes")
+    first = await client.send(thread, "mention the fix")
+    second = await client.send(thread, "and keep it short")
+    assert [first["disposition"], second["disposition"]] == ["steered", "steered"]
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert len(run["attempts"]) == 1
+    assert user_texts(run) == ["draft the release notes", "mention the fix", "and keep it short"]
+    assert assistant_texts(run)[-1] == "Short notes, fix mentioned."
+    history = str([r for r in mock.requests if r.prompt == "and keep it short"][-1].body["input"])
+    assert "mention the fix" in history and "draft the release notes" in history
