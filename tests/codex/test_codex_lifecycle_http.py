@@ -309,3 +309,30 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
     assert assistant_texts(run)[-1] == "Short notes, fix mentioned."
     history = str([r for r in mock.requests if r.prompt == "and keep it short"][-1].body["input"])
     assert "mention the fix" in history and "draft the release notes" in history
+
+
+async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_stops_the_command_and_closes_its_node(
+        client, http, codex_stack, mock):
+    gate = "until [ -f open.flag ]; do sleep 0.05; done; echo late > late.txt"  # would write once the gate opens
+    mock.on("run the slow job", [PlanUpdate("job", [("run the job", "in_progress")]), Exec(gate)], [Text("Job done.")])
+    thread = (await client.create_thread(title="codex interrupt tool", provider="codex",
+                                         runtime_mode="full_access"))["thread_id"]
+    sent = await client.send(thread, "run the slow job")
+
+    async def command_running():
+        doc = await client.get_thread(thread)
+        return any(n["title"] == gate and n["status"] == "running" for r in doc["runs"] for n in r["nodes"])
+    await wait_for(command_running, timeout=60, what="the command to be running")
+    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    assert r.status_code == 202, r.text
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "interrupted", run
+    assert run["checkpoint"]["status"] == "interrupted"
+    assert [n["status"] for n in run["nodes"] if n["title"] == gate] == ["cancelled"]  # no node left running
+    [todo] = [p for p in (await client.get_thread(thread))["plans"] if p["kind"] == "todo_list"]
+    assert todo["status"] == "final"
+    workspace = workspace_of(codex_stack, thread)
+    (workspace / "open.flag").touch()  # a command that survived the interrupt would now write late.txt
+    nxt = await client.send(thread, "anything else")
+    assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
+    assert not (workspace / "late.txt").exists()
