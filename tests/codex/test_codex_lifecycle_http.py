@@ -102,6 +102,22 @@ async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_s
     assert (await request_status(client, thread, request["id"]))["response"] == {"decision": "decline"}
 
 
+async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_nothing_runs(
+        client, http, codex_stack, mock):
+    mock.on("write cancelled.txt", [Exec("echo no > cancelled.txt")], [Text("Should not be said.")])
+    thread = (await client.create_thread(title="codex cancel", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "write cancelled.txt")
+    request = await pending_request(http, thread)
+    assert (await respond(http, request["id"], {"decision": "cancel"}))["disposition"] == "resolved"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "interrupted", run  # Codex ends the turn on a cancel
+    assert run["checkpoint"]["status"] == "interrupted" and run["checkpoint"]["files"] == []
+    assert assistant_texts(run) == []
+    assert not (workspace_of(codex_stack, thread) / "cancelled.txt").exists()
+    nxt = await client.send(thread, "carry on")
+    assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
+
+
 async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_the_message_joins_the_run(
         client, mock):
     mock.on("write a long essay", [Text("Starting the essay"), Stall()])
