@@ -171,6 +171,11 @@ async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client,
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     bad = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
+    unknown = await http.post(f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "red"}})
+    assert unknown.status_code == 400, unknown.text  # Codex refused it; its callback still waits
+    assert unknown.json()["error"] == {"code": "invalid_response", "message": "no such question: colour", "details": {}}
+    assert (await request_status(client, thread, request["id"]))["status"] == "pending"
+    assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert (await respond(http, request["id"], {"answers": {"db": "pg"}}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
