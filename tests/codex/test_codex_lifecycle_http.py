@@ -55,6 +55,14 @@ async def shown(client: TreadleClient, thread: str, text: str) -> None:
     await wait_for(visible, timeout=60, what=f"{text!r} on the thread")
 
 
+def collaboration_modes(seen) -> list[str]:
+    """The collaboration modes Codex put in the model's context, oldest first ("Plan", "Default")."""
+    texts = [c.get("text", "") for item in seen.body["input"] if item.get("role") == "developer"
+             for c in item.get("content") or []]
+    return [("Plan" if "Plan Mode" in t.split("\n", 1)[0] else "Default") for t in texts
+            if t.startswith("<collaboration_mode>")]
+
+
 async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
     return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
 
@@ -259,7 +267,8 @@ async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_
     implemented = await client.wait_run(r.json()["run_id"], timeout=60)
     assert implemented["status"] == "completed", implemented
     assert "paint it blue" in user_texts(implemented)[0]
-    assert any("paint it blue" in r.prompt for r in mock.requests)  # Codex was asked to implement it
+    [asked] = [r for r in mock.requests if "paint it blue" in r.prompt]  # Codex was asked to implement it...
+    assert collaboration_modes(asked)[-1] == "Default"  # ...out of plan mode, which a Codex thread otherwise keeps
 
 
 async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after_the_command(
