@@ -3,16 +3,22 @@ adapters driving the real ``codex`` binary (installed by ``make setup``) against
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
+import nats
 import pytest
 
 from codex_mock import MockResponses
-from codex_support import REPO, Driver, codex_settings, place
+from codex_support import REPO, Driver, codex_env, codex_settings, place
+from treadle.cli.stack import Stack
+from treadle.client.http import TreadleClient
 from treadle.providers.codex import CodexAdapter, CodexSettings
+from treadle.runtime.tokens import TokenStore
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +64,40 @@ async def open_driver(workspace: Path, settings: CodexSettings, tmp_path: Path):
     yield make
     for adapter in opened:
         await adapter.close()
+
+
+# --- a stack of real workers whose provider hosts run codex against the mock (one per module) ---
+
+
+def _quiet(name: str, line: str) -> None:
+    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
+        print(f"{name} | {line}")
+
+
+@pytest.fixture(scope="module")
+async def codex_stack(tmp_path_factory, mock, homes_root):
+    async with Stack(tmp_path_factory.mktemp("codex-stack"), env=codex_env(mock, homes_root), on_output=_quiet) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def token(codex_stack) -> str:
+    nc = await nats.connect(codex_stack.nats_url)
+    try:
+        return await TokenStore(nc.jetstream()).create("codexco", "alice")
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="module")
+async def client(codex_stack, token):
+    async with TreadleClient(codex_stack.api_url, token, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+async def http(codex_stack, token):
+    """Plain HTTP for the endpoints the client library has no method for, and for status codes."""
+    async with httpx.AsyncClient(base_url=codex_stack.api_url, timeout=30,
+                                 headers={"Authorization": f"Bearer {token}"}) as c:
+        yield c

@@ -3,42 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import subprocess
 
-import nats
 import pytest
 
-from codex_support import codex_env
 from helpers import wait_for
-from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
-from treadle.runtime.tokens import TokenStore
 
 from codex_mock import Exec, HttpError, PlanUpdate, Text
 
 pytestmark = pytest.mark.e2e
-
-
-def _quiet(name: str, line: str) -> None:
-    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
-        print(f"{name} | {line}")
-
-
-@pytest.fixture(scope="module")
-async def codex_stack(tmp_path_factory, mock, homes_root):
-    async with Stack(tmp_path_factory.mktemp("codex-stack"), env=codex_env(mock, homes_root), on_output=_quiet) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-async def client(codex_stack):
-    nc = await nats.connect(codex_stack.nats_url)
-    token = await TokenStore(nc.jetstream()).create("codexco", "alice")
-    await nc.close()
-    async with TreadleClient(codex_stack.api_url, token, timeout=30) as c:
-        yield c
 
 
 async def follow_until(client: TreadleClient, thread: str, run_id: str, seen: list) -> None:

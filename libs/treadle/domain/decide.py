@@ -27,7 +27,7 @@ from .commands import (
 from .entities import DispatchMode, ProviderCapabilities, Run, RuntimeMode
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import TOKEN
-from .script import parse_script
+from .turn_options import check_turn_options, scripted_capabilities
 from .thread import ThreadState
 
 PROVIDERS = ("scripted", "codex", "claude")
@@ -129,11 +129,10 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     provider = body.provider or thread.provider
     check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
     if body.script is not None:
-        check(provider == "scripted", BadRequest, "a script needs the scripted provider", code="invalid_script")
         check(len(msgspec.json.encode(body.script)) <= MAX_SCRIPT_BYTES, BadRequest,
               f"script is at most {MAX_SCRIPT_BYTES} bytes", code="invalid_script")
         try:
-            parse_script(body.script)
+            check_turn_options(provider, body.script)
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
 
@@ -212,8 +211,7 @@ def capabilities_for(state: ThreadState, run: Run) -> ProviderCapabilities | Non
     session = state.live_session
     if session is not None and session.provider == run.provider and session.capabilities is not None:
         return session.capabilities
-    script = parse_script(run.script)
-    return script.capabilities if script is not None else None
+    return scripted_capabilities(run.provider, run.script)
 
 
 def _steering(state: ThreadState, run: Run, mode: str) -> str | None:

@@ -6,6 +6,7 @@ from . import events as ev
 from .commands import MAX_TEXT_CHARS, CancelQueued, EditQueued, ReorderQueue
 from .entities import Run
 from .errors import BadRequest, Conflict, NotFound, check
+from .turn_options import check_turn_options
 from .thread import ThreadState
 
 
@@ -32,7 +33,10 @@ def edit(state: ThreadState, body: EditQueued) -> list[ev.Payload]:
     check(len(body.text) <= MAX_TEXT_CHARS, BadRequest, f"text is at most {MAX_TEXT_CHARS} characters",
           code="text_too_long")
     if body.script is not None:
-        check(run.provider == "scripted", BadRequest, "a script needs the scripted provider", code="invalid_script")
+        try:
+            check_turn_options(run.provider, body.script)
+        except ValueError as exc:
+            raise BadRequest(str(exc), code="invalid_script") from None
     return [ev.RunEdited(run_id=run.id, text=body.text, script=body.script if body.script is not None else run.script)]
 
 

@@ -24,6 +24,7 @@ from treadle.domain.commands import (
     thread_id_for,
 )
 from treadle.domain.decide import decide, dispatch_next
+from treadle.domain.errors import BadRequest as DomainBadRequest
 from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
 from treadle.domain.thread import ThreadState
@@ -163,6 +164,10 @@ class Coordinator:
             return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
         if isinstance(reply, hp.HostFailure) and reply.code == "provider_error":
             raise Unavailable(f"the provider failed to take the answer: {reply.message}")
+        if isinstance(reply, hp.HostFailure) and reply.code == "bad_request":
+            # the provider refused the answer's content (e.g. an unknown question id): its callback still
+            # waits, so the request stays pending and the user can answer again
+            raise DomainBadRequest(reply.message, code="invalid_response")
         gone = ev.RequestResolved(request_id=req.id, run_id=req.run_id, status="not_resumable")
         await self._store.append(command.tenant, state.thread.id, state, [gone], ids=Ctx.for_command(command).ids,
                                  at=command.issued_at, command_id=command.id, actor="coordinator")

@@ -19,7 +19,7 @@ from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
 from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
-from treadle.domain.script import parse_script
+from treadle.domain.turn_options import scripted_capabilities
 from treadle.domain.thread import ThreadState, provider_cause
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
@@ -188,13 +188,12 @@ class Supervisor:
         assert state.thread is not None
         previous = state.provider_thread
         resume = previous is not None and previous.provider == run.provider
-        script = parse_script(run.script)
         reply = await self._hosts.place(hp.PlaceSession(
             tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
             provider_thread_id=previous.id if resume else ctx.ids.next("pth"),  # type: ignore[union-attr]
             native_ref=previous.native_ref if resume else None,  # type: ignore[union-attr]
             workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
-            capabilities=script.capabilities if script else None))
+            capabilities=scripted_capabilities(run.provider, run.script)))
         if isinstance(reply, hp.HostFailure):
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply

@@ -79,6 +79,9 @@ class CodexAdapter(ProviderAdapter):
         self._exit_watch: asyncio.Task | None = None
         self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
         self._usage: dict | None = None  # codex's token usage after the last turn (shown in snapshots)
+        # Codex keeps a turn's collaboration mode for the turns after it: the mode the thread is in, None when
+        # not known (a resumed thread), so a turn that asks for none is put back to default explicitly
+        self._mode: str | None = None
         self._tasks: set[asyncio.Task] = set()  # fire-and-forget replies, kept referenced until done
 
     @property
@@ -156,10 +159,11 @@ class CodexAdapter(ProviderAdapter):
         except BaseException:
             await self.close()  # the host keeps no session that failed to open: nothing may linger
             raise
-        self._thread_id = result["thread"]["id"]
+        self._thread_id, self._mode = result["thread"]["id"], "default"
         return self._thread_id, False
 
     async def _resume(self, native_ref: str) -> dict:
+        self._mode = None  # whatever mode the thread was left in
         params = {"threadId": native_ref, "excludeTurns": True, **self._thread_overrides()}
         loop = asyncio.get_running_loop()
         deadline, delay = loop.time() + self._settings.request_timeout, 0.05
@@ -234,15 +238,19 @@ class CodexAdapter(ProviderAdapter):
         try:
             params = {"threadId": thread_id, "input": [_text_input(turn.text)]}
             try:
-                params |= self._turn_options(turn.script)
+                mode = self._requested_mode(turn.script)
             except ValueError as exc:
                 await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
                 return
             try:
+                await self._ensure_process()  # a restarted process resumes the thread first: mode unknown then
+                if mode != self._mode:
+                    params |= self._mode_option(mode)
                 result = await self._call("turn/start", params)
             except (RpcError, ProcessGone, ResumeFailed, TimeoutError) as exc:
                 await sink.event(pe.TurnCompleted(status="failed", error=f"codex could not start the turn: {exc}"))
                 return
+            self._mode = mode
             translator.native_turn_id = turn.native_ref = result["turn"]["id"]
             self._turn_known.set()
             await sink.event(pe.TurnStarted(native_turn_ref=turn.native_ref))
@@ -263,17 +271,20 @@ class CodexAdapter(ProviderAdapter):
             await rpc.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id},
                               self._settings.request_timeout)
 
-    def _turn_options(self, script: dict | None) -> dict:
-        """A Codex turn's options travel in the message's ``script``: ``{"collaboration_mode": "plan"}``."""
+    @staticmethod
+    def _requested_mode(script: dict | None) -> str:
+        """A Codex turn's options travel in the message's ``script``: ``{"collaboration_mode": "plan"}``;
+        a turn that names no mode is a default-mode turn."""
         options = dict(script or {})
-        mode = options.pop("collaboration_mode", None)
+        mode = options.pop("collaboration_mode", None) or "default"
         if options:
             raise ValueError(f"codex turn options: unknown {', '.join(sorted(options))} "
                              "(known: collaboration_mode)")
-        if mode is None:
-            return {}
         if mode not in ("plan", "default"):
             raise ValueError(f"codex turn options: collaboration_mode must be plan or default, not {mode!r}")
+        return mode
+
+    def _mode_option(self, mode: str) -> dict:
         return {"collaborationMode": {"mode": mode, "settings": {
             "model": self._model, "reasoning_effort": self._settings.reasoning_effort,
             "developer_instructions": None}}}

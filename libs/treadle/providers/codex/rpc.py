@@ -21,6 +21,21 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 _LINE_LIMIT = 64 * 1024 * 1024  # a command's aggregated output arrives in one line
+_DRAIN_AFTER_EXIT = 1.0  # seconds to read what a dead server wrote when its stdout never reaches EOF
+
+
+class _ExitAware(asyncio.subprocess.SubprocessStreamProtocol):
+    """Says when the server itself exits. Codex's own children (its login-shell snapshot, a backgrounded
+    command, and whatever a login profile leaves behind, e.g. pyenv's rehash) inherit its stdio, so EOF on
+    stdout, and with it ``Process.wait()``, can come long after the server is gone."""
+
+    def __init__(self, on_exit: Callable[[], None], limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._on_exit = on_exit
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self._on_exit()
 
 
 class RpcError(Exception):
@@ -54,6 +69,9 @@ class RpcProcess:
         self._pending: dict[int, tuple[str, asyncio.Future]] = {}
         self._reader: asyncio.Task | None = None
         self._stderr_task: asyncio.Task | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._gone = asyncio.Event()  # the server process exited (its stdio may still be open)
+        self._exit_watch: asyncio.Task | None = None
         self._write_lock = asyncio.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self.exited = asyncio.Event()
@@ -63,11 +81,16 @@ class RpcProcess:
         return self._proc.pid if self._proc else None
 
     async def start(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, cwd=str(cwd), limit=_LINE_LIMIT, preexec_fn=die_with_parent())
+        loop = asyncio.get_running_loop()
+        pipe = asyncio.subprocess.PIPE
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ExitAware(self._gone.set, _LINE_LIMIT, loop), *argv, stdin=pipe, stdout=pipe, stderr=pipe,
+            env=env, cwd=str(cwd), preexec_fn=die_with_parent())
+        self._transport = transport
+        self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         self._reader = asyncio.create_task(self._read(), name=f"codex-rpc:{self._proc.pid}")
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name=f"codex-stderr:{self._proc.pid}")
+        self._exit_watch = asyncio.create_task(self._watch_exit(), name=f"codex-exit:{self._proc.pid}")
 
     async def request(self, method: str, params: dict | None, timeout: float) -> Any:
         if self.exited.is_set():
@@ -116,13 +139,23 @@ class RpcProcess:
                 self._dispatch(message)
         except Exception:
             log.exception("codex app-server reader failed")
-        finally:
-            await self._proc.wait()
-            self.exited.set()
-            gone = ProcessGone(self.describe_exit())
-            for _, future in self._pending.values():
-                if not future.done():
-                    future.set_exception(gone)
+
+    async def _watch_exit(self) -> None:
+        """The server is gone once its process exits: what it wrote before is read, then every waiter is told."""
+        await self._gone.wait()
+        assert self._reader is not None and self._stderr_task is not None
+        done, _ = await asyncio.wait([self._reader, self._stderr_task], timeout=_DRAIN_AFTER_EXIT)
+        for task in (self._reader, self._stderr_task):
+            if task not in done:
+                task.cancel()  # an orphan of the server still holds the other end of the pipe
+        await asyncio.gather(self._reader, self._stderr_task, return_exceptions=True)
+        if self._transport is not None:
+            self._transport.close()  # our ends of the pipes; the orphan's writes now fail instead of piling up
+        self.exited.set()
+        gone = ProcessGone(self.describe_exit())
+        for _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(gone)
 
     def _dispatch(self, message: dict) -> None:
         method = message.get("method")
