@@ -1,4 +1,4 @@
-"""Requests to provider hosts: ``treadle.host.place`` (queue group) and ``treadle.host.<host_id>.<verb>``."""
+"""Requests to provider hosts: ``treadle.place.<volume>`` (queue group of the hosts with room) and ``treadle.host.<host_id>.<verb>``."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class Supervisor:
         js = nc.jetstream()
         self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        self._hosts = HostClient(nc, own.host_timeout)
+        self._hosts = HostClient(nc, own.host_timeout, shared.volume)
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
