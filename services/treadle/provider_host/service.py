@@ -63,6 +63,7 @@ class ProviderHost:
         self._clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
         self._opening = 0  # placements in progress, counted against capacity
+        self._placing: set[asyncio.Task] = set()
         self._subs: list = []
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
@@ -114,7 +115,7 @@ class ProviderHost:
             room = len(self._sessions) + self._opening < self._own.capacity
             if room and self._seat is None:
                 self._seat = await self._nc.subscribe(subjects.host_place(self._volume), queue="hosts",
-                                                      cb=self._on_place)
+                                                      cb=self._take_seat_request)
             elif not room and self._seat is not None:
                 await self._seat.unsubscribe()
                 self._seat = None
@@ -154,6 +155,13 @@ class ProviderHost:
         await self._sync_seat()
 
     # --- requests ----------------------------------------------------------------------------------
+
+    async def _take_seat_request(self, msg: Msg) -> None:
+        """Placement runs outside the seat's own delivery task: giving up the seat (unsubscribing) when the
+        host fills up cancels that task, and must not cancel the placement that filled it."""
+        task = asyncio.create_task(self._on_place(msg))
+        self._placing.add(task)
+        task.add_done_callback(self._placing.discard)
 
     async def _on_place(self, msg: Msg) -> None:
         try:
