@@ -124,6 +124,23 @@ async def test_L9_3_kill_9_of_a_provider_host_mid_turn_recovers_the_run_on_anoth
         await stack.wait_ready()
 
 
+async def test_L9_3_a_crashing_provider_runtime_is_retried_on_its_resumed_thread_then_fails_clearly(api, log):
+    thread = await api.create_thread(title="crash")
+    sent = await api.send(thread, "crash please", script=script(text("working on it"), {"type": "crash"}))
+    run = await api.wait_run(sent["run_id"], status="failed")
+    assert run["error"] == "provider lost 3 times: provider_crashed"
+    events = await log.read(api.tenant, thread)
+    state = fold(events)
+    attempts = state.run(sent["run_id"]).attempts
+    assert [(a.status, a.reason) for a in attempts] == [
+        ("lost", "initial"), ("lost", "provider_recovery"), ("failed", "provider_recovery")]
+    assert [s.reason for s in state.sessions] == ["provider_crashed"] * 3
+    attached = [e.data for e in events if isinstance(e.data, ev.ProviderAttached)]
+    assert [a.resumed for a in attached] == [False, True, True] and len(state.provider_threads) == 1
+    follow = await api.send(thread, "still there?")
+    assert (await api.wait_run(follow["run_id"]))["status"] == "completed"
+
+
 async def test_L9_3_L9_4_whole_stack_restart_with_a_waiting_approval_leaves_it_not_resumable(api, stack, log):
     thread = await api.create_thread(title="restart")
     sent = await api.send(thread, "deploy", script=script(approval("deploy?"), text("deployed")))

@@ -17,7 +17,7 @@ from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, Turn, Unsupported
+from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import create_adapter
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS
@@ -63,7 +63,7 @@ class ProviderHost:
         self._clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
         self._opening = 0  # placements in progress, counted against capacity
-        self._placing: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task] = set()  # placements and session ends running on their own
         self._subs: list = []
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
@@ -160,8 +160,8 @@ class ProviderHost:
         """Placement runs outside the seat's own delivery task: giving up the seat (unsubscribing) when the
         host fills up cancels that task, and must not cancel the placement that filled it."""
         task = asyncio.create_task(self._on_place(msg))
-        self._placing.add(task)
-        task.add_done_callback(self._placing.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _on_place(self, msg: Msg) -> None:
         try:
@@ -169,6 +169,8 @@ class ProviderHost:
             reply = await self._place(request)
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
+        except ResumeFailed as exc:  # L9.4: the supervisor replaces the provider thread
+            reply = hp.HostFailure(code="resume_failed", message=str(exc))
         except Exception as exc:
             log.exception("place failed")
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
@@ -274,6 +276,11 @@ class ProviderHost:
             await session.adapter.run_turn(turn, publisher)
         except asyncio.CancelledError:
             raise
+        except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
+            log.warning("runtime of session %s died under turn %s: %s", request.session_id, request.attempt_id, exc)
+            ending = asyncio.create_task(self._end_session(request.session_id, "provider_crashed"))  # after this turn
+            self._background.add(ending)
+            ending.add_done_callback(self._background.discard)
         except Exception as exc:
             log.exception("turn %s failed", request.attempt_id)
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
