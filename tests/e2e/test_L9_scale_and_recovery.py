@@ -22,8 +22,8 @@ pytestmark = pytest.mark.e2e
 
 ENV = {
     "TREADLE_PROVIDER_HOST_IDLE_SECONDS": "1.5",
-    "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.25",
-    "TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS": "1.5",
+    "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5",
+    "TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS": "2.5",
 }
 REPLY = "".join(f"piece {i:02d}. " for i in range(40))
 LONG = {"steps": [{"type": "text", "text": REPLY, "chunk": 10, "delay_ms": 50}]}  # about 2 s of streaming
