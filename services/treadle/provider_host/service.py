@@ -67,6 +67,7 @@ class ProviderHost:
         self._subs: list = []
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
+        self._stopping = False
         self._loops: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -82,6 +83,7 @@ class ProviderHost:
                        (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))]
 
     async def stop(self) -> None:
+        self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         for sub in self._subs:
             await sub.unsubscribe()
         async with self._seat_lock:
@@ -112,7 +114,7 @@ class ProviderHost:
         """Queue-group placement with a capacity gate: a host is in its volume's placement group only while
         it has room, so NATS hands each new session to one host that can take it."""
         async with self._seat_lock:
-            room = len(self._sessions) + self._opening < self._own.capacity
+            room = not self._stopping and len(self._sessions) + self._opening < self._own.capacity
             if room and self._seat is None:
                 self._seat = await self._nc.subscribe(subjects.host_place(self._volume), queue="hosts",
                                                       cb=self._take_seat_request)
