@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action=argparse.BooleanOptionalAction, default=True,
                     help="run a short live demo once the stack is up (default: on)")
     up.add_argument("-v", "--verbose", action="store_true", help="show every worker log line, not only warnings")
+    up.add_argument("--provider-hosts", type=int, default=1, metavar="N",
+                    help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)")
     up.set_defaults(func=cmd_up, interrupt_ok=True)
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -28,7 +28,7 @@ _PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SU
 class Stack:
     def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
                  gateway_port: int | None = None, env: dict[str, str] | None = None,
-                 on_output: Callable[[str, str], None] | None = None) -> None:
+                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1) -> None:
         self.state_dir = Path(state_dir).resolve()
         self._nats_url, self._redis_url = nats_url, redis_url
         self.gateway_port = gateway_port or free_port()
@@ -37,6 +37,9 @@ class Stack:
         self.redis: RedisServer | None = None
         self.processes = ProcessSupervisor(on_output=on_output)
         self.health_ports: dict[str, int] = {}
+        # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>.
+        self.host_processes = {f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}"
+                               for n in range(1, provider_hosts + 1)}
 
     @property
     def api_url(self) -> str:
@@ -68,16 +71,20 @@ class Stack:
             self.redis = RedisServer(self.state_dir / "redis")
             await self.redis.start()
         base = self.worker_env()
-        for name, module in WORKERS.items():
-            env = dict(base)
-            if name == "gateway":
-                env["TREADLE_GATEWAY_PORT"] = str(self.gateway_port)
-                self.health_ports[name] = self.gateway_port
-            else:
-                port = free_port()
-                env[f"TREADLE_{_PREFIX[name]}_METRICS_PORT"] = str(port)
-                self.health_ports[name] = port
-            self.processes.add(name, [sys.executable, "-m", module], env)
+        for kind, module in WORKERS.items():
+            hosts = self.host_processes.items() if kind == "provider-host" else [(None, kind)]
+            for host_id, name in hosts:
+                env = dict(base)
+                if host_id is not None and len(self.host_processes) > 1:
+                    env["TREADLE_PROVIDER_HOST_HOST_ID"] = host_id
+                if name == "gateway":
+                    env["TREADLE_GATEWAY_PORT"] = str(self.gateway_port)
+                    self.health_ports[name] = self.gateway_port
+                else:
+                    port = free_port()
+                    env[f"TREADLE_{_PREFIX[kind]}_METRICS_PORT"] = str(port)
+                    self.health_ports[name] = port
+                self.processes.add(name, [sys.executable, "-m", module], env)
         await self.processes.start()
         await self.wait_ready(timeout)
 
@@ -94,7 +101,7 @@ class Stack:
                         pass
                     await asyncio.sleep(0.05)  # polling a process that is still starting
             async with asyncio.timeout(timeout):
-                await asyncio.gather(*(ready(n) for n in names or WORKERS))
+                await asyncio.gather(*(ready(n) for n in names or self.health_ports))
 
     async def stop(self) -> None:
         await self.processes.stop()

@@ -162,7 +162,10 @@ async def cmd_up(args: argparse.Namespace) -> int:
     assert main is not None
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
     loop.set_exception_handler(_ignore_cancelled)
-    stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose))
+    if args.provider_hosts < 1:
+        raise UsageError("--provider-hosts must be at least 1")
+    stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose),
+                  provider_hosts=args.provider_hosts)
     began = time.monotonic()
     try:
         with console.status("starting nats-server, redis-server and 6 workers…"):

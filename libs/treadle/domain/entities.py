@@ -179,6 +179,7 @@ class ProviderThread(Entity, kw_only=True):
     session_id: str | None = None
     status: Literal["active", "unloaded", "unusable", "divergent"] = "active"  # divergent: files rolled back under it
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
+    replaces: str | None = None  # L9.4: built from app context after this provider thread could not resume
 
 
 class ProviderTurn(Entity, kw_only=True):

@@ -276,6 +276,15 @@ class ProviderAttached(Payload, kw_only=True):
     native_ref: str
     resumed: bool = False
     capabilities: ProviderCapabilities
+    replaces: str | None = None  # L9.4: a replacement for this provider thread, which could not resume
+
+
+@event("provider.resume_failed")
+class ProviderResumeFailed(Payload, kw_only=True):
+    """L9.4: the provider thread could not be resumed; it is kept in the graph, marked unusable."""
+
+    provider_thread_id: str
+    reason: str
 
 
 @event("provider.stopped")

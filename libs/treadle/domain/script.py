@@ -76,7 +76,11 @@ class Hang(Step, kw_only=True, tag="hang"):
     """Never finishes on its own: only an interrupt or a crash ends the turn."""
 
 
-AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang
+class Crash(Step, kw_only=True, tag="crash"):
+    """The provider runtime dies under the turn (L9.3): the session is stopped and the run retried."""
+
+
+AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -397,7 +397,7 @@ def _provider_attached(state: ThreadState, e: ev.Envelope, d: ev.ProviderAttache
         if p.id == d.provider_thread_id:
             pth = p
     if pth is None:
-        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref)
+        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces)
         state.provider_threads.append(pth)
     pth.session_id = d.session_id
     pth.status = "active"
@@ -411,6 +411,15 @@ def _provider_stopped(state: ThreadState, e: ev.Envelope, d: ev.ProviderStopped)
         s.reason = d.reason
     run_id = state.active_run_id or (state.runs[-1].id if state.runs else "")
     _activity(state, e, "runtime.warning", run_id, None, f"provider session stopped: {d.reason}")
+
+
+def _provider_resume_failed(state: ThreadState, e: ev.Envelope, d: ev.ProviderResumeFailed) -> None:
+    for p in state.provider_threads:
+        if p.id == d.provider_thread_id:
+            p.status = "unusable"
+            p.session_id = None
+    run_id = state.active_run_id or (state.runs[-1].id if state.runs else "")
+    _activity(state, e, "runtime.warning", run_id, None, f"provider thread could not resume: {d.reason}")
 
 
 def _request_opened(state: ThreadState, e: ev.Envelope, d: ev.RequestOpened) -> None:
@@ -580,6 +589,7 @@ _HANDLERS = {
     ev.NodeCompleted: _node_completed,
     ev.ProviderAttached: _provider_attached,
     ev.ProviderStopped: _provider_stopped,
+    ev.ProviderResumeFailed: _provider_resume_failed,
     ev.RequestOpened: _request_opened,
     ev.RequestResolved: _request_resolved,
     ev.PlanUpdated: _plan_updated,

@@ -50,7 +50,10 @@ def provider(tenant: str, thread: str, provider_thread: str) -> str:
     return f"treadle.prov.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{token(provider_thread, 'provider thread')}"
 
 
-HOST_PLACE = "treadle.host.place"
+def host_place(volume: str) -> str:
+    """Placement requests for threads on ``volume``: only hosts mounting it, and only while they have room,
+    are in its queue group."""
+    return f"treadle.place.{token(volume, 'volume')}"
 
 
 def host(host_id: str, verb: str) -> str:

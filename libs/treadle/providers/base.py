@@ -17,6 +17,16 @@ class Unsupported(Exception):
     """The adapter lacks the capability; orchestration applies the degradation policy instead."""
 
 
+class ResumeFailed(Exception):
+    """L9.4, from ``open_thread``: the provider thread cannot be resumed (a runtime condition, not a missing
+    capability); orchestration continues the conversation on a replacement provider thread."""
+
+
+class RuntimeLost(Exception):
+    """L9.3, from ``run_turn``: the runtime died under the turn. The host stops the session (reason
+    ``provider_crashed``) instead of failing the turn, so the run is retried on a resumed provider thread."""
+
+
 class TurnSink(Protocol):
     """Where an adapter reports a turn: normalised events (durable) and raw text (live)."""
 

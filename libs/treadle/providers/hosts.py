@@ -17,9 +17,10 @@ class HostUnavailable(Retryable):
 
 
 class HostClient:
-    def __init__(self, nc: NATS, timeout: float) -> None:
+    def __init__(self, nc: NATS, timeout: float, volume: str = "local") -> None:
         self._nc = nc
         self._timeout = timeout
+        self._place = subjects.host_place(volume)
 
     async def _request(self, subject: str, payload: bytes) -> bytes:
         try:
@@ -29,7 +30,7 @@ class HostClient:
         return msg.data
 
     async def place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
-        return hp.place_reply.decode(await self._request(subjects.HOST_PLACE, hp.encode(request)))
+        return hp.place_reply.decode(await self._request(self._place, hp.encode(request)))
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)

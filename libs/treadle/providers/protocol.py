@@ -1,4 +1,4 @@
-"""Requests to provider hosts: ``treadle.host.place`` (queue group) and ``treadle.host.<host_id>.<verb>``."""
+"""Requests to provider hosts: ``treadle.place.<volume>`` (queue group of the hosts with room) and ``treadle.host.<host_id>.<verb>``."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class TurnAccepted(msgspec.Struct, kw_only=True, tag="accepted"):
 
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
-    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported
+    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported | resume_failed
     message: str
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..domain import provider_events as pe
 from ..domain import script as sc
 from ..domain.capabilities import PROFILES
-from .base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from .base import ProviderAdapter, ResumeFailed, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from .protocol import PlaceSession
 
 # Without a profile in its script the scripted provider behaves like Claude Code: no active steering.
@@ -40,7 +40,10 @@ class ScriptedAdapter(ProviderAdapter):
         self._woken: dict[str, asyncio.Event] = {}
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
-        # A scripted conversation keeps no native state, so resuming any ref always succeeds.
+        # A scripted conversation keeps no native state, so any thread it created resumes; a ref it never
+        # minted (another runtime's, or a corrupted one) cannot be resumed (L9.4).
+        if native_ref and not native_ref.startswith("scripted-"):
+            raise ResumeFailed(f"the scripted provider has no thread {native_ref!r}")
         return (native_ref, True) if native_ref else (fresh_ref, False)
 
     async def respond(self, request_id: str, response: Response) -> None:
@@ -166,6 +169,8 @@ class ScriptedAdapter(ProviderAdapter):
                 if step.fatal:
                     raise ScriptFailed(step.message)
                 await sink.event(pe.Warning(message=step.message))
+            elif isinstance(step, sc.Crash):
+                raise RuntimeLost("the scripted runtime crashed")
             elif isinstance(step, sc.Hang):
                 await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this
         return await self._play_steers(turn, sink, node_id)

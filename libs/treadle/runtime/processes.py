@@ -84,6 +84,7 @@ class _Child:
     spawns: int = 0
     backoff: float = BACKOFF_INITIAL
     skip_backoff: bool = False
+    halted: bool = False  # killed on purpose and left down (a lost machine) until the next start()
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -115,6 +116,7 @@ class ProcessSupervisor:
         """Spawn every child that is not yet running; returns once all of them have been spawned."""
         self._stopping = False
         for child in self._children.values():
+            child.halted = False
             if child.task is None or child.task.done():
                 await self._spawn(child)
                 child.task = asyncio.create_task(self._supervise(child), name=f"supervise:{child.name}")
@@ -136,6 +138,15 @@ class ProcessSupervisor:
             return
         signal_group(proc.pid, sig)
         await asyncio.wait_for(proc.wait(), timeout)
+
+    async def halt(self, name: str, timeout: float = 10.0) -> None:
+        """SIGKILL a child's group and keep it down, as if its machine were lost; ``start()`` brings it back."""
+        child = self._children[name]
+        child.halted = True
+        child.wake.set()  # a child waiting out a restart backoff stays down too
+        await self.kill(name, signal.SIGKILL, timeout)
+        if child.task is not None:
+            await asyncio.wait_for(asyncio.shield(child.task), timeout)
 
     async def restart(self, name: str, timeout: float = 10.0) -> None:
         """Stop a child gracefully (SIGTERM, SIGKILL after `timeout`) and start it again at once."""
@@ -202,7 +213,7 @@ class ProcessSupervisor:
                 signal_group(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(pump, 2.0)
-            if self._stopping:
+            if self._stopping or child.halted:
                 return
             if child.skip_backoff:
                 delay, child.backoff = 0.0, BACKOFF_INITIAL
@@ -218,7 +229,7 @@ class ProcessSupervisor:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(child.wake.wait(), delay)
             child.skip_backoff = False
-            if self._stopping:
+            if self._stopping or child.halted:
                 return
             try:
                 await self._spawn(child)

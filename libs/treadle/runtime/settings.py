@@ -61,6 +61,8 @@ class ProviderHostSettings(WorkerSettings):
     host_id: str = "host-1"
     capacity: int = 1000
     heartbeat_seconds: float = 2.0
+    host_expiry_seconds: float = 10.0  # a host whose heartbeat stood still this long is dead (L9.3)
+    idle_seconds: float = 900.0  # the idle reaper releases a session unused this long (L9.3)
 
 
 class CheckpointsSettings(WorkerSettings):

@@ -12,14 +12,14 @@ from pathlib import Path
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.errors import NoKeysError
 
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, Turn, Unsupported
+from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import create_adapter
+from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
@@ -27,22 +27,17 @@ from treadle.checkpoints.client import CheckpointClient
 
 from .child_scopes import ChildScopeSink
 from .publisher import TurnPublisher
+from .reaper import IdleReaper
+from .registry import HostRecord, Registry, SessionRecord
+from .watcher import HostWatcher
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 
 
-class SessionRecord(msgspec.Struct, kw_only=True):
-    """KV ``treadle-sessions`` entry ``<host>.<session>``: enough to report the session after a crash."""
-
-    tenant: str
-    thread: str
-    provider_thread_id: str
-    boot_id: str
-
-
 class Session:
-    def __init__(self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str, resumed: bool) -> None:
+    def __init__(self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str, resumed: bool,
+                 now: float) -> None:
         self.request = request
         self.adapter = adapter
         self.native_ref = native_ref
@@ -51,10 +46,15 @@ class Session:
         self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
         self.steered: set[str] = set()  # message ids delivered (a re-sent steer is not injected twice)
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
+        self.last_active = now  # on the host's clock: the idle reaper releases sessions unused for long
+
+    @property
+    def busy(self) -> bool:
+        return any(not task.done() for task in self.turns.values())
 
 
 class ProviderHost:
-    def __init__(self, nc: NATS, shared: Shared, own: ProviderHostSettings) -> None:
+    def __init__(self, nc: NATS, shared: Shared, own: ProviderHostSettings, clock: Clock | None = None) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._workspaces = shared.workspaces
@@ -62,63 +62,93 @@ class ProviderHost:
         self._own = own
         self.host_id = subjects.token(own.host_id, "host id")
         self.boot_id = uuid.uuid4().hex[:16]
+        self._volume = shared.volume
+        self._clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
+        self._opening = 0  # placements in progress, counted against capacity
+        self._background: set[asyncio.Task] = set()  # placements and session ends running on their own
         self._subs: list = []
         self._heartbeat: asyncio.Task | None = None
         self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
+        self._seat = None  # the placement queue-group subscription, held only while there is room
+        self._seat_lock = asyncio.Lock()
+        self._stopping = False
+        self._loops: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        self._kv_sessions = await self._js.key_value("treadle-sessions")
-        self._kv_hosts = await self._js.key_value("treadle-hosts")
+        self._registry = Registry(await self._js.key_value("treadle-hosts"), await self._js.key_value("treadle-sessions"))
+        await self._registry.beat(self._record())  # registered before it takes any session
         await self._report_previous_life()
-        self._subs.append(await self._nc.subscribe(subjects.HOST_PLACE, queue="hosts", cb=self._on_place))
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
-        self._heartbeat = asyncio.create_task(self._beat())
+        await self._sync_seat()
+        watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
+                              self._own.heartbeat_seconds, self._publish_stopped)
+        reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
+        self._loops = [asyncio.create_task(loop, name=f"host:{name}") for name, loop in
+                       (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))]
 
     async def stop(self) -> None:
+        self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         for sub in self._subs:
             await sub.unsubscribe()
-        if self._heartbeat:
-            self._heartbeat.cancel()
+        async with self._seat_lock:
+            if self._seat is not None:
+                await self._seat.unsubscribe()
+                self._seat = None
+        for loop in self._loops:
+            loop.cancel()
         for session_id in list(self._sessions):
             await self._end_session(session_id, "host_stopping")
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
+    def _record(self) -> HostRecord:
+        return HostRecord(host_id=self.host_id, boot_id=self.boot_id, volume=self._volume, capacity=self._own.capacity,
+                          live=len(self._sessions), heartbeat_seconds=self._own.heartbeat_seconds,
+                          at=datetime.now(timezone.utc))
+
     async def _beat(self) -> None:
         while True:
-            record = {"boot_id": self.boot_id, "capacity": self._own.capacity, "live": len(self._sessions),
-                      "at": datetime.now(timezone.utc).isoformat()}
+            await self._clock.sleep(self._own.heartbeat_seconds)  # heartbeat period
             try:
-                await self._kv_hosts.put(self.host_id, _encode(record))
+                await self._registry.beat(self._record())
             except Exception as exc:  # the broker may be reconnecting; the next beat retries
                 log.warning("heartbeat failed: %r", exc)
-            await asyncio.sleep(self._own.heartbeat_seconds)  # heartbeat period
+
+    async def _sync_seat(self) -> None:
+        """Queue-group placement with a capacity gate: a host is in its volume's placement group only while
+        it has room, so NATS hands each new session to one host that can take it."""
+        async with self._seat_lock:
+            room = not self._stopping and len(self._sessions) + self._opening < self._own.capacity
+            if room and self._seat is None:
+                self._seat = await self._nc.subscribe(subjects.host_place(self._volume), queue="hosts",
+                                                      cb=self._take_seat_request)
+            elif not room and self._seat is not None:
+                await self._seat.unsubscribe()
+                self._seat = None
 
     async def _report_previous_life(self) -> None:
         """Sessions recorded by an earlier boot of this host died with it: say so on their threads."""
-        try:
-            keys = await self._kv_sessions.keys()  # nats-py 2.16 drops key filters, so filter here
-        except NoKeysError:
-            return
-        for key in (k for k in keys if k.startswith(f"{self.host_id}.")):
-            entry = await self._kv_sessions.get(key)
-            record = msgspec.json.decode(entry.value, type=SessionRecord)
+        previous = (await self._registry.sessions_by_host()).get(self.host_id, {})
+        for session_id, record in previous.items():
             if record.boot_id == self.boot_id:
                 continue
-            session_id = key.split(".", 1)[1]
             await self._publish_stopped(session_id, record, "host_restarted")
-            await self._kv_sessions.delete(key)
+            await self._registry.forget_session(self.host_id, session_id)
 
     async def _publish_stopped(self, session_id: str, record: SessionRecord, reason: str) -> None:
-        event = pe.ProviderEvent(id=f"evt_stop_{session_id}_{self.boot_id}", tenant=record.tenant, thread=record.thread,
+        # The id names the session's boot, not the reporter: a watcher and the restarted host reporting the
+        # same dead session produce one event.
+        event = pe.ProviderEvent(id=f"evt_stop_{session_id}_{record.boot_id}", tenant=record.tenant, thread=record.thread,
                                  session_id=session_id, provider_thread_id=record.provider_thread_id,
                                  at=datetime.now(timezone.utc), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id))
         await self._js.publish(subjects.provider(record.tenant, record.thread, record.provider_thread_id),
                                _encode(event), headers={"Nats-Msg-Id": event.id})
 
     async def _end_session(self, session_id: str, reason: str) -> None:
-        session = self._sessions.pop(session_id)
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return  # already ended (an idle release racing a stop)
         for task in session.turns.values():
             task.cancel()
         await asyncio.gather(*session.turns.values(), return_exceptions=True)
@@ -127,10 +157,18 @@ class ProviderHost:
         record = SessionRecord(tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id,
                                boot_id=self.boot_id)
         await self._publish_stopped(session_id, record, reason)
-        await self._kv_sessions.delete(f"{self.host_id}.{session_id}")
+        await self._registry.forget_session(self.host_id, session_id)
         LIVE_SESSIONS.set(len(self._sessions))
+        await self._sync_seat()
 
     # --- requests ----------------------------------------------------------------------------------
+
+    async def _take_seat_request(self, msg: Msg) -> None:
+        """Placement runs outside the seat's own delivery task: giving up the seat (unsubscribing) when the
+        host fills up cancels that task, and must not cancel the placement that filled it."""
+        task = asyncio.create_task(self._on_place(msg))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _on_place(self, msg: Msg) -> None:
         try:
@@ -138,6 +176,8 @@ class ProviderHost:
             reply = await self._place(request)
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
+        except ResumeFailed as exc:  # L9.4: the supervisor replaces the provider thread
+            reply = hp.HostFailure(code="resume_failed", message=str(exc))
         except Exception as exc:
             log.exception("place failed")
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
@@ -146,16 +186,23 @@ class ProviderHost:
     async def _place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
         session = self._sessions.get(request.session_id)
         if session is None:
-            if len(self._sessions) >= self._own.capacity:
+            if len(self._sessions) + self._opening >= self._own.capacity:
                 return hp.HostFailure(code="capacity", message=f"host {self.host_id} is full")
-            adapter = self._adapter(request)
-            native_ref, resumed = await adapter.open_thread(request.native_ref, f"scripted-{request.provider_thread_id}")
-            session = Session(request, adapter, native_ref, resumed)
-            record = SessionRecord(tenant=request.tenant, thread=request.thread,
-                                   provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
-            await self._kv_sessions.put(f"{self.host_id}.{request.session_id}", _encode(record))
-            self._sessions[request.session_id] = session
+            self._opening += 1
+            try:
+                await self._sync_seat()
+                adapter = self._adapter(request)
+                native_ref, resumed = await adapter.open_thread(request.native_ref,
+                                                                f"scripted-{request.provider_thread_id}")
+                session = Session(request, adapter, native_ref, resumed, self._clock.now())
+                record = SessionRecord(tenant=request.tenant, thread=request.thread,
+                                       provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
+                await self._registry.record_session(self.host_id, request.session_id, record)
+                self._sessions[request.session_id] = session
+            finally:
+                self._opening -= 1
             LIVE_SESSIONS.set(len(self._sessions))
+            await self._sync_seat()
         return hp.SessionPlaced(host_id=self.host_id, boot_id=self.boot_id, session_id=request.session_id,
                                 provider=request.provider, provider_thread_id=request.provider_thread_id,
                                 native_ref=session.native_ref, resumed=session.resumed,
@@ -191,6 +238,7 @@ class ProviderHost:
 
     async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
+        session.last_active = self._clock.now()
         if verb == "request.respond":
             answer = _encode(request.response)
             if request.request_id in session.answered:
@@ -216,6 +264,7 @@ class ProviderHost:
         return hp.TurnAccepted()
 
     def _start_turn(self, session: Session, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
+        session.last_active = self._clock.now()
         if request.attempt_id in session.turns:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
         task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
@@ -236,9 +285,15 @@ class ProviderHost:
             await session.adapter.run_turn(turn, publisher)
         except asyncio.CancelledError:
             raise
+        except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
+            log.warning("runtime of session %s died under turn %s: %s", request.session_id, request.attempt_id, exc)
+            ending = asyncio.create_task(self._end_session(request.session_id, "provider_crashed"))  # after this turn
+            self._background.add(ending)
+            ending.add_done_callback(self._background.discard)
         except Exception as exc:
             log.exception("turn %s failed", request.attempt_id)
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
         finally:
             session.playing.pop(request.attempt_id, None)
+            session.last_active = self._clock.now()
             publisher.close()

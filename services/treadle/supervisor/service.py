@@ -19,7 +19,6 @@ from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
 from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
-from treadle.domain.turn_options import scripted_capabilities
 from treadle.domain.thread import ThreadState, provider_cause
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
@@ -34,6 +33,7 @@ from treadle.runtime.settings import Shared, SupervisorSettings
 from treadle.providers.hosts import HostClient
 
 from .child_checkpoints import with_child_checkpoints
+from .placement import Placement, turn_text
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
@@ -47,7 +47,8 @@ class Supervisor:
         js = nc.jetstream()
         self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        self._hosts = HostClient(nc, own.host_timeout)
+        self._hosts = HostClient(nc, own.host_timeout, shared.volume)
+        self._placement = Placement(self._hosts)
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
@@ -138,15 +139,15 @@ class Supervisor:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
             session = state.live_session
             if session is None or session.provider != run.provider:
-                placed = await self._place(state, run, ctx)
-                await self._append(tenant, thread, state, [sv.attached(placed)], ctx)
+                await self._append(tenant, thread, state, await self._placement.attach(state, run, ctx), ctx)
             session = state.live_session
             assert session is not None
             att = run.attempt
             inputs = [state.message(m) for m in att.message_ids or [run.message_id]]
             reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
                 session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
-                root_node_id=att.root_node_id, text="\n\n".join(m.text for m in inputs if m is not None),
+                root_node_id=att.root_node_id,
+                text=turn_text(state, run, "\n\n".join(m.text for m in inputs if m is not None)),
                 script=att.script if att.message_ids else run.script))
             if isinstance(reply, hp.TurnAccepted):
                 return
@@ -183,20 +184,6 @@ class Supervisor:
                 raise Retryable(f"host {session.host_id} refused the interrupt: {reply.code} {reply.message}")
             await self._append(tenant, thread, state, [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id,
                                                                          path=action.path)], ctx)
-
-    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced:
-        assert state.thread is not None
-        previous = state.provider_thread
-        resume = previous is not None and previous.provider == run.provider
-        reply = await self._hosts.place(hp.PlaceSession(
-            tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
-            provider_thread_id=previous.id if resume else ctx.ids.next("pth"),  # type: ignore[union-attr]
-            native_ref=previous.native_ref if resume else None,  # type: ignore[union-attr]
-            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
-            capabilities=scripted_capabilities(run.provider, run.script)))
-        if isinstance(reply, hp.HostFailure):
-            raise Retryable(f"placement failed: {reply.code} {reply.message}")
-        return reply
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)

@@ -15,6 +15,7 @@ from pathlib import Path
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
 from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
 from .home import PROVIDER_ID, prepare_home
 from .rpc import ProcessGone, RpcError, RpcProcess
@@ -53,7 +54,7 @@ _DECISIONS = {"accept": "accept", "accept_for_session": "acceptForSession", "dec
 _END = object()  # queued when the process exits under a playing turn
 
 
-class ResumeFailed(Exception):
+class ResumeFailed(ResumeFailedBase):
     """L9.4: the provider thread could not be resumed (orchestration continues on a new one)."""
 
 

@@ -1,0 +1,68 @@
+"""Notices provider hosts that died without saying so (kill -9, a lost machine) and reports their sessions
+stopped (L9.3), so the supervisor resumes the work elsewhere from the threads' durable cursors.
+
+Every host runs one. A host is dead when its heartbeat revision has not moved for ``expiry`` seconds on
+this watcher's clock (a record the bucket's TTL already removed counts as not moving). Several watchers
+reporting the same session is harmless: the stop event's id is derived from the session and its boot, so
+the stream drops the copies, and the supervisor ignores a stop for a session that is no longer live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from treadle.runtime.clock import Clock
+
+from .registry import Registry, SessionRecord
+
+log = logging.getLogger(__name__)
+
+HOST_LOST = "host_lost"
+Report = Callable[[str, SessionRecord, str], Awaitable[None]]  # (session id, record, reason)
+
+
+class HostWatcher:
+    def __init__(self, registry: Registry, own_host_id: str, clock: Clock, expiry: float, period: float,
+                 report: Report) -> None:
+        self._registry = registry
+        self._own = own_host_id
+        self._clock = clock
+        self._expiry = expiry
+        self._period = period
+        self._report = report
+        self._seen: dict[str, tuple[int, float]] = {}  # host id -> (heartbeat revision, when it last moved)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.scan()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker may be away; the next period tries again
+                log.warning("host watch failed: %r", exc)
+            await self._clock.sleep(self._period)
+
+    async def scan(self) -> list[str]:
+        """One look at the registry; returns the hosts found dead (whose sessions were reported)."""
+        now = self._clock.now()
+        revisions = await self._registry.host_revisions()
+        for host_id, revision in revisions.items():
+            seen = self._seen.get(host_id)
+            if seen is None or seen[0] != revision:
+                self._seen[host_id] = (revision, now)
+        dead: list[str] = []
+        for host_id, sessions in (await self._registry.sessions_by_host()).items():
+            if host_id == self._own:
+                continue  # this host knows its own sessions, and reports them itself when it restarts
+            seen = self._seen.setdefault(host_id, (revisions.get(host_id, 0), now))
+            if now - seen[1] < self._expiry:
+                continue
+            dead.append(host_id)
+            log.warning("host %s missed its heartbeats for %.1fs: reporting %d sessions stopped", host_id,
+                        now - seen[1], len(sessions))
+            for session_id, record in sessions.items():
+                await self._report(session_id, record, HOST_LOST)
+                await self._registry.forget_session(host_id, session_id)
+        return dead

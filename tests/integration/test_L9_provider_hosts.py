@@ -1,0 +1,166 @@
+"""Provider hosts against a real broker, on a manual clock (L9.5): placement only on hosts with room, the
+idle reaper releasing through the production lifecycle, and a host whose heartbeat stands still having its
+sessions reported stopped by the hosts that are still alive (L9.3)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import nats
+import pytest
+
+from helpers import wait_for
+from treadle.domain import provider_events as pe
+from treadle.eventlog import streams, subjects
+from treadle.provider_host.service import ProviderHost
+from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle.runtime.clock import ManualClock
+from treadle.runtime.servers import NatsServer
+from treadle.runtime.settings import ProviderHostSettings, Shared
+
+TENANT = "acme"
+LOOPS_PER_HOST = 3  # heartbeat, host watcher, idle reaper: all parked on the clock between ticks
+
+
+class Hosts:
+    """A broker, the hosts under test (each on its own manual clock) and a listener for provider events."""
+
+    def __init__(self, tmp_path) -> None:
+        self.tmp_path = tmp_path
+        self.server = NatsServer(tmp_path / "nats")
+        self.hosts: list[ProviderHost] = []
+        self.stops: list[pe.ProviderEvent] = []
+
+    async def __aenter__(self) -> "Hosts":
+        await self.server.start()
+        self.nc = await nats.connect(self.server.url)
+        await streams.ensure(self.nc.jetstream())
+        self.client = HostClient(self.nc, timeout=2.0)
+
+        async def on_event(msg) -> None:
+            event = pe.provider_event_decoder.decode(msg.data)
+            if isinstance(event.body, pe.SessionStopped):
+                self.stops.append(event)
+        await self.nc.subscribe("treadle.prov.>", cb=on_event)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for host in self.hosts:
+            await host.stop()
+        await self.nc.close()
+        await self.server.stop()
+
+    async def host(self, host_id: str, clock: ManualClock, **settings) -> ProviderHost:
+        shared = Shared(state_dir=self.tmp_path, nats_url=self.server.url)
+        host = ProviderHost(self.nc, shared, ProviderHostSettings(host_id=host_id, **settings), clock=clock)
+        await host.start()
+        self.hosts.append(host)
+        await parked(clock, LOOPS_PER_HOST)
+        return host
+
+    async def place(self, thread: str, native_ref: str | None = None) -> hp.SessionPlaced:
+        reply = await self.client.place(hp.PlaceSession(
+            tenant=TENANT, thread=thread, provider="scripted", session_id=f"ps_{thread}_{len(self.stops)}",
+            provider_thread_id=f"pth_{thread}", native_ref=native_ref, workspace="w"))
+        assert isinstance(reply, hp.SessionPlaced), reply
+        return reply
+
+    def stopped(self, session_id: str) -> list[str]:
+        return [e.body.reason for e in self.stops if e.session_id == session_id]
+
+    async def recorded_sessions(self) -> set[str]:
+        kv = await self.nc.jetstream().key_value("treadle-sessions")
+        try:
+            return set(await kv.keys())
+        except Exception:  # NoKeysError: an empty bucket
+            return set()
+
+
+async def parked(clock: ManualClock, loops: int) -> None:
+    """Wait until every loop driven by ``clock`` has finished its tick and sleeps again."""
+    await wait_for(lambda: clock.sleepers >= loops, what=f"{loops} loops parked on the clock")
+
+
+async def tick(clock: ManualClock, seconds: float, loops: int) -> None:
+    clock.advance(seconds)
+    await asyncio.sleep(0)  # let the woken loops run before checking that they parked again
+    await parked(clock, loops)
+    await asyncio.sleep(0)
+
+
+async def test_L9_1_placement_goes_only_to_hosts_with_room(tmp_path):
+    async with Hosts(tmp_path) as env:
+        await env.host("h1", ManualClock(), capacity=1)
+        await env.host("h2", ManualClock(), capacity=1)
+        first, second = await env.place("t1"), await env.place("t2")
+        assert {first.host_id, second.host_id} == {"h1", "h2"}  # the full host left the placement group
+        with pytest.raises(HostUnavailable):
+            await env.place("t3")
+        reply = await env.client.verb(first.host_id, "session.stop", hp.StopTurn(session_id=first.session_id,
+                                                                                 attempt_id="none"))
+        assert isinstance(reply, hp.TurnAccepted)
+        third = await wait_for(lambda: _try_place(env, "t3"), what="a seat freed by the stopped session")
+        assert third.host_id == first.host_id
+        record = msgspec.json.decode((await (await env.nc.jetstream().key_value("treadle-hosts")).get("h1")).value)
+        assert (record["capacity"], record["volume"]) == (1, "local")
+
+
+async def _try_place(env: Hosts, thread: str):
+    try:
+        return await env.place(thread)
+    except HostUnavailable:
+        return None
+
+
+async def test_L9_5_idle_reaper_releases_only_idle_sessions_and_the_thread_resumes(tmp_path):
+    clock = ManualClock()
+    async with Hosts(tmp_path) as env:
+        host = await env.host("h1", clock, idle_seconds=60, heartbeat_seconds=5)
+        idle = await env.place("idle")
+        busy = await env.place("busy")
+        started = await env.client.start_turn("h1", hp.StartTurn(
+            session_id=busy.session_id, tenant=TENANT, thread="busy", run_id="run_b", attempt_id="att_b",
+            root_node_id="node_b", text="wait", script={"steps": [{"type": "hang"}]}))
+        assert isinstance(started, hp.TurnAccepted)
+
+        await tick(clock, 59, LOOPS_PER_HOST)
+        assert env.stopped(idle.session_id) == [] and len(host._sessions) == 2  # not idle long enough yet
+
+        # The reaper looks every idle/2 seconds, so a session goes at most 1.5 idle times after its last use.
+        await tick(clock, 31, LOOPS_PER_HOST)
+        await wait_for(lambda: env.stopped(idle.session_id), what="the idle session reported stopped")
+        assert env.stopped(idle.session_id) == ["idle"]
+        assert f"h1.{idle.session_id}" not in await env.recorded_sessions()
+
+        await tick(clock, 600, LOOPS_PER_HOST)
+        assert env.stopped(busy.session_id) == []  # a playing turn is never reaped, however long it plays
+        assert f"h1.{busy.session_id}" in await env.recorded_sessions()
+
+        again = await env.place("idle", native_ref=idle.native_ref)
+        assert (again.native_ref, again.resumed) == (idle.native_ref, True)
+
+
+async def test_L9_3_a_host_whose_heartbeat_stands_still_has_its_sessions_reported_stopped(tmp_path):
+    dying, watching = ManualClock(), ManualClock()
+    async with Hosts(tmp_path) as env:
+        await env.host("h1", dying, heartbeat_seconds=1, host_expiry_seconds=5)
+        placed = await env.place("t1")
+        assert placed.host_id == "h1"
+        await env.host("h2", watching, heartbeat_seconds=1, host_expiry_seconds=5)
+
+        for _ in range(8):  # h1 beats along: h2 never takes it for dead, however long it watches
+            await tick(dying, 1, LOOPS_PER_HOST)
+            await tick(watching, 1, LOOPS_PER_HOST)
+        assert env.stopped(placed.session_id) == []
+
+        for _ in range(4):  # h1's heartbeat stops (its clock stands still): not yet expired
+            await tick(watching, 1, LOOPS_PER_HOST)
+        assert env.stopped(placed.session_id) == []
+        await tick(watching, 1, LOOPS_PER_HOST)
+        await wait_for(lambda: env.stopped(placed.session_id), what="h1's session reported stopped")
+        assert env.stopped(placed.session_id) == ["host_lost"]
+        assert await env.recorded_sessions() == set()
+        event = next(e for e in env.stops if e.session_id == placed.session_id)
+        assert (event.tenant, event.thread, event.provider_thread_id) == (TENANT, "t1", "pth_t1")
