@@ -218,9 +218,10 @@ def asyncapi() -> str:
                   "and thread must be the subject's, or the run supervisor dead-letters it.",
                   {"tenant": tenant, "thread": thread, "providerThread": "provider thread id (pth_…)"},
                   ["ProviderEvent"]),
-        *_channel("hostPlacement", "treadle.host.place",
-                  "Internal: place a provider session, request/reply to the queue group of provider hosts.",
-                  {}, ["PlaceSession", "HostReply"]),
+        *_channel("hostPlacement", "treadle.place.{volume}",
+                  "Internal: place a provider session, request/reply to the queue group of the provider hosts that "
+                  "mount the volume and have room.",
+                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["PlaceSession", "HostReply"]),
         *_channel("hostVerbs", "treadle.host.{hostId}.{verb}",
                   "Internal: requests to one provider host (turn.start, …), request/reply.",
                   {"hostId": "provider host id", "verb": "e.g. turn.start"}, ["StartTurn", "HostReply"]),
