@@ -30,7 +30,10 @@ from .ids import TOKEN
 from .script import parse_script
 from .thread import ThreadState
 
-PROVIDERS = ("scripted", "codex", "claude")
+# "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
+# tests and demos without real runtimes. Orchestration treats it like any other provider.
+SCRIPTED_PROVIDERS = ("scripted", "scripted-b")
+PROVIDERS = (*SCRIPTED_PROVIDERS, "codex", "claude")
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 # rollback_active needs checkpoint restore in the checkpoint service.
@@ -130,7 +133,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     provider = body.provider or thread.provider
     check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
     if body.script is not None:
-        check(provider == "scripted", BadRequest, "a script needs the scripted provider", code="invalid_script")
+        check(provider in SCRIPTED_PROVIDERS, BadRequest, "a script needs a scripted provider", code="invalid_script")
         check(len(msgspec.json.encode(body.script)) <= MAX_SCRIPT_BYTES, BadRequest,
               f"script is at most {MAX_SCRIPT_BYTES} bytes", code="invalid_script")
         try:

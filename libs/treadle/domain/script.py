@@ -76,7 +76,14 @@ class Hang(Step, kw_only=True, tag="hang"):
     """Never finishes on its own: only an interrupt or a crash ends the turn."""
 
 
-AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang
+class Echo(Step, kw_only=True, tag="echo"):
+    """Answers with the turn's whole input as the provider received it (context handoffs included), so a test
+    can read what context a run was given."""
+
+    prefix: str = "Received: "
+
+
+AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Echo
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -14,7 +14,7 @@ from ..domain import events as ev
 from ..domain.thread import ThreadState
 
 FIELDS: tuple[str, ...] = ThreadState.__struct_fields__
-LISTS = ("messages", "runs", "checkpoints", "activity")  # the parts that grow with the thread
+LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 _encode = msgspec.json.Encoder().encode
 
 # Events whose fold changes only: the small fields, appended list elements, the run named by the event's

@@ -19,6 +19,8 @@ class PlaceSession(msgspec.Struct, kw_only=True):
     runtime_mode: str = "approval_required"
     model: str | None = None
     capabilities: ProviderCapabilities | None = None  # a scripted capability profile
+    fork_from: str | None = None  # L6.2: open a native fork of this provider thread instead (native_ref unused)
+    fork_at_turn: str | None = None  # ...forked after this provider turn (None: at its end)
 
 
 class StartTurn(msgspec.Struct, kw_only=True):

@@ -41,7 +41,14 @@ class ScriptedAdapter(ProviderAdapter):
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         # A scripted conversation keeps no native state, so resuming any ref always succeeds.
+        self._ref, self._fresh_ref = native_ref or fresh_ref, fresh_ref
         return (native_ref, True) if native_ref else (fresh_ref, False)
+
+    async def fork(self, at_turn_ref: str | None) -> str:
+        """A native fork only with the ``fork`` capability: a new ref that names its origin and point."""
+        if not self.capabilities.fork:
+            raise Unsupported("this profile cannot fork a provider thread")
+        return f"{self._fresh_ref}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
 
     async def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)
@@ -166,6 +173,8 @@ class ScriptedAdapter(ProviderAdapter):
                 if step.fatal:
                     raise ScriptFailed(step.message)
                 await sink.event(pe.Warning(message=step.message))
+            elif isinstance(step, sc.Echo):
+                await self._unstructured(turn, sink, node_id, step.prefix + turn.text)
             elif isinstance(step, sc.Hang):
                 await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this
         return await self._play_steers(turn, sink, node_id)

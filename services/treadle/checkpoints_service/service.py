@@ -11,6 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from treadle.checkpoints import materialize
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
 from treadle.eventlog import subjects
@@ -43,6 +44,7 @@ class CheckpointService:
         handlers: dict[str, Handler] = {
             "prepare": self._prepare,
             "capture": self._capture,
+            materialize.VERB: materialize.MaterializeHandler.serving(self._workspaces),  # L6.5: a fork's workspace
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(

@@ -18,6 +18,7 @@ from treadle.domain.commands import (
     Command,
     CreateThread,
     Ctx,
+    ForkThread,
     Rejected,
     RespondRequest,
     reaction_ctx,
@@ -39,6 +40,8 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
+from .lineage import LineageCommands, wants_context
+
 log = logging.getLogger(__name__)
 
 _command_decoder = msgspec.json.Decoder(Command)
@@ -54,6 +57,7 @@ class Coordinator:
         self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout)
+        self._lineage = LineageCommands(self._store, nc, shared.volume, own.checkpoint_timeout)  # L6, L7
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
@@ -88,6 +92,10 @@ class Coordinator:
         verb = type(command.body).__name__
         if isinstance(command.body, RespondRequest):
             reply = await self._decide_and_append(command, self._respond)
+        elif isinstance(command.body, ForkThread):
+            reply = await self._decide_and_append(command, self._lineage.fork)
+        elif wants_context(command):
+            reply = await self._decide_and_append(command, self._lineage.send)
         else:
             reply = await self._decide_and_append(command)
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()

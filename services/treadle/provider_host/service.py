@@ -145,7 +145,14 @@ class ProviderHost:
             if len(self._sessions) >= self._own.capacity:
                 return hp.HostFailure(code="capacity", message=f"host {self.host_id} is full")
             adapter = self._adapter(request)
-            native_ref, resumed = await adapter.open_thread(request.native_ref, f"scripted-{request.provider_thread_id}")
+            fresh_ref = f"scripted-{request.provider_thread_id}"
+            if request.fork_from is not None:
+                try:
+                    native_ref, resumed = await self._open_fork(adapter, request, fresh_ref)
+                except Unsupported as exc:
+                    return hp.HostFailure(code="unsupported", message=str(exc))
+            else:
+                native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
             session = Session(request, adapter, native_ref, resumed)
             record = SessionRecord(tenant=request.tenant, thread=request.thread,
                                    provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
@@ -156,6 +163,18 @@ class ProviderHost:
                                 provider=request.provider, provider_thread_id=request.provider_thread_id,
                                 native_ref=session.native_ref, resumed=session.resumed,
                                 capabilities=session.adapter.capabilities)
+
+    @staticmethod
+    async def _open_fork(adapter: ProviderAdapter, request: hp.PlaceSession, fresh_ref: str) -> tuple[str, bool]:
+        """L6.2 native fork: open the source provider thread, fork it at the point, and continue on the fork."""
+        try:
+            await adapter.open_thread(request.fork_from, fresh_ref)
+            forked = await adapter.fork(request.fork_at_turn)
+            native_ref, _ = await adapter.open_thread(forked, fresh_ref)
+        except BaseException:
+            await adapter.close()
+            raise
+        return native_ref, True
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
         workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace

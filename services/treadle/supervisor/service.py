@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
+from treadle.domain import lineage
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
@@ -129,19 +130,31 @@ class Supervisor:
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
-            session = state.live_session
-            if session is None or session.provider != run.provider:
+            if state.start_context(run.id) is None:  # L5/L6/L7: resolve the run's context before any provider work
+                resolved = await self._resolve_start_context(tenant, state, run, ctx)
+                if resolved:
+                    await self._append(tenant, thread, state, resolved, ctx)
+                    if run.terminal:
+                        continue  # an unresolvable transfer failed the run
+            if not lineage.session_fits(state, run):
                 placed = await self._place(state, run, ctx)
+                if isinstance(placed, hp.HostFailure):
+                    await self._append(tenant, thread, state, lineage.fork_refused(state, run, placed.message), ctx)
+                    continue
                 await self._append(tenant, thread, state, [sv.attached(placed)], ctx)
             session = state.live_session
             assert session is not None
             att = run.attempt
             inputs = [state.message(m) for m in att.message_ids or [run.message_id]]
+            text = lineage.turn_text(state, run, "\n\n".join(m.text for m in inputs if m is not None))
             reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
                 session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
-                root_node_id=att.root_node_id, text="\n\n".join(m.text for m in inputs if m is not None),
-                script=att.script if att.message_ids else run.script))
+                root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
             if isinstance(reply, hp.TurnAccepted):
+                context = state.start_context(run.id)
+                if context is not None and not context.delivered and (pth := state.session_thread(session.id)):
+                    await self._append(tenant, thread, state, [ev.ContextDelivered(run_id=run.id,
+                                                                                   provider_thread_id=pth.id)], ctx)
                 return
             if reply.code != "unknown_session":
                 raise Retryable(f"host {session.host_id} refused the turn: {reply.code} {reply.message}")
@@ -177,20 +190,34 @@ class Supervisor:
             await self._append(tenant, thread, state, [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id,
                                                                          path=action.path)], ctx)
 
-    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced:
+    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced | hp.HostFailure:
+        """A session on the provider thread the run must use (lineage.placement). A refused native fork is
+        returned for the caller to record; other failures are retried."""
         assert state.thread is not None
-        previous = state.provider_thread
-        resume = previous is not None and previous.provider == run.provider
+        where = lineage.placement(state, run)
         script = parse_script(run.script)
         reply = await self._hosts.place(hp.PlaceSession(
             tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
-            provider_thread_id=previous.id if resume else ctx.ids.next("pth"),  # type: ignore[union-attr]
-            native_ref=previous.native_ref if resume else None,  # type: ignore[union-attr]
+            provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"), native_ref=where.native_ref,
+            fork_from=where.fork_from, fork_at_turn=where.fork_at_turn,
             workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
             capabilities=script.capabilities if script else None))
         if isinstance(reply, hp.HostFailure):
+            if reply.code == "unsupported" and where.fork_from is not None:
+                return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply
+
+    async def _resolve_start_context(self, tenant: str, state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
+        """Read the threads a transfer comes from, then let the pure hook decide (lineage.resolve_start_context)."""
+        sources = {}
+        for source_id in lineage.sources_needed(state, run):
+            source = await self._store.refresh(tenant, source_id)
+            if source.thread is not None:
+                sources[source_id] = source
+        script = parse_script(run.script)
+        target = lineage.target_capabilities(state, run, script.capabilities if script else None, sources)
+        return lineage.resolve_start_context(state, run, target, sources, ctx)
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)

@@ -1,0 +1,405 @@
+"""Thread lineage as pure decisions (LIFECYCLES L5, L6, L7): forks with their source points, merge-back
+requests, and the one provider-neutral hook that resolves a run's starting context.
+
+Nothing here knows a provider by name: native fork needs the capabilities the source provider published
+and the target's; everything else is portable text built by the local summariser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from . import events as ev
+from .commands import Command, Ctx, ForkThread
+from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
+from .errors import Conflict, NotFound, Unprocessable, check
+from .ids import has_prefix
+from .summarise import span, summarise
+from .thread import ThreadState
+
+# L5.4: a provider thread that has been handed this many deltas is "confused by repeated handoffs": the next
+# return to it starts a fresh provider thread with a full summary instead.
+MAX_DELTA_HANDOFFS = 3
+MERGEABLE = ("completed", "interrupted", "failed")  # runs whose outcome a merge-back reports (L7.2)
+FORKABLE_AFTER_END = ("interrupted", "failed")  # stable only with a checkpoint (L6.3)
+ACTIVE = ("queued", "starting", "running", "waiting")
+
+
+def is_thread_id(value: object) -> bool:
+    return has_prefix(value, "thr")
+
+
+# --- fork (L6.1, L6.3) -------------------------------------------------------------------------------
+
+
+class ForkPlan(msgspec.Struct, kw_only=True):
+    child_id: str
+    transfer_id: str
+    point: dict
+    child_events: list
+    parent_events: list
+
+
+def _unstable(reason: str, message: str, **details) -> Conflict:
+    return Conflict(message, code="unstable_source", details={"reason": reason, **details})
+
+
+def _run_point(state: ThreadState, run: Run, on_active: str, **extra) -> dict:
+    """A run as a fork point: completed, or interrupted/failed with a checkpoint; an active run is replaced
+    by the latest completed checkpoint (or refused, as the caller asked)."""
+    requested = run
+    if run.status in ACTIVE:
+        if on_active == "refuse":
+            raise _unstable("run_active", f"run {run.id} is still {run.status}; fork from a completed run",
+                            run_id=run.id)
+        earlier = [r for r in state.runs if r.ordinal < run.ordinal and r.status == "completed" and _commit(state, r)]
+        if not earlier:
+            raise _unstable("run_active", f"run {run.id} is {run.status} and no earlier run has a completed checkpoint",
+                            run_id=run.id)
+        run = earlier[-1]
+    elif run.status in ("cancelled", "rolled_back"):
+        raise _unstable(run.status, f"run {run.id} is {run.status}; it is not a point to fork from", run_id=run.id)
+    elif run.status in FORKABLE_AFTER_END and _commit(state, run) is None:
+        raise _unstable("no_checkpoint", f"run {run.id} ended {run.status} without a checkpoint", run_id=run.id)
+    commit = _commit(state, run)
+    if commit is None:
+        raise _unstable("no_checkpoint", f"run {run.id} has no checkpoint to give the fork its files", run_id=run.id)
+    point = {"thread_id": state.thread.id if state.thread else "", "run_id": run.id, "ordinal": run.ordinal,
+             "checkpoint_id": run.checkpoint_id, "commit": commit, **extra}
+    if requested is not run:
+        point["substituted_for"] = requested.id  # the active run asked for; its latest completed checkpoint used
+    return point
+
+
+def _commit(state: ThreadState, run: Run) -> str | None:
+    ckpt = next((c for c in state.checkpoints if c.id == run.checkpoint_id), None)
+    return ckpt.commit if ckpt is not None and ckpt.commit and ckpt.status != "error" else None
+
+
+def source_point(state: ThreadState, body: ForkThread) -> tuple[dict, str | None]:
+    """L6.3: the stable point a fork starts from, and its fidelity (``synthetic`` below native) when the point
+    cannot be forked natively at all. Unstable points are refused with ``unstable_source`` and a reason."""
+    kind, ident = body.source.type, body.source.id
+    if kind == "run":
+        run = state.run(ident)
+        if run is None:
+            raise NotFound(f"run {ident} not found on this thread", code="source_not_found")
+        return _run_point(state, run, body.on_active, type="run"), None
+    if kind == "node":
+        for run in state.runs:
+            node = run.node(ident)
+            if node is None:
+                continue
+            if node.kind == "root_turn":
+                return _run_point(state, run, body.on_active, type="node", node_id=node.id), None
+            if node.kind == "subagent":
+                if node.status != "completed":
+                    raise _unstable("running_subagent", f"subagent {ident} is {node.status}", node_id=ident)
+                # L6.4: our subagents own no provider thread of their own, so this fork is synthetic: built from
+                # the projected graph, marked lower fidelity.
+                point = _run_point(state, run, "latest_checkpoint", type="node", node_id=node.id)
+                point["subagent_run_id"] = run.id
+                return point, "synthetic"
+            reason = {"tool": "running_tool", "approval": "pending_approval", "user_input": "pending_question"}[node.kind]
+            if node.status in ("pending", "running", "waiting"):
+                raise _unstable(reason, f"{node.kind} node {ident} is {node.status}", node_id=ident)
+            raise _unstable("not_a_boundary", f"a {node.kind} node is not a fork point; fork from its run",
+                            node_id=ident, run_id=run.id)
+        raise NotFound(f"node {ident} not found on this thread", code="source_not_found")
+    pth = state.provider_thread_of(ident)
+    if pth is None:
+        raise NotFound(f"provider thread {ident} not found on this thread", code="source_not_found")
+    runs = [r for r in state.runs if r.ordinal in pth.covered_ordinals]
+    if body.source.turn is not None:
+        runs = [r for r in runs if any(a.native_turn_ref == body.source.turn for a in r.attempts)]
+        if not runs:
+            raise NotFound(f"turn {body.source.turn} not found on provider thread {ident}", code="source_not_found")
+    if not runs:
+        raise _unstable("no_turns", f"provider thread {ident} has no completed turn to fork from")
+    return _run_point(state, runs[-1], body.on_active, type="provider_thread", provider_thread_id=pth.id,
+                      turn_ref=body.source.turn), None
+
+
+def fork(state: ThreadState, command: Command, body: ForkThread, ctx: Ctx) -> ForkPlan:
+    """L6.1: the new thread with lineage and a pending transfer, nothing else; the source records its child."""
+    source = state.thread
+    assert source is not None and body.thread_id is not None
+    point, fidelity = source_point(state, body)
+    child, transfer_id = body.thread_id, ctx.ids.next("xfer")
+    root = state.lineage.root_thread_id if state.lineage and state.lineage.root_thread_id else source.id
+    title = body.title or f"Fork of {source.title or source.id}"[:200]
+    created = ev.ThreadCreated(thread_id=child, title=title, provider=source.provider, model=source.model,
+                               runtime_mode=source.runtime_mode, workspace=f"threads/{child}", created_by=command.user)
+    forked = ev.ThreadForked(parent_thread_id=source.id, root_thread_id=root, transfer_id=transfer_id,
+                             source_point=point, fidelity=fidelity)
+    return ForkPlan(child_id=child, transfer_id=transfer_id, point=point, child_events=[created, forked],
+                    parent_events=[ev.ChildForked(child_thread_id=child, transfer_id=transfer_id, source_point=point)])
+
+
+# --- merge-back and clean context (L7.1, L5.4) -----------------------------------------------------------
+
+
+def context_request(state: ThreadState, run_id: str, *, clean_context: bool, merge_back_from: str | None,
+                    fork_state: ThreadState | None, ctx: Ctx) -> ev.RunContextRequested:
+    """What a message asks of its run's context. Merge-back: ``merge_back_from`` must be a fork of this thread
+    with completed work after the fork point (or after its previous merge)."""
+    if merge_back_from is None:
+        return ev.RunContextRequested(run_id=run_id, clean_context=clean_context)
+    thread = state.thread
+    assert thread is not None
+    if fork_state is None or fork_state.thread is None:
+        raise NotFound(f"thread {merge_back_from} not found", code="thread_not_found")
+    lineage = fork_state.lineage
+    check(lineage is not None and lineage.parent_thread_id == thread.id, Unprocessable,
+          f"thread {merge_back_from} is not a fork of this thread", code="not_a_fork")
+    assert lineage is not None
+    merged = [t.source_point.get("ordinal", 0) for t in state.transfers
+              if t.type == "merge_back" and t.source_thread_id == merge_back_from and t.status != "failed"]
+    after = max(merged, default=0)
+    done = [r for r in fork_state.runs if r.ordinal > after and r.status in MERGEABLE]
+    if not done:
+        raise Conflict(f"fork {merge_back_from} has no finished run to merge since "
+                       f"{'its last merge' if after else 'the fork point'}", code="nothing_to_merge")
+    last = done[-1]
+    point = lineage.source_point or {}
+    return ev.RunContextRequested(
+        run_id=run_id, clean_context=clean_context, transfer_id=ctx.ids.next("xfer"), merge_back_from=merge_back_from,
+        base_point={"thread_id": thread.id, "ordinal": point.get("ordinal"), "run_id": point.get("run_id")},
+        source_point={"thread_id": merge_back_from, "ordinal": last.ordinal, "run_id": last.id, "after_ordinal": after})
+
+
+# --- the starting context of a run (L5.2-L5.4, L6.2, L7.1) -----------------------------------------------
+
+
+def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
+    """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
+    for p in reversed(state.provider_threads):
+        if p.provider == provider and p.status != "unusable":
+            return p
+    return None
+
+
+def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]:
+    """An unresolvable transfer fails the run before any provider work, saying why."""
+    return [ev.TransferFailed(transfer_id=transfer.id, run_id=run.id, error=error),
+            ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"context transfer failed: {error}")]
+
+
+def _native_fork(source: ThreadState, point_run: Run, provider: str,
+                 target: ProviderCapabilities | None) -> tuple[str, str | None] | None:
+    """Same provider, native fork on both sides and strong refs: the provider thread that ran the point, and the
+    turn to fork after (None: its end, allowed only when the point is that thread's last turn)."""
+    att = point_run.attempt
+    pth = source.provider_thread_of(att.provider_thread_id)
+    session = source.session(att.session_id or "")
+    if pth is None or session is None or pth.provider != provider or not pth.native_ref:
+        return None
+    caps = session.capabilities
+    if not caps.fork or caps.identity != "strong" or (target is not None and not target.fork):
+        return None
+    last = max(pth.covered_ordinals, default=0)
+    if att.native_turn_ref is None and point_run.ordinal != last:
+        return None
+    return pth.native_ref, att.native_turn_ref
+
+
+def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabilities | None,
+                          sources: Mapping[str, ThreadState], ctx: Ctx) -> list[ev.Payload]:
+    """The provider-neutral hook every run passes before its provider sees it. Decides, as events:
+
+    - no transfer and nothing missed: nothing (the provider thread resumes as it is, L4.1);
+    - a pending fork: native fork of the source's provider thread at the point (same provider, native fork,
+      strong refs), else portable context summarised from the source's graph (L6.2);
+    - a provider switch or a return (L5.2/L5.3): resume the provider's own thread with the delta of the runs
+      it missed, or a fresh thread with a full summary (L5.4: none yet, a clean context asked for, or too
+      many deltas already);
+    - a merge-back: the fork's runs after the fork point as a delta (L7);
+    - a transfer that cannot be resolved: the run fails before any provider work.
+
+    ``sources`` holds the states of the threads the pending transfers come from (and the parent, for a
+    forked thread's full summary)."""
+    if state.start_context(run.id) is not None or state.thread is None:
+        return []
+    budget = target.max_handoff_chars if target is not None else ProviderCapabilities().max_handoff_chars
+    pending = [t for t in state.transfers
+               if t.status == "pending" and (t.type == "fork" or t.run_id == run.id)]
+    existing = None if run.clean_context else target_thread(state, run.provider)
+    fresh = existing is None
+    pth_id = existing.id if existing is not None else ctx.ids.next("pth")
+    drafts: list[dict] = []
+    transfers: dict[str, str] = {}
+    fork_ref = turn_ref = None
+
+    for transfer in (t for t in pending if t.type == "fork"):
+        source = sources.get(transfer.source_thread_id)
+        point = source.run(transfer.source_point.get("run_id", "")) if source is not None else None
+        if source is None or point is None or point.status in ("rolled_back", "cancelled"):
+            return _failed(run, transfer, "the fork's source point no longer exists")
+        native = None if transfer.fidelity == "synthetic" else _native_fork(source, point, run.provider, target)
+        if native is not None:
+            fork_ref, turn_ref = native
+            fresh, transfers[transfer.id] = True, "resolved_native"
+            continue
+        ordinals = [r.ordinal for r in source.runs if r.ordinal <= point.ordinal and r.status in MERGEABLE]
+        title = source.thread.title if source.thread else ""
+        heading = (f"# Context: this conversation is a fork of \"{title or transfer.source_thread_id}\" "
+                   f"at its run {point.ordinal}. Summary of the conversation up to that point "
+                   f"({span(ordinals)}):")
+        drafts.append({"strategy": "fork_context", "reason": "fork without native fork" if transfer.fidelity is None
+                       else "synthetic fork of a subagent", "state": source, "ordinals": ordinals,
+                       "heading": heading, "transfer": transfer})
+        transfers[transfer.id] = "resolved_portable"
+
+    own = [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
+    if not transfers or fresh:
+        missed = [o for o in own if existing is None or o not in existing.covered_ordinals]
+        deltas = sum(1 for h in state.handoffs if h.strategy == "delta" and existing is not None
+                     and h.provider_thread_id == existing.id and h.delivered)
+        if existing is not None and missed and deltas >= MAX_DELTA_HANDOFFS:
+            existing, fresh, pth_id = None, True, ctx.ids.next("pth")
+            missed, reason = own, "repeated handoffs"
+        else:
+            reason = "clean context requested" if run.clean_context else "new provider thread"
+        if missed and existing is not None:
+            previous = _previous_provider(state, missed)
+            drafts.append({"strategy": "delta", "reason": f"returning to {run.provider}", "state": state,
+                           "ordinals": missed, "from": previous,
+                           "heading": f"# Context update: while you were away this conversation went on with another "
+                                      f"assistant ({span(missed)}). What happened:"})
+        elif missed and fork_ref is None:
+            drafts.append({"strategy": "full_thread_summary", "reason": reason, "state": state, "ordinals": missed,
+                           "from": _previous_provider(state, missed), "inherited": _inherited(state, sources),
+                           "heading": f"# Context: summary of this conversation so far ({span(missed)}):"})
+
+    for transfer in (t for t in pending if t.type == "merge_back"):
+        fork_state = sources.get(transfer.source_thread_id)
+        if fork_state is None or fork_state.thread is None:
+            return _failed(run, transfer, f"fork {transfer.source_thread_id} is not readable")
+        after, upto = transfer.source_point.get("after_ordinal", 0), transfer.source_point.get("ordinal", 0)
+        ordinals = [r.ordinal for r in fork_state.runs if after < r.ordinal <= upto and r.status in MERGEABLE]
+        base = (transfer.base_point or {}).get("ordinal")
+        heading = (f"# Results of the fork \"{fork_state.thread.title or transfer.source_thread_id}\", made from "
+                   f"this conversation at run {base}: what changed there after the fork point ({span(ordinals)}):")
+        drafts.append({"strategy": "merge_back", "reason": "merge-back", "state": fork_state, "ordinals": ordinals,
+                       "heading": heading, "transfer": transfer})
+        transfers[transfer.id] = "resolved_portable"
+
+    if not drafts and not transfers and not fresh:
+        return []  # L4.1: the provider thread resumes with everything it needs
+    if not drafts and not transfers and not own:
+        return []  # a thread's first provider thread: nothing to hand over
+    events: list[ev.Payload] = []
+    share = max(1, budget // max(1, len(drafts)))
+    for draft in drafts:
+        text, truncated = summarise(draft["state"], draft["ordinals"], draft["heading"], share,
+                                    preamble=draft.get("inherited", ""))
+        transfer = draft.get("transfer")
+        events.append(ev.HandoffCreated(
+            handoff_id=ctx.ids.next("hoff"), run_id=run.id, strategy=draft["strategy"], reason=draft["reason"],
+            from_provider=draft.get("from"), to_provider=run.provider, provider_thread_id=pth_id,
+            transfer_id=transfer.id if transfer else None,
+            source_thread_id=transfer.source_thread_id if transfer else None,
+            covered_ordinals=draft["ordinals"], text=text, truncated=truncated))
+    events.append(ev.ContextResolved(
+        run_id=run.id, provider=run.provider, provider_thread_id=pth_id, fresh=fresh, fork_native_ref=fork_ref,
+        fork_at_turn_ref=turn_ref, handoff_ids=[e.handoff_id for e in events if isinstance(e, ev.HandoffCreated)],
+        transfers=transfers))
+    return events
+
+
+def _previous_provider(state: ThreadState, ordinals: list[int]) -> str | None:
+    providers = [r.provider for r in state.runs if r.ordinal in ordinals]
+    return providers[-1] if providers else None
+
+
+def _inherited(state: ThreadState, sources: Mapping[str, ThreadState]) -> str:
+    """A forked thread's full summary also carries what it inherited from its parent up to the fork point."""
+    lineage = state.lineage
+    if lineage is None or lineage.parent_thread_id is None or lineage.source_point is None:
+        return ""
+    parent = sources.get(lineage.parent_thread_id)
+    if parent is None:
+        return f"(This conversation was forked from another at its run {lineage.source_point.get('ordinal')}.)"
+    upto = lineage.source_point.get("ordinal", 0)
+    ordinals = [r.ordinal for r in parent.runs if r.ordinal <= upto and r.status in MERGEABLE]
+    text, _ = summarise(parent, ordinals, f"It was forked from an earlier conversation at run {upto}; before "
+                                          f"the fork ({span(ordinals)}):", 20_000)
+    return text
+
+
+def turn_text(state: ThreadState, run: Run, message_text: str) -> str:
+    """L5.2: the resolved context goes in with the user message as the new root turn, recorded, never spliced
+    in silently: the handoffs are events the run links to."""
+    context = state.start_context(run.id)
+    if context is None or context.delivered or not context.handoff_ids:
+        return message_text
+    texts = [h.text for h in (state.handoff(i) for i in context.handoff_ids) if h is not None]
+    return "\n\n".join([*texts, "---", message_text])
+
+
+def sources_needed(state: ThreadState, run: Run) -> list[str]:
+    """The threads whose state ``resolve_start_context`` reads for ``run`` (the parent only when a full summary
+    may be built, which then carries what the fork inherited)."""
+    ids = [t.source_thread_id for t in state.transfers
+           if t.status == "pending" and (t.type == "fork" or t.run_id == run.id)]
+    lineage = state.lineage
+    if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run.provider) is None):
+        ids.append(lineage.parent_thread_id)
+    return list(dict.fromkeys(ids))
+
+
+# --- placement: which provider thread a run's session opens ------------------------------------------------
+
+
+class Placement(msgspec.Struct, kw_only=True):
+    provider_thread_id: str | None  # None: a new one (its id minted by the caller)
+    native_ref: str | None = None  # resume this
+    fork_from: str | None = None  # or open a native fork of this...
+    fork_at_turn: str | None = None  # ...after this turn
+
+
+def placement(state: ThreadState, run: Run) -> Placement:
+    """The resolved context's provider thread (resumed once it exists, natively forked before), else the newest
+    usable provider thread of the run's provider (L4.1, L5.3), else a new one."""
+    context = state.start_context(run.id)
+    if context is not None:
+        pth = state.provider_thread_of(context.provider_thread_id)
+        if pth is not None:
+            return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref)
+        return Placement(provider_thread_id=context.provider_thread_id, fork_from=context.fork_native_ref,
+                         fork_at_turn=context.fork_at_turn_ref)
+    pth = target_thread(state, run.provider)
+    return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
+
+
+def session_fits(state: ThreadState, run: Run) -> bool:
+    """The live session serves ``run``: same provider, attached to the provider thread the run must use."""
+    session = state.live_session
+    if session is None or session.provider != run.provider:
+        return False
+    want = placement(state, run).provider_thread_id
+    attached = state.session_thread(session.id)
+    return want is None or (attached is not None and attached.id == want)
+
+
+def target_capabilities(state: ThreadState, run: Run, script_caps: ProviderCapabilities | None,
+                        sources: Mapping[str, ThreadState]) -> ProviderCapabilities | None:
+    """What the run's provider can do, before its session exists: the script's profile, else what a session of
+    that provider declared on this thread or on a source thread."""
+    if script_caps is not None:
+        return script_caps
+    for st in (state, *sources.values()):
+        for session in reversed(st.sessions):
+            if session.provider == run.provider:
+                return session.capabilities
+    return None
+
+
+def fork_refused(state: ThreadState, run: Run, message: str) -> list[ev.Payload]:
+    """The provider refused a native fork that its capabilities promised: the transfer and the run fail."""
+    context = state.start_context(run.id)
+    events: list[ev.Payload] = [ev.TransferFailed(transfer_id=t, run_id=run.id, error=f"native fork refused: {message}")
+                                for t in (context.transfer_ids if context else [])]
+    return events + [ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"native fork refused: {message}")]
