@@ -99,6 +99,7 @@ class RunQueued(Payload, kw_only=True):
     script: dict | None = None
     supersedes_run_id: str | None = None  # L3.4: the message was a steer of this run, which had answered already
     front: bool = False  # queued at the head (start_immediately behind a run being interrupted)
+    context: "ContextRequest | None" = None  # L5.4 clean context / L7.1 merge-back asked with the message
 
 
 @event("run.dispatched")
@@ -359,12 +360,11 @@ class ChildForked(Payload, kw_only=True):
     source_point: dict
 
 
-@event("run.context_requested")
-class RunContextRequested(Payload, kw_only=True):
-    """What a message asked of its run's context, in the same decision as its ``run.queued``: a clean provider
-    thread (L5.4) and/or the results of a fork (L7.1: the merge-back transfer, pending until the run starts)."""
+class ContextRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a message asked of its run's context, carried by its ``run.queued`` (so a reader that sees the run
+    sees the request): a clean provider thread (L5.4) and/or the results of a fork (L7.1: the merge-back
+    transfer, pending until the run starts)."""
 
-    run_id: str
     clean_context: bool = False
     transfer_id: str | None = None
     merge_back_from: str | None = None

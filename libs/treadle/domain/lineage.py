@@ -141,12 +141,12 @@ def fork(state: ThreadState, command: Command, body: ForkThread, ctx: Ctx) -> Fo
 # --- merge-back and clean context (L7.1, L5.4) -----------------------------------------------------------
 
 
-def context_request(state: ThreadState, run_id: str, *, clean_context: bool, merge_back_from: str | None,
-                    fork_state: ThreadState | None, ctx: Ctx) -> ev.RunContextRequested:
+def context_request(state: ThreadState, *, clean_context: bool, merge_back_from: str | None,
+                    fork_state: ThreadState | None, ctx: Ctx) -> ev.ContextRequest:
     """What a message asks of its run's context. Merge-back: ``merge_back_from`` must be a fork of this thread
     with completed work after the fork point (or after its previous merge)."""
     if merge_back_from is None:
-        return ev.RunContextRequested(run_id=run_id, clean_context=clean_context)
+        return ev.ContextRequest(clean_context=clean_context)
     thread = state.thread
     assert thread is not None
     if fork_state is None or fork_state.thread is None:
@@ -164,8 +164,8 @@ def context_request(state: ThreadState, run_id: str, *, clean_context: bool, mer
                        f"{'its last merge' if after else 'the fork point'}", code="nothing_to_merge")
     last = done[-1]
     point = lineage.source_point or {}
-    return ev.RunContextRequested(
-        run_id=run_id, clean_context=clean_context, transfer_id=ctx.ids.next("xfer"), merge_back_from=merge_back_from,
+    return ev.ContextRequest(
+        clean_context=clean_context, transfer_id=ctx.ids.next("xfer"), merge_back_from=merge_back_from,
         base_point={"thread_id": thread.id, "ordinal": point.get("ordinal"), "run_id": point.get("run_id")},
         source_point={"thread_id": merge_back_from, "ordinal": last.ordinal, "run_id": last.id, "after_ordinal": after})
 

@@ -284,6 +284,8 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
         )
     )
     state.runs.append(run)
+    if d.context is not None:
+        _context_requested(state, e, run, d.context)
     if d.dispatched:
         run.status = "starting"
         state.active_run_id = d.run_id
@@ -616,14 +618,13 @@ def _child_forked(state: ThreadState, e: ev.Envelope, d: ev.ChildForked) -> None
                                  "source_point": dict(d.source_point), "at": e.at.isoformat()})
 
 
-def _run_context_requested(state: ThreadState, e: ev.Envelope, d: ev.RunContextRequested) -> None:
-    run = state.run(d.run_id)
-    if run is not None:
-        run.clean_context = d.clean_context
+def _context_requested(state: ThreadState, e: ev.Envelope, run: Run, d: ev.ContextRequest) -> None:
+    """Folded with the ``run.queued`` that carries it."""
+    run.clean_context = d.clean_context
     if d.transfer_id and d.merge_back_from and state.transfer(d.transfer_id) is None:
         state.transfers.append(ContextTransfer(id=d.transfer_id, type="merge_back", source_thread_id=d.merge_back_from,
                                                source_point=dict(d.source_point or {}), base_point=d.base_point,
-                                               run_id=d.run_id, created_at=e.at))
+                                               run_id=run.id, created_at=e.at))
 
 
 def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -> None:
@@ -681,7 +682,6 @@ def _transfer_failed(state: ThreadState, e: ev.Envelope, d: ev.TransferFailed) -
 _LINEAGE_HANDLERS = {
     ev.ThreadForked: _thread_forked,
     ev.ChildForked: _child_forked,
-    ev.RunContextRequested: _run_context_requested,
     ev.HandoffCreated: _handoff_created,
     ev.ContextResolved: _context_resolved,
     ev.ContextDelivered: _context_delivered,

@@ -9,7 +9,7 @@ from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.materialize import Materialize, request_materialize
 from treadle.domain import events as ev
 from treadle.domain import lineage
-from treadle.domain.commands import Accepted, Command, Ctx, ForkThread, SendMessage, thread_id_for
+from treadle.domain.commands import Accepted, Command, Ctx, ForkThread, SendMessage, reaction_ctx, thread_id_for
 from treadle.domain.decide import decide
 from treadle.domain.errors import Conflict, NotFound
 from treadle.domain.thread import ThreadState
@@ -53,7 +53,9 @@ class LineageCommands:
             except CheckpointError as exc:
                 raise Conflict(f"the fork's workspace could not be made from the checkpoint: {exc.message}",
                                code="workspace_unavailable", details={"reason": exc.code}) from None
-            ctx = Ctx.for_command(command)
+            # Envelope ids of their own: the source's events of this command get theirs from the command's
+            # factory, and equal ids would be dropped by the broker's de-duplication.
+            ctx = reaction_ctx(f"{command.id}|fork-child", command.issued_at, f"user:{command.user}")
             try:
                 await self._store.append(tenant, plan.child_id, child, plan.child_events, ids=ctx.ids, at=ctx.now,
                                          command_id=command.id, actor=ctx.actor)
@@ -82,8 +84,7 @@ class LineageCommands:
         events, receipt = decide(state, msgspec.structs.replace(command, body=body), ctx)
         if receipt.duplicate or not events:
             return events, receipt
-        request = lineage.context_request(state, receipt.run_id or "", clean_context=body.clean_context,
-                                          merge_back_from=body.merge_back_from, fork_state=fork_state, ctx=ctx)
-        queued = next(i for i, e in enumerate(events) if isinstance(e, ev.RunQueued))
-        events.insert(queued + 1, request)
+        queued = next(e for e in events if isinstance(e, ev.RunQueued))
+        queued.context = lineage.context_request(state, clean_context=body.clean_context,
+                                                 merge_back_from=body.merge_back_from, fork_state=fork_state, ctx=ctx)
         return events, receipt
