@@ -188,6 +188,20 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     assert [c["thread_id"] for c in after["lineage"]["children"]] == [child]
 
 
+async def test_L6_2_a_transfer_that_cannot_be_resolved_fails_the_run_before_any_provider_work(api):
+    source = await api.create_thread()
+    base = await send_done(api, source, "base", script=script(write("x.txt", "x\n"), text("ok"), profile="no_fork"))
+    child = (await fork(api, source, {"type": "run", "id": base["id"]}))["thread_id"]
+    # The target neither forks natively nor takes any context text: the fork's context cannot reach it.
+    no_context = {"steps": [ECHO], "capabilities": {"fork": False, "max_handoff_chars": 0}}
+    sent = await api.send(child, "go on", script=no_context)
+    run = await api.wait_run(sent["run_id"], "failed")
+    assert run["error"].startswith("context transfer failed: scripted accepts no context handoff")
+    doc = await api.thread(child)
+    assert doc["transfers"][0]["status"] == "failed"
+    assert doc["sessions"] == [] and doc["provider_threads"] == [] and run["messages"][-1]["role"] == "user"
+
+
 async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_or_is_refused(api, stack):
     thread = await api.create_thread()
     done = await send_done(api, thread, "first", script=script(write("one.txt", "1\n"), text("one")))

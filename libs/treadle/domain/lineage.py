@@ -173,6 +173,29 @@ def context_request(state: ThreadState, *, clean_context: bool, merge_back_from:
 # --- the starting context of a run (L5.2-L5.4, L6.2, L7.1) -----------------------------------------------
 
 
+def needs_context(state: ThreadState, run: Run) -> bool:
+    """The run's context is still to be resolved: never was, or its provider thread turned out unusable before
+    the context reached it (L4.2: then it is resolved again, onto a replacement)."""
+    context = state.start_context(run.id)
+    if context is None:
+        return True
+    pth = state.provider_thread_of(context.provider_thread_id)
+    return not context.delivered and pth is not None and pth.status == "unusable"
+
+
+def _open_transfers(state: ThreadState, run: Run) -> list[ContextTransfer]:
+    """Transfers the run must resolve: pending forks and its merge-backs, and those it resolved already when
+    it resolves again after an unusable provider thread."""
+    return [t for t in state.transfers
+            if (t.status == "pending" and (t.type == "fork" or t.run_id == run.id))
+            or (t.status in ("resolved_native", "resolved_portable") and t.run_id == run.id)]
+
+
+def unusable(run: Run, provider_thread_id: str, reason: str) -> list[ev.Payload]:
+    """L4.2: mark the provider thread that failed to resume; the next placement resolves a replacement."""
+    return [ev.ProviderThreadUnusable(provider_thread_id=provider_thread_id, run_id=run.id, reason=reason)]
+
+
 def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
     """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
     for p in reversed(state.provider_threads):
@@ -220,11 +243,10 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
 
     ``sources`` holds the states of the threads the pending transfers come from (and the parent, for a
     forked thread's full summary)."""
-    if state.start_context(run.id) is not None or state.thread is None:
+    if not needs_context(state, run) or state.thread is None:
         return []
     budget = target.max_handoff_chars if target is not None else ProviderCapabilities().max_handoff_chars
-    pending = [t for t in state.transfers
-               if t.status == "pending" and (t.type == "fork" or t.run_id == run.id)]
+    pending = _open_transfers(state, run)
     existing = None if run.clean_context else target_thread(state, run.provider)
     fresh = existing is None
     pth_id = existing.id if existing is not None else ctx.ids.next("pth")
@@ -260,8 +282,12 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         if existing is not None and missed and deltas >= MAX_DELTA_HANDOFFS:
             existing, fresh, pth_id = None, True, ctx.ids.next("pth")
             missed, reason = own, "repeated handoffs"
+        elif run.clean_context:
+            reason = "clean context requested"
+        elif any(p.provider == run.provider and p.status == "unusable" for p in state.provider_threads):
+            reason = "replacement for an unusable provider thread"  # L4.2
         else:
-            reason = "clean context requested" if run.clean_context else "new provider thread"
+            reason = "new provider thread"
         if missed and existing is not None:
             previous = _previous_provider(state, missed)
             drafts.append({"strategy": "delta", "reason": f"returning to {run.provider}", "state": state,
@@ -290,6 +316,12 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         return []  # L4.1: the provider thread resumes with everything it needs
     if not drafts and not transfers and not own:
         return []  # a thread's first provider thread: nothing to hand over
+    if budget <= 0:  # the target takes no context text: only a native fork could have carried this over
+        for draft in drafts:
+            if (transfer := draft.get("transfer")) is not None:
+                return _failed(run, transfer, f"{run.provider} accepts no context handoff and cannot fork this "
+                                              "thread natively")
+        drafts = []
     events: list[ev.Payload] = []
     share = max(1, budget // max(1, len(drafts)))
     for draft in drafts:
@@ -342,8 +374,7 @@ def turn_text(state: ThreadState, run: Run, message_text: str) -> str:
 def sources_needed(state: ThreadState, run: Run) -> list[str]:
     """The threads whose state ``resolve_start_context`` reads for ``run`` (the parent only when a full summary
     may be built, which then carries what the fork inherited)."""
-    ids = [t.source_thread_id for t in state.transfers
-           if t.status == "pending" and (t.type == "fork" or t.run_id == run.id)]
+    ids = [t.source_thread_id for t in _open_transfers(state, run)]
     lineage = state.lineage
     if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run.provider) is None):
         ids.append(lineage.parent_thread_id)

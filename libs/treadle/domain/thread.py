@@ -679,7 +679,14 @@ def _transfer_failed(state: ThreadState, e: ev.Envelope, d: ev.TransferFailed) -
         _activity(state, e, "transfer.failed", d.run_id, None, d.error)
 
 
+def _provider_thread_unusable(state: ThreadState, e: ev.Envelope, d: ev.ProviderThreadUnusable) -> None:
+    if (p := state.provider_thread_of(d.provider_thread_id)) is not None:
+        p.status = "unusable"
+    _activity(state, e, "provider_thread.unusable", d.run_id, None, d.reason)
+
+
 _LINEAGE_HANDLERS = {
+    ev.ProviderThreadUnusable: _provider_thread_unusable,
     ev.ThreadForked: _thread_forked,
     ev.ChildForked: _child_forked,
     ev.HandoffCreated: _handoff_created,

@@ -70,7 +70,7 @@ class TurnAccepted(msgspec.Struct, kw_only=True, tag="accepted"):
 
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
-    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported
+    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported | resume_failed
     message: str
 
 

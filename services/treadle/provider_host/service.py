@@ -151,8 +151,14 @@ class ProviderHost:
                     native_ref, resumed = await self._open_fork(adapter, request, fresh_ref)
                 except Unsupported as exc:
                     return hp.HostFailure(code="unsupported", message=str(exc))
+            elif request.native_ref is not None:
+                try:
+                    native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
+                except Exception as exc:  # L4.2: the orchestrator replaces the provider thread
+                    await adapter.close()
+                    return hp.HostFailure(code="resume_failed", message=f"cannot resume {request.native_ref}: {exc!r}")
             else:
-                native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
+                native_ref, resumed = await adapter.open_thread(None, fresh_ref)
             session = Session(request, adapter, native_ref, resumed)
             record = SessionRecord(tenant=request.tenant, thread=request.thread,
                                    provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)

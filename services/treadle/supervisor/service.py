@@ -130,7 +130,7 @@ class Supervisor:
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
-            if state.start_context(run.id) is None:  # L5/L6/L7: resolve the run's context before any provider work
+            if lineage.needs_context(state, run):  # L5/L6/L7: resolve the run's context before any provider work
                 resolved = await self._resolve_start_context(tenant, state, run, ctx)
                 if resolved:
                     await self._append(tenant, thread, state, resolved, ctx)
@@ -139,9 +139,15 @@ class Supervisor:
             if not lineage.session_fits(state, run):
                 placed = await self._place(state, run, ctx)
                 if isinstance(placed, hp.HostFailure):
-                    await self._append(tenant, thread, state, lineage.fork_refused(state, run, placed.message), ctx)
+                    where = lineage.placement(state, run)
+                    failed = (lineage.unusable(run, where.provider_thread_id or "", placed.message)
+                              if placed.code == "resume_failed" else lineage.fork_refused(state, run, placed.message))
+                    await self._append(tenant, thread, state, failed, ctx)
                     continue
+                replaced = state.live_session
                 await self._append(tenant, thread, state, [sv.attached(placed)], ctx)
+                if replaced is not None and replaced.id != placed.session_id:
+                    await self._release(replaced)
             session = state.live_session
             assert session is not None
             att = run.attempt
@@ -203,10 +209,19 @@ class Supervisor:
             workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
             capabilities=script.capabilities if script else None))
         if isinstance(reply, hp.HostFailure):
-            if reply.code == "unsupported" and where.fork_from is not None:
+            if (reply.code == "unsupported" and where.fork_from is not None) or (
+                    reply.code == "resume_failed" and where.native_ref is not None):
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply
+
+    async def _release(self, session) -> None:
+        """A session replaced by a provider switch (L5) is stopped on its host: its runtime is not left idle
+        there. Best effort: the host's idle reaping is the backstop."""
+        try:
+            await self._hosts.verb(session.host_id, "session.stop", hp.StopTurn(session_id=session.id, attempt_id=""))
+        except Exception as exc:  # the host may be gone already; nothing else depends on this
+            log.info("could not release replaced session %s: %r", session.id, exc)
 
     async def _resolve_start_context(self, tenant: str, state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
         """Read the threads a transfer comes from, then let the pure hook decide (lineage.resolve_start_context)."""
