@@ -188,6 +188,19 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     assert [c["thread_id"] for c in after["lineage"]["children"]] == [child]
 
 
+async def test_L6_1_a_retried_fork_names_the_same_thread_once(api):
+    source = await api.create_thread()
+    base = await send_done(api, source, "base", script=script(text("ok")))
+    body = {"source": {"type": "run", "id": base["id"]}}
+    first = await api.request("POST", f"/v1/threads/{source}/fork", json=body, headers={"Idempotency-Key": "fork-1"})
+    again = await api.request("POST", f"/v1/threads/{source}/fork", json=body, headers={"Idempotency-Key": "fork-1"})
+    assert first.status_code == again.status_code == 201 and first.json()["thread_id"] == again.json()["thread_id"]
+    doc = await api.wait_thread(source, lambda d: d if d["lineage"] else None, "the source's record")
+    assert [c["thread_id"] for c in doc["lineage"]["children"]] == [first.json()["thread_id"]]
+    bad = await api.request("POST", f"/v1/threads/{source}/fork", json={"source": {"type": "run", "id": "node_x"}})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_id"
+
+
 async def test_L6_2_a_transfer_that_cannot_be_resolved_fails_the_run_before_any_provider_work(api):
     source = await api.create_thread()
     base = await send_done(api, source, "base", script=script(write("x.txt", "x\n"), text("ok"), profile="no_fork"))

@@ -130,7 +130,9 @@ def fork(state: ThreadState, command: Command, body: ForkThread, ctx: Ctx) -> Fo
     child, transfer_id = body.thread_id, ctx.ids.next("xfer")
     root = state.lineage.root_thread_id if state.lineage and state.lineage.root_thread_id else source.id
     title = body.title or f"Fork of {source.title or source.id}"[:200]
-    created = ev.ThreadCreated(thread_id=child, title=title, provider=source.provider, model=source.model,
+    at = state.run(point["run_id"])
+    provider = at.provider if at is not None else source.provider  # the fork goes on where the point was
+    created = ev.ThreadCreated(thread_id=child, title=title, provider=provider, model=source.model,
                                runtime_mode=source.runtime_mode, workspace=f"threads/{child}", created_by=command.user)
     forked = ev.ThreadForked(parent_thread_id=source.id, root_thread_id=root, transfer_id=transfer_id,
                              source_point=point, fidelity=fidelity)
@@ -188,7 +190,14 @@ def _open_transfers(state: ThreadState, run: Run) -> list[ContextTransfer]:
     it resolves again after an unusable provider thread."""
     return [t for t in state.transfers
             if (t.status == "pending" and (t.type == "fork" or t.run_id == run.id))
-            or (t.status in ("resolved_native", "resolved_portable") and t.run_id == run.id)]
+            or (t.status in ("resolved_native", "resolved_portable") and (t.run_id == run.id or _undelivered(state, t)))]
+
+
+def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
+    """Resolved for a run that ended before its context reached a provider: the next run takes it over."""
+    owner = state.run(transfer.run_id or "")
+    context = state.start_context(transfer.run_id or "")
+    return owner is not None and owner.terminal and context is not None and not context.delivered
 
 
 def unusable(run: Run, provider_thread_id: str, reason: str) -> list[ev.Payload]:
@@ -262,6 +271,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         native = None if transfer.fidelity == "synthetic" else _native_fork(source, point, run.provider, target)
         if native is not None:
             fork_ref, turn_ref = native
+            if not fresh:
+                pth_id = ctx.ids.next("pth")  # a native fork is always a provider thread of its own
             fresh, transfers[transfer.id] = True, "resolved_native"
             continue
         ordinals = [r.ordinal for r in source.runs if r.ordinal <= point.ordinal and r.status in MERGEABLE]

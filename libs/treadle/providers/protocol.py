@@ -48,6 +48,17 @@ class StopTurn(msgspec.Struct, kw_only=True):
     attempt_id: str
 
 
+class ForkThread(msgspec.Struct, kw_only=True):
+    """``thread.fork`` (L6.2): natively fork the live session's provider thread after ``at_turn`` (None: its end)."""
+
+    session_id: str
+    at_turn: str | None = None
+
+
+class Forked(msgspec.Struct, kw_only=True, tag="forked"):
+    native_ref: str
+
+
 class Respond(msgspec.Struct, kw_only=True):
     session_id: str
     request_id: str
@@ -76,8 +87,9 @@ class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
 
 place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
+fork_reply = msgspec.json.Decoder(Forked | HostFailure)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
 VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,
-                 "session.stop": StopTurn, "request.respond": Respond}
+                 "session.stop": StopTurn, "request.respond": Respond, "thread.fork": ForkThread}
 encode = msgspec.json.Encoder().encode

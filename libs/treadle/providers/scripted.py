@@ -35,6 +35,7 @@ class ScriptedAdapter(ProviderAdapter):
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
+        self._forks = 0
         self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
@@ -48,7 +49,8 @@ class ScriptedAdapter(ProviderAdapter):
         """A native fork only with the ``fork`` capability: a new ref that names its origin and point."""
         if not self.capabilities.fork:
             raise Unsupported("this profile cannot fork a provider thread")
-        return f"{self._fresh_ref}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
+        self._forks += 1
+        return f"{self._fresh_ref}~{self._forks}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
 
     async def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)

@@ -210,7 +210,7 @@ class ProviderHost:
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
         await msg.respond(_encode(reply))
 
-    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.Forked | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
         if verb == "request.respond":
             answer = _encode(request.response)
@@ -221,6 +221,8 @@ class ProviderHost:
             await session.adapter.respond(request.request_id, request.response)
             session.answered[request.request_id] = answer
             return hp.TurnAccepted()
+        if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
+            return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
         if verb == "session.stop":
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()

@@ -201,6 +201,8 @@ class Supervisor:
         returned for the caller to record; other failures are retried."""
         assert state.thread is not None
         where = lineage.placement(state, run)
+        if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
+            where = lineage.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
         script = parse_script(run.script)
         reply = await self._hosts.place(hp.PlaceSession(
             tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
@@ -214,6 +216,25 @@ class Supervisor:
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply
+
+    async def _fork_on_live_source(self, state: ThreadState, run: Run) -> str | None:
+        """A source provider thread still live in its own session is forked there: a runtime that allows one
+        writer per thread (Codex) could not open it a second time. None: no such session (the fork's own
+        session then opens the source and forks it)."""
+        assert state.thread is not None
+        context = state.start_context(run.id)
+        transfer = next((t for t in (state.transfer(i) for i in (context.transfer_ids if context else []))
+                         if t is not None and t.type == "fork"), None)
+        if context is None or transfer is None:
+            return None
+        source = await self._store.refresh(state.thread.tenant, transfer.source_thread_id)
+        session = source.live_session
+        pth = source.session_thread(session.id) if session is not None else None
+        if session is None or pth is None or pth.native_ref != context.fork_native_ref:
+            return None
+        reply = await self._hosts.fork(session.host_id, hp.ForkThread(session_id=session.id,
+                                                                      at_turn=context.fork_at_turn_ref))
+        return reply.native_ref if isinstance(reply, hp.Forked) else None
 
     async def _release(self, session) -> None:
         """A session replaced by a provider switch (L5) is stopped on its host: its runtime is not left idle
