@@ -93,6 +93,8 @@ async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6
     # L5.5: the provider received exactly the stored handoff, then the user message.
     assert reply(runs[9]) == f"Received: {delta['text']}\n\n---\n\nback to A: wrap up"
 
+    for n in range(1, 9):  # L5.1: no rewrite of earlier history
+        assert await api.run(runs[n]["id"]) == runs[n]
     doc = await api.thread(thread)
     covered = {p["id"]: p["covered_ordinals"] for p in doc["provider_threads"]}
     assert covered == {a1: list(range(1, 10)), b1: list(range(1, 9))}
@@ -199,6 +201,22 @@ async def test_L6_1_a_retried_fork_names_the_same_thread_once(api):
     assert [c["thread_id"] for c in doc["lineage"]["children"]] == [first.json()["thread_id"]]
     bad = await api.request("POST", f"/v1/threads/{source}/fork", json={"source": {"type": "run", "id": "node_x"}})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_id"
+
+
+async def test_L6_3_fork_from_a_provider_thread_at_a_turn_or_at_its_end(api):
+    source = await api.create_thread()
+    first = await send_done(api, source, "first", script=script(text("one"), profile="native_fork"))
+    second = await send_done(api, source, "second", script=script(text("two"), profile="native_fork"))
+    pth = pth_of(second)
+    at_end = await fork(api, source, {"type": "provider_thread", "id": pth})
+    at_turn = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": first["attempts"][0]["native_turn_ref"]})
+    points = []
+    for forked in (at_end, at_turn):
+        doc = await api.wait_thread(forked["thread_id"], lambda d: d if d["transfers"] else None, "fork")
+        points.append(doc["transfers"][0]["source_point"])
+    assert [(p["type"], p["run_id"]) for p in points] == [("provider_thread", second["id"]), ("provider_thread", first["id"])]
+    unknown = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": "no-such-turn"}, expect=404)
+    assert unknown["error"]["code"] == "source_not_found"
 
 
 async def test_L6_2_a_transfer_that_cannot_be_resolved_fails_the_run_before_any_provider_work(api):
