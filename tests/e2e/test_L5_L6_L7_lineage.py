@@ -8,12 +8,15 @@ input, which is how these tests see the context a provider was given.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from scripts import HANG, approval, script, text, write
+from treadle.domain.thread import fold
+from treadle.projections.store import encode_state
 
 ECHO = {"type": "echo"}
 # Ids and refs a handoff must never contain (L7.2: no provider protocol noise).
@@ -44,6 +47,13 @@ def history(doc: dict) -> dict:
     return {"runs": doc["runs"], "messages": doc["messages"], "checkpoints": doc["checkpoints"]}
 
 
+async def assert_projection_is_the_fold(api, log, thread: str) -> None:
+    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
+    folded = fold(await log.read(api.tenant, thread))
+    r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
+    assert r.json() == json.loads(encode_state(folded))
+
+
 def workspace(stack, tenant: str, thread: str) -> Path:
     return Path(stack.state_dir) / "workspaces" / tenant / "threads" / thread
 
@@ -57,7 +67,7 @@ async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dic
 # --- L5 provider switching --------------------------------------------------------------------------------
 
 
-async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6_to_8(api):
+async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6_to_8(api, log):
     thread = await api.create_thread(title="switching")
     runs = {}
     for n in range(1, 6):
@@ -99,6 +109,7 @@ async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6
     covered = {p["id"]: p["covered_ordinals"] for p in doc["provider_threads"]}
     assert covered == {a1: list(range(1, 10)), b1: list(range(1, 9))}
     assert [h["id"] for h in doc["handoffs"]] == [to_b["id"], delta_id]
+    await assert_projection_is_the_fold(api, log, thread)
 
 
 async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_summary(api):
@@ -275,7 +286,7 @@ async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity
 # --- L7 merge-back -----------------------------------------------------------------------------------------
 
 
-async def test_L7_merge_back_carries_files_tests_and_open_questions_without_protocol_noise(api):
+async def test_L7_merge_back_carries_files_tests_and_open_questions_without_protocol_noise(api, log):
     source = await api.create_thread(title="main line")
     base = await send_done(api, source, "set up the project", script=script(write("app.py", "print('app')\n"), text("set up")))
     child = (await fork(api, source, {"type": "run", "id": base["id"]}, title="try a cache"))["thread_id"]
@@ -318,3 +329,5 @@ async def test_L7_merge_back_carries_files_tests_and_open_questions_without_prot
     assert tree["root_thread_id"] == source and tree["tree"]["thread_id"] == source
     assert [c["thread_id"] for c in tree["tree"]["children"]] == [child]
     assert tree["tree"]["children"][0]["relationship"] == "fork"
+    await assert_projection_is_the_fold(api, log, source)
+    await assert_projection_is_the_fold(api, log, child)
