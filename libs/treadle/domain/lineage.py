@@ -237,6 +237,19 @@ def _native_fork(source: ThreadState, point_run: Run, provider: str,
     return pth.native_ref, att.native_turn_ref
 
 
+class _Draft(msgspec.Struct, kw_only=True):
+    """A handoff to write: which runs of which thread, under what heading."""
+
+    strategy: str
+    reason: str
+    state: ThreadState
+    ordinals: list[int]
+    heading: str
+    from_provider: str | None = None
+    transfer: ContextTransfer | None = None
+    inherited: str = ""
+
+
 def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabilities | None,
                           sources: Mapping[str, ThreadState], ctx: Ctx) -> list[ev.Payload]:
     """The provider-neutral hook every run passes before its provider sees it. Decides, as events:
@@ -259,7 +272,7 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
     existing = None if run.clean_context else target_thread(state, run.provider)
     fresh = existing is None
     pth_id = existing.id if existing is not None else ctx.ids.next("pth")
-    drafts: list[dict] = []
+    drafts: list[_Draft] = []
     transfers: dict[str, str] = {}
     fork_ref = turn_ref = None
 
@@ -280,9 +293,9 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         heading = (f"# Context: this conversation is a fork of \"{title or transfer.source_thread_id}\" "
                    f"at its run {point.ordinal}. Summary of the conversation up to that point "
                    f"({span(ordinals)}):")
-        drafts.append({"strategy": "fork_context", "reason": "fork without native fork" if transfer.fidelity is None
-                       else "synthetic fork of a subagent", "state": source, "ordinals": ordinals,
-                       "heading": heading, "transfer": transfer})
+        reason = "fork without native fork" if transfer.fidelity is None else "synthetic fork of a subagent"
+        drafts.append(_Draft(strategy="fork_context", reason=reason, state=source, ordinals=ordinals, heading=heading,
+                             transfer=transfer))
         transfers[transfer.id] = "resolved_portable"
 
     own = [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
@@ -301,14 +314,14 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
             reason = "new provider thread"
         if missed and existing is not None:
             previous = _previous_provider(state, missed)
-            drafts.append({"strategy": "delta", "reason": f"returning to {run.provider}", "state": state,
-                           "ordinals": missed, "from": previous,
-                           "heading": f"# Context update: while you were away this conversation went on with another "
-                                      f"assistant ({span(missed)}). What happened:"})
+            drafts.append(_Draft(strategy="delta", reason=f"returning to {run.provider}", state=state, ordinals=missed,
+                                 from_provider=previous,
+                                 heading=f"# Context update: while you were away this conversation went on with "
+                                         f"another assistant ({span(missed)}). What happened:"))
         elif missed and fork_ref is None:
-            drafts.append({"strategy": "full_thread_summary", "reason": reason, "state": state, "ordinals": missed,
-                           "from": _previous_provider(state, missed), "inherited": _inherited(state, sources),
-                           "heading": f"# Context: summary of this conversation so far ({span(missed)}):"})
+            drafts.append(_Draft(strategy="full_thread_summary", reason=reason, state=state, ordinals=missed,
+                                 from_provider=_previous_provider(state, missed), inherited=_inherited(state, sources),
+                                 heading=f"# Context: summary of this conversation so far ({span(missed)}):"))
 
     for transfer in (t for t in pending if t.type == "merge_back"):
         fork_state = sources.get(transfer.source_thread_id)
@@ -319,8 +332,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         base = (transfer.base_point or {}).get("ordinal")
         heading = (f"# Results of the fork \"{fork_state.thread.title or transfer.source_thread_id}\", made from "
                    f"this conversation at run {base}: what changed there after the fork point ({span(ordinals)}):")
-        drafts.append({"strategy": "merge_back", "reason": "merge-back", "state": fork_state, "ordinals": ordinals,
-                       "heading": heading, "transfer": transfer})
+        drafts.append(_Draft(strategy="merge_back", reason="merge-back", state=fork_state, ordinals=ordinals,
+                             heading=heading, transfer=transfer))
         transfers[transfer.id] = "resolved_portable"
 
     if not drafts and not transfers and not fresh:
@@ -329,22 +342,21 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         return []  # a thread's first provider thread: nothing to hand over
     if budget <= 0:  # the target takes no context text: only a native fork could have carried this over
         for draft in drafts:
-            if (transfer := draft.get("transfer")) is not None:
+            if (transfer := draft.transfer) is not None:
                 return _failed(run, transfer, f"{run.provider} accepts no context handoff and cannot fork this "
                                               "thread natively")
         drafts = []
     events: list[ev.Payload] = []
     share = max(1, budget // max(1, len(drafts)))
     for draft in drafts:
-        text, truncated = summarise(draft["state"], draft["ordinals"], draft["heading"], share,
-                                    preamble=draft.get("inherited", ""))
-        transfer = draft.get("transfer")
+        text, truncated = summarise(draft.state, draft.ordinals, draft.heading, share, preamble=draft.inherited)
+        transfer = draft.transfer
         events.append(ev.HandoffCreated(
-            handoff_id=ctx.ids.next("hoff"), run_id=run.id, strategy=draft["strategy"], reason=draft["reason"],
-            from_provider=draft.get("from"), to_provider=run.provider, provider_thread_id=pth_id,
+            handoff_id=ctx.ids.next("hoff"), run_id=run.id, strategy=draft.strategy, reason=draft.reason,
+            from_provider=draft.from_provider, to_provider=run.provider, provider_thread_id=pth_id,
             transfer_id=transfer.id if transfer else None,
             source_thread_id=transfer.source_thread_id if transfer else None,
-            covered_ordinals=draft["ordinals"], text=text, truncated=truncated))
+            covered_ordinals=draft.ordinals, text=text, truncated=truncated))
     events.append(ev.ContextResolved(
         run_id=run.id, provider=run.provider, provider_thread_id=pth_id, fresh=fresh, fork_native_ref=fork_ref,
         fork_at_turn_ref=turn_ref, handoff_ids=[e.handoff_id for e in events if isinstance(e, ev.HandoffCreated)],
