@@ -4,7 +4,7 @@ handoffs, and L5.5's bound on handoff size. The e2e tests cover the same hook ov
 from __future__ import annotations
 
 from treadle.domain import events as ev
-from treadle.domain import lineage
+from treadle.domain import start_context as lineage
 from treadle.domain.entities import ProviderCapabilities
 
 from domain_helpers import apply, ctx, new_thread, send

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
-from treadle.domain import lineage
+from treadle.domain import start_context
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
@@ -130,18 +130,18 @@ class Supervisor:
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
-            if lineage.needs_context(state, run):  # L5/L6/L7: resolve the run's context before any provider work
+            if start_context.needs_context(state, run):  # L5/L6/L7: resolve the run's context before any provider work
                 resolved = await self._resolve_start_context(tenant, state, run, ctx)
                 if resolved:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
-            if not lineage.session_fits(state, run):
+            if not start_context.session_fits(state, run):
                 placed = await self._place(state, run, ctx)
                 if isinstance(placed, hp.HostFailure):
-                    where = lineage.placement(state, run)
-                    failed = (lineage.unusable(run, where.provider_thread_id or "", placed.message)
-                              if placed.code == "resume_failed" else lineage.fork_refused(state, run, placed.message))
+                    where = start_context.placement(state, run)
+                    failed = (start_context.unusable(run, where.provider_thread_id or "", placed.message)
+                              if placed.code == "resume_failed" else start_context.fork_refused(state, run, placed.message))
                     await self._append(tenant, thread, state, failed, ctx)
                     continue
                 replaced = state.live_session
@@ -152,7 +152,7 @@ class Supervisor:
             assert session is not None
             att = run.attempt
             inputs = [state.message(m) for m in att.message_ids or [run.message_id]]
-            text = lineage.turn_text(state, run, "\n\n".join(m.text for m in inputs if m is not None))
+            text = start_context.turn_text(state, run, "\n\n".join(m.text for m in inputs if m is not None))
             reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
                 session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
                 root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
@@ -197,12 +197,12 @@ class Supervisor:
                                                                          path=action.path)], ctx)
 
     async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced | hp.HostFailure:
-        """A session on the provider thread the run must use (lineage.placement). A refused native fork is
+        """A session on the provider thread the run must use (start_context.placement). A refused native fork is
         returned for the caller to record; other failures are retried."""
         assert state.thread is not None
-        where = lineage.placement(state, run)
+        where = start_context.placement(state, run)
         if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
-            where = lineage.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
+            where = start_context.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
         script = parse_script(run.script)
         reply = await self._hosts.place(hp.PlaceSession(
             tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
@@ -245,15 +245,15 @@ class Supervisor:
             log.info("could not release replaced session %s: %r", session.id, exc)
 
     async def _resolve_start_context(self, tenant: str, state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
-        """Read the threads a transfer comes from, then let the pure hook decide (lineage.resolve_start_context)."""
+        """Read the threads a transfer comes from, then let the pure hook decide (start_context.resolve_start_context)."""
         sources = {}
-        for source_id in lineage.sources_needed(state, run):
+        for source_id in start_context.sources_needed(state, run):
             source = await self._store.refresh(tenant, source_id)
             if source.thread is not None:
                 sources[source_id] = source
         script = parse_script(run.script)
-        target = lineage.target_capabilities(state, run, script.capabilities if script else None, sources)
-        return lineage.resolve_start_context(state, run, target, sources, ctx)
+        target = start_context.target_capabilities(state, run, script.capabilities if script else None, sources)
+        return start_context.resolve_start_context(state, run, target, sources, ctx)
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)
