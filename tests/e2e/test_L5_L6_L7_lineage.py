@@ -244,6 +244,23 @@ async def test_L6_2_a_transfer_that_cannot_be_resolved_fails_the_run_before_any_
     assert doc["sessions"] == [] and doc["provider_threads"] == [] and run["messages"][-1]["role"] == "user"
 
 
+async def test_L6_2_native_fork_of_a_provider_thread_no_longer_live_opens_and_forks_it(api):
+    source = await api.create_thread()
+    await send_done(api, source, "one", script=script(text("1"), profile="native_fork"))
+    point = await send_done(api, source, "two", script=script(text("2"), profile="native_fork"))
+    # The source moves on to another provider: its first provider thread is no longer live anywhere.
+    await send_done(api, source, "three", provider="scripted-b", script=script(text("3")))
+    doc = await api.thread(source)
+    a1 = next(p for p in doc["provider_threads"] if p["provider"] == "scripted")
+    assert [s["status"] for s in doc["sessions"]] == ["stopped", "live"]
+    child = (await fork(api, source, {"type": "run", "id": point["id"]}))["thread_id"]
+    first = await send_done(api, child, "go on", script=script(ECHO, profile="native_fork"))
+    fork_doc = await api.thread(child)
+    assert fork_doc["transfers"][0]["status"] == "consumed" and fork_doc["transfers"][0]["fidelity"] == "native"
+    assert f"fork-of~{a1['native_ref']}@{point['attempts'][-1]['native_turn_ref']}" in fork_doc["provider_threads"][0]["native_ref"]
+    assert reply(first) == "Received: go on"
+
+
 async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_or_is_refused(api, stack):
     thread = await api.create_thread()
     done = await send_done(api, thread, "first", script=script(write("one.txt", "1\n"), text("one")))
