@@ -306,7 +306,9 @@ async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_
     await codex_stack.processes.kill("provider-host")
     gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
-    assert (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+    async def marked():  # the projection follows the 409's record a moment later
+        return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+    await wait_for(marked, timeout=10, what="the request marked not_resumable")
     await wait_for(lambda: codex_stack.processes.restarts("provider-host") > restarts, timeout=30,
                    what="provider host restarted")
     # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
