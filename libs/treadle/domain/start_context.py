@@ -59,7 +59,7 @@ def unusable(run: Run, provider_thread_id: str, reason: str) -> list[ev.Payload]
 def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
     """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
     for p in reversed(state.provider_threads):
-        if p.provider == provider and p.status != "unusable":
+        if p.provider == provider and p.status not in ("unusable", "divergent"):  # divergent: rolled back (L10.5)
             return p
     return None
 
