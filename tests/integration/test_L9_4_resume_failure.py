@@ -102,7 +102,7 @@ async def test_L9_4_a_failed_resume_continues_on_a_replacement_provider_thread_b
             # The replacement started from the conversation (the scripted reply echoes what it was given).
             reply = next(m.text for m in state.messages if m.run_id == "run_2" and m.role == "assistant"
                          and m.status == "completed")
-            assert "user: my name is Ada" in reply and "assistant: Hello Ada." in reply
+            assert "my name is Ada" in reply and "Hello Ada." in reply
             events = await log.read(TENANT, THREAD)
             failed = [e.data for e in events if isinstance(e.data, ev.ProviderResumeFailed)]
             assert [f.provider_thread_id for f in failed] == ["pth_old"]

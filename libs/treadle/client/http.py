@@ -140,6 +140,29 @@ class TreadleClient:
     async def get_run(self, run_id: str) -> dict:
         return await self._call("GET", f"/v1/runs/{run_id}")
 
+    # --- lineage (L5-L7): fork, handoffs, the tree; merge-back and clean context are ``send_with_context`` --
+
+    async def fork(self, thread_id: str, source_type: str, source_id: str, *, turn: str | None = None,
+                   title: str | None = None, on_active: str | None = None,
+                   idempotency_key: str | None = None) -> dict:
+        body = {"source": {"type": source_type, "id": source_id, **_present(turn=turn)},
+                **_present(title=title, on_active=on_active)}
+        return await self._call("POST", f"/v1/threads/{thread_id}/fork", body=body, idempotency_key=idempotency_key)
+
+    async def send_with_context(self, thread_id: str, text: str, *, merge_back_from: str | None = None,
+                                clean_context: bool = False, provider: str | None = None,
+                                idempotency_key: str | None = None) -> dict:
+        body = {"text": text, **_present(merge_back_from=merge_back_from, provider=provider,
+                                         clean_context=clean_context or None)}
+        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body,
+                                idempotency_key=idempotency_key)
+
+    async def get_handoff(self, handoff_id: str) -> dict:
+        return await self._call("GET", f"/v1/handoffs/{handoff_id}")
+
+    async def lineage(self, thread_id: str) -> dict:
+        return await self._call("GET", f"/v1/threads/{thread_id}/lineage")
+
     # --- events -----------------------------------------------------------------------------------
 
     async def events(self, thread_id: str, last_event_id: int | None = None, *,

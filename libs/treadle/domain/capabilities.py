@@ -26,6 +26,9 @@ PROFILES: dict[str, ProviderCapabilities] = {
     "no_plans": msgspec.structs.replace(FULL, plan_updates=False, todo_list=False, proposed_plan=False,
                                         structured_questions=False),
     "weak_terminal": msgspec.structs.replace(FULL, terminal_status="weak"),
+    # L6.2: a provider that forks its threads natively (native refs it can branch), and one that cannot.
+    "native_fork": msgspec.structs.replace(FULL, fork=True, read_snapshot=True),
+    "no_fork": msgspec.structs.replace(FULL, fork=False),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import msgspec
 
@@ -28,6 +29,8 @@ class SendMessage(msgspec.Struct, kw_only=True, tag="thread.send", forbid_unknow
     target_run_id: str | None = None
     provider: str | None = None
     script: dict | None = None
+    clean_context: bool = False  # L5.4: a fresh provider thread with a full summary
+    merge_back_from: str | None = None  # L7.1: bring a fork's results home with this message
 
 
 class InterruptRun(msgspec.Struct, kw_only=True, tag="run.interrupt", forbid_unknown_fields=True):
@@ -67,6 +70,22 @@ class ImplementPlan(msgspec.Struct, kw_only=True, tag="plan.implement", forbid_u
     as_: str = msgspec.field(name="as", default="run")
     thread_id: str | None = None  # with as=thread: the thread the gateway created for it
 
+
+class ForkSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """L6.3: a run, a node (root turn or completed subagent) or a provider thread (optionally at a turn)."""
+
+    type: Literal["run", "node", "provider_thread"]
+    id: str
+    turn: str | None = None  # provider_thread only: the native turn ref to fork after
+
+
+class ForkThread(msgspec.Struct, kw_only=True, tag="thread.fork", forbid_unknown_fields=True):
+    """L6.1, sent to the source thread: a new thread with lineage and a pending context transfer."""
+
+    source: ForkSource
+    title: str = ""
+    on_active: Literal["latest_checkpoint", "refuse"] = "latest_checkpoint"
+    thread_id: str | None = None  # set by the coordinator from the command id
 
 
 
@@ -139,4 +158,4 @@ class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unk
 
 # `Command.body` is resolved when its decoder is first built, so widening the union here reaches it.
 Body = (CreateThread | SendMessage | InterruptRun | RespondRequest | ReorderQueue | EditQueued | CancelQueued | ImplementPlan
-        | RollbackThread | RollbackNode)
+        | RollbackThread | RollbackNode | ForkThread)

@@ -27,10 +27,12 @@ from .commands import (
 from .entities import DispatchMode, ProviderCapabilities, Run, RuntimeMode
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import TOKEN
-from .turn_options import check_turn_options, scripted_capabilities
+from .turn_options import SCRIPTED_PROVIDERS, check_turn_options, scripted_capabilities
 from .thread import ThreadState
 
-PROVIDERS = ("scripted", "codex", "claude")
+# "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
+# tests and demos without real runtimes. Orchestration treats it like any other provider.
+PROVIDERS = (*SCRIPTED_PROVIDERS, "codex", "claude")
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 

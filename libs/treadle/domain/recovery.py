@@ -45,3 +45,20 @@ def replacement_context(state: ThreadState, run: Run) -> str:
     text = "\n".join(lines)[-CONTEXT_LIMIT:]
     return ("[The earlier provider thread of this conversation could not be resumed. The conversation so far:]\n"
             f"{text}\n[End of the earlier conversation.]")
+
+
+def replaced_thread(state: ThreadState, provider: str, new_provider_thread_id: str) -> str | None:
+    """The unusable provider thread a newly placed one replaces (L9.4), if it is new and one is unreplaced."""
+    if state.provider_thread_of(new_provider_thread_id) is not None:
+        return None
+    replaced = {p.replaces for p in state.provider_threads}
+    return next((p.id for p in reversed(state.provider_threads)
+                 if p.provider == provider and p.status == "unusable" and p.id not in replaced), None)
+
+
+def with_replacement_context(state: ThreadState, run: Run, text: str) -> str:
+    """The turn's input; the first turn on a replacement provider thread carries the conversation before it."""
+    if not needs_context(state):
+        return text
+    context = replacement_context(state, run)
+    return f"{context}\n\n{text}" if context else text

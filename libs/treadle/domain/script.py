@@ -80,7 +80,14 @@ class Crash(Step, kw_only=True, tag="crash"):
     """The provider runtime dies under the turn (L9.3): the session is stopped and the run retried."""
 
 
-AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash
+class Echo(Step, kw_only=True, tag="echo"):
+    """Answers with the turn's whole input as the provider received it (context handoffs included), so a test
+    can read what context a run was given."""
+
+    prefix: str = "Received: "
+
+
+AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash | Echo
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

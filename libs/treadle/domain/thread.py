@@ -15,7 +15,10 @@ from .entities import (
     Activity,
     Attempt,
     Checkpoint,
+    ContextHandoff,
+    ContextTransfer,
     ExecutionNode,
+    Lineage,
     Message,
     Plan,
     Progress,
@@ -24,6 +27,7 @@ from .entities import (
     Run,
     Rollback,
     RuntimeRequest,
+    StartContext,
     Thread,
 )
 
@@ -52,6 +56,10 @@ class ThreadState(msgspec.Struct, kw_only=True):
     provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
     capabilities: CapabilityView | None = None  # what clients can do with the live provider
     rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
+    lineage: Lineage | None = None  # L6: parent, root and children of a forked thread
+    transfers: list[ContextTransfer] = msgspec.field(default_factory=list)  # L6/L7 context transfers
+    start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
+    handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
 
     # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
 
@@ -105,6 +113,37 @@ class ThreadState(msgspec.Struct, kw_only=True):
         for r in reversed(self.requests):
             if r.id == request_id:
                 return r
+        return None
+
+    def provider_thread_of(self, pth_id: str | None) -> ProviderThread | None:
+        for p in self.provider_threads:
+            if p.id == pth_id:
+                return p
+        return None
+
+    def session_thread(self, session_id: str | None) -> ProviderThread | None:
+        """The provider thread a session was attached to (the newest such)."""
+        for p in reversed(self.provider_threads):
+            if p.session_id == session_id:
+                return p
+        return None
+
+    def start_context(self, run_id: str) -> StartContext | None:
+        for c in reversed(self.start_contexts):
+            if c.run_id == run_id:
+                return c
+        return None
+
+    def transfer(self, transfer_id: str) -> ContextTransfer | None:
+        for t in self.transfers:
+            if t.id == transfer_id:
+                return t
+        return None
+
+    def handoff(self, handoff_id: str) -> ContextHandoff | None:
+        for h in reversed(self.handoffs):
+            if h.id == handoff_id:
+                return h
         return None
 
 
@@ -248,6 +287,8 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
         )
     )
     state.runs.append(run)
+    if d.context is not None:
+        _context_requested(state, e, run, d.context)
     if d.dispatched:
         run.status = "starting"
         state.active_run_id = d.run_id
@@ -279,7 +320,7 @@ def _run_started(state: ThreadState, e: ev.Envelope, d: ev.RunStarted) -> None:
     att.turn_id = d.turn_id
     att.native_turn_ref = d.native_turn_ref
     att.started_at = e.at
-    pth = state.provider_thread
+    pth = state.session_thread(d.session_id) or state.provider_thread
     att.provider_thread_id = pth.id if pth else None
     root = run.node(att.root_node_id)
     if root is not None:
@@ -313,7 +354,9 @@ def _run_ended(status: str):
         for plan in state.plans:  # L2.3: the run's todo lists are final with it
             if plan.run_id == d.run_id and plan.status == "open" and plan.kind == "todo_list":
                 plan.status = "final"
-        pth = state.provider_thread
+        # Coverage goes to the provider thread the run actually ran on (L5.3: switching leaves several).
+        ended = next((a for a in run.attempts if a.id == d.attempt_id), None)
+        pth = state.provider_thread_of(ended.provider_thread_id if ended else None) or state.provider_thread
         if pth is not None and status == "completed" and run.ordinal not in pth.covered_ordinals:
             pth.covered_ordinals.append(run.ordinal)
 
@@ -570,6 +613,105 @@ def _run_warning(state: ThreadState, e: ev.Envelope, d: ev.RunWarning) -> None:
     _activity(state, e, "runtime.warning", d.run_id, None, d.message)
 
 
+# --- lineage: forks, provider switches, handoffs, merge-back (L5, L6, L7) -------------------------------
+
+
+def _thread_forked(state: ThreadState, e: ev.Envelope, d: ev.ThreadForked) -> None:
+    if state.thread is not None:
+        state.thread.parent_thread_id = d.parent_thread_id
+    lineage = state.lineage = state.lineage or Lineage()
+    lineage.parent_thread_id, lineage.root_thread_id = d.parent_thread_id, d.root_thread_id
+    lineage.relationship, lineage.source_point = "fork", dict(d.source_point)
+    state.transfers.append(ContextTransfer(id=d.transfer_id, type="fork", source_thread_id=d.parent_thread_id,
+                                           source_point=dict(d.source_point), fidelity=d.fidelity,  # type: ignore[arg-type]
+                                           created_at=e.at))
+
+
+def _child_forked(state: ThreadState, e: ev.Envelope, d: ev.ChildForked) -> None:
+    lineage = state.lineage = state.lineage or Lineage()
+    if all(c.get("thread_id") != d.child_thread_id for c in lineage.children):
+        lineage.children.append({"thread_id": d.child_thread_id, "transfer_id": d.transfer_id,
+                                 "source_point": dict(d.source_point), "at": e.at.isoformat()})
+
+
+def _context_requested(state: ThreadState, e: ev.Envelope, run: Run, d: ev.ContextRequest) -> None:
+    """Folded with the ``run.queued`` that carries it."""
+    run.clean_context = d.clean_context
+    if d.transfer_id and d.merge_back_from and state.transfer(d.transfer_id) is None:
+        state.transfers.append(ContextTransfer(id=d.transfer_id, type="merge_back", source_thread_id=d.merge_back_from,
+                                               source_point=dict(d.source_point or {}), base_point=d.base_point,
+                                               run_id=run.id, created_at=e.at))
+
+
+def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -> None:
+    if state.handoff(d.handoff_id) is not None:
+        return
+    state.handoffs.append(ContextHandoff(
+        id=d.handoff_id, run_id=d.run_id, strategy=d.strategy, reason=d.reason,  # type: ignore[arg-type]
+        from_provider=d.from_provider, to_provider=d.to_provider, provider_thread_id=d.provider_thread_id,
+        transfer_id=d.transfer_id, source_thread_id=d.source_thread_id, covered_ordinals=list(d.covered_ordinals),
+        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, created_at=e.at))
+    run = state.run(d.run_id)
+    if run is not None and d.handoff_id not in run.handoff_ids:
+        run.handoff_ids.append(d.handoff_id)
+    _activity(state, e, "handoff.created", d.run_id, None, f"{d.strategy} for {d.to_provider}")
+
+
+def _context_resolved(state: ThreadState, e: ev.Envelope, d: ev.ContextResolved) -> None:
+    state.start_contexts.append(StartContext(
+        run_id=d.run_id, provider=d.provider, provider_thread_id=d.provider_thread_id, fresh=d.fresh,
+        fork_native_ref=d.fork_native_ref, fork_at_turn_ref=d.fork_at_turn_ref, handoff_ids=list(d.handoff_ids),
+        transfer_ids=list(d.transfers)))
+    for transfer_id, status in d.transfers.items():
+        if (t := state.transfer(transfer_id)) is not None:
+            t.status, t.run_id = status, d.run_id  # type: ignore[assignment]
+            t.fidelity = t.fidelity or ("native" if status == "resolved_native" else "portable")  # type: ignore[assignment]
+            t.handoff_id = next((h for h in d.handoff_ids if (ho := state.handoff(h)) and ho.transfer_id == t.id), None)
+
+
+def _context_delivered(state: ThreadState, e: ev.Envelope, d: ev.ContextDelivered) -> None:
+    context = state.start_context(d.run_id)
+    if context is None or context.delivered:
+        return
+    context.delivered = True
+    pth = state.provider_thread_of(d.provider_thread_id)
+    for handoff_id in context.handoff_ids:
+        if (h := state.handoff(handoff_id)) is None:
+            continue
+        h.delivered = True
+        if pth is not None and h.strategy in ("delta", "full_thread_summary"):  # this thread's own runs
+            pth.covered_ordinals = sorted(set(pth.covered_ordinals) | set(h.covered_ordinals))
+    for transfer_id in context.transfer_ids:
+        if (t := state.transfer(transfer_id)) is not None and t.status.startswith("resolved"):
+            t.status = "consumed"
+    if context.transfer_ids:
+        _activity(state, e, "transfer.consumed", d.run_id, None, ", ".join(context.transfer_ids))
+
+
+def _transfer_failed(state: ThreadState, e: ev.Envelope, d: ev.TransferFailed) -> None:
+    if (t := state.transfer(d.transfer_id)) is not None:
+        t.status, t.error, t.run_id = "failed", d.error, d.run_id or t.run_id
+    if d.run_id:
+        _activity(state, e, "transfer.failed", d.run_id, None, d.error)
+
+
+def _provider_thread_unusable(state: ThreadState, e: ev.Envelope, d: ev.ProviderThreadUnusable) -> None:
+    if (p := state.provider_thread_of(d.provider_thread_id)) is not None:
+        p.status = "unusable"
+    _activity(state, e, "provider_thread.unusable", d.run_id, None, d.reason)
+
+
+_LINEAGE_HANDLERS = {
+    ev.ProviderThreadUnusable: _provider_thread_unusable,
+    ev.ThreadForked: _thread_forked,
+    ev.ChildForked: _child_forked,
+    ev.HandoffCreated: _handoff_created,
+    ev.ContextResolved: _context_resolved,
+    ev.ContextDelivered: _context_delivered,
+    ev.TransferFailed: _transfer_failed,
+}
+
+
 _HANDLERS = {
     ev.RunWarning: _run_warning,
     ev.ThreadCreated: _thread_created,
@@ -601,5 +743,5 @@ _HANDLERS = {
     ev.InterruptSent: _interrupt_sent,
     ev.QueueReordered: _queue_reordered,
     ev.RunEdited: _run_edited,
-}
+} | _LINEAGE_HANDLERS
 _HANDLERS.update(rollback.FOLDS)  # rollback.started/completed/failed (domain/rollback.py)

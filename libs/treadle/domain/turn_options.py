@@ -11,11 +11,12 @@ from .entities import ProviderCapabilities
 from .script import parse_script
 
 CODEX_COLLABORATION_MODES = ("plan", "default")
+SCRIPTED_PROVIDERS = ("scripted", "scripted-b")  # one adapter under two names, to test switching (L5)
 
 
 def check_turn_options(provider: str, raw: dict) -> None:
     """Raises ``ValueError`` with a readable reason when ``provider`` cannot take ``raw``."""
-    if provider == "scripted":
+    if provider in SCRIPTED_PROVIDERS:
         parse_script(raw)
     elif provider == "codex":
         unknown = sorted(set(raw) - {"collaboration_mode"})
@@ -31,7 +32,7 @@ def check_turn_options(provider: str, raw: dict) -> None:
 
 def scripted_capabilities(provider: str, raw: dict | None) -> ProviderCapabilities | None:
     """The capability profile a scripted run's script asks for; None for any other provider."""
-    if provider != "scripted":
+    if provider not in SCRIPTED_PROVIDERS:
         return None
     script = parse_script(raw)
     return script.capabilities if script is not None else None

@@ -14,7 +14,7 @@ from ..domain import events as ev
 from ..domain.thread import ThreadState
 
 FIELDS: tuple[str, ...] = ThreadState.__struct_fields__
-LISTS = ("messages", "runs", "checkpoints", "activity")  # the parts that grow with the thread
+LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 _encode = msgspec.json.Encoder().encode
 
 # Events whose fold changes only: the small fields, appended list elements, the run named by the event's
@@ -25,6 +25,7 @@ LOCAL_EVENTS = frozenset({
     ev.AttemptEnded, ev.NodeStarted, ev.NodeCompleted, ev.ProviderAttached, ev.ProviderStopped, ev.RequestOpened,
     ev.RequestResolved, ev.PlanUpdated, ev.CheckpointCaptured, ev.RunWarning, ev.RunSteered, ev.SteerDelivered,
     ev.InterruptRequested, ev.InterruptSent, ev.QueueReordered, ev.PlanImplemented,
+    ev.ThreadForked, ev.ChildForked, ev.HandoffCreated, ev.ContextResolved, ev.TransferFailed, ev.ProviderThreadUnusable,
 })
 
 

@@ -77,12 +77,14 @@ def indexed(payload) -> list[str]:
         return [payload.request_id, payload.node_id]
     if isinstance(payload, ev.PlanUpdated):
         return [payload.plan_id]
+    if isinstance(payload, ev.HandoffCreated):
+        return [payload.handoff_id]
     return []
 
 
 def all_indexed(state: ThreadState) -> list[str]:
     ids = [r.id for r in state.runs] + [n.id for r in state.runs for n in r.nodes]
-    return ids + [q.id for q in state.requests] + [p.id for p in state.plans]
+    return ids + [q.id for q in state.requests] + [p.id for p in state.plans] + [h.id for h in state.handoffs]
 
 
 def encode_state(state: ThreadState) -> bytes:

@@ -38,3 +38,7 @@ class HostClient:
     async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
         """One of ``protocol.VERB_REQUESTS`` on the host that holds the session."""
         return hp.turn_reply.decode(await self._request(subjects.host(host_id, verb), hp.encode(request)))
+
+    async def fork(self, host_id: str, request: hp.ForkThread) -> hp.Forked | hp.HostFailure:
+        """L6.2: fork the provider thread of a live session natively, on the host that holds it."""
+        return hp.fork_reply.decode(await self._request(subjects.host(host_id, "thread.fork"), hp.encode(request)))

@@ -19,6 +19,8 @@ class PlaceSession(msgspec.Struct, kw_only=True):
     runtime_mode: str = "approval_required"
     model: str | None = None
     capabilities: ProviderCapabilities | None = None  # a scripted capability profile
+    fork_from: str | None = None  # L6.2: open a native fork of this provider thread instead (native_ref unused)
+    fork_at_turn: str | None = None  # ...forked after this provider turn (None: at its end)
 
 
 class StartTurn(msgspec.Struct, kw_only=True):
@@ -44,6 +46,17 @@ class StopTurn(msgspec.Struct, kw_only=True):
 
     session_id: str
     attempt_id: str
+
+
+class ForkThread(msgspec.Struct, kw_only=True):
+    """``thread.fork`` (L6.2): natively fork the live session's provider thread after ``at_turn`` (None: its end)."""
+
+    session_id: str
+    at_turn: str | None = None
+
+
+class Forked(msgspec.Struct, kw_only=True, tag="forked"):
+    native_ref: str
 
 
 class Respond(msgspec.Struct, kw_only=True):
@@ -74,8 +87,9 @@ class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
 
 place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
+fork_reply = msgspec.json.Decoder(Forked | HostFailure)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
 VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,
-                 "session.stop": StopTurn, "request.respond": Respond}
+                 "session.stop": StopTurn, "request.respond": Respond, "thread.fork": ForkThread}
 encode = msgspec.json.Encoder().encode

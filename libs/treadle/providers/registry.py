@@ -12,6 +12,7 @@ from .protocol import PlaceSession
 # provider name -> "module:Class"; every class is constructed as ``Class(workspace, request, state_dir)``
 ADAPTERS: dict[str, str] = {
     "scripted": "treadle.providers.scripted:ScriptedAdapter",
+    "scripted-b": "treadle.providers.scripted:ScriptedAdapter",  # a second scripted provider to switch to (L5)
     "codex": "treadle.providers.codex:CodexAdapter",
     "claude": "treadle.providers.claude:ClaudeAdapter",
 }

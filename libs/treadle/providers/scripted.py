@@ -35,6 +35,7 @@ class ScriptedAdapter(ProviderAdapter):
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
+        self._forks = 0
         self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
@@ -44,7 +45,15 @@ class ScriptedAdapter(ProviderAdapter):
         # minted (another runtime's, or a corrupted one) cannot be resumed (L9.4).
         if native_ref and not native_ref.startswith("scripted-"):
             raise ResumeFailed(f"the scripted provider has no thread {native_ref!r}")
+        self._ref, self._fresh_ref = native_ref or fresh_ref, fresh_ref
         return (native_ref, True) if native_ref else (fresh_ref, False)
+
+    async def fork(self, at_turn_ref: str | None) -> str:
+        """A native fork only with the ``fork`` capability: a new ref that names its origin and point."""
+        if not self.capabilities.fork:
+            raise Unsupported("this profile cannot fork a provider thread")
+        self._forks += 1
+        return f"{self._fresh_ref}~{self._forks}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
 
     async def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)
@@ -171,6 +180,8 @@ class ScriptedAdapter(ProviderAdapter):
                 await sink.event(pe.Warning(message=step.message))
             elif isinstance(step, sc.Crash):
                 raise RuntimeLost("the scripted runtime crashed")
+            elif isinstance(step, sc.Echo):
+                await self._unstructured(turn, sink, node_id, step.prefix + turn.text)
             elif isinstance(step, sc.Hang):
                 await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this
         return await self._play_steers(turn, sink, node_id)

@@ -11,6 +11,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from treadle.checkpoints import materialize
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
 from treadle.checkpoints.protocol import decode_diff, decode_prune, decode_restore
@@ -50,6 +51,7 @@ class CheckpointService:
             "diff": self._diff,
             "restore": self._restore,
             "prune": self._prune,
+            materialize.VERB: materialize.MaterializeHandler.serving(self._workspaces),  # L6.5: a fork's workspace
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(

@@ -18,6 +18,7 @@ from treadle.domain.commands import (
     Command,
     CreateThread,
     Ctx,
+    ForkThread,
     Rejected,
     RespondRequest,
     reaction_ctx,
@@ -41,6 +42,7 @@ from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 from .rollback import Rollbacks
+from .lineage import LineageCommands, wants_context
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class Coordinator:
         self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout)
+        self._lineage = LineageCommands(self._store, nc, shared.volume, own.checkpoint_timeout)  # L6, L7
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._rollbacks = Rollbacks(self._store, self._checkpoints)  # L10.5/L10.6 (rollback.py)
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
@@ -92,6 +95,10 @@ class Coordinator:
         verb = type(command.body).__name__
         if isinstance(command.body, RespondRequest):
             reply = await self._decide_and_append(command, self._respond)
+        elif isinstance(command.body, ForkThread):
+            reply = await self._decide_and_append(command, self._lineage.fork)
+        elif wants_context(command):
+            reply = await self._decide_and_append(command, self._lineage.send)
         else:
             reply = await self._decide_and_append(command)
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()

@@ -61,6 +61,8 @@ class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     target_run_id: str | None = None
     provider: str | None = None
     script: dict | None = None
+    clean_context: bool = False  # L5.4: start a fresh provider thread with a full summary
+    merge_back_from: str | None = None  # L7: a fork of this thread whose results this message brings home
 
 
 class MessageAccepted(msgspec.Struct, kw_only=True):
@@ -271,10 +273,11 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
 
     from .checkpoints import ROUTES as checkpoint_routes  # these modules import this one's plumbing
     from .control import ROUTES as control_routes
+    from .lineage import ROUTES as lineage_routes
 
     return Litestar(
         route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
-                        *control_routes, *checkpoint_routes],
+                        *control_routes, *checkpoint_routes, *lineage_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             RecursionError: errors.on_too_deep, Exception: errors.on_unexpected},

@@ -192,8 +192,18 @@ class ProviderHost:
             try:
                 await self._sync_seat()
                 adapter = self._adapter(request)
-                native_ref, resumed = await adapter.open_thread(request.native_ref,
-                                                                f"scripted-{request.provider_thread_id}")
+                fresh_ref = f"scripted-{request.provider_thread_id}"
+                if request.fork_from is not None:
+                    try:
+                        native_ref, resumed = await self._open_fork(adapter, request, fresh_ref)
+                    except Unsupported as exc:
+                        return hp.HostFailure(code="unsupported", message=str(exc))
+                else:
+                    try:
+                        native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
+                    except BaseException:  # ResumeFailed becomes resume_failed (L9.4); nothing is left open
+                        await adapter.close()
+                        raise
                 session = Session(request, adapter, native_ref, resumed, self._clock.now())
                 record = SessionRecord(tenant=request.tenant, thread=request.thread,
                                        provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
@@ -207,6 +217,18 @@ class ProviderHost:
                                 provider=request.provider, provider_thread_id=request.provider_thread_id,
                                 native_ref=session.native_ref, resumed=session.resumed,
                                 capabilities=session.adapter.capabilities)
+
+    @staticmethod
+    async def _open_fork(adapter: ProviderAdapter, request: hp.PlaceSession, fresh_ref: str) -> tuple[str, bool]:
+        """L6.2 native fork: open the source provider thread, fork it at the point, and continue on the fork."""
+        try:
+            await adapter.open_thread(request.fork_from, fresh_ref)
+            forked = await adapter.fork(request.fork_at_turn)
+            native_ref, _ = await adapter.open_thread(forked, fresh_ref)
+        except BaseException:
+            await adapter.close()
+            raise
+        return native_ref, True
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
         workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace
@@ -236,7 +258,7 @@ class ProviderHost:
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
         await msg.respond(_encode(reply))
 
-    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.Forked | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
         session.last_active = self._clock.now()
         if verb == "request.respond":
@@ -248,6 +270,8 @@ class ProviderHost:
             await session.adapter.respond(request.request_id, request.response)
             session.answered[request.request_id] = answer
             return hp.TurnAccepted()
+        if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
+            return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
         if verb == "session.stop":
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()

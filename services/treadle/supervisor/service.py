@@ -13,13 +13,14 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
-from treadle.domain import child_scopes
+from treadle.domain import child_scopes, recovery, start_context
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
 from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
 from treadle.domain.thread import ThreadState, provider_cause
+from treadle.domain.turn_options import scripted_capabilities
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
@@ -33,7 +34,6 @@ from treadle.runtime.settings import Shared, SupervisorSettings
 from treadle.providers.hosts import HostClient
 
 from .child_checkpoints import with_child_checkpoints
-from .placement import Placement, turn_text
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
@@ -48,7 +48,6 @@ class Supervisor:
         self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout, shared.volume)
-        self._placement = Placement(self._hosts)
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
@@ -137,19 +136,44 @@ class Supervisor:
             ordinal = sv.baseline_ordinal(state, run)
             if ordinal is not None:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
-            session = state.live_session
-            if session is None or session.provider != run.provider:
-                await self._append(tenant, thread, state, await self._placement.attach(state, run, ctx), ctx)
+            if start_context.needs_context(state, run):  # L5/L6/L7: resolve the run's context before any provider work
+                resolved = await self._resolve_start_context(tenant, state, run, ctx)
+                if resolved:
+                    await self._append(tenant, thread, state, resolved, ctx)
+                    if run.terminal:
+                        continue  # an unresolvable transfer failed the run
+            if not start_context.session_fits(state, run):
+                placed = await self._place(state, run, ctx)
+                if isinstance(placed, hp.HostFailure):
+                    where = start_context.placement(state, run)
+                    # L9.4/L4.2: an unusable provider thread (pending live requests not_resumable, graph kept);
+                    # the next placement builds a replacement from app context.
+                    failed = (recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
+                              if placed.code == "resume_failed" else start_context.fork_refused(state, run, placed.message))
+                    await self._append(tenant, thread, state, failed, ctx)
+                    continue
+                replaced = state.live_session
+                attached = sv.attached(placed)
+                attached.replaces = recovery.replaced_thread(state, run.provider, placed.provider_thread_id)
+                await self._append(tenant, thread, state, [attached], ctx)
+                if replaced is not None and replaced.id != placed.session_id:
+                    await self._release(replaced)
             session = state.live_session
             assert session is not None
             att = run.attempt
             inputs = [state.message(m) for m in att.message_ids or [run.message_id]]
+            given = "\n\n".join(m.text for m in inputs if m is not None)
+            text = start_context.turn_text(state, run, given)
+            if text == given:  # no resolved context rides along: a replacement thread still needs the past (L9.4)
+                text = recovery.with_replacement_context(state, run, given)
             reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
                 session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
-                root_node_id=att.root_node_id,
-                text=turn_text(state, run, "\n\n".join(m.text for m in inputs if m is not None)),
-                script=att.script if att.message_ids else run.script))
+                root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
             if isinstance(reply, hp.TurnAccepted):
+                context = state.start_context(run.id)
+                if context is not None and not context.delivered and (pth := state.session_thread(session.id)):
+                    await self._append(tenant, thread, state, [ev.ContextDelivered(run_id=run.id,
+                                                                                   provider_thread_id=pth.id)], ctx)
                 return
             if reply.code != "unknown_session":
                 raise Retryable(f"host {session.host_id} refused the turn: {reply.code} {reply.message}")
@@ -184,6 +208,63 @@ class Supervisor:
                 raise Retryable(f"host {session.host_id} refused the interrupt: {reply.code} {reply.message}")
             await self._append(tenant, thread, state, [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id,
                                                                          path=action.path)], ctx)
+
+    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced | hp.HostFailure:
+        """A session on the provider thread the run must use (start_context.placement). A refused native fork is
+        returned for the caller to record; other failures are retried."""
+        assert state.thread is not None
+        where = start_context.placement(state, run)
+        if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
+            where = start_context.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
+        reply = await self._hosts.place(hp.PlaceSession(
+            tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
+            provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"), native_ref=where.native_ref,
+            fork_from=where.fork_from, fork_at_turn=where.fork_at_turn,
+            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
+            capabilities=scripted_capabilities(run.provider, run.script)))
+        if isinstance(reply, hp.HostFailure):
+            if (reply.code == "unsupported" and where.fork_from is not None) or (
+                    reply.code == "resume_failed" and where.native_ref is not None):
+                return reply
+            raise Retryable(f"placement failed: {reply.code} {reply.message}")
+        return reply
+
+    async def _fork_on_live_source(self, state: ThreadState, run: Run) -> str | None:
+        """A source provider thread still live in its own session is forked there: a runtime that allows one
+        writer per thread (Codex) could not open it a second time. None: no such session (the fork's own
+        session then opens the source and forks it)."""
+        assert state.thread is not None
+        context = state.start_context(run.id)
+        transfer = next((t for t in (state.transfer(i) for i in (context.transfer_ids if context else []))
+                         if t is not None and t.type == "fork"), None)
+        if context is None or transfer is None:
+            return None
+        source = await self._store.refresh(state.thread.tenant, transfer.source_thread_id)
+        session = source.live_session
+        pth = source.session_thread(session.id) if session is not None else None
+        if session is None or pth is None or pth.native_ref != context.fork_native_ref:
+            return None
+        reply = await self._hosts.fork(session.host_id, hp.ForkThread(session_id=session.id,
+                                                                      at_turn=context.fork_at_turn_ref))
+        return reply.native_ref if isinstance(reply, hp.Forked) else None
+
+    async def _release(self, session) -> None:
+        """A session replaced by a provider switch (L5) is stopped on its host: its runtime is not left idle
+        there. Best effort: the host's idle reaping is the backstop."""
+        try:
+            await self._hosts.verb(session.host_id, "session.stop", hp.StopTurn(session_id=session.id, attempt_id=""))
+        except Exception as exc:  # the host may be gone already; nothing else depends on this
+            log.info("could not release replaced session %s: %r", session.id, exc)
+
+    async def _resolve_start_context(self, tenant: str, state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
+        """Read the threads a transfer comes from, then let the pure hook decide (start_context.resolve_start_context)."""
+        sources = {}
+        for source_id in start_context.sources_needed(state, run):
+            source = await self._store.refresh(tenant, source_id)
+            if source.thread is not None:
+                sources[source_id] = source
+        target = start_context.target_capabilities(state, run, scripted_capabilities(run.provider, run.script), sources)
+        return start_context.resolve_start_context(state, run, target, sources, ctx)
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)

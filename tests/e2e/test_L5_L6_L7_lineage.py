@@ -1,0 +1,350 @@
+"""L5 provider switching, L6 fork and L7 merge-back over HTTP, with the scripted provider.
+
+Two providers: ``scripted`` and ``scripted-b`` are two provider names served by the same scripted adapter,
+so switching between them goes through exactly the orchestration a Codex ↔ Claude switch does (capabilities,
+provider threads, coverage, handoffs) without real runtimes. The ``echo`` step answers with the turn's whole
+input, which is how these tests see the context a provider was given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from scripts import HANG, approval, script, text, write
+from treadle.domain.thread import fold
+from treadle.projections.store import encode_state
+
+ECHO = {"type": "echo"}
+# Ids and refs a handoff must never contain (L7.2: no provider protocol noise).
+NOISE = re.compile(r"\b(?:node|att|evt|pth|ps|msg|req|turn|cmd|run|xfer|hoff)_[0-9a-z]{10}|scripted-turn|native")
+
+
+def reply(run: dict) -> str:
+    return "\n".join(m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed")
+
+
+def pth_of(run: dict) -> str:
+    return run["attempts"][-1]["provider_thread_id"]
+
+
+async def send_done(api, thread: str, message: str, **body) -> dict:
+    sent = await api.send(thread, message, **body)
+    return await api.wait_run(sent["run_id"])
+
+
+async def handoff(api, handoff_id: str) -> dict:
+    r = await api.request("GET", f"/v1/handoffs/{handoff_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def history(doc: dict) -> dict:
+    """What a fork, switch or merge must never rewrite on a thread: its runs, messages and checkpoints."""
+    return {"runs": doc["runs"], "messages": doc["messages"], "checkpoints": doc["checkpoints"]}
+
+
+async def assert_projection_is_the_fold(api, log, thread: str) -> None:
+    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
+    folded = fold(await log.read(api.tenant, thread))
+    r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
+    assert r.json() == json.loads(encode_state(folded))
+
+
+def workspace(stack, tenant: str, thread: str) -> Path:
+    return Path(stack.state_dir) / "workspaces" / tenant / "threads" / thread
+
+
+async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dict:
+    r = await api.request("POST", f"/v1/threads/{thread}/fork", json={"source": source, **body})
+    assert r.status_code == expect, r.text
+    return r.json()
+
+
+# --- L5 provider switching --------------------------------------------------------------------------------
+
+
+async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6_to_8(api, log):
+    thread = await api.create_thread(title="switching")
+    runs = {}
+    for n in range(1, 6):
+        runs[n] = await send_done(api, thread, f"A-task-{n}: step {n} of the parser",
+                                  script=script(text(f"A finished step {n}")))
+    for n in range(6, 9):
+        runs[n] = await send_done(api, thread, f"B-task-{n}: review part {n}", provider="scripted-b",
+                                  script=script(text(f"B reviewed part {n}")))
+    runs[9] = await send_done(api, thread, "back to A: wrap up", provider="scripted", script=script(ECHO))
+
+    a1, b1 = pth_of(runs[1]), pth_of(runs[6])
+    assert a1 != b1
+    assert {pth_of(runs[n]) for n in range(1, 6)} == {a1}
+    assert {pth_of(runs[n]) for n in range(6, 9)} == {b1}
+    assert pth_of(runs[9]) == a1  # L5.3: the earlier provider thread is resumed, not replaced
+
+    # B's thread was new: it got the full summary of 1-5 (L5.2) with run 6, nothing with 7 and 8.
+    assert len(runs[6]["handoff_ids"]) == 1 and runs[7]["handoff_ids"] == runs[8]["handoff_ids"] == []
+    to_b = await handoff(api, runs[6]["handoff_ids"][0])
+    assert (to_b["strategy"], to_b["covered_ordinals"], to_b["to_provider"]) == ("full_thread_summary", [1, 2, 3, 4, 5], "scripted-b")
+
+    # Run 9 on A carries only the delta of the runs A missed.
+    [delta_id] = runs[9]["handoff_ids"]
+    delta = await handoff(api, delta_id)
+    assert (delta["strategy"], delta["covered_ordinals"]) == ("delta", [6, 7, 8])
+    assert (delta["from_provider"], delta["to_provider"], delta["provider_thread_id"]) == ("scripted-b", "scripted", a1)
+    assert delta["run_id"] == runs[9]["id"] and delta["run_ordinal"] == 9 and delta["delivered"]
+    for n in range(6, 9):
+        assert f"B-task-{n}: review part {n}" in delta["text"] and f"B reviewed part {n}" in delta["text"]
+    for n in range(1, 6):
+        assert f"A-task-{n}" not in delta["text"]
+    assert "runs 6-8" in delta["text"]
+    # L5.5: the provider received exactly the stored handoff, then the user message.
+    assert reply(runs[9]) == f"Received: {delta['text']}\n\n---\n\nback to A: wrap up"
+
+    for n in range(1, 9):  # L5.1: no rewrite of earlier history
+        assert await api.run(runs[n]["id"]) == runs[n]
+    doc = await api.thread(thread)
+    covered = {p["id"]: p["covered_ordinals"] for p in doc["provider_threads"]}
+    assert covered == {a1: list(range(1, 10)), b1: list(range(1, 9))}
+    assert [h["id"] for h in doc["handoffs"]] == [to_b["id"], delta_id]
+    await assert_projection_is_the_fold(api, log, thread)
+
+
+async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_summary(api):
+    thread = await api.create_thread()
+    first = await send_done(api, thread, "write the lexer", script=script(write("lexer.py", "x = 1\n"), text("lexer done")))
+    await send_done(api, thread, "and the tests", script=script(text("tests done")))
+    clean = await send_done(api, thread, "start over cleanly", clean_context=True, script=script(ECHO))
+    assert pth_of(clean) != pth_of(first)
+    [hid] = clean["handoff_ids"]
+    summary = await handoff(api, hid)
+    assert (summary["strategy"], summary["reason"], summary["covered_ordinals"]) == (
+        "full_thread_summary", "clean context requested", [1, 2])
+    assert "write the lexer" in summary["text"] and "lexer.py (added, +1 -0)" in summary["text"]
+    assert reply(clean).startswith("Received: " + summary["text"])
+    # The next ordinary run stays on the fresh thread with nothing to hand over.
+    after = await send_done(api, thread, "carry on", script=script(text("ok")))
+    assert pth_of(after) == pth_of(clean) and after["handoff_ids"] == []
+
+
+async def test_L5_5_bad_handoff_ids_are_typed_errors(api):
+    r = await api.request("GET", "/v1/handoffs/hoff_0000000000000000000000000")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "handoff_not_found"
+    r = await api.request("GET", "/v1/handoffs/run_x")
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_id"
+
+
+# --- L6 fork ----------------------------------------------------------------------------------------------
+
+
+async def _four_runs(api, profile: str) -> tuple[str, list[dict]]:
+    thread = await api.create_thread(title="source")
+    steps = [
+        (write("a.txt", "v1\n"), text("wrote a")),
+        (write("b.txt", "b\n"), text("wrote b")),
+        (write("a.txt", "v3\n"), text("rewrote a")),
+        (write("c.txt", "c\n"), text("wrote c")),
+    ]
+    runs = [await send_done(api, thread, f"source request {i + 1}", script=script(*s, profile=profile))
+            for i, s in enumerate(steps)]
+    return thread, runs
+
+
+@pytest.mark.parametrize("profile", ["native_fork", "no_fork"])
+async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(api, stack, profile):
+    source, runs = await _four_runs(api, profile)
+    before = history(await api.thread(source))
+    forked = await fork(api, source, {"type": "run", "id": runs[1]["id"]}, title="tangent")
+    child = forked["thread_id"]
+
+    # L6.1: lineage and a pending transfer, nothing else.
+    doc = await api.wait_thread(child, lambda d: d if d["transfers"] else None, "the fork's transfer")
+    assert doc["thread"]["parent_thread_id"] == source and doc["lineage"]["root_thread_id"] == source
+    [transfer] = doc["transfers"]
+    assert (transfer["type"], transfer["status"], transfer["source_point"]["run_id"]) == ("fork", "pending", runs[1]["id"])
+    assert doc["runs"] == [] and doc["sessions"] == [] and doc["provider_threads"] == [] and doc["handoffs"] == []
+
+    # L6.5: the fork's own workspace, with run 2's files.
+    ws = workspace(stack, api.tenant, child)
+    assert (ws / "a.txt").read_text() == "v1\n" and (ws / "b.txt").read_text() == "b\n"
+    assert not (ws / "c.txt").exists()
+
+    first = await send_done(api, child, "continue the tangent",
+                            script=script(write("d.txt", "d\n"), ECHO, profile=profile))
+    doc = await api.thread(child)
+    [transfer] = doc["transfers"]
+    assert transfer["status"] == "consumed"
+    [pth] = doc["provider_threads"]
+    if profile == "native_fork":  # L6.2: same provider with native fork: the provider thread is forked natively
+        assert transfer["fidelity"] == "native" and first["handoff_ids"] == []
+        source_pth = (await api.thread(source))["provider_threads"][0]
+        assert pth["native_ref"] != source_pth["native_ref"]
+        assert f"fork-of~{source_pth['native_ref']}@{runs[1]['attempts'][-1]['native_turn_ref']}" in pth["native_ref"]
+        assert reply(first) == "Received: continue the tangent"
+    else:  # no native fork: portable context summarised from the source up to run 2
+        assert transfer["fidelity"] == "portable" and transfer["handoff_id"] == first["handoff_ids"][0]
+        context = await handoff(api, transfer["handoff_id"])
+        assert (context["strategy"], context["covered_ordinals"], context["source_thread_id"]) == ("fork_context", [1, 2], source)
+        assert "source request 1" in context["text"] and "source request 2" in context["text"]
+        assert "source request 3" not in context["text"] and "c.txt" not in context["text"]
+        assert "b.txt (added, +1 -0)" in context["text"]
+        assert reply(first) == f"Received: {context['text']}\n\n---\n\ncontinue the tangent"
+    # The fork's checkpoints diff against the materialised baseline; the two workspaces share nothing.
+    assert [f["path"] for f in first["checkpoint"]["files"]] == ["d.txt"]
+    assert not (workspace(stack, api.tenant, source) / "d.txt").exists()
+    assert (workspace(stack, api.tenant, source) / "a.txt").read_text() == "v3\n"
+
+    after = await api.wait_thread(source, lambda d: d if d["lineage"] else None, "the source's record of its fork")
+    assert history(after) == before  # deleting nothing, rewriting nothing
+    assert [c["thread_id"] for c in after["lineage"]["children"]] == [child]
+
+
+async def test_L6_1_a_retried_fork_names_the_same_thread_once(api):
+    source = await api.create_thread()
+    base = await send_done(api, source, "base", script=script(text("ok")))
+    body = {"source": {"type": "run", "id": base["id"]}}
+    first = await api.request("POST", f"/v1/threads/{source}/fork", json=body, headers={"Idempotency-Key": "fork-1"})
+    again = await api.request("POST", f"/v1/threads/{source}/fork", json=body, headers={"Idempotency-Key": "fork-1"})
+    assert first.status_code == again.status_code == 201 and first.json()["thread_id"] == again.json()["thread_id"]
+    doc = await api.wait_thread(source, lambda d: d if d["lineage"] else None, "the source's record")
+    assert [c["thread_id"] for c in doc["lineage"]["children"]] == [first.json()["thread_id"]]
+    bad = await api.request("POST", f"/v1/threads/{source}/fork", json={"source": {"type": "run", "id": "node_x"}})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_id"
+
+
+async def test_L6_3_fork_from_a_provider_thread_at_a_turn_or_at_its_end(api):
+    source = await api.create_thread()
+    first = await send_done(api, source, "first", script=script(text("one"), profile="native_fork"))
+    second = await send_done(api, source, "second", script=script(text("two"), profile="native_fork"))
+    pth = pth_of(second)
+    at_end = await fork(api, source, {"type": "provider_thread", "id": pth})
+    at_turn = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": first["attempts"][0]["native_turn_ref"]})
+    points = []
+    for forked in (at_end, at_turn):
+        doc = await api.wait_thread(forked["thread_id"], lambda d: d if d["transfers"] else None, "fork")
+        points.append(doc["transfers"][0]["source_point"])
+    assert [(p["type"], p["run_id"]) for p in points] == [("provider_thread", second["id"]), ("provider_thread", first["id"])]
+    unknown = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": "no-such-turn"}, expect=404)
+    assert unknown["error"]["code"] == "source_not_found"
+
+
+async def test_L6_2_a_transfer_that_cannot_be_resolved_fails_the_run_before_any_provider_work(api):
+    source = await api.create_thread()
+    base = await send_done(api, source, "base", script=script(write("x.txt", "x\n"), text("ok"), profile="no_fork"))
+    child = (await fork(api, source, {"type": "run", "id": base["id"]}))["thread_id"]
+    # The target neither forks natively nor takes any context text: the fork's context cannot reach it.
+    no_context = {"steps": [ECHO], "capabilities": {"fork": False, "max_handoff_chars": 0}}
+    sent = await api.send(child, "go on", script=no_context)
+    run = await api.wait_run(sent["run_id"], "failed")
+    assert run["error"].startswith("context transfer failed: scripted accepts no context handoff")
+    doc = await api.thread(child)
+    assert doc["transfers"][0]["status"] == "failed"
+    assert doc["sessions"] == [] and doc["provider_threads"] == [] and run["messages"][-1]["role"] == "user"
+
+
+async def test_L6_2_native_fork_of_a_provider_thread_no_longer_live_opens_and_forks_it(api):
+    source = await api.create_thread()
+    await send_done(api, source, "one", script=script(text("1"), profile="native_fork"))
+    point = await send_done(api, source, "two", script=script(text("2"), profile="native_fork"))
+    # The source moves on to another provider: its first provider thread is no longer live anywhere.
+    await send_done(api, source, "three", provider="scripted-b", script=script(text("3")))
+    doc = await api.thread(source)
+    a1 = next(p for p in doc["provider_threads"] if p["provider"] == "scripted")
+    assert [s["status"] for s in doc["sessions"]] == ["stopped", "live"]
+    child = (await fork(api, source, {"type": "run", "id": point["id"]}))["thread_id"]
+    first = await send_done(api, child, "go on", script=script(ECHO, profile="native_fork"))
+    fork_doc = await api.thread(child)
+    assert fork_doc["transfers"][0]["status"] == "consumed" and fork_doc["transfers"][0]["fidelity"] == "native"
+    assert f"fork-of~{a1['native_ref']}@{point['attempts'][-1]['native_turn_ref']}" in fork_doc["provider_threads"][0]["native_ref"]
+    assert reply(first) == "Received: go on"
+
+
+async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_or_is_refused(api, stack):
+    thread = await api.create_thread()
+    done = await send_done(api, thread, "first", script=script(write("one.txt", "1\n"), text("one")))
+    active = await api.send(thread, "second", script=script(write("two.txt", "2\n"), approval("rm -rf build?"), HANG,
+                                                             profile="full"))
+    req = await api.wait_request(thread)
+
+    refused = await fork(api, thread, {"type": "run", "id": active["run_id"]}, expect=409, on_active="refuse")
+    assert refused["error"]["code"] == "unstable_source" and refused["error"]["details"]["reason"] == "run_active"
+    pending = await fork(api, thread, {"type": "node", "id": req["node_id"]}, expect=409)
+    assert pending["error"]["details"]["reason"] == "pending_approval"
+    missing = await fork(api, thread, {"type": "run", "id": "run_0000000000000000000000000"}, expect=404)
+    assert missing["error"]["code"] == "source_not_found"
+
+    forked = await fork(api, thread, {"type": "run", "id": active["run_id"]})
+    doc = await api.wait_thread(forked["thread_id"], lambda d: d if d["transfers"] else None, "fork")
+    point = doc["transfers"][0]["source_point"]
+    assert (point["run_id"], point["substituted_for"]) == (done["id"], active["run_id"])
+    ws = workspace(stack, api.tenant, forked["thread_id"])
+    assert (ws / "one.txt").exists() and not (ws / "two.txt").exists()  # the checkpoint, not the live files
+
+    await api.post(f"/v1/runs/{active['run_id']}/interrupt", expect=202)
+    await api.wait_run(active["run_id"], "interrupted")
+
+
+async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity_fork(api):
+    thread = await api.create_thread()
+    run = await send_done(api, thread, "investigate", script=script(
+        {"type": "subagent", "title": "explorer", "steps": [text("found the bug in parse()")]}, text("done"),
+        profile="native_fork"))
+    node = next(n for n in run["nodes"] if n["kind"] == "subagent")
+    forked = await fork(api, thread, {"type": "node", "id": node["id"]})
+    first = await send_done(api, forked["thread_id"], "dig deeper", script=script(ECHO, profile="native_fork"))
+    [transfer] = (await api.thread(forked["thread_id"]))["transfers"]
+    # Our subagents own no provider thread: even with native fork available the fork is portable, flagged.
+    assert (transfer["fidelity"], transfer["status"]) == ("synthetic", "consumed")
+    assert "explorer" in reply(first) and "investigate" in reply(first)
+
+
+# --- L7 merge-back -----------------------------------------------------------------------------------------
+
+
+async def test_L7_merge_back_carries_files_tests_and_open_questions_without_protocol_noise(api, log):
+    source = await api.create_thread(title="main line")
+    base = await send_done(api, source, "set up the project", script=script(write("app.py", "print('app')\n"), text("set up")))
+    child = (await fork(api, source, {"type": "run", "id": base["id"]}, title="try a cache"))["thread_id"]
+    await send_done(api, child, "add a cache layer", script=script(
+        write("cache.py", "CACHE = {}\n\ndef get(k):\n    return CACHE.get(k)\n"),
+        {"type": "tool", "name": "shell", "input": {"command": "pytest -q tests/test_cache.py"},
+         "output": "3 passed in 0.02s"},
+        text("The cache works.\nShould entries expire after an hour?"), profile="full"))
+    fork_before = history(await api.thread(child))
+    source_before = history(await api.thread(source))
+
+    r = await api.request("POST", f"/v1/threads/{source}/messages",
+                          json={"text": "bring the cache work home", "merge_back_from": source})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "not_a_fork"
+
+    merged = await send_done(api, source, "bring the cache work home", merge_back_from=child, script=script(ECHO))
+    [hid] = merged["handoff_ids"]
+    delta = await handoff(api, hid)
+    assert (delta["strategy"], delta["source_thread_id"], delta["covered_ordinals"]) == ("merge_back", child, [1])
+    assert "cache.py (added, +4 -0)" in delta["text"]  # files changed with stats
+    assert "shell `pytest -q tests/test_cache.py` → completed: 3 passed" in delta["text"]  # tests and outcome
+    assert "Open questions: Should entries expire after an hour?" in delta["text"]
+    assert "set up the project" not in delta["text"]  # only what happened after the fork point
+    assert not NOISE.search(delta["text"]), NOISE.search(delta["text"])
+    assert reply(merged) == f"Received: {delta['text']}\n\n---\n\nbring the cache work home"
+
+    doc = await api.thread(source)
+    transfer = next(t for t in doc["transfers"] if t["type"] == "merge_back")
+    assert transfer["status"] == "consumed" and transfer["handoff_id"] == hid
+    assert transfer["base_point"]["run_id"] == base["id"] and transfer["source_point"]["thread_id"] == child
+    assert history(await api.thread(child)) == fork_before
+    after = history(doc)
+    assert after["runs"][:1] == source_before["runs"] and after["checkpoints"][:2] == source_before["checkpoints"]
+
+    # Nothing new in the fork since: a second merge has nothing to bring.
+    r = await api.request("POST", f"/v1/threads/{source}/messages", json={"text": "again", "merge_back_from": child})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "nothing_to_merge"
+
+    tree = (await api.request("GET", f"/v1/threads/{child}/lineage")).json()
+    assert tree["root_thread_id"] == source and tree["tree"]["thread_id"] == source
+    assert [c["thread_id"] for c in tree["tree"]["children"]] == [child]
+    assert tree["tree"]["children"][0]["relationship"] == "fork"
+    await assert_projection_is_the_fold(api, log, source)
+    await assert_projection_is_the_fold(api, log, child)
