@@ -1,3 +1,5 @@
+from typing import get_args
+
 import pytest
 
 from treadle.domain import events as ev
@@ -263,3 +265,26 @@ def test_L2_3_a_turn_never_ends_ahead_of_its_own_earlier_events():
     assert run.attempt.provider_index == 2
     assert sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="again"), 2), ctx()).events == []
     assert sv.react(state, numbered(pe.TurnCompleted(status="completed"), 3), ctx()).finalize is not None
+
+
+def test_L2_3_every_in_turn_provider_event_becomes_a_thread_fact():
+    """Events of a play are folded strictly by index, and only appended facts advance it: a body the
+    supervisor mapped to nothing would stall every later event of its turn. So each one maps to something."""
+    samples = {
+        pe.TextDelta: pe.TextDelta(message_id="m", node_id="n", text="x"),
+        pe.TextCompleted: pe.TextCompleted(message_id="m", node_id="n", text="x"),
+        pe.ToolStarted: pe.ToolStarted(node_id="node_t", title="ls"),
+        pe.ToolCompleted: pe.ToolCompleted(node_id="node_t"),
+        pe.RequestOpened: pe.RequestOpened(request_id="req_1", node_id="node_q", kind="command"),
+        pe.PlanUpdated: pe.PlanUpdated(plan_id="plan_1", kind="todo_list"),
+        pe.Warning: pe.Warning(message="w"),
+        pe.TurnCompleted: pe.TurnCompleted(),
+    }
+    in_turn = set(get_args(pe.AnyBody)) - {pe.TurnStarted, pe.SessionStopped}  # those two are handled before
+    assert set(samples) == in_turn, "a new provider event body needs a mapping in supervision.react"
+    for body in samples.values():
+        state = new_thread()
+        send(state)
+        _started(state)
+        reaction = sv.react(state, _provider_event(state, body), ctx())
+        assert reaction.events or reaction.finalize is not None, type(body).__name__
