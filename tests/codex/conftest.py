@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from codex_mock import MockResponses
-from codex_support import REPO, Driver, codex_env, codex_settings, place
+from codex_support import Driver, codex_env, codex_settings, place
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.providers.codex import CodexAdapter, CodexSettings
@@ -30,8 +30,9 @@ async def mock() -> AsyncIterator[MockResponses]:
 
 @pytest.fixture(scope="session")
 def homes_root() -> Path:
-    """CODEX_HOME must not be under /tmp (codex refuses to install its helpers there)."""
-    root = REPO / ".tools" / "test-homes" / uuid.uuid4().hex[:12]
+    """CODEX_HOME must not be under /tmp (codex refuses to install its helpers there), and a checkout may well
+    be: the homes go under the user's cache directory instead."""
+    root = Path.home() / ".cache" / "treadle-test" / "codex-homes" / uuid.uuid4().hex[:12]
     root.mkdir(parents=True)
     yield root
     shutil.rmtree(root, ignore_errors=True)
