@@ -14,7 +14,6 @@ from treadle.providers.base import Turn
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.protocol import PlaceSession
 
-REPO = Path(__file__).resolve().parents[2]
 _turns = itertools.count(1)
 
 

@@ -4,6 +4,7 @@ handoffs, and L5.5's bound on handoff size. The e2e tests cover the same hook ov
 from __future__ import annotations
 
 from treadle.domain import events as ev
+from treadle.domain import recovery
 from treadle.domain import start_context as lineage
 from treadle.domain.entities import ProviderCapabilities
 
@@ -63,7 +64,7 @@ def test_L4_2_an_unusable_provider_thread_is_replaced_from_reconstructed_context
     run = state.runs[-1]
     assert lineage.resolve_start_context(state, run, None, {}, ctx()) == []  # L4.1: resumes as it is
     a1 = first.attempt.provider_thread_id
-    apply(state, lineage.unusable(run, a1, "cannot resume: thread not found"))  # the host could not resume it
+    apply(state, recovery.resume_failed(state, a1, "cannot resume: thread not found"))  # the host could not resume it
     assert lineage.needs_context(state, run)
     resolved = lineage.resolve_start_context(state, run, None, {}, ctx("again"))
     apply(state, resolved)

@@ -427,16 +427,6 @@ class ContextDelivered(Payload, kw_only=True):
     provider_thread_id: str
 
 
-@event("provider_thread.unusable")
-class ProviderThreadUnusable(Payload, kw_only=True):
-    """L4.2: the provider thread could not be resumed (runtime error, missing native state, incompatible
-    settings); the run goes on on a replacement built from reconstructed app context."""
-
-    provider_thread_id: str
-    run_id: str
-    reason: str
-
-
 @event("transfer.failed")
 class TransferFailed(Payload, kw_only=True):
     """A transfer that cannot be resolved; the run that needed it fails before any provider work."""

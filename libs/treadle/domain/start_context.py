@@ -51,11 +51,6 @@ def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
     return owner is not None and owner.terminal and context is not None and not context.delivered
 
 
-def unusable(run: Run, provider_thread_id: str, reason: str) -> list[ev.Payload]:
-    """L4.2: mark the provider thread that failed to resume; the next placement resolves a replacement."""
-    return [ev.ProviderThreadUnusable(provider_thread_id=provider_thread_id, run_id=run.id, reason=reason)]
-
-
 def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
     """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
     for p in reversed(state.provider_threads):

@@ -462,7 +462,7 @@ def _provider_resume_failed(state: ThreadState, e: ev.Envelope, d: ev.ProviderRe
             p.status = "unusable"
             p.session_id = None
     run_id = state.active_run_id or (state.runs[-1].id if state.runs else "")
-    _activity(state, e, "runtime.warning", run_id, None, f"provider thread could not resume: {d.reason}")
+    _activity(state, e, "provider_thread.unusable", run_id, None, f"provider thread could not resume: {d.reason}")
 
 
 def _request_opened(state: ThreadState, e: ev.Envelope, d: ev.RequestOpened) -> None:
@@ -695,14 +695,9 @@ def _transfer_failed(state: ThreadState, e: ev.Envelope, d: ev.TransferFailed) -
         _activity(state, e, "transfer.failed", d.run_id, None, d.error)
 
 
-def _provider_thread_unusable(state: ThreadState, e: ev.Envelope, d: ev.ProviderThreadUnusable) -> None:
-    if (p := state.provider_thread_of(d.provider_thread_id)) is not None:
-        p.status = "unusable"
-    _activity(state, e, "provider_thread.unusable", d.run_id, None, d.reason)
 
 
 _LINEAGE_HANDLERS = {
-    ev.ProviderThreadUnusable: _provider_thread_unusable,
     ev.ThreadForked: _thread_forked,
     ev.ChildForked: _child_forked,
     ev.HandoffCreated: _handoff_created,

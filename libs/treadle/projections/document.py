@@ -25,7 +25,7 @@ LOCAL_EVENTS = frozenset({
     ev.AttemptEnded, ev.NodeStarted, ev.NodeCompleted, ev.ProviderAttached, ev.ProviderStopped, ev.RequestOpened,
     ev.RequestResolved, ev.PlanUpdated, ev.CheckpointCaptured, ev.RunWarning, ev.RunSteered, ev.SteerDelivered,
     ev.InterruptRequested, ev.InterruptSent, ev.QueueReordered, ev.PlanImplemented,
-    ev.ThreadForked, ev.ChildForked, ev.HandoffCreated, ev.ContextResolved, ev.TransferFailed, ev.ProviderThreadUnusable,
+    ev.ThreadForked, ev.ChildForked, ev.HandoffCreated, ev.ContextResolved, ev.TransferFailed,
 })
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import bcrypt
 import msgspec
 
+from ..client.tenant_events import TenantCredential  # the document a tenant receives
+
 from ..domain.ids import is_token
 from ..eventlog.subjects import EVENTS_STREAM
 
@@ -56,19 +58,6 @@ class ConsumerCredential(msgspec.Struct, kw_only=True, frozen=True):
     @property
     def inbox_prefix(self) -> str:
         return f"_INBOX_{self.id}"
-
-
-class IssuedCredential(msgspec.Struct, kw_only=True):
-    """What the tenant receives once (``treadle consumers create``): enough to connect and consume."""
-
-    url: str
-    user: str
-    password: str
-    tenant: str
-    stream: str
-    consumer: str
-    inbox_prefix: str
-    filter: str
 
 
 class Service(msgspec.Struct, kw_only=True):
@@ -145,7 +134,7 @@ class BrokerAuth:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def issue(self, tenant: str, url: str) -> IssuedCredential:
+    def issue(self, tenant: str, url: str) -> TenantCredential:
         """A new consumer credential for ``tenant``; call :meth:`reload` for the server to accept it."""
         if not is_token(tenant):
             raise ValueError(f"tenant {tenant!r} is not a valid token ([A-Za-z0-9_-], 1..64 characters)")
@@ -155,7 +144,7 @@ class BrokerAuth:
                                   created_at=datetime.now(timezone.utc).isoformat())
         with self._locked():
             self._save([*self.credentials(), cred])
-        return IssuedCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,
+        return TenantCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,
                                 consumer=cred.consumer, inbox_prefix=cred.inbox_prefix,
                                 filter=f"treadle.evt.{tenant}.>")
 
