@@ -29,6 +29,8 @@ PROFILES: dict[str, ProviderCapabilities] = {
     # L6.2: a provider that forks its threads natively (native refs it can branch), and one that cannot.
     "native_fork": msgspec.structs.replace(FULL, fork=True, read_snapshot=True),
     "no_fork": msgspec.structs.replace(FULL, fork=False),
+    # L10.5: a provider that drops turns of its conversation natively (Codex-like), and the default without.
+    "native_rollback": msgspec.structs.replace(FULL, rollback=True, read_snapshot=True),
 }
 
 

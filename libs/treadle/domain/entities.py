@@ -349,6 +349,10 @@ class Rollback(Entity, kw_only=True):
     touches_parent_workspace: bool = False
     after_run_id: str | None = None  # waits for this run, interrupted for the rollback, to end
     provider_context: Literal["kept", "divergent", "rolled_back"] = "divergent"
+    provider_thread_id: str | None = None  # the provider thread asked to drop turns natively (L10.5)
+    provider_session_id: str | None = None  # ...through this session
+    provider_turns: int = 0  # the turns it was asked to drop (then dropped, when ``rolled_back``)
+    provider_error: str | None = None  # why the native rollback was not done (the provider's message)
     undo_ref: str | None = None
     undo_commit: str | None = None
     files: list[FileChange] = msgspec.field(default_factory=list)

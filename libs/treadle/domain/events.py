@@ -516,8 +516,27 @@ class RollbackCompleted(Payload, kw_only=True):
     undo_ref: str
     undo_commit: str
     files: list[FileChange] = []
+    # kept: the provider thread saw none of the rolled-back runs; rolled_back: it dropped their turns
+    # natively (``provider_thread_id`` kept, ``provider_turns_dropped``); divergent: it still remembers them,
+    # so the next run opens a fresh one (``provider_error``: why a native rollback was not done, if tried).
     provider_context: str = "divergent"
     skipped: list[str] = []
+    provider_thread_id: str | None = None
+    provider_turns_dropped: int = 0
+    provider_error: str | None = None
+
+
+@event("rollback.provider_requested")
+class RollbackProviderRequested(Payload, kw_only=True):
+    """The files are restored and provider thread ``provider_thread_id`` is asked (through ``session_id`` on
+    ``host_id``) to drop its last ``turns`` turns (L10.5). Recorded before the host is asked: a coordinator
+    that dies after this asks that same session again (hosts answer a rollback id once), never another."""
+
+    rollback_id: str
+    provider_thread_id: str
+    session_id: str
+    host_id: str
+    turns: int
 
 
 @event("rollback.failed")

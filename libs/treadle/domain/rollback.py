@@ -5,19 +5,25 @@ checkpoints it makes obsolete; new runs wait behind it), then, once the checkpoi
 the files, ``rollback.completed`` (what changed, where the undo point is, what became of the provider
 conversation) or ``rollback.failed``. Only ``completed`` marks runs ``rolled_back`` and checkpoints stale.
 
-Provider conversation: an adapter that can drop turns (capability ``rollback``) would be asked to here
-(see :func:`provider_turns_to_drop`); none is wired yet, so the provider thread is marked ``divergent``
-and the live session is let go, which makes the next run open a fresh provider thread. The fresh thread
-does not see the rolled-back turns, and — until context handoff lands (L5.4) — not the kept ones either.
+Provider conversation (L10.5): the provider thread the thread's runs went on (:func:`provider_plan`) is asked,
+when its session declared the ``rollback`` capability, to drop the turns of the rolled-back runs natively
+(``rollback.provider_requested``, then ``rollback.completed`` with ``provider_context=rolled_back``): it is kept,
+its coverage loses the dropped runs, and the next run resumes it with no handoff. A provider without the
+capability, a node rollback, or a native rollback that failed (``provider_error``) takes the degradation path:
+the provider thread is marked ``divergent`` and the live session is let go, so the next run opens a fresh
+provider thread with a summary of the kept runs. A provider thread that saw none of the rolled-back runs is
+``kept`` as it is.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
 
 from . import events as ev
 from .commands import Accepted, Command, Ctx, RollbackNode, RollbackThread
-from .entities import Activity, Checkpoint, FileChange, Rollback
+from .entities import Activity, Checkpoint, FileChange, ProviderCapabilities, ProviderThread, Rollback
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import has_prefix
 
@@ -150,21 +156,89 @@ def _after(state: ThreadState, c: Checkpoint, target: Checkpoint) -> bool:
     return state.checkpoints.index(c) > state.checkpoints.index(target)
 
 
-def provider_turns_to_drop(state: ThreadState, rollback: Rollback) -> int:
-    """Hook for a provider-native rollback (adapter ``rollback(turns)``, capability ``rollback``): how many
-    turns the open provider thread would have to drop. Not wired to a host verb yet, so callers fall back
-    to marking the provider context divergent."""
-    pth = state.provider_thread
-    if pth is None or rollback.to_run_ordinal is None:
+class ProviderPlan(msgspec.Struct, kw_only=True):
+    """What a provider-native rollback needs: the provider thread, how many of its last turns belong to the
+    rolled-back runs, and what its session declared (and which session holds it now, if any is live)."""
+
+    provider_thread_id: str
+    provider: str
+    native_ref: str
+    turns: int
+    capabilities: ProviderCapabilities
+    session_id: str | None = None  # the live session attached to it; None: it must be resumed on a host first
+    host_id: str | None = None
+
+
+def provider_plan(state: ThreadState, rollback: Rollback) -> ProviderPlan | None:
+    """The provider thread a thread rollback must bring back in line with the files: the one the latest run
+    that reached a provider ran on, while it is active. None: nothing to roll back natively (a node rollback,
+    no provider thread yet), and the caller keeps today's degradation path."""
+    if rollback.kind != "thread" or rollback.to_run_ordinal is None:
+        return None
+    pth = _current_provider_thread(state)
+    if pth is None:
+        return None
+    last = state.session(pth.session_id or "")
+    live = state.live_session
+    attached = live is not None and state.session_thread(live.id) is pth
+    return ProviderPlan(provider_thread_id=pth.id, provider=pth.provider, native_ref=pth.native_ref,
+                        turns=provider_turns_to_drop(state, rollback, pth.id),
+                        capabilities=last.capabilities if last is not None else ProviderCapabilities(),
+                        session_id=live.id if attached and live else None, host_id=live.host_id if attached and live else None)
+
+
+def _current_provider_thread(state: ThreadState) -> ProviderThread | None:
+    for run in reversed(state.runs):
+        for att in reversed(run.attempts):
+            if att.provider_thread_id is not None:
+                pth = state.provider_thread_of(att.provider_thread_id)
+                return pth if pth is not None and pth.status == "active" else None
+    return None
+
+
+def provider_turns_to_drop(state: ThreadState, rollback: Rollback, provider_thread_id: str | None = None) -> int:
+    """How many turns the provider thread must drop: one per attempt of a rolled-back run that reached it (an
+    interrupted attempt and a steering restart each left a turn there). An attempt lost with its runtime is
+    not counted: the provider recorded no end of that turn and resumes without it (L9.3)."""
+    pth_id = provider_thread_id or (p.id if (p := _current_provider_thread(state)) else None)
+    if pth_id is None:
         return 0
-    return sum(1 for o in pth.covered_ordinals if o > rollback.to_run_ordinal)
+    dropped = set(rollback.rolled_back_run_ids)
+    return sum(1 for r in state.runs if r.id in dropped for a in r.attempts
+               if a.provider_thread_id == pth_id and a.turn_id is not None and a.status not in ("lost", "pending"))
 
 
-def completed(rollback: Rollback, restored, provider_context: str) -> ev.RollbackCompleted:
+def saw_dropped_runs(state: ThreadState, rollback: Rollback, pth: ProviderThread) -> bool:
+    """Does the provider thread remember a rolled-back run: it covered one (ran it, or got it in a handoff),
+    or an attempt of one reached it?"""
+    dropped = set(rollback.rolled_back_run_ids)
+    ordinals = {r.ordinal for r in state.runs if r.id in dropped}
+    return bool(ordinals & set(pth.covered_ordinals)) or any(
+        a.provider_thread_id == pth.id and a.turn_id is not None for r in state.runs if r.id in dropped for a in r.attempts)
+
+
+def provider_requested(rollback: Rollback, plan: ProviderPlan) -> ev.RollbackProviderRequested:
+    assert plan.session_id is not None and plan.host_id is not None
+    return ev.RollbackProviderRequested(rollback_id=rollback.id, provider_thread_id=plan.provider_thread_id,
+                                        session_id=plan.session_id, host_id=plan.host_id, turns=plan.turns)
+
+
+class ProviderOutcome(msgspec.Struct, kw_only=True):
+    """What became of the provider conversation (``RollbackCompleted.provider_context`` and its details)."""
+
+    context: Literal["kept", "divergent", "rolled_back"] = "divergent"
+    provider_thread_id: str | None = None
+    turns_dropped: int = 0
+    error: str | None = None
+
+
+def completed(rollback: Rollback, restored, provider: ProviderOutcome) -> ev.RollbackCompleted:
     return ev.RollbackCompleted(
         rollback_id=rollback.id, undo_ref=restored.undo_ref, undo_commit=restored.undo_commit,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in restored.files],
-        provider_context=provider_context, skipped=[f"{s.path} ({s.reason})" for s in restored.skipped],
+        provider_context=provider.context, skipped=[f"{s.path} ({s.reason})" for s in restored.skipped],
+        provider_thread_id=provider.provider_thread_id, provider_turns_dropped=provider.turns_dropped,
+        provider_error=provider.error,
     )  # fmt: skip
 
 
@@ -203,6 +277,8 @@ def fold_completed(state: ThreadState, e: ev.Envelope, d: ev.RollbackCompleted) 
     for c in state.checkpoints:
         if c.id in stale:
             c.stale = True
+    r.provider_thread_id = d.provider_thread_id or r.provider_thread_id
+    r.provider_error = d.provider_error
     if d.provider_context == "divergent":
         # The provider still remembers turns whose files are gone: never resume it; the next run opens a
         # fresh provider thread on a fresh session.
@@ -212,7 +288,35 @@ def fold_completed(state: ThreadState, e: ev.Envelope, d: ev.RollbackCompleted) 
         for s in state.sessions:
             if s.status == "live":
                 s.status, s.reason = "stopped", "rolled_back"
+    else:
+        _realign(state, r, d)
     _activity(state, e, d.rollback_id, "rollback.completed", r.node_id)
+
+
+def _realign(state: ThreadState, r: Rollback, d: ev.RollbackCompleted) -> None:
+    """``kept``/``rolled_back``: the kept provider thread covers only the kept runs now (the next run on it gets
+    no handoff for runs it still has, and no history of dropped ones). Any other provider thread that saw a
+    dropped run still remembers it: divergent, and let go if live."""
+    kept = state.provider_thread_of(d.provider_thread_id)
+    upto = r.to_run_ordinal if r.to_run_ordinal is not None else 0
+    if kept is not None:
+        kept.covered_ordinals = [o for o in kept.covered_ordinals if o <= upto]
+    if d.provider_context == "rolled_back":
+        r.provider_turns = d.provider_turns_dropped
+    for p in state.provider_threads:
+        if p is kept or p.status != "active" or not saw_dropped_runs(state, r, p):
+            continue
+        p.status = "divergent"
+        s = state.session(p.session_id or "")
+        if s is not None and s.status == "live":
+            s.status, s.reason = "stopped", "rolled_back"
+
+
+def fold_provider_requested(state: ThreadState, e: ev.Envelope, d: ev.RollbackProviderRequested) -> None:
+    r = _find(state, d.rollback_id)
+    if r is None or r.status != "in_progress":
+        return
+    r.provider_thread_id, r.provider_session_id, r.provider_turns = d.provider_thread_id, d.session_id, d.turns
 
 
 def fold_failed(state: ThreadState, e: ev.Envelope, d: ev.RollbackFailed) -> None:
@@ -236,4 +340,5 @@ def _activity(state: ThreadState, e: ev.Envelope, rollback_id: str, kind: str, n
     state.activity.append(Activity(at=e.at, kind=kind, run_id=run_id, node_id=node_id, summary=rollback_id))
 
 
-FOLDS = {ev.RollbackStarted: fold_started, ev.RollbackCompleted: fold_completed, ev.RollbackFailed: fold_failed}
+FOLDS = {ev.RollbackStarted: fold_started, ev.RollbackCompleted: fold_completed, ev.RollbackFailed: fold_failed,
+         ev.RollbackProviderRequested: fold_provider_requested}

@@ -87,7 +87,15 @@ class Echo(Step, kw_only=True, tag="echo"):
     prefix: str = "Received: "
 
 
-AnyStep = Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash | Echo
+class Recall(Step, kw_only=True, tag="recall"):
+    """Answers with what the provider thread remembers: the inputs of its earlier turns, oldest first, as a
+    JSON list, so a test can read which turns a provider conversation still holds (e.g. after a rollback)."""
+
+    prefix: str = "Remembered: "
+
+
+AnyStep = (Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash
+           | Echo | Recall)
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -1,4 +1,5 @@
-"""Provider hosts as seen by the supervisor: place a session, start a turn."""
+"""Provider hosts as seen by the supervisor (place a session, start a turn) and the coordinator (roll a
+provider thread back, L10.5)."""
 
 from __future__ import annotations
 
@@ -22,15 +23,15 @@ class HostClient:
         self._timeout = timeout
         self._place = subjects.host_place(volume)
 
-    async def _request(self, subject: str, payload: bytes) -> bytes:
+    async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
         try:
-            msg = await self._nc.request(subject, payload, timeout=self._timeout)
+            msg = await self._nc.request(subject, payload, timeout=timeout or self._timeout)
         except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return msg.data
 
-    async def place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
-        return hp.place_reply.decode(await self._request(self._place, hp.encode(request)))
+    async def place(self, request: hp.PlaceSession, timeout: float | None = None) -> hp.SessionPlaced | hp.HostFailure:
+        return hp.place_reply.decode(await self._request(self._place, hp.encode(request), timeout))
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)
@@ -42,3 +43,10 @@ class HostClient:
     async def fork(self, host_id: str, request: hp.ForkThread) -> hp.Forked | hp.HostFailure:
         """L6.2: fork the provider thread of a live session natively, on the host that holds it."""
         return hp.fork_reply.decode(await self._request(subjects.host(host_id, "thread.fork"), hp.encode(request)))
+
+    async def rollback(self, host_id: str, request: hp.RollbackTurns, timeout: float | None = None
+                       ) -> hp.RolledBack | hp.HostFailure:
+        """L10.5: drop the last turns of a live session's provider thread, on the host that holds it. A
+        runtime may restart to do it (Claude Code), so the caller may allow longer than for other verbs."""
+        subject = subjects.host(host_id, "thread.rollback")
+        return hp.rollback_reply.decode(await self._request(subject, hp.encode(request), timeout))

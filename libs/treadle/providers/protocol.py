@@ -59,6 +59,22 @@ class Forked(msgspec.Struct, kw_only=True, tag="forked"):
     native_ref: str
 
 
+class RollbackTurns(msgspec.Struct, kw_only=True):
+    """``thread.rollback`` (L10.5): drop the last ``turns`` turns of the live session's provider thread
+    (the adapter's ``rollback``). ``rollback_id`` names the thread's rollback: a repeated request for the
+    same rollback gets the first answer instead of dropping turns twice."""
+
+    session_id: str
+    rollback_id: str
+    turns: int
+
+
+class RolledBack(msgspec.Struct, kw_only=True, tag="rolled_back"):
+    turns_dropped: int
+    turns_left: int | None = None  # when the provider says how many turns remain
+    already: bool = False
+
+
 class Respond(msgspec.Struct, kw_only=True):
     session_id: str
     request_id: str
@@ -88,8 +104,10 @@ class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
 place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
 fork_reply = msgspec.json.Decoder(Forked | HostFailure)
+rollback_reply = msgspec.json.Decoder(RolledBack | HostFailure)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
 VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,
-                 "session.stop": StopTurn, "request.respond": Respond, "thread.fork": ForkThread}
+                 "session.stop": StopTurn, "request.respond": Respond, "thread.fork": ForkThread,
+                 "thread.rollback": RollbackTurns}
 encode = msgspec.json.Encoder().encode

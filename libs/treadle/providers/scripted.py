@@ -4,6 +4,8 @@ profile the script asks for, so every lifecycle and degradation path can be driv
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from pathlib import Path
 
 from ..domain import provider_events as pe
@@ -20,6 +22,35 @@ class ScriptFailed(Exception):
     pass
 
 
+class Conversation:
+    """What a scripted provider thread remembers: the input of each of its turns, oldest first. Kept in a
+    file per native ref under the host's state dir (next to the sessions' own dirs), so a provider thread
+    resumed by a later session still has its past and a rollback (L10.5) outlives the session that did it.
+    Without a state dir (adapter tests) it lives in memory only."""
+
+    def __init__(self, root: Path | None, native_ref: str) -> None:
+        name = hashlib.sha256(native_ref.encode()).hexdigest()[:32]  # refs are data, never path parts
+        self._path = root / f"{name}.jsonl" if root is not None else None
+        self.turns: list[dict] = []
+        if self._path is not None and self._path.exists():
+            self.turns = [json.loads(line) for line in self._path.read_text().splitlines() if line.strip()]
+
+    def add(self, turn_ref: str, text: str) -> None:
+        entry = {"turn": turn_ref, "input": text}
+        self.turns.append(entry)
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            with self._path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+
+    def drop_last(self, turns: int) -> None:
+        self.turns = self.turns[:len(self.turns) - turns]
+        if self._path is not None:
+            tmp = self._path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(t) + "\n" for t in self.turns))
+            tmp.replace(self._path)
+
+
 def default_script(text: str) -> sc.Script:
     """With no script, the provider answers with a short deterministic reply about the message."""
     words = len(text.split())
@@ -33,12 +64,17 @@ class ScriptedAdapter(ProviderAdapter):
     def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None) -> None:
         super().__init__(workspace)
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
+        # <state>/provider-runtimes/<host>/<session> -> <state>/provider-runtimes/scripted-threads/<tenant>
+        self._threads_root = (Path(state_dir).parent.parent / "scripted-threads" / request.tenant
+                              if state_dir is not None else None)
+        self._conversation: Conversation | None = None
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
         self._forks = 0
         self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
+        self._remembered: dict[str, list[str]] = {}  # attempt id -> the earlier turns' inputs (``recall``)
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         # A scripted conversation keeps no native state, so any thread it created resumes; a ref it never
@@ -46,6 +82,7 @@ class ScriptedAdapter(ProviderAdapter):
         if native_ref and not native_ref.startswith("scripted-"):
             raise ResumeFailed(f"the scripted provider has no thread {native_ref!r}")
         self._ref, self._fresh_ref = native_ref or fresh_ref, fresh_ref
+        self._conversation = await asyncio.to_thread(Conversation, self._threads_root, self._ref)
         return (native_ref, True) if native_ref else (fresh_ref, False)
 
     async def fork(self, at_turn_ref: str | None) -> str:
@@ -54,6 +91,26 @@ class ScriptedAdapter(ProviderAdapter):
             raise Unsupported("this profile cannot fork a provider thread")
         self._forks += 1
         return f"{self._fresh_ref}~{self._forks}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
+
+    async def rollback(self, turns: int) -> dict | None:
+        """L10.5, only with the ``rollback`` capability: the provider thread forgets its last ``turns`` turns."""
+        if not self.capabilities.rollback:
+            raise Unsupported("this profile cannot roll a provider thread back")
+        conversation = self._require_conversation()
+        if not 1 <= turns <= len(conversation.turns):
+            raise ValueError(f"the provider thread has {len(conversation.turns)} turns, cannot drop {turns}")
+        await asyncio.to_thread(conversation.drop_last, turns)
+        return await self.snapshot()
+
+    async def snapshot(self) -> dict:
+        if not self.capabilities.read_snapshot and not self.capabilities.rollback:
+            raise Unsupported("this profile has no readable snapshot")
+        return {"native_ref": self._ref, "turns": [dict(t) for t in self._require_conversation().turns]}
+
+    def _require_conversation(self) -> Conversation:
+        if self._conversation is None:
+            raise RuntimeError("open_thread must come first")
+        return self._conversation
 
     async def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)
@@ -64,9 +121,13 @@ class ScriptedAdapter(ProviderAdapter):
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         script = sc.parse_script(turn.script) or default_script(turn.text)
         self._turns += 1
-        await sink.event(pe.TurnStarted(native_turn_ref=f"scripted-turn-{self._turns}"))
+        turn_ref = f"scripted-turn-{self._turns}"
+        remembered = [t["input"] for t in self._require_conversation().turns]
+        await asyncio.to_thread(self._require_conversation().add, turn_ref, turn.text)
+        await sink.event(pe.TurnStarted(native_turn_ref=turn_ref))
         status, error = "completed", None
         self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
+        self._remembered[turn.attempt_id] = remembered
         play = self._plays[turn.attempt_id] = asyncio.create_task(self._play(script.steps, turn, sink, turn.root_node_id))
         try:
             await asyncio.shield(play)
@@ -79,7 +140,7 @@ class ScriptedAdapter(ProviderAdapter):
         except ScriptFailed as exc:
             status, error = "failed", str(exc)
         finally:
-            for name in (self._plays, self._steers, self._woken):
+            for name in (self._plays, self._steers, self._woken, self._remembered):
                 name.pop(turn.attempt_id, None)
         await sink.event(pe.TurnCompleted(status=status, error=error))
 
@@ -182,6 +243,9 @@ class ScriptedAdapter(ProviderAdapter):
                 raise RuntimeLost("the scripted runtime crashed")
             elif isinstance(step, sc.Echo):
                 await self._unstructured(turn, sink, node_id, step.prefix + turn.text)
+            elif isinstance(step, sc.Recall):
+                remembered = self._remembered.get(turn.attempt_id, [])
+                await self._unstructured(turn, sink, node_id, step.prefix + json.dumps(remembered))
             elif isinstance(step, sc.Hang):
                 await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this
         return await self._play_steers(turn, sink, node_id)

@@ -5,6 +5,14 @@ outcome is appended (``rollback.completed`` or ``rollback.failed``); then the qu
 runs in the thread's mailbox, so no other command of the thread is decided in between. A coordinator that
 dies half-way leaves the rollback ``in_progress``: the next command of that thread (a retry of the same
 command included) finishes it first; the restore is idempotent by rollback id.
+
+Between the restore and the outcome, the provider conversation is brought in line with the files (L10.5):
+when the provider thread's session declared ``rollback``, its host is asked (verb ``thread.rollback``) to
+drop the rolled-back runs' turns — after resuming the provider thread on a host when no session holds it
+(released idle, or its host restarted) — and the provider thread is kept. ``rollback.provider_requested``
+is appended before the host is asked, so a retry asks that same session again (hosts answer a rollback id
+once) and never a second one, which could not know whether the turns were dropped. Whatever fails there
+takes the degradation path (``divergent``) with the provider's message in ``provider_error``.
 """
 
 from __future__ import annotations
@@ -12,18 +20,28 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
+import msgspec
+
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
 from treadle.domain import events as ev
 from treadle.domain import rollback
-from treadle.domain.commands import Accepted, Command, reaction_ctx
+from treadle.domain import supervision as sv
+from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
 from treadle.domain.decide import dispatch_next
 from treadle.domain.entities import Rollback
+from treadle.domain.rollback import ProviderOutcome, ProviderPlan
 from treadle.domain.thread import ThreadState
+from treadle.domain.turn_options import SCRIPTED_PROVIDERS
 from treadle.eventlog.store import ThreadStore
+from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient, HostUnavailable
 
 log = logging.getLogger(__name__)
 ACTOR = "coordinator"
+# Resuming a provider thread starts its runtime, and a runtime may restart to roll back (Claude Code): both
+# take longer than the quick verbs' timeout.
+PROVIDER_TIMEOUT = 60.0
 
 
 def is_rollback(command: Command) -> bool:
@@ -31,9 +49,12 @@ def is_rollback(command: Command) -> bool:
 
 
 class Rollbacks:
-    def __init__(self, store: ThreadStore, checkpoints: CheckpointClient) -> None:
+    def __init__(self, store: ThreadStore, checkpoints: CheckpointClient, hosts: HostClient | None = None,
+                 provider_timeout: float = PROVIDER_TIMEOUT) -> None:
         self._store = store
         self._checkpoints = checkpoints
+        self._hosts = hosts  # None: no provider-native rollback (every provider thread diverges)
+        self._provider_timeout = provider_timeout
 
     async def after(self, tenant: str, thread: str, state: ThreadState, command: Command, receipt: Accepted) -> Accepted:
         """After any decided command: carry out the rollback in progress — the one this command started, or
@@ -59,7 +80,7 @@ class Rollbacks:
             log.warning("rollback %s of %s failed: %s", rb.id, thread, exc)
             outcome: ev.Payload = ev.RollbackFailed(rollback_id=rb.id, error=f"{exc.code}: {exc.message}")
         else:
-            outcome = rollback.completed(rb, restored, await self.roll_back_provider(state, rb))
+            outcome = rollback.completed(rb, restored, await self.roll_back_provider(tenant, thread, state, rb, ctx))
         await self._store.append(tenant, thread, state, [outcome], ids=ctx.ids, at=ctx.now,
                                  command_id=f"{rb.command_id}|outcome", actor=ACTOR, causation_id=rb.command_id)
         follow = dispatch_next(state)
@@ -67,9 +88,83 @@ class Rollbacks:
             await self._store.append(tenant, thread, state, follow, ids=ctx.ids, at=ctx.now,
                                      command_id=f"{rb.command_id}|dispatch", actor=ACTOR, causation_id=rb.command_id)
 
-    async def roll_back_provider(self, state: ThreadState, rb: Rollback) -> str:
-        """HOOK (L10.5): where a provider-native rollback belongs. When the live session's capabilities say
-        ``rollback`` and a host verb exists, ask the host to call the adapter's ``rollback(turns)`` with
-        ``rollback.provider_turns_to_drop(state, rb)`` and return "rolled_back" (keeping the provider
-        thread). No host verb exists yet, so every provider gets the degradation path: "divergent"."""
-        return "divergent"
+    async def roll_back_provider(self, tenant: str, thread: str, state: ThreadState, rb: Rollback,
+                                 ctx: Ctx) -> ProviderOutcome:
+        """L10.5: what becomes of the provider conversation once the files are restored."""
+        if rb.provider_session_id is not None:  # asked before a crash: only that session knows what it did
+            return await self._ask_again(state, rb)
+        plan = rollback.provider_plan(state, rb)
+        if plan is None:
+            pths = [p for p in state.provider_threads if p.status == "active"]
+            saw = rb.kind == "node" or any(rollback.saw_dropped_runs(state, rb, p) for p in pths)
+            return ProviderOutcome(context="divergent" if saw else "kept")
+        pth = state.provider_thread_of(plan.provider_thread_id)
+        if plan.turns == 0:
+            saw = pth is not None and rollback.saw_dropped_runs(state, rb, pth)
+            return ProviderOutcome(context="divergent" if saw else "kept", provider_thread_id=plan.provider_thread_id)
+        if not plan.capabilities.rollback or self._hosts is None:
+            return ProviderOutcome(context="divergent")  # the provider cannot: the degradation path, as declared
+        if plan.session_id is None:
+            resumed = await self._resume(tenant, thread, state, plan, rb, ctx)
+            if isinstance(resumed, str):
+                return self._diverged(plan, f"could not resume the provider thread to roll it back: {resumed}")
+            plan = resumed
+        await self._store.append(tenant, thread, state, [rollback.provider_requested(rb, plan)], ids=ctx.ids,
+                                 at=ctx.now, command_id=f"{rb.command_id}|provider", actor=ACTOR,
+                                 causation_id=rb.command_id)
+        assert plan.session_id is not None and plan.host_id is not None
+        return await self._ask(plan.host_id, plan.session_id, plan.provider_thread_id, rb.id, plan.turns)
+
+    async def _ask(self, host_id: str, session_id: str, pth_id: str, rollback_id: str, turns: int) -> ProviderOutcome:
+        assert self._hosts is not None
+        request = hp.RollbackTurns(session_id=session_id, rollback_id=rollback_id, turns=turns)
+        try:
+            reply = await self._hosts.rollback(host_id, request, timeout=self._provider_timeout)
+        except HostUnavailable as exc:
+            return ProviderOutcome(context="divergent", provider_thread_id=pth_id, error=str(exc))
+        if isinstance(reply, hp.HostFailure):
+            log.info("provider rollback of %s refused: %s %s", pth_id, reply.code, reply.message)
+            return ProviderOutcome(context="divergent", provider_thread_id=pth_id, error=f"{reply.code}: {reply.message}")
+        return ProviderOutcome(context="rolled_back", provider_thread_id=pth_id, turns_dropped=reply.turns_dropped)
+
+    async def _ask_again(self, state: ThreadState, rb: Rollback) -> ProviderOutcome:
+        """A coordinator died after asking: the same session answers the same rollback id with its first
+        answer (or does it now, if the request never arrived); a session gone since leaves it unknown."""
+        session = state.session(rb.provider_session_id or "")
+        pth_id = rb.provider_thread_id or ""
+        if session is None or session.status != "live" or self._hosts is None:
+            return ProviderOutcome(context="divergent", provider_thread_id=pth_id,
+                                   error="the provider session asked to roll back is gone; whether it did is unknown")
+        return await self._ask(session.host_id, session.id, pth_id, rb.id, rb.provider_turns)
+
+    async def _resume(self, tenant: str, thread: str, state: ThreadState, plan: ProviderPlan, rb: Rollback,
+                      ctx: Ctx) -> ProviderPlan | str:
+        """No session holds the provider thread: resume it on a host (as the next run would) and keep that
+        session live for the next run. Returns the plan with its session, or why it could not."""
+        assert self._hosts is not None and state.thread is not None
+        model = next((r.model for r in reversed(state.runs)
+                      if any(a.provider_thread_id == plan.provider_thread_id for a in r.attempts)), None)
+        request = hp.PlaceSession(
+            tenant=tenant, thread=thread, provider=plan.provider, session_id=ctx.ids.next("ps"),
+            provider_thread_id=plan.provider_thread_id, native_ref=plan.native_ref,
+            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=model,
+            capabilities=plan.capabilities if plan.provider in SCRIPTED_PROVIDERS else None)
+        try:
+            placed = await self._hosts.place(request, timeout=self._provider_timeout)
+        except HostUnavailable as exc:
+            return str(exc)
+        if isinstance(placed, hp.HostFailure):
+            return f"{placed.code}: {placed.message}"
+        if not placed.resumed or placed.native_ref != plan.native_ref:
+            await self._hosts.verb(placed.host_id, "session.stop", hp.StopTurn(session_id=placed.session_id,
+                                                                               attempt_id=""))
+            return f"the host opened {placed.native_ref!r} instead of resuming {plan.native_ref!r}"
+        await self._store.append(tenant, thread, state, [sv.attached(placed)], ids=ctx.ids, at=ctx.now,
+                                 command_id=f"{rb.command_id}|resume", actor=ACTOR, causation_id=rb.command_id)
+        return msgspec.structs.replace(plan, session_id=placed.session_id, host_id=placed.host_id,
+                                       capabilities=placed.capabilities)
+
+    @staticmethod
+    def _diverged(plan: ProviderPlan, error: str) -> ProviderOutcome:
+        log.info("provider rollback of %s not done: %s", plan.provider_thread_id, error)
+        return ProviderOutcome(context="divergent", provider_thread_id=plan.provider_thread_id, error=error)

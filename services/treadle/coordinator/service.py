@@ -61,7 +61,8 @@ class Coordinator:
         self._hosts = HostClient(nc, own.host_timeout)
         self._lineage = LineageCommands(self._store, nc, shared.volume, own.checkpoint_timeout)  # L6, L7
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
-        self._rollbacks = Rollbacks(self._store, self._checkpoints)  # L10.5/L10.6 (rollback.py)
+        self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
+                                    HostClient(nc, own.host_timeout, shared.volume))
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
                                        filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,

@@ -46,6 +46,7 @@ class Session:
         self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
         self.steered: set[str] = set()  # message ids delivered (a re-sent steer is not injected twice)
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
+        self.rolled_back: dict[str, hp.RolledBack] = {}  # rollback id -> what it dropped (never dropped twice)
         self.last_active = now  # on the host's clock: the idle reaper releases sessions unused for long
 
     @property
@@ -258,7 +259,8 @@ class ProviderHost:
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
         await msg.respond(_encode(reply))
 
-    async def _control(self, session: Session, verb: str, request) -> hp.TurnAccepted | hp.Forked | hp.HostFailure:
+    async def _control(self, session: Session, verb: str,
+                       request) -> hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
         session.last_active = self._clock.now()
         if verb == "request.respond":
@@ -272,6 +274,8 @@ class ProviderHost:
             return hp.TurnAccepted()
         if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
+        if verb == "thread.rollback":
+            return await self._roll_back(session, request)
         if verb == "session.stop":
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()
@@ -286,6 +290,23 @@ class ProviderHost:
         await session.adapter.steer(turn, request.text)
         session.steered.add(request.message_id)
         return hp.TurnAccepted()
+
+    @staticmethod
+    async def _roll_back(session: Session, request: hp.RollbackTurns) -> hp.RolledBack | hp.HostFailure:
+        """L10.5: the adapter drops the provider thread's last turns. Never under a playing turn (the turn
+        would write on after the cut), and once per rollback id: a retried request gets the first answer."""
+        done = session.rolled_back.get(request.rollback_id)
+        if done is not None:
+            return msgspec.structs.replace(done, already=True)
+        if session.busy:
+            return hp.HostFailure(code="not_active", message="a turn is playing on this session")
+        if request.turns < 1:
+            raise ValueError("a rollback drops at least one turn")
+        snapshot = await session.adapter.rollback(request.turns)
+        turns = (snapshot or {}).get("turns")
+        reply = hp.RolledBack(turns_dropped=request.turns, turns_left=len(turns) if isinstance(turns, list) else None)
+        session.rolled_back[request.rollback_id] = reply
+        return reply
 
     def _start_turn(self, session: Session, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         session.last_active = self._clock.now()
