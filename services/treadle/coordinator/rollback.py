@@ -104,7 +104,8 @@ class Rollbacks:
             return ProviderOutcome(context="divergent" if saw else "kept", provider_thread_id=plan.provider_thread_id)
         if not plan.capabilities.rollback or self._hosts is None:
             return ProviderOutcome(context="divergent")  # the provider cannot: the degradation path, as declared
-        if plan.session_id is None:
+        resumed_here = plan.session_id is None
+        if resumed_here:
             resumed = await self._resume(tenant, thread, state, plan, rb, ctx)
             if isinstance(resumed, str):
                 return self._diverged(plan, f"could not resume the provider thread to roll it back: {resumed}")
@@ -113,7 +114,10 @@ class Rollbacks:
                                  at=ctx.now, command_id=f"{rb.command_id}|provider", actor=ACTOR,
                                  causation_id=rb.command_id)
         assert plan.session_id is not None and plan.host_id is not None
-        return await self._ask(plan.host_id, plan.session_id, plan.provider_thread_id, rb.id, plan.turns)
+        outcome = await self._ask(plan.host_id, plan.session_id, plan.provider_thread_id, rb.id, plan.turns)
+        if outcome.context == "divergent" and resumed_here:
+            await self._release(plan.host_id, plan.session_id)  # resumed only for this: no run will use it
+        return outcome
 
     async def _ask(self, host_id: str, session_id: str, pth_id: str, rollback_id: str, turns: int) -> ProviderOutcome:
         assert self._hosts is not None
@@ -156,13 +160,20 @@ class Rollbacks:
         if isinstance(placed, hp.HostFailure):
             return f"{placed.code}: {placed.message}"
         if not placed.resumed or placed.native_ref != plan.native_ref:
-            await self._hosts.verb(placed.host_id, "session.stop", hp.StopTurn(session_id=placed.session_id,
-                                                                               attempt_id=""))
+            await self._release(placed.host_id, placed.session_id)
             return f"the host opened {placed.native_ref!r} instead of resuming {plan.native_ref!r}"
         await self._store.append(tenant, thread, state, [sv.attached(placed)], ids=ctx.ids, at=ctx.now,
                                  command_id=f"{rb.command_id}|resume", actor=ACTOR, causation_id=rb.command_id)
         return msgspec.structs.replace(plan, session_id=placed.session_id, host_id=placed.host_id,
                                        capabilities=placed.capabilities)
+
+    async def _release(self, host_id: str, session_id: str) -> None:
+        """Best effort: the host's idle reaper is the backstop."""
+        assert self._hosts is not None
+        try:
+            await self._hosts.verb(host_id, "session.stop", hp.StopTurn(session_id=session_id, attempt_id=""))
+        except HostUnavailable as exc:
+            log.info("could not release session %s: %s", session_id, exc)
 
     @staticmethod
     def _diverged(plan: ProviderPlan, error: str) -> ProviderOutcome:

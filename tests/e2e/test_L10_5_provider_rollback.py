@@ -1,0 +1,170 @@
+"""Provider-native rollback over HTTP through real worker processes (LIFECYCLES L10.5, issue #7/#8).
+
+The scripted provider remembers the input of each turn of its provider thread; its ``recall`` step answers
+with that memory, so a test can read which turns a provider conversation still holds after a rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient
+
+pytestmark = pytest.mark.e2e
+
+RECALL = {"type": "recall"}
+ECHO = {"type": "echo"}
+
+
+def write(path: str, content: str) -> dict:
+    return {"type": "write_file", "path": path, "content": content}
+
+
+def script(*steps: dict, profile: str | None = "native_rollback") -> dict:
+    body: dict = {"steps": [*steps, {"type": "text", "text": "done"}]}
+    if profile:
+        body["profile"] = profile
+    return body
+
+
+def files(workspace: Path) -> dict[str, str]:
+    out = {}
+    for d, dirs, names in os.walk(workspace):
+        dirs[:] = [x for x in dirs if x != ".git"]
+        for n in names:
+            p = Path(d) / n
+            out[str(p.relative_to(workspace))] = p.read_text()
+    return out
+
+
+def reply(run: dict) -> str:
+    return "\n".join(m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed")
+
+
+def remembered(run: dict) -> list[str]:
+    line = next(t for t in reply(run).split("\n") if t.startswith("Remembered: "))
+    return json.loads(line.removeprefix("Remembered: "))
+
+
+def pth_of(run: dict) -> str:
+    return run["attempts"][-1]["provider_thread_id"]
+
+
+async def run_to_end(api, thread: str, text: str, body: dict) -> dict:
+    sent = await api.send(thread, text, script=body)
+    return await api.wait_run(sent["run_id"])
+
+
+async def three_runs(api, stack, profile: str | None = "native_rollback"):
+    thread = await api.create_thread(title="provider rollback")
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    runs = [await run_to_end(api, thread, "one", script(write("keep.txt", "v1\n"), profile=profile))]
+    after_run1 = files(workspace)
+    runs.append(await run_to_end(api, thread, "two", script(write("keep.txt", "v2\n"), write("two.txt", "2\n"),
+                                                            profile=profile)))
+    runs.append(await run_to_end(api, thread, "three", script(RECALL, write("three.txt", "3\n"), profile=profile)))
+    assert remembered(runs[2]) == ["one", "two"]  # the provider thread holds the earlier turns
+    return thread, workspace, after_run1, runs
+
+
+async def roll_back(api, thread: str, to: int) -> dict:
+    r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to})
+    assert r.status_code == 200, r.text
+    rollback = r.json()
+    assert rollback["status"] == "completed", rollback
+    return rollback
+
+
+async def test_L10_5_native_rollback_keeps_the_provider_thread_with_only_run_1_and_run_4_builds_on_it(api, stack, log):
+    thread, workspace, after_run1, runs = await three_runs(api, stack)
+    pth = pth_of(runs[0])
+    assert {pth_of(r) for r in runs} == {pth}
+
+    rollback = await roll_back(api, thread, 1)
+    assert rollback["provider_context"] == "rolled_back" and rollback["provider_thread_id"] == pth
+    assert rollback["provider_turns"] == 2 and rollback["provider_error"] is None
+    assert files(workspace) == after_run1
+    doc = await api.thread(thread)
+    assert [p["status"] for p in doc["provider_threads"]] == ["active"]
+    assert doc["provider_threads"][0]["covered_ordinals"] == [1]
+    # Auditable: started, the provider asked (which thread, session, how many turns), completed.
+    events = [e for e in await log.read(api.tenant, thread) if e.type.startswith("rollback.")]
+    assert [e.type for e in events] == ["rollback.started", "rollback.provider_requested", "rollback.completed"]
+    assert (events[1].data.provider_thread_id, events[1].data.turns) == (pth, 2)
+
+    run4 = await run_to_end(api, thread, "four", script(RECALL, ECHO, write("four.txt", "4\n")))
+    assert run4["ordinal"] == 4 and pth_of(run4) == pth  # the same provider thread, resumed as it is
+    assert remembered(run4) == ["one"]  # run 1's turn only: runs 2 and 3 are gone from the conversation
+    assert "Received: four" in reply(run4)  # no handoff: it still has run 1, and must not hear of 2 and 3
+    assert run4["handoff_ids"] == []
+    assert files(workspace) == {**after_run1, "four.txt": "4\n"}
+    doc = await api.thread(thread)
+    assert doc["provider_threads"][0]["covered_ordinals"] == [1, 4]
+
+
+async def test_L10_5_a_released_session_is_resumed_on_a_host_to_roll_its_provider_thread_back(api, stack, stack_nc):
+    thread, workspace, after_run1, runs = await three_runs(api, stack)
+    pth = pth_of(runs[0])
+    doc = await api.thread(thread)
+    session = doc["sessions"][-1]
+    # The session is let go (as the idle reaper or a host restart would): no runtime holds the thread.
+    reply_ = await HostClient(stack_nc, 5.0).verb(session["host_id"], "session.stop",
+                                                  hp.StopTurn(session_id=session["id"], attempt_id=""))
+    assert isinstance(reply_, hp.TurnAccepted)
+    await api.wait_thread(thread, lambda d: d["sessions"][-1]["status"] == "stopped", "session stopped")
+
+    rollback = await roll_back(api, thread, 1)
+    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
+        ("rolled_back", pth, 2)
+    doc = await api.thread(thread)
+    assert doc["sessions"][-1]["status"] == "live" and doc["sessions"][-1]["id"] != session["id"]
+
+    run4 = await run_to_end(api, thread, "four", script(RECALL))
+    assert pth_of(run4) == pth and remembered(run4) == ["one"]
+    assert run4["attempts"][-1]["session_id"] == doc["sessions"][-1]["id"]  # the session the rollback resumed
+    assert files(workspace) == after_run1
+
+
+async def test_L10_5_a_provider_that_refuses_the_rollback_takes_the_divergent_path_with_its_message(api, stack, stack_nc):
+    thread, workspace, after_run1, runs = await three_runs(api, stack)
+    pth = pth_of(runs[0])
+    session = (await api.thread(thread))["sessions"][-1]
+    await HostClient(stack_nc, 5.0).verb(session["host_id"], "session.stop",
+                                         hp.StopTurn(session_id=session["id"], attempt_id=""))
+    await api.wait_thread(thread, lambda d: d["sessions"][-1]["status"] == "stopped", "session stopped")
+    # The provider's own record of the conversation is lost: resumed, it has no turns to drop.
+    for memory in (stack.state_dir / "provider-runtimes" / "scripted-threads" / api.tenant).glob("*.jsonl"):
+        memory.unlink()
+
+    rollback = await roll_back(api, thread, 1)
+    assert rollback["provider_context"] == "divergent"
+    assert "has 0 turns, cannot drop 2" in rollback["provider_error"]
+    assert files(workspace) == after_run1  # the files are rolled back all the same
+    doc = await api.thread(thread)
+    assert next(p for p in doc["provider_threads"] if p["id"] == pth)["status"] == "divergent"
+
+    run4 = await run_to_end(api, thread, "four", script(RECALL, ECHO))
+    assert pth_of(run4) != pth  # a fresh provider thread, told about the kept run only
+    assert remembered(run4) == []
+    assert "one" in reply(run4) and "two" not in reply(run4) and "three" not in reply(run4)
+
+
+async def test_L10_5_a_profile_without_rollback_gets_a_fresh_provider_thread_with_the_kept_runs_context(api, stack):
+    thread, workspace, after_run1, runs = await three_runs(api, stack, profile=None)
+    pth = pth_of(runs[0])
+    rollback = await roll_back(api, thread, 1)
+    assert rollback["provider_context"] == "divergent" and rollback["provider_error"] is None
+    doc = await api.thread(thread)
+    assert [p["status"] for p in doc["provider_threads"]] == ["divergent"]
+
+    run4 = await run_to_end(api, thread, "four", script(RECALL, ECHO, profile=None))
+    assert pth_of(run4) != pth and remembered(run4) == []
+    handoff = (await api.request("GET", f"/v1/handoffs/{run4['handoff_ids'][0]}")).json()
+    assert handoff["strategy"] == "full_thread_summary" and handoff["covered_ordinals"] == [1]
+    assert "one" in reply(run4) and "two" not in reply(run4) and "three" not in reply(run4)
+    assert files(workspace) == after_run1
