@@ -73,10 +73,13 @@ async def three_runs(api, stack, profile: str | None = "native_rollback"):
 
 
 async def roll_back(api, thread: str, to: int) -> dict:
+    """The answer is read from the log; the thread's projection catches up with it before this returns."""
     r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to})
     assert r.status_code == 200, r.text
     rollback = r.json()
     assert rollback["status"] == "completed", rollback
+    await api.wait_thread(thread, lambda d: any(x["id"] == rollback["id"] and x["status"] == "completed"
+                                                for x in d["rollbacks"]), "the rollback projected")
     return rollback
 
 
