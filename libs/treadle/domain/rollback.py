@@ -180,14 +180,16 @@ def provider_plan(state: ThreadState, rollback: Rollback) -> ProviderPlan | None
         return None
     last = state.session(pth.session_id or "")
     live = state.live_session
-    attached = live is not None and state.session_thread(live.id) is pth
+    holder = live if live is not None and state.session_thread(live.id) is pth else None
     return ProviderPlan(provider_thread_id=pth.id, provider=pth.provider, native_ref=pth.native_ref,
                         turns=provider_turns_to_drop(state, rollback, pth.id),
                         capabilities=last.capabilities if last is not None else ProviderCapabilities(),
-                        session_id=live.id if attached and live else None, host_id=live.host_id if attached and live else None)
+                        session_id=holder.id if holder else None, host_id=holder.host_id if holder else None)
 
 
 def _current_provider_thread(state: ThreadState) -> ProviderThread | None:
+    """The provider thread of the latest attempt that reached a provider: the conversation the thread is in.
+    Not active (unusable, divergent already): there is nothing to bring in line natively."""
     for run in reversed(state.runs):
         for att in reversed(run.attempts):
             if att.provider_thread_id is not None:
@@ -205,7 +207,8 @@ def provider_turns_to_drop(state: ThreadState, rollback: Rollback, provider_thre
         return 0
     dropped = set(rollback.rolled_back_run_ids)
     return sum(1 for r in state.runs if r.id in dropped for a in r.attempts
-               if a.provider_thread_id == pth_id and a.turn_id is not None and a.status not in ("lost", "pending"))
+               if a.provider_thread_id == pth_id and a.turn_id is not None
+               and a.status not in ("lost", "pending"))
 
 
 def saw_dropped_runs(state: ThreadState, rollback: Rollback, pth: ProviderThread) -> bool:
@@ -213,8 +216,9 @@ def saw_dropped_runs(state: ThreadState, rollback: Rollback, pth: ProviderThread
     or an attempt of one reached it?"""
     dropped = set(rollback.rolled_back_run_ids)
     ordinals = {r.ordinal for r in state.runs if r.id in dropped}
-    return bool(ordinals & set(pth.covered_ordinals)) or any(
-        a.provider_thread_id == pth.id and a.turn_id is not None for r in state.runs if r.id in dropped for a in r.attempts)
+    reached = any(a.provider_thread_id == pth.id and a.turn_id is not None
+                  for r in state.runs if r.id in dropped for a in r.attempts)
+    return reached or bool(ordinals & set(pth.covered_ordinals))
 
 
 def provider_requested(rollback: Rollback, plan: ProviderPlan) -> ev.RollbackProviderRequested:

@@ -30,6 +30,7 @@ from treadle.domain import supervision as sv
 from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
 from treadle.domain.decide import dispatch_next
 from treadle.domain.entities import Rollback
+from treadle.domain.ids import IdFactory
 from treadle.domain.rollback import ProviderOutcome, ProviderPlan
 from treadle.domain.thread import ThreadState
 from treadle.domain.turn_options import SCRIPTED_PROVIDERS
@@ -42,6 +43,12 @@ ACTOR = "coordinator"
 # Resuming a provider thread starts its runtime, and a runtime may restart to roll back (Claude Code): both
 # take longer than the quick verbs' timeout.
 PROVIDER_TIMEOUT = 60.0
+
+
+def _resume_session_id(rb: Rollback) -> str:
+    """The same for every try of this rollback: a retry (after an append conflict or a crash) finds the
+    session its first try placed, since hosts answer a placement of a live session id with that session."""
+    return IdFactory(f"rollback|{rb.id}|resume", int(rb.started_at.timestamp() * 1000)).next("ps")
 
 
 def is_rollback(command: Command) -> bool:
@@ -128,7 +135,8 @@ class Rollbacks:
             return ProviderOutcome(context="divergent", provider_thread_id=pth_id, error=str(exc))
         if isinstance(reply, hp.HostFailure):
             log.info("provider rollback of %s refused: %s %s", pth_id, reply.code, reply.message)
-            return ProviderOutcome(context="divergent", provider_thread_id=pth_id, error=f"{reply.code}: {reply.message}")
+            return ProviderOutcome(context="divergent", provider_thread_id=pth_id,
+                                   error=f"{reply.code}: {reply.message}")
         return ProviderOutcome(context="rolled_back", provider_thread_id=pth_id, turns_dropped=reply.turns_dropped)
 
     async def _ask_again(self, state: ThreadState, rb: Rollback) -> ProviderOutcome:
@@ -149,7 +157,7 @@ class Rollbacks:
         model = next((r.model for r in reversed(state.runs)
                       if any(a.provider_thread_id == plan.provider_thread_id for a in r.attempts)), None)
         request = hp.PlaceSession(
-            tenant=tenant, thread=thread, provider=plan.provider, session_id=ctx.ids.next("ps"),
+            tenant=tenant, thread=thread, provider=plan.provider, session_id=_resume_session_id(rb),
             provider_thread_id=plan.provider_thread_id, native_ref=plan.native_ref,
             workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=model,
             capabilities=plan.capabilities if plan.provider in SCRIPTED_PROVIDERS else None)
