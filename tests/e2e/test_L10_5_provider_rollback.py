@@ -87,6 +87,7 @@ async def test_L10_5_native_rollback_keeps_the_provider_thread_with_only_run_1_a
     thread, workspace, after_run1, runs = await three_runs(api, stack)
     pth = pth_of(runs[0])
     assert {pth_of(r) for r in runs} == {pth}
+    assert (await api.thread(thread))["capabilities"]["rollback"] == "native"
 
     rollback = await roll_back(api, thread, 1)
     assert rollback["provider_context"] == "rolled_back" and rollback["provider_thread_id"] == pth
@@ -160,6 +161,7 @@ async def test_L10_5_a_provider_that_refuses_the_rollback_takes_the_divergent_pa
 async def test_L10_5_a_profile_without_rollback_gets_a_fresh_provider_thread_with_the_kept_runs_context(api, stack):
     thread, workspace, after_run1, runs = await three_runs(api, stack, profile=None)
     pth = pth_of(runs[0])
+    assert (await api.thread(thread))["capabilities"]["rollback"] == "fresh_thread"
     rollback = await roll_back(api, thread, 1)
     assert rollback["provider_context"] == "divergent" and rollback["provider_error"] is None
     doc = await api.thread(thread)

@@ -43,6 +43,9 @@ class CapabilityView(msgspec.Struct, kw_only=True):
     questions: Literal["structured", "text_only"]
     plans: Literal["available", "unavailable"]
     terminal_status: Literal["strong", "weak", "none"]
+    # L10.5: a rollback brings the provider conversation back with the files (native), or the next run starts a
+    # fresh provider thread from a summary of the kept runs (fresh_thread).
+    rollback: Literal["native", "fresh_thread"] = "fresh_thread"
 
 
 def view(caps: ProviderCapabilities) -> CapabilityView:
@@ -54,4 +57,5 @@ def view(caps: ProviderCapabilities) -> CapabilityView:
         questions="structured" if caps.structured_questions else "text_only",
         plans="available" if (caps.todo_list or caps.proposed_plan) else "unavailable",
         terminal_status=caps.terminal_status,
+        rollback="native" if caps.rollback else "fresh_thread",
     )
