@@ -173,3 +173,21 @@ async def test_L10_5_a_profile_without_rollback_gets_a_fresh_provider_thread_wit
     assert handoff["strategy"] == "full_thread_summary" and handoff["covered_ordinals"] == [1]
     assert "one" in reply(run4) and "two" not in reply(run4) and "three" not in reply(run4)
     assert files(workspace) == after_run1
+
+
+async def test_L3_1_L10_5_rollback_active_drops_the_interrupted_runs_turn_from_the_provider_thread(api, stack):
+    thread = await api.create_thread(title="rollback_active, native")
+    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    run1 = await run_to_end(api, thread, "one", script(write("a.txt", "1\n")))
+    active = await api.send(thread, "two", script=script(write("a.txt", "2\n"), {"type": "hang"}))
+    await api.wait_running(active["run_id"])
+    sent = await api.send(thread, "three", mode="rollback_active", script=script(RECALL))
+    assert sent["disposition"] == "rolling_back"
+
+    await api.wait_run(active["run_id"], status="rolled_back")
+    run3 = await api.wait_run(sent["run_id"])
+    assert (workspace / "a.txt").read_text() == "1\n"
+    assert pth_of(run3) == pth_of(run1) and remembered(run3) == ["one"]  # the interrupted turn is gone too
+    doc = await api.thread(thread)
+    [rollback] = doc["rollbacks"]
+    assert (rollback["provider_context"], rollback["provider_turns"]) == ("rolled_back", 1)

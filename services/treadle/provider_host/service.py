@@ -298,8 +298,10 @@ class ProviderHost:
         done = session.rolled_back.get(request.rollback_id)
         if done is not None:
             return msgspec.structs.replace(done, already=True)
-        if session.busy:
+        if session.playing:
             return hp.HostFailure(code="not_active", message="a turn is playing on this session")
+        # A turn that has reported its end may still be closing its publisher: let it finish first.
+        await asyncio.gather(*session.turns.values(), return_exceptions=True)
         if request.turns < 1:
             raise ValueError("a rollback drops at least one turn")
         snapshot = await session.adapter.rollback(request.turns)
