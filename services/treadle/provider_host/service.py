@@ -33,6 +33,7 @@ from .watcher import HostWatcher
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
+ROLLBACK_SETTLE_SECONDS = 5.0  # how long a rollback waits for a turn that has ended to close
 
 
 class Session:
@@ -298,10 +299,12 @@ class ProviderHost:
         done = session.rolled_back.get(request.rollback_id)
         if done is not None:
             return msgspec.structs.replace(done, already=True)
-        if session.playing:
+        # A turn that has reported its end may still be closing its publisher: give it a moment to finish.
+        closing = [t for t in session.turns.values() if not t.done()]
+        if closing and not session.playing:
+            await asyncio.wait(closing, timeout=ROLLBACK_SETTLE_SECONDS)
+        if session.busy:
             return hp.HostFailure(code="not_active", message="a turn is playing on this session")
-        # A turn that has reported its end may still be closing its publisher: let it finish first.
-        await asyncio.gather(*session.turns.values(), return_exceptions=True)
         if request.turns < 1:
             raise ValueError("a rollback drops at least one turn")
         snapshot = await session.adapter.rollback(request.turns)
