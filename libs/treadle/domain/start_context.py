@@ -67,15 +67,18 @@ def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]
 
 def _native_fork(source: ThreadState, point_run: Run, provider: str,
                  target: ProviderCapabilities | None) -> tuple[str, str | None] | None:
-    """Same provider, native fork on both sides and strong refs: the provider thread that ran the point, and the
-    turn to fork after (None: its end, allowed only when the point is that thread's last turn)."""
+    """Same provider, native fork on both sides and refs to fork at: the provider thread that ran the point, and
+    the turn to fork after (None: its end, allowed only when the point is that thread's last turn).
+
+    Weak identity is enough: it means Treadle minted the turn refs (Claude Code's prompt uuids), which the
+    provider records and can fork at; only a provider with no ids at all has nothing to name the point by."""
     att = point_run.attempt
     pth = source.provider_thread_of(att.provider_thread_id)
     session = source.session(att.session_id or "")
     if pth is None or session is None or pth.provider != provider or not pth.native_ref:
         return None
     caps = session.capabilities
-    if not caps.fork or caps.identity != "strong" or (target is not None and not target.fork):
+    if not caps.fork or caps.identity == "none" or (target is not None and not target.fork):
         return None
     last = max(pth.covered_ordinals, default=0)
     if att.native_turn_ref is None and point_run.ordinal != last:
