@@ -129,6 +129,30 @@ async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_sum
     assert pth_of(after) == pth_of(clean) and after["handoff_ids"] == []
 
 
+async def test_L5_4_a_message_on_another_model_gets_a_fresh_provider_thread_with_a_full_summary(api, log):
+    thread = await api.create_thread()
+    first = await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parser done")))
+    other = await send_done(api, thread, "review it on the big model", model="big-model", script=script(ECHO))
+    assert pth_of(other) != pth_of(first) and other["model"] == "big-model"
+    [hid] = other["handoff_ids"]
+    summary = await handoff(api, hid)
+    assert (summary["strategy"], summary["covered_ordinals"]) == ("full_thread_summary", [1])
+    assert summary["reason"] == f"settings incompatible with provider thread {pth_of(first)} (model default -> big-model)"
+    assert "write the parser" in summary["text"] and "parser.py (added, +1 -0)" in summary["text"]
+    assert reply(other) == f"Received: {summary['text']}\n\n---\n\nreview it on the big model"
+    # Back on the thread's own model: its first provider thread resumes with only the run it missed.
+    back = await send_done(api, thread, "back to work", script=script(ECHO))
+    assert pth_of(back) == pth_of(first)
+    delta = await handoff(api, back["handoff_ids"][0])
+    assert (delta["strategy"], delta["covered_ordinals"]) == ("delta", [2])
+    doc = await api.thread(thread)
+    settings = {p["id"]: p["settings"]["model"] for p in doc["provider_threads"]}
+    assert settings == {pth_of(first): None, pth_of(other): "big-model"}
+    bad = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": "x", "model": ""})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_model"
+    await assert_projection_is_the_fold(api, log, thread)
+
+
 async def test_L5_5_bad_handoff_ids_are_typed_errors(api):
     r = await api.request("GET", "/v1/handoffs/hoff_0000000000000000000000000")
     assert r.status_code == 404 and r.json()["error"]["code"] == "handoff_not_found"

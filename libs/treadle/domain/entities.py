@@ -174,6 +174,14 @@ class ProviderSession(Entity, kw_only=True):
     capabilities: ProviderCapabilities = msgspec.field(default_factory=ProviderCapabilities)
 
 
+class ProviderThreadSettings(Entity, kw_only=True):
+    """What a provider thread was started under (L5.4): a run asking for other settings gets another thread."""
+
+    model: str | None = None  # None: the provider's default
+    runtime_mode: str = "approval_required"
+    workspace: str = ""
+
+
 class ProviderThread(Entity, kw_only=True):
     id: str
     provider: str
@@ -182,6 +190,7 @@ class ProviderThread(Entity, kw_only=True):
     status: Literal["active", "unloaded", "unusable", "divergent"] = "active"  # divergent: files rolled back under it
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
     replaces: str | None = None  # L9.4: built from app context after this provider thread could not resume
+    settings: ProviderThreadSettings | None = None  # None: recorded before settings were (taken as compatible)
 
 
 class ProviderTurn(Entity, kw_only=True):

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .entities import ChildCheckpoint, FileChange, ProviderCapabilities, TodoItem
+from .entities import ChildCheckpoint, FileChange, ProviderCapabilities, ProviderThreadSettings, TodoItem
 
 SCHEMA_VERSION = 1
 
@@ -278,6 +278,7 @@ class ProviderAttached(Payload, kw_only=True):
     resumed: bool = False
     capabilities: ProviderCapabilities
     replaces: str | None = None  # L9.4: a replacement for this provider thread, which could not resume
+    settings: ProviderThreadSettings | None = None  # L5.4: what the run that placed it asked for
 
 
 @event("provider.resume_failed")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import msgspec
 
 from . import events as ev
+from . import provider_settings
 from .commands import Ctx
 from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
 from .summarise import span, summarise
@@ -51,12 +52,25 @@ def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
     return owner is not None and owner.terminal and context is not None and not context.delivered
 
 
-def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
-    """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
-    for p in reversed(state.provider_threads):
-        if p.provider == provider and p.status not in ("unusable", "divergent"):  # divergent: rolled back (L10.5)
-            return p
-    return None
+def _usable(state: ThreadState, provider: str) -> list[ProviderThread]:
+    """The provider's threads a run could go on with, newest first (divergent: rolled back under it, L10.5)."""
+    return [p for p in reversed(state.provider_threads) if p.provider == provider and p.status not in ("unusable", "divergent")]
+
+
+def target_thread(state: ThreadState, run: Run) -> ProviderThread | None:
+    """The provider thread ``run`` resumes: the newest usable one of its provider (L5.3) started under the
+    settings the run asks for (L5.4)."""
+    wanted = provider_settings.of_run(state, run)
+    return next((p for p in _usable(state, run.provider) if provider_settings.fits(p, wanted)), None)
+
+
+def _incompatible(state: ThreadState, run: Run) -> str | None:
+    """L5.4: why the provider's newest usable thread cannot serve ``run`` when no thread of it can (settings)."""
+    newest = next(iter(_usable(state, run.provider)), None)
+    if newest is None:
+        return None
+    change = provider_settings.incompatibility(newest.settings, provider_settings.of_run(state, run))
+    return f"settings incompatible with provider thread {newest.id} ({change})" if change else None
 
 
 def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]:
@@ -118,7 +132,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         return []
     budget = target.max_handoff_chars if target is not None else ProviderCapabilities().max_handoff_chars
     pending = _open_transfers(state, run)
-    existing = None if run.clean_context else target_thread(state, run.provider)
+    existing = None if run.clean_context else target_thread(state, run)
+    incompatible = None if existing is not None or run.clean_context else _incompatible(state, run)
     fresh = existing is None
     pth_id = existing.id if existing is not None else ctx.ids.next("pth")
     drafts: list[_Draft] = []
@@ -157,6 +172,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
             missed, reason = own, "repeated handoffs"
         elif run.clean_context:
             reason = "clean context requested"
+        elif incompatible is not None:
+            reason = incompatible
         elif any(p.provider == run.provider and p.status == "unusable" for p in state.provider_threads):
             reason = "replacement for an unusable provider thread"  # L4.2
         else:
@@ -248,7 +265,7 @@ def sources_needed(state: ThreadState, run: Run) -> list[str]:
     may be built, which then carries what the fork inherited)."""
     ids = [t.source_thread_id for t in _open_transfers(state, run)]
     lineage = state.lineage
-    if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run.provider) is None):
+    if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run) is None):
         ids.append(lineage.parent_thread_id)
     return list(dict.fromkeys(ids))
 
@@ -273,7 +290,7 @@ def placement(state: ThreadState, run: Run) -> Placement:
             return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref)
         return Placement(provider_thread_id=context.provider_thread_id, fork_from=context.fork_native_ref,
                          fork_at_turn=context.fork_at_turn_ref)
-    pth = target_thread(state, run.provider)
+    pth = target_thread(state, run)
     return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
 
 
@@ -284,7 +301,9 @@ def session_fits(state: ThreadState, run: Run) -> bool:
         return False
     want = placement(state, run).provider_thread_id
     attached = state.session_thread(session.id)
-    return want is None or (attached is not None and attached.id == want)
+    if want is None:  # a new provider thread: not on a live one started under other settings (L5.4)
+        return attached is None or provider_settings.fits(attached, provider_settings.of_run(state, run))
+    return attached is not None and attached.id == want
 
 
 def target_capabilities(state: ThreadState, run: Run, script_caps: ProviderCapabilities | None,

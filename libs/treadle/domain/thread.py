@@ -440,8 +440,11 @@ def _provider_attached(state: ThreadState, e: ev.Envelope, d: ev.ProviderAttache
         if p.id == d.provider_thread_id:
             pth = p
     if pth is None:
-        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces)
+        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces,
+                             settings=d.settings)
         state.provider_threads.append(pth)
+    elif pth.settings is None:
+        pth.settings = d.settings  # a thread attached before settings were recorded: learnt on its next attach
     pth.session_id = d.session_id
     pth.status = "active"
     state.capabilities = view(d.capabilities)

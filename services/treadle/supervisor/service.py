@@ -13,7 +13,7 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
-from treadle.domain import child_scopes, recovery, start_context
+from treadle.domain import child_scopes, provider_settings, recovery, start_context
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import Run
@@ -155,6 +155,7 @@ class Supervisor:
                 replaced = state.live_session
                 attached = sv.attached(placed)
                 attached.replaces = recovery.replaced_thread(state, run.provider, placed.provider_thread_id)
+                attached.settings = provider_settings.of_run(state, run)  # L5.4: what it runs under
                 await self._append(tenant, thread, state, [attached], ctx)
                 if replaced is not None and replaced.id != placed.session_id:
                     await self._release(replaced)
