@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import HANG, approval, script, text, write
+from scripts import HANG, approval, script, subagent, text, write
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 
@@ -319,9 +319,42 @@ async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity
     forked = await fork(api, thread, {"type": "node", "id": node["id"]})
     first = await send_done(api, forked["thread_id"], "dig deeper", script=script(ECHO, profile="native_fork"))
     [transfer] = (await api.thread(forked["thread_id"]))["transfers"]
-    # Our subagents own no provider thread: even with native fork available the fork is portable, flagged.
+    # These subagents own no provider thread: even with native fork available the fork is synthetic, and the
+    # capabilities said so before the fork was made.
     assert (transfer["fidelity"], transfer["status"]) == ("synthetic", "consumed")
     assert "explorer" in reply(first) and "investigate" in reply(first)
+    caps = (await api.thread(thread))["capabilities"]
+    assert (caps["fork"], caps["subagent_fork"]) == ("native", "synthetic")
+    no_subagents = await api.create_thread()
+    await send_done(api, no_subagents, "plain", script={"steps": [text("ok")], "capabilities": {"subagents": False}})
+    assert (await api.thread(no_subagents))["capabilities"]["subagent_fork"] == "unavailable"
+
+
+async def test_L6_4_fork_from_a_subagent_that_owns_a_provider_thread_forks_it_natively_from_its_checkpoint(api, stack):
+    thread = await api.create_thread()
+    run = await send_done(api, thread, "investigate", script=script(
+        subagent("explorer", write("notes.txt", "parse() drops the last token\n"), text("found the bug in parse()")),
+        write("after.txt", "written after the subagent\n"), text("done"), profile="subagent_fork"))
+    doc = await api.thread(thread)
+    assert (doc["capabilities"]["fork"], doc["capabilities"]["subagent_fork"]) == ("native", "native")
+    node = next(n for n in run["nodes"] if n["kind"] == "subagent")
+    assert node["native_thread_ref"].startswith(doc["provider_threads"][0]["native_ref"])
+    forked = await fork(api, thread, {"type": "node", "id": node["id"]})
+    child = forked["thread_id"]
+    point = (await api.wait_thread(child, lambda d: d if d["transfers"] else None, "fork"))["transfers"][0]["source_point"]
+    assert (point["node_id"], point["subagent_native_ref"], point["baseline"]) == \
+        (node["id"], node["native_thread_ref"], "subagent_end")
+    # The baseline is the subagent's own end checkpoint: its files, not those its run wrote afterwards.
+    ws = workspace(stack, api.tenant, child)
+    assert (ws / "notes.txt").exists() and not (ws / "after.txt").exists()
+
+    first = await send_done(api, child, "dig deeper", script=script(ECHO, profile="subagent_fork"))
+    fork_doc = await api.thread(child)
+    [transfer] = fork_doc["transfers"]
+    assert (transfer["fidelity"], transfer["status"]) == ("native", "consumed") and first["handoff_ids"] == []
+    [pth] = fork_doc["provider_threads"]
+    assert pth["native_ref"].endswith(f"fork-of~{node['native_thread_ref']}@end")
+    assert reply(first) == "Received: dig deeper"
 
 
 # --- L7 merge-back -----------------------------------------------------------------------------------------

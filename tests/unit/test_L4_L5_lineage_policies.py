@@ -125,3 +125,15 @@ def test_L5_4_a_model_too_long_is_a_typed_error_and_changes_nothing():
     with pytest.raises(BadRequest) as raised:
         send(state, "hi", model="m" * 201)
     assert raised.value.code == "invalid_model" and state.seq == before
+
+
+def test_L6_2_L6_4_fork_fidelity_is_a_typed_capability_result():
+    from treadle.domain.capabilities import PROFILES, view
+    assert (view(PROFILES["no_fork"]).fork, view(PROFILES["no_fork"]).subagent_fork) == ("portable", "synthetic")
+    assert (view(PROFILES["native_fork"]).fork, view(PROFILES["native_fork"]).subagent_fork) == ("native", "synthetic")
+    assert view(PROFILES["subagent_fork"]).subagent_fork == "native"
+    weak = ProviderCapabilities(fork=True, identity="weak", subagents=True)  # Claude: Treadle-minted turn refs
+    assert (view(weak).fork, view(weak).subagent_fork) == ("native", "synthetic")
+    nameless = ProviderCapabilities(fork=True, fork_subagent=True, identity="none", subagents=True)
+    assert (view(nameless).fork, view(nameless).subagent_fork) == ("portable", "synthetic")
+    assert view(ProviderCapabilities(fork=True, subagents=False)).subagent_fork == "unavailable"

@@ -95,6 +95,7 @@ class ExecutionNode(Entity, kw_only=True):
     output: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    native_thread_ref: str | None = None  # L6.4: a subagent's own provider thread
 
 
 class Run(Entity, kw_only=True):
@@ -148,6 +149,7 @@ class ProviderCapabilities(Entity, kw_only=True):
     read_snapshot: bool = False
     rollback: bool = False
     fork: bool = False
+    fork_subagent: bool = False  # L6.4: a subagent's own provider thread can be forked natively
     native_turn_ids: bool = True
     interrupt: bool = True
     active_steering: bool = False

@@ -178,6 +178,7 @@ class NodeStarted(Payload, kw_only=True):
     kind: str
     title: str = ""
     input: dict | None = None
+    native_thread_ref: str | None = None  # L6.4: the provider thread a subagent owns (forkable natively)
 
 
 @event("node.completed")

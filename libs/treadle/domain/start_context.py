@@ -13,6 +13,7 @@ import msgspec
 
 from . import events as ev
 from . import provider_settings
+from .capabilities import fork_fidelity
 from .commands import Ctx
 from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
 from .summarise import span, summarise
@@ -79,8 +80,8 @@ def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]
             ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"context transfer failed: {error}")]
 
 
-def _native_fork(source: ThreadState, point_run: Run, provider: str,
-                 target: ProviderCapabilities | None) -> tuple[str, str | None] | None:
+def _native_fork(source: ThreadState, point_run: Run, provider: str, target: ProviderCapabilities | None,
+                 subagent_ref: str | None = None) -> tuple[str, str | None] | None:
     """Same provider, native fork on both sides and refs to fork at: the provider thread that ran the point, and
     the turn to fork after (None: its end, allowed only when the point is that thread's last turn).
 
@@ -92,8 +93,10 @@ def _native_fork(source: ThreadState, point_run: Run, provider: str,
     if pth is None or session is None or pth.provider != provider or not pth.native_ref:
         return None
     caps = session.capabilities
-    if not caps.fork or caps.identity == "none" or (target is not None and not target.fork):
+    if fork_fidelity(caps) != "native" or (target is not None and not target.fork):
         return None
+    if subagent_ref:  # L6.4: the subagent's own provider thread, forked at its end (the subagent completed)
+        return subagent_ref, None
     last = max(pth.covered_ordinals, default=0)
     if att.native_turn_ref is None and point_run.ordinal != last:
         return None
@@ -145,7 +148,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         point = source.run(transfer.source_point.get("run_id", "")) if source is not None else None
         if source is None or point is None or point.status in ("rolled_back", "cancelled"):
             return _failed(run, transfer, "the fork's source point no longer exists")
-        native = None if transfer.fidelity == "synthetic" else _native_fork(source, point, run.provider, target)
+        native = None if transfer.fidelity == "synthetic" else _native_fork(
+            source, point, run.provider, target, transfer.source_point.get("subagent_native_ref"))
         if native is not None:
             fork_ref, turn_ref = native
             if not fresh:

@@ -411,6 +411,7 @@ def _node_started(state: ThreadState, e: ev.Envelope, d: ev.NodeStarted) -> None
             title=d.title,
             input=d.input,
             started_at=e.at,
+            native_thread_ref=d.native_thread_ref,
         )
     )
     _activity(state, e, f"{d.kind}.started", d.run_id, d.node_id, d.title)
