@@ -294,8 +294,9 @@ class ContextHandoff(Entity, kw_only=True):
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
     text: str
     truncated: bool = False
-    summariser: str = "local"
+    summariser: str = "local"  # L5.5: "local" (deterministic) or "provider:<name>"
     version: int = 1
+    fallback: str | None = None  # why a configured provider-backed summariser was not used
     delivered: bool = False
     created_at: datetime | None = None
 

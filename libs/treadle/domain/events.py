@@ -403,8 +403,9 @@ class HandoffCreated(Payload, kw_only=True):
     covered_ordinals: list[int] = []
     text: str
     truncated: bool = False
-    summariser: str = "local"
-    version: int = 1
+    summariser: str = "local"  # L5.5: "local" (deterministic) or "provider:<name>"
+    version: int = 1  # of that summariser
+    fallback: str | None = None  # why a configured provider-backed summariser was not used
 
 
 @event("context.resolved")

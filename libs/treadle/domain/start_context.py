@@ -16,7 +16,7 @@ from . import provider_settings
 from .capabilities import fork_fidelity
 from .commands import Ctx
 from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
-from .summarise import span, summarise
+from .summarise import MATERIAL_CHARS, span, summarise
 from .thread import ThreadState
 
 # L5.4: a provider thread that has been handed this many deltas is "confused by repeated handoffs": the next
@@ -232,6 +232,16 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         fork_at_turn_ref=turn_ref, handoff_ids=[e.handoff_id for e in events if isinstance(e, ev.HandoffCreated)],
         transfers=transfers))
     return events
+
+
+def handoff_material(state: ThreadState, run: Run, target: ProviderCapabilities | None,
+                     sources: Mapping[str, ThreadState], ctx: Ctx, chars: int = MATERIAL_CHARS) -> dict[str, str]:
+    """L5.5: the handoffs ``resolve_start_context`` decides with ``ctx`` (pass a copy of the one it was given: the
+    same ids), each built at a budget of ``chars`` instead of the target's: what a provider-backed summariser
+    condenses. Handoff id -> text."""
+    roomy = msgspec.structs.replace(target or ProviderCapabilities(), max_handoff_chars=chars)
+    return {e.handoff_id: e.text for e in resolve_start_context(state, run, roomy, sources, ctx)
+            if isinstance(e, ev.HandoffCreated)}
 
 
 def _previous_provider(state: ThreadState, ordinals: list[int]) -> str | None:

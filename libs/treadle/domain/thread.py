@@ -654,7 +654,8 @@ def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -
         id=d.handoff_id, run_id=d.run_id, strategy=d.strategy, reason=d.reason,  # type: ignore[arg-type]
         from_provider=d.from_provider, to_provider=d.to_provider, provider_thread_id=d.provider_thread_id,
         transfer_id=d.transfer_id, source_thread_id=d.source_thread_id, covered_ordinals=list(d.covered_ordinals),
-        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, created_at=e.at))
+        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, fallback=d.fallback,
+        created_at=e.at))
     run = state.run(d.run_id)
     if run is not None and d.handoff_id not in run.handoff_ids:
         run.handoff_ids.append(d.handoff_id)
