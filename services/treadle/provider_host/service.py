@@ -180,6 +180,8 @@ class ProviderHost:
         task.add_done_callback(self._background.discard)
 
     async def _on_summarise(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # nobody would get the summary: no provider turn is spent on it
         try:
             request = hp.summarise_request.decode(msg.data)
             subjects.token(request.tenant, "tenant")
