@@ -53,10 +53,14 @@ async def run_to_end(client: TreadleClient, thread: str, text: str) -> dict:
 
 
 def prompts_sent_with(api: MockMessagesApi, prompt: str) -> list[str]:
-    """The user prompts of the conversation the model was given when ``prompt`` was the newest, oldest first."""
-    [body] = [s.body for s in api.seen if s.conversation is not None and s.conversation.prompt == prompt]
-    return [t for m in body["messages"] if m.get("role") == "user" for t in _texts(m["content"])
-            if t.startswith("#text")]
+    """The user prompts of the conversation the model was first given when ``prompt`` was the newest, oldest
+    first."""
+    body = next(s.body for s in api.seen if s.conversation is not None and s.conversation.prompt == prompt)
+    return [t for m in body["messages"] if m.get("role") == "user" for t in _texts(m["content"]) if t.startswith("#")]
+
+
+def workspace_of(stack, thread: str):
+    return stack.state_dir / "workspaces" / "claude-fork" / "threads" / thread
 
 
 def history(doc: dict) -> list[tuple]:
@@ -65,14 +69,15 @@ def history(doc: dict) -> list[tuple]:
 
 
 async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holding_turns_1_and_2(
-        client, mock_claude_api):
-    source = (await client.create_thread(title="claude fork source", provider="claude"))["thread_id"]
+        client, mock_claude_api, claude_stack):
+    source = (await client.create_thread(title="claude fork source", provider="claude",
+                                         runtime_mode="full_access"))["thread_id"]
     runs = [await run_to_end(client, source, f"#text claude source {n}") for n in (1, 2, 3)]
     before = await client.get_thread(source)
     [source_pth] = before["provider_threads"]
 
     child = (await client.fork(source, "run", runs[1]["id"], title="claude tangent"))["thread_id"]
-    first = await run_to_end(client, child, "#text on the claude fork")
+    first = await run_to_end(client, child, "#bash on the claude fork")
     assert first["provider"] == "claude" and first["handoff_ids"] == []  # no portable context: the fork is native
 
     doc = await client.get_thread(child)
@@ -87,8 +92,12 @@ async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holdi
     assert len(fork_pth["native_ref"]) == 36  # a Claude Code session id of its own (fork_session)
 
     # The fork's conversation holds the source's turns up to run 2, nothing after, and no handoff text.
-    assert prompts_sent_with(mock_claude_api, "#text on the claude fork") == \
-        ["#text claude source 1", "#text claude source 2", "#text on the claude fork"]
+    assert prompts_sent_with(mock_claude_api, "#bash on the claude fork") == \
+        ["#text claude source 1", "#text claude source 2", "#bash on the claude fork"]
+    # The forked session works in the fork's own workspace (L6.5), never the source's.
+    assert (workspace_of(claude_stack, child) / "bash.txt").read_text() == "hi\n"
+    assert not (workspace_of(claude_stack, source) / "bash.txt").exists()
+    assert [f["path"] for f in first["checkpoint"]["files"]] == ["bash.txt"]
 
     # The source is unchanged, and its own next turn still sees run 3 and not the fork's.
     assert history(await client.get_thread(source)) == history(before)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Text
+from codex_mock import Exec, Text
 
 pytestmark = pytest.mark.e2e
 
@@ -27,12 +27,18 @@ def history(doc: dict) -> list[tuple]:
         [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
 
 
-async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_turns_1_and_2(client, mock):
+def workspace_of(codex_stack, thread: str):
+    return codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
+
+
+async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_turns_1_and_2(
+        client, mock, codex_stack):
     for n, word in enumerate(("alpha", "bravo", "charlie"), 1):
         mock.on(f"codex fork source {n}", [Text(f"Noted {word}.")])
-    mock.on("codex fork: what did we say", [Text("Alpha and bravo.")])
+    mock.on("codex fork: what did we say", [Exec("echo forked > forked.txt")], [Text("Alpha and bravo.")])
     mock.on("codex fork source: and now", [Text("Alpha, bravo, charlie.")])
-    source = (await client.create_thread(title="codex fork source", provider="codex"))["thread_id"]
+    source = (await client.create_thread(title="codex fork source", provider="codex",
+                                         runtime_mode="full_access"))["thread_id"]
     runs = []
     for n in (1, 2, 3):
         sent = await client.send(source, f"codex fork source {n}")
@@ -59,10 +65,14 @@ async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_
     assert fork_pth["provider"] == "codex" and fork_pth["native_ref"] not in ("", None, source_pth["native_ref"])
 
     # Codex's fork holds the source's turns up to run 2 and nothing after it, and no handoff text.
-    seen = user_inputs(request_for(mock, "codex fork: what did we say"))
+    seen = user_inputs(next(r for r in mock.requests if r.prompt == "codex fork: what did we say"))
     assert [t for t in seen if t.startswith("codex fork")] == \
         ["codex fork source 1", "codex fork source 2", "codex fork: what did we say"]
     assert not any("# Context" in t for t in seen)
+    # The forked Codex thread works in the fork's own workspace (L6.5), never the source's.
+    assert (workspace_of(codex_stack, child) / "forked.txt").read_text() == "forked\n"
+    assert not (workspace_of(codex_stack, source) / "forked.txt").exists()
+    assert [f["path"] for f in first["checkpoint"]["files"]] == ["forked.txt"]
 
     # The source is unchanged: same runs, same provider thread; its own next turn still sees run 3, not the fork.
     after = await client.get_thread(source)
