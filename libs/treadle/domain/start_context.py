@@ -15,7 +15,7 @@ from . import events as ev
 from . import provider_settings
 from .capabilities import fork_fidelity
 from .commands import Ctx
-from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
+from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, ProviderThreadSettings, Run
 from .summarise import MATERIAL_CHARS, span, summarise
 from .thread import ThreadState
 
@@ -55,14 +55,19 @@ def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
 
 def _usable(state: ThreadState, provider: str) -> list[ProviderThread]:
     """The provider's threads a run could go on with, newest first (divergent: rolled back under it, L10.5)."""
-    return [p for p in reversed(state.provider_threads) if p.provider == provider and p.status not in ("unusable", "divergent")]
+    return [p for p in reversed(state.provider_threads)
+            if p.provider == provider and p.status not in ("unusable", "divergent")]
 
 
-def target_thread(state: ThreadState, run: Run) -> ProviderThread | None:
-    """The provider thread ``run`` resumes: the newest usable one of its provider (L5.3) started under the
-    settings the run asks for (L5.4)."""
-    wanted = provider_settings.of_run(state, run)
-    return next((p for p in _usable(state, run.provider) if provider_settings.fits(p, wanted)), None)
+def target_thread(state: ThreadState, provider: str,
+                  wanted: ProviderThreadSettings | None = None) -> ProviderThread | None:
+    """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3) started
+    under the settings the run asks for (L5.4; ``provider_settings.of_run``; None: any)."""
+    return next((p for p in _usable(state, provider) if wanted is None or provider_settings.fits(p, wanted)), None)
+
+
+def _target(state: ThreadState, run: Run) -> ProviderThread | None:
+    return target_thread(state, run.provider, provider_settings.of_run(state, run))
 
 
 def _incompatible(state: ThreadState, run: Run) -> str | None:
@@ -135,7 +140,7 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         return []
     budget = target.max_handoff_chars if target is not None else ProviderCapabilities().max_handoff_chars
     pending = _open_transfers(state, run)
-    existing = None if run.clean_context else target_thread(state, run)
+    existing = None if run.clean_context else _target(state, run)
     incompatible = None if existing is not None or run.clean_context else _incompatible(state, run)
     fresh = existing is None
     pth_id = existing.id if existing is not None else ctx.ids.next("pth")
@@ -279,7 +284,7 @@ def sources_needed(state: ThreadState, run: Run) -> list[str]:
     may be built, which then carries what the fork inherited)."""
     ids = [t.source_thread_id for t in _open_transfers(state, run)]
     lineage = state.lineage
-    if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run) is None):
+    if lineage is not None and lineage.parent_thread_id and (run.clean_context or _target(state, run) is None):
         ids.append(lineage.parent_thread_id)
     return list(dict.fromkeys(ids))
 
@@ -304,7 +309,7 @@ def placement(state: ThreadState, run: Run) -> Placement:
             return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref)
         return Placement(provider_thread_id=context.provider_thread_id, fork_from=context.fork_native_ref,
                          fork_at_turn=context.fork_at_turn_ref)
-    pth = target_thread(state, run)
+    pth = _target(state, run)
     return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
 
 

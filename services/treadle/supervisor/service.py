@@ -272,7 +272,8 @@ class Supervisor:
         events = start_context.resolve_start_context(state, run, target, sources, ctx)
         if self._summariser is None or not any(isinstance(e, ev.HandoffCreated) for e in events):
             return events
-        material = start_context.handoff_material(state, run, target, sources, Ctx(now=ctx.now, ids=ids, actor=ctx.actor))
+        again = Ctx(now=ctx.now, ids=ids, actor=ctx.actor)
+        material = start_context.handoff_material(state, run, target, sources, again)
         budget = (target or ProviderCapabilities()).max_handoff_chars
         return await self._summariser.apply(state.thread.tenant if state.thread else tenant, events, material, budget)
 

@@ -79,6 +79,7 @@ class ProviderSummariser:
                                        version=sm.PROVIDER_VERSION)
 
     def _fallback(self, handoff: ev.HandoffCreated, why: str) -> ev.HandoffCreated:
-        log.info("handoff %s: %s could not summarise (%s); the local summary is used", handoff.handoff_id, self.name, why)
+        log.info("handoff %s: %s could not summarise (%s); the local summary is used",
+                 handoff.handoff_id, self.name, why)
         return msgspec.structs.replace(handoff, summariser=sm.LOCAL, version=sm.LOCAL_VERSION,
                                        fallback=f"{self.name}: {why}"[:500])
