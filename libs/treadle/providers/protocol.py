@@ -22,6 +22,7 @@ class PlaceSession(msgspec.Struct, kw_only=True):
     capabilities: ProviderCapabilities | None = None  # a scripted capability profile
     fork_from: str | None = None  # L6.2: open a native fork of this provider thread instead (native_ref unused)
     fork_at_turn: str | None = None  # ...forked after this provider turn (None: at its end)
+    ephemeral: bool = False  # L5.5: a throwaway provider thread (a summary): the runtime keeps nothing of it
 
 
 class StartTurn(msgspec.Struct, kw_only=True):

@@ -49,7 +49,7 @@ async def summarise(request: hp.Summarise, scratch_root: Path) -> hp.Summary | h
     workspace, runtime = scratch_root / name / "workspace", scratch_root / name / "runtime"
     workspace.mkdir(parents=True)
     place = hp.PlaceSession(tenant=request.tenant, thread=name, provider=request.provider, session_id=name,
-                            provider_thread_id=name, workspace=name, model=request.model)
+                            provider_thread_id=name, workspace=name, model=request.model, ephemeral=True)
     try:
         adapter = create_adapter(place, workspace, runtime)
         sink = _Collect(adapter, "root")
