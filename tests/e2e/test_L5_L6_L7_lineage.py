@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import HANG, approval, script, text, write
+from scripts import HANG, approval, script, subagent, text, write
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 
@@ -127,6 +127,30 @@ async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_sum
     # The next ordinary run stays on the fresh thread with nothing to hand over.
     after = await send_done(api, thread, "carry on", script=script(text("ok")))
     assert pth_of(after) == pth_of(clean) and after["handoff_ids"] == []
+
+
+async def test_L5_4_a_message_on_another_model_gets_a_fresh_provider_thread_with_a_full_summary(api, log):
+    thread = await api.create_thread()
+    first = await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parser done")))
+    other = await send_done(api, thread, "review it on the big model", model="big-model", script=script(ECHO))
+    assert pth_of(other) != pth_of(first) and other["model"] == "big-model"
+    [hid] = other["handoff_ids"]
+    summary = await handoff(api, hid)
+    assert (summary["strategy"], summary["covered_ordinals"]) == ("full_thread_summary", [1])
+    assert summary["reason"] == f"settings incompatible with provider thread {pth_of(first)} (model default -> big-model)"
+    assert "write the parser" in summary["text"] and "parser.py (added, +1 -0)" in summary["text"]
+    assert reply(other) == f"Received: {summary['text']}\n\n---\n\nreview it on the big model"
+    # Back on the thread's own model: its first provider thread resumes with only the run it missed.
+    back = await send_done(api, thread, "back to work", script=script(ECHO))
+    assert pth_of(back) == pth_of(first)
+    delta = await handoff(api, back["handoff_ids"][0])
+    assert (delta["strategy"], delta["covered_ordinals"]) == ("delta", [2])
+    doc = await api.thread(thread)
+    settings = {p["id"]: p["settings"]["model"] for p in doc["provider_threads"]}
+    assert settings == {pth_of(first): None, pth_of(other): "big-model"}
+    bad = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": "x", "model": ""})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_model"
+    await assert_projection_is_the_fold(api, log, thread)
 
 
 async def test_L5_5_bad_handoff_ids_are_typed_errors(api):
@@ -295,9 +319,42 @@ async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity
     forked = await fork(api, thread, {"type": "node", "id": node["id"]})
     first = await send_done(api, forked["thread_id"], "dig deeper", script=script(ECHO, profile="native_fork"))
     [transfer] = (await api.thread(forked["thread_id"]))["transfers"]
-    # Our subagents own no provider thread: even with native fork available the fork is portable, flagged.
+    # These subagents own no provider thread: even with native fork available the fork is synthetic, and the
+    # capabilities said so before the fork was made.
     assert (transfer["fidelity"], transfer["status"]) == ("synthetic", "consumed")
     assert "explorer" in reply(first) and "investigate" in reply(first)
+    caps = (await api.thread(thread))["capabilities"]
+    assert (caps["fork"], caps["subagent_fork"]) == ("native", "synthetic")
+    no_subagents = await api.create_thread()
+    await send_done(api, no_subagents, "plain", script={"steps": [text("ok")], "capabilities": {"subagents": False}})
+    assert (await api.thread(no_subagents))["capabilities"]["subagent_fork"] == "unavailable"
+
+
+async def test_L6_4_fork_from_a_subagent_that_owns_a_provider_thread_forks_it_natively_from_its_checkpoint(api, stack):
+    thread = await api.create_thread()
+    run = await send_done(api, thread, "investigate", script=script(
+        subagent("explorer", write("notes.txt", "parse() drops the last token\n"), text("found the bug in parse()")),
+        write("after.txt", "written after the subagent\n"), text("done"), profile="subagent_fork"))
+    doc = await api.thread(thread)
+    assert (doc["capabilities"]["fork"], doc["capabilities"]["subagent_fork"]) == ("native", "native")
+    node = next(n for n in run["nodes"] if n["kind"] == "subagent")
+    assert node["native_thread_ref"].startswith(doc["provider_threads"][0]["native_ref"])
+    forked = await fork(api, thread, {"type": "node", "id": node["id"]})
+    child = forked["thread_id"]
+    point = (await api.wait_thread(child, lambda d: d if d["transfers"] else None, "fork"))["transfers"][0]["source_point"]
+    assert (point["node_id"], point["subagent_native_ref"], point["baseline"]) == \
+        (node["id"], node["native_thread_ref"], "subagent_end")
+    # The baseline is the subagent's own end checkpoint: its files, not those its run wrote afterwards.
+    ws = workspace(stack, api.tenant, child)
+    assert (ws / "notes.txt").exists() and not (ws / "after.txt").exists()
+
+    first = await send_done(api, child, "dig deeper", script=script(ECHO, profile="subagent_fork"))
+    fork_doc = await api.thread(child)
+    [transfer] = fork_doc["transfers"]
+    assert (transfer["fidelity"], transfer["status"]) == ("native", "consumed") and first["handoff_ids"] == []
+    [pth] = fork_doc["provider_threads"]
+    assert pth["native_ref"].endswith(f"fork-of~{node['native_thread_ref']}@end")
+    assert reply(first) == "Received: dig deeper"
 
 
 # --- L7 merge-back -----------------------------------------------------------------------------------------

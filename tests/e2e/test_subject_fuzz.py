@@ -172,7 +172,7 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         own_event = (await js.get_last_msg("TREADLE_EVENTS", f"treadle.evt.{tenant}.>", direct=True)).data
         for subject in (f"treadle.cmd.{tenant}.thread.send", f"treadle.cmd.{tenant}.thread.create",
                         "treadle.host.place", "treadle.host.host-1.turn.start", "treadle.ckpt.local.prepare",
-                        "treadle.ckpt.local.capture"):
+                        "treadle.ckpt.local.capture", "treadle.summarise.local"):
             for payload in (own_event, b"\x00garbage"):
                 try:
                     reply = await stack_nc.request(subject, payload, timeout=5)

@@ -3,17 +3,20 @@ handoffs, and L5.5's bound on handoff size. The e2e tests cover the same hook ov
 
 from __future__ import annotations
 
+import pytest
+
 from treadle.domain import events as ev
-from treadle.domain import recovery
+from treadle.domain import provider_settings, recovery
 from treadle.domain import start_context as lineage
-from treadle.domain.entities import ProviderCapabilities
+from treadle.domain.entities import ProviderCapabilities, ProviderThreadSettings
+from treadle.domain.errors import BadRequest
 
 from domain_helpers import apply, ctx, new_thread, send
 
 
-def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabilities | None = None):
+def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabilities | None = None, **message):
     """One run through the supervisor's steps: resolve its context, place it if needed, play, complete."""
-    send(state, text, provider=provider)
+    send(state, text, provider=provider, **message)
     run = state.runs[-1]
     resolved = lineage.resolve_start_context(state, run, caps, {}, ctx(run.id))
     apply(state, resolved)
@@ -21,7 +24,8 @@ def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabiliti
         pth = lineage.placement(state, run).provider_thread_id or f"pth_new{run.ordinal}"
         apply(state, [ev.ProviderAttached(session_id=f"ps_{run.ordinal}", provider=provider, host_id="h", boot_id="b",
                                           provider_thread_id=pth, native_ref=f"ref-{pth}",
-                                          capabilities=ProviderCapabilities())])
+                                          capabilities=ProviderCapabilities(),
+                                          settings=provider_settings.of_run(state, run))])
     session = state.live_session
     apply(state, [ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=session.id, turn_id=f"turn_{run.ordinal}")])
     if state.start_context(run.id) is not None:
@@ -85,3 +89,51 @@ def test_L5_5_handoff_text_is_bounded_by_the_targets_max_handoff_chars():
     assert len(handoff.text) <= 2_500 and handoff.truncated
     assert "request 8" in handoff.text and "request 1" not in handoff.text  # the newest runs are kept
     assert "earlier runs omitted" in handoff.text
+
+
+def test_L5_4_a_run_on_another_model_starts_a_fresh_provider_thread_with_a_full_summary_and_returning_resumes():
+    state = new_thread()
+    first, _ = run_on(state, "scripted", "design the cache", "cache designed")
+    other, [full] = run_on(state, "scripted", "review it", "reviewed", model="big-model")
+    assert (full.strategy, full.covered_ordinals) == ("full_thread_summary", [1])
+    assert full.reason == (f"settings incompatible with provider thread {first.attempt.provider_thread_id} "
+                           "(model default -> big-model)")
+    assert "design the cache" in full.text and "cache designed" in full.text
+    assert other.attempt.provider_thread_id != first.attempt.provider_thread_id
+    assert state.provider_thread_of(other.attempt.provider_thread_id).settings.model == "big-model"
+    # Back on the thread's model: its own provider thread resumes with only the run it missed (L5.3).
+    back, [delta] = run_on(state, "scripted", "ship it", "shipped")
+    assert (delta.strategy, delta.covered_ordinals) == ("delta", [2])
+    assert back.attempt.provider_thread_id == first.attempt.provider_thread_id
+    # The same model again: nothing to hand over, the provider thread is resumed as it is (L4.1).
+    again, handoffs = run_on(state, "scripted", "and the docs", "documented")
+    assert handoffs == [] and again.attempt.provider_thread_id == first.attempt.provider_thread_id
+
+
+def test_L5_4_settings_incompatibility_names_what_changed_and_unrecorded_settings_are_compatible():
+    held = ProviderThreadSettings(model="m1", runtime_mode="approval_required", workspace="threads/a")
+    assert provider_settings.incompatibility(held, held) is None
+    assert provider_settings.incompatibility(None, held) is None  # recorded before settings were
+    moved = ProviderThreadSettings(model="m1", runtime_mode="full_access", workspace="threads/b")
+    assert provider_settings.incompatibility(held, moved) == \
+        "runtime mode approval_required -> full_access, workspace threads/a -> threads/b"
+
+
+def test_L5_4_a_model_too_long_is_a_typed_error_and_changes_nothing():
+    state = new_thread()
+    before = state.seq
+    with pytest.raises(BadRequest) as raised:
+        send(state, "hi", model="m" * 201)
+    assert raised.value.code == "invalid_model" and state.seq == before
+
+
+def test_L6_2_L6_4_fork_fidelity_is_a_typed_capability_result():
+    from treadle.domain.capabilities import PROFILES, view
+    assert (view(PROFILES["no_fork"]).fork, view(PROFILES["no_fork"]).subagent_fork) == ("portable", "synthetic")
+    assert (view(PROFILES["native_fork"]).fork, view(PROFILES["native_fork"]).subagent_fork) == ("native", "synthetic")
+    assert view(PROFILES["subagent_fork"]).subagent_fork == "native"
+    weak = ProviderCapabilities(fork=True, identity="weak", subagents=True)  # Claude: Treadle-minted turn refs
+    assert (view(weak).fork, view(weak).subagent_fork) == ("native", "synthetic")
+    nameless = ProviderCapabilities(fork=True, fork_subagent=True, identity="none", subagents=True)
+    assert (view(nameless).fork, view(nameless).subagent_fork) == ("portable", "synthetic")
+    assert view(ProviderCapabilities(fork=True, subagents=False)).subagent_fork == "unavailable"

@@ -121,6 +121,7 @@ def _checked(cls: Any, doc: dict) -> dict:
 def internal_schema() -> dict:
     ref = "#/$defs/{name}"
     kinds = [hosts.PlaceSession, hosts.StartTurn, hosts.SessionPlaced, hosts.TurnAccepted, hosts.HostFailure,
+             hosts.Summarise, hosts.Summary,
              checkpoints.PrepareWorkspace, checkpoints.WorkspaceReady, checkpoints.Capture, checkpoints.Captured,
              checkpoints.Failure, AuditRecord]
     _, defs = msgspec.json.schema_components(kinds, ref_template=ref)
@@ -225,6 +226,10 @@ def asyncapi() -> str:
         *_channel("hostVerbs", "treadle.host.{hostId}.{verb}",
                   "Internal: requests to one provider host (turn.start, …), request/reply.",
                   {"hostId": "provider host id", "verb": "e.g. turn.start"}, ["StartTurn", "HostReply"]),
+        *_channel("hostSummaries", "treadle.summarise.{volume}",
+                  "Internal: a provider-backed handoff summary (L5.5), request/reply to the queue group of every "
+                  "provider host of the volume.",
+                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["Summarise", "SummaryReply"]),
         *_channel("checkpoints", "treadle.ckpt.{volume}.{verb}",
                   "Internal: the checkpoint service of one workspace volume, request/reply.",
                   {"volume": "workspace volume (TREADLE_VOLUME)", "verb": ("the request", ["prepare", "capture"])},
@@ -242,6 +247,7 @@ def asyncapi() -> str:
            ("receiveProviderEvents", "receive", "provider", ["ProviderEvent"], None),
            ("placeSession", "send", "hostPlacement", ["PlaceSession"], "HostReply"),
            ("startTurn", "send", "hostVerbs", ["StartTurn"], "HostReply"),
+           ("summarise", "send", "hostSummaries", ["Summarise"], "SummaryReply"),
            ("requestCheckpoint", "send", "checkpoints", ["PrepareWorkspace", "Capture"], "CheckpointReply"),
            ("receiveAudit", "receive", "audit", ["AuditRecord"], None)]
     for name, action, channel, msgs, reply in ops:
@@ -269,6 +275,10 @@ def asyncapi() -> str:
     lines += _message("HostReply", "Provider host reply (SessionPlaced, TurnAccepted or HostFailure)",
                       "internal.json#/$defs/HostFailure", example(hosts.HostFailure, code="capacity",
                                                                     message="no spare capacity"))
+    lines += _message("Summarise", "Ask a provider for a handoff summary", "internal.json#/$defs/Summarise",
+                      example(hosts.Summarise))
+    lines += _message("SummaryReply", "Provider host reply (Summary or HostFailure)", "internal.json#/$defs/Summary",
+                      example(hosts.Summary))
     lines += _message("PrepareWorkspace", "Prepare a workspace", "internal.json#/$defs/PrepareWorkspace",
                       example(checkpoints.PrepareWorkspace))
     lines += _message("Capture", "Capture a checkpoint", "internal.json#/$defs/Capture", example(checkpoints.Capture))

@@ -132,8 +132,9 @@ class TreadleClient:
 
     async def send(self, thread_id: str, text: str, mode: str = "auto", provider: str | None = None,
                    script: dict | None = None, idempotency_key: str | None = None,
-                   target_run_id: str | None = None) -> dict:
-        body = {"text": text, "mode": mode, **_present(provider=provider, script=script, target_run_id=target_run_id)}
+                   target_run_id: str | None = None, model: str | None = None) -> dict:
+        body = {"text": text, "mode": mode, **_present(provider=provider, script=script, target_run_id=target_run_id,
+                                                       model=model)}
         return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body,
                                 idempotency_key=idempotency_key)
 

@@ -28,6 +28,8 @@ PROFILES: dict[str, ProviderCapabilities] = {
     "weak_terminal": msgspec.structs.replace(FULL, terminal_status="weak"),
     # L6.2: a provider that forks its threads natively (native refs it can branch), and one that cannot.
     "native_fork": msgspec.structs.replace(FULL, fork=True, read_snapshot=True),
+    # L6.4: subagents that own provider threads of their own, which fork natively too.
+    "subagent_fork": msgspec.structs.replace(FULL, fork=True, read_snapshot=True, fork_subagent=True),
     "no_fork": msgspec.structs.replace(FULL, fork=False),
     # L10.5: a provider that drops turns of its conversation natively (Codex-like), and the default without.
     "native_rollback": msgspec.structs.replace(FULL, rollback=True, read_snapshot=True),
@@ -46,6 +48,24 @@ class CapabilityView(msgspec.Struct, kw_only=True):
     # L10.5: a rollback brings the provider conversation back with the files (native), or the next run starts a
     # fresh provider thread from a summary of the kept runs (fresh_thread).
     rollback: Literal["native", "fresh_thread"] = "fresh_thread"
+    # L6.2/L6.4: what a fork of this thread gets. ``portable``/``synthetic``: a summary of the projected graph
+    # instead of the provider's own history, a lower-fidelity fork.
+    fork: Literal["native", "portable"] = "portable"
+    subagent_fork: Literal["native", "synthetic", "unavailable"] = "unavailable"
+
+
+def fork_fidelity(caps: ProviderCapabilities) -> Literal["native", "portable"]:
+    """L6.2: a run's fork continues the provider's own history only where it forks natively; names to fork by
+    are needed too (weak identity is Treadle-minted turn refs the provider records, enough)."""
+    return "native" if caps.fork and caps.identity != "none" else "portable"
+
+
+def subagent_fork_fidelity(caps: ProviderCapabilities) -> Literal["native", "synthetic", "unavailable"]:
+    """L6.4: a subagent's fork is native only when its runtime gives subagents provider threads it can fork;
+    otherwise it is synthesised from the projected graph (lower fidelity)."""
+    if not caps.subagents:
+        return "unavailable"
+    return "native" if fork_fidelity(caps) == "native" and caps.fork_subagent else "synthetic"
 
 
 def view(caps: ProviderCapabilities) -> CapabilityView:
@@ -58,4 +78,6 @@ def view(caps: ProviderCapabilities) -> CapabilityView:
         plans="available" if (caps.todo_list or caps.proposed_plan) else "unavailable",
         terminal_status=caps.terminal_status,
         rollback="native" if caps.rollback else "fresh_thread",
+        fork=fork_fidelity(caps),
+        subagent_fork=subagent_fork_fidelity(caps),
     )

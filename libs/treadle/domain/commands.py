@@ -11,6 +11,7 @@ from .ids import IdFactory
 
 MAX_TEXT_CHARS = 100_000
 MAX_TITLE_CHARS = 200
+MAX_MODEL_CHARS = 200
 MAX_SCRIPT_BYTES = 256 * 1024
 
 
@@ -28,6 +29,7 @@ class SendMessage(msgspec.Struct, kw_only=True, tag="thread.send", forbid_unknow
     mode: str = "auto"
     target_run_id: str | None = None
     provider: str | None = None
+    model: str | None = None  # L5.4: this run's model (None: the thread's); another model is another provider thread
     script: dict | None = None
     clean_context: bool = False  # L5.4: a fresh provider thread with a full summary
     merge_back_from: str | None = None  # L7.1: bring a fork's results home with this message

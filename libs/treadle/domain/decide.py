@@ -10,6 +10,7 @@ import msgspec
 from . import events as ev
 from . import interrupts, plans, queue, rollback
 from .commands import (
+    MAX_MODEL_CHARS,
     MAX_SCRIPT_BYTES,
     MAX_TEXT_CHARS,
     MAX_TITLE_CHARS,
@@ -130,6 +131,8 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     check(body.mode in MODES, BadRequest, f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
     provider = body.provider or thread.provider
     check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
+    check(body.model is None or 0 < len(body.model) <= MAX_MODEL_CHARS, BadRequest,
+          f"model is 1 to {MAX_MODEL_CHARS} characters", code="invalid_model")
     if body.script is not None:
         check(len(msgspec.json.encode(body.script)) <= MAX_SCRIPT_BYTES, BadRequest,
               f"script is at most {MAX_SCRIPT_BYTES} bytes", code="invalid_script")
@@ -199,7 +202,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
         dispatched=not busy,
         front=preempting,
         provider=provider,
-        model=thread.model,
+        model=body.model or thread.model,
         script=body.script,
         supersedes_run_id=target if target is not None and (active is None or target != active.id) else None,
     )

@@ -95,6 +95,7 @@ class ExecutionNode(Entity, kw_only=True):
     output: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    native_thread_ref: str | None = None  # L6.4: a subagent's own provider thread
 
 
 class Run(Entity, kw_only=True):
@@ -148,6 +149,7 @@ class ProviderCapabilities(Entity, kw_only=True):
     read_snapshot: bool = False
     rollback: bool = False
     fork: bool = False
+    fork_subagent: bool = False  # L6.4: a subagent's own provider thread can be forked natively
     native_turn_ids: bool = True
     interrupt: bool = True
     active_steering: bool = False
@@ -174,6 +176,14 @@ class ProviderSession(Entity, kw_only=True):
     capabilities: ProviderCapabilities = msgspec.field(default_factory=ProviderCapabilities)
 
 
+class ProviderThreadSettings(Entity, kw_only=True):
+    """What a provider thread was started under (L5.4): a run asking for other settings gets another thread."""
+
+    model: str | None = None  # None: the provider's default
+    runtime_mode: str = "approval_required"
+    workspace: str = ""
+
+
 class ProviderThread(Entity, kw_only=True):
     id: str
     provider: str
@@ -182,6 +192,7 @@ class ProviderThread(Entity, kw_only=True):
     status: Literal["active", "unloaded", "unusable", "divergent"] = "active"  # divergent: files rolled back under it
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
     replaces: str | None = None  # L9.4: built from app context after this provider thread could not resume
+    settings: ProviderThreadSettings | None = None  # None: recorded before settings were (taken as compatible)
 
 
 class ProviderTurn(Entity, kw_only=True):
@@ -283,8 +294,9 @@ class ContextHandoff(Entity, kw_only=True):
     covered_ordinals: list[int] = msgspec.field(default_factory=list)
     text: str
     truncated: bool = False
-    summariser: str = "local"
+    summariser: str = "local"  # L5.5: "local" (deterministic) or "provider:<name>"
     version: int = 1
+    fallback: str | None = None  # why a configured provider-backed summariser was not used
     delivered: bool = False
     created_at: datetime | None = None
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .entities import ChildCheckpoint, FileChange, ProviderCapabilities, TodoItem
+from .entities import ChildCheckpoint, FileChange, ProviderCapabilities, ProviderThreadSettings, TodoItem
 
 SCHEMA_VERSION = 1
 
@@ -178,6 +178,7 @@ class NodeStarted(Payload, kw_only=True):
     kind: str
     title: str = ""
     input: dict | None = None
+    native_thread_ref: str | None = None  # L6.4: the provider thread a subagent owns (forkable natively)
 
 
 @event("node.completed")
@@ -278,6 +279,7 @@ class ProviderAttached(Payload, kw_only=True):
     resumed: bool = False
     capabilities: ProviderCapabilities
     replaces: str | None = None  # L9.4: a replacement for this provider thread, which could not resume
+    settings: ProviderThreadSettings | None = None  # L5.4: what the run that placed it asked for
 
 
 @event("provider.resume_failed")
@@ -401,8 +403,9 @@ class HandoffCreated(Payload, kw_only=True):
     covered_ordinals: list[int] = []
     text: str
     truncated: bool = False
-    summariser: str = "local"
-    version: int = 1
+    summariser: str = "local"  # L5.5: "local" (deterministic) or "provider:<name>"
+    version: int = 1  # of that summariser
+    fallback: str | None = None  # why a configured provider-backed summariser was not used
 
 
 @event("context.resolved")

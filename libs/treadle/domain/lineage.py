@@ -8,7 +8,8 @@ import msgspec
 
 from . import events as ev
 from .commands import Command, Ctx, ForkThread
-from .entities import Run
+from .capabilities import subagent_fork_fidelity
+from .entities import ExecutionNode, Run
 from .errors import Conflict, NotFound, Unprocessable, check
 from .ids import has_prefix
 from .thread import ThreadState
@@ -64,6 +65,24 @@ def _run_point(state: ThreadState, run: Run, on_active: str, **extra) -> dict:
     return point
 
 
+def _subagent_point(state: ThreadState, run: Run, node: ExecutionNode) -> tuple[dict, str | None]:
+    """L6.4: a completed subagent as a fork point. Its files are the subagent's own end checkpoint (its child
+    scope) when one was captured, else its run's. A subagent that owns a provider thread its runtime can fork
+    is forked natively there; any other is synthetic, built from the projected graph (lower fidelity)."""
+    point = _run_point(state, run, "latest_checkpoint", type="node", node_id=node.id)
+    point["subagent_run_id"] = run.id
+    end = next((c for c in reversed(state.checkpoints) if c.kind == "node" and c.node_id == node.id
+                and c.commit and c.status not in ("error", "missing")), None)
+    if end is not None:
+        point.update(checkpoint_id=end.id, commit=end.commit, baseline="subagent_end")
+    session = state.session(run.attempt.session_id or "")
+    caps = session.capabilities if session is not None else None
+    if node.native_thread_ref and caps is not None and subagent_fork_fidelity(caps) == "native":
+        point["subagent_native_ref"] = node.native_thread_ref
+        return point, None
+    return point, "synthetic"
+
+
 def _commit(state: ThreadState, run: Run) -> str | None:
     ckpt = next((c for c in state.checkpoints if c.id == run.checkpoint_id), None)
     return ckpt.commit if ckpt is not None and ckpt.commit and ckpt.status != "error" else None
@@ -88,11 +107,7 @@ def source_point(state: ThreadState, body: ForkThread) -> tuple[dict, str | None
             if node.kind == "subagent":
                 if node.status != "completed":
                     raise _unstable("running_subagent", f"subagent {ident} is {node.status}", node_id=ident)
-                # L6.4: our subagents own no provider thread of their own, so this fork is synthetic: built from
-                # the projected graph, marked lower fidelity.
-                point = _run_point(state, run, "latest_checkpoint", type="node", node_id=node.id)
-                point["subagent_run_id"] = run.id
-                return point, "synthetic"
+                return _subagent_point(state, run, node)
             reason = {"tool": "running_tool", "approval": "pending_approval", "user_input": "pending_question"}[node.kind]
             if node.status in ("pending", "running", "waiting"):
                 raise _unstable(reason, f"{node.kind} node {ident} is {node.status}", node_id=ident)

@@ -39,6 +39,7 @@ class ToolStarted(Body, kw_only=True, tag="tool.started"):
     kind: str = "tool"
     title: str = ""
     input: dict | None = None
+    native_thread_ref: str | None = None  # L6.4: a subagent's own provider thread, when its runtime gives it one
 
 
 class ToolCompleted(Body, kw_only=True, tag="tool.completed"):

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 import msgspec
 
 from . import events as ev
+from . import provider_settings
+from .capabilities import fork_fidelity
 from .commands import Ctx
-from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, Run
-from .summarise import span, summarise
+from .entities import ContextTransfer, ProviderCapabilities, ProviderThread, ProviderThreadSettings, Run
+from .summarise import MATERIAL_CHARS, span, summarise
 from .thread import ThreadState
 
 # L5.4: a provider thread that has been handed this many deltas is "confused by repeated handoffs": the next
@@ -51,12 +53,30 @@ def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
     return owner is not None and owner.terminal and context is not None and not context.delivered
 
 
-def target_thread(state: ThreadState, provider: str) -> ProviderThread | None:
-    """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3)."""
-    for p in reversed(state.provider_threads):
-        if p.provider == provider and p.status not in ("unusable", "divergent"):  # divergent: rolled back (L10.5)
-            return p
-    return None
+def _usable(state: ThreadState, provider: str) -> list[ProviderThread]:
+    """The provider's threads a run could go on with, newest first (divergent: rolled back under it, L10.5)."""
+    return [p for p in reversed(state.provider_threads)
+            if p.provider == provider and p.status not in ("unusable", "divergent")]
+
+
+def target_thread(state: ThreadState, provider: str,
+                  wanted: ProviderThreadSettings | None = None) -> ProviderThread | None:
+    """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3) started
+    under the settings the run asks for (L5.4; ``provider_settings.of_run``; None: any)."""
+    return next((p for p in _usable(state, provider) if wanted is None or provider_settings.fits(p, wanted)), None)
+
+
+def _target(state: ThreadState, run: Run) -> ProviderThread | None:
+    return target_thread(state, run.provider, provider_settings.of_run(state, run))
+
+
+def _incompatible(state: ThreadState, run: Run) -> str | None:
+    """L5.4: why the provider's newest usable thread cannot serve ``run`` when no thread of it can (settings)."""
+    newest = next(iter(_usable(state, run.provider)), None)
+    if newest is None:
+        return None
+    change = provider_settings.incompatibility(newest.settings, provider_settings.of_run(state, run))
+    return f"settings incompatible with provider thread {newest.id} ({change})" if change else None
 
 
 def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]:
@@ -65,18 +85,23 @@ def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]
             ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"context transfer failed: {error}")]
 
 
-def _native_fork(source: ThreadState, point_run: Run, provider: str,
-                 target: ProviderCapabilities | None) -> tuple[str, str | None] | None:
-    """Same provider, native fork on both sides and strong refs: the provider thread that ran the point, and the
-    turn to fork after (None: its end, allowed only when the point is that thread's last turn)."""
+def _native_fork(source: ThreadState, point_run: Run, provider: str, target: ProviderCapabilities | None,
+                 subagent_ref: str | None = None) -> tuple[str, str | None] | None:
+    """Same provider, native fork on both sides and refs to fork at: the provider thread that ran the point, and
+    the turn to fork after (None: its end, allowed only when the point is that thread's last turn).
+
+    Weak identity is enough: it means Treadle minted the turn refs (Claude Code's prompt uuids), which the
+    provider records and can fork at; only a provider with no ids at all has nothing to name the point by."""
     att = point_run.attempt
     pth = source.provider_thread_of(att.provider_thread_id)
     session = source.session(att.session_id or "")
     if pth is None or session is None or pth.provider != provider or not pth.native_ref:
         return None
     caps = session.capabilities
-    if not caps.fork or caps.identity != "strong" or (target is not None and not target.fork):
+    if fork_fidelity(caps) != "native" or (target is not None and not target.fork):
         return None
+    if subagent_ref:  # L6.4: the subagent's own provider thread, forked at its end (the subagent completed)
+        return subagent_ref, None
     last = max(pth.covered_ordinals, default=0)
     if att.native_turn_ref is None and point_run.ordinal != last:
         return None
@@ -115,7 +140,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         return []
     budget = target.max_handoff_chars if target is not None else ProviderCapabilities().max_handoff_chars
     pending = _open_transfers(state, run)
-    existing = None if run.clean_context else target_thread(state, run.provider)
+    existing = None if run.clean_context else _target(state, run)
+    incompatible = None if existing is not None or run.clean_context else _incompatible(state, run)
     fresh = existing is None
     pth_id = existing.id if existing is not None else ctx.ids.next("pth")
     drafts: list[_Draft] = []
@@ -127,7 +153,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         point = source.run(transfer.source_point.get("run_id", "")) if source is not None else None
         if source is None or point is None or point.status in ("rolled_back", "cancelled"):
             return _failed(run, transfer, "the fork's source point no longer exists")
-        native = None if transfer.fidelity == "synthetic" else _native_fork(source, point, run.provider, target)
+        native = None if transfer.fidelity == "synthetic" else _native_fork(
+            source, point, run.provider, target, transfer.source_point.get("subagent_native_ref"))
         if native is not None:
             fork_ref, turn_ref = native
             if not fresh:
@@ -154,6 +181,8 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
             missed, reason = own, "repeated handoffs"
         elif run.clean_context:
             reason = "clean context requested"
+        elif incompatible is not None:
+            reason = incompatible
         elif any(p.provider == run.provider and p.status == "unusable" for p in state.provider_threads):
             reason = "replacement for an unusable provider thread"  # L4.2
         else:
@@ -210,6 +239,16 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
     return events
 
 
+def handoff_material(state: ThreadState, run: Run, target: ProviderCapabilities | None,
+                     sources: Mapping[str, ThreadState], ctx: Ctx, chars: int = MATERIAL_CHARS) -> dict[str, str]:
+    """L5.5: the handoffs ``resolve_start_context`` decides with ``ctx`` (pass a copy of the one it was given: the
+    same ids), each built at a budget of ``chars`` instead of the target's: what a provider-backed summariser
+    condenses. Handoff id -> text."""
+    roomy = msgspec.structs.replace(target or ProviderCapabilities(), max_handoff_chars=chars)
+    return {e.handoff_id: e.text for e in resolve_start_context(state, run, roomy, sources, ctx)
+            if isinstance(e, ev.HandoffCreated)}
+
+
 def _previous_provider(state: ThreadState, ordinals: list[int]) -> str | None:
     providers = [r.provider for r in state.runs if r.ordinal in ordinals]
     return providers[-1] if providers else None
@@ -245,7 +284,7 @@ def sources_needed(state: ThreadState, run: Run) -> list[str]:
     may be built, which then carries what the fork inherited)."""
     ids = [t.source_thread_id for t in _open_transfers(state, run)]
     lineage = state.lineage
-    if lineage is not None and lineage.parent_thread_id and (run.clean_context or target_thread(state, run.provider) is None):
+    if lineage is not None and lineage.parent_thread_id and (run.clean_context or _target(state, run) is None):
         ids.append(lineage.parent_thread_id)
     return list(dict.fromkeys(ids))
 
@@ -270,7 +309,7 @@ def placement(state: ThreadState, run: Run) -> Placement:
             return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref)
         return Placement(provider_thread_id=context.provider_thread_id, fork_from=context.fork_native_ref,
                          fork_at_turn=context.fork_at_turn_ref)
-    pth = target_thread(state, run.provider)
+    pth = _target(state, run)
     return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
 
 
@@ -281,7 +320,9 @@ def session_fits(state: ThreadState, run: Run) -> bool:
         return False
     want = placement(state, run).provider_thread_id
     attached = state.session_thread(session.id)
-    return want is None or (attached is not None and attached.id == want)
+    if want is None:  # a new provider thread: not on a live one started under other settings (L5.4)
+        return attached is None or provider_settings.fits(attached, provider_settings.of_run(state, run))
+    return attached is not None and attached.id == want
 
 
 def target_capabilities(state: ThreadState, run: Run, script_caps: ProviderCapabilities | None,

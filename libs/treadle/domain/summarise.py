@@ -144,3 +144,42 @@ def summarise(state: ThreadState, ordinals: Iterable[int], heading: str, max_cha
         text = text[: max(0, max_chars - len(TRUNCATION_NOTE))] + TRUNCATION_NOTE
         text = text[:max_chars]
     return text, True
+
+
+# --- a provider-backed summary (L5.5) ------------------------------------------------------------------------
+
+LOCAL = "local"  # the deterministic summariser above
+LOCAL_VERSION = 1
+PROVIDER_VERSION = 1  # of the prompt below: a handoff records it, so a summary can be traced to what asked for it
+MATERIAL_CHARS = 200_000  # how much of the graph a provider is given to summarise from
+
+
+def provider_name(provider: str) -> str:
+    return f"provider:{provider}"
+
+
+def split_heading(text: str) -> tuple[str, str]:
+    """A handoff's heading (its first paragraph, which tells the target what the context is) and its body."""
+    heading, _, body = text.partition("\n\n")
+    return heading, body
+
+
+def provider_prompt(material: str, max_chars: int) -> str:
+    """What a provider is asked: a summary of ``material`` (the deterministic summary at a large budget, built
+    from the execution graph) for another assistant, at most ``max_chars`` long."""
+    return (
+        "Summarise the conversation record below for another assistant who will continue the work. Keep what "
+        "it needs: what the user asked, what was decided, which files changed, which commands and tests ran and "
+        "how they ended, questions left open and work left to do. Leave out ids and tool protocol details. "
+        f"Reply with the summary only, in plain text, at most {max_chars} characters.\n\n"
+        f"<conversation-record>\n{material}\n</conversation-record>")
+
+
+def accept_summary(text: str, max_chars: int) -> tuple[str | None, str | None]:
+    """A provider's summary, or why it cannot be used (then the deterministic one is)."""
+    text = text.strip()
+    if not text:
+        return None, "the provider returned no summary"
+    if len(text) > max_chars:
+        return None, f"the provider's summary has {len(text)} characters, over the {max_chars} allowed"
+    return text, None

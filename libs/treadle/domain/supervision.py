@@ -166,7 +166,8 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     if isinstance(body, pe.ToolStarted):
         return Reaction([ev.NodeStarted(node_id=body.node_id, run_id=run.id, attempt_id=att.id,
                                         parent_id=body.parent_id or att.root_node_id, kind=body.kind,
-                                        title=body.title, input=body.input)])
+                                        title=body.title, input=body.input,
+                                        native_thread_ref=body.native_thread_ref)])
     if isinstance(body, pe.ToolCompleted):
         return Reaction([ev.NodeCompleted(node_id=body.node_id, run_id=run.id, status=body.status, output=body.output)])
     if isinstance(body, pe.RequestOpened):

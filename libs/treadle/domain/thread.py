@@ -411,6 +411,7 @@ def _node_started(state: ThreadState, e: ev.Envelope, d: ev.NodeStarted) -> None
             title=d.title,
             input=d.input,
             started_at=e.at,
+            native_thread_ref=d.native_thread_ref,
         )
     )
     _activity(state, e, f"{d.kind}.started", d.run_id, d.node_id, d.title)
@@ -440,8 +441,11 @@ def _provider_attached(state: ThreadState, e: ev.Envelope, d: ev.ProviderAttache
         if p.id == d.provider_thread_id:
             pth = p
     if pth is None:
-        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces)
+        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces,
+                             settings=d.settings)
         state.provider_threads.append(pth)
+    elif pth.settings is None:
+        pth.settings = d.settings  # a thread attached before settings were recorded: learnt on its next attach
     pth.session_id = d.session_id
     pth.status = "active"
     state.capabilities = view(d.capabilities)
@@ -650,7 +654,8 @@ def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -
         id=d.handoff_id, run_id=d.run_id, strategy=d.strategy, reason=d.reason,  # type: ignore[arg-type]
         from_provider=d.from_provider, to_provider=d.to_provider, provider_thread_id=d.provider_thread_id,
         transfer_id=d.transfer_id, source_thread_id=d.source_thread_id, covered_ordinals=list(d.covered_ordinals),
-        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, created_at=e.at))
+        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, fallback=d.fallback,
+        created_at=e.at))
     run = state.run(d.run_id)
     if run is not None and d.handoff_id not in run.handoff_ids:
         run.handoff_ids.append(d.handoff_id)

@@ -56,6 +56,11 @@ def host_place(volume: str) -> str:
     return f"treadle.place.{token(volume, 'volume')}"
 
 
+def host_summarise(volume: str) -> str:
+    """L5.5: provider-backed handoff summaries; any host of the volume answers (queue group)."""
+    return f"treadle.summarise.{token(volume, 'volume')}"
+
+
 def host(host_id: str, verb: str) -> str:
     return f"treadle.host.{token(host_id, 'host')}.{verb}"
 

@@ -22,6 +22,7 @@ class HostClient:
         self._nc = nc
         self._timeout = timeout
         self._place = subjects.host_place(volume)
+        self._summarise = subjects.host_summarise(volume)
 
     async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
         try:
@@ -39,6 +40,16 @@ class HostClient:
     async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
         """One of ``protocol.VERB_REQUESTS`` on the host that holds the session."""
         return hp.turn_reply.decode(await self._request(subjects.host(host_id, verb), hp.encode(request)))
+
+    async def summarise(self, request: hp.Summarise) -> hp.Summary | hp.HostFailure:
+        """L5.5: a handoff summary from a provider, on any host of the volume. Waits as long as the turn may
+        take (plus a margin for the host to start and end it), not the usual request timeout."""
+        subject = self._summarise
+        try:
+            msg = await self._nc.request(subject, hp.encode(request), timeout=request.timeout + self._timeout)
+        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+            raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
+        return hp.summary_reply.decode(msg.data)
 
     async def fork(self, host_id: str, request: hp.ForkThread) -> hp.Forked | hp.HostFailure:
         """L6.2: fork the provider thread of a live session natively, on the host that holds it."""

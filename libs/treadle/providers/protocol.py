@@ -1,4 +1,5 @@
-"""Requests to provider hosts: ``treadle.place.<volume>`` (queue group of the hosts with room) and ``treadle.host.<host_id>.<verb>``."""
+"""Requests to provider hosts: ``treadle.place.<volume>`` (queue group of the hosts with room),
+``treadle.host.<host_id>.<verb>`` and ``treadle.summarise.<volume>`` (queue group of every host)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class PlaceSession(msgspec.Struct, kw_only=True):
     capabilities: ProviderCapabilities | None = None  # a scripted capability profile
     fork_from: str | None = None  # L6.2: open a native fork of this provider thread instead (native_ref unused)
     fork_at_turn: str | None = None  # ...forked after this provider turn (None: at its end)
+    ephemeral: bool = False  # L5.5: a throwaway provider thread (a summary): the runtime keeps nothing of it
 
 
 class StartTurn(msgspec.Struct, kw_only=True):
@@ -96,6 +98,22 @@ class TurnAccepted(msgspec.Struct, kw_only=True, tag="accepted"):
     already: bool = False
 
 
+class Summarise(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """L5.5: ask a provider for a handoff summary: one turn on a throwaway provider thread in an empty scratch
+    workspace (nothing of a tenant's files is reachable; runtime requests are declined)."""
+
+    tenant: str
+    provider: str
+    text: str  # the whole prompt (summarise.provider_prompt)
+    model: str | None = None
+    script: dict | None = None  # the scripted provider's steps (tests)
+    timeout: float = 60.0  # seconds the turn may take
+
+
+class Summary(msgspec.Struct, kw_only=True, tag="summary"):
+    text: str
+
+
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
     code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported | resume_failed
     message: str
@@ -105,6 +123,8 @@ place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
 fork_reply = msgspec.json.Decoder(Forked | HostFailure)
 rollback_reply = msgspec.json.Decoder(RolledBack | HostFailure)
+summary_reply = msgspec.json.Decoder(Summary | HostFailure)
+summarise_request = msgspec.json.Decoder(Summarise)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
 VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,

@@ -230,7 +230,10 @@ class ScriptedAdapter(ProviderAdapter):
                                                     node_id=node_id, text=step.text))
             elif isinstance(step, sc.Subagent):
                 child = turn.ids.next("node")
-                await sink.event(pe.ToolStarted(node_id=child, parent_id=node_id, kind="subagent", title=step.title))
+                # L6.4: with ``fork_subagent`` a subagent plays in a provider thread of its own, named after its node.
+                own = f"{self._ref}~sub~{child}" if caps.fork_subagent else None
+                await sink.event(pe.ToolStarted(node_id=child, parent_id=node_id, kind="subagent", title=step.title,
+                                                native_thread_ref=own))
                 steered = await self._play(step.steps, turn, sink, child)
                 await sink.event(pe.ToolCompleted(node_id=child))
                 if steered:

@@ -54,6 +54,12 @@ class SupervisorSettings(WorkerSettings):
     cache_threads: int = 10_000
     host_timeout: float = 5.0
     checkpoint_timeout: float = 30.0
+    # L5.5: who writes handoff summaries: "local" (deterministic, from the execution graph) or "provider:<name>"
+    # (that provider, on a provider host; the local one whenever it fails or overruns the target's budget).
+    summariser: str = "local"
+    summariser_model: str | None = None  # the provider's model for summaries (None: its default)
+    summariser_timeout: float = 60.0  # seconds a summary may take before the local one is used
+    summariser_script: str | None = None  # JSON steps when the summariser is the scripted provider (tests)
 
 
 class ProviderHostSettings(WorkerSettings):

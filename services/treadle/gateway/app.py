@@ -60,6 +60,7 @@ class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     mode: str = "auto"
     target_run_id: str | None = None
     provider: str | None = None
+    model: str | None = None  # L5.4: this run's model; a provider thread started under another is not resumed
     script: dict | None = None
     clean_context: bool = False  # L5.4: start a fresh provider thread with a full summary
     merge_back_from: str | None = None  # L7: a fork of this thread whose results this message brings home

@@ -25,6 +25,7 @@ from treadle.runtime.settings import ProviderHostSettings, Shared
 
 from treadle.checkpoints.client import CheckpointClient
 
+from . import summaries
 from .child_scopes import ChildScopeSink
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
@@ -82,6 +83,8 @@ class ProviderHost:
         await self._registry.beat(self._record())  # registered before it takes any session
         await self._report_previous_life()
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
+        self._subs.append(await self._nc.subscribe(subjects.host_summarise(self._volume), queue="summarisers",
+                                                   cb=self._take_summary_request))
         await self._sync_seat()
         watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
                               self._own.heartbeat_seconds, self._publish_stopped)
@@ -171,6 +174,26 @@ class ProviderHost:
         task = asyncio.create_task(self._on_place(msg))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _take_summary_request(self, msg: Msg) -> None:
+        """L5.5: a summary turn runs on its own task: deliveries of a subscription are handled one at a time."""
+        task = asyncio.create_task(self._on_summarise(msg))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _on_summarise(self, msg: Msg) -> None:
+        if not msg.reply:
+            return  # nobody would get the summary: no provider turn is spent on it
+        try:
+            request = hp.summarise_request.decode(msg.data)
+            subjects.token(request.tenant, "tenant")
+            reply = await summaries.summarise(request, self._runtime_dir / "summaries")
+        except (msgspec.DecodeError, ValueError) as exc:
+            reply = hp.HostFailure(code="bad_request", message=str(exc))
+        except Exception as exc:
+            log.exception("summary failed")
+            reply = hp.HostFailure(code="provider_error", message=repr(exc))
+        await msg.respond(_encode(reply))
 
     async def _on_place(self, msg: Msg) -> None:
         try:

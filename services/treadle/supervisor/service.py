@@ -3,6 +3,7 @@ dispatched runs to provider hosts and folds what the providers report into the t
 
 from __future__ import annotations
 
+import copy
 import logging
 from datetime import datetime, timezone
 
@@ -13,10 +14,10 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import events as ev
-from treadle.domain import child_scopes, recovery, start_context
+from treadle.domain import child_scopes, provider_settings, recovery, start_context
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
-from treadle.domain.entities import Run
+from treadle.domain.entities import ProviderCapabilities, Run
 from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
 from treadle.domain.thread import ThreadState, provider_cause
@@ -34,6 +35,7 @@ from treadle.runtime.settings import Shared, SupervisorSettings
 from treadle.providers.hosts import HostClient
 
 from .child_checkpoints import with_child_checkpoints
+from .summariser import ProviderSummariser
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
@@ -48,6 +50,7 @@ class Supervisor:
         self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout, shared.volume)
+        self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
         mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         self._consumers = [
             PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
@@ -155,6 +158,7 @@ class Supervisor:
                 replaced = state.live_session
                 attached = sv.attached(placed)
                 attached.replaces = recovery.replaced_thread(state, run.provider, placed.provider_thread_id)
+                attached.settings = provider_settings.of_run(state, run)  # L5.4: what it runs under
                 await self._append(tenant, thread, state, [attached], ctx)
                 if replaced is not None and replaced.id != placed.session_id:
                     await self._release(replaced)
@@ -264,7 +268,14 @@ class Supervisor:
             if source.thread is not None:
                 sources[source_id] = source
         target = start_context.target_capabilities(state, run, scripted_capabilities(run.provider, run.script), sources)
-        return start_context.resolve_start_context(state, run, target, sources, ctx)
+        ids = copy.copy(ctx.ids)  # the same ids again, for the provider summariser's material
+        events = start_context.resolve_start_context(state, run, target, sources, ctx)
+        if self._summariser is None or not any(isinstance(e, ev.HandoffCreated) for e in events):
+            return events
+        again = Ctx(now=ctx.now, ids=ids, actor=ctx.actor)
+        material = start_context.handoff_material(state, run, target, sources, again)
+        budget = (target or ProviderCapabilities()).max_handoff_chars
+        return await self._summariser.apply(state.thread.tenant if state.thread else tenant, events, material, budget)
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)

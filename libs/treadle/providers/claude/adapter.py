@@ -361,6 +361,8 @@ class ClaudeAdapter(ProviderAdapter):
 
     async def close(self) -> None:
         await self._drop_client()
+        if self.request.ephemeral and self.session_id is not None:  # a summary's conversation is not kept
+            await asyncio.to_thread(self.store.forget, self.session_id)
 
     @property
     def pending_requests(self) -> list[str]:

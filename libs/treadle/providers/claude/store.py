@@ -65,6 +65,13 @@ class SessionStore:
         path = self._forks / f"{session_id}.json"
         return msgspec.json.decode(path.read_bytes(), type=PendingFork) if path.exists() else None
 
+    def forget(self, session_id: str) -> None:
+        """Everything kept of ``session_id`` (a throwaway conversation): its transcript and its records."""
+        for path in self.projects.glob(f"*/{session_id}.jsonl"):
+            path.unlink(missing_ok=True)
+        for suffix in ("json", "ended.json", "rewind.json"):
+            (self._forks / f"{session_id}.{suffix}").unlink(missing_ok=True)
+
     def forget_fork(self, session_id: str) -> None:
         (self._forks / f"{session_id}.json").unlink(missing_ok=True)
 

@@ -156,7 +156,8 @@ class CodexAdapter(ProviderAdapter):
                 result = await self._resume(native_ref)
                 self._thread_id = result["thread"]["id"]
                 return self._thread_id, True
-            result = await self._call("thread/start", self._thread_overrides())
+            ephemeral = {"ephemeral": True} if self._request.ephemeral else {}  # a summary's: no rollout kept
+            result = await self._call("thread/start", {**self._thread_overrides(), **ephemeral})
         except BaseException:
             await self.close()  # the host keeps no session that failed to open: nothing may linger
             raise
