@@ -344,3 +344,38 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     assert (delta["strategy"], delta["from_provider"], delta["covered_ordinals"]) == ("delta", "claude", [2, 3])
     assert "Mock Claude heard: #text and then the parser" in delta["text"]
     assert back["attempts"][-1]["provider_thread_id"] == planned["attempts"][-1]["provider_thread_id"]
+
+
+# --- L9.3 / L11.3 a host crash under a pending approval (last: it restarts the module's provider host) ----
+
+
+async def test_L11_3_L9_3_an_approval_pending_when_the_provider_host_died_is_not_resumable_and_the_run_recovers(
+        client, http, claude_stack, mock_claude_api):
+    thread = await new_thread(client, "claude approval kill")
+    await run_to_end(client, thread, "#text remember the word teapot")
+    sent = await client.send(thread, "#bash write bash.txt")
+    request = await pending_request(http, thread)
+    before = [(p["id"], p["native_ref"]) for p in (await client.get_thread(thread))["provider_threads"]]
+    restarts = claude_stack.processes.restarts("provider-host")
+    await claude_stack.processes.kill("provider-host")
+
+    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
+    async def marked():  # the projection follows the 409's record a moment later
+        return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+    await wait_for(marked, timeout=10, what="the request marked not_resumable")
+    await wait_for(lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30,
+                   what="provider host restarted")
+
+    # Not stuck: the run goes on in the resumed Claude session, whose model asks again; that answer works.
+    fresh = await pending_request(http, thread, besides=(request["id"],))
+    assert fresh["detail"]["input"] == request["detail"]["input"]
+    await respond(http, fresh["id"], {"decision": "accept"})
+    run = await client.wait_run(sent["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    assert [a["reason"] for a in run["attempts"]] == ["initial", "provider_recovery"]
+    assert (workspace_of(claude_stack, thread) / "bash.txt").read_text() == "hi\n"
+    assert [(p["id"], p["native_ref"]) for p in (await client.get_thread(thread))["provider_threads"]] == before
+    # The same Claude session, its history intact, with the cut-off turn left out: the prompt is there once.
+    history = str(mock_claude_api.seen[-1].body["messages"])
+    assert "remember the word teapot" in history and history.count("#bash write bash.txt") == 1
