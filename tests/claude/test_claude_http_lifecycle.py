@@ -274,6 +274,30 @@ async def test_L3_3_L3_4_steering_claude_mid_stream_interrupts_and_restarts_the_
     assert "#slow write a long essay" in history and "#text make it short instead" in history
 
 
+async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersedes_the_run_that_already_spoke(
+        client, http, claude_stack):
+    thread = await new_thread(client, "claude steer approval")
+    sent = await client.send(thread, "#bash write bash.txt")
+    request = await pending_request(http, thread)
+    steer = await client.send(thread, "#text never mind, do not run it")
+    assert steer["disposition"] == "restarting" and steer["run_id"] == sent["run_id"]
+
+    # Claude said "Calling Bash." before it asked: the run has answered, so the steer becomes the next run.
+    first = await client.wait_run(sent["run_id"], timeout=60)
+    assert first["status"] == "interrupted", first
+    assert assistant_texts(first) == ["Calling Bash."]
+    assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
+    doc = await client.get_thread(thread)
+    [second] = [r for r in doc["runs"] if r.get("supersedes_run_id") == sent["run_id"]]
+    assert first["superseded_by"] == second["id"]
+    second = await client.wait_run(second["id"], timeout=60)
+    assert second["status"] == "completed", second
+    assert user_texts(second) == ["#text never mind, do not run it"]
+    assert assistant_texts(second) == ["Mock Claude heard: #text never mind, do not run it"]
+    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()
+    assert second["attempts"][-1]["provider_thread_id"] == first["attempts"][-1]["provider_thread_id"]
+
+
 async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_next_message_works(
         client, http, claude_stack):
     thread = await new_thread(client, "claude interrupt")
