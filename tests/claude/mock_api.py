@@ -141,7 +141,8 @@ SCENARIOS: dict[str, Scenario] = {
     "plan": _plan,
 }
 _TAG = re.compile(r"#([a-z]+)\b")
-_CWD = re.compile(r"(?:Primary working directory|Working directory|cwd):\s*(\S+)", re.I)
+# Searched in JSON text: the path ends at the escaped newline (or quote) after it.
+_CWD = re.compile(r"(?:Primary working directory|Working directory|cwd):\s*([^\s\\\"]+)", re.I)
 
 
 def _texts(content: Any) -> list[str]:
@@ -266,7 +267,7 @@ class MockMessagesApi:
     def _cwd(self, body: dict) -> str:
         blob = json.dumps(body.get("system", "")) + json.dumps(body.get("messages", [])[:3])
         found = _CWD.search(blob)
-        return found.group(1).rstrip("\\n\",.") if found else self.cwd_hint
+        return found.group(1).rstrip(",.") if found else self.cwd_hint
 
     async def _stream(self, writer: asyncio.StreamWriter, body: dict, answer: Stream) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"

@@ -246,6 +246,60 @@ async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_thro
     assert answered["status"] == "resolved" and answered["response"] == {"answers": {"0": "Blue"}}
 
 
+# --- L2.4 a synchronous subagent ------------------------------------------------------------------------
+
+
+async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its_child_node(client, http, claude_stack):
+    thread = await new_thread(client, "claude subagent approval")
+    sent = await client.send(thread, "#subagent delegate it")
+    request = await pending_request(http, thread)
+    assert request["kind"] == "command" and request["detail"]["input"]["command"].startswith("echo from-sub")
+    live = await client.get_run(sent["run_id"])
+    nodes = {n["id"]: n for n in live["nodes"]}
+    [agent] = [n for n in nodes.values() if n["kind"] == "subagent"]
+    assert agent["status"] == "running" and nodes[agent["parent_id"]]["kind"] == "root_turn"
+    assert nodes[request["node_id"]]["parent_id"] == agent["id"]  # the subagent asked, not the root turn
+
+    await respond(http, request["id"], {"decision": "accept"})
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    nodes = {n["id"]: n for n in run["nodes"]}
+    assert nodes[agent["id"]]["status"] == "completed" and nodes[agent["id"]]["title"] == "Say hi"
+    [command] = [n for n in nodes.values() if n["kind"] == "tool" and n["parent_id"] == agent["id"]]
+    assert (command["status"], command["output"]) == ("completed", "from-sub")
+    said = {m["text"]: m["node_id"] for m in run["messages"] if m["role"] == "assistant"}
+    assert said["subagent says hi (from-sub)"] == agent["id"]  # its text is under its node, not the root's
+    assert (workspace_of(claude_stack, thread) / "sub.txt").read_text() == "from-sub\n"
+
+
+# --- L12.3 plan mode -------------------------------------------------------------------------------------
+
+
+async def test_L12_1_L12_3_a_claude_proposed_plan_is_implemented_as_a_run_out_of_plan_mode(
+        client, http, claude_stack, mock_claude_api):
+    thread = await new_thread(client, "claude plan")
+    planned = await run_to_end(client, thread, "#plan make a plan")
+    assert planned["status"] == "completed", planned
+    [plan] = [p for p in (await client.get_thread(thread))["plans"] if p["kind"] == "proposed_plan"]
+    assert plan["run_id"] == planned["id"] and plan["text"] == "1. Write plan.txt\n2. Run the tests"
+    assert "shown to the user as a proposed plan" in assistant_texts(planned)[-1]  # and nothing was implemented
+    assert planned["checkpoint"]["files"] == []
+
+    r = await http.post(f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
+    assert r.status_code == 202, r.text
+    sent = await client.send(thread, "#write now write it", mode="queue_after_active")
+    implemented = await client.wait_run(r.json()["run_id"], timeout=60)
+    assert implemented["status"] == "completed", implemented
+    assert "1. Write plan.txt" in user_texts(implemented)[0]
+    # The thread's own mode is back: writing asks for approval (plan mode would refuse the tool outright).
+    request = await pending_request(http, thread)
+    assert request["kind"] == "file_change"
+    await respond(http, request["id"], {"decision": "accept"})
+    written = await client.wait_run(sent["run_id"], timeout=60)
+    assert written["status"] == "completed", written
+    assert (workspace_of(claude_stack, thread) / "written.txt").read_text() == "written by claude\n"
+
+
 # --- L3 steering, L8 interrupt ---------------------------------------------------------------------------
 
 
@@ -328,6 +382,22 @@ async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_n
     assert assistant_texts(after) == ["Mock Claude heard: #text are you still there"]
     doc = await client.get_thread(thread)
     assert len(doc["provider_threads"]) == 1 and len(doc["sessions"]) == 1  # one Claude session throughout
+
+
+async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whether_or_not_the_cli_was_up(
+        client, http):
+    # The first turn of a session starts the CLI (about a second): an interrupt right after sending usually
+    # lands before the prompt reached it (the turn ends without sending it), else mid-answer. Either way:
+    thread = await new_thread(client, "claude interrupt cold")
+    sent = await client.send(thread, "#slow a long answer")
+    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    assert r.status_code == 202, r.text
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "interrupted", run
+    assert assistant_texts(run) == []
+    after = await run_to_end(client, thread, "#text the next thing it hears")
+    assert after["status"] == "completed", after
+    assert assistant_texts(after) == ["Mock Claude heard: #text the next thing it hears"]
 
 
 # --- L5 switching provider -------------------------------------------------------------------------------
