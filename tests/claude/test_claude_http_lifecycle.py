@@ -272,6 +272,19 @@ async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its
     assert (workspace_of(claude_stack, thread) / "sub.txt").read_text() == "from-sub\n"
 
 
+async def test_L2_4_a_background_claude_subagent_ends_inside_its_run(client, claude_stack):
+    thread = await new_thread(client, "claude background agent", runtime_mode="full_access")
+    run = await run_to_end(client, thread, "#background delegate it")
+    assert run["status"] == "completed", run
+    [agent] = [n for n in run["nodes"] if n["kind"] == "subagent"]
+    assert agent["status"] == "completed" and agent["output"].startswith("subagent says hi")
+    # The run lasted until the agent was done: its file is in the run's checkpoint, its last word the run's.
+    assert [f["path"] for f in run["checkpoint"]["files"]] == ["sub.txt"]
+    assert assistant_texts(run)[-1] == "The background agent finished."
+    after = await run_to_end(client, thread, "#text anything else?")
+    assert after["status"] == "completed" and [n for n in after["nodes"] if n["kind"] != "root_turn"] == [], after
+
+
 # --- L12.3 plan mode -------------------------------------------------------------------------------------
 
 
