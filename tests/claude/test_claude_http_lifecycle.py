@@ -341,6 +341,23 @@ async def test_L3_3_L3_4_steering_claude_mid_stream_interrupts_and_restarts_the_
     assert "#slow write a long essay" in history and "#text make it short instead" in history
 
 
+async def test_L3_3_a_quick_steer_on_a_claude_run_keeps_what_the_run_was_about(client, mock_claude_api):
+    # Sent right after the first message, the steer usually interrupts a turn whose CLI is still starting (its
+    # prompt not sent yet), else one that is streaming. Either way Claude hears both messages, in order.
+    thread = await new_thread(client, "claude quick steer")
+    sent = await client.send(thread, "#slow write an essay about whales")
+    await client.send(thread, "#text make it short")
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+        ("interrupted", "initial"), ("completed", "steering_restart")]
+    assert user_texts(run) == ["#slow write an essay about whales", "#text make it short"]
+    [reply] = assistant_texts(run)
+    assert reply.startswith("Mock Claude heard: ") and reply.endswith("#text make it short")
+    history = str(mock_claude_api.seen[-1].body["messages"])
+    assert history.index("write an essay about whales") < history.index("#text make it short")
+
+
 async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersedes_the_run_that_already_spoke(
         client, http, claude_stack):
     thread = await new_thread(client, "claude steer approval")
