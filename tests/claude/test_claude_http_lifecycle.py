@@ -3,8 +3,8 @@ interrupt-restart, interrupt, and a provider switch that hands the context over.
 host runs the real Claude Code CLI against the mock Messages API of this test process.
 
 One stack per module, one thread (one CLI process) per test, and a test's follow-ups reuse its thread: the
-CLI is the expensive part. The kill -9 resume, the API error, todos and the synchronous subagent are in
-``test_claude_e2e.py``.
+CLI is the expensive part. A kill -9 between and during runs (the same Claude session resumed, its history
+intact), the API error and the todo list are in ``test_claude_e2e.py``.
 """
 
 from __future__ import annotations
