@@ -10,7 +10,8 @@ Both sides run the real Claude Code CLI against the mock Messages API of ``tests
   redis-server), until ``GET /v1/runs/{id}`` says completed (``TreadleClient.wait_run``, which follows the
   thread's SSE stream): the whole product path, checkpoint included.
 
-The first turn of each side (CLI start, session placement) is reported apart from the warm turns.
+The first turn of each side (CLI start, session placement) is reported apart from the warm turns. Warm turns
+alternate between the two sides; the overhead is the median of the paired differences.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -58,44 +60,84 @@ def summary(samples: list[float]) -> dict:
             "min_ms": round(ordered[0] * 1000, 1), "max_ms": round(ordered[-1] * 1000, 1)}
 
 
-async def direct(api: MockMessagesApi, root: Path, turns: int) -> tuple[float, list[float]]:
-    workspace = root / "direct-workspace"
-    workspace.mkdir()
-    request = PlaceSession(tenant="bench", thread="thr_bench", provider="claude", session_id="ps_bench",
-                           provider_thread_id="pth_bench", workspace="w")
-    adapter = ClaudeAdapter(workspace, request, root / "direct-state" / "hosts" / "ps_bench",
-                            settings=ClaudeSettings(base_url=api.url, api_key="sk-ant-mock", max_retries=0))
-    samples = []
-    start = time.perf_counter()
-    await adapter.open_thread(None, "unused")
-    for i in range(turns + 1):
-        turn = Turn(run_id="run", attempt_id=f"att_{i}", root_node_id="node", text=f"#text ping {i}", script=None,
-                    ids=IdFactory(f"att_{i}", 0))
+class Direct:
+    """An open adapter on its own workspace: a turn is ``run_turn`` to its end."""
+
+    def __init__(self, api: MockMessagesApi, root: Path) -> None:
+        workspace = root / "direct-workspace"
+        workspace.mkdir()
+        request = PlaceSession(tenant="bench", thread="thr_bench", provider="claude", session_id="ps_bench",
+                               provider_thread_id="pth_bench", workspace="w")
+        self.adapter = ClaudeAdapter(workspace, request, root / "direct-state" / "hosts" / "ps_bench",
+                                     settings=ClaudeSettings(base_url=api.url, api_key="sk-ant-mock", max_retries=0))
+        self._turns = 0
+
+    async def open(self) -> None:
+        await self.adapter.open_thread(None, "unused")
+
+    async def turn(self) -> float:
+        self._turns += 1
+        n = self._turns
+        turn = Turn(run_id="run", attempt_id=f"att_{n}", root_node_id="node", text=f"#text ping {n}", script=None,
+                    ids=IdFactory(f"att_{n}", 0))
         t0 = time.perf_counter()
-        await adapter.run_turn(turn, NullSink())
-        samples.append(time.perf_counter() - (start if i == 0 else t0))
-    await adapter.close()
-    return samples[0], samples[1:]
+        await self.adapter.run_turn(turn, NullSink())
+        return time.perf_counter() - t0
 
 
-async def over_http(api: MockMessagesApi, root: Path, turns: int) -> tuple[float, list[float]]:
+class OverHttp:
+    """A Claude thread on an embedded stack: a turn is a message sent until its run is completed."""
+
+    def __init__(self, client: TreadleClient) -> None:
+        self.client = client
+        self.thread = ""
+        self._turns = 0
+
+    async def open(self) -> None:
+        self.thread = (await self.client.create_thread(title="bench", provider="claude"))["thread_id"]
+
+    async def turn(self) -> float:
+        self._turns += 1
+        t0 = time.perf_counter()
+        sent = await self.client.send(self.thread, f"#text ping {self._turns}")
+        run = await self.client.wait_run(sent["run_id"], timeout=120)
+        elapsed = time.perf_counter() - t0
+        if run["status"] != "completed":
+            raise SystemExit(f"run {self._turns} ended {run['status']}: {run.get('error')}")
+        return elapsed
+
+
+async def measure(api: MockMessagesApi, root: Path, turns: int) -> dict:
     env = {"TREADLE_CLAUDE_BASE_URL": api.url, "TREADLE_CLAUDE_API_KEY": "sk-ant-mock",
            "TREADLE_CLAUDE_MAX_RETRIES": "0", "TREADLE_LOG_LEVEL": "WARNING"}
+    direct = Direct(api, root)
     async with Stack(root / "stack", env=env, on_output=lambda name, line: None) as stack:
         nc = await nats.connect(stack.nats_url)
         token = await TokenStore(nc.jetstream()).create("bench", "alice")
         await nc.close()
         async with TreadleClient(stack.api_url, token, timeout=30) as client:
-            thread = (await client.create_thread(title="bench", provider="claude"))["thread_id"]
-            samples = []
-            for i in range(turns + 1):
-                t0 = time.perf_counter()
-                sent = await client.send(thread, f"#text ping {i}")
-                run = await client.wait_run(sent["run_id"], timeout=120)
-                samples.append(time.perf_counter() - t0)
-                if run["status"] != "completed":
-                    raise SystemExit(f"run {i} ended {run['status']}: {run.get('error')}")
-    return samples[0], samples[1:]
+            http = OverHttp(client)
+            t0 = time.perf_counter()
+            await direct.open()
+            await direct.turn()
+            d_first = time.perf_counter() - t0  # the CLI's start included
+            t0 = time.perf_counter()
+            await http.open()
+            await http.turn()
+            h_first = time.perf_counter() - t0  # session placement and the CLI's start included
+            # Warm turns alternate (direct, HTTP): both sides of a pair see the same machine load, which on a
+            # shared box moves more than the overhead being measured.
+            d_warm, h_warm = [], []
+            for _ in range(turns):
+                d_warm.append(await direct.turn())
+                h_warm.append(await http.turn())
+    await direct.adapter.close()
+    return {
+        "direct": {"first_turn_ms": round(d_first * 1000, 1), "warm": summary(d_warm)},
+        "http": {"first_turn_ms": round(h_first * 1000, 1), "warm": summary(h_warm)},
+        "overhead_warm_median_ms": round(statistics.median(h - d for h, d in zip(h_warm, d_warm)) * 1000, 1),
+        "overhead_first_turn_ms": round((h_first - d_first) * 1000, 1),
+    }
 
 
 async def main() -> None:
@@ -104,14 +146,8 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="claude-bench-") as tmp:
         async with MockMessagesApi() as api:
-            d_first, d_warm = await direct(api, Path(tmp), args.turns)
-            h_first, h_warm = await over_http(api, Path(tmp), args.turns)
-    result = {
-        "direct": {"first_turn_ms": round(d_first * 1000, 1), "warm": summary(d_warm)},
-        "http": {"first_turn_ms": round(h_first * 1000, 1), "warm": summary(h_warm)},
-    }
-    result["overhead_warm_median_ms"] = round(result["http"]["warm"]["median_ms"] - result["direct"]["warm"]["median_ms"], 1)
-    result["overhead_first_turn_ms"] = round(result["http"]["first_turn_ms"] - result["direct"]["first_turn_ms"], 1)
+            result = await measure(api, Path(tmp), args.turns)
+    result["load_average_1m"] = round(os.getloadavg()[0], 2)  # how shared the machine was
     print(json.dumps(result, indent=2))
 
 

@@ -141,7 +141,8 @@ SCENARIOS: dict[str, Scenario] = {
     "plan": _plan,
 }
 _TAG = re.compile(r"#([a-z]+)\b")
-_CWD = re.compile(r"(?:Primary working directory|Working directory|cwd):\s*(\S+)", re.I)
+# Searched in JSON text: the path ends at the escaped newline (or quote) after it.
+_CWD = re.compile(r"(?:Primary working directory|Working directory|cwd):\s*([^\s\\\"]+)", re.I)
 
 
 def _texts(content: Any) -> list[str]:
@@ -150,20 +151,26 @@ def _texts(content: Any) -> list[str]:
     return [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
 
 
+def _said_by_user(text: str) -> bool:
+    """Text of a user message that the user wrote, not the harness (reminders, interruption notes)."""
+    text = text.lstrip()
+    return bool(text) and not text.startswith(("<system-reminder>", "[Request interrupted"))
+
+
 def _is_prompt(message: dict) -> bool:
+    """A user message with the user's own text. The CLI merges a prompt into the message that carries the
+    tool result of an interrupted call, so a tool result alone does not make it a tool loop step."""
     content = message["content"]
     if isinstance(content, str):
         return True
-    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
-        return False
-    return any(not t.lstrip().startswith("<system-reminder>") for t in _texts(content))
+    return any(_said_by_user(t) for t in _texts(content))
 
 
 def conversation(body: dict) -> Conversation:
     messages = body.get("messages", [])
     prompt_at = max((i for i, m in enumerate(messages) if m.get("role") == "user" and _is_prompt(m)), default=0)
     prompt_msg = messages[prompt_at] if messages else {"content": ""}
-    prompt = "\n".join(t for t in _texts(prompt_msg["content"]) if not t.lstrip().startswith("<system-reminder>"))
+    prompt = "\n".join(t for t in _texts(prompt_msg["content"]) if _said_by_user(t))
     step = sum(1 for m in messages[prompt_at + 1:] if m.get("role") == "assistant")
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {"content": []})
     content = last_user["content"] if isinstance(last_user["content"], list) else []
@@ -260,7 +267,7 @@ class MockMessagesApi:
     def _cwd(self, body: dict) -> str:
         blob = json.dumps(body.get("system", "")) + json.dumps(body.get("messages", [])[:3])
         found = _CWD.search(blob)
-        return found.group(1).rstrip("\\n\",.") if found else self.cwd_hint
+        return found.group(1).rstrip(",.") if found else self.cwd_hint
 
     async def _stream(self, writer: asyncio.StreamWriter, body: dict, answer: Stream) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
@@ -306,5 +313,7 @@ class MockMessagesApi:
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
+        if writer.is_closing():  # the CLI hung up mid-stream (an interrupt): uvloop refuses the write otherwise
+            raise ConnectionResetError("the client closed the stream")
         writer.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
         await writer.drain()

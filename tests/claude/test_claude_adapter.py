@@ -9,7 +9,7 @@ import signal
 import psutil
 import pytest
 
-from claude_fixtures import api, claude  # noqa: F401  (fixtures)
+from claude_fixtures import RecordingSink, api, claude, new_turn  # noqa: F401  (fixtures)
 from helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
@@ -144,7 +144,9 @@ async def test_L8_2_an_interrupt_ends_the_turn_interrupted_and_the_next_turn_wor
     await asyncio.wait_for(task, 30)
 
     assert sink.events[-1] == pe.TurnCompleted(status="interrupted")
-    (partial,) = sink.texts()
+    # The cut-off answer is not reported as a finished message (it would count as the run's answer, L3.4).
+    assert sink.texts() == []
+    (partial,) = ["".join(chunks) for chunks in sink.live.values()]
     assert partial.startswith("word000") and not partial.endswith("word299")
     _, after = await claude.play(adapter, "#text are you there")
     assert after.completed.status == "completed"
@@ -167,6 +169,39 @@ async def test_L8_2_a_turn_interrupted_before_its_prompt_was_sent_ends_without_s
     assert "never sent" not in str(api.prompts())
     _, after = await claude.play(adapter, "#text the next one")
     assert after.completed.status == "completed"
+
+
+async def _interrupted_before_sending(claude, adapter, run_id: str, text: str) -> None:
+    """Play ``text`` as a turn of ``run_id`` that is interrupted while an earlier turn still holds the CLI."""
+    holder, holder_sink, holder_task = claude.start(adapter, "#slow hold the CLI")
+    await wait_for(lambda: holder_sink.live, timeout=30, what="the holding turn streaming")
+    waiting, sink = new_turn(text), RecordingSink()
+    waiting.run_id = run_id
+    task = asyncio.create_task(adapter.run_turn(waiting, sink))
+    await wait_for(lambda: waiting.attempt_id in adapter._waiting, what="the turn waiting for the holding one")
+    await adapter.interrupt(waiting)
+    await adapter.interrupt(holder)
+    await asyncio.wait_for(asyncio.gather(holder_task, task), 60)
+    assert sink.completed.status == "interrupted"
+
+
+async def test_L3_3_a_steering_restart_carries_the_prompt_its_interrupted_attempt_never_sent(claude, api):
+    adapter = await claude.opened()
+    await _interrupted_before_sending(claude, adapter, "run_essay", "#slow write an essay about whales")
+    assert "whales" not in str(api.prompts())
+
+    restart, sink = new_turn("#text make it short"), RecordingSink()
+    restart.run_id = "run_essay"  # the same run: its steering restart
+    await asyncio.wait_for(adapter.run_turn(restart, sink), 60)
+    assert api.prompts()[-1] == "#slow write an essay about whales\n\n#text make it short"
+    assert sink.completed.status == "completed"
+
+    # A plain interrupt ends its run: the next run does not take the unsent prompt.
+    await _interrupted_before_sending(claude, adapter, "run_stopped", "#text delete everything")
+    nxt, sink = new_turn("#text something else"), RecordingSink()
+    nxt.run_id = "run_next"
+    await asyncio.wait_for(adapter.run_turn(nxt, sink), 60)
+    assert api.prompts()[-1] == "#text something else" and "delete everything" not in str(api.prompts())
 
 
 async def test_L9_2_close_and_reopen_resumes_the_same_claude_session(claude, api):
@@ -251,7 +286,8 @@ async def test_L9_3_a_claude_process_that_dies_mid_turn_fails_that_turn_and_the_
     await asyncio.wait_for(task, 30)
 
     assert sink.completed.status == "failed" and "Claude Code" in sink.completed.error
-    assert [t for t in sink.texts() if t.startswith("word000")]  # the partial answer is closed, not lost
+    # The partial answer streamed, and is not reported as a finished one: the run's end closes it as incomplete.
+    assert [m for m, chunks in sink.live.items() if "".join(chunks).startswith("word000")] and sink.texts() == []
     _, after = await claude.play(adapter, "#text still there?")
     assert after.completed.status == "completed"
     assert "keep this in mind" in str(api.seen[-1].body["messages"])

@@ -133,7 +133,9 @@ async def test_L12_2_claude_todos_are_the_runs_todo_list_and_a_subagent_nests_in
     assert todo["status"] == "completed", todo
     doc = await client.get_thread(thread)
     (plan,) = [p for p in doc["plans"] if p["run_id"] == todo["id"]]
-    assert plan["kind"] == "todo_list"
+    assert plan["kind"] == "todo_list" and plan["root"] and plan["status"] == "final"
+    assert todo["progress"] == {"done": 1, "total": 3}  # the root run's todo list is its progress (L12.2)
+    assert plan["node_id"] == next(n["id"] for n in todo["nodes"] if n["kind"] == "root_turn")
     assert [(i["text"], i["status"]) for i in plan["items"]] == [
         ("Read the code", "completed"), ("Write the fix", "in_progress"), ("Run the tests", "pending")]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from claude_agent_sdk import ResultMessage
+from claude_agent_sdk import AssistantMessage, ResultMessage, StreamEvent, TextBlock, UserMessage
+
+from claude_fixtures import RecordingSink
 
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
@@ -72,3 +74,34 @@ def test_L10_5_transcript_turns_follow_the_live_branch(tmp_path):
     assert store.resume_point("sid") == "a1"  # turn 3 never reported its end
     store.record_ended("sid", "p3")
     assert store.resume_point("sid") is None
+
+
+def _stream(event: dict) -> StreamEvent:
+    return StreamEvent(uuid="u", session_id="s", event=event)
+
+
+# The order Claude Code reports a streamed text block in (measured): the whole block as an AssistantMessage
+# first, then the block's stop and the message's end. An interrupt makes it report the cut-off block the same
+# way, followed by its interruption note and a synthetic end without a stop reason.
+_START = _stream({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+_DELTA = _stream({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "word000 "}})
+_WHOLE = AssistantMessage(content=[TextBlock(text="word000 ")], model="m")
+_STOP = _stream({"type": "content_block_stop", "index": 0})
+
+
+@pytest.mark.parametrize("messages,finished", [
+    ([_START, _DELTA, _WHOLE, _STOP, _stream({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})], True),
+    ([_START, _DELTA, _WHOLE, UserMessage(content=[TextBlock(text="[Request interrupted by user]")]), _STOP,
+      _stream({"type": "message_delta", "delta": {"stop_reason": None}})], False),
+    ([_START, _DELTA, _WHOLE], False),  # the process died before the message ended
+])
+async def test_L3_4_a_text_block_the_model_never_finished_is_not_reported_as_a_finished_message(messages, finished):
+    sink = RecordingSink()
+    t = TurnTranslator(Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None,
+                            ids=IdFactory("a", 0)), sink)
+    for message in messages:
+        await t.feed(message)
+    await t.close_open()
+
+    assert "".join(*sink.live.values()) == "word000 "
+    assert sink.texts() == (["word000 "] if finished else [])  # left open: the run's end closes it as incomplete

@@ -36,6 +36,11 @@ class TurnPublisher:
 
     async def event(self, body: pe.Body) -> None:
         async with self._lock:
+            if isinstance(body, pe.TurnCompleted):
+                # Text of a message the provider never completed (an interrupt cut it off) is still buffered:
+                # stored before the turn's end, so the run's end closes that message with all that streamed.
+                for message_id in list(self._buffers):
+                    await self._flush_locked(message_id)
             await self._publish(body)
 
     async def _publish(self, body: pe.Body) -> None:
@@ -74,10 +79,16 @@ class TurnPublisher:
 
     async def _flush(self, message_id: str) -> None:
         async with self._lock:
-            entry = self._buffers.get(message_id)
-            text = entry[0].flush() if entry else None
-            if text:
-                await self._publish(pe.TextDelta(message_id=message_id, node_id=entry[1], text=text))  # type: ignore[index]
+            await self._flush_locked(message_id)
+
+    async def _flush_locked(self, message_id: str) -> None:
+        timer = self._timers.pop(message_id, None)
+        if timer:
+            timer.cancel()
+        entry = self._buffers.get(message_id)
+        text = entry[0].flush() if entry else None
+        if text:
+            await self._publish(pe.TextDelta(message_id=message_id, node_id=entry[1], text=text))  # type: ignore[index]
 
     async def text_done(self, message_id: str, node_id: str, text: str) -> None:
         """The full text supersedes whatever is still buffered, so the buffer is dropped, not flushed."""

@@ -109,6 +109,7 @@ class ClaudeAdapter(ProviderAdapter):
         self._turn_lock = asyncio.Lock()
         self._playing: tuple[Turn, TurnTranslator] | None = None
         self._waiting: dict[str, bool] = {}  # attempt id -> interrupted before its prompt was sent
+        self._unsent: tuple[str, str] | None = None  # (run id, prompt) of the last turn interrupted before sending
         self._interrupt_requested = False
         self._mode_changed = False  # the agent entered plan mode: the thread's own mode returns next turn
         self._stderr: deque[str] = deque(maxlen=40)
@@ -210,12 +211,14 @@ class ClaudeAdapter(ProviderAdapter):
                 except ClaudeUnavailable as exc:
                     await sink.event(pe.TurnCompleted(status="failed", error=str(exc)))
                     return
+                text = self._with_unsent(turn)
                 if self._waiting[turn.attempt_id]:
                     # Interrupted while the CLI was starting (or an earlier turn ending): the prompt never
-                    # reached Claude, and now it never will.
+                    # reached Claude, and on its own it never will (see _with_unsent).
+                    self._unsent = (turn.run_id, text)
                     await sink.event(pe.TurnCompleted(status="interrupted"))
                     return
-                await sink.event(await self._play(turn, sink, prompt_uuid))
+                await sink.event(await self._play(turn, sink, prompt_uuid, text))
         finally:
             self._waiting.pop(turn.attempt_id, None)
 
@@ -238,7 +241,17 @@ class ClaudeAdapter(ProviderAdapter):
         await self._drop_client()
         await self._open(self.session_id)
 
-    async def _play(self, turn: Turn, sink: TurnSink, prompt_uuid: str) -> pe.TurnCompleted:
+    def _with_unsent(self, turn: Turn) -> str:
+        """L3.3: a steer restarts its run as a new attempt that carries only the steering message. When the
+        attempt it interrupted never sent its prompt (a quick steer on a CLI still starting), that prompt goes
+        with the restart, or Claude would never hear what the run was about. A new run does not take it: a
+        plain interrupt means "do not do that"."""
+        unsent, self._unsent = self._unsent, None
+        if unsent is None or unsent[0] != turn.run_id or unsent[1] in turn.text:
+            return turn.text
+        return f"{unsent[1]}\n\n{turn.text}"
+
+    async def _play(self, turn: Turn, sink: TurnSink, prompt_uuid: str, text: str) -> pe.TurnCompleted:
         from .translate import TurnTranslator
 
         assert self._approvals is not None
@@ -254,7 +267,7 @@ class ClaudeAdapter(ProviderAdapter):
                 # A proposed plan waits for the user; their next message runs in the thread's runtime mode.
                 await self._client.set_permission_mode(PERMISSION_MODES[self.request.runtime_mode])  # type: ignore[arg-type]
                 self._mode_changed = False
-            await self._client.query(_prompt(turn.text, prompt_uuid))
+            await self._client.query(_prompt(text, prompt_uuid))
             while True:
                 message = await self._inbox.get()
                 if isinstance(message, _Ended):

@@ -39,6 +39,8 @@ class Approvals:
     def __init__(self) -> None:
         self.turn: TurnTranslator | None = None  # the playing turn; the adapter sets and clears it
         self._pending: dict[str, asyncio.Future[Response]] = {}
+        # request id -> the keys its answers may use (question ids and texts); approvals have none
+        self._questions: dict[str, frozenset[str]] = {}
 
     @property
     def pending(self) -> list[str]:
@@ -87,7 +89,8 @@ class Approvals:
                  for i, q in enumerate(questions)]
         prompt = "\n".join(q["question"] for q in questions) or "Claude has a question"
         detail = {"questions": shown, "parent_node_id": turn.node_of_agent(ctx.agent_id)}
-        answer = await self._ask(turn, "user_input", prompt, detail, ctx.tool_use_id)
+        keys = frozenset([q["id"] for q in shown] + [q["question"] for q in shown])
+        answer = await self._ask(turn, "user_input", prompt, detail, ctx.tool_use_id, answer_keys=keys)
         if answer.decision in ("decline", "cancel") or not answer.answers:
             return PermissionResultDeny(message=answer.message or "The user did not answer.",
                                         interrupt=answer.decision == "cancel")
@@ -98,10 +101,13 @@ class Approvals:
                 answers[q["question"]] = value
         return PermissionResultAllow(updated_input={**tool_input, "answers": answers})
 
-    async def _ask(self, turn: TurnTranslator, kind: str, prompt: str, detail: dict, native_ref: str | None) -> Response:
+    async def _ask(self, turn: TurnTranslator, kind: str, prompt: str, detail: dict, native_ref: str | None,
+                   answer_keys: frozenset[str] | None = None) -> Response:
         request_id, node_id = turn.turn.ids.next("req"), turn.turn.ids.next("node")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        if answer_keys is not None:
+            self._questions[request_id] = answer_keys
         try:
             await turn.sink.event(pe.RequestOpened(request_id=request_id, node_id=node_id, kind=kind, prompt=prompt,
                                                    detail=detail, native_ref=native_ref,
@@ -109,13 +115,20 @@ class Approvals:
             return await future  # the CLI cancels this wait when the turn is interrupted
         finally:
             self._pending.pop(request_id, None)
+            self._questions.pop(request_id, None)
 
     def respond(self, request_id: str, response: Response) -> None:
         future = self._pending.get(request_id)
         if future is None or future.done():
             raise Unsupported(f"request {request_id} is not live (its Claude Code callback is gone)")
-        if response.decision is None and response.answers is None:
-            raise ValueError("a response needs a decision or answers")
+        if response.decision is None and response.answers is None and response.message is None:
+            raise ValueError("a response needs a decision, answers or a message")
+        keys = self._questions.get(request_id)
+        # Refused before it reaches the CLI, whose callback keeps waiting: an answer to a question that was not
+        # asked would otherwise be dropped, and the agent told the user chose nothing.
+        unknown = sorted(set(response.answers or ()) - keys) if keys is not None else []
+        if unknown:
+            raise ValueError(f"no such question: {', '.join(unknown)}")
         future.set_result(response)
 
     def abandon(self) -> None:
@@ -124,3 +137,4 @@ class Approvals:
             if not future.done():
                 future.cancel()
         self._pending.clear()
+        self._questions.clear()

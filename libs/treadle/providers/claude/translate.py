@@ -69,6 +69,9 @@ class TurnTranslator:
         self._ended: dict[str, tuple[str, str]] = {}  # task id -> (tool_use id, status): ended, summary to come
         self.entered_plan_mode = False  # the agent switched the session to plan mode during this turn
         self._streams: dict[str | None, tuple[str, str, list[str]]] = {}  # parent -> (message id, node id, parts)
+        # parent -> texts the CLI reported whole, (message id, node id, text), until the API message's end says
+        # whether the model finished them: an interrupt makes the CLI report a cut-off block as a whole one
+        self._said: dict[str | None, list[tuple[str, str, str]]] = {}
         self._todo_plans: dict[str, str] = {}  # node id -> plan id of its todo list
 
     # --- where things go ----------------------------------------------------------------------------
@@ -117,8 +120,13 @@ class TurnTranslator:
         event = message.event
         kind = event.get("type")
         key = message.parent_tool_use_id
-        if kind == "content_block_start" and event.get("content_block", {}).get("type") == "text":
-            self._streams[key] = (self.turn.ids.next("msg"), self.node_of(key), [])
+        if kind == "content_block_start":
+            await self._settle(key, finished=True)  # the model went on to its next block: the last one is whole
+            if event.get("content_block", {}).get("type") == "text":
+                self._streams[key] = (self.turn.ids.next("msg"), self.node_of(key), [])
+        elif kind == "message_delta":
+            # The API's message ends with a stop reason; the CLI's own end of an interrupted stream has none.
+            await self._settle(key, finished=event.get("delta", {}).get("stop_reason") is not None)
         elif kind == "content_block_delta" and event.get("delta", {}).get("type") == "text_delta":
             stream = self._streams.get(key)
             if stream is not None and event["delta"].get("text"):
@@ -143,9 +151,17 @@ class TurnTranslator:
 
     async def _text(self, parent: str | None, text: str) -> None:
         stream = self._streams.pop(parent, None)
-        message_id, node = (stream[0], stream[1]) if stream else (self.turn.ids.next("msg"), self.node_of(parent))
-        if text or stream:
-            await self.sink.text_done(message_id, node, text)
+        if stream is not None:
+            self._said.setdefault(parent, []).append((stream[0], stream[1], text))  # whole once its message ends
+        elif text:
+            await self.sink.text_done(self.turn.ids.next("msg"), self.node_of(parent), text)
+
+    async def _settle(self, parent: str | None, finished: bool) -> None:
+        """Complete the texts of ``parent``'s message the model finished. A cut-off one stays open: the run's
+        end closes it as incomplete with what streamed, and it is not the run's answer (L3.4)."""
+        for message_id, node, text in self._said.pop(parent, []):
+            if finished:
+                await self.sink.text_done(message_id, node, text)
 
     async def _tool_use(self, parent: str | None, block: ToolUseBlock) -> None:
         where = self.node_of(parent)
@@ -217,11 +233,11 @@ class TurnTranslator:
     # --- the end ------------------------------------------------------------------------------------
 
     async def close_open(self) -> None:
-        """Text the CLI never completed (its process died mid-answer) is closed with what arrived, and an
-        ended background agent whose summary never came is closed without one."""
-        for message_id, node, parts in list(self._streams.values()):
-            await self.sink.text_done(message_id, node, "".join(parts))
+        """An ended background agent whose summary never came is closed without one. Text the model never
+        finished (interrupted, or the process died mid-answer) is left open on purpose: the run's end closes it
+        as incomplete, with what streamed."""
         self._streams.clear()
+        self._said.clear()
         for task_id in list(self._ended):
             await self._close_task(task_id, None)
 
