@@ -6,8 +6,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.watcher import Watcher
+
+if TYPE_CHECKING:
+    from treadle.checkpoints.trees import Trees
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
 
@@ -40,6 +45,10 @@ class Repo:
     stamp_fd: int | None = None  # <gitdir>/treadle/stamp, the fingerprint's clock (see fingerprint.py)
     watcher: Watcher | None = None  # inotify on the worktree (see watcher.py)
     watchable: bool | None = None  # None: not decided yet
+    trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
+    plain: bool | None = None  # git stores files as they are here (no attributes, usual modes); None: not read yet
+    too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size
+    pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
 
     def close(self) -> None:
         for fd in (self.lock_fd, self.stamp_fd):
@@ -53,6 +62,7 @@ class Repo:
     def forget_tree(self) -> None:
         """The worktree was changed by us (a restore): no fast path may assume the last tree."""
         self.snapshot = None
+        self.trees = None
         if self.watcher is not None:
             self.watcher.tree = None
 

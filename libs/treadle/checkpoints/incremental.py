@@ -1,0 +1,171 @@
+"""Capturing a watched worktree from the paths its watcher saw change, without `add -A` (issue 4 "Cost").
+
+`add -A` stats every file of the worktree and rewrites the whole private index; then `write-tree`,
+`commit-tree` and every new object each cost a process or a file. Here only the changed paths are
+read; the trees above them are re-hashed in :class:`~treadle.checkpoints.trees.Trees`, and the new
+blobs, trees and the commit go into one pack (packs.py).
+
+It gives the tree `add -A` + `write-tree` would give, for the cases it takes; everything else raises
+:class:`Unsure` and the caller runs `add -A`: a change to ignore or attribute rules or git config
+(the watcher reports those as "full"), a nested repository or submodule, a repository whose config or
+attributes make `add -A` rewrite content or modes (:func:`plain_config`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from treadle.checkpoints.packs import BLOB, COMMIT, object_id
+from treadle.checkpoints.repo import Repo
+from treadle.checkpoints.trees import Trees
+from treadle.checkpoints.watcher import Watcher
+
+_REGULAR, _EXECUTABLE, _SYMLINK = b"100644", b"100755", b"120000"
+
+
+class Unsure(Exception):
+    """Only a whole `add -A` can tell what this change makes of the tree."""
+
+
+def plain_config(config: bytes, gitdir: Path, home: str | None) -> bool:
+    """Does git store files here exactly as they are on disk, with the modes this module gives them?
+
+    ``config`` is `git config -z --list` of the repository (the service's global config included)."""
+    settings: dict[bytes, bytes] = {}
+    for item in config.split(b"\0"):
+        key, _, value = item.partition(b"\n")
+        settings[key.lower()] = value.lower()
+    if settings.get(b"core.filemode", b"true") in (b"false", b"no", b"off", b"0"):
+        return False
+    if settings.get(b"core.symlinks", b"true") in (b"false", b"no", b"off", b"0"):
+        return False
+    if settings.get(b"core.ignorecase", b"false") not in (b"false", b"no", b"off", b"0"):
+        return False
+    if settings.get(b"extensions.objectformat", b"sha1") != b"sha1" or b"core.attributesfile" in settings:
+        return False
+    if (gitdir / "info" / "attributes").exists():
+        return False
+    xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
+    return not (xdg and os.path.exists(os.path.join(xdg, "git", "attributes")))
+
+
+def has_attributes(trees: Trees) -> bool:
+    """A tracked .gitattributes may ask git to convert content (eol, filters): leave those repos to git."""
+    return any(name == b".gitattributes" for name in trees.names())
+
+
+def apply(
+    repo: Repo, trees: Trees, watcher: Watcher, changed: set[bytes], new_dirs: set[bytes], limit: int,
+    ignored: Callable[[list[bytes]], set[bytes]], out: dict[bytes, tuple[int, bytes]],
+) -> str:
+    """Bring ``trees`` up to date with the ``changed`` paths; new objects go to ``out``; returns the tree id.
+
+    ``ignored`` answers which of some untracked paths git ignores. Files over ``limit`` bytes (0: no limit)
+    are left out and listed in ``repo.too_large``. On :class:`Unsure` ``trees`` is half-updated: drop it.
+    """
+    top = os.fsencode(repo.worktree)
+    found: list[tuple[bytes, os.stat_result]] = []
+    for path in sorted(changed):
+        if b".git" in path.split(b"/") or trees.in_gitlink(path):
+            raise Unsure(path)
+        full = os.path.join(top, path)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            _forget(repo, trees, path)
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if path in new_dirs:
+                watcher.watch_tree(path)  # before reading it: what is written from now on is reported
+            inside = _walk(top, path)
+            present = {p for p, _ in inside}
+            for gone in [p for p in trees.files_under(path) if p not in present]:
+                _forget(repo, trees, gone)
+            found += inside
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            found.append((path, st))
+        else:  # sockets, fifos, devices: git stores none
+            _forget(repo, trees, path)
+    untracked = [p for p, _ in found if trees.get(p) is None]
+    skip = ignored(untracked) if untracked else set()
+    for path, st in found:
+        if path in skip:
+            continue
+        if limit and stat.S_ISREG(st.st_mode) and st.st_size > limit:
+            _forget(repo, trees, path)
+            repo.too_large[path] = st.st_size
+            continue
+        try:
+            data, mode = _read(os.path.join(top, path), st)
+        except (FileNotFoundError, NotADirectoryError):  # gone since: its event is queued for next time
+            _forget(repo, trees, path)
+            continue
+        except IsADirectoryError:
+            raise Unsure(path) from None
+        oid = object_id(BLOB, data)
+        if trees.get(path) != (mode, oid):
+            out[oid] = (BLOB, data)
+            trees.set(path, mode, oid)
+        repo.too_large.pop(path, None)
+    return trees.write(out)
+
+
+def commit_object(tree: str, parent: str | None, message: str, who: tuple[str, str]) -> bytes:
+    """The commit `git commit-tree tree [-p parent] -m message` makes with the fixed identity and date."""
+    name, email = who
+    person = f"{name} <{email}> 0 +0000"
+    head = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {person}\ncommitter {person}\n"
+    return (head + "\n" + message + "\n").encode()
+
+
+def commit_id(data: bytes) -> bytes:
+    return object_id(COMMIT, data)
+
+
+def _forget(repo: Repo, trees: Trees, path: bytes) -> None:
+    trees.remove(path)
+    repo.too_large.pop(path, None)
+    prefix = path + b"/"
+    for p in [p for p in repo.too_large if p.startswith(prefix)]:
+        del repo.too_large[p]
+
+
+def _walk(top: bytes, rel: bytes) -> list[tuple[bytes, os.stat_result]]:
+    out = []
+    stack = [rel]
+    while stack:
+        d = stack.pop()
+        with os.scandir(os.path.join(top, d)) as it:
+            for e in it:
+                if e.name == b".git":  # a repository inside: git adds it as a submodule pointer
+                    raise Unsure(d)
+                st = e.stat(follow_symlinks=False)
+                path = d + b"/" + e.name
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(path)
+                elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                    out.append((path, st))
+    return out
+
+
+def _read(path: bytes, st: os.stat_result) -> tuple[bytes, bytes]:
+    if stat.S_ISLNK(st.st_mode):
+        return os.fsencode(os.readlink(path)), _SYMLINK
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if stat.S_ISDIR(now.st_mode):
+            raise IsADirectoryError(path)
+        chunks = []
+        while chunk := os.read(fd, max(now.st_size, 1 << 16)):
+            chunks.append(chunk)
+    except OSError as e:
+        if e.errno == 40:  # ELOOP: it became a symlink since the lstat
+            raise FileNotFoundError(path) from None
+        raise
+    finally:
+        os.close(fd)
+    return b"".join(chunks), (_EXECUTABLE if now.st_mode & stat.S_IXUSR else _REGULAR)
