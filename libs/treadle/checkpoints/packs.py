@@ -44,8 +44,16 @@ def write(objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, 
     """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty)."""
     if not objects:
         return None
-    entries = {oid: _entry_header(kind, len(data)) + zlib.compress(data, 1) for oid, (kind, data) in objects.items()}
+    entries = {oid: _entry_header(kind, len(data)) + _deflate(data) for oid, (kind, data) in objects.items()}
     return _write_pack(objects_dir, treadle_dir, entries)
+
+
+def _deflate(data: bytes) -> bytes:
+    # zlib's set-up for its default 32 KiB window costs ~40 µs a stream, more than compressing a small
+    # object; a window the size of the object compresses it as well at a tenth of the cost.
+    wbits, mem = (10, 2) if len(data) <= 1024 else (12, 4) if len(data) <= 4096 else (15, 8)
+    c = zlib.compressobj(1, zlib.DEFLATED, wbits, mem)
+    return c.compress(data) + c.flush()
 
 
 def _write_pack(objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes]) -> str:

@@ -102,10 +102,11 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
         before = repo.tips.get(undo_ref) or Tip(commit, current)
         repo.remember(undo_ref, before)
     repo.forget_tree()  # the worktree is about to change under the fast paths
-    if current != target:
+    applied = await _without(ws, repo, target, kept) if kept else target
+    if current != applied:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
-        await ws.git.check(repo, "read-tree", "--reset", "-u", target)
+        await ws.git.check(repo, "read-tree", "--reset", "-u", applied)
     files = parse_diff(await ws.git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
         if before.tree != target else []
     retired = await _retire(ws, repo, req)

@@ -8,6 +8,8 @@ as if its name ended in "/"), so the ids are exactly those `write-tree` would gi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from treadle.checkpoints.packs import TREE, object_id
 
 DIR, GITLINK = b"40000", b"160000"
@@ -15,20 +17,21 @@ DIR, GITLINK = b"40000", b"160000"
 Entry = tuple[bytes, bytes]  # (mode as in a tree object, raw object id)
 
 
-def _sort_key(item: tuple[bytes, Entry]) -> bytes:
-    name, (mode, _) = item
-    return name + b"/" if mode == DIR else name
-
-
 def _split(path: bytes) -> tuple[bytes, bytes]:
     head, _, name = path.rpartition(b"/")
     return head, name
+
+
+def _key(name: bytes, mode: bytes) -> bytes:
+    return name + b"/" if mode == DIR else name
 
 
 class Trees:
     def __init__(self, root: str, dirs: dict[bytes, dict[bytes, Entry]]) -> None:
         self.root = root  # hex id of the tree these entries make
         self._dirs = dirs  # b"" is the top; b"a/b" its directory a/b
+        # Each directory's entries as tree records, by sort key: a tree is then one sort of plain bytes keys.
+        self._records = {d: {_key(n, m): m + b" " + n + b"\0" + o for n, (m, o) in es.items()} for d, es in dirs.items()}
         self._dirty: set[bytes] = set()
         self.gitlinks = {(d + b"/" + n if d else n) for d, es in dirs.items() for n, (m, _) in es.items() if m == GITLINK}
 
@@ -54,17 +57,14 @@ class Trees:
         entries = self._dirs.get(head)
         return entries.get(name) if entries is not None else None
 
-    def is_dir(self, path: bytes) -> bool:
-        return path in self._dirs
+    def names(self) -> Iterator[bytes]:
+        for entries in self._dirs.values():
+            yield from entries
 
     def files_under(self, path: bytes) -> list[bytes]:
         prefix = path + b"/"
         return [(d + b"/" + n if d else n) for d, es in self._dirs.items() if d == path or d.startswith(prefix)
                 for n, (m, _) in es.items() if m != DIR]
-
-    def names(self):
-        for entries in self._dirs.values():
-            yield from entries
 
     def in_gitlink(self, path: bytes) -> bool:
         """Is ``path`` a submodule, or inside one (whose files git never captures)?"""
@@ -77,7 +77,7 @@ class Trees:
             self.remove(path)
         head, name = _split(path)
         self._ensure_dir(head)
-        self._dirs[head][name] = (mode, oid)
+        self._put(head, name, mode, oid)
         self._touch(head)
 
     def remove(self, path: bytes) -> None:
@@ -86,30 +86,39 @@ class Trees:
         entries = self._dirs.get(head)
         if entries is None or name not in entries:
             return
-        if entries.pop(name)[0] == DIR:
+        mode = entries.pop(name)[0]
+        del self._records[head][_key(name, mode)]
+        if mode == DIR:
             prefix = path + b"/"
             for d in [d for d in self._dirs if d == path or d.startswith(prefix)]:
                 del self._dirs[d]
+                del self._records[d]
                 self._dirty.discard(d)
         self.gitlinks.discard(path)
         self._touch(head)
         if not entries and head:
             self.remove(head)
 
+    def _put(self, head: bytes, name: bytes, mode: bytes, oid: bytes) -> None:
+        old = self._dirs[head].get(name)
+        if old is not None and old[0] != mode:
+            del self._records[head][_key(name, old[0])]
+        self._dirs[head][name] = (mode, oid)
+        self._records[head][_key(name, mode)] = mode + b" " + name + b"\0" + oid
+
     def _ensure_dir(self, path: bytes) -> None:
         if path in self._dirs:
             return
         head, name = _split(path)
         self._ensure_dir(head)
-        parent = self._dirs[head]
-        if name in parent:  # a file became a directory
+        if name in self._dirs[head]:  # a file became a directory
             self.remove(path)
-            parent = self._dirs.setdefault(head, {})
-        self._dirs[path] = {}
-        parent[name] = (DIR, b"")  # id filled in by write()
+            self._ensure_dir(head)  # removing the file may have removed its (now empty) parents
+        self._dirs[path], self._records[path] = {}, {}
+        self._put(head, name, DIR, b"\0" * 20)  # id filled in by write()
 
     def _touch(self, path: bytes) -> None:
-        while True:
+        while path not in self._dirty:
             self._dirty.add(path)
             if not path:
                 return
@@ -118,15 +127,15 @@ class Trees:
     def write(self, out: dict[bytes, tuple[int, bytes]]) -> str:
         """Re-hash the directories changed since the last write (deepest first); new trees go to ``out``."""
         for path in sorted(self._dirty, key=lambda p: -p.count(b"/") - (1 if p else 0)):
-            entries = self._dirs.get(path)
-            if entries is None:
+            records = self._records.get(path)
+            if records is None:
                 continue
-            body = b"".join(mode + b" " + name + b"\0" + oid for name, (mode, oid) in sorted(entries.items(), key=_sort_key))
+            body = b"".join([records[k] for k in sorted(records)])
             oid = object_id(TREE, body)
             out[oid] = (TREE, body)
             if path:
                 head, name = _split(path)
-                self._dirs[head][name] = (DIR, oid)
+                self._put(head, name, DIR, oid)
             else:
                 self.root = oid.hex()
         self._dirty.clear()
