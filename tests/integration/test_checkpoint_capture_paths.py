@@ -14,6 +14,7 @@ import pytest
 from test_checkpoint_restore import restore, snapshot
 from test_checkpoints_git import TENANT, THREAD, capture, files_of, git
 from treadle.checkpoints import packs
+from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import FileStat, Skipped
 
@@ -90,9 +91,26 @@ def _mutate(ws: Path, rng: random.Random, step: int) -> None:
     files = [p for p in ws.rglob("*") if ".git" not in p.parts and (p.is_file() or p.is_symlink())]
     dirs = [p for p in ws.rglob("*") if ".git" not in p.parts and p.is_dir() and not p.is_symlink()]
     for _ in range(rng.randint(1, 6)):
-        op = rng.choice(["write", "write", "new", "newdir", "delete", "chmod", "link", "rmdir", "file_to_dir",
-                         "ignored", "rename", "touch", "big"])
-        if op == "write" and files:
+        op = rng.choice(["write", "write", "edit", "edit", "new", "newdir", "delete", "chmod", "link", "rmdir",
+                         "file_to_dir", "ignored", "rename", "touch", "big", "binary", "no_eol"])
+        if op == "edit" and files:
+            p = rng.choice(files)
+            if p.is_file() and not p.is_symlink():
+                lines = p.read_bytes().split(b"\n") + [b"line %d" % i for i in range(rng.randint(0, 30))]
+                for _ in range(rng.randint(1, 8)):
+                    if not lines:
+                        break
+                    at = rng.randrange(len(lines))
+                    rng.choice([lambda: lines.insert(at, b"ins %d" % step), lambda: lines.pop(at),
+                                lambda: lines.__setitem__(at, b"set %d" % rng.randint(0, 3))])()
+                p.write_bytes(b"\n".join(lines))
+        elif op == "binary" and files:
+            p = rng.choice(files)
+            if p.is_file() and not p.is_symlink():
+                p.write_bytes(b"\0bin" + bytes([step]))
+        elif op == "no_eol" and not (ws / f"n{step % 3}.txt").is_dir():
+            (ws / f"n{step % 3}.txt").write_bytes(b"a\nb" if step % 2 else b"a\nb\n")
+        elif op == "write" and files:
             p = rng.choice(files)
             if p.is_file() and not p.is_symlink():
                 p.write_text(f"step {step}\n" * rng.randint(1, 5))
@@ -109,7 +127,7 @@ def _mutate(ws: Path, rng: random.Random, step: int) -> None:
             p = rng.choice(files)
             if not p.is_symlink():
                 p.chmod(rng.choice([0o644, 0o755]))
-        elif op == "link":
+        elif op == "link" and not os.path.lexists(ws / f"l{step}"):
             (ws / f"l{step}").symlink_to(f"target{step}")
         elif op == "rmdir" and dirs:
             d = rng.choice(dirs)
@@ -134,7 +152,7 @@ def _mutate(ws: Path, rng: random.Random, step: int) -> None:
         dirs = [p for p in ws.rglob("*") if ".git" not in p.parts and p.is_dir() and not p.is_symlink()]
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(6))
 async def test_L10_2_incremental_captures_always_equal_a_fresh_add_all(root: Path, tmp_path: Path, seed: int):
     """Random edits of every kind (git add -A's own tree as the oracle, the size limit off for the oracle's sake)."""
     workspaces = Workspaces(root, root.parent / "state" / "shadow", max_file_bytes=0)
@@ -146,10 +164,16 @@ async def test_L10_2_incremental_captures_always_equal_a_fresh_add_all(root: Pat
         (ws / "a" / "one.txt").write_text("1\n")
         await workspaces.capture(capture(0, None))
         rng = random.Random(seed)
-        for n in range(1, 25):
+        prev = await workspaces.capture(capture(1, 0))
+        for n in range(2, 30):
             _mutate(ws, rng, n)
             got = await workspaces.capture(capture(n, n - 1))
             assert got.tree == add_all_tree(ws, tmp_path), (seed, n)
+            # The per-file stats (counted in-process where it can) are git's.
+            stats = parse_diff(subprocess.run(["git", "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", prev.tree,
+                                               got.tree], cwd=ws, capture_output=True, check=True).stdout)
+            assert got.files == stats, (seed, n)
+            prev = got
         assert git(ws, "fsck", "--no-progress", "--strict") == ""
     finally:
         workspaces.close()

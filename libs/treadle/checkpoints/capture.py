@@ -76,6 +76,9 @@ async def _commit(git: GitRunner, stager: Stager, repo: Repo, req: Capture, tree
 
 
 async def diff_stats(git: GitRunner, repo: Repo, old: str, new: str) -> list[FileStat]:
+    staged = repo.staged_stats
+    if staged is not None and staged[0] == old and staged[1] == new and staged[2] is not None:
+        return staged[2]  # the incremental path counted them (stats.py)
     out = await git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new)
     return parse_diff(out)
 

@@ -67,6 +67,7 @@ def apply(
     are left out and listed in ``repo.too_large``. On :class:`Unsure` ``trees`` is half-updated: drop it.
     """
     top = os.fsencode(repo.worktree)
+    trees.journal.clear()
     found: list[tuple[bytes, os.stat_result]] = []
     for path in sorted(changed):
         if b".git" in path.split(b"/") or trees.in_gitlink(path):

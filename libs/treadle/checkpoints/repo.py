@@ -8,10 +8,11 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from treadle.checkpoints.protocol import CheckpointError
+from treadle.checkpoints.protocol import CheckpointError, FileStat
 from treadle.checkpoints.watcher import Watcher
 
 if TYPE_CHECKING:
+    from treadle.checkpoints.odb import ObjectReader
     from treadle.checkpoints.trees import Trees
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
@@ -48,6 +49,9 @@ class Repo:
     trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
     plain: bool | None = None  # git stores files as they are here (no attributes, usual modes); None: not read yet
     too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size
+    # Per-file stats of the last incremental capture: (tree before, tree after, stats or None: ask git).
+    staged_stats: tuple[str, str, list[FileStat] | None] | None = None
+    reader: ObjectReader | None = None
     pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
 
     def close(self) -> None:

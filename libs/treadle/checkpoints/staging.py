@@ -19,9 +19,11 @@ from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints.incremental import Unsure, apply, has_attributes, plain_config
 from treadle.checkpoints.locks import clear_stale_lock
+from treadle.checkpoints.odb import ObjectReader
 from treadle.checkpoints.protocol import Skipped
 from treadle.checkpoints.repo import Repo, common_dir
 from treadle.checkpoints.runner import GitRunner, run_in_thread
+from treadle.checkpoints.stats import file_stats
 from treadle.checkpoints.trees import Trees
 from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_filesystem
 
@@ -98,6 +100,7 @@ class Stager:
         if changes is None:
             return None
         objects: dict[bytes, tuple[int, bytes]] = {}
+        before = trees.root
         try:
             tree = apply(repo, trees, watcher, *changes, self.max_file_bytes,
                          lambda paths: self._ignored(repo, paths), objects)
@@ -107,6 +110,9 @@ class Stager:
             return None
         repo.pending.update(objects)  # written with the commit, in one pack (see flush)
         watcher.tree = tree
+        if repo.reader is None:
+            repo.reader = ObjectReader((common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle")
+        repo.staged_stats = (before, tree, file_stats(trees.changes(), repo.reader.blob, objects))
         return tree
 
     async def flush(self, repo: Repo, extra: dict[bytes, tuple[int, bytes]] | None = None) -> None:

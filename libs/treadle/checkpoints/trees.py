@@ -33,6 +33,7 @@ class Trees:
         # Each directory's entries as tree records, by sort key: a tree is then one sort of plain bytes keys.
         self._records = {d: {_key(n, m): m + b" " + n + b"\0" + o for n, (m, o) in es.items()} for d, es in dirs.items()}
         self._dirty: set[bytes] = set()
+        self.journal: dict[bytes, Entry | None] = {}  # file -> its entry before the first change since cleared
         self.gitlinks = {(d + b"/" + n if d else n) for d, es in dirs.items() for n, (m, _) in es.items() if m == GITLINK}
 
     @classmethod
@@ -86,6 +87,11 @@ class Trees:
         entries = self._dirs.get(head)
         if entries is None or name not in entries:
             return
+        if entries[name][0] == DIR:
+            for f in self.files_under(path):
+                self.journal.setdefault(f, self.get(f))
+        else:
+            self.journal.setdefault(path, entries[name])
         mode = entries.pop(name)[0]
         del self._records[head][_key(name, mode)]
         if mode == DIR:
@@ -101,6 +107,8 @@ class Trees:
 
     def _put(self, head: bytes, name: bytes, mode: bytes, oid: bytes) -> None:
         old = self._dirs[head].get(name)
+        if mode != DIR:
+            self.journal.setdefault(head + b"/" + name if head else name, old)
         if old is not None and old[0] != mode:
             del self._records[head][_key(name, old[0])]
         self._dirs[head][name] = (mode, oid)
@@ -123,6 +131,16 @@ class Trees:
             if not path:
                 return
             path = _split(path)[0]
+
+    def changes(self) -> list[tuple[bytes, Entry | None, Entry | None]]:
+        """(path, before, now) of every file changed since the journal was last cleared, in git's order."""
+        out = []
+        for path, before in self.journal.items():
+            now = self.get(path)
+            now = None if now is not None and now[0] == DIR else now
+            if now != before:
+                out.append((path, before, now))
+        return sorted(out)
 
     def write(self, out: dict[bytes, tuple[int, bytes]]) -> str:
         """Re-hash the directories changed since the last write (deepest first); new trees go to ``out``."""
