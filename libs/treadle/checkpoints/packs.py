@@ -44,15 +44,20 @@ def write(objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, 
     """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty)."""
     if not objects:
         return None
-    entries = {oid: _entry_header(kind, len(data)) + _deflate(data) for oid, (kind, data) in objects.items()}
+    entries = {oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE) for oid, (kind, data) in objects.items()}
     return _write_pack(objects_dir, treadle_dir, entries)
 
 
-def _deflate(data: bytes) -> bytes:
-    # zlib's set-up for its default 32 KiB window costs ~40 µs a stream, more than compressing a small
-    # object; a window the size of the object compresses it as well at a tenth of the cost.
-    wbits, mem = (10, 2) if len(data) <= 1024 else (12, 4) if len(data) <= 4096 else (15, 8)
-    c = zlib.compressobj(1, zlib.DEFLATED, wbits, mem)
+def _deflate(data: bytes, compress: bool) -> bytes:
+    # Trees are mostly object ids, which do not compress: deflating them cost ~30 µs a tree, storing
+    # them ~1.5. zlib's set-up for its default 32 KiB window costs ~40 µs a stream, more than compressing
+    # a small blob; a window the size of the blob compresses it as well at a tenth of the cost.
+    if not compress:
+        level, wbits, mem = 0, 9, 1
+    else:
+        level = 1
+        wbits, mem = (10, 2) if len(data) <= 1024 else (12, 4) if len(data) <= 4096 else (15, 8)
+    c = zlib.compressobj(level, zlib.DEFLATED, wbits, mem)
     return c.compress(data) + c.flush()
 
 
@@ -122,24 +127,33 @@ def ours(objects_dir: Path, treadle_dir: Path) -> list[str]:
 
 def merge(objects_dir: Path, treadle_dir: Path) -> str | None:
     """Merge our small packs into one when there are :data:`MERGE_AT` of them (call under the git dir lock)."""
+    try:
+        if (treadle_dir / _LIST).read_bytes().count(b"\n") < MERGE_AT:  # the cheap check, every capture
+            return None
+    except FileNotFoundError:
+        return None
     names = ours(objects_dir, treadle_dir)
     small = [n for n in names if (objects_dir / "pack" / f"{n}.pack").stat().st_size < _SMALL]
     if len(small) < MERGE_AT:
+        _rewrite_list(treadle_dir, names)  # forget packs a user's `git gc` took, so the cheap check holds again
         return None
     entries: dict[bytes, bytes] = {}
     for n in small:
         entries.update(_read_entries(objects_dir / "pack" / n))
     merged = _write_pack(objects_dir, treadle_dir, entries)
-    keep = [n for n in names if n not in small] + [merged]
-    tmp = treadle_dir / f"{_LIST}.tmp"
-    tmp.write_text("".join(n + "\n" for n in keep))
-    os.rename(tmp, treadle_dir / _LIST)
+    _rewrite_list(treadle_dir, [n for n in names if n not in small] + [merged])
     for n in small:
         if n != merged:  # git re-reads the pack directory when an object it expected is gone
             for ext in (".idx", ".pack"):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(objects_dir / "pack" / f"{n}{ext}")
     return merged
+
+
+def _rewrite_list(treadle_dir: Path, names: list[str]) -> None:
+    tmp = treadle_dir / f"{_LIST}.tmp"
+    tmp.write_text("".join(n + "\n" for n in names))
+    os.rename(tmp, treadle_dir / _LIST)
 
 
 def _read_entries(base: Path) -> dict[bytes, bytes]:

@@ -52,6 +52,7 @@ class Repo:
     # Per-file stats of the last incremental capture: (tree before, tree after, stats or None: ask git).
     staged_stats: tuple[str, str, list[FileStat] | None] | None = None
     reader: ObjectReader | None = None
+    packed_refs: tuple[tuple[int, int, int], bool] | None = None  # (packed-refs version, holds the thread's refs)
     pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
 
     def close(self) -> None:
