@@ -6,6 +6,7 @@ packs, with deltas) is not read here: the caller asks git instead.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -18,19 +19,32 @@ _CHUNK = 1 << 16
 class ObjectReader:
     def __init__(self, objects_dir: Path, treadle_dir: Path) -> None:
         self._objects = objects_dir
+        self._loose_dir = os.fsencode(objects_dir)
         self._treadle = treadle_dir
         self._where: dict[bytes, tuple[str, int]] = {}  # object id -> (pack name, offset), for our packs
         self._indexed: set[str] = set()
 
     def blob(self, oid: bytes) -> bytes | None:
         """The content of blob ``oid``, or None when it is not somewhere this reader looks."""
+        if oid in self._where:
+            return self._packed(oid)
         return self._loose(oid) or self._packed(oid)
 
     def _loose(self, oid: bytes) -> bytes | None:
-        hexid = oid.hex()
+        hexid = oid.hex().encode()
         try:
-            raw = zlib.decompress((self._objects / hexid[:2] / hexid[2:]).read_bytes())
-        except (FileNotFoundError, zlib.error):
+            fd = os.open(b"%s/%s/%s" % (self._loose_dir, hexid[:2], hexid[2:]), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            chunks = []
+            while chunk := os.read(fd, _CHUNK):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        try:
+            raw = zlib.decompress(b"".join(chunks))
+        except zlib.error:
             return None
         header, _, data = raw.partition(b"\0")
         return data if header.startswith(b"blob ") else None
