@@ -277,3 +277,34 @@ async def test_submodules_are_reported_as_skipped_by_captures(workspaces: Worksp
         assert got.skipped == [Skipped(path="vendor/lib", reason="submodule")]
     assert c1.files == [FileStat(path="top.txt", change="added", added=1, removed=0)]
     assert snapshot(ws / "vendor" / "lib")["l.txt"] == ("0o0", b"changed inside the submodule\n")
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same_service", "restarted"])
+async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_next(
+        workspaces: Workspaces, root: Path, restart: bool):
+    """What a kill -9 can leave of an incremental capture: a half-written pack, a pack without its index, a
+    locked ref. The next capture (a restarted service) still writes its checkpoint, and git finds nothing wrong."""
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "f.txt").write_text("0\n")
+    await workspaces.capture(capture(0, None))
+    await workspaces.capture(capture(1, 0))
+    pack_dir = ws / ".git" / "objects" / "pack"
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    (pack_dir / "tmp_pack-deadbeef.pack_123").write_bytes(b"PACK\0\0\0\2")
+    (pack_dir / f"pack-{'ab' * 20}.pack").write_bytes(b"PACK\0\0\0\2\0\0\0\0")
+    lock = ws / ".git" / f"refs/treadle/checkpoints/{THREAD}/root/2.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+
+    service = Workspaces(root, root.parent / "state" / "shadow") if restart else workspaces
+    try:
+        (ws / "f.txt").write_text("2\n")
+        got = await service.capture(capture(2, 1))
+    finally:
+        if restart:
+            service.close()
+
+    assert git(ws, "show", f"{got.ref}:f.txt") == "2\n"
+    assert not lock.exists()
+    assert git(ws, "fsck", "--no-progress", "--strict") == ""
