@@ -256,7 +256,9 @@ async def test_L10_5_a_restore_never_deletes_or_overwrites_a_file_it_did_not_cap
                                                                    ("weights.bin", "too_large", 3000)]
 
 
-async def test_submodules_are_reported_as_skipped_by_captures(workspaces: Workspaces, root: Path):
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "add_all"])
+async def test_submodules_are_reported_as_skipped_by_captures(root: Path, watch: bool):
+    workspaces = Workspaces(root, root.parent / "state" / "shadow", watch=watch)
     lib = root / TENANT / "lib"
     lib.mkdir()
     git(lib, "init", "-q", "-b", "main")
@@ -268,10 +270,13 @@ async def test_submodules_are_reported_as_skipped_by_captures(workspaces: Worksp
     git(ws, "init", "-q", "-b", "main")
     git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(lib), "vendor/lib")
     git(ws, "commit", "-q", "-m", "with submodule")
-    c0 = await workspaces.capture(capture(0, None))
-    (ws / "vendor" / "lib" / "l.txt").write_text("changed inside the submodule\n")
-    (ws / "top.txt").write_text("top\n")
-    c1 = await workspaces.capture(capture(1, 0))
+    try:
+        c0 = await workspaces.capture(capture(0, None))
+        (ws / "vendor" / "lib" / "l.txt").write_text("changed inside the submodule\n")
+        (ws / "top.txt").write_text("top\n")
+        c1 = await workspaces.capture(capture(1, 0))
+    finally:
+        workspaces.close()
 
     for got in (c0, c1):
         assert got.skipped == [Skipped(path="vendor/lib", reason="submodule")]

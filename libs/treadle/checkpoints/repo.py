@@ -48,6 +48,8 @@ class Repo:
     watchable: bool | None = None  # None: not decided yet
     trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
     plain: bool | None = None  # git stores files as they are here (no attributes, usual modes); None: not read yet
+    gitlinks: set[bytes] = field(default_factory=set)  # submodules of the last tree
+    nested: bool = True  # the last size walk found a repository inside the worktree (or there was none)
     too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size
     # Per-file stats of the last incremental capture: (tree before, tree after, stats or None: ask git).
     staged_stats: tuple[str, str, list[FileStat] | None] | None = None

@@ -77,14 +77,20 @@ class Stager:
             await self._git.in_thread(self._load_trees, repo, tree)
         else:
             repo.trees = None
+            # Submodules for the summary: only where the size walk saw a repository inside (or did not walk).
+            if repo.nested or not self.max_file_bytes:
+                out = await self._git.check(repo, "ls-tree", "-r", "-z", tree)
+                repo.gitlinks = {e.split(b"\t", 1)[1] for e in out.split(b"\0") if e.startswith(b"160000 ")}
+            else:
+                repo.gitlinks = set()
         return tree
 
     def skipped(self, repo: Repo) -> list[Skipped]:
         """What the last tree left out: files over the size limit, and submodules' own files."""
         out = [Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n)
                for p, n in sorted(repo.too_large.items())]
-        if repo.trees is not None:
-            out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(repo.trees.gitlinks)]
+        gitlinks = repo.trees.gitlinks if repo.trees is not None else repo.gitlinks
+        out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(gitlinks)]
         return out
 
     # -- the incremental path ----------------------------------------------------------------
@@ -137,12 +143,13 @@ class Stager:
         return set(filter(None, out.split(b"\0")))
 
     def _load_trees(self, repo: Repo, tree: str) -> None:
+        # Read again on every slow path: a change to the config is one of the things that make the watcher ask for it.
+        repo.plain = plain_config(run_in_thread(repo, "config", "-z", "--list", ok=(0, 1)), repo.gitdir,
+                                  repo.env.get("HOME"))
         if repo.trees is not None and repo.trees.root == tree:
             return
-        if repo.plain is None:
-            repo.plain = plain_config(run_in_thread(repo, "config", "-z", "--list", ok=(0, 1)), repo.gitdir,
-                                      repo.env.get("HOME"))
         trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
+        repo.gitlinks = set(trees.gitlinks)
         repo.trees = None if has_attributes(trees) else trees
 
     # -- the whole worktree ------------------------------------------------------------------
@@ -170,7 +177,7 @@ class Stager:
         repo.too_large = {}
         if not self.max_file_bytes:
             return {}
-        big = await asyncio.to_thread(_large_files, os.fsencode(repo.worktree), self.max_file_bytes)
+        big, repo.nested = await asyncio.to_thread(_large_files, os.fsencode(repo.worktree), self.max_file_bytes)
         if big:
             # With the private index: a tracked file is never ignored (git would update it).
             rc, out, _ = await self._git.run(repo, "check-ignore", "-z", "--stdin", input=b"\0".join(big) + b"\0")
@@ -202,9 +209,11 @@ class Stager:
         return await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
 
 
-def _large_files(top: bytes, limit: int) -> dict[bytes, int]:
-    """Regular files over ``limit`` below ``top``, relative; repositories inside (submodules) are not entered."""
+def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:
+    """Regular files over ``limit`` below ``top``, relative, and whether a repository (a submodule) is inside:
+    those are not entered."""
     out: dict[bytes, int] = {}
+    nested = False
     stack = [b""]
     while stack:
         d = stack.pop()
@@ -214,6 +223,7 @@ def _large_files(top: bytes, limit: int) -> dict[bytes, int]:
         except OSError:
             continue
         if d and any(e.name == b".git" for e in entries):
+            nested = True
             continue
         for e in entries:
             if not d and e.name == b".git":
@@ -227,4 +237,4 @@ def _large_files(top: bytes, limit: int) -> dict[bytes, int]:
                 stack.append(path)
             elif stat.S_ISREG(st.st_mode) and st.st_size > limit:
                 out[path] = st.st_size
-    return out
+    return out, nested
