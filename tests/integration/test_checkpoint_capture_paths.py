@@ -313,3 +313,28 @@ async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_ne
     assert git(ws, "show", f"{got.ref}:f.txt") == "2\n"
     assert not lock.exists()
     assert git(ws, "fsck", "--no-progress", "--strict") == ""
+
+
+async def test_L10_2_attributes_that_make_git_store_other_bytes_are_honoured(workspaces: Workspaces, root: Path,
+                                                                              tmp_path: Path):
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / ".gitattributes").write_text("*.txt text\n*.id ident\n")
+    (ws / "plain.txt").write_text("1\n")
+    await workspaces.capture(capture(0, None))
+    await workspaces.capture(capture(1, 0))
+    index_before = private_index(ws)
+
+    (ws / "plain.txt").write_text("2\n")  # no CR: stored as it is, still the incremental path
+    c2 = await workspaces.capture(capture(2, 1))
+    assert private_index(ws) == index_before and c2.tree == add_all_tree(ws, tmp_path)
+
+    (ws / "crlf.txt").write_bytes(b"a\r\nb\r\n")  # `text`: git stores it with LF
+    c3 = await workspaces.capture(capture(3, 2))
+    assert c3.tree == add_all_tree(ws, tmp_path)
+    assert git(ws, "cat-file", "-p", f"{c3.commit}:crlf.txt") == "a\nb\n"
+
+    (ws / "v.id").write_text("$Id: something $\n")  # `ident`: git collapses it to $Id$
+    c4 = await workspaces.capture(capture(4, 3))
+    assert c4.tree == add_all_tree(ws, tmp_path)
+    assert git(ws, "cat-file", "-p", f"{c4.commit}:v.id") == "$Id$\n"

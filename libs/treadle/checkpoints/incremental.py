@@ -30,41 +30,48 @@ class Unsure(Exception):
     """Only a whole `add -A` can tell what this change makes of the tree."""
 
 
-def plain_config(config: bytes, gitdir: Path, home: str | None) -> bool:
-    """Does git store files here exactly as they are on disk, with the modes this module gives them?
+def plain_config(config: bytes) -> bool:
+    """Does git give files here the modes this module gives them, and ids of the kind it computes?
 
     ``config`` is `git config -z --list` of the repository (the service's global config included)."""
     settings: dict[bytes, bytes] = {}
     for item in config.split(b"\0"):
         key, _, value = item.partition(b"\n")
         settings[key.lower()] = value.lower()
-    if settings.get(b"core.filemode", b"true") in (b"false", b"no", b"off", b"0"):
+    if settings.get(b"core.filemode", b"true") in _FALSE or settings.get(b"core.symlinks", b"true") in _FALSE:
         return False
-    if settings.get(b"core.symlinks", b"true") in (b"false", b"no", b"off", b"0"):
+    if settings.get(b"core.ignorecase", b"false") not in _FALSE:
         return False
-    if settings.get(b"core.ignorecase", b"false") not in (b"false", b"no", b"off", b"0"):
-        return False
-    if settings.get(b"extensions.objectformat", b"sha1") != b"sha1" or b"core.attributesfile" in settings:
-        return False
-    if (gitdir / "info" / "attributes").exists():
-        return False
+    return settings.get(b"extensions.objectformat", b"sha1") == b"sha1"
+
+
+def attribute_sources(config: bytes, gitdir: Path, home: str | None, trees: Trees) -> bool:
+    """May git attributes apply here (then every file read is checked with `git check-attr`)?"""
+    if any(item.lower().startswith(b"core.attributesfile\n") for item in config.split(b"\0")):
+        return True
+    if (gitdir / "info" / "attributes").exists() or any(name == b".gitattributes" for name in trees.names()):
+        return True
     xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
-    return not (xdg and os.path.exists(os.path.join(xdg, "git", "attributes")))
+    return bool(xdg and os.path.exists(os.path.join(xdg, "git", "attributes")))
 
 
-def has_attributes(trees: Trees) -> bool:
-    """A tracked .gitattributes may ask git to convert content (eol, filters): leave those repos to git."""
-    return any(name == b".gitattributes" for name in trees.names())
+# Attributes under which `git add` stores other bytes than the file's (always, or when it has CRs).
+CONVERTING = (b"filter", b"ident", b"working-tree-encoding")
+EOL = (b"text", b"eol", b"crlf")
+_FALSE = (b"false", b"no", b"off", b"0")
 
 
 def apply(
     repo: Repo, trees: Trees, watcher: Watcher, changed: set[bytes], new_dirs: set[bytes], limit: int,
     ignored: Callable[[list[bytes]], set[bytes]], out: dict[bytes, tuple[int, bytes]],
+    attributes: Callable[[list[bytes]], dict[bytes, set[bytes]]] | None = None,
 ) -> str:
     """Bring ``trees`` up to date with the ``changed`` paths; new objects go to ``out``; returns the tree id.
 
-    ``ignored`` answers which of some untracked paths git ignores. Files over ``limit`` bytes (0: no limit)
-    are left out and listed in ``repo.too_large``. On :class:`Unsure` ``trees`` is half-updated: drop it.
+    ``ignored`` answers which of some untracked paths git ignores; ``attributes`` (where attributes may
+    apply) which of :data:`CONVERTING` and :data:`EOL` are set for some paths. Files over ``limit`` bytes
+    (0: no limit) are left out and listed in ``repo.too_large``. On :class:`Unsure` ``trees`` is
+    half-updated: drop it.
     """
     top = os.fsencode(repo.worktree)
     trees.journal.clear()
@@ -92,9 +99,13 @@ def apply(
             _forget(repo, trees, path)
     untracked = [p for p, _ in found if trees.get(p) is None]
     skip = ignored(untracked) if untracked else set()
+    attrs = attributes([p for p, _ in found if p not in skip]) if attributes and found else {}
     for path, st in found:
         if path in skip:
             continue
+        set_here = attrs.get(path, ())
+        if any(a in set_here for a in CONVERTING):
+            raise Unsure(path)
         if limit and stat.S_ISREG(st.st_mode) and st.st_size > limit:
             _forget(repo, trees, path)
             repo.too_large[path] = st.st_size
@@ -106,6 +117,8 @@ def apply(
             continue
         except IsADirectoryError:
             raise Unsure(path) from None
+        if b"\r" in data and any(a in set_here for a in EOL) and mode != _SYMLINK:
+            raise Unsure(path)  # git would normalise its line endings
         oid = object_id(BLOB, data)
         if trees.get(path) != (mode, oid):
             out[oid] = (BLOB, data)

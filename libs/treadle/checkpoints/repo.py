@@ -47,7 +47,8 @@ class Repo:
     watcher: Watcher | None = None  # inotify on the worktree (see watcher.py)
     watchable: bool | None = None  # None: not decided yet
     trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
-    plain: bool | None = None  # git stores files as they are here (no attributes, usual modes); None: not read yet
+    plain: bool | None = None  # git's modes and object ids are those incremental.py computes; None: not read yet
+    attributes: bool = True  # git attributes may apply (incremental captures then ask `git check-attr`)
     gitlinks: set[bytes] = field(default_factory=set)  # submodules of the last tree
     nested: bool = True  # the last size walk found a repository inside the worktree (or there was none)
     too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size

@@ -17,7 +17,7 @@ import stat
 
 from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
-from treadle.checkpoints.incremental import Unsure, apply, has_attributes, plain_config
+from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
 from treadle.checkpoints.protocol import Skipped
@@ -109,7 +109,8 @@ class Stager:
         before = trees.root
         try:
             tree = apply(repo, trees, watcher, *changes, self.max_file_bytes,
-                         lambda paths: self._ignored(repo, paths), objects)
+                         lambda paths: self._ignored(repo, paths), objects,
+                         (lambda paths: self._attributes(repo, paths)) if repo.attributes else None)
         except (Unsure, Unwatchable, OSError) as exc:  # the half-updated trees are dropped; `add -A` decides
             log.debug("incremental capture of %s falls back to add -A: %r", repo.worktree, exc)
             repo.trees = None
@@ -118,7 +119,9 @@ class Stager:
         watcher.tree = tree
         if repo.reader is None:
             repo.reader = ObjectReader((common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle")
-        repo.staged_stats = (before, tree, file_stats(trees.changes(), repo.reader.blob, objects))
+        # With attributes, `diff` ones may make git count a text file as binary: git counts those.
+        stats = None if repo.attributes else file_stats(trees.changes(), repo.reader.blob, objects)
+        repo.staged_stats = (before, tree, stats)
         return tree
 
     async def flush(self, repo: Repo, extra: dict[bytes, tuple[int, bytes]] | None = None) -> None:
@@ -142,15 +145,25 @@ class Stager:
                             ok=(0, 1))
         return set(filter(None, out.split(b"\0")))
 
+    def _attributes(self, repo: Repo, paths: list[bytes]) -> dict[bytes, set[bytes]]:
+        out = run_in_thread(repo, "check-attr", "-z", "--stdin", *(a.decode() for a in CONVERTING + EOL),
+                            input=b"\0".join(paths) + b"\0")
+        fields = out.split(b"\0")
+        found: dict[bytes, set[bytes]] = {}
+        for i in range(0, len(fields) - 2, 3):
+            path, name, value = fields[i : i + 3]
+            if value not in (b"unspecified", b"unset"):
+                found.setdefault(path, set()).add(name)
+        return found
+
     def _load_trees(self, repo: Repo, tree: str) -> None:
         # Read again on every slow path: a change to the config is one of the things that make the watcher ask for it.
-        repo.plain = plain_config(run_in_thread(repo, "config", "-z", "--list", ok=(0, 1)), repo.gitdir,
-                                  repo.env.get("HOME"))
-        if repo.trees is not None and repo.trees.root == tree:
-            return
-        trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
-        repo.gitlinks = set(trees.gitlinks)
-        repo.trees = None if has_attributes(trees) else trees
+        config = run_in_thread(repo, "config", "-z", "--list", ok=(0, 1))
+        repo.plain = plain_config(config)
+        if repo.trees is None or repo.trees.root != tree:
+            repo.trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
+        repo.gitlinks = set(repo.trees.gitlinks)
+        repo.attributes = attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
 
     # -- the whole worktree ------------------------------------------------------------------
 
