@@ -338,3 +338,26 @@ async def test_L10_2_attributes_that_make_git_store_other_bytes_are_honoured(wor
     c4 = await workspaces.capture(capture(4, 3))
     assert c4.tree == add_all_tree(ws, tmp_path)
     assert git(ws, "cat-file", "-p", f"{c4.commit}:v.id") == "$Id$\n"
+
+
+async def test_path_safety_a_directory_swapped_for_a_symlink_is_never_read_through(
+        workspaces: Workspaces, root: Path, tmp_path: Path):
+    outside = root.parent / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("secret\n")  # the same name as the file the workspace had
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "f.txt").write_text("mine\n")
+    await workspaces.capture(capture(0, None))
+    await workspaces.capture(capture(1, 0))
+
+    (ws / "sub" / "f.txt").write_text("mine, edited\n")  # reported as sub/f.txt...
+    (ws / "sub" / "f.txt").unlink()
+    (ws / "sub").rmdir()
+    (ws / "sub").symlink_to(outside, target_is_directory=True)  # ...which now leads outside
+    got = await workspaces.capture(capture(2, 1))
+
+    assert got.tree == add_all_tree(ws, tmp_path)
+    assert git(ws, "ls-tree", "-r", got.commit).split()[:2] == ["120000", "blob"]
+    assert "secret" not in git(ws, "log", "-p", "--all", "--format=")

@@ -13,6 +13,7 @@ attributes make `add -A` rewrite content or modes (:func:`plain_config`).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -73,57 +74,39 @@ def apply(
     (0: no limit) are left out and listed in ``repo.too_large``. On :class:`Unsure` ``trees`` is
     half-updated: drop it.
     """
-    top = os.fsencode(repo.worktree)
     trees.journal.clear()
-    found: list[tuple[bytes, os.stat_result]] = []
-    for path in sorted(changed):
-        if b".git" in path.split(b"/") or trees.in_gitlink(path):
-            raise Unsure(path)
-        full = os.path.join(top, path)
-        try:
-            st = os.lstat(full)
-        except (FileNotFoundError, NotADirectoryError):
-            _forget(repo, trees, path)
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            if path in new_dirs:
-                watcher.watch_tree(path)  # before reading it: what is written from now on is reported
-            inside = _walk(top, path)
-            present = {p for p, _ in inside}
-            for gone in [p for p in trees.files_under(path) if p not in present]:
-                _forget(repo, trees, gone)
-            found += inside
-        elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-            found.append((path, st))
-        else:  # sockets, fifos, devices: git stores none
-            _forget(repo, trees, path)
-    untracked = [p for p, _ in found if trees.get(p) is None]
-    skip = ignored(untracked) if untracked else set()
-    attrs = attributes([p for p, _ in found if p not in skip]) if attributes and found else {}
-    for path, st in found:
-        if path in skip:
-            continue
-        set_here = attrs.get(path, ())
-        if any(a in set_here for a in CONVERTING):
-            raise Unsure(path)
-        if limit and stat.S_ISREG(st.st_mode) and st.st_size > limit:
-            _forget(repo, trees, path)
-            repo.too_large[path] = st.st_size
-            continue
-        try:
-            data, mode = _read(os.path.join(top, path), st)
-        except (FileNotFoundError, NotADirectoryError):  # gone since: its event is queued for next time
-            _forget(repo, trees, path)
-            continue
-        except IsADirectoryError:
-            raise Unsure(path) from None
-        if b"\r" in data and any(a in set_here for a in EOL) and mode != _SYMLINK:
-            raise Unsure(path)  # git would normalise its line endings
-        oid = object_id(BLOB, data)
-        if trees.get(path) != (mode, oid):
-            out[oid] = (BLOB, data)
-            trees.set(path, mode, oid)
-        repo.too_large.pop(path, None)
+    dirs = _Beneath(os.fsencode(repo.worktree))
+    try:
+        found = _changed_files(repo, trees, watcher, changed, new_dirs, dirs)
+        untracked = [p for p, _ in found if trees.get(p) is None]
+        skip = ignored(untracked) if untracked else set()
+        attrs = attributes([p for p, _ in found if p not in skip]) if attributes and found else {}
+        for path, st in found:
+            if path in skip:
+                continue
+            set_here = attrs.get(path, ())
+            if any(a in set_here for a in CONVERTING):
+                raise Unsure(path)
+            if limit and stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                _forget(repo, trees, path)
+                repo.too_large[path] = st.st_size
+                continue
+            try:
+                data, mode = _read(dirs, path, st)
+            except (FileNotFoundError, NotADirectoryError):  # gone since: its event is queued for next time
+                _forget(repo, trees, path)
+                continue
+            except IsADirectoryError:
+                raise Unsure(path) from None
+            if b"\r" in data and any(a in set_here for a in EOL) and mode != _SYMLINK:
+                raise Unsure(path)  # git would normalise its line endings
+            oid = object_id(BLOB, data)
+            if trees.get(path) != (mode, oid):
+                out[oid] = (BLOB, data)
+                trees.set(path, mode, oid)
+            repo.too_large.pop(path, None)
+    finally:
+        dirs.close()
     return trees.write(out)
 
 
@@ -147,17 +130,92 @@ def _forget(repo: Repo, trees: Trees, path: bytes) -> None:
         del repo.too_large[p]
 
 
-def _walk(top: bytes, rel: bytes) -> list[tuple[bytes, os.stat_result]]:
+def _changed_files(
+    repo: Repo, trees: Trees, watcher: Watcher, changed: set[bytes], new_dirs: set[bytes], dirs: _Beneath
+) -> list[tuple[bytes, os.stat_result]]:
+    """The files (and symlinks) at or below the changed paths; what is gone is removed from ``trees``."""
+    found: list[tuple[bytes, os.stat_result]] = []
+    for path in sorted(changed):
+        if b".git" in path.split(b"/") or trees.in_gitlink(path):
+            raise Unsure(path)
+        head, _, name = path.rpartition(b"/")
+        where = dirs.fd(head)
+        try:
+            if where is None:  # its directory is gone, or is a symlink now: nothing of it is git's any more
+                raise FileNotFoundError(path)
+            st = os.stat(name, dir_fd=where, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            _forget(repo, trees, path)
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if path in new_dirs:
+                watcher.watch_tree(path)  # before reading it: what is written from now on is reported
+            inside = _walk(dirs, path)
+            present = {p for p, _ in inside}
+            for gone in [p for p in trees.files_under(path) if p not in present]:
+                _forget(repo, trees, gone)
+            found += inside
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            found.append((path, st))
+        else:  # sockets, fifos, devices: git stores none
+            _forget(repo, trees, path)
+    return found
+
+
+class _Beneath:
+    """Directories below the worktree, opened one component at a time without following symlinks, so that a
+    directory swapped for a symlink (to outside the workspace, say) is never read through — as git never does."""
+
+    _KEPT = 256  # open directories at most; more are opened again when needed
+
+    def __init__(self, top: bytes) -> None:
+        self._top = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._fds: dict[bytes, int] = {}
+
+    def fd(self, rel: bytes) -> int | None:
+        if not rel:
+            return self._top
+        fd = self._fds.get(rel)
+        if fd is not None:
+            return fd if fd >= 0 else None
+        head, _, name = rel.rpartition(b"/")
+        parent = self.fd(head)
+        fd = -1
+        if parent is not None:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            except OSError:  # gone, not a directory, or a symlink (ELOOP)
+                fd = -1
+        if len(self._fds) >= self._KEPT:
+            self._close_all()
+        self._fds[rel] = fd
+        return fd if fd >= 0 else None
+
+    def _close_all(self) -> None:
+        for fd in self._fds.values():
+            if fd >= 0:
+                os.close(fd)
+        self._fds.clear()
+
+    def close(self) -> None:
+        self._close_all()
+        os.close(self._top)
+
+
+def _walk(dirs: _Beneath, rel: bytes) -> list[tuple[bytes, os.stat_result]]:
     out = []
     stack = [rel]
     while stack:
         d = stack.pop()
-        with os.scandir(os.path.join(top, d)) as it:
+        where = dirs.fd(d)
+        if where is None:  # gone since: its removal is queued for next time
+            continue
+        with os.scandir(where) as it:
             for e in it:
-                if e.name == b".git":  # a repository inside: git adds it as a submodule pointer
+                if e.name == ".git":  # a repository inside: git adds it as a submodule pointer
                     raise Unsure(d)
                 st = e.stat(follow_symlinks=False)
-                path = d + b"/" + e.name
+                path = d + b"/" + os.fsencode(e.name)
                 if stat.S_ISDIR(st.st_mode):
                     stack.append(path)
                 elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
@@ -165,21 +223,28 @@ def _walk(top: bytes, rel: bytes) -> list[tuple[bytes, os.stat_result]]:
     return out
 
 
-def _read(path: bytes, st: os.stat_result) -> tuple[bytes, bytes]:
+def _read(dirs: _Beneath, path: bytes, st: os.stat_result) -> tuple[bytes, bytes]:
+    head, _, name = path.rpartition(b"/")
+    where = dirs.fd(head)
+    if where is None:
+        raise FileNotFoundError(path)
     if stat.S_ISLNK(st.st_mode):
-        return os.fsencode(os.readlink(path)), _SYMLINK
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.fsencode(os.readlink(name, dir_fd=where)), _SYMLINK
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=where)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # it became a symlink since the stat: its events are queued
+            raise FileNotFoundError(path) from None
+        raise
     try:
         now = os.fstat(fd)
         if stat.S_ISDIR(now.st_mode):
             raise IsADirectoryError(path)
+        if not stat.S_ISREG(now.st_mode):  # a fifo or socket now
+            raise FileNotFoundError(path)
         chunks = []
         while chunk := os.read(fd, max(now.st_size, 1 << 16)):
             chunks.append(chunk)
-    except OSError as e:
-        if e.errno == 40:  # ELOOP: it became a symlink since the lstat
-            raise FileNotFoundError(path) from None
-        raise
     finally:
         os.close(fd)
     return b"".join(chunks), (_EXECUTABLE if now.st_mode & stat.S_IXUSR else _REGULAR)
