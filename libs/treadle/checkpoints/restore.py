@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.protocol import (
     MAX_FILES,
+    FileStat,
     CheckpointError,
     DiffRequest,
     DiffResult,
@@ -57,19 +58,35 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     # diff-tree takes the commits as they are (no rev-parse round trips); both runs go side by side.
     new = f"{req.to_commit}^{{tree}}"
     old = f"{req.from_commit}^{{tree}}" if req.from_commit else EMPTY_TREE
+    counted = _counted(repo, req.from_commit, req.to_commit)
     (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
+        _done(counted) if counted is not None else
         ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
         ws.git.run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
-                     "--full-index", old, new),
+                   "--full-index", old, new),
     )
     if rc1 or rc2:
         if any(m in err1 + err2 for m in (b"bad object", b"not a tree", b"bad revision", b"unknown revision")):
             raise CheckpointError("unknown_commit", "a commit of the diff is not a checkpoint of this workspace")
         raise CheckpointError("git_error", f"git diff-tree failed: {(err1 or err2).decode(errors='replace')[-300:]}")
     text, truncated = cut(patch, req.max_bytes)
-    files = parse_diff(stats)
+    files = counted if counted is not None else parse_diff(stats)
     return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,
                       patch_bytes=len(patch))
+
+
+def _counted(repo: Repo, old: str | None, new: str) -> list[FileStat] | None:
+    """The stats the last incremental capture counted, when this is the diff they are of (the usual
+    `GET /v1/runs/{id}/diff` right after a run)."""
+    staged = repo.staged_stats
+    if staged is None or staged[2] is None or old is None:
+        return None
+    trees = {tip.commit: tip.tree for tip in repo.tips.values()}
+    return staged[2] if (trees.get(old), trees.get(new)) == staged[:2] else None
+
+
+async def _done(_: object) -> tuple[int, bytes, bytes]:
+    return 0, b"", b""
 
 
 def cut(patch: bytes, limit: int) -> tuple[str, bool]:
