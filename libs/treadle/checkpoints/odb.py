@@ -87,7 +87,8 @@ class ObjectReader:
             ids_at = 8 + 256 * 4
             off_at = ids_at + 24 * count
             for i in range(count):
-                self._where[idx[ids_at + 20 * i : ids_at + 20 * i + 20]] = (name, struct.unpack_from(">I", idx, off_at + 4 * i)[0])
+                oid = idx[ids_at + 20 * i : ids_at + 20 * i + 20]
+                self._where[oid] = (name, struct.unpack_from(">I", idx, off_at + 4 * i)[0])
             self._indexed.add(name)
         gone = self._indexed - set(names)
         if gone:

@@ -44,7 +44,8 @@ def write(objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, 
     """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty)."""
     if not objects:
         return None
-    entries = {oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE) for oid, (kind, data) in objects.items()}
+    entries = {oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE)
+               for oid, (kind, data) in objects.items()}
     return _write_pack(objects_dir, treadle_dir, entries)
 
 

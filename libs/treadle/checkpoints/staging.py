@@ -14,13 +14,14 @@ import asyncio
 import logging
 import os
 import stat
+import zlib
 
 from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
-from treadle.checkpoints.protocol import Skipped
+from treadle.checkpoints.protocol import CheckpointError, Skipped
 from treadle.checkpoints.repo import Repo, common_dir
 from treadle.checkpoints.runner import GitRunner, run_in_thread
 from treadle.checkpoints.stats import file_stats
@@ -111,7 +112,7 @@ class Stager:
             tree = apply(repo, trees, watcher, *changes, self.max_file_bytes,
                          lambda paths: self._ignored(repo, paths), objects,
                          (lambda paths: self._attributes(repo, paths)) if repo.attributes else None)
-        except (Unsure, Unwatchable, OSError) as exc:  # the half-updated trees are dropped; `add -A` decides
+        except (Unsure, Unwatchable, OSError, CheckpointError) as exc:  # the half-updated trees go; `add -A` decides
             log.debug("incremental capture of %s falls back to add -A: %r", repo.worktree, exc)
             repo.trees = None
             return None
@@ -120,7 +121,12 @@ class Stager:
         if repo.reader is None:
             repo.reader = ObjectReader((common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle")
         # With attributes, `diff` ones may make git count a text file as binary: git counts those.
-        stats = None if repo.attributes else file_stats(trees.changes(), repo.reader.blob, objects)
+        stats = None
+        if not repo.attributes:
+            try:
+                stats = file_stats(trees.changes(), repo.reader.blob, objects)
+            except (OSError, zlib.error):  # an unreadable old blob: git counts them
+                stats = None
         repo.staged_stats = (before, tree, stats)
         return tree
 
