@@ -2,13 +2,15 @@
 
     .venv/bin/python bench/bench_checkpoint_repo.py [--files 10000] [--runs 10] [--changed 0.01]
 
-Per run, 1% of the files are rewritten; then
-- Treadle: `capture` (private index, `add -A`, tree, commit, hidden ref, per-file stats) plus the unified
-  diff of the run (`diff`, as `GET /v1/runs/{id}/diff` asks for it);
+Per run, 1% of the files are appended to; then
+- Treadle: `capture` (tree, commit, hidden ref, per-file stats; for a watched worktree only the changed
+  paths are read, see checkpoints/incremental.py) and, separately, the unified diff of the run (`diff`,
+  as `GET /v1/runs/{id}/diff` asks for it);
 - plain git, on a copy of the same repository with the same changes: `git add -A && git commit -q`.
-Both are timed as wall clock and CPU (this process + its git children). The ratio is Treadle / plain git.
-Also: CPU per capture of an unchanged workspace, for this repository and for a small (50-file) one.
-Writes bench/results/checkpoint.json.
+All are timed as wall clock and CPU (this process, its threads and its git children); medians over the
+runs. The ratios are Treadle / plain git. Also: CPU per capture of an unchanged workspace, for this
+repository and for a small (50-file) one. `--no-watch` measures the path without inotify (`add -A`).
+Writes bench/results/checkpoint.json (or the file named by --out).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ async def main(args: argparse.Namespace) -> dict:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "workspaces"
-        ws = Workspaces(root, Path(tmp) / "shadow")
+        ws = Workspaces(root, Path(tmp) / "shadow", watch=args.watch)
         await ws.prepare(TENANT, THREAD, "big")
         big = root / TENANT / "big"
         names = generate(big, args.files)
@@ -109,7 +111,8 @@ async def main(args: argparse.Namespace) -> dict:
             previous = got.commit
             _, git_wall, git_cpu = timed(lambda: (plain_git(copy, "add", "-A"),
                                                   plain_git(copy, "commit", "-q", "-m", f"run {run}")))
-            rows.append((cap_wall + diff_wall, cap_cpu + diff_cpu, git_wall, git_cpu, cap_wall, diff_wall))
+            rows.append((cap_wall + diff_wall, cap_cpu + diff_cpu, git_wall, git_cpu, cap_wall, diff_wall, cap_cpu,
+                         diff_cpu))
 
         unchanged_big = await unchanged_cpu(ws, "big", THREAD, args.runs + 1, 20)
         small = root / TENANT / "small"
@@ -123,9 +126,12 @@ async def main(args: argparse.Namespace) -> dict:
     med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     result = {
         "files": args.files, "runs": args.runs, "changed_per_run": max(1, int(args.files * args.changed)),
+        "watch": args.watch,
+        "treadle_capture_cpu_ms": round(med(6), 1), "treadle_capture_wall_ms": round(med(4), 1),
+        "treadle_diff_cpu_ms": round(med(7), 1), "treadle_diff_wall_ms": round(med(5), 1),
         "treadle_capture_and_diff_wall_ms": round(med(0), 1), "treadle_capture_and_diff_cpu_ms": round(med(1), 1),
-        "treadle_capture_wall_ms": round(med(4), 1), "treadle_diff_wall_ms": round(med(5), 1),
         "plain_git_add_commit_wall_ms": round(med(2), 1), "plain_git_add_commit_cpu_ms": round(med(3), 1),
+        "ratio_capture_cpu": round(med(6) / med(3), 2), "ratio_capture_wall": round(med(4) / med(2), 2),
         "ratio_wall": round(med(0) / med(2), 2), "ratio_cpu": round(med(1) / med(3), 2),
         "unchanged_capture_cpu_ms_10k_files": round(unchanged_big, 2),
         "unchanged_capture_cpu_ms_50_files": round(unchanged_small, 3),
@@ -138,10 +144,12 @@ if __name__ == "__main__":
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--changed", type=float, default=0.01)
-    out = asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--no-watch", dest="watch", action="store_false", help="no inotify: every capture runs add -A")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "checkpoint.json")
+    args = parser.parse_args()
+    out = asyncio.run(main(args))
     width = max(len(k) for k in out)
     for key, value in out.items():
         print(f"{key:<{width}}  {value}")
-    results = Path(__file__).parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "checkpoint.json").write_text(json.dumps(out, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -6,8 +6,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from treadle.checkpoints.protocol import CheckpointError
+from typing import TYPE_CHECKING
+
+from treadle.checkpoints.protocol import CheckpointError, FileStat
 from treadle.checkpoints.watcher import Watcher
+
+if TYPE_CHECKING:
+    from treadle.checkpoints.odb import ObjectReader
+    from treadle.checkpoints.trees import Trees
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
 
@@ -40,6 +46,17 @@ class Repo:
     stamp_fd: int | None = None  # <gitdir>/treadle/stamp, the fingerprint's clock (see fingerprint.py)
     watcher: Watcher | None = None  # inotify on the worktree (see watcher.py)
     watchable: bool | None = None  # None: not decided yet
+    trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
+    plain: bool | None = None  # git's modes and object ids are those incremental.py computes; None: not read yet
+    attributes: bool = True  # git attributes may apply (incremental captures then ask `git check-attr`)
+    gitlinks: set[bytes] = field(default_factory=set)  # submodules of the last tree
+    nested: bool = True  # the last size walk found a repository inside the worktree (or there was none)
+    too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size
+    # Per-file stats of the last incremental capture: (tree before, tree after, stats or None: ask git).
+    staged_stats: tuple[str, str, list[FileStat] | None] | None = None
+    reader: ObjectReader | None = None
+    packed_refs: tuple[tuple[int, int, int], bool] | None = None  # (packed-refs version, holds the thread's refs)
+    pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
 
     def close(self) -> None:
         for fd in (self.lock_fd, self.stamp_fd):
@@ -53,6 +70,7 @@ class Repo:
     def forget_tree(self) -> None:
         """The worktree was changed by us (a restore): no fast path may assume the last tree."""
         self.snapshot = None
+        self.trees = None
         if self.watcher is not None:
             self.watcher.tree = None
 

@@ -4,17 +4,22 @@ Everything here runs under the workspace lock of :class:`treadle.checkpoints.git
 same Treadle-private index and git environment as a capture, so the user's HEAD, branch, index and stash
 are never read for writing. Files are changed only by git's own checkout machinery (`read-tree -u`),
 which never writes through a symlink: a leading path that is a symlink is replaced, not followed.
+
+A file left out of the current state because it is over the size limit was never captured, so no
+restore may overwrite or delete it: it is kept out of the tree being checked out, and reported.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
+import os
+import tempfile
 from typing import TYPE_CHECKING
 
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.protocol import (
     MAX_FILES,
+    FileStat,
     CheckpointError,
     DiffRequest,
     DiffResult,
@@ -24,26 +29,22 @@ from treadle.checkpoints.protocol import (
     Restored,
     Skipped,
 )
-from treadle.checkpoints.refs import checkpoint_ref, thread_prefix
+from treadle.checkpoints.refs import checkpoint_ref, create_ref, load_tips, ref_mtime, thread_prefix
 from treadle.checkpoints.repo import Repo, Tip
 from treadle.checkpoints.retention import RefInfo, refs_to_prune
+from treadle.checkpoints.runner import tail
+from treadle.checkpoints.validation import check_commit
 
 if TYPE_CHECKING:
     from treadle.checkpoints.git import Workspaces
 
-_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 MAX_PATCH_BYTES = 4 * 1024 * 1024
 
 
-def check_commit(value: str | None, name: str) -> None:
-    if value is not None and not _COMMIT.fullmatch(value):
-        raise CheckpointError("bad_request", f"{name} must be a full commit id, got {value!r}")
-
-
 async def tree_of(ws: Workspaces, repo: Repo, commit: str) -> str:
     """The tree of a checkpoint commit of this git dir; a typed error for anything else."""
-    rc, out, _ = await ws._repo_run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
+    rc, out, _ = await ws.git.run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
     if rc != 0:
         raise CheckpointError("unknown_commit", f"{commit} is not a commit of this workspace")
     return out.decode().strip()
@@ -57,19 +58,35 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     # diff-tree takes the commits as they are (no rev-parse round trips); both runs go side by side.
     new = f"{req.to_commit}^{{tree}}"
     old = f"{req.from_commit}^{{tree}}" if req.from_commit else EMPTY_TREE
+    counted = _counted(repo, req.from_commit, req.to_commit)
     (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
-        ws._repo_run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
-        ws._repo_run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
-                     "--full-index", old, new),
+        _done(counted) if counted is not None else
+        ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
+        ws.git.run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
+                   "--full-index", old, new),
     )
     if rc1 or rc2:
         if any(m in err1 + err2 for m in (b"bad object", b"not a tree", b"bad revision", b"unknown revision")):
             raise CheckpointError("unknown_commit", "a commit of the diff is not a checkpoint of this workspace")
         raise CheckpointError("git_error", f"git diff-tree failed: {(err1 or err2).decode(errors='replace')[-300:]}")
     text, truncated = cut(patch, req.max_bytes)
-    files = parse_diff(stats)
+    files = counted if counted is not None else parse_diff(stats)
     return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,
                       patch_bytes=len(patch))
+
+
+def _counted(repo: Repo, old: str | None, new: str) -> list[FileStat] | None:
+    """The stats the last incremental capture counted, when this is the diff they are of (the usual
+    `GET /v1/runs/{id}/diff` right after a run)."""
+    staged = repo.staged_stats
+    if staged is None or staged[2] is None or old is None:
+        return None
+    trees = {tip.commit: tip.tree for tip in repo.tips.values()}
+    return staged[2] if (trees.get(old), trees.get(new)) == staged[:2] else None
+
+
+async def _done(_: object) -> tuple[int, bytes, bytes]:
+    return 0, b"", b""
 
 
 def cut(patch: bytes, limit: int) -> tuple[str, bool]:
@@ -87,30 +104,47 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
     undo_ref = f"{thread_prefix(req.thread)}/undo/{req.restore_id}"
     # The state before the restore, committed first: a retried restore (after a crash half-way) finds
     # it and keeps it, so the undo point is always the state the user had before the rollback began.
-    current = await ws._tree(repo, None)
-    await ws._load_tips(repo, undo_ref)
+    current = await ws.stager.tree(repo, None, whole=True)  # read-tree -u below needs the index == the worktree
+    kept = dict(repo.too_large)
+    await load_tips(ws.git, repo, undo_ref)
     before = repo.tips.get(undo_ref)
     if before is None:
         message = f"treadle: state before restore {req.restore_id}"
-        commit = (await ws._git(repo, "commit-tree", current, "-m", message)).decode().strip()
-        ok, err = await ws._create_ref(repo, undo_ref, commit, None, None)
+        commit = (await ws.git.check(repo, "commit-tree", current, "-m", message)).decode().strip()
+        ok, err = await create_ref(ws.git, repo, undo_ref, commit, None, None)
         if not ok:
-            await ws._load_tips(repo, undo_ref)
+            await load_tips(ws.git, repo, undo_ref)
             if undo_ref not in repo.tips:
-                raise CheckpointError("git_error", f"cannot record the undo point {undo_ref}: {err.decode(errors='replace')}")
+                raise CheckpointError("git_error", f"cannot record the undo point {undo_ref}: {tail(err)}")
         before = repo.tips.get(undo_ref) or Tip(commit, current)
         repo.remember(undo_ref, before)
     repo.forget_tree()  # the worktree is about to change under the fast paths
-    if current != target:
+    applied = await _without(ws, repo, target, kept) if kept else target
+    if current != applied:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
-        await ws._git(repo, "read-tree", "--reset", "-u", target)
-    files = parse_diff(await ws._git(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
+        await ws.git.check(repo, "read-tree", "--reset", "-u", applied)
+    files = parse_diff(await ws.git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
         if before.tree != target else []
     retired = await _retire(ws, repo, req)
     return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit,
                     files=files[:MAX_FILES], files_total=len(files), retired=retired,
-                    skipped=await submodules(ws, repo, target))
+                    skipped=await submodules(ws, repo, target) + _too_large(kept))
+
+
+def _too_large(kept: dict[bytes, int]) -> list[Skipped]:
+    return [Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n) for p, n in sorted(kept.items())]
+
+
+async def _without(ws: Workspaces, repo: Repo, tree: str, paths: dict[bytes, int]) -> str:
+    """``tree`` minus ``paths`` (built in a throwaway index: the private one must stay == the worktree)."""
+    with tempfile.TemporaryDirectory(prefix="treadle-restore-") as tmp:
+        env = dict(repo.env, GIT_INDEX_FILE=os.path.join(tmp, "index"))
+        scratch = Repo(repo.worktree, repo.gitdir, repo.shadow, env, repo.config_files, False, lock_fd=repo.lock_fd)
+        await ws.git.check(scratch, "read-tree", tree)
+        await ws.git.check(scratch, "update-index", "--force-remove", "-z", "--stdin",
+                           input=b"".join(p + b"\0" for p in paths))
+        return (await ws.git.check(scratch, "write-tree")).decode().strip()
 
 
 async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
@@ -118,7 +152,7 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
     if not req.retire:
         return []
     names = {checkpoint_ref(req.thread, r.scope, r.ordinal): r for r in req.retire}
-    await ws._load_tips(repo, *names)
+    await load_tips(ws.git, repo, *names)
     script, moved = b"", []
     for name, r in names.items():
         tip = repo.tips.get(name)
@@ -131,7 +165,7 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
         moved.append(stale)
         repo.tips.pop(name, None)
     if script:
-        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
+        rc, _, err = await ws.git.run(repo, "update-ref", "--stdin", "-z", input=script)
         if rc != 0:
             raise CheckpointError("git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}")
     return moved
@@ -139,7 +173,7 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
 
 async def submodules(ws: Workspaces, repo: Repo, tree: str) -> list[Skipped]:
     """Submodules are recorded as the commit they point at; their own files are never captured or restored."""
-    out = await ws._git(repo, "ls-tree", "-r", "-z", tree)
+    out = await ws.git.check(repo, "ls-tree", "-r", "-z", tree)
     return [Skipped(path=entry.split(b"\t", 1)[1].decode("utf-8", "replace"), reason="submodule")
             for entry in out.split(b"\0") if entry.startswith(b"160000 ")]
 
@@ -147,15 +181,15 @@ async def submodules(ws: Workspaces, repo: Repo, tree: str) -> list[Skipped]:
 async def prune(ws: Workspaces, repo: Repo, req: Prune, now: float) -> Pruned:
     """Retention: delete the refs :func:`refs_to_prune` picks (their objects go with the next `git gc`)."""
     base = "refs/treadle/checkpoints/"
-    out = await ws._git(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", base)
+    out = await ws.git.check(repo, "for-each-ref", "--format=%(refname)%00%(objectname)", base)
     refs = []
     for line in out.decode().splitlines():
         name, commit = line.split("\0")
-        refs.append(RefInfo(name=name, commit=commit, mtime=ws.ref_mtime(repo, name)))
+        refs.append(RefInfo(name=name, commit=commit, mtime=ref_mtime(repo, name)))
     doomed = refs_to_prune(refs, now=now, idle_seconds=req.idle_seconds, keep_latest=req.keep_latest)
     if doomed:
         script = b"".join(b"delete %s\0%s\0" % (r.name.encode(), r.commit.encode()) for r in doomed)
-        rc, _, err = await ws._repo_run(repo, "update-ref", "--stdin", "-z", input=script)
+        rc, _, err = await ws.git.run(repo, "update-ref", "--stdin", "-z", input=script)
         if rc != 0:
             raise CheckpointError("git_error", f"cannot prune: {err.decode(errors='replace')[-300:]}")
         for r in doomed:

@@ -4,7 +4,9 @@ A capture that runs `add -A` first *arms* its worktree's watcher: the events que
 (that capture covers them) and every directory below the worktree, and the git dirs whose files shape
 `add -A` (config, info/exclude), is watched. From then on any write, create, delete, rename or attribute
 change in them queues an event. The next capture finds nothing queued for its worktree — one
-non-blocking read — and knows the tree is the one `add -A` produced last time.
+non-blocking read — and knows the tree is the one `add -A` produced last time. When something was
+queued, the watcher also says *which* paths changed, so a capture can re-read just those (see
+incremental.py) instead of running `add -A` over the whole worktree.
 
 Anything doubtful counts as a change: a queue overflow, a watch that could not be added (the caller
 then stops watching that worktree), a filesystem inotify does not see every writer of (network
@@ -24,11 +26,15 @@ import threading
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
 _IN_DELETE_SELF, _IN_MOVE_SELF, _IN_IGNORED = 0x400, 0x800, 0x8000
-_IN_ONLYDIR, _IN_DONT_FOLLOW = 0x01000000, 0x02000000
+_IN_ONLYDIR, _IN_DONT_FOLLOW, _IN_ISDIR = 0x01000000, 0x02000000, 0x40000000
 _MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
          | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW)
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 MAX_DIRECTORIES = 4096  # beyond this a worktree is left to `add -A` (and the watch budget to others)
+# Changes after which the watcher cannot say which paths `add -A` would see differently: rules
+# (ignore, attributes, config) and git dirs (top-level or nested repositories).
+_RULE_FILES = frozenset({b".git", b".gitignore", b".gitattributes"})
+_GIT_DIR_FILES = frozenset({b"config", b"config.worktree", b"info", b"exclude", b"attributes", b"commondir"})
 LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs"})
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -93,14 +99,15 @@ class Inotify:
             offset = 0
             while offset + _EVENT.size <= len(data):
                 wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                 offset += _EVENT.size + length
-                if wd < 0:  # queue overflow: any worktree may have changed
+                if wd < 0:  # queue overflow: any worktree may have changed, anywhere
                     for owners in self._owners.values():
                         for w in owners:
-                            w.dirty = True
+                            w.full = True
                     continue
                 for w in self._owners.get(wd, ()):
-                    w.dirty = True
+                    w.note(wd, mask, name)
                 if mask & _IN_IGNORED:  # the directory is gone; its watch with it
                     for w in self._owners.pop(wd, ()):
                         w.wds.discard(wd)
@@ -109,19 +116,20 @@ class Inotify:
         with self.lock:
             self._add(watcher, d)
 
-    def _add(self, watcher: Watcher, d: bytes) -> None:
+    def _add(self, watcher: Watcher, d: bytes) -> int:
         wd = _libc.inotify_add_watch(self._fd, d, _MASK)
         if wd < 0:
             raise Unwatchable(ctypes.get_errno(), f"cannot watch {d!r}")
         self._owners.setdefault(wd, set()).add(watcher)
         watcher.wds.add(wd)
+        return wd
 
-    def release(self, watcher: Watcher) -> None:
+    def release(self, watcher: Watcher, wds: set[int] | None = None) -> None:
         with self.lock:
-            self._release(watcher)
+            self._release(watcher, wds)
 
-    def _release(self, watcher: Watcher) -> None:
-        for wd in watcher.wds:
+    def _release(self, watcher: Watcher, wds: set[int] | None = None) -> None:
+        for wd in list(watcher.wds if wds is None else wds):
             owners = self._owners.get(wd)
             if owners is None:
                 continue
@@ -130,48 +138,114 @@ class Inotify:
                 del self._owners[wd]
                 if self._fd >= 0:
                     _libc.inotify_rm_watch(self._fd, wd)
-        watcher.wds.clear()
+            watcher.wds.discard(wd)
 
 
 class Watcher:
-    """The watches of one worktree (and of the git dirs that shape its `add -A`)."""
+    """The watches of one worktree (and of the git dirs that shape its `add -A`), and what they saw."""
 
     def __init__(self, inotify: Inotify, worktree: bytes, extra_dirs: tuple[bytes, ...]) -> None:
         self._inotify = inotify
         self._top = worktree
         self._extra = extra_dirs
         self.wds: set[int] = set()
-        self.dirty = True
-        self.tree: str | None = None  # what `add -A` made of the worktree when the watcher was last armed
+        self._dirs: dict[int, bytes] = {}  # watch -> directory, relative to the worktree (b"": the top)
+        self._extra_wds: set[int] = set()
+        self.paths: set[bytes] = set()  # changed since armed (files or directories, relative)
+        self.new_dirs: set[bytes] = set()  # created or moved in since armed: not watched yet
+        self.full = True  # something changed that only a whole `add -A` can account for
+        self.tree: str | None = None  # what the worktree's tree was when the watcher was last armed
 
     __hash__ = object.__hash__
+
+    @property
+    def dirty(self) -> bool:
+        return self.full or bool(self.paths)
+
+    def note(self, wd: int, mask: int, name: bytes) -> None:
+        """One event on a watched directory (called with the inotify lock held)."""
+        if wd in self._extra_wds:
+            if name in _GIT_DIR_FILES or mask & (_IN_DELETE_SELF | _IN_MOVE_SELF):
+                self.full = True
+            return
+        where = self._dirs.get(wd)
+        if where is None or (not where and mask & (_IN_DELETE_SELF | _IN_MOVE_SELF)):
+            self.full = True
+            return
+        if not name or mask & _IN_IGNORED:  # the directory itself: its parent's watch reports what matters
+            return
+        path = where + b"/" + name if where else name
+        if name in _RULE_FILES:
+            self.full = True
+        elif mask & _IN_ISDIR:
+            if mask & _IN_MOVED_FROM:  # its watches would keep reporting under the old name
+                self.full = True
+            elif mask & (_IN_CREATE | _IN_MOVED_TO):
+                self.new_dirs.add(path)
+                self.paths.add(path)
+            elif mask & _IN_DELETE:
+                self.paths.add(path)
+        else:
+            self.paths.add(path)
 
     def changed(self) -> bool:
         """Did anything happen in the worktree since the watcher was armed?"""
         self._inotify.drain()
         return self.dirty or self.tree is None
 
+    def take(self) -> tuple[set[bytes], set[bytes]] | None:
+        """The paths changed since armed (or since the last take), forgetting them; None when only a whole
+        `add -A` can tell (then the caller arms again). Taken *before* the paths are read, so a change racing
+        the read is reported again next time."""
+        self._inotify.drain()
+        if self.full or self.tree is None:
+            return None
+        with self._inotify.lock:
+            taken = self.paths, self.new_dirs
+            self.paths, self.new_dirs = set(), set()
+        return taken
+
     def arm(self) -> None:
         """Before `add -A`: forget what happened so far and watch every directory (idempotent per directory)."""
         self.tree = None
         self._inotify.drain()
-        self.dirty = False
-        count = 0
-        stack = [self._top]
+        with self._inotify.lock:
+            self.full = False
+            self.paths.clear()
+            self.new_dirs.clear()
+        old = set(self.wds)
+        self._dirs, self._extra_wds = {}, set()
+        self.watch_tree(b"")
+        for d in self._extra:
+            if os.path.isdir(d):
+                self._extra_wds.add(self._add(d, None))
+        stale = old - set(self._dirs) - self._extra_wds
+        if stale:
+            self._inotify.release(self, stale)
+
+    def watch_tree(self, rel: bytes) -> None:
+        """Watch a directory below the worktree and every directory in it (before reading what is in them)."""
+        count = len(self._dirs)
+        stack = [rel]
         while stack:
             d = stack.pop()
-            self._inotify.add(self, d)
+            self._add(os.path.join(self._top, d) if d else self._top, d)
             count += 1
             if count > MAX_DIRECTORIES:
                 raise Unwatchable(0, "too many directories to watch")
-            with os.scandir(d) as it:
+            with os.scandir(os.path.join(self._top, d) if d else self._top) as it:
                 for e in it:
-                    if e.is_dir(follow_symlinks=False) and not (d == self._top and e.name == b".git"):
-                        stack.append(e.path)
-        for d in self._extra:
-            if os.path.isdir(d):
-                self._inotify.add(self, d)
+                    if e.is_dir(follow_symlinks=False) and not (not d and e.name == b".git"):
+                        stack.append(d + b"/" + e.name if d else e.name)
+
+    def _add(self, path: bytes, rel: bytes | None) -> int:
+        with self._inotify.lock:
+            wd = self._inotify._add(self, path)
+            if rel is not None:
+                self._dirs[wd] = rel
+            return wd
 
     def close(self) -> None:
         self._inotify.release(self)
+        self._dirs.clear()
         self.tree = None

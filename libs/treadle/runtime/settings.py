@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -77,7 +78,9 @@ class CheckpointsSettings(WorkerSettings):
     retention_idle_days: float = 30.0
     retention_keep_latest: int = 20
     retention_interval_seconds: float = 3600.0
-    watch: bool = True  # inotify fast path for unchanged workspaces on local filesystems
+    watch: bool = True  # inotify fast paths (unchanged and small-change captures) on local filesystems
+    # Files larger than this are left out of checkpoints (listed as skipped, never touched by a restore); 0: no limit.
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=0)
 
 
 class ProjectorSettings(WorkerSettings):

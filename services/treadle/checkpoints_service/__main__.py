@@ -9,7 +9,8 @@ async def main() -> None:
     shared, own = Shared(), CheckpointsSettings()
 
     async def make(nc, stack):
-        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch)
+        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch,
+                                max_file_bytes=own.max_file_bytes)
         return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)

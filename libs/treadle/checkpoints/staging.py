@@ -1,0 +1,259 @@
+"""The tree of a worktree now: the cheapest way that is sure to give what `git add -A` + `write-tree` would.
+
+In order: nothing changed since the last capture (inotify, else the stat fingerprint of small
+worktrees); only the paths the watcher saw changed (incremental.py, objects in one pack); else
+`add -A` into the private index. Each fast path is armed *before* the work it vouches for, so a
+change racing a capture shows next time: a fast path can only ever be too cautious.
+
+Files over the size limit are left out on every path and listed in ``repo.too_large``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import zlib
+
+from treadle.checkpoints import packs
+from treadle.checkpoints.fingerprint import TooLarge, fingerprint
+from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
+from treadle.checkpoints.locks import clear_stale_lock
+from treadle.checkpoints.odb import ObjectReader
+from treadle.checkpoints.protocol import CheckpointError, Skipped
+from treadle.checkpoints.repo import Repo, common_dir
+from treadle.checkpoints.runner import GitRunner, run_in_thread
+from treadle.checkpoints.stats import file_stats
+from treadle.checkpoints.trees import Trees
+from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_filesystem
+
+log = logging.getLogger(__name__)
+
+INLINE_WALK_ENTRIES = 256
+
+
+class Stager:
+    def __init__(self, git: GitRunner, *, watch: bool = True, max_file_bytes: int = 0) -> None:
+        self._git = git
+        self._watch = watch  # inotify fast paths (watcher.py)
+        self._inotify = Inotify()
+        self.max_file_bytes = max_file_bytes  # 0: no limit
+
+    def close(self) -> None:
+        self._inotify.close()
+
+    async def tree(self, repo: Repo, prev_tree: str | None, *, whole: bool = False) -> str:
+        """The worktree's tree. ``prev_tree``: unchanged from it is the cheap answer. ``whole``: by `add -A`,
+        so that the private index is the worktree (restore checks out from it). Objects of the incremental
+        path stay in ``repo.pending`` until :meth:`flush`."""
+        watcher = None if whole else self._watcher_of(repo)
+        if watcher is not None:
+            if prev_tree is not None and watcher.tree == prev_tree and not watcher.changed():
+                return prev_tree
+            tree = await self._incremental(repo, watcher)
+            if tree is not None:
+                return tree
+            try:
+                await asyncio.to_thread(watcher.arm)  # only on the slow path, next to git processes
+            except Unwatchable as exc:  # out of watches, too many directories: leave it to the other paths
+                log.info("not watching %s: %s", repo.worktree, exc)
+                watcher.close()
+                repo.watcher, repo.watchable, watcher = None, False, None
+            except OSError:  # a directory vanished mid-walk: not armed this time (tree stays None)
+                watcher = None
+        fp = None
+        if watcher is None and repo.fingerprintable:
+            try:
+                fp = await self._fingerprint(repo)
+            except TooLarge:  # walking it every time would cost more than `add -A` saves
+                repo.fingerprintable = False
+        if fp is not None and prev_tree is not None and repo.snapshot == (fp, prev_tree):
+            return prev_tree
+        await self.flush(repo)  # whatever a failed capture left: `add -A` may reuse (not rewrite) them
+        tree = await self._add_all(repo)
+        repo.snapshot = (fp, tree) if fp is not None else None
+        if watcher is not None:
+            watcher.tree = tree
+            await self._git.in_thread(self._load_trees, repo, tree)
+        else:
+            repo.trees = None
+            # Submodules for the summary: only where the size walk saw a repository inside (or did not walk).
+            if repo.nested or not self.max_file_bytes:
+                out = await self._git.check(repo, "ls-tree", "-r", "-z", tree)
+                repo.gitlinks = {e.split(b"\t", 1)[1] for e in out.split(b"\0") if e.startswith(b"160000 ")}
+            else:
+                repo.gitlinks = set()
+        return tree
+
+    def skipped(self, repo: Repo) -> list[Skipped]:
+        """What the last tree left out: files over the size limit, and submodules' own files."""
+        out = [Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n)
+               for p, n in sorted(repo.too_large.items())]
+        gitlinks = repo.trees.gitlinks if repo.trees is not None else repo.gitlinks
+        out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(gitlinks)]
+        return out
+
+    # -- the incremental path ----------------------------------------------------------------
+
+    async def _incremental(self, repo: Repo, watcher: Watcher) -> str | None:
+        trees = repo.trees
+        if trees is None or trees.root != watcher.tree or not repo.plain:
+            return None
+        return await self._git.in_thread(self._apply, repo, watcher, trees)
+
+    def _apply(self, repo: Repo, watcher: Watcher, trees: Trees) -> str | None:
+        changes = watcher.take()
+        if changes is None:
+            return None
+        objects: dict[bytes, tuple[int, bytes]] = {}
+        before = trees.root
+        try:
+            tree = apply(repo, trees, watcher, *changes, self.max_file_bytes,
+                         lambda paths: self._ignored(repo, paths), objects,
+                         (lambda paths: self._attributes(repo, paths)) if repo.attributes else None)
+        except (Unsure, Unwatchable, OSError, CheckpointError) as exc:  # the half-updated trees go; `add -A` decides
+            log.debug("incremental capture of %s falls back to add -A: %r", repo.worktree, exc)
+            repo.trees = None
+            return None
+        repo.pending.update(objects)  # written with the commit, in one pack (see flush)
+        watcher.tree = tree
+        if repo.reader is None:
+            repo.reader = ObjectReader((common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle")
+        # With attributes, `diff` ones may make git count a text file as binary: git counts those.
+        stats = None
+        if not repo.attributes:
+            try:
+                stats = file_stats(trees.changes(), repo.reader.blob, objects)
+            except (OSError, zlib.error):  # an unreadable old blob: git counts them
+                stats = None
+        repo.staged_stats = (before, tree, stats)
+        return tree
+
+    async def flush(self, repo: Repo, extra: dict[bytes, tuple[int, bytes]] | None = None) -> None:
+        """Write the objects the incremental path made (and ``extra``, e.g. the commit) as one pack."""
+        if extra:
+            repo.pending.update(extra)
+        if repo.pending:
+            await self._git.in_thread(self._write_pending, repo)
+
+    @staticmethod
+    def _write_pending(repo: Repo) -> None:
+        objects_dir = (common_dir(repo.gitdir) or repo.gitdir) / "objects"
+        treadle_dir = repo.gitdir / "treadle"
+        packs.write(objects_dir, treadle_dir, repo.pending)
+        repo.pending = {}
+        packs.merge(objects_dir, treadle_dir)
+
+    def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
+        # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
+        out = run_in_thread(repo, "check-ignore", "--no-index", "-z", "--stdin", input=b"\0".join(paths) + b"\0",
+                            ok=(0, 1))
+        return set(filter(None, out.split(b"\0")))
+
+    def _attributes(self, repo: Repo, paths: list[bytes]) -> dict[bytes, set[bytes]]:
+        out = run_in_thread(repo, "check-attr", "-z", "--stdin", *(a.decode() for a in CONVERTING + EOL),
+                            input=b"\0".join(paths) + b"\0")
+        fields = out.split(b"\0")
+        found: dict[bytes, set[bytes]] = {}
+        for i in range(0, len(fields) - 2, 3):
+            path, name, value = fields[i : i + 3]
+            if value not in (b"unspecified", b"unset"):
+                found.setdefault(path, set()).add(name)
+        return found
+
+    def _load_trees(self, repo: Repo, tree: str) -> None:
+        # Read again on every slow path: a change to the config is one of the things that make the watcher ask for it.
+        config = run_in_thread(repo, "config", "-z", "--list", ok=(0, 1))
+        repo.plain = plain_config(config)
+        if repo.trees is None or repo.trees.root != tree:
+            repo.trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
+        repo.gitlinks = set(repo.trees.gitlinks)
+        repo.attributes = attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
+
+    # -- the whole worktree ------------------------------------------------------------------
+
+    async def _add_all(self, repo: Repo) -> str:
+        if repo.lock_fd is None:  # another process may be using the index: only an old lock is surely orphaned
+            clear_stale_lock(repo.index.with_name("index.lock"), older_than=2 * self._git.timeout)
+        if not repo.shadow and not repo.index.exists():
+            # Start from the user's HEAD so tracked-but-ignored files are captured as git would.
+            # An unborn HEAD fails; then the private index simply starts empty.
+            await self._git.run(repo, "read-tree", "HEAD")
+        too_large = await self._too_large(repo)
+        if too_large:
+            # Out of the index (a smaller version may be in it), then out of `add -A`'s reach.
+            await self._git.run(repo, "update-index", "--force-remove", "-z", "--stdin",
+                                input=b"".join(p + b"\0" for p in too_large))
+            spec = b"\0".join([b".", *(b":(exclude,literal)" + p for p in too_large)]) + b"\0"
+            await self._git.check(repo, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", input=spec)
+        else:
+            await self._git.check(repo, "add", "-A")
+        return (await self._git.check(repo, "write-tree")).decode().strip()
+
+    async def _too_large(self, repo: Repo) -> dict[bytes, int]:
+        """Files over the limit that `add -A` would take (not ignored, or tracked)."""
+        repo.too_large = {}
+        if not self.max_file_bytes:
+            return {}
+        big, repo.nested = await asyncio.to_thread(_large_files, os.fsencode(repo.worktree), self.max_file_bytes)
+        if big:
+            # With the private index: a tracked file is never ignored (git would update it).
+            rc, out, _ = await self._git.run(repo, "check-ignore", "-z", "--stdin", input=b"\0".join(big) + b"\0")
+            ignored = set(out.split(b"\0")) if rc == 0 else set()
+            repo.too_large = {p: n for p, n in big.items() if p not in ignored}
+        return repo.too_large
+
+    # -- watchers and fingerprints -----------------------------------------------------------
+
+    def _watcher_of(self, repo: Repo) -> Watcher | None:
+        if not self._watch or repo.watchable is False:
+            return None
+        if repo.watcher is None:
+            repo.watchable = local_filesystem(str(repo.worktree)) and local_filesystem(str(repo.gitdir))
+            if not repo.watchable:
+                return None
+            dirs = [repo.gitdir, *filter(None, [common_dir(repo.gitdir)])]
+            try:
+                repo.watcher = self._inotify.watcher(os.fsencode(repo.worktree),
+                                                     tuple(os.fsencode(p) for d in dirs for p in (d, d / "info")))
+            except OSError:
+                repo.watchable = False
+                return None
+        return repo.watcher
+
+    @staticmethod
+    async def _fingerprint(repo: Repo) -> bytes | None:
+        """Walk small workspaces on the loop (a thread hop costs more than the walk), large ones on a thread."""
+        return await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
+
+
+def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:
+    """Regular files over ``limit`` below ``top``, relative, and whether a repository (a submodule) is inside:
+    those are not entered."""
+    out: dict[bytes, int] = {}
+    nested = False
+    stack = [b""]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(os.path.join(top, d) if d else top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        if d and any(e.name == b".git" for e in entries):
+            nested = True
+            continue
+        for e in entries:
+            if not d and e.name == b".git":
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            path = d + b"/" + e.name if d else e.name
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(path)
+            elif stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                out[path] = st.st_size
+    return out, nested
