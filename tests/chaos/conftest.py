@@ -1,4 +1,4 @@
-"""The chaos soak reuses the e2e deployment fixtures (a whole stack of real processes)."""
+"""The chaos tests reuse the e2e deployment fixtures (a whole stack of real processes) and its HTTP driver."""
 
 import importlib.util
 import sys
@@ -11,3 +11,4 @@ _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
 
 api, log, stack, stack_nc, tenant = _fixtures.api, _fixtures.log, _fixtures.stack, _fixtures.stack_nc, _fixtures.tenant
+make_api = _fixtures.make_api
