@@ -133,3 +133,33 @@ def test_L11_3_a_request_left_pending_after_its_session_is_gone_is_reported():
     resolved = _event(6, ev.RequestResolved(request_id="req_1", run_id="r1", status="not_resumable"))
     assert check_events([*head, stopped, resolved]).ok
     assert check_events(head).ok  # pending while its session is live and its run going: as it should be
+
+
+def _state():
+    from treadle.domain.thread import fold
+    return fold([ev.decode_event(data, seq) for seq, _, data in
+                 [_created(), _queued(2, "r1", 1), _started(3, "r1"), _ended(4, "r1", _checkpoint("r1"))]])
+
+
+def _stored(state, **changes):
+    import msgspec
+
+    from treadle.projections import document, store
+    from treadle.projections.check import Stored
+    base = Stored(doc=document.encode(state), seq=state.seq, summary=msgspec.json.encode(store.summary(state)),
+                  index={"r1": "thr_1"})
+    return msgspec.structs.replace(base, **changes)
+
+
+def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
+    from treadle.projections.check import compare_projection
+    state = _state()
+    assert compare_projection(state, _stored(state)) == []
+    drifted = _stored(state, doc=_stored(state).doc.replace(b'"status":"completed"', b'"status":"failed"', 1))
+    [p] = compare_projection(state, drifted)
+    assert p.kind == "projection_mismatch" and p.subject == "treadle:{acme}:thread:thr_1"
+    assert p.detail.startswith("messages[0].status") and '"completed"' in p.detail and '"failed"' in p.detail
+    assert [p.kind for p in compare_projection(state, _stored(state, doc=None))] == ["projection_missing"]
+    assert [p.kind for p in compare_projection(state, _stored(state, seq=3))] == ["projection_stale"]
+    assert [p.kind for p in compare_projection(state, _stored(state, summary=b"{}"))] == ["summary_mismatch"]
+    assert [p.kind for p in compare_projection(state, _stored(state, index={"r1": None}))] == ["index_mismatch"]

@@ -23,6 +23,7 @@ holds. :func:`check_log` and :func:`check_projections` are the thin readers arou
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -64,7 +65,9 @@ class CheckReport(msgspec.Struct, kw_only=True):
     def summary(self, limit: int = 50) -> str:
         head = (f"{self.events} events, {self.threads} threads, {self.runs} runs ({self.terminal_runs} ended), "
                 f"{self.projections} projections compared: {len(self.problems)} problem(s)")
-        lines = [f"  seq {p.seq} {p.kind}: {p.detail} [{p.subject}]" for p in self.problems[:limit]]
+        kinds = Counter(p.kind for p in self.problems)
+        lines = [f"  by kind: {', '.join(f'{k} {n}' for k, n in kinds.most_common())}"] if kinds else []
+        lines += [f"  seq {p.seq} {p.kind}: {p.detail} [{p.subject}]" for p in self.problems[:limit]]
         if len(self.problems) > limit:
             lines.append(f"  … and {len(self.problems) - limit} more")
         return "\n".join([head, *lines])
