@@ -51,7 +51,7 @@ def stack_options() -> dict:
     return {k: v for k, v in WANTED.items() if k in accepted and v}
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(360)
 async def test_L9_every_message_gets_one_completed_run_in_order_while_workers_are_killed(tmp_path):
     output = WorkerOutput(tmp_path / "workers.log")
     with output:
@@ -67,6 +67,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
             sent: dict[str, list[str]] = {t: [] for t in threads}
             killer = Killer(stack, SEED, pause=PAUSE)
             talking_done = asyncio.Event()
+            log = EventLog(nc)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + SECONDS
             loop.call_at(deadline, talking_done.set)  # the killer stops then; the last batches drain in peace
@@ -79,7 +80,12 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                         runs.append((await send(api, thread, text, script=SCRIPT, mode="queue_after_active"))["run_id"])
                         sent[thread].append(text)
                     for run in runs:
-                        await api.wait_run(run, timeout=240)
+                        try:  # seconds normally; a restarting worker's backoff reaches 10 s, so allow a few
+                            await api.wait_run(run, timeout=120)
+                        except TimeoutError:
+                            tail = [(e.seq, e.type, e.actor, e.causation_id)
+                                    for e in await log.read(api.tenant, thread)][-8:]
+                            raise AssertionError(f"run {run} of {thread} stuck; its log ends {tail}") from None
 
             async def talkers() -> None:
                 try:
@@ -89,15 +95,15 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
 
             try:
                 await asyncio.gather(killer.run(talking_done), talkers())
-            except TimeoutError as exc:
+            except (AssertionError, TimeoutError) as exc:
                 raise AssertionError(f"{exc}\nkiller: {killer.story()}\nworker output: {output.path}") from None
             await stack.wait_ready(timeout=60)
 
-            log = EventLog(nc)
             wrong = {t: w for t in threads if (w := verdict(await log.read(api.tenant, t), sent[t], REPLY))}
-            assert not wrong, f"{killer.story()}\n" + "\n".join(f"{t}: {w}" for t, w in wrong.items())
+            story = f"{killer.story()}\nworker output: {output.path}\n"
+            assert not wrong, story + "\n".join(f"{t}: {w}" for t, w in wrong.items())
             code, report = await treadle_check(stack)
-            assert code == 0 and report["ok"], f"{killer.story()}\n" + "\n".join(problems(report))
+            assert code == 0 and report["ok"], story + "\n".join(problems(report))
             messages = sum(len(v) for v in sent.values())
             assert report["runs"] == messages and report["projections"] == THREADS
             assert len(killer.kills) >= 3, killer.story()  # the scenario happened: workers did die under load
