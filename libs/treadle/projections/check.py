@@ -4,7 +4,7 @@ The stream (TREADLE_EVENTS) is the source of truth. :func:`check_events` is pure
 data)`` triples in stream order and it reports every breach of what must hold in the log itself:
 
 * every message decodes as an event envelope of a known type, on the subject its envelope names
-  (``treadle.evt.<tenant>.<thread>.<type>``);
+  (``treadle.evt.<tenant>.<thread>.<type>``, with a partition token after it where the broker adds one);
 * event ids are unique (a duplicate is a decision appended twice);
 * a thread starts with one ``thread.created``, and nothing precedes it;
 * runs of a thread are queued with ordinals 1, 2, 3, … (dense, in stream order, each once);
@@ -118,7 +118,9 @@ class _Checker:
         if isinstance(env.data, ev.UnknownEvent):
             self.problem(seq, subject, "unknown_type", env.type)
         expected = f"treadle.evt.{env.tenant}.{env.thread}.{env.type}"
-        if subject != expected:
+        # A partitioned broker appends the thread's partition token to the stored subject (runtime/partitions.py).
+        stem, _, partition = subject.rpartition(".")
+        if subject != expected and not (stem == expected and partition.isdigit()):
             self.problem(seq, subject, "wrong_subject", f"envelope says {expected}")
         if env.id in self.seen_ids:
             self.problem(seq, subject, "duplicate_id", f"event {env.id} also at seq {self.seen_ids[env.id]}")
