@@ -83,9 +83,12 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                         try:  # seconds normally; a restarting worker's backoff reaches 10 s, so allow a few
                             await api.wait_run(run, timeout=120)
                         except TimeoutError:
+                            # Stuck in the log, or only in the read model? The tail and `treadle check` tell.
                             tail = [(e.seq, e.type, e.actor, e.causation_id)
                                     for e in await log.read(api.tenant, thread)][-8:]
-                            raise AssertionError(f"run {run} of {thread} stuck; its log ends {tail}") from None
+                            _, report = await treadle_check(stack, settle=5)
+                            raise AssertionError(f"run {run} of {thread} stuck; its log ends {tail}; treadle check: "
+                                                 + "; ".join(problems(report))) from None
 
             async def talkers() -> None:
                 try:
