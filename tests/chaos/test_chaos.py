@@ -88,7 +88,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                                     for e in await log.read(api.tenant, thread)][-8:]
                             _, report = await treadle_check(stack, settle=5)
                             raise AssertionError(f"run {run} of {thread} stuck; its log ends {tail}; treadle check: "
-                                                 + "; ".join(problems(report))) from None
+                                                 + ("; ".join(problems(report)) or "no problems")) from None
 
             async def talkers() -> None:
                 try:
