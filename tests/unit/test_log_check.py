@@ -23,7 +23,8 @@ def _created(seq: int = 1, thread: str = "thr_1"):
 
 def _queued(seq: int, run: str, ordinal: int):
     return _event(seq, ev.RunQueued(run_id=run, ordinal=ordinal, message_id="msg_" + run, text="hi", root_node_id="n",
-                                    attempt_id="att_" + run, mode="auto", disposition="started", provider="scripted"))
+                                    attempt_id="att_" + run, mode="auto", disposition="started", provider="scripted",
+                                    dispatched=True))
 
 
 def _completed(seq: int, run: str, id: str | None = None):
@@ -109,7 +110,7 @@ def test_L3_2_a_steer_is_delivered_once_and_never_left_behind():
     # L3.4: a steer too late for its run opens the run superseding it — its one delivery
     superseding = _event(8, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_s", text="also this",
                                          root_node_id="n2", attempt_id="att_r2", mode="auto", disposition="started",
-                                         provider="scripted", supersedes_run_id="r1"))
+                                         provider="scripted", supersedes_run_id="r1", dispatched=True))
     assert check_events([*head, end, superseding]).ok
     assert _kinds([*head, delivered, end, superseding]) == ["delivered_twice"]
 
@@ -163,3 +164,15 @@ def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
     assert [p.kind for p in compare_projection(state, _stored(state, seq=3))] == ["projection_stale"]
     assert [p.kind for p in compare_projection(state, _stored(state, summary=b"{}"))] == ["summary_mismatch"]
     assert [p.kind for p in compare_projection(state, _stored(state, index={"r1": None}))] == ["index_mismatch"]
+
+
+def test_L3_6_queued_runs_with_nothing_active_to_wait_for_are_a_stalled_queue():
+    queued = _event(5, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_r2", text="next", root_node_id="n2",
+                                    attempt_id="att_r2", mode="queue_after_active", disposition="queued",
+                                    provider="scripted"))
+    first = [_created(), _queued(2, "r1", 1), _started(3, "r1")]
+    assert check_events([*first, _ended(4, "r1", _checkpoint("r1"))]).ok
+    assert check_events([*first, queued]).ok  # behind the active run
+    ended = _ended(6, "r1", _checkpoint("r1"))
+    assert _kinds([*first, queued, ended]) == ["stalled_queue"]  # r1 ended, r2 never dispatched
+    assert check_events([*first, queued, ended, _event(7, ev.RunDispatched(run_id="r2"))]).ok

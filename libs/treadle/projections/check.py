@@ -14,7 +14,10 @@ data)`` triples in stream order and it reports every breach of what must hold in
   most one message (a retried send accepted twice is a duplicate); a steer is delivered natively or
   carried to one attempt or run, never twice, and never left behind when its run ends;
 * a run that reached its provider ends with a checkpoint — captured, or L10.4's missing/error summary;
-* no request stays pending once its provider session is gone or its run has ended (L11.3).
+* no request stays pending once its provider session is gone or its run has ended (L11.3);
+* a queue does not stall: at the end of the log, queued runs wait only behind an active run or an open
+  rollback (L3.6). Between a run's end and the next dispatch this holds only a moment later, so the reader
+  looks again before reporting it (``settle``).
 
 :func:`compare_projection` is pure too: the document a replay of the log gives against the one Redis
 holds. :func:`check_log` and :func:`check_projections` are the thin readers around them.
@@ -93,6 +96,10 @@ class _Thread:
     sessions: dict[str, str] = field(default_factory=dict)  # attempt id -> its provider session
     stopped: set[str] = field(default_factory=set)  # provider sessions that are gone
     pending: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # request -> (seq, run, attempt)
+    dispatched: set[str] = field(default_factory=set)  # runs that left the queue (dispatched)
+    rollbacks: dict[str, list[str]] = field(default_factory=dict)  # open rollback -> the runs it rolls back
+    rolled_back: set[str] = field(default_factory=set)
+    last_seq: int = 0
 
 
 class _Checker:
@@ -127,6 +134,7 @@ class _Checker:
         self.seen_ids.setdefault(env.id, seq)
         key = (env.tenant, env.thread)
         thread = self.threads.setdefault(key, _Thread())
+        thread.last_seq = seq
         self.subject_of.setdefault(key, f"treadle.evt.{env.tenant}.{env.thread}")
         if env.type == "thread.created":
             if thread.created:
@@ -150,6 +158,8 @@ class _Checker:
                 self.problem(seq, subject, "ordinal_gap", f"run {d.run_id} has ordinal {d.ordinal}, "
                                                           f"expected {t.next_ordinal}")
             t.runs.add(d.run_id)
+            if d.dispatched:
+                t.dispatched.add(d.run_id)
             t.next_ordinal = max(t.next_ordinal, d.ordinal + 1)
             self.queued_message(t, seq, subject, env, d)
         elif isinstance(d, ev.RunSteered):
@@ -158,6 +168,14 @@ class _Checker:
             else:
                 self.accepted(t, seq, subject, env.command_id, d.message_id)
             t.steers[d.message_id] = _Steer(d.run_id)
+        elif isinstance(d, ev.RunDispatched):
+            t.dispatched.add(d.run_id)
+        elif isinstance(d, ev.RollbackStarted):
+            t.rollbacks[d.rollback_id] = list(d.rolled_back_run_ids)
+        elif isinstance(d, ev.RollbackCompleted):
+            t.rolled_back.update(t.rollbacks.pop(d.rollback_id, []))
+        elif isinstance(d, ev.RollbackFailed):
+            t.rollbacks.pop(d.rollback_id, None)
         elif isinstance(d, ev.SteerDelivered):
             self.delivered(t, seq, subject, d.message_id, "native")
         elif isinstance(d, ev.AttemptStarted):
@@ -228,6 +246,11 @@ class _Checker:
                 if steer.delivered_by is None and steer.run_id in t.ended:
                     self.problem(t.ended[steer.run_id], subject, "undelivered_steer",
                                  f"steer {message_id} of run {steer.run_id} was never delivered")
+            over = t.ended.keys() | t.rolled_back
+            waiting = sorted(t.runs - t.dispatched - over)
+            if waiting and not (t.dispatched - over) and not t.rollbacks:
+                self.problem(t.last_seq, subject, "stalled_queue",
+                             f"{len(waiting)} queued run(s) ({', '.join(waiting[:3])}…) and none active to wait for")
             for request_id, (seq, run_id, attempt_id) in t.pending.items():
                 session = t.sessions.get(attempt_id)
                 if session is not None and session in t.stopped:
@@ -405,7 +428,8 @@ async def check_projections(nc: NATS, redis: Redis, tenant: str | None = None, s
         for tenant_, thread in sorted(await stored_threads(redis, tenant) - folded.keys()):
             problems.append(Problem(seq=0, subject=store.keys(tenant_, thread)[0], kind="projection_orphan",
                                     detail=f"Redis has a document for {tenant_}/{thread}, the log has no such thread"))
-        moving = any(p.kind in ("projection_stale", "projection_missing") for p in problems)
+        moving = any(p.kind in ("projection_stale", "projection_missing") for p in problems) or any(
+            p.kind == "stalled_queue" for p in report.problems)
         if not moving or loop.time() >= deadline:
             break
         await asyncio.sleep(0.2)  # the projector is catching up: look again (bounded by `settle`)
