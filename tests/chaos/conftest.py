@@ -1,4 +1,8 @@
-"""The chaos soak reuses the e2e deployment fixtures (a whole stack of real processes)."""
+"""The chaos tests reuse the e2e deployment fixtures (a whole stack of real processes) and its HTTP driver.
+
+Everything of the e2e conftest is re-exported: pytest imports every conftest as module ``conftest`` and the last
+one loaded (this one, since tests/chaos comes after tests/e2e) is what ``from conftest import …`` finds, in the
+e2e modules too."""
 
 import importlib.util
 import sys
@@ -10,4 +14,4 @@ _spec = importlib.util.spec_from_file_location("e2e_fixtures", _E2E / "conftest.
 _fixtures = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_fixtures)
 
-api, log, stack, stack_nc, tenant = _fixtures.api, _fixtures.log, _fixtures.stack, _fixtures.stack_nc, _fixtures.tenant
+globals().update({name: value for name, value in vars(_fixtures).items() if not name.startswith("__")})

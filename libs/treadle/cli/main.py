@@ -14,7 +14,7 @@ import sys
 from rich.markup import escape
 
 from ..client.http import ApiError
-from . import consumers
+from . import check, consumers
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild = projections.add_parser("rebuild", parents=[nats_], help="replay the event log into Redis")
     rebuild.add_argument("--redis-url", help="Redis URL (default: $TREADLE_REDIS_URL, <state-dir>/redis-url)")
     rebuild.set_defaults(func=cmd_projections_rebuild)
+    check.add_parser(sub, nats_)
 
     schemas = sub.add_parser("schemas", help="regenerate schemas/ from the code")
     schemas.add_argument("--check", action="store_true", help="only report files that are out of date")

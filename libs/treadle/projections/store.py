@@ -58,6 +58,9 @@ def _keys(tenant: str, thread: str) -> list[str]:
             f"treadle:{{{tenant}}}:summaries", f"treadle:{{{tenant}}}:runs"]
 
 
+keys = _keys  # document, tenant list, summaries, index: what `treadle check` reads back
+
+
 def summary(state: ThreadState) -> ThreadSummary:
     t = state.thread
     assert t is not None

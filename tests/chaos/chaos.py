@@ -1,0 +1,141 @@
+"""What the chaos test and the soak share: a seeded killer, sends that survive a gateway being killed, and the
+verdict over the log (every message one completed run, in order, with its whole reply) and over Redis (the
+``treadle check`` command, run as an operator would)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from api import Api
+from helpers import wait_for
+from treadle.cli.stack import Stack
+from treadle.domain import events as ev
+
+TREADLE = Path(sys.executable).parent / "treadle"
+
+
+@dataclass
+class Killer:
+    """Sends SIGKILL or SIGTERM to a random worker process at random times. The choices (whom, which signal,
+    how long to wait) come from one seeded rng, so a failing run names the seed that reproduces its sequence."""
+
+    stack: Stack
+    seed: int
+    pause: tuple[float, float] = (2.0, 5.0)  # seconds between kills (the rhythm is the scenario, not a wait)
+    signals: Sequence[int] = (signal.SIGKILL, signal.SIGKILL, signal.SIGTERM)
+    names: Sequence[str] | None = None  # default: every worker process of the stack
+    kills: list[tuple[str, str]] = field(default_factory=list)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        rng = random.Random(self.seed)
+        names = sorted(self.names or self.stack.health_ports)
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), rng.uniform(*self.pause))
+                return
+            except TimeoutError:
+                pass
+            name, sig = rng.choice(names), rng.choice(self.signals)
+            self.kills.append((name, signal.Signals(sig).name))
+            await self.stack.processes.kill(name, sig, timeout=30)
+
+    def story(self) -> str:
+        return f"seed {self.seed}, {len(self.kills)} kills: " + ", ".join(f"{n}/{s}" for n, s in self.kills)
+
+
+class WorkerOutput:
+    """Every line the workers print, kept in a file next to the test's stack (what a failure is read from);
+    errors and tracebacks are echoed as they come (or everything with TREADLE_TEST_VERBOSE)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = None
+
+    def __enter__(self) -> "WorkerOutput":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __call__(self, name: str, line: str) -> None:
+        if self._file is None:
+            self._file = self.path.open("a", buffering=1)
+        self._file.write(f"{name} | {line}\n")
+        if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
+            print(f"{name} | {line}")
+
+
+async def send(api: Api, thread: str, text: str, **body) -> dict:
+    """POST a message once, whatever happens to the gateway or coordinator meanwhile: every retry carries the
+    same Idempotency-Key, so a send that was accepted before its answer was lost is not accepted again."""
+    headers = {"Idempotency-Key": uuid.uuid4().hex}
+
+    async def attempt():
+        r = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": text, **body}, headers=headers)
+        if r.status_code >= 500:  # a worker behind the gateway is restarting: the same request again
+            return None
+        assert r.status_code == 202, r.text
+        return r.json()
+    return await wait_for(attempt, timeout=120, interval=0.1, what=f"message {text!r} accepted")
+
+
+def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str) -> list[str]:
+    """What went wrong on one thread, judged from its log alone (empty: nothing). ``sent``: the texts sent to
+    it, in order. Each must have opened exactly one run; runs ran one after the other in that order (each
+    started after its predecessor ended); each completed once, with exactly one final reply, the whole of it."""
+    wrong: list[str] = []
+    queued = [e.data for e in events if isinstance(e.data, ev.RunQueued)]
+    texts = [q.text for q in queued]
+    if texts != list(sent):
+        wrong.append(f"runs were opened for {texts}, the messages sent were {list(sent)}")
+    ordinals = {q.run_id: q.ordinal for q in queued}
+    ended = [(e.seq, e.data) for e in events if isinstance(e.data, ev.RunEnded)]
+    if sorted(d.run_id for _, d in ended) != sorted(ordinals):
+        wrong.append(f"runs ended {[d.run_id for _, d in ended]}, runs queued {list(ordinals)}")
+    for _, d in ended:
+        if not isinstance(d, ev.RunCompleted):
+            wrong.append(f"run {d.run_id} (ordinal {ordinals.get(d.run_id)}) ended {d.TYPE}: {d.error}")
+    order = [ordinals.get(d.run_id) for _, d in ended]
+    if order != sorted(order):
+        wrong.append(f"runs ended in ordinal order {order}")
+    end_seq = {d.run_id: seq for seq, d in ended}
+    by_ordinal = sorted(ordinals, key=ordinals.__getitem__)
+    for before, after in zip(by_ordinal, by_ordinal[1:]):
+        starts = [e.seq for e in events if isinstance(e.data, ev.RunStarted) and e.data.run_id == after]
+        if starts and before in end_seq and starts[0] < end_seq[before]:
+            wrong.append(f"run {after} started at seq {starts[0]}, before run {before} ended at {end_seq[before]}")
+    finals = {}
+    for e in events:
+        if isinstance(e.data, ev.MessageCompleted):
+            finals.setdefault((e.data.run_id, e.data.attempt_id), []).append(e.data.text)
+    for _, d in ended:
+        got = finals.get((d.run_id, d.attempt_id), [])
+        if got != [reply]:
+            wrong.append(f"run {d.run_id}'s final attempt replied {[t[:40] for t in got]}, not the one whole reply")
+    return wrong
+
+
+async def treadle_check(stack: Stack, *args: str, settle: float = 60) -> tuple[int, dict]:
+    """``treadle check --json`` against the stack, as a separate process (the projector may still be catching
+    up after the last kill: ``--settle`` lets it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
+    proc = await asyncio.create_subprocess_exec(
+        str(TREADLE), "check", "--json", "--settle", str(settle), "--nats-url", stack.nats_url,
+        "--redis-url", stack.redis_url, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), settle + 120)
+    assert out, err.decode()
+    return proc.returncode, json.loads(out)
+
+
+def problems(report: dict) -> Iterable[str]:
+    return (f"seq {p['seq']} {p['kind']}: {p['detail']} [{p['subject']}]" for p in report["problems"][:30])
