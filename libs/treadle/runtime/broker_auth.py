@@ -241,12 +241,18 @@ class BrokerAuth:
         """Ask the running server to re-read its configuration (SIGHUP) and wait until it says it did.
         Connections of users that are gone are closed by the server during the reload.
 
-        Twice: nats-server (2.15) resolves the service imports of an account that a reload ADDS against
-        the exporting account as the new config describes it, not the live one, so a new credential's
-        pull requests are answered 503 (no responders) until the next reload; a reload without changes
-        resolves them against the live account (tests/integration/test_broker_auth.py shows both)."""
+        Twice when the configuration gained an account since the last reload: nats-server (2.15) resolves
+        the service imports of an account that a reload ADDS against the exporting account as the new
+        config describes it, not the live one, so a new credential's pull requests are answered 503 (no
+        responders) until the next reload, which resolves them against the live account
+        (tests/integration/test_broker_auth.py shows both). A revocation needs one."""
+        accounts = {cred.id for cred in self.credentials()}
+        loaded = self.dir / "reloaded-accounts.json"
+        before = set(msgspec.json.decode(loaded.read_bytes(), type=list[str])) if loaded.is_file() else None
         self._reload_once(timeout)
-        self._reload_once(timeout)
+        if before is None or not accounts <= before:
+            self._reload_once(timeout)
+        _write_private(loaded, msgspec.json.encode(sorted(accounts)))
 
     def _reload_once(self, timeout: float) -> None:
         pid = int((self.server_dir / PID_FILE).read_text().strip())
