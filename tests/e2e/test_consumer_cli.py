@@ -65,6 +65,10 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     reset = json.loads((await stack_nc.jetstream().get_last_msg(
         "TREADLE_AUDIT", f"treadle.audit.{tenant}.broker_credential.reset")).data)
     assert reset["target"] == issued["user"] and reset["details"]["from_seq"] == str(first[0]["seq"])
+    code, out, err = await treadle("consumers", "reset", "--all", *nats, cwd=tmp_path)  # each where it was
+    assert code == 0 and issued["user"] in out, err
+    code, out, err = await treadle(*tail, cwd=tmp_path)
+    assert code == 0 and out == "", (out, err)
     code, out, err = await treadle("consumers", "reset", "tc_nosuch", *nats, cwd=tmp_path)
     assert code == 1 and "no consumer credential tc_nosuch" in err
     code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--type", "no.such", *nats,

@@ -9,6 +9,7 @@ import json
 
 import nats
 import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.client.tenant_events import (API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential,
                                           follow_tenant)
@@ -149,6 +150,28 @@ async def test_follower_resumes_skips_ahead_and_going_back_is_the_operators_rese
         with pytest.raises(ValueError, match="unknown event type"):
             await tenant_consumers.reset(nc.jetstream(), creds.consumer, "acme", type_="no.such")
         assert (await nc.jetstream().consumer_info(STREAM, creds.consumer)).config.filter_subject == "treadle.evt.acme.>"
+    finally:
+        await nc.close()
+        await server.stop()
+
+
+async def test_reset_turns_a_consumer_made_before_accounts_into_a_pull_consumer_where_it_was(tmp_path):
+    """Before accounts a credential created its own consumer, possibly a push consumer delivering anywhere;
+    `treadle consumers reset --all` recreates each as the operator's pull consumer, keeping its position."""
+    server, nc = await _server_with_events(tmp_path, {"acme": 4})
+    try:
+        js = nc.jetstream()
+        creds = server.auth.issue("acme", server.address)
+        await js.add_consumer(STREAM, ConsumerConfig(name=creds.consumer, durable_name=creds.consumer,
+                                                     filter_subject="treadle.evt.acme.>",
+                                                     deliver_subject="treadle.cmd.other.thread.create",
+                                                     deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=3))
+        await server.reload()
+        pulled = await tenant_consumers.reset(js, creds.consumer, "acme")
+        info = await js.consumer_info(STREAM, creds.consumer)
+        assert info.config.deliver_subject is None and pulled.opt_start_seq == 3
+        async with creds.connect() as tenant:
+            assert [e.seq async for e in follow_tenant(tenant, creds, idle_timeout=1)] == [3, 4]
     finally:
         await nc.close()
         await server.stop()

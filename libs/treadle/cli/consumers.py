@@ -96,23 +96,35 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
 
 
 async def cmd_consumers_reset(args: argparse.Namespace) -> int:
+    """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
+    credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
     from treadle.runtime import audit, tenant_consumers
 
-    cred = _auth(args).credential(args.credential)
-    if cred is None:
-        raise UsageError(f"no consumer credential {args.credential}")
+    auth = _auth(args)
+    if args.all == bool(args.credential):
+        raise UsageError("name one credential, or pass --all")
+    if args.all and (args.from_seq is not None or args.type):
+        raise UsageError("--from-seq and --type are for one credential")
+    if args.all:
+        creds = auth.credentials()
+    else:
+        cred = auth.credential(args.credential)
+        if cred is None:
+            raise UsageError(f"no consumer credential {args.credential}")
+        creds = [cred]
     async with connect_nats(nats_url(args)) as nc:
         js = nc.jetstream()
-        try:
-            consumer = await tenant_consumers.reset(js, cred.consumer, cred.tenant, from_seq=args.from_seq,
-                                                    type_=args.type, keep_type=not args.all_types)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        await audit.record(js, tenant=cred.tenant, action="broker_credential.reset", target=cred.id,
-                           details={"consumer": cred.consumer, "filter": consumer.filter_subject or "",
-                                    "from_seq": str(consumer.opt_start_seq or 1)})
-    console.print(f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream sequence "
-                  f"{consumer.opt_start_seq or 1}, filter {escape(consumer.filter_subject or '')}")
+        for cred in creds:
+            try:
+                consumer = await tenant_consumers.reset(js, cred.consumer, cred.tenant, from_seq=args.from_seq,
+                                                        type_=args.type, keep_type=not args.all_types)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            await audit.record(js, tenant=cred.tenant, action="broker_credential.reset", target=cred.id,
+                               details={"consumer": cred.consumer, "filter": consumer.filter_subject or "",
+                                        "from_seq": str(consumer.opt_start_seq or 1)})
+            console.print(f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
+                          f"sequence {consumer.opt_start_seq or 1}, filter {escape(consumer.filter_subject or '')}")
     return 0
 
 
@@ -211,7 +223,8 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     create.add_argument("--type", help="its consumer delivers only this event type, e.g. run.completed")
     create.set_defaults(func=cmd_consumers_create)
     reset = consumers.add_parser("reset", parents=[broker], help="recreate a credential's consumer at a position")
-    reset.add_argument("credential", metavar="ID", help="tc_… as printed by `consumers create`/`list`")
+    reset.add_argument("credential", metavar="ID", nargs="?", help="tc_… as printed by `consumers create`/`list`")
+    reset.add_argument("--all", action="store_true", help="every credential's consumer, each where it was")
     reset.add_argument("--from-seq", type=int, metavar="N",
                        help="start at this stream sequence (default: after the last event it acked)")
     reset.add_argument("--type", help="deliver only this event type (default: the type it had)")

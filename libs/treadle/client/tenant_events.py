@@ -91,9 +91,10 @@ def filter_for(tenant: str, types: list[str] | None) -> str:
 
 
 def filter_type(filter_: str) -> str | None:
-    """The one event type a consumer filter selects, or None for the whole tenant."""
+    """The one (known) event type a consumer filter selects, or None for the whole tenant."""
     parts = filter_.split(".")
-    return parts[4] + "." + parts[5] if len(parts) == 6 and parts[3] == "*" else None
+    type_ = parts[4] + "." + parts[5] if len(parts) == 6 and parts[3] == "*" else None
+    return type_ if type_ in PAYLOADS else None
 
 
 async def check_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
