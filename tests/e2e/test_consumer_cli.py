@@ -24,6 +24,8 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--out", str(creds), *nats, cwd=tmp_path)
     assert code == 0, err
     issued = json.loads(creds.read_text())
+    consumer = await stack_nc.jetstream().consumer_info("TREADLE_EVENTS", issued["consumer"])
+    assert consumer.config.deliver_subject is None  # a pull consumer, created by the operator
     assert issued["tenant"] == tenant and issued["filter"] == f"treadle.evt.{tenant}.>"
     assert "treadle:" not in issued["url"]  # the service user's password is not handed out
 
@@ -49,8 +51,29 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     assert [json.loads(line)["data"]["run_id"] for line in out.splitlines()] == [runs[1]]
     code, out, err = await treadle(*tail, cwd=tmp_path)
     assert code == 0 and out == "", (out, err)  # everything acked: nothing left
+    # Going back is the operator's: the credential cannot recreate its consumer (it could make it a push
+    # consumer delivering anywhere). The tail says so and changes nothing; `consumers reset` does it.
     code, out, err = await treadle(*tail, "--from-seq", str(first[0]["seq"]), cwd=tmp_path)
+    assert code == 1 and out == "" and f"treadle consumers reset {issued['user']}" in err, (code, out, err)
+    code, out, err = await treadle("consumers", "reset", issued["user"], "--from-seq", str(first[0]["seq"]),
+                                   "--type", "run.completed", *nats, cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await treadle(*tail, cwd=tmp_path)
     assert [json.loads(line)["data"]["run_id"] for line in out.splitlines()] == runs  # replayed from a seq
+    code, out, err = await treadle(*tail, "--type", "message.created", cwd=tmp_path)
+    assert code == 1 and "run.completed only" in err, err  # the consumer now filters on its one type
+    reset = json.loads((await stack_nc.jetstream().get_last_msg(
+        "TREADLE_AUDIT", f"treadle.audit.{tenant}.broker_credential.reset")).data)
+    assert reset["target"] == issued["user"] and reset["details"]["from_seq"] == str(first[0]["seq"])
+    code, out, err = await treadle("consumers", "reset", "--all", *nats, cwd=tmp_path)  # each where it was
+    assert code == 0 and issued["user"] in out, err
+    code, out, err = await treadle(*tail, cwd=tmp_path)
+    assert code == 0 and out == "", (out, err)
+    code, out, err = await treadle("consumers", "reset", "tc_nosuch", *nats, cwd=tmp_path)
+    assert code == 1 and "no consumer credential tc_nosuch" in err
+    code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--type", "no.such", *nats,
+                                   cwd=tmp_path)
+    assert code == 1 and "unknown event type" in err and "Traceback" not in err
 
     code, out, err = await treadle("consumers", "list", *nats, cwd=tmp_path)
     assert issued["user"] in out

@@ -166,9 +166,10 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
             except (NatsTimeout, NoRespondersError) as exc:
                 outcome = f"no reply ({type(exc).__name__})"
             replies[outcome] = replies.get(outcome, 0) + 1
-        # What a tenant's push consumer could make the server deliver anywhere (its deliver_subject is not
-        # checked against the credential's permissions): the tenant's own event envelopes, onto the internal
-        # request subjects. Each must be refused like any other malformed request.
+        # What a tenant's credential could once make the server deliver onto the internal request subjects
+        # (a push consumer's deliver_subject, a pull request's reply subject), before credentials had accounts
+        # of their own (test_tenant_isolation): the tenant's own event envelopes. Defence in depth: each must
+        # be refused like any other malformed request.
         own_event = (await js.get_last_msg("TREADLE_EVENTS", f"treadle.evt.{tenant}.>", direct=True)).data
         for subject in (f"treadle.cmd.{tenant}.thread.send", f"treadle.cmd.{tenant}.thread.create",
                         "treadle.host.place", "treadle.host.host-1.turn.start", "treadle.ckpt.local.prepare",

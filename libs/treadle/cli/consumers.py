@@ -1,6 +1,7 @@
-"""Broker access for event consumers: ``treadle consumers create|revoke|list`` (operator commands, run
+"""Broker access for event consumers: ``treadle consumers create|reset|revoke|list`` (operator commands, run
 where the nats-server's directory is, e.g. next to ``treadle up``) and ``treadle events tail`` (a
-tenant's consumer, with nothing but its credential)."""
+tenant's consumer, with nothing but its credential). The operator creates and repositions a credential's
+consumer; the credential itself can only pull from it (see :mod:`treadle.runtime.broker_auth`)."""
 
 from __future__ import annotations
 
@@ -55,22 +56,31 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
-    from treadle.runtime import audit
+    from treadle.runtime import audit, tenant_consumers
 
     auth = _auth(args)
     service_url = nats_url(args)
     url = args.broker_url or _address(service_url)
+    try:  # bad input fails before anything is issued
+        tenant_consumers.config("tc_check", args.tenant, from_seq=args.from_seq, type_=args.type)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     async with connect_nats(service_url) as nc:  # first: an unreachable broker fails before anything is issued
         try:
             issued = auth.issue(args.tenant, url)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         try:
+            js = nc.jetstream()
+            consumer = await tenant_consumers.create(js, issued.consumer, args.tenant, from_seq=args.from_seq,
+                                                     type_=args.type)
             await _reload(auth, args)
-            await audit.record(nc.jetstream(), tenant=args.tenant, action="broker_credential.created",
-                               target=issued.user, details={"consumer": issued.consumer, "filter": issued.filter})
+            await audit.record(js, tenant=args.tenant, action="broker_credential.created", target=issued.user,
+                               details={"consumer": issued.consumer, "filter": consumer.filter_subject or ""})
         except BaseException:
             auth.revoke(issued.user)  # not handed out, so not left behind either
+            with contextlib.suppress(Exception):
+                await nc.jetstream().delete_consumer(EVENTS_STREAM, issued.consumer)
             raise
     document = msgspec.json.format(msgspec.json.encode(issued), indent=2).decode() + "\n"
     if args.out:
@@ -82,6 +92,39 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
     else:
         stderr.print(f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)}:")
         sys.stdout.write(document)
+    return 0
+
+
+async def cmd_consumers_reset(args: argparse.Namespace) -> int:
+    """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
+    credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
+    from treadle.runtime import audit, tenant_consumers
+
+    auth = _auth(args)
+    if args.all == bool(args.credential):
+        raise UsageError("name one credential, or pass --all")
+    if args.all and (args.from_seq is not None or args.type):
+        raise UsageError("--from-seq and --type are for one credential")
+    if args.all:
+        creds = auth.credentials()
+    else:
+        cred = auth.credential(args.credential)
+        if cred is None:
+            raise UsageError(f"no consumer credential {args.credential}")
+        creds = [cred]
+    async with connect_nats(nats_url(args)) as nc:
+        js = nc.jetstream()
+        for cred in creds:
+            try:
+                consumer = await tenant_consumers.reset(js, cred.consumer, cred.tenant, from_seq=args.from_seq,
+                                                        type_=args.type, keep_type=not args.all_types)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            await audit.record(js, tenant=cred.tenant, action="broker_credential.reset", target=cred.id,
+                               details={"consumer": cred.consumer, "filter": consumer.filter_subject or "",
+                                        "from_seq": str(consumer.opt_start_seq or 1)})
+            console.print(f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
+                          f"sequence {consumer.opt_start_seq or 1}, filter {escape(consumer.filter_subject or '')}")
     return 0
 
 
@@ -124,7 +167,7 @@ async def cmd_consumers_list(args: argparse.Namespace) -> int:
 async def cmd_events_tail(args: argparse.Namespace) -> int:
     from nats.errors import Error as NatsError, NoServersError
 
-    from treadle.client.tenant_events import TenantCredential, TenantFollower
+    from treadle.client.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
 
     creds_path = args.creds or os.environ.get("TREADLE_CONSUMER_CREDS")
     if not creds_path:
@@ -156,6 +199,8 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
                 seen += 1
                 if args.limit and seen >= args.limit:
                     break
+    except TenantConsumerError as exc:
+        raise UsageError(str(exc)) from None
     except (NatsError, ValueError, OSError) as exc:
         cause = errors[-1] if errors and isinstance(exc, NoServersError) else exc  # e.g. the auth refusal
         raise UsageError(f"{cause or type(cause).__name__}") from None
@@ -174,7 +219,17 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     create.add_argument("--tenant", required=True)
     create.add_argument("--out", metavar="FILE", help="write the credential here (0600) instead of stdout")
     create.add_argument("--broker-url", help="the URL consumers reach the broker at (default: the NATS URL)")
+    create.add_argument("--from-seq", type=int, metavar="N", help="its consumer starts at this stream sequence")
+    create.add_argument("--type", help="its consumer delivers only this event type, e.g. run.completed")
     create.set_defaults(func=cmd_consumers_create)
+    reset = consumers.add_parser("reset", parents=[broker], help="recreate a credential's consumer at a position")
+    reset.add_argument("credential", metavar="ID", nargs="?", help="tc_… as printed by `consumers create`/`list`")
+    reset.add_argument("--all", action="store_true", help="every credential's consumer, each where it was")
+    reset.add_argument("--from-seq", type=int, metavar="N",
+                       help="start at this stream sequence (default: after the last event it acked)")
+    reset.add_argument("--type", help="deliver only this event type (default: the type it had)")
+    reset.add_argument("--all-types", action="store_true", help="deliver every event type of the tenant again")
+    reset.set_defaults(func=cmd_consumers_reset)
     revoke = consumers.add_parser("revoke", parents=[broker], help="revoke a credential and delete its consumer")
     revoke.add_argument("credential", metavar="ID", help="tc_… as printed by `consumers create`/`list`")
     revoke.set_defaults(func=cmd_consumers_revoke)
@@ -193,7 +248,8 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     tail = events.add_parser("tail", help="follow a tenant's events as JSON lines, resuming where it stopped")
     tail.add_argument("--creds", metavar="FILE", help="consumer credential (default: $TREADLE_CONSUMER_CREDS)")
     tail.add_argument("--tenant", help="check the credential is for this tenant")
-    tail.add_argument("--from-seq", type=int, metavar="N", help="start (over) at this stream sequence")
+    tail.add_argument("--from-seq", type=int, metavar="N",
+                      help="skip ahead to this stream sequence (going back: the operator's `consumers reset`)")
     tail.add_argument("--type", help="only this event type, e.g. run.completed")
     tail.add_argument("--limit", type=int, help="stop after this many events")
     tail.add_argument("--idle-timeout", type=float, help="stop after this many seconds without an event")

@@ -11,10 +11,13 @@ Other services of the platform (billing, notifications, analytics) use this inst
             await events.ack(event)                        # resume after this one next time
 
 The credential owns one durable pull consumer on stream TREADLE_EVENTS, named after it and filtered on
-``treadle.evt.<tenant>.>`` (or on one event type). The broker remembers what was acked, so a follower that
-stops (or crashes) and starts again resumes after the last event it acked: an event whose processing did
-not finish is delivered again (at-least-once; ``event.seq`` is the stream sequence to deduplicate on).
-``from_seq`` starts over at a given stream sequence instead.
+``treadle.evt.<tenant>.>`` (or on one event type). The operator creates it with the credential and is the
+only one who can recreate it (``treadle consumers reset``): a credential cannot create consumers, because
+a consumer's create request could name a subject for the server to deliver to (see
+:mod:`treadle.runtime.broker_auth`). The broker remembers what was acked, so a follower that stops (or
+crashes) and starts again resumes after the last event it acked: an event whose processing did not finish
+is delivered again (at-least-once; ``event.seq`` is the stream sequence to deduplicate on). ``from_seq``
+skips ahead to a stream sequence; going back to events already acked is the operator's ``reset``.
 """
 
 from __future__ import annotations
@@ -28,10 +31,24 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from ..domain.events import PAYLOADS, Envelope, decode_event
+
+API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API
+
+
+class TenantConsumerError(ValueError):
+    """The credential's consumer cannot serve what was asked; the message says what the operator can do."""
+
+
+class ConsumerMissing(TenantConsumerError):
+    pass
+
+
+class CannotReposition(TenantConsumerError):
+    pass
 
 
 class TenantCredential(msgspec.Struct, kw_only=True):
@@ -45,6 +62,7 @@ class TenantCredential(msgspec.Struct, kw_only=True):
     consumer: str
     inbox_prefix: str
     filter: str
+    api_prefix: str = API_PREFIX  # the consumer's JetStream API inside the credential's account
 
     @classmethod
     def load(cls, path: str | Path) -> "TenantCredential":
@@ -62,8 +80,8 @@ class TenantCredential(msgspec.Struct, kw_only=True):
 
 
 def filter_for(tenant: str, types: list[str] | None) -> str:
-    """The consumer's one filter: the whole tenant, or one event type (the broker filters on subjects;
-    several types means filtering client side, as a credential may create single-filter consumers only)."""
+    """A credential consumer's one filter: the whole tenant, or one event type (the broker filters on
+    subjects; several types means the whole tenant, filtered client side)."""
     if types and len(types) == 1:
         (type_,) = types
         if type_ not in PAYLOADS:
@@ -72,31 +90,33 @@ def filter_for(tenant: str, types: list[str] | None) -> str:
     return f"treadle.evt.{tenant}.>"
 
 
-async def ensure_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
-                          types: list[str] | None = None, ack_wait: float = 30.0) -> None:
-    """Create the credential's durable consumer, or keep the existing one (and its position). ``from_seq``
-    replaces it with one starting at that stream sequence."""
-    js = nc.jetstream()
-    wanted = filter_for(creds.tenant, types)
-    existing = None
+def filter_type(filter_: str) -> str | None:
+    """The one (known) event type a consumer filter selects, or None for the whole tenant."""
+    parts = filter_.split(".")
+    type_ = parts[4] + "." + parts[5] if len(parts) == 6 and parts[3] == "*" else None
+    return type_ if type_ in PAYLOADS else None
+
+
+async def check_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
+                         types: list[str] | None = None) -> ConsumerInfo:
+    """The credential's consumer, if it can serve ``types`` from ``from_seq``; else a typed error that says
+    what the operator has to do. Changes nothing."""
+    js = nc.jetstream(prefix=creds.api_prefix)
     try:
-        existing = await js.consumer_info(creds.stream, creds.consumer)
+        info = await js.consumer_info(creds.stream, creds.consumer)
     except NotFoundError:
-        pass
-    if existing is not None and (from_seq is not None or existing.config.filter_subject != wanted):
-        # The start position cannot be changed in place; a changed filter starts over too (from where the
-        # old consumer had acked, unless from_seq says otherwise).
-        if from_seq is None:
-            from_seq = existing.ack_floor.stream_seq + 1 if existing.ack_floor else 1
-        await js.delete_consumer(creds.stream, creds.consumer)
-        existing = None
-    if existing is not None:
-        return
-    config = ConsumerConfig(name=creds.consumer, durable_name=creds.consumer, filter_subject=wanted,
-                            ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait, max_ack_pending=1024,
-                            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if from_seq else DeliverPolicy.ALL,
-                            opt_start_seq=from_seq or None)
-    await js.add_consumer(creds.stream, config)
+        raise ConsumerMissing(f"credential {creds.user} has no consumer on {creds.stream}: the operator creates it "
+                              f"with `treadle consumers reset {creds.user}`") from None
+    only = filter_type(info.config.filter_subject or "")
+    if only is not None and types and only not in types:
+        raise CannotReposition(f"the consumer of {creds.user} delivers {only} only, not {', '.join(types)}: the "
+                               f"operator can change it with `treadle consumers reset {creds.user} --type …`")
+    if from_seq is not None:
+        first = max((info.ack_floor.stream_seq if info.ack_floor else 0) + 1, info.config.opt_start_seq or 1)
+        if from_seq < first:
+            raise CannotReposition(f"the consumer of {creds.user} is past stream sequence {from_seq} (next: {first}); "
+                                   f"going back is `treadle consumers reset {creds.user} --from-seq {from_seq}`")
+    return info
 
 
 class TenantFollower:
@@ -118,8 +138,12 @@ class TenantFollower:
         self._sub = None
 
     async def __aenter__(self) -> "TenantFollower":
-        await ensure_consumer(self._nc, self._creds, from_seq=self._from_seq, types=self._types)
-        self._sub = await self._nc.jetstream().pull_subscribe_bind(self._creds.consumer, stream=self._creds.stream)
+        if self._types:
+            for type_ in self._types:
+                filter_for(self._creds.tenant, [type_])  # unknown types fail here, before anything is fetched
+        await check_consumer(self._nc, self._creds, from_seq=self._from_seq, types=self._types)
+        js = self._nc.jetstream(prefix=self._creds.api_prefix)
+        self._sub = await js.pull_subscribe_bind(self._creds.consumer, stream=self._creds.stream)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -153,9 +177,9 @@ class TenantFollower:
             for msg in msgs:
                 seq = msg.metadata.sequence.stream
                 event = decode_event(msg.data, seq=seq)
-                if wanted and event.type not in wanted:
+                if (self._from_seq is not None and seq < self._from_seq) or (wanted and event.type not in wanted):
                     self._unacked.pop(seq, None)
-                    await msg.ack()  # filtered out client side: nothing to hand over
+                    await msg.ack()  # before from_seq or filtered out client side: nothing to hand over
                     continue
                 yield event
 
@@ -164,7 +188,9 @@ async def follow_tenant(nc: NATS, creds: TenantCredential, *, from_seq: int | No
                         types: list[str] | None = None, batch: int = 64,
                         idle_timeout: float | None = None) -> AsyncIterator[Envelope]:
     """Yield the tenant's events in stream order (``event.seq`` set), each acked once the caller asks for
-    the next: the event being handled when the follower stops is delivered again next time. Ends after
+    the next: the event being handled when the follower stops is delivered again next time. Events before
+    ``from_seq`` are skipped (acked unseen); a ``from_seq`` already behind the consumer is a
+    :class:`CannotReposition` (the operator's ``treadle consumers reset``). Ends after
     ``idle_timeout`` seconds without a new event (None: follow forever). Close it (``aclosing``) to hand
     unhandled events back at once."""
     async with TenantFollower(nc, creds, from_seq=from_seq, types=types, batch=batch,

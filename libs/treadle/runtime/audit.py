@@ -18,7 +18,8 @@ from nats.js.errors import BadRequestError
 from ..domain.ids import is_token, new_id
 
 STREAM = "TREADLE_AUDIT"
-ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked")
+ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked",
+           "broker_credential.reset")
 
 CONFIG = StreamConfig(name=STREAM, subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
                       storage=StorageType.FILE, max_msg_size=64 * 1024)

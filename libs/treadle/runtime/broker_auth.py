@@ -1,17 +1,27 @@
-"""Who may connect to the broker, and what they may touch: the service user and per-tenant consumer
-credentials, rendered into nats-server's own authorization block (user permissions) and applied with a
-config reload.
+"""Who may connect to the broker, and what they may touch: the service account and one account per tenant
+consumer credential, rendered into nats-server's own ``accounts`` block and applied with a config reload.
 
-Why user permissions in the server config (and not accounts, JWTs or auth callout): one account keeps the
-single TREADLE_EVENTS stream and the single-filter consumer API (``$JS.API.CONSUMER.CREATE.<stream>.
-<name>.<filter>``) usable as is, with a permission per subject; revocation is a reload, after which the
-server closes the revoked user's connections at once (bounded by the reload, not by a token lifetime); and
-there is nothing to run besides nats-server itself (no resolver, no callout service that every connection
-depends on). Passwords are stored as bcrypt hashes only; the server verifies them itself.
+Why an account per credential: subject permissions see the subject a client publishes to, never the body
+or the reply subject of its request. Inside the account that holds TREADLE_EVENTS a read-only credential
+could still make the server publish anywhere in that account (issue 9): a consumer whose create body sets
+``deliver_subject`` (a push consumer) has the stream's events delivered there, and a pull request
+(``CONSUMER.MSG.NEXT``) or any API request delivers its answer to whatever reply subject it names, onto
+``treadle.cmd.…`` or a subject another stream captures (``treadle.prov.…``). So a credential lives in an
+account of its own, and reaches the service account (``TREADLE``: the workers, JetStream) only through
+exports made for it alone:
 
-A consumer credential owns exactly one consumer name on TREADLE_EVENTS (its id): consumer names are one
-flat namespace per stream, so a credential allowed ``CONSUMER.MSG.NEXT.<stream>.*`` could pull from the
-workers' consumers. Its inbox prefix is its own (``_INBOX_<id>``) for the same reason.
+* ``$JS.API.CONSUMER.MSG.NEXT`` and ``…INFO`` of its one consumer (imported under ``treadle.js``: an account
+  without JetStream answers ``$JS.API.>`` itself), and the acks of that consumer, as services. A service
+  import maps the requester's reply subject to a private ``_R_.…`` one and routes the answers back into the
+  requester's account, so a reply subject naming a worker subject lands in the tenant's own, empty account.
+* ``treadle.evt.<tenant>.>`` as a stream (live subscription).
+
+No consumer API that takes a body with a delivery target (CREATE) is exported: the operator creates the
+credential's pull consumer with the service user (:mod:`treadle.runtime.tenant_consumers`) and repositions
+it on request. Revocation is a reload, after which the server closes the revoked user's connections at once
+(bounded by the reload, not by a token lifetime); there is nothing to run besides nats-server itself (no
+resolver, no callout service that every connection depends on). Passwords are stored as bcrypt hashes
+only; the server verifies them itself. The user permissions stay an allow list as a second fence.
 """
 
 from __future__ import annotations
@@ -29,12 +39,14 @@ from pathlib import Path
 import bcrypt
 import msgspec
 
-from ..client.tenant_events import TenantCredential  # the document a tenant receives
+from ..client.tenant_events import API_PREFIX, TenantCredential  # the document a tenant receives
 
 from ..domain.ids import is_token
 from ..eventlog.subjects import EVENTS_STREAM
 
 SERVICE_USER = "treadle"
+SERVICE_ACCOUNT = "TREADLE"  # holds JetStream and the workers; JetStream keeps its files under jetstream/TREADLE
+_GLOBAL_ACCOUNT = "$G"  # where the service user lived before accounts (JetStream files under jetstream/$G)
 AUTH_DIR = "auth"
 CONF = "auth.conf"
 PID_FILE = "nats-server.pid"
@@ -65,18 +77,51 @@ class Service(msgspec.Struct, kw_only=True):
     password: str
 
 
+def _consumer_api(verb: str, consumer: str) -> str:
+    return f"$JS.API.CONSUMER.{verb}.{EVENTS_STREAM}.{consumer}"
+
+
+def _acks(consumer: str) -> str:
+    return f"$JS.ACK.{EVENTS_STREAM}.{consumer}.>"
+
+
+def _local_api(subject: str) -> str:
+    """Where the tenant's account sees an imported ``$JS.API.…`` subject."""
+    return API_PREFIX + subject.removeprefix("$JS.API")
+
+
 def tenant_permissions(tenant: str, consumer: str) -> dict:
-    """Read-only access to ``treadle.evt.<tenant>.>``: live subscription and one single-filter pull
-    consumer on TREADLE_EVENTS. Everything not allowed is denied (an allow list denies the rest)."""
-    api = f"$JS.API.CONSUMER.{{}}.{EVENTS_STREAM}.{consumer}"
+    """Inside the credential's own account: pull from, inspect and ack its one consumer, and subscribe to
+    ``treadle.evt.<tenant>.>`` and its own inboxes. Everything not allowed is denied (an allow list)."""
     return {
-        "publish": {"allow": [
-            api.format("CREATE") + f".treadle.evt.{tenant}.>",
-            api.format("INFO"), api.format("DELETE"), api.format("MSG.NEXT"),
-            f"$JS.ACK.{EVENTS_STREAM}.{consumer}.>",
-        ]},
+        "publish": {"allow": [_local_api(_consumer_api("INFO", consumer)),
+                              _local_api(_consumer_api("MSG.NEXT", consumer)), _acks(consumer)]},
         "subscribe": {"allow": [f"treadle.evt.{tenant}.>", f"_INBOX_{consumer}.>"]},
     }
+
+
+def service_exports(cred: ConsumerCredential) -> list[dict]:
+    """What the service account offers one credential's account, and nobody else."""
+    only = [cred.id]
+    return [
+        {"service": _consumer_api("INFO", cred.consumer), "accounts": only},
+        # A pull request is answered by up to `batch` messages, so the route back must outlive the first.
+        {"service": _consumer_api("MSG.NEXT", cred.consumer), "accounts": only, "response_type": "stream"},
+        {"service": _acks(cred.consumer), "accounts": only},
+        {"stream": f"treadle.evt.{cred.tenant}.>", "accounts": only},
+    ]
+
+
+def tenant_account(cred: ConsumerCredential) -> dict:
+    """The credential's account: its one user and the imports matching :func:`service_exports`."""
+    source = {"account": SERVICE_ACCOUNT}
+    imports: list[dict] = [{"service": {**source, "subject": _consumer_api(verb, cred.consumer)},
+                            "to": _local_api(_consumer_api(verb, cred.consumer))} for verb in ("INFO", "MSG.NEXT")]
+    imports.append({"service": {**source, "subject": _acks(cred.consumer)}})
+    imports.append({"stream": {**source, "subject": f"treadle.evt.{cred.tenant}.>"}})
+    return {"users": [{"user": cred.id, "password": cred.password_hash,
+                       "permissions": tenant_permissions(cred.tenant, cred.consumer)}],
+            "imports": imports}
 
 
 def _hash(password: str) -> str:
@@ -146,7 +191,10 @@ class BrokerAuth:
             self._save([*self.credentials(), cred])
         return TenantCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,
                                 consumer=cred.consumer, inbox_prefix=cred.inbox_prefix,
-                                filter=f"treadle.evt.{tenant}.>")
+                                filter=f"treadle.evt.{tenant}.>", api_prefix=API_PREFIX)
+
+    def credential(self, cred_id: str) -> ConsumerCredential | None:
+        return next((c for c in self.credentials() if c.id == cred_id), None)
 
     def revoke(self, cred_id: str) -> ConsumerCredential | None:
         """Forget a credential; returns it (or None when unknown). :meth:`reload` makes it take effect."""
@@ -160,22 +208,53 @@ class BrokerAuth:
     # --- the server's view ----------------------------------------------------------------------
 
     def render(self) -> Path:
-        """Write ``auth.conf``: the service user (all subjects) and every tenant credential with its
-        permissions. The file is what nats-server includes; JSON is valid NATS config syntax."""
+        """Write ``auth.conf``: the service account (its user may use every subject of it) exporting to
+        each tenant credential's account what that credential may use. The file is what nats-server
+        includes; JSON is valid NATS config syntax."""
         service = self.service()
-        users: list[dict] = [{"user": service.user, "password": _service_hash(self.dir, service.password)}]
-        for cred in self.credentials():
-            users.append({"user": cred.id, "password": cred.password_hash,
-                          "permissions": tenant_permissions(cred.tenant, cred.consumer)})
-        text = "# Generated by Treadle (treadle.runtime.broker_auth); do not edit.\nauthorization " + \
-            json.dumps({"users": users}, indent=2) + "\n"
+        creds = self.credentials()
+        accounts: dict[str, dict] = {SERVICE_ACCOUNT: {
+            "jetstream": "enabled",
+            "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
+            "exports": [export for cred in creds for export in service_exports(cred)],
+        }}
+        for cred in creds:
+            accounts[cred.id] = tenant_account(cred)
+        text = "# Generated by Treadle (treadle.runtime.broker_auth); do not edit.\naccounts " + \
+            json.dumps(accounts, indent=2) + "\n"
         path = self.server_dir / CONF
         _write_private(path, text.encode())
         return path
 
+    def adopt_global_store(self, store_dir: Path | None = None) -> bool:
+        """Before the first start with accounts: JetStream state the service user wrote while it lived in
+        the global account (``jetstream/$G``) becomes the service account's (``jetstream/TREADLE``), so
+        the streams survive the upgrade. Only while the server is stopped; True when something moved."""
+        root = Path(store_dir or self.server_dir) / "jetstream"
+        old, new = root / _GLOBAL_ACCOUNT, root / SERVICE_ACCOUNT
+        if old.is_dir() and not new.exists():
+            old.rename(new)
+            return True
+        return False
+
     def reload(self, timeout: float = 15.0) -> None:
         """Ask the running server to re-read its configuration (SIGHUP) and wait until it says it did.
-        Connections of users that are gone are closed by the server during the reload."""
+        Connections of users that are gone are closed by the server during the reload.
+
+        Twice when the configuration gained an account since the last reload: nats-server (2.15) resolves
+        the service imports of an account that a reload ADDS against the exporting account as the new
+        config describes it, not the live one, so a new credential's pull requests are answered 503 (no
+        responders) until the next reload, which resolves them against the live account
+        (tests/integration/test_broker_auth.py shows both). A revocation needs one."""
+        accounts = {cred.id for cred in self.credentials()}
+        loaded = self.dir / "reloaded-accounts.json"
+        before = set(msgspec.json.decode(loaded.read_bytes(), type=list[str])) if loaded.is_file() else None
+        self._reload_once(timeout)
+        if before is None or not accounts <= before:
+            self._reload_once(timeout)
+        _write_private(loaded, msgspec.json.encode(sorted(accounts)))
+
+    def _reload_once(self, timeout: float) -> None:
         pid = int((self.server_dir / PID_FILE).read_text().strip())
         log = self.server_dir / LOG_FILE
         before = log.read_bytes().count(_RELOADED) if log.is_file() else 0

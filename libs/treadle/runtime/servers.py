@@ -253,6 +253,7 @@ class NatsServer(_LocalServer):
 
     def _prepare(self) -> None:
         if self.auth is not None:
+            self.auth.adopt_global_store()  # streams from before the service account existed
             self.auth.render()
             text = (self.config_text or "") + f'\ninclude "{CONF}"\n'
             self.config_path.write_text(text)
