@@ -10,7 +10,6 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from rich.markup import escape
@@ -32,9 +31,13 @@ def _auth(args: argparse.Namespace):
 
 
 def _address(service_url: str) -> str:
-    """The broker URL without the service user's credentials."""
-    parts = urlsplit(service_url.split(",")[0])
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    """The broker URL without the service user's credentials (every node of a cluster)."""
+    from treadle.client import broker_urls
+
+    try:
+        return broker_urls.address(service_url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 async def _reload(auth, args: argparse.Namespace) -> None:

@@ -1,6 +1,13 @@
-"""Stream and bucket definitions; ``ensure`` is idempotent and safe to run from every worker at start."""
+"""Stream and bucket definitions; ``ensure`` is idempotent and safe to run from every worker at start.
+
+Every stream and bucket gets the same replica count (``TREADLE_STREAM_REPLICAS``: 1 on a single server, 3 on
+a cluster), so no part of the state is lost with one node; ``ensure`` also raises (or lowers) the replicas of
+what an earlier deployment created.
+"""
 
 from __future__ import annotations
+
+import dataclasses
 
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
@@ -33,6 +40,10 @@ PROVIDER = StreamConfig(
     allow_direct=True,
 )
 
+# Who created what (tokens, broker credentials): runtime/audit.py writes it, and creates it when missing.
+AUDIT = StreamConfig(name="TREADLE_AUDIT", subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
+                     storage=StorageType.FILE, max_msg_size=64 * 1024)
+
 BUCKETS = (
     KeyValueConfig(bucket="treadle-hosts", history=1, ttl=30.0),
     KeyValueConfig(bucket="treadle-sessions", history=1),
@@ -42,15 +53,25 @@ BUCKETS = (
 
 
 async def ensure(js: JetStreamContext, replicas: int = 1) -> None:
-    for config in (EVENTS, PROVIDER):
-        config.num_replicas = replicas
-        try:
-            await js.add_stream(config)
-        except BadRequestError:
-            await js.update_stream(config)
+    for config in (EVENTS, PROVIDER, AUDIT):
+        await ensure_stream(js, dataclasses.replace(config, num_replicas=replicas))
     for bucket in BUCKETS:
         try:
             await js.key_value(bucket.bucket)
         except BucketNotFoundError:
-            bucket.replicas = replicas
-            await js.create_key_value(bucket)
+            await js.create_key_value(dataclasses.replace(bucket, replicas=replicas))
+        else:
+            await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas)
+
+
+async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except BadRequestError:  # it exists with another configuration: bring it to this one
+        await js.update_stream(config)
+
+
+async def _ensure_replicas(js: JetStreamContext, stream: str, replicas: int) -> None:
+    info = await js.stream_info(stream)
+    if info.config.num_replicas != replicas:
+        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))

@@ -12,16 +12,13 @@ from datetime import datetime, timezone
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.errors import NotFoundError
 
 from ..domain.ids import is_token, new_id
+from ..eventlog import streams
 
-STREAM = "TREADLE_AUDIT"
+STREAM = streams.AUDIT.name
 ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked")
-
-CONFIG = StreamConfig(name=STREAM, subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
-                      storage=StorageType.FILE, max_msg_size=64 * 1024)
 
 
 class AuditRecord(msgspec.Struct, kw_only=True):
@@ -44,10 +41,12 @@ def subject(tenant: str, action: str) -> str:
 
 
 async def ensure(js: JetStreamContext) -> None:
+    """Create the stream when missing (the CLI may audit before any worker ran); an existing one is the
+    workers' to configure (``streams.ensure``: its replicas are the deployment's, not known here)."""
     try:
-        await js.add_stream(CONFIG)
-    except BadRequestError:
-        await js.update_stream(CONFIG)
+        await js.stream_info(STREAM)
+    except NotFoundError:
+        await streams.ensure_stream(js, streams.AUDIT)
 
 
 async def record(js: JetStreamContext, *, tenant: str, action: str, target: str, actor: str | None = None,
