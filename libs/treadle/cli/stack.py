@@ -77,6 +77,8 @@ class Stack:
             nats_dir = self.state_dir / "nats"
             self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
             await self.nats.start()
+            if self.nats_cluster > 1:
+                await self._ensure_streams()
         if self._redis_url is None:
             self.redis = RedisServer(self.state_dir / "redis")
             await self.redis.start()
@@ -97,6 +99,20 @@ class Stack:
                 self.processes.add(name, [sys.executable, "-m", module], env)
         await self.processes.start()
         await self.wait_ready(timeout)
+
+    async def _ensure_streams(self) -> None:
+        """Create the replicated streams and buckets once, before six workers ask a fresh cluster for the
+        same at the same moment (each would wait on the others' creations and time out)."""
+        import nats
+
+        from ..client import broker_urls
+        from ..eventlog import streams
+
+        nc = await nats.connect(**broker_urls.parse(self.nats_url).connect_options(), name="treadle-up")
+        try:
+            await streams.ensure(nc.jetstream(), 3)
+        finally:
+            await nc.close()
 
     async def wait_ready(self, timeout: float = 60.0, names: list[str] | None = None) -> None:
         """Every worker answers /readyz (workers answer only once they consume)."""

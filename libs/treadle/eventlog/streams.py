@@ -7,11 +7,14 @@ what an earlier deployment created.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, ServiceUnavailableError
 
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
 
@@ -52,16 +55,36 @@ BUCKETS = (
 )
 
 
-async def ensure(js: JetStreamContext, replicas: int = 1) -> None:
+async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0) -> None:
+    """Create or update every stream and bucket. On a cluster that is still electing its leaders (or one
+    busy creating what the other workers asked for at the same moment) an API request can time out or
+    find nobody to answer: each step is retried until ``timeout``, and each is safe to repeat."""
+    deadline = asyncio.get_running_loop().time() + timeout
     for config in (EVENTS, PROVIDER, AUDIT):
-        await ensure_stream(js, dataclasses.replace(config, num_replicas=replicas))
+        await _until_done(deadline, lambda c=config: ensure_stream(js, dataclasses.replace(c, num_replicas=replicas)))
     for bucket in BUCKETS:
+        await _until_done(deadline, lambda b=bucket: _ensure_bucket(js, b, replicas))
+
+
+async def _until_done(deadline: float, step: Callable[[], Awaitable[None]]) -> None:
+    delay = 0.1
+    while True:
         try:
-            await js.key_value(bucket.bucket)
-        except BucketNotFoundError:
-            await js.create_key_value(dataclasses.replace(bucket, replicas=replicas))
-        else:
-            await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas)
+            return await step()
+        except (NatsTimeout, NoRespondersError, ServiceUnavailableError):
+            if asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)  # backoff while the cluster settles, not synchronisation
+            delay = min(delay * 2, 2.0)
+
+
+async def _ensure_bucket(js: JetStreamContext, bucket: KeyValueConfig, replicas: int) -> None:
+    try:
+        await js.key_value(bucket.bucket)
+    except BucketNotFoundError:
+        await js.create_key_value(dataclasses.replace(bucket, replicas=replicas))
+    else:
+        await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas)
 
 
 async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
