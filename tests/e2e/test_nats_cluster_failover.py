@@ -1,0 +1,137 @@
+"""Issue 6, item 4: the whole stack on a 3-node JetStream cluster (every stream and bucket R3). One node, the
+leader of TREADLE_EVENTS, is SIGKILLed in the middle of streaming runs and restarted later; messages keep
+arriving meanwhile. The workers fail over to the other nodes, and every message still becomes exactly one
+completed run with its whole reply; the log passes its invariant check and every projection equals a
+replay of its thread's log."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+import nats
+import pytest
+
+from api import Api
+from conftest import _quiet
+from helpers import wait_for
+from treadle.cli.stack import Stack
+from treadle.client import broker_urls
+from treadle.domain import events as ev
+from treadle.domain.thread import fold
+from treadle.eventlog.log import EventLog
+from treadle.eventlog.subjects import EVENTS_STREAM
+from treadle.projections.check import check_log
+from treadle.projections.store import encode_state
+from treadle.runtime.tokens import TokenStore
+
+pytestmark = pytest.mark.e2e
+
+THREADS = 4
+REPLY = "".join(f"part {i:02d}. " for i in range(24))
+SCRIPT = {"steps": [{"type": "text", "text": REPLY, "chunk": 8, "delay_ms": 40}]}
+_tenants = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+async def cluster_stack(tmp_path_factory):
+    async with Stack(tmp_path_factory.mktemp("cluster-stack"), on_output=_quiet, nats_cluster=3) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+async def cluster_nc(cluster_stack):
+    # Like a worker: every node's URL, reconnecting for as long as it takes.
+    nc = await nats.connect(**broker_urls.parse(cluster_stack.nats_url).connect_options(),
+                            max_reconnect_attempts=-1, reconnect_time_wait=0.25, name="test-cluster")
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+async def cluster_api(cluster_stack, cluster_nc):
+    tenant = f"cluster{next(_tenants)}"
+    token = await TokenStore(cluster_nc.jetstream()).create(tenant, "alice")
+    client = Api(cluster_stack.api_url, token, tenant)
+    yield client
+    await client.close()
+
+
+async def send_until_accepted(api: Api, thread: str, text: str) -> str:
+    """What a client does when the API is briefly unavailable: repeat the request with the same
+    Idempotency-Key until it is accepted. The key makes every repeat the same message."""
+    key = uuid.uuid4().hex
+    async def accepted():
+        r = await api.request("POST", f"/v1/threads/{thread}/messages", headers={"Idempotency-Key": key},
+                              json={"text": text, "script": SCRIPT, "mode": "queue_after_active"})
+        if r.status_code >= 500:
+            return None
+        assert r.status_code == 202, r.text
+        return r.json()["run_id"]
+    return await wait_for(accepted, timeout=60, interval=0.1, what=f"message {text!r} accepted")
+
+
+async def _readable(log: EventLog, tenant: str, thread: str):
+    try:
+        return await log.read(tenant, thread)
+    except Exception:  # the test's own connection fails over too
+        return None
+
+
+async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restarted(cluster_api, cluster_stack,
+                                                                                     cluster_nc):
+    api, cluster, js = cluster_api, cluster_stack.nats, cluster_nc.jetstream()
+    log = EventLog(cluster_nc)
+    threads = [await api.create_thread(title=f"failover {i}") for i in range(THREADS)]
+    runs: dict[str, str] = {}
+    for n, thread in enumerate(threads):
+        for i in range(2):
+            runs[await send_until_accepted(api, thread, f"before {n}.{i}")] = thread
+
+    async def streaming():
+        events = await _readable(log, api.tenant, threads[0]) or []
+        return any(isinstance(e.data, ev.MessageDelta) for e in events)
+    await wait_for(streaming, timeout=30, what="the first durable delta")
+
+    leader = (await js.stream_info(EVENTS_STREAM)).cluster.leader
+    (victim,) = [node for node in cluster.nodes if node.sections[0].endswith(leader)]
+    victim.kill()  # the node every append goes through: the stream must elect another leader
+    for n, thread in enumerate(threads):  # while it is down
+        runs[await send_until_accepted(api, thread, f"during {n}")] = thread
+
+    async def moved_on():
+        try:
+            info = await js.stream_info(EVENTS_STREAM)
+        except Exception:
+            return None
+        return info.cluster.leader not in (None, leader)
+    await wait_for(moved_on, timeout=60, what="a new TREADLE_EVENTS leader")
+    await victim.start()  # the node comes back with its data and catches up
+    await cluster.wait_healthy(timeout=60)
+    for n, thread in enumerate(threads):
+        runs[await send_until_accepted(api, thread, f"after {n}")] = thread
+
+    for run_id in runs:
+        await api.wait_run(run_id, timeout=120)
+
+    for thread in threads:
+        events = await log.read(api.tenant, thread)
+        assert len({e.id for e in events}) == len(events), "an event was appended twice"
+        state = fold(events)
+        ended = [e.data.run_id for e in events if isinstance(e.data, ev.RunEnded)]
+        assert sorted(ended) == sorted(r.id for r in state.runs), "a run ended twice or never"
+        assert sorted(r.id for r in state.runs) == sorted(r for r, t in runs.items() if t == thread)
+        for run in state.runs:
+            assert run.status == "completed", (run.id, run.status, run.error)
+            final = [m for m in state.messages if m.role == "assistant" and m.attempt_id == run.attempt.id]
+            assert [m.text for m in final] == [REPLY]
+        replay = encode_state(state)
+
+        async def projected(thread=thread, replay=replay):
+            r = await api.request("GET", f"/v1/threads/{thread}")
+            return r.status_code == 200 and r.content == replay
+        await wait_for(projected, timeout=60, what=f"projection of {thread} equals its log")
+
+    report = await check_log(cluster_nc, api.tenant)
+    assert report.ok, report.summary()
+    assert report.runs == len(runs) == report.terminal_runs
