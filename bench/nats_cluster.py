@@ -180,7 +180,7 @@ async def bench_recovery(tmp: Path, kills: int) -> dict:
             rounds = []
             for k in range(kills):
                 leader = (await js.stream_info(EVENTS_STREAM)).cluster.leader
-                victim = next(n for n in cluster.nodes if n.sections[0].endswith(leader))
+                victim = cluster.node(leader)
                 t0 = time.monotonic()
                 victim.kill()
 

@@ -55,7 +55,7 @@ async def test_a_cluster_comes_up_and_every_stream_and_bucket_is_R3(tmp_path):
             js = nc.jetstream()
             await streams.ensure(js, 1)  # what an earlier single-replica deployment left behind
             await streams.ensure(js, 3)  # is raised to three replicas in place
-            names = {f"treadle-{n}" for n in (1, 2, 3)}
+            names = set(cluster.names)
             for stream in REPLICATED:
                 async def placed(stream=stream):
                     info = await js.stream_info(stream)

@@ -328,12 +328,17 @@ class NatsCluster:
         self.start_timeout = start_timeout
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, route, monitoring
         routes = [route for _, route, _ in ports]
+        self.names = [f"{name}-{n}" for n in range(1, size + 1)]  # server names, as JetStream reports leaders
         self.nodes = [
             NatsServer(self.dir / f"node-{n}", port=client, http_port=http, auth=self.auth,
                        start_timeout=start_timeout,
-                       sections=[server_name_section(f"{name}-{n}"), cluster_section(name, route, routes)])
-            for n, (client, route, http) in enumerate(ports, start=1)
+                       sections=[server_name_section(server), cluster_section(name, route, routes)])
+            for n, (server, (client, route, http)) in enumerate(zip(self.names, ports), start=1)
         ]
+
+    def node(self, server_name: str) -> NatsServer:
+        """The node JetStream calls ``server_name`` (e.g. a stream's ``cluster.leader``)."""
+        return self.nodes[self.names.index(server_name)]
 
     @property
     def address(self) -> str:
