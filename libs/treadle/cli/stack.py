@@ -69,6 +69,9 @@ class Stack:
                "TREADLE_STATE_DIR": str(self.state_dir)}
         if self.nats_cluster > 1:
             env["TREADLE_STREAM_REPLICAS"] = "3"  # a majority of 3 survives one node; more copies only cost
+            # Heartbeats stall while the hosts bucket elects a new leader after a node loss (measured 4-8 s,
+            # plus a heartbeat period): that must not read as a dead provider host (the default is 10 s).
+            env["TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS"] = "20"
         return {**env, **self._env}
 
     async def start(self, timeout: float = 60.0) -> None:
