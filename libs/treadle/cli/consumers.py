@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 from rich.markup import escape
 
+from ..eventlog import streams
 from ..eventlog.subjects import EVENTS_STREAM
 from .config import connect_nats, nats_url, state_dir
 from .errors import UsageError
@@ -98,7 +99,8 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
         from nats.js.errors import NotFoundError
 
         with contextlib.suppress(NotFoundError):
-            await nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer)
+            # Revoking must not stop between the reload and this clean-up because a node was just lost.
+            await streams.settled(lambda: nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer))
     await _audit(args, tenant=gone.tenant, action="broker_credential.revoked", target=gone.id)
     console.print(f"[green]✓[/] revoked {gone.id} (tenant {escape(gone.tenant)}); its consumer is deleted")
     return 0

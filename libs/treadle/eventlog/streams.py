@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError, ServiceUnavailableError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
 
 DAY = 86_400.0
+T = TypeVar("T")
 
 EVENTS = StreamConfig(
     name=EVENTS_STREAM,
@@ -66,12 +68,19 @@ async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0)
         await _until_done(deadline, lambda b=bucket: _ensure_bucket(js, b, replicas))
 
 
-async def _until_done(deadline: float, step: Callable[[], Awaitable[None]]) -> None:
+async def settled(step: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+    """``step()``, again while it times out or finds nobody to answer: on a cluster that just lost a node,
+    what that node led (a stream, a consumer, the meta layer) is unavailable until the others elect a leader
+    (seconds). The step must be safe to repeat."""
+    return await _until_done(asyncio.get_running_loop().time() + timeout, step)
+
+
+async def _until_done(deadline: float, step: Callable[[], Awaitable[T]]) -> T:
     delay = 0.1
     while True:
         try:
             return await step()
-        except (NatsTimeout, NoRespondersError, ServiceUnavailableError):
+        except (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError):
             if asyncio.get_running_loop().time() + delay > deadline:
                 raise
             await asyncio.sleep(delay)  # backoff while the cluster settles, not synchronisation

@@ -52,11 +52,13 @@ async def ensure(js: JetStreamContext) -> None:
 async def record(js: JetStreamContext, *, tenant: str, action: str, target: str, actor: str | None = None,
                  details: dict | None = None) -> AuditRecord:
     """Append one record (after making sure the stream exists; audited operations are rare)."""
-    await ensure(js)
+    await streams.settled(lambda: ensure(js))
     now = datetime.now(timezone.utc)
     entry = AuditRecord(id=new_id("evt", int(now.timestamp() * 1000)), at=now, tenant=tenant, action=action,
                         actor=actor or _operator(), target=target, details=details or {})
-    await js.publish(subject(tenant, action), msgspec.json.encode(entry), headers={"Nats-Msg-Id": entry.id})
+    # Repeated with the same Nats-Msg-Id while a cluster elects a leader: a copy that landed is dropped.
+    payload = msgspec.json.encode(entry)
+    await streams.settled(lambda: js.publish(subject(tenant, action), payload, headers={"Nats-Msg-Id": entry.id}))
     return entry
 
 
