@@ -4,7 +4,6 @@ nodes, the nodes share one auth.conf and reload it together, and a tenant's cred
 from __future__ import annotations
 
 import nats
-import pytest
 
 from helpers import wait_for
 from treadle.client import broker_urls
@@ -95,15 +94,3 @@ async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_au
                 assert await _refused(node.address, creds), node.address
         finally:
             await service.close()
-
-
-def test_broker_urls_split_a_cluster_url_into_servers_and_one_set_of_credentials():
-    parsed = broker_urls.parse("nats://treadle:p%40ss@127.0.0.1:4001, nats://treadle:p%40ss@127.0.0.1:4002")
-    assert parsed.servers == ["nats://127.0.0.1:4001", "nats://127.0.0.1:4002"]
-    assert (parsed.user, parsed.password) == ("treadle", "p@ss")
-    assert parsed.address == "nats://127.0.0.1:4001,nats://127.0.0.1:4002"
-    assert broker_urls.parse("127.0.0.1:4222").connect_options() == {"servers": ["nats://127.0.0.1:4222"]}
-    with pytest.raises(ValueError):
-        broker_urls.parse("nats://a:1@h:1,nats://b:2@h:2")
-    with pytest.raises(ValueError):
-        broker_urls.parse(" , ")
