@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from ..client import broker_urls
 from ..client.http import TreadleClient
 from .errors import UsageError
 
@@ -60,8 +61,9 @@ async def connect_nats(url: str):
         pass
 
     try:
+        options = broker_urls.parse(url).connect_options()  # a cluster's URL lists every node
         # nats-py 2.16 retries an unreachable server forever when allow_reconnect=False; one attempt fails fast.
-        nc = await asyncio.wait_for(nats.connect(url, connect_timeout=3, max_reconnect_attempts=1,
+        nc = await asyncio.wait_for(nats.connect(**options, connect_timeout=3, max_reconnect_attempts=1,
                                                  reconnect_time_wait=0.1, error_cb=quiet, name="treadle-cli"), 10)
     except Exception as exc:
         raise UsageError(f"cannot connect to NATS at {_redacted(url)}: {exc or exc.__class__.__name__}") from None

@@ -11,11 +11,11 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 from rich.markup import escape
 
+from ..eventlog import streams
 from ..eventlog.subjects import EVENTS_STREAM
 from .config import connect_nats, nats_url, state_dir
 from .errors import UsageError
@@ -33,9 +33,13 @@ def _auth(args: argparse.Namespace):
 
 
 def _address(service_url: str) -> str:
-    """The broker URL without the service user's credentials."""
-    parts = urlsplit(service_url.split(",")[0])
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    """The broker URL without the service user's credentials (every node of a cluster)."""
+    from treadle.client import broker_urls
+
+    try:
+        return broker_urls.address(service_url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 async def _reload(auth, args: argparse.Namespace) -> None:
@@ -138,7 +142,8 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
         from nats.js.errors import NotFoundError
 
         with contextlib.suppress(NotFoundError):
-            await nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer)
+            # Revoking must not stop between the reload and this clean-up because a node was just lost.
+            await streams.settled(lambda: nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer))
     await _audit(args, tenant=gone.tenant, action="broker_credential.revoked", target=gone.id)
     console.print(f"[green]✓[/] revoked {gone.id} (tenant {escape(gone.tenant)}); its consumer is deleted")
     return 0

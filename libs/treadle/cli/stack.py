@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 
 from ..runtime.processes import ProcessSupervisor
-from ..runtime.servers import NatsServer, RedisServer, free_port
+from ..runtime.servers import NatsCluster, NatsServer, RedisServer, free_port
 
 WORKERS = {
     "gateway": "treadle.gateway",
@@ -28,12 +28,18 @@ _PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SU
 class Stack:
     def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
                  gateway_port: int | None = None, env: dict[str, str] | None = None,
-                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1) -> None:
+                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1,
+                 nats_cluster: int = 1) -> None:
+        """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
+        cluster of that many nodes, with every stream and bucket replicated on 3 of them."""
+        if nats_cluster != 1 and nats_cluster < 3:
+            raise ValueError("nats_cluster is 1 (one server) or at least 3 nodes")
         self.state_dir = Path(state_dir).resolve()
+        self.nats_cluster = nats_cluster
         self._nats_url, self._redis_url = nats_url, redis_url
         self.gateway_port = gateway_port or free_port()
         self._env = env or {}
-        self.nats: NatsServer | None = None
+        self.nats: NatsServer | NatsCluster | None = None
         self.redis: RedisServer | None = None
         self.processes = ProcessSupervisor(on_output=on_output)
         self.health_ports: dict[str, int] = {}
@@ -59,14 +65,23 @@ class Stack:
         return self._redis_url or self.redis.url  # type: ignore[union-attr]
 
     def worker_env(self) -> dict[str, str]:
-        return {"TREADLE_NATS_URL": self.nats_url, "TREADLE_REDIS_URL": self.redis_url,
-                "TREADLE_STATE_DIR": str(self.state_dir), **self._env}
+        env = {"TREADLE_NATS_URL": self.nats_url, "TREADLE_REDIS_URL": self.redis_url,
+               "TREADLE_STATE_DIR": str(self.state_dir)}
+        if self.nats_cluster > 1:
+            env["TREADLE_STREAM_REPLICAS"] = "3"  # a majority of 3 survives one node; more copies only cost
+            # Heartbeats stall while the hosts bucket elects a new leader after a node loss (measured 4-8 s,
+            # plus a heartbeat period): that must not read as a dead provider host (the default is 10 s).
+            env["TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS"] = "20"
+        return {**env, **self._env}
 
     async def start(self, timeout: float = 60.0) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self._nats_url is None:
-            self.nats = NatsServer(self.state_dir / "nats")
+            nats_dir = self.state_dir / "nats"
+            self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
             await self.nats.start()
+            if self.nats_cluster > 1:
+                await self._ensure_streams()
         if self._redis_url is None:
             self.redis = RedisServer(self.state_dir / "redis")
             await self.redis.start()
@@ -87,6 +102,20 @@ class Stack:
                 self.processes.add(name, [sys.executable, "-m", module], env)
         await self.processes.start()
         await self.wait_ready(timeout)
+
+    async def _ensure_streams(self) -> None:
+        """Create the replicated streams and buckets once, before six workers ask a fresh cluster for the
+        same at the same moment (each would wait on the others' creations and time out)."""
+        import nats
+
+        from ..client import broker_urls
+        from ..eventlog import streams
+
+        nc = await nats.connect(**broker_urls.parse(self.nats_url).connect_options(), name="treadle-up")
+        try:
+            await streams.ensure(nc.jetstream(), 3)
+        finally:
+            await nc.close()
 
     async def wait_ready(self, timeout: float = 60.0, names: list[str] | None = None) -> None:
         """Every worker answers /readyz (workers answer only once they consume)."""

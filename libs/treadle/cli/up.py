@@ -164,11 +164,14 @@ async def cmd_up(args: argparse.Namespace) -> int:
     loop.set_exception_handler(_ignore_cancelled)
     if args.provider_hosts < 1:
         raise UsageError("--provider-hosts must be at least 1")
+    if args.nats_cluster != 1 and args.nats_cluster < 3:
+        raise UsageError("--nats-cluster is 1 (one server) or at least 3 nodes (a quorum must survive a loss)")
     stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose),
-                  provider_hosts=args.provider_hosts)
+                  provider_hosts=args.provider_hosts, nats_cluster=args.nats_cluster)
     began = time.monotonic()
     try:
-        with console.status("starting nats-server, redis-server and 6 workers…"):
+        broker = "nats-server" if args.nats_cluster == 1 else f"a {args.nats_cluster}-node NATS cluster"
+        with console.status(f"starting {broker}, redis-server and 6 workers…"):
             try:
                 await stack.start()
             except ServerNotFound as exc:
@@ -177,6 +180,9 @@ async def cmd_up(args: argparse.Namespace) -> int:
                 raise UsageError("the workers did not all become ready within 60s; `treadle up --verbose` shows "
                                  "their output") from None
         console.print(f"[green]✓[/] stack up in {time.monotonic() - began:.1f}s · state in {escape(str(state))}")
+        if args.nats_cluster > 1:
+            console.print(f"[green]✓[/] NATS cluster of {args.nats_cluster} nodes, streams and buckets R3: "
+                          f"{escape(stack.nats_address)}", soft_wrap=True)
         for name, value in (("nats-url", stack.nats_url), ("redis-url", stack.redis_url), ("api-url", stack.api_url)):
             (state / name).write_text(value + "\n")
         (state / "nats-url").chmod(0o600)  # it carries the service user's password

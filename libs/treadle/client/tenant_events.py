@@ -35,6 +35,7 @@ from nats.js.api import ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from ..domain.events import PAYLOADS, Envelope, decode_event
+from . import broker_urls
 
 API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API
 
@@ -71,7 +72,8 @@ class TenantCredential(msgspec.Struct, kw_only=True):
     @contextlib.asynccontextmanager
     async def connect(self, **options) -> AsyncIterator[NATS]:
         """A connection as this credential (its own inbox prefix: the only inboxes it may read)."""
-        nc = await nats.connect(self.url, user=self.user, password=self.password, inbox_prefix=self.inbox_prefix,
+        servers = broker_urls.parse(self.url).servers  # a cluster's URL lists every node: any of them will do
+        nc = await nats.connect(servers, user=self.user, password=self.password, inbox_prefix=self.inbox_prefix,
                                 name=f"treadle-consumer-{self.consumer}", **options)
         try:
             yield nc

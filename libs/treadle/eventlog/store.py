@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
-from .errors import Conflict
+from .errors import Conflict, Unavailable
 from .log import ELSS, EventLog
 from ..runtime.metrics import EVENTS_APPENDED
 
@@ -55,7 +55,12 @@ class ThreadStore:
                 evolve(state, decode_event(msg.data, seq))
                 self._states.move_to_end(key)
                 return state
-        return await self.refresh(tenant, thread)
+        state = await self.refresh(tenant, thread)
+        if state.seq < seq:
+            # On a replicated stream any replica answers direct gets, and one may not have stored yet what
+            # the consumer (fed by the leader) delivered. Deciding without the event would drop it: retry.
+            raise Unavailable(f"the log read of {tenant}/{thread} ends at {state.seq}, before delivered {seq}")
+        return state
 
     async def refresh(self, tenant: str, thread: str) -> ThreadState:
         key = (tenant, thread)

@@ -1,14 +1,26 @@
-"""Stream and bucket definitions; ``ensure`` is idempotent and safe to run from every worker at start."""
+"""Stream and bucket definitions; ``ensure`` is idempotent and safe to run from every worker at start.
+
+Every stream and bucket gets the same replica count (``TREADLE_STREAM_REPLICAS``: 1 on a single server, 3 on
+a cluster), so no part of the state is lost with one node; ``ensure`` also raises (or lowers) the replicas of
+what an earlier deployment created.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
 
 DAY = 86_400.0
+T = TypeVar("T")
 
 EVENTS = StreamConfig(
     name=EVENTS_STREAM,
@@ -33,6 +45,10 @@ PROVIDER = StreamConfig(
     allow_direct=True,
 )
 
+# Who created what (tokens, broker credentials): runtime/audit.py writes it, and creates it when missing.
+AUDIT = StreamConfig(name="TREADLE_AUDIT", subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
+                     storage=StorageType.FILE, max_msg_size=64 * 1024)
+
 BUCKETS = (
     KeyValueConfig(bucket="treadle-hosts", history=1, ttl=30.0),
     KeyValueConfig(bucket="treadle-sessions", history=1),
@@ -41,16 +57,53 @@ BUCKETS = (
 )
 
 
-async def ensure(js: JetStreamContext, replicas: int = 1) -> None:
-    for config in (EVENTS, PROVIDER):
-        config.num_replicas = replicas
-        try:
-            await js.add_stream(config)
-        except BadRequestError:
-            await js.update_stream(config)
+async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0) -> None:
+    """Create or update every stream and bucket. On a cluster that is still electing its leaders (or one
+    busy creating what the other workers asked for at the same moment) an API request can time out or
+    find nobody to answer: each step is retried until ``timeout``, and each is safe to repeat."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    for config in (EVENTS, PROVIDER, AUDIT):
+        await _until_done(deadline, lambda c=config: ensure_stream(js, dataclasses.replace(c, num_replicas=replicas)))
     for bucket in BUCKETS:
+        await _until_done(deadline, lambda b=bucket: _ensure_bucket(js, b, replicas))
+
+
+async def settled(step: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
+    """``step()``, again while it times out or finds nobody to answer: on a cluster that just lost a node,
+    what that node led (a stream, a consumer, the meta layer) is unavailable until the others elect a leader
+    (seconds). The step must be safe to repeat."""
+    return await _until_done(asyncio.get_running_loop().time() + timeout, step)
+
+
+async def _until_done(deadline: float, step: Callable[[], Awaitable[T]]) -> T:
+    delay = 0.1
+    while True:
         try:
-            await js.key_value(bucket.bucket)
-        except BucketNotFoundError:
-            bucket.replicas = replicas
-            await js.create_key_value(bucket)
+            return await step()
+        except (NatsTimeout, NoRespondersError, NoStreamResponseError, ServiceUnavailableError):
+            if asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)  # backoff while the cluster settles, not synchronisation
+            delay = min(delay * 2, 2.0)
+
+
+async def _ensure_bucket(js: JetStreamContext, bucket: KeyValueConfig, replicas: int) -> None:
+    try:
+        await js.key_value(bucket.bucket)
+    except BucketNotFoundError:
+        await js.create_key_value(dataclasses.replace(bucket, replicas=replicas))
+    else:
+        await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas)
+
+
+async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    try:
+        await js.add_stream(config)
+    except BadRequestError:  # it exists with another configuration: bring it to this one
+        await js.update_stream(config)
+
+
+async def _ensure_replicas(js: JetStreamContext, stream: str, replicas: int) -> None:
+    info = await js.stream_info(stream)
+    if info.config.num_replicas != replicas:
+        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))

@@ -12,17 +12,14 @@ from datetime import datetime, timezone
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.errors import NotFoundError
 
 from ..domain.ids import is_token, new_id
+from ..eventlog import streams
 
-STREAM = "TREADLE_AUDIT"
+STREAM = streams.AUDIT.name
 ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked",
            "broker_credential.reset")
-
-CONFIG = StreamConfig(name=STREAM, subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
-                      storage=StorageType.FILE, max_msg_size=64 * 1024)
 
 
 class AuditRecord(msgspec.Struct, kw_only=True):
@@ -45,20 +42,24 @@ def subject(tenant: str, action: str) -> str:
 
 
 async def ensure(js: JetStreamContext) -> None:
+    """Create the stream when missing (the CLI may audit before any worker ran); an existing one is the
+    workers' to configure (``streams.ensure``: its replicas are the deployment's, not known here)."""
     try:
-        await js.add_stream(CONFIG)
-    except BadRequestError:
-        await js.update_stream(CONFIG)
+        await js.stream_info(STREAM)
+    except NotFoundError:
+        await streams.ensure_stream(js, streams.AUDIT)
 
 
 async def record(js: JetStreamContext, *, tenant: str, action: str, target: str, actor: str | None = None,
                  details: dict | None = None) -> AuditRecord:
     """Append one record (after making sure the stream exists; audited operations are rare)."""
-    await ensure(js)
+    await streams.settled(lambda: ensure(js))
     now = datetime.now(timezone.utc)
     entry = AuditRecord(id=new_id("evt", int(now.timestamp() * 1000)), at=now, tenant=tenant, action=action,
                         actor=actor or _operator(), target=target, details=details or {})
-    await js.publish(subject(tenant, action), msgspec.json.encode(entry), headers={"Nats-Msg-Id": entry.id})
+    # Repeated with the same Nats-Msg-Id while a cluster elects a leader: a copy that landed is dropped.
+    payload = msgspec.json.encode(entry)
+    await streams.settled(lambda: js.publish(subject(tenant, action), payload, headers={"Nats-Msg-Id": entry.id}))
     return entry
 
 

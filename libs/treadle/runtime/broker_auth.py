@@ -238,7 +238,8 @@ class BrokerAuth:
         return False
 
     def reload(self, timeout: float = 15.0) -> None:
-        """Ask the running server to re-read its configuration (SIGHUP) and wait until it says it did.
+        """Ask every running server that includes this ``auth.conf`` to re-read its configuration (SIGHUP) and
+        wait until each says it did (one server, or the nodes of a cluster: ``_reload_once``).
         Connections of users that are gone are closed by the server during the reload.
 
         Twice when the configuration gained an account since the last reload: nats-server (2.15) resolves
@@ -255,15 +256,42 @@ class BrokerAuth:
         _write_private(loaded, msgspec.json.encode(sorted(accounts)))
 
     def _reload_once(self, timeout: float) -> None:
-        pid = int((self.server_dir / PID_FILE).read_text().strip())
-        log = self.server_dir / LOG_FILE
-        before = log.read_bytes().count(_RELOADED) if log.is_file() else 0
-        os.kill(pid, signal.SIGHUP)
+        """SIGHUP the single server of this directory, or every running node of a cluster (``node-<n>/`` below
+        it, see :class:`~treadle.runtime.servers.NatsCluster`); a node that is down reads the file when it starts."""
+        nodes = [d for d in (self.server_dir, *sorted(self.server_dir.glob("node-*"))) if (d / PID_FILE).is_file()]
+        if not nodes:
+            raise FileNotFoundError(f"no {PID_FILE} in {self.server_dir} or its node-* directories")
+        running = [(d, pid) for d in nodes if _running_nats(pid := int((d / PID_FILE).read_text().strip()))]
+        if not running:
+            raise ProcessLookupError(f"no nats-server of {self.server_dir} is running")
+        before = {d: _reloads(d) for d, _ in running}
+        for _, pid in running:
+            os.kill(pid, signal.SIGHUP)
         deadline = time.monotonic() + timeout
-        while log.read_bytes().count(_RELOADED) <= before:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nats-server (pid {pid}) did not confirm the reload within {timeout}s")
-            time.sleep(0.02)  # polling the server's log file for its confirmation line
+        for d, pid in running:
+            while _reloads(d) <= before[d]:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"nats-server (pid {pid}) did not confirm the reload within {timeout}s")
+                time.sleep(0.02)  # polling the server's log file for its confirmation line
+
+
+def _reloads(server_dir: Path) -> int:
+    log = server_dir / LOG_FILE
+    return log.read_bytes().count(_RELOADED) if log.is_file() else 0
+
+
+def _running_nats(pid: int) -> bool:
+    """A pid file outlives its server (a killed node leaves it behind), and the pid may be reused since."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: it exists; let the signal say more
+    try:
+        return b"nats-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc (not Linux): trust kill(0)
 
 
 def _service_hash(auth_dir: Path, password: str) -> str:

@@ -8,12 +8,14 @@ port and with the same data, which is what the chaos tests need.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -224,13 +226,16 @@ class NatsServer(_LocalServer):
         config_text: str | None = None,
         *,
         start_timeout: float = 30.0,
-        auth: bool = True,
+        auth: bool | BrokerAuth = True,
+        sections: Sequence[str] = (),
     ) -> None:
         super().__init__(store_dir, port, start_timeout)
         self.binary = find_nats_server()
         self.http_port = http_port
         self.config_text = config_text
-        self.auth = BrokerAuth(self.dir) if auth else None
+        # A cluster's nodes share one BrokerAuth (one auth.conf, in the cluster's directory).
+        self.auth = auth if isinstance(auth, BrokerAuth) else BrokerAuth(self.dir) if auth else None
+        self.sections = list(sections)  # more config sections (a cluster node's name and routes)
 
     @property
     def address(self) -> str:
@@ -252,31 +257,143 @@ class NatsServer(_LocalServer):
         return self.dir / "nats.conf"
 
     def _prepare(self) -> None:
+        sections = [self.config_text or "", *self.sections]
         if self.auth is not None:
             self.auth.adopt_global_store()  # streams from before the service account existed
             self.auth.render()
-            text = (self.config_text or "") + f'\ninclude "{CONF}"\n'
-            self.config_path.write_text(text)
-        elif self.config_text is not None:
-            self.config_path.write_text(self.config_text)
+            sections.append(include_section(os.path.relpath(self.auth.server_dir / CONF, self.dir)))
+        if any(sections):
+            self.config_path.write_text("\n".join(sections) + "\n")
 
     def _argv(self) -> list[str]:
         argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir),
                 "-P", str(self.dir / PID_FILE)]
         if self.http_port:
             argv += ["-m", str(self.http_port)]
-        if self.config_text is not None or self.auth is not None:
+        if self.config_text is not None or self.auth is not None or self.sections:
             argv += ["-c", str(self.config_path)]
         return argv
 
     async def reload(self) -> None:
-        """Apply a changed `auth.conf` (issued or revoked credentials) without a restart."""
+        """Apply a changed `auth.conf` (issued or revoked credentials) without a restart (on every node that
+        shares it)."""
         assert self.auth is not None, "reload() needs a server with auth"
         await asyncio.to_thread(self.auth.reload)
+
+    async def healthy(self) -> bool:
+        """The monitoring endpoint's ``/healthz``: JetStream is up (in a cluster: in contact with a meta
+        leader and caught up). Needs ``http_port``."""
+        assert self.http_port, "healthy() needs the monitoring port"
+        return await _probe(self.http_port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+                            b"HTTP/1.1 200")
 
     async def _ready(self) -> bool:
         # The client port opens only after JetStream has recovered its streams.
         return await _probe(self.port, b"", b"INFO ")
+
+
+# --- nats-server config sections: one function each, so a section can be added without touching the others
+
+
+def include_section(path: str) -> str:
+    """nats-server resolves an include relative to the including file (an absolute path would be appended
+    to the file's directory), so ``path`` is relative."""
+    return f'include "{path}"'
+
+
+def server_name_section(name: str) -> str:
+    return f"server_name: {name}"
+
+
+def cluster_section(name: str, port: int, route_ports: Sequence[int]) -> str:
+    """Routes to every node, this one included (a server ignores a route to itself): every node's config is
+    the same list, and a restarted node finds the others whichever of them is up."""
+    routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in route_ports)
+    return f"cluster {{\n  name: {name}\n  listen: 127.0.0.1:{port}\n  routes: [{routes}]\n}}"
+
+
+class NatsCluster:
+    """``size`` nats-server nodes forming one JetStream cluster on 127.0.0.1, in ``<directory>/node-<n>``.
+
+    The nodes share one :class:`BrokerAuth` kept in ``directory`` itself (``auth/``, ``auth.conf``), exactly
+    where a single server keeps it, so ``treadle consumers create|revoke --nats-dir <directory>`` work
+    unchanged; its reload signals every node. Every port is picked up front: the routes of each node name
+    all the others, and a killed node restarts on the same ports with its data.
+    """
+
+    def __init__(self, directory: Path, size: int = 3, *, name: str = "treadle", start_timeout: float = 30.0) -> None:
+        if size < 3:
+            raise ValueError("a JetStream cluster needs at least 3 nodes (a quorum survives one loss)")
+        self.dir = Path(directory)
+        self.auth = BrokerAuth(self.dir)
+        self.start_timeout = start_timeout
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]  # client, route, monitoring
+        routes = [route for _, route, _ in ports]
+        self.names = [f"{name}-{n}" for n in range(1, size + 1)]  # server names, as JetStream reports leaders
+        self.nodes = [
+            NatsServer(self.dir / f"node-{n}", port=client, http_port=http, auth=self.auth,
+                       start_timeout=start_timeout,
+                       sections=[server_name_section(server), cluster_section(name, route, routes)])
+            for n, (server, (client, route, http)) in enumerate(zip(self.names, ports), start=1)
+        ]
+
+    def node(self, server_name: str) -> NatsServer:
+        """The node JetStream calls ``server_name`` (e.g. a stream's ``cluster.leader``)."""
+        return self.nodes[self.names.index(server_name)]
+
+    @property
+    def address(self) -> str:
+        """Every node's URL, comma-separated, without credentials (what a tenant consumer is given)."""
+        return ",".join(node.address for node in self.nodes)
+
+    @property
+    def url(self) -> str:
+        """Every node's URL with the service user's credentials, comma-separated."""
+        return ",".join(node.url for node in self.nodes)
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [node.pid for node in self.nodes]
+
+    async def start(self) -> None:
+        """Start every node that is not running, then wait until the cluster serves JetStream."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.auth.render()  # once, before the nodes read it (they share the file)
+        # A node opens its client port before the others are up, so they can start together.
+        await asyncio.gather(*(node.start() for node in self.nodes if node.pid is None))
+        await self.wait_healthy()
+
+    async def wait_healthy(self, timeout: float | None = None) -> None:
+        """Every running node reports JetStream healthy: a meta leader is elected and it caught up."""
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        for node in self.nodes:
+            while node.pid is not None and not await node.healthy():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{node.name} in {node.dir} not healthy:\n{node._log_tail()}")
+                await asyncio.sleep(0.1)  # polling the node's health endpoint (each miss is a line in its log)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        await asyncio.gather(*(node.stop(timeout) for node in self.nodes))
+
+    def kill(self) -> None:
+        """SIGKILL every node (a whole-cluster outage); ``start()`` brings them back."""
+        for node in self.nodes:
+            node.kill()
+
+    async def reload(self) -> None:
+        """Apply a changed ``auth.conf`` on every running node."""
+        await asyncio.to_thread(self.auth.reload)
+
+    async def __aenter__(self) -> "NatsCluster":
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
 
 class RedisServer(_LocalServer):

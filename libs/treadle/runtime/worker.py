@@ -15,6 +15,7 @@ import uvloop
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..client import broker_urls
 from ..eventlog import streams
 from . import logs
 from .settings import Shared, WorkerSettings
@@ -28,16 +29,19 @@ class Service(Protocol):
 
 
 async def connect(url: str, name: str, *, user: str | None = None, password: str | None = None) -> NATS:
-    """A connection that reconnects forever: workers outlive broker restarts. ``user``/``password`` are the
+    """A connection that reconnects forever: workers outlive broker restarts. ``url`` may list every node of
+    a cluster (comma-separated): the client fails over to whichever answers. ``user``/``password`` are the
     service credentials (``TREADLE_NATS_USER``/``_PASSWORD``); they may also come in the URL."""
-    auth = {"user": user, "password": password} if user else {}
+    options = broker_urls.parse(url).connect_options()
+    if user:
+        options.update(user=user, password=password)
 
     async def on_error(exc: Exception) -> None:
         log.warning("nats: %r", exc)
 
     return await nats.connect(
-        url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, error_cb=on_error,
-        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024, **auth,
+        name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, error_cb=on_error,
+        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024, **options,
     )
 
 

@@ -1,0 +1,96 @@
+"""Issue 6, item 4: a 3-node JetStream cluster on loopback. Every stream and bucket is replicated on all three
+nodes, the nodes share one auth.conf and reload it together, and a tenant's credential works on any node."""
+
+from __future__ import annotations
+
+import nats
+
+from helpers import wait_for
+from treadle.client import broker_urls
+from treadle.client.tenant_events import TenantCredential, ensure_consumer
+from treadle.eventlog import streams
+from treadle.runtime.servers import NatsCluster
+
+REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
+
+
+async def _service(cluster: NatsCluster):
+    return await nats.connect(**broker_urls.parse(cluster.url).connect_options(), name="test-service")
+
+
+async def _refused(address: str, creds: TenantCredential) -> bool:
+    try:
+        nc = await nats.connect(address, user=creds.user, password=creds.password, allow_reconnect=False,
+                                connect_timeout=2)
+    except nats.errors.Error as exc:
+        return "Authorization Violation" in str(exc)
+    await nc.close()
+    return False
+
+
+async def _reads_on(node_address: str, creds: TenantCredential, service) -> bytes:
+    """Connect as the credential to this one node, create its consumer there and pull one new event."""
+    only_here = TenantCredential(**{**{f: getattr(creds, f) for f in creds.__struct_fields__}, "url": node_address})
+    async with only_here.connect(allow_reconnect=False, connect_timeout=2) as nc:
+        assert nc.connected_url.netloc.endswith(node_address.rsplit("/", 1)[1])
+        await ensure_consumer(nc, only_here)
+        sub = await nc.jetstream().pull_subscribe_bind(only_here.consumer, stream=only_here.stream)
+        ack = await service.jetstream().publish(f"treadle.evt.{creds.tenant}.th1.thread.created", node_address.encode())
+        async def pulled():
+            try:
+                return [m for m in await sub.fetch(10, timeout=1) if m.metadata.sequence.stream == ack.seq]
+            except nats.errors.TimeoutError:
+                return None
+        (msg,) = await wait_for(pulled, timeout=20, what=f"the event through {node_address}")
+        await msg.ack()
+        return msg.data
+
+
+async def test_a_cluster_comes_up_and_every_stream_and_bucket_is_R3(tmp_path):
+    async with NatsCluster(tmp_path / "nats") as cluster:
+        assert len(set(cluster.pids)) == 3
+        nc = await _service(cluster)
+        try:
+            js = nc.jetstream()
+            await streams.ensure(js, 1)  # what an earlier single-replica deployment left behind
+            await streams.ensure(js, 3)  # is raised to three replicas in place
+            names = set(cluster.names)
+            for stream in REPLICATED:
+                async def placed(stream=stream):
+                    info = await js.stream_info(stream)
+                    peers = [r for r in info.cluster.replicas or [] if r.current]
+                    return info if len(peers) == 2 and info.cluster.leader else None
+                info = await wait_for(placed, timeout=30, what=f"{stream} on three current nodes")
+                assert info.config.num_replicas == 3
+                assert {info.cluster.leader, *(r.name for r in info.cluster.replicas)} == names
+        finally:
+            await nc.close()
+
+
+async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_auth(tmp_path):
+    async with NatsCluster(tmp_path / "nats") as cluster:
+        service = await _service(cluster)
+        try:
+            await streams.ensure(service.jetstream(), 3)
+            creds = cluster.auth.issue("acme", cluster.address)
+            assert broker_urls.parse(creds.url).servers == [n.address for n in cluster.nodes]
+            await cluster.reload()
+            for node in cluster.nodes:
+                assert await _reads_on(node.address, creds, service) == node.address.encode()
+
+            # A node that is down when a credential is issued reads auth.conf when it comes back.
+            down = cluster.nodes[2]
+            down.kill()
+            later = cluster.auth.issue("acme", cluster.address)
+            await cluster.reload()
+            await down.start()
+            await cluster.wait_healthy()
+            assert not await _refused(down.address, later)
+
+            # Revocation reloads every node: the credential is refused on each of them.
+            cluster.auth.revoke(creds.user)
+            await cluster.reload()
+            for node in cluster.nodes:
+                assert await _refused(node.address, creds), node.address
+        finally:
+            await service.close()
