@@ -7,8 +7,9 @@ import nats
 
 from helpers import wait_for
 from treadle.client import broker_urls
-from treadle.client.tenant_events import TenantCredential, ensure_consumer
+from treadle.client.tenant_events import TenantCredential, check_consumer
 from treadle.eventlog import streams
+from treadle.runtime import tenant_consumers
 from treadle.runtime.servers import NatsCluster
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
@@ -29,12 +30,14 @@ async def _refused(address: str, creds: TenantCredential) -> bool:
 
 
 async def _reads_on(node_address: str, creds: TenantCredential, service) -> bytes:
-    """Connect as the credential to this one node, create its consumer there and pull one new event."""
+    """Connect as the credential to this one node and pull one new event through its consumer (which the
+    operator created; tenants cannot create consumers)."""
     only_here = TenantCredential(**{**{f: getattr(creds, f) for f in creds.__struct_fields__}, "url": node_address})
     async with only_here.connect(allow_reconnect=False, connect_timeout=2) as nc:
         assert nc.connected_url.netloc.endswith(node_address.rsplit("/", 1)[1])
-        await ensure_consumer(nc, only_here)
-        sub = await nc.jetstream().pull_subscribe_bind(only_here.consumer, stream=only_here.stream)
+        await check_consumer(nc, only_here)
+        js = nc.jetstream(prefix=only_here.api_prefix)
+        sub = await js.pull_subscribe_bind(only_here.consumer, stream=only_here.stream)
         ack = await service.jetstream().publish(f"treadle.evt.{creds.tenant}.th1.thread.created", node_address.encode())
         async def pulled():
             try:
@@ -75,6 +78,7 @@ async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_au
             creds = cluster.auth.issue("acme", cluster.address)
             assert broker_urls.parse(creds.url).servers == [n.address for n in cluster.nodes]
             await cluster.reload()
+            await tenant_consumers.create(service.jetstream(), creds.consumer, creds.tenant)
             for node in cluster.nodes:
                 assert await _reads_on(node.address, creds, service) == node.address.encode()
 
