@@ -48,6 +48,8 @@ def _raise_for(err: _ApiError) -> None:
         raise Conflict(int(actual) if actual.isdigit() else None, err.description)
     if err.err_code == 10201:  # a re-sent batch whose Msg-Ids are already stored: treat as landed elsewhere
         raise Conflict(None, err.description)
+    if err.code in (503, 504):  # e.g. 10008 "temporarily unavailable" while a clustered stream elects a leader
+        raise Unavailable(f"{err.err_code or err.code}: {err.description}")
     raise Rejected(err.err_code or err.code, err.description)
 
 

@@ -64,9 +64,10 @@ class ScriptedAdapter(ProviderAdapter):
     def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None) -> None:
         super().__init__(workspace)
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
-        # <state>/provider-runtimes/<host>/<session> -> <state>/provider-runtimes/scripted-threads/<tenant>
+        # <state>/provider-runtimes/<host>/<session> -> <state>/provider-runtimes/scripted-threads/<tenant>;
+        # an ephemeral thread (a summary turn, L5.5) must leave nothing behind, so it remembers in memory only.
         self._threads_root = (Path(state_dir).parent.parent / "scripted-threads" / request.tenant
-                              if state_dir is not None else None)
+                              if state_dir is not None and not request.ephemeral else None)
         self._conversation: Conversation | None = None
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
