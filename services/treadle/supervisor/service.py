@@ -92,6 +92,9 @@ class Supervisor:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
+        if reaction.wait:  # the cache may be behind the log (another writer appended since): read it once
+            state = await self._store.refresh(tenant, thread)
+            reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
         events = await with_child_checkpoints(self._checkpoints, state, state.run(event.run_id or ""),
