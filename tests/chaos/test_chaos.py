@@ -22,6 +22,7 @@ import pytest
 from chaos import Killer, WorkerOutput, problems, send, treadle_check, verdict
 from conftest import make_api
 from treadle.cli.stack import Stack
+from treadle.client import broker_urls
 from treadle.eventlog.log import EventLog
 
 pytestmark = pytest.mark.e2e
@@ -60,7 +61,7 @@ async def test_L9_every_message_gets_one_completed_run_in_order_while_workers_ar
 
 async def _chaos(tmp_path, output: WorkerOutput) -> None:
     async with Stack(tmp_path / "stack", env=ENV, on_output=output, **stack_options()) as stack:
-        nc = await nats.connect(stack.nats_url)
+        nc = await nats.connect(**broker_urls.parse(stack.nats_url).connect_options())  # every node of a cluster
         api = await make_api(stack, nc, "chaos")
         try:
             threads = [await api.create_thread(title=f"chaos {i}") for i in range(THREADS)]
