@@ -69,7 +69,8 @@ async def send_until_accepted(api: Api, thread: str, text: str) -> str:
     async def accepted():
         r = await api.request("POST", f"/v1/threads/{thread}/messages", headers={"Idempotency-Key": key},
                               json={"text": text, "script": SCRIPT, "mode": "queue_after_active"})
-        if r.status_code >= 500:
+        if r.status_code >= 500:  # a typed, retryable refusal while the broker recovers, never an internal error
+            assert (r.status_code, r.json()["error"]["code"]) in ((503, "unavailable"),), r.text
             return None
         assert r.status_code == 202, r.text
         return r.json()["run_id"]

@@ -17,6 +17,7 @@ from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.asyncio import Redis
 
@@ -26,6 +27,7 @@ from treadle.domain.ids import is_token
 from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
+from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
@@ -281,7 +283,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                         *control_routes, *checkpoint_routes, *lineage_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
-                            RecursionError: errors.on_too_deep, Exception: errors.on_unexpected},
+                            RecursionError: errors.on_too_deep, NatsError: errors.on_broker_unavailable,
+                            LogUnavailable: errors.on_broker_unavailable, Exception: errors.on_unexpected},
         openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
         request_max_body_size=own.max_body_bytes,
         middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],

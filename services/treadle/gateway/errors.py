@@ -42,6 +42,14 @@ def on_too_deep(request: Request, exc: RecursionError) -> Response:
     return Response(body("bad_request", "the request body is nested too deeply"), status_code=400)
 
 
+def on_broker_unavailable(request: Request, exc: Exception) -> Response:
+    """The broker did not answer (a NATS node lost, a stream electing its leader): a typed, retryable 503,
+    not an internal error; a repeat with the same Idempotency-Key is the same request."""
+    log.warning("broker unavailable on %s %s: %r", request.method, request.url.path, exc)
+    return Response(body("unavailable", "the message broker is briefly unavailable; retry"), status_code=503,
+                    headers={"Retry-After": "1"})
+
+
 def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(body("internal", "internal error"), status_code=500)
