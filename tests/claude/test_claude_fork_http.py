@@ -4,44 +4,19 @@ model receives."""
 
 from __future__ import annotations
 
-import os
 
-import nats
 import pytest
 
 from mock_api import MockMessagesApi, _texts
-from treadle.cli.stack import Stack
+from claude_stack import claude_stack, mock_claude_api, tenant_client  # noqa: F401  (fixtures)
 from treadle.client.http import TreadleClient
-from treadle.runtime.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 
 
-def _quiet(name: str, line: str) -> None:
-    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
-        print(f"{name} | {line}")
-
-
-@pytest.fixture(scope="module")
-async def mock_claude_api():
-    async with MockMessagesApi() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-async def claude_stack(tmp_path_factory, mock_claude_api):
-    env = {"TREADLE_CLAUDE_BASE_URL": mock_claude_api.url, "TREADLE_CLAUDE_API_KEY": "sk-ant-mock-000",
-           "TREADLE_CLAUDE_MAX_RETRIES": "0"}
-    async with Stack(tmp_path_factory.mktemp("claude-fork-stack"), env=env, on_output=_quiet) as stack:
-        yield stack
-
-
 @pytest.fixture(scope="module")
 async def client(claude_stack):
-    nc = await nats.connect(claude_stack.nats_url)
-    token = await TokenStore(nc.jetstream()).create("claude-fork", "alice")
-    await nc.close()
-    async with TreadleClient(claude_stack.api_url, token, timeout=30) as c:
+    async with tenant_client(claude_stack, "claude-fork") as c:
         yield c
 
 

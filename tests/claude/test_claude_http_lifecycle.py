@@ -9,7 +9,6 @@ intact), the API error and the todo list are in ``test_claude_e2e.py``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import nats
 import pytest
 
 from helpers import wait_for
+from claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
 from mock_api import MockMessagesApi
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
@@ -29,22 +29,9 @@ TENANT = "claudeco"
 SLOW_WORDS = [f"word{i:03d}" for i in range(300)]  # what the mock's #slow scenario streams, a word per 0.1 s
 
 
-def _quiet(name: str, line: str) -> None:
-    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
-        print(f"{name} | {line}")
-
-
-@pytest.fixture(scope="module")
-async def mock_claude_api():
-    async with MockMessagesApi() as server:
-        yield server
-
-
 @pytest.fixture(scope="module")
 async def claude_stack(tmp_path_factory, mock_claude_api):
-    env = {"TREADLE_CLAUDE_BASE_URL": mock_claude_api.url, "TREADLE_CLAUDE_API_KEY": "sk-ant-mock-000",
-           "TREADLE_CLAUDE_MAX_RETRIES": "0"}
-    async with Stack(tmp_path_factory.mktemp("claude-http"), env=env, on_output=_quiet) as stack:
+    async with Stack(tmp_path_factory.mktemp("claude-http"), env=claude_env(mock_claude_api), on_output=quiet) as stack:
         yield stack
     # Only the Messages API was ever called: no phone-home traffic reached the mock's base URL either.
     assert {(s.method, s.path.split("?")[0]) for s in mock_claude_api.seen} <= {("POST", "/v1/messages")}
