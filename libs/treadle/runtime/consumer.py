@@ -160,6 +160,7 @@ class PullConsumer:
                 return
             except (LogError, Retryable) as exc:
                 if isinstance(exc, LogError) and not exc.retryable:
+                    log.error("%s: %s refused by the log: %r", self._durable, msg.subject, exc)
                     failures = self._max_failures
                 else:
                     log.info("%s: retrying %s after %r", self._durable, msg.subject, exc)
