@@ -18,6 +18,7 @@ from pathlib import Path
 from api import Api
 from helpers import wait_for
 from treadle.cli.stack import Stack
+from treadle.runtime.servers import NatsCluster
 from treadle.domain import events as ev
 
 TREADLE = Path(sys.executable).parent / "treadle"
@@ -25,31 +26,60 @@ TREADLE = Path(sys.executable).parent / "treadle"
 
 @dataclass
 class Killer:
-    """Sends SIGKILL or SIGTERM to a random worker process at random times. The choices (whom, which signal,
-    how long to wait) come from one seeded rng, so a failing run names the seed that reproduces its sequence."""
+    """Sends SIGKILL or SIGTERM to a random worker process at random times and, when the stack runs a NATS
+    cluster, SIGKILLs one node at a time at other random times and starts it again after a while (nothing
+    else restarts a node, as the process supervisor restarts workers). The choices (whom, which signal, how
+    long to wait) come from rngs seeded by ``seed``, so a failing run names the seed that reproduces them."""
 
     stack: Stack
     seed: int
     pause: tuple[float, float] = (2.0, 5.0)  # seconds between kills (the rhythm is the scenario, not a wait)
     signals: Sequence[int] = (signal.SIGKILL, signal.SIGKILL, signal.SIGTERM)
     names: Sequence[str] | None = None  # default: every worker process of the stack
+    node_pause: tuple[float, float] = (6.0, 12.0)  # seconds between NATS node kills
+    node_down: tuple[float, float] = (1.0, 4.0)  # seconds a killed node stays down
     kills: list[tuple[str, str]] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
+        nodes = [self._nodes(stop)] if isinstance(self.stack.nats, NatsCluster) else []
+        await asyncio.gather(self._workers(stop), *nodes)
+
+    async def _workers(self, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed)
         names = sorted(self.names or self.stack.health_ports)
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), rng.uniform(*self.pause))
-                return
-            except TimeoutError:
-                pass
+        while await _pause(stop, rng.uniform(*self.pause)):
             name, sig = rng.choice(names), rng.choice(self.signals)
             self.kills.append((name, signal.Signals(sig).name))
             await self.stack.processes.kill(name, sig, timeout=30)
 
+    async def _nodes(self, stop: asyncio.Event) -> None:
+        """One node down at a time: a cluster of three keeps its quorum, and the node comes back with its data
+        (it catches up from the others) before the next one may go."""
+        cluster = self.stack.nats
+        assert isinstance(cluster, NatsCluster)
+        rng = random.Random(f"{self.seed}/nats")
+        while await _pause(stop, rng.uniform(*self.node_pause)):
+            name = rng.choice(cluster.names)
+            self.kills.append((f"nats:{name}", "SIGKILL"))
+            node = cluster.node(name)
+            node.kill()
+            try:
+                await _pause(stop, rng.uniform(*self.node_down))
+            finally:
+                await node.start()
+                await cluster.wait_healthy()
+
     def story(self) -> str:
         return f"seed {self.seed}, {len(self.kills)} kills: " + ", ".join(f"{n}/{s}" for n, s in self.kills)
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` unless ``stop`` comes first; whether to go on."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+        return False
+    except TimeoutError:
+        return True
 
 
 class WorkerOutput:

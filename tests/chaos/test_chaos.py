@@ -28,7 +28,7 @@ from treadle.eventlog.log import EventLog
 pytestmark = pytest.mark.e2e
 
 THREADS = int(os.environ.get("TREADLE_CHAOS_THREADS", "50"))
-SECONDS = float(os.environ.get("TREADLE_CHAOS_SECONDS", "60"))
+SECONDS = float(os.environ.get("TREADLE_CHAOS_SECONDS", "35"))
 BATCH = 3
 SEED = int(os.environ.get("TREADLE_CHAOS_SEED", "6"))
 PAUSE = tuple(float(x) for x in os.environ.get("TREADLE_CHAOS_KILL_EVERY", "2,5").split(","))  # seconds, min,max
