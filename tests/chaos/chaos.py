@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,29 @@ async def _pause(stop: asyncio.Event, seconds: float) -> bool:
         return False
     except TimeoutError:
         return True
+
+
+@dataclass
+class Throughput:
+    """Messages completed under churn: how many per second, and each one's latency from its send until its run
+    was seen completed (queueing behind the thread's earlier messages included). Printed, never asserted."""
+
+    started: float = field(default_factory=time.monotonic)
+    latencies: list[float] = field(default_factory=list)
+    ended: float | None = None
+
+    def completed(self, sent_at: float) -> None:
+        self.latencies.append(time.monotonic() - sent_at)
+
+    def stop(self) -> None:
+        self.ended = time.monotonic()
+
+    def summary(self) -> str:
+        took = (self.ended or time.monotonic()) - self.started
+        done = sorted(self.latencies) or [0.0]
+        p50, p95 = (done[min(len(done) - 1, int(q * len(done)))] for q in (0.50, 0.95))
+        return (f"{len(self.latencies)} messages completed in {took:.0f} s ({len(self.latencies) / took:.1f}/s), "
+                f"latency p50 {p50:.2f} s, p95 {p95:.2f} s")
 
 
 class WorkerOutput:

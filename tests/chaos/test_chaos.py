@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import time
 
 import nats
 import pytest
 
-from chaos import Killer, WorkerOutput, problems, send, treadle_check, verdict
+from chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
 from conftest import make_api
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
@@ -73,16 +74,21 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
             deadline = loop.time() + SECONDS
             loop.call_at(deadline, talking_done.set)  # the killer stops then; the last batches drain in peace
 
+            throughput = Throughput()
+
             async def talk(thread: str) -> None:
                 while loop.time() < deadline:
                     runs = []
                     for _ in range(BATCH):
                         text = f"{thread} message {len(sent[thread])}"
-                        runs.append((await send(api, thread, text, script=SCRIPT, mode="queue_after_active"))["run_id"])
+                        sent_at = time.monotonic()
+                        runs.append((sent_at, (await send(api, thread, text, script=SCRIPT,
+                                                          mode="queue_after_active"))["run_id"]))
                         sent[thread].append(text)
-                    for run in runs:
+                    for sent_at, run in runs:
                         try:  # seconds normally; a restarting worker's backoff reaches 10 s, so allow a few
                             await api.wait_run(run, timeout=120)
+                            throughput.completed(sent_at)
                         except TimeoutError:
                             # Stuck in the log, or only in the read model? The tail and `treadle check` tell.
                             tail = [(e.seq, e.type, e.actor, e.causation_id)
@@ -101,6 +107,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                 await asyncio.gather(killer.run(talking_done), talkers())
             except (AssertionError, TimeoutError) as exc:
                 raise AssertionError(f"{exc}\nkiller: {killer.story()}\nworker output: {output.path}") from None
+            throughput.stop()
             await stack.wait_ready(timeout=60)
 
             wrong = {t: w for t in threads if (w := verdict(await log.read(api.tenant, t), sent[t], REPLY))}
@@ -111,7 +118,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
             messages = sum(len(v) for v in sent.values())
             assert report["runs"] == messages and report["projections"] == THREADS
             assert len(killer.kills) >= 3, killer.story()  # the scenario happened: workers did die under load
-            print(f"\nchaos: {THREADS} threads, {messages} messages, {killer.story()}")
+            print(f"\nchaos: {THREADS} threads, {messages} messages, {killer.story()}\nchaos: {throughput.summary()}")
         finally:
             await api.close()
             await nc.close()
