@@ -102,3 +102,28 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
         return state if state is not None and state.seq == seq else None
     await wait_for(whole, what="the whole document written again")
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+
+
+async def test_L9_1_a_run_folded_from_the_log_is_still_found_by_its_id(nc, redis):
+    """Issue 6 (a chaos stall): a projector killed with a batch in hand restarts, gets newer events first and
+    folds the lost batch's events from the log; AckPolicy.ALL then acks that batch with the newer one, so it
+    never comes again. The run it queued must still be indexed (``GET /v1/runs/{id}`` finds its thread)."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batch
+    thread = f"thr_proj{next(_n)}"
+    created = envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"), 0)
+    seq = await log.append("proj", thread, 0, [created])
+    await store.write([(fold(await log.read("proj", thread)), [], None)])  # what the projector wrote before
+    seq = await log.append("proj", thread, seq, [  # the batch lost with the projector
+        envelope(thread, ev.RunQueued(run_id=f"run_{thread}", ordinal=1, message_id="msg_1", text="hi",
+                                      root_node_id=f"node_{thread}", attempt_id="att_1", mode="auto",
+                                      disposition="started", dispatched=True, provider="scripted"), 1)])
+    await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
+        message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text="x"), 2)])
+    newer = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.message.delta", stream="TREADLE_EVENTS")
+    await projector._project(await newer.fetch(1, timeout=5))
+
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    assert await store.thread_of("proj", f"run_{thread}") == thread
+    assert await store.thread_of("proj", f"node_{thread}") == thread

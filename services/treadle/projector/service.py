@@ -24,7 +24,7 @@ from treadle.eventlog import subjects
 from treadle.eventlog.log import EventLog
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
-from treadle.projections.store import ProjectionStore, indexed
+from treadle.projections.store import ProjectionStore, all_indexed, indexed
 from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings
@@ -121,8 +121,10 @@ class Projector:
             entry = touched.get(key)
             if entry is None:
                 state, cached = await self._state(key, e.seq or 0)
-                # A state just loaded is written whole; a cached one only where this batch changed it.
-                entry = touched[key] = (state, [], Changes(state if cached else None))
+                # A state just loaded is written whole, and indexed whole: it may hold events folded from the log
+                # that never came in a batch (a crashed projector's batch, acked since with a later one).
+                # A cached one is written and indexed only where this batch changed it.
+                entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
             evolve(entry[0], e)
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
