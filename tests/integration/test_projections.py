@@ -11,6 +11,7 @@ from helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
+from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections.store import ProjectionStore, encode_state
 from treadle.projector.service import Projector
@@ -104,14 +105,17 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
 
 
-async def test_L9_1_a_run_folded_from_the_log_is_still_found_by_its_id(nc, redis):
-    """Issue 6 (a chaos stall): a projector killed with a batch in hand restarts, gets newer events first and
-    folds the lost batch's events from the log; AckPolicy.ALL then acks that batch with the newer one, so it
-    never comes again. The run it queued must still be indexed (``GET /v1/runs/{id}`` finds its thread)."""
+async def test_L9_1_events_the_projector_never_got_are_folded_from_the_log_and_indexed(nc, redis):
+    """Issue 6 (chaos mismatches): a projector killed with a batch in hand, or whose fetch died with its broker
+    connection, gets newer events of a thread first; AckPolicy.ALL then acks the missed ones with them, so they
+    never come again. They are folded from the log before the newer event, whether the thread's state comes
+    from Redis or from the projector's cache, and what they queued is indexed (``GET /v1/runs/{id}``)."""
     await streams.ensure(nc.jetstream())
     log, store = EventLog(nc), ProjectionStore(redis)
-    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batch
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batches
     thread = f"thr_proj{next(_n)}"
+    js = nc.jetstream()
+    handed = await js.pull_subscribe(f"treadle.evt.proj.{thread}.message.delta", stream="TREADLE_EVENTS")
     created = envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"), 0)
     seq = await log.append("proj", thread, 0, [created])
     await store.write([(fold(await log.read("proj", thread)), [], None)])  # what the projector wrote before
@@ -119,11 +123,46 @@ async def test_L9_1_a_run_folded_from_the_log_is_still_found_by_its_id(nc, redis
         envelope(thread, ev.RunQueued(run_id=f"run_{thread}", ordinal=1, message_id="msg_1", text="hi",
                                       root_node_id=f"node_{thread}", attempt_id="att_1", mode="auto",
                                       disposition="started", dispatched=True, provider="scripted"), 1)])
-    await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
-        message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text="x"), 2)])
-    newer = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.message.delta", stream="TREADLE_EVENTS")
-    await projector._project(await newer.fetch(1, timeout=5))
 
+    async def delta(seq: int, text: str, i: int) -> int:
+        return await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
+            message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text=text), i)])
+    seq = await delta(seq, "a", 2)
+    await projector._project(await handed.fetch(1, timeout=5))  # the thread comes from Redis
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
     assert await store.thread_of("proj", f"run_{thread}") == thread
     assert await store.thread_of("proj", f"node_{thread}") == thread
+
+    seq = await delta(seq, "b", 3)  # lost with a fetch
+    await delta(seq, "c", 4)
+    await projector._project((await handed.fetch(2, timeout=5))[1:])  # the thread is cached now
+    state = await store.state("proj", thread)
+    assert state.messages[-1].text == "abc"
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+
+
+async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_return(nc, redis):
+    """Issue 6 (a chaos mismatch): any replica answers a direct get, and one that is catching up returns a
+    thread without its newest events. Folded on, the delivered event would land on a state missing them, for
+    good. The read ending before the event's predecessor (its append's fence) is retried instead; here the
+    predecessor is gone from the stream, as it is from a lagging replica's answer."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batch
+    thread = f"thr_proj{next(_n)}"
+    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
+                                                                                created_by="u"), 0)])
+    await store.write([(fold(await log.read("proj", thread)), [], None)])
+    before = await store.doc("proj", thread)
+    unseen = await log.append("proj", thread, seq, [envelope(thread, ev.MessageCreated(message_id="msg_1", role="user",
+                                                                                      text="unseen"), 1)])
+    await log.append("proj", thread, unseen, [envelope(thread, ev.MessageCreated(message_id="msg_2", role="user",
+                                                                                 text="delivered"), 2)])
+    delivered = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.message.created",
+                                                    stream="TREADLE_EVENTS")
+    msgs = [m for m in await delivered.fetch(2, timeout=5) if m.metadata.sequence.stream > unseen]
+    await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
+
+    with pytest.raises(Unavailable):
+        await projector._project(msgs)
+    assert await store.doc("proj", thread) == before

@@ -21,6 +21,7 @@ from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
 ELSS_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+BATCH_SEQUENCE = "Nats-Batch-Sequence"
 MAX_BATCH = 1000
 READ_BATCH = 1000
 
@@ -105,7 +106,7 @@ class EventLog:
         batch = uuid.uuid4().hex
         last = len(events)
         for i, (e, payload) in enumerate(zip(events, payloads), start=1):
-            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": e.id}
+            headers = {"Nats-Batch-Id": batch, BATCH_SEQUENCE: str(i), "Nats-Msg-Id": e.id}
             subject = subjects.event(tenant, thread, e.type)
             if i == 1:
                 headers.update(fence)

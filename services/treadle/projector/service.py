@@ -21,10 +21,11 @@ from redis.exceptions import RedisError
 from treadle.domain.events import decode_event
 from treadle.domain.thread import ThreadState, evolve
 from treadle.eventlog import subjects
-from treadle.eventlog.log import EventLog
+from treadle.eventlog.errors import LogError, Unavailable
+from treadle.eventlog.log import BATCH_SEQUENCE, ELSS, EventLog
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
-from treadle.projections.store import ProjectionStore, all_indexed, indexed
+from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings
@@ -89,7 +90,7 @@ class Projector:
                     PROJECTED.inc(len(msgs))
                     PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
                     break
-                except (RedisError, OSError, NatsTimeout) as exc:
+                except (RedisError, OSError, NatsTimeout, LogError) as exc:
                     log.warning("projection write failed, retrying: %r", exc)
                     self._states.clear()
                     await asyncio.sleep(delay)  # backoff while Redis is away
@@ -120,28 +121,50 @@ class Projector:
             key = (e.tenant, e.thread)
             entry = touched.get(key)
             if entry is None:
-                state, cached = await self._state(key, e.seq or 0)
-                # A state just loaded is written whole, and indexed whole: it may hold events folded from the log
-                # that never came in a batch (a crashed projector's batch, acked since with a later one).
-                # A cached one is written and indexed only where this batch changed it.
-                entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
+                state, cached = await self._state(key)
+                # A state just loaded is written whole; a cached one only where this batch changed it.
+                entry = touched[key] = (state, [], Changes(state if cached else None))
+            if entry[0].seq < (previous := _previous(msg)):
+                await self._catch_up(key, entry, previous, e.seq or 0)
             evolve(entry[0], e)
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
 
-    async def _state(self, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
+    async def _state(self, key: tuple[str, str]) -> tuple[ThreadState, bool]:
+        """The thread as last projected: cached, else its Redis document (nothing after a flush)."""
         state = self._states.get(key)
         cached = state is not None
         if state is None:
-            # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
-            state = await self._store.state(*key) or ThreadState()
-            for e in await self._log.read(*key, after=state.seq):
-                if e.seq is not None and e.seq >= seq:
-                    break
-                evolve(state, e)
-            self._states[key] = state
+            state = self._states[key] = await self._store.state(*key) or ThreadState()
             while len(self._states) > CACHE:
                 self._states.popitem(last=False)
         self._states.move_to_end(key)
         return state, cached
+
+    async def _catch_up(self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int,
+                        seq: int) -> None:
+        """Fold the thread's events this projector never got, from the log up to just before ``seq``: Redis was
+        flushed, or they came in a fetch lost with a connection or a crashed projector (AckPolicy.ALL acks them
+        with this batch, so they would never come again)."""
+        state, ids, changes = entry
+        for e in await self._log.read(*key, after=state.seq):
+            if e.seq is not None and e.seq >= seq:
+                break
+            evolve(state, e)
+            changes.note(e.data)
+            ids.extend(indexed(e.data))
+        if state.seq < previous:
+            # Any replica answers a direct get, and one catching up (a restarted node) may not have stored
+            # what the leader delivered: folding on would skip the events in between for good.
+            raise Unavailable(f"the log read of {key} ends at {state.seq}, before {previous}")
+
+
+def _previous(msg) -> int:
+    """The sequence of the thread's event before ``msg``: the fence its append carried (the first event of an
+    append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
+    0 (nothing to check) for an event published without a fence."""
+    headers = msg.headers or {}
+    if (fence := headers.get(ELSS)) is not None:
+        return int(fence)
+    return msg.metadata.sequence.stream - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0
