@@ -105,40 +105,45 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
 
 
-async def test_L9_1_events_the_projector_never_got_are_folded_from_the_log_and_indexed(nc, redis):
-    """Issue 6 (chaos mismatches): a projector killed with a batch in hand, or whose fetch died with its broker
-    connection, gets newer events of a thread first; AckPolicy.ALL then acks the missed ones with them, so they
-    never come again. They are folded from the log before the newer event, whether the thread's state comes
-    from Redis or from the projector's cache, and what they queued is indexed (``GET /v1/runs/{id}``)."""
+async def test_L9_1_events_delivered_but_never_received_are_projected_before_the_ack_covers_them(nc, redis):
+    """Issue 6 (chaos stalls and mismatches): a fetch lost with its broker connection (a NATS node killed) or
+    with a crashed projector leaves its events delivered but unacknowledged, and the next batch's ack
+    (AckPolicy.ALL) covers them: unseen, a thread's last events never reached Redis, its earlier ones were
+    folded past, and a run they queued was not found by ``GET /v1/runs/{id}``. They are read back first."""
     await streams.ensure(nc.jetstream())
-    log, store = EventLog(nc), ProjectionStore(redis)
-    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batches
-    thread = f"thr_proj{next(_n)}"
-    js = nc.jetstream()
-    handed = await js.pull_subscribe(f"treadle.evt.proj.{thread}.message.delta", stream="TREADLE_EVENTS")
-    created = envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"), 0)
-    seq = await log.append("proj", thread, 0, [created])
-    await store.write([(fold(await log.read("proj", thread)), [], None)])  # what the projector wrote before
-    seq = await log.append("proj", thread, seq, [  # the batch lost with the projector
+    js, log, store = nc.jetstream(), EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it what arrives
+    thread, other = f"thr_proj{next(_n)}", f"thr_proj{next(_n)}"
+    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
+                                                                                created_by="u"), 0)])
+    await store.write([(fold(await log.read("proj", thread)), [], None)])
+    projector._last = seq  # as start() takes it from the consumer's ack floor
+
+    async def arrives(on: str, n: int):
+        sub = await js.pull_subscribe(f"treadle.evt.proj.{on}.message.delta", stream="TREADLE_EVENTS")
+        return (await sub.fetch(n, timeout=5))[n - 1:]
+
+    async def delta(on: str, seq: int, text: str, i: int) -> int:
+        return await log.append("proj", on, seq, [envelope(on, ev.MessageDelta(
+            message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text=text), i)])
+    seq = await log.append("proj", thread, seq, [  # lost with a fetch
         envelope(thread, ev.RunQueued(run_id=f"run_{thread}", ordinal=1, message_id="msg_1", text="hi",
                                       root_node_id=f"node_{thread}", attempt_id="att_1", mode="auto",
                                       disposition="started", dispatched=True, provider="scripted"), 1)])
-
-    async def delta(seq: int, text: str, i: int) -> int:
-        return await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
-            message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text=text), i)])
-    seq = await delta(seq, "a", 2)
-    await projector._project(await handed.fetch(1, timeout=5))  # the thread comes from Redis
+    seq = await delta(thread, seq, "a", 2)
+    await projector._project(await arrives(thread, 1))
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
     assert await store.thread_of("proj", f"run_{thread}") == thread
     assert await store.thread_of("proj", f"node_{thread}") == thread
 
-    seq = await delta(seq, "b", 3)  # lost with a fetch
-    await delta(seq, "c", 4)
-    await projector._project((await handed.fetch(2, timeout=5))[1:])  # the thread is cached now
-    state = await store.state("proj", thread)
-    assert state.messages[-1].text == "abc"
+    await delta(thread, seq, "b", 3)  # the thread's last event, lost with a fetch
+    await log.append("proj", other, 0, [envelope(other, ev.ThreadCreated(thread_id=other, workspace="w",
+                                                                        created_by="u"), 4)])
+    await delta(other, await log.last_seq("proj", other), "elsewhere", 5)
+    await projector._project(await arrives(other, 1))  # only the other thread's event arrives
+    assert (await store.state("proj", thread)).messages[-1].text == "ab"
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    assert await store.doc("proj", other) == encode_state(fold(await log.read("proj", other)))
 
 
 async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_return(nc, redis):
@@ -162,6 +167,7 @@ async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_ret
                                                     stream="TREADLE_EVENTS")
     msgs = [m for m in await delivered.fetch(2, timeout=5) if m.metadata.sequence.stream > unseen]
     await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
+    projector._last = msgs[0].metadata.sequence.stream - 1  # the consumer delivered everything before
 
     with pytest.raises(Unavailable):
         await projector._project(msgs)

@@ -10,11 +10,12 @@ import os
 import time
 import uuid
 from collections import OrderedDict
+from typing import NamedTuple
 
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError
+from nats.js.errors import FetchTimeoutError, NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -54,12 +55,14 @@ class Projector:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._epoch_checked = float("-inf")
+        self._last = 0  # the last stream sequence projected (the consumer sees every event of the stream)
 
     async def start(self) -> None:
         await self._js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
             durable_name=DURABLE, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
             filter_subject=subjects.EVENTS_ALL, ack_wait=30, max_ack_pending=10_000))
         self._sub = await self._js.pull_subscribe_bind(DURABLE, stream=subjects.EVENTS_STREAM)
+        self._last = (await self._js.consumer_info(subjects.EVENTS_STREAM, DURABLE)).ack_floor.stream_seq
         self._task = asyncio.create_task(self._loop())
         self._task.add_done_callback(_exit_if_crashed)
 
@@ -112,11 +115,12 @@ class Projector:
 
     async def _project(self, msgs) -> None:
         touched: dict[tuple[str, str], tuple[ThreadState, list[str], Changes]] = {}
-        for msg in msgs:
+        stored = [_Stored(m.metadata.sequence.stream, m.data, m.headers) for m in msgs]
+        for msg in await self._with_missed(stored):
             try:
-                e = decode_event(msg.data, msg.metadata.sequence.stream)
+                e = decode_event(msg.data, msg.seq)
             except Exception:
-                log.exception("skipping undecodable event at seq %s", msg.metadata.sequence.stream)
+                log.exception("skipping undecodable event at seq %s", msg.seq)
                 continue
             key = (e.tenant, e.thread)
             entry = touched.get(key)
@@ -125,11 +129,29 @@ class Projector:
                 # A state just loaded is written whole; a cached one only where this batch changed it.
                 entry = touched[key] = (state, [], Changes(state if cached else None))
             if entry[0].seq < (previous := _previous(msg)):
-                await self._catch_up(key, entry, previous, e.seq or 0)
+                await self._catch_up(key, entry, previous, msg.seq)
             evolve(entry[0], e)
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
+        self._last = max((m.seq for m in stored), default=self._last)
+
+    async def _with_missed(self, msgs: list["_Stored"]) -> list["_Stored"]:
+        """``msgs`` with the events delivered before them that never arrived, read back from the stream leader.
+        A fetch lost with its broker connection (a NATS node killed) or with a crashed projector leaves them
+        delivered but unacknowledged, and this batch's ack (AckPolicy.ALL) would acknowledge them unseen."""
+        out: list[_Stored] = []
+        last = self._last
+        for msg in msgs:
+            for seq in range(last + 1, msg.seq):
+                try:
+                    got = await self._js.get_msg(subjects.EVENTS_STREAM, seq)
+                except NotFoundError:  # deleted from the stream: nothing to project
+                    continue
+                out.append(_Stored(seq, got.data or b"", got.headers))
+            out.append(msg)
+            last = max(last, msg.seq)
+        return out
 
     async def _state(self, key: tuple[str, str]) -> tuple[ThreadState, bool]:
         """The thread as last projected: cached, else its Redis document (nothing after a flush)."""
@@ -160,11 +182,19 @@ class Projector:
             raise Unavailable(f"the log read of {key} ends at {state.seq}, before {previous}")
 
 
-def _previous(msg) -> int:
+class _Stored(NamedTuple):
+    """An event as the projector folds it: delivered by the consumer, or read back from the stream."""
+
+    seq: int
+    data: bytes
+    headers: dict[str, str] | None
+
+
+def _previous(msg: _Stored) -> int:
     """The sequence of the thread's event before ``msg``: the fence its append carried (the first event of an
     append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
     0 (nothing to check) for an event published without a fence."""
     headers = msg.headers or {}
     if (fence := headers.get(ELSS)) is not None:
         return int(fence)
-    return msg.metadata.sequence.stream - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0
+    return msg.seq - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0
