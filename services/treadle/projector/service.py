@@ -13,6 +13,7 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 from nats.aio.client import Client as NATS
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError, NotFoundError
@@ -148,6 +149,8 @@ class Projector:
                     got = await self._js.get_msg(subjects.EVENTS_STREAM, seq)
                 except NotFoundError:  # deleted from the stream: nothing to project
                     continue
+                except NatsError as exc:  # e.g. the stream is electing a leader
+                    raise Unavailable(f"event {seq} not read back: {exc!r}") from None
                 out.append(_Stored(seq, got.data or b"", got.headers))
             out.append(msg)
             last = max(last, msg.seq)
@@ -166,9 +169,8 @@ class Projector:
 
     async def _catch_up(self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int,
                         seq: int) -> None:
-        """Fold the thread's events this projector never got, from the log up to just before ``seq``: Redis was
-        flushed, or they came in a fetch lost with a connection or a crashed projector (AckPolicy.ALL acks them
-        with this batch, so they would never come again)."""
+        """Fold the thread's events its state lacks, from the log up to just before ``seq``: the state came from a
+        Redis that was flushed or lost a write since."""
         state, ids, changes = entry
         for e in await self._log.read(*key, after=state.seq):
             if e.seq is not None and e.seq >= seq:
