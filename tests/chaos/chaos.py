@@ -19,8 +19,8 @@ from pathlib import Path
 from api import Api
 from helpers import wait_for
 from treadle.cli.stack import Stack
-from treadle.runtime.servers import NatsCluster
 from treadle.domain import events as ev
+from treadle.runtime.servers import NatsCluster
 
 TREADLE = Path(sys.executable).parent / "treadle"
 
@@ -138,7 +138,7 @@ async def send(api: Api, thread: str, text: str, **body) -> dict:
         r = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": text, **body}, headers=headers)
         if r.status_code >= 500:  # a worker behind the gateway is restarting: the same request again
             return None
-        assert r.status_code == 202, r.text
+        assert r.status_code == 202, f"{r.status_code} {r.text}"
         return r.json()
     return await wait_for(attempt, timeout=120, interval=0.1, what=f"message {text!r} accepted")
 
