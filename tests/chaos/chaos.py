@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,37 +20,90 @@ from api import Api
 from helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
+from treadle.runtime.servers import NatsCluster
 
 TREADLE = Path(sys.executable).parent / "treadle"
 
 
 @dataclass
 class Killer:
-    """Sends SIGKILL or SIGTERM to a random worker process at random times. The choices (whom, which signal,
-    how long to wait) come from one seeded rng, so a failing run names the seed that reproduces its sequence."""
+    """Sends SIGKILL or SIGTERM to a random worker process at random times and, when the stack runs a NATS
+    cluster, SIGKILLs one node at a time at other random times and starts it again after a while (nothing
+    else restarts a node, as the process supervisor restarts workers). The choices (whom, which signal, how
+    long to wait) come from rngs seeded by ``seed``, so a failing run names the seed that reproduces them."""
 
     stack: Stack
     seed: int
     pause: tuple[float, float] = (2.0, 5.0)  # seconds between kills (the rhythm is the scenario, not a wait)
     signals: Sequence[int] = (signal.SIGKILL, signal.SIGKILL, signal.SIGTERM)
     names: Sequence[str] | None = None  # default: every worker process of the stack
+    node_pause: tuple[float, float] = (6.0, 12.0)  # seconds between NATS node kills
+    node_down: tuple[float, float] = (1.0, 4.0)  # seconds a killed node stays down
     kills: list[tuple[str, str]] = field(default_factory=list)
 
     async def run(self, stop: asyncio.Event) -> None:
+        nodes = [self._nodes(stop)] if isinstance(self.stack.nats, NatsCluster) else []
+        await asyncio.gather(self._workers(stop), *nodes)
+
+    async def _workers(self, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed)
         names = sorted(self.names or self.stack.health_ports)
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), rng.uniform(*self.pause))
-                return
-            except TimeoutError:
-                pass
+        while await _pause(stop, rng.uniform(*self.pause)):
             name, sig = rng.choice(names), rng.choice(self.signals)
             self.kills.append((name, signal.Signals(sig).name))
             await self.stack.processes.kill(name, sig, timeout=30)
 
+    async def _nodes(self, stop: asyncio.Event) -> None:
+        """One node down at a time: a cluster of three keeps its quorum, and the node comes back with its data
+        (it catches up from the others) before the next one may go."""
+        cluster = self.stack.nats
+        assert isinstance(cluster, NatsCluster)
+        rng = random.Random(f"{self.seed}/nats")
+        while await _pause(stop, rng.uniform(*self.node_pause)):
+            name = rng.choice(cluster.names)
+            self.kills.append((f"nats:{name}", "SIGKILL"))
+            node = cluster.node(name)
+            node.kill()
+            try:
+                await _pause(stop, rng.uniform(*self.node_down))
+            finally:
+                await node.start()
+                await cluster.wait_healthy()
+
     def story(self) -> str:
         return f"seed {self.seed}, {len(self.kills)} kills: " + ", ".join(f"{n}/{s}" for n, s in self.kills)
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` unless ``stop`` comes first; whether to go on."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+        return False
+    except TimeoutError:
+        return True
+
+
+@dataclass
+class Throughput:
+    """Messages completed under churn: how many per second, and each one's latency from its send until its run
+    was seen completed (queueing behind the thread's earlier messages included). Printed, never asserted."""
+
+    started: float = field(default_factory=time.monotonic)
+    latencies: list[float] = field(default_factory=list)
+    ended: float | None = None
+
+    def completed(self, sent_at: float) -> None:
+        self.latencies.append(time.monotonic() - sent_at)
+
+    def stop(self) -> None:
+        self.ended = time.monotonic()
+
+    def summary(self) -> str:
+        took = (self.ended or time.monotonic()) - self.started
+        done = sorted(self.latencies) or [0.0]
+        p50, p95 = (done[min(len(done) - 1, int(q * len(done)))] for q in (0.50, 0.95))
+        return (f"{len(self.latencies)} messages completed in {took:.0f} s ({len(self.latencies) / took:.1f}/s), "
+                f"latency p50 {p50:.2f} s, p95 {p95:.2f} s")
 
 
 class WorkerOutput:
@@ -84,7 +138,7 @@ async def send(api: Api, thread: str, text: str, **body) -> dict:
         r = await api.request("POST", f"/v1/threads/{thread}/messages", json={"text": text, **body}, headers=headers)
         if r.status_code >= 500:  # a worker behind the gateway is restarting: the same request again
             return None
-        assert r.status_code == 202, r.text
+        assert r.status_code == 202, f"{r.status_code} {r.text}"
         return r.json()
     return await wait_for(attempt, timeout=120, interval=0.1, what=f"message {text!r} accepted")
 

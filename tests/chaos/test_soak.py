@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import pytest
 
-from chaos import Killer, problems, send, treadle_check, verdict
+from chaos import Killer, Throughput, problems, send, treadle_check, verdict
 from helpers import wait_for
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
@@ -34,19 +35,23 @@ async def test_runs_survive_random_kill_9_of_workers(api, stack, log):
     stop = asyncio.Event()
     loop.call_at(deadline, stop.set)
     killer = Killer(stack, seed=7, pause=(1.0, 3.0), signals=(signal.SIGKILL,))
+    throughput = Throughput()
 
     async def talk(thread: str) -> None:
         while loop.time() < deadline:
             text = f"message {len(sent[thread])}"
+            sent_at = time.monotonic()
             run_id = (await send(api, thread, text, script=SCRIPT, mode="queue_after_active"))["run_id"]
             sent[thread].append(text)
             try:
                 await api.wait_run(run_id, timeout=120)
+                throughput.completed(sent_at)
             except TimeoutError:
                 tail = [(e.seq, e.type, e.actor, e.causation_id) for e in await log.read(api.tenant, thread)][-12:]
                 raise AssertionError(f"run {run_id} stuck; thread tail: {tail}; {killer.story()}") from None
 
     await asyncio.gather(killer.run(stop), *(talk(t) for t in threads))
+    throughput.stop()
     await stack.wait_ready(timeout=60)
 
     for thread in threads:
@@ -62,3 +67,4 @@ async def test_runs_survive_random_kill_9_of_workers(api, stack, log):
     code, report = await treadle_check(stack, "--tenant", api.tenant)
     assert code == 0 and report["ok"], "\n".join(problems(report))
     assert sum(map(len, sent.values())) >= THREADS
+    print(f"\nsoak: {THREADS} threads under churn: {throughput.summary()}; {killer.story()}")

@@ -4,6 +4,7 @@ payload held its thread for eight retries."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import msgspec
@@ -11,6 +12,7 @@ from nats.js.api import StreamConfig
 
 from helpers import wait_for
 from treadle.runtime.consumer import Later, PullConsumer
+from treadle.runtime.mailbox import Mailboxes
 
 
 async def test_malformed_subjects_payloads_and_endless_waits_are_dead_lettered_and_consuming_goes_on(nc):
@@ -46,3 +48,40 @@ async def test_malformed_subjects_payloads_and_endless_waits_are_dead_lettered_a
     assert deliveries[f"{prefix}.t.th1.x"] == 1  # dead-lettered at once, not retried
     assert deliveries[f"{prefix}.t.th2.x"] == 3  # handed back until max_waits, then dead-lettered
     assert f"{prefix}.short" not in deliveries   # never reached the handler
+
+
+async def test_consumers_sharing_mailboxes_handle_one_threads_messages_one_at_a_time(nc):
+    """Issue 6 (a chaos stall): the supervisor's two consumers (thread events, provider events) share one
+    Mailboxes so one thread's work runs one item at a time, but an empty Mailboxes is falsy and each consumer
+    made its own: a hand-over placed a session while the provider event of the one just placed was folded,
+    and the run was left on a session it no longer ran on."""
+    js = nc.jetstream()
+    name, prefix = f"SHARED_{uuid.uuid4().hex[:8]}", f"shared{uuid.uuid4().hex[:8]}"
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{prefix}.>"]))
+    mailboxes = Mailboxes()
+    gate, running, done = asyncio.Event(), [], []
+
+    async def handle(msg) -> None:
+        running.append(msg.subject)
+        if msg.subject.endswith(".first"):
+            await gate.wait()
+        running.remove(msg.subject)
+        done.append(msg.subject)
+
+    consumers = [PullConsumer(js, stream=name, durable=f"shared{n}", filters=[f"{prefix}.{kind}.>"], handle=handle,
+                              mailboxes=mailboxes) for n, kind in enumerate(("evt", "prov"))]
+    for consumer in consumers:
+        await consumer.start()
+    try:
+        await js.publish(f"{prefix}.evt.t.th1.first", b"{}")
+        await wait_for(lambda: running == [f"{prefix}.evt.t.th1.first"], what="the first message in its handler")
+        await js.publish(f"{prefix}.prov.t.th1.second", b"{}")  # the same thread, through the other consumer
+        await wait_for(lambda: len(mailboxes) == 2, what="the second message queued behind the first")
+        assert running == [f"{prefix}.evt.t.th1.first"]
+        gate.set()
+        await wait_for(lambda: len(done) == 2, what="both handled")
+        assert done == [f"{prefix}.evt.t.th1.first", f"{prefix}.prov.t.th1.second"]
+    finally:
+        gate.set()
+        for consumer in consumers:
+            await consumer.stop()

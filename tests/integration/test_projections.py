@@ -11,6 +11,7 @@ from helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
+from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections.store import ProjectionStore, encode_state
 from treadle.projector.service import Projector
@@ -102,3 +103,75 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
         return state if state is not None and state.seq == seq else None
     await wait_for(whole, what="the whole document written again")
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+
+
+async def test_L9_1_events_delivered_but_never_received_are_projected_before_the_ack_covers_them(nc, redis):
+    """Issue 6 (chaos stalls and mismatches): a fetch lost with its broker connection (a NATS node killed) or
+    with a crashed projector leaves its events delivered but unacknowledged, and the next batch's ack
+    (AckPolicy.ALL) covers them: unseen, a thread's last events never reached Redis, its earlier ones were
+    folded past, and a run they queued was not found by ``GET /v1/runs/{id}``. They are read back first."""
+    await streams.ensure(nc.jetstream())
+    js, log, store = nc.jetstream(), EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it what arrives
+    thread, other = f"thr_proj{next(_n)}", f"thr_proj{next(_n)}"
+    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
+                                                                                created_by="u"), 0)])
+    await store.write([(fold(await log.read("proj", thread)), [], None)])
+    projector._last = seq  # as start() takes it from the consumer's ack floor
+
+    async def arrives(on: str, n: int):
+        sub = await js.pull_subscribe(f"treadle.evt.proj.{on}.message.delta", stream="TREADLE_EVENTS")
+        return (await sub.fetch(n, timeout=5))[n - 1:]
+
+    async def delta(on: str, seq: int, text: str, i: int) -> int:
+        return await log.append("proj", on, seq, [envelope(on, ev.MessageDelta(
+            message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text=text), i)])
+    seq = await log.append("proj", thread, seq, [  # lost with a fetch
+        envelope(thread, ev.RunQueued(run_id=f"run_{thread}", ordinal=1, message_id="msg_1", text="hi",
+                                      root_node_id=f"node_{thread}", attempt_id="att_1", mode="auto",
+                                      disposition="started", dispatched=True, provider="scripted"), 1)])
+    seq = await delta(thread, seq, "a", 2)
+    await projector._project(await arrives(thread, 1))
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    assert await store.thread_of("proj", f"run_{thread}") == thread
+    assert await store.thread_of("proj", f"node_{thread}") == thread
+
+    await delta(thread, seq, "b", 3)  # the thread's last event, lost with a fetch
+    await log.append("proj", other, 0, [envelope(other, ev.ThreadCreated(thread_id=other, workspace="w",
+                                                                        created_by="u"), 4)])
+    await delta(other, await log.last_seq("proj", other), "elsewhere", 5)
+    await projector._project(await arrives(other, 1))  # only the other thread's event arrives
+    assert (await store.state("proj", thread)).messages[-1].text == "ab"
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    assert await store.doc("proj", other) == encode_state(fold(await log.read("proj", other)))
+
+
+async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_return(nc, redis):
+    """Issue 6 (a chaos mismatch): any replica answers a direct get, and one that is catching up returns a
+    thread without its newest events. Folded on, the delivered event would land on a state missing them, for
+    good. The read ending before the event's predecessor (its append's fence) is retried instead; here the
+    predecessor is gone from the stream, as it is from a lagging replica's answer."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batch
+    thread = f"thr_proj{next(_n)}"
+    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
+                                                                                created_by="u"), 0)])
+    await store.write([(fold(await log.read("proj", thread)), [], None)])
+    before = await store.doc("proj", thread)
+    unseen = await log.append("proj", thread, seq, [envelope(thread, ev.MessageCreated(message_id="msg_1", role="user",
+                                                                                      text="unseen"), 1)])
+    await log.append("proj", thread, unseen, [envelope(thread, ev.MessageCreated(message_id="msg_2", role="user",
+                                                                                 text="delivered"), 2)])
+    delivered = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.message.created",
+                                                    stream="TREADLE_EVENTS")
+    msgs = [m for m in await delivered.fetch(2, timeout=5) if m.metadata.sequence.stream > unseen]
+    await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
+    projector._last = msgs[0].metadata.sequence.stream - 1  # the consumer delivered everything before
+
+    try:
+        with pytest.raises(Unavailable):
+            await projector._project(msgs)
+        assert await store.doc("proj", thread) == before
+    finally:  # a projector sharing this stream later must not wait for the deleted event either
+        await nc.jetstream().purge_stream("TREADLE_EVENTS", subject=f"treadle.evt.proj.{thread}.>")

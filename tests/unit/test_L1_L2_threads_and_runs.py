@@ -267,6 +267,32 @@ def test_L2_3_a_turn_never_ends_ahead_of_its_own_earlier_events():
     assert sv.react(state, numbered(pe.TurnCompleted(status="completed"), 3), ctx()).finalize is not None
 
 
+def test_L9_3_a_plays_events_that_come_back_before_its_start_wait_for_it():
+    """Issue 6 (a chaos stall): the supervisor died holding the play's start unacknowledged, and its successor
+    got the text and the turn's end first. Taken for a stranger session's words (the attempt names no session
+    before its start), they were dropped, and the run never ended. They wait for the start instead."""
+    state = new_thread()
+    send(state)
+    run = state.active_run
+    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
+                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
+
+    def numbered(body, index, session="ps_1"):
+        e = _provider_event(state, body, session=session)
+        e.index = index
+        return e
+
+    text, end = numbered(pe.TextCompleted(message_id="m", node_id="n", text="all of it"), 2), \
+        numbered(pe.TurnCompleted(status="completed"), 3)
+    assert sv.react(state, text, ctx()).wait and sv.react(state, end, ctx()).wait
+    assert sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="x"), 2, "ps_0"), ctx()) \
+        .events == []  # a session the attempt was never handed to is still a stranger
+    apply(state, sv.react(state, numbered(pe.TurnStarted(), 1), ctx()).events, causation=provider_cause(10, 1))
+    apply(state, sv.react(state, text, ctx()).events, causation=provider_cause(11, 2))
+    assert [m.text for m in state.messages if m.role == "assistant"] == ["all of it"]
+    assert sv.react(state, end, ctx()).finalize is not None and run.attempt.provider_index == 2
+
+
 def test_L2_3_every_in_turn_provider_event_becomes_a_thread_fact():
     """Events of a play are folded strictly by index, and only appended facts advance it: a body the
     supervisor mapped to nothing would stall every later event of its turn. So each one maps to something."""

@@ -149,6 +149,11 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
         return Reaction([ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id=event.session_id,
                                        turn_id=ctx.ids.next("turn"), native_turn_ref=body.native_turn_ref)])
     if att.session_id != event.session_id:
+        live = state.live_session
+        if att.status == "pending" and live is not None and live.id == event.session_id and event.index > 1:
+            # L9.3: the play's start is not folded yet (a crashed supervisor's unacknowledged start comes back
+            # after the play's later events): ignoring these would lose them and leave the run waiting forever
+            return WAIT
         return IGNORE  # from a session this attempt no longer runs on (it was handed over again)
     if event.index:
         # After a crash a consumer gets new messages before the unacknowledged ones come back: fold a play's

@@ -21,6 +21,7 @@ from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
 ELSS_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+BATCH_SEQUENCE = "Nats-Batch-Sequence"
 MAX_BATCH = 1000
 READ_BATCH = 1000
 
@@ -42,12 +43,20 @@ class _PubAck(msgspec.Struct):
 _ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
+# What a replicated stream's leader answers while an earlier append is still being replicated (it cannot know
+# the outcome yet), beside the single server's answers:
+WRONG_LAST_SEQUENCE_IN_FLIGHT = 10164  # an append fenced on the thread while another is in flight: a lost race
+DUPLICATE_IN_FLIGHT = 10158  # this very event (its Msg-Id) is in flight: it may yet land
+
+
 def _raise_for(err: _ApiError) -> None:
     if err.err_code in (10071, 10070):
         actual = err.description.rsplit(":", 1)[-1].strip()
         raise Conflict(int(actual) if actual.isdigit() else None, err.description)
-    if err.err_code == 10201:  # a re-sent batch whose Msg-Ids are already stored: treat as landed elsewhere
-        raise Conflict(None, err.description)
+    if err.err_code in (10201, WRONG_LAST_SEQUENCE_IN_FLIGHT):
+        raise Conflict(None, err.description)  # 10201: a re-sent batch whose Msg-Ids are already stored
+    if err.err_code == DUPLICATE_IN_FLIGHT:
+        raise Unavailable(f"{err.err_code}: {err.description}")
     if err.code in (503, 504):  # e.g. 10008 "temporarily unavailable" while a clustered stream elects a leader
         raise Unavailable(f"{err.err_code or err.code}: {err.description}")
     raise Rejected(err.err_code or err.code, err.description)
@@ -97,7 +106,7 @@ class EventLog:
         batch = uuid.uuid4().hex
         last = len(events)
         for i, (e, payload) in enumerate(zip(events, payloads), start=1):
-            headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i), "Nats-Msg-Id": e.id}
+            headers = {"Nats-Batch-Id": batch, BATCH_SEQUENCE: str(i), "Nats-Msg-Id": e.id}
             subject = subjects.event(tenant, thread, e.type)
             if i == 1:
                 headers.update(fence)

@@ -77,7 +77,7 @@ class PullConsumer:
         self._max_ack_pending = max_ack_pending
         self._max_failures = max_failures
         self._max_waits = max_waits
-        self._mailboxes = mailboxes or Mailboxes()
+        self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
         self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
         self._stopping = False
@@ -160,6 +160,7 @@ class PullConsumer:
                 return
             except (LogError, Retryable) as exc:
                 if isinstance(exc, LogError) and not exc.retryable:
+                    log.error("%s: %s refused by the log: %r", self._durable, msg.subject, exc)
                     failures = self._max_failures
                 else:
                     log.info("%s: retrying %s after %r", self._durable, msg.subject, exc)

@@ -75,17 +75,30 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
-        nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)
-        stack.push_async_callback(_close, nc)
-        await streams.ensure(nc.jetstream(), shared.stream_replicas)
-        service = await make(nc, stack)
-        await service.start()
-        if own.metrics_port:  # after start: /readyz answering means the worker is consuming
-            server = await asyncio.start_server(
-                lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port)
-            stack.push_async_callback(_close_server, server)
+        async def start() -> Service:
+            nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)
+            stack.push_async_callback(_close, nc)
+            await streams.ensure(nc.jetstream(), shared.stream_replicas)
+            service = await make(nc, stack)
+            await service.start()
+            if own.metrics_port:  # after start: /readyz answering means the worker is consuming
+                server = await asyncio.start_server(
+                    lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port)
+                stack.push_async_callback(_close_server, server)
+            return service
+
+        # Starting can take long (a cluster electing leaders after a node loss): a SIGTERM meanwhile ends it.
+        starting, stopping = asyncio.ensure_future(start()), asyncio.ensure_future(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            log.info("%s stopped while starting", name)
+            return
+        service = starting.result()
         log.info("%s started", name)
-        await stop.wait()
+        await stopping
         log.info("%s stopping", name)
         await service.stop()
 
