@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("-v", "--verbose", action="store_true", help="show every worker log line, not only warnings")
     up.add_argument("--provider-hosts", type=int, default=1, metavar="N",
                     help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)")
+    up.add_argument("--replicas", type=int, default=1, metavar="N",
+                    help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
+                         "partitions by lease (default 1)")
     up.set_defaults(func=cmd_up, interrupt_ok=True)
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")

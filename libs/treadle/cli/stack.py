@@ -21,6 +21,7 @@ WORKERS = {
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
 }
+REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
 _PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SUPERVISOR",
            "provider-host": "PROVIDER_HOST", "checkpoints": "CHECKPOINTS", "projector": "PROJECTOR"}
 
@@ -28,7 +29,8 @@ _PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SU
 class Stack:
     def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
                  gateway_port: int | None = None, env: dict[str, str] | None = None,
-                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1) -> None:
+                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1,
+                 replicas: int = 1) -> None:
         self.state_dir = Path(state_dir).resolve()
         self._nats_url, self._redis_url = nats_url, redis_url
         self.gateway_port = gateway_port or free_port()
@@ -40,6 +42,11 @@ class Stack:
         # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>.
         self.host_processes = {f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}"
                                for n in range(1, provider_hosts + 1)}
+        # Replicated workers: "coordinator" is the first replica, then "coordinator-2", … (the replica name).
+        if replicas < 1:
+            raise ValueError("replicas must be at least 1")
+        self.replicas = {kind: [kind if n == 1 else f"{kind}-{n}" for n in range(1, replicas + 1)]
+                         for kind in REPLICATED}
 
     @property
     def api_url(self) -> str:
@@ -72,11 +79,16 @@ class Stack:
             await self.redis.start()
         base = self.worker_env()
         for kind, module in WORKERS.items():
-            hosts = self.host_processes.items() if kind == "provider-host" else [(None, kind)]
+            if kind == "provider-host":
+                hosts = list(self.host_processes.items())
+            else:
+                hosts = [(None, name) for name in self.replicas.get(kind, [kind])]
             for host_id, name in hosts:
                 env = dict(base)
                 if host_id is not None and len(self.host_processes) > 1:
                     env["TREADLE_PROVIDER_HOST_HOST_ID"] = host_id
+                if kind in self.replicas:
+                    env["TREADLE_REPLICA"] = name
                 if name == "gateway":
                     env["TREADLE_GATEWAY_PORT"] = str(self.gateway_port)
                     self.health_ports[name] = self.gateway_port

@@ -164,8 +164,10 @@ async def cmd_up(args: argparse.Namespace) -> int:
     loop.set_exception_handler(_ignore_cancelled)
     if args.provider_hosts < 1:
         raise UsageError("--provider-hosts must be at least 1")
+    if args.replicas < 1:
+        raise UsageError("--replicas must be at least 1")
     stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose),
-                  provider_hosts=args.provider_hosts)
+                  provider_hosts=args.provider_hosts, replicas=args.replicas)
     began = time.monotonic()
     try:
         with console.status("starting nats-server, redis-server and 6 workers…"):

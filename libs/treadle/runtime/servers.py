@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from treadle.runtime import partitions
 from treadle.runtime.broker_auth import CONF, PID_FILE, BrokerAuth
 from treadle.runtime.processes import die_with_parent, signal_group
 
@@ -229,7 +230,7 @@ class NatsServer(_LocalServer):
         super().__init__(store_dir, port, start_timeout)
         self.binary = find_nats_server()
         self.http_port = http_port
-        self.config_text = config_text
+        self.config_text = partitions.nats_mappings() + (config_text or "")
         self.auth = BrokerAuth(self.dir) if auth else None
 
     @property
