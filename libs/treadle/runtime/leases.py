@@ -121,16 +121,18 @@ class PartitionLeases:
                 continue
             if partition in self.owned:  # the fence may have given it up meanwhile
                 self.owned[partition], self._renewed[partition] = revision, started
+        # Claims are fenced on the records as they were when deciding: one that changed since (another
+        # replica claimed it while this round worked) fails its OCC check instead of being taken over.
+        seen = {p: self._records.get(self._lease(p), (None, 0)) for p in range(self.partitions)}
         decided = plan(self.replica, self.partitions, self.holders(), self.members())
         for partition in decided.release:
             await self._release(partition)
         for partition in decided.claim:
-            await self._claim(partition)
+            await self._claim(partition, *seen[partition])
 
-    async def _claim(self, partition: int) -> None:
+    async def _claim(self, partition: int, value: bytes | None, revision: int) -> None:
         key, me = self._lease(partition), self.replica.encode()
         started = self._clock.now()
-        value, revision = self._records.get(key, (None, 0))
         try:
             if value is None:
                 revision = await self._kv.create(key, me)
@@ -196,7 +198,7 @@ async def lease_bucket(nc: NATS, replicas: int = 1) -> KeyValue:
         return await js.key_value(BUCKET)
     except BucketNotFoundError:
         # history 1: only the latest record counts; max_age sweeps records of replicas long gone
-        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, history=1, max_age=3600.0,
+        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, history=1, ttl=3600.0,
                                                         replicas=replicas))
 
 
