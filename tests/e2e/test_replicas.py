@@ -28,6 +28,7 @@ TTL = 3.0
 ENV = {"TREADLE_LEASE_TTL": str(TTL)}
 P = DEFAULT_PARTITIONS
 REPLY = "".join(f"part {i:02d}. " for i in range(30))
+QUEUE = "queue_after_active"  # follow-ups wait for the active run (L3.6), rather than steer it
 STREAMING = {"steps": [{"type": "text", "text": REPLY, "chunk": 10, "delay_ms": 50}]}  # about 1.5 s
 
 
@@ -87,7 +88,7 @@ async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_r
     held = await wait_for(even, timeout=30, what="partitions split evenly between the replicas")
 
     threads = [await api.create_thread(title=f"spread {i}") for i in range(16)]
-    sent = {t: [await api.send(t, f"first of {t}"), await api.send(t, f"second of {t}")] for t in threads}
+    sent = {t: [await api.send(t, f"first of {t}"), await api.send(t, f"second of {t}", mode=QUEUE)] for t in threads}
     for t in threads:
         for s in sent[t]:
             await api.wait_run(s["run_id"], timeout=60)
@@ -107,7 +108,7 @@ async def test_L3_6_killed_coordinator_and_supervisor_replicas_are_taken_over_an
     runs: dict[str, list[str]] = {}
     for t in threads:
         first = await api.send(t, texts[t][0], script=STREAMING)
-        runs[t] = [first["run_id"]] + [(await api.send(t, text))["run_id"] for text in texts[t][1:]]
+        runs[t] = [first["run_id"]] + [(await api.send(t, text, mode=QUEUE))["run_id"] for text in texts[t][1:]]
     held = await leases(nc)
     victims = {t for t in threads if held["coordinator"][partition_of(t, P)] == "coordinator-2"
                or held["supervisor"][partition_of(t, P)] == "supervisor-2"}
