@@ -35,7 +35,7 @@ class Replica:
             self.working.add(p)
             journal.append((clock.now(), name, "gained", p))
 
-        async def lost(p: int) -> None:
+        async def lost(p: int, handed_back: bool) -> None:
             self.working.discard(p)
             journal.append((clock.now(), name, "lost", p))
 

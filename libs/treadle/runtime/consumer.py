@@ -144,9 +144,11 @@ class PullConsumer:
         try:
             await asyncio.shield(task)  # stop() may cancel the handler; the mailbox only waits for it
         except asyncio.CancelledError:
-            if not task.done():
+            if asyncio.current_task().cancelling():  # the mailbox itself is being cancelled
                 task.cancel()
-            raise
+                raise
+            # stop() cut the handler short: its message goes to the next owner, and the thread's mailbox
+            # carries on with the rest of its work (commands share it)
         finally:
             self._running.discard(task)
             self._beats.pop(id(msg)).cancel()

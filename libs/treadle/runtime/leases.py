@@ -34,12 +34,13 @@ BUCKET = "treadle-leases"
 FENCE = 2 / 3  # of the TTL: a holder that could not renew for this long stops its partition's work
 _DELETED = ("DEL", "PURGE")
 
-Change = Callable[[int], Awaitable[None]]
+Gained = Callable[[int], Awaitable[None]]
+Lost = Callable[[int, bool], Awaitable[None]]  # (partition, handed back: True when released on purpose)
 
 
 class PartitionLeases:
     def __init__(self, kv: KeyValue, *, kind: str, replica: str, partitions: int, ttl: float,
-                 gained: Change, lost: Change, clock: Clock | None = None) -> None:
+                 gained: Gained, lost: Lost, clock: Clock | None = None) -> None:
         self._kv = kv
         self.kind, self.replica, self.partitions, self.ttl = kind, replica, partitions, ttl
         self._gained, self._lost = gained, lost
@@ -148,14 +149,14 @@ class PartitionLeases:
             log.exception("%s: could not start partition %d", self.replica, partition)
             await self._release(partition)
 
-    async def _lose(self, partition: int) -> None:
+    async def _lose(self, partition: int, handed_back: bool = False) -> None:
         self.owned.pop(partition, None)
         self._renewed.pop(partition, None)
-        await self._lost(partition)
+        await self._lost(partition, handed_back)
 
     async def _release(self, partition: int) -> None:
         revision = self.owned.get(partition)
-        await self._lose(partition)  # stop the work first: nobody may start it while it still runs here
+        await self._lose(partition, True)  # stop the work first: nobody may start it while it still runs here
         if revision is not None:
             with contextlib.suppress(KeyWrongLastSequenceError):
                 await self._kv.delete(self._lease(partition), last=revision)
@@ -217,6 +218,7 @@ class PartitionedWork:
         self.leases: PartitionLeases | None = None
         self.partitions = 0
         self._stopping = False
+        self._winding_down: set[asyncio.Task] = set()  # work of lost partitions, stopping in the background
 
     async def start(self) -> None:
         self.partitions = await parts.discover(self._nc)
@@ -230,15 +232,23 @@ class PartitionedWork:
         await unit.start()
         self.units[partition] = unit
 
-    async def _lose(self, partition: int) -> None:
+    async def _lose(self, partition: int, handed_back: bool) -> None:
         unit = self.units.pop(partition, None)
-        if unit is not None:
-            # A lost lease must not hold up the renewal of the others for long; at SIGTERM, finish the work.
+        if unit is None:
+            return
+        if handed_back:  # the lease is deleted only after this: let in-flight work finish (longer at SIGTERM)
             await unit.stop(10.0 if self._stopping else self._ttl / 3)
+            return
+        # Taken over, or fenced: another replica may run it already. Its fetching stops at the next turn of the
+        # loop; the handlers at work wind down in the background, not holding up the renewal of the others.
+        task = asyncio.create_task(unit.stop(self._ttl / 3), name=f"{self._replica}:p{partition}:stop")
+        self._winding_down.add(task)
+        task.add_done_callback(self._winding_down.discard)
 
     async def stop(self) -> None:
         self._stopping = True
         if self.leases is not None:
             await self.leases.stop()
         for partition in list(self.units):
-            await self._lose(partition)
+            await self._lose(partition, True)
+        await asyncio.gather(*self._winding_down, return_exceptions=True)
