@@ -13,6 +13,7 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from conftest import make_api
 from helpers import wait_for
 from treadle.client.tenant_events import TenantCredential, follow_tenant
+from treadle.runtime.partitions import DEFAULT_PARTITIONS, partition_of
 from treadle.runtime.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
@@ -93,7 +94,10 @@ async def test_tenant_consumer_reads_its_own_run_completed_and_is_denied_everyth
                         "$KV.treadle-tokens.x", "treadle.host.place", "$JS.API.STREAM.INFO." + STREAM,
                         f"$JS.API.DIRECT.GET.{STREAM}", "$JS.API.DIRECT.GET.KV_treadle-tokens"):
             await nc.publish(subject, b'{"forged": true}')
-            matrix[f"publish {subject}"] = await probe.denied("Publish", subject)
+            # the broker checks (and names) the subject after its partition mapping (runtime/partitions.py)
+            mapped = f"{subject}.{partition_of(thread_a, DEFAULT_PARTITIONS)}" \
+                if subject.startswith(("treadle.evt.", "treadle.prov.")) else subject
+            matrix[f"publish {subject}"] = await probe.denied("Publish", mapped)
         # Consumers: filtered on B, on everything, multi-filter (plain subject), under another name, and
         # pulling from a worker's durable consumer.
         body = {"stream_name": STREAM, "config": {"name": creds_a.consumer, "ack_policy": "explicit"}}

@@ -147,8 +147,10 @@ class PullConsumer:
             if asyncio.current_task().cancelling():  # the mailbox itself is being cancelled
                 task.cancel()
                 raise
-            # stop() cut the handler short: its message goes to the next owner, and the thread's mailbox
+            # stop() cut the handler short: its message goes to the next owner now, and the thread's mailbox
             # carries on with the rest of its work (commands share it)
+            with contextlib.suppress(Exception):
+                await msg.nak()
         finally:
             self._running.discard(task)
             self._beats.pop(id(msg)).cancel()
@@ -183,9 +185,14 @@ class PullConsumer:
                 log.exception("%s: handler failed on %s", self._durable, msg.subject)
             failures += 1
             HANDLER_RETRIES.labels(self._durable).inc()
-            if failures >= self._max_failures or self._stopping:
-                if not self._stopping:  # when stopping, the unacked message is redelivered to the next owner
-                    await self._dead_letter(msg, "handler kept failing", failures)
+            if self._stopping:
+                # The partition is going elsewhere (or the worker stops): a conflict now may be the new owner's
+                # append fencing this one, so no more retries here; the next owner gets the message at once.
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+                return
+            if failures >= self._max_failures:
+                await self._dead_letter(msg, "handler kept failing", failures)
                 return
             await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
             delay = min(delay * 2, 5.0)
@@ -197,13 +204,15 @@ class PullConsumer:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        # Drop the fetch inbox before anything is nak'ed: a pull request still pending at the server must not
+        # be handed the very messages given back for the next owner.
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
         if self._running:
             _, late = await asyncio.wait(set(self._running), timeout=timeout)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
 
 
 class PartitionConsumers:
