@@ -19,31 +19,11 @@ import time
 from pathlib import Path
 
 import nats
-from nats.js.errors import NoKeysError, NotFoundError
 
 from treadle.cli.stack import REPLICATED, Stack
-from treadle.runtime.leases import BUCKET
+from treadle.runtime.leases import LeaseTable
 
 POLL = 0.02  # how finely the takeover moment is resolved
-
-
-async def holders(kv, kind: str) -> dict[int, str]:
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        return {}
-    found: dict[int, str] = {}
-    for key in keys:
-        k, what, ident = key.split(".", 2)
-        if k != kind or what != "lease":
-            continue
-        try:
-            entry = await kv.get(key)
-        except NotFoundError:
-            continue
-        if entry.value:
-            found[int(ident)] = entry.value.decode()
-    return found
 
 
 async def until(predicate, timeout: float = 60.0) -> float:
@@ -61,14 +41,14 @@ async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]
         async with Stack(Path(tmp), env={"TREADLE_LEASE_TTL": str(ttl)}, replicas=2,
                          on_output=lambda name, line: None) as stack:
             nc = await nats.connect(stack.nats_url)
-            kv = await nc.jetstream().key_value(BUCKET)
+            table = await LeaseTable(nc).__aenter__()
             partitions = None
             for n in range(rounds):
                 for how, sig in (("sigterm", signal.SIGTERM), ("sigkill", signal.SIGKILL)):
                     async def even() -> bool:
                         nonlocal partitions
                         for kind in REPLICATED:
-                            held = await holders(kv, kind)
+                            held = table.holders(kind)
                             partitions = partitions or len(held)
                             if set(held.values()) != {kind, f"{kind}-2"}:
                                 return False
@@ -84,7 +64,7 @@ async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]
                         await asyncio.gather(*(stack.processes.kill(name, sig) for name in names))
 
                     async def survivor_holds_all(kind: str) -> bool:
-                        held = await holders(kv, kind)
+                        held = table.holders(kind)
                         return len(held) == partitions and set(held.values()) == {kind}
 
                     async def took(kind: str) -> None:
@@ -96,6 +76,7 @@ async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]
                     await asyncio.gather(*(took(kind) for kind in REPLICATED))
                     if sig == signal.SIGKILL:
                         await stack.processes.start()  # brings the halted replicas back
+            await table.__aexit__()
             await nc.close()
     return results
 

@@ -10,7 +10,6 @@ import time
 
 import nats
 import pytest
-from nats.js.errors import NoKeysError, NotFoundError
 
 from conftest import _quiet, make_api
 from helpers import wait_for
@@ -19,7 +18,7 @@ from treadle.domain import events as ev
 from treadle.domain.thread import fold
 from treadle.eventlog.log import EventLog
 from treadle.projections.check import check_log
-from treadle.runtime.leases import BUCKET
+from treadle.runtime.leases import LeaseTable
 from treadle.runtime.partitions import DEFAULT_PARTITIONS, partition_of
 
 pytestmark = pytest.mark.e2e
@@ -52,25 +51,15 @@ async def api(stack, nc, request):
     await client.close()
 
 
-async def leases(nc) -> dict[str, dict[int, str]]:
+@pytest.fixture(scope="module")
+async def table(nc):
+    async with LeaseTable(nc) as t:
+        yield t
+
+
+def leases(table: LeaseTable) -> dict[str, dict[int, str]]:
     """kind -> partition -> holding replica, as recorded in KV."""
-    kv = await nc.jetstream().key_value(BUCKET)
-    try:
-        keys = await kv.keys()
-    except NoKeysError:
-        keys = []
-    held: dict[str, dict[int, str]] = {kind: {} for kind in REPLICATED}
-    for key in keys:
-        kind, what, ident = key.split(".", 2)
-        if what != "lease":
-            continue
-        try:
-            entry = await kv.get(key)
-        except NotFoundError:
-            continue
-        if entry.value:
-            held[kind][int(ident)] = entry.value.decode()
-    return held
+    return {kind: table.holders(kind) for kind in REPLICATED}
 
 
 def spread(held: dict[int, str]) -> dict[str, int]:
@@ -80,9 +69,9 @@ def spread(held: dict[int, str]) -> dict[str, int]:
     return counts
 
 
-async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_run_completes(stack, nc, api):
-    async def even():
-        held = await leases(nc)
+async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_run_completes(stack, nc, table, api):
+    def even():
+        held = leases(table)
         return all(len(held[k]) == P and spread(held[k]) == {k: P // 2, f"{k}-2": P // 2} for k in REPLICATED) \
             and held
     held = await wait_for(even, timeout=30, what="partitions split evenly between the replicas")
@@ -101,7 +90,7 @@ async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_r
 
 
 async def test_L3_6_killed_coordinator_and_supervisor_replicas_are_taken_over_and_every_message_runs_once_in_order(
-        stack, nc, api):
+        stack, nc, table, api):
     log = EventLog(nc)
     threads = [await api.create_thread(title=f"takeover {i}") for i in range(12)]
     texts = {t: [f"one {t}", f"two {t}", f"three {t}"] for t in threads}
@@ -109,7 +98,7 @@ async def test_L3_6_killed_coordinator_and_supervisor_replicas_are_taken_over_an
     for t in threads:
         first = await api.send(t, texts[t][0], script=STREAMING)
         runs[t] = [first["run_id"]] + [(await api.send(t, text, mode=QUEUE))["run_id"] for text in texts[t][1:]]
-    held = await leases(nc)
+    held = leases(table)
     victims = {t for t in threads if held["coordinator"][partition_of(t, P)] == "coordinator-2"
                or held["supervisor"][partition_of(t, P)] == "supervisor-2"}
     assert victims, "no thread landed on the replicas about to be killed"
@@ -124,8 +113,8 @@ async def test_L3_6_killed_coordinator_and_supervisor_replicas_are_taken_over_an
     killed = time.monotonic()
     await asyncio.gather(stack.processes.halt("coordinator-2"), stack.processes.halt("supervisor-2"))
 
-    async def taken_over():
-        now = await leases(nc)
+    def taken_over():
+        now = leases(table)
         return all(spread(now[k]) == {k: P} for k in ("coordinator", "supervisor")) and now
     await wait_for(taken_over, timeout=30, what="the survivors hold every partition")
     took = time.monotonic() - killed

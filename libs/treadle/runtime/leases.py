@@ -52,6 +52,7 @@ class PartitionLeases:
         self._renewed: dict[int, float] = {}  # partition -> when its lease was last written
         self._member_revision = 0
         self._watched = asyncio.Event()
+        self._wake = asyncio.Event()  # a record was deleted (a replica handed back or left): act now
         self._tasks: list[asyncio.Task] = []
 
     def _lease(self, partition: int) -> str:
@@ -75,10 +76,23 @@ class PartitionLeases:
             value = None if entry.operation in _DELETED else entry.value
             self._records[entry.key] = (value, entry.revision or 0)
             self._liveness.observe(entry.key, entry.revision or 0, self._clock.now())
+            if value is None and self._watched.is_set():
+                self._wake.set()
+
+    async def _nap(self) -> None:
+        """One period, cut short when a record is deleted: handed-back partitions are claimed at once."""
+        sleep = asyncio.ensure_future(self._clock.sleep(self.period))
+        wake = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleep, wake}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+            wake.cancel()
+            self._wake.clear()
 
     async def _run(self) -> None:
         while True:
-            await self._clock.sleep(self.period)
+            await self._nap()
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -252,3 +266,41 @@ class PartitionedWork:
         for partition in list(self.units):
             await self._lose(partition, True)
         await asyncio.gather(*self._winding_down, return_exceptions=True)
+
+
+class LeaseTable:
+    """Who holds which partition, as recorded in KV, kept current by one watcher (for tools, tests and the
+    benchmark; the replicas themselves judge liveness too, which this does not)."""
+
+    def __init__(self, nc: NATS) -> None:
+        self._nc = nc
+        self._held: dict[str, dict[int, str]] = {}
+        self._ready = asyncio.Event()
+
+    async def __aenter__(self) -> "LeaseTable":
+        kv = await lease_bucket(self._nc)
+        self._watcher = await kv.watch("*.lease.*")
+        self._task = asyncio.create_task(self._follow())
+        await asyncio.wait_for(self._ready.wait(), 10)
+        return self
+
+    async def _follow(self) -> None:
+        async for entry in self._watcher:
+            if entry is None:
+                self._ready.set()
+                continue
+            kind, _, partition = entry.key.split(".", 2)
+            held = self._held.setdefault(kind, {})
+            if entry.operation in _DELETED or not entry.value:
+                held.pop(int(partition), None)
+            else:
+                held[int(partition)] = entry.value.decode()
+
+    def holders(self, kind: str) -> dict[int, str]:
+        return dict(self._held.get(kind, {}))
+
+    async def __aexit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            await self._watcher.stop()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)

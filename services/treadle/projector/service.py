@@ -141,6 +141,7 @@ class PartitionProjector:
         self._durable = f"{DURABLE}-p{partition}"
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
 
     async def start(self) -> None:
         js = self._p._js
@@ -154,13 +155,12 @@ class PartitionProjector:
     async def stop(self, timeout: float = 10.0) -> None:
         self._stopping = True
         if self._task:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            except asyncio.TimeoutError:  # a write cut short is redone by the next owner (writes are seq-guarded)
+            if self._fetching:
+                self._task.cancel()
+            done, _ = await asyncio.wait({self._task}, timeout=timeout)
+            if not done:  # a write cut short is redone by the next owner (writes are seq-guarded)
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
-            except Exception:
-                pass
         self._p._forget_partition(self.partition)
         with contextlib.suppress(Exception):
             await self._sub.unsubscribe()
@@ -169,6 +169,7 @@ class PartitionProjector:
         while not self._stopping:
             try:
                 await self._p._ensure_epoch()
+                self._fetching = True
                 msgs = await fetch_ready(self._sub, self._p._batch)
             except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
                 continue
@@ -176,6 +177,8 @@ class PartitionProjector:
                 log.warning("projector fetch failed: %r", exc)
                 await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
                 continue
+            finally:
+                self._fetching = False
             if not msgs:  # nats-py may return an empty batch instead of timing out
                 continue
             delay = 0.05
