@@ -16,6 +16,7 @@ from treadle.eventlog.log import EventLog
 from treadle.runtime import partitions
 from treadle.runtime.clock import ManualClock
 from treadle.runtime.leases import PartitionLeases, lease_bucket
+from treadle.runtime.servers import NatsServer
 
 TTL = 6.0
 P = 8
@@ -157,3 +158,16 @@ async def test_the_broker_maps_events_to_the_partition_of_their_thread(nc):
         assert msg.subject == f"treadle.evt.parts.{thread}.thread.created.{partitions.partition_of(thread, count)}"
         assert subjects.parse_event_subject(msg.subject) == ("parts", thread, "thread.created")
     assert len({partitions.partition_of(t, count) for t in threads}) > 1
+
+
+async def test_a_broker_without_the_partition_mappings_is_refused_by_name(tmp_path):
+    server = NatsServer(tmp_path / "plain", auth=False)
+    server.config_text = ""  # a nats-server not started from Treadle's config
+    async with server:
+        conn = await nats.connect(server.url)
+        try:
+            with pytest.raises(partitions.PartitionsNotConfigured, match="no partition mappings"):
+                await partitions.discover(conn)
+        finally:
+            await conn.close()
+    assert '"treadle.evt.*.*.*.*"' in partitions.nats_mappings(4) and "partition(4,2)" in partitions.nats_mappings(4)
