@@ -125,6 +125,13 @@ class PartitionLeases:
     async def tick(self) -> None:
         """One round: heartbeat, renew, then claim or release what the plan says."""
         me = self.replica.encode()
+        seen = self._records.get(self._member())
+        if self._member_revision and seen is not None and seen[1] > self._member_revision:
+            # Someone else beat under this name since this replica's last heartbeat: two processes share a
+            # replica name (TREADLE_REPLICA must be unique per kind), and they will keep taking each other's
+            # partitions. OCC keeps the log consistent, but say so loudly.
+            log.error("%s: another process heartbeats as %s; give each replica its own TREADLE_REPLICA",
+                      self.replica, self.replica)
         self._member_revision = await self._kv.put(self._member(), me)
         for partition, revision in list(self.owned.items()):
             started = self._clock.now()
