@@ -171,3 +171,24 @@ async def test_a_broker_without_the_partition_mappings_is_refused_by_name(tmp_pa
         finally:
             await conn.close()
     assert '"treadle.evt.*.*.*.*"' in partitions.nats_mappings(4) and "partition(4,2)" in partitions.nats_mappings(4)
+
+
+async def test_a_restarted_replica_adopts_its_own_partitions_at_once_and_a_twin_name_is_reported(world, caplog):
+    clock, journal, replica, round_ = world
+    first = await replica("c1")
+    assert first.working == set(range(P))
+    await first.nc.close()  # its process dies: the records stay, still fresh
+    first.stopped = True  # (its loop is left parked on the clock; it never ticks again)
+    for task in first.leases._tasks:
+        task.cancel()
+    again = await replica("c1")  # the supervisor restarts it under the same name, well within the TTL
+    assert again.working == set(range(P))  # its previous life's records are its own: no TTL to wait out
+
+    twin = await replica("c1")  # a misconfiguration: a second live process with the same name
+    caplog.set_level("ERROR", logger="treadle.runtime.leases")
+
+    async def reported() -> bool:
+        await round_()
+        return any("another process heartbeats as c1" in r.getMessage() for r in caplog.records)
+    await wait_for(reported, timeout=20, what="the shared replica name reported")
+    assert twin.working | again.working <= set(range(P))

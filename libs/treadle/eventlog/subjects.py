@@ -69,10 +69,3 @@ def parse_event_subject(subject: str) -> tuple[str, str, str]:
     """``treadle.evt.<tenant>.<thread>.<a>.<b>[.<partition>]`` → (tenant, thread, "a.b")."""
     parts = subject.split(".", 7)
     return parts[2], parts[3], parts[4] + "." + parts[5]
-
-
-def partition_of_subject(subject: str) -> int | None:
-    """The partition token the broker appended to a stored event or provider-event subject (None: none)."""
-    parts = subject.split(".")
-    expected = 7 if parts[1] == "evt" else 6
-    return int(parts[-1]) if len(parts) == expected and parts[-1].isdigit() else None
