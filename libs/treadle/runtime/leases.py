@@ -54,6 +54,9 @@ class PartitionLeases:
         self._watched = asyncio.Event()
         self._wake = asyncio.Event()  # a record was deleted (a replica handed back or left): act now
         self._tasks: list[asyncio.Task] = []
+        # Set by stop() besides cancelling: Python 3.11's wait_for (inside nats-py's requests) can swallow a
+        # cancellation that coincides with its reply, and the loop must end all the same.
+        self._closing = False
 
     def _lease(self, partition: int) -> str:
         return f"{self.kind}.lease.{partition}"
@@ -91,8 +94,10 @@ class PartitionLeases:
             self._wake.clear()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             await self._nap()
+            if self._closing:
+                return
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -195,6 +200,8 @@ class PartitionLeases:
 
     async def stop(self) -> None:
         """Hand every partition back (SIGTERM): the others claim them without waiting out the TTL."""
+        self._closing = True
+        self._wake.set()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
