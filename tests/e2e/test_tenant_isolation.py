@@ -123,10 +123,10 @@ async def test_tenant_consumer_reads_its_own_run_completed_and_is_denied_everyth
                         f"$JS.API.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
                         f"{API_PREFIX}.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
                         f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{creds_a.consumer}",
-                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch",
-                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch",
+                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
+                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
                         f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds_b.consumer}",
-                        f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended"):
+                        f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended-p0"):
             with pytest.raises((NatsTimeout, NoRespondersError)):
                 await nc.request(subject, json.dumps(body).encode(), timeout=0.5)
             matrix[f"request {subject}"] = await probe.denied("Publish", subject)

@@ -64,7 +64,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
     # A redelivered batch, and an older state written late, both leave the document as it is.
     partial = fold((await log.read("proj", thread))[:3])
     await store.write([(partial, ["run_1"], None)])
-    await projector._project([])
+    await projector._project(0, [])
     assert await store.doc("proj", thread) == replay
     state = await store.state("proj", thread)
     assert state.messages[-1].text == "part0 part1 part2 part3 part4 "

@@ -88,7 +88,7 @@ def filter_for(tenant: str, types: list[str] | None) -> str:
         (type_,) = types
         if type_ not in PAYLOADS:
             raise ValueError(f"unknown event type {type_!r}")
-        return f"treadle.evt.{tenant}.*.{type_}"
+        return f"treadle.evt.{tenant}.*.{type_}.*"  # the last token is the partition (runtime/partitions.py)
     return f"treadle.evt.{tenant}.>"
 
 

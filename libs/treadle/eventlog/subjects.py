@@ -31,8 +31,9 @@ def thread_events(tenant: str, thread: str) -> str:
 
 
 def event_types(*types: str) -> list[str]:
-    """Filters for a consumer of some event types across all tenants and threads."""
-    return [f"treadle.evt.*.*.{t}" for t in types]
+    """Filters for a consumer of some event types across all tenants, threads and partitions (the broker
+    appends the partition token to every stored event subject: runtime/partitions.py)."""
+    return [f"treadle.evt.*.*.{t}.*" for t in types]
 
 
 def command(tenant: str, verb: str) -> str:
@@ -70,6 +71,6 @@ def checkpoint(volume: str, verb: str) -> str:
 
 
 def parse_event_subject(subject: str) -> tuple[str, str, str]:
-    """``treadle.evt.<tenant>.<thread>.<a>.<b>`` → (tenant, thread, "a.b")."""
-    parts = subject.split(".", 5)
+    """``treadle.evt.<tenant>.<thread>.<a>.<b>[.<partition>]`` → (tenant, thread, "a.b")."""
+    parts = subject.split(".", 7)
     return parts[2], parts[3], parts[4] + "." + parts[5]

@@ -1,10 +1,12 @@
 """The projection writer: a follower of ``TREADLE_EVENTS`` that folds every event into the thread's Redis
 document. Per fetched batch: group by thread, fold, write all documents in one pipeline, then ack. A
-document carries its stream sequence, so redelivery after a crash is a no-op."""
+document carries its stream sequence, so redelivery after a crash is a no-op. Each replica follows the
+partitions it leases (runtime/leases.py), one durable consumer per partition."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -25,9 +27,11 @@ from treadle.eventlog.log import EventLog
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, indexed
+from treadle.runtime import partitions
 from treadle.runtime.consumer import fetch_ready
+from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
-from treadle.runtime.settings import ProjectorSettings
+from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
 DURABLE = "projector"
@@ -43,73 +47,51 @@ def _exit_if_crashed(task: asyncio.Task) -> None:
 
 
 class Projector:
-    def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings) -> None:
+    """What the partitions of one projector replica share: Redis, the epoch check and folded states."""
+
+    def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings, shared: Shared | None = None) -> None:
+        shared = shared or Shared()
         self._nc = nc
         self._js = nc.jetstream()
         self._log = EventLog(nc)
         self._store = ProjectionStore(redis)
         self._batch = own.batch
-        self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
-        self._task: asyncio.Task | None = None
-        self._stopping = False
+        # Folded states per partition: a partition that comes back after another replica held it starts
+        # empty, since that replica may have projected events this cache never saw.
+        self._states: dict[int, OrderedDict[tuple[str, str], ThreadState]] = {}
         self._epoch_checked = float("-inf")
+        self._epoch_lock = asyncio.Lock()
+        self.work = PartitionedWork(nc, kind="projector", replica=shared.replica_name("projector"),
+                                    ttl=shared.lease_ttl, make=self._partition,
+                                    stream_replicas=shared.stream_replicas)
+
+    def _partition(self, partition: int) -> "PartitionProjector":
+        self._states[partition] = OrderedDict()
+        return PartitionProjector(self, partition)
 
     async def start(self) -> None:
-        await self._js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
-            durable_name=DURABLE, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
-            filter_subject=subjects.EVENTS_ALL, ack_wait=30, max_ack_pending=10_000))
-        self._sub = await self._js.pull_subscribe_bind(DURABLE, stream=subjects.EVENTS_STREAM)
-        self._task = asyncio.create_task(self._loop())
-        self._task.add_done_callback(_exit_if_crashed)
+        await self.work.start()
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self._task:
-            await asyncio.wait_for(asyncio.gather(self._task, return_exceptions=True), 10)
-        await self._sub.unsubscribe()
-
-    async def _loop(self) -> None:
-        while not self._stopping:
-            try:
-                await self._ensure_epoch()
-                msgs = await fetch_ready(self._sub, self._batch)
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-                continue
-            except Exception as exc:
-                log.warning("projector fetch failed: %r", exc)
-                await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
-                continue
-            if not msgs:  # nats-py may return an empty batch instead of timing out
-                continue
-            delay = 0.05
-            while True:
-                try:
-                    await self._project(msgs)
-                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
-                    PROJECTED.inc(len(msgs))
-                    PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
-                    break
-                except (RedisError, OSError, NatsTimeout) as exc:
-                    log.warning("projection write failed, retrying: %r", exc)
-                    self._states.clear()
-                    await asyncio.sleep(delay)  # backoff while Redis is away
-                    delay = min(delay * 2, 5.0)
+        await self.work.stop()
 
     async def _ensure_epoch(self) -> None:
         """Redis is a cache and may be flushed at any moment: when the marker is gone, rebuild everything.
         Checked at most once a second, not per batch: one Redis round trip less per event at low load."""
-        now = time.monotonic()
-        if now - self._epoch_checked < EPOCH_CHECK_SECONDS:
-            return
-        self._epoch_checked = now
-        if await self._store.epoch() is not None:
-            return
-        self._states.clear()
-        count = await rebuild(self._nc, self._store)
-        await self._store.set_epoch(uuid.uuid4().hex)
-        log.info("projections rebuilt from the log: %d threads", count)
+        async with self._epoch_lock:
+            now = time.monotonic()
+            if now - self._epoch_checked < EPOCH_CHECK_SECONDS:
+                return
+            self._epoch_checked = now
+            if await self._store.epoch() is not None:
+                return
+            for states in self._states.values():
+                states.clear()
+            count = await rebuild(self._nc, self._store)
+            await self._store.set_epoch(uuid.uuid4().hex)
+            log.info("projections rebuilt from the log: %d threads", count)
 
-    async def _project(self, msgs) -> None:
+    async def _project(self, partition: int, msgs) -> None:
         touched: dict[tuple[str, str], tuple[ThreadState, list[str], Changes]] = {}
         for msg in msgs:
             try:
@@ -120,7 +102,7 @@ class Projector:
             key = (e.tenant, e.thread)
             entry = touched.get(key)
             if entry is None:
-                state, cached = await self._state(key, e.seq or 0)
+                state, cached = await self._state(partition, key, e.seq or 0)
                 # A state just loaded is written whole; a cached one only where this batch changed it.
                 entry = touched[key] = (state, [], Changes(state if cached else None))
             evolve(entry[0], e)
@@ -128,8 +110,9 @@ class Projector:
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
 
-    async def _state(self, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
-        state = self._states.get(key)
+    async def _state(self, partition: int, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
+        states = self._states.setdefault(partition, OrderedDict())
+        state = states.get(key)
         cached = state is not None
         if state is None:
             # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
@@ -138,8 +121,76 @@ class Projector:
                 if e.seq is not None and e.seq >= seq:
                     break
                 evolve(state, e)
-            self._states[key] = state
-            while len(self._states) > CACHE:
-                self._states.popitem(last=False)
-        self._states.move_to_end(key)
+            states[key] = state
+            while len(states) > CACHE:
+                states.popitem(last=False)
+        states.move_to_end(key)
         return state, cached
+
+    def _forget_partition(self, partition: int) -> None:
+        self._states.pop(partition, None)
+
+
+class PartitionProjector:
+    """The projection writer of one partition: per fetched batch, group by thread, fold, write all documents
+    in one pipeline, then ack."""
+
+    def __init__(self, projector: Projector, partition: int) -> None:
+        self._p = projector
+        self.partition = partition
+        self._durable = f"{DURABLE}-p{partition}"
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+        self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
+
+    async def start(self) -> None:
+        js = self._p._js
+        await js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
+            durable_name=self._durable, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
+            filter_subject=partitions.events_filter(self.partition), ack_wait=30, max_ack_pending=10_000))
+        self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+        self._task = asyncio.create_task(self._loop(), name=f"projector:p{self.partition}")
+        self._task.add_done_callback(_exit_if_crashed)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        if self._task:
+            if self._fetching:
+                self._task.cancel()
+            done, _ = await asyncio.wait({self._task}, timeout=timeout)
+            if not done:  # a write cut short is redone by the next owner (writes are seq-guarded)
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+        self._p._forget_partition(self.partition)
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._p._ensure_epoch()
+                self._fetching = True
+                msgs = await fetch_ready(self._sub, self._p._batch)
+            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("projector fetch failed: %r", exc)
+                await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
+                continue
+            finally:
+                self._fetching = False
+            if not msgs:  # nats-py may return an empty batch instead of timing out
+                continue
+            delay = 0.05
+            while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
+                try:
+                    await self._p._project(self.partition, msgs)
+                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+                    PROJECTED.inc(len(msgs))
+                    PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
+                    break
+                except (RedisError, OSError, NatsTimeout) as exc:
+                    log.warning("projection write failed, retrying: %r", exc)
+                    self._p._states.get(self.partition, OrderedDict()).clear()
+                    await asyncio.sleep(delay)  # backoff while Redis is away
+                    delay = min(delay * 2, 5.0)
