@@ -30,12 +30,6 @@ def thread_events(tenant: str, thread: str) -> str:
     return f"treadle.evt.{token(tenant, 'tenant')}.{token(thread, 'thread')}.>"
 
 
-def event_types(*types: str) -> list[str]:
-    """Filters for a consumer of some event types across all tenants, threads and partitions (the broker
-    appends the partition token to every stored event subject: runtime/partitions.py)."""
-    return [f"treadle.evt.*.*.{t}.*" for t in types]
-
-
 def command(tenant: str, verb: str) -> str:
     return f"treadle.cmd.{token(tenant, 'tenant')}.thread.{verb}"
 

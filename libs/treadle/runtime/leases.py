@@ -27,6 +27,7 @@ from nats.js.api import KeyValueConfig
 from . import partitions as parts
 from .clock import Clock, SystemClock
 from .lease_plan import Liveness, plan
+from .partition_migration import OWNER, Legacy, Migration
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class PartitionLeases:
         seen = {p: self._records.get(self._lease(p), (None, 0)) for p in range(self.partitions)}
         decided = plan(self.replica, self.partitions, self.holders(), self.members())
         for partition in decided.release:
-            await self._release(partition)
+            await self.release(partition)
         for partition in decided.claim:
             await self._claim(partition, *seen[partition])
 
@@ -173,14 +174,14 @@ class PartitionLeases:
             await self._gained(partition)
         except Exception:  # its work did not start: give the partition back rather than hold it idle
             log.exception("%s: could not start partition %d", self.replica, partition)
-            await self._release(partition)
+            await self.release(partition)
 
     async def _lose(self, partition: int, handed_back: bool = False) -> None:
         self.owned.pop(partition, None)
         self._renewed.pop(partition, None)
         await self._lost(partition, handed_back)
 
-    async def _release(self, partition: int) -> None:
+    async def release(self, partition: int) -> None:
         revision = self.owned.get(partition)
         await self._lose(partition, True)  # stop the work first: nobody may start it while it still runs here
         if revision is not None:
@@ -207,7 +208,7 @@ class PartitionLeases:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for partition in list(self.owned):
             with contextlib.suppress(Exception):
-                await self._release(partition)
+                await self.release(partition)
         with contextlib.suppress(Exception):
             await self._kv.delete(self._member(), last=self._member_revision)
         with contextlib.suppress(Exception):
@@ -236,7 +237,7 @@ class PartitionedWork:
     lease is lost or released."""
 
     def __init__(self, nc: NATS, *, kind: str, replica: str, ttl: float, make: Callable[[int], Unit],
-                 clock: Clock | None = None, stream_replicas: int = 1) -> None:
+                 clock: Clock | None = None, stream_replicas: int = 1, legacy: Legacy | None = None) -> None:
         self._nc = nc
         self._kind, self._replica, self._ttl = kind, replica, ttl
         self._make = make
@@ -247,9 +248,16 @@ class PartitionedWork:
         self.partitions = 0
         self._stopping = False
         self._winding_down: set[asyncio.Task] = set()  # work of lost partitions, stopping in the background
+        self._migration = Migration(nc.jetstream(), legacy, self._owns, ttl / 3) if legacy else None
+        self._waiting: dict[int, asyncio.Task] = {}  # partitions held while the migration runs, not started
+
+    def _owns(self, partition: int) -> bool:
+        return self.leases is not None and partition in self.leases.owned
 
     async def start(self) -> None:
         self.partitions = await parts.discover(self._nc)
+        if self._migration is not None:
+            await self._migration.start()
         kv = await lease_bucket(self._nc, self._stream_replicas)
         self.leases = PartitionLeases(kv, kind=self._kind, replica=self._replica, partitions=self.partitions,
                                       ttl=self._ttl, gained=self._gain, lost=self._lose, clock=self._clock)
@@ -257,10 +265,32 @@ class PartitionedWork:
 
     async def _gain(self, partition: int) -> None:
         unit = self._make(partition)
-        await unit.start()
+        if self._migration is None or self._migration.done.is_set():
+            await unit.start()
+            self.units[partition] = unit
+            return
+        # Upgrading: the events of before partitions come first (partition_migration.py). The lease is held
+        # meanwhile, so the plan stays settled; the unit starts the moment the old consumers are gone.
         self.units[partition] = unit
+        self._waiting[partition] = asyncio.create_task(self._start_after_migration(partition, unit))
+
+    async def _start_after_migration(self, partition: int, unit: Unit) -> None:
+        assert self._migration is not None
+        await self._migration.done.wait()
+        self._waiting.pop(partition, None)
+        try:
+            await unit.start()
+        except Exception:
+            log.exception("%s: could not start partition %d", self._replica, partition)
+            if self.leases is not None:
+                await self.leases.release(partition)
 
     async def _lose(self, partition: int, handed_back: bool) -> None:
+        waiting = self._waiting.pop(partition, None)
+        if waiting is not None:
+            waiting.cancel()
+        if partition == OWNER and self._migration is not None:
+            await self._migration.let_go()
         unit = self.units.pop(partition, None)
         if unit is None:
             return
@@ -275,6 +305,8 @@ class PartitionedWork:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._migration is not None:
+            await self._migration.stop()
         if self.leases is not None:
             await self.leases.stop()
         for partition in list(self.units):

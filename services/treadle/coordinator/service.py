@@ -40,6 +40,7 @@ from treadle.eventlog.store import ThreadStore
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
@@ -53,6 +54,7 @@ _command_decoder = msgspec.json.Decoder(Command)
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
 
 
 class Coordinator:
@@ -69,14 +71,19 @@ class Coordinator:
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
+        legacy = Legacy(((subjects.EVENTS_STREAM, RUN_ENDED_DURABLE),),
+                        lambda: self._run_ended(RUN_ENDED_DURABLE, unpartitioned_event_types(*RUN_ENDED)))
         self.work = PartitionedWork(nc, kind="coordinator", replica=shared.replica_name("coordinator"),
                                     ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas)
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+
+    def _run_ended(self, durable: str, filters: list[str]) -> PullConsumer:
+        return PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=durable, filters=filters,
+                            handle=self._on_run_ended, mailboxes=self._mailboxes)
 
     def _partition(self, partition: int) -> PullConsumer:
-        return PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=f"coordinator-run-ended-p{partition}",
-                            filters=partitions.event_types_filters(RUN_ENDED, partition),
-                            handle=self._on_run_ended, mailboxes=self._mailboxes)
+        return self._run_ended(f"{RUN_ENDED_DURABLE}-p{partition}",
+                               partitions.event_types_filters(RUN_ENDED, partition))
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)

@@ -30,11 +30,13 @@ from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime import partitions
 from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.partition_migration import UNPARTITIONED_EVENTS, Legacy
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
-DURABLE = "projector"
+DURABLE = "projector"  # one per partition: "projector-p3"
+UNPARTITIONED = -1  # the key of the old single consumer's folded states while it drains
 CACHE = 20_000
 EPOCH_CHECK_SECONDS = 1.0
 
@@ -61,13 +63,19 @@ class Projector:
         self._states: dict[int, OrderedDict[tuple[str, str], ThreadState]] = {}
         self._epoch_checked = float("-inf")
         self._epoch_lock = asyncio.Lock()
+        legacy = Legacy(((subjects.EVENTS_STREAM, DURABLE),), self._unpartitioned)
         self.work = PartitionedWork(nc, kind="projector", replica=shared.replica_name("projector"),
                                     ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas)
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
 
     def _partition(self, partition: int) -> "PartitionProjector":
         self._states[partition] = OrderedDict()
-        return PartitionProjector(self, partition)
+        return PartitionProjector(self, partition, f"{DURABLE}-p{partition}", partitions.events_filter(partition))
+
+    def _unpartitioned(self) -> "PartitionProjector":
+        """The consumer of before partitions, while it holds events of before the upgrade (partition_migration)."""
+        self._states[UNPARTITIONED] = OrderedDict()
+        return PartitionProjector(self, UNPARTITIONED, DURABLE, UNPARTITIONED_EVENTS)
 
     async def start(self) -> None:
         await self.work.start()
@@ -135,10 +143,10 @@ class PartitionProjector:
     """The projection writer of one partition: per fetched batch, group by thread, fold, write all documents
     in one pipeline, then ack."""
 
-    def __init__(self, projector: Projector, partition: int) -> None:
+    def __init__(self, projector: Projector, partition: int, durable: str, filter_: str) -> None:
         self._p = projector
         self.partition = partition
-        self._durable = f"{DURABLE}-p{partition}"
+        self._durable, self._filter = durable, filter_
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
@@ -147,7 +155,7 @@ class PartitionProjector:
         js = self._p._js
         await js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
             durable_name=self._durable, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
-            filter_subject=partitions.events_filter(self.partition), ack_wait=30, max_ack_pending=10_000))
+            filter_subject=self._filter, ack_wait=30, max_ack_pending=10_000))
         self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
         self._task = asyncio.create_task(self._loop(), name=f"projector:p{self.partition}")
         self._task.add_done_callback(_exit_if_crashed)

@@ -30,6 +30,7 @@ from treadle.providers import protocol as hp
 from treadle.runtime import partitions
 from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Retryable
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
@@ -57,19 +58,24 @@ class Supervisor:
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
         # a thread's dispatches and provider events are never handled by two replicas at once.
+        legacy = Legacy(((subjects.EVENTS_STREAM, "supervisor-dispatch"),
+                         (subjects.PROVIDER_STREAM, "supervisor-provider")),
+                        lambda: self._consumers("", unpartitioned_event_types(*WAKE_EVENTS), UNPARTITIONED_PROVIDER))
         self.work = PartitionedWork(nc, kind="supervisor", replica=shared.replica_name("supervisor"),
                                     ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas)
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+
+    def _consumers(self, suffix: str, dispatch: list[str], provider: str) -> PartitionConsumers:
+        return PartitionConsumers([
+            PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=f"supervisor-dispatch{suffix}",
+                         filters=dispatch, handle=self._on_dispatched, mailboxes=self._mailboxes),
+            PullConsumer(self._js, stream=subjects.PROVIDER_STREAM, durable=f"supervisor-provider{suffix}",
+                         filters=[provider], handle=self._on_provider_event, mailboxes=self._mailboxes),
+        ])
 
     def _partition(self, partition: int) -> PartitionConsumers:
-        return PartitionConsumers([
-            PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=f"supervisor-dispatch-p{partition}",
-                         filters=partitions.event_types_filters(WAKE_EVENTS, partition),
-                         handle=self._on_dispatched, mailboxes=self._mailboxes),
-            PullConsumer(self._js, stream=subjects.PROVIDER_STREAM, durable=f"supervisor-provider-p{partition}",
-                         filters=[partitions.provider_filter(partition)], handle=self._on_provider_event,
-                         mailboxes=self._mailboxes),
-        ])
+        return self._consumers(f"-p{partition}", partitions.event_types_filters(WAKE_EVENTS, partition),
+                               partitions.provider_filter(partition))
 
     async def start(self) -> None:
         await self.work.start()
