@@ -14,6 +14,7 @@ from treadle.eventlog import streams
 from treadle.eventlog.log import EventLog
 from treadle.projections.store import ProjectionStore, encode_state
 from treadle.projector.service import Projector
+from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
 
 _n = itertools.count()
@@ -102,3 +103,37 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
         return state if state is not None and state.seq == seq else None
     await wait_for(whole, what="the whole document written again")
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+
+
+async def test_events_delivered_to_a_replica_that_died_are_projected_by_the_next_and_not_acked_unseen(nc, redis):
+    """A projector replica that dies with a pull answered but not acked: its partition's next reader starts
+    after the acknowledged floor, so the thread is projected now, not after the ack wait (AckPolicy.ALL
+    would otherwise acknowledge those deliveries with the next batch, unseen)."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    first = Projector(nc, redis, ProjectorSettings())
+    await first.start()
+    count = first.work.partitions
+    await first.stop()
+    stray, later = f"thr_proj{next(_n)}", None
+    while later is None or partitions.partition_of(later, count) != partitions.partition_of(stray, count):
+        later = f"thr_proj{next(_n)}"
+    partition = partitions.partition_of(stray, count)
+    last = await write_thread(log, stray)
+    dead = await nc.jetstream().pull_subscribe_bind(f"projector-p{partition}", stream="TREADLE_EVENTS")
+    delivered = await dead.fetch(1000, timeout=2)  # the dying replica's last pull
+    assert delivered[-1].metadata.sequence.stream == last
+    await dead.unsubscribe()
+    await write_thread(log, later)  # a batch after it: acking it must not acknowledge the stray ones unseen
+
+    second = Projector(nc, redis, ProjectorSettings())
+    await second.start()
+    try:
+        replay = encode_state(fold(await log.read("proj", stray)))
+        await wait_for(lambda: _doc_is(store, stray, replay), timeout=10, what="the stray thread projected")
+    finally:
+        await second.stop()
+
+
+async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
+    return await store.doc("proj", thread) == expected

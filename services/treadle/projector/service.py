@@ -16,7 +16,7 @@ from collections import OrderedDict
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError
+from nats.js.errors import FetchTimeoutError, NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -30,8 +30,8 @@ from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime import partitions
 from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS
 from treadle.runtime.partition_migration import UNPARTITIONED_EVENTS, Legacy
-from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
 from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,13 @@ class Projector:
 
 class PartitionProjector:
     """The projection writer of one partition: per fetched batch, group by thread, fold, write all documents
-    in one pipeline, then ack."""
+    in one pipeline, then ack (AckPolicy.ALL: one ack per batch).
+
+    Acknowledging everything up to a message is safe only while this reader saw every delivery before it.
+    A delivery can go astray: to the pull request of a replica that died or lost the lease, or into a broker
+    node lost with its replies; the next ack would acknowledge it unseen, and a thread without a later event
+    would keep a stale projection. So a reader starts right after the acknowledged floor when deliveries are
+    outstanding, and starts there again when the delivery sequence skips (``_rewind``)."""
 
     def __init__(self, projector: Projector, partition: int, durable: str, filter_: str) -> None:
         self._p = projector
@@ -150,13 +156,47 @@ class PartitionProjector:
         self._task: asyncio.Task | None = None
         self._stopping = False
         self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
+        self._acked = 0  # stream sequence acknowledged last
+        self._next = 1  # delivery (consumer) sequence expected next
+
+    def _config(self, start: int | None) -> ConsumerConfig:
+        return ConsumerConfig(
+            durable_name=self._durable, ack_policy=AckPolicy.ALL, filter_subject=self._filter, ack_wait=30,
+            max_ack_pending=10_000, deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start)
+
+    async def _bind(self) -> None:
+        js = self._p._js
+        try:
+            info = await js.consumer_info(subjects.EVENTS_STREAM, self._durable)
+        except NotFoundError:
+            info = await js.add_consumer(subjects.EVENTS_STREAM, self._config(None))
+        else:
+            # Outstanding deliveries belong to a reader that is gone; a filter of before partitions is narrowed
+            # to the unpartitioned form (partition_migration.py). Both: start again after the floor.
+            if info.num_ack_pending or info.config.filter_subject != self._filter:
+                info = await self._recreate(info.ack_floor.stream_seq + 1)
+        self._acked, self._next = info.ack_floor.stream_seq, info.delivered.consumer_seq + 1
+        self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+
+    async def _recreate(self, start: int):
+        js = self._p._js
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
+        return await js.add_consumer(subjects.EVENTS_STREAM, self._config(start))
+
+    async def _rewind(self) -> None:
+        PROJECTION_REWINDS.inc()
+        log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
+                    self._acked + 1)
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+        info = await self._recreate(self._acked + 1)
+        self._next = info.delivered.consumer_seq + 1
+        self._sub = await self._p._js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
 
     async def start(self) -> None:
-        js = self._p._js
-        await js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
-            durable_name=self._durable, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
-            filter_subject=self._filter, ack_wait=30, max_ack_pending=10_000))
-        self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+        await self._bind()
         self._task = asyncio.create_task(self._loop(), name=f"projector:p{self.partition}")
         self._task.add_done_callback(_exit_if_crashed)
 
@@ -189,13 +229,22 @@ class PartitionProjector:
                 self._fetching = False
             if not msgs:  # nats-py may return an empty batch instead of timing out
                 continue
+            if [m.metadata.sequence.consumer for m in msgs] != list(range(self._next, self._next + len(msgs))):
+                try:
+                    await self._rewind()
+                except Exception as exc:  # the broker is away: the next round tries again
+                    log.warning("%s: rewind failed: %r", self._durable, exc)
+                    await asyncio.sleep(0.5)  # backoff while the broker is away
+                continue
+            self._next += len(msgs)
             delay = 0.05
             while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
                 try:
                     await self._p._project(self.partition, msgs)
                     await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+                    self._acked = msgs[-1].metadata.sequence.stream
                     PROJECTED.inc(len(msgs))
-                    PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
+                    PROJECTION_LAG.labels(self.partition).set(msgs[-1].metadata.num_pending)
                     break
                 except (RedisError, OSError, NatsTimeout) as exc:
                     log.warning("projection write failed, retrying: %r", exc)
