@@ -31,13 +31,20 @@ Handle = Callable[[Msg], Awaitable[None]]
 KeyOf = Callable[[Msg], str]
 
 
-async def fetch_ready(sub, batch: int, wait: float = 1.0) -> list[Msg]:
+# How long one pull waits at the server for a message. A message is delivered the moment it arrives either
+# way; the wait only sets how often an idle consumer asks again, and every partition of every worker kind has
+# consumers, most of them idle at any moment (1 s made an idle stack cost 2.4x the CPU of one without
+# partitions: bench/idle.py).
+IDLE_WAIT = 5.0
+
+
+async def fetch_ready(sub, batch: int, wait: float = IDLE_WAIT) -> list[Msg]:
     """Wait up to ``wait`` for one message, then take whatever else is already pending, without lingering.
     (A lingering pull for a whole batch holds the first message until the batch fills or expires.)"""
     msgs = await sub.fetch(1, timeout=wait)
     if batch > 1 and msgs and msgs[-1].metadata.num_pending:
         try:
-            msgs += await sub.fetch(batch - 1, timeout=wait)  # no-wait first: returns what is there now
+            msgs += await sub.fetch(batch - 1, timeout=1.0)  # no-wait first: returns what is there now
         except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
             pass
     return msgs

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from nats.aio.client import Client as NATS
-from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from nats.js.api import KeyValueConfig
 
@@ -166,8 +166,10 @@ class PartitionLeases:
                 revision = await self._kv.create(key, me)
             else:  # abandoned: take it only if it is still exactly as abandoned
                 revision = await self._kv.update(key, me, last=revision)
-        except KeyWrongLastSequenceError:
-            return  # another replica got there first, or the holder came back
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            # another replica got there first, or the holder came back (nats-py's create() looks the key up
+            # after a lost race, and finds nothing if the winner has let go again meanwhile)
+            return
         self.owned[partition], self._renewed[partition] = revision, started
         log.info("%s: claimed partition %d", self.replica, partition)
         try:
