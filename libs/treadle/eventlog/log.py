@@ -43,7 +43,8 @@ _ack_decoder = msgspec.json.Decoder(_PubAck)
 
 
 def _raise_for(err: _ApiError) -> None:
-    if err.err_code in (10071, 10070):
+    # 10164 is the same OCC refusal without the actual sequence: what a clustered stream's leader answers
+    if err.err_code in (10071, 10070, 10164):
         actual = err.description.rsplit(":", 1)[-1].strip()
         raise Conflict(int(actual) if actual.isdigit() else None, err.description)
     if err.err_code == 10201:  # a re-sent batch whose Msg-Ids are already stored: treat as landed elsewhere

@@ -165,6 +165,7 @@ class PullConsumer:
     async def _settle(self, msg: Msg) -> None:
         delay = 0.05
         failures = 0
+        last: Exception | None = None
         while True:
             try:
                 await self._handle(msg)
@@ -183,12 +184,14 @@ class PullConsumer:
                 await self._dead_letter(msg, f"invalid payload: {exc}", 1)
                 return
             except (LogError, Retryable) as exc:
+                last = exc
                 if isinstance(exc, LogError) and not exc.retryable:
                     failures = self._max_failures
                 else:
                     log.info("%s: retrying %s after %r", self._durable, msg.subject, exc)
                     failures -= 1  # dependency outages never exhaust a message's budget
-            except Exception:
+            except Exception as exc:
+                last = exc
                 log.exception("%s: handler failed on %s", self._durable, msg.subject)
             failures += 1
             HANDLER_RETRIES.labels(self._durable).inc()
@@ -199,7 +202,7 @@ class PullConsumer:
                     await msg.nak()
                 return
             if failures >= self._max_failures:
-                await self._dead_letter(msg, "handler kept failing", failures)
+                await self._dead_letter(msg, f"handler kept failing (last: {last!r})", failures)
                 return
             await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
             delay = min(delay * 2, 5.0)
