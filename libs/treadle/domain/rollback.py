@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from . import activity
 from . import events as ev
 from .commands import Accepted, Command, Ctx, RollbackNode, RollbackThread
-from .entities import Activity, Checkpoint, FileChange, ProviderCapabilities, ProviderThread, Rollback
+from .entities import Checkpoint, FileChange, ProviderCapabilities, ProviderThread, Rollback
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import has_prefix
 
@@ -340,8 +341,7 @@ def _find(state: ThreadState, rollback_id: str) -> Rollback | None:
 
 def _activity(state: ThreadState, e: ev.Envelope, rollback_id: str, kind: str, node_id: str | None) -> None:
     # L12.4: activity carries a run id; a rollback belongs to the thread's latest run.
-    run_id = state.runs[-1].id if state.runs else ""
-    state.activity.append(Activity(at=e.at, kind=kind, run_id=run_id, node_id=node_id, summary=rollback_id))
+    activity.record(state, e, kind, state.runs[-1].id if state.runs else "", node_id, rollback_id)
 
 
 FOLDS = {ev.RollbackStarted: fold_started, ev.RollbackCompleted: fold_completed, ev.RollbackFailed: fold_failed,

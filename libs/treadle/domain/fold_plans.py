@@ -1,0 +1,40 @@
+"""How plans and todo lists fold into a thread, and the run progress they give (L12)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import activity
+from . import events as ev
+from .entities import Plan, Progress
+
+if TYPE_CHECKING:
+    from .thread import ThreadState
+
+
+def _plan_updated(state: ThreadState, e: ev.Envelope, d: ev.PlanUpdated) -> None:
+    run = state.run(d.run_id)
+    for p in state.plans:
+        if p.id == d.plan_id:
+            p.text = d.text
+            p.items = list(d.items)
+            break
+    else:
+        # L12.2: only the root turn's list is the run's; a child's nests under its node and never replaces it.
+        root = run is not None and (d.node_id is None or any(a.root_node_id == d.node_id for a in run.attempts))
+        p = Plan(id=d.plan_id, run_id=d.run_id, node_id=d.node_id, kind=d.kind, text=d.text,  # type: ignore[arg-type]
+                 items=list(d.items), root=root)
+        state.plans.append(p)
+    if run is not None and p.root and p.kind == "todo_list":
+        run.progress = Progress(done=sum(i.status == "completed" for i in p.items), total=len(p.items))
+    activity.record(state, e, "plan.updated", d.run_id, d.node_id, d.kind)
+
+
+def _plan_implemented(state: ThreadState, e: ev.Envelope, d: ev.PlanImplemented) -> None:
+    for p in state.plans:
+        if p.id == d.plan_id:
+            p.status, p.implemented_by = "implemented", d.by
+    activity.record(state, e, "plan.implemented", d.run_id, None, f"as {d.as_}: {d.by}")
+
+
+FOLDS = {ev.PlanUpdated: _plan_updated, ev.PlanImplemented: _plan_implemented}
