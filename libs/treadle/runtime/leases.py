@@ -69,7 +69,10 @@ class PartitionLeases:
         self._watcher = await self._kv.watch(f"{self.kind}.>")
         self._tasks.append(asyncio.create_task(self._watch(), name=f"leases:{self.replica}:watch"))
         await asyncio.wait_for(self._watched.wait(), 10)
-        await self.tick()  # claim at once: a lone replica consumes as soon as it is up
+        try:
+            await self.tick()  # claim at once: a lone replica consumes as soon as it is up
+        except Exception as exc:  # e.g. the bucket's leader not elected yet in a cluster: the loop tries again
+            log.warning("%s: first lease round failed: %r", self.replica, exc)
         self._tasks.append(asyncio.create_task(self._run(), name=f"leases:{self.replica}"))
 
     async def _watch(self) -> None:

@@ -74,6 +74,9 @@ class Supervisor:
         ])
 
     def _partition(self, partition: int) -> PartitionConsumers:
+        # Another replica may have held this partition and written to its threads since they were cached here.
+        count = self.work.partitions
+        self._store.distrust(lambda tenant, thread: partitions.partition_of(thread, count) == partition)
         return self._consumers(f"-p{partition}", partitions.event_types_filters(WAKE_EVENTS, partition),
                                partitions.provider_filter(partition))
 
