@@ -1,16 +1,16 @@
 """Thread-keyed work is spread over a fixed number of partitions (ARCHITECTURE "Scaling out").
 
-The broker, not Python, assigns the partition: a subject mapping in the nats-server config appends
-``{{partition(N, 2)}}`` of the thread-id token to every event and provider-event subject, so
+The broker, not Python, assigns the partition: a subject mapping of the service account (``auth.conf``)
+appends ``{{partition(N, 2)}}`` of the thread-id token to every event and provider-event subject, so
 ``treadle.evt.<tenant>.<thread>.<aggregate>.<event>`` is stored as ``….<event>.<p>``. Appending (rather than
 inserting) the token keeps every existing reader whole: the OCC fence and the per-thread reads filter on
 ``treadle.evt.<tenant>.<thread>.>``, which still covers the stored subject, and tenant credentials on
 ``treadle.evt.<tenant>.>`` are unchanged. A consumer of one partition filters on the last token.
 
-The partition count is a property of the broker config (``TREADLE_PARTITIONS`` when ``auth.conf`` is rendered:
-``treadle broker init`` or ``treadle up``).
-Workers never configure it: they ask the broker (:func:`discover`), which answers through a mapping of a
-probe subject onto a literal carrying the count, so the two can never disagree.
+The partition count is a property of the broker config (``TREADLE_PARTITIONS`` when ``auth.conf`` is
+rendered: ``treadle broker init`` or ``treadle up``). Workers never configure it: they ask the broker
+(:func:`discover`), which answers through a mapping of a probe subject onto a literal carrying the count, so
+the two can never disagree.
 """
 
 from __future__ import annotations
