@@ -110,9 +110,7 @@ class Supervisor:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
-        if reaction.wait or reaction is sv.IGNORE:
-            # The cache may be behind the log (another writer, or another supervisor replica, appended since):
-            # read it once before waiting, or before dropping the event as stale for an attempt it cannot place.
+        if reaction.wait:  # the cache may be behind the log (another writer appended since): read it once
             state = await self._store.refresh(tenant, thread)
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
