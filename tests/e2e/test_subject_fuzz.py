@@ -19,6 +19,7 @@ from helpers import wait_for
 from treadle.cli.stack import WORKERS
 from treadle.domain.commands import Reply
 from treadle.projections.check import check_log
+from treadle.runtime.partitions import DEFAULT_PARTITIONS
 
 pytestmark = pytest.mark.e2e
 
@@ -196,9 +197,12 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         assert set(replies) <= {"Rejected", "Accepted"}, replies  # every command got an answer
         assert not any(o.startswith("ANSWERED") for o in internal), internal
 
-        async def provider_consumer_settled() -> bool:
-            info = await js.consumer_info("TREADLE_PROVIDER", "supervisor-provider")
-            return info.num_pending == 0 and info.num_ack_pending == 0
+        async def provider_consumer_settled() -> bool:  # one durable consumer per partition
+            for partition in range(DEFAULT_PARTITIONS):
+                info = await js.consumer_info("TREADLE_PROVIDER", f"supervisor-provider-p{partition}")
+                if info.num_pending or info.num_ack_pending:
+                    return False
+            return True
         await wait_for(provider_consumer_settled, timeout=60, interval=0.2, what="provider events all handled")
 
         # Still serving: a real run on the attacked thread completes, and no worker restarted.

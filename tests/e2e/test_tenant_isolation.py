@@ -123,10 +123,10 @@ async def test_tenant_consumer_reads_its_own_run_completed_and_is_denied_everyth
                         f"$JS.API.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
                         f"{API_PREFIX}.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
                         f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{creds_a.consumer}",
-                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch",
-                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch",
+                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
+                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
                         f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds_b.consumer}",
-                        f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended"):
+                        f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended-p0"):
             with pytest.raises((NatsTimeout, NoRespondersError)):
                 await nc.request(subject, json.dumps(body).encode(), timeout=0.5)
             matrix[f"request {subject}"] = await probe.denied("Publish", subject)
@@ -153,7 +153,8 @@ async def test_tenant_cannot_make_the_server_deliver_onto_worker_or_event_subjec
                f"treadle.evt.{b}.{thread_b}.run.completed", f"treadle.prov.{b}.{thread_b}.pth_x",
                "treadle.place.local", "treadle.host.host-1.turn.start", "treadle.ckpt.local.capture",
                f"treadle.live.{b}.{thread_b}", "treadle.audit.x.token.created", forged]
-    b_completed = (await js.get_last_msg(STREAM, targets[3], direct=True)).seq
+    stored = f"{targets[3]}.*"  # the broker appends the thread's partition (runtime/partitions.py)
+    b_completed = (await js.get_last_msg(STREAM, stored, direct=True)).seq
 
     eavesdropped: list[tuple[str, bytes]] = []
 
@@ -206,9 +207,10 @@ async def test_tenant_cannot_make_the_server_deliver_onto_worker_or_event_subjec
     assert [m for m in eavesdropped if m[0] in targets or f'"tenant":"{a}"'.encode() in m[1]
             or b"io.nats.jetstream.api" in m[1]] == [], eavesdropped
     for stream, subject in ((STREAM, forged), (PROVIDER_STREAM, targets[4])):
-        with pytest.raises(nats.js.errors.NotFoundError):
-            await js.get_last_msg(stream, subject)
-    assert (await js.get_last_msg(STREAM, targets[3], direct=True)).seq == b_completed
+        for form in (subject, f"{subject}.*"):  # as published, and as the partition mapping stores it
+            with pytest.raises(nats.js.errors.NotFoundError):
+                await js.get_last_msg(stream, form, direct=True)
+    assert (await js.get_last_msg(STREAM, stored, direct=True)).seq == b_completed
 
 
 async def test_revoked_consumer_credential_is_disconnected_and_refused_at_once(stack, stack_nc):

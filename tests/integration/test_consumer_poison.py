@@ -11,6 +11,7 @@ import msgspec
 from nats.js.api import StreamConfig
 
 from helpers import wait_for
+from treadle.eventlog.errors import Conflict
 from treadle.runtime.consumer import Later, PullConsumer
 from treadle.runtime.mailbox import Mailboxes
 
@@ -85,3 +86,39 @@ async def test_consumers_sharing_mailboxes_handle_one_threads_messages_one_at_a_
         gate.set()
         for consumer in consumers:
             await consumer.stop()
+
+
+async def test_a_consumer_stopped_on_a_lost_lease_stops_retrying_a_fenced_append_and_the_next_owner_gets_it(nc):
+    """A replica whose partition was taken over sees the new owner's appends as conflicts: it must stop
+    retrying once it lets go (not treat the fence as a conflict to retry forever), and hand the message on
+    at once rather than after ack_wait."""
+    js = nc.jetstream()
+    name = f"FENCED_{uuid.uuid4().hex[:8]}"
+    prefix = f"fenced{uuid.uuid4().hex[:8]}"
+    await js.add_stream(StreamConfig(name=name, subjects=[f"{prefix}.>"]))
+    stale_tries: list[int] = []
+    owner_handled: list[int] = []
+
+    async def stale(msg) -> None:
+        stale_tries.append(msg.metadata.num_delivered)
+        raise Conflict(7, "wrong last sequence: 7")  # the new owner appended first: fenced, every time
+
+    async def owner(msg) -> None:
+        owner_handled.append(msg.metadata.num_delivered)
+
+    old = PullConsumer(js, stream=name, durable="part-0", filters=[f"{prefix}.>"], handle=stale, ack_wait=30)
+    await old.start()
+    await js.publish(f"{prefix}.t.th1.x", b"{}")
+    await wait_for(lambda: len(stale_tries) >= 2, timeout=20, what="the stale replica retrying the fenced append")
+    await old.stop(timeout=5)
+    tries = len(stale_tries)
+
+    new = PullConsumer(js, stream=name, durable="part-0", filters=[f"{prefix}.>"], handle=owner, ack_wait=30)
+    await new.start()
+    try:
+        # ack_wait is 30 s: only the nak on stop can bring the message back within the wait below
+        await wait_for(lambda: owner_handled, timeout=10, what="the next owner handled the message")
+    finally:
+        await new.stop()
+    assert len(stale_tries) == tries  # no retry after letting go
+    assert owner_handled == [2]

@@ -15,6 +15,7 @@ from treadle.domain.thread import fold
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Rejected
 from treadle.eventlog.log import EventLog
+from treadle.eventlog.store import ThreadStore
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 _n = itertools.count()
@@ -103,3 +104,17 @@ async def test_a_retried_command_gets_its_original_receipt_even_through_a_confli
     assert reply_b.duplicate and (reply_b.run_id, reply_b.message_id) == (reply_a.run_id, reply_a.message_id)
     state = fold(await log.read("acme", thread))
     assert len(state.messages) == 1 and len(state.runs) == 1
+
+
+async def test_a_distrusted_cached_thread_is_read_again_before_the_next_decision(log):
+    """A supervisor replica gaining a partition distrusts its cached threads of it: another replica may
+    have appended meanwhile, and a decision on the stale state that appends nothing would never be fenced."""
+    mine, theirs = ThreadStore(log, "mine"), ThreadStore(log, "theirs")
+    thread = f"thr_trust{next(_n)}"
+    await log.append("acme", thread, 0, [note(thread, "a")])
+    await mine.load("acme", thread)
+    state = await theirs.load("acme", thread)
+    await log.append("acme", thread, state.seq, [note(thread, "b")])  # the other replica's append
+    assert [m.text for m in (await mine.load("acme", thread)).messages] == ["a"]  # cached: it cannot know
+    mine.distrust(lambda tenant, t: t == thread)
+    assert [m.text for m in (await mine.load("acme", thread)).messages] == ["a", "b"]

@@ -3,13 +3,20 @@ nodes, the nodes share one auth.conf and reload it together, and a tenant's cred
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime, timezone
+
 import nats
+import pytest
 
 from helpers import wait_for
 from treadle.client import broker_urls
 from treadle.client.tenant_events import TenantCredential, check_consumer
+from treadle.domain import events as ev
 from treadle.eventlog import streams
-from treadle.runtime import tenant_consumers
+from treadle.eventlog.errors import Conflict
+from treadle.eventlog.log import EventLog
+from treadle.runtime import partitions, tenant_consumers
 from treadle.runtime.servers import NatsCluster
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
@@ -68,6 +75,40 @@ async def test_a_cluster_comes_up_and_every_stream_and_bucket_is_R3(tmp_path):
                 assert {info.cluster.leader, *(r.name for r in info.cluster.replicas)} == names
         finally:
             await nc.close()
+
+
+async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conflict(tmp_path):
+    """The partition mapping lives in the service account of the shared auth.conf, so an event appended
+    through any node is stored with its thread's partition; OCC on an R3 stream answers a stale append with
+    10071, or to an atomic batch 10164 (no actual sequence): both are a Conflict."""
+    async with NatsCluster(tmp_path / "nats") as cluster:
+        for n, node in enumerate(cluster.nodes):
+            nc = await nats.connect(node.url, name=f"test-node-{n}")
+            try:
+                await streams.ensure(nc.jetstream(), 3)
+                thread = f"thr_node{n}"
+                seq = await EventLog(nc).append("acme", thread, 0, [_created(thread)])
+                stored = await nc.jetstream().get_msg("TREADLE_EVENTS", seq)
+                count = await partitions.discover(nc)
+                assert stored.subject == f"treadle.evt.acme.{thread}.thread.created.{partitions.partition_of(thread, count)}"
+                for stale in ([_created(thread, "again")], [_created(thread, "a"), _created(thread, "b")]):
+                    with pytest.raises(Conflict):  # one event, and an atomic batch
+                        await EventLog(nc).append("acme", thread, 0, stale)
+                for race in range(20):
+                    tip = await EventLog(nc).last_seq("acme", thread)
+                    results = await asyncio.gather(*(EventLog(nc).append(
+                        "acme", thread, tip, [_created(thread, f"r{race}w{w}a"), _created(thread, f"r{race}w{w}b")])
+                        for w in range(2)), return_exceptions=True)
+                    assert sum(isinstance(r, int) for r in results) == 1, results
+                    assert all(isinstance(r, (int, Conflict)) for r in results), results
+            finally:
+                await nc.close()
+
+
+def _created(thread: str, suffix: str = "") -> ev.Envelope:
+    data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
+    return ev.Envelope(id=f"evt_{thread}{suffix}", type=data.TYPE, tenant="acme", thread=thread,
+                       at=datetime.now(timezone.utc), command_id=f"cmd_{thread}{suffix}", actor="test", data=data)
 
 
 async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_auth(tmp_path):

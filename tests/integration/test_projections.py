@@ -15,6 +15,7 @@ from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections.store import ProjectionStore, encode_state
 from treadle.projector.service import Projector
+from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
 
 _n = itertools.count()
@@ -65,7 +66,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
     # A redelivered batch, and an older state written late, both leave the document as it is.
     partial = fold((await log.read("proj", thread))[:3])
     await store.write([(partial, ["run_1"], None)])
-    await projector._project([])
+    await projector._project(0, [])
     assert await store.doc("proj", thread) == replay
     state = await store.state("proj", thread)
     assert state.messages[-1].text == "part0 part1 part2 part3 part4 "
@@ -105,47 +106,6 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
 
 
-async def test_L9_1_events_delivered_but_never_received_are_projected_before_the_ack_covers_them(nc, redis):
-    """Issue 6 (chaos stalls and mismatches): a fetch lost with its broker connection (a NATS node killed) or
-    with a crashed projector leaves its events delivered but unacknowledged, and the next batch's ack
-    (AckPolicy.ALL) covers them: unseen, a thread's last events never reached Redis, its earlier ones were
-    folded past, and a run they queued was not found by ``GET /v1/runs/{id}``. They are read back first."""
-    await streams.ensure(nc.jetstream())
-    js, log, store = nc.jetstream(), EventLog(nc), ProjectionStore(redis)
-    projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it what arrives
-    thread, other = f"thr_proj{next(_n)}", f"thr_proj{next(_n)}"
-    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
-                                                                                created_by="u"), 0)])
-    await store.write([(fold(await log.read("proj", thread)), [], None)])
-    projector._last = seq  # as start() takes it from the consumer's ack floor
-
-    async def arrives(on: str, n: int):
-        sub = await js.pull_subscribe(f"treadle.evt.proj.{on}.message.delta", stream="TREADLE_EVENTS")
-        return (await sub.fetch(n, timeout=5))[n - 1:]
-
-    async def delta(on: str, seq: int, text: str, i: int) -> int:
-        return await log.append("proj", on, seq, [envelope(on, ev.MessageDelta(
-            message_id="msg_2", run_id=f"run_{thread}", attempt_id="att_1", node_id=f"node_{thread}", text=text), i)])
-    seq = await log.append("proj", thread, seq, [  # lost with a fetch
-        envelope(thread, ev.RunQueued(run_id=f"run_{thread}", ordinal=1, message_id="msg_1", text="hi",
-                                      root_node_id=f"node_{thread}", attempt_id="att_1", mode="auto",
-                                      disposition="started", dispatched=True, provider="scripted"), 1)])
-    seq = await delta(thread, seq, "a", 2)
-    await projector._project(await arrives(thread, 1))
-    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
-    assert await store.thread_of("proj", f"run_{thread}") == thread
-    assert await store.thread_of("proj", f"node_{thread}") == thread
-
-    await delta(thread, seq, "b", 3)  # the thread's last event, lost with a fetch
-    await log.append("proj", other, 0, [envelope(other, ev.ThreadCreated(thread_id=other, workspace="w",
-                                                                        created_by="u"), 4)])
-    await delta(other, await log.last_seq("proj", other), "elsewhere", 5)
-    await projector._project(await arrives(other, 1))  # only the other thread's event arrives
-    assert (await store.state("proj", thread)).messages[-1].text == "ab"
-    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
-    assert await store.doc("proj", other) == encode_state(fold(await log.read("proj", other)))
-
-
 async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_return(nc, redis):
     """Issue 6 (a chaos mismatch): any replica answers a direct get, and one that is catching up returns a
     thread without its newest events. Folded on, the delivered event would land on a state missing them, for
@@ -167,11 +127,44 @@ async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_ret
                                                     stream="TREADLE_EVENTS")
     msgs = [m for m in await delivered.fetch(2, timeout=5) if m.metadata.sequence.stream > unseen]
     await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
-    projector._last = msgs[0].metadata.sequence.stream - 1  # the consumer delivered everything before
 
     try:
         with pytest.raises(Unavailable):
-            await projector._project(msgs)
+            await projector._project(0, msgs)
         assert await store.doc("proj", thread) == before
     finally:  # a projector sharing this stream later must not wait for the deleted event either
         await nc.jetstream().purge_stream("TREADLE_EVENTS", subject=f"treadle.evt.proj.{thread}.>")
+
+
+async def test_events_delivered_to_a_replica_that_died_are_projected_by_the_next_and_not_acked_unseen(nc, redis):
+    """A projector replica that dies with a pull answered but not acked: its partition's next reader starts
+    after the acknowledged floor, so the thread is projected now, not after the ack wait (AckPolicy.ALL
+    would otherwise acknowledge those deliveries with the next batch, unseen)."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    first = Projector(nc, redis, ProjectorSettings())
+    await first.start()
+    count = first.work.partitions
+    await first.stop()
+    stray, later = f"thr_proj{next(_n)}", None
+    while later is None or partitions.partition_of(later, count) != partitions.partition_of(stray, count):
+        later = f"thr_proj{next(_n)}"
+    partition = partitions.partition_of(stray, count)
+    last = await write_thread(log, stray)
+    dead = await nc.jetstream().pull_subscribe_bind(f"projector-p{partition}", stream="TREADLE_EVENTS")
+    delivered = await dead.fetch(1000, timeout=2)  # the dying replica's last pull
+    assert delivered[-1].metadata.sequence.stream == last
+    await dead.unsubscribe()
+    await write_thread(log, later)  # a batch after it: acking it must not acknowledge the stray ones unseen
+
+    second = Projector(nc, redis, ProjectorSettings())
+    await second.start()
+    try:
+        replay = encode_state(fold(await log.read("proj", stray)))
+        await wait_for(lambda: _doc_is(store, stray, replay), timeout=10, what="the stray thread projected")
+    finally:
+        await second.stop()
+
+
+async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
+    return await store.doc("proj", thread) == expected

@@ -203,12 +203,15 @@ def asyncapi() -> str:
         "defaultContentType: application/json",
         "channels:",
         *_channel("commands", "treadle.cmd.{tenant}.thread.{verb}",
-                  "Thread commands, request/reply on core NATS (queue group of coordinators). The reply is a Reply. "
+                  "Thread commands, request/reply on core NATS (queue group of all coordinator replicas). The "
+                  "reply is a Reply. "
                   "Service credentials only.",
                   {"tenant": tenant, "verb": ("the command's verb", ["create", "send"])}, ["Command", "Reply"]),
         *_channel("events", "treadle.evt.{tenant}.{thread}.{aggregate}.{event}",
-                  "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type. Tenant "
-                  "consumer credentials may read their tenant's part.",
+                  "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type. The broker "
+                  "stores each with its thread's partition appended (a subject mapping: "
+                  "treadle.evt.{tenant}.{thread}.{aggregate}.{event}.{partition}), so a filter on one type ends "
+                  "in `.*`. Tenant consumer credentials may read their tenant's part.",
                   {"tenant": tenant, "thread": thread,
                    "aggregate": ("first token of the event type", sorted({t.split(".")[0] for t in types_})),
                    "event": ("second token of the event type", sorted({t.split(".")[1] for t in types_}))},
@@ -217,8 +220,9 @@ def asyncapi() -> str:
                   "Raw text deltas on core NATS, best effort (durable text arrives as message.delta events).",
                   {"tenant": tenant, "thread": thread}, ["LiveDelta"]),
         *_channel("provider", "treadle.prov.{tenant}.{thread}.{providerThread}",
-                  "Normalised provider events from provider hosts, stream TREADLE_PROVIDER. The payload's tenant "
-                  "and thread must be the subject's, or the run supervisor dead-letters it.",
+                  "Normalised provider events from provider hosts, stream TREADLE_PROVIDER (stored with the "
+                  "thread's partition appended). The payload's tenant and thread must be the subject's, or the run "
+                  "supervisor dead-letters it.",
                   {"tenant": tenant, "thread": thread, "providerThread": "provider thread id (pth_…)"},
                   ["ProviderEvent"]),
         *_channel("hostPlacement", "treadle.place.{volume}",

@@ -60,6 +60,7 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
+    from treadle.client.tenant_events import filters_of
     from treadle.runtime import audit, tenant_consumers
 
     auth = _auth(args)
@@ -80,7 +81,7 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
                                                      type_=args.type)
             await _reload(auth, args)
             await audit.record(js, tenant=args.tenant, action="broker_credential.created", target=issued.user,
-                               details={"consumer": issued.consumer, "filter": consumer.filter_subject or ""})
+                               details={"consumer": issued.consumer, "filter": " ".join(filters_of(consumer))})
         except BaseException:
             auth.revoke(issued.user)  # not handed out, so not left behind either
             with contextlib.suppress(Exception):
@@ -102,6 +103,7 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
 async def cmd_consumers_reset(args: argparse.Namespace) -> int:
     """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
     credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
+    from treadle.client.tenant_events import filters_of
     from treadle.runtime import audit, tenant_consumers
 
     auth = _auth(args)
@@ -125,10 +127,10 @@ async def cmd_consumers_reset(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             await audit.record(js, tenant=cred.tenant, action="broker_credential.reset", target=cred.id,
-                               details={"consumer": cred.consumer, "filter": consumer.filter_subject or "",
+                               details={"consumer": cred.consumer, "filter": " ".join(filters_of(consumer)),
                                         "from_seq": str(consumer.opt_start_seq or 1)})
             console.print(f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
-                          f"sequence {consumer.opt_start_seq or 1}, filter {escape(consumer.filter_subject or '')}")
+                          f"sequence {consumer.opt_start_seq or 1}, filter {escape(' '.join(filters_of(consumer)))}")
     return 0
 
 

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nats-cluster", type=int, default=1, metavar="N",
                     help="run NATS as a JetStream cluster of N nodes (3 or more; streams and buckets R3) instead "
                          "of one server (default 1)")
+    up.add_argument("--replicas", type=int, default=1, metavar="N",
+                    help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
+                         "partitions by lease (default 1)")
     up.set_defaults(func=cmd_up, interrupt_ok=True)
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")

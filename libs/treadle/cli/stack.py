@@ -21,6 +21,7 @@ WORKERS = {
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
 }
+REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
 _PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SUPERVISOR",
            "provider-host": "PROVIDER_HOST", "checkpoints": "CHECKPOINTS", "projector": "PROJECTOR"}
 
@@ -29,9 +30,10 @@ class Stack:
     def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
                  gateway_port: int | None = None, env: dict[str, str] | None = None,
                  on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1,
-                 nats_cluster: int = 1) -> None:
+                 nats_cluster: int = 1, replicas: int = 1) -> None:
         """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
-        cluster of that many nodes, with every stream and bucket replicated on 3 of them."""
+        cluster of that many nodes, with every stream and bucket replicated on 3 of them. ``replicas``: how many
+        of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease."""
         if nats_cluster != 1 and nats_cluster < 3:
             raise ValueError("nats_cluster is 1 (one server) or at least 3 nodes")
         self.state_dir = Path(state_dir).resolve()
@@ -46,6 +48,11 @@ class Stack:
         # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>.
         self.host_processes = {f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}"
                                for n in range(1, provider_hosts + 1)}
+        # Replicated workers: "coordinator" is the first replica, then "coordinator-2", … (the replica name).
+        if replicas < 1:
+            raise ValueError("replicas must be at least 1")
+        self.replicas = {kind: [kind if n == 1 else f"{kind}-{n}" for n in range(1, replicas + 1)]
+                         for kind in REPLICATED}
 
     @property
     def api_url(self) -> str:
@@ -87,11 +94,16 @@ class Stack:
             await self.redis.start()
         base = self.worker_env()
         for kind, module in WORKERS.items():
-            hosts = self.host_processes.items() if kind == "provider-host" else [(None, kind)]
+            if kind == "provider-host":
+                hosts = list(self.host_processes.items())
+            else:
+                hosts = [(None, name) for name in self.replicas.get(kind, [kind])]
             for host_id, name in hosts:
                 env = dict(base)
                 if host_id is not None and len(self.host_processes) > 1:
                     env["TREADLE_PROVIDER_HOST_HOST_ID"] = host_id
+                if kind in self.replicas:
+                    env["TREADLE_REPLICA"] = name
                 if name == "gateway":
                     env["TREADLE_GATEWAY_PORT"] = str(self.gateway_port)
                     self.health_ports[name] = self.gateway_port

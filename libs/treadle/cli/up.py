@@ -166,8 +166,10 @@ async def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError("--provider-hosts must be at least 1")
     if args.nats_cluster != 1 and args.nats_cluster < 3:
         raise UsageError("--nats-cluster is 1 (one server) or at least 3 nodes (a quorum must survive a loss)")
+    if args.replicas < 1:
+        raise UsageError("--replicas must be at least 1")
     stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose),
-                  provider_hosts=args.provider_hosts, nats_cluster=args.nats_cluster)
+                  provider_hosts=args.provider_hosts, nats_cluster=args.nats_cluster, replicas=args.replicas)
     began = time.monotonic()
     try:
         broker = "nats-server" if args.nats_cluster == 1 else f"a {args.nats_cluster}-node NATS cluster"

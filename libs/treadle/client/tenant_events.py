@@ -31,7 +31,7 @@ import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import ConsumerInfo
+from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from ..domain.events import PAYLOADS, Envelope, decode_event
@@ -81,22 +81,30 @@ class TenantCredential(msgspec.Struct, kw_only=True):
             await nc.close()
 
 
-def filter_for(tenant: str, types: list[str] | None) -> str:
-    """A credential consumer's one filter: the whole tenant, or one event type (the broker filters on
-    subjects; several types means the whole tenant, filtered client side)."""
+def filters_for(tenant: str, types: list[str] | None) -> list[str]:
+    """A credential consumer's filters: the whole tenant, or one event type (the broker filters on subjects;
+    several types means the whole tenant, filtered client side). One type is two filters: events stored
+    since the broker partitions threads end in the partition token, events of before do not
+    (runtime/partitions.py)."""
     if types and len(types) == 1:
         (type_,) = types
         if type_ not in PAYLOADS:
             raise ValueError(f"unknown event type {type_!r}")
-        return f"treadle.evt.{tenant}.*.{type_}"
-    return f"treadle.evt.{tenant}.>"
+        return [f"treadle.evt.{tenant}.*.{type_}", f"treadle.evt.{tenant}.*.{type_}.*"]
+    return [f"treadle.evt.{tenant}.>"]
 
 
-def filter_type(filter_: str) -> str | None:
-    """The one (known) event type a consumer filter selects, or None for the whole tenant."""
-    parts = filter_.split(".")
-    type_ = parts[4] + "." + parts[5] if len(parts) == 6 and parts[3] == "*" else None
-    return type_ if type_ in PAYLOADS else None
+def filters_of(config: ConsumerConfig) -> list[str]:
+    return list(config.filter_subjects or [config.filter_subject or ""])
+
+
+def filter_type(filters: list[str]) -> str | None:
+    """The one (known) event type a consumer's filters select, or None for the whole tenant."""
+    for filter_ in filters:
+        parts = filter_.split(".")
+        if len(parts) in (6, 7) and parts[3] == "*" and parts[4] + "." + parts[5] in PAYLOADS:
+            return parts[4] + "." + parts[5]
+    return None
 
 
 async def check_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
@@ -109,7 +117,7 @@ async def check_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | N
     except NotFoundError:
         raise ConsumerMissing(f"credential {creds.user} has no consumer on {creds.stream}: the operator creates it "
                               f"with `treadle consumers reset {creds.user}`") from None
-    only = filter_type(info.config.filter_subject or "")
+    only = filter_type(filters_of(info.config))
     if only is not None and types and only not in types:
         raise CannotReposition(f"the consumer of {creds.user} delivers {only} only, not {', '.join(types)}: the "
                                f"operator can change it with `treadle consumers reset {creds.user} --type …`")
@@ -142,7 +150,7 @@ class TenantFollower:
     async def __aenter__(self) -> "TenantFollower":
         if self._types:
             for type_ in self._types:
-                filter_for(self._creds.tenant, [type_])  # unknown types fail here, before anything is fetched
+                filters_for(self._creds.tenant, [type_])  # unknown types fail here, before anything is fetched
         await check_consumer(self._nc, self._creds, from_seq=self._from_seq, types=self._types)
         js = self._nc.jetstream(prefix=self._creds.api_prefix)
         self._sub = await js.pull_subscribe_bind(self._creds.consumer, stream=self._creds.stream)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from datetime import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
@@ -70,6 +70,12 @@ class ThreadStore:
         self._stale.discard(key)
         self._remember(key, state)
         return state
+
+    def distrust(self, which: Callable[[str, str], bool]) -> None:
+        """Cached threads that another process may have written to meanwhile (``which(tenant, thread)``): the
+        next load reads their tail. A stale state is fenced when it leads to an append, but a decision to
+        append nothing (an event it cannot place) would not be."""
+        self._stale.update(key for key in self._states if which(*key))
 
     def forget(self, tenant: str, thread: str) -> None:
         self._states.pop((tenant, thread), None)

@@ -30,11 +30,6 @@ def thread_events(tenant: str, thread: str) -> str:
     return f"treadle.evt.{token(tenant, 'tenant')}.{token(thread, 'thread')}.>"
 
 
-def event_types(*types: str) -> list[str]:
-    """Filters for a consumer of some event types across all tenants and threads."""
-    return [f"treadle.evt.*.*.{t}" for t in types]
-
-
 def command(tenant: str, verb: str) -> str:
     return f"treadle.cmd.{token(tenant, 'tenant')}.thread.{verb}"
 
@@ -70,6 +65,6 @@ def checkpoint(volume: str, verb: str) -> str:
 
 
 def parse_event_subject(subject: str) -> tuple[str, str, str]:
-    """``treadle.evt.<tenant>.<thread>.<a>.<b>`` → (tenant, thread, "a.b")."""
-    parts = subject.split(".", 5)
+    """``treadle.evt.<tenant>.<thread>.<a>.<b>[.<partition>]`` → (tenant, thread, "a.b")."""
+    parts = subject.split(".", 7)
     return parts[2], parts[3], parts[4] + "." + parts[5]

@@ -43,6 +43,7 @@ from ..client.tenant_events import API_PREFIX, TenantCredential  # the document 
 
 from ..domain.ids import is_token
 from ..eventlog.subjects import EVENTS_STREAM
+from . import partitions
 
 SERVICE_USER = "treadle"
 SERVICE_ACCOUNT = "TREADLE"  # holds JetStream and the workers; JetStream keeps its files under jetstream/TREADLE
@@ -217,6 +218,7 @@ class BrokerAuth:
             "jetstream": "enabled",
             "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
             "exports": [export for cred in creds for export in service_exports(cred)],
+            "mappings": partitions.nats_mappings(),  # thread partitions of the events (runtime/partitions.py)
         }}
         for cred in creds:
             accounts[cred.id] = tenant_account(cred)

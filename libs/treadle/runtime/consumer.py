@@ -10,6 +10,7 @@ poison message cannot wedge its thread forever.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -30,13 +31,20 @@ Handle = Callable[[Msg], Awaitable[None]]
 KeyOf = Callable[[Msg], str]
 
 
-async def fetch_ready(sub, batch: int, wait: float = 1.0) -> list[Msg]:
+# How long one pull waits at the server for a message. A message is delivered the moment it arrives either
+# way; the wait only sets how often an idle consumer asks again, and every partition of every worker kind has
+# consumers, most of them idle at any moment (1 s made an idle stack cost 2.4x the CPU of one without
+# partitions: bench/idle.py).
+IDLE_WAIT = 5.0
+
+
+async def fetch_ready(sub, batch: int, wait: float = IDLE_WAIT) -> list[Msg]:
     """Wait up to ``wait`` for one message, then take whatever else is already pending, without lingering.
     (A lingering pull for a whole batch holds the first message until the batch fills or expires.)"""
     msgs = await sub.fetch(1, timeout=wait)
     if batch > 1 and msgs and msgs[-1].metadata.num_pending:
         try:
-            msgs += await sub.fetch(batch - 1, timeout=wait)  # no-wait first: returns what is there now
+            msgs += await sub.fetch(batch - 1, timeout=1.0)  # no-wait first: returns what is there now
         except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
             pass
     return msgs
@@ -81,6 +89,7 @@ class PullConsumer:
         self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -132,15 +141,31 @@ class PullConsumer:
         return loop.call_later(self._ack_wait / 3, beat)
 
     async def _process(self, msg: Msg) -> None:
+        if self._stopping:  # fetched, then the partition went elsewhere: hand it to the next owner now
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            return
         self._beats[id(msg)] = self._keep_alive(msg)
+        task = asyncio.create_task(self._settle(msg))
+        self._running.add(task)
         try:
-            await self._settle(msg)
+            await asyncio.shield(task)  # stop() may cancel the handler; the mailbox only waits for it
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # the mailbox itself is being cancelled
+                task.cancel()
+                raise
+            # stop() cut the handler short: its message goes to the next owner now, and the thread's mailbox
+            # carries on with the rest of its work (commands share it)
+            with contextlib.suppress(Exception):
+                await msg.nak()
         finally:
+            self._running.discard(task)
             self._beats.pop(id(msg)).cancel()
 
     async def _settle(self, msg: Msg) -> None:
         delay = 0.05
         failures = 0
+        last: Exception | None = None
         while True:
             try:
                 await self._handle(msg)
@@ -159,34 +184,57 @@ class PullConsumer:
                 await self._dead_letter(msg, f"invalid payload: {exc}", 1)
                 return
             except (LogError, Retryable) as exc:
+                last = exc
                 if isinstance(exc, LogError) and not exc.retryable:
                     log.error("%s: %s refused by the log: %r", self._durable, msg.subject, exc)
                     failures = self._max_failures
                 else:
                     log.info("%s: retrying %s after %r", self._durable, msg.subject, exc)
                     failures -= 1  # dependency outages never exhaust a message's budget
-            except Exception:
+            except Exception as exc:
+                last = exc
                 log.exception("%s: handler failed on %s", self._durable, msg.subject)
             failures += 1
             HANDLER_RETRIES.labels(self._durable).inc()
-            if failures >= self._max_failures or self._stopping:
-                if not self._stopping:  # when stopping, the unacked message is redelivered to the next owner
-                    await self._dead_letter(msg, "handler kept failing", failures)
+            if self._stopping:
+                # The partition is going elsewhere (or the worker stops): a conflict now may be the new owner's
+                # append fencing this one, so no more retries here; the next owner gets the message at once.
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+                return
+            if failures >= self._max_failures:
+                await self._dead_letter(msg, f"handler kept failing (last: {last!r})", failures)
                 return
             await asyncio.sleep(delay)  # backoff between retries of a failing handler, not synchronisation
             delay = min(delay * 2, 5.0)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Stop fetching, finish what was fetched (unfinished work is redelivered to the next owner)."""
+        """Stop fetching and let the handlers at work finish for up to ``timeout``, then cancel them. What was
+        fetched but not started is nak'ed, what was cut short is redelivered: both go to the next owner."""
         self._stopping = True
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        try:
-            await self._mailboxes.drain(timeout)
-        except asyncio.TimeoutError:
-            await self._mailboxes.cancel()
-        try:
+        # Drop the fetch inbox before anything is nak'ed: a pull request still pending at the server must not
+        # be handed the very messages given back for the next owner.
+        with contextlib.suppress(Exception):
             await self._sub.unsubscribe()
-        except Exception:
-            pass
+        if self._running:
+            _, late = await asyncio.wait(set(self._running), timeout=timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+
+class PartitionConsumers:
+    """The consumers of one leased partition, started and stopped together (runtime/leases.py)."""
+
+    def __init__(self, consumers: list[PullConsumer]) -> None:
+        self.consumers = consumers
+
+    async def start(self) -> None:
+        for consumer in self.consumers:
+            await consumer.start()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        await asyncio.gather(*(c.stop(timeout) for c in self.consumers))

@@ -9,7 +9,9 @@ HANDLER_RETRIES = Counter("treadle_handler_retries_total", "Consumer handler ret
 DEAD_LETTERS = Counter("treadle_dead_letters_total", "Messages terminated after repeated failures", ["consumer"])
 RUN_DURATION = Histogram("treadle_run_duration_seconds", "Queued-to-terminal time of runs", ["status"],
                          buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
-PROJECTION_LAG = Gauge("treadle_projection_lag_events", "Events not yet projected into Redis")
+PROJECTION_LAG = Gauge("treadle_projection_lag_events", "Events not yet projected into Redis", ["partition"])
+PROJECTION_REWINDS = Counter("treadle_projection_rewinds_total",
+                             "Projector partitions read again from their acked floor (a delivery went astray)")
 PROJECTED = Counter("treadle_projection_events_total", "Events folded into projections")
 LIVE_SESSIONS = Gauge("treadle_provider_sessions_live", "Provider sessions live on this host")
 CHECKPOINT_SECONDS = Histogram("treadle_checkpoint_capture_seconds", "Workspace checkpoint capture time",

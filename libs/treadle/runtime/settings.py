@@ -22,6 +22,13 @@ class Shared(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"
     stream_replicas: int = 1
+    # Replicated workers (runtime/leases.py): this process's replica name (default: the worker's kind), and
+    # how long a replica's partition leases outlive its last heartbeat before others take them over.
+    replica: str | None = None
+    lease_ttl: float = 6.0
+
+    def replica_name(self, kind: str) -> str:
+        return self.replica or kind
 
     @property
     def workspaces(self) -> Path:

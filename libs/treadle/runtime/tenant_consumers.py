@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from ..client.tenant_events import filter_for, filter_type
+from ..client.tenant_events import filter_type, filters_for, filters_of
 from ..eventlog.subjects import EVENTS_STREAM
 
 ACK_WAIT = 30.0  # seconds a fetched, unacked event waits before it is delivered again
@@ -23,8 +23,10 @@ MAX_ACK_PENDING = 1024
 def config(consumer: str, tenant: str, *, from_seq: int | None = None, type_: str | None = None) -> ConsumerConfig:
     if from_seq is not None and from_seq < 1:
         raise ValueError(f"from_seq must be a stream sequence (1 or more), not {from_seq}")
+    filters = filters_for(tenant, [type_] if type_ else None)
     return ConsumerConfig(name=consumer, durable_name=consumer,
-                          filter_subject=filter_for(tenant, [type_] if type_ else None),
+                          filter_subject=filters[0] if len(filters) == 1 else None,
+                          filter_subjects=filters if len(filters) > 1 else None,
                           ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
                           deliver_policy=DeliverPolicy.BY_START_SEQUENCE if from_seq else DeliverPolicy.ALL,
                           opt_start_seq=from_seq or None)
@@ -53,7 +55,7 @@ async def reset(js: JetStreamContext, consumer: str, tenant: str, *, from_seq: i
             start = old.config.opt_start_seq or 1
             from_seq = max(floor + 1, start)
         if type_ is None and keep_type:
-            type_ = filter_type(old.config.filter_subject or "")
+            type_ = filter_type(filters_of(old.config))
     wanted = config(consumer, tenant, from_seq=from_seq, type_=type_)  # bad input fails before the delete
     if old is not None:
         await js.delete_consumer(EVENTS_STREAM, consumer)

@@ -69,6 +69,7 @@ async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
 
 async def serve(name: str, shared: Shared, own: WorkerSettings,
                 make: Callable[[NATS, contextlib.AsyncExitStack], Awaitable[Service]]) -> None:
+    name = shared.replica_name(name)  # "coordinator-2": one of several replicas of a kind
     logs.setup(name, shared.log_level, shared.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@ starts; the run supervisor decides *how*."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime, timezone
 
@@ -36,7 +37,10 @@ from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
+from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
+from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
@@ -50,6 +54,7 @@ _command_decoder = msgspec.json.Decoder(Command)
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
 
 
 class Coordinator:
@@ -64,17 +69,33 @@ class Coordinator:
         self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
                                     HostClient(nc, own.host_timeout, shared.volume))
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
-        self._run_ended = PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable="coordinator-run-ended",
-                                       filters=subjects.event_types(*RUN_ENDED), handle=self._on_run_ended,
-                                       mailboxes=self._mailboxes)
+        # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
+        # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
+        legacy = Legacy(((subjects.EVENTS_STREAM, RUN_ENDED_DURABLE),),
+                        lambda: self._run_ended(RUN_ENDED_DURABLE, unpartitioned_event_types(*RUN_ENDED)))
+        self.work = PartitionedWork(nc, kind="coordinator", replica=shared.replica_name("coordinator"),
+                                    ttl=shared.lease_ttl, make=self._partition,
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+
+    def _run_ended(self, durable: str, filters: list[str]) -> PullConsumer:
+        return PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=durable, filters=filters,
+                            handle=self._on_run_ended, mailboxes=self._mailboxes)
+
+    def _partition(self, partition: int) -> PullConsumer:
+        return self._run_ended(f"{RUN_ENDED_DURABLE}-p{partition}",
+                               partitions.event_types_filters(RUN_ENDED, partition))
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)
-        await self._run_ended.start()
+        await self.work.start()
 
     async def stop(self) -> None:
         await self._sub.unsubscribe()
-        await self._run_ended.stop()
+        await self.work.stop()
+        try:
+            await self._mailboxes.drain(10.0)  # the commands taken before the unsubscribe
+        except asyncio.TimeoutError:
+            await self._mailboxes.cancel()
 
     # --- commands ----------------------------------------------------------------------------------
 
@@ -187,10 +208,9 @@ class Coordinator:
         """L3.6: when a run ends, the next queued run of its thread starts — after the rollback that was
         waiting for this run to end (rollback_active, or a rollback asked to interrupt first)."""
         tenant, thread, _ = subjects.parse_event_subject(msg.subject)
-        cached = self._store.cached(tenant, thread)
-        if cached is not None and not cached.queue and cached.thread is not None and not rollback.pending(cached):
-            return  # only this coordinator queues runs on its threads: an empty cached queue is the truth
         seq = msg.metadata.sequence.stream
+        # Not the cache alone: a command answered by another replica may have queued a run since. ``through``
+        # reads the log only when the cache is not contiguous up to this event.
         state = await self._store.through(tenant, thread, msg)
         pending = rollback.pending(state)
         if pending is not None and not rollback.waiting(state, pending):

@@ -20,7 +20,8 @@ def _frame(kind: str, msg) -> bytes:
     if kind == "live":
         return b"event: live.delta\ndata: %s\n\n" % msg.data
     seq = msg.metadata.sequence.stream
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, msg.subject.split(".", 4)[4].encode(), msg.data)
+    type_ = subjects.parse_event_subject(msg.subject)[2]  # the stored subject ends in the partition token
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, type_.encode(), msg.data)
 
 
 async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:

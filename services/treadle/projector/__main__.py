@@ -12,7 +12,7 @@ async def main() -> None:
     async def make(nc, stack):
         redis = Redis.from_url(shared.redis_url)
         stack.push_async_callback(redis.aclose)
-        return Projector(nc, redis, own)
+        return Projector(nc, redis, own, shared)
 
     await serve("projector", shared, own, make)
 

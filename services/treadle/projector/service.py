@@ -1,19 +1,19 @@
 """The projection writer: a follower of ``TREADLE_EVENTS`` that folds every event into the thread's Redis
 document. Per fetched batch: group by thread, fold, write all documents in one pipeline, then ack. A
-document carries its stream sequence, so redelivery after a crash is a no-op."""
+document carries its stream sequence, so redelivery after a crash is a no-op. Each replica follows the
+partitions it leases (runtime/leases.py), one durable consumer per partition."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 import uuid
 from collections import OrderedDict
-from typing import NamedTuple
 
 from nats.aio.client import Client as NATS
-from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError, NotFoundError
@@ -28,12 +28,16 @@ from treadle.eventlog.log import BATCH_SEQUENCE, ELSS, EventLog
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, indexed
+from treadle.runtime import partitions
 from treadle.runtime.consumer import fetch_ready
-from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG
-from treadle.runtime.settings import ProjectorSettings
+from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS
+from treadle.runtime.partition_migration import UNPARTITIONED_EVENTS, Legacy
+from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
-DURABLE = "projector"
+DURABLE = "projector"  # one per partition: "projector-p3"
+UNPARTITIONED = -1  # the key of the old single consumer's folded states while it drains
 CACHE = 20_000
 EPOCH_CHECK_SECONDS = 1.0
 
@@ -46,131 +50,98 @@ def _exit_if_crashed(task: asyncio.Task) -> None:
 
 
 class Projector:
-    def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings) -> None:
+    """What the partitions of one projector replica share: Redis, the epoch check and folded states."""
+
+    def __init__(self, nc: NATS, redis: Redis, own: ProjectorSettings, shared: Shared | None = None) -> None:
+        shared = shared or Shared()
         self._nc = nc
         self._js = nc.jetstream()
         self._log = EventLog(nc)
         self._store = ProjectionStore(redis)
         self._batch = own.batch
-        self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
-        self._task: asyncio.Task | None = None
-        self._stopping = False
+        # Folded states per partition: a partition that comes back after another replica held it starts
+        # empty, since that replica may have projected events this cache never saw.
+        self._states: dict[int, OrderedDict[tuple[str, str], ThreadState]] = {}
         self._epoch_checked = float("-inf")
-        self._last = 0  # the last stream sequence projected (the consumer sees every event of the stream)
+        self._epoch_lock = asyncio.Lock()
+        legacy = Legacy(((subjects.EVENTS_STREAM, DURABLE),), self._unpartitioned)
+        self.work = PartitionedWork(nc, kind="projector", replica=shared.replica_name("projector"),
+                                    ttl=shared.lease_ttl, make=self._partition,
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+
+    def _partition(self, partition: int) -> "PartitionProjector":
+        self._states[partition] = OrderedDict()
+        return PartitionProjector(self, partition, f"{DURABLE}-p{partition}", partitions.events_filter(partition))
+
+    def _unpartitioned(self) -> "PartitionProjector":
+        """The consumer of before partitions, while it holds events of before the upgrade (partition_migration)."""
+        self._states[UNPARTITIONED] = OrderedDict()
+        return PartitionProjector(self, UNPARTITIONED, DURABLE, UNPARTITIONED_EVENTS)
 
     async def start(self) -> None:
-        await self._js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
-            durable_name=DURABLE, deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.ALL,
-            filter_subject=subjects.EVENTS_ALL, ack_wait=30, max_ack_pending=10_000))
-        self._sub = await self._js.pull_subscribe_bind(DURABLE, stream=subjects.EVENTS_STREAM)
-        self._last = (await self._js.consumer_info(subjects.EVENTS_STREAM, DURABLE)).ack_floor.stream_seq
-        self._task = asyncio.create_task(self._loop())
-        self._task.add_done_callback(_exit_if_crashed)
+        await self.work.start()
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self._task:
-            await asyncio.wait_for(asyncio.gather(self._task, return_exceptions=True), 10)
-        await self._sub.unsubscribe()
-
-    async def _loop(self) -> None:
-        while not self._stopping:
-            try:
-                await self._ensure_epoch()
-                msgs = await fetch_ready(self._sub, self._batch)
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-                continue
-            except Exception as exc:
-                log.warning("projector fetch failed: %r", exc)
-                await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
-                continue
-            if not msgs:  # nats-py may return an empty batch instead of timing out
-                continue
-            delay = 0.05
-            while True:
-                try:
-                    await self._project(msgs)
-                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
-                    PROJECTED.inc(len(msgs))
-                    PROJECTION_LAG.set(msgs[-1].metadata.num_pending)
-                    break
-                except (RedisError, OSError, NatsTimeout, LogError) as exc:
-                    log.warning("projection write failed, retrying: %r", exc)
-                    self._states.clear()
-                    await asyncio.sleep(delay)  # backoff while Redis is away
-                    delay = min(delay * 2, 5.0)
+        await self.work.stop()
 
     async def _ensure_epoch(self) -> None:
         """Redis is a cache and may be flushed at any moment: when the marker is gone, rebuild everything.
         Checked at most once a second, not per batch: one Redis round trip less per event at low load."""
-        now = time.monotonic()
-        if now - self._epoch_checked < EPOCH_CHECK_SECONDS:
-            return
-        self._epoch_checked = now
-        if await self._store.epoch() is not None:
-            return
-        self._states.clear()
-        count = await rebuild(self._nc, self._store)
-        await self._store.set_epoch(uuid.uuid4().hex)
-        log.info("projections rebuilt from the log: %d threads", count)
+        async with self._epoch_lock:
+            now = time.monotonic()
+            if now - self._epoch_checked < EPOCH_CHECK_SECONDS:
+                return
+            self._epoch_checked = now
+            if await self._store.epoch() is not None:
+                return
+            for states in self._states.values():
+                states.clear()
+            count = await rebuild(self._nc, self._store)
+            await self._store.set_epoch(uuid.uuid4().hex)
+            log.info("projections rebuilt from the log: %d threads", count)
 
-    async def _project(self, msgs) -> None:
+    async def _project(self, partition: int, msgs) -> None:
         touched: dict[tuple[str, str], tuple[ThreadState, list[str], Changes]] = {}
-        stored = [_Stored(m.metadata.sequence.stream, m.data, m.headers) for m in msgs]
-        for msg in await self._with_missed(stored):
+        for msg in msgs:
             try:
-                e = decode_event(msg.data, msg.seq)
+                e = decode_event(msg.data, msg.metadata.sequence.stream)
             except Exception:
-                log.exception("skipping undecodable event at seq %s", msg.seq)
+                log.exception("skipping undecodable event at seq %s", msg.metadata.sequence.stream)
                 continue
             key = (e.tenant, e.thread)
             entry = touched.get(key)
             if entry is None:
-                state, cached = await self._state(key)
+                state, cached = await self._state(partition, key, e.seq or 0)
                 # A state just loaded is written whole; a cached one only where this batch changed it.
                 entry = touched[key] = (state, [], Changes(state if cached else None))
             if entry[0].seq < (previous := _previous(msg)):
-                await self._catch_up(key, entry, previous, msg.seq)
+                await self._catch_up(key, entry, previous, e.seq or 0)
             evolve(entry[0], e)
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
-        self._last = max((m.seq for m in stored), default=self._last)
 
-    async def _with_missed(self, msgs: list["_Stored"]) -> list["_Stored"]:
-        """``msgs`` with the events delivered before them that never arrived, read back from the stream leader.
-        A fetch lost with its broker connection (a NATS node killed) or with a crashed projector leaves them
-        delivered but unacknowledged, and this batch's ack (AckPolicy.ALL) would acknowledge them unseen."""
-        out: list[_Stored] = []
-        last = self._last
-        for msg in msgs:
-            for seq in range(last + 1, msg.seq):
-                try:
-                    got = await self._js.get_msg(subjects.EVENTS_STREAM, seq)
-                except NotFoundError:  # deleted from the stream: nothing to project
-                    continue
-                except NatsError as exc:  # e.g. the stream is electing a leader
-                    raise Unavailable(f"event {seq} not read back: {exc!r}") from None
-                out.append(_Stored(seq, got.data or b"", got.headers))
-            out.append(msg)
-            last = max(last, msg.seq)
-        return out
-
-    async def _state(self, key: tuple[str, str]) -> tuple[ThreadState, bool]:
-        """The thread as last projected: cached, else its Redis document (nothing after a flush)."""
-        state = self._states.get(key)
+    async def _state(self, partition: int, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
+        states = self._states.setdefault(partition, OrderedDict())
+        state = states.get(key)
         cached = state is not None
         if state is None:
-            state = self._states[key] = await self._store.state(*key) or ThreadState()
-            while len(self._states) > CACHE:
-                self._states.popitem(last=False)
-        self._states.move_to_end(key)
+            # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
+            state = await self._store.state(*key) or ThreadState()
+            for e in await self._log.read(*key, after=state.seq):
+                if e.seq is not None and e.seq >= seq:
+                    break
+                evolve(state, e)
+            states[key] = state
+            while len(states) > CACHE:
+                states.popitem(last=False)
+        states.move_to_end(key)
         return state, cached
 
     async def _catch_up(self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int,
                         seq: int) -> None:
         """Fold the thread's events its state lacks, from the log up to just before ``seq``: the state came from a
-        Redis that was flushed or lost a write since."""
+        Redis that was flushed or lost a write since, or from a read of a replica that lagged."""
         state, ids, changes = entry
         for e in await self._log.read(*key, after=state.seq):
             if e.seq is not None and e.seq >= seq:
@@ -183,20 +154,129 @@ class Projector:
             # what the leader delivered: folding on would skip the events in between for good.
             raise Unavailable(f"the log read of {key} ends at {state.seq}, before {previous}")
 
-
-class _Stored(NamedTuple):
-    """An event as the projector folds it: delivered by the consumer, or read back from the stream."""
-
-    seq: int
-    data: bytes
-    headers: dict[str, str] | None
+    def _forget_partition(self, partition: int) -> None:
+        self._states.pop(partition, None)
 
 
-def _previous(msg: _Stored) -> int:
-    """The sequence of the thread's event before ``msg``: the fence its append carried (the first event of an
-    append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
+class PartitionProjector:
+    """The projection writer of one partition: per fetched batch, group by thread, fold, write all documents
+    in one pipeline, then ack (AckPolicy.ALL: one ack per batch).
+
+    Acknowledging everything up to a message is safe only while this reader saw every delivery before it.
+    A delivery can go astray: to the pull request of a replica that died or lost the lease, or into a broker
+    node lost with its replies; the next ack would acknowledge it unseen, and a thread without a later event
+    would keep a stale projection. So a reader starts right after the acknowledged floor when deliveries are
+    outstanding, and starts there again when the delivery sequence skips (``_rewind``)."""
+
+    def __init__(self, projector: Projector, partition: int, durable: str, filter_: str) -> None:
+        self._p = projector
+        self.partition = partition
+        self._durable, self._filter = durable, filter_
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+        self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
+        self._acked = 0  # stream sequence acknowledged last
+        self._next = 1  # delivery (consumer) sequence expected next
+
+    def _config(self, start: int | None) -> ConsumerConfig:
+        return ConsumerConfig(
+            durable_name=self._durable, ack_policy=AckPolicy.ALL, filter_subject=self._filter, ack_wait=30,
+            max_ack_pending=10_000, deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start)
+
+    async def _bind(self) -> None:
+        js = self._p._js
+        try:
+            info = await js.consumer_info(subjects.EVENTS_STREAM, self._durable)
+        except NotFoundError:
+            info = await js.add_consumer(subjects.EVENTS_STREAM, self._config(None))
+        else:
+            # Outstanding deliveries belong to a reader that is gone; a filter of before partitions is narrowed
+            # to the unpartitioned form (partition_migration.py). Both: start again after the floor.
+            if info.num_ack_pending or info.config.filter_subject != self._filter:
+                info = await self._recreate(info.ack_floor.stream_seq + 1)
+        self._acked, self._next = info.ack_floor.stream_seq, info.delivered.consumer_seq + 1
+        self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+
+    async def _recreate(self, start: int):
+        js = self._p._js
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
+        return await js.add_consumer(subjects.EVENTS_STREAM, self._config(start))
+
+    async def _rewind(self) -> None:
+        PROJECTION_REWINDS.inc()
+        log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
+                    self._acked + 1)
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+        info = await self._recreate(self._acked + 1)
+        self._next = info.delivered.consumer_seq + 1
+        self._sub = await self._p._js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+
+    async def start(self) -> None:
+        await self._bind()
+        self._task = asyncio.create_task(self._loop(), name=f"projector:p{self.partition}")
+        self._task.add_done_callback(_exit_if_crashed)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        if self._task:
+            if self._fetching:
+                self._task.cancel()
+            done, _ = await asyncio.wait({self._task}, timeout=timeout)
+            if not done:  # a write cut short is redone by the next owner (writes are seq-guarded)
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+        self._p._forget_partition(self.partition)
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            try:
+                await self._p._ensure_epoch()
+                self._fetching = True
+                msgs = await fetch_ready(self._sub, self._p._batch)
+            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+                continue
+            except Exception as exc:
+                log.warning("projector fetch failed: %r", exc)
+                await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
+                continue
+            finally:
+                self._fetching = False
+            if not msgs:  # nats-py may return an empty batch instead of timing out
+                continue
+            if [m.metadata.sequence.consumer for m in msgs] != list(range(self._next, self._next + len(msgs))):
+                try:
+                    await self._rewind()
+                except Exception as exc:  # the broker is away: the next round tries again
+                    log.warning("%s: rewind failed: %r", self._durable, exc)
+                    await asyncio.sleep(0.5)  # backoff while the broker is away
+                continue
+            self._next += len(msgs)
+            delay = 0.05
+            while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
+                try:
+                    await self._p._project(self.partition, msgs)
+                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
+                    self._acked = msgs[-1].metadata.sequence.stream
+                    PROJECTED.inc(len(msgs))
+                    PROJECTION_LAG.labels(self.partition).set(msgs[-1].metadata.num_pending)
+                    break
+                except (RedisError, OSError, NatsTimeout, LogError) as exc:
+                    log.warning("projection write failed, retrying: %r", exc)
+                    self._p._states.get(self.partition, OrderedDict()).clear()
+                    await asyncio.sleep(delay)  # backoff while Redis is away
+                    delay = min(delay * 2, 5.0)
+
+
+def _previous(msg) -> int:
+    """The stream sequence of the thread's event before ``msg``: the fence its append carried (the first event of
+    an append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
     0 (nothing to check) for an event published without a fence."""
     headers = msg.headers or {}
     if (fence := headers.get(ELSS)) is not None:
         return int(fence)
-    return msg.seq - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0
+    return msg.metadata.sequence.stream - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0

@@ -27,7 +27,10 @@ from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
-from treadle.runtime.consumer import Later, PullConsumer, Retryable
+from treadle.runtime import partitions
+from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Retryable
+from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
@@ -51,22 +54,37 @@ class Supervisor:
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout, shared.volume)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
-        mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
-        self._consumers = [
-            PullConsumer(js, stream=subjects.EVENTS_STREAM, durable="supervisor-dispatch",
-                         filters=subjects.event_types(*WAKE_EVENTS), handle=self._on_dispatched,
-                         mailboxes=mailboxes),
-            PullConsumer(js, stream=subjects.PROVIDER_STREAM, durable="supervisor-provider",
-                         filters=[subjects.PROVIDER_ALL], handle=self._on_provider_event, mailboxes=mailboxes),
-        ]
+        self._js = js
+        self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
+        # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
+        # a thread's dispatches and provider events are never handled by two replicas at once.
+        legacy = Legacy(((subjects.EVENTS_STREAM, "supervisor-dispatch"),
+                         (subjects.PROVIDER_STREAM, "supervisor-provider")),
+                        lambda: self._consumers("", unpartitioned_event_types(*WAKE_EVENTS), UNPARTITIONED_PROVIDER))
+        self.work = PartitionedWork(nc, kind="supervisor", replica=shared.replica_name("supervisor"),
+                                    ttl=shared.lease_ttl, make=self._partition,
+                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+
+    def _consumers(self, suffix: str, dispatch: list[str], provider: str) -> PartitionConsumers:
+        return PartitionConsumers([
+            PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=f"supervisor-dispatch{suffix}",
+                         filters=dispatch, handle=self._on_dispatched, mailboxes=self._mailboxes),
+            PullConsumer(self._js, stream=subjects.PROVIDER_STREAM, durable=f"supervisor-provider{suffix}",
+                         filters=[provider], handle=self._on_provider_event, mailboxes=self._mailboxes),
+        ])
+
+    def _partition(self, partition: int) -> PartitionConsumers:
+        # Another replica may have held this partition and written to its threads since they were cached here.
+        count = self.work.partitions
+        self._store.distrust(lambda tenant, thread: partitions.partition_of(thread, count) == partition)
+        return self._consumers(f"-p{partition}", partitions.event_types_filters(WAKE_EVENTS, partition),
+                               partitions.provider_filter(partition))
 
     async def start(self) -> None:
-        for consumer in self._consumers:
-            await consumer.start()
+        await self.work.start()
 
     async def stop(self) -> None:
-        for consumer in self._consumers:
-            await consumer.stop()
+        await self.work.stop()
 
     # --- handlers ----------------------------------------------------------------------------------
 
