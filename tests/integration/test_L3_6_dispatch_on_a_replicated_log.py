@@ -63,8 +63,9 @@ async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_a
             attempt = state.run(first).attempt.id
             completed = await log.append(TENANT, THREAD, state.seq, [envelope(1, ev.RunCompleted(run_id=first,
                                                                                                  attempt_id=attempt))])
-            ended = await js.pull_subscribe(subjects.event(TENANT, THREAD, "run.completed"), stream=subjects.EVENTS_STREAM)
-            (msg,) = await ended.fetch(1, timeout=5)  # the event exactly as the coordinator's consumer gets it
+            ended = await js.pull_subscribe(f"treadle.evt.{TENANT}.{THREAD}.>", stream=subjects.EVENTS_STREAM)
+            (msg,) = [m for m in await ended.fetch(completed, timeout=5)  # as the coordinator's consumer gets it
+                      if m.metadata.sequence.stream == completed]
 
             for node in cluster.nodes:
                 if node is not leader:

@@ -123,9 +123,8 @@ async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_ret
                                                                                       text="unseen"), 1)])
     await log.append("proj", thread, unseen, [envelope(thread, ev.MessageCreated(message_id="msg_2", role="user",
                                                                                  text="delivered"), 2)])
-    delivered = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.message.created",
-                                                    stream="TREADLE_EVENTS")
-    msgs = [m for m in await delivered.fetch(2, timeout=5) if m.metadata.sequence.stream > unseen]
+    delivered = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.>", stream="TREADLE_EVENTS")
+    msgs = [m for m in await delivered.fetch(3, timeout=5) if m.metadata.sequence.stream > unseen]
     await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
 
     try:
