@@ -17,6 +17,11 @@ class HostUnavailable(Retryable):
     pass
 
 
+class HostGone(HostUnavailable):
+    """Nobody listens on the host's subjects: the process is dead and has not come back (a restarted host
+    listens again under the same id and answers for itself)."""
+
+
 class HostClient:
     def __init__(self, nc: NATS, timeout: float, volume: str = "local") -> None:
         self._nc = nc
@@ -27,7 +32,9 @@ class HostClient:
     async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
         try:
             msg = await self._nc.request(subject, payload, timeout=timeout or self._timeout)
-        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+        except NoRespondersError:
+            raise HostGone(f"no provider host listens on {subject}") from None
+        except (NatsTimeout, asyncio.TimeoutError) as exc:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return msg.data
 

@@ -35,7 +35,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
 from treadle.runtime.settings import Shared, SupervisorSettings
 
-from treadle.providers.hosts import HostClient
+from treadle.providers.hosts import HostClient, HostGone
 
 from .child_checkpoints import with_child_checkpoints
 from .summariser import ProviderSummariser
@@ -191,9 +191,16 @@ class Supervisor:
             text = start_context.turn_text(state, run, given)
             if text == given:  # no resolved context rides along: a replacement thread still needs the past (L9.4)
                 text = recovery.with_replacement_context(state, run, given)
-            reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
-                session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
-                root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
+            try:
+                reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
+                    session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
+                    root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
+            except HostGone:
+                # Waiting for the host watcher's report would hold this thread's mailbox, where that very
+                # report queues behind us: record the loss now and place the session again (L9.3).
+                await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id,
+                                                                              reason="host_unreachable")], ctx)
+                continue
             if isinstance(reply, hp.TurnAccepted):
                 context = state.start_context(run.id)
                 if context is not None and not context.delivered and (pth := state.session_thread(session.id)):
