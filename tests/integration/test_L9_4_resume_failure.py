@@ -8,20 +8,16 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import msgspec
-import nats
 
 from helpers import wait_for
-from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints_service.service import CheckpointService
+from supervised import thread_with_history
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.thread import fold
-from treadle.eventlog import streams, subjects
-from treadle.eventlog.log import EventLog
+from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
-from treadle.runtime.servers import NatsServer
-from treadle.runtime.settings import ProviderHostSettings, Shared, SupervisorSettings
+from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
 T0 = datetime(2026, 12, 3, tzinfo=timezone.utc)
@@ -61,18 +57,8 @@ HISTORY = [
 
 
 async def test_L9_4_a_failed_resume_continues_on_a_replacement_provider_thread_built_from_app_context(tmp_path):
-    async with NatsServer(tmp_path / "nats") as server:
-        nc = await nats.connect(server.url)
-        await streams.ensure(nc.jetstream())
-        shared = Shared(state_dir=tmp_path, nats_url=server.url)
-        workspaces = Workspaces(shared.workspaces, tmp_path / "shadow")
-        await workspaces.prepare(TENANT, THREAD, "w")
-        checkpoints = CheckpointService(nc, workspaces, shared.volume)
-        await checkpoints.start()
-        log = EventLog(nc)
-        seq = 0
-        for i, payload in enumerate(HISTORY):
-            seq = await log.append(TENANT, THREAD, seq, [envelope(i, payload)])
+    async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(HISTORY)]) as world:
+        nc, log, shared = world.nc, world.log, world.shared
         supervisor = Supervisor(nc, shared, SupervisorSettings(host_timeout=2.0))
         host = ProviderHost(nc, shared, ProviderHostSettings(host_id="host-new"))
         await supervisor.start()
@@ -110,5 +96,3 @@ async def test_L9_4_a_failed_resume_continues_on_a_replacement_provider_thread_b
         finally:
             await host.stop()
             await supervisor.stop()
-            await checkpoints.stop()
-            await nc.close()

@@ -1,25 +1,23 @@
 """L9.3 in the supervisor against a real broker: a run whose provider session is lost while no provider
-host is up gets its recovery attempt handed over as soon as a host comes back."""
+host is up gets its recovery attempt handed over as soon as a host comes back; a run handed to a session whose
+host is dead (nobody listens on its subjects any more, and the host watcher has not reported it yet) is placed
+again on a live host at once."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 import msgspec
-import nats
 
 from helpers import wait_for
-from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints_service.service import CheckpointService
+from supervised import thread_with_history
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.thread import fold
-from treadle.eventlog import streams, subjects
-from treadle.eventlog.log import EventLog
+from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
-from treadle.runtime.servers import NatsServer
-from treadle.runtime.settings import ProviderHostSettings, Shared, SupervisorSettings
+from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
 T0 = datetime(2026, 12, 2, tzinfo=timezone.utc)
@@ -31,30 +29,25 @@ def envelope(i: int, data: ev.Payload) -> ev.Envelope:
                        actor="test", data=data)
 
 
+def handed_to(session: str, host: str) -> list[ev.Payload]:
+    """A dispatched run with its baseline, given a session on ``host`` (the provider thread pth_1)."""
+    return [
+        ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
+        ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="go", root_node_id="node_1",
+                     attempt_id="att_1", mode="auto", disposition="started", dispatched=True, provider="scripted"),
+        ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
+        ev.ProviderAttached(session_id=session, provider="scripted", host_id=host, boot_id="gone",
+                            provider_thread_id="pth_1", native_ref="scripted-pth_1",
+                            capabilities=ProviderCapabilities()),
+    ]
+
+
 async def test_L9_3_recovery_attempt_waits_for_a_host_and_then_completes_the_run(tmp_path):
-    async with NatsServer(tmp_path / "nats") as server:  # a broker of its own: no other test's runs
-        nc = await nats.connect(server.url)
-        await streams.ensure(nc.jetstream())
-        shared = Shared(state_dir=tmp_path, nats_url=server.url)
-        workspaces = Workspaces(shared.workspaces, tmp_path / "shadow")
-        ready = await workspaces.prepare(TENANT, THREAD, "w")
-        checkpoints = CheckpointService(nc, workspaces, shared.volume)
-        await checkpoints.start()
-        log = EventLog(nc)
-        # A run mid-turn on session ps_old, whose host is gone.
-        history = [
-            ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
-            ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="go", root_node_id="node_1",
-                         attempt_id="att_1", mode="auto", disposition="started", dispatched=True, provider="scripted"),
-            ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
-            ev.ProviderAttached(session_id="ps_old", provider="scripted", host_id="host-r", boot_id="gone",
-                                provider_thread_id="pth_1", native_ref="scripted-pth_1",
-                                capabilities=ProviderCapabilities()),
-            ev.RunStarted(run_id="run_1", attempt_id="att_1", session_id="ps_old", turn_id="turn_1"),
-        ]
-        seq = 0
-        for i, payload in enumerate(history):
-            seq = await log.append(TENANT, THREAD, seq, [envelope(i, payload)])
+    # A run mid-turn on session ps_old, whose host is gone.
+    history = handed_to("ps_old", "host-r") + [
+        ev.RunStarted(run_id="run_1", attempt_id="att_1", session_id="ps_old", turn_id="turn_1")]
+    async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(history)]) as world:
+        nc, log, shared = world.nc, world.log, world.shared
         supervisor = Supervisor(nc, shared, SupervisorSettings(host_timeout=0.5))
         await supervisor.start()
         stopped = pe.ProviderEvent(id="evt_stop", tenant=TENANT, thread=THREAD, session_id="ps_old",
@@ -77,9 +70,31 @@ async def test_L9_3_recovery_attempt_waits_for_a_host_and_then_completes_the_run
             assert [a.status for a in run.attempts] == ["lost", "completed"]
             assert state.live_session.host_id == "host-new"
             assert [p.id for p in state.provider_threads] == ["pth_1"]  # resumed, not replaced
-            assert ready.git
+            assert world.workspace_ready.git
         finally:
             await host.stop()
             await supervisor.stop()
-            await checkpoints.stop()
-            await nc.close()
+
+
+async def test_L9_3_a_run_handed_to_a_session_on_a_dead_host_is_placed_again_on_a_live_one(tmp_path):
+    """Waiting for the host watcher's report instead would hold the thread's mailbox, where that report queues
+    behind the hand-over (a stall the chaos test found)."""
+    history = handed_to("ps_dead", "host-dead")  # which no longer runs: the turn was never started
+    async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(history)]) as world:
+        host = ProviderHost(world.nc, world.shared, ProviderHostSettings(host_id="host-live"))
+        await host.start()
+        supervisor = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
+        await supervisor.start()
+        try:
+            async def completed():
+                state = fold(await world.log.read(TENANT, THREAD))
+                return state if state.run("run_1").status == "completed" else None
+            state = await wait_for(completed, timeout=30, what="the run completed on the live host")
+            stops = [e.data for e in await world.log.read(TENANT, THREAD) if isinstance(e.data, ev.ProviderStopped)]
+            assert [(s.session_id, s.reason) for s in stops] == [("ps_dead", "host_unreachable")]
+            assert state.live_session.host_id == "host-live"
+            assert [p.id for p in state.provider_threads] == ["pth_1"]  # resumed, not replaced
+            assert [a.status for a in state.run("run_1").attempts] == ["completed"]
+        finally:
+            await supervisor.stop()
+            await host.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import signal
 import socket
@@ -30,7 +31,34 @@ class ServerNotFound(FileNotFoundError):
     pass
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+_EPHEMERAL_FLOOR = _ephemeral_floor()
+_given: set[int] = set()
+_pick = random.Random()
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, chosen below the kernel's ephemeral range. A port the kernel hands
+    out (bind to 0) is in that range, so between choosing it and the server binding it any outgoing connection
+    may take it: a cluster node dialling its peers took a port chosen for the next node."""
+    if _EPHEMERAL_FLOOR > 11_000:
+        for _ in range(100):
+            port = _pick.randrange(10_000, _EPHEMERAL_FLOOR)
+            if port in _given:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
