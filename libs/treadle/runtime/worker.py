@@ -21,6 +21,9 @@ from . import logs
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
+# A graceful stop (SIGTERM) ends within this, e.g. while the broker is away: well inside the 30 s a process
+# manager (Kubernetes' default grace period, the embedded stack) waits before it sends SIGKILL.
+STOP_SECONDS = 20.0
 
 
 class Service(Protocol):
@@ -101,7 +104,10 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
         log.info("%s started", name)
         await stopping
         log.info("%s stopping", name)
-        await service.stop()
+        try:
+            await asyncio.wait_for(service.stop(), STOP_SECONDS)
+        except asyncio.TimeoutError:  # what it did not finish is redelivered to, or recovered by, the next owner
+            log.warning("%s did not stop within %.0f s; leaving anyway", name, STOP_SECONDS)
 
 
 async def _close(nc: NATS) -> None:

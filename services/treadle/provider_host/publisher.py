@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.errors import ConnectionClosedError
 
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
@@ -55,8 +56,8 @@ class TurnPublisher:
             try:
                 await self._js.publish(self._subject, payload, headers=headers)
                 return
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, ConnectionClosedError):
+                raise  # a closed connection never comes back: the host is going away, and its sessions with it
             except Exception as exc:  # the broker is restarting or unreachable: keep the turn's events
                 log.warning("provider event %s not stored yet (%r); retrying", event.id, exc)
                 await asyncio.sleep(delay)  # backoff while the broker is away
