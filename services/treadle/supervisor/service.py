@@ -110,7 +110,9 @@ class Supervisor:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
-        if reaction.wait:  # the cache may be behind the log (another writer appended since): read it once
+        if reaction.wait or (reaction is sv.IGNORE and state.session(event.session_id) is None):
+            # The cache may be behind the log (another writer, or the replica that held this partition before,
+            # appended since): read it once before waiting, or before dropping the event of a session it never saw.
             state = await self._store.refresh(tenant, thread)
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
