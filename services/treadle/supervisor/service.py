@@ -110,9 +110,10 @@ class Supervisor:
             state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
-        if reaction.wait or (reaction is sv.IGNORE and state.session(event.session_id) is None):
+        if reaction.wait or (reaction is sv.IGNORE and _of_current_attempt(state, event)):
             # The cache may be behind the log (another writer, or the replica that held this partition before,
-            # appended since): read it once before waiting, or before dropping the event of a session it never saw.
+            # appended since): read it once before waiting, or before dropping an event of the run's current
+            # attempt from a session the cache does not have it on (placed by that other replica).
             state = await self._store.refresh(tenant, thread)
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
@@ -335,3 +336,8 @@ class Supervisor:
         except CheckpointError as exc:  # L10.4: record the failure instead of a checkpoint
             log.warning("checkpoint %s/%s of %s failed: %s", "root", ordinal, state.thread.id, exc)
             return None
+
+
+def _of_current_attempt(state: ThreadState, event: pe.ProviderEvent) -> bool:
+    run = state.run(event.run_id or "")
+    return run is not None and run.attempt is not None and run.attempt.id == event.attempt_id
