@@ -1,4 +1,4 @@
-"""The chaos test (`make soak`; `make test` once reliably green): several provider hosts on a 3-node NATS
+"""The chaos test (in `make test`, and in `make soak`): several provider hosts on a 3-node NATS
 cluster, many threads sending scripted messages, and a killer sending SIGKILL or SIGTERM to random workers and
 SIGKILL to one NATS node at a time, at random times (seeded). Afterwards every message has exactly one completed run with its whole reply, each thread's
 runs ran in the order their messages were sent, and `treadle check` (log invariants, every projection against a
