@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -120,5 +121,29 @@ async def _close_server(server: asyncio.AbstractServer) -> None:
     await server.wait_closed()
 
 
+# After the service has stopped (or its bounded stop gave up), how long what is left may take to end when cancelled.
+LEFTOVER_SECONDS = 2.0
+
+
 def run(main: Callable[[], Awaitable[None]]) -> None:
-    uvloop.run(main())
+    uvloop.run(_then_leave(main))
+
+
+async def _then_leave(main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main``, then make sure the process ends. asyncio would cancel the tasks still running and wait for
+    every one of them, for ever if need be; but a task can outlive its cancellation: nats-py reports a cancelled
+    ``next_msg`` on a closed connection as ``ConnectionClosedError``, and a loop that retries on errors then
+    carries on (chaos: a supervisor SIGTERMed while a NATS node was down stopped, then never exited). Whatever
+    the stop cut short is redelivered to, or recovered by, the next owner, so leaving is safe."""
+    await main()
+    leftovers = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in leftovers:
+        task.cancel()
+    if not leftovers:
+        return
+    _, stuck = await asyncio.wait(leftovers, timeout=LEFTOVER_SECONDS)
+    if stuck:
+        log.warning("leaving %d task(s) that did not end when cancelled: %s", len(stuck),
+                    ", ".join(sorted(t.get_name() for t in stuck)))
+        logging.shutdown()
+        os._exit(0)
