@@ -1,10 +1,12 @@
 """L9.3 in the supervisor against a real broker: a run whose provider session is lost while no provider
 host is up gets its recovery attempt handed over as soon as a host comes back; a run handed to a session whose
 host is dead (nobody listens on its subjects any more, and the host watcher has not reported it yet) is placed
-again on a live host at once."""
+again on a live host at once; a run another replica moved to a new session behind this supervisor's cached
+thread still completes (its provider events are checked against the log, not dropped)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import msgspec
@@ -13,10 +15,13 @@ from helpers import wait_for
 from supervised import thread_with_history
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
+from treadle.domain import supervision as sv
 from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.thread import fold
 from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
+from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
@@ -98,3 +103,48 @@ async def test_L9_3_a_run_handed_to_a_session_on_a_dead_host_is_placed_again_on_
         finally:
             await supervisor.stop()
             await host.stop()
+
+
+async def test_L9_3_a_turn_on_a_session_placed_behind_the_supervisors_cache_is_folded_not_dropped(tmp_path):
+    """Another replica (the one that held this partition meanwhile) moved the run to a new session: its
+    provider events, of the run's current attempt from a session this supervisor's cached thread never saw,
+    are checked against the log before being dropped. Dropped, the run would wait for them forever."""
+    history = handed_to("ps_1", "host-1")
+    async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(history)]) as world:
+        nc, log, shared = world.nc, world.log, world.shared
+        # host-1 takes the turn, then dies before it reports anything (a stand-in answering on its subjects).
+        accepted = asyncio.Event()
+
+        async def host_1(msg) -> None:
+            accepted.set()
+            await msg.respond(hp.encode(hp.TurnAccepted()))
+        await nc.subscribe(subjects.host("host-1", "turn.start"), cb=host_1)
+        supervisor = Supervisor(nc, shared, SupervisorSettings(host_timeout=0.5))
+        await supervisor.start()
+        host_2 = ProviderHost(nc, shared, ProviderHostSettings(host_id="host-2"))
+        await host_2.start()
+        try:
+            # Its cached thread now has the attempt pending on ps_1.
+            await asyncio.wait_for(accepted.wait(), 30)
+            # The other replica: ps_1's host is unreachable, the attempt goes to a session on host-2.
+            state = fold(await log.read(TENANT, THREAD))
+            placed = await HostClient(nc, timeout=5.0).place(hp.PlaceSession(
+                tenant=TENANT, thread=THREAD, provider="scripted", session_id="ps_2", provider_thread_id="pth_1",
+                native_ref="scripted-pth_1", workspace="w"))
+            assert isinstance(placed, hp.SessionPlaced), placed
+            await log.append(TENANT, THREAD, state.seq, [
+                envelope(10, ev.ProviderStopped(session_id="ps_1", reason="host_unreachable")),
+                envelope(11, sv.attached(placed))])
+            reply = await HostClient(nc, timeout=5.0).start_turn("host-2", hp.StartTurn(
+                session_id="ps_2", tenant=TENANT, thread=THREAD, run_id="run_1", attempt_id="att_1",
+                root_node_id="node_1", text="go"))
+            assert isinstance(reply, hp.TurnAccepted), reply
+
+            async def completed():
+                state = fold(await log.read(TENANT, THREAD))
+                return state if state.run("run_1").status == "completed" else None
+            state = await wait_for(completed, timeout=30, what="the run completed on the session placed elsewhere")
+            assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == [("completed", "ps_2")]
+        finally:
+            await host_2.stop()
+            await supervisor.stop()
