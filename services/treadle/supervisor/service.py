@@ -336,11 +336,12 @@ class Supervisor:
 
 
 def _cache_may_be_behind(state: ThreadState, event: pe.ProviderEvent) -> bool:
-    """An event the cached thread would drop that the log may place: of a run it never saw, or of the run's
-    current attempt from a session it does not have that attempt on (placed by another replica). Events of an
-    attempt no longer current are a lost session's last words and keep that meaning (re-reading for them,
-    L10.5's refused rollback saw a resumed session reported gone)."""
+    """An event the cached thread would drop that the log may place: of a run or an attempt it never saw, or of
+    the run's current attempt from a session it does not have that attempt on (another replica started the
+    attempt or placed the session). Attempts are only ever added, so an event of an earlier attempt the cache
+    knows is a lost session's last words and keeps that meaning (re-reading for those, L10.5's refused
+    rollback saw a resumed session reported gone)."""
     if not event.run_id:
         return False
     run = state.run(event.run_id)
-    return run is None or (run.attempt is not None and run.attempt.id == event.attempt_id)
+    return run is None or event.attempt_id not in {a.id for a in run.attempts[:-1]}
