@@ -3,16 +3,12 @@ Stack per test module. Modules import the fixtures by name (see claude_fixtures.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
-import nats
 import pytest
 
 from mock_api import MockMessagesApi
 from treadle.cli.stack import Stack
-from treadle.client.http import TreadleClient
-from treadle.runtime.tokens import TokenStore
 
 
 def quiet(name: str, line: str) -> None:
@@ -38,14 +34,3 @@ async def claude_stack(request, tmp_path_factory, mock_claude_api):
     async with Stack(directory, env=claude_env(mock_claude_api), on_output=quiet) as stack:
         yield stack
 
-
-@contextlib.asynccontextmanager
-async def tenant_client(stack: Stack, tenant: str):
-    """An API client with a fresh token of ``tenant``'s user alice."""
-    nc = await nats.connect(stack.nats_url)
-    try:
-        token = await TokenStore(nc.jetstream()).create(tenant, "alice")
-    finally:
-        await nc.close()
-    async with TreadleClient(stack.api_url, token, timeout=30) as client:
-        yield client

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from helpers import wait_for
-from claude_stack import claude_stack, mock_claude_api, tenant_client  # noqa: F401  (fixtures)
+from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from provider_http import tenant_client
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e

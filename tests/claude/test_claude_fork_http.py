@@ -8,15 +8,17 @@ from __future__ import annotations
 import pytest
 
 from mock_api import MockMessagesApi, _texts
-from claude_stack import claude_stack, mock_claude_api, tenant_client  # noqa: F401  (fixtures)
+from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from provider_http import history, native_fork_thread, tenant_client, workspace_of
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
+TENANT = "claude-fork"
 
 
 @pytest.fixture(scope="module")
 async def client(claude_stack):
-    async with tenant_client(claude_stack, "claude-fork") as c:
+    async with tenant_client(claude_stack, TENANT) as c:
         yield c
 
 
@@ -34,15 +36,6 @@ def prompts_sent_with(api: MockMessagesApi, prompt: str) -> list[str]:
     return [t for m in body["messages"] if m.get("role") == "user" for t in _texts(m["content"]) if t.startswith("#")]
 
 
-def workspace_of(stack, thread: str):
-    return stack.state_dir / "workspaces" / "claude-fork" / "threads" / thread
-
-
-def history(doc: dict) -> list[tuple]:
-    return [(r["id"], r["status"]) for r in doc["runs"]] + [(m["role"], m["text"]) for m in doc["messages"]] + \
-        [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
-
-
 async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holding_turns_1_and_2(
         client, mock_claude_api, claude_stack):
     source = (await client.create_thread(title="claude fork source", provider="claude",
@@ -55,23 +48,15 @@ async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holdi
     first = await run_to_end(client, child, "#bash on the claude fork")
     assert first["provider"] == "claude" and first["handoff_ids"] == []  # no portable context: the fork is native
 
-    doc = await client.get_thread(child)
-    [transfer] = doc["transfers"]
-    assert (transfer["status"], transfer["fidelity"], transfer["source_point"]["run_id"]) == \
-        ("consumed", "native", runs[1]["id"])
-    [resolved] = doc["start_contexts"]
-    assert resolved["fork_native_ref"] == source_pth["native_ref"]
-    assert resolved["fork_at_turn_ref"] == runs[1]["attempts"][-1]["native_turn_ref"]
-    [fork_pth] = doc["provider_threads"]
-    assert fork_pth["provider"] == "claude" and fork_pth["native_ref"] not in ("", None, source_pth["native_ref"])
+    fork_pth = native_fork_thread(await client.get_thread(child), runs[1], source_pth, "claude")
     assert len(fork_pth["native_ref"]) == 36  # a Claude Code session id of its own (fork_session)
 
     # The fork's conversation holds the source's turns up to run 2, nothing after, and no handoff text.
     assert prompts_sent_with(mock_claude_api, "#bash on the claude fork") == \
         ["#text claude source 1", "#text claude source 2", "#bash on the claude fork"]
     # The forked session works in the fork's own workspace (L6.5), never the source's.
-    assert (workspace_of(claude_stack, child) / "bash.txt").read_text() == "hi\n"
-    assert not (workspace_of(claude_stack, source) / "bash.txt").exists()
+    assert (workspace_of(claude_stack, TENANT, child) / "bash.txt").read_text() == "hi\n"
+    assert not (workspace_of(claude_stack, TENANT, source) / "bash.txt").exists()
     assert [f["path"] for f in first["checkpoint"]["files"]] == ["bash.txt"]
 
     # The source is unchanged, and its own next turn still sees run 3 and not the fork's.

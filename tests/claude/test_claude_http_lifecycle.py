@@ -9,19 +9,15 @@ intact), the API error and the todo list are in ``test_claude_e2e.py``.
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
-import httpx
-import nats
 import pytest
 
 from helpers import wait_for
 from claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
 from mock_api import MockMessagesApi
+from provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
+                           plain_http, request_status, respond, tenant_token, user_texts, workspace_of)
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
-from treadle.runtime.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 
@@ -39,40 +35,26 @@ async def claude_stack(tmp_path_factory, mock_claude_api):
 
 @pytest.fixture(scope="module")
 async def token(claude_stack) -> str:
-    nc = await nats.connect(claude_stack.nats_url)
-    try:
-        return await TokenStore(nc.jetstream()).create(TENANT, "alice")
-    finally:
-        await nc.close()
+    return await tenant_token(claude_stack, TENANT)
 
 
 @pytest.fixture(scope="module")
 async def client(claude_stack, token):
-    async with TreadleClient(claude_stack.api_url, token, timeout=30) as c:
+    async with api_client(claude_stack, token) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 async def http(claude_stack, token):
-    """Plain HTTP for the endpoints the client library has no method for, and for status codes."""
-    async with httpx.AsyncClient(base_url=claude_stack.api_url, timeout=30,
-                                 headers={"Authorization": f"Bearer {token}"}) as c:
+    async with plain_http(claude_stack, token) as c:
         yield c
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
-def workspace_of(stack: Stack, thread: str) -> Path:
-    return stack.state_dir / "workspaces" / TENANT / "threads" / thread
-
-
 def assistant_texts(run: dict) -> list[str]:
     return [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed"]
-
-
-def user_texts(run: dict) -> list[str]:
-    return [m["text"] for m in run["messages"] if m["role"] == "user"]
 
 
 async def new_thread(client: TreadleClient, title: str, **kw) -> str:
@@ -82,27 +64,6 @@ async def new_thread(client: TreadleClient, title: str, **kw) -> str:
 async def run_to_end(client: TreadleClient, thread: str, text: str, **kw) -> dict:
     sent = await client.send(thread, text, **kw)
     return await client.wait_run(sent["run_id"], timeout=90)
-
-
-async def pending_request(http: httpx.AsyncClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict:
-    """The thread's one pending request (other than ``besides``), as the pending-request projection lists it."""
-    async def listed():
-        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
-        assert r.status_code == 200, r.text
-        fresh = [q for q in r.json()["requests"] if q["id"] not in besides]
-        return fresh or None
-    [request] = await wait_for(listed, timeout=60, what=f"a pending request on {thread}")
-    return request
-
-
-async def respond(http: httpx.AsyncClient, request_id: str, body: dict) -> dict:
-    r = await http.post(f"/v1/requests/{request_id}/respond", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
-    return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
 
 
 async def streaming(client: TreadleClient, thread: str, run_id: str, words: int = 5) -> None:
@@ -131,7 +92,7 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
     assert request["kind"] == "command" and request["prompt"] == "Write hi to bash.txt"
     assert request["detail"]["tool"] == "Bash" and request["detail"]["input"]["command"].startswith("echo hi")
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
-    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()  # nothing ran before the answer
+    assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()  # nothing ran before the answer
 
     assert (await respond(http, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -142,13 +103,8 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
     assert request["detail"]["tool_node_id"] == command["id"]
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("bash.txt", "added")]
-    shown = subprocess.run(["git", "-C", str(workspace_of(claude_stack, thread)), "show", f"{checkpoint['ref']}:bash.txt"],
-                           capture_output=True, text=True, check=True).stdout
-    assert shown == "hi\n"
-    answered = await request_status(client, thread, request["id"])
-    assert answered["status"] == "resolved" and answered["response"] == {"decision": "accept"}
-    again = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
-    assert again.status_code == 409  # answered once; the callback is used up
+    assert checkpointed(workspace_of(claude_stack, TENANT, thread), checkpoint, "bash.txt") == "hi\n"
+    await answered_once(client, http, thread, request, {"decision": "accept"})
 
 
 async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_the_run_interrupted(
@@ -160,7 +116,7 @@ async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_th
     assert (await respond(http, request["id"], declined))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run  # the agent heard why and answered
-    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()
+    assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
     assert run["checkpoint"]["files"] == []
     [command] = [n for n in run["nodes"] if n["kind"] == "tool"]
     assert command["status"] == "failed" and "not in this repository" in command["output"]
@@ -174,7 +130,7 @@ async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_th
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run
     assert run["checkpoint"]["status"] == "interrupted" and run["checkpoint"]["files"] == []
-    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()
+    assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
     assert all(n["status"] not in ("running", "pending", "waiting") for n in run["nodes"])
     after = await run_to_end(client, thread, "#text still there?")
     assert after["status"] == "completed", after
@@ -198,7 +154,7 @@ async def test_L11_2_allow_for_session_keeps_the_clis_suggested_rule_in_the_sess
     assert [r for r in (await client.get_thread(thread))["requests"] if r["run_id"] == again["id"]] == []
     assert [(n["status"], n["output"]) for n in again["nodes"] if n["kind"] == "tool"] == [("completed", "42")]
     # "for this session" is the Claude session's memory: nothing was written into the user's repository
-    assert not (workspace_of(claude_stack, thread) / ".claude").exists()
+    assert not (workspace_of(claude_stack, TENANT, thread) / ".claude").exists()
     assert again["checkpoint"]["files"] == []
 
 
@@ -256,7 +212,7 @@ async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its
     assert (command["status"], command["output"]) == ("completed", "from-sub")
     said = {m["text"]: m["node_id"] for m in run["messages"] if m["role"] == "assistant"}
     assert said["subagent says hi (from-sub)"] == agent["id"]  # its text is under its node, not the root's
-    assert (workspace_of(claude_stack, thread) / "sub.txt").read_text() == "from-sub\n"
+    assert (workspace_of(claude_stack, TENANT, thread) / "sub.txt").read_text() == "from-sub\n"
 
 
 async def test_L2_4_a_background_claude_subagent_ends_inside_its_run(client, claude_stack):
@@ -297,7 +253,7 @@ async def test_L12_1_L12_3_a_claude_proposed_plan_is_implemented_as_a_run_out_of
     await respond(http, request["id"], {"decision": "accept"})
     written = await client.wait_run(sent["run_id"], timeout=60)
     assert written["status"] == "completed", written
-    assert (workspace_of(claude_stack, thread) / "written.txt").read_text() == "written by claude\n"
+    assert (workspace_of(claude_stack, TENANT, thread) / "written.txt").read_text() == "written by claude\n"
 
 
 # --- L3 steering, L8 interrupt ---------------------------------------------------------------------------
@@ -365,7 +321,7 @@ async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersed
     assert second["status"] == "completed", second
     assert user_texts(second) == ["#text never mind, do not run it"]
     assert assistant_texts(second) == ["Mock Claude heard: #text never mind, do not run it"]
-    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()
+    assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
     assert second["attempts"][-1]["provider_thread_id"] == first["attempts"][-1]["provider_thread_id"]
 
 
@@ -392,7 +348,7 @@ async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_n
     assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
     late = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert late.status_code == 409
-    assert not (workspace_of(claude_stack, thread) / "bash.txt").exists()
+    assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
 
     after = await run_to_end(client, thread, "#text are you still there")
     assert after["status"] == "completed", after
@@ -467,16 +423,7 @@ async def test_L11_3_L9_3_an_approval_pending_when_the_provider_host_died_is_not
     sent = await client.send(thread, "#bash write bash.txt")
     request = await pending_request(http, thread)
     before = [(p["id"], p["native_ref"]) for p in (await client.get_thread(thread))["provider_threads"]]
-    restarts = claude_stack.processes.restarts("provider-host")
-    await claude_stack.processes.kill("provider-host")
-
-    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
-    assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
-    async def marked():  # the projection follows the 409's record a moment later
-        return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
-    await wait_for(marked, timeout=10, what="the request marked not_resumable")
-    await wait_for(lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await kill_the_provider_host_under(claude_stack, client, http, thread, request)
 
     # Not stuck: the run goes on in the resumed Claude session, whose model asks again; that answer works.
     fresh = await pending_request(http, thread, besides=(request["id"],))
@@ -485,7 +432,7 @@ async def test_L11_3_L9_3_an_approval_pending_when_the_provider_host_died_is_not
     run = await client.wait_run(sent["run_id"], timeout=90)
     assert run["status"] == "completed", run
     assert [a["reason"] for a in run["attempts"]] == ["initial", "provider_recovery"]
-    assert (workspace_of(claude_stack, thread) / "bash.txt").read_text() == "hi\n"
+    assert (workspace_of(claude_stack, TENANT, thread) / "bash.txt").read_text() == "hi\n"
     assert [(p["id"], p["native_ref"]) for p in (await client.get_thread(thread))["provider_threads"]] == before
     # The same Claude session, its history intact, with the cut-off turn left out: the prompt is there once.
     history = str(mock_claude_api.seen[-1].body["messages"])

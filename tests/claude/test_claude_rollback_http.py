@@ -11,7 +11,8 @@ import pytest
 
 from helpers import wait_for
 from mock_api import MockMessagesApi
-from claude_stack import claude_stack, mock_claude_api, tenant_client  # noqa: F401  (fixtures)
+from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from provider_http import tenant_client
 from treadle.client.http import ApiError, TreadleClient
 
 pytestmark = pytest.mark.e2e

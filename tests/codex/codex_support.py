@@ -15,6 +15,7 @@ from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.protocol import PlaceSession
 
 _turns = itertools.count(1)
+TENANT = "codexco"  # whose user alice the codex stack's API clients act as (conftest.py)
 
 
 def codex_settings(mock: MockResponses, homes_root: Path) -> CodexSettings:

@@ -9,16 +9,13 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
-import nats
 import pytest
 
 from codex_mock import MockResponses
-from codex_support import Driver, codex_env, codex_settings, place
+from codex_support import TENANT, Driver, codex_env, codex_settings, place
+from provider_http import api_client, plain_http, tenant_token
 from treadle.cli.stack import Stack
-from treadle.client.http import TreadleClient
 from treadle.providers.codex import CodexAdapter, CodexSettings
-from treadle.runtime.tokens import TokenStore
 
 
 @pytest.fixture(scope="session")
@@ -83,22 +80,16 @@ async def codex_stack(tmp_path_factory, mock, homes_root):
 
 @pytest.fixture(scope="module")
 async def token(codex_stack) -> str:
-    nc = await nats.connect(codex_stack.nats_url)
-    try:
-        return await TokenStore(nc.jetstream()).create("codexco", "alice")
-    finally:
-        await nc.close()
+    return await tenant_token(codex_stack, TENANT)
 
 
 @pytest.fixture(scope="module")
 async def client(codex_stack, token):
-    async with TreadleClient(codex_stack.api_url, token, timeout=30) as c:
+    async with api_client(codex_stack, token) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
 async def http(codex_stack, token):
-    """Plain HTTP for the endpoints the client library has no method for, and for status codes."""
-    async with httpx.AsyncClient(base_url=codex_stack.api_url, timeout=30,
-                                 headers={"Authorization": f"Bearer {token}"}) as c:
+    async with plain_http(codex_stack, token) as c:
         yield c

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from codex_mock import Exec, Text
+from codex_support import TENANT
+from provider_http import history, native_fork_thread, workspace_of
 
 pytestmark = pytest.mark.e2e
 
@@ -19,16 +21,6 @@ def user_inputs(seen) -> list[str]:
 def request_for(mock, prompt: str):
     [seen] = [r for r in mock.requests if r.prompt == prompt]
     return seen
-
-
-def history(doc: dict) -> list[tuple]:
-    """What a thread's history is made of: its runs with their status and messages, and its provider threads."""
-    return [(r["id"], r["status"]) for r in doc["runs"]] + [(m["role"], m["text"]) for m in doc["messages"]] + \
-        [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
-
-
-def workspace_of(codex_stack, thread: str):
-    return codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
 
 
 async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_turns_1_and_2(
@@ -54,15 +46,7 @@ async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_
     assert first["status"] == "completed", first
     assert first["provider"] == "codex" and first["handoff_ids"] == []  # no portable context: the fork is native
 
-    doc = await client.get_thread(child)
-    [transfer] = doc["transfers"]
-    assert (transfer["status"], transfer["fidelity"], transfer["source_point"]["run_id"]) == \
-        ("consumed", "native", runs[1]["id"])
-    [resolved] = doc["start_contexts"]
-    assert resolved["fork_native_ref"] == source_pth["native_ref"]
-    assert resolved["fork_at_turn_ref"] == runs[1]["attempts"][-1]["native_turn_ref"]
-    [fork_pth] = doc["provider_threads"]
-    assert fork_pth["provider"] == "codex" and fork_pth["native_ref"] not in ("", None, source_pth["native_ref"])
+    native_fork_thread(await client.get_thread(child), runs[1], source_pth, "codex")
 
     # Codex's fork holds the source's turns up to run 2 and nothing after it, and no handoff text.
     seen = user_inputs(next(r for r in mock.requests if r.prompt == "codex fork: what did we say"))
@@ -70,8 +54,8 @@ async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_
         ["codex fork source 1", "codex fork source 2", "codex fork: what did we say"]
     assert not any("# Context" in t for t in seen)
     # The forked Codex thread works in the fork's own workspace (L6.5), never the source's.
-    assert (workspace_of(codex_stack, child) / "forked.txt").read_text() == "forked\n"
-    assert not (workspace_of(codex_stack, source) / "forked.txt").exists()
+    assert (workspace_of(codex_stack, TENANT, child) / "forked.txt").read_text() == "forked\n"
+    assert not (workspace_of(codex_stack, TENANT, source) / "forked.txt").exists()
     assert [f["path"] for f in first["checkpoint"]["files"]] == ["forked.txt"]
 
     # The source is unchanged: same runs, same provider thread; its own next turn still sees run 3, not the fork.

@@ -3,13 +3,13 @@ todo list, with real workers, the real ``codex`` binary and the mock model API."
 
 from __future__ import annotations
 
-import subprocess
-
-import httpx
 import pytest
 
 from codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from codex_support import TENANT
 from helpers import wait_for
+from provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
+                           respond, user_texts, workspace_of)
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -17,30 +17,6 @@ pytestmark = pytest.mark.e2e
 
 def assistant_texts(run: dict) -> list[str]:
     return [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["text"]]
-
-
-def user_texts(run: dict) -> list[str]:
-    return [m["text"] for m in run["messages"] if m["role"] == "user"]
-
-
-def workspace_of(codex_stack, thread: str):
-    return codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
-
-
-async def pending_request(http: httpx.AsyncClient, thread: str) -> dict:
-    """The thread's one pending request, as the pending-request projection lists it (L11.1)."""
-    async def listed():
-        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
-        assert r.status_code == 200, r.text
-        return r.json()["requests"] or None
-    [request] = await wait_for(listed, timeout=60, what=f"a pending request on {thread}")
-    return request
-
-
-async def respond(http: httpx.AsyncClient, request_id: str, body: dict) -> dict:
-    r = await http.post(f"/v1/requests/{request_id}/respond", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
 
 
 async def stalled_on(mock, prompt: str) -> None:
@@ -63,10 +39,6 @@ def collaboration_modes(seen) -> list[str]:
             if t.startswith("<collaboration_mode>")]
 
 
-async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
-    return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
-
-
 async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_the_checkpoint(
         client, http, codex_stack, mock):
     mock.on("write approved.txt", [Exec("echo approved > approved.txt")], [Text("Wrote approved.txt.")])
@@ -76,7 +48,7 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     request = await pending_request(http, thread)
     assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
-    assert not (workspace_of(codex_stack, thread) / "approved.txt").exists()  # nothing ran before the answer
+    assert not (workspace_of(codex_stack, TENANT, thread) / "approved.txt").exists()  # nothing ran before the answer
 
     assert (await respond(http, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -84,13 +56,8 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     assert assistant_texts(run) == ["Wrote approved.txt."]
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
-    shown = subprocess.run(["git", "-C", str(workspace_of(codex_stack, thread)), "show",
-                            f"{checkpoint['ref']}:approved.txt"], capture_output=True, text=True, check=True).stdout
-    assert shown == "approved\n"
-    answered = await request_status(client, thread, request["id"])
-    assert answered["status"] == "resolved" and answered["response"] == {"decision": "accept"}
-    again = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
-    assert again.status_code == 409  # answered once; the callback is used up
+    assert checkpointed(workspace_of(codex_stack, TENANT, thread), checkpoint, "approved.txt") == "approved\n"
+    await answered_once(client, http, thread, request, {"decision": "accept"})
 
 
 async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_stack, mock):
@@ -104,7 +71,7 @@ async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_s
     assert run["status"] == "completed", run
     assert assistant_texts(run) == ["Understood, I did not run it."]
     assert [f["path"] for f in run["checkpoint"]["files"]] == []
-    assert not (workspace_of(codex_stack, thread) / "declined.txt").exists()
+    assert not (workspace_of(codex_stack, TENANT, thread) / "declined.txt").exists()
     [tool] = [n for n in run["nodes"] if n["title"] == "echo nope > declined.txt"]
     assert tool["status"] == "cancelled"
     assert (await request_status(client, thread, request["id"]))["response"] == {"decision": "decline"}
@@ -121,7 +88,7 @@ async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_not
     assert run["status"] == "interrupted", run  # Codex ends the turn on a cancel
     assert run["checkpoint"]["status"] == "interrupted" and run["checkpoint"]["files"] == []
     assert assistant_texts(run) == []
-    assert not (workspace_of(codex_stack, thread) / "cancelled.txt").exists()
+    assert not (workspace_of(codex_stack, TENANT, thread) / "cancelled.txt").exists()
     nxt = await client.send(thread, "carry on")
     assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
 
@@ -226,7 +193,7 @@ async def test_L8_1_L11_3_interrupting_a_codex_run_that_waits_on_an_approval_can
     assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
     late = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert late.status_code == 409
-    assert not (workspace_of(codex_stack, thread) / "risky.txt").exists()
+    assert not (workspace_of(codex_stack, TENANT, thread) / "risky.txt").exists()
     nxt = await client.send(thread, "never mind that")
     assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
 
@@ -244,7 +211,7 @@ async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_
     assert run["status"] == "completed", run
     assert len(run["attempts"]) == 1
     assert user_texts(run) == ["deploy it", "stage it first"]
-    assert (workspace_of(codex_stack, thread) / "deployed.txt").read_text() == "deployed\n"
+    assert (workspace_of(codex_stack, TENANT, thread) / "deployed.txt").read_text() == "deployed\n"
     assert assistant_texts(run)[-1] == "Staged first, then deployed."
     assert (await request_status(client, thread, request["id"]))["status"] == "resolved"
 
@@ -286,7 +253,7 @@ async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after
     await wait_for(command_running, timeout=60, what="the command to be running")
     steer = await client.send(thread, "use the fast build")
     assert steer["disposition"] == "steered"
-    (workspace_of(codex_stack, thread) / "go.flag").touch()
+    (workspace_of(codex_stack, TENANT, thread) / "go.flag").touch()
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert len(run["attempts"]) == 1 and user_texts(run) == ["build it", "use the fast build"]
@@ -302,15 +269,7 @@ async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_
     sent = await client.send(thread, "write recovered.txt")
     request = await pending_request(http, thread)
     before = [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]]
-    restarts = codex_stack.processes.restarts("provider-host")
-    await codex_stack.processes.kill("provider-host")
-    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
-    assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
-    async def marked():  # the projection follows the 409's record a moment later
-        return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
-    await wait_for(marked, timeout=10, what="the request marked not_resumable")
-    await wait_for(lambda: codex_stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await kill_the_provider_host_under(codex_stack, client, http, thread, request)
     # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
     async def asked_again():
         r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
@@ -320,7 +279,7 @@ async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert run["attempts"][-1]["reason"] == "provider_recovery"
-    assert (workspace_of(codex_stack, thread) / "recovered.txt").read_text() == "recovered\n"
+    assert (workspace_of(codex_stack, TENANT, thread) / "recovered.txt").read_text() == "recovered\n"
     assert [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]] == before
 
 

@@ -7,11 +7,11 @@ with that memory, so a test can read which turns a provider conversation still h
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
+from rollbacks import files, replying, run_to_end
+from scripts import write
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 
@@ -21,25 +21,9 @@ RECALL = {"type": "recall"}
 ECHO = {"type": "echo"}
 
 
-def write(path: str, content: str) -> dict:
-    return {"type": "write_file", "path": path, "content": content}
-
-
 def script(*steps: dict, profile: str | None = "native_rollback") -> dict:
-    body: dict = {"steps": [*steps, {"type": "text", "text": "done"}]}
-    if profile:
-        body["profile"] = profile
-    return body
-
-
-def files(workspace: Path) -> dict[str, str]:
-    out = {}
-    for d, dirs, names in os.walk(workspace):
-        dirs[:] = [x for x in dirs if x != ".git"]
-        for n in names:
-            p = Path(d) / n
-            out[str(p.relative_to(workspace))] = p.read_text()
-    return out
+    """On the scripted provider's profile that rolls back natively, unless told otherwise."""
+    return replying(*steps, profile=profile)
 
 
 def reply(run: dict) -> str:
@@ -53,11 +37,6 @@ def remembered(run: dict) -> list[str]:
 
 def pth_of(run: dict) -> str:
     return run["attempts"][-1]["provider_thread_id"]
-
-
-async def run_to_end(api, thread: str, text: str, body: dict) -> dict:
-    sent = await api.send(thread, text, script=body)
-    return await api.wait_run(sent["run_id"])
 
 
 async def three_runs(api, stack, profile: str | None = "native_rollback"):

@@ -10,26 +10,10 @@ from pathlib import Path
 import pytest
 
 from helpers import wait_for
+from rollbacks import files, replying, run_to_end
+from scripts import write
 
 pytestmark = pytest.mark.e2e
-
-
-def write(path: str, content: str) -> dict:
-    return {"type": "write_file", "path": path, "content": content}
-
-
-def script(*steps: dict) -> dict:
-    return {"steps": [*steps, {"type": "text", "text": "done"}]}
-
-
-def files(workspace: Path) -> dict[str, str]:
-    out = {}
-    for d, dirs, names in os.walk(workspace):
-        dirs[:] = [x for x in dirs if x != ".git"]
-        for n in names:
-            p = Path(d) / n
-            out[str(p.relative_to(workspace))] = p.read_text()
-    return out
 
 
 def user_git_state(workspace: Path) -> dict[str, str]:
@@ -45,15 +29,10 @@ def run_git(workspace: Path, *args: str) -> str:
                           check=True).stdout
 
 
-async def run_to_end(api, thread: str, text: str, body: dict) -> dict:
-    sent = await api.send(thread, text, script=body)
-    return await api.wait_run(sent["run_id"])
-
-
 async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_on_run_1_files(api, stack):
     thread = await api.create_thread(title="rollback")
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
-    run1 = await run_to_end(api, thread, "one", script(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"),
+    run1 = await run_to_end(api, thread, "one", replying(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"),
                                                         write("gone.txt", "delete me\n")))
     after_run1 = files(workspace)
     # The user commits run 1's work and stashes an experiment: none of that may move.
@@ -67,10 +46,10 @@ async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_
     # they land in run 2's checkpoint, the next capture).
     (workspace / "gone.txt").unlink()
     (workspace / "old.txt").rename(workspace / "new.txt")
-    run2 = await run_to_end(api, thread, "two", script(write("keep.txt", "v2\n"), write("src/added.py", "x = 2\n")))
+    run2 = await run_to_end(api, thread, "two", replying(write("keep.txt", "v2\n"), write("src/added.py", "x = 2\n")))
     assert {(f["path"], f["change"]) for f in run2["checkpoint"]["files"]} == {
         ("keep.txt", "modified"), ("src/added.py", "added"), ("gone.txt", "deleted"), ("new.txt", "renamed")}
-    run3 = await run_to_end(api, thread, "three", script(write("third.txt", "3\n")))
+    run3 = await run_to_end(api, thread, "three", replying(write("third.txt", "3\n")))
 
     r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1})
     assert r.status_code == 200, r.text
@@ -90,7 +69,7 @@ async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_
     types = [e.type for e in await _log(stack, api, thread)]
     assert types.index("rollback.started") < types.index("rollback.completed")
 
-    run4 = await run_to_end(api, thread, "four", script(write("fourth.txt", "4\n")))
+    run4 = await run_to_end(api, thread, "four", replying(write("fourth.txt", "4\n")))
     assert run4["ordinal"] == 4
     assert files(workspace) == {**after_run1, "fourth.txt": "4\n"}
     assert [(f["path"], f["change"]) for f in run4["checkpoint"]["files"]] == [("fourth.txt", "added")]
@@ -115,9 +94,9 @@ async def _log(stack, api, thread):
 
 async def test_diff_of_a_run_and_between_ordinals_with_stats_and_a_size_cap(api):
     thread = await api.create_thread()
-    await run_to_end(api, thread, "one", script(write("a.txt", "a\n")))
+    await run_to_end(api, thread, "one", replying(write("a.txt", "a\n")))
     big = "".join(f"line {i}\n" for i in range(3000))
-    run2 = await run_to_end(api, thread, "two", script(write("a.txt", "a\nb\n"), write("big.txt", big)))
+    run2 = await run_to_end(api, thread, "two", replying(write("a.txt", "a\nb\n"), write("big.txt", big)))
 
     r = await api.request("GET", f"/v1/runs/{run2['id']}/diff")
     assert r.status_code == 200, r.text
@@ -139,7 +118,7 @@ async def test_diff_of_a_run_and_between_ordinals_with_stats_and_a_size_cap(api)
 
 async def test_L10_5_rollback_is_refused_while_a_run_is_active_and_changes_nothing(api, stack):
     thread = await api.create_thread()
-    await run_to_end(api, thread, "one", script(write("a.txt", "1\n")))
+    await run_to_end(api, thread, "one", replying(write("a.txt", "1\n")))
     sent = await api.send(thread, "hang", script={"steps": [write("a.txt", "2\n"), {"type": "hang"}]})
     await wait_for(lambda: api.run(sent["run_id"]), what="run visible")
 
@@ -220,8 +199,8 @@ async def test_client_diff_and_rollback_methods(api, stack):
     from treadle.client.http import ApiError, TreadleClient
 
     thread = await api.create_thread()
-    await run_to_end(api, thread, "one", script(write("a.txt", "1\n")))
-    run2 = await run_to_end(api, thread, "two", script(write("a.txt", "2\n")))
+    await run_to_end(api, thread, "one", replying(write("a.txt", "1\n")))
+    run2 = await run_to_end(api, thread, "two", replying(write("a.txt", "2\n")))
     token = api.http.headers["Authorization"].split()[1]
     async with TreadleClient(stack.api_url, token) as client:
         cut = await client.run_diff(run2["id"], max_bytes=40)

@@ -11,18 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from test_checkpoint_restore import restore, snapshot
-from test_checkpoints_git import TENANT, THREAD, capture, files_of, git
+from checkpoint_repos import TENANT, THREAD, capture, files_of, git, repository_with_submodule, restore, snapshot
+from checkpoint_repos import root  # noqa: F401  (a fixture)
 from treadle.checkpoints import packs
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import FileStat, Skipped
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "ws" / TENANT).mkdir(parents=True)
-    return tmp_path / "ws"
 
 
 @pytest.fixture
@@ -259,17 +253,7 @@ async def test_L10_5_a_restore_never_deletes_or_overwrites_a_file_it_did_not_cap
 @pytest.mark.parametrize("watch", [True, False], ids=["inotify", "add_all"])
 async def test_submodules_are_reported_as_skipped_by_captures(root: Path, watch: bool):
     workspaces = Workspaces(root, root.parent / "state" / "shadow", watch=watch)
-    lib = root / TENANT / "lib"
-    lib.mkdir()
-    git(lib, "init", "-q", "-b", "main")
-    (lib / "l.txt").write_text("lib\n")
-    git(lib, "add", "-A")
-    git(lib, "commit", "-q", "-m", "lib")
-    ws = root / TENANT / "proj"
-    ws.mkdir()
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(lib), "vendor/lib")
-    git(ws, "commit", "-q", "-m", "with submodule")
+    ws = repository_with_submodule(root)
     try:
         c0 = await workspaces.capture(capture(0, None))
         (ws / "vendor" / "lib" / "l.txt").write_text("changed inside the submodule\n")

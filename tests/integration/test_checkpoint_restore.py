@@ -6,45 +6,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from test_checkpoints_git import TENANT, THREAD, capture, git
+from checkpoint_repos import TENANT, THREAD, capture, git, repository_with_submodule, restore, snapshot, user_repository
+from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName, Restore
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "ws" / TENANT).mkdir(parents=True)
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def workspaces(root: Path) -> Iterator[Workspaces]:
-    ws = Workspaces(root, root.parent / "state" / "shadow")
-    yield ws
-    ws.close()
-
-
-def snapshot(path: Path) -> dict[str, tuple[str, bytes]]:
-    """Every file below ``path`` but .git: kind/mode and content (a symlink's target)."""
-    out = {}
-    for d, dirs, files in os.walk(path):
-        dirs[:] = [x for x in dirs if not (Path(d) == path and x == ".git")]
-        for name in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-            p = Path(d) / name
-            rel = str(p.relative_to(path))
-            st = p.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                out[rel] = ("link", os.readlink(p).encode())
-            else:
-                out[rel] = (oct(st.st_mode & 0o111), p.read_bytes())
-    return out
+from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName
 
 
 def user_git_state(repo: Path) -> dict[str, str]:
@@ -57,24 +27,7 @@ def user_git_state(repo: Path) -> dict[str, str]:
 
 @pytest.fixture
 def user_repo(root: Path) -> Path:
-    repo = root / TENANT / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / ".gitignore").write_text("*.log\n")
-    (repo / "README.md").write_text("hello\n")
-    (repo / "app.py").write_text("print(1)\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "first")
-    (repo / "app.py").write_text("print(2)\n")
-    git(repo, "stash", "-q")
-    (repo / "README.md").write_text("hello\nstaged\n")
-    git(repo, "add", "README.md")
-    return repo
-
-
-def restore(commit: str, restore_id: str = "rbk_1", retire: list[RefName] | None = None, workspace: str = "proj"):
-    return Restore(tenant=TENANT, thread=THREAD, workspace=workspace, restore_id=restore_id, commit=commit,
-                   retire=retire or [])
+    return user_repository(root, committed={".gitignore": "*.log\n"})
 
 
 async def test_L10_5_restore_undoes_created_modified_deleted_and_renamed_files_exactly(
@@ -240,17 +193,7 @@ async def test_path_safety_restore_diff_and_prune_refuse_paths_outside_the_tenan
 
 
 async def test_submodules_are_recorded_as_pointers_and_left_alone_by_restore(workspaces: Workspaces, root: Path):
-    lib = root / TENANT / "lib"
-    lib.mkdir()
-    git(lib, "init", "-q", "-b", "main")
-    (lib / "l.txt").write_text("lib\n")
-    git(lib, "add", "-A")
-    git(lib, "commit", "-q", "-m", "lib")
-    ws = root / TENANT / "proj"
-    ws.mkdir()
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "-c", "protocol.file.allow=always", "submodule", "-q", "add", str(lib), "vendor/lib")
-    git(ws, "commit", "-q", "-m", "with submodule")
+    ws = repository_with_submodule(root)
     c1 = await workspaces.capture(capture(0, None))
     (ws / "vendor" / "lib" / "l.txt").write_text("changed inside the submodule\n")
     (ws / "top.txt").write_text("top\n")

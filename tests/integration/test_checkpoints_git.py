@@ -6,37 +6,14 @@ import asyncio
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from checkpoint_repos import TENANT, THREAD, capture, files_of, git, user_repository
+from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints.protocol import Capture, CheckpointError, FileStat
-
-TENANT = "acme"
-THREAD = "thr_1"
-
-
-def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="U", GIT_AUTHOR_EMAIL="u@example.com",
-               GIT_COMMITTER_NAME="U", GIT_COMMITTER_EMAIL="u@example.com")  # fmt: skip
-    if git_dir is not None:
-        env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(cwd))
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    return done.stdout
-
-
-def capture(ordinal: int, previous: int | None, *, workspace: str = "proj", **kw) -> Capture:
-    status = "baseline" if previous is None else "completed"
-    return Capture(tenant=TENANT, thread=THREAD, workspace=workspace, ordinal=ordinal,
-                   previous_ordinal=previous, status=kw.pop("status", status), **kw)  # fmt: skip
-
-
-def files_of(repo: Path, commit: str, git_dir: Path | None = None) -> dict[str, str]:
-    names = git(repo, "ls-tree", "-r", "--name-only", commit, git_dir=git_dir).split("\n")
-    return {n: git(repo, "show", f"{commit}:{n}", git_dir=git_dir) for n in names if n}
+from treadle.checkpoints.protocol import CheckpointError, FileStat
 
 
 def loose_objects(git_dir: Path) -> int:
@@ -44,32 +21,9 @@ def loose_objects(git_dir: Path) -> int:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "ws" / TENANT).mkdir(parents=True)
-    return tmp_path / "ws"
-
-
-@pytest.fixture
-def workspaces(root: Path) -> Iterator[Workspaces]:
-    ws = Workspaces(root, root.parent / "state" / "shadow")
-    yield ws
-    ws.close()
-
-
-@pytest.fixture
 def user_repo(root: Path) -> Path:
     """A user's repository with history, a stash, staged and unstaged changes and untracked files."""
-    repo = root / TENANT / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("hello\n")
-    (repo / "app.py").write_text("print(1)\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "first")
-    (repo / "app.py").write_text("print(2)\n")
-    git(repo, "stash", "-q")
-    (repo / "README.md").write_text("hello\nstaged\n")
-    git(repo, "add", "README.md")
+    repo = user_repository(root)
     (repo / "app.py").write_text("print(3)\n")
     (repo / "notes.txt").write_text("untracked\n")
     return repo

@@ -1,22 +1,30 @@
 """L9.3 in the supervisor against a real broker: a run whose provider session is lost while no provider
 host is up gets its recovery attempt handed over as soon as a host comes back; a run handed to a session whose
 host is dead (nobody listens on its subjects any more, and the host watcher has not reported it yet) is placed
-again on a live host at once."""
+again on a live host at once; a run another replica moved to a new session behind this supervisor's cached
+thread still completes (its provider events are checked against the log, not dropped)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 
 import msgspec
 
 from helpers import wait_for
-from supervised import thread_with_history
+from supervised import World, thread_with_history
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
+from treadle.domain import supervision as sv
 from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.thread import fold
+from treadle.domain.commands import reaction_ctx
+from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
+from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
@@ -98,3 +106,83 @@ async def test_L9_3_a_run_handed_to_a_session_on_a_dead_host_is_placed_again_on_
         finally:
             await supervisor.stop()
             await host.stop()
+
+
+@asynccontextmanager
+async def handed_to_a_dying_host(tmp_path) -> AsyncIterator[World]:
+    """A supervisor hands run_1 to ps_1 on host-1, which takes the turn and then dies (a stand-in answering on
+    host-1's subjects); host-2 is up."""
+    history = handed_to("ps_1", "host-1")
+    async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(history)]) as world:
+        accepted = asyncio.Event()
+
+        async def host_1(msg) -> None:
+            accepted.set()
+            await msg.respond(hp.encode(hp.TurnAccepted()))
+        await world.nc.subscribe(subjects.host("host-1", "turn.start"), cb=host_1)
+        supervisor = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
+        await supervisor.start()
+        host_2 = ProviderHost(world.nc, world.shared, ProviderHostSettings(host_id="host-2"))
+        await host_2.start()
+        try:
+            await asyncio.wait_for(accepted.wait(), 30)
+            yield world
+        finally:
+            await host_2.stop()
+            await supervisor.stop()
+
+
+async def moved_behind_the_cache(world: World, decided: list[ev.Payload], attempt_id: str, root_node_id: str) -> None:
+    """What another replica (the one that held this thread's partition meanwhile) did without this supervisor
+    seeing it: recorded ``decided`` about ps_1, placed the provider thread on ps_2 on host-2, and started
+    ``attempt_id`` there."""
+    hosts = HostClient(world.nc, timeout=5.0)
+    placed = await hosts.place(hp.PlaceSession(tenant=TENANT, thread=THREAD, provider="scripted", session_id="ps_2",
+                                               provider_thread_id="pth_1", native_ref="scripted-pth_1", workspace="w"))
+    assert isinstance(placed, hp.SessionPlaced), placed
+    state = fold(await world.log.read(TENANT, THREAD))
+    await world.log.append(TENANT, THREAD, state.seq,
+                           [envelope(10 + i, p) for i, p in enumerate([*decided, sv.attached(placed)])])
+    reply = await hosts.start_turn("host-2", hp.StartTurn(session_id="ps_2", tenant=TENANT, thread=THREAD,
+                                                          run_id="run_1", attempt_id=attempt_id,
+                                                          root_node_id=root_node_id, text="go"))
+    assert isinstance(reply, hp.TurnAccepted), reply
+
+
+async def completed(log) -> ThreadState:
+    async def done():
+        state = fold(await log.read(TENANT, THREAD))
+        return state if state.run("run_1").status == "completed" else None
+    return await wait_for(done, timeout=30, what="the run completed on the session placed elsewhere")
+
+
+async def test_L9_3_a_turn_on_a_session_placed_behind_the_supervisors_cache_is_folded_not_dropped(tmp_path):
+    """Its provider events, of the run's current attempt from a session the cached thread never saw, are
+    checked against the log before being dropped. Dropped, the run would wait for them forever."""
+    async with handed_to_a_dying_host(tmp_path) as world:
+        # Cached: the attempt pending on ps_1. Behind it, the other replica moved the attempt to ps_2.
+        await moved_behind_the_cache(world, [ev.ProviderStopped(session_id="ps_1", reason="host_unreachable")],
+                                     "att_1", "node_1")
+        state = await completed(world.log)
+        assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == [("completed", "ps_2")]
+
+
+async def test_L9_3_a_recovery_attempt_started_behind_the_supervisors_cache_is_folded_not_dropped(tmp_path):
+    """The same for an attempt the cached thread never saw: the other replica recorded ps_1 lost mid-turn and
+    played the recovery attempt on ps_2."""
+    async with handed_to_a_dying_host(tmp_path) as world:
+        started = pe.ProviderEvent(id="evt_started_1", tenant=TENANT, thread=THREAD, session_id="ps_1",
+                                   provider_thread_id="pth_1", run_id="run_1", attempt_id="att_1", index=1, at=T0,
+                                   body=pe.TurnStarted(native_turn_ref="turn-1"))  # host-1's last words
+        await world.nc.jetstream().publish(subjects.provider(TENANT, THREAD, "pth_1"), msgspec.json.encode(started))
+
+        async def running():
+            return fold(await world.log.read(TENANT, THREAD)).run("run_1").attempt.status == "running"
+        await wait_for(running, what="the supervisor folded the turn's start")  # cached: att_1 running on ps_1
+        lost = sv.session_stopped(fold(await world.log.read(TENANT, THREAD)), "ps_1", "host_unreachable",
+                                  reaction_ctx("elsewhere", T0, "supervisor"))
+        [recovery] = [e for e in lost.events if isinstance(e, ev.AttemptStarted)]
+        await moved_behind_the_cache(world, list(lost.events), recovery.attempt_id, recovery.root_node_id)
+        state = await completed(world.log)
+        assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == \
+            [("lost", "ps_1"), ("completed", "ps_2")]

@@ -38,6 +38,9 @@ class Shared(BaseSettings):
 class WorkerSettings(BaseSettings):
     metrics_port: int = 0  # 0: no /metrics endpoint (the gateway serves its own on the API port)
     metrics_host: str = "127.0.0.1"
+    # A graceful stop (SIGTERM) ends within this many seconds even while the broker is away: well inside the
+    # 30 s a process manager (Kubernetes' default grace period, the embedded stack) waits before it sends SIGKILL.
+    stop_seconds: float = Field(default=20.0, gt=0)
 
 
 class GatewaySettings(WorkerSettings):

@@ -22,9 +22,6 @@ from . import logs
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
-# A graceful stop (SIGTERM) ends within this, e.g. while the broker is away: well inside the 30 s a process
-# manager (Kubernetes' default grace period, the embedded stack) waits before it sends SIGKILL.
-STOP_SECONDS = 20.0
 
 
 class Service(Protocol):
@@ -105,10 +102,15 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
         log.info("%s started", name)
         await stopping
         log.info("%s stopping", name)
+        bound = asyncio.timeout(own.stop_seconds)  # e.g. while the broker is away, every request waits out its timeout
         try:
-            await asyncio.wait_for(service.stop(), STOP_SECONDS)
-        except asyncio.TimeoutError:  # what it did not finish is redelivered to, or recovered by, the next owner
-            log.warning("%s did not stop within %.0f s; leaving anyway", name, STOP_SECONDS)
+            async with bound:
+                await service.stop()
+        except TimeoutError as exc:  # what it did not finish is redelivered to, or recovered by, the next owner
+            if bound.expired():
+                log.warning("%s did not stop within %g s; leaving anyway", name, own.stop_seconds)
+            else:  # one of the stop's own requests timed out (the broker is away): it cannot finish either
+                log.warning("%s could not finish stopping (%r); leaving anyway", name, exc)
 
 
 async def _close(nc: NATS) -> None:

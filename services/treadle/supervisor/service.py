@@ -106,14 +106,11 @@ class Supervisor:
             # hand-over may still be owed, e.g. a recovery attempt whose host was not back yet.
             await self._hand_over(tenant, thread, state, f"prov|{seq}")
             return
-        if event.run_id and state.run(event.run_id) is None:
-            state = await self._store.refresh(tenant, thread)
         ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
         reaction = sv.react(state, event, ctx)
-        if reaction.wait or (reaction is sv.IGNORE and _of_current_attempt(state, event)):
+        if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
             # The cache may be behind the log (another writer, or the replica that held this partition before,
-            # appended since): read it once before waiting, or before dropping an event of the run's current
-            # attempt from a session the cache does not have it on (placed by that other replica).
+            # appended since): read it once before waiting, or before dropping the event.
             state = await self._store.refresh(tenant, thread)
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
@@ -338,6 +335,13 @@ class Supervisor:
             return None
 
 
-def _of_current_attempt(state: ThreadState, event: pe.ProviderEvent) -> bool:
-    run = state.run(event.run_id or "")
-    return run is not None and run.attempt is not None and run.attempt.id == event.attempt_id
+def _cache_may_be_behind(state: ThreadState, event: pe.ProviderEvent) -> bool:
+    """An event the cached thread would drop that the log may place: of a run or an attempt it never saw, or of
+    the run's current attempt from a session it does not have that attempt on (another replica started the
+    attempt or placed the session). Attempts are only ever added, so an event of an earlier attempt the cache
+    knows is a lost session's last words and keeps that meaning (re-reading for those, L10.5's refused
+    rollback saw a resumed session reported gone)."""
+    if not event.run_id:
+        return False
+    run = state.run(event.run_id)
+    return run is None or event.attempt_id not in {a.id for a in run.attempts[:-1]}

@@ -1,0 +1,122 @@
+"""What the Claude and Codex tests over HTTP share: API clients acting as a tenant's user, and reading a
+thread's workspace, history, messages and runtime requests the way a client of the API sees them."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import nats
+
+from helpers import wait_for
+from treadle.cli.stack import Stack
+from treadle.client.http import TreadleClient
+from treadle.runtime.tokens import TokenStore
+
+
+async def tenant_token(stack: Stack, tenant: str) -> str:
+    """A fresh API token of ``tenant``'s user alice."""
+    nc = await nats.connect(stack.nats_url)
+    try:
+        return await TokenStore(nc.jetstream()).create(tenant, "alice")
+    finally:
+        await nc.close()
+
+
+def api_client(stack: Stack, token: str) -> TreadleClient:
+    return TreadleClient(stack.api_url, token, timeout=30)
+
+
+def plain_http(stack: Stack, token: str) -> httpx.AsyncClient:
+    """Plain HTTP for the endpoints the client library has no method for, and for status codes."""
+    return httpx.AsyncClient(base_url=stack.api_url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+
+
+@contextlib.asynccontextmanager
+async def tenant_client(stack: Stack, tenant: str) -> AsyncIterator[TreadleClient]:
+    """An API client with a fresh token of ``tenant``'s user alice."""
+    async with api_client(stack, await tenant_token(stack, tenant)) as client:
+        yield client
+
+
+def workspace_of(stack: Stack, tenant: str, thread: str) -> Path:
+    return stack.state_dir / "workspaces" / tenant / "threads" / thread
+
+
+def history(doc: dict) -> list[tuple]:
+    """What a thread's history is made of: its runs with their status and messages, and its provider threads."""
+    return [(r["id"], r["status"]) for r in doc["runs"]] + [(m["role"], m["text"]) for m in doc["messages"]] + \
+        [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
+
+
+def user_texts(run: dict) -> list[str]:
+    return [m["text"] for m in run["messages"] if m["role"] == "user"]
+
+
+async def pending_request(http: httpx.AsyncClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict:
+    """The thread's one pending request (other than ``besides``), as the pending-request projection lists it
+    (L11.1)."""
+    async def listed():
+        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
+        assert r.status_code == 200, r.text
+        fresh = [q for q in r.json()["requests"] if q["id"] not in besides]
+        return fresh or None
+    [request] = await wait_for(listed, timeout=60, what=f"a pending request on {thread}")
+    return request
+
+
+async def respond(http: httpx.AsyncClient, request_id: str, body: dict) -> dict:
+    r = await http.post(f"/v1/requests/{request_id}/respond", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
+    return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
+
+
+async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, http: httpx.AsyncClient, thread: str,
+                                       request: dict) -> None:
+    """L11.3: the provider host dies while ``request`` is pending. Answering it then is refused as
+    not_resumable, which the thread's projection shows; returns once the host has been restarted."""
+    restarts = stack.processes.restarts("provider-host")
+    await stack.processes.kill("provider-host")
+    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
+    async def marked():  # the projection follows the 409's record a moment later
+        return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+    await wait_for(marked, timeout=10, what="the request marked not_resumable")
+    await wait_for(lambda: stack.processes.restarts("provider-host") > restarts, timeout=30,
+                   what="provider host restarted")
+
+
+def checkpointed(workspace: Path, checkpoint: dict, path: str) -> str:
+    """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it in the workspace's repository."""
+    return subprocess.run(["git", "-C", str(workspace), "show", f"{checkpoint['ref']}:{path}"], capture_output=True,
+                          text=True, check=True).stdout
+
+
+async def answered_once(client: TreadleClient, http: httpx.AsyncClient, thread: str, request: dict,
+                        response: dict) -> None:
+    """``request`` is resolved with ``response``; answering it again is refused (its callback is used up)."""
+    answered = await request_status(client, thread, request["id"])
+    assert answered["status"] == "resolved" and answered["response"] == response
+    again = await http.post(f"/v1/requests/{request['id']}/respond", json=response)
+    assert again.status_code == 409
+
+
+def native_fork_thread(fork: dict, source_run: dict, source_pth: dict, provider: str) -> dict:
+    """L6.2: the fork (its thread document) was started natively from ``source_run`` of the source's provider
+    thread ``source_pth``, on a provider thread of its own, which is returned."""
+    [transfer] = fork["transfers"]
+    assert (transfer["status"], transfer["fidelity"], transfer["source_point"]["run_id"]) == \
+        ("consumed", "native", source_run["id"])
+    [resolved] = fork["start_contexts"]
+    assert resolved["fork_native_ref"] == source_pth["native_ref"]
+    assert resolved["fork_at_turn_ref"] == source_run["attempts"][-1]["native_turn_ref"]
+    [fork_pth] = fork["provider_threads"]
+    assert fork_pth["provider"] == provider and fork_pth["native_ref"] not in ("", None, source_pth["native_ref"])
+    return fork_pth
