@@ -89,15 +89,23 @@ class LingeringPull:
             return
         await self._request()
 
-    async def take(self) -> list[Msg]:
-        """Wait for at least one delivery; return everything delivered so far."""
+    async def take(self, timeout: float | None = None) -> list[Msg]:
+        """Wait for at least one delivery, or ``timeout`` (then ``[]``); return everything delivered so far."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while not self._ready:
             if self._left <= 0:  # expired unanswered, or refused
                 if self._retry_after:
                     await asyncio.sleep(self._retry_after)  # backoff after a refusal, not synchronisation
                     self._retry_after = 0.0
                 await self._request()
-            await self._wake.wait()
+            if deadline is None:
+                await self._wake.wait()
+            else:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), max(deadline - loop.time(), 0))
+                except asyncio.TimeoutError:
+                    return []
             self._wake.clear()
         msgs, self._ready = self._ready, []
         return msgs

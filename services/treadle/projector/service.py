@@ -40,6 +40,7 @@ DURABLE = "projector"  # one per partition: "projector-p3"
 UNPARTITIONED = -1  # the key of the old single consumer's folded states while it drains
 CACHE = 20_000
 EPOCH_CHECK_SECONDS = 1.0
+IDLE_TURN = 5.0  # an idle partition's loop still comes round this often, so a flushed Redis is rebuilt
 
 
 def _exit_if_crashed(task: asyncio.Task) -> None:
@@ -240,13 +241,15 @@ class PartitionProjector:
                 if self._pull is None:  # a delivery went astray: read again from the floor
                     await self._rewind()
                 self._fetching = True
-                msgs = await self._pull.take()
+                msgs = await self._pull.take(IDLE_TURN)
             except Exception as exc:
                 log.warning("%s: fetch failed: %r", self._durable, exc)
                 await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
                 continue
             finally:
                 self._fetching = False
+            if not msgs:
+                continue
             if [m.metadata.sequence.consumer for m in msgs] != list(range(self._next, self._next + len(msgs))):
                 PROJECTION_REWINDS.inc()
                 log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
