@@ -199,14 +199,20 @@ async def cpu(args: argparse.Namespace) -> None:
 
 # --- trace ----------------------------------------------------------------------------------------------
 
+_PARTITION = re.compile(r"-p\d+$")
+
 
 def classify(subject: str) -> str:
+    """The kind of a NATS message, the partitions of one consumer counted together (``projector-p3`` →
+    ``projector``) and thread subjects by their first two tokens."""
     if subject.startswith("$JS.API.DIRECT.GET"):
         return "direct-get"
     if subject.startswith("$JS.API.CONSUMER.MSG.NEXT"):
-        return "pull-request:" + subject.split(".")[-1]
+        return "pull-request:" + _PARTITION.sub("", subject.split(".")[-1])
     if subject.startswith("$JS.ACK"):
-        return "ack:" + subject.split(".")[3]
+        return "ack:" + _PARTITION.sub("", subject.split(".")[3])
+    if subject.startswith(("treadle.evt.", "treadle.prov.", "treadle.live.")):
+        return ".".join(subject.split(".")[:2])
     if subject.startswith("$JS.API"):
         return "js-api:" + ".".join(subject.split(".")[2:4])
     if subject.startswith("$KV"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from datetime import datetime, timedelta, timezone
 
@@ -167,3 +168,30 @@ async def test_events_delivered_to_a_replica_that_died_are_projected_by_the_next
 
 async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
     return await store.doc("proj", thread) == expected
+
+
+def _created(thread: str) -> ThreadState:
+    return fold([ev.Envelope(id=f"evt_w{next(_n)}", type="thread.created", tenant="proj", thread=thread, at=T0,
+                             command_id="cmd_w", actor="test", seq=next(_n) + 1,
+                             data=ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"))])
+
+
+async def test_writes_made_while_redis_forgot_the_script_load_it_again(redis):
+    store = ProjectionStore(redis)
+    state = _created(f"thr_script{next(_n)}")
+    await redis.script_flush()
+    await store.write([(state, [], None)])
+    assert (await store.state("proj", state.thread.id)).seq == state.seq
+
+
+async def test_overlapping_writes_all_land_and_a_cancelled_writer_strands_nobody(redis):
+    """Writes of several partitions at once share pipelines; one whose caller is cancelled (its partition
+    stopped) neither loses the others' writes nor keeps them waiting."""
+    store = ProjectionStore(redis)
+    states = [_created(f"thr_group{next(_n)}") for _ in range(12)]
+    cancelled = asyncio.create_task(store.write([(states[0], [], None)]))
+    await asyncio.sleep(0)  # let it queue its write: ordering the two tasks, not waiting for time
+    cancelled.cancel()
+    await asyncio.wait_for(asyncio.gather(*(store.write([(s, [], None)]) for s in states[1:])), 10)
+    for s in states[1:]:
+        assert (await store.state("proj", s.thread.id)).seq == s.seq

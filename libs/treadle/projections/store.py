@@ -7,10 +7,12 @@ Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 import msgspec
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from ..domain import events as ev
 from ..domain.thread import ThreadState
@@ -94,23 +96,63 @@ def encode_state(state: ThreadState) -> bytes:
     return document.encode(state)
 
 
+Item = tuple[ThreadState, list[str], document.Changes | None]  # state, new ids to index, changes (None: all)
+
+
 class ProjectionStore:
+    """Writes that overlap in time share one pipeline: each partition of a projector writes its own batches,
+    and while one pipeline is at Redis the others queue up for the next (with 8 partitions, one pipeline per
+    partition batch made many small ones: bench/run.py scenario B)."""
+
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
-        self._write = redis.register_script(_WRITE)
+        self._script = redis.register_script(_WRITE)  # only for its sha: sent with EVALSHA below
+        self._queued: list[tuple[list[Item], asyncio.Future[None]]] = []
+        self._writer: asyncio.Task | None = None
 
-    async def write(self, items: Iterable[tuple[ThreadState, list[str], document.Changes | None]]) -> None:
-        """Write each (state, new ids to index, what changed — None: everything) in one pipeline; stale
-        writes are dropped by the script, and changes refused for lack of a base are resent whole."""
-        items = [item for item in items if item[0].thread is not None]
+    async def write(self, items: Iterable[Item]) -> None:
+        """Write each item; stale writes are dropped by the script, and changes refused for lack of a base are
+        resent whole. Returns once Redis has them, together with whatever other writes were queued."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append(([item for item in items if item[0].thread is not None], done))
+        if self._writer is None or self._writer.done():
+            # A task of its own, not the caller's: a writer cancelled (its partition stopped) must not strand
+            # the writes of the others queued behind it.
+            self._writer = asyncio.create_task(self._write_queued(), name="projection-writes")
+        await done
+
+    async def _write_queued(self) -> None:
+        while self._queued:
+            batch, self._queued = self._queued, []
+            try:
+                await self._write_now([item for items, _ in batch for item in items])
+            except Exception as exc:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+            else:
+                for _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+
+    async def _write_now(self, items: list[Item]) -> None:
         results = await self._pipeline(items)
         again = [(state, all_indexed(state), None) for (state, _, _), r in zip(items, results) if r == -1]
         if again:
             await self._pipeline(again)
 
-    async def _pipeline(self, items: list[tuple[ThreadState, list[str], document.Changes | None]]) -> list:
+    async def _pipeline(self, items: list[Item]) -> list:
         if not items:
             return []
+        try:
+            return await self._send(items)
+        except NoScriptError:  # Redis restarted or flushed its scripts: nothing was written
+            await self._redis.script_load(_WRITE)
+            return await self._send(items)
+
+    async def _send(self, items: list[Item]) -> list:
+        # EVALSHA on its own: a registered script would make every pipeline ask SCRIPT EXISTS first, one more
+        # round trip per write.
         async with self._redis.pipeline(transaction=False) as pipe:
             for state, run_ids, changes in items:
                 t = state.thread
@@ -119,7 +161,7 @@ class ProjectionStore:
                 whole = changes is None or changes.everything
                 args = [state.seq, t.id, created, _encoder.encode(summary(state)), int(whole), len(run_ids), *run_ids,
                         *document.fields(state, changes)]
-                await self._write(keys=_keys(t.tenant, t.id), args=args, client=pipe)
+                pipe.evalsha(self._script.sha, 4, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 
     async def doc(self, tenant: str, thread: str) -> bytes | None:

@@ -16,38 +16,18 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError
 
 from ..eventlog.errors import LogError
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
+from .pull import LingeringPull
 
 log = logging.getLogger(__name__)
 
 Handle = Callable[[Msg], Awaitable[None]]
 KeyOf = Callable[[Msg], str]
-
-
-# How long one pull waits at the server for a message. A message is delivered the moment it arrives either
-# way; the wait only sets how often an idle consumer asks again, and every partition of every worker kind has
-# consumers, most of them idle at any moment (1 s made an idle stack cost 2.4x the CPU of one without
-# partitions: bench/idle.py).
-IDLE_WAIT = 5.0
-
-
-async def fetch_ready(sub, batch: int, wait: float = IDLE_WAIT) -> list[Msg]:
-    """Wait up to ``wait`` for one message, then take whatever else is already pending, without lingering.
-    (A lingering pull for a whole batch holds the first message until the batch fills or expires.)"""
-    msgs = await sub.fetch(1, timeout=wait)
-    if batch > 1 and msgs and msgs[-1].metadata.num_pending:
-        try:
-            msgs += await sub.fetch(batch - 1, timeout=1.0)  # no-wait first: returns what is there now
-        except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-            pass
-    return msgs
 
 
 def thread_key(msg: Msg) -> str:
@@ -88,6 +68,7 @@ class PullConsumer:
         self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
         self._beats: dict[int, asyncio.TimerHandle] = {}
         self._task: asyncio.Task | None = None
+        self._pull: LingeringPull | None = None
         self._stopping = False
         self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
 
@@ -102,22 +83,13 @@ class PullConsumer:
             filter_subject=self._filters[0] if len(self._filters) == 1 else None,
         )
         await self._js.add_consumer(self._stream, config)
-        self._sub = await self._js.pull_subscribe_bind(self._durable, stream=self._stream)
-        self._task = asyncio.create_task(self._loop(), name=f"consumer:{self._durable}")
+        self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch)
+        await self._pull.start()
+        self._task = asyncio.create_task(self._loop(self._pull), name=f"consumer:{self._durable}")
 
-    async def _loop(self) -> None:
+    async def _loop(self, pull: LingeringPull) -> None:
         while not self._stopping:
-            try:
-                msgs = await fetch_ready(self._sub, self._batch)
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # broker hiccup (reconnecting): back off and fetch again
-                log.warning("%s: fetch failed: %r", self._durable, exc)
-                await asyncio.sleep(0.5)
-                continue
-            for msg in msgs:
+            for msg in await pull.take():
                 try:
                     key = self._key_of(msg)
                 except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
@@ -215,10 +187,11 @@ class PullConsumer:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        # Drop the fetch inbox before anything is nak'ed: a pull request still pending at the server must not
-        # be handed the very messages given back for the next owner.
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
+        # End the pull request before anything is nak'ed: it must not be handed the very messages given back
+        # for the next owner. What it had delivered but the loop never took goes back too.
+        for msg in await self._pull.close() if self._pull is not None else []:
+            with contextlib.suppress(Exception):
+                await msg.nak()
         if self._running:
             _, late = await asyncio.wait(set(self._running), timeout=timeout)
             for task in late:

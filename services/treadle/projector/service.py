@@ -16,7 +16,7 @@ from collections import OrderedDict
 from nats.aio.client import Client as NATS
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError, NotFoundError
+from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -29,10 +29,10 @@ from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime import partitions
-from treadle.runtime.consumer import fetch_ready
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS
 from treadle.runtime.partition_migration import UNPARTITIONED_EVENTS, Legacy
+from treadle.runtime.pull import LingeringPull
 from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ DURABLE = "projector"  # one per partition: "projector-p3"
 UNPARTITIONED = -1  # the key of the old single consumer's folded states while it drains
 CACHE = 20_000
 EPOCH_CHECK_SECONDS = 1.0
+IDLE_TURN = 5.0  # an idle partition's loop still comes round this often, so a flushed Redis is rebuilt
 
 
 def _exit_if_crashed(task: asyncio.Task) -> None:
@@ -177,6 +178,7 @@ class PartitionProjector:
         self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
         self._acked = 0  # stream sequence acknowledged last
         self._next = 1  # delivery (consumer) sequence expected next
+        self._pull: LingeringPull | None = None  # None after a delivery went astray, until read again
 
     def _config(self, start: int | None) -> ConsumerConfig:
         return ConsumerConfig(
@@ -196,7 +198,12 @@ class PartitionProjector:
             if info.num_ack_pending or info.config.filter_subject != self._filter:
                 info = await self._recreate(info.ack_floor.stream_seq + 1)
         self._acked, self._next = info.ack_floor.stream_seq, info.delivered.consumer_seq + 1
-        self._sub = await js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+        await self._follow()
+
+    async def _follow(self) -> None:
+        pull = LingeringPull(self._p._js, subjects.EVENTS_STREAM, self._durable, self._p._batch)
+        await pull.start()
+        self._pull = pull
 
     async def _recreate(self, start: int):
         js = self._p._js
@@ -205,14 +212,9 @@ class PartitionProjector:
         return await js.add_consumer(subjects.EVENTS_STREAM, self._config(start))
 
     async def _rewind(self) -> None:
-        PROJECTION_REWINDS.inc()
-        log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
-                    self._acked + 1)
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
         info = await self._recreate(self._acked + 1)
         self._next = info.delivered.consumer_seq + 1
-        self._sub = await self._p._js.pull_subscribe_bind(self._durable, stream=subjects.EVENTS_STREAM)
+        await self._follow()
 
     async def start(self) -> None:
         await self._bind()
@@ -229,31 +231,31 @@ class PartitionProjector:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         self._p._forget_partition(self.partition)
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
+        if self._pull is not None:
+            await self._pull.close()  # left unacknowledged: the next owner reads them again from the floor
 
     async def _loop(self) -> None:
         while not self._stopping:
             try:
                 await self._p._ensure_epoch()
+                if self._pull is None:  # a delivery went astray: read again from the floor
+                    await self._rewind()
                 self._fetching = True
-                msgs = await fetch_ready(self._sub, self._p._batch)
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
-                continue
+                msgs = await self._pull.take(IDLE_TURN)
             except Exception as exc:
-                log.warning("projector fetch failed: %r", exc)
+                log.warning("%s: fetch failed: %r", self._durable, exc)
                 await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
                 continue
             finally:
                 self._fetching = False
-            if not msgs:  # nats-py may return an empty batch instead of timing out
+            if not msgs:
                 continue
             if [m.metadata.sequence.consumer for m in msgs] != list(range(self._next, self._next + len(msgs))):
-                try:
-                    await self._rewind()
-                except Exception as exc:  # the broker is away: the next round tries again
-                    log.warning("%s: rewind failed: %r", self._durable, exc)
-                    await asyncio.sleep(0.5)  # backoff while the broker is away
+                PROJECTION_REWINDS.inc()
+                log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
+                            self._acked + 1)
+                pull, self._pull = self._pull, None
+                await pull.close()  # what it holds is read again from the floor
                 continue
             self._next += len(msgs)
             delay = 0.05
