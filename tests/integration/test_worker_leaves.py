@@ -13,7 +13,8 @@ WORKER = textwrap.dedent("""
     import asyncio
     from treadle.runtime.worker import run
 
-    async def stubborn():
+    async def stubborn(started):
+        started.set()
         while True:
             try:
                 await asyncio.sleep(3600)
@@ -21,8 +22,9 @@ WORKER = textwrap.dedent("""
                 print("cancelled, carrying on", flush=True)
 
     async def main():
-        asyncio.get_running_loop().create_task(stubborn(), name="stubborn-loop")
-        await asyncio.sleep(0)
+        started = asyncio.Event()
+        asyncio.get_running_loop().create_task(stubborn(started), name="stubborn-loop")
+        await started.wait()
         print("main done", flush=True)
 
     run(main)
