@@ -1,0 +1,1 @@
+"""Isolation of tenants where their agents run: identities, the runtime launcher, limits."""
