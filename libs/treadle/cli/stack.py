@@ -1,5 +1,5 @@
-"""The embedded deployment: nats-server with JetStream, redis-server and the six workers as supervised OS
-processes. ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
+"""The embedded deployment: nats-server with JetStream, redis-server and the six workers, all supervised OS
+processes (restarted with backoff when they die). ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
 
 from __future__ import annotations
 
@@ -87,11 +87,13 @@ class Stack:
             nats_dir = self.state_dir / "nats"
             self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
             await self.nats.start()
+            self.nats.supervise()  # restarted like a worker when it dies
             if self.nats_cluster > 1:
                 await self._ensure_streams()
         if self._redis_url is None:
             self.redis = RedisServer(self.state_dir / "redis")
             await self.redis.start()
+            self.redis.supervise()
         base = self.worker_env()
         for kind, module in WORKERS.items():
             if kind == "provider-host":
