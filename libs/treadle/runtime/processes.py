@@ -170,7 +170,7 @@ class ProcessSupervisor:
             await self._terminate(proc, timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM every child's group, SIGKILL whatever is left after `timeout`."""
+        """SIGTERM every child (itself, not its group), SIGKILL the group of whatever is left after `timeout`."""
         self._stopping = True
         children = list(self._children.values())
         for child in children:

@@ -171,13 +171,14 @@ class _LocalServer:
 
     async def stop(self, timeout: float = 10.0) -> None:
         self._held = True
+        if self._watch is not None:  # first: a restart it has under way must not outlive the stop
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         proc = self._proc
         if proc is not None:
             if proc.poll() is None:
                 signal_group(proc.pid, signal.SIGTERM)
             await self._reap(timeout)
-        if self._watch is not None:
-            await asyncio.gather(self._watch, return_exceptions=True)
 
     def kill(self) -> None:
         """SIGKILL the server (chaos tests); returns once it is dead. `start()` brings it back; a supervised
