@@ -3,17 +3,23 @@ thread's workspace, history, messages and runtime requests the way a client of t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import nats
+import psutil
 
 from helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
+from treadle.runtime.servers import free_port
 from treadle.runtime.tokens import TokenStore
 
 
@@ -120,3 +126,67 @@ def native_fork_thread(fork: dict, source_run: dict, source_pth: dict, provider:
     [fork_pth] = fork["provider_threads"]
     assert fork_pth["provider"] == provider and fork_pth["native_ref"] not in ("", None, source_pth["native_ref"])
     return fork_pth
+
+
+def runtime_pid(stack: Stack, marker: str) -> int | None:
+    """The one runtime process (``app-server`` for Codex, ``/claude`` for Claude Code) the provider host runs."""
+    host = stack.processes.pid("provider-host")
+    if host is None:
+        return None
+    found = [p.pid for p in psutil.Process(host).children(recursive=True)
+             if any(marker in part for part in p.cmdline()[:2])]
+    return found[0] if len(found) == 1 else None
+
+
+async def kill_the_runtime(stack: Stack, marker: str) -> int:
+    """kill -9 of the runtime process alone; the provider host lives on. Returns the dead pid."""
+    pid = await wait_for(lambda: runtime_pid(stack, marker), timeout=30, what=f"the {marker} process")
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+class TreadleUp:
+    """``treadle up`` in a process of its own, as an operator runs it, stopped the way a service manager stops
+    it: SIGTERM to that process. Restarted on the same state dir and port."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str]) -> None:
+        self.state_dir, self.env, self.port = state_dir, env, free_port()
+        self.log = state_dir.parent / f"{state_dir.name}-up.log"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return (self.state_dir / "dev-token").read_text().strip()
+
+    async def start(self, timeout: float = 120) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            out.write(b"--- treadle up\n")
+            out.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                str(Path(sys.executable).parent / "treadle"), "up", "--state-dir", str(self.state_dir),
+                "--port", str(self.port), "--no-demo", env={**os.environ, **self.env}, stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        starts = self.log.read_text().count("--- treadle up")
+
+        def serving() -> bool:
+            if self.proc is not None and self.proc.returncode is not None:
+                raise RuntimeError(f"treadle up exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            return self.log.read_text().split("--- treadle up")[starts].count("serving") > 0
+        await wait_for(serving, timeout=timeout, interval=0.1, what="treadle up serving")
+
+    async def stop(self, timeout: float = 90) -> int:
+        """SIGTERM, as `kill` or a service manager sends it; returns the exit status."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(timeout):
+            return await self.proc.wait()
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()

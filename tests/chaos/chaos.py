@@ -5,6 +5,7 @@ verdict over the log (every message one completed run, in order, with its whole 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -12,9 +13,11 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from api import Api
 from helpers import wait_for
@@ -28,9 +31,12 @@ TREADLE = Path(sys.executable).parent / "treadle"
 @dataclass
 class Killer:
     """Sends SIGKILL or SIGTERM to a random worker process at random times and, when the stack runs a NATS
-    cluster, SIGKILLs one node at a time at other random times and starts it again after a while (nothing
-    else restarts a node, as the process supervisor restarts workers). The choices (whom, which signal, how
-    long to wait) come from rngs seeded by ``seed``, so a failing run names the seed that reproduces them."""
+    cluster, SIGKILLs one node at a time at other random times and starts it again after a while (a node
+    killed this way is a deliberate outage, left down until then). Optionally also: kill -9 of redis-server
+    (the stack restarts it), kill -9 of one runtime process under a provider host (``runtimes``: markers in its
+    command line, e.g. ``app-server``, ``/claude``), and once a graceful stop and start of the whole stack (what
+    SIGTERM to ``treadle up`` and a new ``treadle up`` do). The choices (whom, which signal, how long to wait)
+    come from rngs seeded by ``seed``, so a failing run names the seed that reproduces them."""
 
     stack: Stack
     seed: int
@@ -39,19 +45,79 @@ class Killer:
     names: Sequence[str] | None = None  # default: every worker process of the stack
     node_pause: tuple[float, float] = (6.0, 12.0)  # seconds between NATS node kills
     node_down: tuple[float, float] = (1.0, 4.0)  # seconds a killed node stays down
+    redis_pause: tuple[float, float] | None = None  # seconds between kill -9s of redis-server (None: never)
+    runtimes: Sequence[str] = ()  # runtime processes to kill -9 one at a time (none: the scripted provider)
+    runtime_pause: tuple[float, float] = (4.0, 8.0)
+    restart_after: float | None = None  # seconds in: one graceful restart of the whole stack (None: never)
     kills: list[tuple[str, str]] = field(default_factory=list)
+    calm: asyncio.Lock = field(default_factory=asyncio.Lock)  # each act holds it: nothing overlaps the restart
 
     async def run(self, stop: asyncio.Event) -> None:
-        nodes = [self._nodes(stop)] if isinstance(self.stack.nats, NatsCluster) else []
-        await asyncio.gather(self._workers(stop), *nodes)
+        acts = [self._workers(stop)]
+        if isinstance(self.stack.nats, NatsCluster):
+            acts.append(self._nodes(stop))
+        if self.redis_pause is not None:
+            acts.append(self._redis(stop))
+        if self.runtimes:
+            acts.append(self._runtimes(stop))
+        if self.restart_after is not None:
+            acts.append(self._restart(stop))
+        await asyncio.gather(*acts)
 
     async def _workers(self, stop: asyncio.Event) -> None:
         rng = random.Random(self.seed)
         names = sorted(self.names or self.stack.health_ports)
         while await _pause(stop, rng.uniform(*self.pause)):
             name, sig = rng.choice(names), rng.choice(self.signals)
-            self.kills.append((name, signal.Signals(sig).name))
-            await self.stack.processes.kill(name, sig, timeout=30)
+            async with self.calm:
+                self.kills.append((name, signal.Signals(sig).name))
+                await self.stack.processes.kill(name, sig, timeout=30)
+
+    async def _redis(self, stop: asyncio.Event) -> None:
+        """An operator's kill -9 of redis-server: nothing but the stack's supervision brings it back."""
+        rng = random.Random(f"{self.seed}/redis")
+        assert self.redis_pause is not None and self.stack.redis is not None
+        while await _pause(stop, rng.uniform(*self.redis_pause)):
+            async with self.calm:
+                pid = self.stack.redis.pid
+                if pid is not None:
+                    self.kills.append(("redis-server", "SIGKILL"))
+                    os.kill(pid, signal.SIGKILL)
+
+    async def _runtimes(self, stop: asyncio.Event) -> None:
+        """kill -9 of one runtime process (a ``codex app-server``, a Claude CLI) alone; its host lives on."""
+        rng = random.Random(f"{self.seed}/runtimes")
+        while await _pause(stop, rng.uniform(*self.runtime_pause)):
+            async with self.calm:
+                found = sorted(self._runtime_pids().items())
+                if found:
+                    pid, marker = rng.choice(found)
+                    self.kills.append((f"runtime:{marker}", "SIGKILL"))
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+
+    def _runtime_pids(self) -> dict[int, str]:
+        found: dict[int, str] = {}
+        for name in self.stack.host_processes.values():
+            host = self.stack.processes.pid(name)
+            if host is None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(host).children(recursive=True):
+                    with contextlib.suppress(psutil.Error):
+                        head = child.cmdline()[:2]
+                        marker = next((m for m in self.runtimes if any(m in part for part in head)), None)
+                        if marker is not None:
+                            found[child.pid] = marker
+        return found
+
+    async def _restart(self, stop: asyncio.Event) -> None:
+        """Once: SIGTERM to everything, as to ``treadle up``, then a start on the same state."""
+        assert self.restart_after is not None
+        if await _pause(stop, self.restart_after):
+            async with self.calm:
+                self.kills.append(("stack", "restart"))
+                await self.stack.restart()
 
     async def _nodes(self, stop: asyncio.Event) -> None:
         """One node down at a time: a cluster of three keeps its quorum, and the node comes back with its data
@@ -62,13 +128,14 @@ class Killer:
         while await _pause(stop, rng.uniform(*self.node_pause)):
             name = rng.choice(cluster.names)
             self.kills.append((f"nats:{name}", "SIGKILL"))
-            node = cluster.node(name)
-            node.kill()
-            try:
-                await _pause(stop, rng.uniform(*self.node_down))
-            finally:
-                await node.start()
-                await cluster.wait_healthy()
+            async with self.calm:
+                node = cluster.node(name)
+                node.kill()
+                try:
+                    await _pause(stop, rng.uniform(*self.node_down))
+                finally:
+                    await node.start()
+                    await cluster.wait_healthy()
 
     def story(self) -> str:
         return f"seed {self.seed}, {len(self.kills)} kills: " + ", ".join(f"{n}/{s}" for n, s in self.kills)
@@ -143,10 +210,11 @@ async def send(api: Api, thread: str, text: str, **body) -> dict:
     return await wait_for(attempt, timeout=120, interval=0.1, what=f"message {text!r} accepted")
 
 
-def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str) -> list[str]:
+def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str | Callable[[str], str]) -> list[str]:
     """What went wrong on one thread, judged from its log alone (empty: nothing). ``sent``: the texts sent to
     it, in order. Each must have opened exactly one run; runs ran one after the other in that order (each
-    started after its predecessor ended); each completed once, with exactly one final reply, the whole of it."""
+    started after its predecessor ended); each completed once, with exactly one final reply, the whole of it
+    (``reply``, or ``reply(text)`` of the message's text)."""
     wrong: list[str] = []
     queued = [e.data for e in events if isinstance(e.data, ev.RunQueued)]
     texts = [q.text for q in queued]
@@ -174,7 +242,8 @@ def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str) -> l
             finals.setdefault((e.data.run_id, e.data.attempt_id), []).append(e.data.text)
     for _, d in ended:
         got = finals.get((d.run_id, d.attempt_id), [])
-        if got != [reply]:
+        text = next((q.text for q in queued if q.run_id == d.run_id), "")
+        if got != [reply(text) if callable(reply) else reply]:
             wrong.append(f"run {d.run_id}'s final attempt replied {[t[:40] for t in got]}, not the one whole reply")
     return wrong
 

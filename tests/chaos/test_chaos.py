@@ -1,6 +1,10 @@
 """The chaos test (in `make test`, and in `make soak`): several provider hosts on a 3-node NATS
 cluster, many threads sending scripted messages, and a killer sending SIGKILL or SIGTERM to random workers and
-SIGKILL to one NATS node at a time, at random times (seeded). Afterwards every message has exactly one completed run with its whole reply, each thread's
+SIGKILL to one NATS node at a time, at random times (seeded), kill -9 to redis-server (restarted by the stack)
+every TREADLE_CHAOS_REDIS_KILL_EVERY seconds (default "8,14"; "0": never), and once, TREADLE_CHAOS_RESTART_AFTER
+seconds in (default half the talking time; 0: never), a graceful stop and start of the whole stack, as SIGTERM to
+`treadle up` and a new `treadle up` on the same state dir. The scripted provider has no runtime process of its
+own to kill alone; the soak with the real runtimes kills those. Afterwards every message has exactly one completed run with its whole reply, each thread's
 runs ran in the order their messages were sent, and `treadle check` (log invariants, every projection against a
 replay of the log) passes.
 
@@ -36,6 +40,10 @@ SECONDS = float(os.environ.get("TREADLE_CHAOS_SECONDS", "35"))
 BATCH = 3
 SEED = int(os.environ.get("TREADLE_CHAOS_SEED", "6"))
 PAUSE = tuple(float(x) for x in os.environ.get("TREADLE_CHAOS_KILL_EVERY", "2,5").split(","))  # seconds, min,max
+_REDIS_EVERY = os.environ.get("TREADLE_CHAOS_REDIS_KILL_EVERY", "8,14")  # seconds, min,max; "0": never
+REDIS_PAUSE = None if _REDIS_EVERY == "0" else tuple(float(x) for x in _REDIS_EVERY.split(","))
+# Seconds in when the whole stack is stopped gracefully and started again, once ("0": never).
+RESTART_AFTER = float(os.environ.get("TREADLE_CHAOS_RESTART_AFTER", str(SECONDS / 2))) or None
 REPLY = "chaos " * 30
 SCRIPT = {"steps": [{"type": "text", "text": REPLY, "chunk": 30, "delay_ms": 40}]}
 # Parameters of Stack that arrive with other work: replicas with partition leases ("leases"), a NATS cluster
@@ -70,7 +78,8 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
         try:
             threads = [await api.create_thread(title=f"chaos {i}") for i in range(THREADS)]
             sent: dict[str, list[str]] = {t: [] for t in threads}
-            killer = Killer(stack, SEED, pause=PAUSE)
+            # The scripted provider runs in its host's process: no runtime process to kill alone (the soak does).
+            killer = Killer(stack, SEED, pause=PAUSE, redis_pause=REDIS_PAUSE, restart_after=RESTART_AFTER)
             talking_done = asyncio.Event()
             log = EventLog(nc)
             loop = asyncio.get_running_loop()

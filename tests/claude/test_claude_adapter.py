@@ -276,16 +276,20 @@ def claude_processes() -> list[psutil.Process]:
     return [p for p in psutil.Process(os.getpid()).children() if p.cmdline()[:1] and p.cmdline()[0].endswith("/claude")]
 
 
-async def test_L9_3_a_claude_process_that_dies_mid_turn_fails_that_turn_and_the_next_turn_resumes(claude, api):
+async def test_L9_3_a_claude_process_that_dies_mid_turn_is_a_lost_runtime_and_the_next_turn_resumes(claude, api):
+    from treadle.providers.base import RuntimeLost
     adapter = await claude.opened()
     await claude.play(adapter, "#text keep this in mind")
     turn, sink, task = claude.start(adapter, "#slow a long answer")
     await wait_for(lambda: sink.live, timeout=30, what="the first streamed words")
     (cli,) = claude_processes()
     os.kill(cli.pid, signal.SIGKILL)
-    await asyncio.wait_for(task, 30)
+    with pytest.raises(RuntimeLost) as lost:
+        await asyncio.wait_for(task, 30)
 
-    assert sink.completed.status == "failed" and "Claude Code" in sink.completed.error
+    # The host retries the run (L9.3): no end of the turn is reported, and the error is one clean line.
+    assert not sink.of(pe.TurnCompleted) and str(lost.value).startswith("Claude Code")
+    assert "\x1b" not in str(lost.value)
     # The partial answer streamed, and is not reported as a finished one: the run's end closes it as incomplete.
     assert [m for m, chunks in sink.live.items() if "".join(chunks).startswith("word000")] and sink.texts() == []
     _, after = await claude.play(adapter, "#text still there?")

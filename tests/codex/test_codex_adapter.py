@@ -270,16 +270,21 @@ async def test_L2_5_broken_stream_fails_the_turn_and_the_next_works(open_driver,
     assert (await driver.play("and again")).completed.status == "completed"
 
 
-async def test_L9_3_a_dead_process_fails_the_playing_turn(open_driver, mock):
+async def test_L9_3_a_dead_process_is_a_lost_runtime_not_a_failed_turn(open_driver, mock):
     import os
     import signal
+    from treadle.providers.base import RuntimeLost
     mock.on("hang on", [Stall()])
     driver = await open_driver()
     turn, sink, task = driver.start("hang on")
     await wait_for(lambda: mock.stalled, timeout=30, what="the model stream to stall")
     os.kill(driver.adapter.pid, signal.SIGKILL)
-    done = await ended(task, sink)
-    assert done.status == "failed" and "exited" in (done.error or "")
+    with pytest.raises(RuntimeLost) as lost:
+        await ended(task, sink)
+    # the host retries the run (L9.3): the turn reports no end of its own, and the error is one clean line
+    assert not sink.of(pe.TurnCompleted)
+    assert str(lost.value).startswith("codex app-server was killed by SIGKILL")
+    assert "\x1b" not in str(lost.value) and "WARN" not in str(lost.value)
     # the session heals: a new process takes the same thread back for the next turn
     thread_id = driver.adapter.thread_id
     assert (await driver.play("still there?")).completed.status == "completed"

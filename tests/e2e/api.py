@@ -39,7 +39,8 @@ class Api:
                 if "getpeername" not in str(exc):
                     raise
                 return None
-        return await wait_for(attempt, timeout=30, interval=0.05, what=f"{method} {path}")
+        # long enough for a graceful restart of the whole stack (the chaos test makes one)
+        return await wait_for(attempt, timeout=90, interval=0.05, what=f"{method} {path}")
 
     async def create_thread(self, **body) -> str:
         r = await self.request("POST", "/v1/threads", json=body)

@@ -128,7 +128,7 @@ async def test_L9_3_a_crashing_provider_runtime_is_retried_on_its_resumed_thread
     thread = await api.create_thread(title="crash")
     sent = await api.send(thread, "crash please", script=script(text("working on it"), {"type": "crash"}))
     run = await api.wait_run(sent["run_id"], status="failed")
-    assert run["error"] == "provider lost 3 times: provider_crashed"
+    assert run["error"] == "provider lost 3 times: provider_crashed (the scripted runtime crashed)"
     events = await log.read(api.tenant, thread)
     state = fold(events)
     attempts = state.run(sent["run_id"]).attempts

@@ -165,3 +165,32 @@ async def test_children_die_when_the_supervisor_process_is_killed():
         outer.kill()
         await outer.wait()
     await wait_for(lambda: gone(child), timeout=5, what=f"orphaned child {child} gone")
+
+
+async def test_L9_3_a_graceful_stop_reaches_the_worker_alone_and_it_stops_its_own_children():
+    """A provider host stops its runtimes itself (handing their runs over first); a SIGTERM to its whole group
+    would reach the runtimes behind its back, and they would fail their runs (issue 17)."""
+    worker = (
+        "import signal, subprocess, sys\n"
+        "runtime = subprocess.Popen([sys.executable, '-c', 'import signal, sys\\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print(\"runtime got SIGTERM\", flush=True), sys.exit(0)))\\n"
+        "print(\"runtime ready\", flush=True)\\n"
+        "signal.pause()'])\n"
+        "def stop(*_):\n"
+        "    print('worker stopping its runtime', flush=True)\n"
+        "    runtime.send_signal(signal.SIGINT)\n"
+        "    runtime.wait()\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "signal.pause()\n"
+    )
+    lines = Lines()
+    sup = ProcessSupervisor(on_output=lines)
+    sup.add("worker", [sys.executable, "-c", worker], {})
+    await sup.start()
+    await wait_for(lambda: "runtime ready" in lines.of("worker"), what="runtime started")
+
+    await sup.stop(timeout=10)
+
+    assert "worker stopping its runtime" in lines.of("worker")
+    assert "runtime got SIGTERM" not in lines.of("worker")

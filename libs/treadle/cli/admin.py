@@ -53,7 +53,7 @@ async def cmd_tokens_revoke(args: argparse.Namespace) -> int:
 
 
 async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
-    from redis.asyncio import Redis
+    from ..projections.connect import redis_client
     from redis.exceptions import RedisError
 
     from treadle.projections.rebuild import rebuild
@@ -62,7 +62,7 @@ async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
     redis_url = setting(args.redis_url, "TREADLE_REDIS_URL", args, "redis-url")
     if not redis_url:
         raise UsageError("no Redis URL: pass --redis-url, set TREADLE_REDIS_URL, or run `treadle up`")
-    redis = Redis.from_url(redis_url)
+    redis = redis_client(redis_url)
     try:
         async with connect_nats(nats_url(args)) as nc:
             with console.status("replaying TREADLE_EVENTS…"):

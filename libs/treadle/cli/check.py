@@ -29,7 +29,7 @@ def add_parser(sub, nats_: argparse.ArgumentParser) -> None:
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
-    from redis.asyncio import Redis
+    from ..projections.connect import redis_client
     from redis.exceptions import RedisError
 
     from treadle.projections.check import check_projections
@@ -39,7 +39,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("no Redis URL: pass --redis-url, set TREADLE_REDIS_URL, or run `treadle up`")
     if args.settle < 0:
         raise UsageError("--settle must be 0 or more seconds")
-    redis = Redis.from_url(redis_url)
+    redis = redis_client(redis_url)
     try:
         async with connect_nats(nats_url(args)) as nc:
             status = contextlib.nullcontext() if args.json else console.status("replaying TREADLE_EVENTS…")

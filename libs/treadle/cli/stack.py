@@ -1,5 +1,5 @@
-"""The embedded deployment: nats-server with JetStream, redis-server and the six workers as supervised OS
-processes. ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
+"""The embedded deployment: nats-server with JetStream, redis-server and the six workers, all supervised OS
+processes (restarted with backoff when they die). ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
 
 from __future__ import annotations
 
@@ -82,16 +82,28 @@ class Stack:
         return {**env, **self._env}
 
     async def start(self, timeout: float = 60.0) -> None:
+        """Start everything; a stopped stack starts again on the same ports and state (as ``treadle up`` does on
+        the same state dir)."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self._nats_url is None:
             nats_dir = self.state_dir / "nats"
-            self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
+            if self.nats is None:
+                self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
             await self.nats.start()
+            self.nats.supervise()  # restarted like a worker when it dies
             if self.nats_cluster > 1:
                 await self._ensure_streams()
         if self._redis_url is None:
-            self.redis = RedisServer(self.state_dir / "redis")
+            if self.redis is None:
+                self.redis = RedisServer(self.state_dir / "redis")
             await self.redis.start()
+            self.redis.supervise()
+        if not self.health_ports:
+            self._add_workers()
+        await self.processes.start()
+        await self.wait_ready(timeout)
+
+    def _add_workers(self) -> None:
         base = self.worker_env()
         for kind, module in WORKERS.items():
             if kind == "provider-host":
@@ -112,8 +124,6 @@ class Stack:
                     env[f"TREADLE_{_PREFIX[kind]}_METRICS_PORT"] = str(port)
                     self.health_ports[name] = port
                 self.processes.add(name, [sys.executable, "-m", module], env)
-        await self.processes.start()
-        await self.wait_ready(timeout)
 
     async def _ensure_streams(self) -> None:
         """Create the replicated streams and buckets once, before six workers ask a fresh cluster for the
@@ -143,6 +153,11 @@ class Stack:
                     await asyncio.sleep(0.05)  # polling a process that is still starting
             async with asyncio.timeout(timeout):
                 await asyncio.gather(*(ready(n) for n in names or self.health_ports))
+
+    async def restart(self, timeout: float = 60.0) -> None:
+        """A graceful stop of everything (what SIGTERM to ``treadle up`` does), then a start on the same state."""
+        await self.stop()
+        await self.start(timeout)
 
     async def stop(self) -> None:
         await self.processes.stop()

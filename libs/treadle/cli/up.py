@@ -143,6 +143,9 @@ def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the gateway binds: connections of a stack stopped a moment ago (TIME_WAIT) do not hold the port,
+        # a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

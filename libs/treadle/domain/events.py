@@ -296,6 +296,7 @@ class ProviderStopped(Payload, kw_only=True):
 
     session_id: str
     reason: str
+    detail: str | None = None  # how a runtime that died under a turn ended ("codex app-server was killed by SIGKILL")
 
 
 # --- requests, plans, checkpoints -----------------------------------------------------------------

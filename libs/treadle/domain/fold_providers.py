@@ -41,7 +41,8 @@ def _provider_stopped(state: ThreadState, e: ev.Envelope, d: ev.ProviderStopped)
     if s is not None and s.status == "live":
         s.status = "stopped"
         s.reason = d.reason
-    activity.record(state, e, "runtime.warning", _current_run_id(state), None, f"provider session stopped: {d.reason}")
+    activity.record(state, e, "runtime.warning", _current_run_id(state), None, f"provider session stopped: {d.reason}"
+                    + (f" ({d.detail})" if d.detail else ""))
 
 
 def _provider_resume_failed(state: ThreadState, e: ev.Envelope, d: ev.ProviderResumeFailed) -> None:

@@ -82,6 +82,7 @@ class SessionStopped(Body, kw_only=True, tag="session.stopped"):
 
     reason: str
     boot_id: str | None = None
+    detail: str | None = None  # how the runtime ended (one clean line), when it died under a turn
 
 
 AnyBody = (

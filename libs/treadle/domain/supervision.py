@@ -132,7 +132,7 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     session the attempt no longer runs on, are stale (a lost session's last words) and are ignored."""
     body = event.body
     if isinstance(body, pe.SessionStopped):
-        return session_stopped(state, event.session_id, body.reason, ctx)
+        return session_stopped(state, event.session_id, body.reason, ctx, body.detail)
     run = state.run(event.run_id or "")
     if run is None or run.terminal or run.attempt.id != event.attempt_id:
         return IGNORE
@@ -272,14 +272,14 @@ def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.C
     return events
 
 
-def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx) -> Reaction:
+def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx, detail: str | None = None) -> Reaction:
     """L9.3: the session is stopped with its reason; the provider thread and its native ref are kept. A run
     that was mid-turn on it gets a recovery attempt (or fails once recovery has been tried enough) — unless
     the session was stopped to interrupt that run (L8.3): then the run ends interrupted."""
     session = state.session(session_id)
     if session is None or session.status != "live":
         return IGNORE
-    events: list[ev.Payload] = [ev.ProviderStopped(session_id=session_id, reason=reason)]
+    events: list[ev.Payload] = [ev.ProviderStopped(session_id=session_id, reason=reason, detail=detail)]
     run = state.active_run
     if run is None or run.terminal:
         return Reaction(events)
@@ -300,7 +300,8 @@ def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx) 
         missing = ev.CheckpointCaptured(checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal,
                                         status="missing")
         events.append(ev.RunFailed(run_id=run.id, attempt_id=att.id, checkpoint=missing,
-                                   error=f"provider lost {len(run.attempts)} times: {reason}"))
+                                   error=f"provider lost {len(run.attempts)} times: {reason}"
+                                         + (f" ({detail})" if detail else "")))
     else:
         events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),
                                         reason="provider_recovery", message_ids=list(att.message_ids), script=att.script))

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from ..domain import events as ev
 from ..domain.thread import ThreadState
@@ -187,6 +187,14 @@ class ProjectionStore:
         if not ids:
             return []
         return [s for s in await self._redis.hmget(keys[2], ids) if s]
+
+    async def reachable(self, timeout: float) -> bool:
+        """Redis answers a PING within ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                return bool(await self._redis.ping())
+        except (RedisError, TimeoutError, OSError):
+            return False
 
     async def epoch(self) -> bytes | None:
         return await self._redis.get(EPOCH_KEY)

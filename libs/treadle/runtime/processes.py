@@ -1,7 +1,9 @@
 """Run named worker processes, restart them when they crash, and stop them leaving nothing behind.
 
-Used by `treadle up` and by the e2e/chaos tests. Each child runs in its own process group so
-that stopping or killing it also reaches anything it spawned.
+Used by `treadle up` and by the e2e/chaos tests. Each child runs in its own process group. A graceful
+stop (SIGTERM) goes to the child alone: a worker stops what it spawned itself, in order (a provider host
+hands its runtimes' runs over before ending them; a runtime signalled behind its back fails its run).
+SIGKILL, and whatever is left once the child has exited, goes to the whole group.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def signal_group(pid: int, sig: int) -> None:
     """Signal the process group led by `pid`; a group that is already gone is not an error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def signal_child(pid: int, sig: int) -> None:
+    """SIGKILL to the group led by `pid` (nothing of it may survive); any other signal to `pid` alone, which
+    passes it on to its own children as it sees fit."""
+    if sig == signal.SIGKILL:
+        signal_group(pid, sig)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
 
 
 _COLOURS = cycle(["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"])
@@ -129,14 +141,14 @@ class ProcessSupervisor:
         return max(self._children[name].spawns - 1, 0)
 
     async def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
-        """Signal a child's process group and return once that process has exited.
+        """Signal a child (SIGKILL: its process group) and return once that process has exited.
 
         The supervisor then restarts it like any crashed child (with backoff).
         """
         proc = self._children[name].proc
         if proc is None or proc.returncode is not None:
             return
-        signal_group(proc.pid, sig)
+        signal_child(proc.pid, sig)
         await asyncio.wait_for(proc.wait(), timeout)
 
     async def halt(self, name: str, timeout: float = 10.0) -> None:
@@ -158,7 +170,7 @@ class ProcessSupervisor:
             await self._terminate(proc, timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM every child's group, SIGKILL whatever is left after `timeout`."""
+        """SIGTERM every child (itself, not its group), SIGKILL the group of whatever is left after `timeout`."""
         self._stopping = True
         children = list(self._children.values())
         for child in children:
@@ -201,7 +213,7 @@ class ProcessSupervisor:
         child.spawns += 1
         log.info("started %s (pid %d)", child.name, child.proc.pid)
         if self._stopping:
-            signal_group(child.proc.pid, signal.SIGTERM)
+            signal_child(child.proc.pid, signal.SIGTERM)
 
     async def _supervise(self, child: _Child) -> None:
         while True:
@@ -256,7 +268,7 @@ class ProcessSupervisor:
     async def _terminate(proc: asyncio.subprocess.Process | None, timeout: float) -> None:
         if proc is None or proc.returncode is not None:
             return
-        signal_group(proc.pid, signal.SIGTERM)
+        signal_child(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout)
         except asyncio.TimeoutError:

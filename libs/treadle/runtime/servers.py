@@ -2,12 +2,14 @@
 
 Each server runs in its own process group, logs to a file in its directory and listens on
 127.0.0.1 only. A server object can be started again after `stop()` or `kill()`, on the same
-port and with the same data, which is what the chaos tests need.
+port and with the same data, which is what the chaos tests need. A supervised server (`supervise()`,
+as `treadle up` runs them) is restarted with backoff whenever it exits on its own, like the workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import shutil
@@ -21,8 +23,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from treadle.runtime.broker_auth import CONF, PID_FILE, BrokerAuth
-from treadle.runtime.processes import die_with_parent, signal_group
+from treadle.runtime.processes import (BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_RESET_AFTER, die_with_parent,
+                                       signal_group)
 
+log = logging.getLogger(__name__)
 _POLL = 0.01
 _REDIS_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin")
 
@@ -121,6 +125,9 @@ class _LocalServer:
         self.log_path = self.dir / f"{self.name}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_once = False
+        self._supervised = False
+        self._held = False  # stopped or killed on purpose: left down until the next start()
+        self._watch: asyncio.Task | None = None
 
     @property
     def url(self) -> str:
@@ -140,7 +147,9 @@ class _LocalServer:
         """Write whatever files the server reads at start."""
 
     async def start(self) -> None:
+        self._held = False
         if self.pid is not None:
+            self._ensure_watch()
             return
         await self._reap(timeout=10.0)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -157,22 +166,58 @@ class _LocalServer:
                 self.port = free_port()
             else:
                 self._started_once = True
+                self._ensure_watch()
                 return
 
     async def stop(self, timeout: float = 10.0) -> None:
+        self._held = True
+        if self._watch is not None:  # first: a restart it has under way must not outlive the stop
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
         proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGTERM)
-        await self._reap(timeout)
+        if proc is not None:
+            if proc.poll() is None:
+                signal_group(proc.pid, signal.SIGTERM)
+            await self._reap(timeout)
 
     def kill(self) -> None:
-        """SIGKILL the server (chaos tests); returns once it is dead. `start()` brings it back."""
+        """SIGKILL the server (chaos tests); returns once it is dead. `start()` brings it back; a supervised
+        server stays down until then (a deliberate outage, unlike a crash or an operator's kill -9)."""
+        self._held = True
         proc = self._proc
         if proc is not None and proc.poll() is None:
             signal_group(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+    def supervise(self) -> None:
+        """From now on, restart the server (same port, same data) with backoff whenever it exits on its own."""
+        self._supervised = True
+        self._ensure_watch()
+
+    def _ensure_watch(self) -> None:
+        if self._supervised and not self._held and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.create_task(self._keep_up(), name=f"keep-up:{self.name}:{self.port}")
+
+    async def _keep_up(self) -> None:
+        delay = BACKOFF_INITIAL
+        while not self._held:
+            proc, since = self._proc, time.monotonic()
+            if proc is not None:
+                await asyncio.to_thread(proc.wait)  # reaps it too: a dead server is never left defunct
+                if self._held:
+                    return
+                if time.monotonic() - since >= BACKOFF_RESET_AFTER:
+                    delay = BACKOFF_INITIAL
+                log.warning("%s (pid %d) exited with %s; restarting in %.2fs", self.name, proc.pid, proc.returncode,
+                            delay)
+            await asyncio.sleep(delay)  # the restart backoff, not a wait for anything
+            delay = min(delay * 2, BACKOFF_MAX)
+            if self._held:
+                return
+            try:
+                await self.start()
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                log.warning("could not restart %s: %s; retrying", self.name, exc)
 
     async def __aenter__(self):
         await self.start()
@@ -382,6 +427,11 @@ class NatsCluster:
     @property
     def pids(self) -> list[int | None]:
         return [node.pid for node in self.nodes]
+
+    def supervise(self) -> None:
+        """Restart any node that exits on its own (``kill()`` of a node is a deliberate outage: it stays down)."""
+        for node in self.nodes:
+            node.supervise()
 
     async def start(self) -> None:
         """Start every node that is not running, then wait until the cluster serves JetStream."""

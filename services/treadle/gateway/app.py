@@ -19,7 +19,7 @@ from litestar.response import Stream
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
 
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
@@ -29,6 +29,7 @@ from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.tokens import Principal, TokenStore
@@ -235,6 +236,9 @@ async def events(request: Request, thread_id: FromPath[str],
                   headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly cannot serve reads either
+
+
 @get("/healthz", include_in_schema=False)
 async def healthz() -> dict:
     return {"status": "ok"}
@@ -242,8 +246,15 @@ async def healthz() -> dict:
 
 @get("/readyz", include_in_schema=False)
 async def readyz(request: Request) -> Response:
-    ok = _state(request).nc.is_connected
-    return Response({"status": "ready" if ok else "nats unavailable"}, status_code=200 if ok else 503)
+    """Ready when both of what every request needs answer: the broker and the projection store."""
+    state = _state(request)
+    if not state.nc.is_connected:
+        status = "nats unavailable"
+    elif not await state.projections.reachable(READY_PING_SECONDS):
+        status = "redis unavailable"
+    else:
+        return Response({"status": "ready"}, status_code=200)
+    return Response({"status": status}, status_code=503, headers={"Retry-After": "1"})
 
 
 @get("/metrics", include_in_schema=False)
@@ -259,7 +270,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         nc: NATS = await connect(shared.nats_url, "treadle-gateway", user=shared.nats_user,
                                  password=shared.nats_password)
-        redis = Redis.from_url(shared.redis_url)
+        redis = redis_client(shared.redis_url)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         app.state.nc = nc
         app.state.log = EventLog(nc)
@@ -284,7 +295,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             RecursionError: errors.on_too_deep, NatsError: errors.on_broker_unavailable,
-                            LogUnavailable: errors.on_broker_unavailable, Exception: errors.on_unexpected},
+                            LogUnavailable: errors.on_broker_unavailable, RedisConnectionError: errors.on_store_unavailable,
+                            RedisTimeoutError: errors.on_store_unavailable, Exception: errors.on_unexpected},
         openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
         request_max_body_size=own.max_body_bytes,
         middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],

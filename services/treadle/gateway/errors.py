@@ -50,6 +50,13 @@ def on_broker_unavailable(request: Request, exc: Exception) -> Response:
                     headers={"Retry-After": "1"})
 
 
+def on_store_unavailable(request: Request, exc: Exception) -> Response:
+    """Redis is down or restarting (the embedded stack restarts it): retryable, like a broker outage."""
+    log.warning("projection store unavailable on %s %s: %r", request.method, request.url.path, exc)
+    return Response(body("unavailable", "the projection store is briefly unavailable; retry"), status_code=503,
+                    headers={"Retry-After": "1"})
+
+
 def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(body("internal", "internal error"), status_code=500)

@@ -1,4 +1,4 @@
-from redis.asyncio import Redis
+from treadle.projections.connect import redis_client
 
 from treadle.runtime.settings import ProjectorSettings, Shared
 from treadle.runtime.worker import run, serve
@@ -10,7 +10,7 @@ async def main() -> None:
     shared, own = Shared(), ProjectorSettings()
 
     async def make(nc, stack):
-        redis = Redis.from_url(shared.redis_url)
+        redis = redis_client(shared.redis_url)
         stack.push_async_callback(redis.aclose)
         return Projector(nc, redis, own, shared)
 

@@ -141,16 +141,17 @@ class ProviderHost:
             await self._publish_stopped(session_id, record, "host_restarted")
             await self._registry.forget_session(self.host_id, session_id)
 
-    async def _publish_stopped(self, session_id: str, record: SessionRecord, reason: str) -> None:
+    async def _publish_stopped(self, session_id: str, record: SessionRecord, reason: str,
+                               detail: str | None = None) -> None:
         # The id names the session's boot, not the reporter: a watcher and the restarted host reporting the
         # same dead session produce one event.
         event = pe.ProviderEvent(id=f"evt_stop_{session_id}_{record.boot_id}", tenant=record.tenant, thread=record.thread,
                                  session_id=session_id, provider_thread_id=record.provider_thread_id,
-                                 at=datetime.now(timezone.utc), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id))
+                                 at=datetime.now(timezone.utc), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id, detail=detail))
         await self._js.publish(subjects.provider(record.tenant, record.thread, record.provider_thread_id),
                                _encode(event), headers={"Nats-Msg-Id": event.id})
 
-    async def _end_session(self, session_id: str, reason: str) -> None:
+    async def _end_session(self, session_id: str, reason: str, detail: str | None = None) -> None:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
@@ -161,7 +162,7 @@ class ProviderHost:
         req = session.request
         record = SessionRecord(tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id,
                                boot_id=self.boot_id)
-        await self._publish_stopped(session_id, record, reason)
+        await self._publish_stopped(session_id, record, reason, detail)
         await self._registry.forget_session(self.host_id, session_id)
         LIVE_SESSIONS.set(len(self._sessions))
         await self._sync_seat()
@@ -360,7 +361,7 @@ class ProviderHost:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
             log.warning("runtime of session %s died under turn %s: %s", request.session_id, request.attempt_id, exc)
-            ending = asyncio.create_task(self._end_session(request.session_id, "provider_crashed"))  # after this turn
+            ending = asyncio.create_task(self._end_session(request.session_id, "provider_crashed", str(exc) or None))
             self._background.add(ending)
             ending.add_done_callback(self._background.discard)
         except Exception as exc:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
 from ...domain.ids import is_token
-from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from .. import exits
+from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..protocol import PlaceSession
 from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
@@ -61,10 +62,11 @@ class ClaudeUnavailable(Exception):
 
 
 class _Ended:
-    """Put in the inbox when the CLI's output ends: the process is gone."""
+    """Put in the inbox when the CLI's output ends: the process is gone (``returncode`` when the SDK said)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, returncode: int | None = None) -> None:
         self.reason = reason
+        self.returncode = returncode
 
 
 def _import_runtime() -> None:
@@ -170,15 +172,21 @@ class ClaudeAdapter(ProviderAdapter):
             self._inbox.put_nowait(_Ended("Claude Code closed its output"))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            self._inbox.put_nowait(_Ended(f"Claude Code failed: {exc}"))
+        except Exception as exc:  # the SDK's ProcessError carries the CLI's exit code
+            self._inbox.put_nowait(_Ended(f"Claude Code failed: {exc}", getattr(exc, "exit_code", None)))
 
     def _on_stderr(self, line: str) -> None:
         self._stderr.append(line)
         log.debug("claude stderr: %s", line)
 
     def _stderr_tail(self) -> str:
-        return f" (stderr: {' | '.join(list(self._stderr)[-5:])})" if self._stderr else ""
+        line = exits.relevant_line(self._stderr)
+        return f" ({line})" if line else ""
+
+    def _describe_end(self, ended: _Ended) -> str:
+        if ended.returncode is None:
+            return f"{ended.reason}{self._stderr_tail()}"
+        return exits.describe("Claude Code", ended.returncode, self._stderr)
 
     @property
     def _alive(self) -> bool:
@@ -286,13 +294,16 @@ class ClaudeAdapter(ProviderAdapter):
             self._approvals.turn = None
             self._playing = None
         await translator.close_open()
+        if ended is not None and not self._interrupt_requested:
+            await self._drop_client()
+            # L9.3: a lost runtime is a lost attempt, retried on the resumed session; the cut-off turn is not
+            # recorded as ended, so that resume leaves it out and the model hears the message once.
+            raise RuntimeLost(self._describe_end(ended))
         if self.session_id is not None:
             await asyncio.to_thread(self.store.record_ended, self.session_id, prompt_uuid)
         if ended is not None:
             await self._drop_client()
-            if self._interrupt_requested:
-                return pe.TurnCompleted(status="interrupted")
-            return pe.TurnCompleted(status="failed", error=f"{ended.reason}{self._stderr_tail()}")
+            return pe.TurnCompleted(status="interrupted")
         if translator.session_id is not None and translator.session_id == self.session_id:
             # The turn is written: a fork now has its own transcript, and after a rollback the newest entry
             # is on the kept branch, so a plain resume finds the right conversation from here on.

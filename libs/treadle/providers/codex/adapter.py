@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
-from ..base import ProviderAdapter, Response, Turn, TurnSink, Unsupported
+from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
 from .home import PROVIDER_ID, prepare_home
@@ -297,8 +297,10 @@ class CodexAdapter(ProviderAdapter):
         while True:
             message = await self._queue.get()
             if message[0] is _END:
-                await sink.event(pe.TurnCompleted(status="failed", error=message[1].describe_exit()))
-                return
+                if message[1] is not self._rpc and self._rpc is not None:
+                    continue  # an earlier process's late word: this turn plays on its successor
+                # L9.3: a lost runtime is a lost attempt (the host stops the session; the run is retried)
+                raise RuntimeLost(message[1].describe_exit())
             kind, method, params, rpc_id = message
             if not translator.mine(params):
                 continue

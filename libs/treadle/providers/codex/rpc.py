@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from ...runtime.processes import die_with_parent
+from .. import exits
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +183,7 @@ class RpcProcess:
             log.debug("codex: %s", text)
 
     def describe_exit(self) -> str:
-        code = self._proc.returncode if self._proc else None
-        tail = " | ".join(list(self.stderr_tail)[-3:])
-        return f"codex app-server exited (code {code}){': ' + tail if tail else ''}"
+        return exits.describe("codex app-server", self._proc.returncode if self._proc else None, self.stderr_tail)
 
     async def close(self, grace: float = 5.0) -> None:
         """Closing stdin ends the server; a server that lingers is killed."""
