@@ -104,6 +104,10 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
     undo_ref = f"{thread_prefix(req.thread)}/undo/{req.restore_id}"
     # The state before the restore, committed first: a retried restore (after a crash half-way) finds
     # it and keeps it, so the undo point is always the state the user had before the rollback began.
+    if repo.owner is not None:
+        # git reads and writes the files as the tenant: every file and directory of the workspace (some made by
+        # another uid) must be the tenant's, and what it restores is the tenant's.
+        await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
     current = await ws.stager.tree(repo, None, whole=True)  # read-tree -u below needs the index == the worktree
     kept = dict(repo.too_large)
     await load_tips(ws.git, repo, undo_ref)
@@ -121,10 +125,6 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
     repo.forget_tree()  # the worktree is about to change under the fast paths
     applied = await _without(ws, repo, target, kept) if kept else target
     if current != applied:
-        if repo.owner is not None:
-            # git writes the files as the tenant: every directory of the workspace (some made by another uid)
-            # must be the tenant's, and what it restores is the tenant's.
-            await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
         await ws.git.check(repo, "read-tree", "--reset", "-u", applied)
