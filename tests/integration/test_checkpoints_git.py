@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, user_repository
+from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, restore, user_repository
 from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.repo import workspace_key
@@ -320,3 +320,21 @@ async def test_unchanged_captures_stay_correct_after_the_user_packs_refs(workspa
     # Unchanged ordinals write no ref of their own: they name the ref that holds their commit.
     assert first.ref == second.ref == f"refs/treadle/checkpoints/{THREAD}/root/0"
     assert ckpt(ws, "for-each-ref", "--format=%(refname)", "refs/treadle").split() == [first.ref]
+
+
+async def test_checkpoints_taken_in_the_workspaces_own_git_dir_before_issue_16_are_adopted(
+        workspaces: Workspaces, user_repo: Path):
+    """Before issue 16 a repository's checkpoints were hidden refs in its own .git: a thread goes on from them."""
+    tree = git(user_repo, "write-tree").strip()
+    legacy = git(user_repo, "commit-tree", tree, "-m", "treadle checkpoint thr_1 root #0 (baseline)").strip()
+    git(user_repo, "update-ref", f"refs/treadle/checkpoints/{THREAD}/root/0", legacy)
+    git(user_repo, "pack-refs", "--all")  # packed or loose, both are read
+    git(user_repo, "update-ref", f"refs/treadle/checkpoints/{THREAD}/root/1", legacy)
+
+    (user_repo / "later.txt").write_text("later\n")
+    got = await workspaces.capture(capture(2, 1))
+
+    assert got.previous_commit == legacy and ckpt(user_repo, "rev-parse", f"{got.commit}^").strip() == legacy
+    assert "later.txt" in {f.path for f in got.files}
+    await workspaces.restore(restore(legacy))
+    assert not (user_repo / "later.txt").exists()

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import stat
 import time
@@ -37,7 +38,7 @@ from treadle.checkpoints.locks import exclusive
 from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, DiffRequest, DiffResult
 from treadle.checkpoints.protocol import Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref
-from treadle.checkpoints.repo import Repo, checkpoint_gitdir, user_gitdir
+from treadle.checkpoints.repo import Repo, checkpoint_gitdir, common_dir, user_gitdir
 from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES, GitRunner, Launch, give, make_dirs, own_tree, repo_env
 from treadle.checkpoints.staging import Stager
 from treadle.checkpoints.validation import check_capture, check_scope, check_token
@@ -262,7 +263,7 @@ class Workspaces:
         repo = ws.repos.get(shadow)
         if repo is None:
             if not shadow.is_dir():
-                await self._init_shadow(shadow, launch)
+                await self._init_shadow(shadow, launch, user)
             await asyncio.to_thread(_harden, shadow, launch.owner)
             repo = ws.repos[shadow] = self._repo(path, shadow, user, launch)
         repo.user_gitdir = user
@@ -277,7 +278,7 @@ class Workspaces:
         same_fs = os.stat(gitdir).st_dev == os.stat(worktree).st_dev
         return Repo(worktree, gitdir, user, env, config_files, fingerprintable=same_fs, launch=launch)
 
-    async def _init_shadow(self, shadow: Path, launch: Launch) -> None:
+    async def _init_shadow(self, shadow: Path, launch: Launch, user: Path | None = None) -> None:
         tenant_dir = self._shadow_root / shadow.relative_to(self._shadow_root).parts[0]
         if not tenant_dir.is_dir():
             tenant_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -287,6 +288,8 @@ class Workspaces:
         await self.git.plain("init", "-q", "--bare", "--template=", "-b", "main", str(tmp), launch=launch)
         try:
             await asyncio.to_thread(_harden, tmp, launch.owner)
+            if user is not None:
+                await asyncio.to_thread(_adopt_legacy_refs, user, tmp, launch.owner)
             os.rename(tmp, shadow)  # atomic, so a crash never leaves a half-made shadow dir
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -316,6 +319,49 @@ class Workspaces:
                 break
             for repo in self._workspaces.pop(key).repos.values():
                 repo.close()
+
+
+_LEGACY_REF = re.compile(r"refs/treadle/checkpoints/[A-Za-z0-9._/-]{1,400}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+def _adopt_legacy_refs(user: Path, gitdir: Path, owner: tuple[int, int] | None) -> int:
+    """Checkpoints taken before this git dir existed lived in the workspace's own `.git` (hidden refs there):
+    their refs are copied here, read as data, and the user's object store becomes an alternate of this git dir
+    so that their commits stay readable. Only when there are such refs (workspaces checkpointed before
+    issue 16); returns how many were adopted."""
+    base = common_dir(user) or user
+    found: dict[str, str] = {}
+    packed = base / "packed-refs"
+    if packed.is_file() and not packed.is_symlink():
+        for line in packed.read_text(errors="replace").splitlines():
+            oid, _, name = line.partition(" ")
+            if _LEGACY_REF.fullmatch(name) and _HEX40.fullmatch(oid):
+                found[name] = oid
+    top = base / "refs" / "treadle" / "checkpoints"
+    if top.is_dir() and not top.is_symlink():
+        for d, dirs, files in os.walk(top):  # os.walk never enters a symlinked directory
+            for name in files:
+                path = Path(d) / name
+                ref = path.relative_to(base).as_posix()
+                if path.is_symlink() or not _LEGACY_REF.fullmatch(ref) or ".." in ref or ref.endswith(".lock"):
+                    continue
+                oid = path.read_text(errors="replace").strip()
+                if _HEX40.fullmatch(oid):
+                    found[ref] = oid
+    if not found:
+        return 0
+    alternates = gitdir / "objects" / "info" / "alternates"
+    make_dirs(alternates.parent, owner)
+    alternates.write_text(str((base / "objects").resolve()) + "\n")
+    give(alternates, owner)
+    for ref, oid in found.items():
+        path = gitdir / ref
+        make_dirs(path.parent, owner)
+        path.write_text(oid + "\n")
+        give(path, owner)
+    log.info("adopted %d checkpoint refs of %s", len(found), base)
+    return len(found)
 
 
 def _harden(gitdir: Path, owner: tuple[int, int] | None) -> None:
