@@ -238,30 +238,26 @@ class Stager:
 
 def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:
     """Regular files over ``limit`` below ``top``, relative, and whether a repository (a submodule) is inside:
-    those are not entered."""
+    those are not entered. Directories are opened one by one relative to their parent and never through a
+    symlink (os.fwalk), so a directory swapped for a symlink mid-walk lists nothing outside the workspace."""
     out: dict[bytes, int] = {}
     nested = False
-    stack = [b""]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(os.path.join(top, d) if d else top) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        if d and any(e.name == b".git" for e in entries):
+    for d, dirs, files, dirfd in os.fwalk(top, follow_symlinks=False):
+        rel = os.path.relpath(d, top)
+        rel = b"" if rel == b"." else rel
+        if rel and (b".git" in dirs or b".git" in files):
             nested = True
+            dirs[:] = []
             continue
-        for e in entries:
-            if not d and e.name == b".git":
+        if not rel and b".git" in dirs:
+            dirs.remove(b".git")
+        for name in files:
+            if not rel and name == b".git":
                 continue
             try:
-                st = e.stat(follow_symlinks=False)
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
             except OSError:
                 continue
-            path = d + b"/" + e.name if d else e.name
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
-            elif stat.S_ISREG(st.st_mode) and st.st_size > limit:
-                out[path] = st.st_size
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                out[rel + b"/" + name if rel else name] = st.st_size
     return out, nested
