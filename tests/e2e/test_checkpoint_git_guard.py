@@ -110,3 +110,62 @@ async def test_a_run_planting_git_config_hooks_and_attributes_runs_nothing_throu
     assert [p for p in (*ws.rglob("stolen-*"), *fork_ws.rglob("stolen-*"))] == []
     # The agent's repository holds no checkpoint ref: the service's own git dir does.
     assert not (ws / ".git" / "refs" / "treadle").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="tenant uids need a root service")
+async def test_on_a_stack_run_as_root_every_checkpoint_git_runs_as_the_tenants_uid_without_the_services_secrets():
+    """A private stack whose state dir other users can reach (pytest's tmp_path is not): the checkpoint service,
+    as root, runs each git child as the tenant's uid. A recording `git` first on PATH proves it."""
+    import shutil
+    import tempfile
+
+    import nats
+
+    from api import Api
+    from conftest import _quiet
+    from treadle.cli.stack import Stack
+    from treadle.runtime.tokens import TokenStore
+    from treadle.sandbox.identity import TenantIdentities
+
+    base = Path(tempfile.mkdtemp(prefix="treadle-e2e-uids-"))
+    try:
+        os.chmod(base, 0o711)
+        calls, bindir = base / "calls", base / "bin"
+        calls.mkdir(mode=0o777)
+        os.chmod(calls, 0o777)
+        bindir.mkdir()
+        real = shutil.which("git")
+        (bindir / "git").write_text(f"""#!/bin/sh
+{{ echo "uid=$(id -u)"; env | sed 's/^/env:/'; echo "argv:$*"; }} > {calls}/call.$$
+exec {real} "$@"
+""")
+        os.chmod(bindir / "git", 0o755)
+        env = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        async with Stack(base / "stack", env=env, on_output=_quiet) as stack:
+            nc = await nats.connect(stack.nats_url)
+            api = Api(stack.api_url, await TokenStore(nc.jetstream()).create("uids", "alice"), "uids")
+            try:
+                thread = await api.create_thread()
+                await run_to_end(api, thread, "one", replying(write("a.txt", "1\n")))
+                two = await run_to_end(api, thread, "two", replying(write("a.txt", "2\n"), write("b/c.txt", "c\n")))
+                diff = (await api.request("GET", f"/v1/runs/{two['id']}/diff")).json()
+                assert "+2" in diff["patch"]
+                r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1})
+                assert r.status_code == 200 and r.json()["status"] == "completed", r.text
+                workspaces = stack.state_dir / "workspaces"
+                ws = workspaces / "uids" / "threads" / thread
+                assert (ws / "a.txt").read_text() == "1\n" and not (ws / "b").exists()
+                tenant = TenantIdentities(workspaces).ids("uids")
+                assert os.stat(workspaces / "uids").st_uid == tenant.uid and os.stat(ws / "a.txt").st_uid == tenant.uid
+            finally:
+                await api.close()
+                await nc.close()
+        recorded = [p.read_text() for p in calls.iterdir()]
+        assert recorded, "the checkpoint service ran no git"
+        for call in recorded:
+            assert call.startswith(f"uid={tenant.uid}\n"), call.splitlines()[0]
+            names = {line[4:].split("=", 1)[0] for line in call.splitlines() if line.startswith("env:")}
+            assert not any(n.startswith(("TREADLE_", "NATS")) for n in names), names
+            assert stack.nats_url not in call
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
