@@ -187,7 +187,8 @@ class Stager:
             head = user_head(repo.user_gitdir)
             if head is not None:
                 objects = (common_dir(repo.user_gitdir) or repo.user_gitdir) / "objects"
-                await self._git.run(repo, "read-tree", head, env=dict(repo.env, GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects)))
+                seeding = dict(repo.env, GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
+                await self._git.run(repo, "read-tree", head, env=seeding)
         too_large = await self._too_large(repo)
         if too_large:
             # Out of the index (a smaller version may be in it), then out of `add -A`'s reach.
