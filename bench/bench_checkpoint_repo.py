@@ -53,7 +53,9 @@ def plain_git(path: Path, *args: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_AUTHOR_NAME="B", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="B", GIT_COMMITTER_EMAIL="b@x")
     # No auto gc (Treadle runs none either): a background gc would skew the timings and race the copy.
-    subprocess.run(["git", "-C", str(path), "-c", "gc.auto=0", *args], env=env, check=True, capture_output=True)
+    # safe.directory: as root, the service hands the workspace to the tenant's uid.
+    subprocess.run(["git", "-C", str(path), "-c", "gc.auto=0", "-c", "safe.directory=*", *args], env=env, check=True,
+                   capture_output=True)
 
 
 def timed(fn):
@@ -80,8 +82,9 @@ async def unchanged_cpu(ws: Workspaces, workspace: str, thread: str, first: int,
 async def main(args: argparse.Namespace) -> dict:
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o711)  # reachable by tenant uids: as root, git runs as the tenant, as deployed (issue 16)
         root = Path(tmp) / "workspaces"
-        ws = Workspaces(root, Path(tmp) / "shadow", watch=args.watch)
+        ws = Workspaces(root, Path(tmp) / "shadow", watch=args.watch, run_as_tenant=args.run_as_tenant)
         await ws.prepare(TENANT, THREAD, "big")
         big = root / TENANT / "big"
         names = generate(big, args.files)
@@ -145,6 +148,8 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--no-watch", dest="watch", action="store_false", help="no inotify: every capture runs add -A")
+    parser.add_argument("--as-service", dest="run_as_tenant", action="store_const", const=False, default=None,
+                        help="git children as this process's user even when root (default: as the tenant's uid)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "checkpoint.json")
     args = parser.parse_args()
     out = asyncio.run(main(args))

@@ -3,6 +3,7 @@ the run still ends with its checkpoint once the service is back."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from api import Api
 from conftest import _quiet
 from helpers import wait_for
+from treadle.checkpoints.repo import checkpoint_gitdir
 from treadle.cli.stack import Stack
 from treadle.runtime.tokens import TokenStore
 
@@ -20,8 +22,10 @@ pytestmark = pytest.mark.e2e
 FILES = 6_000  # enough that `git add -A` runs long enough to be caught in the act
 
 
-def git(workspace: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True).stdout
+def git(workspace: Path, *args: str, git_dir: Path | None = None) -> str:
+    env = dict(os.environ, GIT_DIR=str(git_dir)) if git_dir else None
+    return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout
 
 
 async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half_ref_and_the_run_still_checkpoints(
@@ -34,6 +38,8 @@ async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half
         try:
             thread = await api.create_thread()
             workspace = stack.state_dir / "workspaces" / "crash" / "threads" / thread
+            # The checkpoints are in the service's own git dir for the workspace, not in its .git.
+            gitdir = checkpoint_gitdir(stack.state_dir / "shadow", "crash", thread, Path("threads") / thread)
             first = await api.send(thread, "one", script={"steps": [{"type": "write_file", "path": "a.txt",
                                                                      "content": "1\n"}]})
             await api.wait_run(first["run_id"])
@@ -48,24 +54,24 @@ async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half
             restarts = stack.processes.restarts("checkpoints")
             second = await api.send(thread, "two", script={"steps": [{"type": "write_file", "path": "b.txt",
                                                                       "content": "2\n"}]})
-            lock = workspace / ".git" / "treadle" / "index.lock"
+            lock = gitdir / "treadle" / "index.lock"
             await wait_for(lock.exists, timeout=60, interval=0.002, what="git add -A of run 2's capture running")
             await stack.processes.kill("checkpoints")
 
-            refs = git(workspace, "for-each-ref", "--format=%(refname)")
+            refs = git(workspace, "for-each-ref", "--format=%(refname)", git_dir=gitdir)
             assert f"refs/treadle/checkpoints/{thread}/root/2" not in refs
-            assert not list((workspace / ".git" / "refs" / "treadle").rglob("*.lock"))
+            assert not list((gitdir / "refs" / "treadle").rglob("*.lock"))
 
             await wait_for(lambda: stack.processes.restarts("checkpoints") > restarts, timeout=30, what="restarted")
             run = await api.wait_run(second["run_id"], timeout=90)
             checkpoint = run["checkpoint"]
             assert checkpoint["status"] == "completed" and checkpoint["ordinal"] == 2
-            assert git(workspace, "rev-parse", checkpoint["ref"]).strip() == checkpoint["commit"]
-            tree = git(workspace, "ls-tree", "-r", "--name-only", checkpoint["commit"]).split()
+            assert git(workspace, "rev-parse", checkpoint["ref"], git_dir=gitdir).strip() == checkpoint["commit"]
+            tree = git(workspace, "ls-tree", "-r", "--name-only", checkpoint["commit"], git_dir=gitdir).split()
             assert len(tree) == FILES + 3 and "b.txt" in tree
             # The event carries the first 1,000 file stats and the count; the diff API has them all.
             assert len(checkpoint["files"]) == 1000 and checkpoint["files_total"] == FILES + 2
-            git(workspace, "fsck", "--no-progress")
+            git(workspace, "fsck", "--no-progress", git_dir=gitdir)
             assert not lock.exists()
         finally:
             await api.close()

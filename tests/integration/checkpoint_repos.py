@@ -5,8 +5,10 @@ directory holds."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import Capture, RefName, Restore
+from treadle.checkpoints.repo import checkpoint_gitdir
 
 TENANT = "acme"
 THREAD = "thr_1"
@@ -25,8 +28,22 @@ def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
                GIT_COMMITTER_NAME="U", GIT_COMMITTER_EMAIL="u@example.com")  # fmt: skip
     if git_dir is not None:
         env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(cwd))
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    # The checkpoint service hands a tenant's directories to the tenant's uid; this (root) test's git reads them.
+    done = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True)
     return done.stdout
+
+
+def checkpoint_dir(ws: Path, thread: str = THREAD) -> Path:
+    """The service-owned git dir holding the checkpoints of workspace ``ws`` (``<root>/<tenant>/...``)."""
+    tenant_root = next(p for p in [ws, *ws.parents] if p.name == TENANT)
+    shadow = tenant_root.parent.parent / "state" / "shadow"
+    return checkpoint_gitdir(shadow, TENANT, thread, ws.resolve().relative_to(tenant_root.resolve()))
+
+
+def ckpt(ws: Path, *args: str, thread: str = THREAD) -> str:
+    """git on the checkpoints of workspace ``ws`` (not on the user's repository)."""
+    return git(ws, *args, git_dir=checkpoint_dir(ws, thread))
 
 
 def capture(ordinal: int, previous: int | None, *, workspace: str = "proj", **kw) -> Capture:
@@ -41,6 +58,8 @@ def restore(commit: str, restore_id: str = "rbk_1", retire: list[RefName] | None
 
 
 def files_of(repo: Path, commit: str, git_dir: Path | None = None) -> dict[str, str]:
+    """The files of checkpoint ``commit`` of workspace ``repo``."""
+    git_dir = git_dir or checkpoint_dir(repo)
     names = git(repo, "ls-tree", "-r", "--name-only", commit, git_dir=git_dir).split("\n")
     return {n: git(repo, "show", f"{commit}:{n}", git_dir=git_dir) for n in names if n}
 
@@ -95,9 +114,14 @@ def repository_with_submodule(root: Path) -> Path:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "ws" / TENANT).mkdir(parents=True)
-    return tmp_path / "ws"
+def root() -> Iterator[Path]:
+    """``<base>/ws``, where ``<base>`` is reachable by other users (pytest's tmp_path is not): as root, the
+    service then runs its git as the tenant's uid, as it does in a deployment."""
+    base = Path(tempfile.mkdtemp(prefix="treadle-ckpt-"))
+    os.chmod(base, 0o711)
+    (base / "ws" / TENANT).mkdir(parents=True)
+    yield base / "ws"
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, files_of, git, repository_with_submodule, restore, snapshot
+from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, repository_with_submodule, restore, snapshot
 from checkpoint_repos import root  # noqa: F401  (a fixture)
 from treadle.checkpoints import packs
 from treadle.checkpoints.diffs import parse_diff
+from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import FileStat, Skipped
 
@@ -27,9 +28,16 @@ def workspaces(root: Path) -> Iterator[Workspaces]:
 
 
 def add_all_tree(ws: Path, tmp: Path) -> str:
-    """What plain `git add -A` + `write-tree` make of the worktree now, in a throwaway index."""
+    """What plain `git add -A` + `write-tree` make of the worktree now, in a throwaway index and git dir whose
+    info/attributes is the service's (raw bytes: no attribute of the worktree transforms anything)."""
+    check = tmp / "check.git"
+    if not check.exists():
+        subprocess.run(["git", "init", "-q", "--bare", "--template=", str(check)], check=True)
+        (check / "info").mkdir()
+        (check / "info" / "attributes").write_bytes(NEUTRAL_ATTRIBUTES)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_INDEX_FILE=str(tmp / "check-index"), GIT_CONFIG_NOSYSTEM="1")
+    env.update(GIT_INDEX_FILE=str(tmp / "check-index"), GIT_CONFIG_NOSYSTEM="1", GIT_DIR=str(check),
+               GIT_WORK_TREE=str(ws))
     run = lambda *a: subprocess.run(["git", "-c", "core.autocrlf=false", *a], cwd=ws, env=env,  # noqa: E731
                                     capture_output=True, check=True).stdout
     (tmp / "check-index").unlink(missing_ok=True)
@@ -38,7 +46,7 @@ def add_all_tree(ws: Path, tmp: Path) -> str:
 
 
 def private_index(ws: Path) -> int:
-    return (ws / ".git" / "treadle" / "index").stat().st_mtime_ns
+    return (checkpoint_dir(ws) / "treadle" / "index").stat().st_mtime_ns
 
 
 async def test_L10_2_a_small_change_is_captured_without_add_all_and_gives_the_tree_git_would(
@@ -66,16 +74,16 @@ async def test_L10_2_a_small_change_is_captured_without_add_all_and_gives_the_tr
 
     assert private_index(ws) == index_before  # no `add -A`: the private index was not rewritten
     assert got.tree == add_all_tree(ws, tmp_path) != base.tree
-    assert git(ws, "rev-parse", f"{got.ref}^").strip() == base.commit
+    assert ckpt(ws, "rev-parse", f"{got.ref}^").strip() == base.commit
     assert sorted((f.path, f.change, f.added, f.removed) for f in got.files) == [
         ("link", "added", 1, 0), ("src/deep/er/new.py", "added", 1, 0), ("src/m3.py", "modified", 1, 0),
         ("src/m4.py", "deleted", 0, 1), ("src/m5.py", "modified", 0, 0)]
-    assert git(ws, "fsck", "--no-progress", "--strict") == ""
+    assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
     # The in-process commit is the one `git commit-tree` makes of the same tree, parent and message.
-    message = git(ws, "log", "-1", "--format=%B", got.commit).strip()
+    message = ckpt(ws, "log", "-1", "--format=%B", got.commit).strip()
     env_commit = subprocess.run(
         ["git", "commit-tree", got.tree, "-p", base.commit, "-m", message], cwd=ws, capture_output=True, text=True,
-        check=True, env={**os.environ, "GIT_AUTHOR_NAME": "Treadle", "GIT_AUTHOR_EMAIL": "treadle@localhost",
+        check=True, env={**os.environ, "GIT_DIR": str(checkpoint_dir(ws)), "GIT_AUTHOR_NAME": "Treadle", "GIT_AUTHOR_EMAIL": "treadle@localhost",
                          "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_NAME": "Treadle",
                          "GIT_COMMITTER_EMAIL": "treadle@localhost", "GIT_COMMITTER_DATE": "@0 +0000"})
     assert env_commit.stdout.strip() == got.commit
@@ -165,10 +173,11 @@ async def test_L10_2_incremental_captures_always_equal_a_fresh_add_all(root: Pat
             assert got.tree == add_all_tree(ws, tmp_path), (seed, n)
             # The per-file stats (counted in-process where it can) are git's.
             stats = parse_diff(subprocess.run(["git", "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", prev.tree,
-                                               got.tree], cwd=ws, capture_output=True, check=True).stdout)
+                                               got.tree], env=dict(os.environ, GIT_DIR=str(checkpoint_dir(ws))),
+                                              cwd=ws, capture_output=True, check=True).stdout)
             assert got.files == stats, (seed, n)
             prev = got
-        assert git(ws, "fsck", "--no-progress", "--strict") == ""
+        assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
     finally:
         workspaces.close()
 
@@ -184,11 +193,11 @@ async def test_packs_of_incremental_captures_are_merged_and_stay_readable(worksp
         (ws / "f.txt").write_text(f"{n}\n")
         commits.append((n, (await workspaces.capture(capture(n, n - 1))).commit))
 
-    pack_dir = ws / ".git" / "objects" / "pack"
+    pack_dir = checkpoint_dir(ws) / "objects" / "pack"
     assert 0 < len(list(pack_dir.glob("*.idx"))) < packs.MERGE_AT
     for n, commit in commits:
-        assert git(ws, "show", f"{commit}:f.txt") == f"{n}\n"
-    assert git(ws, "fsck", "--no-progress", "--strict") == ""
+        assert ckpt(ws, "show", f"{commit}:f.txt") == f"{n}\n"
+    assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["inotify", "add_all"])
@@ -278,11 +287,11 @@ async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_ne
     (ws / "f.txt").write_text("0\n")
     await workspaces.capture(capture(0, None))
     await workspaces.capture(capture(1, 0))
-    pack_dir = ws / ".git" / "objects" / "pack"
+    pack_dir = checkpoint_dir(ws) / "objects" / "pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
     (pack_dir / "tmp_pack-deadbeef.pack_123").write_bytes(b"PACK\0\0\0\2")
     (pack_dir / f"pack-{'ab' * 20}.pack").write_bytes(b"PACK\0\0\0\2\0\0\0\0")
-    lock = ws / ".git" / f"refs/treadle/checkpoints/{THREAD}/root/2.lock"
+    lock = checkpoint_dir(ws) / f"refs/treadle/checkpoints/{THREAD}/root/2.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text("")
 
@@ -294,13 +303,14 @@ async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_ne
         if restart:
             service.close()
 
-    assert git(ws, "show", f"{got.ref}:f.txt") == "2\n"
+    assert ckpt(ws, "show", f"{got.ref}:f.txt") == "2\n"
     assert not lock.exists()
-    assert git(ws, "fsck", "--no-progress", "--strict") == ""
+    assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
 
 
-async def test_L10_2_attributes_that_make_git_store_other_bytes_are_honoured(workspaces: Workspaces, root: Path,
-                                                                              tmp_path: Path):
+async def test_L10_2_attributes_that_would_make_git_store_other_bytes_are_neutralised(
+        workspaces: Workspaces, root: Path, tmp_path: Path):
+    """A checkpoint holds the raw bytes: the worktree's `.gitattributes` (the agent's) transforms nothing."""
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / ".gitattributes").write_text("*.txt text\n*.id ident\n")
@@ -313,15 +323,15 @@ async def test_L10_2_attributes_that_make_git_store_other_bytes_are_honoured(wor
     c2 = await workspaces.capture(capture(2, 1))
     assert private_index(ws) == index_before and c2.tree == add_all_tree(ws, tmp_path)
 
-    (ws / "crlf.txt").write_bytes(b"a\r\nb\r\n")  # `text`: git stores it with LF
+    (ws / "crlf.txt").write_bytes(b"a\r\nb\r\n")  # `text` would store it with LF: stored as it is
     c3 = await workspaces.capture(capture(3, 2))
     assert c3.tree == add_all_tree(ws, tmp_path)
-    assert git(ws, "cat-file", "-p", f"{c3.commit}:crlf.txt") == "a\nb\n"
+    assert ckpt(ws, "rev-parse", f"{c3.commit}:crlf.txt").strip() == packs.object_id(packs.BLOB, b"a\r\nb\r\n").hex()
 
-    (ws / "v.id").write_text("$Id: something $\n")  # `ident`: git collapses it to $Id$
+    (ws / "v.id").write_text("$Id: something $\n")  # `ident` would collapse it to $Id$: stored as it is
     c4 = await workspaces.capture(capture(4, 3))
     assert c4.tree == add_all_tree(ws, tmp_path)
-    assert git(ws, "cat-file", "-p", f"{c4.commit}:v.id") == "$Id$\n"
+    assert ckpt(ws, "cat-file", "-p", f"{c4.commit}:v.id") == "$Id: something $\n"
 
 
 async def test_path_safety_a_directory_swapped_for_a_symlink_is_never_read_through(
@@ -343,5 +353,5 @@ async def test_path_safety_a_directory_swapped_for_a_symlink_is_never_read_throu
     got = await workspaces.capture(capture(2, 1))
 
     assert got.tree == add_all_tree(ws, tmp_path)
-    assert git(ws, "ls-tree", "-r", got.commit).split()[:2] == ["120000", "blob"]
-    assert "secret" not in git(ws, "log", "-p", "--all", "--format=")
+    assert ckpt(ws, "ls-tree", "-r", got.commit).split()[:2] == ["120000", "blob"]
+    assert "secret" not in ckpt(ws, "log", "-p", "--all", "--format=")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, git, repository_with_submodule, restore, snapshot, user_repository
+from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, git, repository_with_submodule, restore, snapshot, user_repository
 from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName
@@ -68,12 +68,12 @@ async def test_L10_5_restore_undoes_created_modified_deleted_and_renamed_files_e
     assert after == expected
     assert user_git_state(ws) == before_user
     assert done.tree == run1.tree and done.undo_ref == f"refs/treadle/checkpoints/{THREAD}/undo/rbk_1"
-    assert git(ws, "rev-parse", f"{done.undo_commit}^{{tree}}").strip() == run2.tree  # the rollback is undoable
+    assert ckpt(ws, "rev-parse", f"{done.undo_commit}^{{tree}}").strip() == run2.tree  # the rollback is undoable
     assert {f.path for f in done.files} >= {"mod.txt", "gone.txt", "created/x.py", "pkg"}
 
     # Undo the rollback with the undo point: back to run 2's files exactly.
     await workspaces.restore(restore(done.undo_commit, restore_id="rbk_2"))
-    assert git(ws, "rev-parse", f"{(await workspaces.capture(capture(3, 2))).commit}^{{tree}}").strip() == run2.tree
+    assert ckpt(ws, "rev-parse", f"{(await workspaces.capture(capture(3, 2))).commit}^{{tree}}").strip() == run2.tree
 
 
 async def test_L10_5_restore_retires_later_checkpoints_so_their_ordinals_are_captured_afresh(
@@ -91,7 +91,7 @@ async def test_L10_5_restore_retires_later_checkpoints_so_their_ordinals_are_cap
                                                                RefName(scope="root", ordinal=3)]))
     assert done.retired == [f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/2",
                             f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/3"]
-    refs = git(ws, "for-each-ref", "--format=%(refname) %(objectname)")
+    refs = ckpt(ws, "for-each-ref", "--format=%(refname) %(objectname)")
     assert f"refs/treadle/checkpoints/{THREAD}/root/3 " not in refs
     assert f"stale/rbk_1/root/3 {c3.commit}" in refs and f"stale/rbk_1/root/2 {c2.commit}" in refs
 
@@ -159,8 +159,8 @@ async def test_path_safety_a_symlink_planted_in_the_workspace_is_never_followed(
     (ws / "sub").symlink_to(outside, target_is_directory=True)
     (ws / "escape").symlink_to(outside / "secret.txt")
     c2 = await workspaces.capture(capture(1, 0))
-    tree = git(ws, "ls-tree", "-r", c2.commit)
-    assert git(ws, "show", f"{c2.commit}:escape") == str(outside / "secret.txt")  # the link, never its target
+    tree = ckpt(ws, "ls-tree", "-r", c2.commit)
+    assert ckpt(ws, "show", f"{c2.commit}:escape") == str(outside / "secret.txt")  # the link, never its target
     assert tree.count("120000") == 2
 
     await workspaces.restore(restore(c1.commit))
@@ -220,11 +220,11 @@ async def test_concurrent_captures_and_restores_on_one_workspace_never_corrupt_i
         jobs.append(workspaces.restore(restore(base.commit, restore_id=f"rbk_{n}")))
     results = await asyncio.gather(*jobs)
 
-    assert git(ws, "fsck", "--no-progress", "--connectivity-only") == ""
+    assert ckpt(ws, "fsck", "--no-progress", "--connectivity-only") == ""
     trees = {r.tree for r in results}
     assert trees <= {base.tree, results[0].tree}  # every capture saw a whole state, never a half-restored one
     assert snapshot(ws) == {f"f{i}.txt": ("0o0", f"{i}\n".encode()) for i in range(20)}
-    refs = git(ws, "for-each-ref", "--format=%(refname)").split()
+    refs = ckpt(ws, "for-each-ref", "--format=%(refname)").split()
     assert sum("/root/" in r for r in refs) == 9 and not any(r.endswith(".lock") for r in refs)
 
 
@@ -242,7 +242,7 @@ async def test_retention_prunes_idle_threads_but_keeps_their_latest_checkpoints(
 
     later = time.time() + 7200
     pruned = await workspaces.prune(Prune(tenant=TENANT, workspace="proj", idle_seconds=3600, keep_latest=2, now=later))
-    left = git(ws, "for-each-ref", "--format=%(refname)").split()
+    left = ckpt(ws, "for-each-ref", "--format=%(refname)").split()
     assert left == [f"refs/treadle/checkpoints/{THREAD}/root/3", f"refs/treadle/checkpoints/{THREAD}/root/4"]
     assert len(pruned.deleted) == 4 and pruned.kept == 2
     with pytest.raises(CheckpointError):
@@ -266,7 +266,7 @@ async def test_unchanged_ordinals_write_no_ref_and_a_restarted_service_diffs_fro
     finally:
         restarted.close()
     assert [(f.path, f.change) for f in c2.files] == [("a.txt", "modified")]
-    assert git(ws, "rev-parse", f"{c2.ref}^").strip() == c0.commit
+    assert ckpt(ws, "rev-parse", f"{c2.ref}^").strip() == c0.commit
 
 
 async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_rollback(workspaces: Workspaces, root: Path):
@@ -297,7 +297,7 @@ async def test_retention_sweep_covers_every_workspace_the_service_has_served(wor
     deleted = await workspaces.sweep(idle_seconds=3600, keep_latest=1, now=time.time() + 7200)
     assert len(deleted) == 4
     for name in ("one", "two"):
-        left = git(root / TENANT / name, "for-each-ref", "--format=%(refname)").split()
+        left = ckpt(root / TENANT / name, "for-each-ref", "--format=%(refname)").split()
         assert left == [f"refs/treadle/checkpoints/{THREAD}/root/2"]
 
 
@@ -379,7 +379,7 @@ async def test_two_service_replicas_on_one_workspace_are_serialised_by_the_git_d
             jobs.append(replicas[n % 2].capture(capture(n, None, status="completed")))
             jobs.append(replicas[(n + 1) % 2].restore(restore(base.commit, restore_id=f"rbk_{n}")))
         results = await asyncio.gather(*jobs)
-        assert git(ws, "fsck", "--no-progress") == ""
+        assert ckpt(ws, "fsck", "--no-progress") == ""
         assert {r.tree for r in results} <= {base.tree, results[0].tree}
         assert snapshot(ws) == {f"f{i}.txt": ("0o0", f"{i}\n".encode()) for i in range(30)}
     finally:

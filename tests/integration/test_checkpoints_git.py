@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, files_of, git, user_repository
+from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, restore, user_repository
 from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.repo import workspace_key
 from treadle.checkpoints.protocol import CheckpointError, FileStat
 
 
@@ -38,7 +39,7 @@ async def test_L10_1_baseline_capture_of_new_workspace_creates_hidden_ref(worksp
     got = await workspaces.capture(capture(0, None, workspace="threads/thr_1"))
 
     assert got.ref == f"refs/treadle/checkpoints/{THREAD}/root/0"
-    assert git(path, "rev-parse", got.ref).strip() == got.commit
+    assert ckpt(path, "rev-parse", got.ref).strip() == got.commit
     assert files_of(path, got.commit) == {"main.py": "x = 1\n"}
     assert (got.unchanged, got.files, got.previous_commit, got.status) == (False, [], None, "baseline")
     # Hidden: the user's branch is still unborn and the file is still untracked to the user.
@@ -74,7 +75,7 @@ async def test_L10_2_capture_after_run_has_per_file_stats(workspaces: Workspaces
     run = await workspaces.capture(capture(1, 0))
 
     assert not run.unchanged and run.previous_commit == base.commit
-    assert git(ws, "rev-parse", f"{run.commit}^").strip() == base.commit
+    assert ckpt(ws, "rev-parse", f"{run.commit}^").strip() == base.commit
     assert sorted(run.files, key=lambda f: f.path) == [
         FileStat(path="blob.bin", change="modified", added=0, removed=0, binary=True),
         FileStat(path="edit.txt", change="modified", added=2, removed=1),
@@ -98,7 +99,7 @@ async def test_L10_3_child_scope_nests_under_the_parent_and_diffs_against_its_ch
     assert child.ref == f"refs/treadle/checkpoints/{THREAD}/root/node_sub/1"
     assert child.previous_commit == parent.commit
     assert child.files == [FileStat(path="b.txt", change="added", added=1, removed=0)]
-    assert git(ws, "rev-parse", f"refs/treadle/checkpoints/{THREAD}/root/0").strip() == parent.commit
+    assert ckpt(ws, "rev-parse", f"refs/treadle/checkpoints/{THREAD}/root/0").strip() == parent.commit
 
 
 async def test_capture_never_touches_user_branch_index_or_stash(workspaces: Workspaces, user_repo: Path):
@@ -166,7 +167,9 @@ async def test_non_git_workspace_uses_shadow_git_dir(workspaces: Workspaces, roo
     (ws / "data.txt").write_text("v2\n")
     run = await workspaces.capture(capture(1, 0, workspace="plain"))
 
-    shadow = root.parent / "state" / "shadow" / TENANT / f"{THREAD}.git"
+    # The service's own git dir for the workspace (as for every workspace, a repository or not).
+    shadow = root.parent / "state" / "shadow" / TENANT / "workspaces" / f"plain-{workspace_key('plain')}.git"
+    assert shadow == checkpoint_dir(ws)
     assert (ready.git, ready.created) == (False, False)
     assert sorted(p.name for p in ws.iterdir()) == ["data.txt"]  # no .git, nothing else either
     assert git(ws, "rev-parse", run.ref, git_dir=shadow).strip() == run.commit
@@ -181,7 +184,7 @@ async def test_capture_is_idempotent_for_same_ordinal(workspaces: Workspaces, ro
     await workspaces.capture(capture(0, None))
     (ws / "a.txt").write_text("2\n")
     first = await workspaces.capture(capture(1, 0))
-    objects = loose_objects(ws / ".git")
+    objects = loose_objects(checkpoint_dir(ws))
 
     (ws / "a.txt").write_text("3\n")  # a replay must not pick this up
     again = await workspaces.capture(capture(1, 0))
@@ -190,7 +193,7 @@ async def test_capture_is_idempotent_for_same_ordinal(workspaces: Workspaces, ro
     restarted.close()
 
     assert again == first == after_restart
-    assert loose_objects(ws / ".git") == objects  # no new commit, tree or blob
+    assert loose_objects(checkpoint_dir(ws)) == objects  # no new commit, tree or blob
 
 
 async def test_unchanged_workspace_reports_unchanged(workspaces: Workspaces, root: Path):
@@ -203,7 +206,7 @@ async def test_unchanged_workspace_reports_unchanged(workspaces: Workspaces, roo
 
     for run in runs:
         assert (run.unchanged, run.files, run.tree) == (True, [], base.tree)
-        assert git(ws, "rev-parse", run.ref).strip() == run.commit
+        assert ckpt(ws, "rev-parse", run.ref).strip() == run.commit
     # A touch that leaves the content alone is still unchanged.
     os.utime(ws / "a.txt")
     touched = await workspaces.capture(capture(4, 3))
@@ -269,7 +272,7 @@ async def test_an_orphaned_private_index_lock_does_not_block_captures_forever(wo
     await workspaces.prepare(TENANT, THREAD, "proj")
     ws = root / TENANT / "proj"
     (ws / "a.txt").write_text("1\n")
-    lock = ws / ".git" / "treadle" / "index.lock"
+    lock = checkpoint_dir(ws) / "treadle" / "index.lock"
     lock.parent.mkdir(exist_ok=True)
     lock.write_bytes(b"")  # what a SIGKILLed `git add` leaves behind
     an_hour_ago = lock.stat().st_mtime - 3600
@@ -300,7 +303,7 @@ async def test_concurrent_captures_on_one_workspace_are_serialised(workspaces: W
 
     assert len({c.tree for c in got}) == 1 and not any(c.unchanged for c in got)
     assert all(len(c.files) == 20 for c in got)
-    refs = git(ws, "for-each-ref", "--format=%(refname)", f"refs/treadle/checkpoints/{THREAD}/root")
+    refs = ckpt(ws, "for-each-ref", "--format=%(refname)", f"refs/treadle/checkpoints/{THREAD}/root")
     assert len(refs.split()) == 17
 
 
@@ -311,9 +314,27 @@ async def test_unchanged_captures_stay_correct_after_the_user_packs_refs(workspa
     (ws / "a.txt").write_text("same\n")
     await workspaces.capture(capture(0, None))
     first = await workspaces.capture(capture(1, 0))
-    git(ws, "pack-refs", "--all")
+    ckpt(ws, "pack-refs", "--all")
     second = await workspaces.capture(capture(2, 1))
-    assert second.unchanged and git(ws, "rev-parse", second.ref).strip() == first.commit
+    assert second.unchanged and ckpt(ws, "rev-parse", second.ref).strip() == first.commit
     # Unchanged ordinals write no ref of their own: they name the ref that holds their commit.
     assert first.ref == second.ref == f"refs/treadle/checkpoints/{THREAD}/root/0"
-    assert git(ws, "for-each-ref", "--format=%(refname)", "refs/treadle").split() == [first.ref]
+    assert ckpt(ws, "for-each-ref", "--format=%(refname)", "refs/treadle").split() == [first.ref]
+
+
+async def test_checkpoints_taken_in_the_workspaces_own_git_dir_before_issue_16_are_adopted(
+        workspaces: Workspaces, user_repo: Path):
+    """Before issue 16 a repository's checkpoints were hidden refs in its own .git: a thread goes on from them."""
+    tree = git(user_repo, "write-tree").strip()
+    legacy = git(user_repo, "commit-tree", tree, "-m", "treadle checkpoint thr_1 root #0 (baseline)").strip()
+    git(user_repo, "update-ref", f"refs/treadle/checkpoints/{THREAD}/root/0", legacy)
+    git(user_repo, "pack-refs", "--all")  # packed or loose, both are read
+    git(user_repo, "update-ref", f"refs/treadle/checkpoints/{THREAD}/root/1", legacy)
+
+    (user_repo / "later.txt").write_text("later\n")
+    got = await workspaces.capture(capture(2, 1))
+
+    assert got.previous_commit == legacy and ckpt(user_repo, "rev-parse", f"{got.commit}^").strip() == legacy
+    assert "later.txt" in {f.path for f in got.files}
+    await workspaces.restore(restore(legacy))
+    assert not (user_repo / "later.txt").exists()

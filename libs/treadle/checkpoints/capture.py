@@ -16,7 +16,7 @@ from treadle.checkpoints.packs import COMMIT
 from treadle.checkpoints.protocol import MAX_FILES, Capture, Captured, CheckpointError, FileStat, Skipped
 from treadle.checkpoints.refs import create_ref, load_tips
 from treadle.checkpoints.repo import Repo, Tip
-from treadle.checkpoints.runner import IDENTITY, GitRunner, tail
+from treadle.checkpoints.runner import IDENTITY, NO_DRIVERS, GitRunner, tail
 from treadle.checkpoints.staging import Stager
 
 
@@ -79,7 +79,7 @@ async def diff_stats(git: GitRunner, repo: Repo, old: str, new: str) -> list[Fil
     staged = repo.staged_stats
     if staged is not None and staged[0] == old and staged[1] == new and staged[2] is not None:
         return staged[2]  # the incremental path counted them (stats.py)
-    out = await git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new)
+    out = await git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, old, new)
     return parse_diff(out)
 
 

@@ -3,8 +3,15 @@
 A capture never touches the user's branch, HEAD, index or stash: it stages into a Treadle-private
 index (`<gitdir>/treadle/index`) or, for a watched worktree, into the private tree model of
 incremental.py, writes a tree, commits it with a fixed identity and date and points
-`refs/treadle/checkpoints/<thread>/<scope>/<ordinal>` at it. A workspace that is not a git
-repository gets a shadow git dir, `<shadow_root>/<tenant>/<thread>.git`.
+`refs/treadle/checkpoints/<thread>/<scope>/<ordinal>` at it.
+
+The git dir is always the service's own, one per workspace (`<shadow_root>/<tenant>/workspaces/<name>-<hash>.git`,
+see repo.checkpoint_gitdir), outside the workspace:
+the workspace's `.git` (its config, hooks, info/attributes), which the agent writes, is never git's
+git dir here, so nothing in it can make a service's git run a command. Its `info/attributes` makes every
+attribute of the worktree that transforms content or runs a driver unspecified (runner.NEUTRAL_ATTRIBUTES).
+When the service runs as root, every git child runs as the tenant's own uid (sandbox/identity.py), the
+tenant's directories and git dirs belong to that uid, and the tenant root is mode 0700.
 
 This module is the front: workspace paths, git dirs and the locks around every request. The work
 is in capture.py (and staging.py under it), restore.py, refs.py; git processes in runner.py.
@@ -16,7 +23,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
+import stat
 import time
 import uuid
 from collections import OrderedDict
@@ -29,10 +38,11 @@ from treadle.checkpoints.locks import exclusive
 from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, DiffRequest, DiffResult
 from treadle.checkpoints.protocol import Prune, Pruned, Restore, Restored, WorkspaceReady
 from treadle.checkpoints.refs import checkpoint_ref
-from treadle.checkpoints.repo import Repo, common_dir, user_gitdir
-from treadle.checkpoints.runner import GitRunner, repo_env
+from treadle.checkpoints.repo import Repo, checkpoint_gitdir, common_dir, user_gitdir
+from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES, GitRunner, Launch, give, make_dirs, own_tree, repo_env
 from treadle.checkpoints.staging import Stager
 from treadle.checkpoints.validation import check_capture, check_scope, check_token
+from treadle.sandbox.identity import TenantIdentities
 
 __all__ = ["CheckpointError", "Workspaces", "DEFAULT_MAX_FILE_BYTES"]
 
@@ -62,14 +72,22 @@ class Workspaces:
         max_cached: int = 1024,
         watch: bool = True,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        run_as_tenant: bool | None = None,
     ) -> None:
+        """``run_as_tenant``: git children run as the tenant's uid (True: required, an error when impossible;
+        None: when the service is root and the tenant's uid can reach both roots; False: as the service)."""
         if max_file_bytes < 0:
             raise ValueError("max_file_bytes must be >= 0 (0: no limit)")
         self._root = Path(root)
         self._shadow_root = Path(shadow_root).resolve()
+        self._shadow_root.mkdir(parents=True, exist_ok=True)
+        home = self._shadow_root / ".home"  # git's HOME: empty, and nobody's to write
+        home.mkdir(mode=0o555, exist_ok=True)
         self._max_cached = max_cached
-        self.git = GitRunner(git, timeout, max_processes)
+        self.git = GitRunner(git, timeout, max_processes, home=str(home))
         self.stager = Stager(self.git, watch=watch, max_file_bytes=max_file_bytes)
+        self.identities = self._identities(run_as_tenant)
+        self._launches: dict[str, Launch] = {}
         self._tenant_roots: dict[str, Path] = {}
         self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
 
@@ -88,10 +106,11 @@ class Workspaces:
         async with self._locked(path) as ws:
             if path.is_dir():
                 repo = await self._open(ws, tenant, thread, path, tenant_root)
-                return WorkspaceReady(path=str(path), git=not repo.shadow, created=False)
+                return WorkspaceReady(path=str(path), git=repo.user_gitdir is not None, created=False)
             if path.exists():
                 raise CheckpointError("bad_request", f"workspace {workspace!r} is not a directory")
-            await self._create(path)
+            await self._create(path, self.launch(tenant))
+            await self._open(ws, tenant, thread, path, tenant_root)  # its git dir, ready for the baseline
             return WorkspaceReady(path=str(path), git=True, created=True)
 
     async def capture(self, req: Capture) -> Captured:
@@ -101,7 +120,15 @@ class Workspaces:
         if req.previous_ordinal is not None:
             prev_ref = checkpoint_ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
         async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
-            return await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
+            try:
+                return await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
+            except CheckpointError as exc:
+                # A file the tenant's git cannot read (written by another uid, mode 0600): the workspace is the
+                # tenant's, so it is handed to the tenant and the capture tried once more.
+                if exc.code != "git_error" or "Permission denied" not in str(exc) or repo.owner is None:
+                    raise
+                await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
+                return await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
 
     async def diff(self, req: DiffRequest) -> DiffResult:
         """Unified diff (cut at ``max_bytes``) and per-file stats between two checkpoint commits."""
@@ -159,7 +186,7 @@ class Workspaces:
         try:
             tenant_root = self._tenant_roots.get(tenant)
             if tenant_root is None:  # Treadle's own directory, not the agent's: resolved once
-                tenant_root = self._tenant_roots[tenant] = (self._root / tenant).resolve()
+                tenant_root = self._tenant_roots[tenant] = self._tenant_root(tenant)
             path = (tenant_root / rel).resolve()  # the agent's: resolved every time (symlinks may change)
         except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
             raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
@@ -167,47 +194,102 @@ class Workspaces:
             raise CheckpointError("path_escape", f"workspace {workspace!r} escapes the tenant root")
         return path, tenant_root
 
-    async def _create(self, path: Path) -> None:
-        path.mkdir(parents=True)
+    def launch(self, tenant: str) -> Launch:
+        """How git children for ``tenant`` start: as its uid, or as the service."""
+        launch = self._launches.get(tenant)
+        if launch is None:
+            ids = self.identities.ids(tenant) if self.identities is not None else None
+            launch = self._launches[tenant] = self.git.launch(ids)
+        return launch
+
+    def _identities(self, wanted: bool | None) -> TenantIdentities | None:
+        if wanted is False:
+            return None
+        if os.geteuid() != 0:
+            if wanted:
+                raise ValueError("run_as_tenant needs a service running as root")
+            return None
+        self._root.mkdir(parents=True, exist_ok=True)
+        roots = (self._root.resolve(), self._shadow_root)
+        # The tenant's uid must be able to reach its directories: every directory above the roots must be
+        # searchable by others (the roots themselves are Treadle's, and made so).
+        blocked = [str(d) for r in roots for d in r.parents if not os.stat(d).st_mode & stat.S_IXOTH]
+        if blocked:
+            if wanted:
+                raise ValueError(f"tenant uids cannot reach the workspaces: {sorted(set(blocked))} not searchable")
+            log.warning("checkpoint git runs as the service user: %s not searchable by other users",
+                        ", ".join(sorted(set(blocked))))
+            return None
+        for r in roots:
+            os.chmod(r, os.stat(r).st_mode | stat.S_IXOTH | stat.S_IXGRP)
+        return TenantIdentities(roots[0])
+
+    def tenant_root(self, tenant: str) -> Path:
+        """``<root>/<tenant>``, resolved (and, with tenant uids, made the tenant's, mode 0700)."""
+        top = self._tenant_roots.get(tenant)
+        if top is None:
+            top = self._tenant_roots[tenant] = self._tenant_root(tenant)
+        return top
+
+    def _tenant_root(self, tenant: str) -> Path:
+        top = self._root / tenant
+        owner = self.launch(tenant).owner
+        if owner is not None:  # the tenant's own directory: its uid, nobody else's eyes
+            top.mkdir(parents=True, exist_ok=True)
+            fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchown(fd, *owner)
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+        return top.resolve()
+
+    async def _create(self, path: Path, launch: Launch) -> None:
+        make_dirs(path.parent, launch.owner)
+        path.mkdir()
+        give(path, launch.owner)
         try:
-            await self.git.plain("init", "-q", "-b", "main", str(path))
+            await self.git.plain("init", "-q", "-b", "main", str(path), launch=launch)
         except BaseException:
             # We just made it; left behind, the next prepare would take it for a user's non-git dir.
             shutil.rmtree(path, ignore_errors=True)
             raise
 
     async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> Repo:
-        shadow = self._shadow_root / tenant / f"{thread}.git"
-        # A thread that started in a shadow dir stays there even if the agent runs `git init`,
-        # or its earlier checkpoints would vanish from view.
-        if shadow.is_dir():
-            gitdir, is_shadow = shadow, True
-        elif (user := user_gitdir(path, tenant_root)) is not None:
-            gitdir, is_shadow = user, False
-        else:
-            await self._init_shadow(shadow)
-            gitdir, is_shadow = shadow, True
-        repo = ws.repos.get(gitdir)
+        # Always the service's own git dir: the workspace's .git is the agent's to write, and git would obey it.
+        shadow = checkpoint_gitdir(self._shadow_root, tenant, thread, path.relative_to(tenant_root))
+        launch = self.launch(tenant)
+        user = user_gitdir(path, tenant_root)  # only read, to seed the private index from the user's HEAD
+        repo = ws.repos.get(shadow)
         if repo is None:
-            repo = ws.repos[gitdir] = self._repo(path, gitdir, is_shadow)
+            if not shadow.is_dir():
+                await self._init_shadow(shadow, launch, user)
+            await asyncio.to_thread(_harden, shadow, launch.owner)
+            repo = ws.repos[shadow] = self._repo(path, shadow, user, launch)
+        repo.user_gitdir = user
         return repo
 
-    def _repo(self, worktree: Path, gitdir: Path, shadow: bool) -> Repo:
-        (gitdir / "treadle").mkdir(exist_ok=True)
+    def _repo(self, worktree: Path, gitdir: Path, user: Path | None, launch: Launch) -> Repo:
         env = repo_env(self.git.base_env, worktree, gitdir)
-        dirs = [gitdir, *filter(None, [common_dir(gitdir)])]
-        names = ("config", "config.worktree", "info/exclude", "info/attributes")
-        config_files = tuple(os.fsencode(d / n) for d in dirs for n in names)
+        names = ("config", "info/exclude", "info/attributes")
+        config_files = tuple(os.fsencode(gitdir / n) for n in names)
         # The fingerprint's race check compares file times with a stamp in the git dir, which is
         # only meaningful when both live on one filesystem (one clock).
         same_fs = os.stat(gitdir).st_dev == os.stat(worktree).st_dev
-        return Repo(worktree, gitdir, shadow, env, config_files, fingerprintable=same_fs)
+        return Repo(worktree, gitdir, user, env, config_files, fingerprintable=same_fs, launch=launch)
 
-    async def _init_shadow(self, shadow: Path) -> None:
-        shadow.parent.mkdir(parents=True, exist_ok=True)
+    async def _init_shadow(self, shadow: Path, launch: Launch, user: Path | None = None) -> None:
+        tenant_dir = self._shadow_root / shadow.relative_to(self._shadow_root).parts[0]
+        if not tenant_dir.is_dir():
+            tenant_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            give(tenant_dir, launch.owner)
+        make_dirs(shadow.parent, launch.owner)
         tmp = shadow.with_name(f".{shadow.name}.{uuid.uuid4().hex}")
-        await self.git.plain("init", "-q", "--bare", "--template=", "-b", "main", str(tmp))
+        await self.git.plain("init", "-q", "--bare", "--template=", "-b", "main", str(tmp), launch=launch)
         try:
+            await asyncio.to_thread(_harden, tmp, launch.owner)
+            if user is not None:
+                await asyncio.to_thread(_adopt_legacy_refs, user, tmp, launch.owner)
             os.rename(tmp, shadow)  # atomic, so a crash never leaves a half-made shadow dir
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -237,3 +319,66 @@ class Workspaces:
                 break
             for repo in self._workspaces.pop(key).repos.values():
                 repo.close()
+
+
+_LEGACY_REF = re.compile(r"refs/treadle/checkpoints/[A-Za-z0-9._/-]{1,400}")
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+def _adopt_legacy_refs(user: Path, gitdir: Path, owner: tuple[int, int] | None) -> int:
+    """Checkpoints taken before this git dir existed lived in the workspace's own `.git` (hidden refs there):
+    their refs are copied here, read as data, and the user's object store becomes an alternate of this git dir
+    so that their commits stay readable. Only when there are such refs (workspaces checkpointed before
+    issue 16); returns how many were adopted."""
+    base = common_dir(user) or user
+    found: dict[str, str] = {}
+    packed = base / "packed-refs"
+    if packed.is_file() and not packed.is_symlink():
+        for line in packed.read_text(errors="replace").splitlines():
+            oid, _, name = line.partition(" ")
+            if _LEGACY_REF.fullmatch(name) and _HEX40.fullmatch(oid):
+                found[name] = oid
+    top = base / "refs" / "treadle" / "checkpoints"
+    if top.is_dir() and not top.is_symlink():
+        for d, dirs, files in os.walk(top):  # os.walk never enters a symlinked directory
+            for name in files:
+                path = Path(d) / name
+                ref = path.relative_to(base).as_posix()
+                if path.is_symlink() or not _LEGACY_REF.fullmatch(ref) or ".." in ref or ref.endswith(".lock"):
+                    continue
+                oid = path.read_text(errors="replace").strip()
+                if _HEX40.fullmatch(oid):
+                    found[ref] = oid
+    if not found:
+        return 0
+    alternates = gitdir / "objects" / "info" / "alternates"
+    make_dirs(alternates.parent, owner)
+    alternates.write_text(str((base / "objects").resolve()) + "\n")
+    give(alternates, owner)
+    for ref, oid in found.items():
+        path = gitdir / ref
+        make_dirs(path.parent, owner)
+        path.write_text(oid + "\n")
+        give(path, owner)
+    log.info("adopted %d checkpoint refs of %s", len(found), base)
+    return len(found)
+
+
+def _harden(gitdir: Path, owner: tuple[int, int] | None) -> None:
+    """The attributes that neutralise the worktree's, Treadle's directory, and (for a git dir made before
+    tenants had uids) everything in it handed to the tenant."""
+    if owner is not None and os.stat(gitdir).st_uid != owner[0]:
+        own_tree(gitdir, owner)
+    make_dirs(gitdir / "info", owner)
+    attributes = gitdir / "info" / "attributes"
+    try:
+        current = attributes.read_bytes()
+    except FileNotFoundError:
+        current = None
+    if current != NEUTRAL_ATTRIBUTES:
+        tmp = attributes.with_name(f".attributes.{uuid.uuid4().hex}")
+        tmp.write_bytes(NEUTRAL_ATTRIBUTES)
+        os.chmod(tmp, 0o444)  # the service's: git reads it, nothing else writes it
+        os.rename(tmp, attributes)
+    make_dirs(gitdir / "treadle", owner)
+

@@ -12,7 +12,6 @@ import asyncio
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
@@ -25,13 +24,12 @@ from ..domain.ids import is_token
 from ..eventlog import subjects
 from .client import CheckpointUnavailable
 from .protocol import CheckpointError, Failure, encode
-from .repo import user_gitdir
+from .repo import checkpoint_gitdir
+from .runner import SERVICE, Launch, base_env, give, make_dirs, run_git
 
 VERB = "materialize"
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MARKER = "treadle-materialized"  # in the new repo's git dir: which commit it was made from
-_SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.autocrlf=false", "-c", "core.fsmonitor=false",
-         "-c", "gc.auto=0")
 
 
 class Materialize(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,43 +62,54 @@ def _resolve(root: Path, tenant: str, workspace: str) -> tuple[Path, Path]:
     return path, tenant_root
 
 
-def _git(env: dict[str, str], *args: str) -> bytes:
-    proc = subprocess.run(["git", *_SAFE, *args], env=env, capture_output=True, timeout=120)
-    if proc.returncode != 0:
-        raise CheckpointError("git_error", f"git {args[0]} failed: {proc.stderr.decode(errors='replace')[-300:]}")
-    return proc.stdout
+def _git(launch: Launch, env: dict[str, str], *args: str) -> bytes:
+    rc, out, err = run_git(launch, args, env, None, None, 120.0)
+    if rc != 0:
+        raise CheckpointError("git_error", f"git {args[0]} failed: {err.decode(errors='replace')[-300:]}")
+    return out
 
 
-def materialize(root: Path, shadow_root: Path, req: Materialize) -> Materialized:
+def materialize(root: Path, shadow_root: Path, req: Materialize, *, launch: Launch = SERVICE,
+                base: dict[str, str] | None = None) -> Materialized:
     """Check the checkpoint ``req.commit`` of the source thread out into the fork's new workspace (a git repo of
-    its own, so the fork's checkpoints never mix with the source's)."""
+    its own, so the fork's checkpoints never mix with the source's).
+
+    git reads the source thread's service-owned git dir only (never a workspace's `.git`), with the hardened
+    settings and environment of every checkpoint git, as ``launch`` says (the tenant's uid)."""
     for name, value in (("tenant", req.tenant), ("thread", req.thread), ("source thread", req.source_thread)):
         if not is_token(value):
             raise CheckpointError("bad_request", f"invalid {name} {value!r}")
     if not _COMMIT.fullmatch(req.commit):
         raise CheckpointError("bad_request", f"invalid commit {req.commit!r}")
-    source, tenant_root = _resolve(root, req.tenant, req.source_workspace)
+    source, source_root = _resolve(root, req.tenant, req.source_workspace)
     target, _ = _resolve(root, req.tenant, req.workspace)
     marker = target / ".git" / _MARKER
     if target.exists():
-        if marker.is_file() and marker.read_text().strip() == req.commit:
+        try:
+            done = marker.is_file() and not marker.is_symlink() and marker.read_text().strip() == req.commit
+        except (OSError, UnicodeDecodeError):
+            done = False
+        if done:
             return Materialized(path=str(target), commit=req.commit, created=False)
         raise CheckpointError("bad_request", f"workspace {req.workspace!r} already exists")
-    shadow = shadow_root / req.tenant / f"{req.source_thread}.git"
-    gitdir = shadow if shadow.is_dir() else user_gitdir(source, tenant_root)
-    if gitdir is None:
+    gitdir = checkpoint_gitdir(shadow_root, req.tenant, req.source_thread, source.relative_to(source_root))
+    if not gitdir.is_dir():
         raise CheckpointError("workspace_missing", f"the source workspace {req.source_workspace!r} has no checkpoints")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    base.update(GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    base = base if base is not None else base_env()
+    make_dirs(target.parent, launch.owner)
     building = target.with_name(f".{target.name}.{uuid.uuid4().hex}")
     try:
-        _git(base, "init", "-q", "-b", "main", str(building))
-        with tempfile.TemporaryDirectory(prefix="treadle-fork-") as tmp:
+        building.mkdir()
+        give(building, launch.owner)
+        _git(launch, base, "init", "-q", "-b", "main", str(building))
+        # The throwaway index lives in the source's git dir, which the tenant's git children may write.
+        with tempfile.TemporaryDirectory(prefix="fork-", dir=gitdir / "treadle") as tmp:
+            give(tmp, launch.owner)
             env = dict(base, GIT_DIR=str(gitdir), GIT_WORK_TREE=str(building), GIT_INDEX_FILE=str(Path(tmp) / "index"))
-            _git(env, "read-tree", req.commit)  # objects are read from the source; only the temp index is written
-            _git(env, "checkout-index", "-a", "-f")
+            _git(launch, env, "read-tree", req.commit)  # objects are read from the source; only the temp index is written
+            _git(launch, env, "checkout-index", "-a", "-f")
         (building / ".git" / _MARKER).write_text(req.commit + "\n")
+        give(building / ".git" / _MARKER, launch.owner)
         os.rename(building, target)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
@@ -111,16 +120,25 @@ def materialize(root: Path, shadow_root: Path, req: Materialize) -> Materialized
 class MaterializeHandler:
     """The checkpoint service's ``materialize`` verb (git runs on a worker thread)."""
 
-    def __init__(self, root: Path, shadow_root: Path) -> None:
+    def __init__(self, root: Path, shadow_root: Path, workspaces=None) -> None:
         self._root, self._shadow_root = Path(root), Path(shadow_root).resolve()
+        self._workspaces = workspaces
 
     @classmethod
     def serving(cls, workspaces) -> "MaterializeHandler":
-        """For the workspaces a checkpoint service serves (same roots, same volume)."""
-        return cls(workspaces._root, workspaces._shadow_root)
+        """For the workspaces a checkpoint service serves (same roots, same volume, same tenant uids)."""
+        return cls(workspaces._root, workspaces._shadow_root, workspaces)
 
     async def __call__(self, data: bytes) -> msgspec.Struct:
-        return await asyncio.to_thread(materialize, self._root, self._shadow_root, _request.decode(data))
+        req = _request.decode(data)
+        if self._workspaces is None:
+            return await asyncio.to_thread(materialize, self._root, self._shadow_root, req)
+        ws = self._workspaces
+        if not is_token(req.tenant):
+            raise CheckpointError("bad_request", f"invalid tenant {req.tenant!r}")
+        ws.tenant_root(req.tenant)  # made the tenant's (0700, its uid) before anything is built in it
+        return await asyncio.to_thread(materialize, self._root, self._shadow_root, req, launch=ws.launch(req.tenant),
+                                       base=ws.git.base_env)
 
 
 async def request_materialize(nc: NATS, volume: str, req: Materialize, timeout: float = 30.0) -> Materialized:

@@ -40,13 +40,16 @@ def _entry_header(kind: int, size: int) -> bytes:
     return bytes(out)
 
 
-def write(objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, bytes]]) -> str | None:
-    """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty)."""
+def write(
+    objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, bytes]], owner: tuple[int, int] | None = None
+) -> str | None:
+    """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty). ``owner``:
+    who the new files belong to (the tenant whose git children use the git dir)."""
     if not objects:
         return None
     entries = {oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE)
                for oid, (kind, data) in objects.items()}
-    return _write_pack(objects_dir, treadle_dir, entries)
+    return _write_pack(objects_dir, treadle_dir, entries, owner)
 
 
 def _deflate(data: bytes, compress: bool) -> bytes:
@@ -62,9 +65,14 @@ def _deflate(data: bytes, compress: bool) -> bytes:
     return c.compress(data) + c.flush()
 
 
-def _write_pack(objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes]) -> str:
+def _write_pack(
+    objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes], owner: tuple[int, int] | None = None
+) -> str:
     pack_dir = objects_dir / "pack"
-    pack_dir.mkdir(parents=True, exist_ok=True)
+    if not pack_dir.is_dir():
+        pack_dir.mkdir(parents=True, exist_ok=True)
+        if owner is not None:
+            os.chown(pack_dir, *owner, follow_symlinks=False)
     body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
     offsets: dict[bytes, tuple[int, int]] = {}
     for oid, raw in entries.items():
@@ -96,19 +104,21 @@ def _write_pack(objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes
     idx += pack_sum
     idx += hashlib.sha1(idx).digest()
     # git finds packs by their .idx: the .pack must be complete before its .idx appears.
-    _put(pack_dir / f"{name}.pack", bytes(body))
-    _put(pack_dir / f"{name}.idx", bytes(idx))
+    _put(pack_dir / f"{name}.pack", bytes(body), owner)
+    _put(pack_dir / f"{name}.idx", bytes(idx), owner)
     with open(treadle_dir / _LIST, "a") as f:
         f.write(name + "\n")
     return name
 
 
-def _put(path: Path, data: bytes) -> None:
+def _put(path: Path, data: bytes, owner: tuple[int, int] | None = None) -> None:
     if path.exists():  # the same objects written before: same name, same bytes
         return
     tmp = path.with_name(f"tmp_{path.name}_{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
+        if owner is not None:
+            os.fchown(f.fileno(), *owner)
     os.chmod(tmp, 0o444)
     os.rename(tmp, path)
 
@@ -126,7 +136,7 @@ def ours(objects_dir: Path, treadle_dir: Path) -> list[str]:
     return list(seen)
 
 
-def merge(objects_dir: Path, treadle_dir: Path) -> str | None:
+def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = None) -> str | None:
     """Merge our small packs into one when there are :data:`MERGE_AT` of them (call under the git dir lock)."""
     try:
         if (treadle_dir / _LIST).read_bytes().count(b"\n") < MERGE_AT:  # the cheap check, every capture
@@ -141,7 +151,7 @@ def merge(objects_dir: Path, treadle_dir: Path) -> str | None:
     entries: dict[bytes, bytes] = {}
     for n in small:
         entries.update(_read_entries(objects_dir / "pack" / n))
-    merged = _write_pack(objects_dir, treadle_dir, entries)
+    merged = _write_pack(objects_dir, treadle_dir, entries, owner)
     _rewrite_list(treadle_dir, [n for n in names if n not in small] + [merged])
     for n in small:
         if n != merged:  # git re-reads the pack directory when an object it expected is gone

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 from treadle.checkpoints.repo import Repo, Tip, common_dir
 
+from treadle.checkpoints.runner import make_dirs
+
 if TYPE_CHECKING:
     from treadle.checkpoints.runner import GitRunner
 
@@ -75,9 +77,14 @@ def _create_loose(repo: Repo, ref: str, commit: str, prev_ref: str | None, prev:
     path = base / ref
     lock = path.with_name(path.name + ".lock")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent, repo.owner)  # the tenant's git children rename and delete refs in them
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        if repo.owner is not None:
+            os.fchown(fd, *repo.owner)
     except OSError as e:
+        if "fd" in locals():
+            os.close(fd)
+            lock.unlink(missing_ok=True)
         return False, f"cannot lock ref '{ref}': {e}".encode()
     try:
         if path.exists():

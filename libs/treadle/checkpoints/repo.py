@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from treadle.checkpoints.watcher import Watcher
 
 if TYPE_CHECKING:
     from treadle.checkpoints.odb import ObjectReader
+    from treadle.checkpoints.runner import Launch
     from treadle.checkpoints.trees import Trees
 
 _TIPS_KEPT = 64  # per git dir; the previous checkpoint is almost always one of the last few
@@ -31,14 +35,15 @@ class Tip:
 
 @dataclass(slots=True)
 class Repo:
-    """One git dir serving one worktree: the user's own, or a Treadle shadow dir."""
+    """The service-owned git dir (``<shadow_root>/<tenant>/<thread>.git``) serving one worktree."""
 
     worktree: Path
     gitdir: Path
-    shadow: bool
+    user_gitdir: Path | None  # the workspace's own repository (read only to seed the private index), if any
     env: dict[str, str]
     config_files: tuple[bytes, ...]  # git config/ignore/attributes files that shape `add -A`
     fingerprintable: bool
+    launch: Launch | None = None  # how its git children start (as the tenant); None: as the service
     tips: dict[str, Tip] = field(default_factory=dict)
     snapshot: tuple[bytes, str] | None = None  # (fingerprint, tree) of the last `add -A`
     walk_entries: int = 1 << 30  # entries the last fingerprint walked (unknown: assume many)
@@ -73,6 +78,11 @@ class Repo:
         self.trees = None
         if self.watcher is not None:
             self.watcher.tree = None
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """Who the files of the git dir belong to (the tenant its git children run as); None: the service."""
+        return self.launch.owner if self.launch is not None else None
 
     @property
     def index(self) -> Path:
@@ -112,3 +122,74 @@ def common_dir(gitdir: Path) -> Path | None:
     if not pointer.is_file():
         return None
     return (gitdir / pointer.read_text(errors="replace").strip()).resolve()
+
+
+_HEX = re.compile(rb"[0-9a-f]{40}")
+_BRANCH = re.compile(rb"refs/heads/[A-Za-z0-9._/+-]{1,200}")
+
+
+def user_head(gitdir: Path) -> str | None:
+    """The commit the user's HEAD names, read as data (no git process, no config, no symlink followed at
+    the last step, nothing outside the user's git dir); None for an unborn or odd HEAD."""
+    base = common_dir(gitdir) or gitdir
+    head = _small(gitdir / "HEAD", gitdir)
+    if head is None:
+        return None
+    if head.startswith(b"ref: "):
+        name = head[5:].strip()
+        if not _BRANCH.fullmatch(name) or b".." in name or b"//" in name:
+            return None
+        value = _small(base / os.fsdecode(name), base)
+        if value is None:
+            value = _packed(base, name)
+    else:
+        value = head
+    value = (value or b"").strip()
+    return value.decode() if _HEX.fullmatch(value) else None
+
+
+def _small(path: Path, within: Path, limit: int = 1 << 20) -> bytes | None:
+    try:
+        if not path.resolve().is_relative_to(within.resolve()):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (OSError, RuntimeError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) if size <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _packed(base: Path, name: bytes) -> bytes | None:
+    data = _small(base / "packed-refs", base)
+    for line in (data or b"").splitlines():
+        oid, _, ref = line.partition(b" ")
+        if ref == name:
+            return oid
+    return None
+
+
+def checkpoint_gitdir(shadow_root: Path, tenant: str, thread: str, relative: Path) -> Path:
+    """The service-owned git dir holding the checkpoints of the workspace ``relative`` (resolved, below the
+    tenant root): one per workspace, every thread's refs in it, as they were in the workspace's own `.git`.
+    A thread whose checkpoints began in a per-thread shadow dir (``<tenant>/<thread>.git``, how a workspace
+    that was not a repository used to be served) keeps it."""
+    legacy = shadow_root / tenant / f"{thread}.git"
+    if legacy.is_dir():
+        return legacy
+    key = workspace_key(relative.as_posix())
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", relative.name)[:40] or "workspace"
+    return shadow_root / tenant / "workspaces" / f"{name}-{key}.git"
+
+
+def workspace_key(relative: str) -> str:
+    return hashlib.sha256(os.fsencode(relative)).hexdigest()[:24]

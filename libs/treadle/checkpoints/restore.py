@@ -32,7 +32,7 @@ from treadle.checkpoints.protocol import (
 from treadle.checkpoints.refs import checkpoint_ref, create_ref, load_tips, ref_mtime, thread_prefix
 from treadle.checkpoints.repo import Repo, Tip
 from treadle.checkpoints.retention import RefInfo, refs_to_prune
-from treadle.checkpoints.runner import tail
+from treadle.checkpoints.runner import NO_DRIVERS, give, own_tree, tail
 from treadle.checkpoints.validation import check_commit
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     counted = _counted(repo, req.from_commit, req.to_commit)
     (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
         _done(counted) if counted is not None else
-        ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", old, new),
+        ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, old, new),
         ws.git.run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
                    "--full-index", old, new),
     )
@@ -104,6 +104,10 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
     undo_ref = f"{thread_prefix(req.thread)}/undo/{req.restore_id}"
     # The state before the restore, committed first: a retried restore (after a crash half-way) finds
     # it and keeps it, so the undo point is always the state the user had before the rollback began.
+    if repo.owner is not None:
+        # git reads and writes the files as the tenant: every file and directory of the workspace (some made by
+        # another uid) must be the tenant's, and what it restores is the tenant's.
+        await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
     current = await ws.stager.tree(repo, None, whole=True)  # read-tree -u below needs the index == the worktree
     kept = dict(repo.too_large)
     await load_tips(ws.git, repo, undo_ref)
@@ -124,7 +128,8 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
         await ws.git.check(repo, "read-tree", "--reset", "-u", applied)
-    files = parse_diff(await ws.git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", before.tree, target)) \
+    files = parse_diff(await ws.git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS,
+                                           before.tree, target)) \
         if before.tree != target else []
     retired = await _retire(ws, repo, req)
     return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit,
@@ -138,9 +143,12 @@ def _too_large(kept: dict[bytes, int]) -> list[Skipped]:
 
 async def _without(ws: Workspaces, repo: Repo, tree: str, paths: dict[bytes, int]) -> str:
     """``tree`` minus ``paths`` (built in a throwaway index: the private one must stay == the worktree)."""
-    with tempfile.TemporaryDirectory(prefix="treadle-restore-") as tmp:
+    # In the git dir (the tenant's git children write this index; /tmp may not even be reachable to them).
+    with tempfile.TemporaryDirectory(prefix="scratch-", dir=repo.gitdir / "treadle") as tmp:
+        give(tmp, repo.owner)
         env = dict(repo.env, GIT_INDEX_FILE=os.path.join(tmp, "index"))
-        scratch = Repo(repo.worktree, repo.gitdir, repo.shadow, env, repo.config_files, False, lock_fd=repo.lock_fd)
+        scratch = Repo(repo.worktree, repo.gitdir, repo.user_gitdir, env, repo.config_files, False, launch=repo.launch,
+                       lock_fd=repo.lock_fd)
         await ws.git.check(scratch, "read-tree", tree)
         await ws.git.check(scratch, "update-index", "--force-remove", "-z", "--stdin",
                            input=b"".join(p + b"\0" for p in paths))

@@ -22,8 +22,8 @@ from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attr
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
 from treadle.checkpoints.protocol import CheckpointError, Skipped
-from treadle.checkpoints.repo import Repo, common_dir
-from treadle.checkpoints.runner import GitRunner, run_in_thread
+from treadle.checkpoints.repo import Repo, common_dir, user_head
+from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES, GitRunner, run_in_thread
 from treadle.checkpoints.stats import file_stats
 from treadle.checkpoints.trees import Trees
 from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_filesystem
@@ -141,9 +141,9 @@ class Stager:
     def _write_pending(repo: Repo) -> None:
         objects_dir = (common_dir(repo.gitdir) or repo.gitdir) / "objects"
         treadle_dir = repo.gitdir / "treadle"
-        packs.write(objects_dir, treadle_dir, repo.pending)
+        packs.write(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
         repo.pending = {}
-        packs.merge(objects_dir, treadle_dir)
+        packs.merge(objects_dir, treadle_dir, owner=repo.owner)
 
     def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
@@ -169,17 +169,26 @@ class Stager:
         if repo.trees is None or repo.trees.root != tree:
             repo.trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
         repo.gitlinks = set(repo.trees.gitlinks)
-        repo.attributes = attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
+        # The git dir's own info/attributes neutralises every converting attribute of the worktree: none applies.
+        neutral = (repo.gitdir / "info" / "attributes").read_bytes() == NEUTRAL_ATTRIBUTES
+        repo.attributes = not neutral and attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
 
     # -- the whole worktree ------------------------------------------------------------------
 
     async def _add_all(self, repo: Repo) -> str:
         if repo.lock_fd is None:  # another process may be using the index: only an old lock is surely orphaned
             clear_stale_lock(repo.index.with_name("index.lock"), older_than=2 * self._git.timeout)
-        if not repo.shadow and not repo.index.exists():
-            # Start from the user's HEAD so tracked-but-ignored files are captured as git would.
-            # An unborn HEAD fails; then the private index simply starts empty.
-            await self._git.run(repo, "read-tree", "HEAD")
+        if repo.user_gitdir is not None and not repo.index.exists():
+            # Start from the user's HEAD so tracked-but-ignored files are captured as git would. HEAD is read
+            # in-process and the user's objects are an alternate for this one read-tree only: git never
+            # opens the user's git dir as its own. `add -A` then re-hashes every entry into our git dir
+            # (read-tree leaves no stat data), so no checkpoint depends on an object of the user's.
+            # An unborn or unreadable HEAD: the private index simply starts empty.
+            head = user_head(repo.user_gitdir)
+            if head is not None:
+                objects = (common_dir(repo.user_gitdir) or repo.user_gitdir) / "objects"
+                seeding = dict(repo.env, GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
+                await self._git.run(repo, "read-tree", head, env=seeding)
         too_large = await self._too_large(repo)
         if too_large:
             # Out of the index (a smaller version may be in it), then out of `add -A`'s reach.
@@ -230,30 +239,26 @@ class Stager:
 
 def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:
     """Regular files over ``limit`` below ``top``, relative, and whether a repository (a submodule) is inside:
-    those are not entered."""
+    those are not entered. Directories are opened one by one relative to their parent and never through a
+    symlink (os.fwalk), so a directory swapped for a symlink mid-walk lists nothing outside the workspace."""
     out: dict[bytes, int] = {}
     nested = False
-    stack = [b""]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(os.path.join(top, d) if d else top) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        if d and any(e.name == b".git" for e in entries):
+    for d, dirs, files, dirfd in os.fwalk(top, follow_symlinks=False):
+        rel = os.path.relpath(d, top)
+        rel = b"" if rel == b"." else rel
+        if rel and (b".git" in dirs or b".git" in files):
             nested = True
+            dirs[:] = []
             continue
-        for e in entries:
-            if not d and e.name == b".git":
+        if not rel and b".git" in dirs:
+            dirs.remove(b".git")
+        for name in files:
+            if not rel and name == b".git":
                 continue
             try:
-                st = e.stat(follow_symlinks=False)
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
             except OSError:
                 continue
-            path = d + b"/" + e.name if d else e.name
-            if stat.S_ISDIR(st.st_mode):
-                stack.append(path)
-            elif stat.S_ISREG(st.st_mode) and st.st_size > limit:
-                out[path] = st.st_size
+            if stat.S_ISREG(st.st_mode) and st.st_size > limit:
+                out[rel + b"/" + name if rel else name] = st.st_size
     return out, nested

@@ -91,6 +91,9 @@ class CheckpointsSettings(WorkerSettings):
     watch: bool = True  # inotify fast paths (unchanged and small-change captures) on local filesystems
     # Files larger than this are left out of checkpoints (listed as skipped, never touched by a restore); 0: no limit.
     max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=0)
+    # Git children as the tenant's uid (issue 16): unset = when the service is root and the uids can reach the
+    # workspaces; true = required (the service refuses to start otherwise); false = as the service's user.
+    run_as_tenant: bool | None = None
 
 
 class ProjectorSettings(WorkerSettings):

@@ -10,7 +10,7 @@ async def main() -> None:
 
     async def make(nc, stack):
         workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch,
-                                max_file_bytes=own.max_file_bytes)
+                                max_file_bytes=own.max_file_bytes, run_as_tenant=own.run_as_tenant)
         return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)
