@@ -45,6 +45,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
+from .admission import Admission
 from .rollback import Rollbacks
 from .lineage import LineageCommands, wants_context
 
@@ -68,6 +69,7 @@ class Coordinator:
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
                                     HostClient(nc, own.host_timeout, shared.volume))
+        self._admission = Admission(self._js, own)  # tenant policy and quotas, checked before any decision
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -127,13 +129,23 @@ class Coordinator:
         await msg.respond(_encode(reply))
 
     async def _decide_and_append(self, command: Command, decider=None):
+        if not self._admission.creates_thread(command):
+            return await self._decide_and_append_admitted(command, decider)
+        async with self._admission.creation_lock(command.tenant):  # counted and appended one at a time
+            return await self._decide_and_append_admitted(command, decider)
+
+    async def _decide_and_append_admitted(self, command: Command, decider=None):
         tenant, thread = command.tenant, command.thread or ""
+        tenant_policy = None
         for _ in range(MAX_DECISION_TRIES):
             ctx = Ctx.for_command(command)
             try:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
+                if self._admission.guards(command):
+                    tenant_policy = tenant_policy or await self._admission.policy(tenant)
+                    await self._admission.check(tenant_policy, state, command)
                 if decider is not None:
                     events, receipt = await decider(state, command)
                 else:

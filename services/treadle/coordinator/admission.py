@@ -1,0 +1,83 @@
+"""What the coordinator checks before deciding a command: the tenant's policy (runtime modes) and the quotas
+it can decide exactly from state it owns (queued runs and stored text per thread, threads per tenant)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from treadle.domain import policy, quotas
+from treadle.domain.commands import Command, CreateThread, EditQueued, ForkThread, ImplementPlan, SendMessage
+from treadle.domain.policy import TenantPolicy
+from treadle.domain.thread import ThreadState
+from treadle.eventlog import subjects
+from treadle.eventlog.errors import Unavailable
+from treadle.runtime.policies import PolicyStore
+from treadle.runtime.settings import CoordinatorSettings
+
+from .lineage import fork_thread_id
+
+_GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
+
+
+class Admission:
+    def __init__(self, js: JetStreamContext, own: CoordinatorSettings) -> None:
+        self._js = js
+        self._policies = PolicyStore(js)
+        self._defaults = quotas.Quotas(max_threads=own.max_threads_per_tenant, max_queued_runs=own.max_queued_runs,
+                                       max_thread_text_bytes=own.max_thread_text_bytes)
+        # Thread creations of one tenant are counted and appended one at a time in this process.
+        self._creating: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    def guards(self, command: Command) -> bool:
+        return isinstance(command.body, _GUARDED)
+
+    def creates_thread(self, command: Command) -> bool:
+        return isinstance(command.body, (CreateThread, ForkThread))
+
+    def creation_lock(self, tenant: str) -> asyncio.Lock:
+        return self._creating[tenant]
+
+    async def policy(self, tenant: str) -> TenantPolicy:
+        try:
+            return await self._policies.get(tenant)
+        except NatsError as exc:  # the decision loop retries an unavailable broker like a failed append
+            raise Unavailable(f"tenant policy of {tenant} unreadable: {exc!r}") from None
+
+    def quotas_for(self, tenant_policy: TenantPolicy) -> quotas.Quotas:
+        return quotas.Quotas(
+            max_threads=tenant_policy.max_threads or self._defaults.max_threads,
+            max_queued_runs=tenant_policy.max_queued_runs or self._defaults.max_queued_runs,
+            max_thread_text_bytes=self._defaults.max_thread_text_bytes)
+
+    async def check(self, tenant_policy: TenantPolicy, state: ThreadState, command: Command) -> None:
+        """Raises the domain's Forbidden or QuotaExceeded; nothing has been appended yet."""
+        policy.check_command(tenant_policy, state, command)
+        limits = self.quotas_for(tenant_policy)
+        quotas.check_command(limits, state, command)
+        if self._new_thread(state, command):
+            quotas.check_thread_count(limits, await self.thread_count(command.tenant))
+
+    @staticmethod
+    def _new_thread(state: ThreadState, command: Command) -> bool:
+        if isinstance(command.body, CreateThread):
+            return state.thread is None  # a retried create finds its thread and is answered as a duplicate
+        if isinstance(command.body, ForkThread):
+            children = state.lineage.children if state.lineage is not None else []
+            return not any(c.get("thread_id") == fork_thread_id(command) for c in children)
+        return False
+
+    async def thread_count(self, tenant: str) -> int:
+        """The tenant's threads as the log has them: distinct ``thread.created`` subjects (one per thread,
+        partitioned or from before partitions)."""
+        total = 0
+        try:
+            for pattern in (f"treadle.evt.{tenant}.*.thread.created", f"treadle.evt.{tenant}.*.thread.created.*"):
+                info = await self._js.stream_info(subjects.EVENTS_STREAM, subjects_filter=pattern)
+                total += len(info.state.subjects or {})
+        except NatsError as exc:
+            raise Unavailable(f"threads of {tenant} uncountable: {exc!r}") from None
+        return total
