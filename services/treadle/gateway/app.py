@@ -155,13 +155,13 @@ async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> Non
 
 
 def check_message_size(request: Request, text: str, script: dict | None) -> None:
-    """413 before anything reaches the broker: a message's text and its script each have a limit."""
+    """400 before anything reaches the broker: a message's text and its script each have a limit."""
     own: GatewaySettings = _state(request).settings
     if len(text) > own.max_text_chars:
-        raise ApiError(413, "text_too_large", f"text is at most {own.max_text_chars} characters",
+        raise ApiError(400, "text_too_long", f"text is at most {own.max_text_chars} characters",
                        {"limit": own.max_text_chars, "size": len(text)})
     if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
-        raise ApiError(413, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
+        raise ApiError(400, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
                        {"limit": own.max_script_bytes, "size": size})
 
 

@@ -49,7 +49,7 @@ def bearer(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() or None if scheme.lower() == "bearer" else None
+            return (token.strip() or None) if scheme.lower() == "bearer" else None
     return None
 
 
