@@ -85,14 +85,18 @@ class EventLog:
             _raise_for(ack.error)
         return ack
 
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope]) -> int:
+    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
+                     fence: tuple[str, int] | None = None) -> int:
         """Append ``events`` iff the thread's last sequence is ``expected_seq`` (0: the thread is new).
-        Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected."""
+        Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected.
+        ``fence`` (filter subject, its last sequence) replaces the thread's fence for a decision that is wider
+        than one thread: a new thread counted against its tenant's (its own subjects are empty anyway)."""
         if not events:
             raise ValueError("nothing to append")
         if len(events) > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} events per decision")
-        fence = {ELSS: str(expected_seq), ELSS_SUBJECT: subjects.thread_events(tenant, thread)}
+        fence_subject, fence_seq = fence or (subjects.thread_events(tenant, thread), expected_seq)
+        fence_headers = {ELSS: str(fence_seq), ELSS_SUBJECT: fence_subject}
         # Encode and size-check everything first: a batch must never be abandoned half sent.
         payloads = [encode_event(e) for e in events]
         limit = self._nc.max_payload
@@ -100,7 +104,7 @@ class EventLog:
             raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
         if len(events) == 1:
             ack = await self._request(subjects.event(tenant, thread, events[0].type), payloads[0],
-                                      {**fence, "Nats-Msg-Id": events[0].id})
+                                      {**fence_headers, "Nats-Msg-Id": events[0].id})
             assert ack is not None
             return ack.seq
         batch = uuid.uuid4().hex
@@ -109,7 +113,7 @@ class EventLog:
             headers = {"Nats-Batch-Id": batch, BATCH_SEQUENCE: str(i), "Nats-Msg-Id": e.id}
             subject = subjects.event(tenant, thread, e.type)
             if i == 1:
-                headers.update(fence)
+                headers.update(fence_headers)
             if i == last:
                 headers["Nats-Batch-Commit"] = "1"
                 ack = await self._request(subject, payload, headers)
@@ -177,6 +181,10 @@ class EventLog:
     async def last_seq(self, tenant: str, thread: str) -> int:
         events = await self._last(subjects.thread_events(tenant, thread))
         return events or 0
+
+    async def last_seq_of(self, filter_subject: str) -> int:
+        """The last sequence stored under ``filter_subject`` (wildcards allowed), 0 for none: a fence's base."""
+        return await self._last(filter_subject) or 0
 
     async def _last(self, filter_subject: str) -> int | None:
         try:

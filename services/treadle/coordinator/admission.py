@@ -15,6 +15,7 @@ from treadle.domain.policy import TenantPolicy
 from treadle.domain.thread import ThreadState
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
+from treadle.eventlog.log import EventLog
 from treadle.runtime.policies import PolicyStore
 from treadle.runtime.settings import CoordinatorSettings
 
@@ -24,12 +25,13 @@ _GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
 
 
 class Admission:
-    def __init__(self, js: JetStreamContext, own: CoordinatorSettings) -> None:
-        self._js = js
+    def __init__(self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings) -> None:
+        self._js, self._log = js, log
         self._policies = PolicyStore(js)
         self._defaults = quotas.Quotas(max_threads=own.max_threads_per_tenant, max_queued_runs=own.max_queued_runs,
                                        max_thread_text_bytes=own.max_thread_text_bytes)
-        # Thread creations of one tenant are counted and appended one at a time in this process.
+        # Thread creations of one tenant are counted and appended one at a time in this process (across
+        # processes the fence of ``check`` orders them: a lost race is a conflict, decided again).
         self._creating: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     def guards(self, command: Command) -> bool:
@@ -53,13 +55,19 @@ class Admission:
             max_queued_runs=tenant_policy.max_queued_runs or self._defaults.max_queued_runs,
             max_thread_text_bytes=self._defaults.max_thread_text_bytes)
 
-    async def check(self, tenant_policy: TenantPolicy, state: ThreadState, command: Command) -> None:
-        """Raises the domain's Forbidden or QuotaExceeded; nothing has been appended yet."""
+    async def check(self, tenant_policy: TenantPolicy, state: ThreadState, command: Command) -> tuple[str, int] | None:
+        """Raises the domain's Forbidden or QuotaExceeded; nothing has been appended yet. A command making a
+        thread gets the fence its append must carry: the tenant's thread creations as they were when counted,
+        so a thread another coordinator created meanwhile makes the append conflict and the count is redone."""
         policy.check_command(tenant_policy, state, command)
         limits = self.quotas_for(tenant_policy)
         quotas.check_command(limits, state, command)
-        if self._new_thread(state, command):
-            quotas.check_thread_count(limits, await self.thread_count(command.tenant))
+        if not self._new_thread(state, command):
+            return None
+        creations = subjects.thread_creations(command.tenant)
+        fence = (creations, await self._log.last_seq_of(creations))  # read before counting
+        quotas.check_thread_count(limits, await self.thread_count(command.tenant))
+        return fence
 
     @staticmethod
     def _new_thread(state: ThreadState, command: Command) -> bool:

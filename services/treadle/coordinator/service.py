@@ -69,7 +69,7 @@ class Coordinator:
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
                                     HostClient(nc, own.host_timeout, shared.volume))
-        self._admission = Admission(self._js, own)  # tenant policy and quotas, checked before any decision
+        self._admission = Admission(self._js, self._store.log, own)  # tenant policy and quotas, checked before any decision
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -120,7 +120,7 @@ class Coordinator:
         if isinstance(command.body, RespondRequest):
             reply = await self._decide_and_append(command, self._respond)
         elif isinstance(command.body, ForkThread):
-            reply = await self._decide_and_append(command, self._lineage.fork)
+            reply = await self._decide_and_append(command)  # decided by LineageCommands.fork, with its fence
         elif wants_context(command):
             reply = await self._decide_and_append(command, self._lineage.send)
         else:
@@ -143,10 +143,13 @@ class Coordinator:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
+                fence = None
                 if self._admission.guards(command):
                     tenant_policy = tenant_policy or await self._admission.policy(tenant)
-                    await self._admission.check(tenant_policy, state, command)
-                if decider is not None:
+                    fence = await self._admission.check(tenant_policy, state, command)
+                if isinstance(command.body, ForkThread):
+                    events, receipt = await self._lineage.fork(state, command, fence)
+                elif decider is not None:
                     events, receipt = await decider(state, command)
                 else:
                     events, receipt = decide(state, command, ctx)
@@ -155,7 +158,8 @@ class Coordinator:
                 if isinstance(command.body, CreateThread):
                     await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
                 receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
-                                                       command_id=command.id, actor=ctx.actor)
+                                                       command_id=command.id, actor=ctx.actor,
+                                                       fence=fence if isinstance(command.body, CreateThread) else None)
                 self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
