@@ -44,9 +44,14 @@ def _quiet(name: str, line: str) -> None:
 
 @pytest.fixture(scope="module")
 async def limited_stack(tmp_path_factory):
-    # Two coordinator replicas: the quotas they decide must hold whichever replica answers.
-    async with Stack(tmp_path_factory.mktemp("limited-stack"), env=LIMITS, replicas=2, on_output=_quiet) as s:
+    # Two coordinator replicas: the quotas they decide must hold whichever replica answers. Nine workers take
+    # longer than six to come up on a busy machine: a longer wait for readiness than the default.
+    s = Stack(tmp_path_factory.mktemp("limited-stack"), env=LIMITS, replicas=2, on_output=_quiet)
+    try:
+        await s.start(timeout=180)
         yield s
+    finally:
+        await s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +220,9 @@ async def test_concurrent_creates_across_coordinator_replicas_never_pass_the_thr
     answers = await asyncio.gather(*(member.request("POST", "/v1/threads", json={"title": f"t{i}"}) for i in range(12)))
     assert sorted(r.status_code for r in answers) == [201] * 3 + [429] * 9, [r.text for r in answers]
     assert await thread_count(nc, tenant.name) == 3
+    # A thread fenced on its tenant's creations is an ordinary thread to every reader (projector, supervisor).
+    for made in (r.json()["thread_id"] for r in answers if r.status_code == 201):
+        assert (await member.wait_run((await member.send(made, "hi"))["run_id"]))["status"] == "completed"
 
 
 async def test_a_thread_stored_text_is_bounded_and_oversized_text_or_script_is_refused_before_the_broker(tenant, nc):

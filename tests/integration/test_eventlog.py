@@ -142,3 +142,5 @@ async def test_a_new_thread_fenced_on_its_tenants_creations_conflicts_when_anoth
                                                                             created_by="u"), tenant)],
                      fence=(creations, landed))
     assert await log.last_seq_of(creations) > landed
+    assert [e.type for e in await log.read(tenant, second)] == ["thread.created"]  # stored where its thread is read
+    assert [e.type for e in await log.read(tenant, first)] == ["thread.created", "message.created"]

@@ -62,6 +62,16 @@ def _raise_for(err: _ApiError) -> None:
     raise Rejected(err.err_code or err.code, err.description)
 
 
+def fenced_after(headers: dict | None) -> int | None:
+    """The thread's previous stream sequence as a stored event's fence says (None: it carried no fence). A fence
+    wider than its thread (a new thread fenced on its tenant's creations) is only ever its thread's first
+    append: nothing of the thread came before it."""
+    headers = headers or {}
+    if (fence := headers.get(ELSS)) is None:
+        return None
+    return int(fence) if headers.get(ELSS_SUBJECT, ".>").endswith(".>") else 0
+
+
 class EventLog:
     def __init__(self, nc: NATS, timeout: float = 5.0) -> None:
         self._nc = nc

@@ -14,7 +14,7 @@ from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
 from .errors import Conflict, Unavailable
-from .log import ELSS, EventLog
+from .log import EventLog, fenced_after
 from ..runtime.metrics import EVENTS_APPENDED
 
 
@@ -50,8 +50,8 @@ class ThreadStore:
             if state.seq >= seq:
                 self._states.move_to_end(key)
                 return state
-            previous = (msg.headers or {}).get(ELSS)
-            if previous is not None and int(previous) == state.seq:
+            previous = fenced_after(msg.headers)
+            if previous is not None and previous == state.seq:
                 evolve(state, decode_event(msg.data, seq))
                 self._states.move_to_end(key)
                 return state
