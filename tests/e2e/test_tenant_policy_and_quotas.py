@@ -9,9 +9,13 @@ import contextlib
 import itertools
 import json
 import os
+import sys
 import time
+import uuid
+from pathlib import Path
 
 import httpx
+import msgspec
 import nats
 import pytest
 
@@ -20,7 +24,7 @@ from helpers import wait_for
 from scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import TokenStore
+from treadle.runtime.tokens import Principal, TokenStore, digest
 
 pytestmark = pytest.mark.e2e
 
@@ -312,3 +316,45 @@ async def test_garbage_authorization_headers_share_the_address_bucket_and_tokens
         refill = (time.monotonic() - started) * float(LIMITS["TREADLE_GATEWAY_RATE_LIMIT"]) + 1
         assert more.count(401) <= refill and more.count(429) >= 50 - refill, (more, refill)
     assert (await member.request("GET", "/v1/threads")).status_code == 200  # a real token has its own bucket
+
+
+# --- the operator's CLI and tokens from before roles were checked ----------------------------------------
+
+
+async def _treadle(*args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
+    proc = await asyncio.create_subprocess_exec(str(Path(sys.executable).parent / "treadle"), *args, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_an_operator_sets_a_policy_with_the_cli_and_roles_are_checked_when_tokens_are_made(tenant, limited_stack, nc):
+    member = await tenant.client("alice")
+    url = ["--nats-url", limited_stack.nats_url]
+    code, out, err = await _treadle("policy", "set", "--tenant", tenant.name, "--allow-mode", "approval_required",
+                                    "--allow-mode", "full_access", "--max-queued-runs", "7", *url)
+    assert code == 0, err
+    assert json.loads(out)["allowed_modes"] == ["approval_required", "full_access"]
+    [record] = await audit_records(nc, tenant.name)
+    assert record["actor"].startswith("operator:") and record["details"]["max_queued_runs"] == 7
+    assert (await member.request("POST", "/v1/threads", json={"runtime_mode": "full_access"})).status_code == 201
+    code, out, _ = await _treadle("policy", "show", "--tenant", tenant.name, *url)
+    assert code == 0 and json.loads(out)["max_queued_runs"] == 7
+
+    code, _, err = await _treadle("tokens", "create", "--tenant", tenant.name, "--user", "mallory", "--role", "root", *url)
+    assert code == 2 and "invalid choice" in err  # argparse refuses it before anything is stored
+    with pytest.raises(ValueError):
+        await TokenStore(nc.jetstream()).create(tenant.name, "mallory", "superuser")
+
+
+async def test_a_token_stored_with_a_role_that_means_nothing_is_refused_everywhere(tenant, limited_stack, nc):
+    """Tokens made before roles were checked may carry any role: it grants nothing, not even member rights."""
+    token = "trd_legacy-" + uuid.uuid4().hex
+    kv = await nc.jetstream().key_value("treadle-tokens")
+    await kv.put(digest(token), msgspec.json.encode(Principal(tenant=tenant.name, user="old", role="owner")))
+    async with httpx.AsyncClient(base_url=limited_stack.api_url, headers={"Authorization": f"Bearer {token}"}) as old:
+        for method, path in (("GET", "/v1/threads"), ("POST", "/v1/threads"), ("GET", "/v1/policy")):
+            refused = await old.request(method, path, json={} if method == "POST" else None)
+            assert refused.status_code == 403 and error(refused)["code"] == "forbidden", (path, refused.text)
+    assert await thread_count(nc, tenant.name) == 0
