@@ -134,6 +134,8 @@ async def test_full_access_is_refused_by_default_allowed_after_an_admin_allows_i
     assert refused.status_code == 403 and error(refused)["code"] == "mode_not_allowed", refused.text
     assert error(refused)["details"] == {"runtime_mode": "full_access",
                                          "allowed": ["approval_required", "auto_accept_edits"]}
+    not_a_mode = await member.request("POST", "/v1/threads", json={"runtime_mode": "god_mode"})
+    assert not_a_mode.status_code == 400 and error(not_a_mode)["code"] == "invalid_runtime_mode", not_a_mode.text
     assert await thread_count(nc, tenant.name) == 0
 
     allowed = await admin.request("PUT", "/v1/policy", json={"allowed_modes": ["approval_required", "full_access"]})

@@ -24,6 +24,7 @@ def test_the_default_policy_allows_approval_and_auto_accept_but_not_full_access(
     assert refused.value.code == "mode_not_allowed" and refused.value.status == 403
     assert refused.value.details == {"runtime_mode": "full_access", "allowed": ["approval_required", "auto_accept_edits"]}
     policy.check_command(OPEN, new_thread(), command(CreateThread(runtime_mode="full_access")))
+    policy.check_command(DEFAULT, new_thread(), command(CreateThread(runtime_mode="god_mode")))  # bad input: a 400 later
 
 
 @pytest.mark.parametrize("body", [

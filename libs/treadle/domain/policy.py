@@ -4,6 +4,7 @@ defaults). Checked where a command is decided, so no path (create, send, fork, p
 from __future__ import annotations
 
 from datetime import datetime
+from typing import get_args
 
 import msgspec
 
@@ -37,6 +38,8 @@ def validated(policy: TenantPolicy) -> TenantPolicy:
 
 
 def check_mode(policy: TenantPolicy, mode: str, why: str) -> None:
+    if mode not in get_args(RuntimeMode):
+        return  # not a runtime mode at all: the decision refuses it as bad input (400 invalid_runtime_mode)
     if mode not in policy.allowed_modes:
         raise Forbidden(f"runtime mode {mode} is not allowed for this tenant ({why}); an admin can allow it",
                         code="mode_not_allowed", details={"runtime_mode": mode, "allowed": list(policy.allowed_modes)})
