@@ -33,6 +33,9 @@ class Admission:
         # Thread creations of one tenant are counted and appended one at a time in this process (across
         # processes the fence of ``check`` orders them: a lost race is a conflict, decided again).
         self._creating: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # tenant -> (last thread.created sequence, threads then): while no thread was made since, the count
+        # stands, so a flood of creates refused at the limit costs one direct get each, not a count.
+        self._counted: dict[str, tuple[int, int]] = {}
 
     def guards(self, command: Command) -> bool:
         return isinstance(command.body, _GUARDED)
@@ -66,8 +69,27 @@ class Admission:
             return None
         creations = subjects.thread_creations(command.tenant)
         fence = (creations, await self._log.last_seq_of(creations))  # read before counting
-        quotas.check_thread_count(limits, await self.thread_count(command.tenant))
+        quotas.check_thread_count(limits, await self._threads_at(command.tenant, fence[1]))
         return fence
+
+    async def _threads_at(self, tenant: str, creation_seq: int) -> int:
+        """The tenant's threads once its last creation is ``creation_seq``. Counted after that sequence was read,
+        so a creation landing in between is counted too; that entry is never used again, since the last
+        creation is past ``creation_seq`` from then on."""
+        known = self._counted.get(tenant)
+        if known is not None and known[0] == creation_seq:
+            return known[1]
+        count = await self.thread_count(tenant)
+        if len(self._counted) >= 100_000:
+            self._counted.clear()
+        self._counted[tenant] = (creation_seq, count)
+        return count
+
+    def created(self, tenant: str, fence: tuple[str, int], seq: int) -> None:
+        """A thread counted under ``fence`` was created at ``seq``: one more, known without counting."""
+        known = self._counted.get(tenant)
+        if known is not None and known[0] == fence[1]:
+            self._counted[tenant] = (seq, known[1] + 1)
 
     @staticmethod
     def _new_thread(state: ThreadState, command: Command) -> bool:

@@ -160,6 +160,8 @@ class Coordinator:
                 receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
                                                        command_id=command.id, actor=ctx.actor,
                                                        fence=fence if isinstance(command.body, CreateThread) else None)
+                if fence is not None and isinstance(command.body, CreateThread):
+                    self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
                 self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
