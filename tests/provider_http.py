@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import get_args
 
 import httpx
 import nats
@@ -20,13 +21,18 @@ from helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.runtime.servers import free_port
+from treadle.domain.entities import RuntimeMode
+from treadle.domain.policy import TenantPolicy
+from treadle.runtime.policies import PolicyStore
 from treadle.runtime.tokens import TokenStore
 
 
 async def tenant_token(stack: Stack, tenant: str) -> str:
-    """A fresh API token of ``tenant``'s user alice."""
+    """A fresh API token of ``tenant``'s user alice. The tenant may use every runtime mode: the real runtimes'
+    tests run threads in full_access, which only an admin's policy allows (issue 16)."""
     nc = await nats.connect(stack.nats_url)
     try:
+        await PolicyStore(nc.jetstream()).put(tenant, TenantPolicy(allowed_modes=get_args(RuntimeMode)), actor="test")
         return await TokenStore(nc.jetstream()).create(tenant, "alice")
     finally:
         await nc.close()

@@ -118,3 +118,29 @@ async def test_a_distrusted_cached_thread_is_read_again_before_the_next_decision
     assert [m.text for m in (await mine.load("acme", thread)).messages] == ["a"]  # cached: it cannot know
     mine.distrust(lambda tenant, t: t == thread)
     assert [m.text for m in (await mine.load("acme", thread)).messages] == ["a", "b"]
+
+
+async def test_a_new_thread_fenced_on_its_tenants_creations_conflicts_when_another_landed_first(log):
+    """Issue 16: threads per tenant is exact across coordinator replicas. Both counted the tenant's threads at the
+    same last creation; the second append finds the fence moved, so it is counted (and refused) again."""
+    tenant = f"fence{next(_n)}"
+    creations = subjects.thread_creations(tenant)
+    seen = await log.last_seq_of(creations)
+    assert seen == 0
+    first, second = f"thr_fa{next(_n)}", f"thr_fb{next(_n)}"
+    landed = await log.append(tenant, first, 0, [envelope(first, ev.ThreadCreated(thread_id=first, workspace="w",
+                                                                                    created_by="u"), tenant)],
+                              fence=(creations, seen))
+    with pytest.raises(Conflict):
+        await log.append(tenant, second, 0, [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w",
+                                                                                 created_by="u"), tenant)],
+                         fence=(creations, seen))
+    assert await log.last_seq_of(creations) == landed
+    await log.append(tenant, first, landed, [note(first, "not a creation")])  # other events do not move it
+    assert await log.last_seq_of(creations) == landed
+    await log.append(tenant, second, 0, [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w",
+                                                                            created_by="u"), tenant)],
+                     fence=(creations, landed))
+    assert await log.last_seq_of(creations) > landed
+    assert [e.type for e in await log.read(tenant, second)] == ["thread.created"]  # stored where its thread is read
+    assert [e.type for e in await log.read(tenant, first)] == ["thread.created", "message.created"]

@@ -9,6 +9,16 @@ from litestar.testing import AsyncTestClient
 from treadle.gateway.limits import RateLimitMiddleware, TokenBuckets
 
 
+class KnownTokens:
+    """The one method the limiter asks of the token store: who a bearer token is, if anyone."""
+
+    def __init__(self, *known: str) -> None:
+        self.known = set(known)
+
+    async def resolve(self, token: str):
+        return token if token in self.known else None
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -37,6 +47,7 @@ async def test_the_api_answers_429_with_retry_after_per_token():
         return {"ok": True}
 
     app = Litestar([ping, healthz], middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(0.1, 2))])
+    app.state.tokens = KnownTokens("alice", "bob")
     async with AsyncTestClient(app) as client:
         alice = {"Authorization": "Bearer alice"}
         assert [(await client.get("/v1/ping", headers=alice)).status_code for _ in range(2)] == [200, 200]
@@ -45,3 +56,19 @@ async def test_the_api_answers_429_with_retry_after_per_token():
         assert limited.json()["error"]["code"] == "rate_limited"
         assert (await client.get("/v1/ping", headers={"Authorization": "Bearer bob"})).status_code == 200
         assert [(await client.get("/healthz", headers=alice)).status_code for _ in range(5)] == [200] * 5
+
+
+async def test_garbage_authorization_headers_share_their_address_bucket_and_mint_none():
+    @get("/v1/ping")
+    async def ping() -> dict:
+        return {"ok": True}
+
+    buckets = TokenBuckets(0.1, 3)
+    app = Litestar([ping], middleware=[DefineMiddleware(RateLimitMiddleware, buckets=buckets)])
+    app.state.tokens = KnownTokens("alice")
+    async with AsyncTestClient(app) as client:
+        garbage = [{"Authorization": f"Bearer junk{i}"} for i in range(5)] + [{"Authorization": "Basic YTpi"}, {}]
+        statuses = [(await client.get("/v1/ping", headers=h)).status_code for h in garbage]
+        assert statuses == [200, 200, 200, 429, 429, 429, 429]  # one bucket for the address, however they vary
+        assert (await client.get("/v1/ping", headers={"Authorization": "Bearer alice"})).status_code == 200
+    assert len(buckets._buckets) == 2  # the address and alice's token id: garbage minted nothing

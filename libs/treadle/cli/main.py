@@ -16,6 +16,7 @@ from rich.markup import escape
 from ..client.http import ApiError
 from . import check, consumers
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
+from .policy import cmd_policy_set, cmd_policy_show
 from .config import DEFAULT_API
 from .errors import UsageError, describe
 from .render import stderr
@@ -54,13 +55,28 @@ def build_parser() -> argparse.ArgumentParser:
     create = tokens.add_parser("create", parents=[nats_], help="create a token (printed on stdout)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--user", required=True)
-    create.add_argument("--role", default="member")
+    create.add_argument("--role", default="member", choices=["admin", "member"],
+                        help="admin: tokens, consumers, policy; member: threads (default)")
     create.set_defaults(func=cmd_tokens_create)
     revoke = tokens.add_parser("revoke", parents=[nats_], help="revoke a token (the token itself, or --id)")
     revoke.add_argument("token", nargs="?", help="the bearer token")
     revoke.add_argument("--id", help="the token's id (printed by `tokens create`)")
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
+
+    policy = sub.add_parser("policy", help="tenant policies").add_subparsers(dest="action", required=True,
+                                                                             metavar="ACTION")
+    pset = policy.add_parser("set", parents=[nats_], help="replace a tenant's policy (audited)")
+    pset.add_argument("--tenant", required=True)
+    pset.add_argument("--allow-mode", action="append", dest="modes", metavar="MODE",
+                      choices=["approval_required", "auto_accept_edits", "full_access"],
+                      help="a runtime mode the tenant may use (repeat; default: approval_required, auto_accept_edits)")
+    pset.add_argument("--max-threads", type=int)
+    pset.add_argument("--max-queued-runs", type=int, help="queued runs per thread")
+    pset.set_defaults(func=cmd_policy_set)
+    pshow = policy.add_parser("show", parents=[nats_], help="a tenant's policy as JSON")
+    pshow.add_argument("--tenant", required=True)
+    pshow.set_defaults(func=cmd_policy_show)
 
     threads = sub.add_parser("threads", help="app threads").add_subparsers(dest="action", required=True, metavar="ACTION")
     tc = threads.add_parser("create", parents=[api], help="create a thread")

@@ -42,3 +42,18 @@ class Unprocessable(DomainError):
 def check(condition: bool, error: type[DomainError], message: str, **kw) -> None:
     if not condition:
         raise error(message, **kw)
+
+
+class Forbidden(DomainError):
+    """The caller may not do this (its role, or its tenant's policy); asking again will not help."""
+
+    code = "forbidden"
+    status = 403
+
+
+class QuotaExceeded(DomainError):
+    """A tenant or thread is at one of its limits; ``details`` says which (quota, limit, current). Retrying
+    helps only once the count goes down (a queued run starts, a stream closes)."""
+
+    code = "quota_exceeded"
+    status = 429

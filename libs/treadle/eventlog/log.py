@@ -62,6 +62,16 @@ def _raise_for(err: _ApiError) -> None:
     raise Rejected(err.err_code or err.code, err.description)
 
 
+def fenced_after(headers: dict | None) -> int | None:
+    """The thread's previous stream sequence as a stored event's fence says (None: it carried no fence). A fence
+    wider than its thread (a new thread fenced on its tenant's creations) is only ever its thread's first
+    append: nothing of the thread came before it."""
+    headers = headers or {}
+    if (fence := headers.get(ELSS)) is None:
+        return None
+    return int(fence) if headers.get(ELSS_SUBJECT, ".>").endswith(".>") else 0
+
+
 class EventLog:
     def __init__(self, nc: NATS, timeout: float = 5.0) -> None:
         self._nc = nc
@@ -85,14 +95,18 @@ class EventLog:
             _raise_for(ack.error)
         return ack
 
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope]) -> int:
+    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
+                     fence: tuple[str, int] | None = None) -> int:
         """Append ``events`` iff the thread's last sequence is ``expected_seq`` (0: the thread is new).
-        Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected."""
+        Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected.
+        ``fence`` (filter subject, its last sequence) replaces the thread's fence for a decision that is wider
+        than one thread: a new thread counted against its tenant's (its own subjects are empty anyway)."""
         if not events:
             raise ValueError("nothing to append")
         if len(events) > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} events per decision")
-        fence = {ELSS: str(expected_seq), ELSS_SUBJECT: subjects.thread_events(tenant, thread)}
+        fence_subject, fence_seq = fence or (subjects.thread_events(tenant, thread), expected_seq)
+        fence_headers = {ELSS: str(fence_seq), ELSS_SUBJECT: fence_subject}
         # Encode and size-check everything first: a batch must never be abandoned half sent.
         payloads = [encode_event(e) for e in events]
         limit = self._nc.max_payload
@@ -100,7 +114,7 @@ class EventLog:
             raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
         if len(events) == 1:
             ack = await self._request(subjects.event(tenant, thread, events[0].type), payloads[0],
-                                      {**fence, "Nats-Msg-Id": events[0].id})
+                                      {**fence_headers, "Nats-Msg-Id": events[0].id})
             assert ack is not None
             return ack.seq
         batch = uuid.uuid4().hex
@@ -109,7 +123,7 @@ class EventLog:
             headers = {"Nats-Batch-Id": batch, BATCH_SEQUENCE: str(i), "Nats-Msg-Id": e.id}
             subject = subjects.event(tenant, thread, e.type)
             if i == 1:
-                headers.update(fence)
+                headers.update(fence_headers)
             if i == last:
                 headers["Nats-Batch-Commit"] = "1"
                 ack = await self._request(subject, payload, headers)
@@ -177,6 +191,10 @@ class EventLog:
     async def last_seq(self, tenant: str, thread: str) -> int:
         events = await self._last(subjects.thread_events(tenant, thread))
         return events or 0
+
+    async def last_seq_of(self, filter_subject: str) -> int:
+        """The last sequence stored under ``filter_subject`` (wildcards allowed), 0 for none: a fence's base."""
+        return await self._last(filter_subject) or 0
 
     async def _last(self, filter_subject: str) -> int | None:
         try:

@@ -14,7 +14,7 @@ from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
 from .errors import Conflict, Unavailable
-from .log import ELSS, EventLog
+from .log import EventLog, fenced_after
 from ..runtime.metrics import EVENTS_APPENDED
 
 
@@ -50,8 +50,8 @@ class ThreadStore:
             if state.seq >= seq:
                 self._states.move_to_end(key)
                 return state
-            previous = (msg.headers or {}).get(ELSS)
-            if previous is not None and int(previous) == state.seq:
+            previous = fenced_after(msg.headers)
+            if previous is not None and previous == state.seq:
                 evolve(state, decode_event(msg.data, seq))
                 self._states.move_to_end(key)
                 return state
@@ -89,7 +89,7 @@ class ThreadStore:
 
     async def append(self, tenant: str, thread: str, state: ThreadState, payloads: Sequence[Payload], *,
                      ids: IdFactory, at: datetime, command_id: str, actor: str, causation_id: str | None = None,
-                     correlation_id: str | None = None) -> int:
+                     correlation_id: str | None = None, fence: tuple[str, int] | None = None) -> int:
         """Append a decision's events on top of ``state`` and fold them in. Raises the log's errors. After a
         conflict the cached state is still a correct prefix of the log, so the next load reads only the tail;
         after anything else (the append may have half-happened in memory) the cache is dropped."""
@@ -99,7 +99,7 @@ class ThreadStore:
             for p in payloads
         ]
         try:
-            last = await self.log.append(tenant, thread, state.seq, envelopes)
+            last = await self.log.append(tenant, thread, state.seq, envelopes, fence)
         except Conflict:
             self._stale.add((tenant, thread))
             raise

@@ -54,6 +54,7 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-sessions", history=1),
     KeyValueConfig(bucket="treadle-idempotency", history=1, ttl=DAY),
     KeyValueConfig(bucket="treadle-tokens", history=1),
+    KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (runtime/policies.py)
 )
 
 

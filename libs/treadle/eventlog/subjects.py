@@ -30,6 +30,12 @@ def thread_events(tenant: str, thread: str) -> str:
     return f"treadle.evt.{token(tenant, 'tenant')}.{token(thread, 'thread')}.>"
 
 
+def thread_creations(tenant: str) -> str:
+    """Every (partitioned) ``thread.created`` of a tenant: a new thread's append is fenced on it, so threads
+    counted against the tenant's limit by concurrent coordinators cannot both land."""
+    return f"treadle.evt.{token(tenant, 'tenant')}.*.thread.created.*"
+
+
 def command(tenant: str, verb: str) -> str:
     return f"treadle.cmd.{token(tenant, 'tenant')}.thread.{verb}"
 

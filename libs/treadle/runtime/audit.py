@@ -19,7 +19,7 @@ from ..eventlog import streams
 
 STREAM = streams.AUDIT.name
 ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked",
-           "broker_credential.reset")
+           "broker_credential.reset", "policy.updated")
 
 
 class AuditRecord(msgspec.Struct, kw_only=True):

@@ -51,6 +51,10 @@ class GatewaySettings(WorkerSettings):
     max_body_bytes: int = 1024 * 1024
     rate_limit: float = 1000.0  # requests per second per token, sustained (0: no limit)
     rate_burst: int = 2000  # requests per token at once
+    max_text_chars: int = Field(default=100_000, gt=0)  # a message's text (413 above, before the broker)
+    max_script_bytes: int = Field(default=256 * 1024, gt=0)  # a message's script as JSON
+    max_streams_per_token: int = Field(default=20, ge=0)  # open SSE streams, per replica (0: no limit)
+    max_streams_per_tenant: int = Field(default=200, ge=0)
 
 
 class CoordinatorSettings(WorkerSettings):
@@ -58,6 +62,10 @@ class CoordinatorSettings(WorkerSettings):
     cache_threads: int = 10_000
     checkpoint_timeout: float = 30.0
     host_timeout: float = 5.0
+    # Quotas decided from the thread's and tenant's state (a tenant policy may set its own threads/queued runs).
+    max_threads_per_tenant: int = Field(default=10_000, gt=0)
+    max_queued_runs: int = Field(default=100, gt=0)  # queued runs per thread
+    max_thread_text_bytes: int = Field(default=16 * 1024 * 1024, gt=0)  # message texts and scripts per thread
 
 
 class SupervisorSettings(WorkerSettings):

@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError
 
 from ..domain.ids import is_token
+from ..domain.policy import ROLES
 from . import audit
 
 BUCKET = "treadle-tokens"
@@ -57,6 +58,8 @@ class TokenStore:
     async def create(self, tenant: str, user: str, role: str = "member") -> str:
         if not (is_token(tenant) and is_token(user)):
             raise ValueError("tenant and user must be tokens ([A-Za-z0-9_-], 1..64 characters)")
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
         token = PREFIX + secrets.token_urlsafe(32)
         principal = Principal(tenant=tenant, user=user, role=role, created_at=datetime.now(timezone.utc).isoformat())
         await (await self._bucket()).put(digest(token), msgspec.json.encode(principal))

@@ -31,9 +31,11 @@ class LineageCommands:
     def __init__(self, store: ThreadStore, nc, volume: str, timeout: float) -> None:
         self._store, self._nc, self._volume, self._timeout = store, nc, volume, timeout
 
-    async def fork(self, state: ThreadState, command: Command) -> tuple[list[ev.Payload], Accepted]:
+    async def fork(self, state: ThreadState, command: Command,
+                   fence: tuple[str, int] | None = None) -> tuple[list[ev.Payload], Accepted]:
         """L6.1/L6.5: the child thread (workspace materialised from the source point's checkpoint, then its
-        ``thread.created`` + ``thread.forked``), then the source's record of its child."""
+        ``thread.created`` + ``thread.forked``, fenced on the tenant's thread creations when counted), then the
+        source's record of its child."""
         body = command.body
         assert isinstance(body, ForkThread) and state.thread is not None
         body = msgspec.structs.replace(body, thread_id=body.thread_id or fork_thread_id(command))
@@ -58,9 +60,11 @@ class LineageCommands:
             ctx = reaction_ctx(f"{command.id}|fork-child", command.issued_at, f"user:{command.user}")
             try:
                 await self._store.append(tenant, plan.child_id, child, plan.child_events, ids=ctx.ids, at=ctx.now,
-                                         command_id=command.id, actor=ctx.actor)
+                                         command_id=command.id, actor=ctx.actor, fence=fence)
             except AppendConflict:
                 child = await self._store.refresh(tenant, plan.child_id)
+                if child.thread is None:
+                    raise  # another thread of the tenant landed first: counted again, decided again
         if child.thread is None or child.thread.command_id != command.id:
             raise Conflict(f"thread {plan.child_id} exists already", code="thread_exists")
         return plan.parent_events, receipt

@@ -45,6 +45,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
+from .admission import Admission
 from .rollback import Rollbacks
 from .lineage import LineageCommands, wants_context
 
@@ -68,6 +69,7 @@ class Coordinator:
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
                                     HostClient(nc, own.host_timeout, shared.volume))
+        self._admission = Admission(self._js, self._store.log, own)  # tenant policy and quotas, checked before any decision
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -118,7 +120,7 @@ class Coordinator:
         if isinstance(command.body, RespondRequest):
             reply = await self._decide_and_append(command, self._respond)
         elif isinstance(command.body, ForkThread):
-            reply = await self._decide_and_append(command, self._lineage.fork)
+            reply = await self._decide_and_append(command)  # decided by LineageCommands.fork, with its fence
         elif wants_context(command):
             reply = await self._decide_and_append(command, self._lineage.send)
         else:
@@ -127,14 +129,27 @@ class Coordinator:
         await msg.respond(_encode(reply))
 
     async def _decide_and_append(self, command: Command, decider=None):
+        if not self._admission.creates_thread(command):
+            return await self._decide_and_append_admitted(command, decider)
+        async with self._admission.creation_lock(command.tenant):  # counted and appended one at a time
+            return await self._decide_and_append_admitted(command, decider)
+
+    async def _decide_and_append_admitted(self, command: Command, decider=None):
         tenant, thread = command.tenant, command.thread or ""
+        tenant_policy = None
         for _ in range(MAX_DECISION_TRIES):
             ctx = Ctx.for_command(command)
             try:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
-                if decider is not None:
+                fence = None
+                if self._admission.guards(command):
+                    tenant_policy = tenant_policy or await self._admission.policy(tenant)
+                    fence = await self._admission.check(tenant_policy, state, command)
+                if isinstance(command.body, ForkThread):
+                    events, receipt = await self._lineage.fork(state, command, fence)
+                elif decider is not None:
                     events, receipt = await decider(state, command)
                 else:
                     events, receipt = decide(state, command, ctx)
@@ -143,7 +158,10 @@ class Coordinator:
                 if isinstance(command.body, CreateThread):
                     await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
                 receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
-                                                       command_id=command.id, actor=ctx.actor)
+                                                       command_id=command.id, actor=ctx.actor,
+                                                       fence=fence if isinstance(command.body, CreateThread) else None)
+                if fence is not None and isinstance(command.body, CreateThread):
+                    self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
                 self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:

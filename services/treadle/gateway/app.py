@@ -24,6 +24,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutErr
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.ids import is_token
+from treadle.domain.errors import DomainError
+from treadle.domain.policy import ROLES, check_mode
 from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
@@ -32,14 +34,16 @@ from treadle.eventlog.log import EventLog
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
-from treadle.runtime.tokens import Principal, TokenStore
+from treadle.runtime.policies import PolicyStore
+from treadle.runtime.tokens import Principal, TokenStore, token_id
 from treadle.runtime.worker import connect
 
 from . import errors
 from .commands import Commands
 from .errors import ApiError
-from .limits import RateLimitMiddleware, TokenBuckets
+from .limits import RateLimitMiddleware, TokenBuckets, bearer
 from .sse import thread_events
+from .stream_slots import StreamSlots
 
 
 # --- request and response shapes (the OpenAPI document is generated from these) --------------------
@@ -95,6 +99,8 @@ async def principal(request: Request) -> Principal:
     found = await _state(request).tokens.resolve(token.strip())
     if found is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    if found.role not in ROLES:  # a token made before roles were checked, with a role that means nothing
+        raise ApiError(403, "forbidden", f"role {found.role!r} is not a known role", {"role": found.role})
     return found
 
 
@@ -141,6 +147,25 @@ async def thread_of(request: Request, tenant: str, entity_id: str) -> str | None
     return None
 
 
+async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> None:
+    """Early refusal at the door; the coordinator decides it again for every path that makes a thread."""
+    try:
+        check_mode(await _state(request).policies.get(tenant), mode, "a new thread")
+    except DomainError as exc:
+        raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
+
+
+def check_message_size(request: Request, text: str, script: dict | None) -> None:
+    """400 before anything reaches the broker: a message's text and its script each have a limit."""
+    own: GatewaySettings = _state(request).settings
+    if len(text) > own.max_text_chars:
+        raise ApiError(400, "text_too_long", f"text is at most {own.max_text_chars} characters",
+                       {"limit": own.max_text_chars, "size": len(text)})
+    if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
+        raise ApiError(400, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
+                       {"limit": own.max_script_bytes, "size": size})
+
+
 def _json(content: bytes, status: int = 200) -> Response:
     return Response(content=content, media_type="application/json", status_code=status)
 
@@ -152,6 +177,7 @@ def _json(content: bytes, status: int = 200) -> Response:
 async def create_thread(request: Request, data: JSONBody[CreateThreadRequest],
                         idempotency_key: IdempotencyKey = None) -> ThreadCreated:
     who = await principal(request)
+    await check_new_thread_mode(request, who.tenant, data.runtime_mode)
     body = CreateThread(**msgspec.structs.asdict(data))
     accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None,
                                                    body=body, idempotency_key=idempotency_key)
@@ -195,6 +221,7 @@ async def send_message(request: Request, thread_id: FromPath[str], data: JSONBod
     thread = _id(thread_id, "thr")
     if data.target_run_id is not None:
         _id(data.target_run_id, "run")
+    check_message_size(request, data.text, data.script)
     body = SendMessage(**msgspec.structs.asdict(data))
     accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="send", thread=thread,
                                                    body=body, idempotency_key=idempotency_key)
@@ -232,7 +259,11 @@ async def events(request: Request, thread_id: FromPath[str],
         if not last_event_id.isdigit():
             raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a stream sequence")
         start = int(last_event_id)
-    return Stream(thread_events(_state(request).nc, who.tenant, thread, start), media_type="text/event-stream",
+    slots: StreamSlots = _state(request).stream_slots
+    holder = token_id(bearer(request.scope) or "")
+    slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read
+    stream = slots.held(holder, who.tenant, thread_events(_state(request).nc, who.tenant, thread, start))
+    return Stream(stream, media_type="text/event-stream",
                   headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
@@ -268,6 +299,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        app.state.settings = own
+        app.state.stream_slots = StreamSlots(own.max_streams_per_token, own.max_streams_per_tenant)
         nc: NATS = await connect(shared.nats_url, "treadle-gateway", user=shared.nats_user,
                                  password=shared.nats_password)
         redis = redis_client(shared.redis_url)
@@ -276,6 +309,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.log = EventLog(nc)
         app.state.commands = Commands(nc, own.command_timeout)
         app.state.tokens = TokenStore(nc.jetstream())
+        app.state.policies = PolicyStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc, shared.volume)
         try:
@@ -288,10 +322,11 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     from .checkpoints import ROUTES as checkpoint_routes  # these modules import this one's plumbing
     from .control import ROUTES as control_routes
     from .lineage import ROUTES as lineage_routes
+    from .policy import ROUTES as policy_routes
 
     return Litestar(
         route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
-                        *control_routes, *checkpoint_routes, *lineage_routes],
+                        *control_routes, *checkpoint_routes, *lineage_routes, *policy_routes],
         lifespan=[lifespan],
         exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
                             RecursionError: errors.on_too_deep, NatsError: errors.on_broker_unavailable,

@@ -77,7 +77,8 @@ class Commands:
                 if isinstance(reply, Rejected):
                     if reply.status == 503 and time.monotonic() < deadline:
                         raise NatsTimeout
-                    raise ApiError(reply.status, reply.code, reply.message, reply.details)
+                    retry = {"Retry-After": "1"} if reply.status == 429 else None  # a quota: retry when it frees
+                    raise ApiError(reply.status, reply.code, reply.message, reply.details, headers=retry)
                 return reply
             except (NatsTimeout, NoRespondersError, asyncio.TimeoutError):
                 if time.monotonic() >= deadline:

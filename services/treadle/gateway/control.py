@@ -25,7 +25,7 @@ from treadle.domain.entities import Activity, RuntimeRequest
 from treadle.domain.plans import implementation_text
 from treadle.domain.thread import ThreadState
 
-from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, principal, thread_of
+from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, check_message_size, principal, thread_of
 from .errors import ApiError
 
 
@@ -188,6 +188,7 @@ async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBo
 @patch("/v1/threads/{thread_id:str}/queue/{run_id:str}", summary="Edit a queued run's message before it starts")
 async def edit_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str], data: JSONBody[EditBody],
                       idempotency_key: IdempotencyKey = None) -> Acknowledged:
+    check_message_size(request, data.text, data.script)
     body = EditQueued(run_id=_id(run_id, "run"), text=data.text, script=data.script)
     return await _send(request, "queue", _id(thread_id, "thr"), body, idempotency_key)
 

@@ -1,19 +1,22 @@
-"""Per-token rate limits for the HTTP API: a token bucket per bearer token (per client address for
-requests without one), answered with 429 and ``Retry-After`` when empty.
+"""Per-token rate limits for the HTTP API: a token bucket per authenticated token (keyed by its token id),
+and one per client address for every request without a token that resolves (no header, a malformed one,
+an unknown or revoked token), answered with 429 and ``Retry-After`` when empty. Garbage Authorization
+headers therefore share their address's bucket instead of minting a fresh one each.
 
 Buckets live in the gateway process (each replica limits on its own, so the effective limit is the
-replica count times this one); keys are digests, so no token is kept in memory in the clear. Health,
+replica count times this one); keys are token ids, so no token is kept in memory in the clear. Health,
 metrics and the OpenAPI document are not limited.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 
 import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
+
+from treadle.runtime.tokens import TokenStore, token_id
 
 from .errors import body
 
@@ -42,10 +45,19 @@ class TokenBuckets:
         return (1 - tokens) / self.rate
 
 
-def _key(scope: Scope) -> str:
+def bearer(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
-            return "t:" + hashlib.sha256(value).hexdigest()
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return (token.strip() or None) if scheme.lower() == "bearer" else None
+    return None
+
+
+async def bucket_key(scope: Scope, tokens: TokenStore | None) -> str:
+    """The token's id once it resolves to a principal (a cached lookup the route repeats), else the address."""
+    token = bearer(scope)
+    if token is not None and tokens is not None and await tokens.resolve(token) is not None:
+        return "t:" + token_id(token)
     client = scope.get("client") or ("?", 0)
     return f"a:{client[0]}"
 
@@ -56,7 +68,8 @@ class RateLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
-            wait = self.buckets.take(_key(scope))
+            tokens = getattr(scope["app"].state, "tokens", None)
+            wait = self.buckets.take(await bucket_key(scope, tokens))
             if wait:
                 retry = str(max(1, math.ceil(wait)))
                 payload = msgspec.json.encode(body("rate_limited", "too many requests for this token; retry later",

@@ -24,7 +24,7 @@ from treadle.domain.events import decode_event
 from treadle.domain.thread import ThreadState, evolve
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import LogError, Unavailable
-from treadle.eventlog.log import BATCH_SEQUENCE, ELSS, EventLog
+from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, indexed
@@ -279,6 +279,6 @@ def _previous(msg) -> int:
     an append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
     0 (nothing to check) for an event published without a fence."""
     headers = msg.headers or {}
-    if (fence := headers.get(ELSS)) is not None:
-        return int(fence)
+    if (fence := fenced_after(headers)) is not None:
+        return fence
     return msg.metadata.sequence.stream - 1 if int(headers.get(BATCH_SEQUENCE, "1")) > 1 else 0

@@ -1,0 +1,45 @@
+"""Tenant policies (domain/policy.py) in KV ``treadle-policies``, one key per tenant; a tenant without one
+has the default policy. Every change is audited (``policy.updated``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+
+from ..domain.ids import is_token
+from ..domain.policy import TenantPolicy, validated
+from . import audit
+
+BUCKET = "treadle-policies"
+
+
+class PolicyStore:
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
+        self._kv = None
+
+    async def _bucket(self):
+        if self._kv is None:
+            self._kv = await self._js.key_value(BUCKET)
+        return self._kv
+
+    async def get(self, tenant: str) -> TenantPolicy:
+        """Read on every decision that needs it (one direct get): a change applies to the next command."""
+        try:
+            entry = await (await self._bucket()).get(tenant)
+        except KeyNotFoundError:
+            return TenantPolicy()
+        return msgspec.json.decode(entry.value, type=TenantPolicy) if entry.value else TenantPolicy()
+
+    async def put(self, tenant: str, policy: TenantPolicy, actor: str) -> TenantPolicy:
+        if not is_token(tenant):
+            raise ValueError(f"tenant {tenant!r} is not a token ([A-Za-z0-9_-], 1..64 characters)")
+        stored = msgspec.structs.replace(validated(policy), updated_at=datetime.now(timezone.utc), updated_by=actor)
+        await (await self._bucket()).put(tenant, msgspec.json.encode(stored))
+        await audit.record(self._js, tenant=tenant, action="policy.updated", target=tenant, actor=actor,
+                           details={"allowed_modes": list(stored.allowed_modes), "max_threads": stored.max_threads,
+                                    "max_queued_runs": stored.max_queued_runs})
+        return stored

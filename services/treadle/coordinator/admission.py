@@ -1,0 +1,113 @@
+"""What the coordinator checks before deciding a command: the tenant's policy (runtime modes) and the quotas
+it can decide exactly from state it owns (queued runs and stored text per thread, threads per tenant)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+
+from treadle.domain import policy, quotas
+from treadle.domain.commands import Command, CreateThread, EditQueued, ForkThread, ImplementPlan, SendMessage
+from treadle.domain.policy import TenantPolicy
+from treadle.domain.thread import ThreadState
+from treadle.eventlog import subjects
+from treadle.eventlog.errors import Unavailable
+from treadle.eventlog.log import EventLog
+from treadle.runtime.policies import PolicyStore
+from treadle.runtime.settings import CoordinatorSettings
+
+from .lineage import fork_thread_id
+
+_GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
+
+
+class Admission:
+    def __init__(self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings) -> None:
+        self._js, self._log = js, log
+        self._policies = PolicyStore(js)
+        self._defaults = quotas.Quotas(max_threads=own.max_threads_per_tenant, max_queued_runs=own.max_queued_runs,
+                                       max_thread_text_bytes=own.max_thread_text_bytes)
+        # Thread creations of one tenant are counted and appended one at a time in this process (across
+        # processes the fence of ``check`` orders them: a lost race is a conflict, decided again).
+        self._creating: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # tenant -> (last thread.created sequence, threads then): while no thread was made since, the count
+        # stands, so a flood of creates refused at the limit costs one direct get each, not a count.
+        self._counted: dict[str, tuple[int, int]] = {}
+
+    def guards(self, command: Command) -> bool:
+        return isinstance(command.body, _GUARDED)
+
+    def creates_thread(self, command: Command) -> bool:
+        return isinstance(command.body, (CreateThread, ForkThread))
+
+    def creation_lock(self, tenant: str) -> asyncio.Lock:
+        return self._creating[tenant]
+
+    async def policy(self, tenant: str) -> TenantPolicy:
+        try:
+            return await self._policies.get(tenant)
+        except NatsError as exc:  # the decision loop retries an unavailable broker like a failed append
+            raise Unavailable(f"tenant policy of {tenant} unreadable: {exc!r}") from None
+
+    def quotas_for(self, tenant_policy: TenantPolicy) -> quotas.Quotas:
+        return quotas.Quotas(
+            max_threads=tenant_policy.max_threads or self._defaults.max_threads,
+            max_queued_runs=tenant_policy.max_queued_runs or self._defaults.max_queued_runs,
+            max_thread_text_bytes=self._defaults.max_thread_text_bytes)
+
+    async def check(self, tenant_policy: TenantPolicy, state: ThreadState, command: Command) -> tuple[str, int] | None:
+        """Raises the domain's Forbidden or QuotaExceeded; nothing has been appended yet. A command making a
+        thread gets the fence its append must carry: the tenant's thread creations as they were when counted,
+        so a thread another coordinator created meanwhile makes the append conflict and the count is redone."""
+        policy.check_command(tenant_policy, state, command)
+        limits = self.quotas_for(tenant_policy)
+        quotas.check_command(limits, state, command)
+        if not self._new_thread(state, command):
+            return None
+        creations = subjects.thread_creations(command.tenant)
+        fence = (creations, await self._log.last_seq_of(creations))  # read before counting
+        quotas.check_thread_count(limits, await self._threads_at(command.tenant, fence[1]))
+        return fence
+
+    async def _threads_at(self, tenant: str, creation_seq: int) -> int:
+        """The tenant's threads once its last creation is ``creation_seq``. Counted after that sequence was read,
+        so a creation landing in between is counted too; that entry is never used again, since the last
+        creation is past ``creation_seq`` from then on."""
+        known = self._counted.get(tenant)
+        if known is not None and known[0] == creation_seq:
+            return known[1]
+        count = await self.thread_count(tenant)
+        if len(self._counted) >= 100_000:
+            self._counted.clear()
+        self._counted[tenant] = (creation_seq, count)
+        return count
+
+    def created(self, tenant: str, fence: tuple[str, int], seq: int) -> None:
+        """A thread counted under ``fence`` was created at ``seq``: one more, known without counting."""
+        known = self._counted.get(tenant)
+        if known is not None and known[0] == fence[1]:
+            self._counted[tenant] = (seq, known[1] + 1)
+
+    @staticmethod
+    def _new_thread(state: ThreadState, command: Command) -> bool:
+        if isinstance(command.body, CreateThread):
+            return state.thread is None  # a retried create finds its thread and is answered as a duplicate
+        if isinstance(command.body, ForkThread):
+            children = state.lineage.children if state.lineage is not None else []
+            return not any(c.get("thread_id") == fork_thread_id(command) for c in children)
+        return False
+
+    async def thread_count(self, tenant: str) -> int:
+        """The tenant's threads as the log has them: distinct ``thread.created`` subjects (one per thread,
+        partitioned or from before partitions)."""
+        total = 0
+        try:
+            for pattern in (f"treadle.evt.{tenant}.*.thread.created", f"treadle.evt.{tenant}.*.thread.created.*"):
+                info = await self._js.stream_info(subjects.EVENTS_STREAM, subjects_filter=pattern)
+                total += len(info.state.subjects or {})
+        except NatsError as exc:
+            raise Unavailable(f"threads of {tenant} uncountable: {exc!r}") from None
+        return total

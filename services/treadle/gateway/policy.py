@@ -1,0 +1,58 @@
+"""Tenant policy over HTTP, for admins only: which runtime modes the tenant's threads may use and its own
+quotas. The coordinator enforces it on every command; the gateway checks a new thread's mode early."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from litestar import Request, get, put
+from litestar.params import JSONBody
+
+from treadle.domain.entities import RuntimeMode
+from treadle.domain.errors import DomainError
+from treadle.domain.policy import DEFAULT_MODES, TenantPolicy, require_role
+from treadle.runtime.tokens import Principal
+
+from .app import _state, principal
+from .errors import ApiError
+
+
+class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    allowed_modes: Annotated[list[RuntimeMode], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: list(DEFAULT_MODES))
+    max_threads: int | None = None
+    max_queued_runs: int | None = None
+
+
+def as_api_error(exc: DomainError) -> ApiError:
+    return ApiError(exc.status, exc.code, exc.message, exc.details)
+
+
+async def admin(request: Request) -> Principal:
+    who = await principal(request)
+    try:
+        require_role(who.role, "admin", f"{request.method} {request.url.path}")
+    except DomainError as exc:
+        raise as_api_error(exc) from None
+    return who
+
+
+@get("/v1/policy", summary="The tenant's policy: allowed runtime modes and quotas (admin)")
+async def get_policy(request: Request) -> TenantPolicy:
+    who = await admin(request)
+    return await _state(request).policies.get(who.tenant)
+
+
+@put("/v1/policy", summary="Replace the tenant's policy (admin); audited as policy.updated")
+async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
+    who = await admin(request)
+    wanted = TenantPolicy(allowed_modes=tuple(data.allowed_modes), max_threads=data.max_threads,
+                          max_queued_runs=data.max_queued_runs)
+    try:
+        return await _state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
+    except DomainError as exc:
+        raise as_api_error(exc) from None
+
+
+ROUTES = [get_policy, put_policy]
