@@ -40,14 +40,19 @@ RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 Decision = tuple[list[ev.Payload], Accepted]
 
 
+def require_thread(state: ThreadState, command: Command) -> None:
+    """Every command but a create needs its thread; another tenant's thread is not in this tenant's log."""
+    if state.thread is None and not isinstance(command.body, CreateThread):
+        raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
+
+
 def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
     """Every thread command but ``RespondRequest``, whose answer must reach a live provider callback first
     (the coordinator checks it with :func:`requests.answerable`)."""
     body = command.body
     if isinstance(body, CreateThread):
         return create_thread(state, command, body, ctx)
-    if state.thread is None:
-        raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
+    require_thread(state, command)
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
     if isinstance(body, rollback.ROLLBACK_COMMANDS):
