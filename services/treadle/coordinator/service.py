@@ -26,6 +26,7 @@ from treadle.domain.commands import (
     thread_id_for,
 )
 from treadle.domain.decide import decide, dispatch_next, require_thread
+from treadle.domain.limits import check_sizes
 from treadle.domain.errors import BadRequest as DomainBadRequest
 from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
@@ -139,6 +140,7 @@ class Coordinator:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
+                check_sizes(command.body)  # every decider, whatever reached the broker
                 require_thread(state, command)  # before any decider: they may rely on the thread being there
                 if decider is not None:
                     events, receipt = await decider(state, command)
