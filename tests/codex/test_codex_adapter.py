@@ -378,3 +378,16 @@ async def test_L11_4_a_question_outside_plan_mode_with_an_unknown_answer_id_is_r
     await driver.adapter.respond(request.request_id, Response(answers={"0": "M"}))  # the only question
     assert (await ended(task, sink)).status == "completed"
     assert '"M"' in str([r for r in mock.requests if r.prompt == "ask me"][-1].tool_outputs[-1])
+
+
+async def test_L11_4_a_question_answered_with_a_message_gives_the_model_that_message(open_driver, mock):
+    """Issue 17: ``{"message": …}`` answers a question on every runtime (Claude delivers it; Codex got empty
+    answers). A question without an answer of its own is answered with the message; one with its own keeps it."""
+    mock.on("ask me", [Ask("size", "Which size?", ["S", "M", "L"])], [Text("Size noted.")])
+    driver = await open_driver()
+    turn, sink, task = driver.start("ask me")
+    request = await opened_request(sink)
+    await driver.adapter.respond(request.request_id, Response(message="medium, but check the stock first"))
+    assert (await ended(task, sink)).status == "completed"
+    output = str([r for r in mock.requests if r.prompt == "ask me"][-1].tool_outputs[-1])
+    assert "medium, but check the stock first" in output, output

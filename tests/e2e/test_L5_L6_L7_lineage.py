@@ -154,7 +154,7 @@ async def test_L5_4_a_message_on_another_model_gets_a_fresh_provider_thread_with
 
 
 async def test_L5_5_bad_handoff_ids_are_typed_errors(api):
-    r = await api.request("GET", "/v1/handoffs/hoff_0000000000000000000000000")
+    r = await api.request("GET", "/v1/handoffs/hoff_" + "0" * 26)
     assert r.status_code == 404 and r.json()["error"]["code"] == "handoff_not_found"
     r = await api.request("GET", "/v1/handoffs/run_x")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_id"
@@ -296,7 +296,7 @@ async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_o
     assert refused["error"]["code"] == "unstable_source" and refused["error"]["details"]["reason"] == "run_active"
     pending = await fork(api, thread, {"type": "node", "id": req["node_id"]}, expect=409)
     assert pending["error"]["details"]["reason"] == "pending_approval"
-    missing = await fork(api, thread, {"type": "run", "id": "run_0000000000000000000000000"}, expect=404)
+    missing = await fork(api, thread, {"type": "run", "id": "run_" + "0" * 26}, expect=404)
     assert missing["error"]["code"] == "source_not_found"
 
     forked = await fork(api, thread, {"type": "run", "id": active["run_id"]})

@@ -211,7 +211,7 @@ async def test_client_diff_and_rollback_methods(api, stack):
         again = await client.rollback(thread, 1, idempotency_key="rb-1")
         assert done["status"] == "completed" and again["id"] == done["id"]
         with pytest.raises(ApiError) as refused:
-            await client.rollback_node("node_x", "ckpt_x", thread_id=thread)
+            await client.rollback_node("node_" + "0" * 26, "ckpt_" + "0" * 26, thread_id=thread)
         assert refused.value.status == 404
 
 

@@ -72,6 +72,6 @@ async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
         assert "notes.md added" in out
 
         # An expected failure is one red line on stderr and exit code 1, never a traceback.
-        code, out, err = await treadle("threads", "show", "thr_0000000000nothere0000000000", *api, cwd=tmp_path)
+        code, out, err = await treadle("threads", "show", "thr_" + "0" * 26, *api, cwd=tmp_path)
         assert code == 1
         assert "not found" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

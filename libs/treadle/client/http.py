@@ -19,6 +19,7 @@ import httpx
 from ..domain.entities import TERMINAL_RUN_STATUSES
 
 TERMINAL = TERMINAL_RUN_STATUSES
+MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
 
 # What a run's status becomes with each event about it: lets wait_run watch the stream instead of polling.
 _STATUS_AFTER = {
@@ -92,6 +93,35 @@ class TreadleClient:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
                                        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        # Reads never go back in time for this client: each thread's read asks for (``min_seq``) the highest
+        # sequence the client wrote or saw on it, and a run's read for its thread's.
+        self._seen: dict[str, int] = {}
+        self._run_thread: dict[str, str] = {}
+
+    def saw(self, thread_id: str, seq: int | None) -> None:
+        """Record that this client has seen ``thread_id`` at ``seq`` (a write's answer, an event's id)."""
+        if seq is None:
+            return
+        if len(self._seen) >= MAX_REMEMBERED and thread_id not in self._seen:
+            self._seen.clear()  # bounded memory: forgetting only lets a read be as fresh as the projection
+        self._seen[thread_id] = max(seq, self._seen.get(thread_id, 0))
+
+    def _learn(self, answer: Any) -> Any:
+        """Remember the thread and sequence a write answered with, and the thread of any run it names."""
+        if isinstance(answer, dict) and isinstance(answer.get("thread_id"), str):
+            thread = answer.get("parent_thread_id") or answer["thread_id"]  # a fork's seq is its parent's
+            if isinstance(answer.get("seq"), int):
+                self.saw(thread, answer["seq"])
+            run_id = answer.get("run_id") or (answer["id"] if str(answer.get("id", "")).startswith("run_") else None)
+            if isinstance(run_id, str):
+                if len(self._run_thread) >= MAX_REMEMBERED:
+                    self._run_thread.clear()
+                self._run_thread[run_id] = answer["thread_id"]
+        return answer
+
+    def _min_seq(self, thread_id: str | None) -> dict:
+        seq = self._seen.get(thread_id or "")
+        return {"min_seq": seq} if seq else {}
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -111,7 +141,7 @@ class TreadleClient:
             raise self._unreachable(exc) from None
         if response.status_code >= 400:
             raise ApiError.from_response(response)
-        return response.json()
+        return self._learn(response.json()) if method != "GET" else response.json()
 
     def _unreachable(self, exc: Exception) -> ApiError:
         return ApiError(0, "unreachable", f"cannot reach {self.base_url}: {exc or exc.__class__.__name__}")
@@ -128,7 +158,7 @@ class TreadleClient:
         return (await self._call("GET", "/v1/threads", params={"limit": limit, "offset": offset}))["threads"]
 
     async def get_thread(self, thread_id: str) -> dict:
-        return await self._call("GET", f"/v1/threads/{thread_id}")
+        return await self._call("GET", f"/v1/threads/{thread_id}", params=self._min_seq(thread_id))
 
     async def send(self, thread_id: str, text: str, mode: str = "auto", provider: str | None = None,
                    script: dict | None = None, idempotency_key: str | None = None,
@@ -139,7 +169,8 @@ class TreadleClient:
                                 idempotency_key=idempotency_key)
 
     async def get_run(self, run_id: str) -> dict:
-        return await self._call("GET", f"/v1/runs/{run_id}")
+        run = await self._call("GET", f"/v1/runs/{run_id}", params=self._min_seq(self._run_thread.get(run_id)))
+        return self._learn(run)
 
     # --- lineage (L5-L7): fork, handoffs, the tree; merge-back and clean context are ``send_with_context`` --
 
@@ -162,7 +193,7 @@ class TreadleClient:
         return await self._call("GET", f"/v1/handoffs/{handoff_id}")
 
     async def lineage(self, thread_id: str) -> dict:
-        return await self._call("GET", f"/v1/threads/{thread_id}/lineage")
+        return await self._call("GET", f"/v1/threads/{thread_id}/lineage", params=self._min_seq(thread_id))
 
     # --- events -----------------------------------------------------------------------------------
 
@@ -185,6 +216,7 @@ class TreadleClient:
                     await response.aread()
                     raise ApiError.from_response(response)
                 async for event in parse_sse(_signal_first(response.aiter_lines(), connected)):
+                    self.saw(thread_id, event.id)
                     yield event
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
@@ -210,7 +242,9 @@ class TreadleClient:
                         after = _STATUS_AFTER.get(event.event)
                         if after in wanted and event.json().get("data", {}).get("run_id") == run_id:
                             break
-            return await self._caught_up(run_id, wanted)
+            # The event is in the log; the read asks for the sequence this client saw (min_seq), so it
+            # reflects that event whether or not the projector has written it yet.
+            return await self.get_run(run_id)
 
     async def _fresh_run(self, run_id: str, grace: float = 5.0) -> dict:
         """The run, allowing for a run accepted a moment ago that the read model does not show yet."""
@@ -225,23 +259,16 @@ class TreadleClient:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    async def _caught_up(self, run_id: str, wanted: frozenset[str]) -> dict:
-        # The projection trails the log by a few milliseconds: the event is in, its read model is on its way.
-        delay = 0.01
-        while (run := await self._fresh_run(run_id))["status"] not in wanted:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.25)
-        return run
-
     # --- checkpoints: diffs and rollbacks (L10) ----------------------------------------------------
 
     async def run_diff(self, run_id: str, max_bytes: int | None = None) -> dict:
         """What a run changed: unified diff (``truncated`` when cut at ``max_bytes``) and per-file stats."""
-        return await self._call("GET", f"/v1/runs/{run_id}/diff", params=_present(max_bytes=max_bytes))
+        params = {**_present(max_bytes=max_bytes), **self._min_seq(self._run_thread.get(run_id))}
+        return await self._call("GET", f"/v1/runs/{run_id}/diff", params=params)
 
     async def thread_diff(self, thread_id: str, from_ordinal: int | None = None, to_ordinal: int | None = None,
                           max_bytes: int | None = None) -> dict:
-        params = _present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal})
+        params = {**_present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal}), **self._min_seq(thread_id)}
         return await self._call("GET", f"/v1/threads/{thread_id}/diff", params=params)
 
     async def rollback(self, thread_id: str, to_run_ordinal: int, interrupt_active: bool = False,

@@ -9,11 +9,6 @@ import msgspec
 
 from .ids import IdFactory
 
-MAX_TEXT_CHARS = 100_000
-MAX_TITLE_CHARS = 200
-MAX_MODEL_CHARS = 200
-MAX_SCRIPT_BYTES = 256 * 1024
-
 
 class CreateThread(msgspec.Struct, kw_only=True, tag="thread.create", forbid_unknown_fields=True):
     title: str = ""

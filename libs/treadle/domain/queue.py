@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import events as ev
-from .commands import MAX_TEXT_CHARS, CancelQueued, EditQueued, ReorderQueue
+from .commands import CancelQueued, EditQueued, ReorderQueue
 from .entities import Run
 from .errors import BadRequest, Conflict, NotFound, check
 from .turn_options import check_turn_options
@@ -30,8 +30,6 @@ def reorder(state: ThreadState, body: ReorderQueue) -> list[ev.Payload]:
 def edit(state: ThreadState, body: EditQueued) -> list[ev.Payload]:
     run = _queued(state, body.run_id)
     check(bool(body.text.strip()), BadRequest, "text must not be empty", code="empty_text")
-    check(len(body.text) <= MAX_TEXT_CHARS, BadRequest, f"text is at most {MAX_TEXT_CHARS} characters",
-          code="text_too_long")
     if body.script is not None:
         try:
             check_turn_options(run.provider, body.script)

@@ -8,7 +8,6 @@ from .errors import BadRequest, Conflict, NotFound, check
 from .thread import ThreadState
 
 DECISIONS = ("accept", "accept_for_session", "decline", "cancel")
-MAX_ANSWER_CHARS = 20_000
 
 
 def answerable(state: ThreadState, body: RespondRequest) -> RuntimeRequest:
@@ -29,9 +28,6 @@ def answerable(state: ThreadState, body: RespondRequest) -> RuntimeRequest:
         check(body.decision in DECISIONS, BadRequest, f"an approval needs decision: one of {', '.join(DECISIONS)}",
               code="invalid_response")
         check(body.answers is None, BadRequest, "an approval takes a decision, not answers", code="invalid_response")
-    size = sum(len(k) + len(v) for k, v in (body.answers or {}).items()) + len(body.message or "")
-    check(size <= MAX_ANSWER_CHARS, BadRequest, f"answers are at most {MAX_ANSWER_CHARS} characters",
-          code="invalid_response")
     return req
 
 

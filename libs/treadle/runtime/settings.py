@@ -51,7 +51,8 @@ class GatewaySettings(WorkerSettings):
     max_body_bytes: int = 1024 * 1024
     rate_limit: float = 1000.0  # requests per second per token, sustained (0: no limit)
     rate_burst: int = 2000  # requests per token at once
-    max_text_chars: int = Field(default=100_000, gt=0)  # a message's text (413 above, before the broker)
+    # a message's text and script (400 above, before the broker); domain/limits.py caps both at the broker's budget
+    max_text_chars: int = Field(default=100_000, gt=0)
     max_script_bytes: int = Field(default=256 * 1024, gt=0)  # a message's script as JSON
     max_streams_per_token: int = Field(default=20, ge=0)  # open SSE streams, per replica (0: no limit)
     max_streams_per_tenant: int = Field(default=200, ge=0)

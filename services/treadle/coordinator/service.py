@@ -25,7 +25,8 @@ from treadle.domain.commands import (
     reaction_ctx,
     thread_id_for,
 )
-from treadle.domain.decide import decide, dispatch_next
+from treadle.domain.decide import decide, dispatch_next, require_thread
+from treadle.domain.limits import check_sizes
 from treadle.domain.errors import BadRequest as DomainBadRequest
 from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
@@ -117,14 +118,19 @@ class Coordinator:
 
     async def _handle_command(self, msg: Msg, command: Command) -> None:
         verb = type(command.body).__name__
-        if isinstance(command.body, RespondRequest):
-            reply = await self._decide_and_append(command, self._respond)
-        elif isinstance(command.body, ForkThread):
-            reply = await self._decide_and_append(command)  # decided by LineageCommands.fork, with its fence
-        elif wants_context(command):
-            reply = await self._decide_and_append(command, self._lineage.send)
-        else:
-            reply = await self._decide_and_append(command)
+        try:
+            if isinstance(command.body, RespondRequest):
+                reply = await self._decide_and_append(command, self._respond)
+            elif isinstance(command.body, ForkThread):
+                reply = await self._decide_and_append(command)  # decided by LineageCommands.fork, with its fence
+            elif wants_context(command):
+                reply = await self._decide_and_append(command, self._lineage.send)
+            else:
+                reply = await self._decide_and_append(command)
+        except Exception:
+            # A bug must not leave the gateway re-sending the command until its timeout: answer at once.
+            log.exception("command %s (%s) failed", command.id, verb)
+            reply = Rejected(code="internal", message="internal error", status=500)
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()
         await msg.respond(_encode(reply))
 
@@ -143,6 +149,8 @@ class Coordinator:
                 # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
                 # alone would make nearly every send hit a conflict (measured: ~1 per run).
                 state = await self._store.refresh(tenant, thread)
+                check_sizes(command.body)  # every decider, whatever reached the broker
+                require_thread(state, command)  # before any decider: they may rely on the thread being there
                 fence = None
                 if self._admission.guards(command):
                     tenant_policy = tenant_policy or await self._admission.policy(tenant)

@@ -23,8 +23,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutErr
 
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
-from treadle.domain.ids import is_token
 from treadle.domain.errors import DomainError
+from treadle.domain.ids import is_id, is_token
 from treadle.domain.policy import ROLES, check_mode
 from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
@@ -42,6 +42,7 @@ from . import errors
 from .commands import Commands
 from .errors import ApiError
 from .limits import RateLimitMiddleware, TokenBuckets, bearer
+from .params import number
 from .sse import thread_events
 from .stream_slots import StreamSlots
 
@@ -106,26 +107,29 @@ async def principal(request: Request) -> Principal:
 
 def _id(value: str, prefix: str) -> str:
     """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key."""
-    if not (is_token(value) and value.startswith(prefix + "_")):
+    if not is_id(value, prefix):
         raise ApiError(400, "invalid_id", f"{value!r} is not a valid {prefix} id")
     return value
 
 
-MinSeq = Annotated[int | None, QueryParameter(ge=0, description=(
+MinSeq = Annotated[str | None, QueryParameter(description=(
     "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
-    "a write answered with"))]
+    "a write answered with or an SSE event's id (ASCII digits)"))]
 
 
-async def _thread_doc(request: Request, tenant: str, thread: str, min_seq: int | None = None) -> bytes:
+async def _thread_doc(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> bytes:
     """The thread's projection; a thread missing from Redis is rebuilt from the log on demand. With
-    ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after)."""
+    ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after), and
+    folds the log itself when the projector is further behind: such a read never goes back in time."""
     state = _state(request)
-    if min_seq:
+    behind = False
+    if min_seq := number(min_seq, "min_seq"):
         for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
             await asyncio.sleep(delay)
-            if await state.projections.seq(tenant, thread) >= min_seq:
-                break
-    doc = await state.projections.doc(tenant, thread)
+            if behind := await state.projections.seq(tenant, thread) < min_seq:
+                continue
+            break
+    doc = None if behind else await state.projections.doc(tenant, thread)
     if doc is not None:
         return doc
     folded = fold(await state.log.read(tenant, thread))
@@ -200,10 +204,11 @@ def _documented(model: type) -> dict:
 
 
 @get("/v1/threads", summary="List the tenant's threads, newest first", responses=_documented(ThreadList))
-async def list_threads(request: Request, limit: Annotated[int, QueryParameter(ge=1, le=500)] = 50,
-                       offset: Annotated[int, QueryParameter(ge=0, le=1_000_000)] = 0) -> Response:
+async def list_threads(request: Request, limit: Annotated[str | None, QueryParameter(description="1..500, 50")] = None,
+                       offset: Annotated[str | None, QueryParameter(description="0..1000000")] = None) -> Response:
     who = await principal(request)
-    items = await _state(request).projections.threads(who.tenant, limit, offset)
+    items = await _state(request).projections.threads(who.tenant, number(limit, "limit", low=1, high=500) or 50,
+                                                      number(offset, "offset", high=1_000_000) or 0)
     return _json(b'{"threads":[' + b",".join(items) + b"]}")
 
 
@@ -230,13 +235,13 @@ async def send_message(request: Request, thread_id: FromPath[str], data: JSONBod
 
 
 @get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph", responses=_documented(RunView))
-async def get_run(request: Request, run_id: FromPath[str]) -> Response:
+async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> Response:
     who = await principal(request)
     run_id = _id(run_id, "run")
     thread = await thread_of(request, who.tenant, run_id)
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
-    state = msgspec.json.decode(await _thread_doc(request, who.tenant, thread), type=ThreadState)
+    state = msgspec.json.decode(await _thread_doc(request, who.tenant, thread, min_seq), type=ThreadState)
     run = state.run(run_id)
     if run is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
@@ -250,15 +255,13 @@ async def get_run(request: Request, run_id: FromPath[str]) -> Response:
 @get("/v1/threads/{thread_id:str}/events", summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID")
 async def events(request: Request, thread_id: FromPath[str],
                  last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
-                 after: Annotated[int | None, QueryParameter(ge=0)] = None) -> Stream:
+                 after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None) -> Stream:
     who = await principal(request)
     thread = _id(thread_id, "thr")
-    await _thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads
-    start = after or 0
+    start = number(after, "after") or 0
     if last_event_id is not None:
-        if not last_event_id.isdigit():
-            raise ApiError(400, "invalid_last_event_id", "Last-Event-ID must be a stream sequence")
-        start = int(last_event_id)
+        start = number(last_event_id, "Last-Event-ID", code="invalid_last_event_id") or 0
+    await _thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads
     slots: StreamSlots = _state(request).stream_slots
     holder = token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read

@@ -19,11 +19,13 @@ from treadle.domain.commands import RollbackNode, RollbackThread
 from treadle.domain.entities import Checkpoint, Rollback
 from treadle.domain.thread import ThreadState, fold
 
-from .app import _id, _thread_doc, principal, thread_of
+from .app import MinSeq, _id, _thread_doc, principal, thread_of
 from .errors import ApiError
+from .params import number
 
 DEFAULT_DIFF_BYTES = 256 * 1024
 MAX_DIFF_BYTES = 4 * 1024 * 1024
+MAX_ORDINAL = 2**31 - 1
 
 
 # --- shapes -----------------------------------------------------------------------------------------
@@ -64,15 +66,19 @@ class RollbackView(Rollback, kw_only=True):
     thread_id: str
 
 
-MaxBytes = Annotated[int, QueryParameter(ge=1, le=MAX_DIFF_BYTES)]
+MaxBytes = Annotated[str | None, QueryParameter(description=f"1..{MAX_DIFF_BYTES}, {DEFAULT_DIFF_BYTES}")]
+
+
+def _max_bytes(value: str | None) -> int:
+    return number(value, "max_bytes", low=1, high=MAX_DIFF_BYTES) or DEFAULT_DIFF_BYTES
 IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-async def _state_of(request: Request, tenant: str, thread: str) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread), type=ThreadState)
+async def _state_of(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadState:
+    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
 
 
 def _point(c: Checkpoint) -> CheckpointPoint:
@@ -108,11 +114,13 @@ async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoi
 
 
 @get("/v1/runs/{run_id:str}/diff", summary="What a run changed: its checkpoint vs the previous root checkpoint")
-async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
+async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None,
+                   min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
     run_id = _id(run_id, "run")
+    limit = _max_bytes(max_bytes)
     thread = await thread_of(request, who.tenant, run_id)
-    state = await _state_of(request, who.tenant, thread) if thread else None
+    state = await _state_of(request, who.tenant, thread, min_seq) if thread else None
     run = state.run(run_id) if state else None
     if state is None or run is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
@@ -120,16 +128,19 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     # The previous root checkpoint this run started from: ordinal N-1 as captured before the run's own.
     before = state.checkpoints[: state.checkpoints.index(new)]
     old = next((c for c in reversed(before) if c.scope == "root" and c.ordinal == run.ordinal - 1 and c.commit), None)
-    return await _diff(request, who.tenant, state, old, new, max_bytes, run_id=run_id)
+    return await _diff(request, who.tenant, state, old, new, limit, run_id=run_id)
 
 
 @get("/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)")
 async def thread_diff(request: Request, thread_id: FromPath[str],
-                      from_ordinal: Annotated[int | None, QueryParameter(name="from", ge=0)] = None,
-                      to_ordinal: Annotated[int | None, QueryParameter(name="to", ge=0)] = None,
-                      max_bytes: MaxBytes = DEFAULT_DIFF_BYTES) -> Diff:
+                      from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
+                      to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
+                      max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
-    state = await _state_of(request, who.tenant, _id(thread_id, "thr"))
+    thread = _id(thread_id, "thr")
+    from_ordinal, to_ordinal = number(from_, "from", high=MAX_ORDINAL), number(to, "to", high=MAX_ORDINAL)
+    limit = _max_bytes(max_bytes)
+    state = await _state_of(request, who.tenant, thread, min_seq)
     if to_ordinal is None:
         latest = [c.ordinal for c in state.checkpoints if c.scope == "root" and not c.stale and c.commit]
         if not latest:
@@ -141,7 +152,7 @@ async def thread_diff(request: Request, thread_id: FromPath[str],
         raise ApiError(400, "invalid_range", "from must not be after to")
     new = _usable(state.checkpoint(to_ordinal), f"run {to_ordinal}")
     old = _usable(state.checkpoint(from_ordinal), f"run {from_ordinal}")
-    return await _diff(request, who.tenant, state, old, new, max_bytes)
+    return await _diff(request, who.tenant, state, old, new, limit)
 
 
 # --- rollbacks --------------------------------------------------------------------------------------

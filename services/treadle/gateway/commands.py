@@ -13,7 +13,9 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from treadle.domain.commands import Accepted, Body, Command, Rejected, Reply
+from treadle.domain.errors import DomainError
 from treadle.domain.ids import new_id
+from treadle.domain.limits import check_sizes
 from treadle.eventlog import subjects
 
 from .errors import ApiError
@@ -21,6 +23,7 @@ from .errors import ApiError
 _reply = msgspec.json.Decoder(Reply)
 _encode = msgspec.json.Encoder().encode
 MAX_KEY = 255
+ENVELOPE_BYTES = 1024  # a command's id, tenant, user, thread and time around its body
 
 
 class IdempotencyRecord(msgspec.Struct, kw_only=True):
@@ -63,7 +66,17 @@ class Commands:
 
     async def send(self, *, tenant: str, user: str, verb: str, thread: str | None, body: Body,
                    idempotency_key: str | None) -> Accepted:
-        fingerprint = hashlib.sha256(f"{verb}|{thread}|".encode() + _encode(body)).hexdigest()
+        # Every size limit before anything reaches the broker: a command over its message limit would fail
+        # to send, which reads as the broker being down (a 503 whose retry never succeeds).
+        try:
+            check_sizes(body)
+        except DomainError as exc:
+            raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
+        encoded = _encode(body)
+        if len(encoded) + ENVELOPE_BYTES > self._nc.max_payload:  # the field limits keep within it: a backstop
+            raise ApiError(413, "too_large", f"the command is {len(encoded)} bytes; the broker takes "
+                           f"{self._nc.max_payload - ENVELOPE_BYTES}", {"limit": self._nc.max_payload - ENVELOPE_BYTES})
+        fingerprint = hashlib.sha256(f"{verb}|{thread}|".encode() + encoded).hexdigest()
         command_id, issued_at = await self._identity(tenant, idempotency_key, fingerprint)
         payload = _encode(Command(id=command_id, tenant=tenant, user=user, thread=thread, issued_at=issued_at, body=body))
         deadline = time.monotonic() + self._timeout

@@ -12,7 +12,7 @@ from treadle.domain.commands import ForkSource, ForkThread
 from treadle.domain.entities import ContextHandoff, ContextTransfer
 from treadle.domain.thread import ThreadState
 
-from .app import IdempotencyKey, _id, _state, _thread_doc, principal, thread_of
+from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, principal, thread_of
 from .errors import ApiError
 
 MAX_DEPTH = 64  # a lineage deeper than this is cut off in the tree view
@@ -63,8 +63,8 @@ class LineageView(msgspec.Struct, kw_only=True):
 _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
 
 
-async def _folded(request: Request, tenant: str, thread: str) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread), type=ThreadState)
+async def _folded(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadState:
+    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
 
 
 @post("/v1/threads/{thread_id:str}/fork", status_code=201,
@@ -83,11 +83,11 @@ async def fork_thread(request: Request, thread_id: FromPath[str], data: JSONBody
 
 
 @get("/v1/handoffs/{handoff_id:str}", summary="A context handoff artifact (L5.5) and the run that consumed it")
-async def get_handoff(request: Request, handoff_id: FromPath[str]) -> HandoffView:
+async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     who = await principal(request)
     handoff_id = _id(handoff_id, "hoff")
     thread = await thread_of(request, who.tenant, handoff_id)
-    state = await _folded(request, who.tenant, thread) if thread else None
+    state = await _folded(request, who.tenant, thread, min_seq) if thread else None
     handoff = state.handoff(handoff_id) if state else None
     if handoff is None or state is None or thread is None:
         raise ApiError(404, "handoff_not_found", f"handoff {handoff_id} not found")
@@ -108,10 +108,10 @@ def _node(state: ThreadState, children: list[LineageNode]) -> LineageNode:
 
 
 @get("/v1/threads/{thread_id:str}/lineage", summary="The thread's lineage tree, from its root (L6)")
-async def get_lineage(request: Request, thread_id: FromPath[str]) -> LineageView:
+async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     who = await principal(request)
     thread = _id(thread_id, "thr")
-    state = await _folded(request, who.tenant, thread)
+    state = await _folded(request, who.tenant, thread, min_seq)
     root = state
     for _ in range(MAX_DEPTH):  # up to the root
         parent = root.lineage.parent_thread_id if root.lineage else None

@@ -73,16 +73,19 @@ class Registry:
         await self.sessions.delete(f"{host_id}.{session_id}")
 
     async def sessions_by_host(self) -> dict[str, dict[str, SessionRecord]]:
-        """host id -> session id -> record, for every recorded live session."""
+        """host id -> session id -> record, for every recorded live session. One pass over the bucket's
+        latest values: a read per key made a restarted host's recovery grow with its idle sessions."""
         found: dict[str, dict[str, SessionRecord]] = {}
-        for key in await _keys(self.sessions):  # nats-py 2.16 ignores key filters, so group here
-            host_id, _, session_id = key.partition(".")
-            try:
-                entry = await self.sessions.get(key)
-            except NotFoundError:
-                continue
-            if entry.value:
-                found.setdefault(host_id, {})[session_id] = msgspec.json.decode(entry.value, type=SessionRecord)
+        watcher = await self.sessions.watchall(ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:  # the current values are all delivered
+                    break
+                host_id, _, session_id = entry.key.partition(".")  # nats-py ignores key filters: group here
+                if entry.value:
+                    found.setdefault(host_id, {})[session_id] = msgspec.json.decode(entry.value, type=SessionRecord)
+        finally:
+            await watcher.stop()
         return found
 
 

@@ -30,7 +30,7 @@ from .child_scopes import ChildScopeSink
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
-from .watcher import HostWatcher
+from .watcher import HostWatcher, report_all
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -81,11 +81,11 @@ class ProviderHost:
     async def start(self) -> None:
         self._registry = Registry(await self._js.key_value("treadle-hosts"), await self._js.key_value("treadle-sessions"))
         await self._registry.beat(self._record())  # registered before it takes any session
-        await self._report_previous_life()
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
         self._subs.append(await self._nc.subscribe(subjects.host_summarise(self._volume), queue="summarisers",
                                                    cb=self._take_summary_request))
-        await self._sync_seat()
+        await self._sync_seat()  # before the report: the runs it reports are placed again at once
+        await self._report_previous_life()
         watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
                               self._own.heartbeat_seconds, self._publish_stopped)
         reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
@@ -135,11 +135,12 @@ class ProviderHost:
     async def _report_previous_life(self) -> None:
         """Sessions recorded by an earlier boot of this host died with it: say so on their threads."""
         previous = (await self._registry.sessions_by_host()).get(self.host_id, {})
-        for session_id, record in previous.items():
-            if record.boot_id == self.boot_id:
-                continue
-            await self._publish_stopped(session_id, record, "host_restarted")
-            await self._registry.forget_session(self.host_id, session_id)
+        await report_all(((session_id, record) for session_id, record in previous.items()
+                          if record.boot_id != self.boot_id), self._forget_stopped, "host_restarted")
+
+    async def _forget_stopped(self, session_id: str, record: SessionRecord, reason: str) -> None:
+        await self._publish_stopped(session_id, record, reason)
+        await self._registry.forget_session(self.host_id, session_id)
 
     async def _publish_stopped(self, session_id: str, record: SessionRecord, reason: str,
                                detail: str | None = None) -> None:

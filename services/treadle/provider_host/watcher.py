@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from treadle.runtime.clock import Clock
 
@@ -20,7 +20,20 @@ from .registry import Registry, SessionRecord
 log = logging.getLogger(__name__)
 
 HOST_LOST = "host_lost"
+REPORTS_IN_FLIGHT = 32
 Report = Callable[[str, SessionRecord, str], Awaitable[None]]  # (session id, record, reason)
+
+
+async def report_all(sessions: Iterable[tuple[str, SessionRecord]], report: Report, reason: str) -> None:
+    """Report many sessions stopped, several at a time: one by one, a host's idle sessions held up the report
+    (and so the recovery) of the one whose run was waiting, for seconds per hundred sessions."""
+    gate = asyncio.Semaphore(REPORTS_IN_FLIGHT)
+
+    async def one(session_id: str, record: SessionRecord) -> None:
+        async with gate:
+            await report(session_id, record, reason)
+
+    await asyncio.gather(*(one(session_id, record) for session_id, record in sessions))
 
 
 class HostWatcher:
@@ -62,7 +75,8 @@ class HostWatcher:
             dead.append(host_id)
             log.warning("host %s missed its heartbeats for %.1fs: reporting %d sessions stopped", host_id,
                         now - seen[1], len(sessions))
-            for session_id, record in sessions.items():
-                await self._report(session_id, record, HOST_LOST)
+            async def forget(session_id: str, record: SessionRecord, reason: str, host_id: str = host_id) -> None:
+                await self._report(session_id, record, reason)
                 await self._registry.forget_session(host_id, session_id)
+            await report_all(sessions.items(), forget, HOST_LOST)
         return dead

@@ -410,13 +410,16 @@ def _text_input(text: str) -> dict:
 
 
 def _answers(live: LiveRequest, response: Response) -> dict:
-    """Treadle answers (question id, or "0" for the only question) → Codex's ``{id: {answers: [...]}}``."""
+    """Treadle answers (question id, or "0" for the only question) → Codex's ``{id: {answers: [...]}}``. The
+    model reads only these answers, so a free-text ``message`` answers every question not answered otherwise."""
     given = dict(response.answers or {})
     if "0" in given and len(live.question_ids) == 1 and live.question_ids[0] not in given:
         given[live.question_ids[0]] = given.pop("0")
     unknown = set(given) - set(live.question_ids)
     if unknown:
         raise ValueError(f"no such question: {', '.join(sorted(unknown))}")
+    if response.message:
+        given = {qid: given.get(qid, response.message) for qid in live.question_ids}
     return {qid: {"answers": [given[qid]]} for qid in live.question_ids if qid in given}
 
 
