@@ -1,0 +1,88 @@
+"""Fair share of provider capacity (L9.3): placing a session on a host, starting a turn on it.
+
+A full host makes room by releasing an idle session of the tenant holding the most sessions (its least
+recently used first) rather than stranding another tenant's run; a released provider thread resumes later,
+as after an idle reap. Per-tenant limits cap live sessions and concurrent runs across hosts. What cannot be
+placed now is refused with a reason the run waits under (``capacity``, ``tenant_quota``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import msgspec
+
+CAPACITY = "capacity"
+TENANT_QUOTA = "tenant_quota"
+WaitReason = Literal["capacity", "tenant_quota"]
+
+
+class SessionLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """A live session on this host as the placement sees it."""
+
+    session_id: str
+    tenant: str
+    busy: bool  # a turn plays on it (a pending approval or question keeps its turn playing)
+    last_active: float  # on the host's clock
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    capacity: int  # live sessions on this host
+    tenant_sessions: int = 0  # live sessions of one tenant across hosts (0: no limit)
+    tenant_runs: int = 0  # turns playing for one tenant across hosts (0: no limit)
+    grace: float = 0.0  # a session touched this recently is not released (it may be about to start a turn)
+
+
+class Admit(msgspec.Struct, frozen=True):
+    release: tuple[str, ...] = ()  # sessions to release first, to make room
+
+
+class Refuse(msgspec.Struct, frozen=True):
+    reason: WaitReason
+    message: str
+
+
+def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, elsewhere: Mapping[str, int],
+          limits: Limits, now: float) -> Admit | Refuse:
+    """Whether a new session of ``tenant`` may open on this host, and what to release first. ``opening``:
+    placements in progress here; ``elsewhere``: live sessions per tenant on the other hosts."""
+    own = [s for s in sessions if s.tenant == tenant]
+    if limits.tenant_sessions and len(own) + elsewhere.get(tenant, 0) >= limits.tenant_sessions:
+        # Over its own share: the tenant's least recently used idle session here makes room, else it waits.
+        mine = _releasable(own, limits, now)
+        if mine:
+            return Admit(release=(mine[0].session_id,))
+        return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here")
+    if len(sessions) + opening < limits.capacity:
+        return Admit()
+    victim = shed(sessions, elsewhere, limits, now)
+    if victim is None:
+        return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy")
+    return Admit(release=(victim,))
+
+
+def shed(sessions: Sequence[SessionLoad], elsewhere: Mapping[str, int], limits: Limits, now: float) -> str | None:
+    """The idle session to release on a full host: of the tenant holding the most sessions (across hosts),
+    its least recently used. None: every session is busy or was just used."""
+    idle = _releasable(sessions, limits, now)
+    if not idle:
+        return None
+    held: dict[str, int] = {}
+    for s in sessions:
+        held[s.tenant] = held.get(s.tenant, 0) + 1
+    busiest = max(idle, key=lambda s: (held[s.tenant] + elsewhere.get(s.tenant, 0), -s.last_active))
+    return busiest.session_id
+
+
+def start_turn(busy_here: int, busy_elsewhere: int, tenant: str, limits: Limits) -> Refuse | None:
+    """A turn of ``tenant`` may start unless the tenant already plays ``tenant_runs`` turns across hosts."""
+    if limits.tenant_runs and busy_here + busy_elsewhere >= limits.tenant_runs:
+        return Refuse(TENANT_QUOTA, f"tenant {tenant} runs {limits.tenant_runs} turns at once")
+    return None
+
+
+def _releasable(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> list[SessionLoad]:
+    """Idle sessions past the grace time, least recently used first."""
+    return sorted((s for s in sessions if not s.busy and now - s.last_active >= limits.grace),
+                  key=lambda s: s.last_active)
