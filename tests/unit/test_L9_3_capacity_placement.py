@@ -63,3 +63,11 @@ def test_L9_3_turns_of_a_tenant_beyond_its_concurrent_run_limit_wait_under_tenan
     refused = start_turn(1, 1, "a", Limits(capacity=1, tenant_runs=2))
     assert isinstance(refused, Refuse) and refused.reason == "tenant_quota"
     assert start_turn(50, 50, "a", Limits(capacity=1)) is None  # 0: no limit
+
+
+def test_L9_3_a_refusal_says_when_an_idle_session_passes_its_grace_time():
+    fresh = [s("a1", "a", 99.5), s("a2", "a", 99.0), s("b1", "b", 50, busy=True)]
+    refused = place(fresh, 0, "c", {}, Limits(capacity=3, grace=2), now=100)
+    assert isinstance(refused, Refuse) and refused.reason == "capacity" and refused.retry_after == 1.0
+    all_busy = place(fresh[2:], 0, "c", {}, Limits(capacity=1, grace=2), now=100)
+    assert isinstance(all_busy, Refuse) and all_busy.retry_after is None

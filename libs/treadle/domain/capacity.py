@@ -41,6 +41,7 @@ class Admit(msgspec.Struct, frozen=True):
 class Refuse(msgspec.Struct, frozen=True):
     reason: WaitReason
     message: str
+    retry_after: float | None = None  # seconds until an idle session here passes its grace time
 
 
 def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, elsewhere: Mapping[str, int],
@@ -53,12 +54,13 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, elsewhere:
         mine = _releasable(own, limits, now)
         if mine:
             return Admit(release=(mine[0].session_id,))
-        return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here")
+        return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here",
+                      _soonest(own, limits, now))
     if len(sessions) + opening < limits.capacity:
         return Admit()
     victim = shed(sessions, elsewhere, limits, now)
     if victim is None:
-        return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy")
+        return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy or just used", _soonest(sessions, limits, now))
     return Admit(release=(victim,))
 
 
@@ -86,3 +88,9 @@ def _releasable(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> 
     """Idle sessions past the grace time, least recently used first."""
     return sorted((s for s in sessions if not s.busy and now - s.last_active >= limits.grace),
                   key=lambda s: s.last_active)
+
+
+def _soonest(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> float | None:
+    """When the first idle session still within its grace time may be released; None: none is idle."""
+    waits = [limits.grace - (now - s.last_active) for s in sessions if not s.busy]
+    return max(min(waits), 0.0) if waits else None
