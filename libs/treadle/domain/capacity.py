@@ -34,6 +34,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     grace: float = 0.0  # a session touched this recently is not released (it may be about to start a turn)
 
 
+class Peers(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-tenant counts on the other hosts, from their latest heartbeats."""
+
+    sessions: dict[str, int] = {}  # live sessions
+    busy: dict[str, int] = {}  # sessions with a turn playing
+
+
 class Admit(msgspec.Struct, frozen=True):
     release: tuple[str, ...] = ()  # sessions to release first, to make room
 
@@ -44,11 +51,16 @@ class Refuse(msgspec.Struct, frozen=True):
     retry_after: float | None = None  # seconds until an idle session here passes its grace time
 
 
-def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, elsewhere: Mapping[str, int],
-          limits: Limits, now: float) -> Admit | Refuse:
+def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Peers, limits: Limits,
+          now: float) -> Admit | Refuse:
     """Whether a new session of ``tenant`` may open on this host, and what to release first. ``opening``:
-    placements in progress here; ``elsewhere``: live sessions per tenant on the other hosts."""
+    placements in progress here. A session is placed for a turn to play at once, so a tenant at its run limit
+    gets none (it would only sit idle, and releasing sessions for it would churn)."""
     own = [s for s in sessions if s.tenant == tenant]
+    refused = start_turn(sum(1 for s in own if s.busy), peers.busy.get(tenant, 0), tenant, limits)
+    if refused is not None:
+        return refused
+    elsewhere = peers.sessions
     if limits.tenant_sessions and len(own) + elsewhere.get(tenant, 0) >= limits.tenant_sessions:
         # Over its own share: the tenant's least recently used idle session here makes room, else it waits.
         mine = _releasable(own, limits, now)

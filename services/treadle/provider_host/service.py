@@ -93,7 +93,7 @@ class ProviderHost:
         await self._sync_seat()
         self._subs.append(await self._nc.subscribe(subjects.host_shed(self._volume), queue="shedders",
                                                    cb=self._take_seat_request))
-        await self._freed()  # runs waiting for capacity may take this host's
+        await self._freed("")  # runs waiting for capacity may take this host's
         watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
                               self._own.heartbeat_seconds, self._publish_stopped)
         reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
@@ -182,15 +182,15 @@ class ProviderHost:
         LIVE_SESSIONS.set(len(self._sessions))
         await self._sync_seat()
         if announce:
-            await self._freed()
+            await self._freed(req.tenant)
 
-    async def _freed(self) -> None:
-        """Tell supervisors holding runs for capacity that this host may take one now (best effort: they also
-        look again on their own after a while)."""
+    async def _freed(self, tenant: str) -> None:
+        """Tell supervisors holding runs that this host may take one now: any run waiting for capacity, and
+        ``tenant``'s waiting for its quota (best effort: they also look again on their own after a while)."""
         if self._stopping:
             return
         try:
-            await self._nc.publish(subjects.host_freed(self._volume), self.host_id.encode())
+            await self._nc.publish(subjects.host_freed(self._volume), tenant.encode())
         except Exception as exc:
             log.info("could not announce freed capacity: %r", exc)
 
@@ -288,7 +288,8 @@ class ProviderHost:
         now = self._clock.now()
         loads = [capacity.SessionLoad(session_id=sid, tenant=s.request.tenant, busy=s.busy, last_active=s.last_active)
                  for sid, s in self._sessions.items()]
-        decision = capacity.place(loads, self._opening, tenant, self._elsewhere("tenants"), self._limits, now)
+        peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"))
+        decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now)
         if isinstance(decision, capacity.Admit):
             for session_id in decision.release:
                 log.info("releasing idle session %s to make room for tenant %s", session_id, tenant)
@@ -427,6 +428,6 @@ class ProviderHost:
             session.playing.pop(request.attempt_id, None)
             session.last_active = self._clock.now()
             publisher.close()
-            freed = asyncio.create_task(self._freed())  # a turn ended: its tenant may start another
+            freed = asyncio.create_task(self._freed(request.tenant))  # a turn ended: its tenant may start another
             self._background.add(freed)
             freed.add_done_callback(self._background.discard)

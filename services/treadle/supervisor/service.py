@@ -3,6 +3,7 @@ dispatched runs to provider hosts and folds what the providers report into the t
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from datetime import datetime, timezone
@@ -58,6 +59,7 @@ class Supervisor:
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
         self._freed = FreedCapacity(nc, shared.volume)
         self._recheck = own.capacity_recheck_seconds
+        self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
         self._js = js
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
@@ -89,6 +91,7 @@ class Supervisor:
         await self.work.start()
 
     async def stop(self) -> None:
+        self._closing.set()
         await self.work.stop()
         await self._freed.stop()
 
@@ -175,11 +178,13 @@ class Supervisor:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
-            ticket = self._freed.ticket()
+            ticket = self._freed.ticket(tenant)
             if not start_context.session_fits(state, run):
                 placed = await self._place(state, run, ctx)
                 if isinstance(placed, hp.HostFailure) and placed.code in HOLD_CODES:
                     state = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
+                    if state is None:
+                        return
                     placement, holds = placement - 1, holds + 1
                     continue
                 if isinstance(placed, hp.HostFailure):
@@ -217,6 +222,8 @@ class Supervisor:
                 continue
             if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:  # the tenant runs as many turns as it may: the session waits with the run
                 state = await self._hold(tenant, thread, state, run, reply, ticket, ctx)
+                if state is None:
+                    return
                 placement, holds = placement - 1, holds + 1
                 continue
             if isinstance(reply, hp.TurnAccepted):
@@ -289,16 +296,23 @@ class Supervisor:
         return reply
 
     async def _hold(self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure,
-                    ticket, ctx: Ctx) -> ThreadState:
+                    ticket, ctx: Ctx) -> ThreadState | None:
         """L9.3: no host can take the run now. Say so on the run (``queued`` with the reason) once per reason,
-        wait until a host announces room (or the recheck time passes), and return the thread as it is then:
-        an interrupt may have come meanwhile."""
+        wait until a host announces room (or the recheck time passes), and return the thread as it is then.
+        None: other work for this thread arrived meanwhile (an interrupt, say); it takes the hand-over on, as
+        every handler of this thread ends by handing over."""
         if run.waiting_reason != refused.code:
             log.info("run %s waits for a provider: %s", run.id, refused.message)
             await self._append(tenant, thread, state, [ev.RunHeld(run_id=run.id, attempt_id=run.attempt.id,
                                                                    reason=refused.code)], ctx)
         soon = refused.retry_after
-        await self._freed.wait(ticket, self._recheck if soon is None else min(soon + 0.05, self._recheck))
+        arrival = self._mailboxes.arrival(f"{tenant}.{thread}")
+        await self._freed.wait(ticket, refused.code, self._recheck if soon is None else min(soon + 0.05, self._recheck),
+                               also=(arrival, self._closing))
+        if self._closing.is_set():
+            raise Retryable(f"run {run.id} still waits for a provider; the supervisor stops")
+        if arrival.is_set():
+            return None
         return await self._store.refresh(tenant, thread)
 
     async def _fork_on_live_source(self, state: ThreadState, run: Run) -> str | None:
