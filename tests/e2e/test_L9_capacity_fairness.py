@@ -176,11 +176,18 @@ async def test_L9_3_a_run_no_host_can_take_waits_queued_for_capacity_and_starts_
     assert held["status"] == "queued" and held["waiting_reason"] == "capacity"
     doc = await late.thread(thread)
     assert any(a["kind"] == "run.held" for a in doc["activity"])
+    # A held run stays interruptible: it ends at once, before any provider saw it (L8).
+    other_thread = await late.create_thread(title="changed my mind")
+    cancelled = await late.send(other_thread, "never mind")
+    await _held(late, cancelled["run_id"], "capacity")
+    asked_at = time.monotonic()
+    await _stop(late, [cancelled["run_id"]])
+    print(f"\ncapacity: a held run was interrupted {time.monotonic() - asked_at:.2f}s after it was asked to")
 
     freed_at = time.monotonic()
     await _stop(two, [hangs[3][1]])  # its session turns idle: the host releases it for the waiting run
     run = await late.wait_run(sent["run_id"], timeout=10)
-    print(f"\ncapacity: a run held for capacity completed {time.monotonic() - freed_at:.2f}s after a turn ended")
+    print(f"capacity: a run held for capacity completed {time.monotonic() - freed_at:.2f}s after a turn ended")
     assert run["status"] == "completed" and run["waiting_reason"] is None
     await _stop(one, [r for _, r in hangs[:2]])
     await _stop(two, [hangs[2][1]])
