@@ -78,3 +78,11 @@ def test_L9_3_a_tenant_at_its_run_limit_gets_no_session_and_nothing_is_released_
     refused = place(FULL, 0, "a", Peers(busy={"a": 1}), Limits(capacity=4, tenant_runs=2), now=100)
     assert isinstance(refused, Refuse) and refused.reason == "tenant_quota"
     assert place(FULL, 0, "b", Peers(busy={"a": 1}), Limits(capacity=4, tenant_runs=2), now=100) == Admit(release=("a2",))
+
+
+def test_L9_3_a_full_host_without_idle_sessions_says_to_ask_again_soon_when_another_host_has_some():
+    busy = [s("a1", "a", 1, busy=True)]
+    refused = place(busy, 0, "c", Peers(idle=2), Limits(capacity=1), now=100)
+    assert isinstance(refused, Refuse) and refused.reason == "capacity" and refused.retry_after == 0.2
+    stale = place(busy, 0, "c", Peers(hosts=1, staleness=2.0), Limits(capacity=1), now=100)
+    assert isinstance(stale, Refuse) and stale.retry_after == 2.0  # its last heartbeat may predate an idle session

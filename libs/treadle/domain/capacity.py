@@ -39,6 +39,12 @@ class Peers(msgspec.Struct, frozen=True, kw_only=True):
 
     sessions: dict[str, int] = {}  # live sessions
     busy: dict[str, int] = {}  # sessions with a turn playing
+    idle: int = 0  # sessions with no turn playing on the other hosts of this volume
+    hosts: int = 0  # other hosts of this volume
+    staleness: float = 0.0  # how old their counts may be (a heartbeat period)
+
+
+ELSEWHERE_RETRY = 0.2  # seconds before asking again when another host may have an idle session to release
 
 
 class Admit(msgspec.Struct, frozen=True):
@@ -72,7 +78,14 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Pee
         return Admit()
     victim = shed(sessions, elsewhere, limits, now)
     if victim is None:
-        return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy or just used", _soonest(sessions, limits, now))
+        soonest = _soonest(sessions, limits, now)
+        # Shedding requests go to any host of the volume: asked again, another one may take it. One that reported
+        # only busy sessions may have idle ones by now (a turn ended since its last heartbeat).
+        again = ELSEWHERE_RETRY if peers.idle else peers.staleness if peers.hosts else None
+        if again is not None and (soonest is None or soonest > again):
+            return Refuse(CAPACITY, f"all {limits.capacity} sessions here are busy; another host may have idle ones",
+                          again)
+        return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy or just used", soonest)
     return Admit(release=(victim,))
 
 

@@ -125,14 +125,17 @@ class ProviderHost:
                 busy[tenant] = busy.get(tenant, 0) + 1
         return HostRecord(host_id=self.host_id, boot_id=self.boot_id, volume=self._volume, capacity=self._own.capacity,
                           live=len(self._sessions), heartbeat_seconds=self._own.heartbeat_seconds,
-                          at=datetime.now(timezone.utc), tenants=tenants, busy=busy)
+                          at=datetime.now(timezone.utc), tenants=tenants, busy=busy,
+                          idle=len(self._sessions) - sum(busy.values()))
 
     async def _beat(self) -> None:
         while True:
             await self._clock.sleep(self._own.heartbeat_seconds)  # heartbeat period
             try:
                 await self._registry.beat(self._record())
-                self._peers = await self._registry.peers(self.host_id)
+                # Counts of hosts gone quiet are dropped (wall clocks only weigh a hint here, never a host's life).
+                fresh = datetime.now(timezone.utc).timestamp() - self._own.host_expiry_seconds
+                self._peers = [p for p in await self._registry.peers(self.host_id) if p.at.timestamp() >= fresh]
             except Exception as exc:  # the broker may be reconnecting; the next beat retries
                 log.warning("heartbeat failed: %r", exc)
 
@@ -288,7 +291,10 @@ class ProviderHost:
         now = self._clock.now()
         loads = [capacity.SessionLoad(session_id=sid, tenant=s.request.tenant, busy=s.busy, last_active=s.last_active)
                  for sid, s in self._sessions.items()]
-        peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"))
+        volume = [p for p in self._peers if p.volume == self._volume]
+        peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"),
+                               idle=sum(p.idle for p in volume), hosts=len(volume),
+                               staleness=max([p.heartbeat_seconds for p in volume], default=0.0))
         decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now)
         if isinstance(decision, capacity.Admit):
             for session_id in decision.release:
