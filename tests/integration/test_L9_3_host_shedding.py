@@ -80,3 +80,19 @@ async def test_L9_3_a_tenant_at_its_session_limit_pays_with_its_own_idle_session
         assert isinstance(await _hang(env, third, "a", "a3"), hp.TurnAccepted)
         refused = await _place(env, "a", "a4")  # two sessions again, both playing: nothing of its own to release
         assert isinstance(refused, hp.HostFailure) and refused.code == "tenant_quota"
+
+
+async def test_L9_3_freed_room_goes_to_the_waiting_tenant_holding_fewer_sessions(tmp_path):
+    async with Hosts(tmp_path) as env:
+        await env.host("h1", ManualClock(), capacity=2, shed_grace_seconds=0)
+        first, other = await _place(env, "a", "a1"), await _place(env, "c", "c1")
+        assert isinstance(await _hang(env, first, "a", "a1"), hp.TurnAccepted)
+        assert isinstance(await _hang(env, other, "c", "c1"), hp.TurnAccepted)
+        for tenant, thread in (("a", "a2"), ("b", "b1")):  # both wait: nothing can be released
+            refused = await _place(env, tenant, thread, full=True)
+            assert isinstance(refused, hp.HostFailure) and refused.code == "capacity"
+
+        await env.client.verb("h1", "session.stop", hp.StopTurn(session_id="ps_c1", attempt_id=""))
+        refused = await _place(env, "a", "a2", full=True)  # a already holds a session; b holds none
+        assert isinstance(refused, hp.HostFailure) and refused.code == "capacity" and "b" in refused.message
+        assert isinstance(await _place(env, "b", "b1", full=True), hp.SessionPlaced)

@@ -86,3 +86,13 @@ def test_L9_3_a_full_host_without_idle_sessions_says_to_ask_again_soon_when_anot
     assert isinstance(refused, Refuse) and refused.reason == "capacity" and refused.retry_after == 0.2
     stale = place(busy, 0, "c", Peers(hosts=1, staleness=2.0), Limits(capacity=1), now=100)
     assert isinstance(stale, Refuse) and stale.retry_after == 2.0  # its last heartbeat may predate an idle session
+
+
+def test_L9_3_freed_room_goes_first_to_a_waiting_tenant_holding_fewer_sessions():
+    host = [s("a1", "a", 1, busy=True), s("a2", "a", 2, busy=True)]  # one slot free of three
+    refused = place(host, 0, "a", NONE, Limits(capacity=3), now=100, waiting=["b"])
+    assert isinstance(refused, Refuse) and refused.reason == "capacity" and refused.retry_after == 2.0
+    assert place(host, 0, "b", NONE, Limits(capacity=3), now=100, waiting=["a", "b"]) == Admit()
+    # Enough room for every lighter waiter, or no lighter one: first come, first served.
+    assert place(host, 0, "a", NONE, Limits(capacity=4), now=100, waiting=["b"]) == Admit()
+    assert place(host, 0, "a", Peers(sessions={"b": 5}), Limits(capacity=3), now=100, waiting=["b"]) == Admit()

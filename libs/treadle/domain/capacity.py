@@ -8,7 +8,7 @@ placed now is refused with a reason the run waits under (``capacity``, ``tenant_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -44,6 +44,9 @@ class Peers(msgspec.Struct, frozen=True, kw_only=True):
     staleness: float = 0.0  # how old their counts may be (a heartbeat period)
 
 
+# A tenant refused for capacity keeps a claim on the next room this long: held runs of all tenants wake together
+# when room frees, and the one holding fewer sessions goes first.
+FAIR_WINDOW = 2.0
 ELSEWHERE_RETRY = 0.2  # seconds before asking again when another host may have an idle session to release
 
 
@@ -58,10 +61,11 @@ class Refuse(msgspec.Struct, frozen=True):
 
 
 def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Peers, limits: Limits,
-          now: float) -> Admit | Refuse:
+          now: float, waiting: Collection[str] = ()) -> Admit | Refuse:
     """Whether a new session of ``tenant`` may open on this host, and what to release first. ``opening``:
-    placements in progress here. A session is placed for a turn to play at once, so a tenant at its run limit
-    gets none (it would only sit idle, and releasing sessions for it would churn)."""
+    placements in progress here; ``waiting``: tenants refused for capacity here within ``FAIR_WINDOW``. A
+    session is placed for a turn to play at once, so a tenant at its run limit gets none (it would only sit
+    idle, and releasing sessions for it would churn)."""
     own = [s for s in sessions if s.tenant == tenant]
     refused = start_turn(sum(1 for s in own if s.busy), peers.busy.get(tenant, 0), tenant, limits)
     if refused is not None:
@@ -74,6 +78,11 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Pee
             return Admit(release=(mine[0].session_id,))
         return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here",
                       _soonest(own, limits, now))
+    held = _held(sessions, elsewhere)
+    lighter = sorted(w for w in waiting if w != tenant and held.get(w, 0) < held.get(tenant, 0))
+    if lighter and limits.capacity - len(sessions) - opening <= len(lighter):
+        return Refuse(CAPACITY, f"room here goes first to waiting tenants holding fewer sessions ({', '.join(lighter)})",
+                      FAIR_WINDOW)
     if len(sessions) + opening < limits.capacity:
         return Admit()
     victim = shed(sessions, elsewhere, limits, now)
@@ -95,10 +104,8 @@ def shed(sessions: Sequence[SessionLoad], elsewhere: Mapping[str, int], limits: 
     idle = _releasable(sessions, limits, now)
     if not idle:
         return None
-    held: dict[str, int] = {}
-    for s in sessions:
-        held[s.tenant] = held.get(s.tenant, 0) + 1
-    busiest = max(idle, key=lambda s: (held[s.tenant] + elsewhere.get(s.tenant, 0), -s.last_active))
+    held = _held(sessions, elsewhere)
+    busiest = max(idle, key=lambda s: (held[s.tenant], -s.last_active))
     return busiest.session_id
 
 
@@ -119,3 +126,11 @@ def _soonest(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> flo
     """When the first idle session still within its grace time may be released; None: none is idle."""
     waits = [limits.grace - (now - s.last_active) for s in sessions if not s.busy]
     return max(min(waits), 0.0) if waits else None
+
+
+def _held(sessions: Sequence[SessionLoad], elsewhere: Mapping[str, int]) -> dict[str, int]:
+    """Live sessions per tenant across hosts."""
+    held = dict(elsewhere)
+    for s in sessions:
+        held[s.tenant] = held.get(s.tenant, 0) + 1
+    return held

@@ -77,6 +77,7 @@ class ProviderHost:
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
+        self._waiting: dict[str, float] = {}  # tenant -> when a placement of it was last refused for capacity
         self._peers: list[HostRecord] = []  # the other hosts' latest heartbeats: per-tenant counts across hosts
         self._limits = capacity.Limits(capacity=own.capacity, tenant_sessions=own.tenant_sessions,
                                        tenant_runs=own.tenant_runs, grace=own.shed_grace_seconds)
@@ -295,7 +296,12 @@ class ProviderHost:
         peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"),
                                idle=sum(p.idle for p in volume), hosts=len(volume),
                                staleness=max([p.heartbeat_seconds for p in volume], default=0.0))
-        decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now)
+        self._waiting = {w: at for w, at in self._waiting.items() if now - at < capacity.FAIR_WINDOW}
+        decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now, waiting=self._waiting)
+        if isinstance(decision, capacity.Refuse) and decision.reason == capacity.CAPACITY:
+            self._waiting[tenant] = now
+        else:
+            self._waiting.pop(tenant, None)
         if isinstance(decision, capacity.Admit):
             for session_id in decision.release:
                 log.info("releasing idle session %s to make room for tenant %s", session_id, tenant)
