@@ -406,7 +406,8 @@ class ProviderHost:
         if request.attempt_id in session.turns:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
         tenant = session.request.tenant
-        busy_here = sum(1 for s in self._sessions.values() if s.request.tenant == tenant and s.busy)
+        # Not this session: a turn it is still closing (a steer restarting its attempt) is being replaced.
+        busy_here = sum(1 for s in self._sessions.values() if s is not session and s.request.tenant == tenant and s.busy)
         refused = capacity.start_turn(busy_here, self._elsewhere("busy").get(tenant, 0), tenant, self._limits)
         if refused is not None:
             return hp.HostFailure(code=refused.reason, message=f"host {self.host_id}: {refused.message}")
