@@ -21,7 +21,7 @@ from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import create_adapter
 from treadle.runtime.clock import Clock, SystemClock
-from treadle.runtime.metrics import LIVE_SESSIONS
+from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 from treadle.checkpoints.client import CheckpointClient
@@ -302,9 +302,12 @@ class ProviderHost:
             self._waiting[tenant] = now
         else:
             self._waiting.pop(tenant, None)
-        if isinstance(decision, capacity.Admit):
+        if isinstance(decision, capacity.Refuse):
+            PLACEMENTS_REFUSED.labels(decision.reason).inc()
+        else:
             for session_id in decision.release:
                 log.info("releasing idle session %s to make room for tenant %s", session_id, tenant)
+                SESSIONS_RELEASED.inc()
                 await self._end_session(session_id, capacity.CAPACITY, announce=False)  # its room is taken
         return decision
 
@@ -410,6 +413,7 @@ class ProviderHost:
         busy_here = sum(1 for s in self._sessions.values() if s is not session and s.request.tenant == tenant and s.busy)
         refused = capacity.start_turn(busy_here, self._elsewhere("busy").get(tenant, 0), tenant, self._limits)
         if refused is not None:
+            PLACEMENTS_REFUSED.labels(refused.reason).inc()
             return hp.HostFailure(code=refused.reason, message=f"host {self.host_id}: {refused.message}")
         task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
         session.turns[request.attempt_id] = task

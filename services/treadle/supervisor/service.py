@@ -33,7 +33,7 @@ from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Re
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
-from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
+from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION, RUNS_HELD
 from treadle.runtime.settings import Shared, SupervisorSettings
 
 from treadle.providers.hosts import HostClient, HostGone
@@ -305,6 +305,7 @@ class Supervisor:
             log.info("run %s waits for a provider: %s", run.id, refused.message)
             await self._append(tenant, thread, state, [ev.RunHeld(run_id=run.id, attempt_id=run.attempt.id,
                                                                    reason=refused.code)], ctx)
+            RUNS_HELD.labels(refused.code).inc()
         soon = refused.retry_after
         arrival = self._mailboxes.arrival(f"{tenant}.{thread}")
         await self._freed.wait(ticket, refused.code, self._recheck if soon is None else min(soon + 0.05, self._recheck),
