@@ -96,3 +96,12 @@ def test_L9_3_freed_room_goes_first_to_a_waiting_tenant_holding_fewer_sessions()
     # Enough room for every lighter waiter, or no lighter one: first come, first served.
     assert place(host, 0, "a", NONE, Limits(capacity=4), now=100, waiting=["b"]) == Admit()
     assert place(host, 0, "a", Peers(sessions={"b": 5}), Limits(capacity=3), now=100, waiting=["b"]) == Admit()
+
+
+def test_L9_3_a_tenant_at_its_session_limit_with_idle_sessions_only_elsewhere_is_told_to_ask_again_soon():
+    busy = [s("a1", "a", 1, busy=True)]
+    refused = place(busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 1}), Limits(capacity=10, tenant_sessions=3), now=100)
+    assert isinstance(refused, Refuse) and refused.reason == "tenant_quota" and refused.retry_after == 0.2
+    none_idle = place(busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 2}), Limits(capacity=10, tenant_sessions=3),
+                      now=100)
+    assert isinstance(none_idle, Refuse) and none_idle.retry_after is None

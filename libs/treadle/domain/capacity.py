@@ -76,8 +76,13 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Pee
         mine = _releasable(own, limits, now)
         if mine:
             return Admit(release=(mine[0].session_id,))
+        soonest = _soonest(own, limits, now)
+        if peers.sessions.get(tenant, 0) > peers.busy.get(tenant, 0) and (soonest is None or soonest > ELSEWHERE_RETRY):
+            # One of its sessions on another host is idle: asked again, that host may release it.
+            return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, idle ones "
+                          "only on other hosts", ELSEWHERE_RETRY)
         return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here",
-                      _soonest(own, limits, now))
+                      soonest)
     held = _held(sessions, elsewhere)
     lighter = sorted(w for w in waiting if w != tenant and held.get(w, 0) < held.get(tenant, 0))
     if lighter and limits.capacity - len(sessions) - opening <= len(lighter):

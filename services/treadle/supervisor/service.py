@@ -281,11 +281,16 @@ class Supervisor:
             capabilities=scripted_capabilities(run.provider, run.script))
         try:
             reply = await self._hosts.place(request)
-        except HostGone:  # no host has room: one makes room by releasing an idle session, or says why not (L9.3)
+        except HostGone:
+            reply = None  # no host has room
+        # No host with room, or the tenant is at its session limit with idle sessions it may release soon, maybe on
+        # a host without room: ask all hosts; the one asked makes room, or says why not (L9.3).
+        if reply is None or (isinstance(reply, hp.HostFailure) and reply.code == "tenant_quota"
+                             and reply.retry_after is not None):
             try:
                 reply = await self._hosts.place(request, full=True)
             except HostGone:
-                reply = hp.HostFailure(code="capacity", message="no provider host serves this volume")
+                reply = reply or hp.HostFailure(code="capacity", message="no provider host serves this volume")
         if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:
             return reply
         if isinstance(reply, hp.HostFailure):
