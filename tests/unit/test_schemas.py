@@ -40,7 +40,7 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 
     patterns = [pattern(c["address"]) for c in document["channels"].values()]
     used = [subjects.command("acme", "send"), subjects.event("acme", "thr_1", "run.completed"),
-            subjects.live("acme", "thr_1"), subjects.provider("acme", "thr_1", "pth_1"), subjects.host_place("local"),
+            subjects.live("acme", "thr_1"), subjects.provider("acme", "thr_1", "pth_1"), subjects.host_place("local"), subjects.host_shed("local"),
             subjects.host("host-1", "turn.start"), subjects.checkpoint("local", "capture"),
             audit.subject("acme", "token.revoked")]
     for subject in used:

@@ -229,6 +229,12 @@ def asyncapi() -> str:
                   "Internal: place a provider session, request/reply to the queue group of the provider hosts that "
                   "mount the volume and have room.",
                   {"volume": "workspace volume (TREADLE_VOLUME)"}, ["PlaceSession", "HostReply"]),
+        *_channel("hostShedding", "treadle.shed.{volume}",
+                  "Internal: place a provider session when no host of the volume has room (L9.3), request/reply to "
+                  "the queue group of all its hosts: the one asked releases an idle session of the busiest tenant, or "
+                  "refuses (capacity, tenant_quota) and the run waits. Hosts announce freed room on core NATS "
+                  "treadle.freed.{volume} (the body is the tenant concerned, or empty).",
+                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["PlaceSession", "HostReply"]),
         *_channel("hostVerbs", "treadle.host.{hostId}.{verb}",
                   "Internal: requests to one provider host (turn.start, …), request/reply.",
                   {"hostId": "provider host id", "verb": "e.g. turn.start"}, ["StartTurn", "HostReply"]),
@@ -252,6 +258,7 @@ def asyncapi() -> str:
            ("receiveLiveDeltas", "receive", "live", ["LiveDelta"], None),
            ("receiveProviderEvents", "receive", "provider", ["ProviderEvent"], None),
            ("placeSession", "send", "hostPlacement", ["PlaceSession"], "HostReply"),
+           ("placeSessionOnAFullHost", "send", "hostShedding", ["PlaceSession"], "HostReply"),
            ("startTurn", "send", "hostVerbs", ["StartTurn"], "HostReply"),
            ("summarise", "send", "hostSummaries", ["Summarise"], "SummaryReply"),
            ("requestCheckpoint", "send", "checkpoints", ["PrepareWorkspace", "Capture"], "CheckpointReply"),

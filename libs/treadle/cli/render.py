@@ -85,6 +85,8 @@ def print_run(run: dict) -> None:
     table.add_column()
     table.add_row("run", Text.assemble((run["id"], "bold"), f" #{run['ordinal']} on {run['provider']}"))
     error = Text(f" · {run['error']}", "red") if run.get("error") else ""
+    if run.get("waiting_reason"):  # L9.3: dispatched, waiting for a provider
+        error = Text(f" · waiting for {run['waiting_reason']}", "yellow")
     table.add_row("status", status_text(run["status"]) + error)
     attempts = ", ".join(f"{a['number']}:{a['status']}" for a in run.get("attempts", []))
     table.add_row("attempts", attempts or "-")

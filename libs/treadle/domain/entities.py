@@ -117,6 +117,7 @@ class Run(Entity, kw_only=True):
     progress: "Progress | None" = None  # from the root todo list (L12.2)
     handoff_ids: list[str] = msgspec.field(default_factory=list)  # L5.5: the context handoffs it consumed
     clean_context: bool = False  # L5.4: the user asked for a fresh provider thread with a full summary
+    waiting_reason: str | None = None  # L9.3: why a dispatched run is back in ``queued`` (capacity, tenant_quota)
     queued_at: datetime
     started_at: datetime | None = None
     ended_at: datetime | None = None

@@ -107,6 +107,16 @@ class RunDispatched(Payload, kw_only=True):
     run_id: str
 
 
+@event("run.held")
+class RunHeld(Payload, kw_only=True):
+    """L9.3: no provider host can take the run's attempt now; the run waits ``queued`` for ``reason``
+    (``capacity``: every host is busy; ``tenant_quota``: its tenant is at a limit) and starts once room frees."""
+
+    run_id: str
+    attempt_id: str
+    reason: str
+
+
 @event("run.started")
 class RunStarted(Payload, kw_only=True):
     """L2.2: the provider accepted the turn; root node and run are running."""

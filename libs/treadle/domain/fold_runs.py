@@ -67,11 +67,22 @@ def _run_dispatched(state: ThreadState, e: ev.Envelope, d: ev.RunDispatched) -> 
     state.active_run_id = d.run_id
 
 
+def _run_held(state: ThreadState, e: ev.Envelope, d: ev.RunHeld) -> None:
+    """L9.3: the dispatched run waits for provider capacity, visibly: back to ``queued``, with the reason."""
+    run = state.run(d.run_id)
+    if run is None or run.terminal or run.attempt.id != d.attempt_id or run.attempt.status != "pending":
+        return
+    run.status = "queued"
+    run.waiting_reason = d.reason
+    activity.record(state, e, "run.held", d.run_id, None, f"waiting for a provider: {d.reason}")
+
+
 def _run_started(state: ThreadState, e: ev.Envelope, d: ev.RunStarted) -> None:
     run = state.run(d.run_id)
     if run is None:
         return
     run.status = "running"
+    run.waiting_reason = None
     run.started_at = run.started_at or e.at
     att = run.attempt
     att.status = "running"
@@ -96,6 +107,7 @@ def _run_ended(status: str):
             checkpoint_captured(state, e, d.checkpoint)
             run.checkpoint_id = d.checkpoint.checkpoint_id
         run.status = status  # type: ignore[assignment]
+        run.waiting_reason = None
         run.ended_at = e.at
         run.error = d.error
         for att in run.attempts:
@@ -192,6 +204,7 @@ def _run_warning(state: ThreadState, e: ev.Envelope, d: ev.RunWarning) -> None:
 FOLDS = {
     ev.RunQueued: _run_queued,
     ev.RunDispatched: _run_dispatched,
+    ev.RunHeld: _run_held,
     ev.RunStarted: _run_started,
     ev.RunCompleted: _run_ended("completed"),
     ev.RunFailed: _run_ended("failed"),

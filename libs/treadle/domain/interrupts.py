@@ -36,7 +36,8 @@ def interrupt(state: ThreadState, body: InterruptRun, caps, user: str) -> tuple[
     run = target(state, body)
     if run.id in state.queue:
         return [ev.RunCancelled(run_id=run.id, attempt_id=run.attempt.id, error="interrupted before it started")], "cancelled"
-    check(not run.terminal and run.status != "queued", Conflict, f"run {run.id} is {run.status}", code="run_not_active",
+    held = run.id == state.active_run_id  # dispatched, waiting for a provider (L9.3): interruptible
+    check(not run.terminal and (run.status != "queued" or held), Conflict, f"run {run.id} is {run.status}", code="run_not_active",
           details={"status": run.status})
     if run.attempt.interrupt is not None:
         return [], "already_interrupting"

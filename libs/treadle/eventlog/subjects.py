@@ -57,6 +57,17 @@ def host_place(volume: str) -> str:
     return f"treadle.place.{token(volume, 'volume')}"
 
 
+def host_shed(volume: str) -> str:
+    """Placement when every host of ``volume`` is full: each host is in this queue group always, and makes room
+    by releasing an idle session (domain/capacity.py) or refuses with the reason the run waits under."""
+    return f"treadle.shed.{token(volume, 'volume')}"
+
+
+def host_freed(volume: str) -> str:
+    """A host of ``volume`` has room again (a session or a turn ended, a host started): waiting runs try now."""
+    return f"treadle.freed.{token(volume, 'volume')}"
+
+
 def host_summarise(volume: str) -> str:
     """L5.5: provider-backed handoff summaries; any host of the volume answers (queue group)."""
     return f"treadle.summarise.{token(volume, 'volume')}"

@@ -27,6 +27,7 @@ class HostClient:
         self._nc = nc
         self._timeout = timeout
         self._place = subjects.host_place(volume)
+        self._shed = subjects.host_shed(volume)
         self._summarise = subjects.host_summarise(volume)
 
     async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
@@ -38,8 +39,11 @@ class HostClient:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return msg.data
 
-    async def place(self, request: hp.PlaceSession, timeout: float | None = None) -> hp.SessionPlaced | hp.HostFailure:
-        return hp.place_reply.decode(await self._request(self._place, hp.encode(request), timeout))
+    async def place(self, request: hp.PlaceSession, timeout: float | None = None,
+                    full: bool = False) -> hp.SessionPlaced | hp.HostFailure:
+        """On a host with room; ``full``: on any host, which releases an idle session to make room (L9.3)."""
+        subject = self._shed if full else self._place
+        return hp.place_reply.decode(await self._request(subject, hp.encode(request), timeout))
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)

@@ -115,8 +115,9 @@ class Summary(msgspec.Struct, kw_only=True, tag="summary"):
 
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
-    code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported | resume_failed
+    code: str  # unknown_session | bad_request | provider_error | capacity | tenant_quota | not_active | unsupported | resume_failed
     message: str
+    retry_after: float | None = None  # capacity, tenant_quota: seconds until room may be made (an idle session's grace)
 
 
 place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)

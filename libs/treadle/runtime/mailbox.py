@@ -19,8 +19,15 @@ class Mailboxes:
         self._tasks: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._arrivals: dict[Hashable, asyncio.Event] = {}
+
+    def arrival(self, key: Hashable) -> asyncio.Event:
+        """Set when the next job for ``key`` is submitted: a job that only waits may leave the rest to it."""
+        return self._arrivals.setdefault(key, asyncio.Event())
 
     def submit(self, key: Hashable, job: Job) -> None:
+        if (arrived := self._arrivals.pop(key, None)) is not None:
+            arrived.set()
         queue = self._queues.get(key)
         if queue is not None:
             queue.append(job)

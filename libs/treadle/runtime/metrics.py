@@ -16,3 +16,8 @@ PROJECTED = Counter("treadle_projection_events_total", "Events folded into proje
 LIVE_SESSIONS = Gauge("treadle_provider_sessions_live", "Provider sessions live on this host")
 CHECKPOINT_SECONDS = Histogram("treadle_checkpoint_capture_seconds", "Workspace checkpoint capture time",
                                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+SESSIONS_RELEASED = Counter("treadle_provider_sessions_released_total",
+                            "Idle provider sessions released to make room for another placement (L9.3)")
+PLACEMENTS_REFUSED = Counter("treadle_placements_refused_total", "Placements and turn starts a host refused",
+                             ["reason"])
+RUNS_HELD = Counter("treadle_runs_held_total", "Runs that went back to queued to wait for a provider", ["reason"])

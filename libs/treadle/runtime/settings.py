@@ -80,6 +80,8 @@ class SupervisorSettings(WorkerSettings):
     summariser_model: str | None = None  # the provider's model for summaries (None: its default)
     summariser_timeout: float = 60.0  # seconds a summary may take before the local one is used
     summariser_script: str | None = None  # JSON steps when the summariser is the scripted provider (tests)
+    # A run no host can take now waits for a host's "freed" signal, and looks again after this many seconds anyway.
+    capacity_recheck_seconds: float = Field(default=5.0, gt=0)
 
 
 class ProviderHostSettings(WorkerSettings):
@@ -89,6 +91,11 @@ class ProviderHostSettings(WorkerSettings):
     heartbeat_seconds: float = 2.0
     host_expiry_seconds: float = 10.0  # a host whose heartbeat stood still this long is dead (L9.3)
     idle_seconds: float = 900.0  # the idle reaper releases a session unused this long (L9.3)
+    # Fair share (domain/capacity.py): per-tenant limits across hosts (0: none), and how recently a session may
+    # have been used and still be released to make room on a full host.
+    tenant_sessions: int = Field(default=500, ge=0)
+    tenant_runs: int = Field(default=100, ge=0)
+    shed_grace_seconds: float = Field(default=1.0, ge=0)
 
 
 class CheckpointsSettings(WorkerSettings):

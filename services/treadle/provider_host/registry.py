@@ -29,6 +29,9 @@ class HostRecord(msgspec.Struct, kw_only=True):
     live: int  # live sessions it holds now
     heartbeat_seconds: float
     at: datetime  # informative only (the beating host's wall clock)
+    tenants: dict[str, int] = {}  # live sessions per tenant (fair share across hosts, domain/capacity.py)
+    busy: dict[str, int] = {}  # sessions with a turn playing, per tenant
+    idle: int = 0  # sessions with no turn playing (another host may release one to make room)
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):
@@ -65,6 +68,14 @@ class Registry:
         except NotFoundError:
             return None
         return msgspec.json.decode(entry.value, type=HostRecord) if entry.value else None
+
+    async def peers(self, host_id: str) -> list[HostRecord]:
+        """The latest heartbeat of every other registered host."""
+        found = []
+        for key in await _keys(self.hosts):
+            if key != host_id and (record := await self.host(key)) is not None:
+                found.append(record)
+        return found
 
     async def record_session(self, host_id: str, session_id: str, record: SessionRecord) -> None:
         await self.sessions.put(f"{host_id}.{session_id}", _encode(record))

@@ -13,6 +13,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from treadle.domain import capacity
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
@@ -20,7 +21,7 @@ from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import create_adapter
 from treadle.runtime.clock import Clock, SystemClock
-from treadle.runtime.metrics import LIVE_SESSIONS
+from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 from treadle.checkpoints.client import CheckpointClient
@@ -75,6 +76,11 @@ class ProviderHost:
         self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
+        self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
+        self._waiting: dict[str, float] = {}  # tenant -> when a placement of it was last refused for capacity
+        self._peers: list[HostRecord] = []  # the other hosts' latest heartbeats: per-tenant counts across hosts
+        self._limits = capacity.Limits(capacity=own.capacity, tenant_sessions=own.tenant_sessions,
+                                       tenant_runs=own.tenant_runs, grace=own.shed_grace_seconds)
         self._stopping = False
         self._loops: list[asyncio.Task] = []
 
@@ -86,6 +92,9 @@ class ProviderHost:
                                                    cb=self._take_summary_request))
         await self._sync_seat()  # before the report: the runs it reports are placed again at once
         await self._report_previous_life()
+        self._subs.append(await self._nc.subscribe(subjects.host_shed(self._volume), queue="shedders",
+                                                   cb=self._take_seat_request))
+        await self._freed("")  # runs waiting for capacity may take this host's
         watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
                               self._own.heartbeat_seconds, self._publish_stopped)
         reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
@@ -108,15 +117,26 @@ class ProviderHost:
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def _record(self) -> HostRecord:
+        tenants: dict[str, int] = {}
+        busy: dict[str, int] = {}
+        for session in self._sessions.values():
+            tenant = session.request.tenant
+            tenants[tenant] = tenants.get(tenant, 0) + 1
+            if session.busy:
+                busy[tenant] = busy.get(tenant, 0) + 1
         return HostRecord(host_id=self.host_id, boot_id=self.boot_id, volume=self._volume, capacity=self._own.capacity,
                           live=len(self._sessions), heartbeat_seconds=self._own.heartbeat_seconds,
-                          at=datetime.now(timezone.utc))
+                          at=datetime.now(timezone.utc), tenants=tenants, busy=busy,
+                          idle=len(self._sessions) - sum(busy.values()))
 
     async def _beat(self) -> None:
         while True:
             await self._clock.sleep(self._own.heartbeat_seconds)  # heartbeat period
             try:
                 await self._registry.beat(self._record())
+                # Counts of hosts gone quiet are dropped (wall clocks only weigh a hint here, never a host's life).
+                fresh = datetime.now(timezone.utc).timestamp() - self._own.host_expiry_seconds
+                self._peers = [p for p in await self._registry.peers(self.host_id) if p.at.timestamp() >= fresh]
             except Exception as exc:  # the broker may be reconnecting; the next beat retries
                 log.warning("heartbeat failed: %r", exc)
 
@@ -152,7 +172,8 @@ class ProviderHost:
         await self._js.publish(subjects.provider(record.tenant, record.thread, record.provider_thread_id),
                                _encode(event), headers={"Nats-Msg-Id": event.id})
 
-    async def _end_session(self, session_id: str, reason: str, detail: str | None = None) -> None:
+    async def _end_session(self, session_id: str, reason: str, detail: str | None = None,
+                           announce: bool = True) -> None:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
@@ -167,6 +188,26 @@ class ProviderHost:
         await self._registry.forget_session(self.host_id, session_id)
         LIVE_SESSIONS.set(len(self._sessions))
         await self._sync_seat()
+        if announce:
+            await self._freed(req.tenant)
+
+    async def _freed(self, tenant: str) -> None:
+        """Tell supervisors holding runs that this host may take one now: any run waiting for capacity, and
+        ``tenant``'s waiting for its quota (best effort: they also look again on their own after a while)."""
+        if self._stopping:
+            return
+        try:
+            await self._nc.publish(subjects.host_freed(self._volume), tenant.encode())
+        except Exception as exc:
+            log.info("could not announce freed capacity: %r", exc)
+
+    def _elsewhere(self, field: str) -> dict[str, int]:
+        """Per-tenant counts (``tenants`` or ``busy``) summed over the other hosts' latest heartbeats."""
+        total: dict[str, int] = {}
+        for peer in self._peers:
+            for tenant, n in getattr(peer, field).items():
+                total[tenant] = total.get(tenant, 0) + n
+        return total
 
     # --- requests ----------------------------------------------------------------------------------
 
@@ -213,9 +254,12 @@ class ProviderHost:
     async def _place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
         session = self._sessions.get(request.session_id)
         if session is None:
-            if len(self._sessions) + self._opening >= self._own.capacity:
-                return hp.HostFailure(code="capacity", message=f"host {self.host_id} is full")
-            self._opening += 1
+            async with self._placing:
+                decision = await self._make_room(request.tenant)
+                if isinstance(decision, capacity.Refuse):
+                    return hp.HostFailure(code=decision.reason, message=f"host {self.host_id}: {decision.message}",
+                                          retry_after=decision.retry_after)
+                self._opening += 1
             try:
                 await self._sync_seat()
                 adapter = self._adapter(request)
@@ -244,6 +288,31 @@ class ProviderHost:
                                 provider=request.provider, provider_thread_id=request.provider_thread_id,
                                 native_ref=session.native_ref, resumed=session.resumed,
                                 capabilities=session.adapter.capabilities)
+
+    async def _make_room(self, tenant: str) -> capacity.Admit | capacity.Refuse:
+        """Decide the placement (domain/capacity.py) and release what it names: an idle session of the busiest
+        tenant on a full host, or the tenant's own over its limit. Released sessions stop as after an idle reap."""
+        now = self._clock.now()
+        loads = [capacity.SessionLoad(session_id=sid, tenant=s.request.tenant, busy=s.busy, last_active=s.last_active)
+                 for sid, s in self._sessions.items()]
+        volume = [p for p in self._peers if p.volume == self._volume]
+        peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"),
+                               idle=sum(p.idle for p in volume), hosts=len(volume),
+                               staleness=max([p.heartbeat_seconds for p in volume], default=0.0))
+        self._waiting = {w: at for w, at in self._waiting.items() if now - at < capacity.FAIR_WINDOW}
+        decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now, waiting=self._waiting)
+        if isinstance(decision, capacity.Refuse) and decision.reason == capacity.CAPACITY:
+            self._waiting[tenant] = now
+        else:
+            self._waiting.pop(tenant, None)
+        if isinstance(decision, capacity.Refuse):
+            PLACEMENTS_REFUSED.labels(decision.reason).inc()
+        else:
+            for session_id in decision.release:
+                log.info("releasing idle session %s to make room for tenant %s", session_id, tenant)
+                SESSIONS_RELEASED.inc()
+                await self._end_session(session_id, capacity.CAPACITY, announce=False)  # its room is taken
+        return decision
 
     @staticmethod
     async def _open_fork(adapter: ProviderAdapter, request: hp.PlaceSession, fresh_ref: str) -> tuple[str, bool]:
@@ -342,6 +411,13 @@ class ProviderHost:
         session.last_active = self._clock.now()
         if request.attempt_id in session.turns:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
+        tenant = session.request.tenant
+        # Not this session: a turn it is still closing (a steer restarting its attempt) is being replaced.
+        busy_here = sum(1 for s in self._sessions.values() if s is not session and s.request.tenant == tenant and s.busy)
+        refused = capacity.start_turn(busy_here, self._elsewhere("busy").get(tenant, 0), tenant, self._limits)
+        if refused is not None:
+            PLACEMENTS_REFUSED.labels(refused.reason).inc()
+            return hp.HostFailure(code=refused.reason, message=f"host {self.host_id}: {refused.message}")
         task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
         session.turns[request.attempt_id] = task
         return hp.TurnAccepted()
@@ -372,3 +448,6 @@ class ProviderHost:
             session.playing.pop(request.attempt_id, None)
             session.last_active = self._clock.now()
             publisher.close()
+            freed = asyncio.create_task(self._freed(request.tenant))  # a turn ended: its tenant may start another
+            self._background.add(freed)
+            freed.add_done_callback(self._background.discard)

@@ -3,6 +3,7 @@ dispatched runs to provider hosts and folds what the providers report into the t
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from datetime import datetime, timezone
@@ -32,17 +33,19 @@ from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Re
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
-from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION
+from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION, RUNS_HELD
 from treadle.runtime.settings import Shared, SupervisorSettings
 
 from treadle.providers.hosts import HostClient, HostGone
 
+from .capacity import FreedCapacity
 from .child_checkpoints import with_child_checkpoints
 from .summariser import ProviderSummariser
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
 MAX_PLACEMENTS = 3
+HOLD_CODES = ("capacity", "tenant_quota")  # hosts' refusals a run waits out (domain/capacity.py)
 # Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
 
@@ -54,6 +57,9 @@ class Supervisor:
         self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
         self._hosts = HostClient(nc, own.host_timeout, shared.volume)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
+        self._freed = FreedCapacity(nc, shared.volume)
+        self._recheck = own.capacity_recheck_seconds
+        self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
         self._js = js
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
@@ -81,10 +87,13 @@ class Supervisor:
                                partitions.provider_filter(partition))
 
     async def start(self) -> None:
+        await self._freed.start()
         await self.work.start()
 
     async def stop(self) -> None:
+        self._closing.set()
         await self.work.stop()
+        await self._freed.stop()
 
     # --- handlers ----------------------------------------------------------------------------------
 
@@ -146,11 +155,14 @@ class Supervisor:
         """Give the active run's pending attempt to a provider: baseline checkpoint (L10.1), a live session
         with its provider thread (L1.2, resumed after a loss per L9.3), then the turn. Idempotent: hosts
         ignore a turn they already play, and every step is skipped once the state shows it done."""
-        for placement in range(MAX_PLACEMENTS):
+        placement, holds = 0, 0
+        while placement < MAX_PLACEMENTS:
             run = sv.pending_attempt(state)
             if run is None:
                 return await self._follow_through(tenant, thread, state, seed)
-            ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}", datetime.now(timezone.utc), ACTOR)
+            ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}" + (f"|h{holds}" if holds else ""),
+                               datetime.now(timezone.utc), ACTOR)
+            placement += 1
             if run.attempt.interrupt is not None:  # interrupted before any provider saw it (L8)
                 turn = pe.TurnCompleted(status="interrupted")
                 capture = await self._capture(state, run, ctx, "interrupted")
@@ -166,8 +178,15 @@ class Supervisor:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
+            ticket = self._freed.ticket(tenant)
             if not start_context.session_fits(state, run):
                 placed = await self._place(state, run, ctx)
+                if isinstance(placed, hp.HostFailure) and placed.code in HOLD_CODES:
+                    state = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
+                    if state is None:
+                        return
+                    placement, holds = placement - 1, holds + 1
+                    continue
                 if isinstance(placed, hp.HostFailure):
                     where = start_context.placement(state, run)
                     # L9.4/L4.2: an unusable provider thread (pending live requests not_resumable, graph kept);
@@ -200,6 +219,12 @@ class Supervisor:
                 # report queues behind us: record the loss now and place the session again (L9.3).
                 await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id,
                                                                               reason="host_unreachable")], ctx)
+                continue
+            if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:  # the tenant runs as many turns as it may: the session waits with the run
+                state = await self._hold(tenant, thread, state, run, reply, ticket, ctx)
+                if state is None:
+                    return
+                placement, holds = placement - 1, holds + 1
                 continue
             if isinstance(reply, hp.TurnAccepted):
                 context = state.start_context(run.id)
@@ -248,18 +273,53 @@ class Supervisor:
         where = start_context.placement(state, run)
         if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
             where = start_context.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
-        reply = await self._hosts.place(hp.PlaceSession(
+        request = hp.PlaceSession(
             tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
             provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"), native_ref=where.native_ref,
             fork_from=where.fork_from, fork_at_turn=where.fork_at_turn,
             workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
-            capabilities=scripted_capabilities(run.provider, run.script)))
+            capabilities=scripted_capabilities(run.provider, run.script))
+        try:
+            reply = await self._hosts.place(request)
+        except HostGone:
+            reply = None  # no host has room
+        # No host with room, or the tenant is at its session limit with idle sessions it may release soon, maybe on
+        # a host without room: ask all hosts; the one asked makes room, or says why not (L9.3).
+        if reply is None or (isinstance(reply, hp.HostFailure) and reply.code == "tenant_quota"
+                             and reply.retry_after is not None):
+            try:
+                reply = await self._hosts.place(request, full=True)
+            except HostGone:
+                reply = reply or hp.HostFailure(code="capacity", message="no provider host serves this volume")
+        if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:
+            return reply
         if isinstance(reply, hp.HostFailure):
             if (reply.code == "unsupported" and where.fork_from is not None) or (
                     reply.code == "resume_failed" and where.native_ref is not None):
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply
+
+    async def _hold(self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure,
+                    ticket, ctx: Ctx) -> ThreadState | None:
+        """L9.3: no host can take the run now. Say so on the run (``queued`` with the reason) once per reason,
+        wait until a host announces room (or the recheck time passes), and return the thread as it is then.
+        None: other work for this thread arrived meanwhile (an interrupt, say); it takes the hand-over on, as
+        every handler of this thread ends by handing over."""
+        if run.waiting_reason != refused.code:
+            log.info("run %s waits for a provider: %s", run.id, refused.message)
+            await self._append(tenant, thread, state, [ev.RunHeld(run_id=run.id, attempt_id=run.attempt.id,
+                                                                   reason=refused.code)], ctx)
+            RUNS_HELD.labels(refused.code).inc()
+        soon = refused.retry_after
+        arrival = self._mailboxes.arrival(f"{tenant}.{thread}")
+        await self._freed.wait(ticket, refused.code, self._recheck if soon is None else min(soon + 0.05, self._recheck),
+                               also=(arrival, self._closing))
+        if self._closing.is_set():
+            raise Retryable(f"run {run.id} still waits for a provider; the supervisor stops")
+        if arrival.is_set():
+            return None
+        return await self._store.refresh(tenant, thread)
 
     async def _fork_on_live_source(self, state: ThreadState, run: Run) -> str | None:
         """A source provider thread still live in its own session is forked there: a runtime that allows one

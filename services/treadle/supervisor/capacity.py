@@ -1,0 +1,58 @@
+"""Freed provider capacity, as the supervisor hears it. Hosts announce on ``treadle.freed.<volume>`` (with
+the tenant concerned) when a session or a turn ends or a host starts; runs held (L9.3) try again at once:
+for ``capacity`` on any announcement, for ``tenant_quota`` on their own tenant's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from nats.aio.client import Client as NATS
+
+from treadle.eventlog import subjects
+
+
+class Ticket:
+    """Taken before asking for room, so an announcement between the refusal and the wait is not missed."""
+
+    def __init__(self, any_: asyncio.Event, tenant: asyncio.Event) -> None:
+        self.any, self.tenant = any_, tenant
+
+
+class FreedCapacity:
+    def __init__(self, nc: NATS, volume: str) -> None:
+        self._nc = nc
+        self._subject = subjects.host_freed(volume)
+        self._any = asyncio.Event()
+        self._tenants: dict[str, asyncio.Event] = {}  # only tenants with a run waiting since the last announcement
+        self._sub = None
+
+    async def start(self) -> None:
+        self._sub = await self._nc.subscribe(self._subject, cb=self._on_freed)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_freed(self, msg) -> None:
+        self._any.set()
+        self._any = asyncio.Event()
+        tenant = self._tenants.pop(msg.data.decode(errors="replace"), None)
+        if tenant is not None:
+            tenant.set()
+
+    def ticket(self, tenant: str) -> Ticket:
+        return Ticket(self._any, self._tenants.setdefault(tenant, asyncio.Event()))
+
+    @staticmethod
+    async def wait(ticket: Ticket, reason: str, timeout: float, also: tuple[asyncio.Event, ...] = ()) -> None:
+        """Until room is announced for ``reason`` after the ticket was taken, one of ``also`` is set, or ``timeout``."""
+        events = [ticket.any if reason == "capacity" else ticket.tenant, *also]
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
