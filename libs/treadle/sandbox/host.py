@@ -111,14 +111,18 @@ def _is_loopback(host: str) -> bool:
 def _chown_tree(path: Path, ids: TenantIds) -> None:
     """Make ``path`` and everything under it the tenant's (lchown: links are never followed)."""
     st = os.lstat(path)
-    if (st.st_uid, st.st_gid) == (ids.uid, ids.gid) and stat.S_IMODE(st.st_mode) == 0o700:
-        return
-    os.lchown(path, ids.uid, ids.gid)
-    os.chmod(path, 0o700)
+    if stat.S_ISLNK(st.st_mode):
+        raise SandboxUnavailable(f"{path} is a symbolic link, not a directory")
+    if (st.st_uid, st.st_gid) != (ids.uid, ids.gid):
+        os.lchown(path, ids.uid, ids.gid)
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)
     for root, dirs, files in os.walk(path):
         for name in dirs + files:
+            entry = os.path.join(root, name)
             with contextlib.suppress(FileNotFoundError):
-                os.lchown(os.path.join(root, name), ids.uid, ids.gid)
+                if os.lstat(entry).st_uid != ids.uid:
+                    os.lchown(entry, ids.uid, ids.gid)
 
 
 def reachable(path: Path) -> str | None:
@@ -202,7 +206,7 @@ class Sandbox:
 
     async def prepare(self, *, tenant: str, name: str, workspace: Path, homes: Sequence[Path],
                       binaries: Sequence[Path], argv: Sequence[str], runtime_env: Mapping[str, str],
-                      model_urls: Sequence[str], home: Path) -> Prepared:
+                      model_urls: Sequence[str], home: Path, inherit: Sequence[str] = ()) -> Prepared:
         self.check()
         assert self.result is not None
         ids = await asyncio.to_thread(self.identities.ids, tenant)
@@ -223,7 +227,7 @@ class Sandbox:
             group = cgroups.SessionCgroup()
         launch_file = files / f"{name}.json"
         wrapper = files / f"{name}.sh"
-        payload = {"argv": launch.argv, "env": launch.env, "cgroups": group.procs,
+        payload = {"argv": launch.argv, "env": launch.env, "cgroups": group.procs, "inherit": list(inherit),
                    "rlimits": cgroups.rlimits(self.result.cgroups if group.procs else cgroups.CgroupSupport(),
                                               spec.limits)}
         await asyncio.to_thread(self._write_launch, launch_file, wrapper, payload)
