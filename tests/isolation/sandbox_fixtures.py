@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from treadle.sandbox.host import Sandbox, SandboxSettings, open_path
+from treadle.sandbox.host import Sandbox, SandboxSettings
 from treadle.sandbox.identity import TenantIdentities
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,20 +98,13 @@ class World:
         assert not (self.root / "state-marker").exists()
 
 
-def _reachable(path: Path) -> None:
-    for parent in [*reversed(path.parents), path]:
-        if str(parent).startswith(str(REPO)):
-            open_path(parent)
-
-
 @pytest.fixture(scope="module")
 async def world(monkeypatch_module) -> World:
     root = REPO / ".treadle" / "test-isolation" / uuid.uuid4().hex[:10]
     root.mkdir(parents=True)
-    _reachable(root)
+    os.chmod(root, 0o700)  # closed to every other uid: the tenant's uid never needs to pass through it
     workspaces = root / "workspaces"
     workspaces.mkdir()
-    open_path(workspaces)
     other = workspaces / "othertenant" / "w"
     other.mkdir(parents=True)
     foreign_file = other / "secret.txt"
@@ -122,8 +115,6 @@ async def world(monkeypatch_module) -> World:
     os.chmod(nats_url_file, 0o644)  # even a world-readable one
     runtime_dir = root / "provider-runtimes" / "host-1"
     runtime_dir.mkdir(parents=True)
-    for path in (root / "provider-runtimes", runtime_dir):
-        open_path(path)
     monkeypatch_module.setenv("TREADLE_NATS_URL", f"nats://treadle:{SECRET}@127.0.0.1:4222")
     monkeypatch_module.setenv("TREADLE_NATS_PASSWORD", SECRET)
     monkeypatch_module.setenv("OPENAI_API_KEY", "sk-mock-host-only")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 ENTER_SCRIPT = Path(__file__).with_name("enter.py")
 PROXY_PORT = 3128  # the forwarder's CONNECT proxy inside every sandbox (HTTPS_PROXY)
 PROBE_UID = 65534  # the probe switches to nobody: any unprivileged uid shows the same
+EGRESS_ROOT = Path("/run/treadle-egress")  # short paths: a Unix socket's path has at most 107 bytes
+STAGE = Path("/run/treadle-sandbox")  # an empty dir; each runtime mounts its own tmpfs on it (enter.py)
 
 
 class SandboxSettings(BaseSettings):
@@ -70,9 +73,10 @@ class ProbeResult:
         return not self.missing
 
 
-def probe(settings: SandboxSettings) -> ProbeResult:
-    """Can this machine build the sandbox? Runs a real one (a few ms): setpriv to an unprivileged uid, then
-    bwrap with every namespace, the system read-only, a private /proc and no network."""
+def probe(settings: SandboxSettings, scratch: Path) -> ProbeResult:
+    """Can this machine build the sandbox? Runs a real one (a few ms) the way every runtime starts: enter.py
+    stages a dir in a private mount namespace, setpriv drops to an unprivileged uid, bwrap builds the root
+    with every namespace, the system read-only, a private /proc and no network."""
     missing: list[str] = []
     bwrap, setpriv = shutil.which(settings.bwrap), shutil.which(settings.setpriv)
     if bwrap is None:
@@ -82,13 +86,28 @@ def probe(settings: SandboxSettings) -> ProbeResult:
     if os.geteuid() != 0:
         missing.append("root (the host switches every runtime to its tenant's uid: it must run as root)")
     if not missing:
-        spec = SandboxSpec(ids=TenantIds(PROBE_UID, PROBE_UID), workspace=Path("/tmp"), env={"PATH": "/usr/bin:/bin"},
-                           system=system_mounts(), setpriv=setpriv, bwrap=bwrap, limits=Limits(tmp_mb=None))
-        launch = build(spec, ["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]' ; cat /proc/net/dev | grep -c :"])
         try:
-            done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True, timeout=20)
+            STAGE.mkdir(mode=0o755, parents=True, exist_ok=True)
+            scratch.mkdir(parents=True, exist_ok=True)
+            os.chmod(scratch, 0o700)
+            workspace = scratch / "probe"
+            workspace.mkdir(exist_ok=True)
+            os.chown(workspace, PROBE_UID, PROBE_UID)
+        except OSError as exc:
+            missing.append(f"a stage dir {STAGE} and a scratch dir {scratch}: {exc}")
+    if not missing:
+        spec = SandboxSpec(ids=TenantIds(PROBE_UID, PROBE_UID), workspace=workspace, env={"PATH": "/usr/bin:/bin"},
+                           system=system_mounts(), setpriv=setpriv, bwrap=bwrap, limits=Limits(tmp_mb=None),
+                           stage=str(STAGE))
+        launch = build(spec, ["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]' ; cat /proc/net/dev | grep -c :"])
+        launch_file = scratch / "probe.json"
+        Sandbox._write_launch(launch_file, scratch / "probe.sh", {"stage": str(STAGE), "staged": launch.staged,
+                                                                   "argv": launch.argv, "env": launch.env})
+        command = [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(launch_file)]
+        try:
+            done = subprocess.run(command, env={}, cwd=workspace, capture_output=True, text=True, timeout=20)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            done = subprocess.CompletedProcess(launch.argv, 1, "", str(exc))
+            done = subprocess.CompletedProcess(command, 1, "", str(exc))
         lines = done.stdout.split()
         if done.returncode != 0:
             missing.append(f"a working bubblewrap sandbox as an unprivileged uid (user namespaces?): "
@@ -125,26 +144,6 @@ def _chown_tree(path: Path, ids: TenantIds) -> None:
                     os.lchown(entry, ids.uid, ids.gid)
 
 
-def reachable(path: Path) -> str | None:
-    """None when an unprivileged uid can traverse every parent of ``path`` (bwrap binds it as the tenant's
-    uid); else the first parent that closes the way."""
-    for parent in reversed(Path(path).parents):
-        try:
-            if not os.stat(parent).st_mode & 0o001:
-                return str(parent)
-        except OSError:
-            return str(parent)
-    return None
-
-
-def open_path(path: Path) -> None:
-    """Give ``path`` search permission for others (0711 style) if it lacks it: for Treadle's own dirs only
-    (state dir, runtime dirs), whose contents stay closed by 0700 tenant dirs below them."""
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    if not mode & 0o001:
-        os.chmod(path, mode | 0o011)
-
-
 @dataclass
 class Prepared:
     command: list[str]
@@ -163,6 +162,8 @@ class Prepared:
         if self._egress is not None:
             with contextlib.suppress(Exception):
                 await self._egress.close()  # type: ignore[attr-defined]
+            with contextlib.suppress(OSError):
+                self._egress.socket_path.parent.rmdir()  # type: ignore[attr-defined]
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
         with contextlib.suppress(OSError):
@@ -184,7 +185,7 @@ class Sandbox:
         return self.settings.mode == "on"
 
     def start(self) -> ProbeResult:
-        self.result = probe(self.settings)
+        self.result = probe(self.settings, self.runtime_dir / "sandbox-probe")
         if self.enabled and not self.result.ok:
             log.error("sandbox unavailable, no runtime session will start (TREADLE_SANDBOX=off runs them "
                       "unsandboxed): missing %s", "; ".join(self.result.missing))
@@ -193,6 +194,10 @@ class Sandbox:
         else:
             log.warning("TREADLE_SANDBOX=off: provider runtimes run as the host's user with no isolation")
         return self.result
+
+    def host_start(self, workspaces: Path) -> ProbeResult:
+        """At the provider host's start: probe (and log what the sandbox will be)."""
+        return self.start()
 
     def check(self) -> None:
         if not self.enabled:
@@ -218,7 +223,7 @@ class Sandbox:
         spec = SandboxSpec(ids=ids, workspace=workspace, env=sandbox_env(home, env), homes=tuple(homes),
                            binaries=tuple(binaries), etc=etc, system=system_mounts(), forward=forward,
                            limits=self.settings.limits(), setpriv=self.result.setpriv or "setpriv",
-                           bwrap=self.result.bwrap or "bwrap")
+                           bwrap=self.result.bwrap or "bwrap", stage=str(STAGE))
         launch = build(spec, list(argv))
         try:
             group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits)
@@ -227,7 +232,7 @@ class Sandbox:
             group = cgroups.SessionCgroup()
         launch_file = files / f"{name}.json"
         wrapper = files / f"{name}.sh"
-        payload = {"argv": launch.argv, "env": launch.env, "cgroups": group.procs, "inherit": list(inherit),
+        payload = {"stage": str(STAGE), "staged": launch.staged, "argv": launch.argv, "env": launch.env, "cgroups": group.procs, "inherit": list(inherit),
                    "rlimits": cgroups.rlimits(self.result.cgroups if group.procs else cgroups.CgroupSupport(),
                                               spec.limits)}
         await asyncio.to_thread(self._write_launch, launch_file, wrapper, payload)
@@ -242,10 +247,8 @@ class Sandbox:
             path.mkdir(parents=True, exist_ok=True)
             _chown_tree(path, ids)
         for path in (*homes, workspace):
-            closed = reachable(path)
-            if closed is not None:
-                raise SandboxUnavailable(f"{path} is not reachable by tenant uids: {closed} has no search "
-                                         "permission for others (make it 0711 or 0755)")
+            if os.path.realpath(path) != os.path.normpath(os.path.abspath(path)):
+                raise SandboxUnavailable(f"{path} is reached through a symbolic link: not bound into a sandbox")
 
     def _etc(self, tenant: str, ids: TenantIds, home: Path) -> dict[str, Path]:
         root = self.runtime_dir / "sandbox-etc" / tenant / str(home).strip("/").replace("/", "_")
@@ -257,8 +260,6 @@ class Sandbox:
                 path.write_text(text)
                 os.chmod(path, 0o644)
             out[dest] = path
-        for parent in (self.runtime_dir / "sandbox-etc", self.runtime_dir / "sandbox-etc" / tenant, root):
-            open_path(parent)
         return out
 
     async def _egress(self, name: str, ids: TenantIds, urls: Sequence[str],
@@ -268,7 +269,8 @@ class Sandbox:
         from .egress import Egress, egress_targets, sandbox_python, FORWARD_SCRIPT
 
         allowed = egress_targets(urls)
-        socket_dir = self.runtime_dir / "egress" / name
+        key = hashlib.sha256(f"{self.runtime_dir}/{name}".encode()).hexdigest()[:24]
+        socket_dir = EGRESS_ROOT / key
         await asyncio.to_thread(self._socket_dir, socket_dir, ids)
         socket = socket_dir / "s"
         egress = Egress(socket, allowed)
@@ -289,11 +291,10 @@ class Sandbox:
         return forward, egress
 
     def _socket_dir(self, path: Path, ids: TenantIds) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        path.mkdir(exist_ok=True)
         os.chown(path, ids.uid, ids.gid)
         os.chmod(path, 0o700)
-        for parent in (self.runtime_dir, self.runtime_dir / "egress"):
-            open_path(parent)
 
     @staticmethod
     def _write_launch(launch_file: Path, wrapper: Path, payload: dict) -> None:

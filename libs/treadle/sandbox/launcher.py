@@ -102,6 +102,7 @@ class SandboxSpec:
     limits: Limits = Limits()
     setpriv: str = "setpriv"
     bwrap: str = "bwrap"
+    stage: str | None = None  # see Launch.staged; None: bind the host paths directly
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,10 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    # (host path, staged path, is_dir): what enter.py bind-mounts, as root in a private mount namespace, onto
+    # a tmpfs at ``SandboxSpec.stage`` before it drops to the tenant's uid, so bwrap binds from paths every
+    # uid can reach while the host paths (a 0700 state dir, /root) stay closed
+    staged: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
 def sandbox_env(home: Path | str, runtime: Mapping[str, str], host: Mapping[str, str] | None = None,
@@ -147,7 +152,21 @@ def _absolute(path: Path | str, what: str) -> str:
     return os.path.normpath(text)
 
 
-def bwrap_args(spec: SandboxSpec) -> list[str]:
+class _Stager:
+    def __init__(self, stage: str | None) -> None:
+        self.stage = stage
+        self.staged: list[tuple[str, str, bool]] = []
+
+    def __call__(self, source: str, is_dir: bool = True) -> str:
+        if self.stage is None:
+            return source
+        staged = f"{self.stage}/{len(self.staged)}"
+        self.staged.append((source, staged, is_dir))
+        return staged
+
+
+def bwrap_args(spec: SandboxSpec, stager: _Stager | None = None) -> list[str]:
+    stage = stager or _Stager(None)
     workspace = _absolute(spec.workspace, "workspace")
     args = [spec.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--hostname", "sandbox"]
@@ -157,22 +176,22 @@ def bwrap_args(spec: SandboxSpec) -> list[str]:
         else:
             args += ["--ro-bind" if mount.kind == "ro" else "--bind", mount.source, mount.dest]
     for dest, source in sorted(spec.etc.items()):
-        args += ["--ro-bind", _absolute(source, "etc file"), _absolute(dest, "etc path")]
+        args += ["--ro-bind", stage(_absolute(source, "etc file"), False), _absolute(dest, "etc path")]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if spec.limits.tmp_mb:
         args += ["--size", str(spec.limits.tmp_mb * 1024 * 1024)]
     args += ["--tmpfs", "/tmp", "--dir", "/var/tmp"]
     for binary in spec.binaries:
         path = _absolute(binary, "binary")
-        args += ["--ro-bind", path, path]
+        args += ["--ro-bind", stage(path, os.path.isdir(path)), path]
     if spec.forward is not None:
         script = _absolute(spec.forward.script, "forward script")
         socket_dir = os.path.dirname(_absolute(spec.forward.socket, "egress socket"))
-        args += ["--ro-bind", script, script, "--bind", socket_dir, socket_dir]
+        args += ["--ro-bind", stage(script, False), script, "--bind", stage(socket_dir), socket_dir]
     for home in spec.homes:
         path = _absolute(home, "home")
-        args += ["--bind", path, path]
-    args += ["--bind", workspace, workspace, "--chdir", workspace]
+        args += ["--bind", stage(path), path]
+    args += ["--bind", stage(workspace), workspace, "--chdir", workspace]
     return args
 
 
@@ -186,7 +205,10 @@ def build(spec: SandboxSpec, argv: Sequence[str]) -> Launch:
     prefix = [spec.setpriv, "--reuid", str(spec.ids.uid), "--regid", str(spec.ids.gid), "--clear-groups",
               "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig", "SIGKILL"]
     inner = [*(spec.forward.argv() if spec.forward else []), *argv]
-    return Launch(argv=[*prefix, *bwrap_args(spec), "--", *inner], env=dict(spec.env), cwd=Path(spec.workspace))
+    stager = _Stager(spec.stage)
+    sandbox = bwrap_args(spec, stager)
+    return Launch(argv=[*prefix, *sandbox, "--", *inner], env=dict(spec.env), cwd=Path(spec.workspace),
+                  staged=stager.staged)
 
 
 def passwd_files(ids: TenantIds, home: Path | str, user: str = "tenant") -> dict[str, str]:

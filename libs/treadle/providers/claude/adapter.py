@@ -175,8 +175,6 @@ class ClaudeAdapter(ProviderAdapter):
         the SDK built from the host's and runs the real CLI in the tenant's sandbox (launcher.py)."""
         if self._sandbox is None:
             return None
-        from treadle.sandbox.host import open_path
-
         from .options import SDK_SPAWN_ENV, cli_env, real_cli
 
         if self._prepared is not None:
@@ -185,8 +183,6 @@ class ClaudeAdapter(ProviderAdapter):
         cli = real_cli(self.settings).resolve()
         home = self._config_dir.parent / "home"
         projects = self.store.projects.resolve()
-        for path in (self.store.root.parent, self.store.root, self._config_dir.parent):
-            await asyncio.to_thread(open_path, path)  # Treadle's dirs: searchable, their tenant dirs closed
         self._prepared = await self._sandbox.prepare(
             tenant=self.request.tenant, name=f"{self.request.session_id}-{self._starts}", workspace=self.workspace,
             homes=[self._config_dir, home, projects], binaries=[cli.parent], argv=[str(cli)],
