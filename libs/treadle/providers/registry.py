@@ -31,6 +31,6 @@ def create_adapter(request: PlaceSession, workspace: Path, state_dir: Path, sand
     ``sandbox`` (``treadle.sandbox.host.Sandbox``) goes to the adapters that start a runtime process
     (``sandboxed = True``); the scripted provider runs inside the host and gets none."""
     cls = adapter_class(request.provider)
-    if sandbox is not None and getattr(cls, "sandboxed", False):
+    if sandbox is not None and (getattr(cls, "sandboxed", False) or getattr(cls, "writes_as_tenant", False)):
         return cls(workspace, request, state_dir, sandbox=sandbox)
     return cls(workspace, request, state_dir)
