@@ -172,7 +172,8 @@ class Prepared:
 
 @dataclass
 class Sandbox:
-    """One per provider host. ``runtime_dir`` holds the launch files and egress sockets (host-only)."""
+    """One per provider host. ``runtime_dir`` holds the launch files and synthetic /etc files (host-only);
+    egress sockets live under ``EGRESS_ROOT`` (short paths), staged mounts under ``STAGE``."""
 
     settings: SandboxSettings
     identities: TenantIdentities

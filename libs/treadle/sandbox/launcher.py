@@ -2,12 +2,15 @@
 the command line and environment of a sandboxed process.
 
     setpriv --reuid U --regid G --clear-groups --inh-caps=-all --bounding-set=-all --pdeathsig SIGKILL \\
-      bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL \\
+      bwrap --unshare-all --die-with-parent --new-session --cap-drop ALL --hostname sandbox \\
             --ro-bind /usr /usr --symlink usr/lib /lib … (the system, read-only) \\
-            --ro-bind-data/--ro-bind <etc> /etc/passwd …  (a synthetic passwd/group/hosts) \\
-            --proc /proc --dev /dev --tmpfs /tmp \\
-            --bind WORKSPACE WORKSPACE --bind HOME HOME … --ro-bind BIN BIN … \\
-            --chdir WORKSPACE -- [python3 forward.py --unix SOCK … --] runtime argv…
+            --ro-bind STAGE/0 /etc/passwd …  (a synthetic passwd/group/hosts) \\
+            --proc /proc --dev /dev --size N --tmpfs /tmp \\
+            --ro-bind STAGE/3 BIN … --bind STAGE/5 HOME … --bind STAGE/7 WORKSPACE \\
+            --chdir WORKSPACE -- [python3 -I -S forward.py --unix SOCK … --] runtime argv…
+
+(``STAGE/<i>``: the host paths, bind-mounted there by ``enter.py`` in a private mount namespace; see
+``Launch.staged``. Without a stage the host paths are bound directly.)
 
 ``setpriv`` drops the host's root to the tenant's own uid/gid (``identity.TenantIds``) before anything of
 the sandbox exists, so every file the runtime touches is checked against that uid on the host as well;
