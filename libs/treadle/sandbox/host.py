@@ -196,8 +196,15 @@ class Sandbox:
             log.warning("TREADLE_SANDBOX=off: provider runtimes run as the host's user with no isolation")
         return self.result
 
+    @property
+    def egress_root(self) -> Path:
+        """This host's egress sockets: one dir per host (its runtime dir), one per runtime below it."""
+        return EGRESS_ROOT / hashlib.sha256(str(self.runtime_dir).encode()).hexdigest()[:16]
+
     def host_start(self, workspaces: Path) -> ProbeResult:
-        """At the provider host's start: probe (and log what the sandbox will be)."""
+        """At the provider host's start: probe (and log what the sandbox will be), and remove the egress
+        sockets an earlier life of this host left behind (a killed host closes none)."""
+        shutil.rmtree(self.egress_root, ignore_errors=True)
         return self.start()
 
     def check(self) -> None:
@@ -270,8 +277,7 @@ class Sandbox:
         from .egress import Egress, egress_targets, sandbox_python, FORWARD_SCRIPT
 
         allowed = egress_targets(urls)
-        key = hashlib.sha256(f"{self.runtime_dir}/{name}".encode()).hexdigest()[:24]
-        socket_dir = EGRESS_ROOT / key
+        socket_dir = self.egress_root / hashlib.sha256(name.encode()).hexdigest()[:16]
         await asyncio.to_thread(self._socket_dir, socket_dir, ids)
         socket = socket_dir / "s"
         egress = Egress(socket, allowed)
@@ -292,7 +298,8 @@ class Sandbox:
         return forward, egress
 
     def _socket_dir(self, path: Path, ids: TenantIds) -> None:
-        path.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        for parent in (EGRESS_ROOT, path.parent):
+            parent.mkdir(mode=0o711, exist_ok=True)
         path.mkdir(exist_ok=True)
         os.chown(path, ids.uid, ids.gid)
         os.chmod(path, 0o700)
