@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,10 +91,21 @@ class SessionCgroup:
     dirs: list[Path] = field(default_factory=list)
     procs: list[str] = field(default_factory=list)
 
-    def remove(self) -> None:
+    def remove(self, wait: float = 3.0) -> None:
+        """Remove the groups once they are empty: the runtime's own exit is seen before the kernel has torn
+        down the rest of its pid namespace, so an rmdir may meet EBUSY for a moment."""
+        deadline = time.monotonic() + wait
         for path in reversed(self.dirs):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+            while True:
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.02)
             with contextlib.suppress(OSError):
                 path.parent.rmdir()  # the treadle-sandbox group itself, once no runtime is left in it
 
