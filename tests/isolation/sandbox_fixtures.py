@@ -83,6 +83,9 @@ class World:
             "ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
             f"(exec 3<>/dev/tcp/127.0.0.1/{self.broker.port}) && echo BROKER-CONNECTED",
             f"(exec 3<>/dev/tcp/127.0.0.1/{self.redis.port}) && echo REDIS-CONNECTED",
+            # through the sandbox's own way out: the forwarder's CONNECT proxy, to the broker and Redis
+            *(f"(exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n' >&3 "
+              f"&& timeout 5 head -c 200 <&3)" for port in (self.broker.port, self.redis.port)),
             f"echo pwned > {marker_dir}/outside-marker",
             f"echo pwned > {self.root}/state-marker",
             "id -u",

@@ -67,6 +67,8 @@ async def test_codex_shell_command_cannot_reach_outside_its_sandbox(world, mock,
     output, sink = await _play_attack(world, mock, runtime_mode, marker_dir)
     world.assert_clean(output, marker_dir)
     assert sink.completed.status == "completed"
+    if runtime_mode == "full_access":  # (in workspace-write Codex's own seccomp filter refuses every socket)
+        assert output.count("403 Forbidden") == 2  # the egress proxy refused the broker and Redis
     uid = world.sandbox.identities.ids(TENANT).uid
     assert f"\n{uid}\n" in f"\n{output}\n" or str(uid) in output  # ran as the tenant's uid, not root
     # Codex kept its files in the tenant's home, owned by the tenant
