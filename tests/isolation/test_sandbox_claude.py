@@ -56,6 +56,7 @@ async def test_claude_bash_tool_cannot_reach_outside_its_sandbox(world, api, mar
     assert results, api.prompts()
     output = results[-1]
     world.assert_clean(output, marker_dir)
+    assert output.count("403 Forbidden") == 2  # its egress proxy refused the broker and Redis
     uid = world.sandbox.identities.ids(TENANT).uid
     assert str(uid) in output
     # the conversation store and the config dir are the tenant's, closed to others
