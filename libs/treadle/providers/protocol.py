@@ -116,6 +116,7 @@ class Summary(msgspec.Struct, kw_only=True, tag="summary"):
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
     code: str  # unknown_session | bad_request | provider_error | capacity | not_active | unsupported | resume_failed
+    #   | sandbox_unavailable (the host cannot sandbox a runtime: the placement is retried, the run waits)
     message: str
 
 
