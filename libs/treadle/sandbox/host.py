@@ -162,8 +162,9 @@ class Prepared:
         if self._egress is not None:
             with contextlib.suppress(Exception):
                 await self._egress.close()  # type: ignore[attr-defined]
-            with contextlib.suppress(OSError):
-                self._egress.socket_path.parent.rmdir()  # type: ignore[attr-defined]
+            for path in (self._egress.socket_path.parent, self._egress.socket_path.parent.parent):  # type: ignore[attr-defined]
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # this runtime's dir, then the host's once no runtime of it is left
         if self._cgroup is not None:
             await asyncio.to_thread(self._cgroup.remove)
         with contextlib.suppress(OSError):
