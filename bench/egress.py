@@ -15,10 +15,13 @@ import argparse
 import asyncio
 import json
 import os
+import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -84,6 +87,24 @@ def summary(result: dict) -> dict[str, float]:
             "mib_per_s": result["mib_per_s"]}
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def thread_cpu() -> float:
+    return time.thread_time()
+
+
+def run_measured(argv: list[str]) -> tuple[dict, float]:
+    """The client's JSON result and the CPU seconds the process tree used (user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads(subprocess.run(argv, check=True, capture_output=True).stdout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=500)
@@ -97,7 +118,7 @@ def main() -> None:
     port = server.server_address[1]
     client = [python, "-c", CLIENT, str(port), str(args.requests), str(args.big)]
 
-    direct = json.loads(subprocess.run(client, check=True, capture_output=True).stdout)
+    direct, direct_cpu = run_measured(client)
 
     loop = uvloop.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
@@ -107,7 +128,15 @@ def main() -> None:
         command = forward_command(egress.socket_path, client, ports=[(port, "127.0.0.1", port)], python=python)
         sandbox = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
                    "--proc", "/proc", "--bind", tmp, tmp, *command]
-        through = json.loads(subprocess.run(sandbox, check=True, capture_output=True).stdout)
+        egress_cpu = -asyncio.run_coroutine_threadsafe(thread_cpu(), loop).result()
+        through, _ = run_measured(sandbox)
+        egress_cpu += asyncio.run_coroutine_threadsafe(thread_cpu(), loop).result()
+        # The forwarder's CPU: the same path without bwrap (which adds nothing per byte), where the client is
+        # its waited-for child, so RUSAGE_CHILDREN counts both; bwrap's init reaps without passing it on.
+        listen = free_port()
+        unsandboxed = forward_command(egress.socket_path, [python, "-c", CLIENT, str(listen), *client[4:]],
+                                      ports=[(listen, "127.0.0.1", port)], python=python)
+        _, forwarded_cpu = run_measured(unsandboxed)
         asyncio.run_coroutine_threadsafe(egress.close(), loop).result()
 
     a, b = summary(direct), summary(through)
@@ -116,6 +145,9 @@ def main() -> None:
         added = b[key] - a[key]
         print(f"{key:16}{a[key]:10.3f}{b[key]:12.3f}{added:+10.3f}")
     print(f"requests={args.requests} big={args.big}x1MiB; egress counts: {egress.counts}")
+    # CPU is what load on a shared machine does not distort: the wall figures above are, the CPU ones less so.
+    print(f"CPU seconds for the same run: client alone {direct_cpu:.3f}; forwarder {forwarded_cpu - direct_cpu:.3f} "
+          f"(client + forwarder {forwarded_cpu:.3f}); Egress on the host's event loop {egress_cpu:.3f}")
 
 
 if __name__ == "__main__":

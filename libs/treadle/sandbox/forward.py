@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 FAILED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
 MAX_HEAD_BYTES = 8 * 1024
@@ -102,7 +103,8 @@ def accept_loop(listener: socket.socket, unix_path: str, target: str | None, slo
         try:
             client, _ = listener.accept()
         except OSError:
-            continue  # ECONNABORTED and the like: the listener itself is fine
+            time.sleep(0.05)  # out of file descriptors or an aborted handshake: retry, without spinning
+            continue
         if not slots.acquire(blocking=False):
             client.close()
             continue
