@@ -190,6 +190,7 @@ def test_a_port_that_cannot_be_bound_fails_before_the_child_runs(root_egress_pat
     [
         (["--unix", "/nonexistent/egress.sock", "--", "true"], "No such file or directory"),
         (["--unix", "{sock}", "--port", "80=nowhere", "--", "true"], "expected LISTEN_PORT=HOST:PORT"),
+        (["--unix", "{sock}", "--port", "80=a\r\nX: y:80", "--", "true"], "expected LISTEN_PORT=HOST:PORT"),
         (["--unix", "{sock}", "--proxy", "0", "--", "true"], "is not a port number"),
         (["--unix", "{sock}", "true"], "usage:"),
         (["--unix", "{sock}", "--", "/nonexistent/runtime"], "/nonexistent/runtime: not found"),

@@ -139,6 +139,7 @@ class Egress:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
         self._clients: set[TunnelEnd] = set()
+        self._closing = False
 
     @property
     def open_connections(self) -> int:
@@ -147,6 +148,7 @@ class Egress:
     async def start(self) -> None:
         if self._server is not None:
             raise EgressError("already started")
+        self._closing = False
         _remove_stale_socket(self.socket_path)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
@@ -156,7 +158,7 @@ class Egress:
     async def close(self) -> None:
         if self._server is None:
             return
-        server, self._server = self._server, None
+        server, self._server, self._closing = self._server, None, True
         server.close()
         for task in list(self._connections):
             task.cancel()
@@ -179,7 +181,7 @@ class Egress:
         self.counts.accepted += 1
         self._clients.add(client)
         client.lost.add_done_callback(lambda _: self._clients.discard(client))
-        if self._server is None or len(self._connections) >= self.max_connections:
+        if self._closing or len(self._connections) >= self.max_connections:
             # No lingering over the bound: the answer may be lost to a client writing its request already.
             client.transport.write(self._refusal(503, f"more than {self.max_connections} connections"))
             client.transport.close()
