@@ -143,6 +143,17 @@ async def test_connections_beyond_the_bound_get_503(api_port):
             assert head.startswith(b"HTTP/1.1 200 ")
 
 
+async def test_a_refused_client_keeps_its_slot_until_it_goes_or_the_request_timeout_passes(broker):
+    with socket_dir() as directory:
+        async with Egress(directory / "e.sock", frozenset(), max_connections=1, request_timeout=0.5) as egress:
+            head, reader, writer = await connect(egress, f"127.0.0.1:{broker.port}")
+            assert head.startswith(b"HTTP/1.1 403 ") and await within(reader.read()) == b""  # answered, half-closed
+            assert egress.open_connections == 1  # the client has not closed: the slot is still its own
+            await wait_for(lambda: egress.open_connections == 0, timeout=5, what="the lingering refusal to end")
+            writer.close()
+    assert broker.waiting() == 0
+
+
 async def test_close_ends_open_tunnels_and_removes_the_socket(egress, api_port):
     head, reader, _ = await connect(egress, f"127.0.0.1:{api_port}")
     assert head.startswith(b"HTTP/1.1 200 ")
