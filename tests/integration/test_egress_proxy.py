@@ -46,16 +46,21 @@ async def egress(api_port: int, sink: Listener) -> AsyncIterator[Egress]:
             yield proxy
 
 
+async def within(awaitable, seconds: float = 10):
+    """A read that must finish: a bug fails the test instead of hanging it."""
+    return await asyncio.wait_for(awaitable, seconds)
+
+
 async def connect(egress: Egress, target: str) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_unix_connection(os.fspath(egress.socket_path))
     writer.write(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    return await reader.readuntil(b"\r\n\r\n"), reader, writer
+    return await within(reader.readuntil(b"\r\n\r\n")), reader, writer
 
 
 async def answer_to(egress: Egress, raw: bytes) -> bytes:
     reader, writer = await asyncio.open_unix_connection(os.fspath(egress.socket_path))
     writer.write(raw)
-    answer = await reader.read()  # to EOF: the proxy closes after refusing
+    answer = await within(reader.read())  # to EOF: the proxy closes after refusing
     writer.close()
     return answer
 
@@ -65,7 +70,7 @@ async def test_an_allowed_target_is_tunnelled_both_ways_with_half_close(egress, 
     assert head == b"HTTP/1.1 200 Connection established\r\n\r\n"
     writer.write(b"GET /v1/models HTTP/1.0\r\n\r\n")
     writer.write_eof()  # the client is done sending; the answer must still come back whole
-    response = await reader.read()
+    response = await within(reader.read())
     assert response.startswith(b"HTTP/1.0 200") and response.endswith(b"\r\n\r\n" + MODELS)
     assert egress.counts.tunnelled == 1 and egress.counts.refused == 0
 
@@ -107,7 +112,7 @@ async def test_malformed_or_oversized_requests_are_refused_without_any_connectio
     writer.write(request_head.replace(b"{port}", str(sink.port).encode()))
     if status == b"400" and request_head.endswith(b"HTTP/1.1\r\n"):
         writer.write_eof()
-    answer = await reader.read()
+    answer = await within(reader.read())
     assert answer.startswith(b"HTTP/1.1 " + status + b" ")
     assert sink.waiting() == 0
     assert egress.counts.tunnelled == 0
@@ -126,22 +131,34 @@ async def test_connections_beyond_the_bound_get_503(api_port):
         async with Egress(directory / "e.sock", frozenset({("127.0.0.1", api_port)}), max_connections=2) as egress:
             opened = [await connect(egress, f"127.0.0.1:{api_port}") for _ in range(2)]
             assert all(head.startswith(b"HTTP/1.1 200 ") for head, _, _ in opened)
-            head, _, _ = await connect(egress, f"127.0.0.1:{api_port}")
-            assert head.startswith(b"HTTP/1.1 503 ")
+            # Refused at once, before its request: read it without writing (a write might meet the close).
+            reader, _ = await asyncio.open_unix_connection(os.fspath(egress.socket_path))
+            assert (await within(reader.read())).startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
             # A slot freed is a slot usable again.
             _, reader, writer = opened[0]
             writer.close()
-            await reader.read()
+            await within(reader.read())
             await wait_for(lambda: egress.open_connections < 2, what="the proxy noticing the closed tunnel")
             head, _, _ = await connect(egress, f"127.0.0.1:{api_port}")
             assert head.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_refused_client_keeps_its_slot_until_it_goes_or_the_request_timeout_passes(broker):
+    with socket_dir() as directory:
+        async with Egress(directory / "e.sock", frozenset(), max_connections=1, request_timeout=0.5) as egress:
+            head, reader, writer = await connect(egress, f"127.0.0.1:{broker.port}")
+            assert head.startswith(b"HTTP/1.1 403 ") and await within(reader.read()) == b""  # answered, half-closed
+            assert egress.open_connections == 1  # the client has not closed: the slot is still its own
+            await wait_for(lambda: egress.open_connections == 0, timeout=5, what="the lingering refusal to end")
+            writer.close()
+    assert broker.waiting() == 0
 
 
 async def test_close_ends_open_tunnels_and_removes_the_socket(egress, api_port):
     head, reader, _ = await connect(egress, f"127.0.0.1:{api_port}")
     assert head.startswith(b"HTTP/1.1 200 ")
     await egress.close()
-    assert await asyncio.wait_for(reader.read(), 5) == b""
+    assert await within(reader.read()) == b""
     assert not egress.socket_path.exists()
 
 

@@ -5,6 +5,7 @@ The forwarder also runs the runtime: stdio, exit status and signals must pass th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from egress_servers import MODELS, Listener, model_api, socket_dir
+from egress_servers import BIG, MODELS, Listener, model_api, socket_dir
 
 from treadle.sandbox.egress import FORWARD_SCRIPT, Egress, forward_command, sandbox_python
 
@@ -137,6 +138,27 @@ async def test_the_childs_stdin_and_stdout_pass_through_byte_exact(root_egress, 
     assert out == payload
 
 
+PARALLEL_CLIENT = r"""
+import hashlib, http.client, sys
+from concurrent.futures import ThreadPoolExecutor
+def fetch(_):
+    conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
+    conn.request("GET", "/big")
+    return hashlib.sha256(conn.getresponse().read()).hexdigest()
+with ThreadPoolExecutor(16) as pool:
+    print(*pool.map(fetch, range(16)))
+"""
+
+
+async def test_sixteen_parallel_1mib_responses_arrive_whole(root_egress, api_port):
+    command = forward_command(root_egress.socket_path, [ROOT_PYTHON, "-c", PARALLEL_CLIENT, str(api_port)],
+                              ports=[(api_port, "127.0.0.1", api_port)], python=ROOT_PYTHON)
+    code, out, err = await run(bwrap(root_egress.socket_path.parent, command))
+    assert code == 0, err.decode()
+    assert out.decode().split() == [hashlib.sha256(BIG).hexdigest()] * 16
+    assert root_egress.counts.tunnelled == 16
+
+
 @pytest.mark.parametrize(("child", "status"), [("raise SystemExit(7)", 7), ("import os; os.kill(os.getpid(), 9)", 137)])
 async def test_the_childs_exit_status_is_the_forwarders(root_egress, child, status):
     command = forward_command(root_egress.socket_path, [ROOT_PYTHON, "-c", child], proxy_port=3128, python=ROOT_PYTHON)
@@ -190,6 +212,7 @@ def test_a_port_that_cannot_be_bound_fails_before_the_child_runs(root_egress_pat
     [
         (["--unix", "/nonexistent/egress.sock", "--", "true"], "No such file or directory"),
         (["--unix", "{sock}", "--port", "80=nowhere", "--", "true"], "expected LISTEN_PORT=HOST:PORT"),
+        (["--unix", "{sock}", "--port", "80=a\r\nX: y:80", "--", "true"], "expected LISTEN_PORT=HOST:PORT"),
         (["--unix", "{sock}", "--proxy", "0", "--", "true"], "is not a port number"),
         (["--unix", "{sock}", "true"], "usage:"),
         (["--unix", "{sock}", "--", "/nonexistent/runtime"], "/nonexistent/runtime: not found"),

@@ -22,12 +22,13 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from treadle.sandbox.tunnel import TunnelEnd, join
+
 log = logging.getLogger(__name__)
 
 FORWARD_SCRIPT = Path(__file__).with_name("forward.py")
 MAX_REQUEST_BYTES = 8 * 1024
 DEFAULT_PORTS = {"https": 443, "http": 80}
-CHUNK = 64 * 1024
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
 _HOST = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?|[0-9a-f:.]*:[0-9a-f:.]*")  # a name, IPv4 or bare IPv6
@@ -137,6 +138,8 @@ class Egress:
         self.counts = EgressCounts()
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task] = set()
+        self._clients: set[TunnelEnd] = set()
+        self._closing = False
 
     @property
     def open_connections(self) -> int:
@@ -145,19 +148,24 @@ class Egress:
     async def start(self) -> None:
         if self._server is not None:
             raise EgressError("already started")
+        self._closing = False
         _remove_stale_socket(self.socket_path)
-        self._server = await asyncio.start_unix_server(self._serve, path=os.fspath(self.socket_path))
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(
+            lambda: TunnelEnd(MAX_REQUEST_BYTES, on_connect=self._accepted), path=os.fspath(self.socket_path))
         os.chmod(self.socket_path, 0o666)
 
     async def close(self) -> None:
         if self._server is None:
             return
-        server, self._server = self._server, None
+        server, self._server, self._closing = self._server, None, True
         server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        await server.wait_closed()
+        for client in list(self._clients):  # refused ones still flushing their answer included
+            client.abort()
+        await server.wait_closed()  # uvloop's waits for every accepted transport to be gone
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
 
@@ -169,100 +177,74 @@ class Egress:
                         tb: TracebackType | None) -> None:
         await self.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _accepted(self, client: TunnelEnd) -> None:
         self.counts.accepted += 1
-        if self._server is None or len(self._connections) >= self.max_connections:
-            await self._refuse(writer, 503, f"more than {self.max_connections} connections")
+        self._clients.add(client)
+        client.lost.add_done_callback(lambda _: self._clients.discard(client))
+        if self._closing or len(self._connections) >= self.max_connections:
+            # No lingering over the bound: the answer may be lost to a client writing its request already.
+            client.transport.write(self._refusal(503, f"more than {self.max_connections} connections"))
+            client.transport.close()
             return
+        task = asyncio.get_running_loop().create_task(self._serve(client))
         self._connections.add(task)
-        upstream: asyncio.StreamWriter | None = None
+        task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, client: TunnelEnd) -> None:
+        upstream: TunnelEnd | None = None
         try:
             try:
-                head, early = await self._read_head(reader)
+                head, early = await self._read_head(client)
                 host, port = parse_connect(head)
                 if (host, port) not in self.allowed:
                     raise EgressRequestError(403, f"{host}:{port} is not an allowed target")
-                up_reader, upstream = await self._dial(host, port)
+                upstream = await self._dial(host, port)
             except EgressRequestError as refused:
-                await self._refuse(writer, refused.status, str(refused))
+                client.refuse(self._refusal(refused.status, str(refused)), linger=self.request_timeout)
+                await client.lost  # the slot stays taken until the client has gone
                 return
             self.counts.tunnelled += 1
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            if early:  # bytes the client sent right behind its request belong to the tunnel
-                upstream.write(early)
-            await _pipe(reader, writer, up_reader, upstream)
-            await _close_flushed(writer, upstream)
-        finally:
-            self._connections.discard(task)
-            for w in (writer, upstream):
-                if w is not None:
-                    w.transport.abort()  # a no-op when already closed; drops a cancelled tunnel at once
+            # bytes the client sent right behind its request belong to the tunnel: join passes them on
+            join(client, upstream, b"HTTP/1.1 200 Connection established\r\n\r\n", early)
+            await asyncio.wait([client.lost, upstream.lost])
+        except BaseException:
+            client.abort()  # cancelled by close(), or a bug: drop both ends at once
+            if upstream is not None:
+                upstream.abort()
+            raise
 
-    async def _read_head(self, reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-        """The request head and whatever followed it in the same reads; never more than the bound."""
-        buffer = b""
+    async def _read_head(self, client: TunnelEnd) -> tuple[bytes, bytes]:
+        """The request head and whatever came right behind it; the head never longer than the bound."""
         try:
             async with asyncio.timeout(self.request_timeout):
                 while True:
-                    end = buffer.find(b"\r\n\r\n")
-                    if end >= 0:
-                        return buffer[: end + 4], buffer[end + 4 :]
-                    if len(buffer) >= MAX_REQUEST_BYTES:
+                    end = client.pending.find(b"\r\n\r\n")
+                    if end + 4 > MAX_REQUEST_BYTES or (end < 0 and len(client.pending) >= MAX_REQUEST_BYTES):
                         raise EgressRequestError(431, f"request head over {MAX_REQUEST_BYTES} bytes")
-                    data = await reader.read(MAX_REQUEST_BYTES - len(buffer))
-                    if not data:
+                    if end >= 0:
+                        return bytes(client.pending[: end + 4]), bytes(client.pending[end + 4 :])
+                    if client.eof:
                         raise EgressRequestError(400, "connection closed inside the request head")
-                    buffer += data
+                    client.changed.clear()
+                    await client.changed.wait()
         except TimeoutError:
             raise EgressRequestError(408, f"no complete request within {self.request_timeout}s") from None
 
-    async def _dial(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _dial(self, host: str, port: int) -> TunnelEnd:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout):
-                return await asyncio.open_connection(host, port)
+                _, upstream = await loop.create_connection(lambda: TunnelEnd(MAX_REQUEST_BYTES), host, port)
         except TimeoutError:
             raise EgressRequestError(504, f"{host}:{port} did not answer within {self.connect_timeout}s") from None
         except OSError as failed:
             raise EgressRequestError(502, f"{host}:{port} unreachable: {failed.strerror or failed}") from None
+        return upstream
 
-    async def _refuse(self, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+    def _refusal(self, status: int, reason: str) -> bytes:
         self.counts.refused += 1
         log.warning("egress %s refused a connection: %d %s", self.socket_path, status, reason)
-        writer.write(f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                     .encode())
-        await _close_flushed(writer)
-
-
-async def _pipe(a_reader: asyncio.StreamReader, a_writer: asyncio.StreamWriter,
-                b_reader: asyncio.StreamReader, b_writer: asyncio.StreamWriter) -> None:
-    """Copy both ways; an end-of-stream is passed on as a half-close, an error ends both directions."""
-
-    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        try:
-            while data := await source.read(CHUNK):
-                sink.write(data)
-                await sink.drain()
-            if sink.can_write_eof() and not sink.transport.is_closing():
-                sink.write_eof()
-        except OSError:
-            a_writer.transport.abort()
-            b_writer.transport.abort()
-
-    await asyncio.gather(pump(a_reader, b_writer), pump(b_reader, a_writer))
-
-
-async def _close_flushed(*writers: asyncio.StreamWriter, timeout: float = 5.0) -> None:
-    """Close after the buffered bytes went out, but never wait on a peer that stopped reading."""
-    for writer in writers:
-        writer.close()
-    with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout(timeout):
-            for writer in writers:
-                await writer.wait_closed()
-    for writer in writers:
-        writer.transport.abort()
+        return f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
 
 
 def _remove_stale_socket(path: Path) -> None:

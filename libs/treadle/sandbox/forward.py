@@ -22,6 +22,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 
 FAILED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
 MAX_HEAD_BYTES = 8 * 1024
@@ -67,13 +68,13 @@ def parse_args(args: list[str]) -> tuple[str, list[tuple[int, str]], list[int], 
         elif option == "--port":
             listen, _, target = value.partition("=")
             host, _, port = target.rpartition(":")
-            if not host or not port.isdigit():
-                raise UsageError(f"--port {value}: expected LISTEN_PORT=HOST:PORT")
+            if not host or not port.isdigit() or any(c.isspace() or not c.isprintable() for c in host):
+                raise UsageError(f"--port {value!r}: expected LISTEN_PORT=HOST:PORT")
             ports.append((port_number(listen), f"{host}:{port_number(port)}"))
         elif option == "--proxy":
             proxy_ports.append(port_number(value))
         else:
-            raise UsageError(f"unknown option {option}")
+            raise UsageError(f"unknown option {option!r}")
     if unix_path is None:
         raise UsageError("--unix SOCK is required")
     return unix_path, ports, proxy_ports, argv
@@ -102,7 +103,8 @@ def accept_loop(listener: socket.socket, unix_path: str, target: str | None, slo
         try:
             client, _ = listener.accept()
         except OSError:
-            continue  # ECONNABORTED and the like: the listener itself is fine
+            time.sleep(0.05)  # out of file descriptors or an aborted handshake: retry, without spinning
+            continue
         if not slots.acquire(blocking=False):
             client.close()
             continue
