@@ -119,3 +119,20 @@ def test_cgroup_v2_group_gets_the_limits(tmp_path):
     assert (path / "pids.max").read_text() == "32"
     assert (path / "cpu.max").read_text() == "150000 100000"
     assert group.procs == [str(path / "cgroup.procs")]
+
+
+def test_reowning_a_workspace_never_follows_its_links(tmp_path):
+    from treadle.sandbox.host import _chown_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "host.txt").write_text("host")
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "mine.txt").write_text("tenant")
+    (ws / "link").symlink_to(outside)
+    (ws / "sub" / "file-link").symlink_to(outside / "host.txt")
+    _chown_tree(ws, TenantIds(200_123, 200_123))
+    assert (ws / "sub" / "mine.txt").stat().st_uid == 200_123 and ws.stat().st_mode & 0o777 == 0o700
+    assert (ws / "link").lstat().st_uid == 200_123  # the link itself, not what it points at
+    assert (outside / "host.txt").stat().st_uid == 0 and outside.stat().st_uid == 0

@@ -136,12 +136,13 @@ def _chown_tree(path: Path, ids: TenantIds) -> None:
         os.lchown(path, ids.uid, ids.gid)
     if stat.S_IMODE(st.st_mode) != 0o700:
         os.chmod(path, 0o700)
-    for root, dirs, files in os.walk(path):
+    # fwalk: every entry is changed relative to its directory's fd, never through a path a running agent
+    # could swap for a link between the listing and the chown
+    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
         for name in dirs + files:
-            entry = os.path.join(root, name)
             with contextlib.suppress(FileNotFoundError):
-                if os.lstat(entry).st_uid != ids.uid:
-                    os.lchown(entry, ids.uid, ids.gid)
+                if os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_uid != ids.uid:
+                    os.chown(name, ids.uid, ids.gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
 @dataclass
