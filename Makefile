@@ -31,6 +31,7 @@ $(CODEX_STAMP):
 
 setup: $(STAMP) $(CODEX_STAMP)
 	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
+	@path=$$(bash scripts/ensure-bubblewrap.sh); echo "bubblewrap (runtime sandbox): $$path"
 
 run: setup
 	$(BIN)/treadle up --demo

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -41,6 +42,7 @@ from treadle.providers.protocol import PlaceSession  # noqa: E402
 from treadle.runtime.tokens import TokenStore  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
+FIRST: dict = {}  # first turn of each path, ms
 
 
 class Sink:
@@ -56,7 +58,7 @@ class Sink:
 
 
 def env_for(mock: MockResponses, homes: Path) -> dict[str, str]:
-    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "TREADLE_BENCH_MODEL_KEY",
+    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "BENCH_MODEL_KEY",
             "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes)}
 
 
@@ -66,7 +68,7 @@ class Direct:
     def __init__(self, mock: MockResponses, homes: Path, work: Path) -> None:
         workspace = work / "direct-ws"
         workspace.mkdir()
-        settings = CodexSettings(base_url=mock.base_url, api_key_env="TREADLE_BENCH_MODEL_KEY", api_key="sk-mock",
+        settings = CodexSettings(base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock",
                                  home_root=homes)
         request = PlaceSession(tenant="bench", thread="thr", provider="codex", session_id="ps_bench",
                                provider_thread_id="pth_bench", workspace=str(workspace))
@@ -112,7 +114,9 @@ class OverHttp:
 
 
 async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> tuple[list[float], list[float]]:
-    """Turns alternate between the two paths, so both see the same machine load."""
+    """Turns alternate between the two paths, so both see the same machine load. The first turn of each
+    (app-server start; over HTTP also session placement and, unless TREADLE_SANDBOX=off, the sandbox) is
+    kept in ``FIRST``."""
     direct_times, http_times = [], []
     async with Stack(work / "stack", env=env_for(mock, homes), on_output=lambda *a: None) as stack:
         nc = await nats.connect(stack.nats_url)
@@ -126,6 +130,8 @@ async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> t
                 for n in range(turns + 2):  # two warm-up turns each
                     d = await direct.turn(f"bench {n}")
                     h = await http.turn(f"bench {n}")
+                    if n == 0:
+                        FIRST.update(direct_ms=round(d * 1000, 1), http_ms=round(h * 1000, 1))
                     if n >= 2:
                         direct_times.append(d)
                         http_times.append(h)
@@ -159,12 +165,15 @@ async def main() -> None:
     d, h = summary(direct_times), summary(http_times)
     paired = sorted((b - a) * 1000 for a, b in zip(direct_times, http_times))
     result = {"direct_adapter": d, "http_api": h, "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
-              "overhead_paired_median_ms": round(statistics.median(paired), 1)}
+              "overhead_paired_median_ms": round(statistics.median(paired), 1), "first_turn": FIRST,
+              "sandbox": os.environ.get("TREADLE_SANDBOX", "on")}
     print(f"{'path':<16}{'n':>4}{'median':>10}{'p10':>10}{'p90':>10}{'min':>10}   (ms)")
     for name, s in (("direct adapter", d), ("HTTP API", h)):
         print(f"{name:<16}{s['n']:>4}{s['median_ms']:>10}{s['p10_ms']:>10}{s['p90_ms']:>10}{s['min_ms']:>10}")
     print(f"Treadle overhead per turn: {result['overhead_median_ms']} ms (difference of medians), "
           f"{result['overhead_paired_median_ms']} ms (median of paired differences)")
+    print(f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms "
+          f"(session start; sandbox {result['sandbox']})")
     print(json.dumps(result))
 
 

@@ -106,8 +106,9 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, http
 
 
 def checkpointed(workspace: Path, checkpoint: dict, path: str) -> str:
-    """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it in the workspace's repository."""
-    return subprocess.run(["git", "-C", str(workspace), "show", f"{checkpoint['ref']}:{path}"], capture_output=True,
+    """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it in the workspace's repository (owned by
+    the tenant's uid once a sandboxed runtime used it: git, run as root here, must be told it is safe)."""
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(workspace), "show", f"{checkpoint['ref']}:{path}"], capture_output=True,
                           text=True, check=True).stdout
 
 

@@ -19,13 +19,13 @@ TENANT = "codexco"  # whose user alice the codex stack's API clients act as (con
 
 
 def codex_settings(mock: MockResponses, homes_root: Path) -> CodexSettings:
-    return CodexSettings(base_url=mock.base_url, api_key_env="TREADLE_TEST_MODEL_KEY", api_key="sk-mock",
+    return CodexSettings(base_url=mock.base_url, api_key_env="MOCK_MODEL_KEY", api_key="sk-mock",
                          home_root=homes_root, proxy=f"http://127.0.0.1:{mock.port}", request_timeout=20)
 
 
 def codex_env(mock: MockResponses, homes_root: Path) -> dict[str, str]:
     """The same settings as environment variables, for worker processes."""
-    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "TREADLE_TEST_MODEL_KEY",
+    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "MOCK_MODEL_KEY",
             "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes_root),
             "TREADLE_CODEX_PROXY": f"http://127.0.0.1:{mock.port}"}
 

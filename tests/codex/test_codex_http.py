@@ -54,7 +54,7 @@ async def test_L2_1_a_codex_run_streams_and_completes_with_a_checkpoint(client, 
     assert checkpoint["status"] == "completed"
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.txt", "added")]
     workspace = codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
-    shown = subprocess.run(["git", "-C", str(workspace), "show", f"{checkpoint['ref']}:hello.txt"],
+    shown = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(workspace), "show", f"{checkpoint['ref']}:hello.txt"],
                            capture_output=True, text=True, check=True).stdout
     assert shown == "hello\n"
     doc = await client.get_thread(thread)

@@ -18,10 +18,19 @@ ADAPTERS: dict[str, str] = {
 }
 
 
-def create_adapter(request: PlaceSession, workspace: Path, state_dir: Path) -> ProviderAdapter:
-    """``state_dir`` is the host's private directory for the session's runtime files (config homes)."""
-    target = ADAPTERS.get(request.provider)
+def adapter_class(provider: str) -> type[ProviderAdapter]:
+    target = ADAPTERS.get(provider)
     if target is None:
-        raise ValueError(f"provider {request.provider!r} is not known to this host")
+        raise ValueError(f"provider {provider!r} is not known to this host")
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(workspace, request, state_dir)
+    return getattr(importlib.import_module(module), cls)
+
+
+def create_adapter(request: PlaceSession, workspace: Path, state_dir: Path, sandbox=None) -> ProviderAdapter:
+    """``state_dir`` is the host's private directory for the session's runtime files (config homes).
+    ``sandbox`` (``treadle.sandbox.host.Sandbox``) goes to the adapters that start a runtime process
+    (``sandboxed = True``); the scripted provider runs inside the host and gets none."""
+    cls = adapter_class(request.provider)
+    if sandbox is not None and (getattr(cls, "sandboxed", False) or getattr(cls, "writes_as_tenant", False)):
+        return cls(workspace, request, state_dir, sandbox=sandbox)
+    return cls(workspace, request, state_dir)

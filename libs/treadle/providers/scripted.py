@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 from ..domain import provider_events as pe
@@ -61,8 +63,15 @@ def default_script(text: str) -> sc.Script:
 class ScriptedAdapter(ProviderAdapter):
     name = "scripted"
 
-    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None) -> None:
+    writes_as_tenant = True  # takes the host's sandbox only for the tenant's uid (it starts no runtime process)
+
+    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None,
+                 sandbox=None) -> None:
         super().__init__(workspace)
+        # files it writes into the workspace belong to the tenant's uid (treadle.sandbox.identity) when the host
+        # sandboxes runtimes; without a sandbox (TREADLE_SANDBOX=off, adapter tests) to the host's user
+        self._owner = (sandbox.identities.ids(request.tenant)
+                       if sandbox is not None and sandbox.enabled else None)
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         # <state>/provider-runtimes/<host>/<session> -> <state>/provider-runtimes/scripted-threads/<tenant>;
         # an ephemeral thread (a summary turn, L5.5) must leave nothing behind, so it remembers in memory only.
@@ -277,8 +286,41 @@ class ScriptedAdapter(ProviderAdapter):
             self._pending.pop(request_id, None)
 
     def _write(self, relative: str, content: str) -> None:
-        path = (self.workspace / relative).resolve()
-        if not path.is_relative_to(self.workspace.resolve()):
+        """Write inside the workspace without ever following a link: each directory is opened relative to
+        the one before with O_NOFOLLOW (the agent's own files may be links to anywhere, and this runs as the
+        host's root), the file itself too, and a file with other hard links is not written through."""
+        parts = [p for p in Path(relative).parts if p not in ("", ".")]
+        if not parts or Path(relative).is_absolute() or ".." in parts:
             raise ScriptFailed(f"write_file outside the workspace: {relative}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.workspace.mkdir(parents=True, exist_ok=True)  # Treadle's own path (the checkpoint service makes it)
+        current = os.open(self.workspace.resolve(), flags)
+        try:
+            for part in parts[:-1]:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=current)
+                    if self._owner is not None:
+                        os.chown(part, self._owner.uid, self._owner.gid, dir_fd=current, follow_symlinks=False)
+                except FileExistsError:
+                    pass
+                try:
+                    following = os.open(part, flags, dir_fd=current)
+                except OSError as exc:  # ELOOP / ENOTDIR: a link or a file where a directory should be
+                    raise ScriptFailed(f"write_file {relative}: {part} is not a directory of the workspace") from exc
+                os.close(current)
+                current = following
+            try:
+                fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                             0o644, dir_fd=current)
+            except OSError as exc:
+                raise ScriptFailed(f"write_file {relative}: not a plain file of the workspace ({exc.strerror})") from exc
+            with os.fdopen(fd, "w") as f:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                    raise ScriptFailed(f"write_file {relative}: not a plain file of the workspace")
+                if self._owner is not None and (st.st_uid, st.st_gid) != (self._owner.uid, self._owner.gid):
+                    os.fchown(fd, self._owner.uid, self._owner.gid)
+                os.ftruncate(fd, 0)
+                f.write(content)
+        finally:
+            os.close(current)

@@ -19,7 +19,9 @@ from treadle.domain.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
-from treadle.providers.registry import create_adapter
+from treadle.providers.registry import adapter_class, create_adapter
+from treadle.sandbox.host import Sandbox, SandboxSettings, SandboxUnavailable
+from treadle.sandbox.identity import TenantIdentities
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
 from treadle.runtime.settings import ProviderHostSettings, Shared
@@ -63,6 +65,8 @@ class ProviderHost:
         self._js = nc.jetstream()
         self._workspaces = shared.workspaces
         self._runtime_dir = (shared.state_dir / "provider-runtimes" / own.host_id).resolve()
+        # Every runtime process (Codex, Claude Code) starts through this one launcher (treadle.sandbox)
+        self._sandbox = Sandbox(SandboxSettings(), TenantIdentities(self._workspaces), self._runtime_dir)
         self._own = own
         self.host_id = subjects.token(own.host_id, "host id")
         self.boot_id = uuid.uuid4().hex[:16]
@@ -85,6 +89,7 @@ class ProviderHost:
         self._loops: list[asyncio.Task] = []
 
     async def start(self) -> None:
+        await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
         self._registry = Registry(await self._js.key_value("treadle-hosts"), await self._js.key_value("treadle-sessions"))
         await self._registry.beat(self._record())  # registered before it takes any session
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
@@ -230,7 +235,7 @@ class ProviderHost:
         try:
             request = hp.summarise_request.decode(msg.data)
             subjects.token(request.tenant, "tenant")
-            reply = await summaries.summarise(request, self._runtime_dir / "summaries")
+            reply = await summaries.summarise(request, self._runtime_dir / "summaries", self._sandbox)
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
         except Exception as exc:
@@ -246,6 +251,9 @@ class ProviderHost:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
         except ResumeFailed as exc:  # L9.4: the supervisor replaces the provider thread
             reply = hp.HostFailure(code="resume_failed", message=str(exc))
+        except SandboxUnavailable as exc:  # the run waits (placement is retried) with the missing piece named
+            log.error("session %s not started: %s", getattr(request, "session_id", "?"), exc)
+            reply = hp.HostFailure(code="sandbox_unavailable", message=str(exc))
         except Exception as exc:
             log.exception("place failed")
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
@@ -328,7 +336,9 @@ class ProviderHost:
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
         workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace
-        return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id)
+        if getattr(adapter_class(request.provider), "sandboxed", False):
+            self._sandbox.check()  # SandboxUnavailable: no runtime starts unsandboxed unless TREADLE_SANDBOX=off
+        return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
 
     async def _on_verb(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]

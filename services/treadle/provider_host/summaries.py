@@ -44,14 +44,14 @@ class _Collect:
         await self.event(pe.TextCompleted(message_id=message_id, node_id=node_id, text=text))
 
 
-async def summarise(request: hp.Summarise, scratch_root: Path) -> hp.Summary | hp.HostFailure:
+async def summarise(request: hp.Summarise, scratch_root: Path, sandbox=None) -> hp.Summary | hp.HostFailure:
     name = f"summary-{uuid.uuid4().hex[:16]}"
     workspace, runtime = scratch_root / name / "workspace", scratch_root / name / "runtime"
     workspace.mkdir(parents=True)
     place = hp.PlaceSession(tenant=request.tenant, thread=name, provider=request.provider, session_id=name,
                             provider_thread_id=name, workspace=name, model=request.model, ephemeral=True)
     try:
-        adapter = create_adapter(place, workspace, runtime)
+        adapter = create_adapter(place, workspace, runtime, sandbox)
         sink = _Collect(adapter, "root")
         try:
             await adapter.open_thread(None, f"scripted-{name}")

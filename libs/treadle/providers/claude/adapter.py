@@ -25,6 +25,7 @@ from ...domain.ids import is_token
 from .. import exits
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..protocol import PlaceSession
+from ...sandbox.host import Prepared, Sandbox
 from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
 
@@ -90,10 +91,14 @@ async def _prompt(text: str, prompt_uuid: str) -> AsyncIterator[dict[str, Any]]:
 class ClaudeAdapter(ProviderAdapter):
     name = "claude"
     capabilities = CAPABILITIES
+    sandboxed = True  # the host's launcher runs the CLI (treadle.sandbox)
 
     def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path,
-                 settings: ClaudeSettings | None = None) -> None:
+                 settings: ClaudeSettings | None = None, sandbox: Sandbox | None = None) -> None:
         super().__init__(workspace)
+        self._sandbox = sandbox if sandbox is not None and sandbox.enabled else None
+        self._prepared: Prepared | None = None  # the sandbox of the running CLI
+        self._starts = 0
         if not is_token(request.tenant):
             raise ValueError(f"tenant {request.tenant!r} is not a valid token")
         if request.runtime_mode not in PERMISSION_MODES:
@@ -151,9 +156,11 @@ class ClaudeAdapter(ProviderAdapter):
         from .options import session_options
 
         assert self._approvals is not None
+        wrapper = await self._sandboxed_cli()
         options = session_options(self.settings, workspace=self.workspace, config_dir=self._config_dir,
                                   runtime_mode=self.request.runtime_mode, model=self.request.model,
-                                  can_use_tool=self._approvals.can_use_tool, stderr=self._on_stderr, **where)
+                                  can_use_tool=self._approvals.can_use_tool, stderr=self._on_stderr,
+                                  cli_path=wrapper, **where)
         client = ClaudeSDKClient(options)
         try:
             async with asyncio.timeout(self.settings.connect_timeout):
@@ -164,6 +171,26 @@ class ClaudeAdapter(ProviderAdapter):
         self._mode_changed = False
         self._inbox = asyncio.Queue()
         self._reader = asyncio.create_task(self._read(client), name="claude-reader")
+
+    async def _sandboxed_cli(self) -> Path | None:
+        """With the host's sandbox: a wrapper script the SDK spawns as its CLI, which drops the environment
+        the SDK built from the host's and runs the real CLI in the tenant's sandbox (launcher.py)."""
+        if self._sandbox is None:
+            return None
+        from .options import SDK_SPAWN_ENV, cli_env, real_cli
+
+        if self._prepared is not None:
+            await self._prepared.close()
+        self._starts += 1
+        cli = real_cli(self.settings).resolve()
+        home = self._config_dir.parent / "home"
+        projects = self.store.projects.resolve()
+        self._prepared = await self._sandbox.prepare(
+            tenant=self.request.tenant, name=f"{self.request.session_id}-{self._starts}", workspace=self.workspace,
+            homes=[self._config_dir, home, projects], binaries=[cli.parent], argv=[str(cli)],
+            runtime_env=cli_env(self.settings, self._config_dir, self.request.runtime_mode),
+            model_urls=[self.settings.base_url or "https://api.anthropic.com"], home=home, inherit=SDK_SPAWN_ENV)
+        return self._prepared.wrapper
 
     async def _read(self, client: ClaudeSDKClient) -> None:
         try:
@@ -385,6 +412,8 @@ class ClaudeAdapter(ProviderAdapter):
 
     async def close(self) -> None:
         await self._drop_client()
+        if self._prepared is not None:
+            await self._prepared.close()
         if self.request.ephemeral and self.session_id is not None:  # a summary's conversation is not kept
             await asyncio.to_thread(self.store.forget, self.session_id)
 

@@ -45,15 +45,33 @@ def cli_env(settings: ClaudeSettings, config_dir: Path, runtime_mode: str) -> di
     return env
 
 
+# What claude-agent-sdk sets per spawn and the CLI needs; a sandbox's launcher takes these (and only these)
+# from the environment the SDK gives its wrapper script.
+SDK_SPAWN_ENV = ("CLAUDE_CODE_ENTRYPOINT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+                 "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING", "CLAUDE_AGENT_SDK_CLIENT_APP",
+                 "CLAUDE_AGENT_SDK_DERIVED_CLIENT_APP")
+
+
+def real_cli(settings: ClaudeSettings) -> Path:
+    """The CLI itself: the configured one, else the binary bundled with claude-agent-sdk."""
+    if settings.cli_path:
+        return Path(settings.cli_path)
+    import claude_agent_sdk
+
+    return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+
+
 def session_options(settings: ClaudeSettings, *, workspace: Path, config_dir: Path, runtime_mode: str,
                     model: str | None, can_use_tool, stderr: Callable[[str], None], session_id: str | None = None,
-                    resume: str | None = None, fork: bool = False, resume_at: str | None = None) -> ClaudeAgentOptions:
+                    resume: str | None = None, fork: bool = False, resume_at: str | None = None,
+                    cli_path: Path | None = None) -> ClaudeAgentOptions:
+    """``cli_path``: what to spawn instead of the CLI (a sandbox's wrapper script)."""
     if runtime_mode not in PERMISSION_MODES:
         raise ValueError(f"runtime mode {runtime_mode!r} is not one of {sorted(PERMISSION_MODES)}")
     return ClaudeAgentOptions(
         cwd=str(workspace),
         env=cli_env(settings, config_dir, runtime_mode),
-        cli_path=str(settings.cli_path) if settings.cli_path else None,
+        cli_path=str(cli_path) if cli_path else str(settings.cli_path) if settings.cli_path else None,
         model=model or settings.model,
         permission_mode=PERMISSION_MODES[runtime_mode],  # type: ignore[arg-type]
         can_use_tool=can_use_tool,

@@ -17,6 +17,7 @@ from ...domain.entities import ProviderCapabilities
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
+from ...sandbox.host import Prepared, Sandbox
 from .home import PROVIDER_ID, prepare_home
 from .rpc import ProcessGone, RpcError, RpcProcess
 from .settings import CodexSettings
@@ -61,10 +62,14 @@ class ResumeFailed(ResumeFailedBase):
 class CodexAdapter(ProviderAdapter):
     name = "codex"
     capabilities = CAPABILITIES
+    sandboxed = True  # the host's launcher runs the app-server (treadle.sandbox)
 
     def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path,
-                 settings: CodexSettings | None = None) -> None:
+                 settings: CodexSettings | None = None, sandbox: Sandbox | None = None) -> None:
         super().__init__(workspace)
+        self._host_sandbox = sandbox if sandbox is not None and sandbox.enabled else None
+        self._prepared: Prepared | None = None  # the sandbox of the current process
+        self._starts = 0
         self._request = request
         self._state_dir = Path(state_dir)
         self._settings = settings or CodexSettings()
@@ -104,20 +109,13 @@ class CodexAdapter(ProviderAdapter):
         if self._rpc is not None and not self._rpc.exited.is_set():
             return self._rpc
         home = prepare_home(self._home_root(), self._request.tenant, self._settings)
-        env = dict(os.environ)
         # A private HOME too: the commands Codex runs through a login shell must not depend on (or wait for)
         # the host user's profile, and must not see its dotfiles.
         user_home = home / "home"
         user_home.mkdir(exist_ok=True)
-        env.update({"CODEX_HOME": str(home), "HOME": str(user_home), "RUST_LOG": env.get("RUST_LOG", "warn")})
-        if self._settings.api_key is not None:
-            env[self._settings.api_key_env] = self._settings.api_key.get_secret_value()
-        if self._settings.proxy:
-            for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
-                env[name] = self._settings.proxy
-            env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+        argv, env = await self._command(home, user_home)
         rpc = RpcProcess(self._on_notification, self._on_request)
-        await rpc.start([str(self._settings.resolve_binary()), "app-server"], env, self.workspace)
+        await rpc.start(argv, env, self.workspace)
         try:
             await rpc.request("initialize", {
                 "clientInfo": {"name": "treadle", "title": "Treadle", "version": "0.1.0"},
@@ -132,6 +130,34 @@ class CodexAdapter(ProviderAdapter):
             # the session's earlier process died: its successor takes the thread back (L9.2)
             await self._resume(self._thread_id)
         return rpc
+
+    async def _command(self, home: Path, user_home: Path) -> tuple[list[str], dict[str, str]]:
+        """The app-server's argv and environment: in the host's sandbox (launcher.py) an allow-listed
+        environment with the model key as the only secret, else the host's environment."""
+        binary = self._settings.resolve_binary()
+        own = {"CODEX_HOME": str(home), "HOME": str(user_home), "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        key_env = self._settings.api_key_env
+        if self._settings.api_key is not None:
+            own[key_env] = self._settings.api_key.get_secret_value()
+        elif self._host_sandbox is not None and key_env in os.environ:
+            own[key_env] = os.environ[key_env]  # the one host variable this runtime needs
+        if self._host_sandbox is None:
+            env = {**os.environ, **own}
+            if self._settings.proxy:
+                for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+                    env[name] = self._settings.proxy
+                env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+            return [str(binary), "app-server"], env
+        if self._prepared is not None:
+            await self._prepared.close()  # the sandbox of a process that died
+        self._starts += 1
+        # The whole vendor dir of the native binary: codex-resources/bwrap and codex-path/rg sit beside bin/.
+        install = binary.resolve().parent.parent if binary.resolve().parent.name == "bin" else binary.resolve().parent
+        self._prepared = await self._host_sandbox.prepare(
+            tenant=self._request.tenant, name=f"{self._request.session_id}-{self._starts}", workspace=self.workspace,
+            homes=[home], binaries=[install], argv=[str(binary.resolve()), "app-server"], runtime_env=own,
+            model_urls=[self._settings.base_url], home=user_home)
+        return self._prepared.command, {}
 
     async def _watch_exit(self, rpc: RpcProcess) -> None:
         await rpc.exited.wait()
@@ -403,6 +429,8 @@ class CodexAdapter(ProviderAdapter):
         if self._exit_watch is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._exit_watch
+        if self._prepared is not None:
+            await self._prepared.close()
 
 
 def _text_input(text: str) -> dict:

@@ -1,0 +1,122 @@
+"""What the runtime sandbox costs: the same adapter (Codex, Claude Code) with and without the host's sandbox,
+alternating round by round on the same machine, against the test tree's mock model APIs on 127.0.0.1.
+
+    scripts/loopback-only.sh .venv/bin/python bench/sandbox_overhead.py [--rounds 5] [--turns 5]
+
+start: a new adapter's ``open_thread`` plus its first turn (process start, sandbox preparation: ownership,
+cgroups, egress, bwrap, the forwarder); warm: later turns on the open runtime (through the egress path when
+sandboxed). Medians in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests" / "codex"), str(ROOT / "tests" / "claude")]
+
+from codex_mock import MockResponses, Text  # noqa: E402
+from mock_api import MockMessagesApi  # noqa: E402
+from treadle.domain import provider_events as pe  # noqa: E402
+from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.providers.base import Turn  # noqa: E402
+from treadle.providers.claude import ClaudeAdapter  # noqa: E402
+from treadle.providers.claude.settings import ClaudeSettings  # noqa: E402
+from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402
+from treadle.providers.protocol import PlaceSession  # noqa: E402
+from treadle.sandbox.host import Sandbox, SandboxSettings  # noqa: E402
+from treadle.sandbox.identity import TenantIdentities  # noqa: E402
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.done: pe.TurnCompleted | None = None
+
+    async def event(self, body) -> None:
+        if isinstance(body, pe.TurnCompleted):
+            self.done = body
+
+    async def text(self, *a) -> None: ...
+    async def text_done(self, *a) -> None: ...
+
+
+_n = 0
+
+
+async def turn(adapter, text: str) -> float:
+    global _n
+    _n += 1
+    t = Turn(run_id=f"run_{_n}", attempt_id=f"att_{_n}", root_node_id=f"node_{_n}", text=text, script=None,
+             ids=IdFactory(f"att_{_n}", 1_700_000_000_000 + _n))
+    sink = Sink()
+    start = time.perf_counter()
+    await adapter.run_turn(t, sink)
+    assert sink.done is not None and sink.done.status == "completed", sink.done
+    return time.perf_counter() - start
+
+
+def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api):
+    session = f"ps_{uuid.uuid4().hex[:8]}"
+    request = PlaceSession(tenant="bench", thread="thr", provider=kind, session_id=session, provider_thread_id="pth",
+                           workspace="w", runtime_mode="full_access")
+    workspace = root / "workspaces" / "bench" / "w"
+    workspace.mkdir(parents=True, exist_ok=True)
+    state = root / "provider-runtimes" / "host-1" / session
+    if kind == "codex":
+        settings = CodexSettings(base_url=codex_mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock",
+                                 home_root=root / "codex-homes")
+        return CodexAdapter(workspace, request, state, settings, sandbox=sandbox)
+    settings = ClaudeSettings(base_url=claude_api.url, api_key="sk-ant-mock", max_retries=0)
+    return ClaudeAdapter(workspace, request, state, settings=settings, sandbox=sandbox)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--only", choices=["codex", "claude"], default=None)
+    args = parser.parse_args()
+    root = ROOT / ".treadle" / "bench-sandbox" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
+    root.mkdir(parents=True)
+    sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(root / "workspaces"), root / "provider-runtimes" / "host-1")
+    assert sandbox.start().ok, sandbox.result
+    codex_mock = await MockResponses().start()
+    results: dict = {}
+    try:
+        async with MockMessagesApi() as claude_api:
+            for kind in [args.only] if args.only else ["codex", "claude"]:
+                times = {mode: {"start": [], "warm": []} for mode in ("off", "on")}
+                for r in range(args.rounds):
+                    for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                        adapter = make(kind, root, sandbox if mode == "on" else None, codex_mock, claude_api)
+                        try:
+                            t0 = time.perf_counter()
+                            await adapter.open_thread(None, "unused")
+                            await turn(adapter, f"bench start {kind} {r} {mode}")
+                            times[mode]["start"].append(time.perf_counter() - t0)
+                            for i in range(args.turns):
+                                times[mode]["warm"].append(await turn(adapter, f"bench warm {kind} {r} {mode} {i}"))
+                        finally:
+                            await adapter.close()
+                results[kind] = {mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()}
+                                 for mode, t in times.items()}
+                results[kind]["n"] = {"start": args.rounds, "warm": args.rounds * args.turns}
+    finally:
+        await codex_mock.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"{'runtime':<8}{'start off':>11}{'start on':>10}{'warm off':>10}{'warm on':>9}   (median ms)")
+    for kind, r in results.items():
+        print(f"{kind:<8}{r['off']['start']:>11}{r['on']['start']:>10}{r['off']['warm']:>10}{r['on']['warm']:>9}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,68 @@
+"""Egress targets from model API URLs, and the CONNECT request heads the host side accepts."""
+
+import pytest
+
+from treadle.sandbox.egress import EgressRequestError, EgressTargetError, egress_targets, parse_connect
+
+
+def test_targets_take_the_default_port_of_their_scheme():
+    assert egress_targets(["https://api.openai.com/v1", "http://models.internal/v1"]) == {
+        ("api.openai.com", 443),
+        ("models.internal", 80),
+    }
+
+
+def test_targets_keep_explicit_ports_lowercase_names_and_collapse_duplicates():
+    urls = ["https://API.Anthropic.com:8443", "https://api.anthropic.com:8443/v1/messages", "http://127.0.0.1:8123/v1",
+            "http://[::1]:9000/"]
+    assert egress_targets(urls) == {("api.anthropic.com", 8443), ("127.0.0.1", 8123), ("::1", 9000)}
+
+
+def test_no_urls_allow_nothing():
+    assert egress_targets([]) == frozenset()
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/", "ws://example.com/", "file:///etc/passwd", "api.openai.com",
+                                 "unix:///run/x.sock", ""])
+def test_anything_but_http_and_https_is_rejected_with_a_clear_message(url):
+    with pytest.raises(ValueError, match="scheme must be http or https") as raised:
+        egress_targets([url])
+    assert isinstance(raised.value, EgressTargetError) and repr(url) in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["https://", "https:///v1", "https://:443/", "http://exa mple.com/", "https://a_b-/x"])
+def test_urls_without_a_valid_host_are_rejected(url):
+    with pytest.raises(EgressTargetError, match="no valid host"):
+        egress_targets([url])
+
+
+@pytest.mark.parametrize("url", ["https://example.com:99999/", "https://example.com:http/", "https://example.com:0/"])
+def test_urls_with_a_bad_port_are_rejected(url):
+    with pytest.raises(EgressTargetError, match="bad port"):
+        egress_targets([url])
+
+
+def test_a_connect_head_names_its_target_lowercased():
+    assert parse_connect(b"CONNECT API.OpenAI.com:443 HTTP/1.1\r\nHost: x\r\n\r\n") == ("api.openai.com", 443)
+    assert parse_connect(b"CONNECT [::1]:8080 HTTP/1.0\r\n\r\n") == ("::1", 8080)
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET http://example.com/ HTTP/1.1\r\n\r\n", 405),
+        (b"connect example.com:443 HTTP/1.1\r\n\r\n", 405),
+        (b"CONNECT example.com HTTP/1.1\r\n\r\n", 400),
+        (b"CONNECT example.com:0 HTTP/1.1\r\n\r\n", 400),
+        (b"CONNECT example.com:70000 HTTP/1.1\r\n\r\n", 400),
+        (b"CONNECT example.com:443 HTTP/2\r\n\r\n", 400),
+        (b"CONNECT  example.com:443 HTTP/1.1\r\n\r\n", 400),
+        (b"CONNECT ex\xc3\xa4mple.com:443 HTTP/1.1\r\n\r\n", 400),
+        (b"CONNECT user@example.com:443 HTTP/1.1\r\n\r\n", 400),
+        (b"\r\n\r\n", 400),
+    ],
+)
+def test_malformed_connect_heads_are_refused_with_a_status(head, status):
+    with pytest.raises(EgressRequestError) as refused:
+        parse_connect(head)
+    assert refused.value.status == status

@@ -1,0 +1,140 @@
+"""The sandbox launcher's pure part: the command line and environment of a sandboxed runtime, and the limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from treadle.sandbox import cgroups
+from treadle.sandbox.identity import TenantIds
+from treadle.sandbox.launcher import (Forward, Limits, Mount, SandboxConfigError, SandboxSpec, build, passwd_files,
+                                      sandbox_env)
+
+IDS = TenantIds(200_007, 200_007)
+WS = Path("/state/workspaces/acme/threads/thr_1")
+HOME = Path("/state/provider-runtimes/host-1/codex-homes/acme")
+
+
+def _spec(**kw) -> SandboxSpec:
+    base = dict(ids=IDS, workspace=WS, env={"PATH": "/usr/bin", "HOME": str(HOME)}, homes=(HOME,),
+                binaries=(Path("/opt/codex/vendor/x86_64"),),
+                system=(Mount("ro", "/usr", "/usr"), Mount("symlink", "usr/lib", "/lib")),
+                etc={"/etc/passwd": Path("/state/etc/passwd")},
+                forward=Forward(python="/usr/bin/python3", script="/opt/treadle/forward.py", socket="/run/e/k/s",
+                                ports=((8123, "127.0.0.1", 8123),), proxy_port=3128))
+    base.update(kw)
+    return SandboxSpec(**base)
+
+
+def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_the_command_drops_to_the_tenant_uid_before_bwrap_builds_a_private_root():
+    launch = build(_spec(), ["/opt/codex/vendor/x86_64/bin/codex", "app-server"])
+    argv = launch.argv
+    assert argv[:6] == ["setpriv", "--reuid", "200007", "--regid", "200007", "--clear-groups"]
+    bwrap = argv.index("bwrap")
+    assert argv.index("--bounding-set=-all") < bwrap
+    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop"):
+        assert flag in argv[bwrap:]
+    assert "--share-net" not in argv  # its own network namespace: loopback only
+    assert argv[argv.index("--proc") + 1] == "/proc"  # a procfs of its own pid namespace
+    assert _pairs(argv, "--bind")[-1] == (str(WS), str(WS))
+    assert argv[argv.index("--chdir") + 1] == str(WS)
+    assert (str(HOME), str(HOME)) in _pairs(argv, "--bind")
+    assert ("/opt/codex/vendor/x86_64", "/opt/codex/vendor/x86_64") in _pairs(argv, "--ro-bind")
+    assert ("usr/lib", "/lib") in _pairs(argv, "--symlink")
+    assert ("/state/etc/passwd", "/etc/passwd") in _pairs(argv, "--ro-bind")
+    assert ("/run/e/k", "/run/e/k") in _pairs(argv, "--bind")  # the egress socket's dir
+    # the forwarder starts first and runs the runtime as its child
+    tail = argv[argv.index("--") + 1:]
+    assert tail[:2] == ["/usr/bin/python3", "-I"] and "--port" in tail and "8123=127.0.0.1:8123" in tail
+    assert tail[tail.index("--") + 1:] == ["/opt/codex/vendor/x86_64/bin/codex", "app-server"]
+    # nothing of the host beyond what the spec names: no /root, no state dir, no /etc as a whole
+    sources = {s for flag in ("--bind", "--ro-bind") for s, _ in _pairs(argv, flag)}
+    assert not any(s in ("/", "/root", "/etc", "/state", "/state/workspaces", "/home") for s in sources)
+    # secrets never go on the command line (the host's ps would show them)
+    assert "--setenv" not in argv and launch.env == {"PATH": "/usr/bin", "HOME": str(HOME)}
+
+
+def test_staged_sources_are_bound_from_the_stage_not_from_the_host_path():
+    launch = build(_spec(stage="/run/treadle-sandbox"), ["/bin/true"])
+    staged = {host: stage for host, stage, _ in launch.staged}
+    assert set(staged) == {str(WS), str(HOME), "/opt/codex/vendor/x86_64", "/state/etc/passwd",
+                           "/opt/treadle/forward.py", "/run/e/k"}
+    binds = _pairs(launch.argv, "--bind") + _pairs(launch.argv, "--ro-bind")
+    assert (staged[str(WS)], str(WS)) in binds
+    assert all(src.startswith("/run/treadle-sandbox/") or src.startswith("/usr") for src, _ in binds)
+    assert [d for _, _, d in launch.staged if not d] != []  # files are staged as files
+
+
+def test_a_sandbox_never_runs_as_root_nor_gets_treadle_settings():
+    with pytest.raises(SandboxConfigError):
+        build(_spec(ids=TenantIds(0, 0)), ["/bin/true"])
+    with pytest.raises(SandboxConfigError):
+        build(_spec(env={"TREADLE_NATS_URL": "nats://u:p@h"}), ["/bin/true"])
+    with pytest.raises(SandboxConfigError):
+        build(_spec(workspace=Path("relative/ws")), ["/bin/true"])
+
+
+def test_the_environment_is_an_allow_list_plus_the_runtimes_own():
+    host = {"TREADLE_NATS_URL": "nats://treadle:secret@127.0.0.1", "AWS_SECRET_ACCESS_KEY": "x", "LANG": "de_DE.UTF-8",
+            "OPENAI_API_KEY": "sk-host", "PATH": "/root/.pyenv/shims:/usr/bin", "SSH_AUTH_SOCK": "/tmp/agent"}
+    env = sandbox_env("/h", {"CODEX_HOME": "/c", "MOCK_KEY": "k"}, host)
+    assert env["LANG"] == "de_DE.UTF-8" and env["CODEX_HOME"] == "/c" and env["MOCK_KEY"] == "k"
+    assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin" and env["HOME"] == "/h"
+    for name in ("TREADLE_NATS_URL", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "SSH_AUTH_SOCK"):
+        assert name not in env
+    with pytest.raises(SandboxConfigError):
+        sandbox_env("/h", {"TREADLE_CODEX_API_KEY": "x"}, {})
+
+
+def test_the_synthetic_passwd_knows_only_the_tenant():
+    files = passwd_files(IDS, "/h")
+    assert "200007:200007" in files["/etc/passwd"] and files["/etc/passwd"].count("\n") == 3
+    assert "127.0.0.1 localhost" in files["/etc/hosts"]
+
+
+def test_cgroup_v1_groups_get_the_limits(tmp_path):
+    support = cgroups.CgroupSupport(v1={"memory": tmp_path / "memory", "pids": tmp_path / "pids", "cpu": tmp_path / "cpu"})
+    group = cgroups.create(support, "ps_1-1", Limits(memory_mb=512, pids=64, cpus=0.5))
+    assert (tmp_path / "memory/treadle-sandbox/ps_1-1/memory.limit_in_bytes").read_text() == str(512 << 20)
+    assert (tmp_path / "pids/treadle-sandbox/ps_1-1/pids.max").read_text() == "64"
+    assert (tmp_path / "cpu/treadle-sandbox/ps_1-1/cpu.cfs_quota_us").read_text() == "50000"
+    assert sorted(group.procs) == sorted(str(tmp_path / c / "treadle-sandbox/ps_1-1/cgroup.procs")
+                                         for c in ("memory", "pids", "cpu"))
+    assert cgroups.rlimits(support, Limits(pids=64)) == []
+    assert cgroups.rlimits(cgroups.CgroupSupport(), Limits(pids=64)) == [("RLIMIT_NPROC", 64, 64)]
+    with pytest.raises(ValueError):
+        cgroups.create(support, "../escape", Limits())
+
+
+def test_cgroup_v2_group_gets_the_limits(tmp_path):
+    support = cgroups.CgroupSupport(v2=tmp_path, v2_controllers=frozenset({"memory", "pids", "cpu"}))
+    group = cgroups.create(support, "s", Limits(memory_mb=256, pids=32, cpus=1.5))
+    path = tmp_path / "treadle-sandbox" / "s"
+    assert (path / "memory.max").read_text() == str(256 << 20)
+    assert (path / "pids.max").read_text() == "32"
+    assert (path / "cpu.max").read_text() == "150000 100000"
+    assert group.procs == [str(path / "cgroup.procs")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root (as the provider host has)")
+def test_reowning_a_workspace_never_follows_its_links(tmp_path):
+    from treadle.sandbox.host import _chown_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "host.txt").write_text("host")
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "mine.txt").write_text("tenant")
+    (ws / "link").symlink_to(outside)
+    (ws / "sub" / "file-link").symlink_to(outside / "host.txt")
+    _chown_tree(ws, TenantIds(200_123, 200_123))
+    assert (ws / "sub" / "mine.txt").stat().st_uid == 200_123 and ws.stat().st_mode & 0o777 == 0o700
+    assert (ws / "link").lstat().st_uid == 200_123  # the link itself, not what it points at
+    assert (outside / "host.txt").stat().st_uid == 0 and outside.stat().st_uid == 0
