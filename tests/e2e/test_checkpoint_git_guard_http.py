@@ -112,7 +112,6 @@ async def test_a_run_planting_git_config_hooks_and_attributes_runs_nothing_throu
     assert not (ws / ".git" / "refs" / "treadle").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="tenant uids need a root service")
 async def test_on_a_stack_run_as_root_every_checkpoint_git_runs_as_the_tenants_uid_without_the_services_secrets():
     """A private stack whose state dir other users can reach (pytest's tmp_path is not): the checkpoint service,
     as root, runs each git child as the tenant's uid. A recording `git` first on PATH proves it."""

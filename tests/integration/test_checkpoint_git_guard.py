@@ -30,7 +30,6 @@ SECRET_ENV = "TREADLE_NATS_URL"
 SECRET_VALUE = "nats://treadle:workers-password-9c1e@127.0.0.1:4222"
 RAW = b"loot: $Id: keep me $\r\nline two\r\n"
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="tenant uids need a root service")
 
 
 @pytest.fixture
@@ -158,7 +157,6 @@ def blob_id(data: bytes) -> str:
     return packs.object_id(packs.BLOB, data).hex()
 
 
-@needs_root
 @pytest.mark.parametrize("watch", [True, False])
 async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkpoint_path(
         root: Path, world, watch: bool):
@@ -223,7 +221,6 @@ async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkp
         workspaces.close()
 
 
-@needs_root
 async def test_the_tenant_root_and_git_dirs_are_the_tenants_and_closed_to_others(root: Path, world):
     workspaces = Workspaces(root, root.parent / "state" / "shadow", git=world["git"])
     try:
@@ -251,7 +248,6 @@ async def test_the_tenant_root_and_git_dirs_are_the_tenants_and_closed_to_others
         workspaces.close()
 
 
-@needs_root
 async def test_a_symlink_in_the_workspace_never_hands_a_file_outside_it_to_the_tenant(root: Path, world):
     workspaces = Workspaces(root, root.parent / "state" / "shadow", git=world["git"])
     try:

@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,6 @@ from egress_servers import BIG, MODELS, Listener, model_api, socket_dir
 
 from treadle.sandbox.egress import FORWARD_SCRIPT, Egress, forward_command, sandbox_python
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 TENANT_UID = 200_001
 ROOT_PYTHON = os.path.realpath(sys.executable)  # visible to root through --ro-bind / /

@@ -124,7 +124,7 @@ async def world(monkeypatch_module) -> World:
     sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(workspaces), runtime_dir)
     if not sandbox.start().ok:  # e.g. not root, or no bubblewrap: the provider host would refuse too
         shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"this machine cannot build the sandbox: {'; '.join(sandbox.result.missing)}")
+        pytest.fail(f"this machine cannot build the sandbox (make setup installs bubblewrap; the tests run as root): {'; '.join(sandbox.result.missing)}")
     broker, redis = await Listener("broker").start(), await Listener("redis").start()
     yield World(root, workspaces, runtime_dir, sandbox, broker, redis, foreign_file, nats_url_file)
     await broker.stop()

@@ -4,12 +4,13 @@ naming the missing piece, which the supervisor retries: the run waits) unless TR
 from __future__ import annotations
 
 from pathlib import Path
-from unittest import mock
 
-import msgspec
 import pytest
 
+from treadle.eventlog import streams
+from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient
 from treadle.runtime.settings import ProviderHostSettings, Shared
 from treadle.sandbox.host import Sandbox, SandboxSettings, SandboxUnavailable
 from treadle.sandbox.identity import TenantIdentities
@@ -41,23 +42,21 @@ def test_this_machine_builds_the_sandbox(tmp_path):
 
 
 @pytest.mark.parametrize("provider, refused", [("codex", True), ("claude", True), ("scripted", False)])
-async def test_the_host_refuses_runtime_sessions_it_cannot_sandbox(tmp_path, monkeypatch, provider, refused):
-    from treadle.provider_host.service import ProviderHost
-
+async def test_the_host_refuses_runtime_sessions_it_cannot_sandbox(tmp_path, monkeypatch, nc, provider, refused):
+    """A real host on the test broker, on a volume of its own, asked for a session the way the supervisor asks."""
     monkeypatch.setenv("TREADLE_SANDBOX_BWRAP", "/nonexistent/bwrap")
-    nc = mock.MagicMock()
-    nc.subscribe = mock.AsyncMock()
-    host = ProviderHost(nc, Shared(state_dir=tmp_path), ProviderHostSettings())
-    host._sandbox.start()
-    host._registry = mock.AsyncMock()
-    msg = mock.AsyncMock()
-    msg.data = hp.encode(hp.PlaceSession(tenant="acme", thread="thr_1", provider=provider, session_id="ps_1",
-                                         provider_thread_id="pth_1", workspace="w"))
-    await host._on_place(msg)
-    reply = msgspec.json.decode(msg.respond.await_args.args[0])
+    volume = f"refusal-{provider}"
+    await streams.ensure(nc.jetstream())
+    host = ProviderHost(nc, Shared(state_dir=tmp_path, volume=volume), ProviderHostSettings(host_id=f"host-{volume}"))
+    await host.start()
+    try:
+        reply = await HostClient(nc, volume=volume, timeout=10.0).place(hp.PlaceSession(
+            tenant="acme", thread="thr_1", provider=provider, session_id=f"ps_{provider}",
+            provider_thread_id="pth_1", workspace="w"))
+    finally:
+        await host.stop()
     if refused:
-        assert reply["code"] == "sandbox_unavailable" and "bubblewrap" in reply["message"], reply
+        assert isinstance(reply, hp.HostFailure), reply
+        assert reply.code == "sandbox_unavailable" and "bubblewrap" in reply.message, reply
     else:
-        assert "code" not in reply or reply.get("code") != "sandbox_unavailable", reply
-    for session in list(host._sessions.values()):
-        await session.adapter.close()
+        assert isinstance(reply, hp.SessionPlaced), reply
