@@ -34,3 +34,16 @@ async def wait_for(
             name = what or getattr(predicate, "__qualname__", repr(predicate))
             raise TimeoutError(f"{name} still false after {timeout}s ({attempts} checks); last value: {result!r}")
         await asyncio.sleep(interval)
+
+
+def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
+    """git on the checkpoints of a thread's own workspace (``threads/<thread>``): they live in the checkpoint
+    service's git dir, never in the workspace's ``.git`` (which the agent writes)."""
+    from pathlib import Path
+    import subprocess
+
+    from treadle.checkpoints.repo import checkpoint_gitdir
+
+    gitdir = checkpoint_gitdir(Path(state_dir) / "shadow", tenant, thread, Path("threads") / thread)
+    return subprocess.run(["git", "-c", "safe.directory=*", "--git-dir", str(gitdir), *args], capture_output=True,
+                          text=True, check=True).stdout

@@ -17,7 +17,7 @@ import httpx
 import nats
 import psutil
 
-from helpers import wait_for
+from helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.runtime.servers import free_port
@@ -105,11 +105,9 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, http
                    what="provider host restarted")
 
 
-def checkpointed(workspace: Path, checkpoint: dict, path: str) -> str:
-    """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it in the workspace's repository (owned by
-    the tenant's uid once a sandboxed runtime used it: git, run as root here, must be told it is safe)."""
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(workspace), "show", f"{checkpoint['ref']}:{path}"], capture_output=True,
-                          text=True, check=True).stdout
+def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path: str) -> str:
+    """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it, read from the checkpoint service's git dir."""
+    return checkpoint_git(stack.state_dir, tenant, thread, "show", f"{checkpoint['ref']}:{path}")
 
 
 async def answered_once(client: TreadleClient, http: httpx.AsyncClient, thread: str, request: dict,

@@ -103,7 +103,7 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
     assert request["detail"]["tool_node_id"] == command["id"]
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("bash.txt", "added")]
-    assert checkpointed(workspace_of(claude_stack, TENANT, thread), checkpoint, "bash.txt") == "hi\n"
+    assert checkpointed(claude_stack, TENANT, thread, checkpoint, "bash.txt") == "hi\n"
     await answered_once(client, http, thread, request, {"decision": "accept"})
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 
 import pytest
 
-from helpers import wait_for
+from helpers import checkpoint_git, wait_for
 from treadle.client.http import TreadleClient
 
 from codex_mock import Exec, HttpError, PlanUpdate, Text
@@ -53,9 +52,7 @@ async def test_L2_1_a_codex_run_streams_and_completes_with_a_checkpoint(client, 
     checkpoint = run["checkpoint"]
     assert checkpoint["status"] == "completed"
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.txt", "added")]
-    workspace = codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
-    shown = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(workspace), "show", f"{checkpoint['ref']}:hello.txt"],
-                           capture_output=True, text=True, check=True).stdout
+    shown = checkpoint_git(codex_stack.state_dir, "codexco", thread, "show", f"{checkpoint['ref']}:hello.txt")
     assert shown == "hello\n"
     doc = await client.get_thread(thread)
     tools = [n for r in doc["runs"] for n in r["nodes"] if n["title"] == "echo hello > hello.txt"]

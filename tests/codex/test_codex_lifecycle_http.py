@@ -56,7 +56,7 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     assert assistant_texts(run) == ["Wrote approved.txt."]
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
-    assert checkpointed(workspace_of(codex_stack, TENANT, thread), checkpoint, "approved.txt") == "approved\n"
+    assert checkpointed(codex_stack, TENANT, thread, checkpoint, "approved.txt") == "approved\n"
     await answered_once(client, http, thread, request, {"decision": "accept"})
 
 

@@ -29,6 +29,8 @@ ENV = {
     "TREADLE_PROVIDER_HOST_TENANT_SESSIONS": "4",
     "TREADLE_PROVIDER_HOST_TENANT_RUNS": "2",
     "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5",
+    # This host cannot build the runtime sandbox: Codex and Claude sessions are refused, scripted ones run
+    "TREADLE_SANDBOX_BWRAP": "/nonexistent/bwrap",
 }
 HANGS = script(text("on it"), HANG)
 
@@ -213,3 +215,13 @@ async def _follow(base_url: str, api, thread: str) -> None:
         async with http.stream("GET", f"/v1/threads/{thread}/events") as r:
             async for _ in r.aiter_lines():
                 pass
+
+
+async def test_L9_3_a_run_no_host_can_sandbox_waits_queued_with_that_reason_and_stays_interruptible(tenants, log):
+    api = await tenants("nosandbox")
+    thread = await api.create_thread(title="codex without a sandbox", provider="codex")
+    sent = await api.send(thread, "run something")
+    held = await _held(api, sent["run_id"], "sandbox_unavailable")
+    events = await log.read(api.tenant, thread)
+    assert [e.data.reason for e in events if isinstance(e.data, ev.RunHeld)] == ["sandbox_unavailable"]  # once
+    await _stop(api, [sent["run_id"]])

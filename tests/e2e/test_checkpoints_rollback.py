@@ -191,8 +191,10 @@ async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_t
 
     wrong = await api.request("POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": run["checkpoint"]["id"]})
     assert wrong.status_code == 404 and wrong.json()["error"]["code"] == "checkpoint_not_found"
-    unknown = await api.request("POST", "/v1/nodes/node_nope/rollback", json={"checkpoint_id": baseline["id"]})
+    unknown = await api.request("POST", "/v1/nodes/node_" + "0" * 26 + "/rollback", json={"checkpoint_id": baseline["id"]})
     assert unknown.status_code == 404
+    malformed = await api.request("POST", "/v1/nodes/node_nope/rollback", json={"checkpoint_id": baseline["id"]})
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "invalid_id"
 
 
 async def test_client_diff_and_rollback_methods(api, stack):

@@ -243,7 +243,7 @@ async def test_a_thread_stored_text_is_bounded_and_oversized_text_or_script_is_r
     assert error(full)["details"]["limit"] == 50_000
     too_long = await member.request("POST", f"/v1/threads/{thread}/messages", json={"text": "z" * 30_001})
     assert too_long.status_code == 400 and error(too_long)["code"] == "text_too_long"
-    assert error(too_long)["details"] == {"limit": 30_000, "size": 30_001}
+    assert error(too_long)["details"] == {"field": "text", "limit": 30_000, "size": 30_001}
     big_script = script({"type": "text", "text": "w" * 10_000})
     too_big = await member.request("POST", f"/v1/threads/{thread}/messages", json={"text": "x", "script": big_script})
     assert too_big.status_code == 400 and error(too_big)["code"] == "script_too_large", too_big.text

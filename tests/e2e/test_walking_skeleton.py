@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 
 import msgspec
 import pytest
 
-from helpers import wait_for
+from helpers import checkpoint_git, wait_for
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 
@@ -51,9 +50,7 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
     checkpoint = run["checkpoint"]
     assert checkpoint["status"] == "completed" and checkpoint["ordinal"] == 1
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.py", "added")]
-    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
-    tree = subprocess.run(["git", "-C", str(workspace), "ls-tree", "-r", "--name-only", checkpoint["ref"]],
-                          capture_output=True, text=True, check=True).stdout.split()
+    tree = checkpoint_git(stack.state_dir, api.tenant, thread, "ls-tree", "-r", "--name-only", checkpoint["ref"]).split()
     assert tree == ["hello.py"]
     thread_doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
     baseline = [c for c in thread_doc["checkpoints"] if c["kind"] == "baseline"]

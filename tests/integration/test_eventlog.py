@@ -32,8 +32,8 @@ def envelope(thread: str, data: ev.Payload, tenant: str = "acme") -> ev.Envelope
                        at=datetime.now(timezone.utc), command_id="cmd_test", actor="test", data=data)
 
 
-def note(thread: str, text: str) -> ev.Envelope:
-    return envelope(thread, ev.MessageCreated(message_id=f"msg_{next(_n)}", role="user", text=text))
+def note(thread: str, text: str, tenant: str = "acme") -> ev.Envelope:
+    return envelope(thread, ev.MessageCreated(message_id=f"msg_{next(_n)}", role="user", text=text), tenant)
 
 
 async def test_append_is_fenced_by_the_threads_last_sequence(log):
@@ -136,7 +136,7 @@ async def test_a_new_thread_fenced_on_its_tenants_creations_conflicts_when_anoth
                                                                                  created_by="u"), tenant)],
                          fence=(creations, seen))
     assert await log.last_seq_of(creations) == landed
-    await log.append(tenant, first, landed, [note(first, "not a creation")])  # other events do not move it
+    await log.append(tenant, first, landed, [note(first, "not a creation", tenant)])  # other events do not move it
     assert await log.last_seq_of(creations) == landed
     await log.append(tenant, second, 0, [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w",
                                                                             created_by="u"), tenant)],
@@ -144,3 +144,13 @@ async def test_a_new_thread_fenced_on_its_tenants_creations_conflicts_when_anoth
     assert await log.last_seq_of(creations) > landed
     assert [e.type for e in await log.read(tenant, second)] == ["thread.created"]  # stored where its thread is read
     assert [e.type for e in await log.read(tenant, first)] == ["thread.created", "message.created"]
+
+
+async def test_an_event_of_another_thread_is_never_appended(log):
+    """A reader finds a thread by its envelopes; one stored under another thread's subjects would stall the
+    projector's partition on a thread whose log it cannot find."""
+    thread = f"thr_own{next(_n)}"
+    for stray in (note(thread, "x", tenant="other"), note(f"thr_else{next(_n)}", "x")):
+        with pytest.raises(ValueError):
+            await log.append("acme", thread, 0, [stray])
+    assert await log.read("acme", thread) == []

@@ -86,7 +86,7 @@ def test_scripts_are_measured_as_json_bytes():
                  EditQueued(run_id=ID, text="x", script=script_of(lim.MAX_SCRIPT_BYTES + 1))):
         with pytest.raises(BadRequest) as refused:
             lim.check_sizes(body)
-        assert refused.value.code == "invalid_script"
+        assert refused.value.code == "script_too_large"
 
 
 def test_answer_count_and_queue_order_are_bounded():

@@ -110,7 +110,8 @@ class RunDispatched(Payload, kw_only=True):
 @event("run.held")
 class RunHeld(Payload, kw_only=True):
     """L9.3: no provider host can take the run's attempt now; the run waits ``queued`` for ``reason``
-    (``capacity``: every host is busy; ``tenant_quota``: its tenant is at a limit) and starts once room frees."""
+    (``capacity``: every host is busy; ``tenant_quota``: its tenant is at a limit; ``sandbox_unavailable``: no host
+    that answered can sandbox its runtime) and starts once room frees."""
 
     run_id: str
     attempt_id: str

@@ -45,7 +45,7 @@ def _at_most(value: str | None, limit: int, field: str, code: str) -> None:
 def _script(script: dict | None) -> None:
     size = len(msgspec.json.encode(script)) if script is not None else 0
     check(size <= MAX_SCRIPT_BYTES, BadRequest, f"script is at most {MAX_SCRIPT_BYTES} bytes as JSON",
-          code="invalid_script", details={"field": "script", "limit": MAX_SCRIPT_BYTES})
+          code="script_too_large", details={"field": "script", "limit": MAX_SCRIPT_BYTES})
 
 
 def check_sizes(body: Body) -> None:

@@ -105,6 +105,9 @@ class EventLog:
             raise ValueError("nothing to append")
         if len(events) > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} events per decision")
+        if any(e.tenant != tenant or e.thread != thread for e in events):
+            # Readers find a thread by its envelopes: one stored under another thread's subject poisons both.
+            raise ValueError(f"an event of another thread cannot be appended to {tenant}/{thread}")
         fence_subject, fence_seq = fence or (subjects.thread_events(tenant, thread), expected_seq)
         fence_headers = {ELSS: str(fence_seq), ELSS_SUBJECT: fence_subject}
         # Encode and size-check everything first: a batch must never be abandoned half sent.

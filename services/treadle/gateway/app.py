@@ -164,10 +164,10 @@ def check_message_size(request: Request, text: str, script: dict | None) -> None
     own: GatewaySettings = _state(request).settings
     if len(text) > own.max_text_chars:
         raise ApiError(400, "text_too_long", f"text is at most {own.max_text_chars} characters",
-                       {"limit": own.max_text_chars, "size": len(text)})
+                       {"field": "text", "limit": own.max_text_chars, "size": len(text)})
     if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
         raise ApiError(400, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
-                       {"limit": own.max_script_bytes, "size": size})
+                       {"field": "script", "limit": own.max_script_bytes, "size": size})
 
 
 def _json(content: bytes, status: int = 200) -> Response:

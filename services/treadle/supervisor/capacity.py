@@ -1,6 +1,7 @@
 """Freed provider capacity, as the supervisor hears it. Hosts announce on ``treadle.freed.<volume>`` (with
 the tenant concerned) when a session or a turn ends or a host starts; runs held (L9.3) try again at once:
-for ``capacity`` on any announcement, for ``tenant_quota`` on their own tenant's."""
+for ``tenant_quota`` on their own tenant's announcements, for any other reason (``capacity``,
+``sandbox_unavailable``: a host that can sandbox may start) on any."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class FreedCapacity:
     @staticmethod
     async def wait(ticket: Ticket, reason: str, timeout: float, also: tuple[asyncio.Event, ...] = ()) -> None:
         """Until room is announced for ``reason`` after the ticket was taken, one of ``also`` is set, or ``timeout``."""
-        events = [ticket.any if reason == "capacity" else ticket.tenant, *also]
+        events = [ticket.tenant if reason == "tenant_quota" else ticket.any, *also]
         waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

@@ -45,7 +45,7 @@ from .summariser import ProviderSummariser
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
 MAX_PLACEMENTS = 3
-HOLD_CODES = ("capacity", "tenant_quota")  # hosts' refusals a run waits out (domain/capacity.py)
+HOLD_CODES = ("capacity", "tenant_quota", "sandbox_unavailable")  # hosts' refusals a run waits out, its reason shown
 # Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
 
