@@ -27,7 +27,7 @@ from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
-from treadle.projections.store import ProjectionStore, indexed
+from treadle.projections.store import ProjectionStore, all_indexed, indexed
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS
@@ -113,8 +113,10 @@ class Projector:
             entry = touched.get(key)
             if entry is None:
                 state, cached = await self._state(partition, key, e.seq or 0)
-                # A state just loaded is written whole; a cached one only where this batch changed it.
-                entry = touched[key] = (state, [], Changes(state if cached else None))
+                # A state just loaded is written whole, with every id it holds indexed: Redis may have lost the
+                # index with the document, and a rebuild that comes later finds this write newer and skips it.
+                # A cached one is written only where this batch changed it.
+                entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
             if entry[0].seq < (previous := _previous(msg)):
                 await self._catch_up(key, entry, previous, e.seq or 0)
             evolve(entry[0], e)
