@@ -5,11 +5,12 @@ sandbox modes run inside ours: workspace-write (Codex nests its own bubblewrap) 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 
 import pytest
+
+from helpers import wait_for
 
 from sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
 from codex_mock import Exec, MockResponses, Text
@@ -46,13 +47,15 @@ async def _play_attack(world: World, mock: MockResponses, runtime_mode: str, mar
         await adapter.open_thread(None, "unused")
         driver = Driver(adapter)
         _, sink, task = driver.start(prompt)
-        async with asyncio.timeout(90):
-            while not task.done():  # accept whatever the runtime asks (an escalation out of Codex's sandbox too)
-                for request in sink.of(pe.RequestOpened):
-                    if request.request_id not in getattr(sink, "_answered", set()):
-                        sink._answered = getattr(sink, "_answered", set()) | {request.request_id}
-                        await adapter.respond(request.request_id, Response(decision="accept"))
-                await asyncio.sleep(0.05)
+        answered: set[str] = set()
+
+        async def accepted_until_done() -> bool:  # whatever the runtime asks (an escalation out of Codex's sandbox too)
+            for request in sink.of(pe.RequestOpened):
+                if request.request_id not in answered:
+                    answered.add(request.request_id)
+                    await adapter.respond(request.request_id, Response(decision="accept"))
+            return task.done()
+        await wait_for(accepted_until_done, timeout=90, interval=0.05, what="the attack's turn")
         await task
         seen = [r for r in mock.requests if r.prompt == prompt and r.tool_outputs]
         assert seen, [r.prompt for r in mock.requests]

@@ -122,7 +122,6 @@ def test_cgroup_v2_group_gets_the_limits(tmp_path):
     assert group.procs == [str(path / "cgroup.procs")]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="changing owners needs root (as the provider host has)")
 def test_reowning_a_workspace_never_follows_its_links(tmp_path):
     from treadle.sandbox.host import _chown_tree
 
