@@ -82,6 +82,9 @@ class ScriptedAdapter(ProviderAdapter):
         self._turns = 0
         self._forks = 0
         self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
+        # Attempts whose turn began but whose play is not made yet -> interrupted meanwhile: the play is
+        # cancelled as soon as it exists (else an early interrupt was lost and the turn played on for ever).
+        self._starting: dict[str, bool] = {}
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
         self._remembered: dict[str, list[str]] = {}  # attempt id -> the earlier turns' inputs (``recall``)
@@ -130,6 +133,7 @@ class ScriptedAdapter(ProviderAdapter):
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         script = sc.parse_script(turn.script) or default_script(turn.text)
+        self._starting[turn.attempt_id] = False
         self._turns += 1
         turn_ref = f"scripted-turn-{self._turns}"
         remembered = [t["input"] for t in self._require_conversation().turns]
@@ -139,6 +143,8 @@ class ScriptedAdapter(ProviderAdapter):
         self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
         self._remembered[turn.attempt_id] = remembered
         play = self._plays[turn.attempt_id] = asyncio.create_task(self._play(script.steps, turn, sink, turn.root_node_id))
+        if self._starting.pop(turn.attempt_id, False):
+            play.cancel()
         try:
             await asyncio.shield(play)
         except asyncio.CancelledError:
@@ -150,7 +156,7 @@ class ScriptedAdapter(ProviderAdapter):
         except ScriptFailed as exc:
             status, error = "failed", str(exc)
         finally:
-            for name in (self._plays, self._steers, self._woken, self._remembered):
+            for name in (self._plays, self._steers, self._woken, self._remembered, self._starting):
                 name.pop(turn.attempt_id, None)
         await sink.event(pe.TurnCompleted(status=status, error=error))
 
@@ -160,6 +166,8 @@ class ScriptedAdapter(ProviderAdapter):
         play = self._plays.get(turn.attempt_id)
         if play is not None:
             play.cancel()
+        elif turn.attempt_id in self._starting:
+            self._starting[turn.attempt_id] = True
 
     async def steer(self, turn: Turn, text: str) -> None:
         """A native steer replaces what was left of the script: the turn answers the steer and ends."""
