@@ -191,6 +191,16 @@ class TreadleUp:
         async with asyncio.timeout(timeout):
             return await self.proc.wait()
 
+    async def restart_and_finish(self, waiting: str, asked: dict, runs: dict[str, str]) -> dict[str, dict]:
+        """Stop gracefully and start again; accept the request the ``waiting`` thread asks again (``asked`` was
+        the one before the stop), and return each of ``runs`` (thread -> run id) once it has ended."""
+        assert await self.stop() == 0
+        await self.start()
+        async with TreadleClient(self.api_url, self.token, timeout=30) as client, plain_http(self, self.token) as http:
+            again = await pending_request(http, waiting, besides=(asked["id"],))
+            await respond(http, again["id"], {"decision": "accept"})
+            return {t: await client.wait_run(r, timeout=120) for t, r in runs.items()}
+
     async def kill(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()

@@ -7,7 +7,7 @@ import pytest
 
 from claude_stack import claude_env, claude_stack, mock_claude_api  # noqa: F401  (fixtures)
 from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, respond, tenant_client
+from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, tenant_client
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -70,13 +70,8 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
             runs[streams] = (await client.send(streams, "#steady while stopping"))["run_id"]
             await streaming(client, streams, runs[streams])
 
-        assert await up.stop() == 0
-        await up.start()
-
-        async with TreadleClient(up.api_url, up.token, timeout=30) as client, plain_http(up, up.token) as http:
-            again = await pending_request(http, waits, besides=(asked["id"],))
-            await respond(http, again["id"], {"decision": "accept"})
-            done = {t: await client.wait_run(r, timeout=120) for t, r in runs.items()}
+        done = await up.restart_and_finish(waits, asked, runs)
+        async with TreadleClient(up.api_url, up.token, timeout=30) as client:
             doc = await client.get_thread(streams)
     finally:
         if up.proc is not None and up.proc.returncode is None:

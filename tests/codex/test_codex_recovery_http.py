@@ -8,7 +8,7 @@ import pytest
 from codex_mock import Exec, Stall, Text
 from codex_support import codex_env
 from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, respond
+from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http
 from treadle.cli.config import DEV_TENANT
 from treadle.client.http import TreadleClient
 
@@ -61,13 +61,7 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
             asked = await pending_request(http, waiting)
             mock.on("stream until the stop", [Text("Streamed after the restart.")])
 
-        assert await up.stop() == 0
-        await up.start()
-
-        async with TreadleClient(up.api_url, up.token, timeout=30) as client, plain_http(up, up.token) as http:
-            again = await pending_request(http, waiting, besides=(asked["id"],))
-            await respond(http, again["id"], {"decision": "accept"})
-            done = {t: await client.wait_run(r, timeout=120) for t, r in runs.items()}
+        done = await up.restart_and_finish(waiting, asked, runs)
     finally:
         if up.proc is not None and up.proc.returncode is None:
             await up.stop()
