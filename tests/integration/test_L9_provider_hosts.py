@@ -13,6 +13,7 @@ import pytest
 from helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.eventlog import streams, subjects
+from treadle.provider_host.registry import Registry, SessionRecord
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient, HostUnavailable
@@ -164,3 +165,18 @@ async def test_L9_3_a_host_whose_heartbeat_stands_still_has_its_sessions_reporte
         assert await env.recorded_sessions() == set()
         event = next(e for e in env.stops if e.session_id == placed.session_id)
         assert (event.tenant, event.thread, event.provider_thread_id) == (TENANT, "t1", "pth_t1")
+
+
+async def test_L9_3_a_session_of_an_earlier_boot_missed_at_start_is_reported_by_the_hosts_own_watcher(tmp_path):
+    clock = ManualClock()
+    async with Hosts(tmp_path) as env:
+        host = await env.host("h1", clock, heartbeat_seconds=1)
+        # As if the start's report had missed it: a record of this host id from an earlier boot appears later.
+        earlier = SessionRecord(tenant=TENANT, thread="t9", provider_thread_id="pth_t9", boot_id="earlier-boot")
+        await (await Registry.open(env.nc.jetstream())).record_session("h1", "ps_missed", earlier)
+        placed = await env.place("t1")  # this boot's own session is left alone
+        await tick(clock, 1, LOOPS_PER_HOST)
+        await wait_for(lambda: env.stopped("ps_missed"), what="the earlier boot's session reported stopped")
+        assert env.stopped("ps_missed") == ["host_restarted"] and env.stopped(placed.session_id) == []
+        assert await env.recorded_sessions() == {f"h1.{placed.session_id}"}
+        assert host.boot_id != "earlier-boot"

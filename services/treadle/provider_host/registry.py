@@ -12,8 +12,10 @@ import logging
 from datetime import datetime, timezone
 
 import msgspec
-from nats.js.errors import NotFoundError, NoKeysError
+from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
+
+from treadle.eventlog.kv_latest import latest
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -44,38 +46,28 @@ class SessionRecord(msgspec.Struct, kw_only=True):
 
 
 class Registry:
-    def __init__(self, hosts: KeyValue, sessions: KeyValue) -> None:
+    HOSTS, SESSIONS = "treadle-hosts", "treadle-sessions"
+
+    def __init__(self, js: JetStreamContext, hosts: KeyValue, sessions: KeyValue) -> None:
+        self._js = js
         self.hosts = hosts
         self.sessions = sessions
+
+    @classmethod
+    async def open(cls, js: JetStreamContext) -> Registry:
+        return cls(js, await js.key_value(cls.HOSTS), await js.key_value(cls.SESSIONS))
 
     async def beat(self, record: HostRecord) -> None:
         await self.hosts.put(record.host_id, _encode(record))
 
     async def host_revisions(self) -> dict[str, int]:
         """Every registered host and the revision of its latest heartbeat."""
-        revisions: dict[str, int] = {}
-        for key in await _keys(self.hosts):
-            try:
-                entry = await self.hosts.get(key)
-            except NotFoundError:  # expired or deleted between the listing and the read
-                continue
-            revisions[key] = entry.revision or 0
-        return revisions
-
-    async def host(self, host_id: str) -> HostRecord | None:
-        try:
-            entry = await self.hosts.get(host_id)
-        except NotFoundError:
-            return None
-        return msgspec.json.decode(entry.value, type=HostRecord) if entry.value else None
+        return {host_id: entry.revision for host_id, entry in (await latest(self._js, self.HOSTS)).items()}
 
     async def peers(self, host_id: str) -> list[HostRecord]:
         """The latest heartbeat of every other registered host."""
-        found = []
-        for key in await _keys(self.hosts):
-            if key != host_id and (record := await self.host(key)) is not None:
-                found.append(record)
-        return found
+        return [msgspec.json.decode(entry.value, type=HostRecord)
+                for key, entry in (await latest(self._js, self.HOSTS)).items() if key != host_id and entry.value]
 
     async def record_session(self, host_id: str, session_id: str, record: SessionRecord) -> None:
         await self.sessions.put(f"{host_id}.{session_id}", _encode(record))
@@ -84,24 +76,11 @@ class Registry:
         await self.sessions.delete(f"{host_id}.{session_id}")
 
     async def sessions_by_host(self) -> dict[str, dict[str, SessionRecord]]:
-        """host id -> session id -> record, for every recorded live session. One pass over the bucket's
-        latest values: a read per key made a restarted host's recovery grow with its idle sessions."""
+        """host id -> session id -> record, for every recorded live session (one complete read of the bucket:
+        a restarted host that missed one of its sessions would leave that session's run waiting for ever)."""
         found: dict[str, dict[str, SessionRecord]] = {}
-        watcher = await self.sessions.watchall(ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:  # the current values are all delivered
-                    break
-                host_id, _, session_id = entry.key.partition(".")  # nats-py ignores key filters: group here
-                if entry.value:
-                    found.setdefault(host_id, {})[session_id] = msgspec.json.decode(entry.value, type=SessionRecord)
-        finally:
-            await watcher.stop()
+        for key, entry in (await latest(self._js, self.SESSIONS)).items():
+            host_id, _, session_id = key.partition(".")
+            if entry.value:
+                found.setdefault(host_id, {})[session_id] = msgspec.json.decode(entry.value, type=SessionRecord)
         return found
-
-
-async def _keys(kv: KeyValue) -> list[str]:
-    try:
-        return await kv.keys()
-    except NoKeysError:
-        return []

@@ -33,7 +33,7 @@ from .child_scopes import ChildScopeSink
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
-from .watcher import HostWatcher, report_all
+from .watcher import HOST_RESTARTED, HostWatcher, report_all
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -90,7 +90,7 @@ class ProviderHost:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
-        self._registry = Registry(await self._js.key_value("treadle-hosts"), await self._js.key_value("treadle-sessions"))
+        self._registry = await Registry.open(self._js)
         await self._registry.beat(self._record())  # registered before it takes any session
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
         self._subs.append(await self._nc.subscribe(subjects.host_summarise(self._volume), queue="summarisers",
@@ -100,7 +100,7 @@ class ProviderHost:
         self._subs.append(await self._nc.subscribe(subjects.host_shed(self._volume), queue="shedders",
                                                    cb=self._take_seat_request))
         await self._freed("")  # runs waiting for capacity may take this host's
-        watcher = HostWatcher(self._registry, self.host_id, self._clock, self._own.host_expiry_seconds,
+        watcher = HostWatcher(self._registry, self.host_id, self.boot_id, self._clock, self._own.host_expiry_seconds,
                               self._own.heartbeat_seconds, self._publish_stopped)
         reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
         self._loops = [asyncio.create_task(loop, name=f"host:{name}") for name, loop in
@@ -161,7 +161,7 @@ class ProviderHost:
         """Sessions recorded by an earlier boot of this host died with it: say so on their threads."""
         previous = (await self._registry.sessions_by_host()).get(self.host_id, {})
         await report_all(((session_id, record) for session_id, record in previous.items()
-                          if record.boot_id != self.boot_id), self._forget_stopped, "host_restarted")
+                          if record.boot_id != self.boot_id), self._forget_stopped, HOST_RESTARTED)
 
     async def _forget_stopped(self, session_id: str, record: SessionRecord, reason: str) -> None:
         await self._publish_stopped(session_id, record, reason)

@@ -1,7 +1,8 @@
 """Notices provider hosts that died without saying so (kill -9, a lost machine) and reports their sessions
 stopped (L9.3), so the supervisor resumes the work elsewhere from the threads' durable cursors.
 
-Every host runs one. A host is dead when its heartbeat revision has not moved for ``expiry`` seconds on
+Every host runs one. It also reports this host's own sessions left by an earlier boot, which the restarted
+host reports at its start: a session that start missed would leave its run waiting for ever. A host is dead when its heartbeat revision has not moved for ``expiry`` seconds on
 this watcher's clock (a record the bucket's TTL already removed counts as not moving). Several watchers
 reporting the same session is harmless: the stop event's id is derived from the session and its boot, so
 the stream drops the copies, and the supervisor ignores a stop for a session that is no longer live.
@@ -20,6 +21,7 @@ from .registry import Registry, SessionRecord
 log = logging.getLogger(__name__)
 
 HOST_LOST = "host_lost"
+HOST_RESTARTED = "host_restarted"
 REPORTS_IN_FLIGHT = 32
 Report = Callable[[str, SessionRecord, str], Awaitable[None]]  # (session id, record, reason)
 
@@ -37,10 +39,11 @@ async def report_all(sessions: Iterable[tuple[str, SessionRecord]], report: Repo
 
 
 class HostWatcher:
-    def __init__(self, registry: Registry, own_host_id: str, clock: Clock, expiry: float, period: float,
-                 report: Report) -> None:
+    def __init__(self, registry: Registry, own_host_id: str, own_boot_id: str, clock: Clock, expiry: float,
+                 period: float, report: Report) -> None:
         self._registry = registry
         self._own = own_host_id
+        self._boot = own_boot_id
         self._clock = clock
         self._expiry = expiry
         self._period = period
@@ -68,15 +71,20 @@ class HostWatcher:
         dead: list[str] = []
         for host_id, sessions in (await self._registry.sessions_by_host()).items():
             if host_id == self._own:
-                continue  # this host knows its own sessions, and reports them itself when it restarts
+                earlier = [(sid, record) for sid, record in sessions.items() if record.boot_id != self._boot]
+                await report_all(earlier, self._forget(host_id), HOST_RESTARTED)
+                continue
             seen = self._seen.setdefault(host_id, (revisions.get(host_id, 0), now))
             if now - seen[1] < self._expiry:
                 continue
             dead.append(host_id)
             log.warning("host %s missed its heartbeats for %.1fs: reporting %d sessions stopped", host_id,
                         now - seen[1], len(sessions))
-            async def forget(session_id: str, record: SessionRecord, reason: str, host_id: str = host_id) -> None:
-                await self._report(session_id, record, reason)
-                await self._registry.forget_session(host_id, session_id)
-            await report_all(sessions.items(), forget, HOST_LOST)
+            await report_all(sessions.items(), self._forget(host_id), HOST_LOST)
         return dead
+
+    def _forget(self, host_id: str) -> Report:
+        async def forget(session_id: str, record: SessionRecord, reason: str) -> None:
+            await self._report(session_id, record, reason)
+            await self._registry.forget_session(host_id, session_id)
+        return forget

@@ -1,0 +1,51 @@
+"""Every key's latest value in a KV bucket, read completely.
+
+nats-py's ``keys()`` and ``watchall()`` end their initial read on a marker that a push consumer's race can
+send too early (the consumer's info says nothing is pending while its messages are still on the way), so a
+read may come back short. A pull consumer receives nothing it has not asked for: its pending count is exact,
+and the read ends when the last fetched message says none are left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgspec
+from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
+
+_DELETED = {"DEL", "PURGE"}
+_BATCH = 256
+
+
+class Latest(msgspec.Struct, frozen=True):
+    value: bytes
+    revision: int  # the stream sequence of the value: it moves on every put
+
+
+async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
+    prefix = f"$KV.{bucket}."
+    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
+                                inactive_threshold=30.0, mem_storage=True)
+    stream = f"KV_{bucket}"
+    sub = await js.pull_subscribe(f"{prefix}>", stream=stream, config=config)
+    found: dict[str, Latest] = {}
+    info = None
+    try:
+        info = await sub.consumer_info()
+        pending = info.num_pending
+        while pending > 0:
+            for msg in await sub.fetch(min(pending, _BATCH), timeout=5.0):
+                key = msg.subject[len(prefix):]
+                headers = msg.headers or {}
+                if headers.get("KV-Operation") in _DELETED or "Nats-Marker-Reason" in headers:
+                    found.pop(key, None)
+                else:
+                    found[key] = Latest(value=msg.data, revision=msg.metadata.sequence.stream)
+                pending = msg.metadata.num_pending
+    finally:
+        await sub.unsubscribe()
+        if info is not None:  # else the server drops it after inactive_threshold
+            with contextlib.suppress(NotFoundError):
+                await js.delete_consumer(stream, info.name)
+    return found
