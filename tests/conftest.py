@@ -7,6 +7,7 @@ Without a local binary, a reachable Docker engine is used through testcontainers
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +25,7 @@ from treadle.runtime.servers import NatsServer, RedisServer, ServerNotFound
 
 NATS_IMAGE = os.environ.get("TREADLE_TEST_NATS_IMAGE", "nats:2.12")
 REDIS_IMAGE = os.environ.get("TREADLE_TEST_REDIS_IMAGE", "redis:7")
+logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request buries what a failure report should show
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, object]:

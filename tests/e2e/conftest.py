@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 
@@ -14,11 +15,32 @@ from treadle.eventlog.log import EventLog
 from treadle.runtime.tokens import TokenStore
 
 _tenants = itertools.count(1)
+WORKER_LINES_KEPT = 150
+
+
+_recent: collections.deque[str] = collections.deque(maxlen=WORKER_LINES_KEPT)
+_NOISE = ("treadle.runtime.leases", "uvicorn.access")
 
 
 def _quiet(name: str, line: str) -> None:
+    if not any(noise in line for noise in _NOISE):
+        _recent.append(f"{name} | {line}")
     if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
         print(f"{name} | {line}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _recent.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test's report carries what the stack's workers said while it ran (CI shows only the report)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and _recent:
+        report.sections.append(("stack workers while the test ran (newest last)", "\n".join(_recent)))
 
 
 @pytest.fixture(scope="session")
