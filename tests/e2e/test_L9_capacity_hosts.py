@@ -14,7 +14,10 @@ from treadle.cli.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
-ENV = {"TREADLE_PROVIDER_HOST_CAPACITY": "1", "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5"}
+# The supervisor's recheck is far beyond the runs' timeout: a run that found the idle host only by looking again
+# after it (not on the busy host's hint to ask again) fails the test.
+ENV = {"TREADLE_PROVIDER_HOST_CAPACITY": "1", "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5",
+       "TREADLE_SUPERVISOR_CAPACITY_RECHECK_SECONDS": "120"}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,6 @@ async def test_L9_3_with_one_host_busy_and_one_idle_every_run_of_another_tenant_
             waits.append(time.monotonic() - sent_at)
             assert run["status"] == "completed"
         print(f"\ncapacity, two hosts: runs of another tenant completed in {', '.join(f'{w:.2f}' for w in waits)} s")
-        assert max(waits) < 5
 
         await flooder.post(f"/v1/runs/{hang}/interrupt", {}, expect=202)
         assert (await flooder.wait_run(hang, status="interrupted"))["status"] == "interrupted"

@@ -92,6 +92,9 @@ class ProviderHost:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
         self._registry = await Registry.open(self._js)
         await self._registry.beat(self._record())  # registered before it takes any session
+        # Known before the first placement: a full host that knows no peer refuses without a hint to ask again
+        # elsewhere, and the run waits out the supervisor's recheck.
+        await self._learn_peers()
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
         self._subs.append(await self._nc.subscribe(subjects.host_summarise(self._volume), queue="summarisers",
                                                    cb=self._take_summary_request))
@@ -139,11 +142,14 @@ class ProviderHost:
             await self._clock.sleep(self._own.heartbeat_seconds)  # heartbeat period
             try:
                 await self._registry.beat(self._record())
-                # Counts of hosts gone quiet are dropped (wall clocks only weigh a hint here, never a host's life).
-                fresh = datetime.now(timezone.utc).timestamp() - self._own.host_expiry_seconds
-                self._peers = [p for p in await self._registry.peers(self.host_id) if p.at.timestamp() >= fresh]
+                await self._learn_peers()
             except Exception as exc:  # the broker may be reconnecting; the next beat retries
                 log.warning("heartbeat failed: %r", exc)
+
+    async def _learn_peers(self) -> None:
+        # Counts of hosts gone quiet are dropped (wall clocks only weigh a hint here, never a host's life).
+        fresh = datetime.now(timezone.utc).timestamp() - self._own.host_expiry_seconds
+        self._peers = [p for p in await self._registry.peers(self.host_id) if p.at.timestamp() >= fresh]
 
     async def _sync_seat(self) -> None:
         """Queue-group placement with a capacity gate: a host is in its volume's placement group only while
