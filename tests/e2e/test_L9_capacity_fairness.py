@@ -29,8 +29,6 @@ ENV = {
     "TREADLE_PROVIDER_HOST_TENANT_SESSIONS": "4",
     "TREADLE_PROVIDER_HOST_TENANT_RUNS": "2",
     "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5",
-    # Far beyond the runs' timeouts: a held run must start on a host's announcement, never on the periodic recheck
-    "TREADLE_SUPERVISOR_CAPACITY_RECHECK_SECONDS": "120",
     # This host cannot build the runtime sandbox: Codex and Claude sessions are refused, scripted ones run
     "TREADLE_SANDBOX_BWRAP": "/nonexistent/bwrap",
 }

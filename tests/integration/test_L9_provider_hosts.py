@@ -180,3 +180,18 @@ async def test_L9_3_a_session_of_an_earlier_boot_missed_at_start_is_reported_by_
         assert env.stopped("ps_missed") == ["host_restarted"] and env.stopped(placed.session_id) == []
         assert await env.recorded_sessions() == {f"h1.{placed.session_id}"}
         assert host.boot_id != "earlier-boot"
+
+
+async def test_L9_3_a_watcher_whose_own_heartbeat_stands_still_reports_nobody(tmp_path):
+    """A broker failing over stalls every heartbeat at once: a watcher that cannot beat either must not take
+    the others for dead (it reported every host's sessions lost in the chaos run, and runs failed)."""
+    dying, watching = ManualClock(), ManualClock()
+    async with Hosts(tmp_path) as env:
+        await env.host("h1", dying, heartbeat_seconds=1, host_expiry_seconds=5)
+        placed = await env.place("t1")
+        watcher = await env.host("h2", watching, heartbeat_seconds=1, host_expiry_seconds=5)
+        heartbeat = next(loop for loop in watcher._loops if loop.get_name() == "host:heartbeat")
+        heartbeat.cancel()  # h2's own heartbeat stands still too
+        for _ in range(8):
+            await tick(watching, 1, LOOPS_PER_HOST - 1)
+        assert env.stopped(placed.session_id) == []

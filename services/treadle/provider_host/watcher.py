@@ -1,11 +1,16 @@
 """Notices provider hosts that died without saying so (kill -9, a lost machine) and reports their sessions
 stopped (L9.3), so the supervisor resumes the work elsewhere from the threads' durable cursors.
 
-Every host runs one. It also reports this host's own sessions left by an earlier boot, which the restarted
-host reports at its start: a session that start missed would leave its run waiting for ever. A host is dead when its heartbeat revision has not moved for ``expiry`` seconds on
-this watcher's clock (a record the bucket's TTL already removed counts as not moving). Several watchers
-reporting the same session is harmless: the stop event's id is derived from the session and its boot, so
-the stream drops the copies, and the supervisor ignores a stop for a session that is no longer live.
+Every host runs one. A host is dead when its heartbeat revision has not moved for ``expiry`` seconds on this
+watcher's clock (a record the bucket's TTL already removed counts as not moving) while this host's own
+heartbeat kept moving: when its own stands still too, the broker is failing (a node's loss moves the bucket's
+leader), every heartbeat stalls, and judging then would report every host's sessions lost at once. So the
+watcher judges nobody while its own heartbeat is stale, and starts every count afresh once it moves again.
+Several watchers reporting the same session is harmless: the stop event's id is derived from the session and
+its boot, so the stream drops the copies, and the supervisor ignores a stop for a session no longer live.
+
+It also reports this host's own sessions left by an earlier boot, which the restarted host reports at its
+start: a session that start missed would leave its run waiting for ever.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ log = logging.getLogger(__name__)
 
 HOST_LOST = "host_lost"
 HOST_RESTARTED = "host_restarted"
+STALE_BEATS = 3  # own heartbeat periods without a move after which this watcher stops judging others
 REPORTS_IN_FLIGHT = 32
 Report = Callable[[str, SessionRecord, str], Awaitable[None]]  # (session id, record, reason)
 
@@ -49,6 +55,7 @@ class HostWatcher:
         self._period = period
         self._report = report
         self._seen: dict[str, tuple[int, float]] = {}  # host id -> (heartbeat revision, when it last moved)
+        self._blind = False  # this host's own heartbeat stood still: others' counts restart when it moves again
 
     async def run(self) -> None:
         while True:
@@ -68,6 +75,13 @@ class HostWatcher:
             seen = self._seen.get(host_id)
             if seen is None or seen[0] != revision:
                 self._seen[host_id] = (revision, now)
+        own = self._seen.get(self._own)
+        if own is None or now - own[1] > STALE_BEATS * self._period:
+            self._blind = True
+            return []
+        if self._blind:
+            self._blind = False
+            self._seen = {host_id: (revision, now) for host_id, (revision, _) in self._seen.items()}
         dead: list[str] = []
         for host_id, sessions in (await self._registry.sessions_by_host()).items():
             if host_id == self._own:
