@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,3 +48,8 @@ def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
     gitdir = checkpoint_gitdir(Path(state_dir) / "shadow", tenant, thread, Path("threads") / thread)
     return subprocess.run(["git", "-c", "safe.directory=*", "--git-dir", str(gitdir), *args], capture_output=True,
                           text=True, check=True).stdout
+
+
+# The e2e stacks' latest worker lines (noise left out), cleared as each test starts: a failed test's report shows
+# them (tests/e2e/conftest.py).
+recent_worker_lines: collections.deque[str] = collections.deque(maxlen=150)

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 
 import nats
 import pytest
 
+import helpers
 from api import Api
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
 from treadle.runtime.tokens import TokenStore
 
 _tenants = itertools.count(1)
-WORKER_LINES_KEPT = 150
 
 
-_recent: collections.deque[str] = collections.deque(maxlen=WORKER_LINES_KEPT)
+# In helpers, not here: modules that import this conftest by name get a second copy of it, and their stacks'
+# lines must reach the one deque the report hook reads.
+_recent = helpers.recent_worker_lines
 _NOISE = ("treadle.runtime.leases", "uvicorn.access")
 
 

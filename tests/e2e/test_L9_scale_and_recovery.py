@@ -165,5 +165,7 @@ async def test_L9_3_L9_4_whole_stack_restart_with_a_waiting_approval_leaves_it_n
     follow = await api.send(thread, "status?")
     await api.wait_run(follow["run_id"])
     state = fold(await _events(log, api, thread))
-    assert [a.status for a in state.run(sent["run_id"]).attempts] == ["lost", "completed"]
+    # Lost once at the stop (more only if a host took the run while the stack was stopping), then completed.
+    statuses = [a.status for a in state.run(sent["run_id"]).attempts]
+    assert statuses[-1] == "completed" and set(statuses[:-1]) == {"lost"}, statuses
     assert len(state.provider_threads) == 1

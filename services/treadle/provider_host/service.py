@@ -267,6 +267,8 @@ class ProviderHost:
 
     async def _place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
         session = self._sessions.get(request.session_id)
+        if session is None and self._stopping:  # it would be ended at once, and its run lose an attempt
+            return hp.HostFailure(code=capacity.CAPACITY, message=f"host {self.host_id} is stopping")
         if session is None:
             async with self._placing:
                 decision = await self._make_room(request.tenant)

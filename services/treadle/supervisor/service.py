@@ -180,6 +180,10 @@ class Supervisor:
                         continue  # an unresolvable transfer failed the run
             ticket = self._freed.ticket(tenant)
             if not start_context.session_fits(state, run):
+                if self._closing.is_set():
+                    # The whole stack may be stopping: a session placed now lands on a host about to stop, and
+                    # the run loses one more attempt. The next owner of this message places it.
+                    raise Retryable(f"run {run.id} is placed by the next supervisor; this one stops")
                 placed = await self._place(state, run, ctx)
                 if isinstance(placed, hp.HostFailure) and placed.code in HOLD_CODES:
                     state = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
