@@ -41,8 +41,8 @@ from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
-from treadle.runtime.servers import NatsCluster, NatsServer
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.servers import NatsCluster, NatsServer
+from treadle.ops.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parent
 SCRIPT = {"steps": [{"type": "text", "text": "recovered. " * 8, "chunk": 11}]}

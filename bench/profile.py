@@ -40,7 +40,7 @@ from harness import TENANT, Env, Output  # noqa: E402
 from sampling import Procs  # noqa: E402
 from scenarios import warm_up  # noqa: E402
 from treadle.cli.stack import WORKERS, Stack  # noqa: E402
-from treadle.runtime.tokens import TokenStore  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 

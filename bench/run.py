@@ -55,7 +55,7 @@ from report import PEER, print_report, verdicts
 from sampling import Procs
 from scenarios import run_scenario, warm_up
 from treadle.cli.stack import WORKERS, Stack
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "latest.json"

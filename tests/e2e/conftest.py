@@ -11,7 +11,7 @@ import pytest
 from api import Api
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 _tenants = itertools.count(1)
 

@@ -24,7 +24,7 @@ from helpers import wait_for
 from scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import Principal, TokenStore, digest
+from treadle.ops.tokens import Principal, TokenStore, digest
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from treadle.domain.thread import fold
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.runtime.servers import NatsCluster
+from treadle.ops.servers import NatsCluster
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 TENANT, THREAD = "acme", "thr_race1"

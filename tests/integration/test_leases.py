@@ -16,7 +16,7 @@ from treadle.eventlog.log import EventLog
 from treadle.runtime import partitions
 from treadle.runtime.clock import ManualClock
 from treadle.runtime.leases import PartitionLeases, lease_bucket
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 
 TTL = 6.0
 P = 8

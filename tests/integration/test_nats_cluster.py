@@ -16,8 +16,9 @@ from treadle.domain import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
-from treadle.runtime import partitions, tenant_consumers
-from treadle.runtime.servers import NatsCluster
+from treadle.ops import tenant_consumers
+from treadle.runtime import partitions
+from treadle.ops.servers import NatsCluster
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
 

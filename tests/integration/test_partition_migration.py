@@ -18,11 +18,12 @@ from treadle.client.tenant_events import TenantFollower, follow_tenant
 from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
-from treadle.runtime import partitions, tenant_consumers
+from treadle.ops import tenant_consumers
+from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 
 TYPE = "probe.noted"  # a type of its own: no worker consumes it
 THREADS = [f"thr_mig{i}" for i in range(6)]

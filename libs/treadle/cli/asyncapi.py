@@ -21,7 +21,7 @@ from ..domain import events
 from ..domain.commands import Accepted, Command, SendMessage
 from ..domain.provider_events import LiveDelta, ProviderEvent, TextDelta
 from ..providers import protocol as hosts
-from ..runtime.audit import ACTIONS, AuditRecord
+from ..ops.audit import ACTIONS, AuditRecord
 
 EXAMPLE_AT = datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc)
 TENANT, THREAD = "acme", "thr_01m8xb0000000000000000000"

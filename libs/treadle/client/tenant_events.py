@@ -14,7 +14,7 @@ The credential owns one durable pull consumer on stream TREADLE_EVENTS, named af
 ``treadle.evt.<tenant>.>`` (or on one event type). The operator creates it with the credential and is the
 only one who can recreate it (``treadle consumers reset``): a credential cannot create consumers, because
 a consumer's create request could name a subject for the server to deliver to (see
-:mod:`treadle.runtime.broker_auth`). The broker remembers what was acked, so a follower that stops (or
+:mod:`treadle.ops.broker_auth`). The broker remembers what was acked, so a follower that stops (or
 crashes) and starts again resumes after the last event it acked: an event whose processing did not finish
 is delivered again (at-least-once; ``event.seq`` is the stream sequence to deduplicate on). ``from_seq``
 skips ahead to a stream sequence; going back to events already acked is the operator's ``reset``.

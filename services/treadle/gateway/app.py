@@ -34,8 +34,8 @@ from treadle.eventlog.log import EventLog
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
-from treadle.runtime.policies import PolicyStore
-from treadle.runtime.tokens import Principal, TokenStore, token_id
+from treadle.ops.policies import PolicyStore
+from treadle.ops.tokens import Principal, TokenStore, token_id
 from treadle.runtime.worker import connect
 
 from . import errors

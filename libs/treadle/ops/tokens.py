@@ -2,7 +2,7 @@
 
 A token is never compared with anything: it is hashed and the digest is the lookup key, so the time a
 lookup takes does not depend on how much of a guess matches a real token. Creation and revocation are
-audited (:mod:`treadle.runtime.audit`); a revoked token stops working within the gateways' cache time."""
+audited (:mod:`treadle.ops.audit`); a revoked token stops working within the gateways' cache time."""
 
 from __future__ import annotations
 
