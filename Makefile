@@ -40,6 +40,7 @@ run: setup
 	$(BIN)/treadle up --demo
 
 test: setup
+	$(BIN)/ruff check
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup

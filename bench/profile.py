@@ -296,7 +296,7 @@ async def trace(args: argparse.Namespace) -> None:
 
         # full timelines of a few runs in the middle, with the replies to each request
         by_reply: dict[str, int] = {}
-        for i, (_, subject, reply, _, _) in enumerate(records):
+        for i, (_, _, reply, _, _) in enumerate(records):
             if reply and not reply.startswith("$JS.ACK"):
                 by_reply.setdefault(reply, i)
         replies_to: dict[int, list[int]] = collections.defaultdict(list)

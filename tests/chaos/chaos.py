@@ -181,7 +181,7 @@ class WorkerOutput:
         self.path = path
         self._file = None
 
-    def __enter__(self) -> "WorkerOutput":
+    def __enter__(self) -> WorkerOutput:
         return self
 
     def __exit__(self, *exc: object) -> None:

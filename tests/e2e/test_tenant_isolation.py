@@ -34,7 +34,7 @@ class Probe:
         self._answered: dict[str, int] = {}  # violations already claimed by denied(), per expected text
         self.nc: nats.NATS | None = None
 
-    async def __aenter__(self) -> "Probe":
+    async def __aenter__(self) -> Probe:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc))
 

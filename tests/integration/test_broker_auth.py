@@ -76,7 +76,7 @@ async def _server_with_events(tmp_path, events: dict[str, int]):
     js = nc.jetstream()
     await streams.ensure(js)
     for tenant, count in events.items():
-        for i in range(count):
+        for _ in range(count):
             body = {**event_example("run.completed"), "tenant": tenant, "thread": "thr_1"}
             await js.publish(f"treadle.evt.{tenant}.thr_1.run.completed", json.dumps(body).encode())
     return server, nc

@@ -6,7 +6,7 @@ consumer is gone."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import nats
 import pytest
@@ -104,7 +104,7 @@ async def test_a_tenant_consumer_of_one_type_made_before_partitions_reads_both_f
     async def created(log, thread: str) -> None:
         data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
         await log.append("acme", thread, 0, [ev.Envelope(
-            id=f"evt_{thread}", type=data.TYPE, tenant="acme", thread=thread, at=datetime.now(timezone.utc),
+            id=f"evt_{thread}", type=data.TYPE, tenant="acme", thread=thread, at=datetime.now(UTC),
             command_id=f"cmd_{thread}", actor="test", data=data)])
 
     with monkeypatch.context() as before:

@@ -166,7 +166,7 @@ class Stack:
         if self.nats:
             await self.nats.stop()
 
-    async def __aenter__(self) -> "Stack":
+    async def __aenter__(self) -> Stack:
         try:
             await self.start()
         except BaseException:

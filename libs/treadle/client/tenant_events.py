@@ -66,7 +66,7 @@ class TenantCredential(msgspec.Struct, kw_only=True):
     api_prefix: str = API_PREFIX  # the consumer's JetStream API inside the credential's account
 
     @classmethod
-    def load(cls, path: str | Path) -> "TenantCredential":
+    def load(cls, path: str | Path) -> TenantCredential:
         return msgspec.json.decode(Path(path).read_bytes(), type=cls)
 
     @contextlib.asynccontextmanager
@@ -147,7 +147,7 @@ class TenantFollower:
         self._unacked: dict[int, object] = {}  # stream seq -> message, fetched and not yet acked
         self._sub = None
 
-    async def __aenter__(self) -> "TenantFollower":
+    async def __aenter__(self) -> TenantFollower:
         if self._types:
             for type_ in self._types:
                 filters_for(self._creds.tenant, [type_])  # unknown types fail here, before anything is fetched
@@ -177,7 +177,7 @@ class TenantFollower:
         while True:
             try:
                 msgs = await self._sub.fetch(self._batch, timeout=1.0)  # type: ignore[union-attr]
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+            except (TimeoutError, FetchTimeoutError, NatsTimeout):
                 if self._idle is not None and loop.time() - idle_since > self._idle:
                     return
                 continue

@@ -33,7 +33,7 @@ import os
 import secrets
 import signal
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import bcrypt
@@ -187,7 +187,7 @@ class BrokerAuth:
         cred_id = "tc_" + secrets.token_hex(8)
         password = secrets.token_urlsafe(24)
         cred = ConsumerCredential(id=cred_id, tenant=tenant, password_hash=_hash(password),
-                                  created_at=datetime.now(timezone.utc).isoformat())
+                                  created_at=datetime.now(UTC).isoformat())
         with self._locked():
             self._save([*self.credentials(), cred])
         return TenantCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,

@@ -249,7 +249,7 @@ class ProcessSupervisor:
         signal_child(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("pid %d ignored SIGTERM for %.1fs; killing its group", proc.pid, timeout)
             signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()

@@ -100,7 +100,7 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
     """Connect, optionally send a line, and check the first line received starts with `expect`."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     try:
         if send:
@@ -108,7 +108,7 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
             await writer.drain()
         line = await asyncio.wait_for(reader.readline(), 1.0)
         return line.startswith(expect)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     finally:
         writer.close()
@@ -462,7 +462,7 @@ class NatsCluster:
         """Apply a changed ``auth.conf`` on every running node."""
         await asyncio.to_thread(self.auth.reload)
 
-    async def __aenter__(self) -> "NatsCluster":
+    async def __aenter__(self) -> NatsCluster:
         try:
             await self.start()
         except BaseException:

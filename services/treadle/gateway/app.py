@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutErr
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.errors import DomainError
-from treadle.domain.ids import is_id, is_token
+from treadle.domain.ids import is_id
 from treadle.domain.policy import ROLES, check_mode
 from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
