@@ -13,7 +13,10 @@ SHELL := /bin/bash
 
 $(VENV): $(STAMP)
 
-$(STAMP): pyproject.toml
+# The editable install maps each package under libs/ and services/ when it is made: a new package makes it again
+PACKAGES := $(wildcard libs/treadle/*/__init__.py services/treadle/*/__init__.py)
+
+$(STAMP): pyproject.toml $(PACKAGES)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "error: Treadle needs Python >= 3.11 (PYTHON=$(PYTHON))" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +40,7 @@ run: setup
 	$(BIN)/treadle up --demo
 
 test: setup
+	$(BIN)/ruff check
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup

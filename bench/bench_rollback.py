@@ -26,7 +26,7 @@ from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 CASES = {"native_live": "native_rollback", "native_resumed": "native_rollback", "divergent": None}
 

@@ -39,7 +39,7 @@ from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.claude import ClaudeAdapter  # noqa: E402
 from treadle.providers.claude.settings import ClaudeSettings  # noqa: E402
 from treadle.providers.protocol import PlaceSession  # noqa: E402
-from treadle.runtime.tokens import TokenStore  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 
 
 class NullSink:

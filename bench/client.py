@@ -48,7 +48,7 @@ def http_client(base_url: str, token: str, connections: int) -> httpx.AsyncClien
                              timeout=httpx.Timeout(10.0), limits=limits, http2=False)
 
 
-OPEN: set["ThreadClient"] = set()  # closed in run.py main's `finally`, also after an interrupt
+OPEN: set[ThreadClient] = set()  # closed in run.py main's `finally`, also after an interrupt
 
 
 class ThreadClient:
@@ -179,7 +179,7 @@ class ThreadClient:
         self.inflight = o
         try:
             await asyncio.wait_for(o.done.wait(), RUN_TIMEOUT)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.errors["run_timeout"] += 1
             return None
         finally:

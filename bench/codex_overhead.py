@@ -39,7 +39,7 @@ from treadle.domain.ids import IdFactory  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402
 from treadle.providers.protocol import PlaceSession  # noqa: E402
-from treadle.runtime.tokens import TokenStore  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import httpx
@@ -41,8 +41,8 @@ from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
-from treadle.runtime.servers import NatsCluster, NatsServer
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.servers import NatsCluster, NatsServer
+from treadle.ops.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parent
 SCRIPT = {"steps": [{"type": "text", "text": "recovered. " * 8, "chunk": 11}]}
@@ -70,7 +70,7 @@ async def appends(url: str, replicas: int, total: int, actors: int) -> dict:
     try:
         await streams.ensure(nc.jetstream(), replicas)
         elog = EventLog(nc)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
 
         def envelope(thread: str, k: int) -> Envelope:
             return Envelope(id=f"evt_{uuid.uuid4().hex}", type="run.warning", tenant="bench", thread=thread, at=now,
@@ -189,14 +189,14 @@ async def bench_recovery(tmp: Path, kills: int) -> dict:
                         info = await probe.stream_info(EVENTS_STREAM)
                     except Exception:
                         return False
-                    return info.cluster.leader not in (None, leader)
+                    return info.cluster.leader not in (None, leader)  # noqa: B023 (awaited in this round)
 
                 async def all_workers() -> bool:
                     return await connected_workers(monitor, cluster) >= workers
 
                 async def sent_at_the_kill() -> float:
                     run_id = await run_once()
-                    return await timed(t0, lambda: completed(run_id))
+                    return await timed(t0, lambda: completed(run_id))  # noqa: B023 (awaited in this round)
 
                 leader_s, workers_s, run_s = await asyncio.gather(
                     timed(t0, new_leader), timed(t0, all_workers), sent_at_the_kill())
@@ -220,7 +220,7 @@ async def main() -> int:
     parser.add_argument("--skip-appends", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="treadle-bench-cluster-") as tmp:
-        result: dict = {"at": datetime.now(timezone.utc).isoformat()}
+        result: dict = {"at": datetime.now(UTC).isoformat()}
         if not args.skip_appends:
             result["appends"] = await bench_appends(Path(tmp), args.appends, args.actors)
         result["recovery"] = await bench_recovery(Path(tmp), args.kills)

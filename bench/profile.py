@@ -40,7 +40,7 @@ from harness import TENANT, Env, Output  # noqa: E402
 from sampling import Procs  # noqa: E402
 from scenarios import warm_up  # noqa: E402
 from treadle.cli.stack import WORKERS, Stack  # noqa: E402
-from treadle.runtime.tokens import TokenStore  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -296,7 +296,7 @@ async def trace(args: argparse.Namespace) -> None:
 
         # full timelines of a few runs in the middle, with the replies to each request
         by_reply: dict[str, int] = {}
-        for i, (_, subject, reply, _, _) in enumerate(records):
+        for i, (_, _, reply, _, _) in enumerate(records):
             if reply and not reply.startswith("$JS.ACK"):
                 by_reply.setdefault(reply, i)
         replies_to: dict[int, list[int]] = collections.defaultdict(list)

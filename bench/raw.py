@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,7 +35,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
         await js.delete_stream(SCRATCH_STREAM)
     await js.add_stream(cfg)
     out: dict[str, Any] = {"stream": SCRATCH_STREAM, "events": total, "actors": actors}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
 
     def envelope(thread: str, k: int) -> Envelope:
         return Envelope(id=f"evt_{uuid.uuid4().hex}", type="run.warning", tenant=TENANT, thread=thread, at=now,

@@ -41,7 +41,7 @@ import socket
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from report import PEER, print_report, verdicts
 from sampling import Procs
 from scenarios import run_scenario, warm_up
 from treadle.cli.stack import WORKERS, Stack
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "latest.json"
@@ -87,7 +87,7 @@ async def main(args: argparse.Namespace) -> int:
         env = Env(stack, procs, http, redis, nc, nc.jetstream())
 
         result["meta"] = {
-            "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             "seconds": args.seconds, "threads": args.threads, "stack_start_s": round(time.perf_counter() - t0, 2),

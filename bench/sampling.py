@@ -82,7 +82,7 @@ class RssSampler:
             self._sample()
             await asyncio.sleep(self._interval)  # sampling period
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._task = asyncio.get_running_loop().create_task(self._loop())
         return self
 
@@ -105,7 +105,7 @@ async def scrape_metrics(stack: Stack) -> dict[str, float]:
               "treadle_events_appended", "treadle_checkpoint_capture_seconds", "treadle_commands")
     out: dict[str, float] = collections.defaultdict(float)
     async with httpx.AsyncClient(timeout=5.0) as http:
-        for name, port in stack.health_ports.items():
+        for port in stack.health_ports.values():
             try:
                 text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
             except httpx.HTTPError:

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "codex"), str(ROOT / "tests" / "claude")]
 
-from codex_mock import MockResponses, Text  # noqa: E402
+from codex_mock import MockResponses  # noqa: E402
 from mock_api import MockMessagesApi  # noqa: E402
 from treadle.domain import provider_events as pe  # noqa: E402
 from treadle.domain.ids import IdFactory  # noqa: E402

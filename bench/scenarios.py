@@ -122,7 +122,10 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
             marks[k].append(t - o.t0)
     cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
     server_cpu = sum(v for k, v in cpu.items() if k != "bench-client")
-    per_run = (lambda v: v / n * 1000 if n else None)
+
+    def per_run(v: float) -> float | None:
+        return v / n * 1000 if n else None
+
     out = {
         "threads": n_threads,
         "seconds": round(elapsed, 2),

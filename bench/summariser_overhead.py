@@ -28,7 +28,7 @@ from treadle.domain import events as ev  # noqa: E402
 from treadle.eventlog import streams  # noqa: E402
 from treadle.provider_host.service import ProviderHost  # noqa: E402
 from treadle.providers.hosts import HostClient  # noqa: E402
-from treadle.runtime.servers import NatsServer  # noqa: E402
+from treadle.ops.servers import NatsServer  # noqa: E402
 from treadle.runtime.settings import ProviderHostSettings, Shared  # noqa: E402
 from treadle.supervisor.summariser import ProviderSummariser  # noqa: E402
 

@@ -21,7 +21,7 @@ from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
 from helpers import wait_for
-from treadle.runtime.servers import NatsServer, RedisServer, ServerNotFound
+from treadle.ops.servers import NatsServer, RedisServer, ServerNotFound
 
 NATS_IMAGE = os.environ.get("TREADLE_TEST_NATS_IMAGE", "nats:2.12")
 REDIS_IMAGE = os.environ.get("TREADLE_TEST_REDIS_IMAGE", "redis:7")

@@ -20,11 +20,11 @@ import psutil
 from helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
-from treadle.runtime.servers import free_port
+from treadle.ops.servers import free_port
 from treadle.domain.entities import RuntimeMode
 from treadle.domain.policy import TenantPolicy
-from treadle.runtime.policies import PolicyStore
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.policies import PolicyStore
+from treadle.ops.tokens import TokenStore
 
 
 async def tenant_token(stack: Stack, tenant: str) -> str:

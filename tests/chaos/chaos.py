@@ -23,7 +23,7 @@ from api import Api
 from helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
-from treadle.runtime.servers import NatsCluster
+from treadle.ops.servers import NatsCluster
 
 TREADLE = Path(sys.executable).parent / "treadle"
 
@@ -181,7 +181,7 @@ class WorkerOutput:
         self.path = path
         self._file = None
 
-    def __enter__(self) -> "WorkerOutput":
+    def __enter__(self) -> WorkerOutput:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -205,7 +205,7 @@ class MockMessagesApi:
     seen: list[Seen] = field(default_factory=list)
     cwd_hint: str = ""  # substituted for ``{cwd}`` in tool inputs when the request does not reveal it
 
-    async def __aenter__(self) -> "MockMessagesApi":
+    async def __aenter__(self) -> MockMessagesApi:
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

@@ -117,7 +117,7 @@ class MockResponses:
     def prompts(self) -> list[str]:
         return [r.prompt for r in self.requests]
 
-    async def start(self) -> "MockResponses":
+    async def start(self) -> MockResponses:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=64 * 1024 * 1024)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

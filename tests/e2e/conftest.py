@@ -12,7 +12,7 @@ import helpers
 from api import Api
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 _tenants = itertools.count(1)
 

@@ -14,7 +14,7 @@ import pytest
 from api import Api
 from scripts import script, text, write
 from treadle.cli.stack import Stack
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 
 def _quiet(name: str, line: str) -> None:

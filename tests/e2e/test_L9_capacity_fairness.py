@@ -221,7 +221,7 @@ async def test_L9_3_a_run_no_host_can_sandbox_waits_queued_with_that_reason_and_
     api = await tenants("nosandbox")
     thread = await api.create_thread(title="codex without a sandbox", provider="codex")
     sent = await api.send(thread, "run something")
-    held = await _held(api, sent["run_id"], "sandbox_unavailable")
+    await _held(api, sent["run_id"], "sandbox_unavailable")
     events = await log.read(api.tenant, thread)
     assert [e.data.reason for e in events if isinstance(e.data, ev.RunHeld)] == ["sandbox_unavailable"]  # once
     await _stop(api, [sent["run_id"]])

@@ -15,7 +15,7 @@ from conftest import _quiet
 from helpers import wait_for
 from treadle.checkpoints.repo import checkpoint_gitdir
 from treadle.cli.stack import Stack
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 

@@ -123,7 +123,7 @@ async def test_on_a_stack_run_as_root_every_checkpoint_git_runs_as_the_tenants_u
     from api import Api
     from conftest import _quiet
     from treadle.cli.stack import Stack
-    from treadle.runtime.tokens import TokenStore
+    from treadle.ops.tokens import TokenStore
     from treadle.sandbox.identity import TenantIdentities
 
     base = Path(tempfile.mkdtemp(prefix="treadle-e2e-uids-"))

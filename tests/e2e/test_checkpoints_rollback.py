@@ -32,8 +32,8 @@ def run_git(workspace: Path, *args: str) -> str:
 async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_on_run_1_files(api, stack):
     thread = await api.create_thread(title="rollback")
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
-    run1 = await run_to_end(api, thread, "one", replying(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"),
-                                                        write("gone.txt", "delete me\n")))
+    await run_to_end(api, thread, "one", replying(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"),
+                                                 write("gone.txt", "delete me\n")))
     after_run1 = files(workspace)
     # The user commits run 1's work and stashes an experiment: none of that may move.
     run_git(workspace, "add", "-A")

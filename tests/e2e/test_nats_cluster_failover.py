@@ -26,7 +26,7 @@ from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
 from treadle.projections.check import check_log
 from treadle.projections.store import encode_state
-from treadle.runtime.tokens import TokenStore
+from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 

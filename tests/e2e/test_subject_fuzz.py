@@ -8,7 +8,7 @@ import copy
 import json
 import random
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 import pytest
@@ -63,7 +63,7 @@ def _raw_hostile() -> list[bytes]:
 
 def _command(tenant: str, thread: str | None, body: dict, **over) -> dict:
     doc = {"id": f"cmd_fuzz{random.getrandbits(40):x}", "tenant": tenant, "user": "mallory", "thread": thread,
-           "issued_at": datetime.now(timezone.utc).isoformat(), "body": body}
+           "issued_at": datetime.now(UTC).isoformat(), "body": body}
     doc.update(over)
     return doc
 
@@ -111,7 +111,7 @@ def _nested_subagents(depth: int) -> list[dict]:
 def _provider_event(tenant: str, thread: str, run: dict, body: dict, **over) -> dict:
     doc = {"id": f"pe_fuzz{random.getrandbits(40):x}", "tenant": tenant, "thread": thread,
            "session_id": run["attempts"][-1].get("session_id") or "ps_x", "run_id": run["id"],
-           "attempt_id": run["attempts"][-1]["id"], "index": 99, "at": datetime.now(timezone.utc).isoformat(),
+           "attempt_id": run["attempts"][-1]["id"], "index": 99, "at": datetime.now(UTC).isoformat(),
            "body": body}
     doc.update(over)
     return doc

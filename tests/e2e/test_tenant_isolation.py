@@ -16,8 +16,8 @@ from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 from conftest import make_api
 from helpers import wait_for
 from treadle.client.tenant_events import API_PREFIX, TenantCredential, follow_tenant
-from treadle.runtime import tenant_consumers
-from treadle.runtime.tokens import TokenStore
+from treadle.ops import tenant_consumers
+from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +34,7 @@ class Probe:
         self._answered: dict[str, int] = {}  # violations already claimed by denied(), per expected text
         self.nc: nats.NATS | None = None
 
-    async def __aenter__(self) -> "Probe":
+    async def __aenter__(self) -> Probe:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc))
 
@@ -253,6 +253,6 @@ async def _refused(api) -> bool:
 
 
 def token_id_of(token: str) -> str:
-    from treadle.runtime.tokens import token_id
+    from treadle.ops.tokens import token_id
 
     return token_id(token)

@@ -24,7 +24,7 @@ from helpers import wait_for
 from scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import Principal, TokenStore, digest
+from treadle.ops.tokens import Principal, TokenStore, digest
 
 pytestmark = pytest.mark.e2e
 
@@ -235,7 +235,7 @@ async def test_a_thread_stored_text_is_bounded_and_oversized_text_or_script_is_r
     member = await tenant.client("alice")
     thread = await member.create_thread()
     log = EventLog(nc)
-    for i in range(2):
+    for _ in range(2):
         await member.wait_run((await member.send(thread, "x" * 20_000))["run_id"])
     before = await log.last_seq(tenant.name, thread)
     full = await member.request("POST", f"/v1/threads/{thread}/messages", json={"text": "y" * 20_000})

@@ -13,6 +13,7 @@ from scripts import approval, script
 from treadle.domain.commands import Command, ForkSource, ForkThread, Reply, RespondRequest
 from treadle.domain.ids import new_id
 from treadle.eventlog import subjects
+from datetime import UTC
 
 pytestmark = pytest.mark.e2e
 
@@ -71,11 +72,11 @@ async def test_L6_1_commands_on_another_tenants_thread_and_entities_are_404_and_
 async def test_L11_2_a_command_for_a_missing_thread_sent_on_the_broker_gets_a_404_reply(stack_nc, tenant):
     """The coordinator answers every command, even one no gateway would send (a respond or a fork on a thread
     that does not exist): the thread check comes before any command's own logic."""
-    from datetime import datetime, timezone
+    from datetime import datetime
     encode, reply = msgspec.json.encode, msgspec.json.Decoder(Reply)
     for verb, body in (("respond", RespondRequest(request_id=MISSING["req"], decision="accept")),
                        ("fork", ForkThread(source=ForkSource(type="run", id=MISSING["run"])))):
         command = Command(id=new_id("cmd", 0), tenant=tenant, user="alice", thread=new_id("thr", 0),
-                          issued_at=datetime.now(timezone.utc), body=body)
+                          issued_at=datetime.now(UTC), body=body)
         got = reply.decode((await stack_nc.request(subjects.command(tenant, verb), encode(command), timeout=5)).data)
         assert (got.status, got.code) == (404, "thread_not_found"), got

@@ -16,7 +16,7 @@ from treadle.checkpoints_service.service import CheckpointService
 from treadle.domain import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.log import EventLog
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import Shared
 
 

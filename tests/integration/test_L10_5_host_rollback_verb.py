@@ -15,7 +15,7 @@ from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 from treadle.runtime.clock import ManualClock
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"

@@ -13,7 +13,7 @@ at the leader for as long as the test needs, so the dispatch meets it every time
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import nats
 import pytest
@@ -27,7 +27,7 @@ from treadle.domain.thread import fold
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.runtime.servers import NatsCluster
+from treadle.ops.servers import NatsCluster
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 TENANT, THREAD = "acme", "thr_race1"
@@ -35,12 +35,12 @@ TENANT, THREAD = "acme", "thr_race1"
 
 def envelope(n: int, data: ev.Payload, actor: str = "supervisor") -> ev.Envelope:
     return ev.Envelope(id=f"evt_race_{n}", type=data.TYPE, tenant=TENANT, thread=THREAD,
-                       at=datetime.now(timezone.utc), command_id=f"cmd_race_{n}", actor=actor, data=data)
+                       at=datetime.now(UTC), command_id=f"cmd_race_{n}", actor=actor, data=data)
 
 
 async def send(coordinator: Coordinator, n: int, text: str) -> str:
     reply = await coordinator._decide_and_append(Command(
-        id=f"cmd_send_{n}", tenant=TENANT, user="u", thread=THREAD, issued_at=datetime.now(timezone.utc),
+        id=f"cmd_send_{n}", tenant=TENANT, user="u", thread=THREAD, issued_at=datetime.now(UTC),
         body=SendMessage(text=text, mode="queue_after_active")))
     return reply.run_id
 

@@ -13,7 +13,7 @@ from treadle.eventlog import streams
 from treadle.provider_host.service import ProviderHost
 from treadle.providers.hosts import HostClient
 from treadle.runtime.clock import ManualClock
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared, SupervisorSettings
 from treadle.supervisor.summariser import ProviderSummariser, SummariserSettingError
 

@@ -11,7 +11,7 @@ from redis.exceptions import ConnectionError
 
 from helpers import wait_for
 from treadle.projections.connect import redis_client
-from treadle.runtime.servers import RedisServer
+from treadle.ops.servers import RedisServer
 
 
 async def test_L9_1_pooled_connections_that_died_with_redis_are_retried_once(tmp_path):

@@ -5,7 +5,7 @@ thread's own history."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 
@@ -20,7 +20,7 @@ from treadle.provider_host.service import ProviderHost
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
-T0 = datetime(2026, 12, 3, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 3, tzinfo=UTC)
 TENANT, THREAD = "acme", "thr_replace"
 
 

@@ -12,13 +12,13 @@ import pytest
 
 from helpers import wait_for
 from treadle.domain import provider_events as pe
-from treadle.eventlog import streams, subjects
+from treadle.eventlog import streams
 from treadle.provider_host.registry import Registry, SessionRecord
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient, HostUnavailable
 from treadle.runtime.clock import ManualClock
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
@@ -34,7 +34,7 @@ class Hosts:
         self.hosts: list[ProviderHost] = []
         self.stops: list[pe.ProviderEvent] = []
 
-    async def __aenter__(self) -> "Hosts":
+    async def __aenter__(self) -> Hosts:
         await self.server.start()
         self.nc = await nats.connect(self.server.url)
         await streams.ensure(self.nc.jetstream())

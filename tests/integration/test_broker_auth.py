@@ -15,9 +15,9 @@ from treadle.client.tenant_events import (API_PREFIX, CannotReposition, Consumer
                                           follow_tenant)
 from treadle.cli.asyncapi import event_example
 from treadle.eventlog import streams
-from treadle.runtime import tenant_consumers
-from treadle.runtime.broker_auth import SERVICE_ACCOUNT, tenant_permissions
-from treadle.runtime.servers import NatsServer
+from treadle.ops import tenant_consumers
+from treadle.ops.broker_auth import SERVICE_ACCOUNT, tenant_permissions
+from treadle.ops.servers import NatsServer
 
 STREAM = "TREADLE_EVENTS"
 
@@ -53,7 +53,7 @@ def test_a_tenant_credential_may_only_read_its_tenant_and_use_its_own_consumer()
 
 
 def test_each_credential_gets_an_account_importing_only_its_own_consumer_and_tenant(tmp_path):
-    from treadle.runtime.broker_auth import BrokerAuth
+    from treadle.ops.broker_auth import BrokerAuth
 
     auth = BrokerAuth(tmp_path)
     acme, other = auth.issue("acme", "nats://x"), auth.issue("other", "nats://x")
@@ -76,7 +76,7 @@ async def _server_with_events(tmp_path, events: dict[str, int]):
     js = nc.jetstream()
     await streams.ensure(js)
     for tenant, count in events.items():
-        for i in range(count):
+        for _ in range(count):
             body = {**event_example("run.completed"), "tenant": tenant, "thread": "thr_1"}
             await js.publish(f"treadle.evt.{tenant}.thr_1.run.completed", json.dumps(body).encode())
     return server, nc

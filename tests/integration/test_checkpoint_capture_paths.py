@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, repository_with_submodule, restore, snapshot
+from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, repository_with_submodule, restore, snapshot
 from checkpoint_repos import root  # noqa: F401  (a fixture)
 from treadle.checkpoints import packs
 from treadle.checkpoints.diffs import parse_diff
@@ -103,8 +103,13 @@ def _mutate(ws: Path, rng: random.Random, step: int) -> None:
                     if not lines:
                         break
                     at = rng.randrange(len(lines))
-                    rng.choice([lambda: lines.insert(at, b"ins %d" % step), lambda: lines.pop(at),
-                                lambda: lines.__setitem__(at, b"set %d" % rng.randint(0, 3))])()
+                    edit = rng.choice(["insert", "pop", "set"])
+                    if edit == "insert":
+                        lines.insert(at, b"ins %d" % step)
+                    elif edit == "pop":
+                        lines.pop(at)
+                    else:
+                        lines[at] = b"set %d" % rng.randint(0, 3)
                 p.write_bytes(b"\n".join(lines))
         elif op == "binary" and files:
             p = rng.choice(files)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 import pytest
@@ -29,7 +29,7 @@ async def log(nc) -> EventLog:
 
 def envelope(thread: str, data: ev.Payload, tenant: str = "acme") -> ev.Envelope:
     return ev.Envelope(id=f"evt_{next(_n):06d}_{thread}", type=data.TYPE, tenant=tenant, thread=thread,
-                       at=datetime.now(timezone.utc), command_id="cmd_test", actor="test", data=data)
+                       at=datetime.now(UTC), command_id="cmd_test", actor="test", data=data)
 
 
 def note(thread: str, text: str, tenant: str = "acme") -> ev.Envelope:
@@ -79,7 +79,7 @@ _reply = msgspec.json.Decoder(Reply)
 
 async def _command(nc, body, thread: str | None, command_id: str) -> Accepted:
     cmd = Command(id=command_id, tenant="acme", user="u", thread=thread,
-                  issued_at=datetime(2026, 12, 2, tzinfo=timezone.utc), body=body)
+                  issued_at=datetime(2026, 12, 2, tzinfo=UTC), body=body)
     verb = "create" if isinstance(body, CreateThread) else "send"
     reply = _reply.decode((await nc.request(subjects.command("acme", verb), msgspec.json.encode(cmd), timeout=10)).data)
     assert isinstance(reply, Accepted), reply
@@ -96,10 +96,10 @@ async def test_a_retried_command_gets_its_original_receipt_even_through_a_confli
     await a._store.load("acme", thread)
     await b._store.load("acme", thread)  # b now caches the thread as it was before the send
     reply_a = await a._decide_and_append(Command(id="cmd_send_1", tenant="acme", user="u", thread=thread,
-                                                 issued_at=datetime.now(timezone.utc), body=SendMessage(text="hi")))
+                                                 issued_at=datetime.now(UTC), body=SendMessage(text="hi")))
     # The retry reaches the other replica, whose stale cache makes its append hit err 10071 first.
     reply_b = await b._decide_and_append(Command(id="cmd_send_1", tenant="acme", user="u", thread=thread,
-                                                 issued_at=datetime.now(timezone.utc), body=SendMessage(text="hi")))
+                                                 issued_at=datetime.now(UTC), body=SendMessage(text="hi")))
     assert isinstance(reply_a, Accepted) and isinstance(reply_b, Accepted)
     assert reply_b.duplicate and (reply_b.run_id, reply_b.message_id) == (reply_a.run_id, reply_a.message_id)
     state = fold(await log.read("acme", thread))

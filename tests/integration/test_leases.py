@@ -4,7 +4,7 @@ run as in production and only move when the test advances time."""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import nats
 import pytest
@@ -16,7 +16,7 @@ from treadle.eventlog.log import EventLog
 from treadle.runtime import partitions
 from treadle.runtime.clock import ManualClock
 from treadle.runtime.leases import PartitionLeases, lease_bucket
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 
 TTL = 6.0
 P = 8
@@ -152,7 +152,7 @@ async def test_the_broker_maps_events_to_the_partition_of_their_thread(nc):
     for thread in threads:
         created = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
         await log.append("parts", thread, 0, [ev.Envelope(
-            id=f"evt_{thread}", type=created.TYPE, tenant="parts", thread=thread, at=datetime.now(timezone.utc),
+            id=f"evt_{thread}", type=created.TYPE, tenant="parts", thread=thread, at=datetime.now(UTC),
             command_id="cmd_test", actor="test", data=created)])
         msg = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.thread_events("parts", thread), direct=True)
         assert msg.subject == f"treadle.evt.parts.{thread}.thread.created.{partitions.partition_of(thread, count)}"

@@ -11,8 +11,8 @@ import nats
 import psutil
 
 from helpers import wait_for
-from treadle.runtime.processes import ProcessSupervisor
-from treadle.runtime.servers import NatsServer
+from treadle.ops.processes import ProcessSupervisor
+from treadle.ops.servers import NatsServer
 
 SLEEPER = [sys.executable, "-c", "import signal; print('ready', flush=True); signal.pause()"]
 
@@ -110,7 +110,7 @@ async def test_supervisor_restart_replaces_the_child_without_backoff():
 
 
 async def test_supervisor_restarts_a_crashing_child_with_doubling_backoff(caplog):
-    caplog.set_level("WARNING", logger="treadle.runtime.processes")
+    caplog.set_level("WARNING", logger="treadle.ops.processes")
     lines = Lines()
     sup = ProcessSupervisor(on_output=lines)
     sup.add("crasher", [sys.executable, "-c", "print('boom', flush=True); raise SystemExit(3)"], {})
@@ -149,7 +149,7 @@ async def test_supervisor_stop_leaves_no_process_alive():
 async def test_children_die_when_the_supervisor_process_is_killed():
     script = (
         "import asyncio, sys\n"
-        "from treadle.runtime.processes import ProcessSupervisor\n"
+        "from treadle.ops.processes import ProcessSupervisor\n"
         "async def main():\n"
         "    sup = ProcessSupervisor(on_output=lambda name, line: print(line, flush=True))\n"
         "    sup.add('child', [sys.executable, '-c', 'import os, signal; print(os.getpid(), flush=True); signal.pause()'])\n"

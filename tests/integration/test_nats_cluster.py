@@ -4,7 +4,7 @@ nodes, the nodes share one auth.conf and reload it together, and a tenant's cred
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import nats
 import pytest
@@ -16,8 +16,9 @@ from treadle.domain import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
-from treadle.runtime import partitions, tenant_consumers
-from treadle.runtime.servers import NatsCluster
+from treadle.ops import tenant_consumers
+from treadle.runtime import partitions
+from treadle.ops.servers import NatsCluster
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
 
@@ -108,7 +109,7 @@ async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conf
 def _created(thread: str, suffix: str = "") -> ev.Envelope:
     data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
     return ev.Envelope(id=f"evt_{thread}{suffix}", type=data.TYPE, tenant="acme", thread=thread,
-                       at=datetime.now(timezone.utc), command_id=f"cmd_{thread}{suffix}", actor="test", data=data)
+                       at=datetime.now(UTC), command_id=f"cmd_{thread}{suffix}", actor="test", data=data)
 
 
 async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_auth(tmp_path):

@@ -6,7 +6,7 @@ consumer is gone."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import nats
 import pytest
@@ -18,11 +18,12 @@ from treadle.client.tenant_events import TenantFollower, follow_tenant
 from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
-from treadle.runtime import partitions, tenant_consumers
+from treadle.ops import tenant_consumers
+from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 
 TYPE = "probe.noted"  # a type of its own: no worker consumes it
 THREADS = [f"thr_mig{i}" for i in range(6)]
@@ -103,7 +104,7 @@ async def test_a_tenant_consumer_of_one_type_made_before_partitions_reads_both_f
     async def created(log, thread: str) -> None:
         data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
         await log.append("acme", thread, 0, [ev.Envelope(
-            id=f"evt_{thread}", type=data.TYPE, tenant="acme", thread=thread, at=datetime.now(timezone.utc),
+            id=f"evt_{thread}", type=data.TYPE, tenant="acme", thread=thread, at=datetime.now(UTC),
             command_id=f"cmd_{thread}", actor="test", data=data)])
 
     with monkeypatch.context() as before:

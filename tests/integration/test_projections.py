@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 
@@ -20,7 +20,7 @@ from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
 
 _n = itertools.count()
-T0 = datetime(2026, 12, 2, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 2, tzinfo=UTC)
 
 
 def envelope(thread: str, data: ev.Payload, i: int) -> ev.Envelope:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 
@@ -28,7 +28,7 @@ from treadle.providers.hosts import HostClient
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
 
-T0 = datetime(2026, 12, 2, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 2, tzinfo=UTC)
 TENANT, THREAD = "acme", "thr_recover"
 
 

@@ -37,7 +37,7 @@ class Listener:
     connections: list = field(default_factory=list)
     port: int = 0
 
-    async def start(self) -> "Listener":
+    async def start(self) -> Listener:
         async def seen(reader, writer):
             self.connections.append(writer.get_extra_info("peername"))
             writer.close()

@@ -7,7 +7,6 @@ import asyncio
 import uuid
 from pathlib import Path
 
-import pytest
 
 from sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
 from treadle.sandbox.host import Sandbox, SandboxSettings

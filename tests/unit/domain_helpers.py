@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from itertools import count
 
 from treadle.domain import events as ev
@@ -10,7 +10,7 @@ from treadle.domain.commands import Command, CreateThread, Ctx, SendMessage, rea
 from treadle.domain.decide import decide
 from treadle.domain.thread import ThreadState, evolve
 
-T0 = datetime(2026, 12, 2, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 _n = count(1)
 
 

@@ -1,6 +1,7 @@
 """L9.3: what a dead runtime process said, as a run's error: no colour codes, no unrelated warnings."""
 
 from treadle.providers import exits
+from datetime import UTC
 
 CODEX_STDERR = [
     "\x1b[2m2026-12-03T20:01:02.345Z\x1b[0m \x1b[33m WARN\x1b[0m \x1b[2mcodex_core::config\x1b[0m: Codex could not find "
@@ -30,7 +31,7 @@ def test_L9_3_a_long_line_is_cut():
 
 
 def test_L9_3_a_run_that_lost_its_runtime_for_good_says_how_the_runtime_ended():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from treadle.domain import events as ev
     from treadle.domain import supervision as sv
@@ -38,7 +39,7 @@ def test_L9_3_a_run_that_lost_its_runtime_for_good_says_how_the_runtime_ended():
     from treadle.domain.entities import ProviderCapabilities
     from treadle.domain.thread import fold
 
-    at = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    at = datetime(2026, 12, 3, tzinfo=UTC)
     seq = iter(range(1, 1000))
 
     def envelopes(*payloads: ev.Payload) -> list[ev.Envelope]:

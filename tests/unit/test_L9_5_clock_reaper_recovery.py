@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from treadle.domain import events as ev
 from treadle.domain import recovery
@@ -14,7 +14,7 @@ from treadle.domain.thread import ThreadState, evolve
 from treadle.provider_host.reaper import IdleReaper
 from treadle.runtime.clock import ManualClock
 
-T0 = datetime(2026, 12, 3, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 @dataclass

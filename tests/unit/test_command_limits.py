@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 import pytest
@@ -107,5 +107,5 @@ def test_the_largest_command_at_every_limit_fits_one_broker_message():
                        merge_back_from="t" * lim.MAX_NAME_CHARS)
     lim.check_sizes(body)
     command = Command(id=new_id("cmd", 0), tenant="t" * 64, user="u" * 64, thread=new_id("thr", 0),
-                      issued_at=datetime.now(timezone.utc), body=body)
+                      issued_at=datetime.now(UTC), body=body)
     assert len(msgspec.json.encode(command)) < NATS_DEFAULT_MAX_PAYLOAD - 64 * 1024

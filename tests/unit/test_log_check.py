@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from treadle.domain import events as ev
 from treadle.projections.check import check_events
 
-AT = datetime(2026, 12, 3, tzinfo=timezone.utc)
+AT = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def _event(seq: int, payload: ev.Payload, thread: str = "thr_1", id: str | None = None, subject: str | None = None,

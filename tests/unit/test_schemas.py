@@ -28,7 +28,7 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 
     from treadle.domain.events import PAYLOADS, SCHEMA_VERSION, decode_event
     from treadle.eventlog import subjects
-    from treadle.runtime import audit
+    from treadle.ops import audit
 
     document = yaml.safe_load(schemas.asyncapi())
     assert document["info"]["x-schema-version"] == SCHEMA_VERSION

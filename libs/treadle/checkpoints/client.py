@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
@@ -28,7 +27,7 @@ class CheckpointClient:
     async def _request(self, verb: str, payload: bytes) -> bytes:
         try:
             msg = await self._nc.request(subjects.checkpoint(self._volume, verb), payload, timeout=self._timeout)
-        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise CheckpointUnavailable(f"checkpoint service ({self._volume}) did not answer {verb}: {exc!r}") from None
         return msg.data
 

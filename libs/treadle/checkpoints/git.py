@@ -340,7 +340,7 @@ def _adopt_legacy_refs(user: Path, gitdir: Path, owner: tuple[int, int] | None) 
                 found[name] = oid
     top = base / "refs" / "treadle" / "checkpoints"
     if top.is_dir() and not top.is_symlink():
-        for d, dirs, files in os.walk(top):  # os.walk never enters a symlinked directory
+        for d, _dirs, files in os.walk(top):  # os.walk never enters a symlinked directory
             for name in files:
                 path = Path(d) / name
                 ref = path.relative_to(base).as_posix()

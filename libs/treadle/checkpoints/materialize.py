@@ -125,7 +125,7 @@ class MaterializeHandler:
         self._workspaces = workspaces
 
     @classmethod
-    def serving(cls, workspaces) -> "MaterializeHandler":
+    def serving(cls, workspaces) -> MaterializeHandler:
         """For the workspaces a checkpoint service serves (same roots, same volume, same tenant uids)."""
         return cls(workspaces._root, workspaces._shadow_root, workspaces)
 
@@ -144,7 +144,7 @@ class MaterializeHandler:
 async def request_materialize(nc: NATS, volume: str, req: Materialize, timeout: float = 30.0) -> Materialized:
     try:
         msg = await nc.request(subjects.checkpoint(volume, VERB), encode(req), timeout=timeout)
-    except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+    except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
         raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {VERB}: {exc!r}") from None
     reply = _reply.decode(msg.data)
     if isinstance(reply, Failure):

@@ -14,7 +14,7 @@ from .render import console, stderr
 async def cmd_tokens_create(args: argparse.Namespace) -> int:
     from nats.js.errors import BucketNotFoundError
 
-    from treadle.runtime.tokens import TokenStore
+    from treadle.ops.tokens import TokenStore
 
     url = nats_url(args)
     async with connect_nats(url) as nc:
@@ -24,7 +24,7 @@ async def cmd_tokens_create(args: argparse.Namespace) -> int:
             raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    from treadle.runtime.tokens import token_id
+    from treadle.ops.tokens import token_id
 
     stderr.print(f"[green]✓[/] token {token_id(token)} for {escape(args.tenant)}/{escape(args.user)} "
                  f"({escape(args.role)}):")
@@ -35,7 +35,7 @@ async def cmd_tokens_create(args: argparse.Namespace) -> int:
 async def cmd_tokens_revoke(args: argparse.Namespace) -> int:
     from nats.js.errors import BucketNotFoundError
 
-    from treadle.runtime.tokens import TokenStore, UnknownToken
+    from treadle.ops.tokens import TokenStore, UnknownToken
 
     if bool(args.token) == bool(args.id):
         raise UsageError("pass either the token or --id ID")

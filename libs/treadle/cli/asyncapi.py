@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import msgspec
@@ -21,17 +21,17 @@ from ..domain import events
 from ..domain.commands import Accepted, Command, SendMessage
 from ..domain.provider_events import LiveDelta, ProviderEvent, TextDelta
 from ..providers import protocol as hosts
-from ..runtime.audit import ACTIONS, AuditRecord
+from ..ops.audit import ACTIONS, AuditRecord
 
-EXAMPLE_AT = datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc)
+EXAMPLE_AT = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 TENANT, THREAD = "acme", "thr_01m8xb0000000000000000000"
 COMPATIBILITY = (
-    "Every event envelope carries `schema_version` (now {v}). Within one schema version changes are additive "
+    f"Every event envelope carries `schema_version` (now {events.SCHEMA_VERSION}). Within one schema version changes are additive "
     "only: new event types, new optional payload fields with defaults, new enum values in free-form string "
     "fields. Nothing is removed, renamed, retyped or made required. Consumers must ignore unknown fields and "
     "unknown event types (Treadle itself folds an unknown type as a no-op). Anything else is a new "
     "schema_version, announced before it is written."
-).format(v=events.SCHEMA_VERSION)
+)
 
 
 # --- examples -----------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Broker access for event consumers: ``treadle consumers create|reset|revoke|list`` (operator commands, run
 where the nats-server's directory is, e.g. next to ``treadle up``) and ``treadle events tail`` (a
 tenant's consumer, with nothing but its credential). The operator creates and repositions a credential's
-consumer; the credential itself can only pull from it (see :mod:`treadle.runtime.broker_auth`)."""
+consumer; the credential itself can only pull from it (see :mod:`treadle.ops.broker_auth`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .render import console, stderr
 
 
 def _auth(args: argparse.Namespace):
-    from treadle.runtime.broker_auth import BrokerAuth
+    from treadle.ops.broker_auth import BrokerAuth
 
     directory = Path(args.nats_dir) if args.nats_dir else state_dir(args) / "nats"
     if not (directory / "auth").is_dir():
@@ -53,7 +53,7 @@ async def _reload(auth, args: argparse.Namespace) -> None:
 
 
 async def _audit(args: argparse.Namespace, **record) -> None:
-    from treadle.runtime import audit
+    from treadle.ops import audit
 
     async with connect_nats(nats_url(args)) as nc:
         await audit.record(nc.jetstream(), **record)
@@ -61,7 +61,7 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
     from treadle.client.tenant_events import filters_of
-    from treadle.runtime import audit, tenant_consumers
+    from treadle.ops import audit, tenant_consumers
 
     auth = _auth(args)
     service_url = nats_url(args)
@@ -104,7 +104,7 @@ async def cmd_consumers_reset(args: argparse.Namespace) -> int:
     """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
     credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
     from treadle.client.tenant_events import filters_of
-    from treadle.runtime import audit, tenant_consumers
+    from treadle.ops import audit, tenant_consumers
 
     auth = _auth(args)
     if args.all == bool(args.credential):
@@ -152,7 +152,7 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
 
 
 async def cmd_broker_init(args: argparse.Namespace) -> int:
-    from treadle.runtime.broker_auth import BrokerAuth
+    from treadle.ops.broker_auth import BrokerAuth
 
     directory = Path(args.nats_dir)
     password = os.environ.get(args.password_env) if args.password_env else None

@@ -16,8 +16,8 @@ async def cmd_policy_set(args: argparse.Namespace) -> int:
 
     from treadle.domain.errors import DomainError
     from treadle.domain.policy import DEFAULT_MODES, TenantPolicy
-    from treadle.runtime.audit import _operator
-    from treadle.runtime.policies import PolicyStore
+    from treadle.ops.audit import _operator
+    from treadle.ops.policies import PolicyStore
 
     url = nats_url(args)
     wanted = TenantPolicy(allowed_modes=tuple(dict.fromkeys(args.modes or DEFAULT_MODES)),
@@ -35,7 +35,7 @@ async def cmd_policy_set(args: argparse.Namespace) -> int:
 
 
 async def cmd_policy_show(args: argparse.Namespace) -> int:
-    from treadle.runtime.policies import PolicyStore
+    from treadle.ops.policies import PolicyStore
 
     async with connect_nats(nats_url(args)) as nc:
         print(msgspec.json.encode(await PolicyStore(nc.jetstream()).get(args.tenant)).decode())

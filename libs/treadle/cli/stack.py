@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from ..runtime.processes import ProcessSupervisor
-from ..runtime.servers import NatsCluster, NatsServer, RedisServer, free_port
+from ..ops.processes import ProcessSupervisor
+from ..ops.servers import NatsCluster, NatsServer, RedisServer, free_port
 
 WORKERS = {
     "gateway": "treadle.gateway",
@@ -166,7 +166,7 @@ class Stack:
         if self.nats:
             await self.nats.stop()
 
-    async def __aenter__(self) -> "Stack":
+    async def __aenter__(self) -> Stack:
         try:
             await self.start()
         except BaseException:

@@ -118,7 +118,7 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
 
 async def _dev_token(nats_url: str, state: Path) -> tuple[str, bool]:
     """The dev token from the last ``up`` if it still resolves (the KV lives in the state dir), else a new one."""
-    from treadle.runtime.tokens import TokenStore
+    from treadle.ops.tokens import TokenStore
 
     path = state / "dev-token"
     async with connect_nats(nats_url) as nc:
@@ -154,7 +154,7 @@ def _port_free(port: int) -> bool:
 
 
 async def cmd_up(args: argparse.Namespace) -> int:
-    from ..runtime.servers import ServerNotFound
+    from ..ops.servers import ServerNotFound
     from .stack import Stack
 
     state = state_dir(args)

@@ -14,7 +14,7 @@ The credential owns one durable pull consumer on stream TREADLE_EVENTS, named af
 ``treadle.evt.<tenant>.>`` (or on one event type). The operator creates it with the credential and is the
 only one who can recreate it (``treadle consumers reset``): a credential cannot create consumers, because
 a consumer's create request could name a subject for the server to deliver to (see
-:mod:`treadle.runtime.broker_auth`). The broker remembers what was acked, so a follower that stops (or
+:mod:`treadle.ops.broker_auth`). The broker remembers what was acked, so a follower that stops (or
 crashes) and starts again resumes after the last event it acked: an event whose processing did not finish
 is delivered again (at-least-once; ``event.seq`` is the stream sequence to deduplicate on). ``from_seq``
 skips ahead to a stream sequence; going back to events already acked is the operator's ``reset``.
@@ -66,7 +66,7 @@ class TenantCredential(msgspec.Struct, kw_only=True):
     api_prefix: str = API_PREFIX  # the consumer's JetStream API inside the credential's account
 
     @classmethod
-    def load(cls, path: str | Path) -> "TenantCredential":
+    def load(cls, path: str | Path) -> TenantCredential:
         return msgspec.json.decode(Path(path).read_bytes(), type=cls)
 
     @contextlib.asynccontextmanager
@@ -147,7 +147,7 @@ class TenantFollower:
         self._unacked: dict[int, object] = {}  # stream seq -> message, fetched and not yet acked
         self._sub = None
 
-    async def __aenter__(self) -> "TenantFollower":
+    async def __aenter__(self) -> TenantFollower:
         if self._types:
             for type_ in self._types:
                 filters_for(self._creds.tenant, [type_])  # unknown types fail here, before anything is fetched
@@ -177,7 +177,7 @@ class TenantFollower:
         while True:
             try:
                 msgs = await self._sub.fetch(self._batch, timeout=1.0)  # type: ignore[union-attr]
-            except (FetchTimeoutError, NatsTimeout, asyncio.TimeoutError):
+            except (TimeoutError, FetchTimeoutError, NatsTimeout):
                 if self._idle is not None and loop.time() - idle_since > self._idle:
                     return
                 continue

@@ -125,7 +125,7 @@ class Ctx(msgspec.Struct, kw_only=True):
     actor: str
 
     @classmethod
-    def for_command(cls, command: Command) -> "Ctx":
+    def for_command(cls, command: Command) -> Ctx:
         ms = int(command.issued_at.timestamp() * 1000)
         return cls(now=command.issued_at, ids=IdFactory(command.id, ms), actor=f"user:{command.user}")
 

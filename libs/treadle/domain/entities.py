@@ -114,7 +114,7 @@ class Run(Entity, kw_only=True):
     error: str | None = None
     supersedes_run_id: str | None = None  # L3.4: a steer that arrived after this run's predecessor had answered
     superseded_by: str | None = None
-    progress: "Progress | None" = None  # from the root todo list (L12.2)
+    progress: Progress | None = None  # from the root todo list (L12.2)
     handoff_ids: list[str] = msgspec.field(default_factory=list)  # L5.5: the context handoffs it consumed
     clean_context: bool = False  # L5.4: the user asked for a fresh provider thread with a full summary
     waiting_reason: str | None = None  # L9.3: why a dispatched run is back in ``queued`` (capacity, tenant_quota)
@@ -258,7 +258,7 @@ class Checkpoint(Entity, kw_only=True):
     stale: bool = False
     created_at: datetime
     node_id: str | None = None  # the child node of a child scope (L10.3)
-    children: list["ChildCheckpoint"] = msgspec.field(default_factory=list)  # a root checkpoint's child scopes
+    children: list[ChildCheckpoint] = msgspec.field(default_factory=list)  # a root checkpoint's child scopes
     skipped: list[str] = msgspec.field(default_factory=list)  # paths left out: "<path> (submodule|too_large)"
     files_total: int | None = None  # set when `files` was cut: how many files changed
 

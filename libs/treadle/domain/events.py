@@ -99,7 +99,7 @@ class RunQueued(Payload, kw_only=True):
     script: dict | None = None
     supersedes_run_id: str | None = None  # L3.4: the message was a steer of this run, which had answered already
     front: bool = False  # queued at the head (start_immediately behind a run being interrupted)
-    context: "ContextRequest | None" = None  # L5.4 clean context / L7.1 merge-back asked with the message
+    context: ContextRequest | None = None  # L5.4 clean context / L7.1 merge-back asked with the message
 
 
 @event("run.dispatched")
@@ -134,7 +134,7 @@ class RunEnded(Payload, kw_only=True):
 
     run_id: str
     attempt_id: str
-    checkpoint: "CheckpointCaptured | None" = None
+    checkpoint: CheckpointCaptured | None = None
     error: str | None = None
 
 

@@ -25,7 +25,7 @@ from . import activity
 from . import events as ev
 from .commands import Accepted, Command, Ctx, RollbackNode, RollbackThread
 from .entities import Checkpoint, FileChange, ProviderCapabilities, ProviderThread, Rollback
-from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
+from .errors import BadRequest, Conflict, NotFound, check
 from .ids import has_prefix
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ class ProposedPlan(Step, kw_only=True, tag="plan"):
 
 class Subagent(Step, kw_only=True, tag="subagent"):
     title: str = "subagent"
-    steps: list["AnyStep"] = []
+    steps: list[AnyStep] = []
 
 
 class Fail(Step, kw_only=True, tag="fail"):

@@ -86,7 +86,7 @@ class EventLog:
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
         try:
             msg = await self._nc.request(subject, payload, timeout=self._timeout, headers=headers)
-        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise Unavailable(f"append to {subject} not acknowledged: {exc!r}") from None
         if not msg.data:
             return None  # a batch member's provisional reply
@@ -177,7 +177,7 @@ class EventLog:
             while True:
                 try:
                     msg = await asyncio.wait_for(queue.get(), self._timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise Unavailable(f"direct get of {filter_subject} timed out") from None
                 headers = msg.headers or {}
                 status = headers.get("Status")
@@ -206,7 +206,7 @@ class EventLog:
                 msgspec.json.encode({"last_by_subj": filter_subject}),
                 timeout=self._timeout,
             )
-        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise Unavailable(f"direct get last of {filter_subject}: {exc!r}") from None
         headers = msg.headers or {}
         if headers.get("Status") == "404":

@@ -15,7 +15,7 @@ from ..domain.ids import IdFactory
 from ..domain.thread import ThreadState, evolve
 from .errors import Conflict, Unavailable
 from .log import EventLog, fenced_after
-from ..runtime.metrics import EVENTS_APPENDED
+from .metrics import EVENTS_APPENDED
 
 
 class ThreadStore:

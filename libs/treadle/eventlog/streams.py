@@ -45,7 +45,7 @@ PROVIDER = StreamConfig(
     allow_direct=True,
 )
 
-# Who created what (tokens, broker credentials): runtime/audit.py writes it, and creates it when missing.
+# Who created what (tokens, broker credentials): ops/audit.py writes it, and creates it when missing.
 AUDIT = StreamConfig(name="TREADLE_AUDIT", subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
                      storage=StorageType.FILE, max_msg_size=64 * 1024)
 
@@ -54,7 +54,7 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-sessions", history=1),
     KeyValueConfig(bucket="treadle-idempotency", history=1, ttl=DAY),
     KeyValueConfig(bucket="treadle-tokens", history=1),
-    KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (runtime/policies.py)
+    KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (ops/policies.py)
 )
 
 

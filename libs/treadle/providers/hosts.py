@@ -3,7 +3,6 @@ provider thread back, L10.5)."""
 
 from __future__ import annotations
 
-import asyncio
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
@@ -35,7 +34,7 @@ class HostClient:
             msg = await self._nc.request(subject, payload, timeout=timeout or self._timeout)
         except NoRespondersError:
             raise HostGone(f"no provider host listens on {subject}") from None
-        except (NatsTimeout, asyncio.TimeoutError) as exc:
+        except (TimeoutError, NatsTimeout) as exc:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return msg.data
 
@@ -58,7 +57,7 @@ class HostClient:
         subject = self._summarise
         try:
             msg = await self._nc.request(subject, hp.encode(request), timeout=request.timeout + self._timeout)
-        except (NatsTimeout, asyncio.TimeoutError, NoRespondersError) as exc:
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return hp.summary_reply.decode(msg.data)
 

@@ -183,7 +183,7 @@ class ScriptedAdapter(ProviderAdapter):
         woken = self._woken[turn.attempt_id]
         try:
             await asyncio.wait_for(woken.wait(), seconds)  # the script's pacing
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -328,7 +328,7 @@ class LeaseTable:
         self._held: dict[str, dict[int, str]] = {}
         self._ready = asyncio.Event()
 
-    async def __aenter__(self) -> "LeaseTable":
+    async def __aenter__(self) -> LeaseTable:
         kv = await lease_bucket(self._nc)
         self._watcher = await kv.watch("*.lease.*")
         self._task = asyncio.create_task(self._follow())

@@ -2,7 +2,6 @@
 
 from prometheus_client import Counter, Gauge, Histogram
 
-EVENTS_APPENDED = Counter("treadle_events_appended_total", "Events appended to the thread log", ["worker"])
 APPEND_CONFLICTS = Counter("treadle_append_conflicts_total", "Appends fenced by optimistic concurrency", ["worker"])
 COMMANDS = Counter("treadle_commands_total", "Thread commands handled", ["verb", "outcome"])
 HANDLER_RETRIES = Counter("treadle_handler_retries_total", "Consumer handler retries", ["consumer"])

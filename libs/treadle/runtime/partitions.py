@@ -89,7 +89,7 @@ async def discover(nc: NATS, timeout: float = 5.0) -> int:
         await nc.publish(PROBE, b"")
         try:
             subject = await asyncio.wait_for(answer, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise PartitionsNotConfigured("the partition probe did not come back from the broker") from None
     finally:
         await sub.unsubscribe()

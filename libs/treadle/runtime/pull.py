@@ -104,7 +104,7 @@ class LingeringPull:
             else:
                 try:
                     await asyncio.wait_for(self._wake.wait(), max(deadline - loop.time(), 0))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return []
             self._wake.clear()
         msgs, self._ready = self._ready, []

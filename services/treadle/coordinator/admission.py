@@ -16,7 +16,7 @@ from treadle.domain.thread import ThreadState
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.runtime.policies import PolicyStore
+from treadle.ops.policies import PolicyStore
 from treadle.runtime.settings import CoordinatorSettings
 
 from .lineage import fork_thread_id

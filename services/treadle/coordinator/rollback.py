@@ -18,7 +18,7 @@ takes the degradation path (``divergent``) with the provider's message in ``prov
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 
@@ -80,7 +80,7 @@ class Rollbacks:
         retire = [RefName(scope=s, ordinal=o) for s, o in rollback.retire_list(state, rb)]
         request = Restore(tenant=tenant, thread=thread, workspace=state.thread.workspace, restore_id=rb.id,
                           commit=rb.commit, retire=retire)
-        ctx = reaction_ctx(f"rollback|{rb.id}", datetime.now(timezone.utc), ACTOR)
+        ctx = reaction_ctx(f"rollback|{rb.id}", datetime.now(UTC), ACTOR)
         try:
             restored = await self._checkpoints.restore(request)  # CheckpointUnavailable: left in progress, retried
         except CheckpointError as exc:

@@ -3,9 +3,8 @@ starts; the run supervisor decides *how*."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -97,7 +96,7 @@ class Coordinator:
         await self.work.stop()
         try:
             await self._mailboxes.drain(10.0)  # the commands taken before the unsubscribe
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._mailboxes.cancel()
 
     # --- commands ----------------------------------------------------------------------------------
@@ -245,7 +244,7 @@ class Coordinator:
         events = dispatch_next(state)
         if not events:
             return
-        ctx = reaction_ctx(f"dispatch|{tenant}|{thread}|{seq}", datetime.now(timezone.utc), "coordinator")
+        ctx = reaction_ctx(f"dispatch|{tenant}|{thread}|{seq}", datetime.now(UTC), "coordinator")
         try:
             await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
                                      command_id=f"evt-{seq}", actor=ctx.actor)

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutErr
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.domain.errors import DomainError
-from treadle.domain.ids import is_id, is_token
+from treadle.domain.ids import is_id
 from treadle.domain.policy import ROLES, check_mode
 from treadle.domain.entities import Checkpoint, Message, Run
 from treadle.domain.thread import ThreadState, fold
@@ -34,8 +34,8 @@ from treadle.eventlog.log import EventLog
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore, ThreadSummary, all_indexed, encode_state
 from treadle.runtime.settings import GatewaySettings, Shared
-from treadle.runtime.policies import PolicyStore
-from treadle.runtime.tokens import Principal, TokenStore, token_id
+from treadle.ops.policies import PolicyStore
+from treadle.ops.tokens import Principal, TokenStore, token_id
 from treadle.runtime.worker import connect
 
 from . import errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -41,7 +41,7 @@ class Commands:
 
     async def _identity(self, tenant: str, key: str | None, fingerprint: str) -> tuple[str, datetime]:
         """A fresh command id, or the one first minted for this tenant's Idempotency-Key (kept 24 h)."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         if key is None:
             return new_id("cmd", int(now.timestamp() * 1000)), now
         if not 0 < len(key) <= MAX_KEY:
@@ -93,7 +93,7 @@ class Commands:
                     retry = {"Retry-After": "1"} if reply.status == 429 else None  # a quota: retry when it frees
                     raise ApiError(reply.status, reply.code, reply.message, reply.details, headers=retry)
                 return reply
-            except (NatsTimeout, NoRespondersError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeout, NoRespondersError):
                 if time.monotonic() >= deadline:
                     raise ApiError(503, "unavailable", "the thread coordinator did not answer; retry",
                                    headers={"Retry-After": "1"}) from None

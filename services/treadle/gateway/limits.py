@@ -16,7 +16,7 @@ import time
 import msgspec
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from treadle.runtime.tokens import TokenStore, token_id
+from treadle.ops.tokens import TokenStore, token_id
 
 from .errors import body
 

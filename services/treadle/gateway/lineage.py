@@ -51,7 +51,7 @@ class LineageNode(msgspec.Struct, kw_only=True):
     runs: int
     transfers: list[ContextTransfer]
     handoffs: list[dict]  # id, run_id, strategy, to_provider (the text is at /v1/handoffs/{id})
-    children: list["LineageNode"]
+    children: list[LineageNode]
 
 
 class LineageView(msgspec.Struct, kw_only=True):

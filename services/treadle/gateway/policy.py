@@ -12,7 +12,7 @@ from litestar.params import JSONBody
 from treadle.domain.entities import RuntimeMode
 from treadle.domain.errors import DomainError
 from treadle.domain.policy import DEFAULT_MODES, TenantPolicy, require_role
-from treadle.runtime.tokens import Principal
+from treadle.ops.tokens import Principal
 
 from .app import _state, principal
 from .errors import ApiError

@@ -48,7 +48,7 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
             if queue.empty():
                 try:
                     item = await asyncio.wait_for(queue.get(), KEEPALIVE)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
             else:

@@ -47,7 +47,7 @@ class _Held:
         self._stream = stream
         self._release = weakref.finalize(self, release)  # runs once: at the end, at aclose or when collected
 
-    def __aiter__(self) -> "_Held":
+    def __aiter__(self) -> _Held:
         return self
 
     async def __anext__(self) -> bytes:

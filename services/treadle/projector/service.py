@@ -70,11 +70,11 @@ class Projector:
                                     ttl=shared.lease_ttl, make=self._partition,
                                     stream_replicas=shared.stream_replicas, legacy=legacy)
 
-    def _partition(self, partition: int) -> "PartitionProjector":
+    def _partition(self, partition: int) -> PartitionProjector:
         self._states[partition] = OrderedDict()
         return PartitionProjector(self, partition, f"{DURABLE}-p{partition}", partitions.events_filter(partition))
 
-    def _unpartitioned(self) -> "PartitionProjector":
+    def _unpartitioned(self) -> PartitionProjector:
         """The consumer of before partitions, while it holds events of before the upgrade (partition_migration)."""
         self._states[UNPARTITIONED] = OrderedDict()
         return PartitionProjector(self, UNPARTITIONED, DURABLE, UNPARTITIONED_EVENTS)

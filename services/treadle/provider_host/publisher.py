@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -48,7 +48,7 @@ class TurnPublisher:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
         self._index += 1
-        event = pe.ProviderEvent(id=self._ids.next("evt"), index=self._index, at=datetime.now(timezone.utc), body=body,
+        event = pe.ProviderEvent(id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body,
                                  **self._base)
         payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
         delay = 0.1

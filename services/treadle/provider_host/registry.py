@@ -9,7 +9,7 @@ bucket's TTL only sweeps records of hosts that are long gone.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime
 
 import msgspec
 from nats.js import JetStreamContext

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import msgspec
@@ -134,7 +134,7 @@ class ProviderHost:
                 busy[tenant] = busy.get(tenant, 0) + 1
         return HostRecord(host_id=self.host_id, boot_id=self.boot_id, volume=self._volume, capacity=self._own.capacity,
                           live=len(self._sessions), heartbeat_seconds=self._own.heartbeat_seconds,
-                          at=datetime.now(timezone.utc), tenants=tenants, busy=busy,
+                          at=datetime.now(UTC), tenants=tenants, busy=busy,
                           idle=len(self._sessions) - sum(busy.values()))
 
     async def _beat(self) -> None:
@@ -148,7 +148,7 @@ class ProviderHost:
 
     async def _learn_peers(self) -> None:
         # Counts of hosts gone quiet are dropped (wall clocks only weigh a hint here, never a host's life).
-        fresh = datetime.now(timezone.utc).timestamp() - self._own.host_expiry_seconds
+        fresh = datetime.now(UTC).timestamp() - self._own.host_expiry_seconds
         self._peers = [p for p in await self._registry.peers(self.host_id) if p.at.timestamp() >= fresh]
 
     async def _sync_seat(self) -> None:
@@ -179,7 +179,7 @@ class ProviderHost:
         # same dead session produce one event.
         event = pe.ProviderEvent(id=f"evt_stop_{session_id}_{record.boot_id}", tenant=record.tenant, thread=record.thread,
                                  session_id=session_id, provider_thread_id=record.provider_thread_id,
-                                 at=datetime.now(timezone.utc), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id, detail=detail))
+                                 at=datetime.now(UTC), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id, detail=detail))
         await self._js.publish(subjects.provider(record.tenant, record.thread, record.provider_thread_id),
                                _encode(event), headers={"Nats-Msg-Id": event.id})
 
@@ -441,7 +441,7 @@ class ProviderHost:
         return hp.TurnAccepted()
 
     async def _play(self, session: Session, request: hp.StartTurn) -> None:
-        ids = IdFactory(request.attempt_id, int(datetime.now(timezone.utc).timestamp() * 1000))
+        ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))
         publisher = TurnPublisher(self._nc, tenant=request.tenant, thread=request.thread, session_id=request.session_id,
                                   provider_thread_id=session.request.provider_thread_id, run_id=request.run_id,
                                   attempt_id=request.attempt_id, ids=ids)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from treadle.domain import provider_events as pe
@@ -56,9 +56,9 @@ async def summarise(request: hp.Summarise, scratch_root: Path, sandbox=None) -> 
         try:
             await adapter.open_thread(None, f"scripted-{name}")
             turn = Turn(run_id=name, attempt_id=name, root_node_id="root", text=request.text, script=request.script,
-                        ids=IdFactory(name, int(datetime.now(timezone.utc).timestamp() * 1000)))
+                        ids=IdFactory(name, int(datetime.now(UTC).timestamp() * 1000)))
             await asyncio.wait_for(adapter.run_turn(turn, sink), request.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return hp.HostFailure(code="timeout", message=f"no summary within {request.timeout:g} s")
         finally:
             await adapter.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -115,7 +115,7 @@ class Supervisor:
             # hand-over may still be owed, e.g. a recovery attempt whose host was not back yet.
             await self._hand_over(tenant, thread, state, f"prov|{seq}")
             return
-        ctx = reaction_ctx(event.id, datetime.now(timezone.utc), ACTOR)
+        ctx = reaction_ctx(event.id, datetime.now(UTC), ACTOR)
         reaction = sv.react(state, event, ctx)
         if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
             # The cache may be behind the log (another writer, or the replica that held this partition before,
@@ -161,7 +161,7 @@ class Supervisor:
             if run is None:
                 return await self._follow_through(tenant, thread, state, seed)
             ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}" + (f"|h{holds}" if holds else ""),
-                               datetime.now(timezone.utc), ACTOR)
+                               datetime.now(UTC), ACTOR)
             placement += 1
             if run.attempt.interrupt is not None:  # interrupted before any provider saw it (L8)
                 turn = pe.TurnCompleted(status="interrupted")
@@ -246,7 +246,7 @@ class Supervisor:
         """Send the running attempt what it is owed (L3.2 steers, L8 interrupts). Sent first, recorded after:
         a crash in between sends again, and hosts ignore what they already have."""
         run = state.active_run
-        ctx = reaction_ctx(f"{seed}|owed|{run.attempt.id if run else ''}", datetime.now(timezone.utc), ACTOR)
+        ctx = reaction_ctx(f"{seed}|owed|{run.attempt.id if run else ''}", datetime.now(UTC), ACTOR)
         events, actions = sv.owed(state, ctx)
         if events:
             await self._append(tenant, thread, state, events, ctx)

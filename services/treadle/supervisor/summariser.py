@@ -37,7 +37,7 @@ class ProviderSummariser:
         self._model, self._script, self._timeout = model, script, timeout
 
     @classmethod
-    def configured(cls, hosts: HostClient, own: SupervisorSettings) -> "ProviderSummariser | None":
+    def configured(cls, hosts: HostClient, own: SupervisorSettings) -> ProviderSummariser | None:
         """The summariser the settings ask for; None: the local one alone. A bad setting stops the worker."""
         if own.summariser == sm.LOCAL:
             return None

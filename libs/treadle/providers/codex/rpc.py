@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ...runtime.processes import die_with_parent
+from ...runtime.children import die_with_parent
 from .. import exits
 
 log = logging.getLogger(__name__)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import cycle
+
+from ..runtime.children import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -27,28 +27,6 @@ BACKOFF_MAX = 10.0
 # A child that stayed up this long is considered healthy: its next crash starts the backoff over.
 BACKOFF_RESET_AFTER = 30.0
 _LINE_LIMIT = 1 << 20
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` making the child get SIGTERM when the spawning process dies, even by SIGKILL.
-
-    Linux delivers PDEATHSIG when the spawning *thread* exits, so spawn from the event-loop
-    thread, never from a short-lived worker thread.
-    """
-    if _libc is None:
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        # The parent may have died between fork and prctl, in which case no signal will come.
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 def signal_group(pid: int, sig: int) -> None:
@@ -271,7 +249,7 @@ class ProcessSupervisor:
         signal_child(proc.pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(proc.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("pid %d ignored SIGTERM for %.1fs; killing its group", proc.pid, timeout)
             signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()

@@ -1,6 +1,6 @@
 """The durable pull consumer of a tenant consumer credential, created and repositioned by the operator with
 the service user: a credential cannot create consumers itself (a create request may name a subject for the
-server to deliver to, which no subject permission can see; see :mod:`treadle.runtime.broker_auth`).
+server to deliver to, which no subject permission can see; see :mod:`treadle.ops.broker_auth`).
 
 The consumer is named after the credential, filtered on ``treadle.evt.<tenant>.>`` or on one event type,
 and has no ``deliver_subject``: it is a pull consumer, so messages go only where a pull request asks, which

@@ -3,7 +3,7 @@ has the default policy. Every change is audited (``policy.updated``)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.js import JetStreamContext
@@ -37,7 +37,7 @@ class PolicyStore:
     async def put(self, tenant: str, policy: TenantPolicy, actor: str) -> TenantPolicy:
         if not is_token(tenant):
             raise ValueError(f"tenant {tenant!r} is not a token ([A-Za-z0-9_-], 1..64 characters)")
-        stored = msgspec.structs.replace(validated(policy), updated_at=datetime.now(timezone.utc), updated_by=actor)
+        stored = msgspec.structs.replace(validated(policy), updated_at=datetime.now(UTC), updated_by=actor)
         await (await self._bucket()).put(tenant, msgspec.json.encode(stored))
         await audit.record(self._js, tenant=tenant, action="policy.updated", target=tenant, actor=actor,
                            details={"allowed_modes": list(stored.allowed_modes), "max_threads": stored.max_threads,

@@ -2,14 +2,14 @@
 
 A token is never compared with anything: it is hashed and the digest is the lookup key, so the time a
 lookup takes does not depend on how much of a guess matches a real token. Creation and revocation are
-audited (:mod:`treadle.runtime.audit`); a revoked token stops working within the gateways' cache time."""
+audited (:mod:`treadle.ops.audit`); a revoked token stops working within the gateways' cache time."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.js import JetStreamContext
@@ -61,7 +61,7 @@ class TokenStore:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
         token = PREFIX + secrets.token_urlsafe(32)
-        principal = Principal(tenant=tenant, user=user, role=role, created_at=datetime.now(timezone.utc).isoformat())
+        principal = Principal(tenant=tenant, user=user, role=role, created_at=datetime.now(UTC).isoformat())
         await (await self._bucket()).put(digest(token), msgspec.json.encode(principal))
         await audit.record(self._js, tenant=tenant, action="token.created", target=token_id(token),
                            details={"user": user, "role": role})

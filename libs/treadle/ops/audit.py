@@ -8,7 +8,7 @@ tenant consumer credentials (which may read ``treadle.evt.<tenant>.>``) cannot r
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import msgspec
 from nats.js import JetStreamContext
@@ -54,7 +54,7 @@ async def record(js: JetStreamContext, *, tenant: str, action: str, target: str,
                  details: dict | None = None) -> AuditRecord:
     """Append one record (after making sure the stream exists; audited operations are rare)."""
     await streams.settled(lambda: ensure(js))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     entry = AuditRecord(id=new_id("evt", int(now.timestamp() * 1000)), at=now, tenant=tenant, action=action,
                         actor=actor or _operator(), target=target, details=details or {})
     # Repeated with the same Nats-Msg-Id while a cluster elects a leader: a copy that landed is dropped.

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
-from treadle.runtime.broker_auth import CONF, PID_FILE, BrokerAuth
-from treadle.runtime.processes import (BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_RESET_AFTER, die_with_parent,
-                                       signal_group)
+from ..runtime.children import die_with_parent
+from .broker_auth import CONF, PID_FILE, BrokerAuth
+from .processes import BACKOFF_INITIAL, BACKOFF_MAX, BACKOFF_RESET_AFTER, signal_group
 
 log = logging.getLogger(__name__)
 _POLL = 0.01
@@ -100,7 +100,7 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
     """Connect, optionally send a line, and check the first line received starts with `expect`."""
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 1.0)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     try:
         if send:
@@ -108,7 +108,7 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
             await writer.drain()
         line = await asyncio.wait_for(reader.readline(), 1.0)
         return line.startswith(expect)
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         return False
     finally:
         writer.close()
@@ -286,7 +286,7 @@ class NatsServer(_LocalServer):
     """`nats-server -js` on 127.0.0.1; `config_text` is written to `nats.conf` and passed with `-c`.
 
     With `auth` (the default) nobody connects without credentials: the workers' service user and the tenant
-    consumer credentials of :class:`~treadle.runtime.broker_auth.BrokerAuth` are included from `auth.conf`.
+    consumer credentials of :class:`~treadle.ops.broker_auth.BrokerAuth` are included from `auth.conf`.
     `url` then carries the service user's credentials; `address` never does."""
 
     name = "nats-server"
@@ -462,7 +462,7 @@ class NatsCluster:
         """Apply a changed ``auth.conf`` on every running node."""
         await asyncio.to_thread(self.auth.reload)
 
-    async def __aenter__(self) -> "NatsCluster":
+    async def __aenter__(self) -> NatsCluster:
         try:
             await self.start()
         except BaseException:
