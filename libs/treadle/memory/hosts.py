@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import msgspec
 
 from treadle.domain.entities import ProviderCapabilities
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostGone, HostUnavailable
+from treadle.ports import HostRequest
 from treadle.providers.scripted import DEFAULT_CAPABILITIES
+
+Reply: TypeAlias = hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure
 
 
 @dataclass
@@ -49,7 +55,7 @@ class MemoryHost:
 class MemoryHosts:
     def __init__(self) -> None:
         self.hosts: dict[str, MemoryHost] = {}
-        self.calls: list[tuple[str, str, object]] = []  # (host id or "", verb, request)
+        self.calls: list[tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]] = []  # (host id or "", verb, request)
         self.summaries: list[str] = []  # what summarise answers, in order (empty: no host answers)
 
     # --- the test's side ---------------------------------------------------------------------------
@@ -80,7 +86,7 @@ class MemoryHosts:
             raise KeyError(session_id)
         return session
 
-    def verbs(self, verb: str) -> list:
+    def verbs(self, verb: str) -> list[Any]:
         return [request for _, v, request in self.calls if v == verb]
 
     # --- the port ----------------------------------------------------------------------------------
@@ -128,7 +134,7 @@ class MemoryHosts:
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)
 
-    async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+    async def verb(self, host_id: str, verb: str, request: HostRequest) -> hp.TurnAccepted | hp.HostFailure:
         reply = await self._ask(host_id, verb, request)
         assert isinstance(reply, (hp.TurnAccepted, hp.HostFailure))
         return reply
@@ -150,25 +156,30 @@ class MemoryHosts:
             raise HostUnavailable("no provider host answered the summary request")
         return hp.Summary(text=self.summaries.pop(0))
 
-    async def _ask(self, host_id: str, verb: str, request):
-        self.calls.append((host_id, verb, request))
+    async def _ask(self, host_id: str, verb: str, sent: HostRequest) -> Reply:
+        self.calls.append((host_id, verb, sent))
         host = self.hosts.get(host_id)
         if host is None:
             raise HostGone(f"no provider host listens on treadle.host.{host_id}.{verb}")
-        if verb not in hp.VERB_REQUESTS:
+        kind = hp.VERB_REQUESTS.get(verb)
+        if kind is None:
             return hp.HostFailure(code="bad_request", message=f"unknown verb {verb}")
+        try:  # as the host reads it: the verb says what the request must be
+            request = msgspec.json.decode(hp.encode(sent), type=kind)
+        except msgspec.ValidationError as exc:
+            return hp.HostFailure(code="bad_request", message=str(exc))
         session = host.sessions.get(request.session_id)
         if session is None:
             return hp.HostFailure(code="unknown_session", message=f"session {request.session_id} is not live here")
         caps = session.capabilities
-        if verb == "turn.start":
+        if isinstance(request, hp.StartTurn):
             if request.attempt_id in session.started:
                 return hp.TurnAccepted(already=True)
             session.started.add(request.attempt_id)
             session.playing[request.attempt_id] = request
             session.turns += 1
             return hp.TurnAccepted()
-        if verb == "request.respond":
+        if isinstance(request, hp.Respond):
             answer = hp.encode(request.response)
             if request.request_id in session.answered:
                 if session.answered[request.request_id] == answer:
@@ -179,11 +190,11 @@ class MemoryHosts:
             session.pending.discard(request.request_id)
             session.answered[request.request_id] = answer
             return hp.TurnAccepted()
-        if verb == "thread.fork":
+        if isinstance(request, hp.ForkThread):
             if not caps.fork:
                 return hp.HostFailure(code="unsupported", message="this profile cannot fork a provider thread")
             return hp.Forked(native_ref=f"{session.native_ref}~fork-{len(self.verbs('thread.fork'))}")
-        if verb == "thread.rollback":
+        if isinstance(request, hp.RollbackTurns):
             if request.rollback_id in session.rolled_back:
                 done = session.rolled_back[request.rollback_id]
                 return hp.RolledBack(turns_dropped=done.turns_dropped, turns_left=done.turns_left, already=True)
@@ -201,9 +212,10 @@ class MemoryHosts:
         if verb == "session.stop":
             del host.sessions[request.session_id]
             return hp.TurnAccepted()
+        assert isinstance(request, (hp.StopTurn, hp.SteerTurn))
         if request.attempt_id not in session.playing:
             return hp.HostFailure(code="not_active", message=f"attempt {request.attempt_id} is not playing here")
-        if verb == "turn.interrupt":
+        if isinstance(request, hp.StopTurn):  # turn.interrupt
             if not caps.interrupt:
                 return hp.HostFailure(code="unsupported", message="this profile cannot interrupt a turn")
             session.interrupted.append(request.attempt_id)

@@ -7,14 +7,17 @@ provider host directory. Each is a Protocol with a broker-backed implementation 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 from treadle.checkpoints.materialize import Materialize, Materialized
 from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffResult, Restore, Restored, WorkspaceReady
 from treadle.domain.events import Envelope
 from treadle.providers import protocol as hp
 
-__all__ = ["CheckpointStore", "EventLog", "HostDirectory"]
+__all__ = ["CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
+
+# What the verbs of ``protocol.VERB_REQUESTS`` carry.
+HostRequest: TypeAlias = hp.StartTurn | hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns
 
 
 class EventLog(Protocol):
@@ -72,7 +75,7 @@ class HostDirectory(Protocol):
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure: ...
 
-    async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure: ...
+    async def verb(self, host_id: str, verb: str, request: HostRequest) -> hp.TurnAccepted | hp.HostFailure: ...
 
     async def summarise(self, request: hp.Summarise) -> hp.Summary | hp.HostFailure: ...
 
