@@ -1,13 +1,13 @@
 """Coordinator logic on the in-memory twins of its ports (no broker, git or provider host): a send dispatched,
 handed to a host and started, the next queued run dispatched when it ends (L3.6), a retried command answered
-with its first receipt through an append conflict, and an answer delivered to the session that asked (L11.2,
-L11.3)."""
+with its first receipt through an append conflict, an answer delivered to the session that asked (L11.2,
+L11.3), and a rollback restoring the files of a run (L10.5)."""
 
 from __future__ import annotations
 
 from twins import TENANT, Twins
 from treadle.domain import provider_events as pe
-from treadle.domain.commands import Accepted, CreateThread, Rejected, RespondRequest, SendMessage
+from treadle.domain.commands import Accepted, CreateThread, Rejected, RespondRequest, RollbackThread, SendMessage
 
 
 async def started_thread(tw: Twins, coordinator, supervisor) -> tuple[str, Accepted]:
@@ -98,3 +98,32 @@ async def test_L11_an_answer_reaches_the_session_that_asked_once_and_a_gone_one_
     gone = await tw.command(coordinator, RespondRequest(request_id="req_2", decision="accept"), thread=thread)
     assert isinstance(gone, Rejected) and gone.code == "not_resumable", gone
     assert (await tw.state(thread)).request("req_2").status == "not_resumable"
+
+
+async def test_L10_5_a_rollback_restores_the_files_of_a_run_and_the_thread_goes_on(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    thread = created.thread_id
+    workspace = (await tw.state(thread)).thread.workspace
+    runs = []
+    for text, writes in (("one", {"a.txt": "1\n"}), ("two", {"a.txt": "2\n", "b.txt": "b\n"})):
+        sent = await tw.command(coordinator, SendMessage(text=text), thread=thread)
+        await tw.wake(supervisor)
+        await tw.play(supervisor, thread, sent.run_id, writes)
+        await tw.run_ended(coordinator)
+        runs.append(sent.run_id)
+    assert tw.checkpoints.files(TENANT, workspace) == {"a.txt": "2\n", "b.txt": "b\n"}
+
+    rolled = await tw.command(coordinator, RollbackThread(to_run_ordinal=1), thread=thread)
+    assert isinstance(rolled, Accepted) and rolled.rollback_id, rolled
+    assert tw.checkpoints.files(TENANT, workspace) == {"a.txt": "1\n"}
+    state = await tw.state(thread)
+    [rollback] = state.rollbacks
+    assert rollback.status == "completed" and rollback.provider_context == "divergent"  # scripted: no native rollback
+    dropped = state.run(runs[1])
+    assert dropped.status == "rolled_back" and state.run(runs[0]).status == "completed"
+    assert next(c for c in state.checkpoints if c.id == dropped.checkpoint_id).stale  # retired under stale/
+    again = await tw.command(coordinator, SendMessage(text="three"), thread=thread)
+    assert isinstance(again, Accepted) and again.disposition == "started", again

@@ -113,5 +113,17 @@ class Twins:
         subject = f"{subjects.provider(TENANT, thread, pth)}.0"
         await consume(supervisor._on_provider_event, StoredMessage(self._provider_seq, subject, msgspec.json.encode(event)))
 
+    async def play(self, supervisor: Supervisor, thread: str, run_id: str, writes: dict[str, str]) -> None:
+        """The run's current attempt plays on the live session: it writes ``writes`` and completes."""
+        state = await self.state(thread)
+        session, run = state.live_session, state.run(run_id)
+        assert session is not None and run is not None and state.thread is not None
+        self.checkpoints.files(TENANT, state.thread.workspace).update(writes)
+        pth = state.session_thread(session.id)
+        for index, body in enumerate([pe.TurnStarted(), pe.TurnCompleted(status="completed")], start=1):
+            await self.report(supervisor, thread, session.id, body, pth=pth.id if pth else "pth_1", run_id=run.id,
+                              attempt_id=run.attempt.id, index=index)
+        self.hosts.end_turn(session.id, run.attempt.id)
+
     async def state(self, thread: str) -> ThreadState:
         return fold(await self.log.read(TENANT, thread))
