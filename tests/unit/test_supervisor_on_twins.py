@@ -1,6 +1,7 @@
 """Supervisor logic on the in-memory twins of its ports (no broker, git or provider host): a lost session's
 run gets a recovery attempt resumed on another host (L9.3), a turn handed to a dead host is placed again at
-once (L9.3), and an interrupt that arrives before any provider saw the run ends it without a host (L8)."""
+once (L9.3), an interrupt that arrives before any provider saw the run ends it without a host (L8), and a steer
+reaches the playing turn once (L3.2) or, refused by a turn that just ended, becomes the next run (L3.4)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,57 @@ async def test_L8_an_interrupt_before_any_provider_saw_the_run_ends_it_without_a
     checkpoint = next(c for c in state.checkpoints if c.id == run.checkpoint_id)
     assert checkpoint.status == "interrupted" and checkpoint.commit is not None  # captured all the same (L10.2)
     assert [m.data for m in await tw.run_ended(coordinator)] and (await tw.state(thread)).active_run is None
+
+
+def message_ids(steers) -> list[str]:
+    return [s.message_id for s in steers]
+
+
+FULL_SCRIPT = {"profile": "full", "steps": [{"type": "delay", "ms": 1000}]}  # a session that can steer
+
+
+async def steered(tw: Twins, coordinator, supervisor, *, turn_ended: bool):
+    """A run playing on a steerable session, then a message sent while it plays; the supervisor woken after
+    the host's turn ended (``turn_ended``: its end not reported yet) or while it still plays."""
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    thread = created.thread_id
+    sent = await tw.command(coordinator, SendMessage(text="go", script=FULL_SCRIPT), thread=thread)
+    await tw.wake(supervisor)
+    state = await tw.state(thread)
+    session, run = state.live_session, state.run(sent.run_id)
+    pth = state.session_thread(session.id).id
+    await tw.report(supervisor, thread, session.id, pe.TurnStarted(), pth=pth, run_id=run.id, attempt_id=run.attempt.id,
+                    index=1)
+    steer = await tw.command(coordinator, SendMessage(text="also this"), thread=thread)
+    assert isinstance(steer, Accepted) and steer.disposition == "steered", steer
+    if turn_ended:
+        tw.hosts.end_turn(session.id, run.attempt.id)
+    await tw.wake(supervisor)
+    return thread, run, steer, session, pth
+
+
+async def test_L3_2_a_steer_reaches_the_playing_turn_once(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, run, steer, _, _ = await steered(tw, coordinator, supervisor, turn_ended=False)
+    [sent] = tw.hosts.verbs("turn.steer")
+    assert (sent.attempt_id, sent.message_id, sent.text) == (run.attempt.id, steer.message_id, "also this")
+    assert (await tw.log.read(TENANT, thread))[-1].type == "steer.delivered"
+    await tw.wake(tw.supervisor())  # another replica handed the same events: the state says it was sent
+    assert len(tw.hosts.verbs("turn.steer")) == 1 and len(tw.hosts.verbs("turn.start")) == 1
+
+
+async def test_L3_4_a_steer_refused_by_a_turn_that_just_ended_becomes_the_next_run(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, run, steer, session, pth = await steered(tw, coordinator, supervisor, turn_ended=True)
+    assert "steer.delivered" not in [e.type for e in await tw.log.read(TENANT, thread)]
+    assert message_ids(tw.hosts.verbs("turn.steer")) == [steer.message_id]  # asked, and refused: not_active
+    await tw.report(supervisor, thread, session.id, pe.TurnCompleted(), pth=pth, run_id=run.id,
+                    attempt_id=run.attempt.id, index=2)
+    state = await tw.state(thread)
+    first, follow = state.runs
+    assert first.status == "completed" and (follow.message_id, follow.supersedes_run_id) == (steer.message_id, first.id)
+    assert tw.hosts.verbs("turn.start")[-1].attempt_id == follow.attempt.id  # on the same live session
