@@ -1,7 +1,7 @@
 """Coordinator logic on the in-memory twins of its ports (no broker, git or provider host): a send dispatched,
 handed to a host and started, the next queued run dispatched when it ends (L3.6), a retried command answered
 with its first receipt through an append conflict, an answer delivered to the session that asked (L11.2,
-L11.3), and a rollback restoring the files of a run (L10.5)."""
+L11.3), a rollback restoring the files of a run (L10.5), and threads per tenant counted from the log."""
 
 from __future__ import annotations
 
@@ -127,3 +127,13 @@ async def test_L10_5_a_rollback_restores_the_files_of_a_run_and_the_thread_goes_
     assert next(c for c in state.checkpoints if c.id == dropped.checkpoint_id).stale  # retired under stale/
     again = await tw.command(coordinator, SendMessage(text="three"), thread=thread)
     assert isinstance(again, Accepted) and again.disposition == "started", again
+
+
+async def test_threads_per_tenant_are_counted_from_the_log_before_a_thread_is_made(tmp_path):
+    tw = Twins(tmp_path)
+    a, b = tw.coordinator(max_threads_per_tenant=2), tw.coordinator(max_threads_per_tenant=2)
+    assert isinstance(await tw.command(a, CreateThread(title="1")), Accepted)
+    assert isinstance(await tw.command(b, CreateThread(title="2")), Accepted)  # b counts a's thread too
+    refused = await tw.command(a, CreateThread(title="3"))
+    assert isinstance(refused, Rejected) and refused.code == "quota_exceeded", refused
+    assert await tw.log.subject_count(f"treadle.evt.{TENANT}.*.thread.created.*") == 2
