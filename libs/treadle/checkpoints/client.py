@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
@@ -12,6 +14,9 @@ from .protocol import Capture, Captured, CheckpointError, Failure, PrepareWorksp
 from .protocol import DiffRequest, DiffResult, Prune, Pruned, Restore, Restored
 from .protocol import decode_capture_reply, decode_diff_reply, decode_prepare_reply, decode_prune_reply
 from .protocol import decode_restore_reply
+
+if TYPE_CHECKING:
+    from .materialize import Materialize, Materialized
 
 
 class CheckpointUnavailable(Retryable):
@@ -52,6 +57,12 @@ class CheckpointClient:
 
     async def prune(self, request: Prune) -> Pruned:
         return _ok(decode_prune_reply(await self._request("prune", encode(request))))
+
+    async def materialize(self, request: Materialize) -> Materialized:
+        """L6.5: a fork's workspace checked out from a checkpoint commit of its source (idempotent)."""
+        from .materialize import request_materialize  # it imports this module
+
+        return await request_materialize(self._nc, self._volume, request, self._timeout)
 
 
 def _ok(reply):

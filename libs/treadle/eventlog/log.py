@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import Error as NatsError, NoRespondersError, TimeoutError as NatsTimeout
 
 from ..domain.events import Envelope, decode_event, encode_event
 from . import subjects
@@ -198,6 +198,14 @@ class EventLog:
     async def last_seq_of(self, filter_subject: str) -> int:
         """The last sequence stored under ``filter_subject`` (wildcards allowed), 0 for none: a fence's base."""
         return await self._last(filter_subject) or 0
+
+    async def subject_count(self, filter_subject: str) -> int:
+        """How many distinct stored subjects match ``filter_subject`` (e.g. a tenant's ``thread.created``s)."""
+        try:
+            info = await self._nc.jetstream().stream_info(subjects.EVENTS_STREAM, subjects_filter=filter_subject)
+        except NatsError as exc:
+            raise Unavailable(f"subjects of {filter_subject} uncountable: {exc!r}") from None
+        return len(info.state.subjects or {})
 
     async def _last(self, filter_subject: str) -> int | None:
         try:

@@ -15,7 +15,7 @@ from treadle.domain.policy import TenantPolicy
 from treadle.domain.thread import ThreadState
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
-from treadle.eventlog.log import EventLog
+from treadle.ports import EventLog
 from treadle.ops.policies import PolicyStore
 from treadle.runtime.settings import CoordinatorSettings
 
@@ -25,9 +25,10 @@ _GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
 
 
 class Admission:
-    def __init__(self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings) -> None:
-        self._js, self._log = js, log
-        self._policies = PolicyStore(js)
+    def __init__(self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings,
+                 policies: PolicyStore | None = None) -> None:
+        self._log = log
+        self._policies = policies if policies is not None else PolicyStore(js)  # anything with ``get(tenant)``
         self._defaults = quotas.Quotas(max_threads=own.max_threads_per_tenant, max_queued_runs=own.max_queued_runs,
                                        max_thread_text_bytes=own.max_thread_text_bytes)
         # Thread creations of one tenant are counted and appended one at a time in this process (across
@@ -104,10 +105,6 @@ class Admission:
         """The tenant's threads as the log has them: distinct ``thread.created`` subjects (one per thread,
         partitioned or from before partitions)."""
         total = 0
-        try:
-            for pattern in (f"treadle.evt.{tenant}.*.thread.created", f"treadle.evt.{tenant}.*.thread.created.*"):
-                info = await self._js.stream_info(subjects.EVENTS_STREAM, subjects_filter=pattern)
-                total += len(info.state.subjects or {})
-        except NatsError as exc:
-            raise Unavailable(f"threads of {tenant} uncountable: {exc!r}") from None
+        for pattern in (f"treadle.evt.{tenant}.*.thread.created", f"treadle.evt.{tenant}.*.thread.created.*"):
+            total += await self._log.subject_count(pattern)
         return total

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from treadle.checkpoints.protocol import CheckpointError
-from treadle.checkpoints.materialize import Materialize, request_materialize
+from treadle.checkpoints.materialize import Materialize
 from treadle.domain import events as ev
 from treadle.domain import lineage
 from treadle.domain.commands import Accepted, Command, Ctx, ForkThread, SendMessage, reaction_ctx, thread_id_for
@@ -15,6 +15,7 @@ from treadle.domain.errors import Conflict, NotFound
 from treadle.domain.thread import ThreadState
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
+from treadle.ports import CheckpointStore
 
 
 def fork_thread_id(command: Command) -> str:
@@ -28,8 +29,8 @@ def wants_context(command: Command) -> bool:
 
 
 class LineageCommands:
-    def __init__(self, store: ThreadStore, nc, volume: str, timeout: float) -> None:
-        self._store, self._nc, self._volume, self._timeout = store, nc, volume, timeout
+    def __init__(self, store: ThreadStore, checkpoints: CheckpointStore) -> None:
+        self._store, self._checkpoints = store, checkpoints
 
     async def fork(self, state: ThreadState, command: Command,
                    fence: tuple[str, int] | None = None) -> tuple[list[ev.Payload], Accepted]:
@@ -49,9 +50,9 @@ class LineageCommands:
         if child.thread is None:
             created = plan.child_events[0]
             try:
-                await request_materialize(self._nc, self._volume, Materialize(
+                await self._checkpoints.materialize(Materialize(
                     tenant=tenant, source_thread=state.thread.id, source_workspace=state.thread.workspace,
-                    commit=plan.point["commit"], thread=plan.child_id, workspace=created.workspace), self._timeout)
+                    commit=plan.point["commit"], thread=plan.child_id, workspace=created.workspace))
             except CheckpointError as exc:
                 raise Conflict(f"the fork's workspace could not be made from the checkpoint: {exc.message}",
                                code="workspace_unavailable", details={"reason": exc.code}) from None

@@ -22,7 +22,6 @@ from datetime import datetime, UTC
 
 import msgspec
 
-from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
 from treadle.domain import events as ev
 from treadle.domain import rollback
@@ -36,7 +35,8 @@ from treadle.domain.thread import ThreadState
 from treadle.domain.turn_options import SCRIPTED_PROVIDERS
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
-from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle.ports import CheckpointStore, HostDirectory
+from treadle.providers.hosts import HostUnavailable
 
 log = logging.getLogger(__name__)
 ACTOR = "coordinator"
@@ -56,7 +56,7 @@ def is_rollback(command: Command) -> bool:
 
 
 class Rollbacks:
-    def __init__(self, store: ThreadStore, checkpoints: CheckpointClient, hosts: HostClient | None = None,
+    def __init__(self, store: ThreadStore, checkpoints: CheckpointStore, hosts: HostDirectory | None = None,
                  provider_timeout: float = PROVIDER_TIMEOUT) -> None:
         self._store = store
         self._checkpoints = checkpoints

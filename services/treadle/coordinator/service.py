@@ -33,6 +33,7 @@ from treadle.domain.thread import ThreadState
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle import ports
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
@@ -41,6 +42,7 @@ from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
+from treadle.ops.policies import PolicyStore
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.settings import CoordinatorSettings, Shared
@@ -59,17 +61,22 @@ RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-r
 
 
 class Coordinator:
-    def __init__(self, nc: NATS, shared: Shared, own: CoordinatorSettings) -> None:
+    """``log``, ``checkpoints``, ``hosts`` and ``policies``: the ports it works through, over ``nc`` unless
+    given (tests pass the in-memory twins of ``treadle.memory``)."""
+
+    def __init__(self, nc: NATS, shared: Shared, own: CoordinatorSettings, *, log: ports.EventLog | None = None,
+                 checkpoints: ports.CheckpointStore | None = None, hosts: ports.HostDirectory | None = None,
+                 policies: PolicyStore | None = None) -> None:
         self._nc = nc
         self._js = nc.jetstream()
-        self._store = ThreadStore(EventLog(nc), "coordinator", own.cache_threads)
-        self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        self._hosts = HostClient(nc, own.host_timeout)
-        self._lineage = LineageCommands(self._store, nc, shared.volume, own.checkpoint_timeout)  # L6, L7
+        self._store = ThreadStore(log if log is not None else EventLog(nc), "coordinator", own.cache_threads)
+        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume,
+                                                                                         own.checkpoint_timeout)
+        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
+        self._lineage = LineageCommands(self._store, self._checkpoints)  # L6, L7
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
-        self._rollbacks = Rollbacks(self._store, self._checkpoints,  # L10.5/L10.6 (rollback.py)
-                                    HostClient(nc, own.host_timeout, shared.volume))
-        self._admission = Admission(self._js, self._store.log, own)  # tenant policy and quotas, checked before any decision
+        self._rollbacks = Rollbacks(self._store, self._checkpoints, self._hosts)  # L10.5/L10.6 (rollback.py)
+        self._admission = Admission(self._js, self._store.log, own, policies)  # tenant policy and quotas, checked before any decision
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.

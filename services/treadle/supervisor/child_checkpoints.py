@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import logging
 
-from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.domain import child_scopes
 from treadle.domain import events as ev
 from treadle.domain.commands import Ctx
 from treadle.domain.entities import FileChange, Run
 from treadle.domain.thread import ThreadState
+from treadle.ports import CheckpointStore
 
 log = logging.getLogger(__name__)
 
 
-async def with_child_checkpoints(client: CheckpointClient, state: ThreadState, run: Run | None,
+async def with_child_checkpoints(client: CheckpointStore, state: ThreadState, run: Run | None,
                                  events: list[ev.Payload], ctx: Ctx) -> list[ev.Payload]:
     if run is None or state.thread is None:
         return events
@@ -35,7 +35,7 @@ async def with_child_checkpoints(client: CheckpointClient, state: ThreadState, r
     return out
 
 
-async def _capture(client: CheckpointClient, state: ThreadState, run: Run, ctx: Ctx, node_id: str, scope: str,
+async def _capture(client: CheckpointStore, state: ThreadState, run: Run, ctx: Ctx, node_id: str, scope: str,
                    ordinal: int, status: str) -> ev.CheckpointCaptured:
     assert state.thread is not None
     previous = child_scopes.BASELINE if ordinal != child_scopes.BASELINE else None

@@ -36,6 +36,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION, RUNS_HELD
 from treadle.runtime.settings import Shared, SupervisorSettings
 
+from treadle import ports
 from treadle.providers.hosts import HostClient, HostGone
 
 from .capacity import FreedCapacity
@@ -51,11 +52,16 @@ WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.request
 
 
 class Supervisor:
-    def __init__(self, nc: NATS, shared: Shared, own: SupervisorSettings) -> None:
+    """``log``, ``checkpoints`` and ``hosts``: the ports it works through, over ``nc`` unless given (tests pass
+    the in-memory twins of ``treadle.memory``)."""
+
+    def __init__(self, nc: NATS, shared: Shared, own: SupervisorSettings, *, log: ports.EventLog | None = None,
+                 checkpoints: ports.CheckpointStore | None = None, hosts: ports.HostDirectory | None = None) -> None:
         js = nc.jetstream()
-        self._store = ThreadStore(EventLog(nc), ACTOR, own.cache_threads)
-        self._checkpoints = CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        self._hosts = HostClient(nc, own.host_timeout, shared.volume)
+        self._store = ThreadStore(log if log is not None else EventLog(nc), ACTOR, own.cache_threads)
+        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume,
+                                                                                         own.checkpoint_timeout)
+        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
         self._freed = FreedCapacity(nc, shared.volume)
         self._recheck = own.capacity_recheck_seconds

@@ -18,7 +18,8 @@ import msgspec
 from treadle.domain import events as ev
 from treadle.domain import summarise as sm
 from treadle.providers import protocol as hp
-from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle.ports import HostDirectory
+from treadle.providers.hosts import HostUnavailable
 from treadle.runtime.settings import SupervisorSettings
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class SummariserSettingError(ValueError):
 
 
 class ProviderSummariser:
-    def __init__(self, hosts: HostClient, provider: str, *, model: str | None = None, script: dict | None = None,
+    def __init__(self, hosts: HostDirectory, provider: str, *, model: str | None = None, script: dict | None = None,
                  timeout: float = 60.0) -> None:
         self._hosts = hosts
         self.provider = provider
@@ -37,7 +38,7 @@ class ProviderSummariser:
         self._model, self._script, self._timeout = model, script, timeout
 
     @classmethod
-    def configured(cls, hosts: HostClient, own: SupervisorSettings) -> ProviderSummariser | None:
+    def configured(cls, hosts: HostDirectory, own: SupervisorSettings) -> ProviderSummariser | None:
         """The summariser the settings ask for; None: the local one alone. A bad setting stops the worker."""
         if own.summariser == sm.LOCAL:
             return None

@@ -1,0 +1,85 @@
+"""The ports the coordinator and the supervisor work through: the event log, the checkpoint store and the
+provider host directory. Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``,
+``checkpoints.client.CheckpointClient``, ``providers.hosts.HostClient``) and an in-memory twin
+(``treadle.memory``); one contract suite per port runs against both. Only what the services call is here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeAlias
+
+from treadle.checkpoints.materialize import Materialize, Materialized
+from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffResult, Restore, Restored, WorkspaceReady
+from treadle.domain.events import Envelope
+from treadle.providers import protocol as hp
+
+__all__ = ["CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
+
+# What the verbs of ``protocol.VERB_REQUESTS`` carry.
+HostRequest: TypeAlias = hp.StartTurn | hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns
+
+
+class EventLog(Protocol):
+    """Thread events in one ordered log. Appends are fenced on the thread's last sequence (``Conflict``), land
+    whole or not at all, and are idempotent by envelope id; ``Unavailable`` means the outcome is unknown.
+    Errors: ``treadle.eventlog.errors`` (Conflict, Unavailable, Rejected) and ValueError for a malformed call."""
+
+    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
+                     fence: tuple[str, int] | None = None) -> int:
+        """Append iff the thread's last sequence is ``expected_seq`` (or ``fence``'s filter subject's last
+        sequence is its number); the sequence of the last event appended."""
+        ...
+
+    async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:
+        """Every event of the thread with a sequence above ``after``, in order, ``seq`` set."""
+        ...
+
+    async def last_seq(self, tenant: str, thread: str) -> int:
+        """The thread's last sequence (0: no events)."""
+        ...
+
+    async def last_seq_of(self, filter_subject: str) -> int:
+        """The last sequence stored under a (wildcard) subject filter, 0 for none: the base of a fence."""
+        ...
+
+    async def subject_count(self, filter_subject: str) -> int:
+        """How many distinct stored subjects match the filter (threads of a tenant: its ``thread.created``s)."""
+        ...
+
+
+class CheckpointStore(Protocol):
+    """Workspace checkpoints of a volume. Refusals raise ``CheckpointError`` (with its failure code); a store
+    that does not answer raises ``CheckpointUnavailable`` (retryable)."""
+
+    async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady: ...
+
+    async def capture(self, request: Capture) -> Captured: ...
+
+    async def diff(self, request: DiffRequest) -> DiffResult: ...
+
+    async def restore(self, request: Restore) -> Restored: ...
+
+    async def materialize(self, request: Materialize) -> Materialized:
+        """L6.5: a fork's workspace made from a checkpoint commit of its source (idempotent)."""
+        ...
+
+
+class HostDirectory(Protocol):
+    """The provider hosts of a volume, reached by placement (any host with room) or by host id. A host id that
+    nobody serves raises ``HostGone``; no answer in time raises ``HostUnavailable``. Refusals are returned as
+    ``HostFailure`` replies."""
+
+    async def place(self, request: hp.PlaceSession, timeout: float | None = None,
+                    full: bool = False) -> hp.SessionPlaced | hp.HostFailure: ...
+
+    async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure: ...
+
+    async def verb(self, host_id: str, verb: str, request: HostRequest) -> hp.TurnAccepted | hp.HostFailure: ...
+
+    async def summarise(self, request: hp.Summarise) -> hp.Summary | hp.HostFailure: ...
+
+    async def fork(self, host_id: str, request: hp.ForkThread) -> hp.Forked | hp.HostFailure: ...
+
+    async def rollback(self, host_id: str, request: hp.RollbackTurns,
+                       timeout: float | None = None) -> hp.RolledBack | hp.HostFailure: ...

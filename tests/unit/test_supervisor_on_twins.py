@@ -1,0 +1,154 @@
+"""Supervisor logic on the in-memory twins of its ports (no broker, git or provider host): a lost session's
+run gets a recovery attempt resumed on another host (L9.3), a turn handed to a dead host is placed again at
+once (L9.3), an interrupt that arrives before any provider saw the run ends it without a host (L8), and a steer
+reaches the playing turn once (L3.2) or, refused by a turn that just ended, becomes the next run (L3.4)."""
+
+from __future__ import annotations
+
+from twins import T0, TENANT, Twins
+from treadle.domain import events as ev
+from treadle.domain import provider_events as pe
+from treadle.domain.commands import Accepted, CreateThread, InterruptRun, SendMessage
+from treadle.domain.entities import ProviderCapabilities
+
+THREAD = "thr_twin"
+
+
+async def running(tw: Twins, coordinator, supervisor) -> tuple[str, str]:
+    """A thread whose run is playing on host-1; (thread, run id)."""
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    sent = await tw.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
+    assert isinstance(sent, Accepted), sent
+    await tw.wake(supervisor)
+    state = await tw.state(created.thread_id)
+    session, run = state.live_session, state.run(sent.run_id)
+    await tw.report(supervisor, created.thread_id, session.id, pe.TurnStarted(), pth=state.session_thread(session.id).id,
+                    run_id=run.id, attempt_id=run.attempt.id, index=1)
+    return created.thread_id, sent.run_id
+
+
+async def test_L9_3_a_lost_session_gets_a_recovery_attempt_that_resumes_its_provider_thread_elsewhere(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, run_id = await running(tw, coordinator, supervisor)
+    state = await tw.state(thread)
+    lost, pth = state.live_session, state.session_thread(state.live_session.id)
+    tw.hosts.remove("host-1")
+    tw.hosts.add("host-2")  # what is left: its watcher reports host-1's session stopped
+    await tw.report(supervisor, thread, lost.id, pe.SessionStopped(reason="host_restarted"), pth=pth.id)
+
+    state = await tw.state(thread)
+    run = state.run(run_id)
+    assert [a.status for a in run.attempts] == ["lost", "pending"] and run.attempt.reason == "provider_recovery"
+    assert state.live_session.host_id == "host-2" and state.live_session.id != lost.id
+    assert [p.id for p in state.provider_threads] == [pth.id]  # resumed, not replaced
+    placed = tw.hosts.verbs("place")[-1]
+    assert placed.native_ref == pth.native_ref
+    started = tw.hosts.verbs("turn.start")[-1]
+    assert (started.session_id, started.attempt_id) == (state.live_session.id, run.attempt.id)
+
+
+def envelope(i: int, data: ev.Payload) -> ev.Envelope:
+    return ev.Envelope(id=f"evt_t{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_t",
+                       actor="test", data=data)
+
+
+async def test_L9_3_a_turn_handed_to_a_session_on_a_dead_host_is_placed_again_on_a_live_one(tmp_path):
+    tw = Twins(tmp_path)
+    await tw.checkpoints.prepare(TENANT, THREAD, "w")
+    history = [
+        ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
+        ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="go", root_node_id="node_1",
+                     attempt_id="att_1", mode="auto", disposition="started", dispatched=True, provider="scripted"),
+        ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
+        ev.ProviderAttached(session_id="ps_dead", provider="scripted", host_id="host-dead", boot_id="gone",
+                            provider_thread_id="pth_1", native_ref="scripted-pth_1", capabilities=ProviderCapabilities()),
+    ]
+    seq = 0
+    for i, data in enumerate(history):
+        seq = await tw.log.append(TENANT, THREAD, seq, [envelope(i, data)])
+    tw.hosts.add("host-live")
+    supervisor = tw.supervisor()
+    await tw.wake(supervisor)
+
+    state = await tw.state(THREAD)
+    stops = [e.data for e in await tw.log.read(TENANT, THREAD) if isinstance(e.data, ev.ProviderStopped)]
+    assert [(s.session_id, s.reason) for s in stops] == [("ps_dead", "host_unreachable")]
+    assert state.live_session.host_id == "host-live"
+    assert [p.id for p in state.provider_threads] == ["pth_1"]  # resumed, not replaced
+    assert [(host, verb) for host, verb, _ in tw.hosts.calls] == [("host-dead", "turn.start"), ("", "place"),
+                                                                   ("host-live", "turn.start")]
+    assert [a.status for a in state.run("run_1").attempts] == ["pending"]  # the same attempt, never played
+
+
+async def test_L8_an_interrupt_before_any_provider_saw_the_run_ends_it_without_asking_a_host(tmp_path):
+    tw = Twins(tmp_path)  # no provider host at all
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    thread = created.thread_id
+    sent = await tw.command(coordinator, SendMessage(text="go"), thread=thread)
+    interrupted = await tw.command(coordinator, InterruptRun(run_id=sent.run_id), thread=thread)
+    assert isinstance(interrupted, Accepted), interrupted
+    await tw.wake(supervisor)
+
+    state = await tw.state(thread)
+    run = state.run(sent.run_id)
+    assert run.status == "interrupted" and tw.hosts.calls == []
+    checkpoint = next(c for c in state.checkpoints if c.id == run.checkpoint_id)
+    assert checkpoint.status == "interrupted" and checkpoint.commit is not None  # captured all the same (L10.2)
+    assert [m.data for m in await tw.run_ended(coordinator)] and (await tw.state(thread)).active_run is None
+
+
+def message_ids(steers) -> list[str]:
+    return [s.message_id for s in steers]
+
+
+FULL_SCRIPT = {"profile": "full", "steps": [{"type": "delay", "ms": 1000}]}  # a session that can steer
+
+
+async def steered(tw: Twins, coordinator, supervisor, *, turn_ended: bool):
+    """A run playing on a steerable session, then a message sent while it plays; the supervisor woken after
+    the host's turn ended (``turn_ended``: its end not reported yet) or while it still plays."""
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    thread = created.thread_id
+    sent = await tw.command(coordinator, SendMessage(text="go", script=FULL_SCRIPT), thread=thread)
+    await tw.wake(supervisor)
+    state = await tw.state(thread)
+    session, run = state.live_session, state.run(sent.run_id)
+    pth = state.session_thread(session.id).id
+    await tw.report(supervisor, thread, session.id, pe.TurnStarted(), pth=pth, run_id=run.id, attempt_id=run.attempt.id,
+                    index=1)
+    steer = await tw.command(coordinator, SendMessage(text="also this"), thread=thread)
+    assert isinstance(steer, Accepted) and steer.disposition == "steered", steer
+    if turn_ended:
+        tw.hosts.end_turn(session.id, run.attempt.id)
+    await tw.wake(supervisor)
+    return thread, run, steer, session, pth
+
+
+async def test_L3_2_a_steer_reaches_the_playing_turn_once(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, run, steer, _, _ = await steered(tw, coordinator, supervisor, turn_ended=False)
+    [sent] = tw.hosts.verbs("turn.steer")
+    assert (sent.attempt_id, sent.message_id, sent.text) == (run.attempt.id, steer.message_id, "also this")
+    assert (await tw.log.read(TENANT, thread))[-1].type == "steer.delivered"
+    await tw.wake(tw.supervisor())  # another replica handed the same events: the state says it was sent
+    assert len(tw.hosts.verbs("turn.steer")) == 1 and len(tw.hosts.verbs("turn.start")) == 1
+
+
+async def test_L3_4_a_steer_refused_by_a_turn_that_just_ended_becomes_the_next_run(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, run, steer, session, pth = await steered(tw, coordinator, supervisor, turn_ended=True)
+    assert "steer.delivered" not in [e.type for e in await tw.log.read(TENANT, thread)]
+    assert message_ids(tw.hosts.verbs("turn.steer")) == [steer.message_id]  # asked, and refused: not_active
+    await tw.report(supervisor, thread, session.id, pe.TurnCompleted(), pth=pth, run_id=run.id,
+                    attempt_id=run.attempt.id, index=2)
+    state = await tw.state(thread)
+    first, follow = state.runs
+    assert first.status == "completed" and (follow.message_id, follow.supersedes_run_id) == (steer.message_id, first.id)
+    assert tw.hosts.verbs("turn.start")[-1].attempt_id == follow.attempt.id  # on the same live session
