@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import wait_for
-from claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
-from mock_api import MockMessagesApi
-from provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
+from tests.support.helpers import wait_for
+from tests.claude.claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
+from tests.claude.mock_api import MockMessagesApi
+from tests.support.provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
                            plain_http, request_status, respond, tenant_token, user_texts, workspace_of)
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from claude_stack import claude_env, claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, tenant_client
+from tests.claude.claude_stack import claude_env, claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.helpers import wait_for
+from tests.support.provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, tenant_client
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e

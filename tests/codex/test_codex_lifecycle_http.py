@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Ask, Exec, PlanUpdate, Stall, Text
-from codex_support import TENANT
-from helpers import wait_for
-from provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
+from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from tests.codex.codex_support import TENANT
+from tests.support.helpers import wait_for
+from tests.support.provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
                            respond, user_texts, workspace_of)
 from treadle.client.http import TreadleClient
 

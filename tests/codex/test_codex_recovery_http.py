@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Exec, Stall, Text
-from codex_support import codex_env
-from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http
+from tests.codex.codex_mock import Exec, Stall, Text
+from tests.codex.codex_support import codex_env
+from tests.support.helpers import wait_for
+from tests.support.provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http
 from treadle.cli.config import DEV_TENANT
 from treadle.client.http import TreadleClient
 

@@ -10,8 +10,8 @@ import httpx
 import nats
 import pytest
 
-from codex_mock import Exec, Text
-from helpers import wait_for
+from tests.codex.codex_mock import Exec, Text
+from tests.support.helpers import wait_for
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 

@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import os
 
 import nats
 import pytest
 
-from api import Api
+from tests.support.api import make_api
+from tests.support.helpers import quiet
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.runtime.tokens import TokenStore
 
 _tenants = itertools.count(1)
 
 
-def _quiet(name: str, line: str) -> None:
-    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
-        print(f"{name} | {line}")
-
-
 @pytest.fixture(scope="session")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("stack"), on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("stack"), on_output=quiet) as s:
         yield s
 
 
@@ -37,11 +31,6 @@ async def stack_nc(stack):
 @pytest.fixture
 def log(stack_nc) -> EventLog:
     return EventLog(stack_nc)
-
-
-async def make_api(stack, stack_nc, tenant: str) -> Api:
-    token = await TokenStore(stack_nc.jetstream()).create(tenant, "alice")
-    return Api(stack.api_url, token, tenant)
 
 
 @pytest.fixture

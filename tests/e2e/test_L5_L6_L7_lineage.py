@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import HANG, approval, script, subagent, text, write
+from tests.support.scripts import HANG, approval, script, subagent, text, write
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 

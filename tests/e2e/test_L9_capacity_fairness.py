@@ -14,10 +14,12 @@ import httpx
 import nats
 import pytest
 
-from conftest import _quiet, make_api
-from helpers import wait_for
-from scripts import HANG, script, text
-from test_cli import treadle
+from tests.support.api import make_api
+
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
+from tests.support.scripts import HANG, script, text
+from tests.e2e.test_cli import treadle
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
 from treadle.eventlog.log import EventLog
@@ -37,7 +39,7 @@ HANGS = script(text("on it"), HANG)
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("capacity"), env=ENV, on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("capacity"), env=ENV, on_output=quiet) as s:
         yield s
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation.modes import GenerationMode
 
-from conftest import make_api
+from tests.support.api import make_api
 
 pytestmark = pytest.mark.e2e
 

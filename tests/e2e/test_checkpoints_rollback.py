@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
-from rollbacks import files, replying, run_to_end
-from scripts import write
+from tests.support.helpers import wait_for
+from tests.support.rollbacks import files, replying, run_to_end
+from tests.support.scripts import write
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from scripts import script, text, write
+from tests.support.scripts import script, text, write
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e

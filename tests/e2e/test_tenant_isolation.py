@@ -13,8 +13,8 @@ import nats
 import pytest
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from conftest import make_api
-from helpers import wait_for
+from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from treadle.client.tenant_events import API_PREFIX, TenantCredential, follow_tenant
 from treadle.runtime import tenant_consumers
 from treadle.runtime.tokens import TokenStore

@@ -19,9 +19,9 @@ import msgspec
 import nats
 import pytest
 
-from api import Api
-from helpers import wait_for
-from scripts import HANG, script
+from tests.support.api import Api
+from tests.support.helpers import wait_for
+from tests.support.scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
 from treadle.runtime.tokens import Principal, TokenStore, digest

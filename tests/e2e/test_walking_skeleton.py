@@ -7,7 +7,7 @@ import asyncio
 import msgspec
 import pytest
 
-from helpers import checkpoint_git, wait_for
+from tests.support.helpers import checkpoint_git, wait_for
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import nats
 import psutil
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.runtime.processes import ProcessSupervisor
 from treadle.runtime.servers import NatsServer
 

@@ -17,7 +17,7 @@ import httpx
 import nats
 import psutil
 
-from helpers import checkpoint_git, wait_for
+from tests.support.helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.runtime.servers import free_port

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,12 @@ async def wait_for(
             name = what or getattr(predicate, "__qualname__", repr(predicate))
             raise TimeoutError(f"{name} still false after {timeout}s ({attempts} checks); last value: {result!r}")
         await asyncio.sleep(interval)
+
+
+def quiet(name: str, line: str) -> None:
+    """A Stack's ``on_output``: worker output only when it matters (or TREADLE_TEST_VERBOSE is set)."""
+    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
+        print(f"{name} | {line}")
 
 
 def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:

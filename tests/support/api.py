@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
+from treadle.runtime.tokens import TokenStore
 
 
 @dataclass
@@ -105,3 +106,9 @@ class Api:
         if expect is not None:
             assert r.status_code == expect, r.text
         return r.json()
+
+
+async def make_api(stack, stack_nc, tenant: str) -> Api:
+    """An Api acting as ``tenant``'s user alice, with a fresh token."""
+    token = await TokenStore(stack_nc.jetstream()).create(tenant, "alice")
+    return Api(stack.api_url, token, tenant)
