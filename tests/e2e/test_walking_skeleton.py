@@ -41,7 +41,7 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
     assert "live.delta" in types and "message.delta" in types
     assert types.index("run.queued") < types.index("run.started") < types.index("message.completed") \
         < types.index("run.completed")
-    live_text = "".join(e.data["text"] for e in seen if e.event == "live.delta")
+    live_text = "".join(e.json()["text"] for e in seen if e.event == "live.delta")
     assert live_text == REPLY
     assert [e.id for e in seen if e.id is not None] == sorted({e.id for e in seen if e.id is not None})
 

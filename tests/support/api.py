@@ -1,111 +1,107 @@
-"""A thin HTTP driver for e2e tests: retries through gateway restarts, parses SSE."""
+"""A tenant's user in the e2e tests: the public SDK's client (``Api.client``, a :class:`TreadleClient`) with the
+shortcuts the tests repeat. Each shortcut asserts the status code the API answers with; raw calls go through the
+SDK's ``request`` and are asked again while the gateway is being restarted (the chaos and restart tests)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 
 from tests.support.helpers import wait_for
+from treadle.client import TERMINAL, SseEvent, TreadleClient, Unreachable
 from treadle.runtime.tokens import TokenStore
 
-
-@dataclass
-class Sse:
-    id: int | None
-    event: str
-    data: dict
+RESTART = 90  # how long a request is asked again: long enough for a graceful restart of the whole stack
 
 
 class Api:
     def __init__(self, base_url: str, token: str, tenant: str) -> None:
-        self.tenant = tenant
-        self.http = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        self.tenant, self.token = tenant, token
+        self.client = TreadleClient(base_url, token, timeout=10)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What authenticates this user, for a test that speaks HTTP of its own (an SSE reader, a fuzzer)."""
+        return {"Authorization": f"Bearer {self.token}"}
 
     async def close(self) -> None:
-        await self.http.aclose()
+        await self.client.aclose()
 
-    async def request(self, method: str, path: str, **kw) -> httpx.Response:
-        """One request; connection errors (a gateway being restarted) are retried until it answers."""
-        async def attempt():
+    async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One raw request through the SDK; while the gateway does not answer, it is asked again."""
+        async def attempt() -> httpx.Response | None:
             try:
-                return await self.http.request(method, path, **kw)
-            except httpx.TransportError:
+                return await self.client.request(method, path, **kw)
+            except Unreachable:
                 return None
-            except AttributeError as exc:
-                # anyio under uvloop: a connection the gateway drops while httpcore opens it has no socket any
-                # more when its attributes are read (seen while the chaos killer restarts the gateway)
-                if "getpeername" not in str(exc):
-                    raise
-                return None
-        # long enough for a graceful restart of the whole stack (the chaos test makes one)
-        return await wait_for(attempt, timeout=90, interval=0.05, what=f"{method} {path}")
+        return await wait_for(attempt, timeout=RESTART, interval=0.05, what=f"{method} {path}")
 
-    async def create_thread(self, **body) -> str:
+    async def create_thread(self, **body: Any) -> str:
         r = await self.request("POST", "/v1/threads", json=body)
         assert r.status_code == 201, r.text
         return r.json()["thread_id"]
 
-    async def send(self, thread: str, text: str, **body) -> dict:
+    async def send(self, thread: str, text: str, **body: Any) -> dict:
         r = await self.request("POST", f"/v1/threads/{thread}/messages", json={"text": text, **body})
         assert r.status_code == 202, r.text
         return r.json()
-
-    async def run(self, run_id: str) -> dict:
-        r = await self.request("GET", f"/v1/runs/{run_id}")
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    async def wait_run(self, run_id: str, status: str = "completed", timeout: float = 30) -> dict:
-        async def done():
-            r = await self.request("GET", f"/v1/runs/{run_id}")
-            return r.json() if r.status_code == 200 and r.json()["status"] == status else None
-        return await wait_for(done, timeout=timeout, interval=0.05, what=f"run {run_id} {status}")
-
-    async def events(self, thread: str, last_event_id: int | None = None) -> AsyncIterator[Sse]:
-        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-        async with self.http.stream("GET", f"/v1/threads/{thread}/events", headers=headers, timeout=None) as r:
-            assert r.status_code == 200, await r.aread()
-            fields: dict[str, str] = {}
-            async for line in r.aiter_lines():
-                if line == "":
-                    if "data" in fields:
-                        yield Sse(int(fields["id"]) if "id" in fields else None, fields.get("event", "message"),
-                                  json.loads(fields["data"]))
-                    fields = {}
-                elif not line.startswith(":"):
-                    key, _, value = line.partition(":")
-                    fields[key] = value[1:] if value.startswith(" ") else value
-
-    async def thread(self, thread: str) -> dict:
-        r = await self.request("GET", f"/v1/threads/{thread}")
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    async def wait_thread(self, thread: str, predicate, what: str, timeout: float = 30):
-        """Poll the thread's projection until ``predicate(doc)`` returns something truthy; return that."""
-        async def check():
-            return predicate(await self.thread(thread))
-        return await wait_for(check, timeout=timeout, interval=0.05, what=what)
-
-    async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict:
-        def pending(doc):
-            return next((r for r in doc["requests"] if r["status"] == status), None)
-        return await self.wait_thread(thread, pending, f"a {status} request on {thread}", timeout)
-
-    async def wait_running(self, run_id: str, timeout: float = 30) -> dict:
-        async def running():
-            run = (await self.request("GET", f"/v1/runs/{run_id}")).json()
-            return run if run.get("status") in ("running", "waiting") else None
-        return await wait_for(running, timeout=timeout, interval=0.05, what=f"run {run_id} running")
 
     async def post(self, path: str, body: dict | None = None, expect: int | None = None) -> dict:
         r = await self.request("POST", path, json=body or {})
         if expect is not None:
             assert r.status_code == expect, r.text
         return r.json()
+
+    async def run(self, run_id: str) -> dict:
+        return await self._reconnecting(lambda: self.client.get_run(run_id))
+
+    async def thread(self, thread: str) -> dict:
+        return await self._reconnecting(lambda: self.client.get_thread(thread))
+
+    def events(self, thread: str, last_event_id: int | None = None) -> AsyncIterator[SseEvent]:
+        """The thread's events (the SDK's stream): after ``last_event_id``, then live."""
+        return self.client.events(thread, last_event_id)
+
+    async def wait_run(self, run_id: str, status: str = "completed", timeout: float = 30) -> dict:
+        """The run once it is ``status``; a run that ends otherwise fails the test at once (a rolled-back run is
+        interrupted first, so waiting for ``rolled_back`` waits past the other ends)."""
+        statuses = {status} if status == "rolled_back" else {status, *TERMINAL}
+        try:
+            run = await self.client.wait_run(run_id, timeout, statuses)
+        except TimeoutError:
+            raise TimeoutError(f"run {run_id} not {status} after {timeout}s") from None
+        assert run["status"] == status, f"run {run_id} is {run['status']}, not {status}: {run}"
+        return run
+
+    async def wait_running(self, run_id: str, timeout: float = 30) -> dict:
+        """The run once it is running or waiting for an answer."""
+        try:
+            return await self.client.wait_run(run_id, timeout, ("running", "waiting"))
+        except TimeoutError:
+            raise TimeoutError(f"run {run_id} not running after {timeout}s") from None
+
+    async def wait_thread(self, thread: str, predicate: Callable[[dict], Any], what: str, timeout: float = 30) -> Any:
+        """``predicate(the thread's document)`` once it is truthy."""
+        try:
+            return await self.client.wait_thread(thread, predicate, timeout)
+        except TimeoutError:
+            raise TimeoutError(f"{what}: still false after {timeout}s") from None
+
+    async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict:
+        """The thread's first runtime request in ``status``, as its document shows it."""
+        def found(doc: dict) -> dict | None:
+            return next((r for r in doc["requests"] if r["status"] == status), None)
+        return await self.wait_thread(thread, found, f"a {status} request on {thread}", timeout)
+
+    async def _reconnecting(self, call: Callable[[], Any]) -> Any:
+        async def attempt() -> Any:
+            try:
+                return await call()
+            except Unreachable:
+                return None
+        return await wait_for(attempt, timeout=RESTART, interval=0.05, what="the gateway answering")
 
 
 async def make_api(stack, stack_nc, tenant: str) -> Api:
