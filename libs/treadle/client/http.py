@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from ..domain.entities import TERMINAL_RUN_STATUSES
-from .errors import ApiError, Unreachable
+from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, SseEvent, follow, parse_sse, signal_first
 
 __all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
@@ -250,25 +250,29 @@ class TreadleClient:
         changed = asyncio.Event()
 
         async def watch() -> None:
-            async with contextlib.aclosing(aiter(follow(self, thread_id, doc["seq"]))) as events:
-                async for event in events:
-                    if wake is None or wake(event):
-                        changed.set()  # the client saw its sequence: the next read reflects it
+            try:
+                async with contextlib.aclosing(aiter(follow(self, thread_id, doc["seq"]))) as events:
+                    async for event in events:
+                        if wake is None or wake(event):
+                            changed.set()  # the client saw its sequence: the next read reflects it
+            finally:
+                changed.set()  # ended: the loop below looks at why
         watcher = asyncio.create_task(watch())
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(poll):
                         await changed.wait()
-                if watcher.done():
-                    watcher.result()  # the stream failed for good (the thread is gone, the token revoked)
+                if watcher.done() and (failure := watcher.exception()) is not None:
+                    if not isinstance(failure, RateLimited):
+                        raise failure  # the stream failed for good (the thread is gone, the token revoked)
+                    poll = poll or POLL  # no stream left in the tenant's quota: read on a timer instead
                 changed.clear()
                 if found := predicate(await self._retrying(read or (lambda: self.get_thread(thread_id)))):
                     return found
         finally:
             watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await asyncio.gather(watcher, return_exceptions=True)  # its failure, if any, is reported above
 
     async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()``, asked again while the gateway is unreachable or unavailable (restarting, overloaded)."""
