@@ -211,15 +211,19 @@ class TreadleClient:
     async def wait_run(self, run_id: str, timeout: float | None, statuses: Iterable[str] = TERMINAL) -> dict:
         """The run once its status is one of ``statuses`` (by default, once it has ended)."""
         wanted = frozenset(statuses)
-        async with asyncio.timeout(timeout):
-            run = await self._retrying(lambda: self._fresh_run(run_id))
-            if run["status"] in wanted:
-                return run
 
-            def reached(doc: dict) -> bool:
-                return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
-            await self._wait(run["thread_id"], reached, wake=lambda event: event.event in _RUN_EVENTS, poll=None)
-            return await self._retrying(lambda: self.get_run(run_id))
+        def reached(doc: dict) -> bool:
+            return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
+        async with asyncio.timeout(timeout):
+            thread_id = self._run_thread.get(run_id)
+            if thread_id is None:  # a run this client did not start: its own read names the thread
+                run = await self._retrying(lambda: self._fresh_run(run_id))
+                if run["status"] in wanted:
+                    return run
+                thread_id = run["thread_id"]
+            await self._wait(thread_id, reached, wake=lambda event: event.event in _RUN_EVENTS, poll=None)
+            # The thread shows the run: a 404 now is only the run's index behind (a projector restarting).
+            return await self._retrying(lambda: self._fresh_run(run_id, grace=None))
 
     async def wait_thread(self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None,
                           *, poll: float | None = POLL) -> Any:
@@ -286,9 +290,10 @@ class TreadleClient:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _fresh_run(self, run_id: str, grace: float = 5.0) -> dict:
-        """The run, allowing for a run accepted a moment ago that the read model does not show yet."""
-        deadline = asyncio.get_running_loop().time() + grace
+    async def _fresh_run(self, run_id: str, grace: float | None = 5.0) -> dict:
+        """The run, allowing for a run accepted a moment ago that the read model does not show yet (for up to
+        ``grace`` seconds; None: for as long as the caller waits)."""
+        deadline = asyncio.get_running_loop().time() + (grace if grace is not None else float("inf"))
         delay = 0.01
         while True:
             try:
