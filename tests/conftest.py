@@ -20,7 +20,7 @@ import uvloop
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.ops.servers import NatsServer, RedisServer, ServerNotFound
 
 NATS_IMAGE = os.environ.get("TREADLE_TEST_NATS_IMAGE", "nats:2.12")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 
-from api import Api
-from helpers import wait_for
+from tests.support.api import Api
+from tests.support.helpers import wait_for
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
 from treadle.ops.servers import NatsCluster

@@ -27,8 +27,8 @@ import time
 import nats
 import pytest
 
-from chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
-from conftest import make_api
+from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
+from tests.support.api import make_api
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
 from treadle.eventlog.log import EventLog

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from chaos import Killer, Throughput, problems, send, treadle_check, verdict
-from helpers import wait_for
+from tests.chaos.chaos import Killer, Throughput, problems, send, treadle_check, verdict
+from tests.support.helpers import wait_for
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 

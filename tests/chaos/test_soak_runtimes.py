@@ -10,7 +10,6 @@ import asyncio
 import os
 import shutil
 import signal
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,18 +17,15 @@ from pathlib import Path
 import nats
 import pytest
 
-_TESTS = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(_TESTS / "codex"), str(_TESTS / "claude")]  # the mock model APIs and their settings
-
-from chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict  # noqa: E402
-from claude_stack import claude_env  # noqa: E402
-from codex_mock import MockResponses, Text  # noqa: E402
-from codex_support import codex_env  # noqa: E402
-from conftest import make_api  # noqa: E402
-from mock_api import MockMessagesApi  # noqa: E402
-from treadle.cli.stack import Stack  # noqa: E402
-from treadle.client import broker_urls  # noqa: E402
-from treadle.eventlog.log import EventLog  # noqa: E402
+from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
+from tests.claude.claude_stack import claude_env
+from tests.claude.mock_api import MockMessagesApi
+from tests.codex.codex_mock import MockResponses, Text
+from tests.codex.codex_support import codex_env
+from tests.support.api import make_api
+from treadle.cli.stack import Stack
+from treadle.client import broker_urls
+from treadle.eventlog.log import EventLog
 
 pytestmark = pytest.mark.e2e
 

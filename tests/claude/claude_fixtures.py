@@ -1,6 +1,6 @@
 """Fixtures for the Claude Code provider: a mock Messages API on 127.0.0.1, adapters on the real CLI, and a
-sink that records what an adapter reports. Test modules import the fixtures by name: a ``conftest.py`` here
-would shadow ``tests/e2e/conftest.py``, which its tests import as ``conftest``."""
+sink that records what an adapter reports. Test modules import the fixtures by name,
+so that only they get them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
-from mock_api import MockMessagesApi
+from tests.support.helpers import wait_for
+from tests.claude.mock_api import MockMessagesApi
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.providers.base import Turn

@@ -1,5 +1,5 @@
 """The whole stack on the real Claude Code CLI, for the HTTP tests: a mock Messages API on 127.0.0.1 and one
-Stack per test module. Modules import the fixtures by name (see claude_fixtures.py for why not a conftest)."""
+Stack per test module. Modules import the fixtures by name."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from mock_api import MockMessagesApi
+from tests.claude.mock_api import MockMessagesApi
 from treadle.cli.stack import Stack
 
 

@@ -9,8 +9,8 @@ import signal
 import psutil
 import pytest
 
-from claude_fixtures import RecordingSink, api, claude, new_turn  # noqa: F401  (fixtures)
-from helpers import wait_for
+from tests.claude.claude_fixtures import RecordingSink, api, claude, new_turn  # noqa: F401  (fixtures)
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 

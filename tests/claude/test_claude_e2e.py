@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import wait_for
-from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from provider_http import tenant_client
+from tests.support.helpers import wait_for
+from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.provider_http import tenant_client
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from mock_api import MockMessagesApi, _texts
-from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from provider_http import history, native_fork_thread, tenant_client, workspace_of
+from tests.claude.mock_api import MockMessagesApi, _texts
+from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.provider_http import history, native_fork_thread, tenant_client, workspace_of
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e

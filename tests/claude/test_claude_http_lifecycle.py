@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import wait_for
-from claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
-from mock_api import MockMessagesApi
-from provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
-                           plain_http, request_status, respond, tenant_token, user_texts, workspace_of)
+from tests.support.helpers import wait_for
+from tests.claude.claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
+from tests.claude.mock_api import MockMessagesApi
+from tests.support.provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
+                           request_status, respond, tenant_token, user_texts, workspace_of)
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 
@@ -43,11 +43,6 @@ async def client(claude_stack, token):
     async with api_client(claude_stack, token) as c:
         yield c
 
-
-@pytest.fixture(scope="module")
-async def http(claude_stack, token):
-    async with plain_http(claude_stack, token) as c:
-        yield c
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -85,16 +80,16 @@ def tool_results(api: MockMessagesApi, prompt_tag: str) -> list[str]:
 
 
 async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in_the_checkpoint(
-        client, http, claude_stack):
+        client, claude_stack):
     thread = await new_thread(client, "claude approve")
     sent = await client.send(thread, "#bash write bash.txt")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "command" and request["prompt"] == "Write hi to bash.txt"
     assert request["detail"]["tool"] == "Bash" and request["detail"]["input"]["command"].startswith("echo hi")
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()  # nothing ran before the answer
 
-    assert (await respond(http, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
+    assert (await respond(client, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert assistant_texts(run)[-1] == "The command printed: hi"
@@ -104,16 +99,16 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("bash.txt", "added")]
     assert checkpointed(claude_stack, TENANT, thread, checkpoint, "bash.txt") == "hi\n"
-    await answered_once(client, http, thread, request, {"decision": "accept"})
+    await answered_once(client, thread, request, {"decision": "accept"})
 
 
 async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_the_run_interrupted(
-        client, http, claude_stack, mock_claude_api):
+        client, claude_stack, mock_claude_api):
     thread = await new_thread(client, "claude decline")
     sent = await client.send(thread, "#bash write bash.txt (decline)")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     declined = {"decision": "decline", "message": "not in this repository"}
-    assert (await respond(http, request["id"], declined))["disposition"] == "resolved"
+    assert (await respond(client, request["id"], declined))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run  # the agent heard why and answered
     assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
@@ -125,8 +120,8 @@ async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_th
 
     # cancel: the command is refused and Claude Code stops the whole turn
     sent = await client.send(thread, "#bash write bash.txt (cancel)")
-    request = await pending_request(http, thread)
-    assert (await respond(http, request["id"], {"decision": "cancel"}))["disposition"] == "resolved"
+    request = await pending_request(client, thread)
+    assert (await respond(client, request["id"], {"decision": "cancel"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run
     assert run["checkpoint"]["status"] == "interrupted" and run["checkpoint"]["files"] == []
@@ -137,14 +132,14 @@ async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_th
 
 
 async def test_L11_2_allow_for_session_keeps_the_clis_suggested_rule_in_the_session_not_the_workspace(
-        client, http, claude_stack):
+        client, claude_stack):
     thread = await new_thread(client, "claude allow for session")
     sent = await client.send(thread, "#python compute it")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     suggestions = request["detail"]["suggestions"]
     rules = [r for s in suggestions if s["type"] == "addRules" for r in s["rules"]]
     assert rules and all(r["toolName"] == "Bash" for r in rules)  # what the CLI proposes to allow from now on
-    await respond(http, request["id"], {"decision": "accept_for_session"})
+    await respond(client, request["id"], {"decision": "accept_for_session"})
     first = await client.wait_run(sent["run_id"], timeout=60)
     assert first["status"] == "completed", first
     assert assistant_texts(first)[-1] == "Python printed: 42"
@@ -162,24 +157,24 @@ async def test_L11_2_allow_for_session_keeps_the_clis_suggested_rule_in_the_sess
 
 
 async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_through_the_tools_input(
-        client, http, mock_claude_api):
+        client, mock_claude_api):
     thread = await new_thread(client, "claude question")
     sent = await client.send(thread, "#ask which color")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["prompt"] == "Which color do you prefer?"
     [question] = request["detail"]["questions"]
     assert (question["id"], question["header"], question["multi_select"]) == ("0", "Color", False)
     assert [o["label"] for o in question["options"]] == ["Blue", "Red"]
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
 
-    bad = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
-    unknown = await http.post(f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "Blue"}})
+    unknown = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "Blue"}})
     assert unknown.status_code == 400, unknown.text  # the adapter refused it; the CLI's callback still waits
     assert unknown.json()["error"]["code"] == "invalid_response" and "colour" in unknown.json()["error"]["message"]
     assert (await request_status(client, thread, request["id"]))["status"] == "pending"
 
-    assert (await respond(http, request["id"], {"answers": {"0": "Blue"}}))["disposition"] == "resolved"
+    assert (await respond(client, request["id"], {"answers": {"0": "Blue"}}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert '"Which color do you prefer?"="Blue"' in assistant_texts(run)[-1]
@@ -192,10 +187,10 @@ async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_thro
 # --- L2.4 a synchronous subagent ------------------------------------------------------------------------
 
 
-async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its_child_node(client, http, claude_stack):
+async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its_child_node(client, claude_stack):
     thread = await new_thread(client, "claude subagent approval")
     sent = await client.send(thread, "#subagent delegate it")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "command" and request["detail"]["input"]["command"].startswith("echo from-sub")
     live = await client.get_run(sent["run_id"])
     nodes = {n["id"]: n for n in live["nodes"]}
@@ -203,7 +198,7 @@ async def test_L2_4_L11_1_a_claude_subagents_approval_and_command_nest_under_its
     assert agent["status"] == "running" and nodes[agent["parent_id"]]["kind"] == "root_turn"
     assert nodes[request["node_id"]]["parent_id"] == agent["id"]  # the subagent asked, not the root turn
 
-    await respond(http, request["id"], {"decision": "accept"})
+    await respond(client, request["id"], {"decision": "accept"})
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     nodes = {n["id"]: n for n in run["nodes"]}
@@ -232,7 +227,7 @@ async def test_L2_4_a_background_claude_subagent_ends_inside_its_run(client, cla
 
 
 async def test_L12_1_L12_3_a_claude_proposed_plan_is_implemented_as_a_run_out_of_plan_mode(
-        client, http, claude_stack, mock_claude_api):
+        client, claude_stack, mock_claude_api):
     thread = await new_thread(client, "claude plan")
     planned = await run_to_end(client, thread, "#plan make a plan")
     assert planned["status"] == "completed", planned
@@ -241,16 +236,16 @@ async def test_L12_1_L12_3_a_claude_proposed_plan_is_implemented_as_a_run_out_of
     assert "shown to the user as a proposed plan" in assistant_texts(planned)[-1]  # and nothing was implemented
     assert planned["checkpoint"]["files"] == []
 
-    r = await http.post(f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
+    r = await client.request("POST", f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
     assert r.status_code == 202, r.text
     sent = await client.send(thread, "#write now write it", mode="queue_after_active")
     implemented = await client.wait_run(r.json()["run_id"], timeout=60)
     assert implemented["status"] == "completed", implemented
     assert "1. Write plan.txt" in user_texts(implemented)[0]
     # The thread's own mode is back: writing asks for approval (plan mode would refuse the tool outright).
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "file_change"
-    await respond(http, request["id"], {"decision": "accept"})
+    await respond(client, request["id"], {"decision": "accept"})
     written = await client.wait_run(sent["run_id"], timeout=60)
     assert written["status"] == "completed", written
     assert (workspace_of(claude_stack, TENANT, thread) / "written.txt").read_text() == "written by claude\n"
@@ -302,10 +297,10 @@ async def test_L3_3_a_quick_steer_on_a_claude_run_keeps_what_the_run_was_about(c
 
 
 async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersedes_the_run_that_already_spoke(
-        client, http, claude_stack):
+        client, claude_stack):
     thread = await new_thread(client, "claude steer approval")
     sent = await client.send(thread, "#bash write bash.txt")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     steer = await client.send(thread, "#text never mind, do not run it")
     assert steer["disposition"] == "restarting" and steer["run_id"] == sent["run_id"]
 
@@ -326,11 +321,11 @@ async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersed
 
 
 async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_next_message_works(
-        client, http, claude_stack):
+        client, claude_stack):
     thread = await new_thread(client, "claude interrupt")
     sent = await client.send(thread, "#slow keep talking")
     await streaming(client, thread, sent["run_id"])
-    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text
     assert r.json()["disposition"] == "interrupting"  # an acknowledgement, not the outcome (L8.2)
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -341,12 +336,12 @@ async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_n
 
     # L11.3: interrupting a run that waits on an approval cancels the request; nothing runs.
     waiting = await client.send(thread, "#bash write bash.txt")
-    request = await pending_request(http, thread)
-    assert (await http.post(f"/v1/runs/{waiting['run_id']}/interrupt", json={})).status_code == 202
+    request = await pending_request(client, thread)
+    assert (await client.request("POST", f"/v1/runs/{waiting['run_id']}/interrupt", json={})).status_code == 202
     run = await client.wait_run(waiting["run_id"], timeout=60)
     assert run["status"] == "interrupted", run
     assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
-    late = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    late = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert late.status_code == 409
     assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()
 
@@ -358,12 +353,12 @@ async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_n
 
 
 async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whether_or_not_the_cli_was_up(
-        client, http):
+        client):
     # The first turn of a session starts the CLI (about a second): an interrupt right after sending usually
     # lands before the prompt reached it (the turn ends without sending it), else mid-answer. Either way:
     thread = await new_thread(client, "claude interrupt cold")
     sent = await client.send(thread, "#slow a long answer")
-    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run
@@ -377,7 +372,7 @@ async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whe
 
 
 async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_over_and_back_again(
-        client, http, mock_claude_api):
+        client, mock_claude_api):
     thread = (await client.create_thread(title="scripted then claude"))["thread_id"]
     planned = await run_to_end(client, thread, "Plan the parser: the lexer goes first",
                                script={"steps": [{"type": "text", "text": "Agreed: lexer, then parser."}]})
@@ -386,7 +381,7 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     switched = await run_to_end(client, thread, "#text carry on with the lexer", provider="claude")
     assert switched["status"] == "completed", switched
     [handoff_id] = switched["handoff_ids"]
-    r = await http.get(f"/v1/handoffs/{handoff_id}")
+    r = await client.request("GET", f"/v1/handoffs/{handoff_id}")
     assert r.status_code == 200, r.text
     handoff = r.json()
     assert (handoff["strategy"], handoff["to_provider"], handoff["covered_ordinals"]) == (
@@ -407,7 +402,7 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
                             script={"steps": [{"type": "echo"}]})
     assert back["status"] == "completed", back
     [delta_id] = back["handoff_ids"]
-    delta = (await http.get(f"/v1/handoffs/{delta_id}")).json()
+    delta = (await client.request("GET", f"/v1/handoffs/{delta_id}")).json()
     assert (delta["strategy"], delta["from_provider"], delta["covered_ordinals"]) == ("delta", "claude", [2, 3])
     assert "Mock Claude heard: #text and then the parser" in delta["text"]
     assert back["attempts"][-1]["provider_thread_id"] == planned["attempts"][-1]["provider_thread_id"]
@@ -417,18 +412,18 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
 
 
 async def test_L11_3_L9_3_an_approval_pending_when_the_provider_host_died_is_not_resumable_and_the_run_recovers(
-        client, http, claude_stack, mock_claude_api):
+        client, claude_stack, mock_claude_api):
     thread = await new_thread(client, "claude approval kill")
     await run_to_end(client, thread, "#text remember the word teapot")
     sent = await client.send(thread, "#bash write bash.txt")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     before = [(p["id"], p["native_ref"]) for p in (await client.get_thread(thread))["provider_threads"]]
-    await kill_the_provider_host_under(claude_stack, client, http, thread, request)
+    await kill_the_provider_host_under(claude_stack, client, thread, request)
 
     # Not stuck: the run goes on in the resumed Claude session, whose model asks again; that answer works.
-    fresh = await pending_request(http, thread, besides=(request["id"],))
+    fresh = await pending_request(client, thread, besides=(request["id"],))
     assert fresh["detail"]["input"] == request["detail"]["input"]
-    await respond(http, fresh["id"], {"decision": "accept"})
+    await respond(client, fresh["id"], {"decision": "accept"})
     run = await client.wait_run(sent["run_id"], timeout=90)
     assert run["status"] == "completed", run
     assert [a["reason"] for a in run["attempts"]] == ["initial", "provider_recovery"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from claude_stack import claude_env, claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http, tenant_client
+from tests.claude.claude_stack import claude_env, claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.helpers import wait_for
+from tests.support.provider_http import TreadleUp, kill_the_runtime, pending_request, tenant_client
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -61,11 +61,11 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
     up = TreadleUp(tmp_path / "state", claude_env(mock_claude_api))
     await up.start()
     try:
-        async with TreadleClient(up.api_url, up.token, timeout=30) as client, plain_http(up, up.token) as http:
+        async with TreadleClient(up.api_url, up.token, timeout=30) as client:
             streams = (await client.create_thread(title="streaming", provider="claude"))["thread_id"]
             waits = (await client.create_thread(title="waiting", provider="claude"))["thread_id"]
             runs = {waits: (await client.send(waits, "#bash write a file"))["run_id"]}
-            asked = await pending_request(http, waits)
+            asked = await pending_request(client, waits)
             # The answer streams for 3 s: the stop comes while it does.
             runs[streams] = (await client.send(streams, "#steady while stopping"))["run_id"]
             await streaming(client, streams, runs[streams])

@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from helpers import wait_for
-from mock_api import MockMessagesApi
-from claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from provider_http import tenant_client
+from tests.support.helpers import wait_for
+from tests.claude.mock_api import MockMessagesApi
+from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.provider_http import tenant_client
 from treadle.client.http import ApiError, TreadleClient
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import json
 import pytest
 from claude_agent_sdk import AssistantMessage, ResultMessage, StreamEvent, TextBlock, UserMessage
 
-from claude_fixtures import RecordingSink
+from tests.claude.claude_fixtures import RecordingSink
 
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory

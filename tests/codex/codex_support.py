@@ -7,7 +7,7 @@ import itertools
 import uuid
 from pathlib import Path
 
-from codex_mock import MockResponses
+from tests.codex.codex_mock import MockResponses
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.providers.base import Turn

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from codex_mock import MockResponses
-from codex_support import TENANT, Driver, codex_env, codex_settings, place
-from provider_http import api_client, plain_http, tenant_token
+from tests.codex.codex_mock import MockResponses
+from tests.codex.codex_support import TENANT, Driver, codex_env, codex_settings, place
+from tests.support.provider_http import api_client, tenant_token
 from treadle.cli.stack import Stack
 from treadle.providers.codex import CodexAdapter, CodexSettings
 
@@ -88,8 +88,3 @@ async def client(codex_stack, token):
     async with api_client(codex_stack, token) as c:
         yield c
 
-
-@pytest.fixture(scope="module")
-async def http(codex_stack, token):
-    async with plain_http(codex_stack, token) as c:
-        yield c

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from helpers import wait_for
-from codex_mock import Ask, Break, Exec, Failed, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
+from tests.support.helpers import wait_for
+from tests.codex.codex_mock import Ask, Break, Exec, Failed, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
@@ -206,7 +206,7 @@ async def test_L9_2_resume_after_the_process_was_killed(open_driver, mock):
 
 
 async def test_L9_4_resuming_an_unknown_thread_fails_typed_and_leaves_no_process(workspace, settings, tmp_path):
-    from codex_support import place
+    from tests.codex.codex_support import place
     from treadle.providers.codex import CodexAdapter, ResumeFailed
     request = place(workspace, native_ref="019a0000-0000-7000-8000-000000000000")
     adapter = CodexAdapter(workspace, request, tmp_path / "rt" / request.session_id, settings)
@@ -296,7 +296,7 @@ async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(
                                                                                   settings, tmp_path):
     """Sessions of one tenant on a host share the tenant's CODEX_HOME (so a later session can resume any of
     its threads); concurrent app-server processes must not disturb each other there."""
-    from codex_support import Driver, place
+    from tests.codex.codex_support import Driver, place
     from treadle.providers.codex import CodexAdapter
     others = []
     for n in range(2):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Exec, Text
-from codex_support import TENANT
-from provider_http import history, native_fork_thread, workspace_of
+from tests.codex.codex_mock import Exec, Text
+from tests.codex.codex_support import TENANT
+from tests.support.provider_http import history, native_fork_thread, workspace_of
 
 pytestmark = pytest.mark.e2e
 

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from helpers import checkpoint_git, wait_for
+from tests.support.helpers import checkpoint_git, wait_for
 from treadle.client.http import TreadleClient
 
-from codex_mock import Exec, HttpError, PlanUpdate, Text
+from tests.codex.codex_mock import Exec, HttpError, PlanUpdate, Text
 
 pytestmark = pytest.mark.e2e
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Ask, Exec, PlanUpdate, Stall, Text
-from codex_support import TENANT
-from helpers import wait_for
-from provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
+from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from tests.codex.codex_support import TENANT
+from tests.support.helpers import wait_for
+from tests.support.provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
                            respond, user_texts, workspace_of)
 from treadle.client.http import TreadleClient
 
@@ -40,33 +40,33 @@ def collaboration_modes(seen) -> list[str]:
 
 
 async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_the_checkpoint(
-        client, http, codex_stack, mock):
+        client, codex_stack, mock):
     mock.on("write approved.txt", [Exec("echo approved > approved.txt")], [Text("Wrote approved.txt.")])
     thread = (await client.create_thread(title="codex approve", provider="codex",
                                          runtime_mode="approval_required"))["thread_id"]
     sent = await client.send(thread, "write approved.txt")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert not (workspace_of(codex_stack, TENANT, thread) / "approved.txt").exists()  # nothing ran before the answer
 
-    assert (await respond(http, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
+    assert (await respond(client, request["id"], {"decision": "accept"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert assistant_texts(run) == ["Wrote approved.txt."]
     checkpoint = run["checkpoint"]
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
     assert checkpointed(codex_stack, TENANT, thread, checkpoint, "approved.txt") == "approved\n"
-    await answered_once(client, http, thread, request, {"decision": "accept"})
+    await answered_once(client, thread, request, {"decision": "accept"})
 
 
-async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_stack, mock):
+async def test_L11_2_a_declined_codex_command_does_not_run(client, codex_stack, mock):
     mock.on("write declined.txt", [Exec("echo nope > declined.txt")], [Text("Understood, I did not run it.")])
     thread = (await client.create_thread(title="codex decline", provider="codex",
                                          runtime_mode="approval_required"))["thread_id"]
     sent = await client.send(thread, "write declined.txt")
-    request = await pending_request(http, thread)
-    assert (await respond(http, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
+    request = await pending_request(client, thread)
+    assert (await respond(client, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert assistant_texts(run) == ["Understood, I did not run it."]
@@ -78,12 +78,12 @@ async def test_L11_2_a_declined_codex_command_does_not_run(client, http, codex_s
 
 
 async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_nothing_runs(
-        client, http, codex_stack, mock):
+        client, codex_stack, mock):
     mock.on("write cancelled.txt", [Exec("echo no > cancelled.txt")], [Text("Should not be said.")])
     thread = (await client.create_thread(title="codex cancel", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write cancelled.txt")
-    request = await pending_request(http, thread)
-    assert (await respond(http, request["id"], {"decision": "cancel"}))["disposition"] == "resolved"
+    request = await pending_request(client, thread)
+    assert (await respond(client, request["id"], {"decision": "cancel"}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run  # Codex ends the turn on a cancel
     assert run["checkpoint"]["status"] == "interrupted" and run["checkpoint"]["files"] == []
@@ -118,13 +118,13 @@ async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_th
 
 
 async def test_L8_1_L8_2_interrupting_a_codex_run_ends_it_interrupted_and_the_next_message_works(
-        client, http, mock):
+        client, mock):
     mock.on("think forever", [Text("Let me think"), Stall()])
     mock.on("are you still there", [Text("Still here.")])
     thread = (await client.create_thread(title="codex interrupt", provider="codex"))["thread_id"]
     sent = await client.send(thread, "think forever")
     await stalled_on(mock, "think forever")
-    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text
     assert r.json()["disposition"] == "interrupting"  # an acknowledgement, not the outcome (L8.2)
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -136,22 +136,22 @@ async def test_L8_1_L8_2_interrupting_a_codex_run_ends_it_interrupted_and_the_ne
     assert assistant_texts(run) == ["Still here."]
 
 
-async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client, http, mock):
+async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client, mock):
     mock.on("pick a database", [Ask("db", "Which database?", ["pg", "sqlite"])], [Text("Going with pg.")])
     thread = (await client.create_thread(title="codex question", provider="codex"))["thread_id"]
     sent = await client.send(thread, "pick a database")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["prompt"] == "Which database?"
     assert request["detail"]["options"] == ["pg", "sqlite"]
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
-    bad = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
-    unknown = await http.post(f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "red"}})
+    unknown = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "red"}})
     assert unknown.status_code == 400, unknown.text  # Codex refused it; its callback still waits
     assert unknown.json()["error"] == {"code": "invalid_response", "message": "no such question: colour", "details": {}}
     assert (await request_status(client, thread, request["id"]))["status"] == "pending"
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
-    assert (await respond(http, request["id"], {"answers": {"db": "pg"}}))["disposition"] == "resolved"
+    assert (await respond(client, request["id"], {"answers": {"db": "pg"}}))["disposition"] == "resolved"
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert assistant_texts(run) == ["Going with pg."]
@@ -180,33 +180,33 @@ async def test_L12_1_L12_2_a_codex_todo_list_is_the_runs_progress_and_its_root_p
 
 
 async def test_L8_1_L11_3_interrupting_a_codex_run_that_waits_on_an_approval_cancels_the_request_and_nothing_runs(
-        client, http, codex_stack, mock):
+        client, codex_stack, mock):
     mock.on("write risky.txt", [Exec("echo risky > risky.txt")], [Text("Ran it.")])
     thread = (await client.create_thread(title="codex interrupt approval", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write risky.txt")
-    request = await pending_request(http, thread)
-    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    request = await pending_request(client, thread)
+    r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run
     assert run["checkpoint"] is not None and run["checkpoint"]["files"] == []
     assert (await request_status(client, thread, request["id"]))["status"] == "cancelled"
-    late = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    late = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert late.status_code == 409
     assert not (workspace_of(codex_stack, TENANT, thread) / "risky.txt").exists()
     nxt = await client.send(thread, "never mind that")
     assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
 
 
-async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_attempt(client, http, codex_stack, mock):
+async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_attempt(client, codex_stack, mock):
     mock.on("deploy it", [Exec("echo deployed > deployed.txt")], [Text("Deployed.")])
     mock.on("stage it first", [Text("Staged first, then deployed.")])
     thread = (await client.create_thread(title="codex steer approval", provider="codex"))["thread_id"]
     sent = await client.send(thread, "deploy it")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     steer = await client.send(thread, "stage it first")
     assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
-    await respond(http, request["id"], {"decision": "accept"})  # the turn still waits for its answer
+    await respond(client, request["id"], {"decision": "accept"})  # the turn still waits for its answer
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert len(run["attempts"]) == 1
@@ -217,19 +217,19 @@ async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_
 
 
 async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_implemented_as_a_run(
-        client, http, mock):
+        client, mock):
     mock.on("design the page", [Ask("colour", "Which colour?", ["Red", "Blue"])],
             [Text("My plan:\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")])
     thread = (await client.create_thread(title="codex plan mode", provider="codex"))["thread_id"]
     sent = await client.send(thread, "design the page", script={"collaboration_mode": "plan"})
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["detail"]["options"] == ["Red", "Blue"]
-    await respond(http, request["id"], {"answers": {"0": "Blue"}})
+    await respond(client, request["id"], {"answers": {"0": "Blue"}})
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     [plan] = [p for p in (await client.get_thread(thread))["plans"] if p["kind"] == "proposed_plan"]
     assert "paint it blue" in plan["text"]
-    r = await http.post(f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
+    r = await client.request("POST", f"/v1/plans/{plan['id']}/implement", json={"as": "run"})
     assert r.status_code == 202, r.text
     implemented = await client.wait_run(r.json()["run_id"], timeout=60)
     assert implemented["status"] == "completed", implemented
@@ -263,19 +263,19 @@ async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after
 
 
 async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_not_resumable_and_the_run_recovers(
-        client, http, codex_stack, mock):
+        client, codex_stack, mock):
     mock.on("write recovered.txt", [Exec("echo recovered > recovered.txt")], [Text("Recovered and written.")])
     thread = (await client.create_thread(title="codex approval kill", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write recovered.txt")
-    request = await pending_request(http, thread)
+    request = await pending_request(client, thread)
     before = [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]]
-    await kill_the_provider_host_under(codex_stack, client, http, thread, request)
+    await kill_the_provider_host_under(codex_stack, client, thread, request)
     # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
     async def asked_again():
-        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
+        r = await client.request("GET", f"/v1/threads/{thread}/requests", params={"status": "pending"})
         return next((q for q in r.json()["requests"] if q["id"] != request["id"]), None)
     fresh = await wait_for(asked_again, timeout=60, what="the approval asked again")
-    await respond(http, fresh["id"], {"decision": "accept"})
+    await respond(client, fresh["id"], {"decision": "accept"})
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert run["attempts"][-1]["reason"] == "provider_recovery"
@@ -303,7 +303,7 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
 
 
 async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_closes_its_node(
-        client, http, codex_stack, mock):
+        client, codex_stack, mock):
     # Codex 0.171.0 does not stop a command already running when its turn is interrupted (measured: a gated
     # command still wrote its file after the run ended), so this test does not open the gate.
     gate = "until [ -f open.flag ]; do sleep 0.05; done; echo late > late.txt"
@@ -316,7 +316,7 @@ async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_c
         doc = await client.get_thread(thread)
         return any(n["title"] == gate and n["status"] == "running" for r in doc["runs"] for n in r["nodes"])
     await wait_for(command_running, timeout=60, what="the command to be running")
-    r = await http.post(f"/v1/runs/{sent['run_id']}/interrupt", json={})
+    r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "interrupted", run

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Exec, Stall, Text
-from codex_support import codex_env
-from helpers import wait_for
-from provider_http import TreadleUp, kill_the_runtime, pending_request, plain_http
+from tests.codex.codex_mock import Exec, Stall, Text
+from tests.codex.codex_support import codex_env
+from tests.support.helpers import wait_for
+from tests.support.provider_http import TreadleUp, kill_the_runtime, pending_request
 from treadle.cli.config import DEV_TENANT
 from treadle.client.http import TreadleClient
 
@@ -52,13 +52,13 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
     up = TreadleUp(tmp_path / "state", codex_env(mock, homes_root))
     await up.start()
     try:
-        async with TreadleClient(up.api_url, up.token, timeout=30) as client, plain_http(up, up.token) as http:
+        async with TreadleClient(up.api_url, up.token, timeout=30) as client:
             streaming = (await client.create_thread(title="streaming", provider="codex"))["thread_id"]
             waiting = (await client.create_thread(title="waiting", provider="codex"))["thread_id"]
             runs = {streaming: (await client.send(streaming, "stream until the stop"))["run_id"],
                     waiting: (await client.send(waiting, "write handed.txt"))["run_id"]}
             await stalled_on(mock, "stream until the stop")
-            asked = await pending_request(http, waiting)
+            asked = await pending_request(client, waiting)
             mock.on("stream until the stop", [Text("Streamed after the restart.")])
 
         done = await up.restart_and_finish(waiting, asked, runs)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import uuid
 
-import httpx
 import nats
 import pytest
 
-from codex_mock import Exec, Text
-from helpers import wait_for
+from tests.codex.codex_mock import Exec, Text
+from tests.support.helpers import wait_for
 from treadle.providers import protocol as hp
+from treadle.client import TreadleClient
 from treadle.providers.hosts import HostClient
 
 pytestmark = pytest.mark.e2e
@@ -27,14 +27,14 @@ def files(codex_stack, thread: str) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
 
 
-async def roll_back(http: httpx.AsyncClient, thread: str, to: int) -> dict:
+async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
     """The answer waits for the provider too (a Codex process may be started to resume the thread): a 503
     from an impatient gateway is asked again with the same idempotency key, which names the same rollback."""
     key = uuid.uuid4().hex
 
     async def answered():
-        r = await http.post(f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to},
-                            headers={"Idempotency-Key": key})
+        r = await client.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to},
+                                 headers={"Idempotency-Key": key})
         if r.status_code == 503:
             return None
         assert r.status_code == 200, r.text
@@ -62,13 +62,13 @@ def history(mock) -> str:
     return str(mock.requests[-1].body["input"])
 
 
-async def test_L10_5_rollback_reverts_the_live_codex_thread_and_the_files(client, http, codex_stack, mock):
+async def test_L10_5_rollback_reverts_the_live_codex_thread_and_the_files(client, codex_stack, mock):
     thread, runs = await three_codex_runs(client, mock, "live")
     assert files(codex_stack, thread) == {"one.txt", "two.txt", "three.txt"}
     doc = await client.get_thread(thread)
     [pth] = doc["provider_threads"]
 
-    rollback = await roll_back(http, thread, 1)
+    rollback = await roll_back(client, thread, 1)
     assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
         ("rolled_back", pth["id"], 2), rollback
     assert files(codex_stack, thread) == {"one.txt"}
@@ -85,7 +85,7 @@ async def test_L10_5_rollback_reverts_the_live_codex_thread_and_the_files(client
     assert "write two.txt" not in seen and "write three.txt" not in seen
 
 
-async def test_L10_5_a_codex_thread_without_a_live_session_is_resumed_and_reverted(client, http, codex_stack, mock):
+async def test_L10_5_a_codex_thread_without_a_live_session_is_resumed_and_reverted(client, codex_stack, mock):
     thread, runs = await three_codex_runs(client, mock, "idle")
     doc = await client.get_thread(thread)
     [pth] = doc["provider_threads"]
@@ -102,7 +102,7 @@ async def test_L10_5_a_codex_thread_without_a_live_session_is_resumed_and_revert
         return (await client.get_thread(thread))["sessions"][-1]["status"] == "stopped"
     await wait_for(released, timeout=30, what="the session reported stopped")
 
-    rollback = await roll_back(http, thread, 1)
+    rollback = await roll_back(client, thread, 1)
     assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
         ("rolled_back", pth["id"], 2), rollback
     assert files(codex_stack, thread) == {"one.txt"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from codex_mock import Text
-from codex_support import codex_env
+from tests.codex.codex_mock import Text
+from tests.codex.codex_support import codex_env
 from treadle.domain import summarise as sm
 from treadle.provider_host import summaries
 from treadle.providers import protocol as hp

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from rollbacks import files, replying, run_to_end
-from scripts import write
+from tests.support.rollbacks import files, replying, run_to_end
+from tests.support.scripts import write
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 

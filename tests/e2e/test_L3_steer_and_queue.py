@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import HANG, approval, script, text, tool, write
+from tests.support.scripts import HANG, approval, script, text, tool, write
 
 
 def user_texts(run: dict) -> list[str]:

@@ -11,8 +11,8 @@ import os
 import nats
 import pytest
 
-from api import Api
-from scripts import script, text, write
+from tests.support.api import Api
+from tests.support.scripts import script, text, write
 from treadle.cli.stack import Stack
 from treadle.ops.tokens import TokenStore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import HANG, approval, question, script, subagent, text, todo, write
+from tests.support.scripts import HANG, approval, question, script, subagent, text, todo, write
 
 
 def statuses(doc: dict, kind: str) -> list[str]:

@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,14 +10,15 @@ import json
 import time
 from datetime import datetime
 
-import httpx
 import nats
 import pytest
 
-from conftest import _quiet, make_api
-from helpers import wait_for
-from scripts import HANG, script, text
-from test_cli import treadle
+from tests.support.api import make_api
+
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
+from tests.support.scripts import HANG, script, text
+from tests.e2e.test_cli import treadle
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
 from treadle.eventlog.log import EventLog
@@ -37,7 +38,7 @@ HANGS = script(text("on it"), HANG)
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("capacity"), env=ENV, on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("capacity"), env=ENV, on_output=quiet) as s:
         yield s
 
 
@@ -121,7 +122,7 @@ async def test_L9_3_one_tenant_floods_sessions_threads_queue_and_streams_and_ano
     busy = [await flooder.create_thread(title=f"busy {i}") for i in range(4)]
     hangs = [(await flooder.send(t, "work forever", script=HANGS))["run_id"] for t in busy]
     queued = [(await flooder.send(busy[0], f"later {i}", mode="queue_after_active"))["run_id"] for i in range(3)]
-    streams = [asyncio.create_task(_follow(stack.api_url, flooder, t)) for t in busy]  # open SSE streams
+    streams = [asyncio.create_task(_follow(flooder, t)) for t in busy]  # open SSE streams
     try:
         # Two runs play (the tenant's run limit; they may first wait out the grace time of the sessions the tenant
         # releases for them); the other two wait queued, saying why.
@@ -209,12 +210,10 @@ async def _any_running(api, run_ids: list[str]) -> str | None:
     return None
 
 
-async def _follow(base_url: str, api, thread: str) -> None:
+async def _follow(api, thread: str) -> None:
     """An open SSE stream of the flooding tenant, read until the test ends."""
-    async with httpx.AsyncClient(base_url=base_url, headers=api.http.headers, timeout=None) as http:
-        async with http.stream("GET", f"/v1/threads/{thread}/events") as r:
-            async for _ in r.aiter_lines():
-                pass
+    async for _ in api.events(thread):
+        pass
 
 
 async def test_L9_3_a_run_no_host_can_sandbox_waits_queued_with_that_reason_and_stays_interruptible(tenants, log):

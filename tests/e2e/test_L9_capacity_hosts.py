@@ -8,8 +8,10 @@ import time
 import nats
 import pytest
 
-from conftest import _quiet, make_api
-from scripts import HANG, script, text
+from tests.support.api import make_api
+
+from tests.support.helpers import quiet
+from tests.support.scripts import HANG, script, text
 from treadle.cli.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -19,7 +21,7 @@ ENV = {"TREADLE_PROVIDER_HOST_CAPACITY": "1", "TREADLE_PROVIDER_HOST_HEARTBEAT_S
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("capacity-hosts"), env=ENV, provider_hosts=2, on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("capacity-hosts"), env=ENV, provider_hosts=2, on_output=quiet) as s:
         yield s
 
 

@@ -10,9 +10,11 @@ import time
 import nats
 import pytest
 
-from conftest import _quiet, make_api
-from helpers import wait_for
-from scripts import approval, script, text
+from tests.support.api import make_api
+
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
+from tests.support.scripts import approval, script, text
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
@@ -31,7 +33,7 @@ LONG = {"steps": [{"type": "text", "text": REPLY, "chunk": 10, "delay_ms": 50}]}
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("hosts"), env=ENV, provider_hosts=3, on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("hosts"), env=ENV, provider_hosts=3, on_output=quiet) as s:
         yield s
 
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from conftest import make_api
-from helpers import wait_for
+from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from treadle.projections.store import EPOCH_KEY, ProjectionStore
 
 pytestmark = pytest.mark.e2e

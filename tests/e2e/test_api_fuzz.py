@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.generation.modes import GenerationMode
 
-from conftest import make_api
+from tests.support.api import make_api
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +64,7 @@ async def test_no_request_gets_a_server_error(stack, stack_nc):
     try:
         async with httpx.AsyncClient() as http:
             document = (await http.get(f"{stack.api_url}/schema/openapi.json")).json()
-        token = api.http.headers["Authorization"]
+        token = api.headers["Authorization"]
         # In a thread: the event loop keeps reading the workers' output meanwhile.
         statuses, failures = await asyncio.to_thread(fuzz, document, stack.api_url, token)
     finally:

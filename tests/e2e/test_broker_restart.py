@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
 

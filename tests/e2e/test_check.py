@@ -8,8 +8,8 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from scripts import script, text, write
-from test_cli import treadle
+from tests.support.scripts import script, text, write
+from tests.e2e.test_cli import treadle
 
 pytestmark = pytest.mark.e2e
 

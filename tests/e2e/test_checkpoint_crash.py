@@ -10,9 +10,9 @@ from pathlib import Path
 import nats
 import pytest
 
-from api import Api
-from conftest import _quiet
-from helpers import wait_for
+from tests.support.api import Api
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
 from treadle.checkpoints.repo import checkpoint_gitdir
 from treadle.cli.stack import Stack
 from treadle.ops.tokens import TokenStore
@@ -32,7 +32,7 @@ async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half
         tmp_path):
     # A private stack: the supervisor's checkpoint request to the killed service must time out quickly.
     env = {"TREADLE_SUPERVISOR_CHECKPOINT_TIMEOUT": "5"}
-    async with Stack(tmp_path / "stack", env=env, on_output=_quiet) as stack:
+    async with Stack(tmp_path / "stack", env=env, on_output=quiet) as stack:
         nc = await nats.connect(stack.nats_url)
         api = Api(stack.api_url, await TokenStore(nc.jetstream()).create("crash", "alice"), "crash")
         try:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
-from rollbacks import replying, run_to_end
-from scripts import write
+from tests.support.helpers import wait_for
+from tests.support.rollbacks import replying, run_to_end
+from tests.support.scripts import write
 
 pytestmark = pytest.mark.e2e
 
@@ -120,8 +120,8 @@ async def test_on_a_stack_run_as_root_every_checkpoint_git_runs_as_the_tenants_u
 
     import nats
 
-    from api import Api
-    from conftest import _quiet
+    from tests.support.api import Api
+    from tests.support.helpers import quiet
     from treadle.cli.stack import Stack
     from treadle.ops.tokens import TokenStore
     from treadle.sandbox.identity import TenantIdentities
@@ -140,7 +140,7 @@ exec {real} "$@"
 """)
         os.chmod(bindir / "git", 0o755)
         env = {"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-        async with Stack(base / "stack", env=env, on_output=_quiet) as stack:
+        async with Stack(base / "stack", env=env, on_output=quiet) as stack:
             nc = await nats.connect(stack.nats_url)
             api = Api(stack.api_url, await TokenStore(nc.jetstream()).create("uids", "alice"), "uids")
             try:

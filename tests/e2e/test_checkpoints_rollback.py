@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
-from rollbacks import files, replying, run_to_end
-from scripts import write
+from tests.support.helpers import wait_for
+from tests.support.rollbacks import files, replying, run_to_end
+from tests.support.scripts import write
 
 pytestmark = pytest.mark.e2e
 
@@ -203,8 +203,7 @@ async def test_client_diff_and_rollback_methods(api, stack):
     thread = await api.create_thread()
     await run_to_end(api, thread, "one", replying(write("a.txt", "1\n")))
     run2 = await run_to_end(api, thread, "two", replying(write("a.txt", "2\n")))
-    token = api.http.headers["Authorization"].split()[1]
-    async with TreadleClient(stack.api_url, token) as client:
+    async with TreadleClient(stack.api_url, api.token) as client:
         cut = await client.run_diff(run2["id"], max_bytes=40)
         assert cut["truncated"] and [f["path"] for f in cut["files"]] == ["a.txt"]
         between = await client.thread_diff(thread, from_ordinal=0, to_ordinal=2)

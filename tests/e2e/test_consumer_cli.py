@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 
-from conftest import make_api
-from test_cli import treadle
+from tests.support.api import make_api
+from tests.e2e.test_cli import treadle
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state

@@ -14,10 +14,10 @@ import uuid
 import nats
 import pytest
 
-from api import Api
-from conftest import _quiet
-from helpers import wait_for
-from test_cli import treadle
+from tests.support.api import Api
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
+from tests.e2e.test_cli import treadle
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
 from treadle.domain import events as ev
@@ -39,7 +39,7 @@ _tenants = itertools.count(1)
 @pytest.fixture(scope="module")
 async def cluster_stack(tmp_path_factory):
     # Two provider hosts: each watches the other's heartbeats, which stall while their bucket elects a leader.
-    async with Stack(tmp_path_factory.mktemp("cluster-stack"), on_output=_quiet, nats_cluster=3,
+    async with Stack(tmp_path_factory.mktemp("cluster-stack"), on_output=quiet, nats_cluster=3,
                      provider_hosts=2) as s:
         yield s
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import script, text
+from tests.support.scripts import script, text
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from scripts import script, text, write
+from tests.support.scripts import script, text, write
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -19,7 +19,7 @@ ROUNDS = 40
 async def _terminal_event_id(api, thread: str, run_id: str, after: int) -> int:
     async with contextlib.aclosing(api.events(thread, after)) as events:
         async for event in events:
-            if event.event == "run.completed" and event.data["data"]["run_id"] == run_id:
+            if event.event == "run.completed" and event.json()["data"]["run_id"] == run_id:
                 return event.id
     raise AssertionError("stream ended")
 
@@ -38,8 +38,7 @@ async def test_L2_3_a_read_at_the_sse_terminal_events_sequence_shows_the_termina
 
 
 async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(api, stack):
-    token = api.http.headers["Authorization"].split()[1]
-    async with TreadleClient(stack.api_url, token) as client:
+    async with TreadleClient(stack.api_url, api.token) as client:
         thread = (await client.create_thread())["thread_id"]
         for i in range(ROUNDS):
             sent = await client.send(thread, f"round {i}", script=script(write(f"f{i}.txt", f"{i}\n"), text("done")))

@@ -11,8 +11,10 @@ import time
 import nats
 import pytest
 
-from conftest import _quiet, make_api
-from helpers import wait_for
+from tests.support.api import make_api
+
+from tests.support.helpers import quiet
+from tests.support.helpers import wait_for
 from treadle.cli.stack import REPLICATED, Stack
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
@@ -33,7 +35,7 @@ STREAMING = {"steps": [{"type": "text", "text": REPLY, "chunk": 10, "delay_ms": 
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory):
-    async with Stack(tmp_path_factory.mktemp("replicas"), env=ENV, replicas=2, on_output=_quiet) as s:
+    async with Stack(tmp_path_factory.mktemp("replicas"), env=ENV, replicas=2, on_output=quiet) as s:
         yield s
 
 

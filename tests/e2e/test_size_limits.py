@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import approval, script
+from tests.support.scripts import approval, script
 from treadle.domain import limits as lim
 
 pytestmark = pytest.mark.e2e

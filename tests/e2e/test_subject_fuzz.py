@@ -14,8 +14,8 @@ import msgspec
 import pytest
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from conftest import make_api
-from helpers import wait_for
+from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from treadle.cli.stack import WORKERS
 from treadle.domain.commands import Reply
 from treadle.projections.check import check_log

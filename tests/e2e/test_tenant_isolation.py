@@ -13,8 +13,8 @@ import nats
 import pytest
 from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
 
-from conftest import make_api
-from helpers import wait_for
+from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from treadle.client.tenant_events import API_PREFIX, TenantCredential, follow_tenant
 from treadle.ops import tenant_consumers
 from treadle.ops.tokens import TokenStore
@@ -235,7 +235,7 @@ async def test_revoked_api_token_is_refused_within_the_cache_time(stack, stack_n
     api = await make_api(stack, stack_nc, tenant)
     try:
         assert (await api.request("GET", "/v1/threads")).status_code == 200
-        token = api.http.headers["Authorization"].split(" ", 1)[1]
+        token = api.token
         began = time.monotonic()
         who = await TokenStore(stack_nc.jetstream()).revoke(token)
         assert who.tenant == tenant

@@ -19,9 +19,9 @@ import msgspec
 import nats
 import pytest
 
-from api import Api
-from helpers import wait_for
-from scripts import HANG, script
+from tests.support.api import Api
+from tests.support.helpers import wait_for
+from tests.support.scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
 from treadle.ops.tokens import Principal, TokenStore, digest
@@ -265,7 +265,7 @@ async def test_an_sse_flood_on_one_token_is_refused_before_any_consumer_opens_an
     readers = []  # a line reader dropped would close its response: hold them while their streams are meant open
 
     async def open_stream(api: Api, streams: contextlib.AsyncExitStack) -> httpx.Response:
-        response = await streams.enter_async_context(api.http.stream("GET", path, timeout=None))
+        response = await streams.enter_async_context(api.client.stream("GET", path, timeout=None))
         if response.status_code == 200:
             lines = response.aiter_lines()
             readers.append(lines)

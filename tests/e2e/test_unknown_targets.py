@@ -8,8 +8,8 @@ import time
 import msgspec
 import pytest
 
-from conftest import make_api
-from scripts import approval, script
+from tests.support.api import make_api
+from tests.support.scripts import approval, script
 from treadle.domain.commands import Command, ForkSource, ForkThread, Reply, RespondRequest
 from treadle.domain.ids import new_id
 from treadle.eventlog import subjects

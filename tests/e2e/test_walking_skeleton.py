@@ -1,4 +1,4 @@
-"""One message end to end through real worker processes over HTTP (L2, L3.6, L10.1–L10.2)."""
+"""One message end to end through real worker processes over HTTP (L1.2, L2, L3.6, L10.1–L10.2)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import msgspec
 import pytest
 
-from helpers import checkpoint_git, wait_for
+from tests.support.helpers import checkpoint_git, wait_for
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
 
@@ -18,6 +18,30 @@ REPLY = "The quick brown fox jumps over the lazy dog. " * 4
 
 def streamed(text: str = REPLY, chunk: int = 9, delay_ms: int = 15, extra: list | None = None) -> dict:
     return {"steps": [*(extra or []), {"type": "text", "text": text, "chunk": chunk, "delay_ms": delay_ms}]}
+
+
+async def test_L1_2_the_provider_session_and_thread_are_ensured_when_the_first_run_starts(api):
+    thread = await api.create_thread(title="lazy")
+    untouched = await api.create_thread(title="never sent to")
+    doc = await api.thread(thread)
+    assert doc["sessions"] == [] and doc["provider_threads"] == []
+
+    sent = await api.send(thread, "first", script=streamed("one", delay_ms=0))
+    first = await api.wait_run(sent["run_id"])
+    doc = await api.thread(thread)
+    [session], [pth] = doc["sessions"], doc["provider_threads"]
+    assert (session["provider"], pth["provider"], session["status"]) == (first["provider"], first["provider"], "live")
+    assert pth["session_id"] == session["id"] and pth["native_ref"]
+    assert (first["attempts"][0]["session_id"], first["attempts"][0]["provider_thread_id"]) == (session["id"], pth["id"])
+
+    # Ensured, not made again: the next run finds both.
+    sent = await api.send(thread, "second", script=streamed("two", delay_ms=0))
+    second = await api.wait_run(sent["run_id"])
+    assert (second["attempts"][0]["session_id"], second["attempts"][0]["provider_thread_id"]) == (session["id"], pth["id"])
+    doc = await api.thread(thread)
+    assert [s["id"] for s in doc["sessions"]] == [session["id"]] and [p["id"] for p in doc["provider_threads"]] == [pth["id"]]
+    other = await api.thread(untouched)
+    assert other["sessions"] == [] and other["provider_threads"] == []
 
 
 async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(api, stack):
@@ -41,7 +65,7 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
     assert "live.delta" in types and "message.delta" in types
     assert types.index("run.queued") < types.index("run.started") < types.index("message.completed") \
         < types.index("run.completed")
-    live_text = "".join(e.data["text"] for e in seen if e.event == "live.delta")
+    live_text = "".join(e.json()["text"] for e in seen if e.event == "live.delta")
     assert live_text == REPLY
     assert [e.id for e in seen if e.id is not None] == sorted({e.id for e in seen if e.id is not None})
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.domain.capabilities import PROFILES
 from treadle.eventlog import streams

@@ -18,7 +18,7 @@ from datetime import datetime, UTC
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.client import broker_urls
 from treadle.coordinator.service import Coordinator
 from treadle.domain import events as ev

@@ -9,7 +9,7 @@ import signal
 
 from redis.exceptions import ConnectionError
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.projections.connect import redis_client
 from treadle.ops.servers import RedisServer
 

@@ -4,8 +4,8 @@ the grace time or one playing a turn, refuses with the reason a run waits under,
 
 from __future__ import annotations
 
-from helpers import wait_for
-from test_L9_provider_hosts import LOOPS_PER_HOST, Hosts, tick
+from tests.support.helpers import wait_for
+from tests.integration.test_L9_provider_hosts import LOOPS_PER_HOST, Hosts, tick
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.runtime.clock import ManualClock

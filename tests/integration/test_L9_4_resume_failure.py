@@ -9,8 +9,8 @@ from datetime import datetime, UTC
 
 import msgspec
 
-from helpers import wait_for
-from supervised import thread_with_history
+from tests.support.helpers import wait_for
+from tests.integration.supervised import thread_with_history
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain.entities import ProviderCapabilities

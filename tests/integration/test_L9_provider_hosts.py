@@ -10,7 +10,7 @@ import msgspec
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.eventlog import streams
 from treadle.provider_host.registry import Registry, SessionRecord

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, repository_with_submodule, restore, snapshot
-from checkpoint_repos import root  # noqa: F401  (a fixture)
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, repository_with_submodule, restore, snapshot
+from tests.integration.checkpoint_repos import root  # noqa: F401  (a fixture)
 from treadle.checkpoints import packs
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES

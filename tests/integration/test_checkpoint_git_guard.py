@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, git, restore, root  # noqa: F401
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, git, restore, root  # noqa: F401
 from treadle.checkpoints import packs
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.materialize import Materialize, MaterializeHandler

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, ckpt, repository_with_submodule, restore, snapshot, user_repository
-from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, ckpt, repository_with_submodule, restore, snapshot, user_repository
+from tests.integration.checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName
 

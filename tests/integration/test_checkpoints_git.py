@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, restore, user_repository
-from checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, restore, user_repository
+from tests.integration.checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.repo import workspace_key
 from treadle.checkpoints.protocol import CheckpointError, FileStat

@@ -10,7 +10,7 @@ import uuid
 import msgspec
 from nats.js.api import StreamConfig
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.eventlog.errors import Conflict
 from treadle.runtime.consumer import Later, PullConsumer
 from treadle.runtime.mailbox import Mailboxes

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from egress_servers import MODELS, Listener, free_port, model_api, socket_dir
-from helpers import wait_for
+from tests.integration.egress_servers import MODELS, Listener, free_port, model_api, socket_dir
+from tests.support.helpers import wait_for
 
 from treadle.sandbox.egress import Egress, EgressError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from egress_servers import BIG, MODELS, Listener, model_api, socket_dir
+from tests.integration.egress_servers import BIG, MODELS, Listener, model_api, socket_dir
 
 from treadle.sandbox.egress import FORWARD_SCRIPT, Egress, forward_command, sandbox_python
 

@@ -9,7 +9,7 @@ from datetime import datetime, UTC
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog

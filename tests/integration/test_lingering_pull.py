@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.runtime.pull import LingeringPull
 
 

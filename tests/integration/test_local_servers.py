@@ -10,7 +10,7 @@ from pathlib import Path
 import nats
 import psutil
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.ops.processes import ProcessSupervisor
 from treadle.ops.servers import NatsServer
 

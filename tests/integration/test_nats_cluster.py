@@ -9,7 +9,7 @@ from datetime import datetime, UTC
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.client import broker_urls
 from treadle.client.tenant_events import TenantCredential, check_consumer
 from treadle.domain import events as ev

@@ -13,7 +13,7 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.client.tenant_events import TenantFollower, follow_tenant
 from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects

@@ -12,7 +12,7 @@ import msgspec
 import nats
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.domain.capabilities import PROFILES
 from treadle.eventlog import streams
@@ -22,7 +22,7 @@ from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostGone, HostUnavailable
 from treadle.providers.scripted import DEFAULT_CAPABILITIES
-from treadle.runtime.servers import NatsServer
+from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, UTC
 
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams

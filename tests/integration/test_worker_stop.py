@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 from treadle.ops.servers import NatsServer, find_nats_server, free_port
 
 DRAIN_SECONDS = 5  # runtime/worker.py: the connection's drain after the stop is bounded too

@@ -3,14 +3,13 @@ provider-runtimes dir, a secret nats-url file), the host's secrets in its enviro
 broker and Redis on the host's loopback that record every connection, and the attack itself: one shell
 script whose output must reach the model API with none of the host's bytes in it.
 
-Test modules import these by name (a ``conftest.py`` here would shadow ``tests/e2e/conftest.py``)."""
+Test modules import these by name, so that only they get them."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +20,6 @@ from treadle.sandbox.host import Sandbox, SandboxSettings
 from treadle.sandbox.identity import TenantIdentities
 
 REPO = Path(__file__).resolve().parents[2]
-for sub in ("codex", "claude"):
-    sys.path.insert(0, str(REPO / "tests" / sub))
 
 SECRET = "s3cr3t-broker-password-" + uuid.uuid4().hex[:8]  # in the host's env and its nats-url file
 FOREIGN = "FOREIGN-TENANT-BYTES-" + uuid.uuid4().hex[:8]  # in the other tenant's workspace

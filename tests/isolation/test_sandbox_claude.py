@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from sandbox_fixtures import World, marker_dir, monkeypatch_module, world  # noqa: F401
-import mock_api
-from claude_fixtures import RecordingSink, new_turn
-from mock_api import MockMessagesApi
+from tests.isolation.sandbox_fixtures import World, marker_dir, monkeypatch_module, world  # noqa: F401
+from tests.claude import mock_api
+from tests.claude.claude_fixtures import RecordingSink, new_turn
+from tests.claude.mock_api import MockMessagesApi
 from treadle.providers.claude import ClaudeAdapter
 from treadle.providers.claude.settings import ClaudeSettings
 from treadle.providers.protocol import PlaceSession

@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
-from helpers import wait_for
+from tests.support.helpers import wait_for
 
-from sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
-from codex_mock import Exec, MockResponses, Text
-from codex_support import Driver
+from tests.isolation.sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
+from tests.codex.codex_mock import Exec, MockResponses, Text
+from tests.codex.codex_support import Driver
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response
 from treadle.providers.codex import CodexAdapter, CodexSettings

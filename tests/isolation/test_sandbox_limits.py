@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 
-from sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
+from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
 from treadle.sandbox.host import Sandbox, SandboxSettings
 
 TENANT = "limited"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
+from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.providers.base import Turn

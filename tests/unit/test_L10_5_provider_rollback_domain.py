@@ -3,7 +3,7 @@ believes afterwards (coverage, divergence, the next run's starting context)."""
 
 from __future__ import annotations
 
-from domain_helpers import apply, command, ctx, new_thread, run_command, send
+from tests.unit.domain_helpers import apply, command, ctx, new_thread, run_command, send
 from treadle.domain import events as ev
 from treadle.domain import rollback, start_context
 from treadle.domain.capabilities import PROFILES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain_helpers import apply, command, new_thread, run_command, send
+from tests.unit.domain_helpers import apply, command, new_thread, run_command, send
 from treadle.checkpoints.retention import RefInfo, refs_to_prune
 from treadle.domain import events as ev
 from treadle.domain import rollback
@@ -117,7 +117,7 @@ def test_retention_never_prunes_the_latest_and_leaves_active_threads_alone():
 
 
 def test_L10_4_a_run_whose_provider_was_lost_for_good_gets_a_missing_checkpoint_summary():
-    from domain_helpers import ctx
+    from tests.unit.domain_helpers import ctx
     from treadle.domain import supervision as sv
     from treadle.domain.entities import ProviderCapabilities
 

@@ -11,7 +11,7 @@ from treadle.domain.errors import BadRequest, Conflict, NotFound
 from treadle.domain.decide import decide, dispatch_next
 from treadle.domain.thread import ThreadState, provider_cause
 
-from domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
+from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 
 
 def test_L1_1_thread_create_creates_only_the_thread():

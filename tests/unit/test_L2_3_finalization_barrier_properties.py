@@ -18,7 +18,7 @@ from treadle.domain.entities import TodoItem
 from treadle.domain.errors import DomainError
 from treadle.domain.thread import provider_cause
 
-from domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
+from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 
 ACTIONS = ["text", "text_done", "tool", "request", "todo", "answer", "steer", "steer_restart", "interrupt", "owed",
            "turn_end", "turn_fail"]

@@ -11,7 +11,7 @@ from treadle.domain import start_context as lineage
 from treadle.domain.entities import ProviderCapabilities, ProviderThreadSettings
 from treadle.domain.errors import BadRequest
 
-from domain_helpers import apply, ctx, new_thread, send
+from tests.unit.domain_helpers import apply, ctx, new_thread, send
 
 
 def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabilities | None = None, **message):

@@ -3,7 +3,7 @@ interruptible, and is an ordinary running run once its turn starts."""
 
 from __future__ import annotations
 
-from domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
+from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv

@@ -5,7 +5,7 @@ L11.3), a rollback restoring the files of a run (L10.5), and threads per tenant 
 
 from __future__ import annotations
 
-from twins import TENANT, Twins
+from tests.unit.twins import TENANT, Twins
 from treadle.domain import provider_events as pe
 from treadle.domain.commands import Accepted, CreateThread, Rejected, RespondRequest, RollbackThread, SendMessage
 

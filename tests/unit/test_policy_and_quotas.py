@@ -10,7 +10,7 @@ from treadle.domain.commands import CreateThread, EditQueued, ForkSource, ForkTh
 from treadle.domain.errors import BadRequest, Forbidden, QuotaExceeded
 from treadle.domain.policy import TenantPolicy
 
-from domain_helpers import command, new_thread, send
+from tests.unit.domain_helpers import command, new_thread, send
 
 DEFAULT = TenantPolicy()
 OPEN = TenantPolicy(allowed_modes=("approval_required", "auto_accept_edits", "full_access"))
@@ -44,7 +44,7 @@ def test_L6_L12_3_no_path_starts_work_in_a_mode_the_tenant_may_no_longer_use(bod
 def test_a_retried_message_already_taken_is_not_refused_by_a_narrower_policy():
     state = new_thread(runtime_mode="full_access")
     sent = command(SendMessage(text="go"), thread=state.thread.id)
-    from domain_helpers import run_command
+    from tests.unit.domain_helpers import run_command
     run_command(state, sent)
     policy.check_command(DEFAULT, state, sent)  # its original receipt is answered, nothing new starts
 

@@ -5,7 +5,7 @@ import msgspec
 from treadle.domain import events as ev
 from treadle.projections import document
 
-from domain_helpers import apply, new_thread, send
+from tests.unit.domain_helpers import apply, new_thread, send
 
 
 def _stored(fields: list) -> dict[bytes, bytes]:

@@ -5,7 +5,7 @@ reaches the playing turn once (L3.2) or, refused by a turn that just ended, beco
 
 from __future__ import annotations
 
-from twins import T0, TENANT, Twins
+from tests.unit.twins import T0, TENANT, Twins
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain.commands import Accepted, CreateThread, InterruptRun, SendMessage

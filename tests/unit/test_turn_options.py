@@ -8,7 +8,7 @@ from treadle.domain.commands import SendMessage
 from treadle.domain.decide import capabilities_for
 from treadle.domain.errors import BadRequest
 
-from domain_helpers import command, new_thread, run_command, send
+from tests.unit.domain_helpers import command, new_thread, run_command, send
 
 
 def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():

@@ -1,90 +1,35 @@
-"""An async client for the HTTP API v1: JSON calls, the thread's Server-Sent Events, and waiting on runs.
+"""An async client for the HTTP API v1: JSON calls, the thread's Server-Sent Events, and waiting for a run, a
+runtime request or any state of a thread.
 
-Every failure the API reports comes back as :class:`ApiError` carrying the API's own error shape
-``{"error": {code, message, details}}``; a gateway that cannot be reached is an ``ApiError`` too (status 0),
-so callers handle one exception type.
+Every failure the API reports comes back as an :class:`~treadle.client.errors.ApiError` (one subclass per kind,
+carrying the status and the API's own ``{"error": {code, message, details}}``); a gateway that cannot be reached
+is one too (:class:`~treadle.client.errors.Unreachable`, status 0), so callers handle one exception type.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
 
 from ..domain.entities import TERMINAL_RUN_STATUSES
+from .errors import ApiError, RateLimited, Unreachable
+from .events import Follow, SseEvent, follow, parse_sse, signal_first
+
+__all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
 
 TERMINAL = TERMINAL_RUN_STATUSES
 MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
+POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
 
-# What a run's status becomes with each event about it: lets wait_run watch the stream instead of polling.
-_STATUS_AFTER = {
-    "run.dispatched": "starting",
-    "attempt.started": "starting",
-    "run.started": "running",
-    "request.opened": "waiting",
-    "request.resolved": "running",
-    "run.completed": "completed",
-    "run.failed": "failed",
-    "run.interrupted": "interrupted",
-    "run.cancelled": "cancelled",
-}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, details: dict | None = None) -> None:
-        super().__init__(f"{code}: {message}" if code else message)
-        self.status, self.code, self.message, self.details = status, code, message, details or {}
-
-    @classmethod
-    def from_response(cls, response: httpx.Response) -> ApiError:
-        try:
-            error = response.json()["error"]
-            return cls(response.status_code, error.get("code", ""), error.get("message", ""), error.get("details"))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            # Not our shape (a proxy, a crash page): keep the start of the body for the message.
-            text = response.text.strip()[:200] or response.reason_phrase
-            return cls(response.status_code, f"http_{response.status_code}", text)
-
-
-@dataclass(frozen=True)
-class SseEvent:
-    """One Server-Sent Event. ``id`` is the stream sequence of a durable event, None for live deltas."""
-
-    id: int | None
-    event: str
-    data: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
-async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """The subset of the SSE wire format the gateway speaks: id, event and (multi-line) data fields."""
-    id_: int | None = None
-    event = ""
-    data: list[str] = []
-    async for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(id_, event or "message", "\n".join(data).encode())
-            # Only durable events carry an id, so it must not leak into the live delta that follows.
-            id_, event, data = None, "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-        elif name == "id":
-            id_ = int(value) if value.isdigit() else None
+# The events that change a run's status: what wakes wait_run, which watches the stream instead of polling.
+_RUN_EVENTS = frozenset({
+    "run.dispatched", "attempt.started", "run.started", "request.opened", "request.resolved", "run.completed",
+    "run.failed", "run.interrupted", "run.cancelled", "rollback.completed",
+})
 
 
 class TreadleClient:
@@ -132,19 +77,44 @@ class TreadleClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    async def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+                      headers: dict | None = None, content: bytes | None = None,
+                      timeout: float | httpx.Timeout | None = None) -> httpx.Response:
+        """One raw request, whatever its status: for endpoints without a method here and for callers that look at
+        the status themselves. An answered write's thread and sequence are remembered like the methods' are.
+        Raises :class:`Unreachable` when the gateway does not answer."""
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        try:
+            response = await self._http.request(method, path, json=json, params=params, headers=headers,
+                                                 content=content, **extra)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        except AttributeError as exc:
+            # anyio under uvloop: a connection the gateway drops while it is being opened has no socket left
+            # when its peer is asked for (a gateway restarting): that is a connection failure too.
+            if "getpeername" not in str(exc):
+                raise
+            raise self._unreachable(exc) from None
+        if method != "GET" and response.is_success:
+            with contextlib.suppress(ValueError):
+                self._learn(response.json())
+        return response
+
+    def stream(self, method: str, path: str, **kw: Any) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+        """A raw streamed request (``async with client.stream(…) as response``), whatever its status: for a
+        caller reading an SSE stream's lines or status itself. ``kw`` are httpx's (``headers``, ``timeout``)."""
+        return self._http.stream(method, path, **kw)
+
     async def _call(self, method: str, path: str, *, body: dict | None = None,
                     idempotency_key: str | None = None, params: dict | None = None) -> Any:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
-        try:
-            response = await self._http.request(method, path, json=body, headers=headers, params=params)
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+        response = await self.request(method, path, json=body, headers=headers, params=params)
         if response.status_code >= 400:
             raise ApiError.from_response(response)
-        return self._learn(response.json()) if method != "GET" else response.json()
+        return response.json()
 
-    def _unreachable(self, exc: Exception) -> ApiError:
-        return ApiError(0, "unreachable", f"cannot reach {self.base_url}: {exc or exc.__class__.__name__}")
+    def _unreachable(self, exc: Exception) -> Unreachable:
+        return Unreachable(0, "unreachable", f"cannot reach {self.base_url}: {exc or exc.__class__.__name__}")
 
     # --- threads, messages, runs ------------------------------------------------------------------
 
@@ -215,40 +185,115 @@ class TreadleClient:
                 if response.status_code >= 400:
                     await response.aread()
                     raise ApiError.from_response(response)
-                async for event in parse_sse(_signal_first(response.aiter_lines(), connected)):
+                async for event in parse_sse(signal_first(response.aiter_lines(), connected)):
                     self.saw(thread_id, event.id)
                     yield event
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
-    async def wait_run(self, run_id: str, timeout: float, statuses: Iterable[str] = TERMINAL) -> dict:
-        """The run once its status is one of ``statuses``, found by following the thread's event stream.
+    # --- runtime requests (L11) ------------------------------------------------------------------
 
-        Raises ``TimeoutError`` after ``timeout`` seconds.
-        """
+    async def list_requests(self, thread_id: str, status: str | None = None) -> list[dict]:
+        """The thread's runtime requests (``status="pending"``: those waiting for an answer)."""
+        params = {**_present(status=status), **self._min_seq(thread_id)}
+        return (await self._call("GET", f"/v1/threads/{thread_id}/requests", params=params))["requests"]
+
+    async def respond(self, request_id: str, response: dict, idempotency_key: str | None = None) -> dict:
+        """Answer a runtime request (an approval's ``{"decision": …}``, a question's answer)."""
+        return await self._call("POST", f"/v1/requests/{request_id}/respond", body=response,
+                                idempotency_key=idempotency_key)
+
+    # --- waiting ----------------------------------------------------------------------------------
+    # Each wait reads the state once, then follows the thread's events from the sequence it read at and reads
+    # again when one arrives; the reads ask for what this client has seen (min_seq), so none goes back in time.
+    # A gateway restarting meanwhile is waited out. All raise TimeoutError after ``timeout`` seconds.
+
+    async def wait_run(self, run_id: str, timeout: float | None, statuses: Iterable[str] = TERMINAL) -> dict:
+        """The run once its status is one of ``statuses`` (by default, once it has ended)."""
         wanted = frozenset(statuses)
-        async with asyncio.timeout(timeout):
-            run = await self._fresh_run(run_id)
-            if run["status"] in wanted:
-                return run
-            # The thread document is one consistent snapshot at its ``seq``: if the run has not reached a
-            # wanted status there, the event that takes it there has a later sequence, so following from
-            # ``seq`` cannot miss it.
-            doc = await self.get_thread(run["thread_id"])
-            status = next((r["status"] for r in doc["runs"] if r["id"] == run_id), None)
-            if status not in wanted:
-                async with contextlib.aclosing(aiter(follow(self, run["thread_id"], doc["seq"]))) as events:
-                    async for event in events:
-                        after = _STATUS_AFTER.get(event.event)
-                        if after in wanted and event.json().get("data", {}).get("run_id") == run_id:
-                            break
-            # The event is in the log; the read asks for the sequence this client saw (min_seq), so it
-            # reflects that event whether or not the projector has written it yet.
-            return await self.get_run(run_id)
 
-    async def _fresh_run(self, run_id: str, grace: float = 5.0) -> dict:
-        """The run, allowing for a run accepted a moment ago that the read model does not show yet."""
-        deadline = asyncio.get_running_loop().time() + grace
+        def reached(doc: dict) -> bool:
+            return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
+        async with asyncio.timeout(timeout):
+            thread_id = self._run_thread.get(run_id)
+            if thread_id is None:  # a run this client did not start: its own read names the thread
+                run = await self._retrying(lambda: self._fresh_run(run_id))
+                if run["status"] in wanted:
+                    return run
+                thread_id = run["thread_id"]
+            await self._wait(thread_id, reached, wake=lambda event: event.event in _RUN_EVENTS, poll=None)
+            # The thread shows the run: a 404 now is only the run's index behind (a projector restarting).
+            return await self._retrying(lambda: self._fresh_run(run_id, grace=None))
+
+    async def wait_thread(self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None,
+                          *, poll: float | None = POLL) -> Any:
+        """``predicate(thread document)`` once it is truthy. The document is read again on each new event of
+        the thread and, for states no event of the thread moves, every ``poll`` seconds."""
+        async with asyncio.timeout(timeout):
+            return await self._wait(thread_id, predicate, poll=poll)
+
+    async def wait_request(self, thread_id: str, timeout: float | None, *, besides: Iterable[str] = ()) -> dict:
+        """The thread's first pending runtime request other than ``besides`` (ids), once there is one."""
+        skip = frozenset(besides)
+
+        def fresh(requests: list[dict]) -> dict | None:
+            return next((r for r in requests if r["id"] not in skip), None)
+        async with asyncio.timeout(timeout):
+            return await self._wait(thread_id, fresh, read=lambda: self.list_requests(thread_id, "pending"))
+
+    async def _wait(self, thread_id: str, predicate: Callable[[Any], Any], *,
+                    read: Callable[[], Awaitable[Any]] | None = None,
+                    wake: Callable[[SseEvent], bool] | None = None, poll: float | None = POLL) -> Any:
+        """``predicate(read())`` (``read`` defaults to the thread's document) once truthy; read again when an
+        event ``wake`` accepts arrives, and every ``poll`` seconds."""
+        doc = await self._retrying(lambda: self.get_thread(thread_id))
+        # The document is one consistent snapshot at its ``seq``: whatever changes the state later has a later
+        # sequence, so following from ``seq`` misses nothing.
+        if found := predicate(doc if read is None else await self._retrying(read)):
+            return found
+        changed = asyncio.Event()
+
+        async def watch() -> None:
+            try:
+                async with contextlib.aclosing(aiter(follow(self, thread_id, doc["seq"]))) as events:
+                    async for event in events:
+                        if wake is None or wake(event):
+                            changed.set()  # the client saw its sequence: the next read reflects it
+            finally:
+                changed.set()  # ended: the loop below looks at why
+        watcher = asyncio.create_task(watch())
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(poll):
+                        await changed.wait()
+                if watcher.done() and (failure := watcher.exception()) is not None:
+                    if not isinstance(failure, RateLimited):
+                        raise failure  # the stream failed for good (the thread is gone, the token revoked)
+                    poll = poll or POLL  # no stream left in the tenant's quota: read on a timer instead
+                changed.clear()
+                if found := predicate(await self._retrying(read or (lambda: self.get_thread(thread_id)))):
+                    return found
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)  # its failure, if any, is reported above
+
+    async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        """``call()``, asked again while the gateway is unreachable or unavailable (restarting, overloaded)."""
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except ApiError as exc:
+                if not exc.retryable:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _fresh_run(self, run_id: str, grace: float | None = 5.0) -> dict:
+        """The run, allowing for a run accepted a moment ago that the read model does not show yet (for up to
+        ``grace`` seconds; None: for as long as the caller waits)."""
+        deadline = asyncio.get_running_loop().time() + (grace if grace is not None else float("inf"))
         delay = 0.01
         while True:
             try:
@@ -283,58 +328,6 @@ class TreadleClient:
         """L10.6: restore a child node's checkpoint; the answer says whether the parent's workspace is touched."""
         body = {"checkpoint_id": checkpoint_id, **_present(thread_id=thread_id)}
         return await self._call("POST", f"/v1/nodes/{node_id}/rollback", body=body, idempotency_key=idempotency_key)
-
-
-class Follow:
-    """Durable events of a thread from ``from_seq`` on, reconnecting with ``Last-Event-ID`` when the stream
-    drops. ``last_id`` is the sequence of the last event yielded: persist it to resume later."""
-
-    def __init__(self, client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
-                 reconnect: bool = True, on_retry: Callable[[ApiError | None], None] | None = None) -> None:
-        self.client, self.thread_id, self.last_id = client, thread_id, from_seq
-        self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
-
-    def __aiter__(self) -> AsyncIterator[SseEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[SseEvent]:
-        delay = 0.1
-        while True:
-            failure: ApiError | None = None
-            try:
-                async with contextlib.aclosing(self.client.events(self.thread_id, self.last_id)) as events:
-                    async for event in events:
-                        delay = 0.1
-                        if event.id is None:
-                            if self.live:
-                                yield event
-                            continue
-                        if event.id <= self.last_id:  # replayed after a reconnect
-                            continue
-                        self.last_id = event.id
-                        yield event
-            except ApiError as exc:
-                if not self.reconnect or exc.status not in (0, 502, 503, 504):
-                    raise
-                failure = exc
-            if not self.reconnect:
-                return
-            if self.on_retry is not None:
-                self.on_retry(failure)  # None: the gateway ended the stream (shutdown, a slow reader cut off)
-            await asyncio.sleep(delay)  # a gateway restarting: back off, then resume after last_id
-            delay = min(delay * 2, 2.0)
-
-
-def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
-           on_retry: Callable[[ApiError | None], None] | None = None) -> Follow:
-    return Follow(client, thread_id, from_seq, live=live, on_retry=on_retry)
-
-
-async def _signal_first(lines: AsyncIterator[str], event: asyncio.Event | None) -> AsyncIterator[str]:
-    async for line in lines:
-        if event is not None and not event.is_set():
-            event.set()
-        yield line
 
 
 def _present(**fields: Any) -> dict:

@@ -13,11 +13,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import get_args
 
-import httpx
 import nats
 import psutil
 
-from helpers import checkpoint_git, wait_for
+from tests.support.helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 from treadle.ops.servers import free_port
@@ -42,11 +41,6 @@ def api_client(stack: Stack, token: str) -> TreadleClient:
     return TreadleClient(stack.api_url, token, timeout=30)
 
 
-def plain_http(stack: Stack, token: str) -> httpx.AsyncClient:
-    """Plain HTTP for the endpoints the client library has no method for, and for status codes."""
-    return httpx.AsyncClient(base_url=stack.api_url, timeout=30, headers={"Authorization": f"Bearer {token}"})
-
-
 @contextlib.asynccontextmanager
 async def tenant_client(stack: Stack, tenant: str) -> AsyncIterator[TreadleClient]:
     """An API client with a fresh token of ``tenant``'s user alice."""
@@ -68,20 +62,14 @@ def user_texts(run: dict) -> list[str]:
     return [m["text"] for m in run["messages"] if m["role"] == "user"]
 
 
-async def pending_request(http: httpx.AsyncClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict:
+async def pending_request(client: TreadleClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict:
     """The thread's one pending request (other than ``besides``), as the pending-request projection lists it
     (L11.1)."""
-    async def listed():
-        r = await http.get(f"/v1/threads/{thread}/requests", params={"status": "pending"})
-        assert r.status_code == 200, r.text
-        fresh = [q for q in r.json()["requests"] if q["id"] not in besides]
-        return fresh or None
-    [request] = await wait_for(listed, timeout=60, what=f"a pending request on {thread}")
-    return request
+    return await client.wait_request(thread, 60, besides=besides)
 
 
-async def respond(http: httpx.AsyncClient, request_id: str, body: dict) -> dict:
-    r = await http.post(f"/v1/requests/{request_id}/respond", json=body)
+async def respond(client: TreadleClient, request_id: str, body: dict) -> dict:
+    r = await client.request("POST", f"/v1/requests/{request_id}/respond", json=body)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -90,13 +78,12 @@ async def request_status(client: TreadleClient, thread: str, request_id: str) ->
     return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
 
 
-async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, http: httpx.AsyncClient, thread: str,
-                                       request: dict) -> None:
+async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thread: str, request: dict) -> None:
     """L11.3: the provider host dies while ``request`` is pending. Answering it then is refused as
     not_resumable, which the thread's projection shows; returns once the host has been restarted."""
     restarts = stack.processes.restarts("provider-host")
     await stack.processes.kill("provider-host")
-    gone = await http.post(f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
+    gone = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
     async def marked():  # the projection follows the 409's record a moment later
         return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
@@ -110,12 +97,11 @@ def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path:
     return checkpoint_git(stack.state_dir, tenant, thread, "show", f"{checkpoint['ref']}:{path}")
 
 
-async def answered_once(client: TreadleClient, http: httpx.AsyncClient, thread: str, request: dict,
-                        response: dict) -> None:
+async def answered_once(client: TreadleClient, thread: str, request: dict, response: dict) -> None:
     """``request`` is resolved with ``response``; answering it again is refused (its callback is used up)."""
     answered = await request_status(client, thread, request["id"])
     assert answered["status"] == "resolved" and answered["response"] == response
-    again = await http.post(f"/v1/requests/{request['id']}/respond", json=response)
+    again = await client.request("POST", f"/v1/requests/{request['id']}/respond", json=response)
     assert again.status_code == 409
 
 
@@ -196,9 +182,9 @@ class TreadleUp:
         the one before the stop), and return each of ``runs`` (thread -> run id) once it has ended."""
         assert await self.stop() == 0
         await self.start()
-        async with TreadleClient(self.api_url, self.token, timeout=30) as client, plain_http(self, self.token) as http:
-            again = await pending_request(http, waiting, besides=(asked["id"],))
-            await respond(http, again["id"], {"decision": "accept"})
+        async with TreadleClient(self.api_url, self.token, timeout=30) as client:
+            again = await pending_request(client, waiting, besides=(asked["id"],))
+            await respond(client, again["id"], {"decision": "accept"})
             return {t: await client.wait_run(r, timeout=120) for t, r in runs.items()}
 
     async def kill(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from scripts import script
+from tests.support.scripts import script
 
 DONE = {"type": "text", "text": "done"}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,15 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
+def quiet(name: str, line: str) -> None:
+    """A Stack's ``on_output``: worker output only when it matters (or TREADLE_TEST_VERBOSE is set); the latest
+    lines are kept for a failed test's report."""
+    if not any(noise in line for noise in _NOISE):
+        recent_worker_lines.append(f"{name} | {line}")
+    if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
+        print(f"{name} | {line}")
+
+
 def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
     """git on the checkpoints of a thread's own workspace (``threads/<thread>``): they live in the checkpoint
     service's git dir, never in the workspace's ``.git`` (which the agent writes)."""
@@ -53,3 +63,4 @@ def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
 # The e2e stacks' latest worker lines (noise left out), cleared as each test starts: a failed test's report shows
 # them (tests/e2e/conftest.py).
 recent_worker_lines: collections.deque[str] = collections.deque(maxlen=150)
+_NOISE = ("treadle.runtime.leases", "uvicorn.access")

@@ -1,4 +1,4 @@
-"""L5 provider switching, L6 fork and L7 merge-back over HTTP, with the scripted provider.
+"""L5 provider switching and L6 fork over HTTP, with the scripted provider (L7 merge-back: test_L7_merge_back.py).
 
 Two providers: ``scripted`` and ``scripted-b`` are two provider names served by the same scripted adapter,
 so switching between them goes through exactly the orchestration a Codex ↔ Claude switch does (capabilities,
@@ -8,63 +8,56 @@ input, which is how these tests see the context a provider was given.
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
 
-from scripts import HANG, approval, script, subagent, text, write
-from treadle.domain.thread import fold
-from treadle.projections.store import encode_state
-
-ECHO = {"type": "echo"}
-# Ids and refs a handoff must never contain (L7.2: no provider protocol noise).
-NOISE = re.compile(r"\b(?:node|att|evt|pth|ps|msg|req|turn|cmd|run|xfer|hoff)_[0-9a-z]{10}|scripted-turn|native")
-
-
-def reply(run: dict) -> str:
-    return "\n".join(m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed")
-
-
-def pth_of(run: dict) -> str:
-    return run["attempts"][-1]["provider_thread_id"]
-
-
-async def send_done(api, thread: str, message: str, **body) -> dict:
-    sent = await api.send(thread, message, **body)
-    return await api.wait_run(sent["run_id"])
-
-
-async def handoff(api, handoff_id: str) -> dict:
-    r = await api.request("GET", f"/v1/handoffs/{handoff_id}")
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
-def history(doc: dict) -> dict:
-    """What a fork, switch or merge must never rewrite on a thread: its runs, messages and checkpoints."""
-    return {"runs": doc["runs"], "messages": doc["messages"], "checkpoints": doc["checkpoints"]}
-
-
-async def assert_projection_is_the_fold(api, log, thread: str) -> None:
-    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
-    folded = fold(await log.read(api.tenant, thread))
-    r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
-    assert r.json() == json.loads(encode_state(folded))
-
-
-def workspace(stack, tenant: str, thread: str) -> Path:
-    return Path(stack.state_dir) / "workspaces" / tenant / "threads" / thread
-
-
-async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dict:
-    r = await api.request("POST", f"/v1/threads/{thread}/fork", json={"source": source, **body})
-    assert r.status_code == expect, r.text
-    return r.json()
+from tests.support.lineage import ECHO, assert_projection_is_the_fold, fork, handoff, history, pth_of, reply, send_done, \
+    workspace
+from tests.support.rollbacks import files
+from tests.support.scripts import HANG, approval, script, subagent, text, write
 
 
 # --- L5 provider switching --------------------------------------------------------------------------------
+
+
+async def test_L5_1_another_provider_for_the_next_run_is_a_handoff_on_the_same_thread_no_fork_no_rewrite(
+        api, stack, log):
+    thread = await api.create_thread(title="one thread, two providers")
+    first = await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parsed")))
+    second = await send_done(api, thread, "and its tests", script=script(write("test_parser.py", "t = 1\n"), text("ok")))
+    before = await api.thread(thread)
+    [a] = before["provider_threads"]
+    threads_before = [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]]
+
+    sent = await api.send(thread, "review both", provider="scripted-b",
+                          script=script(write("REVIEW.md", "fine\n"), ECHO))
+    assert sent["thread_id"] == thread
+    switched = await api.wait_run(sent["run_id"])
+    assert (switched["thread_id"], switched["ordinal"], switched["provider"]) == (thread, 3, "scripted-b")
+
+    # A first-class handoff: recorded for this run, from one provider to the other, delivered with the message.
+    [hid] = switched["handoff_ids"]
+    given = await handoff(api, hid)
+    assert (given["run_id"], given["from_provider"], given["to_provider"]) == (switched["id"], "scripted", "scripted-b")
+    assert given["covered_ordinals"] == [1, 2] and given["delivered"]
+    assert "write the parser" in given["text"] and "test_parser.py (added, +1 -0)" in given["text"]
+    assert reply(switched) == f"Received: {given['text']}\n\n---\n\nreview both"
+
+    # No fork: the same app thread and workspace go on; no new thread, transfer or lineage.
+    after = await api.thread(thread)
+    assert [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]] == threads_before
+    assert after["transfers"] == [] and after["lineage"] == before["lineage"]
+    assert files(workspace(stack, api.tenant, thread)) == {
+        "parser.py": "p = 1\n", "test_parser.py": "t = 1\n", "REVIEW.md": "fine\n"}
+    assert [f["path"] for f in switched["checkpoint"]["files"]] == ["REVIEW.md"]
+
+    # No rewrite: the earlier runs, their messages and checkpoints, and A's provider thread are as they were.
+    assert [await api.run(r["id"]) for r in (first, second)] == [first, second]
+    assert after["runs"][:2] == before["runs"] and after["messages"][:len(before["messages"])] == before["messages"]
+    assert after["checkpoints"][:len(before["checkpoints"])] == before["checkpoints"]
+    assert next(p for p in after["provider_threads"] if p["id"] == a["id"]) == a
+    [b] = [p for p in after["provider_threads"] if p["id"] != a["id"]]
+    assert b["provider"] == "scripted-b" and pth_of(switched) == b["id"] and b["covered_ordinals"] == [1, 2, 3]
+    await assert_projection_is_the_fold(api, log, thread)
 
 
 async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6_to_8(api, log):
@@ -225,6 +218,51 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     assert [c["thread_id"] for c in after["lineage"]["children"]] == [child]
 
 
+async def test_L6_5_a_fork_gets_the_source_points_checkpoint_not_the_source_workspace_as_it_is_now(api, stack):
+    source = await api.create_thread(title="source")
+    runs = [await send_done(api, source, f"step {n}", script=script(*steps, text(f"step {n} done")))
+            for n, steps in enumerate([(write("a.txt", "v1\n"), write("b.txt", "b\n")),
+                                       (write("a.txt", "v2\n"), write("c.txt", "c\n")),
+                                       (write("a.txt", "v3\n"), write("d.txt", "d\n"))], start=1)]
+    src = workspace(stack, api.tenant, source)
+    (src / "stray.txt").write_text("in the workspace, in no checkpoint\n")  # the live workspace is not the source
+    (src / "b.txt").write_text("edited by hand\n")
+
+    at_two = (await fork(api, source, {"type": "run", "id": runs[1]["id"]}, title="from run 2"))["thread_id"]
+    at_one = (await fork(api, source, {"type": "run", "id": runs[0]["id"]}, title="from run 1"))["thread_id"]
+    assert files(workspace(stack, api.tenant, at_two)) == {"a.txt": "v2\n", "b.txt": "b\n", "c.txt": "c\n"}
+    assert files(workspace(stack, api.tenant, at_one)) == {"a.txt": "v1\n", "b.txt": "b\n"}
+
+    # Its own workspace: its checkpoints diff against that baseline, and neither side sees the other's writes.
+    mine = await send_done(api, at_two, "fork work", script=script(write("a.txt", "fork\n"), write("e.txt", "e\n"),
+                                                                   text("forked")))
+    assert sorted((f["path"], f["change"]) for f in mine["checkpoint"]["files"]) == [("a.txt", "modified"), ("e.txt", "added")]
+    theirs = await send_done(api, source, "source work", script=script(write("c.txt", "source\n"), text("on")))
+    assert files(workspace(stack, api.tenant, at_two)) == {"a.txt": "fork\n", "b.txt": "b\n", "c.txt": "c\n",
+                                                           "e.txt": "e\n"}
+    assert (src / "a.txt").read_text() == "v3\n" and not (src / "e.txt").exists()
+    assert files(workspace(stack, api.tenant, at_one)) == {"a.txt": "v1\n", "b.txt": "b\n"}
+    assert theirs["checkpoint"] is not None
+
+    # A fork of the fork gets the fork's own checkpoint: what it inherited and what it wrote.
+    grandchild = (await fork(api, at_two, {"type": "run", "id": mine["id"]}))["thread_id"]
+    assert files(workspace(stack, api.tenant, grandchild)) == {"a.txt": "fork\n", "b.txt": "b\n", "c.txt": "c\n",
+                                                               "e.txt": "e\n"}
+
+
+async def test_L6_5_a_fork_from_a_provider_thread_at_a_turn_gets_that_turns_run_checkpoint(api, stack):
+    source = await api.create_thread()
+    first = await send_done(api, source, "first", script=script(write("x.txt", "1\n"), text("one"), profile="native_fork"))
+    second = await send_done(api, source, "second", script=script(write("x.txt", "2\n"), write("y.txt", "y\n"),
+                                                                  text("two"), profile="native_fork"))
+    pth = pth_of(second)
+    at_turn = await fork(api, source, {"type": "provider_thread", "id": pth,
+                                       "turn": first["attempts"][-1]["native_turn_ref"]})
+    at_end = await fork(api, source, {"type": "provider_thread", "id": pth})
+    assert files(workspace(stack, api.tenant, at_turn["thread_id"])) == {"x.txt": "1\n"}
+    assert files(workspace(stack, api.tenant, at_end["thread_id"])) == {"x.txt": "2\n", "y.txt": "y\n"}
+
+
 async def test_L6_1_a_retried_fork_names_the_same_thread_once(api):
     source = await api.create_thread()
     base = await send_done(api, source, "base", script=script(text("ok")))
@@ -355,53 +393,3 @@ async def test_L6_4_fork_from_a_subagent_that_owns_a_provider_thread_forks_it_na
     [pth] = fork_doc["provider_threads"]
     assert pth["native_ref"].endswith(f"fork-of~{node['native_thread_ref']}@end")
     assert reply(first) == "Received: dig deeper"
-
-
-# --- L7 merge-back -----------------------------------------------------------------------------------------
-
-
-async def test_L7_merge_back_carries_files_tests_and_open_questions_without_protocol_noise(api, log):
-    source = await api.create_thread(title="main line")
-    base = await send_done(api, source, "set up the project", script=script(write("app.py", "print('app')\n"), text("set up")))
-    child = (await fork(api, source, {"type": "run", "id": base["id"]}, title="try a cache"))["thread_id"]
-    await send_done(api, child, "add a cache layer", script=script(
-        write("cache.py", "CACHE = {}\n\ndef get(k):\n    return CACHE.get(k)\n"),
-        {"type": "tool", "name": "shell", "input": {"command": "pytest -q tests/test_cache.py"},
-         "output": "3 passed in 0.02s"},
-        text("The cache works.\nShould entries expire after an hour?"), profile="full"))
-    fork_before = history(await api.thread(child))
-    source_before = history(await api.thread(source))
-
-    r = await api.request("POST", f"/v1/threads/{source}/messages",
-                          json={"text": "bring the cache work home", "merge_back_from": source})
-    assert r.status_code == 422 and r.json()["error"]["code"] == "not_a_fork"
-
-    merged = await send_done(api, source, "bring the cache work home", merge_back_from=child, script=script(ECHO))
-    [hid] = merged["handoff_ids"]
-    delta = await handoff(api, hid)
-    assert (delta["strategy"], delta["source_thread_id"], delta["covered_ordinals"]) == ("merge_back", child, [1])
-    assert "cache.py (added, +4 -0)" in delta["text"]  # files changed with stats
-    assert "shell `pytest -q tests/test_cache.py` → completed: 3 passed" in delta["text"]  # tests and outcome
-    assert "Open questions: Should entries expire after an hour?" in delta["text"]
-    assert "set up the project" not in delta["text"]  # only what happened after the fork point
-    assert not NOISE.search(delta["text"]), NOISE.search(delta["text"])
-    assert reply(merged) == f"Received: {delta['text']}\n\n---\n\nbring the cache work home"
-
-    doc = await api.thread(source)
-    transfer = next(t for t in doc["transfers"] if t["type"] == "merge_back")
-    assert transfer["status"] == "consumed" and transfer["handoff_id"] == hid
-    assert transfer["base_point"]["run_id"] == base["id"] and transfer["source_point"]["thread_id"] == child
-    assert history(await api.thread(child)) == fork_before
-    after = history(doc)
-    assert after["runs"][:1] == source_before["runs"] and after["checkpoints"][:2] == source_before["checkpoints"]
-
-    # Nothing new in the fork since: a second merge has nothing to bring.
-    r = await api.request("POST", f"/v1/threads/{source}/messages", json={"text": "again", "merge_back_from": child})
-    assert r.status_code == 409 and r.json()["error"]["code"] == "nothing_to_merge"
-
-    tree = (await api.request("GET", f"/v1/threads/{child}/lineage")).json()
-    assert tree["root_thread_id"] == source and tree["tree"]["thread_id"] == source
-    assert [c["thread_id"] for c in tree["tree"]["children"]] == [child]
-    assert tree["tree"]["children"][0]["relationship"] == "fork"
-    await assert_projection_is_the_fold(api, log, source)
-    await assert_projection_is_the_fold(api, log, child)

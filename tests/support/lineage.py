@@ -1,0 +1,57 @@
+"""What the lineage tests share (L5 provider switching, L6 fork, L7 merge-back, scripted provider): runs to their
+end, handoffs and forks over HTTP, the parts of a thread none of them may rewrite, and the check that the read model
+is the fold of the log. ``echo`` answers with the turn's whole input: how the tests see what a provider was given."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from treadle.domain.thread import fold
+from treadle.projections.store import encode_state
+
+ECHO = {"type": "echo"}
+# Ids and refs a handoff must never contain (L7.2: no provider protocol noise).
+NOISE = re.compile(r"\b(?:node|att|evt|pth|ps|msg|req|turn|cmd|run|xfer|hoff)_[0-9a-z]{10}|scripted-turn|native")
+
+
+def reply(run: dict) -> str:
+    return "\n".join(m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed")
+
+
+def pth_of(run: dict) -> str:
+    return run["attempts"][-1]["provider_thread_id"]
+
+
+async def send_done(api, thread: str, message: str, **body) -> dict:
+    sent = await api.send(thread, message, **body)
+    return await api.wait_run(sent["run_id"])
+
+
+async def handoff(api, handoff_id: str) -> dict:
+    r = await api.request("GET", f"/v1/handoffs/{handoff_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def history(doc: dict) -> dict:
+    """What a fork, switch or merge must never rewrite on a thread: its runs, messages and checkpoints."""
+    return {"runs": doc["runs"], "messages": doc["messages"], "checkpoints": doc["checkpoints"]}
+
+
+async def assert_projection_is_the_fold(api, log, thread: str) -> None:
+    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
+    folded = fold(await log.read(api.tenant, thread))
+    r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
+    assert r.json() == json.loads(encode_state(folded))
+
+
+def workspace(stack, tenant: str, thread: str) -> Path:
+    return Path(stack.state_dir) / "workspaces" / tenant / "threads" / thread
+
+
+async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dict:
+    r = await api.request("POST", f"/v1/threads/{thread}/fork", json={"source": source, **body})
+    assert r.status_code == expect, r.text
+    return r.json()
