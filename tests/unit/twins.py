@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import msgspec
@@ -24,7 +24,7 @@ from treadle.runtime.settings import CoordinatorSettings, Shared, SupervisorSett
 from treadle.supervisor.service import WAKE_EVENTS, Supervisor
 
 TENANT = "acme"
-T0 = datetime(2026, 12, 2, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 2, tzinfo=UTC)
 _reply = msgspec.json.Decoder(Reply)
 
 

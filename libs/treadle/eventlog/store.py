@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from datetime import datetime
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
@@ -17,9 +16,7 @@ from ..domain.thread import ThreadState, evolve
 from .errors import Conflict, Unavailable
 from .log import fenced_after
 from .metrics import EVENTS_APPENDED
-
-if TYPE_CHECKING:
-    from ..ports import EventLog
+from .port import EventLog
 
 
 class ThreadStore:

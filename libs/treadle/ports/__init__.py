@@ -1,51 +1,22 @@
 """The ports the coordinator and the supervisor work through: the event log, the checkpoint store and the
-provider host directory. Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``,
+provider host directory (the event log's is defined beside its implementation, in ``eventlog.port``). Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``,
 ``checkpoints.client.CheckpointClient``, ``providers.hosts.HostClient``) and an in-memory twin
 (``treadle.memory``); one contract suite per port runs against both. Only what the services call is here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol, TypeAlias
 
 from treadle.checkpoints.materialize import Materialize, Materialized
 from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffResult, Restore, Restored, WorkspaceReady
-from treadle.domain.events import Envelope
+from treadle.eventlog.port import EventLog
 from treadle.providers import protocol as hp
 
 __all__ = ["CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
 
 # What the verbs of ``protocol.VERB_REQUESTS`` carry.
 HostRequest: TypeAlias = hp.StartTurn | hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns
-
-
-class EventLog(Protocol):
-    """Thread events in one ordered log. Appends are fenced on the thread's last sequence (``Conflict``), land
-    whole or not at all, and are idempotent by envelope id; ``Unavailable`` means the outcome is unknown.
-    Errors: ``treadle.eventlog.errors`` (Conflict, Unavailable, Rejected) and ValueError for a malformed call."""
-
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
-                     fence: tuple[str, int] | None = None) -> int:
-        """Append iff the thread's last sequence is ``expected_seq`` (or ``fence``'s filter subject's last
-        sequence is its number); the sequence of the last event appended."""
-        ...
-
-    async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:
-        """Every event of the thread with a sequence above ``after``, in order, ``seq`` set."""
-        ...
-
-    async def last_seq(self, tenant: str, thread: str) -> int:
-        """The thread's last sequence (0: no events)."""
-        ...
-
-    async def last_seq_of(self, filter_subject: str) -> int:
-        """The last sequence stored under a (wildcard) subject filter, 0 for none: the base of a fence."""
-        ...
-
-    async def subject_count(self, filter_subject: str) -> int:
-        """How many distinct stored subjects match the filter (threads of a tenant: its ``thread.created``s)."""
-        ...
 
 
 class CheckpointStore(Protocol):
