@@ -74,9 +74,9 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
             value = getattr(state, name)
             out += [f"n:{name}", len(value)]
             for i in changes.indices(name, value):
-                out += [f"l:{name}:{i}", _encode(of_state.item(name, value[i]))]
+                out += [f"l:{name}:{i}", of_state.encoded_item(name, value[i])]
         else:
-            out += [f"f:{name}", _encode(of_state.part(state, name))]
+            out += [f"f:{name}", of_state.encoded_part(state, name)]
     return out
 
 
