@@ -72,3 +72,13 @@ def test_the_view_leaves_out_what_only_the_fold_needs():
     assert "provider_seq" not in doc and "command_id" not in doc["thread"]
     assert all("command_id" not in m for m in doc["messages"])
     assert all("provider_index" not in a for r in doc["runs"] for a in r["attempts"])
+
+
+def test_only_domain_types_shaped_like_their_view_are_encoded_as_they_are():
+    from treadle.domain import entities
+    from treadle.views import checkpoints, of_state, runs
+
+    assert of_state._as_is(entities.Checkpoint, checkpoints.Checkpoint)  # the same fields, all the way down
+    assert not of_state._as_is(entities.Attempt, runs.Attempt)  # provider_index stays out of the view
+    assert not of_state._as_is(entities.Run, runs.Run)  # ...and so out of the run's attempts
+    assert of_state._PART_AS_IS["sessions"] and not of_state._ITEM_AS_IS["messages"]

@@ -5,7 +5,7 @@ top-level field or one element of a long list, so the projection writer converts
 changed. The mapping is by field name (``msgspec.convert`` from attributes): a field of the state that no view
 declares stays out of the API (``provider_seq``, attempts' ``provider_index``, the ``command_id`` of threads,
 messages and requests). Where a domain type and its view have the same fields in the same order, all the way
-down, the domain value is encoded as it is: the same bytes as its view, at a fifth of the cost (the projector
+down, the domain value is encoded as it is: the same bytes as its view at a fraction of the cost (the projector
 encodes on every event); any change to either side makes them differ and the conversion is used again.
 """
 
