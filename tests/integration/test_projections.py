@@ -14,10 +14,12 @@ from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.projections.store import ProjectionStore, encode_state
+from treadle.projections import document
+from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state
 from treadle.projector.service import Projector
 from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
+from treadle.views import VIEW_VERSION
 
 _n = itertools.count()
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
@@ -58,7 +60,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
     replay = encode_state(fold(await log.read("proj", thread)))
 
     async def caught_up():
-        state = await store.state("proj", thread)
+        state = await store.view("proj", thread)
         return state is not None and state.seq == last
     await wait_for(caught_up, what="projector caught up")
     assert await store.doc("proj", thread) == replay
@@ -69,7 +71,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
     await store.write([(partial, ["run_1"], None)])
     await projector._project(0, [])
     assert await store.doc("proj", thread) == replay
-    state = await store.state("proj", thread)
+    state = await store.view("proj", thread)
     assert state.messages[-1].text == "part0 part1 part2 part3 part4 "
 
 
@@ -85,9 +87,9 @@ async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, proj
         message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
 
     async def refolded():
-        state = await store.state("proj", thread)
+        state = await store.view("proj", thread)
         return state if state is not None and state.seq == seq else None
-    state: ThreadState = await wait_for(refolded, what="thread refolded after losing its document")
+    state = await wait_for(refolded, what="thread refolded after losing its document")
     assert state.thread is not None and len(state.runs) == 1 and state.messages[-1].text == "done"
     assert await store.thread_of("proj", "run_1") == thread and await store.thread_of("proj", "node_1") == thread
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
@@ -103,7 +105,7 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
         message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
 
     async def whole():
-        state = await store.state("proj", thread)
+        state = await store.view("proj", thread)
         return state if state is not None and state.seq == seq else None
     await wait_for(whole, what="the whole document written again")
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
@@ -183,7 +185,7 @@ async def test_writes_made_while_redis_forgot_the_script_load_it_again(redis):
     state = _created(f"thr_script{next(_n)}")
     await redis.script_flush()
     await store.write([(state, [], None)])
-    assert (await store.state("proj", state.thread.id)).seq == state.seq
+    assert (await store.view("proj", state.thread.id)).seq == state.seq
 
 
 async def test_overlapping_writes_all_land_and_a_cancelled_writer_strands_nobody(redis):
@@ -196,4 +198,35 @@ async def test_overlapping_writes_all_land_and_a_cancelled_writer_strands_nobody
     cancelled.cancel()
     await asyncio.wait_for(asyncio.gather(*(store.write([(s, [], None)]) for s in states[1:])), 10)
     for s in states[1:]:
-        assert (await store.state("proj", s.thread.id)).seq == s.seq
+        assert (await store.view("proj", s.thread.id)).seq == s.seq
+
+
+async def test_a_document_of_another_view_version_is_missing_to_readers_and_replaced_whole(redis):
+    """Bumping the view version rebuilds: a stored document of another version reads as missing, changed
+    parts are refused on top of it, and the whole document written again replaces every part of it."""
+    store = ProjectionStore(redis)
+    state = _created(f"thr_version{next(_n)}")
+    await store.write([(state, [], None)])
+    key = f"treadle:{{proj}}:thread:{state.thread.id}"
+    await redis.hset(key, mapping={"v": VIEW_VERSION + 1, "f:left_over": "1"})
+    assert await store.doc("proj", state.thread.id) is None
+    changes = document.Changes(state)
+    assert await store._pipeline([(state, [], changes)]) == [-1]
+    assert await store._pipeline([(state, [], None)]) == [1]
+    assert await store.doc("proj", state.thread.id) == encode_state(state)
+    assert await redis.hget(key, "f:left_over") is None
+
+
+async def test_a_projector_whose_view_version_has_no_epoch_rebuilds_every_document(nc, redis):
+    """The epoch marker is per view version: a projector of a new version finds none and rebuilds from the log."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    thread = f"thr_proj{next(_n)}"
+    last = await write_thread(log, thread)
+    await redis.delete(EPOCH_KEY)  # as a projector of a new version finds it: no epoch of its version yet
+    key = f"treadle:{{proj}}:thread:{thread}"
+    await redis.hset(key, mapping={"seq": last, "v": VIEW_VERSION - 1})
+    projector = Projector(nc, redis, ProjectorSettings())
+    await projector._ensure_epoch()
+    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    assert await store.epoch() is not None

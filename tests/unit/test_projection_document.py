@@ -1,9 +1,11 @@
-"""The projection document in parts: reassembled parts are byte-identical to the whole state's JSON."""
+"""The projection document in parts: reassembled parts are byte-identical to the JSON of the thread's view."""
 
 import msgspec
 
 from treadle.domain import events as ev
 from treadle.projections import document
+from treadle.views import VIEW_VERSION
+from treadle.views.of_state import thread_view
 
 from tests.unit.domain_helpers import apply, new_thread, send
 
@@ -16,11 +18,11 @@ def _stored(fields: list) -> dict[bytes, bytes]:
     return out
 
 
-def test_parts_reassemble_to_exactly_the_states_json():
+def test_parts_reassemble_to_exactly_the_views_json():
     state = new_thread(title='tricky "messages":[] title')
     send(state, "one")
-    assert document.encode(state) == msgspec.json.encode(state)
-    assert document.assemble(_stored(document.fields(state))) == msgspec.json.encode(state)
+    assert document.encode(state) == msgspec.json.encode(thread_view(state))
+    assert document.assemble(_stored(document.fields(state))) == msgspec.json.encode(thread_view(state))
 
 
 def test_a_batch_rewrites_only_the_parts_it_changed():
@@ -40,7 +42,7 @@ def test_a_batch_rewrites_only_the_parts_it_changed():
     assert "l:runs:4" in keys and "l:runs:0" not in keys and "l:messages:0" not in keys
     assert [k for k in keys if str(k).startswith("l:activity:")] == [f"l:activity:{len(state.activity) - 1}"]
     stored.update(_stored(written))
-    assert document.assemble(stored) == msgspec.json.encode(state)
+    assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
 
 
 def test_an_event_the_document_does_not_know_rewrites_everything():
@@ -50,3 +52,33 @@ def test_an_event_the_document_does_not_know_rewrites_everything():
     changes.note(ev.UnknownEvent(raw={"a": 1}))
     keys = document.fields(state, changes)[0::2]
     assert "l:messages:0" in keys and "l:runs:0" in keys
+
+
+def test_parts_of_another_view_version_reassemble_to_nothing():
+    state = new_thread()
+    send(state, "x")
+    stored = _stored(document.fields(state))
+    assert stored[b"v"] == str(VIEW_VERSION).encode() and document.assemble(stored) is not None
+    stored[b"v"] = str(VIEW_VERSION + 1).encode()
+    assert document.assemble(stored) is None
+    del stored[b"v"]
+    assert document.assemble(stored) is None
+
+
+def test_the_view_leaves_out_what_only_the_fold_needs():
+    state = new_thread()
+    send(state, "x")
+    doc = msgspec.json.decode(document.encode(state))
+    assert "provider_seq" not in doc and "command_id" not in doc["thread"]
+    assert all("command_id" not in m for m in doc["messages"])
+    assert all("provider_index" not in a for r in doc["runs"] for a in r["attempts"])
+
+
+def test_only_domain_types_shaped_like_their_view_are_encoded_as_they_are():
+    from treadle.domain import entities
+    from treadle.views import checkpoints, of_state, runs
+
+    assert of_state._as_is(entities.Checkpoint, checkpoints.Checkpoint)  # the same fields, all the way down
+    assert not of_state._as_is(entities.Attempt, runs.Attempt)  # provider_index stays out of the view
+    assert not of_state._as_is(entities.Run, runs.Run)  # ...and so out of the run's attempts
+    assert of_state._PART_AS_IS["sessions"] and not of_state._ITEM_AS_IS["messages"]

@@ -1,5 +1,6 @@
-"""Generate ``schemas/``: JSON Schema of the commands, events, provider events and scripts, the OpenAPI
-document of the HTTP API and an AsyncAPI document of the subjects, all from the code.
+"""Generate ``schemas/``: JSON Schema of the commands, events, provider events, scripts and views (the documents
+the HTTP API serves), the OpenAPI document of the HTTP API (its response shapes are the views) and an AsyncAPI
+document of the subjects, all from the code.
 
 ``python -m treadle.cli.schemas`` (``make schemas``) writes them; :func:`check` lists the files on disk
 that differ, which is what the drift test asserts on. Output is byte-for-byte deterministic.
@@ -74,6 +75,21 @@ def script_schema() -> dict:
                        "The `script` of a message sent to the scripted provider.", root="Script")
 
 
+def views_schema() -> dict:
+    from treadle.views import VIEW_VERSION
+    from treadle.views.checkpoints import RollbackView
+    from treadle.views.lineage import HandoffView, LineageView
+    from treadle.views.requests import ActivityList, RequestList
+    from treadle.views.runs import QueueView
+    from treadle.views.thread import RunView, ThreadList, ThreadView
+
+    return _components([ThreadView, ThreadList, RunView, QueueView, RequestList, ActivityList, HandoffView,
+                        LineageView, RollbackView], "Treadle views",
+                       f"The documents the HTTP API serves (view version {VIEW_VERSION}): the thread, its list item, "
+                       "a run with its attempts and nodes, the queue, requests, activity, a handoff, the lineage "
+                       "tree and a rollback.")
+
+
 def _internal() -> dict:
     from .asyncapi import internal_schema
 
@@ -109,6 +125,7 @@ def render() -> dict[str, str]:
         "commands.json": _json(commands_schema()),
         "provider-events.json": _json(provider_events_schema()),
         "script.json": _json(script_schema()),
+        "views.json": _json(views_schema()),
         "openapi.json": _json(openapi_schema()),
         "asyncapi.yaml": asyncapi(),
         "internal.json": _json(_internal()),

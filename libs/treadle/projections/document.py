@@ -1,9 +1,10 @@
 """A thread's read model stored as parts, so a write costs what changed, not the thread's length.
 
-The document is the JSON of the folded ``ThreadState``. In Redis it is a hash: one field per small
-top-level field (``f:<name>``) and one per element of the long lists (``l:<name>:<i>``, with the length in
-``n:<name>``). Reassembling the parts gives exactly the bytes msgspec gives for the whole state, so a
-projection can be compared byte for byte with a replay of the log.
+The document is the JSON of the thread's view (``treadle.views.thread.ThreadView``, built from the folded
+state by ``views.of_state``). In Redis it is a hash: one field per small top-level field (``f:<name>``) and
+one per element of the long lists (``l:<name>:<i>``, with the length in ``n:<name>``), with the view version
+in ``v``. Reassembling the parts gives exactly the bytes msgspec gives for the whole view, so a projection
+can be compared byte for byte with a replay of the log; parts of another view version reassemble to nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import msgspec
 
 from ..domain import events as ev
 from ..domain.thread import ThreadState
+from ..views import VIEW_VERSION, of_state
 
-FIELDS: tuple[str, ...] = ThreadState.__struct_fields__
+FIELDS: tuple[str, ...] = of_state.FIELDS
+VERSION = str(VIEW_VERSION).encode()
 LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 _encode = msgspec.json.Encoder().encode
 
@@ -62,17 +65,18 @@ class Changes:
 
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str | int]:
-    """Flat ``field, value, …`` for HSET: every small field, and the list elements that changed."""
+    """Flat ``field, value, …`` for HSET: the view version, every small field, and the list elements that
+    changed (each converted to its view here, so a write converts only what changed)."""
     changes = changes or Changes(None)
-    out: list[bytes | str | int] = []
+    out: list[bytes | str | int] = ["v", VIEW_VERSION]
     for name in FIELDS:
-        value = getattr(state, name)
         if name in LISTS:
+            value = getattr(state, name)
             out += [f"n:{name}", len(value)]
             for i in changes.indices(name, value):
-                out += [f"l:{name}:{i}", _encode(value[i])]
+                out += [f"l:{name}:{i}", of_state.encoded_item(name, value[i])]
         else:
-            out += [f"f:{name}", _encode(value)]
+            out += [f"f:{name}", of_state.encoded_part(state, name)]
     return out
 
 
@@ -81,16 +85,14 @@ def _join(parts: dict[str, bytes]) -> bytes:
 
 
 def encode(state: ThreadState) -> bytes:
-    parts = {}
-    for name in FIELDS:
-        value = getattr(state, name)
-        parts[name] = b"[" + b",".join(_encode(x) for x in value) + b"]" if name in LISTS else _encode(value)
-    return _join(parts)
+    """The whole document of ``state``: the JSON of its view."""
+    return _encode(of_state.thread_view(state))
 
 
 def assemble(stored: dict[bytes, bytes]) -> bytes | None:
-    """The document from the hash HGETALL returned; None when the thread is not (wholly) projected."""
-    if not stored or b"seq" not in stored:
+    """The document from the hash HGETALL returned; None when the thread is not (wholly) projected or its
+    parts are of another view version (then it is folded again from the log)."""
+    if not stored or b"seq" not in stored or stored.get(b"v") != VERSION:
         return None
     parts = {}
     try:

@@ -1,6 +1,7 @@
-"""Redis read models. Each thread's document (its changed parts, see ``document``) is written together
-with the stream sequence it reflects, its tenant-list entry and its run index in one Lua call, and only if
-it is newer: a redelivered or replayed event can never move a projection backwards.
+"""Redis read models. Each thread's document (its view's changed parts, see ``document``) is written
+together with the stream sequence it reflects, its view version, its tenant-list entry and its run index in
+one Lua call, and only if it is newer: a redelivered or replayed event can never move a projection backwards.
+Readers get views (``treadle.views``), never the domain's state.
 
 Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster slot.
 """
@@ -15,19 +16,27 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from ..domain import events as ev
-from ..domain.thread import ThreadState
+from ..domain.thread import ThreadState, fold
+from ..views import VIEW_VERSION, of_state
+from ..views.thread import ThreadView
 from . import document
 
-# ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), n, n run ids to
-# index, then field/value pairs of the document. Changed parts on top of nothing (Redis was flushed) would
-# make a document with holes: that write is refused with -1 and the caller sends the whole document.
+# ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, n,
+# n run ids to index, then field/value pairs of the document. Changed parts on top of nothing (Redis was
+# flushed) would make a document with holes: that write is refused with -1 and the caller sends the whole
+# document. A document of another view version counts as nothing: a whole write replaces it.
 _WRITE = """
 local cur = redis.call('HGET', KEYS[1], 'seq')
+if cur and redis.call('HGET', KEYS[1], 'v') ~= ARGV[6] then
+  if ARGV[5] == '0' then return -1 end
+  redis.call('DEL', KEYS[1])
+  cur = false
+end
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
 if not cur and ARGV[5] == '0' then return -1 end
-local n = tonumber(ARGV[6])
-for i = 7, 6 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
-local i = 7 + n
+local n = tonumber(ARGV[7])
+for i = 8, 7 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
+local i = 8 + n
 while i <= #ARGV do
   local j = math.min(i + 999, #ARGV)
   redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
@@ -39,20 +48,10 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 return 1
 """
 
-EPOCH_KEY = "treadle:projections:epoch"
+# Versioned: projections of another view version are rebuilt from the log as a whole when a projector starts.
+EPOCH_KEY = f"treadle:projections:epoch:v{VIEW_VERSION}"
 _encoder = msgspec.json.Encoder()
-_state_decoder = msgspec.json.Decoder(ThreadState)
-
-
-class ThreadSummary(msgspec.Struct, kw_only=True, omit_defaults=True):
-    id: str
-    title: str
-    provider: str
-    created_at: str
-    seq: int
-    runs: int
-    active_run_id: str | None = None
-    last_run_status: str | None = None
+_view_decoder = msgspec.json.Decoder(ThreadView)
 
 
 def _keys(tenant: str, thread: str) -> list[str]:
@@ -63,13 +62,7 @@ def _keys(tenant: str, thread: str) -> list[str]:
 keys = _keys  # document, tenant list, summaries, index: what `treadle check` reads back
 
 
-def summary(state: ThreadState) -> ThreadSummary:
-    t = state.thread
-    assert t is not None
-    last = state.runs[-1] if state.runs else None
-    return ThreadSummary(id=t.id, title=t.title, provider=t.provider, created_at=t.created_at.isoformat(),
-                         seq=state.seq, runs=len(state.runs), active_run_id=state.active_run_id,
-                         last_run_status=last.status if last else None)
+summary = of_state.summary  # the thread's list item, stored beside the document
 
 
 def indexed(payload) -> list[str]:
@@ -93,6 +86,7 @@ def all_indexed(state: ThreadState) -> list[str]:
 
 
 def encode_state(state: ThreadState) -> bytes:
+    """The document of a folded state (the JSON of its view), as the store holds it."""
     return document.encode(state)
 
 
@@ -159,8 +153,8 @@ class ProjectionStore:
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
                 whole = changes is None or changes.everything
-                args = [state.seq, t.id, created, _encoder.encode(summary(state)), int(whole), len(run_ids), *run_ids,
-                        *document.fields(state, changes)]
+                args = [state.seq, t.id, created, _encoder.encode(summary(state)), int(whole), VIEW_VERSION,
+                        len(run_ids), *run_ids, *document.fields(state, changes)]
                 pipe.evalsha(self._script.sha, 4, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 
@@ -172,9 +166,18 @@ class ProjectionStore:
         raw = await self._redis.hget(_keys(tenant, thread)[0], "seq")
         return int(raw) if raw else 0
 
-    async def state(self, tenant: str, thread: str) -> ThreadState | None:
+    async def view(self, tenant: str, thread: str) -> ThreadView | None:
         raw = await self.doc(tenant, thread)
-        return _state_decoder.decode(raw) if raw else None
+        return _view_decoder.decode(raw) if raw else None
+
+    async def refold(self, events: list[ev.Envelope]) -> bytes | None:
+        """Fold a thread's events (its whole log), write its document whole and return it; None when the
+        events hold no thread. For a reader that found the document missing or of another view version."""
+        state = fold(events)
+        if state.thread is None:
+            return None
+        await self.write([(state, all_indexed(state), None)])
+        return encode_state(state)
 
     async def thread_of(self, tenant: str, entity_id: str) -> str | None:
         """The thread a run, node, request or plan of this tenant belongs to."""

@@ -11,15 +11,15 @@ from typing import Annotated
 
 import msgspec
 from litestar import Request, get, post
-from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from treadle.checkpoints.client import CheckpointUnavailable
 from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
 from treadle.domain.commands import RollbackNode, RollbackThread
-from treadle.domain.entities import Checkpoint, Rollback
-from treadle.domain.thread import ThreadState, fold
+from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
+from treadle.views.thread import ThreadView
 
-from .app import MinSeq, _id, _thread_doc, principal, thread_of
+from .deps import IdempotencyKey, MinSeq, logged_view, path_id, principal, thread_of, thread_view
 from .errors import ApiError
 from .params import number
 
@@ -62,23 +62,14 @@ class NodeRollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     thread_id: str | None = None  # optional: saves looking the node up among the tenant's recent threads
 
 
-class RollbackView(Rollback, kw_only=True):
-    thread_id: str
-
-
 MaxBytes = Annotated[str | None, QueryParameter(description=f"1..{MAX_DIFF_BYTES}, {DEFAULT_DIFF_BYTES}")]
 
 
 def _max_bytes(value: str | None) -> int:
     return number(value, "max_bytes", low=1, high=MAX_DIFF_BYTES) or DEFAULT_DIFF_BYTES
-IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-
-
-async def _state_of(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
 
 
 def _point(c: Checkpoint) -> CheckpointPoint:
@@ -92,7 +83,7 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
     return c
 
 
-async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoint | None, new: Checkpoint,
+async def _diff(request: Request, tenant: str, state: ThreadView, old: Checkpoint | None, new: Checkpoint,
                 max_bytes: int, run_id: str | None = None) -> Diff:
     assert state.thread is not None
     client = request.app.state.checkpoints
@@ -117,14 +108,14 @@ async def _diff(request: Request, tenant: str, state: ThreadState, old: Checkpoi
 async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None,
                    min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
-    run_id = _id(run_id, "run")
+    run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
     thread = await thread_of(request, who.tenant, run_id)
-    state = await _state_of(request, who.tenant, thread, min_seq) if thread else None
+    state = await thread_view(request, who.tenant, thread, min_seq) if thread else None
     run = state.run(run_id) if state else None
     if state is None or run is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
-    new = _usable(next((c for c in state.checkpoints if c.id == run.checkpoint_id), None), f"run {run_id}")
+    new = _usable(state.checkpoint_by_id(run.checkpoint_id), f"run {run_id}")
     # The previous root checkpoint this run started from: ordinal N-1 as captured before the run's own.
     before = state.checkpoints[: state.checkpoints.index(new)]
     old = next((c for c in reversed(before) if c.scope == "root" and c.ordinal == run.ordinal - 1 and c.commit), None)
@@ -137,10 +128,10 @@ async def thread_diff(request: Request, thread_id: FromPath[str],
                       to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
                       max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
-    thread = _id(thread_id, "thr")
+    thread = path_id(thread_id, "thr")
     from_ordinal, to_ordinal = number(from_, "from", high=MAX_ORDINAL), number(to, "to", high=MAX_ORDINAL)
     limit = _max_bytes(max_bytes)
-    state = await _state_of(request, who.tenant, thread, min_seq)
+    state = await thread_view(request, who.tenant, thread, min_seq)
     if to_ordinal is None:
         latest = [c.ordinal for c in state.checkpoints if c.scope == "root" and not c.stale and c.commit]
         if not latest:
@@ -160,14 +151,14 @@ async def thread_diff(request: Request, thread_id: FromPath[str],
 
 async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
     """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
-    state = fold(await request.app.state.log.read(tenant, thread))
-    record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None)
+    state = await logged_view(request, tenant, thread)
+    record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
     if record is None:
         raise ApiError(503, "unavailable", "the rollback was accepted but its record is not readable yet; retry")
     if record.status == "failed":
         raise ApiError(409, "rollback_failed", record.error or "the restore failed",
                        details={"rollback": msgspec.to_builtins(record)})
-    return RollbackView(thread_id=thread, **msgspec.structs.asdict(record))
+    return rollback_view(record, thread)
 
 
 @post("/v1/threads/{thread_id:str}/rollback", status_code=200,
@@ -175,7 +166,7 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
 async def rollback_thread(request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest],
                           idempotency_key: IdempotencyKey = None) -> RollbackView:
     who = await principal(request)
-    thread = _id(thread_id, "thr")
+    thread = path_id(thread_id, "thr")
     body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
     accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="rollback",
                                                      thread=thread, body=body, idempotency_key=idempotency_key)
@@ -187,9 +178,9 @@ async def rollback_thread(request: Request, thread_id: FromPath[str], data: JSON
 async def rollback_node(request: Request, node_id: FromPath[str], data: JSONBody[NodeRollbackRequest],
                         idempotency_key: IdempotencyKey = None) -> RollbackView:
     who = await principal(request)
-    node_id = _id(node_id, "node")
-    _id(data.checkpoint_id, "ckpt")
-    thread = _id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
+    node_id = path_id(node_id, "node")
+    path_id(data.checkpoint_id, "ckpt")
+    thread = path_id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
     body = RollbackNode(node_id=node_id, checkpoint_id=data.checkpoint_id)
     accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="node-rollback",
                                                      thread=thread, body=body, idempotency_key=idempotency_key)

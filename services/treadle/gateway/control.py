@@ -21,11 +21,12 @@ from treadle.domain.commands import (
     RespondRequest,
     SendMessage,
 )
-from treadle.domain.entities import Activity, RuntimeRequest
 from treadle.domain.plans import implementation_text
-from treadle.domain.thread import ThreadState
+from treadle.views.requests import ActivityList, RequestList
+from treadle.views.runs import QueueView
+from treadle.views.thread import queue_view
 
-from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, check_message_size, principal, thread_of
+from .deps import IdempotencyKey, MinSeq, app_state, check_message_size, owner, path_id, principal, thread_view
 from .errors import ApiError
 
 
@@ -48,21 +49,6 @@ class RespondBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     message: str | None = None
 
 
-class QueuedRun(msgspec.Struct, kw_only=True):
-    run_id: str
-    ordinal: int
-    message_id: str
-    text: str
-    mode: str
-    queued_at: str
-
-
-class QueueView(msgspec.Struct, kw_only=True):
-    thread_id: str
-    active_run_id: str | None
-    queue: list[QueuedRun]
-
-
 class ReorderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     order: list[str]
 
@@ -83,28 +69,9 @@ class Implemented(msgspec.Struct, kw_only=True):
     run_id: str
 
 
-class RequestList(msgspec.Struct):
-    requests: list[RuntimeRequest]
-
-
-class ActivityList(msgspec.Struct):
-    activity: list[Activity]
-
-
-async def _owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
-    thread = await thread_of(request, tenant, _id(entity_id, prefix))
-    if thread is None:
-        raise ApiError(404, missing, f"{entity_id} not found")
-    return thread
-
-
-async def _folded(request: Request, tenant: str, thread: str, min_seq: int | None = None) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
-
-
 async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
     who = await principal(request)
-    accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb=verb, thread=thread,
+    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb=verb, thread=thread,
                                                    body=body, idempotency_key=key)
     return Acknowledged(thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq)
 
@@ -112,7 +79,7 @@ async def _send(request: Request, verb: str, thread: str, body, key: str | None)
 async def _interrupt(request: Request, entity_id: str, prefix: str, data: InterruptRequest | None,
                      key: str | None) -> Acknowledged:
     who = await principal(request)
-    thread = await _owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
+    thread = await owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
     target = {"run_id": entity_id} if prefix == "run" else {"node_id": entity_id}
     body = InterruptRun(**target, allow_destructive=data.allow_destructive if data else True)
     return await _send(request, "interrupt", thread, body, key)
@@ -136,7 +103,7 @@ async def interrupt_node(request: Request, node_id: FromPath[str], data: JSONBod
 async def respond(request: Request, request_id: FromPath[str], data: JSONBody[RespondBody],
                   idempotency_key: IdempotencyKey = None) -> Acknowledged:
     who = await principal(request)
-    thread = await _owner(request, who.tenant, request_id, "req", "request_not_found")
+    thread = await owner(request, who.tenant, request_id, "req", "request_not_found")
     body = RespondRequest(request_id=request_id, decision=data.decision, answers=data.answers, message=data.message)
     return await _send(request, "respond", thread, body, idempotency_key)
 
@@ -145,7 +112,7 @@ async def respond(request: Request, request_id: FromPath[str], data: JSONBody[Re
 async def list_requests(request: Request, thread_id: FromPath[str],
                         status: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> RequestList:
     who = await principal(request)
-    state = await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq)
+    state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
     return RequestList([r for r in state.requests if status is None or r.status == status])
 
 
@@ -153,35 +120,22 @@ async def list_requests(request: Request, thread_id: FromPath[str],
 async def list_activity(request: Request, thread_id: FromPath[str],
                         run_id: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> ActivityList:
     who = await principal(request)
-    state = await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq)
+    state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
     return ActivityList([a for a in state.activity if run_id is None or a.run_id == run_id])
-
-
-def _queue_view(state: ThreadState) -> QueueView:
-    assert state.thread is not None
-    items = []
-    for run_id in state.queue:
-        run = state.run(run_id)
-        message = state.message(run.message_id) if run else None
-        if run is not None:
-            items.append(QueuedRun(run_id=run.id, ordinal=run.ordinal, message_id=run.message_id,
-                                   text=message.text if message else "", mode=run.mode,
-                                   queued_at=run.queued_at.isoformat()))
-    return QueueView(thread_id=state.thread.id, active_run_id=state.active_run_id, queue=items)
 
 
 @get("/v1/threads/{thread_id:str}/queue", summary="Runs waiting behind the active one, in the order they will start (L3.6)")
 async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
-    return _queue_view(await _folded(request, who.tenant, _id(thread_id, "thr"), min_seq))
+    return queue_view(await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq))
 
 
 @patch("/v1/threads/{thread_id:str}/queue", summary="Reorder the queue: name every queued run in the new order")
 async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody],
                         idempotency_key: IdempotencyKey = None) -> Acknowledged:
-    thread = _id(thread_id, "thr")
+    thread = path_id(thread_id, "thr")
     for run_id in data.order:
-        _id(run_id, "run")
+        path_id(run_id, "run")
     return await _send(request, "queue", thread, ReorderQueue(order=data.order), idempotency_key)
 
 
@@ -189,15 +143,15 @@ async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBo
 async def edit_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str], data: JSONBody[EditBody],
                       idempotency_key: IdempotencyKey = None) -> Acknowledged:
     check_message_size(request, data.text, data.script)
-    body = EditQueued(run_id=_id(run_id, "run"), text=data.text, script=data.script)
-    return await _send(request, "queue", _id(thread_id, "thr"), body, idempotency_key)
+    body = EditQueued(run_id=path_id(run_id, "run"), text=data.text, script=data.script)
+    return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
 
 
 @delete("/v1/threads/{thread_id:str}/queue/{run_id:str}", status_code=200, summary="Cancel a queued run")
 async def cancel_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str],
                         idempotency_key: IdempotencyKey = None) -> Acknowledged:
-    body = CancelQueued(run_id=_id(run_id, "run"))
-    return await _send(request, "queue", _id(thread_id, "thr"), body, idempotency_key)
+    body = CancelQueued(run_id=path_id(run_id, "run"))
+    return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
 
 
 @post("/v1/plans/{plan_id:str}/implement", status_code=202,
@@ -205,14 +159,14 @@ async def cancel_queued(request: Request, thread_id: FromPath[str], run_id: From
 async def implement_plan(request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody],
                          idempotency_key: IdempotencyKey = None) -> Implemented:
     who = await principal(request)
-    thread = await _owner(request, who.tenant, plan_id, "plan", "plan_not_found")
-    commands = _state(request).commands
+    thread = await owner(request, who.tenant, plan_id, "plan", "plan_not_found")
+    commands = app_state(request).commands
     if data.as_ == "run":
         accepted = await commands.send(tenant=who.tenant, user=who.user, verb="plan", thread=thread,
                                        body=ImplementPlan(plan_id=plan_id), idempotency_key=idempotency_key)
         return Implemented(plan_id=plan_id, as_="run", thread_id=thread, run_id=accepted.run_id or "")
-    state = await _folded(request, who.tenant, thread)
-    plan = next((p for p in state.plans if p.id == plan_id), None)
+    state = await thread_view(request, who.tenant, thread)
+    plan = state.plan(plan_id)
     if plan is None or plan.kind != "proposed_plan" or plan.status == "implemented":
         raise ApiError(409, "plan_not_implementable", f"plan {plan_id} is not an open proposed plan")
     assert state.thread is not None

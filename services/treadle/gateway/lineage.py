@@ -9,10 +9,10 @@ from litestar import Request, get, post
 from litestar.params import FromPath, JSONBody
 
 from treadle.domain.commands import ForkSource, ForkThread
-from treadle.domain.entities import ContextHandoff, ContextTransfer
-from treadle.domain.thread import ThreadState
+from treadle.views.lineage import HandoffView, LineageNode, LineageView
+from treadle.views.thread import ThreadView, handoff_view, lineage_node
 
-from .app import IdempotencyKey, MinSeq, _id, _state, _thread_doc, principal, thread_of
+from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view
 from .errors import ApiError
 
 MAX_DEPTH = 64  # a lineage deeper than this is cut off in the tree view
@@ -37,34 +37,7 @@ class Forked(msgspec.Struct, kw_only=True):
     seq: int  # of the parent's record of the fork
 
 
-class HandoffView(ContextHandoff, kw_only=True):
-    thread_id: str
-    run_ordinal: int | None = None
-
-
-class LineageNode(msgspec.Struct, kw_only=True):
-    thread_id: str
-    title: str
-    provider: str
-    relationship: str | None = None
-    source_point: dict | None = None
-    runs: int
-    transfers: list[ContextTransfer]
-    handoffs: list[dict]  # id, run_id, strategy, to_provider (the text is at /v1/handoffs/{id})
-    children: list[LineageNode]
-
-
-class LineageView(msgspec.Struct, kw_only=True):
-    thread_id: str
-    root_thread_id: str
-    tree: LineageNode
-
-
 _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
-
-
-async def _folded(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadState:
-    return msgspec.json.decode(await _thread_doc(request, tenant, thread, min_seq), type=ThreadState)
 
 
 @post("/v1/threads/{thread_id:str}/fork", status_code=201,
@@ -72,12 +45,12 @@ async def _folded(request: Request, tenant: str, thread: str, min_seq: str | Non
 async def fork_thread(request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody],
                       idempotency_key: IdempotencyKey = None) -> Forked:
     who = await principal(request)
-    thread = _id(thread_id, "thr")
+    thread = path_id(thread_id, "thr")
     source = data.source
-    _id(source.id, _PREFIXES[source.type])
+    path_id(source.id, _PREFIXES[source.type])
     body = ForkThread(source=ForkSource(type=source.type, id=source.id, turn=source.turn), title=data.title,
                       on_active=data.on_active)
-    accepted = await _state(request).commands.send(tenant=who.tenant, user=who.user, verb="fork", thread=thread,
+    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb="fork", thread=thread,
                                                    body=body, idempotency_key=idempotency_key)
     return Forked(thread_id=accepted.thread_id, parent_thread_id=thread, seq=accepted.seq)
 
@@ -85,42 +58,28 @@ async def fork_thread(request: Request, thread_id: FromPath[str], data: JSONBody
 @get("/v1/handoffs/{handoff_id:str}", summary="A context handoff artifact (L5.5) and the run that consumed it")
 async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     who = await principal(request)
-    handoff_id = _id(handoff_id, "hoff")
+    handoff_id = path_id(handoff_id, "hoff")
     thread = await thread_of(request, who.tenant, handoff_id)
-    state = await _folded(request, who.tenant, thread, min_seq) if thread else None
-    handoff = state.handoff(handoff_id) if state else None
-    if handoff is None or state is None or thread is None:
+    view = handoff_view(await thread_view(request, who.tenant, thread, min_seq), handoff_id) if thread else None
+    if view is None:
         raise ApiError(404, "handoff_not_found", f"handoff {handoff_id} not found")
-    run = state.run(handoff.run_id)
-    return HandoffView(**msgspec.structs.asdict(handoff), thread_id=thread, run_ordinal=run.ordinal if run else None)
-
-
-def _node(state: ThreadState, children: list[LineageNode]) -> LineageNode:
-    assert state.thread is not None
-    lineage = state.lineage
-    return LineageNode(
-        thread_id=state.thread.id, title=state.thread.title, provider=state.thread.provider,
-        relationship=lineage.relationship if lineage else None, source_point=lineage.source_point if lineage else None,
-        runs=len(state.runs), transfers=state.transfers,
-        handoffs=[{"id": h.id, "run_id": h.run_id, "strategy": h.strategy, "to_provider": h.to_provider}
-                  for h in state.handoffs],
-        children=children)
+    return view
 
 
 @get("/v1/threads/{thread_id:str}/lineage", summary="The thread's lineage tree, from its root (L6)")
 async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     who = await principal(request)
-    thread = _id(thread_id, "thr")
-    state = await _folded(request, who.tenant, thread, min_seq)
+    thread = path_id(thread_id, "thr")
+    state = await thread_view(request, who.tenant, thread, min_seq)
     root = state
     for _ in range(MAX_DEPTH):  # up to the root
         parent = root.lineage.parent_thread_id if root.lineage else None
         if parent is None:
             break
-        root = await _folded(request, who.tenant, parent)
+        root = await thread_view(request, who.tenant, parent)
     seen: set[str] = set()
 
-    async def build(st: ThreadState, depth: int) -> LineageNode:
+    async def build(st: ThreadView, depth: int) -> LineageNode:
         assert st.thread is not None
         seen.add(st.thread.id)
         children = []
@@ -128,10 +87,10 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
             if child["thread_id"] in seen or len(seen) >= MAX_NODES:
                 continue
             try:
-                children.append(await build(await _folded(request, who.tenant, child["thread_id"]), depth + 1))
+                children.append(await build(await thread_view(request, who.tenant, child["thread_id"]), depth + 1))
             except ApiError:  # a child not readable yet (being created): leave it out
                 continue
-        return _node(st, children)
+        return lineage_node(st, children)
 
     assert root.thread is not None
     return LineageView(thread_id=thread, root_thread_id=root.thread.id, tree=await build(root, 0))

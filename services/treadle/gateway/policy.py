@@ -14,7 +14,7 @@ from treadle.domain.errors import DomainError
 from treadle.domain.policy import DEFAULT_MODES, TenantPolicy, require_role
 from treadle.ops.tokens import Principal
 
-from .app import _state, principal
+from .deps import app_state, principal
 from .errors import ApiError
 
 
@@ -41,7 +41,7 @@ async def admin(request: Request) -> Principal:
 @get("/v1/policy", summary="The tenant's policy: allowed runtime modes and quotas (admin)")
 async def get_policy(request: Request) -> TenantPolicy:
     who = await admin(request)
-    return await _state(request).policies.get(who.tenant)
+    return await app_state(request).policies.get(who.tenant)
 
 
 @put("/v1/policy", summary="Replace the tenant's policy (admin); audited as policy.updated")
@@ -50,7 +50,7 @@ async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPoli
     wanted = TenantPolicy(allowed_modes=tuple(data.allowed_modes), max_threads=data.max_threads,
                           max_queued_runs=data.max_queued_runs)
     try:
-        return await _state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
+        return await app_state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
     except DomainError as exc:
         raise as_api_error(exc) from None
 

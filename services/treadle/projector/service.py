@@ -1,7 +1,10 @@
-"""The projection writer: a follower of ``TREADLE_EVENTS`` that folds every event into the thread's Redis
-document. Per fetched batch: group by thread, fold, write all documents in one pipeline, then ack. A
-document carries its stream sequence, so redelivery after a crash is a no-op. Each replica follows the
-partitions it leases (runtime/leases.py), one durable consumer per partition."""
+"""The projection writer: a follower of ``TREADLE_EVENTS`` that folds every event into the thread's state and
+writes the thread's views (``treadle.views``) to Redis. Per fetched batch: group by thread, fold, write all
+documents in one pipeline, then ack. A document carries its stream sequence, so redelivery after a crash is a
+no-op. Each replica follows the partitions it leases (runtime/leases.py), one durable consumer per partition.
+
+The folded states live in memory only (an LRU per partition): Redis holds the public views, and a thread
+not in memory is folded again from its log."""
 
 from __future__ import annotations
 
@@ -129,9 +132,9 @@ class Projector:
         state = states.get(key)
         cached = state is not None
         if state is None:
-            # Redis may lack (part of) the thread after a flush: fold the log up to just before this event.
-            state = await self._store.state(*key) or ThreadState()
-            for e in await self._log.read(*key, after=state.seq):
+            # Redis holds views, not the state: fold the thread's log up to just before this event.
+            state = ThreadState()
+            for e in await self._log.read(*key):
                 if e.seq is not None and e.seq >= seq:
                     break
                 evolve(state, e)
@@ -144,7 +147,7 @@ class Projector:
     async def _catch_up(self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int,
                         seq: int) -> None:
         """Fold the thread's events its state lacks, from the log up to just before ``seq``: the state came from a
-        Redis that was flushed or lost a write since, or from a read of a replica that lagged."""
+        read of a replica that lagged, or missed a batch another replica of the projector wrote meanwhile."""
         state, ids, changes = entry
         for e in await self._log.read(*key, after=state.seq):
             if e.seq is not None and e.seq >= seq:

@@ -1,0 +1,149 @@
+"""The thread document (``/v1/threads/{id}``), its list item, and the documents shaped from it for the
+other read routes (a run, the queue, a handoff, a lineage node). Pure: views in, views out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+
+from . import View
+from .checkpoints import Checkpoint, Rollback
+from .lineage import ContextHandoff, ContextTransfer, HandoffRef, HandoffView, Lineage, LineageNode, StartContext
+from .providers import CapabilityView, ProviderSession, ProviderThread
+from .requests import Activity, Plan, RuntimeRequest
+from .runs import Message, QueuedRun, QueueView, Run
+
+
+class Thread(View, kw_only=True):
+    id: str
+    tenant: str
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: Literal["approval_required", "auto_accept_edits", "full_access"] = "approval_required"
+    workspace: str
+    created_by: str
+    created_at: datetime
+    parent_thread_id: str | None = None
+
+
+class ThreadView(View, kw_only=True):
+    """The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity."""
+
+    thread: Thread | None = None
+    seq: int = 0  # the stream sequence of the last event it reflects
+    messages: list[Message] = msgspec.field(default_factory=list)
+    runs: list[Run] = msgspec.field(default_factory=list)
+    queue: list[str] = msgspec.field(default_factory=list)
+    active_run_id: str | None = None
+    sessions: list[ProviderSession] = msgspec.field(default_factory=list)
+    provider_threads: list[ProviderThread] = msgspec.field(default_factory=list)
+    requests: list[RuntimeRequest] = msgspec.field(default_factory=list)
+    plans: list[Plan] = msgspec.field(default_factory=list)
+    checkpoints: list[Checkpoint] = msgspec.field(default_factory=list)
+    activity: list[Activity] = msgspec.field(default_factory=list)
+    capabilities: CapabilityView | None = None  # what clients can do with the live provider
+    rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
+    lineage: Lineage | None = None  # L6: parent, root and children of a forked thread
+    transfers: list[ContextTransfer] = msgspec.field(default_factory=list)  # L6/L7 context transfers
+    start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
+    handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
+
+    def run(self, run_id: str) -> Run | None:
+        return next((r for r in reversed(self.runs) if r.id == run_id), None)
+
+    def message(self, message_id: str) -> Message | None:
+        return next((m for m in reversed(self.messages) if m.id == message_id), None)
+
+    def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
+        """The live (not stale) checkpoint of run ``ordinal`` (0: the baseline)."""
+        return next((c for c in reversed(self.checkpoints) if c.ordinal == ordinal and c.scope == scope
+                     and not c.stale), None)
+
+    def checkpoint_by_id(self, checkpoint_id: str | None) -> Checkpoint | None:
+        return next((c for c in self.checkpoints if c.id == checkpoint_id), None)
+
+    def handoff(self, handoff_id: str) -> ContextHandoff | None:
+        return next((h for h in reversed(self.handoffs) if h.id == handoff_id), None)
+
+    def plan(self, plan_id: str) -> Plan | None:
+        return next((p for p in self.plans if p.id == plan_id), None)
+
+
+class ThreadSummary(View, kw_only=True, omit_defaults=True):
+    """One thread in the tenant's list (``/v1/threads``)."""
+
+    id: str
+    title: str
+    provider: str
+    created_at: str
+    seq: int
+    runs: int
+    active_run_id: str | None = None
+    last_run_status: str | None = None
+
+
+class ThreadList(View):
+    threads: list[ThreadSummary]
+
+
+class RunView(Run, kw_only=True):
+    """One run (``/v1/runs/{id}``) with its thread, its messages and its checkpoint."""
+
+    thread_id: str
+    messages: list[Message]
+    checkpoint: Checkpoint | None
+
+
+def summary(view: ThreadView) -> ThreadSummary:
+    t = view.thread
+    assert t is not None
+    last = view.runs[-1] if view.runs else None
+    return ThreadSummary(id=t.id, title=t.title, provider=t.provider, created_at=t.created_at.isoformat(),
+                         seq=view.seq, runs=len(view.runs), active_run_id=view.active_run_id,
+                         last_run_status=last.status if last else None)
+
+
+def run_view(view: ThreadView, run_id: str) -> RunView | None:
+    run = view.run(run_id)
+    if run is None or view.thread is None:
+        return None
+    return RunView(**msgspec.structs.asdict(run), thread_id=view.thread.id,
+                   messages=[m for m in view.messages if m.run_id == run_id],
+                   checkpoint=view.checkpoint_by_id(run.checkpoint_id) if run.checkpoint_id else None)
+
+
+def queue_view(view: ThreadView) -> QueueView:
+    assert view.thread is not None
+    items = []
+    for run_id in view.queue:
+        run = view.run(run_id)
+        if run is not None:
+            message = view.message(run.message_id)
+            items.append(QueuedRun(run_id=run.id, ordinal=run.ordinal, message_id=run.message_id,
+                                   text=message.text if message else "", mode=run.mode,
+                                   queued_at=run.queued_at.isoformat()))
+    return QueueView(thread_id=view.thread.id, active_run_id=view.active_run_id, queue=items)
+
+
+def handoff_view(view: ThreadView, handoff_id: str) -> HandoffView | None:
+    handoff = view.handoff(handoff_id)
+    if handoff is None or view.thread is None:
+        return None
+    run = view.run(handoff.run_id)
+    return HandoffView(**msgspec.structs.asdict(handoff), thread_id=view.thread.id,
+                       run_ordinal=run.ordinal if run else None)
+
+
+def lineage_node(view: ThreadView, children: list[LineageNode]) -> LineageNode:
+    assert view.thread is not None
+    lineage = view.lineage
+    return LineageNode(
+        thread_id=view.thread.id, title=view.thread.title, provider=view.thread.provider,
+        relationship=lineage.relationship if lineage else None, source_point=lineage.source_point if lineage else None,
+        runs=len(view.runs), transfers=view.transfers,
+        handoffs=[HandoffRef(id=h.id, run_id=h.run_id, strategy=h.strategy, to_provider=h.to_provider)
+                  for h in view.handoffs],
+        children=children)

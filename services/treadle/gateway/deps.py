@@ -1,0 +1,135 @@
+"""What every route of the gateway depends on: the app's handles, the caller's principal, path ids, and the
+thread's views read from the projection store (rebuilt from the log when missing). Route modules import
+this module, never ``app.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import msgspec
+from litestar import Request, Response
+from litestar.datastructures import State
+from litestar.openapi import ResponseSpec
+from litestar.params import HeaderParameter, QueryParameter
+
+from treadle.domain.errors import DomainError
+from treadle.domain.ids import is_id
+from treadle.domain.policy import ROLES, check_mode
+from treadle.runtime.settings import GatewaySettings
+from treadle.ops.tokens import Principal
+from treadle.views.of_state import replay
+from treadle.views.thread import ThreadView
+
+from .errors import ApiError
+from .params import number
+
+IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
+MinSeq = Annotated[str | None, QueryParameter(description=(
+    "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
+    "a write answered with or an SSE event's id (ASCII digits)"))]
+
+_view_decoder = msgspec.json.Decoder(ThreadView)
+
+
+def app_state(request: Request) -> State:
+    """The handles the app's lifespan opened: nc, log, commands, tokens, policies, projections, checkpoints."""
+    return request.app.state
+
+
+async def principal(request: Request) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
+    found = await app_state(request).tokens.resolve(token.strip())
+    if found is None:
+        raise ApiError(401, "unauthorized", "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    if found.role not in ROLES:  # a token made before roles were checked, with a role that means nothing
+        raise ApiError(403, "forbidden", f"role {found.role!r} is not a known role", {"role": found.role})
+    return found
+
+
+def path_id(value: str, prefix: str) -> str:
+    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key."""
+    if not is_id(value, prefix):
+        raise ApiError(400, "invalid_id", f"{value!r} is not a valid {prefix} id")
+    return value
+
+
+async def thread_doc(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> bytes:
+    """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
+    With ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after),
+    and folds the log itself when the projector is further behind: such a read never goes back in time."""
+    state = app_state(request)
+    behind = False
+    if min_seq := number(min_seq, "min_seq"):
+        for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+            await asyncio.sleep(delay)
+            if behind := await state.projections.seq(tenant, thread) < min_seq:
+                continue
+            break
+    doc = None if behind else await state.projections.doc(tenant, thread)
+    if doc is not None:
+        return doc
+    doc = await state.projections.refold(await state.log.read(tenant, thread))
+    if doc is None:
+        raise ApiError(404, "thread_not_found", f"thread {thread} not found")
+    return doc
+
+
+async def thread_view(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadView:
+    return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq))
+
+
+async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView | None:
+    """The thread's views folded from its log right now, not from the projection (which may lag behind it)."""
+    return replay(await app_state(request).log.read(tenant, thread))
+
+
+async def thread_of(request: Request, tenant: str, entity_id: str) -> str | None:
+    """The thread of a run, node, request or plan. The index is written by the projector just after the event
+    is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
+    looked up again for up to a second before it counts as unknown."""
+    projections = app_state(request).projections
+    for delay in (0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.35):
+        await asyncio.sleep(delay)
+        if (thread := await projections.thread_of(tenant, entity_id)) is not None:
+            return thread
+    return None
+
+
+async def owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
+    """The thread of a path id of this tenant, or a typed 404 (``missing``)."""
+    thread = await thread_of(request, tenant, path_id(entity_id, prefix))
+    if thread is None:
+        raise ApiError(404, missing, f"{entity_id} not found")
+    return thread
+
+
+async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> None:
+    """Early refusal at the door; the coordinator decides it again for every path that makes a thread."""
+    try:
+        check_mode(await app_state(request).policies.get(tenant), mode, "a new thread")
+    except DomainError as exc:
+        raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
+
+
+def check_message_size(request: Request, text: str, script: dict | None) -> None:
+    """400 before anything reaches the broker: a message's text and its script each have a limit."""
+    own: GatewaySettings = app_state(request).settings
+    if len(text) > own.max_text_chars:
+        raise ApiError(400, "text_too_long", f"text is at most {own.max_text_chars} characters",
+                       {"field": "text", "limit": own.max_text_chars, "size": len(text)})
+    if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
+        raise ApiError(400, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
+                       {"field": "script", "limit": own.max_script_bytes, "size": size})
+
+
+def json_response(content: bytes, status: int = 200) -> Response:
+    return Response(content=content, media_type="application/json", status_code=status)
+
+
+def documented(model: type) -> dict:
+    """For routes that pass stored JSON through untouched: the OpenAPI document still names its shape."""
+    return {200: ResponseSpec(data_container=model, description="OK", generate_examples=False)}
