@@ -41,6 +41,7 @@ run: setup
 
 test: setup
 	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup

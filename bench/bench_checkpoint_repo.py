@@ -54,8 +54,12 @@ def plain_git(path: Path, *args: str) -> None:
     env.update(GIT_AUTHOR_NAME="B", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="B", GIT_COMMITTER_EMAIL="b@x")
     # No auto gc (Treadle runs none either): a background gc would skew the timings and race the copy.
     # safe.directory: as root, the service hands the workspace to the tenant's uid.
-    subprocess.run(["git", "-C", str(path), "-c", "gc.auto=0", "-c", "safe.directory=*", *args], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(path), "-c", "gc.auto=0", "-c", "safe.directory=*", *args],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
 
 
 def timed(fn):
@@ -73,8 +77,9 @@ async def atimed(coro):
 async def unchanged_cpu(ws: Workspaces, workspace: str, thread: str, first: int, captures: int) -> float:
     c0 = cpu_ms()
     for n in range(first, first + captures):
-        got = await ws.capture(Capture(tenant=TENANT, thread=thread, workspace=workspace, ordinal=n,
-                                       previous_ordinal=n - 1))
+        got = await ws.capture(
+            Capture(tenant=TENANT, thread=thread, workspace=workspace, ordinal=n, previous_ordinal=n - 1)
+        )
         assert got.unchanged
     return (cpu_ms() - c0) / captures
 
@@ -103,19 +108,34 @@ async def main(args: argparse.Namespace) -> dict:
                 for base in (big, copy):
                     with open(base / name, "a") as f:
                         f.write(f"run_{run} = {run}\n")
-            got, cap_wall, cap_cpu = await atimed(ws.capture(Capture(
-                tenant=TENANT, thread=THREAD, workspace="big", ordinal=run, previous_ordinal=run - 1)))
+            got, cap_wall, cap_cpu = await atimed(
+                ws.capture(
+                    Capture(tenant=TENANT, thread=THREAD, workspace="big", ordinal=run, previous_ordinal=run - 1)
+                )
+            )
             assert got.files_total == len(changed), (got.files_total, len(changed))
             prev_commit = previous or got.previous_commit
-            diff, diff_wall, diff_cpu = await atimed(ws.diff(DiffRequest(
-                tenant=TENANT, thread=THREAD, workspace="big", from_commit=prev_commit, to_commit=got.commit,
-                max_bytes=1 << 20)))
+            diff, diff_wall, diff_cpu = await atimed(
+                ws.diff(
+                    DiffRequest(
+                        tenant=TENANT,
+                        thread=THREAD,
+                        workspace="big",
+                        from_commit=prev_commit,
+                        to_commit=got.commit,
+                        max_bytes=1 << 20,
+                    )
+                )
+            )
             assert not diff.truncated
             previous = got.commit
-            _, git_wall, git_cpu = timed(lambda: (plain_git(copy, "add", "-A"),
-                                                  plain_git(copy, "commit", "-q", "-m", f"run {run}")))  # noqa: B023 (called at once)
-            rows.append((cap_wall + diff_wall, cap_cpu + diff_cpu, git_wall, git_cpu, cap_wall, diff_wall, cap_cpu,
-                         diff_cpu))
+            message = f"run {run}"
+            _, git_wall, git_cpu = timed(
+                lambda: (plain_git(copy, "add", "-A"), plain_git(copy, "commit", "-q", "-m", message))  # noqa: B023 (called at once)
+            )
+            rows.append(
+                (cap_wall + diff_wall, cap_cpu + diff_cpu, git_wall, git_cpu, cap_wall, diff_wall, cap_cpu, diff_cpu)
+            )
 
         unchanged_big = await unchanged_cpu(ws, "big", THREAD, args.runs + 1, 20)
         small = root / TENANT / "small"
@@ -128,14 +148,22 @@ async def main(args: argparse.Namespace) -> dict:
 
     med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     result = {
-        "files": args.files, "runs": args.runs, "changed_per_run": max(1, int(args.files * args.changed)),
+        "files": args.files,
+        "runs": args.runs,
+        "changed_per_run": max(1, int(args.files * args.changed)),
         "watch": args.watch,
-        "treadle_capture_cpu_ms": round(med(6), 1), "treadle_capture_wall_ms": round(med(4), 1),
-        "treadle_diff_cpu_ms": round(med(7), 1), "treadle_diff_wall_ms": round(med(5), 1),
-        "treadle_capture_and_diff_wall_ms": round(med(0), 1), "treadle_capture_and_diff_cpu_ms": round(med(1), 1),
-        "plain_git_add_commit_wall_ms": round(med(2), 1), "plain_git_add_commit_cpu_ms": round(med(3), 1),
-        "ratio_capture_cpu": round(med(6) / med(3), 2), "ratio_capture_wall": round(med(4) / med(2), 2),
-        "ratio_wall": round(med(0) / med(2), 2), "ratio_cpu": round(med(1) / med(3), 2),
+        "treadle_capture_cpu_ms": round(med(6), 1),
+        "treadle_capture_wall_ms": round(med(4), 1),
+        "treadle_diff_cpu_ms": round(med(7), 1),
+        "treadle_diff_wall_ms": round(med(5), 1),
+        "treadle_capture_and_diff_wall_ms": round(med(0), 1),
+        "treadle_capture_and_diff_cpu_ms": round(med(1), 1),
+        "plain_git_add_commit_wall_ms": round(med(2), 1),
+        "plain_git_add_commit_cpu_ms": round(med(3), 1),
+        "ratio_capture_cpu": round(med(6) / med(3), 2),
+        "ratio_capture_wall": round(med(4) / med(2), 2),
+        "ratio_wall": round(med(0) / med(2), 2),
+        "ratio_cpu": round(med(1) / med(3), 2),
         "unchanged_capture_cpu_ms_10k_files": round(unchanged_big, 2),
         "unchanged_capture_cpu_ms_50_files": round(unchanged_small, 3),
     }
@@ -148,8 +176,14 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--changed", type=float, default=0.01)
     parser.add_argument("--no-watch", dest="watch", action="store_false", help="no inotify: every capture runs add -A")
-    parser.add_argument("--as-service", dest="run_as_tenant", action="store_const", const=False, default=None,
-                        help="git children as this process's user even when root (default: as the tenant's uid)")
+    parser.add_argument(
+        "--as-service",
+        dest="run_as_tenant",
+        action="store_const",
+        const=False,
+        default=None,
+        help="git children as this process's user even when root (default: as the tenant's uid)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "checkpoint.json")
     args = parser.parse_args()
     out = asyncio.run(main(args))

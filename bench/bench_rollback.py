@@ -24,16 +24,17 @@ import nats
 
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
+from treadle.ops.tokens import TokenStore
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
-from treadle.ops.tokens import TokenStore
 
 CASES = {"native_live": "native_rollback", "native_resumed": "native_rollback", "divergent": None}
 
 
 def script(n: int, profile: str | None) -> dict:
-    body: dict = {"steps": [{"type": "write_file", "path": f"f{n}.txt", "content": f"{n}\n"},
-                            {"type": "text", "text": "done"}]}
+    body: dict = {
+        "steps": [{"type": "write_file", "path": f"f{n}.txt", "content": f"{n}\n"}, {"type": "text", "text": "done"}]
+    }
     if profile:
         body["profile"] = profile
     return body
@@ -77,8 +78,11 @@ async def main() -> None:
                         walls.append(wall)
                         outcomes.add(outcome)
                     p95 = statistics.quantiles(walls, n=20)[18] if len(walls) >= 2 else walls[0]
-                    print(f"{case:<16}{len(walls):>4}{statistics.median(walls):>12.1f}{p95:>10.1f}"
-                          f"{max(walls):>10.1f}  {','.join(sorted(outcomes))}", flush=True)
+                    print(
+                        f"{case:<16}{len(walls):>4}{statistics.median(walls):>12.1f}{p95:>10.1f}"
+                        f"{max(walls):>10.1f}  {','.join(sorted(outcomes))}",
+                        flush=True,
+                    )
             await nc.close()
 
 

@@ -30,16 +30,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "claude"))
 
 import nats  # noqa: E402
-
 from mock_api import MockMessagesApi  # noqa: E402
+
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
 from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.claude import ClaudeAdapter  # noqa: E402
 from treadle.providers.claude.settings import ClaudeSettings  # noqa: E402
 from treadle.providers.protocol import PlaceSession  # noqa: E402
-from treadle.ops.tokens import TokenStore  # noqa: E402
 
 
 class NullSink:
@@ -55,9 +55,13 @@ class NullSink:
 
 def summary(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    return {"n": len(ordered), "median_ms": round(statistics.median(ordered) * 1000, 1),
-            "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 1),
-            "min_ms": round(ordered[0] * 1000, 1), "max_ms": round(ordered[-1] * 1000, 1)}
+    return {
+        "n": len(ordered),
+        "median_ms": round(statistics.median(ordered) * 1000, 1),
+        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 1),
+        "min_ms": round(ordered[0] * 1000, 1),
+        "max_ms": round(ordered[-1] * 1000, 1),
+    }
 
 
 class Direct:
@@ -66,10 +70,20 @@ class Direct:
     def __init__(self, api: MockMessagesApi, root: Path) -> None:
         workspace = root / "direct-workspace"
         workspace.mkdir()
-        request = PlaceSession(tenant="bench", thread="thr_bench", provider="claude", session_id="ps_bench",
-                               provider_thread_id="pth_bench", workspace="w")
-        self.adapter = ClaudeAdapter(workspace, request, root / "direct-state" / "hosts" / "ps_bench",
-                                     settings=ClaudeSettings(base_url=api.url, api_key="sk-ant-mock", max_retries=0))
+        request = PlaceSession(
+            tenant="bench",
+            thread="thr_bench",
+            provider="claude",
+            session_id="ps_bench",
+            provider_thread_id="pth_bench",
+            workspace="w",
+        )
+        self.adapter = ClaudeAdapter(
+            workspace,
+            request,
+            root / "direct-state" / "hosts" / "ps_bench",
+            settings=ClaudeSettings(base_url=api.url, api_key="sk-ant-mock", max_retries=0),
+        )
         self._turns = 0
 
     async def open(self) -> None:
@@ -78,8 +92,14 @@ class Direct:
     async def turn(self) -> float:
         self._turns += 1
         n = self._turns
-        turn = Turn(run_id="run", attempt_id=f"att_{n}", root_node_id="node", text=f"#text ping {n}", script=None,
-                    ids=IdFactory(f"att_{n}", 0))
+        turn = Turn(
+            run_id="run",
+            attempt_id=f"att_{n}",
+            root_node_id="node",
+            text=f"#text ping {n}",
+            script=None,
+            ids=IdFactory(f"att_{n}", 0),
+        )
         t0 = time.perf_counter()
         await self.adapter.run_turn(turn, NullSink())
         return time.perf_counter() - t0
@@ -108,8 +128,12 @@ class OverHttp:
 
 
 async def measure(api: MockMessagesApi, root: Path, turns: int) -> dict:
-    env = {"TREADLE_CLAUDE_BASE_URL": api.url, "TREADLE_CLAUDE_API_KEY": "sk-ant-mock",
-           "TREADLE_CLAUDE_MAX_RETRIES": "0", "TREADLE_LOG_LEVEL": "WARNING"}
+    env = {
+        "TREADLE_CLAUDE_BASE_URL": api.url,
+        "TREADLE_CLAUDE_API_KEY": "sk-ant-mock",
+        "TREADLE_CLAUDE_MAX_RETRIES": "0",
+        "TREADLE_LOG_LEVEL": "WARNING",
+    }
     direct = Direct(api, root)
     async with Stack(root / "stack", env=env, on_output=lambda name, line: None) as stack:
         nc = await nats.connect(stack.nats_url)

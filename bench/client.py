@@ -44,8 +44,13 @@ class RunObs:
 
 def http_client(base_url: str, token: str, connections: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"},
-                             timeout=httpx.Timeout(10.0), limits=limits, http2=False)
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=httpx.Timeout(10.0),
+        limits=limits,
+        http2=False,
+    )
 
 
 OPEN: set[ThreadClient] = set()  # closed in run.py main's `finally`, also after an interrupt
@@ -93,8 +98,9 @@ class ThreadClient:
             if self.last_seq:
                 headers["Last-Event-ID"] = str(self.last_seq)
             try:
-                async with self.http.stream("GET", f"/v1/threads/{self.id}/events", headers=headers,
-                                            timeout=httpx.Timeout(10.0, read=60.0)) as resp:
+                async with self.http.stream(
+                    "GET", f"/v1/threads/{self.id}/events", headers=headers, timeout=httpx.Timeout(10.0, read=60.0)
+                ) as resp:
                     if resp.status_code != 200:
                         self.errors[f"sse_http_{resp.status_code}"] += 1
                         await asyncio.sleep(0.5)  # backoff before reconnecting
@@ -158,7 +164,9 @@ class ThreadClient:
     async def run_once(self, text: str) -> RunObs | None:
         t0 = time.perf_counter()
         try:
-            r = await self.http.post(f"/v1/threads/{self.id}/messages", json={"text": text, "mode": "queue_after_active"})
+            r = await self.http.post(
+                f"/v1/threads/{self.id}/messages", json={"text": text, "mode": "queue_after_active"}
+            )
         except httpx.TimeoutException:
             self.errors["post_timeout"] += 1
             return None

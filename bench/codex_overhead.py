@@ -30,16 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "codex"))
 
 import nats  # noqa: E402
-
 from codex_mock import MockResponses, Text  # noqa: E402
+
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
 from treadle.domain import provider_events as pe  # noqa: E402
 from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.ops.tokens import TokenStore  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402
 from treadle.providers.protocol import PlaceSession  # noqa: E402
-from treadle.ops.tokens import TokenStore  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms
@@ -58,8 +58,12 @@ class Sink:
 
 
 def env_for(mock: MockResponses, homes: Path) -> dict[str, str]:
-    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "BENCH_MODEL_KEY",
-            "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes)}
+    return {
+        "TREADLE_CODEX_BASE_URL": mock.base_url,
+        "TREADLE_CODEX_API_KEY_ENV": "BENCH_MODEL_KEY",
+        "TREADLE_CODEX_API_KEY": "sk-mock",
+        "TREADLE_CODEX_HOME_ROOT": str(homes),
+    }
 
 
 class Direct:
@@ -68,17 +72,30 @@ class Direct:
     def __init__(self, mock: MockResponses, homes: Path, work: Path) -> None:
         workspace = work / "direct-ws"
         workspace.mkdir()
-        settings = CodexSettings(base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock",
-                                 home_root=homes)
-        request = PlaceSession(tenant="bench", thread="thr", provider="codex", session_id="ps_bench",
-                               provider_thread_id="pth_bench", workspace=str(workspace))
+        settings = CodexSettings(
+            base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock", home_root=homes
+        )
+        request = PlaceSession(
+            tenant="bench",
+            thread="thr",
+            provider="codex",
+            session_id="ps_bench",
+            provider_thread_id="pth_bench",
+            workspace=str(workspace),
+        )
         self.adapter = CodexAdapter(workspace, request, work / "rt" / "ps_bench", settings)
         self.n = 0
 
     async def turn(self, text: str) -> float:
         self.n += 1
-        turn = Turn(run_id=f"run_{self.n}", attempt_id=f"att_{self.n}", root_node_id=f"node_{self.n}", text=text,
-                    script=None, ids=IdFactory(f"att_{self.n}", 1_700_000_000_000 + self.n))
+        turn = Turn(
+            run_id=f"run_{self.n}",
+            attempt_id=f"att_{self.n}",
+            root_node_id=f"node_{self.n}",
+            text=text,
+            script=None,
+            ids=IdFactory(f"att_{self.n}", 1_700_000_000_000 + self.n),
+        )
         start = time.perf_counter()
         await self.adapter.run_turn(turn, Sink())
         return time.perf_counter() - start
@@ -143,8 +160,13 @@ async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> t
 
 def summary(times: list[float]) -> dict:
     ms = sorted(t * 1000 for t in times)
-    return {"n": len(ms), "median_ms": round(statistics.median(ms), 1), "p10_ms": round(ms[len(ms) // 10], 1),
-            "p90_ms": round(ms[(len(ms) * 9) // 10], 1), "min_ms": round(ms[0], 1)}
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 1),
+        "p10_ms": round(ms[len(ms) // 10], 1),
+        "p90_ms": round(ms[(len(ms) * 9) // 10], 1),
+        "min_ms": round(ms[0], 1),
+    }
 
 
 async def main() -> None:
@@ -164,16 +186,25 @@ async def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     d, h = summary(direct_times), summary(http_times)
     paired = sorted((b - a) * 1000 for a, b in zip(direct_times, http_times))
-    result = {"direct_adapter": d, "http_api": h, "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
-              "overhead_paired_median_ms": round(statistics.median(paired), 1), "first_turn": FIRST,
-              "sandbox": os.environ.get("TREADLE_SANDBOX", "on")}
+    result = {
+        "direct_adapter": d,
+        "http_api": h,
+        "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
+        "overhead_paired_median_ms": round(statistics.median(paired), 1),
+        "first_turn": FIRST,
+        "sandbox": os.environ.get("TREADLE_SANDBOX", "on"),
+    }
     print(f"{'path':<16}{'n':>4}{'median':>10}{'p10':>10}{'p90':>10}{'min':>10}   (ms)")
     for name, s in (("direct adapter", d), ("HTTP API", h)):
         print(f"{name:<16}{s['n']:>4}{s['median_ms']:>10}{s['p10_ms']:>10}{s['p90_ms']:>10}{s['min_ms']:>10}")
-    print(f"Treadle overhead per turn: {result['overhead_median_ms']} ms (difference of medians), "
-          f"{result['overhead_paired_median_ms']} ms (median of paired differences)")
-    print(f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms "
-          f"(session start; sandbox {result['sandbox']})")
+    print(
+        f"Treadle overhead per turn: {result['overhead_median_ms']} ms (difference of medians), "
+        f"{result['overhead_paired_median_ms']} ms (median of paired differences)"
+    )
+    print(
+        f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms "
+        f"(session start; sandbox {result['sandbox']})"
+    )
     print(json.dumps(result))
 
 

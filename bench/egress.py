@@ -82,9 +82,13 @@ def summary(result: dict) -> dict[str, float]:
     def pct(samples: list[float], p: float) -> float:
         return samples[min(len(samples) - 1, int(p * len(samples)))] * 1e3
 
-    return {"fresh_p50_ms": pct(result["fresh"], 0.5), "fresh_p95_ms": pct(result["fresh"], 0.95),
-            "pooled_p50_ms": pct(result["pooled"], 0.5), "pooled_p95_ms": pct(result["pooled"], 0.95),
-            "mib_per_s": result["mib_per_s"]}
+    return {
+        "fresh_p50_ms": pct(result["fresh"], 0.5),
+        "fresh_p95_ms": pct(result["fresh"], 0.95),
+        "pooled_p50_ms": pct(result["pooled"], 0.5),
+        "pooled_p95_ms": pct(result["pooled"], 0.95),
+        "mib_per_s": result["mib_per_s"],
+    }
 
 
 def free_port() -> int:
@@ -126,16 +130,34 @@ def main() -> None:
         egress = Egress(Path(tmp) / "egress.sock", frozenset({("127.0.0.1", port)}))
         asyncio.run_coroutine_threadsafe(egress.start(), loop).result()
         command = forward_command(egress.socket_path, client, ports=[(port, "127.0.0.1", port)], python=python)
-        sandbox = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-                   "--proc", "/proc", "--bind", tmp, tmp, *command]
+        sandbox = [
+            "bwrap",
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--bind",
+            tmp,
+            tmp,
+            *command,
+        ]
         egress_cpu = -asyncio.run_coroutine_threadsafe(thread_cpu(), loop).result()
         through, _ = run_measured(sandbox)
         egress_cpu += asyncio.run_coroutine_threadsafe(thread_cpu(), loop).result()
         # The forwarder's CPU: the same path without bwrap (which adds nothing per byte), where the client is
         # its waited-for child, so RUSAGE_CHILDREN counts both; bwrap's init reaps without passing it on.
         listen = free_port()
-        unsandboxed = forward_command(egress.socket_path, [python, "-c", CLIENT, str(listen), *client[4:]],
-                                      ports=[(listen, "127.0.0.1", port)], python=python)
+        unsandboxed = forward_command(
+            egress.socket_path,
+            [python, "-c", CLIENT, str(listen), *client[4:]],
+            ports=[(listen, "127.0.0.1", port)],
+            python=python,
+        )
         _, forwarded_cpu = run_measured(unsandboxed)
         asyncio.run_coroutine_threadsafe(egress.close(), loop).result()
 
@@ -146,8 +168,10 @@ def main() -> None:
         print(f"{key:16}{a[key]:10.3f}{b[key]:12.3f}{added:+10.3f}")
     print(f"requests={args.requests} big={args.big}x1MiB; egress counts: {egress.counts}")
     # CPU is what load on a shared machine does not distort: the wall figures above are, the CPU ones less so.
-    print(f"CPU seconds for the same run: client alone {direct_cpu:.3f}; forwarder {forwarded_cpu - direct_cpu:.3f} "
-          f"(client + forwarder {forwarded_cpu:.3f}); Egress on the host's event loop {egress_cpu:.3f}")
+    print(
+        f"CPU seconds for the same run: client alone {direct_cpu:.3f}; forwarder {forwarded_cpu - direct_cpu:.3f} "
+        f"(client + forwarder {forwarded_cpu:.3f}); Egress on the host's event loop {egress_cpu:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 from redis.asyncio import Redis
-
 from sampling import Procs
+
 from treadle.cli.stack import Stack
 
 TENANT = "bench"

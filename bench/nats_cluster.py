@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -58,8 +58,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def connect(url: str):
-    return await nats.connect(**broker_urls.parse(url).connect_options(), max_reconnect_attempts=-1,
-                              reconnect_time_wait=0.25, name="treadle-bench")
+    return await nats.connect(
+        **broker_urls.parse(url).connect_options(),
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        name="treadle-bench",
+    )
 
 
 # --- 1. appends, R1 vs R3 -----------------------------------------------------------------------------------
@@ -73,8 +77,16 @@ async def appends(url: str, replicas: int, total: int, actors: int) -> dict:
         now = datetime.now(UTC)
 
         def envelope(thread: str, k: int) -> Envelope:
-            return Envelope(id=f"evt_{uuid.uuid4().hex}", type="run.warning", tenant="bench", thread=thread, at=now,
-                            command_id=f"cmd_{k}", actor="bench", data={"run_id": "run_x", "message": f"n{k}"})
+            return Envelope(
+                id=f"evt_{uuid.uuid4().hex}",
+                type="run.warning",
+                tenant="bench",
+                thread=thread,
+                at=now,
+                command_id=f"cmd_{k}",
+                actor="bench",
+                data={"run_id": "run_x", "message": f"n{k}"},
+            )
 
         async def writer(thread: str, n: int, latencies: list[float] | None) -> None:
             seq = 0
@@ -96,9 +108,13 @@ async def appends(url: str, replicas: int, total: int, actors: int) -> dict:
         t0 = time.perf_counter()
         await asyncio.gather(*(writer(f"thr_c{replicas}_{i}", per, None) for i in range(actors)))
         concurrent = time.perf_counter() - t0
-        return {"replicas": replicas, "serial_events_per_s": round(total / serial),
-                "serial_p50_us": round(pct(latencies, 0.5) * 1e6), "serial_p99_us": round(pct(latencies, 0.99) * 1e6),
-                f"actors{actors}_events_per_s": round(per * actors / concurrent)}
+        return {
+            "replicas": replicas,
+            "serial_events_per_s": round(total / serial),
+            "serial_p50_us": round(pct(latencies, 0.5) * 1e6),
+            "serial_p99_us": round(pct(latencies, 0.99) * 1e6),
+            f"actors{actors}_events_per_s": round(per * actors / concurrent),
+        }
     finally:
         await nc.close()
 
@@ -147,16 +163,21 @@ async def bench_recovery(tmp: Path, kills: int) -> dict:
         probe = nc.jetstream(timeout=0.25)
         token = await TokenStore(js).create("bench", "bench")
         headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=stack.api_url, headers=headers, timeout=10) as api, \
-                httpx.AsyncClient(timeout=2) as monitor:
+        async with (
+            httpx.AsyncClient(base_url=stack.api_url, headers=headers, timeout=10) as api,
+            httpx.AsyncClient(timeout=2) as monitor,
+        ):
             thread = (await api.post("/v1/threads", json={"title": "recovery"})).json()["thread_id"]
 
             async def run_once() -> str:
                 key = uuid.uuid4().hex
                 while True:  # repeat with the same key while the API is unavailable
                     try:
-                        r = await api.post(f"/v1/threads/{thread}/messages", headers={"Idempotency-Key": key},
-                                           json={"text": "go", "script": SCRIPT, "mode": "queue_after_active"})
+                        r = await api.post(
+                            f"/v1/threads/{thread}/messages",
+                            headers={"Idempotency-Key": key},
+                            json={"text": "go", "script": SCRIPT, "mode": "queue_after_active"},
+                        )
                         if r.status_code == 202:
                             return r.json()["run_id"]
                     except httpx.HTTPError:
@@ -199,17 +220,29 @@ async def bench_recovery(tmp: Path, kills: int) -> dict:
                     return await timed(t0, lambda: completed(run_id))  # noqa: B023 (awaited in this round)
 
                 leader_s, workers_s, run_s = await asyncio.gather(
-                    timed(t0, new_leader), timed(t0, all_workers), sent_at_the_kill())
+                    timed(t0, new_leader), timed(t0, all_workers), sent_at_the_kill()
+                )
                 t1 = time.monotonic()
                 await victim.start()
                 await cluster.wait_healthy(timeout=120)
                 rejoin_s = round(time.monotonic() - t1, 3)
-                rounds.append({"killed": leader, "leader_s": leader_s, "workers_s": workers_s, "run_s": run_s,
-                               "rejoin_s": rejoin_s})
+                rounds.append(
+                    {
+                        "killed": leader,
+                        "leader_s": leader_s,
+                        "workers_s": workers_s,
+                        "run_s": run_s,
+                        "rejoin_s": rejoin_s,
+                    }
+                )
                 log(f"kill {k + 1}: {rounds[-1]}")
         await nc.close()
-    return {"workers": sorted(workers), "baseline_run_s": baseline, "rounds": rounds,
-            "median": {m: statistics.median(r[m] for r in rounds) for m in ("leader_s", "workers_s", "run_s", "rejoin_s")}}
+    return {
+        "workers": sorted(workers),
+        "baseline_run_s": baseline,
+        "rounds": rounds,
+        "median": {m: statistics.median(r[m] for r in rounds) for m in ("leader_s", "workers_s", "run_s", "rejoin_s")},
+    }
 
 
 async def main() -> int:
@@ -231,8 +264,10 @@ async def main() -> int:
     print(f"\nrecovery from SIGKILL of the TREADLE_EVENTS leader ({len(rec['rounds'])} kills; seconds from the kill)")
     print(f"  baseline run (all nodes up): median {statistics.median(rec['baseline_run_s']):.3f}s")
     for r in rec["rounds"]:
-        print(f"  killed {r['killed']}: new leader {r['leader_s']}s · workers reconnected {r['workers_s']}s · "
-              f"run sent at the kill completed {r['run_s']}s · node rejoined {r['rejoin_s']}s after restart")
+        print(
+            f"  killed {r['killed']}: new leader {r['leader_s']}s · workers reconnected {r['workers_s']}s · "
+            f"run sent at the kill completed {r['run_s']}s · node rejoined {r['rejoin_s']}s after restart"
+        )
     print(f"  median: {rec['median']}")
     out = json.dumps(result, indent=2)
     print(out)

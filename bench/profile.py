@@ -33,12 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nats  # noqa: E402
-from redis.asyncio import Redis  # noqa: E402
-
 from client import ThreadClient, create_threads, http_client, open_threads  # noqa: E402
 from harness import TENANT, Env, Output  # noqa: E402
+from redis.asyncio import Redis  # noqa: E402
 from sampling import Procs  # noqa: E402
 from scenarios import warm_up  # noqa: E402
+
 from treadle.cli.stack import WORKERS, Stack  # noqa: E402
 from treadle.ops.tokens import TokenStore  # noqa: E402
 
@@ -130,10 +130,20 @@ def summarise_raw(path: Path, top: int) -> tuple[int, list, list]:
 
 
 def perf_report(data: Path, top: int) -> list[str]:
-    out = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "symbol",
-                          "--percent-limit", "0.8"], capture_output=True, text=True)
-    rows = [line for line in out.stdout.splitlines() if line.strip() and not line.startswith("#")
-            and "%" in line and not line.lstrip().startswith("|") and not line.lstrip().startswith("-")]
+    out = subprocess.run(
+        ["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "symbol", "--percent-limit", "0.8"],
+        capture_output=True,
+        text=True,
+    )
+    rows = [
+        line
+        for line in out.stdout.splitlines()
+        if line.strip()
+        and not line.startswith("#")
+        and "%" in line
+        and not line.lstrip().startswith("|")
+        and not line.lstrip().startswith("-")
+    ]
     return rows[:top]
 
 
@@ -155,15 +165,49 @@ async def cpu(args: argparse.Namespace) -> None:
         for name, pid in targets.items():
             if True:
                 files[name] = outdir / f"{name}.txt"
-                procs.append(subprocess.Popen(
-                    [str(VENV_BIN / "py-spy"), "record", "--pid", str(pid), "--duration", str(int(args.sample)),
-                     "--rate", "200", "--format", "raw", "--nonblocking", "--output", str(files[name])],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            str(VENV_BIN / "py-spy"),
+                            "record",
+                            "--pid",
+                            str(pid),
+                            "--duration",
+                            str(int(args.sample)),
+                            "--rate",
+                            "200",
+                            "--format",
+                            "raw",
+                            "--nonblocking",
+                            "--output",
+                            str(files[name]),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
         perf_data = outdir / "nats.perf"
         if shutil.which("perf") and "nats-server" in env.procs.pids:
-            procs.append(subprocess.Popen(
-                ["perf", "record", "-F", "499", "-g", "-p", str(env.procs.pids["nats-server"]), "-o", str(perf_data),
-                 "--", "sleep", str(int(args.sample))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "perf",
+                        "record",
+                        "-F",
+                        "499",
+                        "-g",
+                        "-p",
+                        str(env.procs.pids["nats-server"]),
+                        "-o",
+                        str(perf_data),
+                        "--",
+                        "sleep",
+                        str(int(args.sample)),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         for p in procs:
             await asyncio.to_thread(p.wait)
         cpu1 = env.procs.cpu()
@@ -238,8 +282,10 @@ async def trace(args: argparse.Namespace) -> None:
         elapsed, errors = await load(env, args.threads, args.seconds, results)
         await asyncio.sleep(0.5)  # let the tap drain
         done = [(t, o) for t, o in results if o.status == "run.completed"]
-        print(f"\nload: {len(done)} runs in {elapsed:.1f}s = {len(done) / elapsed:.1f} runs/s; {len(records)} NATS messages "
-              f"= {len(records) / max(1, len(done)):.0f} per run; errors {dict(errors)}")
+        print(
+            f"\nload: {len(done)} runs in {elapsed:.1f}s = {len(done) / elapsed:.1f} runs/s; {len(records)} NATS messages "
+            f"= {len(records) / max(1, len(done)):.0f} per run; errors {dict(errors)}"
+        )
         kinds = collections.Counter(classify(s) for _, s, *_ in records)
         print("NATS messages per run by kind:")
         for k, n in kinds.most_common(40):
@@ -255,12 +301,19 @@ async def trace(args: argparse.Namespace) -> None:
             if subject.startswith(("treadle.evt.", "treadle.prov.", "treadle.live.")):
                 parts = subject.split(".")
                 thread = parts[3]
-                what = subject.split(".", 4)[4] if parts[1] == "evt" else "live" if parts[1] == "live" else \
-                    "prov:" + (m.group(1).decode() if (m := type_re.search(data)) else "?")
+                what = (
+                    subject.split(".", 4)[4]
+                    if parts[1] == "evt"
+                    else "live"
+                    if parts[1] == "live"
+                    else "prov:" + (m.group(1).decode() if (m := type_re.search(data)) else "?")
+                )
                 if reply and reply.startswith("$JS.ACK"):
                     tok = reply.split(".")
                     consumer = tok[3] if len(tok) == 9 else tok[5]
-                    consumer = consumer if not consumer.startswith(("_", "OC")) and len(consumer) < 40 else "ordered/sse"
+                    consumer = (
+                        consumer if not consumer.startswith(("_", "OC")) and len(consumer) < 40 else "ordered/sse"
+                    )
                     label = f"deliver[{consumer}] {what}"
                     delivered[reply] = (thread, f"ack[{consumer}] {what}")
                 elif parts[1] == "live":
@@ -292,7 +345,9 @@ async def trace(args: argparse.Namespace) -> None:
             if len(v) < samples / 3:
                 continue
             v.sort()
-            print(f"  {statistics.median(v) * 1000:8.1f}  p90 {v[int(0.9 * (len(v) - 1))] * 1000:7.1f}   {k}  (n={len(v)})")
+            print(
+                f"  {statistics.median(v) * 1000:8.1f}  p90 {v[int(0.9 * (len(v) - 1))] * 1000:7.1f}   {k}  (n={len(v)})"
+            )
 
         # full timelines of a few runs in the middle, with the replies to each request
         by_reply: dict[str, int] = {}
@@ -304,18 +359,23 @@ async def trace(args: argparse.Namespace) -> None:
             j = by_reply.get(subject)
             if j is not None and j < i:
                 replies_to[j].append(i)
-        picks = done[len(done) // 2: len(done) // 2 + args.timelines]
-        picks += sorted(done, key=lambda to: to[1].end - to[1].t0)[-args.slowest:] if args.slowest else []
+        picks = done[len(done) // 2 : len(done) // 2 + args.timelines]
+        picks += sorted(done, key=lambda to: to[1].end - to[1].t0)[-args.slowest :] if args.slowest else []
         for thread, o in picks:
-            print(f"\n--- timeline of a run on {thread} (POST at 0; 202 at {1000 * (o.accepted - o.t0):.1f} ms, "
-                  f"run.completed on SSE at {1000 * (o.end - o.t0):.1f} ms)")
+            print(
+                f"\n--- timeline of a run on {thread} (POST at 0; 202 at {1000 * (o.accepted - o.t0):.1f} ms, "
+                f"run.completed on SSE at {1000 * (o.end - o.t0):.1f} ms)"
+            )
             for i, label in labelled.get(thread, []):
                 t = records[i][0]
                 if not o.t0 - 0.005 <= t <= (o.end or 0) + 0.005:
                     continue
                 headers = records[i][4] or {}
-                h = " ".join(f"{k.replace('Nats-', '')}={v}" for k, v in headers.items()
-                             if k in ("Nats-Batch-Sequence", "Nats-Batch-Commit", "Nats-Expected-Last-Subject-Sequence"))
+                h = " ".join(
+                    f"{k.replace('Nats-', '')}={v}"
+                    for k, v in headers.items()
+                    if k in ("Nats-Batch-Sequence", "Nats-Batch-Commit", "Nats-Expected-Last-Subject-Sequence")
+                )
                 print(f"  {1000 * (t - o.t0):8.2f} ms  {label}  {h}")
                 for j in replies_to.get(i, []):
                     print(f"  {1000 * (records[j][0] - o.t0):8.2f} ms     └ reply {len(records[j][3])}B")
@@ -337,6 +397,7 @@ def main() -> None:
     p.add_argument("--slowest", type=int, default=0, help="trace: also the timelines of the N slowest runs")
     args = p.parse_args()
     import uvloop
+
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(cpu(args) if args.mode == "cpu" else trace(args))
 

@@ -7,15 +7,15 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
 import msgspec
-
 from harness import TENANT, Env, log
 from sampling import Procs, other_load
 from scenarios import stream_messages
+
 from treadle.domain.events import Envelope
 from treadle.eventlog import log as eventlog_module
 from treadle.eventlog.errors import Conflict
@@ -38,8 +38,16 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
     now = datetime.now(UTC)
 
     def envelope(thread: str, k: int) -> Envelope:
-        return Envelope(id=f"evt_{uuid.uuid4().hex}", type="run.warning", tenant=TENANT, thread=thread, at=now,
-                        command_id=f"cmd_{k}", actor="bench", data={"run_id": "run_x", "message": f"n{k}"})
+        return Envelope(
+            id=f"evt_{uuid.uuid4().hex}",
+            type="run.warning",
+            tenant=TENANT,
+            thread=thread,
+            at=now,
+            command_id=f"cmd_{k}",
+            actor="bench",
+            data={"run_id": "run_x", "message": f"n{k}"},
+        )
 
     try:
         # EventLog writes to its own subjects; point this process's view of them at the scratch stream
@@ -74,7 +82,10 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
             cpu1 = env.procs.cpu()
             n = per_actor * actors
             out["eventlog_append_actors"] = {
-                "events": n, "seconds": round(dt, 3), "events_per_s": round(n / dt), "conflicts": conflicts,
+                "events": n,
+                "seconds": round(dt, 3),
+                "events_per_s": round(n / dt),
+                "conflicts": conflicts,
                 "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
                 "nats_cpu_us_per_event": round((cpu1["nats-server"] - cpu0["nats-server"]) / n * 1e6, 1),
                 "client_cpu_us_per_event": round((cpu1["bench-client"] - cpu0["bench-client"]) / n * 1e6, 1),
@@ -94,9 +105,12 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
             dt = time.perf_counter() - t0
             cpu1 = env.procs.cpu()
             out["eventlog_append_batch3_actors"] = {
-                "decisions": decisions, "events": decisions * 3, "seconds": round(dt, 3),
+                "decisions": decisions,
+                "events": decisions * 3,
+                "seconds": round(dt, 3),
                 "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
-                "decisions_per_s": round(decisions / dt), "events_per_s": round(decisions * 3 / dt),
+                "decisions_per_s": round(decisions / dt),
+                "events_per_s": round(decisions * 3 / dt),
                 "nats_cpu_us_per_decision": round((cpu1["nats-server"] - cpu0["nats-server"]) / decisions * 1e6, 1),
                 "client_cpu_us_per_decision": round((cpu1["bench-client"] - cpu0["bench-client"]) / decisions * 1e6, 1),
             }
@@ -113,7 +127,9 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
         dt = time.perf_counter() - t0
         cpu1 = env.procs.cpu()
         out["publish_async_w256"] = {
-            "events": len(acks), "seconds": round(dt, 3), "events_per_s": round(len(acks) / dt),
+            "events": len(acks),
+            "seconds": round(dt, 3),
+            "events_per_s": round(len(acks) / dt),
             "other_load_cores": other_load(cpu0, cpu1, busy0, dt),
             "nats_cpu_us_per_event": round((cpu1["nats-server"] - cpu0["nats-server"]) / total * 1e6, 1),
             "client_cpu_us_per_event": round((cpu1["bench-client"] - cpu0["bench-client"]) / total * 1e6, 1),
@@ -123,7 +139,9 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
     finally:
         with contextlib.suppress(Exception):
             await js.delete_stream(SCRATCH_STREAM)
-    log(f"scenario C: EventLog.append {out['eventlog_append_actors']['events_per_s']} events/s, 3-event batches "
+    log(
+        f"scenario C: EventLog.append {out['eventlog_append_actors']['events_per_s']} events/s, 3-event batches "
         f"{out['eventlog_append_batch3_actors']['decisions_per_s']} decisions/s, "
-        f"publish_async {out['publish_async_w256']['events_per_s']} events/s")
+        f"publish_async {out['publish_async_w256']['events_per_s']} events/s"
+    )
     return out

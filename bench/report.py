@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 
-PEER = {"name": "LangGraph Agent Server (langgraph dev, in-memory)", "runs_per_s_50_threads": 50.0,
-        "p50_ms": 1000.0, "cpu_ms_per_run": "17-20"}
+PEER = {
+    "name": "LangGraph Agent Server (langgraph dev, in-memory)",
+    "runs_per_s_50_threads": 50.0,
+    "p50_ms": 1000.0,
+    "cpu_ms_per_run": "17-20",
+}
 TARGETS = {"runs_per_s": 250.0, "p50_ms": 30.0, "cpu_ms_per_run": 4.0}
 
 
@@ -15,19 +19,35 @@ def verdicts(result: dict) -> list[dict]:
 
     def check(name: str, value: float | None, target: float, higher_is_better: bool, unit: str) -> None:
         ok = value is not None and (value >= target if higher_is_better else value <= target)
-        out.append({"target": name, "value": value, "goal": f"{'≥' if higher_is_better else '≤'} {target:g} {unit}",
-                    "pass": ok})
+        out.append(
+            {
+                "target": name,
+                "value": value,
+                "goal": f"{'≥' if higher_is_better else '≤'} {target:g} {unit}",
+                "pass": ok,
+            }
+        )
 
     if "B" in sc:
         check("B throughput (peer ~50 runs/s, ≥5×)", sc["B"]["runs_per_s"], TARGETS["runs_per_s"], True, "runs/s")
     for name in ("A", "B"):
         if name in sc:
-            check(f"{name} p50 send→run.completed (peer ~1000 ms)", sc[name]["latency_ms"]["p50"], TARGETS["p50_ms"],
-                  False, "ms")
+            check(
+                f"{name} p50 send→run.completed (peer ~1000 ms)",
+                sc[name]["latency_ms"]["p50"],
+                TARGETS["p50_ms"],
+                False,
+                "ms",
+            )
     for name in ("A", "B"):
         if name in sc:
-            check(f"{name} server CPU per run (peer 17–20 ms)", sc[name]["cpu"]["server_ms_per_run"],
-                  TARGETS["cpu_ms_per_run"], False, "ms")
+            check(
+                f"{name} server CPU per run (peer 17–20 ms)",
+                sc[name]["cpu"]["server_ms_per_run"],
+                TARGETS["cpu_ms_per_run"],
+                False,
+                "ms",
+            )
     return out
 
 
@@ -79,8 +99,10 @@ def print_report(result: dict) -> None:
     row("projection catch-up s", lambda s: s["projection_catch_up_s"])
     row("append conflicts per run (OCC)", lambda s: s["worker_metrics"]["append_conflicts_per_run"])
     row("checkpoint capture mean ms", lambda s: s["worker_metrics"]["checkpoint_capture_mean_ms"])
-    row("handler retries / dead letters", lambda s: f"{s['worker_metrics']['handler_retries']} / "
-                                                    f"{s['worker_metrics']['dead_letters']}")
+    row(
+        "handler retries / dead letters",
+        lambda s: f"{s['worker_metrics']['handler_retries']} / {s['worker_metrics']['dead_letters']}",
+    )
     row("errors", lambda s: s["error_count"])
     if names:
         console.print(t)
@@ -107,21 +129,45 @@ def print_report(result: dict) -> None:
     raw = result.get("raw")
     if raw:
         rt = Table(title="C: raw JetStream appends (scratch stream, same nats-server)")
-        for c in ("mode", "events", "events/s", "nats-server µs/event", "client µs/event", "other load",
-                  "reference (infra doc)"):
+        for c in (
+            "mode",
+            "events",
+            "events/s",
+            "nats-server µs/event",
+            "client µs/event",
+            "other load",
+            "reference (infra doc)",
+        ):
             rt.add_column(c, justify="right" if c != "mode" else "left")
         a, p = raw["eventlog_append_actors"], raw["publish_async_w256"]
-        rt.add_row(f"EventLog.append, {raw['actors']} OCC actors", f"{a['events']:,}", f"{a['events_per_s']:,}",
-                   str(a["nats_cpu_us_per_event"]), str(a["client_cpu_us_per_event"]), str(a["other_load_cores"]),
-                   "15.8k (asyncio) / 19.9k (uvloop)")
+        rt.add_row(
+            f"EventLog.append, {raw['actors']} OCC actors",
+            f"{a['events']:,}",
+            f"{a['events_per_s']:,}",
+            str(a["nats_cpu_us_per_event"]),
+            str(a["client_cpu_us_per_event"]),
+            str(a["other_load_cores"]),
+            "15.8k (asyncio) / 19.9k (uvloop)",
+        )
         b = raw["eventlog_append_batch3_actors"]
-        rt.add_row(f"EventLog.append 3-event atomic batch, {raw['actors']} actors",
-                   f"{b['decisions']:,} × 3", f"{b['events_per_s']:,} ({b['decisions_per_s']:,} batches/s)",
-                   f"{b['nats_cpu_us_per_decision'] / 3:.1f}", f"{b['client_cpu_us_per_decision'] / 3:.1f}",
-                   str(b["other_load_cores"]), "17.1k (100-msg batches)")
-        rt.add_row("js.publish_async window 256", f"{p['events']:,}", f"{p['events_per_s']:,}",
-                   str(p["nats_cpu_us_per_event"]), str(p["client_cpu_us_per_event"]), str(p["other_load_cores"]),
-                   "28.3k (asyncio)")
+        rt.add_row(
+            f"EventLog.append 3-event atomic batch, {raw['actors']} actors",
+            f"{b['decisions']:,} × 3",
+            f"{b['events_per_s']:,} ({b['decisions_per_s']:,} batches/s)",
+            f"{b['nats_cpu_us_per_decision'] / 3:.1f}",
+            f"{b['client_cpu_us_per_decision'] / 3:.1f}",
+            str(b["other_load_cores"]),
+            "17.1k (100-msg batches)",
+        )
+        rt.add_row(
+            "js.publish_async window 256",
+            f"{p['events']:,}",
+            f"{p['events_per_s']:,}",
+            str(p["nats_cpu_us_per_event"]),
+            str(p["client_cpu_us_per_event"]),
+            str(p["other_load_cores"]),
+            "28.3k (asyncio)",
+        )
         console.print(rt)
 
     vt = Table(title=f"Targets vs peer ({PEER['name']}: ~50 runs/s at 50 threads, ~1 s p50, 17–20 ms CPU/run)")
@@ -130,6 +176,10 @@ def print_report(result: dict) -> None:
     vt.add_column("goal", justify="right")
     vt.add_column("result")
     for v in result["targets"]:
-        vt.add_row(v["target"], "–" if v["value"] is None else str(v["value"]), v["goal"],
-                   "[green]PASS[/]" if v["pass"] else "[red]FAIL[/]")
+        vt.add_row(
+            v["target"],
+            "–" if v["value"] is None else str(v["value"]),
+            v["goal"],
+            "[green]PASS[/]" if v["pass"] else "[red]FAIL[/]",
+        )
     console.print(vt)

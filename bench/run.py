@@ -41,19 +41,19 @@ import socket
 import sys
 import tempfile
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import nats
-from redis.asyncio import Redis
-
 from client import OPEN, http_client
 from harness import TENANT, Env, Output, log
 from raw import raw_appends
+from redis.asyncio import Redis
 from report import PEER, print_report, verdicts
 from sampling import Procs
 from scenarios import run_scenario, warm_up
+
 from treadle.cli.stack import WORKERS, Stack
 from treadle.ops.tokens import TokenStore
 
@@ -88,9 +88,13 @@ async def main(args: argparse.Namespace) -> int:
 
         result["meta"] = {
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "host": socket.gethostname(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
             "loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
-            "seconds": args.seconds, "threads": args.threads, "stack_start_s": round(time.perf_counter() - t0, 2),
+            "seconds": args.seconds,
+            "threads": args.threads,
+            "stack_start_s": round(time.perf_counter() - t0, 2),
             "pids": procs.pids,
         }
         result["warm_up"] = await warm_up(env)
@@ -150,8 +154,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=50, help="concurrent threads in scenario B (default 50)")
     p.add_argument("--skip-raw", action="store_true", help="skip scenario C (raw JetStream appends)")
     p.add_argument("--raw-events", type=int, default=20_000, help="events per raw append mode (default 20000)")
-    p.add_argument("--raw-batches", type=int, default=2_000,
-                   help="3-event atomic-batch decisions in the raw batch mode (default 2000)")
+    p.add_argument(
+        "--raw-batches",
+        type=int,
+        default=2_000,
+        help="3-event atomic-batch decisions in the raw batch mode (default 2000)",
+    )
     p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only C (default ABC)")
     return p.parse_args(argv)
 
@@ -160,6 +168,7 @@ def run() -> int:
     args = parse_args()
     try:
         import uvloop
+
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     except ImportError:
         runner = asyncio.Runner()

@@ -101,8 +101,14 @@ async def scrape_metrics(stack: Stack) -> dict[str, float]:
     """The workers' own Prometheus counters (conflicts, retries, dead letters, checkpoint time), summed."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    wanted = ("treadle_append_conflicts", "treadle_handler_retries", "treadle_dead_letters",
-              "treadle_events_appended", "treadle_checkpoint_capture_seconds", "treadle_commands")
+    wanted = (
+        "treadle_append_conflicts",
+        "treadle_handler_retries",
+        "treadle_dead_letters",
+        "treadle_events_appended",
+        "treadle_checkpoint_capture_seconds",
+        "treadle_commands",
+    )
     out: dict[str, float] = collections.defaultdict(float)
     async with httpx.AsyncClient(timeout=5.0) as http:
         for port in stack.health_ports.values():

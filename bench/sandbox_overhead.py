@@ -25,6 +25,7 @@ sys.path[:0] = [str(ROOT / "tests" / "codex"), str(ROOT / "tests" / "claude")]
 
 from codex_mock import MockResponses  # noqa: E402
 from mock_api import MockMessagesApi  # noqa: E402
+
 from treadle.domain import provider_events as pe  # noqa: E402
 from treadle.domain.ids import IdFactory  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
@@ -54,8 +55,14 @@ _n = 0
 async def turn(adapter, text: str) -> float:
     global _n
     _n += 1
-    t = Turn(run_id=f"run_{_n}", attempt_id=f"att_{_n}", root_node_id=f"node_{_n}", text=text, script=None,
-             ids=IdFactory(f"att_{_n}", 1_700_000_000_000 + _n))
+    t = Turn(
+        run_id=f"run_{_n}",
+        attempt_id=f"att_{_n}",
+        root_node_id=f"node_{_n}",
+        text=text,
+        script=None,
+        ids=IdFactory(f"att_{_n}", 1_700_000_000_000 + _n),
+    )
     sink = Sink()
     start = time.perf_counter()
     await adapter.run_turn(t, sink)
@@ -65,14 +72,25 @@ async def turn(adapter, text: str) -> float:
 
 def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api):
     session = f"ps_{uuid.uuid4().hex[:8]}"
-    request = PlaceSession(tenant="bench", thread="thr", provider=kind, session_id=session, provider_thread_id="pth",
-                           workspace="w", runtime_mode="full_access")
+    request = PlaceSession(
+        tenant="bench",
+        thread="thr",
+        provider=kind,
+        session_id=session,
+        provider_thread_id="pth",
+        workspace="w",
+        runtime_mode="full_access",
+    )
     workspace = root / "workspaces" / "bench" / "w"
     workspace.mkdir(parents=True, exist_ok=True)
     state = root / "provider-runtimes" / "host-1" / session
     if kind == "codex":
-        settings = CodexSettings(base_url=codex_mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock",
-                                 home_root=root / "codex-homes")
+        settings = CodexSettings(
+            base_url=codex_mock.base_url,
+            api_key_env="BENCH_MODEL_KEY",
+            api_key="sk-mock",
+            home_root=root / "codex-homes",
+        )
         return CodexAdapter(workspace, request, state, settings, sandbox=sandbox)
     settings = ClaudeSettings(base_url=claude_api.url, api_key="sk-ant-mock", max_retries=0)
     return ClaudeAdapter(workspace, request, state, settings=settings, sandbox=sandbox)
@@ -86,7 +104,9 @@ async def main() -> None:
     args = parser.parse_args()
     root = ROOT / ".treadle" / "bench-sandbox" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
     root.mkdir(parents=True)
-    sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(root / "workspaces"), root / "provider-runtimes" / "host-1")
+    sandbox = Sandbox(
+        SandboxSettings(mode="on"), TenantIdentities(root / "workspaces"), root / "provider-runtimes" / "host-1"
+    )
     assert sandbox.start().ok, sandbox.result
     codex_mock = await MockResponses().start()
     results: dict = {}
@@ -95,7 +115,7 @@ async def main() -> None:
             for kind in [args.only] if args.only else ["codex", "claude"]:
                 times = {mode: {"start": [], "warm": []} for mode in ("off", "on")}
                 for r in range(args.rounds):
-                    for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+                    for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
                         adapter = make(kind, root, sandbox if mode == "on" else None, codex_mock, claude_api)
                         try:
                             t0 = time.perf_counter()
@@ -106,8 +126,9 @@ async def main() -> None:
                                 times[mode]["warm"].append(await turn(adapter, f"bench warm {kind} {r} {mode} {i}"))
                         finally:
                             await adapter.close()
-                results[kind] = {mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()}
-                                 for mode, t in times.items()}
+                results[kind] = {
+                    mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()} for mode, t in times.items()
+                }
                 results[kind]["n"] = {"start": args.rounds, "warm": args.rounds * args.turns}
     finally:
         await codex_mock.stop()

@@ -6,11 +6,11 @@ import asyncio
 import collections
 import time
 
-from redis.asyncio import Redis
-
 from client import RunObs, ThreadClient, create_threads, open_threads
 from harness import TENANT, Env, log
+from redis.asyncio import Redis
 from sampling import Procs, RssSampler, scrape_metrics
+
 from treadle.eventlog import subjects
 
 
@@ -131,8 +131,13 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         "seconds": round(elapsed, 2),
         "completed_runs": n,
         "runs_per_s": r2(n / elapsed if elapsed else None, 1),
-        "latency_ms": {"p50": ms(pct(lat, 0.5)), "p90": ms(pct(lat, 0.9)), "p99": ms(pct(lat, 0.99)),
-                       "max": ms(max(lat) if lat else None), "mean": ms(sum(lat) / n if n else None)},
+        "latency_ms": {
+            "p50": ms(pct(lat, 0.5)),
+            "p90": ms(pct(lat, 0.9)),
+            "p99": ms(pct(lat, 0.99)),
+            "max": ms(max(lat) if lat else None),
+            "mean": ms(sum(lat) / n if n else None),
+        },
         "first_delta_ms": {"p50": ms(pct(first, 0.5)), "p99": ms(pct(first, 0.99)), "runs_with_delta": len(first)},
         "post_202_ms": {"p50": ms(pct(post, 0.5)), "p99": ms(pct(post, 0.99))},
         "event_seen_p50_ms": {k: ms(pct(v, 0.5)) for k, v in sorted(marks.items(), key=lambda kv: pct(kv[1], 0.5))},
@@ -170,8 +175,10 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
         "error_count": sum(errors.values()),
     }
     out["redis"]["runs_in_that_thread"] = round(n / n_threads, 1)  # runs are spread evenly over the threads
-    log(f"scenario {name}: {n} runs in {elapsed:.1f}s = {out['runs_per_s']} runs/s, p50 {out['latency_ms']['p50']} ms, "
-        f"cpu {out['cpu']['server_ms_per_run']} ms/run, errors {out['error_count']}")
+    log(
+        f"scenario {name}: {n} runs in {elapsed:.1f}s = {out['runs_per_s']} runs/s, p50 {out['latency_ms']['p50']} ms, "
+        f"cpu {out['cpu']['server_ms_per_run']} ms/run, errors {out['error_count']}"
+    )
     return out
 
 

@@ -26,16 +26,22 @@ import nats  # noqa: E402
 
 from treadle.domain import events as ev  # noqa: E402
 from treadle.eventlog import streams  # noqa: E402
+from treadle.ops.servers import NatsServer  # noqa: E402
 from treadle.provider_host.service import ProviderHost  # noqa: E402
 from treadle.providers.hosts import HostClient  # noqa: E402
-from treadle.ops.servers import NatsServer  # noqa: E402
 from treadle.runtime.settings import ProviderHostSettings, Shared  # noqa: E402
 from treadle.supervisor.summariser import ProviderSummariser  # noqa: E402
 
 HEADING = "# Context: summary of this conversation so far (runs 1-8):"
-MATERIAL = HEADING + "\n\n" + "\n\n".join(
-    f"## Run {n} (completed, on scripted)\nUser asked: step {n} of the parser\nAssistant replied: done {n}. "
-    + "lorem ipsum " * 40 for n in range(1, 9))
+MATERIAL = (
+    HEADING
+    + "\n\n"
+    + "\n\n".join(
+        f"## Run {n} (completed, on scripted)\nUser asked: step {n} of the parser\nAssistant replied: done {n}. "
+        + "lorem ipsum " * 40
+        for n in range(1, 9)
+    )
+)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -55,15 +61,20 @@ async def main(n: int, provider: str) -> dict:
             import os
 
             from mock_api import MockMessagesApi
+
             mock = await MockMessagesApi().__aenter__()
-            os.environ.update(TREADLE_CLAUDE_BASE_URL=mock.url, TREADLE_CLAUDE_API_KEY="sk-ant-mock-000",
-                              TREADLE_CLAUDE_MAX_RETRIES="0")
+            os.environ.update(
+                TREADLE_CLAUDE_BASE_URL=mock.url,
+                TREADLE_CLAUDE_API_KEY="sk-ant-mock-000",
+                TREADLE_CLAUDE_MAX_RETRIES="0",
+            )
         host = ProviderHost(nc, Shared(state_dir=state, nats_url=server.url), ProviderHostSettings(host_id="bench"))
         await host.start()
         script = {"steps": [{"type": "text", "text": "The parser is done in eight steps; nothing is open."}]}
         summariser = ProviderSummariser(HostClient(nc, 5.0), provider, script=script, timeout=120)
-        handoff = ev.HandoffCreated(handoff_id="hoff_1", run_id="run_1", strategy="full_thread_summary",
-                                    to_provider="b", text=MATERIAL[:4000])
+        handoff = ev.HandoffCreated(
+            handoff_id="hoff_1", run_id="run_1", strategy="full_thread_summary", to_provider="b", text=MATERIAL[:4000]
+        )
         provided = []
         try:
             for _ in range(n):
@@ -77,9 +88,15 @@ async def main(n: int, provider: str) -> dict:
             await server.stop()
             if mock is not None:
                 await mock.__aexit__(None, None, None)
-    return {"provider": provider, "n": n,
-            "provider_summary_ms": {"p50": round(statistics.median(provided), 1), "p95": round(pct(provided, 0.95), 1),
-                                    "first": round(provided[0], 1)}}
+    return {
+        "provider": provider,
+        "n": n,
+        "provider_summary_ms": {
+            "p50": round(statistics.median(provided), 1),
+            "p95": round(pct(provided, 0.95), 1),
+            "first": round(provided[0], 1),
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -38,13 +38,15 @@ async def until(predicate, timeout: float = 60.0) -> float:
 async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]:
     results: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        async with Stack(Path(tmp), env={"TREADLE_LEASE_TTL": str(ttl)}, replicas=2,
-                         on_output=lambda name, line: None) as stack:
+        async with Stack(
+            Path(tmp), env={"TREADLE_LEASE_TTL": str(ttl)}, replicas=2, on_output=lambda name, line: None
+        ) as stack:
             nc = await nats.connect(stack.nats_url)
             table = await LeaseTable(nc).__aenter__()
             partitions = None
             for n in range(rounds):
                 for how, sig in (("sigterm", signal.SIGTERM), ("sigkill", signal.SIGKILL)):
+
                     async def even() -> bool:
                         nonlocal partitions
                         for kind in REPLICATED:
@@ -53,6 +55,7 @@ async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]
                             if set(held.values()) != {kind, f"{kind}-2"}:
                                 return False
                         return True
+
                     await until(even)
                     await stack.wait_ready()
                     names = [f"{kind}-2" for kind in REPLICATED]
@@ -71,8 +74,11 @@ async def measure(ttl: float, rounds: int) -> dict[tuple[str, str], list[float]]
                         await until(lambda: survivor_holds_all(kind))
                         seconds = time.monotonic() - began  # noqa: B023 (awaited in this round, like the two below)
                         results.setdefault((kind, how), []).append(seconds)  # noqa: B023
-                        print(f"ttl {ttl:g}s round {n + 1} {how:7} {kind:11} taken over in {seconds:.2f}s",  # noqa: B023
-                              flush=True)
+                        print(
+                            f"ttl {ttl:g}s round {n + 1} {how:7} {kind:11} taken over in {seconds:.2f}s",  # noqa: B023
+                            flush=True,
+                        )
+
                     await asyncio.gather(*(took(kind) for kind in REPLICATED))
                     if sig == signal.SIGKILL:
                         await stack.processes.start()  # brings the halted replicas back

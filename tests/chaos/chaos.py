@@ -169,8 +169,10 @@ class Throughput:
         took = (self.ended or time.monotonic()) - self.started
         done = sorted(self.latencies) or [0.0]
         p50, p95 = (done[min(len(done) - 1, int(q * len(done)))] for q in (0.50, 0.95))
-        return (f"{len(self.latencies)} messages completed in {took:.0f} s ({len(self.latencies) / took:.1f}/s), "
-                f"latency p50 {p50:.2f} s, p95 {p95:.2f} s")
+        return (
+            f"{len(self.latencies)} messages completed in {took:.0f} s ({len(self.latencies) / took:.1f}/s), "
+            f"latency p50 {p50:.2f} s, p95 {p95:.2f} s"
+        )
 
 
 class WorkerOutput:
@@ -207,6 +209,7 @@ async def send(api: Api, thread: str, text: str, **body) -> dict:
             return None
         assert r.status_code == 202, f"{r.status_code} {r.text}"
         return r.json()
+
     return await wait_for(attempt, timeout=120, interval=0.1, what=f"message {text!r} accepted")
 
 
@@ -253,8 +256,20 @@ async def treadle_check(stack: Stack, *args: str, settle: float = 60) -> tuple[i
     up after the last kill: ``--settle`` lets it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
     proc = await asyncio.create_subprocess_exec(
-        str(TREADLE), "check", "--json", "--settle", str(settle), "--nats-url", stack.nats_url,
-        "--redis-url", stack.redis_url, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        str(TREADLE),
+        "check",
+        "--json",
+        "--settle",
+        str(settle),
+        "--nats-url",
+        stack.nats_url,
+        "--redis-url",
+        stack.redis_url,
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), settle + 120)
     assert out, err.decode()
     return proc.returncode, json.loads(out)

@@ -48,9 +48,11 @@ REPLY = "chaos " * 30
 SCRIPT = {"steps": [{"type": "text", "text": REPLY, "chunk": 30, "delay_ms": 40}]}
 # Parameters of Stack that arrive with other work: replicas with partition leases ("leases"), a NATS cluster
 # ("broker"). Used as soon as Stack accepts them; TREADLE_CHAOS_REPLICAS / _NATS_CLUSTER set them (0: off).
-WANTED = {"provider_hosts": 3,
-          "replicas": int(os.environ.get("TREADLE_CHAOS_REPLICAS", "2")),
-          "nats_cluster": int(os.environ.get("TREADLE_CHAOS_NATS_CLUSTER", "3"))}
+WANTED = {
+    "provider_hosts": 3,
+    "replicas": int(os.environ.get("TREADLE_CHAOS_REPLICAS", "2")),
+    "nats_cluster": int(os.environ.get("TREADLE_CHAOS_NATS_CLUSTER", "3")),
+}
 # Faster host-loss detection than production's 10 s: a killed host's sessions are reported lost sooner.
 ENV = {"TREADLE_PROVIDER_HOST_HEARTBEAT_SECONDS": "0.5", "TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS": "3"}
 
@@ -94,8 +96,12 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                     for _ in range(BATCH):
                         text = f"{thread} message {len(sent[thread])}"
                         sent_at = time.monotonic()
-                        runs.append((sent_at, (await send(api, thread, text, script=SCRIPT,
-                                                          mode="queue_after_active"))["run_id"]))
+                        runs.append(
+                            (
+                                sent_at,
+                                (await send(api, thread, text, script=SCRIPT, mode="queue_after_active"))["run_id"],
+                            )
+                        )
                         sent[thread].append(text)
                     for sent_at, run in runs:
                         try:  # seconds normally; a restarting worker's backoff reaches 10 s, so allow a few
@@ -103,11 +109,14 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                             throughput.completed(sent_at)
                         except TimeoutError:
                             # Stuck in the log, or only in the read model? The tail and `treadle check` tell.
-                            tail = [(e.seq, e.type, e.actor, e.causation_id)
-                                    for e in await log.read(api.tenant, thread)][-8:]
+                            tail = [
+                                (e.seq, e.type, e.actor, e.causation_id) for e in await log.read(api.tenant, thread)
+                            ][-8:]
                             _, report = await treadle_check(stack, settle=5)
-                            raise AssertionError(f"run {run} of {thread} stuck; its log ends {tail}; treadle check: "
-                                                 + ("; ".join(problems(report)) or "no problems")) from None
+                            raise AssertionError(
+                                f"run {run} of {thread} stuck; its log ends {tail}; treadle check: "
+                                + ("; ".join(problems(report)) or "no problems")
+                            ) from None
 
             async def talkers() -> None:
                 try:

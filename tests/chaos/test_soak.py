@@ -63,6 +63,7 @@ async def test_runs_survive_random_kill_9_of_workers(api, stack, log):
         async def projected(thread=thread, replay=replay):
             r = await api.request("GET", f"/v1/threads/{thread}")
             return r.status_code == 200 and r.content == replay
+
         await wait_for(projected, timeout=60, what=f"projection of {thread} equals its log")
     code, report = await treadle_check(stack, "--tenant", api.tenant)
     assert code == 0 and report["ok"], "\n".join(problems(report))

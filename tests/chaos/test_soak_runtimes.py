@@ -56,17 +56,25 @@ async def _soak(stack: Stack, codex_api: MockResponses, output: WorkerOutput) ->
     nc = await nats.connect(**broker_urls.parse(stack.nats_url).connect_options())
     api = await make_api(stack, nc, "soakrt")
     try:
-        threads = {await api.create_thread(title=f"{p} {i}", provider=p): p
-                   for p, n in THREADS.items() for i in range(n)}
+        threads = {
+            await api.create_thread(title=f"{p} {i}", provider=p): p for p, n in THREADS.items() for i in range(n)
+        }
         sent: dict[str, list[str]] = {t: [] for t in threads}
         log = EventLog(nc)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SECONDS
         stop = asyncio.Event()
         loop.call_at(deadline, stop.set)
-        killer = Killer(stack, seed=int(os.environ.get("TREADLE_SOAK_SEED", "17")), pause=(6.0, 12.0),
-                        signals=(signal.SIGKILL, signal.SIGTERM), redis_pause=(10.0, 20.0),
-                        runtimes=("app-server", "/claude"), runtime_pause=(6.0, 12.0), restart_after=SECONDS / 2)
+        killer = Killer(
+            stack,
+            seed=int(os.environ.get("TREADLE_SOAK_SEED", "17")),
+            pause=(6.0, 12.0),
+            signals=(signal.SIGKILL, signal.SIGTERM),
+            redis_pause=(10.0, 20.0),
+            runtimes=("app-server", "/claude"),
+            runtime_pause=(6.0, 12.0),
+            restart_after=SECONDS / 2,
+        )
         throughput = Throughput()
 
         async def talk(thread: str, provider: str) -> None:
@@ -81,15 +89,15 @@ async def _soak(stack: Stack, codex_api: MockResponses, output: WorkerOutput) ->
                     throughput.completed(sent_at)
                 except TimeoutError:
                     tail = [(e.seq, e.type, e.actor) for e in await log.read(api.tenant, thread)][-12:]
-                    raise AssertionError(f"run {run_id} stuck; thread tail: {tail}; {killer.story()}; "
-                                         f"worker output: {output.path}") from None
+                    raise AssertionError(
+                        f"run {run_id} stuck; thread tail: {tail}; {killer.story()}; worker output: {output.path}"
+                    ) from None
 
         await asyncio.gather(killer.run(stop), *(talk(t, p) for t, p in threads.items()))
         throughput.stop()
         await stack.wait_ready(timeout=120)
         story = f"{killer.story()}\nworker output: {output.path}"
-        wrong = {t: w for t, p in threads.items()
-                 if (w := verdict(await log.read(api.tenant, t), sent[t], REPLIES[p]))}
+        wrong = {t: w for t, p in threads.items() if (w := verdict(await log.read(api.tenant, t), sent[t], REPLIES[p]))}
         assert not wrong, story + "\n" + "\n".join(f"{t}: {w}" for t, w in wrong.items())
         code, report = await treadle_check(stack, "--tenant", api.tenant)
         assert code == 0 and report["ok"], story + "\n" + "\n".join(problems(report))

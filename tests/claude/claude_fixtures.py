@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.helpers import wait_for
 from tests.claude.mock_api import MockMessagesApi
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.providers.base import Turn
@@ -53,14 +53,23 @@ class RecordingSink:
 
     async def request(self, timeout: float = 30) -> pe.RequestOpened:
         """The next request nobody answered yet."""
-        return await wait_for(lambda: next((r for r in self.of(pe.RequestOpened) if r.request_id not in self.seen), None),
-                              timeout=timeout, what="a runtime request")
+        return await wait_for(
+            lambda: next((r for r in self.of(pe.RequestOpened) if r.request_id not in self.seen), None),
+            timeout=timeout,
+            what="a runtime request",
+        )
 
 
 def new_turn(text: str) -> Turn:
     attempt = f"att_{next(_attempts):04d}"
-    return Turn(run_id="run_test", attempt_id=attempt, root_node_id=f"node_root_{attempt}", text=text, script=None,
-                ids=IdFactory(attempt, 1_700_000_000_000))
+    return Turn(
+        run_id="run_test",
+        attempt_id=attempt,
+        root_node_id=f"node_root_{attempt}",
+        text=text,
+        script=None,
+        ids=IdFactory(attempt, 1_700_000_000_000),
+    )
 
 
 class Harness:
@@ -75,8 +84,15 @@ class Harness:
 
     def adapter(self, runtime_mode: str = "approval_required", workspace: Path | None = None) -> ClaudeAdapter:
         session = f"ps_{next(_sessions):04d}"
-        request = PlaceSession(tenant="acme", thread="thr_test", provider="claude", session_id=session,
-                               provider_thread_id="pth_test", workspace="w", runtime_mode=runtime_mode)
+        request = PlaceSession(
+            tenant="acme",
+            thread="thr_test",
+            provider="claude",
+            session_id=session,
+            provider_thread_id="pth_test",
+            workspace="w",
+            runtime_mode=runtime_mode,
+        )
         settings = ClaudeSettings(base_url=self.api.url, api_key="sk-ant-mock-000", max_retries=0)
         state_dir = self.root / "state" / "provider-runtimes" / "host-1" / session
         adapter = ClaudeAdapter(workspace or self.workspace, request, state_dir, settings=settings)

@@ -18,8 +18,11 @@ def quiet(name: str, line: str) -> None:
 
 
 def claude_env(api: MockMessagesApi) -> dict[str, str]:
-    return {"TREADLE_CLAUDE_BASE_URL": api.url, "TREADLE_CLAUDE_API_KEY": "sk-ant-mock-000",
-            "TREADLE_CLAUDE_MAX_RETRIES": "0"}
+    return {
+        "TREADLE_CLAUDE_BASE_URL": api.url,
+        "TREADLE_CLAUDE_API_KEY": "sk-ant-mock-000",
+        "TREADLE_CLAUDE_MAX_RETRIES": "0",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -33,4 +36,3 @@ async def claude_stack(request, tmp_path_factory, mock_claude_api):
     directory = tmp_path_factory.mktemp(request.module.__name__.replace("_", "-"))
     async with Stack(directory, env=claude_env(mock_claude_api), on_output=quiet) as stack:
         yield stack
-

@@ -66,8 +66,11 @@ def tool(name: str, tool_input: dict, call_id: str) -> dict:
 def _tool_then_reply(name: str, tool_input: dict, reply: str) -> Scenario:
     def play(conv: Conversation) -> Stream:
         if conv.step == 0:
-            return Stream([text(f"Calling {name}."), tool(name, tool_input, f"toolu_{name.lower()}_{len(conv.body['messages'])}")])
+            return Stream(
+                [text(f"Calling {name}."), tool(name, tool_input, f"toolu_{name.lower()}_{len(conv.body['messages'])}")]
+            )
         return Stream([text(f"{reply} {conv.result_text()}")])
+
     return play
 
 
@@ -76,8 +79,9 @@ def _echo(conv: Conversation) -> Stream:
 
 
 def _thinking(conv: Conversation) -> Stream:
-    return Stream([{"type": "thinking", "thinking": "The user wants a greeting; keep it short."},
-                   text("Hello after thinking.")])
+    return Stream(
+        [{"type": "thinking", "thinking": "The user wants a greeting; keep it short."}, text("Hello after thinking.")]
+    )
 
 
 def _slow(conv: Conversation) -> Stream:
@@ -93,17 +97,28 @@ def _error(conv: Conversation) -> Failure:
 
 
 def _subagent(background: bool) -> Scenario:
-    agent = {"description": "Say hi", "prompt": "#sub please say hi", "subagent_type": "general-purpose",
-             "run_in_background": background}
+    agent = {
+        "description": "Say hi",
+        "prompt": "#sub please say hi",
+        "subagent_type": "general-purpose",
+        "run_in_background": background,
+    }
     return _tool_then_reply("Agent", agent, "The agent answered:")
 
 
 def _sub(conv: Conversation) -> Stream:
     """The subagent's own conversation: one Bash call (needs approval), then its hand-back text."""
     if conv.step == 0:
-        return Stream([text("Subagent running a command."),
-                       tool("Bash", {"command": "echo from-sub > sub.txt && cat sub.txt", "description": "Write sub.txt"},
-                            "toolu_sub_bash")])
+        return Stream(
+            [
+                text("Subagent running a command."),
+                tool(
+                    "Bash",
+                    {"command": "echo from-sub > sub.txt && cat sub.txt", "description": "Write sub.txt"},
+                    "toolu_sub_bash",
+                ),
+            ]
+        )
     return Stream([text(f"subagent says hi ({conv.result_text().strip()})")])
 
 
@@ -121,20 +136,45 @@ SCENARIOS: dict[str, Scenario] = {
     "slow": _slow,  # 30 s: only ever interrupted
     "steady": _steady,  # 3 s
     "error": _error,
-    "bash": _tool_then_reply("Bash", {"command": "echo hi > bash.txt && cat bash.txt",
-                                      "description": "Write hi to bash.txt"}, "The command printed:"),
-    "python": _tool_then_reply("Bash", {"command": "python3 -c 'print(6 * 7)'", "description": "Compute 6 * 7"},
-                               "Python printed:"),
-    "write": _tool_then_reply("Write", {"file_path": "{cwd}/written.txt", "content": "written by claude\n"},
-                              "Write said:"),
-    "ask": _tool_then_reply("AskUserQuestion", {"questions": [{
-        "question": "Which color do you prefer?", "header": "Color", "multiSelect": False,
-        "options": [{"label": "Blue", "description": "like the sea"}, {"label": "Red", "description": "like fire"}]}]},
-        "Noted:"),
-    "todo": _tool_then_reply("TodoWrite", {"todos": [
-        {"content": "Read the code", "status": "completed", "activeForm": "Reading the code"},
-        {"content": "Write the fix", "status": "in_progress", "activeForm": "Writing the fix"},
-        {"content": "Run the tests", "status": "pending", "activeForm": "Running the tests"}]}, "Todos:"),
+    "bash": _tool_then_reply(
+        "Bash",
+        {"command": "echo hi > bash.txt && cat bash.txt", "description": "Write hi to bash.txt"},
+        "The command printed:",
+    ),
+    "python": _tool_then_reply(
+        "Bash", {"command": "python3 -c 'print(6 * 7)'", "description": "Compute 6 * 7"}, "Python printed:"
+    ),
+    "write": _tool_then_reply(
+        "Write", {"file_path": "{cwd}/written.txt", "content": "written by claude\n"}, "Write said:"
+    ),
+    "ask": _tool_then_reply(
+        "AskUserQuestion",
+        {
+            "questions": [
+                {
+                    "question": "Which color do you prefer?",
+                    "header": "Color",
+                    "multiSelect": False,
+                    "options": [
+                        {"label": "Blue", "description": "like the sea"},
+                        {"label": "Red", "description": "like fire"},
+                    ],
+                }
+            ]
+        },
+        "Noted:",
+    ),
+    "todo": _tool_then_reply(
+        "TodoWrite",
+        {
+            "todos": [
+                {"content": "Read the code", "status": "completed", "activeForm": "Reading the code"},
+                {"content": "Write the fix", "status": "in_progress", "activeForm": "Writing the fix"},
+                {"content": "Run the tests", "status": "pending", "activeForm": "Running the tests"},
+            ]
+        },
+        "Todos:",
+    ),
     "subagent": _subagent(background=False),
     "background": _subagent(background=True),
     "sub": _sub,
@@ -171,12 +211,13 @@ def conversation(body: dict) -> Conversation:
     prompt_at = max((i for i, m in enumerate(messages) if m.get("role") == "user" and _is_prompt(m)), default=0)
     prompt_msg = messages[prompt_at] if messages else {"content": ""}
     prompt = "\n".join(t for t in _texts(prompt_msg["content"]) if _said_by_user(t))
-    step = sum(1 for m in messages[prompt_at + 1:] if m.get("role") == "assistant")
+    step = sum(1 for m in messages[prompt_at + 1 :] if m.get("role") == "assistant")
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {"content": []})
     content = last_user["content"] if isinstance(last_user["content"], list) else []
     results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
-    return Conversation(body=body, prompt=prompt, step=step, tool_results=results,
-                        last_text="\n".join(_texts(last_user["content"])))
+    return Conversation(
+        body=body, prompt=prompt, step=step, tool_results=results, last_text="\n".join(_texts(last_user["content"]))
+    )
 
 
 def pick(conv: Conversation) -> Stream | Failure:
@@ -250,16 +291,21 @@ class MockMessagesApi:
         seen = Seen(method, target, headers, body)
         self.seen.append(seen)
         if method != "POST" or path != "/v1/messages" or not isinstance(body, dict):
-            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 2\r\n"
-                         b"connection: close\r\n\r\n{}")
+            writer.write(
+                b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 2\r\n"
+                b"connection: close\r\n\r\n{}"
+            )
             await writer.drain()
             return
         seen.conversation = conv = conversation(body)
         answer = pick(conv)
         if isinstance(answer, Failure):
             payload = json.dumps({"type": "error", "error": {"type": answer.kind, "message": answer.message}}).encode()
-            writer.write(f"HTTP/1.1 {answer.status} Error\r\ncontent-type: application/json\r\n"
-                         f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode() + payload)
+            writer.write(
+                f"HTTP/1.1 {answer.status} Error\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode()
+                + payload
+            )
             await writer.drain()
             return
         await self._stream(writer, body, answer)
@@ -270,45 +316,103 @@ class MockMessagesApi:
         return found.group(1).rstrip(",.") if found else self.cwd_hint
 
     async def _stream(self, writer: asyncio.StreamWriter, body: dict, answer: Stream) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-                     b"connection: close\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            b"connection: close\r\n\r\n"
+        )
         model = body.get("model", "claude-mock")
         usage = {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        await self._send(writer, "message_start", {"type": "message_start", "message": {
-            "id": f"msg_mock_{len(self.seen)}", "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": usage}})
+        await self._send(
+            writer,
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_mock_{len(self.seen)}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": usage,
+                },
+            },
+        )
         await self._send(writer, "ping", {"type": "ping"})
         stop = "end_turn"
         for index, block in enumerate(answer.blocks):
             if block["type"] == "text":
-                await self._send(writer, "content_block_start", {"type": "content_block_start", "index": index,
-                                                                 "content_block": {"type": "text", "text": ""}})
+                await self._send(
+                    writer,
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                )
                 words = block["text"].split(" ")
                 for i, word in enumerate(words):
                     piece = word if i == len(words) - 1 else word + " "
-                    await self._send(writer, "content_block_delta", {"type": "content_block_delta", "index": index,
-                                                                     "delta": {"type": "text_delta", "text": piece}})
+                    await self._send(
+                        writer,
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                    )
                     if answer.delay:
                         await asyncio.sleep(answer.delay)  # the scenario's pacing: a slow model
             elif block["type"] == "thinking":
-                await self._send(writer, "content_block_start", {"type": "content_block_start", "index": index,
-                                                                 "content_block": {"type": "thinking", "thinking": "",
-                                                                                   "signature": ""}})
-                await self._send(writer, "content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                    "type": "thinking_delta", "thinking": block["thinking"]}})
-                await self._send(writer, "content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                    "type": "signature_delta", "signature": "mock-signature"}})
+                await self._send(
+                    writer,
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                    },
+                )
+                await self._send(
+                    writer,
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": block["thinking"]},
+                    },
+                )
+                await self._send(
+                    writer,
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": "mock-signature"},
+                    },
+                )
             else:
                 stop = "tool_use"
                 tool_input = json.loads(json.dumps(block["input"]).replace("{cwd}", self._cwd(body)))
-                await self._send(writer, "content_block_start", {"type": "content_block_start", "index": index,
-                                                                 "content_block": {**block, "input": {}}})
-                await self._send(writer, "content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                    "type": "input_json_delta", "partial_json": json.dumps(tool_input)}})
+                await self._send(
+                    writer,
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
+                )
+                await self._send(
+                    writer,
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(tool_input)},
+                    },
+                )
             await self._send(writer, "content_block_stop", {"type": "content_block_stop", "index": index})
-        await self._send(writer, "message_delta", {"type": "message_delta",
-                                                   "delta": {"stop_reason": stop, "stop_sequence": None},
-                                                   "usage": {"output_tokens": 5}})
+        await self._send(
+            writer,
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        )
         await self._send(writer, "message_stop", {"type": "message_stop"})
 
     @staticmethod

@@ -116,7 +116,10 @@ async def test_L12_1_todo_write_becomes_the_runs_todo_list(claude):
     (plan,) = sink.of(pe.PlanUpdated)
     assert plan.kind == "todo_list" and plan.node_id == turn.root_node_id
     assert [(i.text, i.status) for i in plan.items] == [
-        ("Read the code", "completed"), ("Write the fix", "in_progress"), ("Run the tests", "pending")]
+        ("Read the code", "completed"),
+        ("Write the fix", "in_progress"),
+        ("Run the tests", "pending"),
+    ]
     assert sink.of(pe.ToolStarted) == []
     assert sink.completed.status == "completed"
 
@@ -278,6 +281,7 @@ def claude_processes() -> list[psutil.Process]:
 
 async def test_L9_3_a_claude_process_that_dies_mid_turn_is_a_lost_runtime_and_the_next_turn_resumes(claude, api):
     from treadle.providers.base import RuntimeLost
+
     adapter = await claude.opened()
     await claude.play(adapter, "#text keep this in mind")
     turn, sink, task = claude.start(adapter, "#slow a long answer")
@@ -352,7 +356,9 @@ async def test_L2_4_a_background_subagent_ends_inside_its_run(claude):
     await asyncio.wait_for(task, 60)
 
     agent = next(s for s in sink.of(pe.ToolStarted) if s.kind == "subagent")
-    agent_done = [i for i, e in enumerate(sink.events) if isinstance(e, pe.ToolCompleted) and e.node_id == agent.node_id]
+    agent_done = [
+        i for i, e in enumerate(sink.events) if isinstance(e, pe.ToolCompleted) and e.node_id == agent.node_id
+    ]
     assert len(agent_done) == 1 and agent_done[0] < len(sink.events) - 1
     assert sink.events[agent_done[0]].output.startswith("subagent says hi")
     assert sink.texts(turn.root_node_id)[-1] == "The background agent finished."
@@ -360,12 +366,15 @@ async def test_L2_4_a_background_subagent_ends_inside_its_run(claude):
 
 
 @pytest.mark.filterwarnings("ignore::claude_agent_sdk.types.CanUseToolShadowedWarning")  # intended in full access
-@pytest.mark.parametrize("mode,prompt,asks", [
-    ("approval_required", "#write a file", True),
-    ("auto_accept_edits", "#write a file", False),
-    ("auto_accept_edits", "#python run it", True),
-    ("full_access", "#bash run it", False),
-])
+@pytest.mark.parametrize(
+    "mode,prompt,asks",
+    [
+        ("approval_required", "#write a file", True),
+        ("auto_accept_edits", "#write a file", False),
+        ("auto_accept_edits", "#python run it", True),
+        ("full_access", "#bash run it", False),
+    ],
+)
 async def test_L11_1_runtime_modes_decide_what_needs_approval(claude, mode, prompt, asks):
     adapter = await claude.opened(runtime_mode=mode)
     _, sink, task = claude.start(adapter, prompt)

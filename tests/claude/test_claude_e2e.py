@@ -3,11 +3,10 @@ the mock Messages API of this test process."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests.support.helpers import wait_for
 from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.support.helpers import wait_for
 from tests.support.provider_http import tenant_client
 from treadle.client.http import TreadleClient
 
@@ -43,7 +42,8 @@ async def test_L2_3_a_claude_run_completes_with_its_reply_and_a_checkpoint(clien
 
 
 async def test_L9_3_after_kill_9_of_the_provider_host_the_next_message_resumes_the_same_claude_session(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = (await client.create_thread(title="claude resume", provider="claude"))["thread_id"]
     first = await run_to_end(client, thread, "#text the password is swordfish")
     assert first["status"] == "completed", first
@@ -51,8 +51,9 @@ async def test_L9_3_after_kill_9_of_the_provider_host_the_next_message_resumes_t
 
     restarts = claude_stack.processes.restarts("provider-host")
     await claude_stack.processes.kill("provider-host")
-    await wait_for(lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await wait_for(
+        lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30, what="provider host restarted"
+    )
     await claude_stack.wait_ready(names=["provider-host"])
 
     second = await run_to_end(client, thread, "#text what is the password")
@@ -66,7 +67,8 @@ async def test_L9_3_after_kill_9_of_the_provider_host_the_next_message_resumes_t
 
 
 async def test_L9_3_a_run_cut_off_by_a_provider_host_crash_is_retried_on_the_resumed_session_once(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = (await client.create_thread(title="claude crash mid-run", provider="claude"))["thread_id"]
     await run_to_end(client, thread, "#text before the crash")
     sent = await client.send(thread, "#steady a three second answer")
@@ -74,17 +76,21 @@ async def test_L9_3_a_run_cut_off_by_a_provider_host_crash_is_retried_on_the_res
     async def streaming():
         doc = await client.get_thread(thread)
         return any(m["role"] == "assistant" and m.get("run_id") == sent["run_id"] for m in doc["messages"])
+
     await wait_for(streaming, timeout=60, what="the answer streaming")
     restarts = claude_stack.processes.restarts("provider-host")
     await claude_stack.processes.kill("provider-host")
-    await wait_for(lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await wait_for(
+        lambda: claude_stack.processes.restarts("provider-host") > restarts, timeout=30, what="provider host restarted"
+    )
 
     run = await client.wait_run(sent["run_id"], timeout=90)
     assert run["status"] == "completed", run
     assert [a["status"] for a in run["attempts"]] == ["lost", "completed"]
     doc = await client.get_thread(thread)
-    final = [m for m in doc["messages"] if m.get("attempt_id") == run["attempts"][-1]["id"] and m["role"] == "assistant"]
+    final = [
+        m for m in doc["messages"] if m.get("attempt_id") == run["attempts"][-1]["id"] and m["role"] == "assistant"
+    ]
     assert [m["text"] for m in final] == [" ".join(f"part{i:02d}" for i in range(30))]
     # Claude's conversation has the message once: the cut-off turn was left out when the session resumed.
     history = str(mock_claude_api.seen[-1].body["messages"])
@@ -103,7 +109,9 @@ async def test_L2_5_an_api_error_fails_the_run_with_the_providers_message_and_th
 
 
 async def test_L12_2_claude_todos_are_the_runs_todo_list_and_a_subagent_nests_in_the_run_graph(client):
-    thread = (await client.create_thread(title="claude graph", provider="claude", runtime_mode="full_access"))["thread_id"]
+    thread = (await client.create_thread(title="claude graph", provider="claude", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     todo = await run_to_end(client, thread, "#todo plan the work")
     assert todo["status"] == "completed", todo
     doc = await client.get_thread(thread)
@@ -112,7 +120,10 @@ async def test_L12_2_claude_todos_are_the_runs_todo_list_and_a_subagent_nests_in
     assert todo["progress"] == {"done": 1, "total": 3}  # the root run's todo list is its progress (L12.2)
     assert plan["node_id"] == next(n["id"] for n in todo["nodes"] if n["kind"] == "root_turn")
     assert [(i["text"], i["status"]) for i in plan["items"]] == [
-        ("Read the code", "completed"), ("Write the fix", "in_progress"), ("Run the tests", "pending")]
+        ("Read the code", "completed"),
+        ("Write the fix", "in_progress"),
+        ("Run the tests", "pending"),
+    ]
 
     delegated = await run_to_end(client, thread, "#subagent delegate it")
     assert delegated["status"] == "completed", delegated

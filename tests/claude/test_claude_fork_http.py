@@ -4,11 +4,10 @@ model receives."""
 
 from __future__ import annotations
 
-
 import pytest
 
-from tests.claude.mock_api import MockMessagesApi, _texts
 from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.claude.mock_api import MockMessagesApi, _texts
 from tests.support.provider_http import history, native_fork_thread, tenant_client, workspace_of
 from treadle.client.http import TreadleClient
 
@@ -37,9 +36,11 @@ def prompts_sent_with(api: MockMessagesApi, prompt: str) -> list[str]:
 
 
 async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holding_turns_1_and_2(
-        client, mock_claude_api, claude_stack):
-    source = (await client.create_thread(title="claude fork source", provider="claude",
-                                         runtime_mode="full_access"))["thread_id"]
+    client, mock_claude_api, claude_stack
+):
+    source = (await client.create_thread(title="claude fork source", provider="claude", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     runs = [await run_to_end(client, source, f"#text claude source {n}") for n in (1, 2, 3)]
     before = await client.get_thread(source)
     [source_pth] = before["provider_threads"]
@@ -52,8 +53,11 @@ async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holdi
     assert len(fork_pth["native_ref"]) == 36  # a Claude Code session id of its own (fork_session)
 
     # The fork's conversation holds the source's turns up to run 2, nothing after, and no handoff text.
-    assert prompts_sent_with(mock_claude_api, "#bash on the claude fork") == \
-        ["#text claude source 1", "#text claude source 2", "#bash on the claude fork"]
+    assert prompts_sent_with(mock_claude_api, "#bash on the claude fork") == [
+        "#text claude source 1",
+        "#text claude source 2",
+        "#bash on the claude fork",
+    ]
     # The forked session works in the fork's own workspace (L6.5), never the source's.
     assert (workspace_of(claude_stack, TENANT, child) / "bash.txt").read_text() == "hi\n"
     assert not (workspace_of(claude_stack, TENANT, source) / "bash.txt").exists()
@@ -62,6 +66,12 @@ async def test_L6_2_a_claude_fork_from_run_2_of_3_is_a_native_fork_session_holdi
     # The source is unchanged, and its own next turn still sees run 3 and not the fork's.
     assert history(await client.get_thread(source)) == history(before)
     await run_to_end(client, source, "#text claude source 4")
-    assert [p["native_ref"] for p in (await client.get_thread(source))["provider_threads"]] == [source_pth["native_ref"]]
-    assert prompts_sent_with(mock_claude_api, "#text claude source 4") == \
-        ["#text claude source 1", "#text claude source 2", "#text claude source 3", "#text claude source 4"]
+    assert [p["native_ref"] for p in (await client.get_thread(source))["provider_threads"]] == [
+        source_pth["native_ref"]
+    ]
+    assert prompts_sent_with(mock_claude_api, "#text claude source 4") == [
+        "#text claude source 1",
+        "#text claude source 2",
+        "#text claude source 3",
+        "#text claude source 4",
+    ]

@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.helpers import wait_for
 from tests.claude.claude_stack import claude_env, mock_claude_api, quiet  # noqa: F401  (fixtures)
 from tests.claude.mock_api import MockMessagesApi
-from tests.support.provider_http import (answered_once, api_client, checkpointed, kill_the_provider_host_under, pending_request,
-                           request_status, respond, tenant_token, user_texts, workspace_of)
+from tests.support.helpers import wait_for
+from tests.support.provider_http import (
+    answered_once,
+    api_client,
+    checkpointed,
+    kill_the_provider_host_under,
+    pending_request,
+    request_status,
+    respond,
+    tenant_token,
+    user_texts,
+    workspace_of,
+)
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
 
@@ -44,7 +54,6 @@ async def client(claude_stack, token):
         yield c
 
 
-
 # --- helpers ---------------------------------------------------------------------------------------------
 
 
@@ -63,24 +72,30 @@ async def run_to_end(client: TreadleClient, thread: str, text: str, **kw) -> dic
 
 async def streaming(client: TreadleClient, thread: str, run_id: str, words: int = 5) -> None:
     """The run's answer is visibly streaming (at least ``words`` of it reached the thread's projection)."""
+
     async def started():
         doc = await client.get_thread(thread)
-        return any(m["role"] == "assistant" and m.get("run_id") == run_id and len(m["text"].split()) >= words
-                   for m in doc["messages"])
+        return any(
+            m["role"] == "assistant" and m.get("run_id") == run_id and len(m["text"].split()) >= words
+            for m in doc["messages"]
+        )
+
     await wait_for(started, timeout=60, what="the answer streaming")
 
 
 def tool_results(api: MockMessagesApi, prompt_tag: str) -> list[str]:
     """Every tool_result text the model was sent while answering the prompt tagged ``prompt_tag``."""
-    return [s.conversation.result_text() for s in api.seen
-            if s.conversation is not None and prompt_tag in s.conversation.prompt and s.conversation.tool_results]
+    return [
+        s.conversation.result_text()
+        for s in api.seen
+        if s.conversation is not None and prompt_tag in s.conversation.prompt and s.conversation.tool_results
+    ]
 
 
 # --- L11 approvals ---------------------------------------------------------------------------------------
 
 
-async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in_the_checkpoint(
-        client, claude_stack):
+async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in_the_checkpoint(client, claude_stack):
     thread = await new_thread(client, "claude approve")
     sent = await client.send(thread, "#bash write bash.txt")
     request = await pending_request(client, thread)
@@ -103,7 +118,8 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
 
 
 async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_the_run_interrupted(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = await new_thread(client, "claude decline")
     sent = await client.send(thread, "#bash write bash.txt (decline)")
     request = await pending_request(client, thread)
@@ -132,7 +148,8 @@ async def test_L11_2_a_declined_claude_command_does_not_run_and_a_cancel_ends_th
 
 
 async def test_L11_2_allow_for_session_keeps_the_clis_suggested_rule_in_the_session_not_the_workspace(
-        client, claude_stack):
+    client, claude_stack
+):
     thread = await new_thread(client, "claude allow for session")
     sent = await client.send(thread, "#python compute it")
     request = await pending_request(client, thread)
@@ -157,7 +174,8 @@ async def test_L11_2_allow_for_session_keeps_the_clis_suggested_rule_in_the_sess
 
 
 async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_through_the_tools_input(
-        client, mock_claude_api):
+    client, mock_claude_api
+):
     thread = await new_thread(client, "claude question")
     sent = await client.send(thread, "#ask which color")
     request = await pending_request(client, thread)
@@ -169,7 +187,9 @@ async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_thro
 
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
-    unknown = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "Blue"}})
+    unknown = await client.request(
+        "POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"colour": "Blue"}}
+    )
     assert unknown.status_code == 400, unknown.text  # the adapter refused it; the CLI's callback still waits
     assert unknown.json()["error"]["code"] == "invalid_response" and "colour" in unknown.json()["error"]["message"]
     assert (await request_status(client, thread, request["id"]))["status"] == "pending"
@@ -227,7 +247,8 @@ async def test_L2_4_a_background_claude_subagent_ends_inside_its_run(client, cla
 
 
 async def test_L12_1_L12_3_a_claude_proposed_plan_is_implemented_as_a_run_out_of_plan_mode(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = await new_thread(client, "claude plan")
     planned = await run_to_end(client, thread, "#plan make a plan")
     assert planned["status"] == "completed", planned
@@ -269,7 +290,7 @@ async def test_L3_3_L3_4_steering_claude_mid_stream_interrupts_and_restarts_the_
     assert user_texts(run) == ["#slow write a long essay", "#text make it short instead"]
     assert assistant_texts(run) == ["Mock Claude heard: #text make it short instead"]  # L3.7: the last attempt answers
     [cut] = [m for m in run["messages"] if m["role"] == "assistant" and m["attempt_id"] == first["id"]]
-    assert cut["status"] == "incomplete" and cut["text"].split() == SLOW_WORDS[:len(cut["text"].split())]
+    assert cut["status"] == "incomplete" and cut["text"].split() == SLOW_WORDS[: len(cut["text"].split())]
     roots = {n["attempt_id"]: n for n in run["nodes"] if n["kind"] == "root_turn"}
     assert roots[first["id"]]["status"] == "interrupted"  # kept in the graph for audit
     doc = await client.get_thread(thread)
@@ -288,7 +309,9 @@ async def test_L3_3_a_quick_steer_on_a_claude_run_keeps_what_the_run_was_about(c
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
     assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
-        ("interrupted", "initial"), ("completed", "steering_restart")]
+        ("interrupted", "initial"),
+        ("completed", "steering_restart"),
+    ]
     assert user_texts(run) == ["#slow write an essay about whales", "#text make it short"]
     [reply] = assistant_texts(run)
     assert reply.startswith("Mock Claude heard: ") and reply.endswith("#text make it short")
@@ -297,7 +320,8 @@ async def test_L3_3_a_quick_steer_on_a_claude_run_keeps_what_the_run_was_about(c
 
 
 async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersedes_the_run_that_already_spoke(
-        client, claude_stack):
+    client, claude_stack
+):
     thread = await new_thread(client, "claude steer approval")
     sent = await client.send(thread, "#bash write bash.txt")
     request = await pending_request(client, thread)
@@ -320,8 +344,7 @@ async def test_L3_4_L11_3_steering_claude_while_it_waits_on_an_approval_supersed
     assert second["attempts"][-1]["provider_thread_id"] == first["attempts"][-1]["provider_thread_id"]
 
 
-async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_next_message_works(
-        client, claude_stack):
+async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_next_message_works(client, claude_stack):
     thread = await new_thread(client, "claude interrupt")
     sent = await client.send(thread, "#slow keep talking")
     await streaming(client, thread, sent["run_id"])
@@ -352,8 +375,7 @@ async def test_L8_1_L8_2_interrupting_a_claude_run_ends_it_interrupted_and_the_n
     assert len(doc["provider_threads"]) == 1 and len(doc["sessions"]) == 1  # one Claude session throughout
 
 
-async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whether_or_not_the_cli_was_up(
-        client):
+async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whether_or_not_the_cli_was_up(client):
     # The first turn of a session starts the CLI (about a second): an interrupt right after sending usually
     # lands before the prompt reached it (the turn ends without sending it), else mid-answer. Either way:
     thread = await new_thread(client, "claude interrupt cold")
@@ -372,10 +394,15 @@ async def test_L8_2_interrupting_a_claude_run_right_away_ends_it_interrupted_whe
 
 
 async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_over_and_back_again(
-        client, mock_claude_api):
+    client, mock_claude_api
+):
     thread = (await client.create_thread(title="scripted then claude"))["thread_id"]
-    planned = await run_to_end(client, thread, "Plan the parser: the lexer goes first",
-                               script={"steps": [{"type": "text", "text": "Agreed: lexer, then parser."}]})
+    planned = await run_to_end(
+        client,
+        thread,
+        "Plan the parser: the lexer goes first",
+        script={"steps": [{"type": "text", "text": "Agreed: lexer, then parser."}]},
+    )
     assert planned["status"] == "completed" and planned["provider"] == "scripted", planned
 
     switched = await run_to_end(client, thread, "#text carry on with the lexer", provider="claude")
@@ -385,8 +412,13 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     assert r.status_code == 200, r.text
     handoff = r.json()
     assert (handoff["strategy"], handoff["to_provider"], handoff["covered_ordinals"]) == (
-        "full_thread_summary", "claude", [1])
-    assert "Plan the parser: the lexer goes first" in handoff["text"] and "Agreed: lexer, then parser." in handoff["text"]
+        "full_thread_summary",
+        "claude",
+        [1],
+    )
+    assert (
+        "Plan the parser: the lexer goes first" in handoff["text"] and "Agreed: lexer, then parser." in handoff["text"]
+    )
     assert handoff["delivered"] and handoff["run_id"] == switched["id"]
     # L5.5: Claude's model got exactly the stored handoff, then the user's message, as the turn's prompt.
     assert f"{handoff['text']}\n\n---\n\n#text carry on with the lexer" in mock_claude_api.prompts()
@@ -398,8 +430,9 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     assert follow["attempts"][-1]["provider_thread_id"] == switched["attempts"][-1]["provider_thread_id"]
     assert "#text and then the parser" in mock_claude_api.prompts()
 
-    back = await run_to_end(client, thread, "back to scripted", provider="scripted",
-                            script={"steps": [{"type": "echo"}]})
+    back = await run_to_end(
+        client, thread, "back to scripted", provider="scripted", script={"steps": [{"type": "echo"}]}
+    )
     assert back["status"] == "completed", back
     [delta_id] = back["handoff_ids"]
     delta = (await client.request("GET", f"/v1/handoffs/{delta_id}")).json()
@@ -412,7 +445,8 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
 
 
 async def test_L11_3_L9_3_an_approval_pending_when_the_provider_host_died_is_not_resumable_and_the_run_recovers(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = await new_thread(client, "claude approval kill")
     await run_to_end(client, thread, "#text remember the word teapot")
     sent = await client.send(thread, "#bash write bash.txt")

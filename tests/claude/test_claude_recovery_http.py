@@ -24,6 +24,7 @@ async def streaming(client: TreadleClient, thread: str, run_id: str) -> None:
     async def some_text():
         doc = await client.get_thread(thread)
         return any(m["role"] == "assistant" and m.get("run_id") == run_id and m["text"] for m in doc["messages"])
+
     await wait_for(some_text, timeout=60, what="the answer streaming")
 
 
@@ -33,7 +34,8 @@ def final_texts(doc: dict, run: dict) -> list[str]:
 
 
 async def test_L9_3_kill_9_of_the_claude_cli_under_a_turn_is_a_lost_attempt_and_the_run_completes(
-        client, claude_stack, mock_claude_api):
+    client, claude_stack, mock_claude_api
+):
     thread = (await client.create_thread(title="claude runtime kill", provider="claude"))["thread_id"]
     first = await client.send(thread, "#text before the kill")
     assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
@@ -43,8 +45,10 @@ async def test_L9_3_kill_9_of_the_claude_cli_under_a_turn_is_a_lost_attempt_and_
 
     run = await client.wait_run(sent["run_id"], timeout=90)
     assert run["status"] == "completed", run
-    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [("lost", "initial"),
-                                                                   ("completed", "provider_recovery")]
+    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+        ("lost", "initial"),
+        ("completed", "provider_recovery"),
+    ]
     doc = await client.get_thread(thread)
     assert final_texts(doc, run) == [STEADY]
     first, second = doc["sessions"]
@@ -57,7 +61,8 @@ async def test_L9_3_kill_9_of_the_claude_cli_under_a_turn_is_a_lost_attempt_and_
 
 
 async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiting_claude_runs_over(
-        tmp_path, mock_claude_api):
+    tmp_path, mock_claude_api
+):
     up = TreadleUp(tmp_path / "state", claude_env(mock_claude_api))
     await up.start()
     try:
@@ -78,6 +83,8 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
             await up.stop()
     for run in done.values():
         assert run["status"] == "completed", run
-        assert [(a["status"], a["reason"]) for a in run["attempts"]] == [("lost", "initial"),
-                                                                       ("completed", "provider_recovery")]
+        assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+            ("lost", "initial"),
+            ("completed", "provider_recovery"),
+        ]
     assert final_texts(doc, done[streams]) == [STEADY]

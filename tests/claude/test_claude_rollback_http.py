@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from tests.support.helpers import wait_for
-from tests.claude.mock_api import MockMessagesApi
 from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
+from tests.claude.mock_api import MockMessagesApi
+from tests.support.helpers import wait_for
 from tests.support.provider_http import tenant_client
 from treadle.client.http import ApiError, TreadleClient
 
@@ -44,6 +44,7 @@ async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
             if exc.status == 503:
                 return None
             raise
+
     rollback = await wait_for(answered, timeout=90, interval=0.2, what=f"rollback of {thread} answered")
     assert rollback["status"] == "completed", rollback
     return rollback
@@ -58,9 +59,11 @@ def history(api: MockMessagesApi) -> str:
 
 
 async def test_L10_5_rollback_resumes_the_same_claude_session_at_run_1_and_run_4_builds_on_it(
-        client, claude_stack, mock_claude_api):
-    thread = (await client.create_thread(title="claude rollback", provider="claude",
-                                         runtime_mode="full_access"))["thread_id"]
+    client, claude_stack, mock_claude_api
+):
+    thread = (await client.create_thread(title="claude rollback", provider="claude", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     await run_to_end(client, thread, "#text the first colour is teal")
     await run_to_end(client, thread, "#write the second run writes a file")
     await run_to_end(client, thread, "#text the third colour is mauve")
@@ -68,8 +71,11 @@ async def test_L10_5_rollback_resumes_the_same_claude_session_at_run_1_and_run_4
     [pth] = (await client.get_thread(thread))["provider_threads"]
 
     rollback = await roll_back(client, thread, 1)
-    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
-        ("rolled_back", pth["id"], 2), rollback
+    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == (
+        "rolled_back",
+        pth["id"],
+        2,
+    ), rollback
     assert not (workspace_of(claude_stack, thread) / "written.txt").exists()
 
     run4 = await run_to_end(client, thread, "#text which colours do you know")
@@ -83,7 +89,8 @@ async def test_L10_5_rollback_resumes_the_same_claude_session_at_run_1_and_run_4
 
 
 async def test_L10_5_rolling_back_every_claude_turn_degrades_to_a_fresh_session_with_the_reason(
-        client, mock_claude_api):
+    client, mock_claude_api
+):
     thread = (await client.create_thread(title="claude rollback to 0", provider="claude"))["thread_id"]
     await run_to_end(client, thread, "#text the only colour is ochre")
     [pth] = (await client.get_thread(thread))["provider_threads"]

@@ -8,7 +8,6 @@ import pytest
 from claude_agent_sdk import AssistantMessage, ResultMessage, StreamEvent, TextBlock, UserMessage
 
 from tests.claude.claude_fixtures import RecordingSink
-
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
 from treadle.providers.base import Turn
@@ -17,35 +16,67 @@ from treadle.providers.claude.translate import TurnTranslator
 
 
 def result(**kw) -> ResultMessage:
-    base = dict(subtype="success", duration_ms=1, duration_api_ms=1, is_error=False, num_turns=1, session_id="s",
-                terminal_reason="completed")
+    base = dict(
+        subtype="success",
+        duration_ms=1,
+        duration_api_ms=1,
+        is_error=False,
+        num_turns=1,
+        session_id="s",
+        terminal_reason="completed",
+    )
     return ResultMessage(**{**base, **kw})
 
 
 def translator(res: ResultMessage | None, api_error: str | None = None) -> TurnTranslator:
-    t = TurnTranslator(Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None, ids=IdFactory("a", 0)),
-                       sink=None)  # type: ignore[arg-type]
+    t = TurnTranslator(
+        Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None, ids=IdFactory("a", 0)), sink=None
+    )  # type: ignore[arg-type]
     t.result, t.api_error = res, api_error
     return t
 
 
-@pytest.mark.parametrize("res,api_error,interrupted,expected", [
-    (result(), None, False, pe.TurnCompleted(status="completed")),
-    # An API failure is a "success" result with is_error and the HTTP status: the CLI's own text is the error.
-    (result(is_error=True, api_error_status=400, stop_reason="stop_sequence"), "API Error: 400 no",
-     False, pe.TurnCompleted(status="failed", error="API Error: 400 no")),
-    (result(is_error=True, api_error_status=529), None, False,
-     pe.TurnCompleted(status="failed", error="API error 529: success")),
-    (result(subtype="error_max_turns", is_error=True, errors=["too many turns"]), None, False,
-     pe.TurnCompleted(status="failed", error="too many turns")),
-    (result(subtype="error_during_execution", is_error=True, terminal_reason="aborted_streaming"), None, False,
-     pe.TurnCompleted(status="interrupted")),
-    (result(subtype="error_during_execution", is_error=True, terminal_reason=None), None, True,
-     pe.TurnCompleted(status="interrupted")),
-    (None, None, False, pe.TurnCompleted(status="failed", error="Claude Code ended the turn without a result")),
-])
-def test_L2_5_a_turns_end_is_judged_by_is_error_status_and_terminal_reason_not_subtype(res, api_error, interrupted,
-                                                                                         expected):
+@pytest.mark.parametrize(
+    "res,api_error,interrupted,expected",
+    [
+        (result(), None, False, pe.TurnCompleted(status="completed")),
+        # An API failure is a "success" result with is_error and the HTTP status: the CLI's own text is the error.
+        (
+            result(is_error=True, api_error_status=400, stop_reason="stop_sequence"),
+            "API Error: 400 no",
+            False,
+            pe.TurnCompleted(status="failed", error="API Error: 400 no"),
+        ),
+        (
+            result(is_error=True, api_error_status=529),
+            None,
+            False,
+            pe.TurnCompleted(status="failed", error="API error 529: success"),
+        ),
+        (
+            result(subtype="error_max_turns", is_error=True, errors=["too many turns"]),
+            None,
+            False,
+            pe.TurnCompleted(status="failed", error="too many turns"),
+        ),
+        (
+            result(subtype="error_during_execution", is_error=True, terminal_reason="aborted_streaming"),
+            None,
+            False,
+            pe.TurnCompleted(status="interrupted"),
+        ),
+        (
+            result(subtype="error_during_execution", is_error=True, terminal_reason=None),
+            None,
+            True,
+            pe.TurnCompleted(status="interrupted"),
+        ),
+        (None, None, False, pe.TurnCompleted(status="failed", error="Claude Code ended the turn without a result")),
+    ],
+)
+def test_L2_5_a_turns_end_is_judged_by_is_error_status_and_terminal_reason_not_subtype(
+    res, api_error, interrupted, expected
+):
     assert translator(res, api_error).completion(interrupted) == expected
 
 
@@ -89,16 +120,32 @@ _WHOLE = AssistantMessage(content=[TextBlock(text="word000 ")], model="m")
 _STOP = _stream({"type": "content_block_stop", "index": 0})
 
 
-@pytest.mark.parametrize("messages,finished", [
-    ([_START, _DELTA, _WHOLE, _STOP, _stream({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})], True),
-    ([_START, _DELTA, _WHOLE, UserMessage(content=[TextBlock(text="[Request interrupted by user]")]), _STOP,
-      _stream({"type": "message_delta", "delta": {"stop_reason": None}})], False),
-    ([_START, _DELTA, _WHOLE], False),  # the process died before the message ended
-])
+@pytest.mark.parametrize(
+    "messages,finished",
+    [
+        (
+            [_START, _DELTA, _WHOLE, _STOP, _stream({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})],
+            True,
+        ),
+        (
+            [
+                _START,
+                _DELTA,
+                _WHOLE,
+                UserMessage(content=[TextBlock(text="[Request interrupted by user]")]),
+                _STOP,
+                _stream({"type": "message_delta", "delta": {"stop_reason": None}}),
+            ],
+            False,
+        ),
+        ([_START, _DELTA, _WHOLE], False),  # the process died before the message ended
+    ],
+)
 async def test_L3_4_a_text_block_the_model_never_finished_is_not_reported_as_a_finished_message(messages, finished):
     sink = RecordingSink()
-    t = TurnTranslator(Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None,
-                            ids=IdFactory("a", 0)), sink)
+    t = TurnTranslator(
+        Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None, ids=IdFactory("a", 0)), sink
+    )
     for message in messages:
         await t.feed(message)
     await t.close_open()

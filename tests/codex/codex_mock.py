@@ -15,7 +15,6 @@ import itertools
 import json
 from dataclasses import dataclass, field
 
-
 # --- steps of one reply -------------------------------------------------------------------------
 
 
@@ -187,12 +186,17 @@ class MockResponses:
         first = steps[0] if steps else None
         if isinstance(first, HttpError):
             payload = json.dumps({"error": {"message": first.message, "type": "server_error"}}).encode()
-            writer.write(f"HTTP/1.1 {first.status} Mock Error\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            writer.write(
+                f"HTTP/1.1 {first.status} Mock Error\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                + payload
+            )
             await writer.drain()
             return True
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                     b"Connection: close\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+            b"Connection: close\r\n\r\n"
+        )
         response_id = f"resp_{next(self._ids)}"
         self._event(writer, "response.created", {"response": {"id": response_id, "status": "in_progress"}})
         for step in steps:
@@ -209,18 +213,32 @@ class MockResponses:
                 writer.transport.abort()
                 return False
             if isinstance(step, Failed):
-                self._event(writer, "response.failed", {"response": {"id": response_id, "status": "failed",
-                                                                      "error": {"code": "server_error",
-                                                                                "message": step.message}}})
+                self._event(
+                    writer,
+                    "response.failed",
+                    {
+                        "response": {
+                            "id": response_id,
+                            "status": "failed",
+                            "error": {"code": "server_error", "message": step.message},
+                        }
+                    },
+                )
                 await writer.drain()
                 return False
             for name, data in self._items(step):
                 self._event(writer, name, data)
                 await writer.drain()
-        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
-                 "output_tokens_details": {"reasoning_tokens": 5}, "total_tokens": 120}
-        self._event(writer, "response.completed", {"response": {"id": response_id, "status": "completed",
-                                                                 "usage": usage}})
+        usage = {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 20,
+            "output_tokens_details": {"reasoning_tokens": 5},
+            "total_tokens": 120,
+        }
+        self._event(
+            writer, "response.completed", {"response": {"id": response_id, "status": "completed", "usage": usage}}
+        )
         await writer.drain()
         return False
 
@@ -228,29 +246,74 @@ class MockResponses:
         n = next(self._ids)
         if isinstance(step, Text):
             item_id = f"msg_{n}"
-            yield "response.output_item.added", {"output_index": 0, "item": {
-                "type": "message", "role": "assistant", "id": item_id, "status": "in_progress", "content": []}}
+            yield (
+                "response.output_item.added",
+                {
+                    "output_index": 0,
+                    "item": {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": item_id,
+                        "status": "in_progress",
+                        "content": [],
+                    },
+                },
+            )
             size = max(1, -(-len(step.text) // step.chunks))
             for i in range(0, len(step.text), size):
-                yield "response.output_text.delta", {"item_id": item_id, "output_index": 0, "content_index": 0,
-                                                     "delta": step.text[i:i + size]}
-            yield "response.output_item.done", {"output_index": 0, "item": {
-                "type": "message", "role": "assistant", "id": item_id, "status": "completed",
-                "content": [{"type": "output_text", "text": step.text, "annotations": []}]}}
+                yield (
+                    "response.output_text.delta",
+                    {"item_id": item_id, "output_index": 0, "content_index": 0, "delta": step.text[i : i + size]},
+                )
+            yield (
+                "response.output_item.done",
+                {
+                    "output_index": 0,
+                    "item": {
+                        "type": "message",
+                        "role": "assistant",
+                        "id": item_id,
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": step.text, "annotations": []}],
+                    },
+                },
+            )
         elif isinstance(step, Reasoning):
             item_id = f"rs_{n}"
-            yield "response.output_item.added", {"output_index": 0, "item": {"type": "reasoning", "id": item_id,
-                                                                             "summary": []}}
-            yield "response.reasoning_summary_part.added", {"item_id": item_id, "output_index": 0, "summary_index": 0,
-                                                            "part": {"type": "summary_text", "text": ""}}
-            yield "response.reasoning_summary_text.delta", {"item_id": item_id, "output_index": 0, "summary_index": 0,
-                                                            "delta": step.summary}
+            yield (
+                "response.output_item.added",
+                {"output_index": 0, "item": {"type": "reasoning", "id": item_id, "summary": []}},
+            )
+            yield (
+                "response.reasoning_summary_part.added",
+                {
+                    "item_id": item_id,
+                    "output_index": 0,
+                    "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""},
+                },
+            )
+            yield (
+                "response.reasoning_summary_text.delta",
+                {"item_id": item_id, "output_index": 0, "summary_index": 0, "delta": step.summary},
+            )
             if step.text:
-                yield "response.reasoning_text.delta", {"item_id": item_id, "output_index": 0, "content_index": 0,
-                                                        "delta": step.text}
-            yield "response.output_item.done", {"output_index": 0, "item": {
-                "type": "reasoning", "id": item_id, "summary": [{"type": "summary_text", "text": step.summary}],
-                "content": [{"type": "reasoning_text", "text": step.text}] if step.text else None}}
+                yield (
+                    "response.reasoning_text.delta",
+                    {"item_id": item_id, "output_index": 0, "content_index": 0, "delta": step.text},
+                )
+            yield (
+                "response.output_item.done",
+                {
+                    "output_index": 0,
+                    "item": {
+                        "type": "reasoning",
+                        "id": item_id,
+                        "summary": [{"type": "summary_text", "text": step.summary}],
+                        "content": [{"type": "reasoning_text", "text": step.text}] if step.text else None,
+                    },
+                },
+            )
         elif isinstance(step, Exec):
             args: dict = {"cmd": step.cmd}
             if step.escalate:
@@ -259,22 +322,51 @@ class MockResponses:
         elif isinstance(step, Patch):
             lines = "".join(f"+{line}\n" for line in step.content.splitlines())
             patch = f"*** Begin Patch\n*** Add File: {step.path}\n{lines}*** End Patch"
-            yield "response.output_item.done", {"output_index": 0, "item": {
-                "type": "custom_tool_call", "id": f"ctc_{n}", "call_id": f"call_patch_{n}", "name": "apply_patch",
-                "input": patch, "status": "completed"}}
+            yield (
+                "response.output_item.done",
+                {
+                    "output_index": 0,
+                    "item": {
+                        "type": "custom_tool_call",
+                        "id": f"ctc_{n}",
+                        "call_id": f"call_patch_{n}",
+                        "name": "apply_patch",
+                        "input": patch,
+                        "status": "completed",
+                    },
+                },
+            )
         elif isinstance(step, PlanUpdate):
-            yield from self._call(n, "update_plan", {"explanation": step.explanation,
-                                                     "plan": [{"step": s, "status": st} for s, st in step.steps]})
+            yield from self._call(
+                n,
+                "update_plan",
+                {"explanation": step.explanation, "plan": [{"step": s, "status": st} for s, st in step.steps]},
+            )
         elif isinstance(step, Ask):
-            question = {"id": step.question_id, "header": step.question_id.title()[:12], "question": step.question,
-                        "options": [{"label": o, "description": f"option {o}"} for o in step.options]}
+            question = {
+                "id": step.question_id,
+                "header": step.question_id.title()[:12],
+                "question": step.question,
+                "options": [{"label": o, "description": f"option {o}"} for o in step.options],
+            }
             yield from self._call(n, "request_user_input", {"questions": [question]})
 
     @staticmethod
     def _call(n: int, name: str, args: dict):
-        yield "response.output_item.done", {"output_index": 0, "item": {
-            "type": "function_call", "id": f"fc_{n}", "call_id": f"call_{name}_{n}", "name": name,
-            "arguments": json.dumps(args), "status": "completed"}}
+        yield (
+            "response.output_item.done",
+            {
+                "output_index": 0,
+                "item": {
+                    "type": "function_call",
+                    "id": f"fc_{n}",
+                    "call_id": f"call_{name}_{n}",
+                    "name": name,
+                    "arguments": json.dumps(args),
+                    "status": "completed",
+                },
+            },
+        )
 
     @staticmethod
     def _event(writer: asyncio.StreamWriter, name: str, data: dict) -> None:

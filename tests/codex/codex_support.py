@@ -19,15 +19,25 @@ TENANT = "codexco"  # whose user alice the codex stack's API clients act as (con
 
 
 def codex_settings(mock: MockResponses, homes_root: Path) -> CodexSettings:
-    return CodexSettings(base_url=mock.base_url, api_key_env="MOCK_MODEL_KEY", api_key="sk-mock",
-                         home_root=homes_root, proxy=f"http://127.0.0.1:{mock.port}", request_timeout=20)
+    return CodexSettings(
+        base_url=mock.base_url,
+        api_key_env="MOCK_MODEL_KEY",
+        api_key="sk-mock",
+        home_root=homes_root,
+        proxy=f"http://127.0.0.1:{mock.port}",
+        request_timeout=20,
+    )
 
 
 def codex_env(mock: MockResponses, homes_root: Path) -> dict[str, str]:
     """The same settings as environment variables, for worker processes."""
-    return {"TREADLE_CODEX_BASE_URL": mock.base_url, "TREADLE_CODEX_API_KEY_ENV": "MOCK_MODEL_KEY",
-            "TREADLE_CODEX_API_KEY": "sk-mock", "TREADLE_CODEX_HOME_ROOT": str(homes_root),
-            "TREADLE_CODEX_PROXY": f"http://127.0.0.1:{mock.port}"}
+    return {
+        "TREADLE_CODEX_BASE_URL": mock.base_url,
+        "TREADLE_CODEX_API_KEY_ENV": "MOCK_MODEL_KEY",
+        "TREADLE_CODEX_API_KEY": "sk-mock",
+        "TREADLE_CODEX_HOME_ROOT": str(homes_root),
+        "TREADLE_CODEX_PROXY": f"http://127.0.0.1:{mock.port}",
+    }
 
 
 class Recorder:
@@ -70,8 +80,14 @@ class Driver:
 
     def turn(self, text: str, script: dict | None = None) -> Turn:
         n = next(_turns)
-        return Turn(run_id=f"run_{n}", attempt_id=f"att_{n}", root_node_id=f"node_root{n}", text=text,
-                    script=script, ids=IdFactory(f"att_{n}", 1_700_000_000_000 + n))
+        return Turn(
+            run_id=f"run_{n}",
+            attempt_id=f"att_{n}",
+            root_node_id=f"node_root{n}",
+            text=text,
+            script=script,
+            ids=IdFactory(f"att_{n}", 1_700_000_000_000 + n),
+        )
 
     def start(self, text: str, script: dict | None = None) -> tuple[Turn, Recorder, asyncio.Task]:
         turn, sink = self.turn(text, script), Recorder()
@@ -84,8 +100,16 @@ class Driver:
         return sink
 
 
-def place(workspace: Path, *, runtime_mode: str = "approval_required", native_ref: str | None = None,
-          tenant: str = "acme") -> PlaceSession:
-    return PlaceSession(tenant=tenant, thread="thr_1", provider="codex", session_id=f"ps_{uuid.uuid4().hex[:8]}",
-                        provider_thread_id="pth_1", native_ref=native_ref, workspace=str(workspace),
-                        runtime_mode=runtime_mode)
+def place(
+    workspace: Path, *, runtime_mode: str = "approval_required", native_ref: str | None = None, tenant: str = "acme"
+) -> PlaceSession:
+    return PlaceSession(
+        tenant=tenant,
+        thread="thr_1",
+        provider="codex",
+        session_id=f"ps_{uuid.uuid4().hex[:8]}",
+        provider_thread_id="pth_1",
+        native_ref=native_ref,
+        workspace=str(workspace),
+        runtime_mode=runtime_mode,
+    )

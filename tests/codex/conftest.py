@@ -87,4 +87,3 @@ async def token(codex_stack) -> str:
 async def client(codex_stack, token):
     async with api_client(codex_stack, token) as c:
         yield c
-

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tests.support.helpers import wait_for
 from tests.codex.codex_mock import Ask, Break, Exec, Failed, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
@@ -98,21 +98,28 @@ async def test_L11_2_bad_decision_is_a_clear_error_and_keeps_the_request_live(op
 
 
 async def test_todo_list_from_plan_updates(open_driver, mock):
-    mock.on("plan the work", [PlanUpdate("two steps", [("read the code", "completed"),
-                                                       ("write the fix", "in_progress")])],
-            [Text("Plan noted.")])
+    mock.on(
+        "plan the work",
+        [PlanUpdate("two steps", [("read the code", "completed"), ("write the fix", "in_progress")])],
+        [Text("Plan noted.")],
+    )
     driver = await open_driver()
     sink = await driver.play("plan the work")
     assert sink.completed.status == "completed"
     plan = sink.of(pe.PlanUpdated)[-1]
     assert plan.kind == "todo_list"
-    assert [(i.text, i.status) for i in plan.items] == [("read the code", "completed"),
-                                                        ("write the fix", "in_progress")]
+    assert [(i.text, i.status) for i in plan.items] == [
+        ("read the code", "completed"),
+        ("write the fix", "in_progress"),
+    ]
 
 
 async def test_L11_4_plan_mode_question_answered_then_proposed_plan(open_driver, mock):
-    mock.on("design it", [Ask("color", "Pick a color?", ["Red", "Blue"])],
-            [Text("Here is my plan.\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")])
+    mock.on(
+        "design it",
+        [Ask("color", "Pick a color?", ["Red", "Blue"])],
+        [Text("Here is my plan.\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")],
+    )
     driver = await open_driver()
     turn, sink, task = driver.start("design it", {"collaboration_mode": "plan"})
     request = await opened_request(sink)
@@ -195,6 +202,7 @@ async def test_L9_2_close_and_reopen_resumes_the_same_thread_with_history(open_d
 async def test_L9_2_resume_after_the_process_was_killed(open_driver, mock):
     import os
     import signal
+
     first = await open_driver()
     await first.play("first words")
     native_ref, pid = first.adapter.thread_id, first.adapter.pid
@@ -208,11 +216,13 @@ async def test_L9_2_resume_after_the_process_was_killed(open_driver, mock):
 async def test_L9_4_resuming_an_unknown_thread_fails_typed_and_leaves_no_process(workspace, settings, tmp_path):
     from tests.codex.codex_support import place
     from treadle.providers.codex import CodexAdapter, ResumeFailed
+
     request = place(workspace, native_ref="019a0000-0000-7000-8000-000000000000")
     adapter = CodexAdapter(workspace, request, tmp_path / "rt" / request.session_id, settings)
     with pytest.raises(ResumeFailed):
         await adapter.open_thread(request.native_ref, "unused")
     import psutil
+
     assert not [p for p in psutil.Process().children() if p.name() == "codex"]  # its app-server was shut down
 
 
@@ -273,7 +283,9 @@ async def test_L2_5_broken_stream_fails_the_turn_and_the_next_works(open_driver,
 async def test_L9_3_a_dead_process_is_a_lost_runtime_not_a_failed_turn(open_driver, mock):
     import os
     import signal
+
     from treadle.providers.base import RuntimeLost
+
     mock.on("hang on", [Stall()])
     driver = await open_driver()
     turn, sink, task = driver.start("hang on")
@@ -292,12 +304,14 @@ async def test_L9_3_a_dead_process_is_a_lost_runtime_not_a_failed_turn(open_driv
     assert "hang on" in str(mock.requests[-1].body["input"])
 
 
-async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(open_driver, mock, homes_root,
-                                                                                  settings, tmp_path):
+async def test_two_sessions_of_one_tenant_share_its_codex_home_at_the_same_time(
+    open_driver, mock, homes_root, settings, tmp_path
+):
     """Sessions of one tenant on a host share the tenant's CODEX_HOME (so a later session can resume any of
     its threads); concurrent app-server processes must not disturb each other there."""
     from tests.codex.codex_support import Driver, place
     from treadle.providers.codex import CodexAdapter
+
     others = []
     for n in range(2):
         ws = tmp_path / f"ws{n}"
@@ -330,8 +344,7 @@ async def test_unknown_turn_options_fail_the_turn_clearly_without_reaching_codex
     assert (await driver.adapter.snapshot())["token_usage"]["total"]["totalTokens"] > 0
 
 
-async def test_runtime_mode_auto_accept_edits_applies_patches_and_asks_only_to_escalate(open_driver, mock,
-                                                                                        workspace):
+async def test_runtime_mode_auto_accept_edits_applies_patches_and_asks_only_to_escalate(open_driver, mock, workspace):
     mock.on("edit freely", [Patch("auto.md", "no questions asked\n")], [Text("Edited.")])
     mock.on("leave the sandbox", [Exec("touch escalated.txt", escalate=True)], [Text("Escalated.")])
     driver = await open_driver(runtime_mode="auto_accept_edits")

@@ -14,8 +14,13 @@ pytestmark = pytest.mark.e2e
 
 def user_inputs(seen) -> list[str]:
     """The user messages Codex sent the model in one request, oldest first (its history plus the new prompt)."""
-    return [c.get("text", "") for item in seen.body["input"] if item.get("role") == "user"
-            for c in item.get("content") or [] if c.get("type") == "input_text"]
+    return [
+        c.get("text", "")
+        for item in seen.body["input"]
+        if item.get("role") == "user"
+        for c in item.get("content") or []
+        if c.get("type") == "input_text"
+    ]
 
 
 def request_for(mock, prompt: str):
@@ -24,13 +29,15 @@ def request_for(mock, prompt: str):
 
 
 async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_turns_1_and_2(
-        client, mock, codex_stack):
+    client, mock, codex_stack
+):
     for n, word in enumerate(("alpha", "bravo", "charlie"), 1):
         mock.on(f"codex fork source {n}", [Text(f"Noted {word}.")])
     mock.on("codex fork: what did we say", [Exec("echo forked > forked.txt")], [Text("Alpha and bravo.")])
     mock.on("codex fork source: and now", [Text("Alpha, bravo, charlie.")])
-    source = (await client.create_thread(title="codex fork source", provider="codex",
-                                         runtime_mode="full_access"))["thread_id"]
+    source = (await client.create_thread(title="codex fork source", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     runs = []
     for n in (1, 2, 3):
         sent = await client.send(source, f"codex fork source {n}")
@@ -50,8 +57,11 @@ async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_
 
     # Codex's fork holds the source's turns up to run 2 and nothing after it, and no handoff text.
     seen = user_inputs(next(r for r in mock.requests if r.prompt == "codex fork: what did we say"))
-    assert [t for t in seen if t.startswith("codex fork")] == \
-        ["codex fork source 1", "codex fork source 2", "codex fork: what did we say"]
+    assert [t for t in seen if t.startswith("codex fork")] == [
+        "codex fork source 1",
+        "codex fork source 2",
+        "codex fork: what did we say",
+    ]
     assert not any("# Context" in t for t in seen)
     # The forked Codex thread works in the fork's own workspace (L6.5), never the source's.
     assert (workspace_of(codex_stack, TENANT, child) / "forked.txt").read_text() == "forked\n"
@@ -63,7 +73,13 @@ async def test_L6_2_a_codex_fork_from_run_2_of_3_is_a_native_codex_fork_holding_
     assert history(after) == history(before)
     again = await client.send(source, "codex fork source: and now")
     assert (await client.wait_run(again["run_id"], timeout=60))["status"] == "completed"
-    assert [p["native_ref"] for p in (await client.get_thread(source))["provider_threads"]] == [source_pth["native_ref"]]
+    assert [p["native_ref"] for p in (await client.get_thread(source))["provider_threads"]] == [
+        source_pth["native_ref"]
+    ]
     seen = user_inputs(request_for(mock, "codex fork source: and now"))
-    assert [t for t in seen if t.startswith("codex fork")] == \
-        ["codex fork source 1", "codex fork source 2", "codex fork source 3", "codex fork source: and now"]
+    assert [t for t in seen if t.startswith("codex fork")] == [
+        "codex fork source 1",
+        "codex fork source 2",
+        "codex fork source 3",
+        "codex fork source: and now",
+    ]

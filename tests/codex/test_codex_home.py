@@ -21,8 +21,14 @@ def test_the_config_turns_phoning_home_off_and_keeps_codex_own_project_entries(h
     settings = CodexSettings(base_url="http://127.0.0.1:9/v1", model="gpt-5.5")
     home = prepare_home(homes_root / "unit", "acme", settings)
     config = (home / "config.toml").read_text()
-    for line in ("plugins = false", "apps = false", "remote_plugin = false", "unbounded_connection_retries = false",
-                 'base_url = "http://127.0.0.1:9/v1"', "enabled = false"):
+    for line in (
+        "plugins = false",
+        "apps = false",
+        "remote_plugin = false",
+        "unbounded_connection_retries = false",
+        'base_url = "http://127.0.0.1:9/v1"',
+        "enabled = false",
+    ):
         assert line in config
     trusted = '\n[projects."/srv/ws"]\ntrust_level = "trusted"\n'
     (home / "config.toml").write_text(config + trusted)

@@ -6,10 +6,9 @@ import asyncio
 
 import pytest
 
+from tests.codex.codex_mock import Exec, HttpError, PlanUpdate, Text
 from tests.support.helpers import checkpoint_git, wait_for
 from treadle.client.http import TreadleClient
-
-from tests.codex.codex_mock import Exec, HttpError, PlanUpdate, Text
 
 pytestmark = pytest.mark.e2e
 
@@ -17,7 +16,10 @@ pytestmark = pytest.mark.e2e
 async def follow_until(client: TreadleClient, thread: str, run_id: str, seen: list) -> None:
     async for event in client.events(thread):
         seen.append(event)
-        if event.event in ("run.completed", "run.failed", "run.interrupted") and event.json()["data"]["run_id"] == run_id:
+        if (
+            event.event in ("run.completed", "run.failed", "run.interrupted")
+            and event.json()["data"]["run_id"] == run_id
+        ):
             return
 
 
@@ -26,9 +28,14 @@ def native_refs(doc: dict) -> list[str]:
 
 
 async def test_L2_1_a_codex_run_streams_and_completes_with_a_checkpoint(client, codex_stack, mock):
-    mock.on("write hello.txt", [Text("Writing it now.", chunks=3), Exec("echo hello > hello.txt")],
-            [Text("Done: hello.txt says hello.", chunks=4)])
-    thread = (await client.create_thread(title="codex plain", provider="codex", runtime_mode="full_access"))["thread_id"]
+    mock.on(
+        "write hello.txt",
+        [Text("Writing it now.", chunks=3), Exec("echo hello > hello.txt")],
+        [Text("Done: hello.txt says hello.", chunks=4)],
+    )
+    thread = (await client.create_thread(title="codex plain", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     seen: list = []
     connected = asyncio.Event()
 
@@ -47,8 +54,10 @@ async def test_L2_1_a_codex_run_streams_and_completes_with_a_checkpoint(client, 
     assert "live.delta" in types
     assert types.index("run.started") < types.index("message.completed") < types.index("run.completed")
     run = await client.wait_run(sent["run_id"], timeout=30)
-    assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == \
-        ["Writing it now.", "Done: hello.txt says hello."]
+    assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == [
+        "Writing it now.",
+        "Done: hello.txt says hello.",
+    ]
     checkpoint = run["checkpoint"]
     assert checkpoint["status"] == "completed"
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.txt", "added")]
@@ -61,7 +70,8 @@ async def test_L2_1_a_codex_run_streams_and_completes_with_a_checkpoint(client, 
 
 
 async def test_L9_2_kill_9_of_the_provider_host_then_the_next_message_resumes_the_same_codex_thread(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     mock.on("remember the colour teal", [Text("Teal, noted.")])
     mock.on("which colour was it", [Text("It was teal.")])
     thread = (await client.create_thread(title="codex resume", provider="codex"))["thread_id"]
@@ -72,8 +82,9 @@ async def test_L9_2_kill_9_of_the_provider_host_then_the_next_message_resumes_th
 
     restarts = codex_stack.processes.restarts("provider-host")
     await codex_stack.processes.kill("provider-host")
-    await wait_for(lambda: codex_stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await wait_for(
+        lambda: codex_stack.processes.restarts("provider-host") > restarts, timeout=30, what="provider host restarted"
+    )
     await codex_stack.wait_ready(names=["provider-host"])
 
     second = await client.send(thread, "which colour was it")
@@ -87,8 +98,7 @@ async def test_L9_2_kill_9_of_the_provider_host_then_the_next_message_resumes_th
     assert any(s["status"] == "stopped" for s in doc["sessions"])  # the killed session was reported
 
 
-async def test_L2_5_a_backend_failure_fails_the_run_with_the_provider_message_and_the_next_run_works(
-        client, mock):
+async def test_L2_5_a_backend_failure_fails_the_run_with_the_provider_message_and_the_next_run_works(client, mock):
     mock.on("this will fail", [HttpError(500, "mock backend exploded")])
     mock.on("this will work", [Text("Back on track.")])
     thread = (await client.create_thread(title="codex failure", provider="codex"))["thread_id"]
@@ -104,14 +114,21 @@ async def test_L2_5_a_backend_failure_fails_the_run_with_the_provider_message_an
 
 async def test_L11_1_a_codex_todo_list_and_approval_request_reach_the_thread_view(client, codex_stack, mock):
     """Answering over HTTP comes with the request endpoints; here: the request is opened, live and waiting."""
-    mock.on("careful now", [PlanUpdate("careful", [("ask first", "in_progress"), ("then act", "pending")]),
-                            Exec("echo careful > careful.txt")], [Text("Acted.")])
+    mock.on(
+        "careful now",
+        [
+            PlanUpdate("careful", [("ask first", "in_progress"), ("then act", "pending")]),
+            Exec("echo careful > careful.txt"),
+        ],
+        [Text("Acted.")],
+    )
     thread = (await client.create_thread(title="codex approval", provider="codex"))["thread_id"]
     sent = await client.send(thread, "careful now")
 
     async def pending():
         doc = await client.get_thread(thread)
         return doc if any(r["status"] == "pending" for r in doc["requests"]) else None
+
     doc = await wait_for(pending, timeout=60, what="a pending approval request")
     [request] = doc["requests"]
     assert request["kind"] == "command" and request["prompt"] == "Run `echo careful > careful.txt`?"

@@ -8,8 +8,16 @@ import pytest
 from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Stall, Text
 from tests.codex.codex_support import TENANT
 from tests.support.helpers import wait_for
-from tests.support.provider_http import (answered_once, checkpointed, kill_the_provider_host_under, pending_request, request_status,
-                           respond, user_texts, workspace_of)
+from tests.support.provider_http import (
+    answered_once,
+    checkpointed,
+    kill_the_provider_host_under,
+    pending_request,
+    request_status,
+    respond,
+    user_texts,
+    workspace_of,
+)
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -21,29 +29,42 @@ def assistant_texts(run: dict) -> list[str]:
 
 async def stalled_on(mock, prompt: str) -> None:
     """The model stream of ``prompt`` is open and stalled: the Codex turn is mid-stream."""
-    await wait_for(lambda: mock.stalled and mock.requests and mock.requests[-1].prompt == prompt,
-                   timeout=60, what=f"the model stream of {prompt!r} to stall")
+    await wait_for(
+        lambda: mock.stalled and mock.requests and mock.requests[-1].prompt == prompt,
+        timeout=60,
+        what=f"the model stream of {prompt!r} to stall",
+    )
 
 
 async def shown(client: TreadleClient, thread: str, text: str) -> None:
     async def visible():
         return any(m["text"] == text for m in (await client.get_thread(thread))["messages"])
+
     await wait_for(visible, timeout=60, what=f"{text!r} on the thread")
 
 
 def collaboration_modes(seen) -> list[str]:
     """The collaboration modes Codex put in the model's context, oldest first ("Plan", "Default")."""
-    texts = [c.get("text", "") for item in seen.body["input"] if item.get("role") == "developer"
-             for c in item.get("content") or []]
-    return [("Plan" if "Plan Mode" in t.split("\n", 1)[0] else "Default") for t in texts
-            if t.startswith("<collaboration_mode>")]
+    texts = [
+        c.get("text", "")
+        for item in seen.body["input"]
+        if item.get("role") == "developer"
+        for c in item.get("content") or []
+    ]
+    return [
+        ("Plan" if "Plan Mode" in t.split("\n", 1)[0] else "Default")
+        for t in texts
+        if t.startswith("<collaboration_mode>")
+    ]
 
 
 async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_the_checkpoint(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     mock.on("write approved.txt", [Exec("echo approved > approved.txt")], [Text("Wrote approved.txt.")])
-    thread = (await client.create_thread(title="codex approve", provider="codex",
-                                         runtime_mode="approval_required"))["thread_id"]
+    thread = (await client.create_thread(title="codex approve", provider="codex", runtime_mode="approval_required"))[
+        "thread_id"
+    ]
     sent = await client.send(thread, "write approved.txt")
     request = await pending_request(client, thread)
     assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
@@ -62,8 +83,9 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
 
 async def test_L11_2_a_declined_codex_command_does_not_run(client, codex_stack, mock):
     mock.on("write declined.txt", [Exec("echo nope > declined.txt")], [Text("Understood, I did not run it.")])
-    thread = (await client.create_thread(title="codex decline", provider="codex",
-                                         runtime_mode="approval_required"))["thread_id"]
+    thread = (await client.create_thread(title="codex decline", provider="codex", runtime_mode="approval_required"))[
+        "thread_id"
+    ]
     sent = await client.send(thread, "write declined.txt")
     request = await pending_request(client, thread)
     assert (await respond(client, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
@@ -77,8 +99,7 @@ async def test_L11_2_a_declined_codex_command_does_not_run(client, codex_stack, 
     assert (await request_status(client, thread, request["id"]))["response"] == {"decision": "decline"}
 
 
-async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_nothing_runs(
-        client, codex_stack, mock):
+async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_nothing_runs(client, codex_stack, mock):
     mock.on("write cancelled.txt", [Exec("echo no > cancelled.txt")], [Text("Should not be said.")])
     thread = (await client.create_thread(title="codex cancel", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write cancelled.txt")
@@ -93,8 +114,7 @@ async def test_L11_2_cancel_on_a_codex_approval_ends_the_run_interrupted_and_not
     assert (await client.wait_run(nxt["run_id"], timeout=60))["status"] == "completed"
 
 
-async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_the_message_joins_the_run(
-        client, mock):
+async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_the_message_joins_the_run(client, mock):
     mock.on("write a long essay", [Text("Starting the essay"), Stall()])
     mock.on("make it short instead", [Text("Short version.")])
     thread = (await client.create_thread(title="codex steer", provider="codex"))["thread_id"]
@@ -109,16 +129,19 @@ async def test_L3_2_steering_a_codex_run_mid_stream_is_native_one_attempt_and_th
     assert user_texts(run) == ["write a long essay", "make it short instead"]
     assert assistant_texts(run) == ["Starting the essay", "Short version."]
     in_order = sorted(run["messages"], key=lambda m: m["created_at"])
-    assert [m["text"] for m in in_order] == ["write a long essay", "Starting the essay", "make it short instead",
-                                             "Short version."]
+    assert [m["text"] for m in in_order] == [
+        "write a long essay",
+        "Starting the essay",
+        "make it short instead",
+        "Short version.",
+    ]
     history = str([r for r in mock.requests if r.prompt == "make it short instead"][-1].body["input"])
     assert "write a long essay" in history  # the same conversation turn, continued
     doc = await client.get_thread(thread)
     assert len(doc["runs"]) == 1
 
 
-async def test_L8_1_L8_2_interrupting_a_codex_run_ends_it_interrupted_and_the_next_message_works(
-        client, mock):
+async def test_L8_1_L8_2_interrupting_a_codex_run_ends_it_interrupted_and_the_next_message_works(client, mock):
     mock.on("think forever", [Text("Let me think"), Stall()])
     mock.on("are you still there", [Text("Still here.")])
     thread = (await client.create_thread(title="codex interrupt", provider="codex"))["thread_id"]
@@ -161,10 +184,12 @@ async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client,
 
 
 async def test_L12_1_L12_2_a_codex_todo_list_is_the_runs_progress_and_its_root_plan(client, mock):
-    mock.on("read, write, test",
-            [PlanUpdate("three steps", [("read", "completed"), ("write", "in_progress"), ("test", "pending")])],
-            [PlanUpdate("two done", [("read", "completed"), ("write", "completed"), ("test", "pending")])],
-            [Text("Read and written; tests next time.")])
+    mock.on(
+        "read, write, test",
+        [PlanUpdate("three steps", [("read", "completed"), ("write", "in_progress"), ("test", "pending")])],
+        [PlanUpdate("two done", [("read", "completed"), ("write", "completed"), ("test", "pending")])],
+        [Text("Read and written; tests next time.")],
+    )
     thread = (await client.create_thread(title="codex todos", provider="codex"))["thread_id"]
     sent = await client.send(thread, "read, write, test")
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -174,13 +199,17 @@ async def test_L12_1_L12_2_a_codex_todo_list_is_the_runs_progress_and_its_root_p
     [todo] = [p for p in doc["plans"] if p["kind"] == "todo_list"]  # one list, updated in place
     assert todo["root"] and todo["status"] == "final"
     assert [(i["text"], i["status"]) for i in todo["items"]] == [
-        ("read", "completed"), ("write", "completed"), ("test", "pending")]
+        ("read", "completed"),
+        ("write", "completed"),
+        ("test", "pending"),
+    ]
     root = next(n for n in run["nodes"] if n["kind"] == "root_turn")
     assert todo["node_id"] == root["id"]
 
 
 async def test_L8_1_L11_3_interrupting_a_codex_run_that_waits_on_an_approval_cancels_the_request_and_nothing_runs(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     mock.on("write risky.txt", [Exec("echo risky > risky.txt")], [Text("Ran it.")])
     thread = (await client.create_thread(title="codex interrupt approval", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write risky.txt")
@@ -216,10 +245,12 @@ async def test_L3_2_steering_a_codex_run_while_an_approval_is_pending_keeps_one_
     assert (await request_status(client, thread, request["id"]))["status"] == "resolved"
 
 
-async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_implemented_as_a_run(
-        client, mock):
-    mock.on("design the page", [Ask("colour", "Which colour?", ["Red", "Blue"])],
-            [Text("My plan:\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")])
+async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_implemented_as_a_run(client, mock):
+    mock.on(
+        "design the page",
+        [Ask("colour", "Which colour?", ["Red", "Blue"])],
+        [Text("My plan:\n<proposed_plan>\n# Plan\n- paint it blue\n</proposed_plan>\n")],
+    )
     thread = (await client.create_thread(title="codex plan mode", provider="codex"))["thread_id"]
     sent = await client.send(thread, "design the page", script={"collaboration_mode": "plan"})
     request = await pending_request(client, thread)
@@ -238,18 +269,19 @@ async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_
     assert collaboration_modes(asked)[-1] == "Default"  # ...out of plan mode, which a Codex thread otherwise keeps
 
 
-async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after_the_command(
-        client, codex_stack, mock):
+async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after_the_command(client, codex_stack, mock):
     gate = "until [ -f go.flag ]; do sleep 0.05; done; echo built > built.txt"  # runs until the test opens the gate
     mock.on("build it", [Exec(gate)], [Text("Built.")])
     mock.on("use the fast build", [Text("Switched to the fast build.")])
-    thread = (await client.create_thread(title="codex steer tool", provider="codex",
-                                         runtime_mode="full_access"))["thread_id"]
+    thread = (await client.create_thread(title="codex steer tool", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     sent = await client.send(thread, "build it")
 
     async def command_running():
         doc = await client.get_thread(thread)
         return any(n["title"] == gate and n["status"] == "running" for r in doc["runs"] for n in r["nodes"])
+
     await wait_for(command_running, timeout=60, what="the command to be running")
     steer = await client.send(thread, "use the fast build")
     assert steer["disposition"] == "steered"
@@ -263,17 +295,20 @@ async def test_L3_2_steering_a_codex_run_during_a_running_command_joins_it_after
 
 
 async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_not_resumable_and_the_run_recovers(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     mock.on("write recovered.txt", [Exec("echo recovered > recovered.txt")], [Text("Recovered and written.")])
     thread = (await client.create_thread(title="codex approval kill", provider="codex"))["thread_id"]
     sent = await client.send(thread, "write recovered.txt")
     request = await pending_request(client, thread)
     before = [p["native_ref"] for p in (await client.get_thread(thread))["provider_threads"]]
     await kill_the_provider_host_under(codex_stack, client, thread, request)
+
     # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
     async def asked_again():
         r = await client.request("GET", f"/v1/threads/{thread}/requests", params={"status": "pending"})
         return next((q for q in r.json()["requests"] if q["id"] != request["id"]), None)
+
     fresh = await wait_for(asked_again, timeout=60, what="the approval asked again")
     await respond(client, fresh["id"], {"decision": "accept"})
     run = await client.wait_run(sent["run_id"], timeout=60)
@@ -303,18 +338,21 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
 
 
 async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_closes_its_node(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     # Codex 0.171.0 does not stop a command already running when its turn is interrupted (measured: a gated
     # command still wrote its file after the run ended), so this test does not open the gate.
     gate = "until [ -f open.flag ]; do sleep 0.05; done; echo late > late.txt"
     mock.on("run the slow job", [PlanUpdate("job", [("run the job", "in_progress")]), Exec(gate)], [Text("Job done.")])
-    thread = (await client.create_thread(title="codex interrupt tool", provider="codex",
-                                         runtime_mode="full_access"))["thread_id"]
+    thread = (await client.create_thread(title="codex interrupt tool", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     sent = await client.send(thread, "run the slow job")
 
     async def command_running():
         doc = await client.get_thread(thread)
         return any(n["title"] == gate and n["status"] == "running" for r in doc["runs"] for n in r["nodes"])
+
     await wait_for(command_running, timeout=60, what="the command to be running")
     r = await client.request("POST", f"/v1/runs/{sent['run_id']}/interrupt", json={})
     assert r.status_code == 202, r.text

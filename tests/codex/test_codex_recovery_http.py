@@ -16,8 +16,11 @@ pytestmark = pytest.mark.e2e
 
 
 async def stalled_on(mock, prompt: str) -> None:
-    await wait_for(lambda: mock.stalled and any(r.prompt == prompt for r in mock.requests[-3:]),
-                   timeout=60, what=f"the model stream of {prompt!r} to stall")
+    await wait_for(
+        lambda: mock.stalled and any(r.prompt == prompt for r in mock.requests[-3:]),
+        timeout=60,
+        what=f"the model stream of {prompt!r} to stall",
+    )
 
 
 def assistant_texts(run: dict) -> list[str]:
@@ -25,7 +28,8 @@ def assistant_texts(run: dict) -> list[str]:
 
 
 async def test_L9_3_kill_9_of_the_codex_app_server_under_a_turn_is_a_lost_attempt_and_the_run_completes(
-        client, codex_stack, mock):
+    client, codex_stack, mock
+):
     mock.on("count to three", [Text("One, two"), Stall()])
     thread = (await client.create_thread(title="codex runtime kill", provider="codex"))["thread_id"]
     sent = await client.send(thread, "count to three")
@@ -35,8 +39,10 @@ async def test_L9_3_kill_9_of_the_codex_app_server_under_a_turn_is_a_lost_attemp
 
     run = await client.wait_run(sent["run_id"], timeout=90)
     assert run["status"] == "completed", run
-    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [("lost", "initial"),
-                                                                   ("completed", "provider_recovery")]
+    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+        ("lost", "initial"),
+        ("completed", "provider_recovery"),
+    ]
     assert assistant_texts(run)[-1] == "One, two, three."
     doc = await client.get_thread(thread)
     first, second = doc["sessions"]
@@ -46,7 +52,8 @@ async def test_L9_3_kill_9_of_the_codex_app_server_under_a_turn_is_a_lost_attemp
 
 
 async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiting_codex_runs_over(
-        tmp_path, mock, homes_root):
+    tmp_path, mock, homes_root
+):
     mock.on("stream until the stop", [Text("Streaming when"), Stall()])
     mock.on("write handed.txt", [Exec("echo handed > handed.txt")], [Text("Written after the restart.")])
     up = TreadleUp(tmp_path / "state", codex_env(mock, homes_root))
@@ -55,8 +62,10 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
         async with TreadleClient(up.api_url, up.token, timeout=30) as client:
             streaming = (await client.create_thread(title="streaming", provider="codex"))["thread_id"]
             waiting = (await client.create_thread(title="waiting", provider="codex"))["thread_id"]
-            runs = {streaming: (await client.send(streaming, "stream until the stop"))["run_id"],
-                    waiting: (await client.send(waiting, "write handed.txt"))["run_id"]}
+            runs = {
+                streaming: (await client.send(streaming, "stream until the stop"))["run_id"],
+                waiting: (await client.send(waiting, "write handed.txt"))["run_id"],
+            }
             await stalled_on(mock, "stream until the stop")
             asked = await pending_request(client, waiting)
             mock.on("stream until the stop", [Text("Streamed after the restart.")])
@@ -67,8 +76,10 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
             await up.stop()
     for run in done.values():
         assert run["status"] == "completed", run
-        assert [(a["status"], a["reason"]) for a in run["attempts"]] == [("lost", "initial"),
-                                                                       ("completed", "provider_recovery")]
+        assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+            ("lost", "initial"),
+            ("completed", "provider_recovery"),
+        ]
     assert assistant_texts(done[streaming])[-1] == "Streamed after the restart."
     assert (workspace_of_dev(up, waiting) / "handed.txt").read_text() == "handed\n"
 

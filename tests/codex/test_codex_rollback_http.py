@@ -11,8 +11,8 @@ import pytest
 
 from tests.codex.codex_mock import Exec, Text
 from tests.support.helpers import wait_for
-from treadle.providers import protocol as hp
 from treadle.client import TreadleClient
+from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 
 pytestmark = pytest.mark.e2e
@@ -33,12 +33,14 @@ async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
     key = uuid.uuid4().hex
 
     async def answered():
-        r = await client.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to},
-                                 headers={"Idempotency-Key": key})
+        r = await client.request(
+            "POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to}, headers={"Idempotency-Key": key}
+        )
         if r.status_code == 503:
             return None
         assert r.status_code == 200, r.text
         return r.json()
+
     rollback = await wait_for(answered, timeout=90, interval=0.2, what=f"rollback of {thread} answered")
     assert rollback["status"] == "completed", rollback
     return rollback
@@ -46,8 +48,9 @@ async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
 
 async def three_codex_runs(client, mock, name: str) -> tuple[str, list[dict]]:
     runs = []
-    thread = (await client.create_thread(title=f"codex rollback {name}", provider="codex",
-                                         runtime_mode="full_access"))["thread_id"]
+    thread = (await client.create_thread(title=f"codex rollback {name}", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
     for n in ("one", "two", "three"):
         prompt = f"{name}: write {n}.txt"
         mock.on(prompt, [Exec(f"echo {n} > {n}.txt")], [Text(f"Wrote {n}.txt.")])
@@ -69,8 +72,11 @@ async def test_L10_5_rollback_reverts_the_live_codex_thread_and_the_files(client
     [pth] = doc["provider_threads"]
 
     rollback = await roll_back(client, thread, 1)
-    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
-        ("rolled_back", pth["id"], 2), rollback
+    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == (
+        "rolled_back",
+        pth["id"],
+        2,
+    ), rollback
     assert files(codex_stack, thread) == {"one.txt"}
 
     mock.on("live: what is in the workspace", [Text("Only one.txt.")])
@@ -92,19 +98,24 @@ async def test_L10_5_a_codex_thread_without_a_live_session_is_resumed_and_revert
     session = doc["sessions"][-1]
     nc = await nats.connect(codex_stack.nats_url)
     try:
-        stopped = await HostClient(nc, 30.0).verb(session["host_id"], "session.stop",
-                                                  hp.StopTurn(session_id=session["id"], attempt_id=""))
+        stopped = await HostClient(nc, 30.0).verb(
+            session["host_id"], "session.stop", hp.StopTurn(session_id=session["id"], attempt_id="")
+        )
     finally:
         await nc.close()
     assert isinstance(stopped, hp.TurnAccepted)  # released, as the idle reaper would: no codex process holds it
 
     async def released():
         return (await client.get_thread(thread))["sessions"][-1]["status"] == "stopped"
+
     await wait_for(released, timeout=30, what="the session reported stopped")
 
     rollback = await roll_back(client, thread, 1)
-    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
-        ("rolled_back", pth["id"], 2), rollback
+    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == (
+        "rolled_back",
+        pth["id"],
+        2,
+    ), rollback
     assert files(codex_stack, thread) == {"one.txt"}
 
     mock.on("idle: what is in the workspace", [Text("Only one.txt.")])

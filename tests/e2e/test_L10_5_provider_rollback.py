@@ -44,8 +44,11 @@ async def three_runs(api, stack, profile: str | None = "native_rollback"):
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
     runs = [await run_to_end(api, thread, "one", script(write("keep.txt", "v1\n"), profile=profile))]
     after_run1 = files(workspace)
-    runs.append(await run_to_end(api, thread, "two", script(write("keep.txt", "v2\n"), write("two.txt", "2\n"),
-                                                            profile=profile)))
+    runs.append(
+        await run_to_end(
+            api, thread, "two", script(write("keep.txt", "v2\n"), write("two.txt", "2\n"), profile=profile)
+        )
+    )
     runs.append(await run_to_end(api, thread, "three", script(RECALL, write("three.txt", "3\n"), profile=profile)))
     assert remembered(runs[2]) == ["one", "two"]  # the provider thread holds the earlier turns
     return thread, workspace, after_run1, runs
@@ -57,8 +60,11 @@ async def roll_back(api, thread: str, to: int) -> dict:
     assert r.status_code == 200, r.text
     rollback = r.json()
     assert rollback["status"] == "completed", rollback
-    await api.wait_thread(thread, lambda d: any(x["id"] == rollback["id"] and x["status"] == "completed"
-                                                for x in d["rollbacks"]), "the rollback projected")
+    await api.wait_thread(
+        thread,
+        lambda d: any(x["id"] == rollback["id"] and x["status"] == "completed" for x in d["rollbacks"]),
+        "the rollback projected",
+    )
     return rollback
 
 
@@ -96,14 +102,18 @@ async def test_L10_5_a_released_session_is_resumed_on_a_host_to_roll_its_provide
     doc = await api.thread(thread)
     session = doc["sessions"][-1]
     # The session is let go (as the idle reaper or a host restart would): no runtime holds the thread.
-    reply_ = await HostClient(stack_nc, 5.0).verb(session["host_id"], "session.stop",
-                                                  hp.StopTurn(session_id=session["id"], attempt_id=""))
+    reply_ = await HostClient(stack_nc, 5.0).verb(
+        session["host_id"], "session.stop", hp.StopTurn(session_id=session["id"], attempt_id="")
+    )
     assert isinstance(reply_, hp.TurnAccepted)
     await api.wait_thread(thread, lambda d: d["sessions"][-1]["status"] == "stopped", "session stopped")
 
     rollback = await roll_back(api, thread, 1)
-    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == \
-        ("rolled_back", pth, 2)
+    assert (rollback["provider_context"], rollback["provider_thread_id"], rollback["provider_turns"]) == (
+        "rolled_back",
+        pth,
+        2,
+    )
     doc = await api.thread(thread)
     assert doc["sessions"][-1]["status"] == "live" and doc["sessions"][-1]["id"] != session["id"]
 
@@ -113,12 +123,15 @@ async def test_L10_5_a_released_session_is_resumed_on_a_host_to_roll_its_provide
     assert files(workspace) == after_run1
 
 
-async def test_L10_5_a_provider_that_refuses_the_rollback_takes_the_divergent_path_with_its_message(api, stack, stack_nc):
+async def test_L10_5_a_provider_that_refuses_the_rollback_takes_the_divergent_path_with_its_message(
+    api, stack, stack_nc
+):
     thread, workspace, after_run1, runs = await three_runs(api, stack)
     pth = pth_of(runs[0])
     session = (await api.thread(thread))["sessions"][-1]
-    await HostClient(stack_nc, 5.0).verb(session["host_id"], "session.stop",
-                                         hp.StopTurn(session_id=session["id"], attempt_id=""))
+    await HostClient(stack_nc, 5.0).verb(
+        session["host_id"], "session.stop", hp.StopTurn(session_id=session["id"], attempt_id="")
+    )
     await api.wait_thread(thread, lambda d: d["sessions"][-1]["status"] == "stopped", "session stopped")
     # The provider's own record of the conversation is lost: resumed, it has no turns to drop.
     for memory in (stack.state_dir / "provider-runtimes" / "scripted-threads" / api.tenant).glob("*.jsonl"):

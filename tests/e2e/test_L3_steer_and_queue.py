@@ -18,7 +18,9 @@ def replies(run: dict) -> list[str]:
 async def test_L3_2_native_steer_during_a_tool_call_joins_the_running_attempt(api):
     thread = await api.create_thread()
     sent = await api.send(thread, "build it", script=script(tool("pytest", delay_ms=400), HANG, profile="full"))
-    await api.wait_thread(thread, lambda d: any(n["kind"] == "tool" for r in d["runs"] for n in r["nodes"]), "tool running")
+    await api.wait_thread(
+        thread, lambda d: any(n["kind"] == "tool" for r in d["runs"] for n in r["nodes"]), "tool running"
+    )
     steer = await api.send(thread, "use the fast tests", mode="steer_active", target_run_id=sent["run_id"])
     assert steer["disposition"] == "steered" and steer["run_id"] == sent["run_id"]
     run = await api.wait_run(sent["run_id"])
@@ -55,8 +57,11 @@ async def test_L3_3_restart_active_restarts_even_when_native_steering_exists(api
 async def test_L3_4_steer_after_the_run_answered_creates_a_superseding_run(api):
     thread = await api.create_thread()
     sent = await api.send(thread, "start", script=script(text("here is my answer"), HANG, profile="no_steering"))
-    await api.wait_thread(thread, lambda d: any(m["role"] == "assistant" and m["status"] == "completed"
-                                                for m in d["messages"]), "the first answer")
+    await api.wait_thread(
+        thread,
+        lambda d: any(m["role"] == "assistant" and m["status"] == "completed" for m in d["messages"]),
+        "the first answer",
+    )
     steer = await api.send(thread, "now refine it", script=script(text("refined")))
     first = await api.wait_run(sent["run_id"], status="interrupted")
     doc = await api.thread(thread)
@@ -93,7 +98,8 @@ async def test_L3_2_L3_3_steer_while_an_approval_is_pending(api, profile, attemp
     assert len(run["attempts"]) == attempts
     doc = await api.thread(thread)
     assert next(r for r in doc["requests"] if r["id"] == request["id"])["status"] == (
-        "resolved" if profile == "full" else "cancelled")
+        "resolved" if profile == "full" else "cancelled"
+    )
 
 
 async def test_L3_5_an_explicit_new_turn_queues_even_when_steering_is_possible(api):
@@ -180,7 +186,9 @@ async def test_L4_1_a_follow_up_run_reuses_the_provider_thread_with_a_new_root_n
 
 
 @pytest.mark.parametrize("how", ["rollback_active", "rollback_interrupting_first"])
-async def test_L3_1_L10_5_rolling_back_the_active_run_interrupts_it_restores_its_baseline_then_continues(api, stack, how):
+async def test_L3_1_L10_5_rolling_back_the_active_run_interrupts_it_restores_its_baseline_then_continues(
+    api, stack, how
+):
     thread = await api.create_thread()
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
     await api.wait_run((await api.send(thread, "one", script=script(write("a.txt", "1\n"))))["run_id"])
@@ -191,11 +199,15 @@ async def test_L3_1_L10_5_rolling_back_the_active_run_interrupts_it_restores_its
         assert sent["disposition"] == "rolling_back"
         follow = sent["run_id"]
     else:
-        r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1, "interrupt_active": True})
+        r = await api.request(
+            "POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1, "interrupt_active": True}
+        )
         assert r.status_code == 200 and r.json()["status"] == "in_progress", r.text  # waits for the interrupt
         follow = (await api.send(thread, "three", script=script(text("on run 1's files"))))["run_id"]
     await api.wait_run(active["run_id"], status="rolled_back")
     done = await api.wait_run(follow)
     assert (workspace / "a.txt").read_text() == "1\n" and done["ordinal"] == 3
     doc = await api.thread(thread)
-    assert doc["rollbacks"][0]["status"] == "completed" and doc["rollbacks"][0]["rolled_back_run_ids"] == [active["run_id"]]
+    assert doc["rollbacks"][0]["status"] == "completed" and doc["rollbacks"][0]["rolled_back_run_ids"] == [
+        active["run_id"]
+    ]

@@ -21,14 +21,17 @@ def _quiet(name: str, line: str) -> None:
     if os.environ.get("TREADLE_TEST_VERBOSE") or " ERROR " in line or "Traceback" in line:
         print(f"{name} | {line}")
 
+
 PREFIX = "Summary by the provider: "
 ECHO = {"type": "echo"}
 
 
 @pytest.fixture(scope="module")
 async def summarising_stack(tmp_path_factory):
-    env = {"TREADLE_SUPERVISOR_SUMMARISER": "provider:scripted",
-           "TREADLE_SUPERVISOR_SUMMARISER_SCRIPT": json.dumps({"steps": [{"type": "echo", "prefix": PREFIX}]})}
+    env = {
+        "TREADLE_SUPERVISOR_SUMMARISER": "provider:scripted",
+        "TREADLE_SUPERVISOR_SUMMARISER_SCRIPT": json.dumps({"steps": [{"type": "echo", "prefix": PREFIX}]}),
+    }
     async with Stack(tmp_path_factory.mktemp("summarising-stack"), env=env, on_output=_quiet) as s:
         yield s
 
@@ -65,8 +68,12 @@ async def test_L5_5_a_configured_provider_writes_the_switch_summary_and_the_hand
     await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parser done")))
     switched = await send_done(api, thread, "review it", provider="scripted-b", script=script(ECHO))
     [summary] = [await handoff(api, h) for h in switched["handoff_ids"]]
-    assert (summary["strategy"], summary["summariser"], summary["version"], summary["fallback"]) == \
-        ("full_thread_summary", "provider:scripted", 1, None)
+    assert (summary["strategy"], summary["summariser"], summary["version"], summary["fallback"]) == (
+        "full_thread_summary",
+        "provider:scripted",
+        1,
+        None,
+    )
     heading, _, body = summary["text"].partition("\n\n")
     assert heading == "# Context: summary of this conversation so far (run 1):"
     # What the provider was asked, echoed back: the graph's record of run 1, to be summarised within the budget.

@@ -10,26 +10,40 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.lineage import ECHO, assert_projection_is_the_fold, fork, handoff, history, pth_of, reply, send_done, \
-    workspace
+from tests.support.lineage import (
+    ECHO,
+    assert_projection_is_the_fold,
+    fork,
+    handoff,
+    history,
+    pth_of,
+    reply,
+    send_done,
+    workspace,
+)
 from tests.support.rollbacks import files
 from tests.support.scripts import HANG, approval, script, subagent, text, write
-
 
 # --- L5 provider switching --------------------------------------------------------------------------------
 
 
 async def test_L5_1_another_provider_for_the_next_run_is_a_handoff_on_the_same_thread_no_fork_no_rewrite(
-        api, stack, log):
+    api, stack, log
+):
     thread = await api.create_thread(title="one thread, two providers")
-    first = await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parsed")))
-    second = await send_done(api, thread, "and its tests", script=script(write("test_parser.py", "t = 1\n"), text("ok")))
+    first = await send_done(
+        api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parsed"))
+    )
+    second = await send_done(
+        api, thread, "and its tests", script=script(write("test_parser.py", "t = 1\n"), text("ok"))
+    )
     before = await api.thread(thread)
     [a] = before["provider_threads"]
     threads_before = [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]]
 
-    sent = await api.send(thread, "review both", provider="scripted-b",
-                          script=script(write("REVIEW.md", "fine\n"), ECHO))
+    sent = await api.send(
+        thread, "review both", provider="scripted-b", script=script(write("REVIEW.md", "fine\n"), ECHO)
+    )
     assert sent["thread_id"] == thread
     switched = await api.wait_run(sent["run_id"])
     assert (switched["thread_id"], switched["ordinal"], switched["provider"]) == (thread, 3, "scripted-b")
@@ -47,13 +61,16 @@ async def test_L5_1_another_provider_for_the_next_run_is_a_handoff_on_the_same_t
     assert [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]] == threads_before
     assert after["transfers"] == [] and after["lineage"] == before["lineage"]
     assert files(workspace(stack, api.tenant, thread)) == {
-        "parser.py": "p = 1\n", "test_parser.py": "t = 1\n", "REVIEW.md": "fine\n"}
+        "parser.py": "p = 1\n",
+        "test_parser.py": "t = 1\n",
+        "REVIEW.md": "fine\n",
+    }
     assert [f["path"] for f in switched["checkpoint"]["files"]] == ["REVIEW.md"]
 
     # No rewrite: the earlier runs, their messages and checkpoints, and A's provider thread are as they were.
     assert [await api.run(r["id"]) for r in (first, second)] == [first, second]
-    assert after["runs"][:2] == before["runs"] and after["messages"][:len(before["messages"])] == before["messages"]
-    assert after["checkpoints"][:len(before["checkpoints"])] == before["checkpoints"]
+    assert after["runs"][:2] == before["runs"] and after["messages"][: len(before["messages"])] == before["messages"]
+    assert after["checkpoints"][: len(before["checkpoints"])] == before["checkpoints"]
     assert next(p for p in after["provider_threads"] if p["id"] == a["id"]) == a
     [b] = [p for p in after["provider_threads"] if p["id"] != a["id"]]
     assert b["provider"] == "scripted-b" and pth_of(switched) == b["id"] and b["covered_ordinals"] == [1, 2, 3]
@@ -64,11 +81,17 @@ async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6
     thread = await api.create_thread(title="switching")
     runs = {}
     for n in range(1, 6):
-        runs[n] = await send_done(api, thread, f"A-task-{n}: step {n} of the parser",
-                                  script=script(text(f"A finished step {n}")))
+        runs[n] = await send_done(
+            api, thread, f"A-task-{n}: step {n} of the parser", script=script(text(f"A finished step {n}"))
+        )
     for n in range(6, 9):
-        runs[n] = await send_done(api, thread, f"B-task-{n}: review part {n}", provider="scripted-b",
-                                  script=script(text(f"B reviewed part {n}")))
+        runs[n] = await send_done(
+            api,
+            thread,
+            f"B-task-{n}: review part {n}",
+            provider="scripted-b",
+            script=script(text(f"B reviewed part {n}")),
+        )
     runs[9] = await send_done(api, thread, "back to A: wrap up", provider="scripted", script=script(ECHO))
 
     a1, b1 = pth_of(runs[1]), pth_of(runs[6])
@@ -80,7 +103,11 @@ async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6
     # B's thread was new: it got the full summary of 1-5 (L5.2) with run 6, nothing with 7 and 8.
     assert len(runs[6]["handoff_ids"]) == 1 and runs[7]["handoff_ids"] == runs[8]["handoff_ids"] == []
     to_b = await handoff(api, runs[6]["handoff_ids"][0])
-    assert (to_b["strategy"], to_b["covered_ordinals"], to_b["to_provider"]) == ("full_thread_summary", [1, 2, 3, 4, 5], "scripted-b")
+    assert (to_b["strategy"], to_b["covered_ordinals"], to_b["to_provider"]) == (
+        "full_thread_summary",
+        [1, 2, 3, 4, 5],
+        "scripted-b",
+    )
 
     # Run 9 on A carries only the delta of the runs A missed.
     [delta_id] = runs[9]["handoff_ids"]
@@ -107,14 +134,19 @@ async def test_L5_3_runs_1_to_5_on_A_6_to_8_on_B_and_run_9_back_on_A_gets_only_6
 
 async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_summary(api):
     thread = await api.create_thread()
-    first = await send_done(api, thread, "write the lexer", script=script(write("lexer.py", "x = 1\n"), text("lexer done")))
+    first = await send_done(
+        api, thread, "write the lexer", script=script(write("lexer.py", "x = 1\n"), text("lexer done"))
+    )
     await send_done(api, thread, "and the tests", script=script(text("tests done")))
     clean = await send_done(api, thread, "start over cleanly", clean_context=True, script=script(ECHO))
     assert pth_of(clean) != pth_of(first)
     [hid] = clean["handoff_ids"]
     summary = await handoff(api, hid)
     assert (summary["strategy"], summary["reason"], summary["covered_ordinals"]) == (
-        "full_thread_summary", "clean context requested", [1, 2])
+        "full_thread_summary",
+        "clean context requested",
+        [1, 2],
+    )
     assert "write the lexer" in summary["text"] and "lexer.py (added, +1 -0)" in summary["text"]
     assert reply(clean).startswith("Received: " + summary["text"])
     # The next ordinary run stays on the fresh thread with nothing to hand over.
@@ -124,13 +156,17 @@ async def test_L5_4_clean_context_starts_a_fresh_provider_thread_with_a_full_sum
 
 async def test_L5_4_a_message_on_another_model_gets_a_fresh_provider_thread_with_a_full_summary(api, log):
     thread = await api.create_thread()
-    first = await send_done(api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parser done")))
+    first = await send_done(
+        api, thread, "write the parser", script=script(write("parser.py", "p = 1\n"), text("parser done"))
+    )
     other = await send_done(api, thread, "review it on the big model", model="big-model", script=script(ECHO))
     assert pth_of(other) != pth_of(first) and other["model"] == "big-model"
     [hid] = other["handoff_ids"]
     summary = await handoff(api, hid)
     assert (summary["strategy"], summary["covered_ordinals"]) == ("full_thread_summary", [1])
-    assert summary["reason"] == f"settings incompatible with provider thread {pth_of(first)} (model default -> big-model)"
+    assert (
+        summary["reason"] == f"settings incompatible with provider thread {pth_of(first)} (model default -> big-model)"
+    )
     assert "write the parser" in summary["text"] and "parser.py (added, +1 -0)" in summary["text"]
     assert reply(other) == f"Received: {summary['text']}\n\n---\n\nreview it on the big model"
     # Back on the thread's own model: its first provider thread resumes with only the run it missed.
@@ -164,8 +200,10 @@ async def _four_runs(api, profile: str) -> tuple[str, list[dict]]:
         (write("a.txt", "v3\n"), text("rewrote a")),
         (write("c.txt", "c\n"), text("wrote c")),
     ]
-    runs = [await send_done(api, thread, f"source request {i + 1}", script=script(*s, profile=profile))
-            for i, s in enumerate(steps)]
+    runs = [
+        await send_done(api, thread, f"source request {i + 1}", script=script(*s, profile=profile))
+        for i, s in enumerate(steps)
+    ]
     return thread, runs
 
 
@@ -180,7 +218,11 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     doc = await api.wait_thread(child, lambda d: d if d["transfers"] else None, "the fork's transfer")
     assert doc["thread"]["parent_thread_id"] == source and doc["lineage"]["root_thread_id"] == source
     [transfer] = doc["transfers"]
-    assert (transfer["type"], transfer["status"], transfer["source_point"]["run_id"]) == ("fork", "pending", runs[1]["id"])
+    assert (transfer["type"], transfer["status"], transfer["source_point"]["run_id"]) == (
+        "fork",
+        "pending",
+        runs[1]["id"],
+    )
     assert doc["runs"] == [] and doc["sessions"] == [] and doc["provider_threads"] == [] and doc["handoffs"] == []
 
     # L6.5: the fork's own workspace, with run 2's files.
@@ -188,8 +230,9 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     assert (ws / "a.txt").read_text() == "v1\n" and (ws / "b.txt").read_text() == "b\n"
     assert not (ws / "c.txt").exists()
 
-    first = await send_done(api, child, "continue the tangent",
-                            script=script(write("d.txt", "d\n"), ECHO, profile=profile))
+    first = await send_done(
+        api, child, "continue the tangent", script=script(write("d.txt", "d\n"), ECHO, profile=profile)
+    )
     doc = await api.thread(child)
     [transfer] = doc["transfers"]
     assert transfer["status"] == "consumed"
@@ -203,7 +246,11 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
     else:  # no native fork: portable context summarised from the source up to run 2
         assert transfer["fidelity"] == "portable" and transfer["handoff_id"] == first["handoff_ids"][0]
         context = await handoff(api, transfer["handoff_id"])
-        assert (context["strategy"], context["covered_ordinals"], context["source_thread_id"]) == ("fork_context", [1, 2], source)
+        assert (context["strategy"], context["covered_ordinals"], context["source_thread_id"]) == (
+            "fork_context",
+            [1, 2],
+            source,
+        )
         assert "source request 1" in context["text"] and "source request 2" in context["text"]
         assert "source request 3" not in context["text"] and "c.txt" not in context["text"]
         assert "b.txt (added, +1 -0)" in context["text"]
@@ -220,10 +267,17 @@ async def test_L6_fork_from_run_2_of_4_continues_from_run_2s_files_and_context(a
 
 async def test_L6_5_a_fork_gets_the_source_points_checkpoint_not_the_source_workspace_as_it_is_now(api, stack):
     source = await api.create_thread(title="source")
-    runs = [await send_done(api, source, f"step {n}", script=script(*steps, text(f"step {n} done")))
-            for n, steps in enumerate([(write("a.txt", "v1\n"), write("b.txt", "b\n")),
-                                       (write("a.txt", "v2\n"), write("c.txt", "c\n")),
-                                       (write("a.txt", "v3\n"), write("d.txt", "d\n"))], start=1)]
+    runs = [
+        await send_done(api, source, f"step {n}", script=script(*steps, text(f"step {n} done")))
+        for n, steps in enumerate(
+            [
+                (write("a.txt", "v1\n"), write("b.txt", "b\n")),
+                (write("a.txt", "v2\n"), write("c.txt", "c\n")),
+                (write("a.txt", "v3\n"), write("d.txt", "d\n")),
+            ],
+            start=1,
+        )
+    ]
     src = workspace(stack, api.tenant, source)
     (src / "stray.txt").write_text("in the workspace, in no checkpoint\n")  # the live workspace is not the source
     (src / "b.txt").write_text("edited by hand\n")
@@ -234,30 +288,49 @@ async def test_L6_5_a_fork_gets_the_source_points_checkpoint_not_the_source_work
     assert files(workspace(stack, api.tenant, at_one)) == {"a.txt": "v1\n", "b.txt": "b\n"}
 
     # Its own workspace: its checkpoints diff against that baseline, and neither side sees the other's writes.
-    mine = await send_done(api, at_two, "fork work", script=script(write("a.txt", "fork\n"), write("e.txt", "e\n"),
-                                                                   text("forked")))
-    assert sorted((f["path"], f["change"]) for f in mine["checkpoint"]["files"]) == [("a.txt", "modified"), ("e.txt", "added")]
+    mine = await send_done(
+        api, at_two, "fork work", script=script(write("a.txt", "fork\n"), write("e.txt", "e\n"), text("forked"))
+    )
+    assert sorted((f["path"], f["change"]) for f in mine["checkpoint"]["files"]) == [
+        ("a.txt", "modified"),
+        ("e.txt", "added"),
+    ]
     theirs = await send_done(api, source, "source work", script=script(write("c.txt", "source\n"), text("on")))
-    assert files(workspace(stack, api.tenant, at_two)) == {"a.txt": "fork\n", "b.txt": "b\n", "c.txt": "c\n",
-                                                           "e.txt": "e\n"}
+    assert files(workspace(stack, api.tenant, at_two)) == {
+        "a.txt": "fork\n",
+        "b.txt": "b\n",
+        "c.txt": "c\n",
+        "e.txt": "e\n",
+    }
     assert (src / "a.txt").read_text() == "v3\n" and not (src / "e.txt").exists()
     assert files(workspace(stack, api.tenant, at_one)) == {"a.txt": "v1\n", "b.txt": "b\n"}
     assert theirs["checkpoint"] is not None
 
     # A fork of the fork gets the fork's own checkpoint: what it inherited and what it wrote.
     grandchild = (await fork(api, at_two, {"type": "run", "id": mine["id"]}))["thread_id"]
-    assert files(workspace(stack, api.tenant, grandchild)) == {"a.txt": "fork\n", "b.txt": "b\n", "c.txt": "c\n",
-                                                               "e.txt": "e\n"}
+    assert files(workspace(stack, api.tenant, grandchild)) == {
+        "a.txt": "fork\n",
+        "b.txt": "b\n",
+        "c.txt": "c\n",
+        "e.txt": "e\n",
+    }
 
 
 async def test_L6_5_a_fork_from_a_provider_thread_at_a_turn_gets_that_turns_run_checkpoint(api, stack):
     source = await api.create_thread()
-    first = await send_done(api, source, "first", script=script(write("x.txt", "1\n"), text("one"), profile="native_fork"))
-    second = await send_done(api, source, "second", script=script(write("x.txt", "2\n"), write("y.txt", "y\n"),
-                                                                  text("two"), profile="native_fork"))
+    first = await send_done(
+        api, source, "first", script=script(write("x.txt", "1\n"), text("one"), profile="native_fork")
+    )
+    second = await send_done(
+        api,
+        source,
+        "second",
+        script=script(write("x.txt", "2\n"), write("y.txt", "y\n"), text("two"), profile="native_fork"),
+    )
     pth = pth_of(second)
-    at_turn = await fork(api, source, {"type": "provider_thread", "id": pth,
-                                       "turn": first["attempts"][-1]["native_turn_ref"]})
+    at_turn = await fork(
+        api, source, {"type": "provider_thread", "id": pth, "turn": first["attempts"][-1]["native_turn_ref"]}
+    )
     at_end = await fork(api, source, {"type": "provider_thread", "id": pth})
     assert files(workspace(stack, api.tenant, at_turn["thread_id"])) == {"x.txt": "1\n"}
     assert files(workspace(stack, api.tenant, at_end["thread_id"])) == {"x.txt": "2\n", "y.txt": "y\n"}
@@ -282,12 +355,17 @@ async def test_L6_3_fork_from_a_provider_thread_at_a_turn_or_at_its_end(api):
     second = await send_done(api, source, "second", script=script(text("two"), profile="native_fork"))
     pth = pth_of(second)
     at_end = await fork(api, source, {"type": "provider_thread", "id": pth})
-    at_turn = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": first["attempts"][0]["native_turn_ref"]})
+    at_turn = await fork(
+        api, source, {"type": "provider_thread", "id": pth, "turn": first["attempts"][0]["native_turn_ref"]}
+    )
     points = []
     for forked in (at_end, at_turn):
         doc = await api.wait_thread(forked["thread_id"], lambda d: d if d["transfers"] else None, "fork")
         points.append(doc["transfers"][0]["source_point"])
-    assert [(p["type"], p["run_id"]) for p in points] == [("provider_thread", second["id"]), ("provider_thread", first["id"])]
+    assert [(p["type"], p["run_id"]) for p in points] == [
+        ("provider_thread", second["id"]),
+        ("provider_thread", first["id"]),
+    ]
     unknown = await fork(api, source, {"type": "provider_thread", "id": pth, "turn": "no-such-turn"}, expect=404)
     assert unknown["error"]["code"] == "source_not_found"
 
@@ -319,15 +397,19 @@ async def test_L6_2_native_fork_of_a_provider_thread_no_longer_live_opens_and_fo
     first = await send_done(api, child, "go on", script=script(ECHO, profile="native_fork"))
     fork_doc = await api.thread(child)
     assert fork_doc["transfers"][0]["status"] == "consumed" and fork_doc["transfers"][0]["fidelity"] == "native"
-    assert f"fork-of~{a1['native_ref']}@{point['attempts'][-1]['native_turn_ref']}" in fork_doc["provider_threads"][0]["native_ref"]
+    assert (
+        f"fork-of~{a1['native_ref']}@{point['attempts'][-1]['native_turn_ref']}"
+        in fork_doc["provider_threads"][0]["native_ref"]
+    )
     assert reply(first) == "Received: go on"
 
 
 async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_or_is_refused(api, stack):
     thread = await api.create_thread()
     done = await send_done(api, thread, "first", script=script(write("one.txt", "1\n"), text("one")))
-    active = await api.send(thread, "second", script=script(write("two.txt", "2\n"), approval("rm -rf build?"), HANG,
-                                                             profile="full"))
+    active = await api.send(
+        thread, "second", script=script(write("two.txt", "2\n"), approval("rm -rf build?"), HANG, profile="full")
+    )
     req = await api.wait_request(thread)
 
     refused = await fork(api, thread, {"type": "run", "id": active["run_id"]}, expect=409, on_active="refuse")
@@ -350,9 +432,16 @@ async def test_L6_3_forking_an_active_run_uses_the_latest_completed_checkpoint_o
 
 async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity_fork(api):
     thread = await api.create_thread()
-    run = await send_done(api, thread, "investigate", script=script(
-        {"type": "subagent", "title": "explorer", "steps": [text("found the bug in parse()")]}, text("done"),
-        profile="native_fork"))
+    run = await send_done(
+        api,
+        thread,
+        "investigate",
+        script=script(
+            {"type": "subagent", "title": "explorer", "steps": [text("found the bug in parse()")]},
+            text("done"),
+            profile="native_fork",
+        ),
+    )
     node = next(n for n in run["nodes"] if n["kind"] == "subagent")
     forked = await fork(api, thread, {"type": "node", "id": node["id"]})
     first = await send_done(api, forked["thread_id"], "dig deeper", script=script(ECHO, profile="native_fork"))
@@ -370,18 +459,33 @@ async def test_L6_4_fork_from_a_completed_subagent_is_a_synthetic_lower_fidelity
 
 async def test_L6_4_fork_from_a_subagent_that_owns_a_provider_thread_forks_it_natively_from_its_checkpoint(api, stack):
     thread = await api.create_thread()
-    run = await send_done(api, thread, "investigate", script=script(
-        subagent("explorer", write("notes.txt", "parse() drops the last token\n"), text("found the bug in parse()")),
-        write("after.txt", "written after the subagent\n"), text("done"), profile="subagent_fork"))
+    run = await send_done(
+        api,
+        thread,
+        "investigate",
+        script=script(
+            subagent(
+                "explorer", write("notes.txt", "parse() drops the last token\n"), text("found the bug in parse()")
+            ),
+            write("after.txt", "written after the subagent\n"),
+            text("done"),
+            profile="subagent_fork",
+        ),
+    )
     doc = await api.thread(thread)
     assert (doc["capabilities"]["fork"], doc["capabilities"]["subagent_fork"]) == ("native", "native")
     node = next(n for n in run["nodes"] if n["kind"] == "subagent")
     assert node["native_thread_ref"].startswith(doc["provider_threads"][0]["native_ref"])
     forked = await fork(api, thread, {"type": "node", "id": node["id"]})
     child = forked["thread_id"]
-    point = (await api.wait_thread(child, lambda d: d if d["transfers"] else None, "fork"))["transfers"][0]["source_point"]
-    assert (point["node_id"], point["subagent_native_ref"], point["baseline"]) == \
-        (node["id"], node["native_thread_ref"], "subagent_end")
+    point = (await api.wait_thread(child, lambda d: d if d["transfers"] else None, "fork"))["transfers"][0][
+        "source_point"
+    ]
+    assert (point["node_id"], point["subagent_native_ref"], point["baseline"]) == (
+        node["id"],
+        node["native_thread_ref"],
+        "subagent_end",
+    )
     # The baseline is the subagent's own end checkpoint: its files, not those its run wrote afterwards.
     ws = workspace(stack, api.tenant, child)
     assert (ws / "notes.txt").exists() and not (ws / "after.txt").exists()

@@ -13,8 +13,12 @@ LONG = "word " * 2_000  # far longer than any part of a handoff may be
 async def _forked(api) -> tuple[str, dict, str]:
     """A source thread with one run (app.py, util.py) and a fork from it: (source, its run, the fork)."""
     source = await api.create_thread(title="main line")
-    base = await send_done(api, source, "set up the project", script=script(
-        write("app.py", "db = None\n"), write("util.py", "u = 1\n"), text("The project is set up.")))
+    base = await send_done(
+        api,
+        source,
+        "set up the project",
+        script=script(write("app.py", "db = None\n"), write("util.py", "u = 1\n"), text("The project is set up.")),
+    )
     child = (await fork(api, source, {"type": "run", "id": base["id"]}, title="try a database"))["thread_id"]
     return source, base, child
 
@@ -22,6 +26,7 @@ async def _forked(api) -> tuple[str, dict, str]:
 async def _answer_next(api, thread: str, response: dict, besides: tuple[str, ...] = ()) -> dict:
     def pending(doc: dict) -> dict | None:
         return next((r for r in doc["requests"] if r["status"] == "pending" and r["id"] not in besides), None)
+
     request = await api.wait_thread(thread, pending, f"a pending request on {thread}")
     await api.post(f"/v1/requests/{request['id']}/respond", response, expect=200)
     return request
@@ -29,18 +34,32 @@ async def _answer_next(api, thread: str, response: dict, besides: tuple[str, ...
 
 async def test_L7_merge_back_carries_files_tests_and_open_questions_without_protocol_noise(api, log):
     source = await api.create_thread(title="main line")
-    base = await send_done(api, source, "set up the project", script=script(write("app.py", "print('app')\n"), text("set up")))
+    base = await send_done(
+        api, source, "set up the project", script=script(write("app.py", "print('app')\n"), text("set up"))
+    )
     child = (await fork(api, source, {"type": "run", "id": base["id"]}, title="try a cache"))["thread_id"]
-    await send_done(api, child, "add a cache layer", script=script(
-        write("cache.py", "CACHE = {}\n\ndef get(k):\n    return CACHE.get(k)\n"),
-        {"type": "tool", "name": "shell", "input": {"command": "pytest -q tests/test_cache.py"},
-         "output": "3 passed in 0.02s"},
-        text("The cache works.\nShould entries expire after an hour?"), profile="full"))
+    await send_done(
+        api,
+        child,
+        "add a cache layer",
+        script=script(
+            write("cache.py", "CACHE = {}\n\ndef get(k):\n    return CACHE.get(k)\n"),
+            {
+                "type": "tool",
+                "name": "shell",
+                "input": {"command": "pytest -q tests/test_cache.py"},
+                "output": "3 passed in 0.02s",
+            },
+            text("The cache works.\nShould entries expire after an hour?"),
+            profile="full",
+        ),
+    )
     fork_before = history(await api.thread(child))
     source_before = history(await api.thread(source))
 
-    r = await api.request("POST", f"/v1/threads/{source}/messages",
-                          json={"text": "bring the cache work home", "merge_back_from": source})
+    r = await api.request(
+        "POST", f"/v1/threads/{source}/messages", json={"text": "bring the cache work home", "merge_back_from": source}
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "not_a_fork"
 
     merged = await send_done(api, source, "bring the cache work home", merge_back_from=child, script=script(ECHO))
@@ -84,18 +103,29 @@ async def test_L7_1_a_merge_back_message_records_its_transfer_and_the_delta_is_b
     # fork's last finished run F; nothing is summarised yet.
     sent = await api.send(source, "bring the database home", merge_back_from=child, script=script(ECHO))
     assert sent["disposition"] == "queued"
-    doc = await api.wait_thread(source, lambda d: d if any(t["type"] == "merge_back" for t in d["transfers"]) else None,
-                                "the merge-back transfer")
+    doc = await api.wait_thread(
+        source,
+        lambda d: d if any(t["type"] == "merge_back" for t in d["transfers"]) else None,
+        "the merge-back transfer",
+    )
     [transfer] = [t for t in doc["transfers"] if t["type"] == "merge_back"]
     assert (transfer["status"], transfer["run_id"], transfer["source_thread_id"]) == ("pending", sent["run_id"], child)
-    assert (transfer["base_point"]["thread_id"], transfer["base_point"]["run_id"], transfer["base_point"]["ordinal"]) \
-        == (source, base["id"], 1)
-    assert (transfer["source_point"]["thread_id"], transfer["source_point"]["run_id"],
-            transfer["source_point"]["ordinal"]) == (child, done["id"], 1)
+    assert (
+        transfer["base_point"]["thread_id"],
+        transfer["base_point"]["run_id"],
+        transfer["base_point"]["ordinal"],
+    ) == (source, base["id"], 1)
+    assert (
+        transfer["source_point"]["thread_id"],
+        transfer["source_point"]["run_id"],
+        transfer["source_point"]["ordinal"],
+    ) == (child, done["id"], 1)
     assert transfer["handoff_id"] is None and doc["handoffs"] == []
 
     # The fork goes on meanwhile: that run came after F, so it is not part of this merge.
-    later = await send_done(api, child, "add an index", script=script(write("index.py", "I = 1\n"), text("index added")))
+    later = await send_done(
+        api, child, "add an index", script=script(write("index.py", "I = 1\n"), text("index added"))
+    )
     await api.post(f"/v1/runs/{busy['run_id']}/interrupt", expect=202)
     await api.wait_run(busy["run_id"], "interrupted")
     merged = await api.wait_run(sent["run_id"])
@@ -104,7 +134,11 @@ async def test_L7_1_a_merge_back_message_records_its_transfer_and_the_delta_is_b
     [hid] = merged["handoff_ids"]
     delta = await handoff(api, hid)
     assert (delta["strategy"], delta["run_id"], delta["source_thread_id"], delta["covered_ordinals"]) == (
-        "merge_back", merged["id"], child, [1])
+        "merge_back",
+        merged["id"],
+        child,
+        [1],
+    )
     assert delta["transfer_id"] == transfer["id"] and delta["delivered"]
     assert "db.py (added, +1 -0)" in delta["text"] and "index.py" not in delta["text"]
     assert reply(merged) == f"Received: {delta['text']}\n\n---\n\nbring the database home"
@@ -124,15 +158,26 @@ async def test_L7_1_a_merge_back_message_records_its_transfer_and_the_delta_is_b
 
 async def test_L7_2_the_delta_has_decisions_files_commands_and_outcomes_conclusions_and_open_questions_only(api):
     source, base, child = await _forked(api)
-    sent = await api.send(child, "switch the app to a database " + LONG, script=script(
-        question("which database?", ["pg", "sqlite"]),
-        approval("run the migrations?"),
-        write("app.py", "db = 'pg'\n"), write("db.py", "DB = 'pg'\n"),
-        {"type": "tool", "name": "shell", "input": {"command": "pytest -q"}, "output": "1 failed, 2 passed\n" + LONG,
-         "status": "failed"},
-        {"type": "tool", "name": "shell", "input": {"command": "ruff check ."}, "output": "All checks passed!"},
-        text("Conclusion: pg it is; the failing test is a flaky fixture.\nShould old rows be migrated?"),
-        profile="full"))
+    sent = await api.send(
+        child,
+        "switch the app to a database " + LONG,
+        script=script(
+            question("which database?", ["pg", "sqlite"]),
+            approval("run the migrations?"),
+            write("app.py", "db = 'pg'\n"),
+            write("db.py", "DB = 'pg'\n"),
+            {
+                "type": "tool",
+                "name": "shell",
+                "input": {"command": "pytest -q"},
+                "output": "1 failed, 2 passed\n" + LONG,
+                "status": "failed",
+            },
+            {"type": "tool", "name": "shell", "input": {"command": "ruff check ."}, "output": "All checks passed!"},
+            text("Conclusion: pg it is; the failing test is a flaky fixture.\nShould old rows be migrated?"),
+            profile="full",
+        ),
+    )
     asked = await _answer_next(api, child, {"answers": {"0": "pg"}})
     await _answer_next(api, child, {"decision": "accept"}, besides=(asked["id"],))
     await api.wait_run(sent["run_id"])
@@ -142,8 +187,10 @@ async def test_L7_2_the_delta_has_decisions_files_commands_and_outcomes_conclusi
     delta = (await handoff(api, merged["handoff_ids"][0]))["text"]
     assert 'Decisions: asked "which database?" → answered pg; command approval "run the migrations?" → accept' in delta
     assert "Files changed: app.py (modified, +1 -1), db.py (added, +1 -0)" in delta
-    assert "shell `pytest -q` → failed: 1 failed, 2 passed" in delta and "shell `ruff check .` → completed: All checks " \
-        "passed!" in delta
+    assert (
+        "shell `pytest -q` → failed: 1 failed, 2 passed" in delta
+        and "shell `ruff check .` → completed: All checks passed!" in delta
+    )
     assert "Conclusion: pg it is; the failing test is a flaky fixture." in delta
     assert "Open questions: Should old rows be migrated?" in delta
     # What changed after the fork point only: nothing of the source's own run before it.

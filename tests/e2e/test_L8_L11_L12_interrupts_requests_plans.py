@@ -29,8 +29,11 @@ async def test_L8_1_L8_2_interrupt_while_waiting_on_a_question_ends_interrupted_
 async def test_L8_1_interrupting_the_root_node_interrupts_its_run_and_a_child_node_is_refused(api):
     thread = await api.create_thread()
     sent = await api.send(thread, "x", script=script(subagent("helper", HANG)))
-    doc = await api.wait_thread(thread, lambda d: d if any(n["kind"] == "subagent" for r in d["runs"] for n in r["nodes"])
-                                else None, "subagent started")
+    doc = await api.wait_thread(
+        thread,
+        lambda d: d if any(n["kind"] == "subagent" for r in d["runs"] for n in r["nodes"]) else None,
+        "subagent started",
+    )
     child = next(n for r in doc["runs"] for n in r["nodes"] if n["kind"] == "subagent")
     r = await api.request("POST", f"/v1/nodes/{child['id']}/interrupt", json={})
     assert r.status_code == 422 and r.json()["error"]["code"] == "node_interrupt_unsupported"
@@ -79,8 +82,9 @@ async def test_L8_1_interrupting_a_queued_run_cancels_it(api):
 @pytest.mark.parametrize("decision, lands", [("accept", True), ("decline", False)])
 async def test_L11_1_L11_2_an_approval_waits_for_its_answer_and_gates_the_action(api, stack, decision, lands):
     thread = await api.create_thread()
-    sent = await api.send(thread, "write it", script=script(approval("write notes.txt?", "file_change"),
-                                                              write("notes.txt", "hello")))
+    sent = await api.send(
+        thread, "write it", script=script(approval("write notes.txt?", "file_change"), write("notes.txt", "hello"))
+    )
     request = await api.wait_request(thread)
     assert request["kind"] == "file_change" and request["prompt"] == "write notes.txt?"
     run = await api.run(sent["run_id"])
@@ -133,11 +137,17 @@ async def test_L11_3_answering_after_the_provider_host_was_killed_is_not_resumab
     await stack.processes.kill("provider-host")
     gone = await api.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
-    await api.wait_thread(thread, lambda d: next(r for r in d["requests"] if r["id"] == request["id"])["status"]
-                          == "not_resumable", "the request marked not_resumable")
+    await api.wait_thread(
+        thread,
+        lambda d: next(r for r in d["requests"] if r["id"] == request["id"])["status"] == "not_resumable",
+        "the request marked not_resumable",
+    )
     # Not stuck: the run is recovered on the restarted host and asks again; that answer works.
-    fresh = await api.wait_thread(thread, lambda d: next((r for r in d["requests"] if r["status"] == "pending"
-                                                          and r["id"] != request["id"]), None), "a new request")
+    fresh = await api.wait_thread(
+        thread,
+        lambda d: next((r for r in d["requests"] if r["status"] == "pending" and r["id"] != request["id"]), None),
+        "a new request",
+    )
     await api.post(f"/v1/requests/{fresh['id']}/respond", {"decision": "accept"}, expect=200)
     run = await api.wait_run(sent["run_id"])
     assert run["attempts"][-1]["reason"] == "provider_recovery"
@@ -145,8 +155,11 @@ async def test_L11_3_answering_after_the_provider_host_was_killed_is_not_resumab
 
 async def test_L11_2_a_subagents_approval_is_respondable_and_nests_under_it(api):
     thread = await api.create_thread()
-    sent = await api.send(thread, "x", script=script(text("root says hi"), subagent("helper", approval("ok?"), text("child done")),
-                                                       text("root done")))
+    sent = await api.send(
+        thread,
+        "x",
+        script=script(text("root says hi"), subagent("helper", approval("ok?"), text("child done")), text("root done")),
+    )
     request = await api.wait_request(thread)
     doc = await api.thread(thread)
     nodes = {n["id"]: n for r in doc["runs"] for n in r["nodes"]}
@@ -161,9 +174,11 @@ async def test_L11_2_a_subagents_approval_is_respondable_and_nests_under_it(api)
 
 async def test_L12_1_L12_2_root_todo_list_drives_progress_and_a_childs_list_nests_under_it(api):
     thread = await api.create_thread()
-    steps = [todo(("read", "completed"), ("write", "in_progress"), ("test", "pending")),
-             subagent("helper", todo(("child step", "completed"))),
-             todo(("read", "completed"), ("write", "completed"), ("test", "pending"))]
+    steps = [
+        todo(("read", "completed"), ("write", "in_progress"), ("test", "pending")),
+        subagent("helper", todo(("child step", "completed"))),
+        todo(("read", "completed"), ("write", "completed"), ("test", "pending")),
+    ]
     sent = await api.send(thread, "x", script=script(*steps))
     run = await api.wait_run(sent["run_id"])
     assert run["progress"] == {"done": 2, "total": 3}
@@ -186,22 +201,40 @@ async def test_L12_3_a_proposed_plan_is_implemented_as_a_run_or_a_thread(api, as
     run = await api.wait_run(out["run_id"])
     assert run["messages"][0]["text"].endswith("1. add tests\n2. refactor")
     plan_id = plan["id"]
-    plan = await api.wait_thread(thread, lambda d: next((p for p in d["plans"] if p["id"] == plan_id
-                                                         and p["status"] == "implemented"), None), "plan implemented")
-    assert plan["status"] == "implemented" and plan["implemented_by"] == (out["run_id"] if as_ == "run" else out["thread_id"])
+    plan = await api.wait_thread(
+        thread,
+        lambda d: next((p for p in d["plans"] if p["id"] == plan_id and p["status"] == "implemented"), None),
+        "plan implemented",
+    )
+    assert plan["status"] == "implemented" and plan["implemented_by"] == (
+        out["run_id"] if as_ == "run" else out["thread_id"]
+    )
     again = await api.request("POST", f"/v1/plans/{plan['id']}/implement", json={"as": as_})
     assert again.status_code == 409
 
 
 async def test_L12_4_activity_carries_run_and_node_ids(api):
     thread = await api.create_thread()
-    sent = await api.send(thread, "x", script=script({"type": "tool", "name": "ls"}, subagent("helper", text("hi")),
-                                                       {"type": "fail", "message": "flaky network", "fatal": False}))
+    sent = await api.send(
+        thread,
+        "x",
+        script=script(
+            {"type": "tool", "name": "ls"},
+            subagent("helper", text("hi")),
+            {"type": "fail", "message": "flaky network", "fatal": False},
+        ),
+    )
     await api.wait_run(sent["run_id"])
     activity = (await api.request("GET", f"/v1/threads/{thread}/activity?run_id={sent['run_id']}")).json()["activity"]
     kinds = [a["kind"] for a in activity]
-    for kind in ("tool.started", "tool.completed", "subagent.started", "subagent.completed", "runtime.warning",
-                 "checkpoint.captured"):
+    for kind in (
+        "tool.started",
+        "tool.completed",
+        "subagent.started",
+        "subagent.completed",
+        "runtime.warning",
+        "checkpoint.captured",
+    ):
         assert kind in kinds, kinds
     assert all(a["run_id"] == sent["run_id"] for a in activity)
     assert all(a["node_id"] for a in activity if a["kind"].startswith(("tool.", "subagent.")))

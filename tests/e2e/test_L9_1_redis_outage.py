@@ -47,6 +47,7 @@ async def test_L9_1_kill_9_of_redis_is_503_until_it_is_restarted_then_reads_answ
 
     async def all_answer():
         return all([await read(path) == 200 for path in ["/readyz", *paths]])
+
     await wait_for(all_answer, timeout=30, what="every read answering again")
     for _ in range(3):  # every pooled connection that died with Redis is used again: none fails
         assert await all_answer()

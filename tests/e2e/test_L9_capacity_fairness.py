@@ -13,12 +13,10 @@ from datetime import datetime
 import nats
 import pytest
 
-from tests.support.api import make_api
-
-from tests.support.helpers import quiet
-from tests.support.helpers import wait_for
-from tests.support.scripts import HANG, script, text
 from tests.e2e.test_cli import treadle
+from tests.support.api import make_api
+from tests.support.helpers import quiet, wait_for
+from tests.support.scripts import HANG, script, text
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
 from treadle.eventlog.log import EventLog
@@ -61,6 +59,7 @@ async def tenants(stack, nc):
     async def make(name: str):
         made.append(await make_api(stack, nc, f"{name}{time.monotonic_ns() % 1_000_000}"))
         return made[-1]
+
     yield make
     for api in made:
         await api.close()
@@ -78,6 +77,7 @@ async def _held(api, run_id: str, reason: str) -> dict:
     async def held():
         run = await api.run(run_id)
         return run if (run["status"], run.get("waiting_reason")) == ("queued", reason) else None
+
     return await wait_for(held, timeout=15, interval=0.05, what=f"run {run_id} queued for {reason}")
 
 
@@ -90,8 +90,17 @@ async def _stop(api, run_ids: list[str]) -> None:
 
 
 async def _check(stack, tenant: str, tmp_path) -> None:
-    code, out, err = await treadle("check", "--nats-url", stack.nats_url, "--redis-url", stack.redis_url,
-                                   "--tenant", tenant, "--json", cwd=tmp_path)
+    code, out, err = await treadle(
+        "check",
+        "--nats-url",
+        stack.nats_url,
+        "--redis-url",
+        stack.redis_url,
+        "--tenant",
+        tenant,
+        "--json",
+        cwd=tmp_path,
+    )
     assert code == 0, out + err
     assert json.loads(out)["problems"] == []
 
@@ -104,7 +113,9 @@ async def test_L9_3_a_full_host_releases_the_busiest_tenants_idle_session_for_an
     sent_at = time.monotonic()
     sent = await other.send(thread, "my turn")
     run = await other.wait_run(sent["run_id"], timeout=10)
-    print(f"\ncapacity: another tenant's run on a host full of idle sessions completed in {time.monotonic() - sent_at:.2f}s")
+    print(
+        f"\ncapacity: another tenant's run on a host full of idle sessions completed in {time.monotonic() - sent_at:.2f}s"
+    )
     assert run["status"] == "completed"
 
     stopped = []
@@ -116,7 +127,8 @@ async def test_L9_3_a_full_host_releases_the_busiest_tenants_idle_session_for_an
 
 
 async def test_L9_3_one_tenant_floods_sessions_threads_queue_and_streams_and_another_tenants_run_starts_in_seconds(
-        stack, tenants, tmp_path):
+    stack, tenants, tmp_path
+):
     flooder, other = await tenants("flood"), await tenants("other")
     idle = await _idle_sessions(flooder, 4)
     busy = [await flooder.create_thread(title=f"busy {i}") for i in range(4)]
@@ -129,8 +141,11 @@ async def test_L9_3_one_tenant_floods_sessions_threads_queue_and_streams_and_ano
         async def two_playing():
             runs = {r: await flooder.run(r) for r in hangs}
             playing = [r for r, doc in runs.items() if doc["status"] == "running"]
-            held = [r for r, doc in runs.items() if (doc["status"], doc.get("waiting_reason")) == ("queued", "tenant_quota")]
+            held = [
+                r for r, doc in runs.items() if (doc["status"], doc.get("waiting_reason")) == ("queued", "tenant_quota")
+            ]
             return held if (len(playing), len(held)) == (2, 2) else None
+
         waiting = await wait_for(two_playing, timeout=15, interval=0.05, what="two runs playing, two held")
 
         thread = await other.create_thread(title="mine")
@@ -138,9 +153,13 @@ async def test_L9_3_one_tenant_floods_sessions_threads_queue_and_streams_and_ano
         sent = await other.send(thread, "my turn")
         run = await other.wait_run(sent["run_id"], timeout=10)
         done_in = time.monotonic() - sent_at
-        started_in = (datetime.fromisoformat(run["started_at"]) - datetime.fromisoformat(run["queued_at"])).total_seconds()
-        print(f"\nfairness: the other tenant's run started {started_in:.2f}s and completed {done_in:.2f}s after it was "
-              "sent, while the flooder held the host")
+        started_in = (
+            datetime.fromisoformat(run["started_at"]) - datetime.fromisoformat(run["queued_at"])
+        ).total_seconds()
+        print(
+            f"\nfairness: the other tenant's run started {started_in:.2f}s and completed {done_in:.2f}s after it was "
+            "sent, while the flooder held the host"
+        )
         assert run["status"] == "completed"
 
         # The flooder's held runs start as its playing ones end: one ends, one held starts within seconds.
@@ -169,7 +188,8 @@ async def test_L9_3_one_tenant_floods_sessions_threads_queue_and_streams_and_ano
 
 
 async def test_L9_3_a_run_no_host_can_take_waits_queued_for_capacity_and_starts_when_a_session_frees(
-        stack, tenants, tmp_path):
+    stack, tenants, tmp_path
+):
     one, two, late = await tenants("one"), await tenants("two"), await tenants("late")
     hangs = []
     for api in (one, one, two, two):  # four busy sessions: nothing on the host can be released

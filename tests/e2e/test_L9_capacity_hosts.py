@@ -9,7 +9,6 @@ import nats
 import pytest
 
 from tests.support.api import make_api
-
 from tests.support.helpers import quiet
 from tests.support.scripts import HANG, script, text
 from treadle.cli.stack import Stack

@@ -11,9 +11,7 @@ import nats
 import pytest
 
 from tests.support.api import make_api
-
-from tests.support.helpers import quiet
-from tests.support.helpers import wait_for
+from tests.support.helpers import quiet, wait_for
 from tests.support.scripts import approval, script, text
 from treadle.cli.stack import Stack
 from treadle.domain import events as ev
@@ -70,13 +68,15 @@ async def test_L9_3_the_idle_reaper_releases_a_session_and_the_next_message_resu
 
     async def released():
         return [e.data for e in await log.read(api.tenant, thread) if isinstance(e.data, ev.ProviderStopped)]
+
     stops = await wait_for(released, timeout=20, what="the idle session released by the reaper")
     assert [s.reason for s in stops] == ["idle"]
 
     second = await api.send(thread, "again")
     run = await api.wait_run(second["run_id"])
     assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == [
-        "Scripted reply to your 1-word message: again"]
+        "Scripted reply to your 1-word message: again"
+    ]
     attached = [e.data for e in await log.read(api.tenant, thread) if isinstance(e.data, ev.ProviderAttached)]
     assert len(attached) == 2 and attached[0].session_id != attached[1].session_id
     assert (attached[0].resumed, attached[1].resumed) == (False, True)
@@ -94,14 +94,17 @@ async def test_L9_3_kill_9_of_a_provider_host_mid_turn_recovers_the_run_on_anoth
     async def streaming():
         state = fold(await log.read(api.tenant, thread))
         return state if any(m.run_id == run_id and m.role == "assistant" and m.text for m in state.messages) else None
+
     state = await wait_for(streaming, timeout=20, what="the first durable delta")
     lost_host = state.live_session.host_id
     lost_at = time.monotonic()
     await stack.processes.halt(stack.host_processes[lost_host])  # the machine is gone: nothing restarts it
     try:
+
         async def resumed():
             run = fold(await log.read(api.tenant, thread)).run(run_id)
             return run.attempt.reason == "provider_recovery" and run.attempt.status in ("running", "completed")
+
         await wait_for(resumed, timeout=30, what="the recovery attempt running on another host")
         recovered_in = time.monotonic() - lost_at
         completed = await api.wait_run(run_id, timeout=30)
@@ -135,7 +138,10 @@ async def test_L9_3_a_crashing_provider_runtime_is_retried_on_its_resumed_thread
     state = fold(events)
     attempts = state.run(sent["run_id"]).attempts
     assert [(a.status, a.reason) for a in attempts] == [
-        ("lost", "initial"), ("lost", "provider_recovery"), ("failed", "provider_recovery")]
+        ("lost", "initial"),
+        ("lost", "provider_recovery"),
+        ("failed", "provider_recovery"),
+    ]
     assert [s.reason for s in state.sessions] == ["provider_crashed"] * 3
     attached = [e.data for e in events if isinstance(e.data, ev.ProviderAttached)]
     assert [a.resumed for a in attached] == [False, True, True] and len(state.provider_threads) == 1
@@ -163,7 +169,9 @@ async def test_L9_3_L9_4_whole_stack_restart_with_a_waiting_approval_leaves_it_n
     assert again["id"] != waiting["id"] and again["prompt"] == "deploy?"
     await api.post(f"/v1/requests/{again['id']}/respond", {"decision": "accept"}, expect=200)
     run = await api.wait_run(sent["run_id"])
-    assert [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed"] == ["deployed"]
+    assert [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed"] == [
+        "deployed"
+    ]
     follow = await api.send(thread, "status?")
     await api.wait_run(follow["run_id"])
     state = fold(await _events(log, api, thread))

@@ -21,9 +21,12 @@ async def test_a_thread_of_another_tenant_is_404(api, stack, stack_nc):
     sent = await api.send(thread, "secret", script=SCRIPT)
     other = await make_api(stack, stack_nc, f"{api.tenant}-other")
     try:
-        for method, path, body in [("GET", f"/v1/threads/{thread}", None), ("GET", f"/v1/runs/{sent['run_id']}", None),
-                                   ("GET", f"/v1/threads/{thread}/events", None),
-                                   ("POST", f"/v1/threads/{thread}/messages", {"text": "hi"})]:
+        for method, path, body in [
+            ("GET", f"/v1/threads/{thread}", None),
+            ("GET", f"/v1/runs/{sent['run_id']}", None),
+            ("GET", f"/v1/threads/{thread}/events", None),
+            ("POST", f"/v1/threads/{thread}/messages", {"text": "hi"}),
+        ]:
             r = await other.request(method, path, json=body)
             assert r.status_code == 404, (path, r.text)
             assert r.json()["error"]["code"] in ("thread_not_found", "run_not_found")
@@ -35,39 +38,52 @@ async def test_a_thread_of_another_tenant_is_404(api, stack, stack_nc):
 
 async def test_requests_without_a_valid_token_are_401(stack):
     import httpx
+
     async with httpx.AsyncClient(base_url=stack.api_url) as http:
         for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}):
             r = await http.get("/v1/threads", headers=headers)
             assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
 
 
-@pytest.mark.parametrize("method,path,kwargs,status,code", [
-    ("POST", "/v1/threads", {"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "bad_request"),
-    ("POST", "/v1/threads", {"json": {"titel": "typo"}}, 400, "bad_request"),
-    ("POST", "/v1/threads", {"json": {"workspace": "../../etc"}}, 400, "invalid_workspace"),
-    ("POST", "/v1/threads", {"json": {"provider": "nope"}}, 400, "invalid_provider"),
-    ("GET", "/v1/threads/a.b", {}, 400, "invalid_id"),
-    ("GET", "/v1/threads/thr_*", {}, 400, "invalid_id"),
-    ("GET", "/v1/threads/thr_>", {}, 400, "invalid_id"),
-    ("GET", "/v1/runs/run_a.b", {}, 400, "invalid_id"),
-    ("GET", "/v1/threads/thr_00000000000000000000000000", {}, 404, "thread_not_found"),
-    ("GET", "/v1/runs/run_00000000000000000000000000", {}, 404, "run_not_found"),
-])
+@pytest.mark.parametrize(
+    "method,path,kwargs,status,code",
+    [
+        (
+            "POST",
+            "/v1/threads",
+            {"content": b"{not json", "headers": {"content-type": "application/json"}},
+            400,
+            "bad_request",
+        ),
+        ("POST", "/v1/threads", {"json": {"titel": "typo"}}, 400, "bad_request"),
+        ("POST", "/v1/threads", {"json": {"workspace": "../../etc"}}, 400, "invalid_workspace"),
+        ("POST", "/v1/threads", {"json": {"provider": "nope"}}, 400, "invalid_provider"),
+        ("GET", "/v1/threads/a.b", {}, 400, "invalid_id"),
+        ("GET", "/v1/threads/thr_*", {}, 400, "invalid_id"),
+        ("GET", "/v1/threads/thr_>", {}, 400, "invalid_id"),
+        ("GET", "/v1/runs/run_a.b", {}, 400, "invalid_id"),
+        ("GET", "/v1/threads/thr_00000000000000000000000000", {}, 404, "thread_not_found"),
+        ("GET", "/v1/runs/run_00000000000000000000000000", {}, 404, "run_not_found"),
+    ],
+)
 async def test_bad_requests_get_a_typed_error(api, method, path, kwargs, status, code):
     r = await api.request(method, path, **kwargs)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code and "Traceback" not in r.text
 
 
-@pytest.mark.parametrize("body,status,code", [
-    ({"text": ""}, 400, "empty_text"),
-    ({"text": "x" * 100_001}, 400, "text_too_long"),
-    ({"text": "x", "mode": "sideways"}, 400, "invalid_mode"),
-    ({"text": "x", "target_run_id": "run_a.b"}, 400, "invalid_id"),
-    ({"text": "x", "script": {"steps": [{"type": "nope"}]}}, 400, "invalid_script"),
-    ({"text": "x", "extra": 1}, 400, "bad_request"),
-    ({"text": 5}, 400, "bad_request"),
-])
+@pytest.mark.parametrize(
+    "body,status,code",
+    [
+        ({"text": ""}, 400, "empty_text"),
+        ({"text": "x" * 100_001}, 400, "text_too_long"),
+        ({"text": "x", "mode": "sideways"}, 400, "invalid_mode"),
+        ({"text": "x", "target_run_id": "run_a.b"}, 400, "invalid_id"),
+        ({"text": "x", "script": {"steps": [{"type": "nope"}]}}, 400, "invalid_script"),
+        ({"text": "x", "extra": 1}, 400, "bad_request"),
+        ({"text": 5}, 400, "bad_request"),
+    ],
+)
 async def test_bad_messages_are_rejected_and_append_nothing(api, log, body, status, code):
     thread = await api.create_thread()
     before = await log.last_seq(api.tenant, thread)
@@ -113,7 +129,7 @@ async def test_sse_reconnect_with_last_event_id_misses_nothing_and_repeats_nothi
     assert len(everything) > 6
     middle = everything[len(everything) // 2]
     resumed = await asyncio.wait_for(durable(middle), 20)
-    assert resumed == everything[everything.index(middle) + 1:]
+    assert resumed == everything[everything.index(middle) + 1 :]
 
 
 async def test_flushing_redis_rebuilds_projections_that_equal_the_old_ones(api, stack):
@@ -123,9 +139,11 @@ async def test_flushing_redis_rebuilds_projections_that_equal_the_old_ones(api, 
     redis = Redis.from_url(stack.redis_url)
     store = ProjectionStore(redis)
     try:
+
         async def settled():
             docs = [await store.doc(api.tenant, t) for t in threads]
             return docs if all(d and b'"status":"completed"' in d for d in docs) else None
+
         before = await wait_for(settled, what="projections written")
         listing = (await api.request("GET", "/v1/threads")).content
         await redis.flushall()
@@ -139,6 +157,7 @@ async def test_flushing_redis_rebuilds_projections_that_equal_the_old_ones(api, 
 
 async def test_openapi_document_is_served(stack):
     import httpx
+
     async with httpx.AsyncClient(base_url=stack.api_url) as http:
         doc = (await http.get("/schema/openapi.json")).json()
     assert "/v1/threads/{thread_id}/messages" in doc["paths"]

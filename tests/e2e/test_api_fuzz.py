@@ -30,8 +30,9 @@ def error_shape_without_traces(ctx, response, case) -> bool | None:
     return None
 
 
-CHECKS = dict(checks=[schemathesis.checks.not_a_server_error],
-              additional_checks=[schemathesis.check(error_shape_without_traces)])
+CHECKS = dict(
+    checks=[schemathesis.checks.not_a_server_error], additional_checks=[schemathesis.check(error_shape_without_traces)]
+)
 
 
 def fuzz(document: dict, base_url: str, token: str) -> tuple[collections.Counter, list[str]]:
@@ -42,9 +43,15 @@ def fuzz(document: dict, base_url: str, token: str) -> tuple[collections.Counter
     for result in schemathesis.openapi.from_dict(document).get_all_operations():
         operation = result.ok()
         for mode in GenerationMode:
+
             @given(case=operation.as_strategy(generation_mode=mode))
-            @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-                      derandomize=True, database=None)
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                derandomize=True,
+                database=None,
+            )
             def one(case) -> None:
                 response = case.call(base_url=base_url, headers={"Authorization": token}, timeout=15)
                 statuses[response.status_code] += 1

@@ -21,6 +21,7 @@ async def test_a_nats_restart_mid_run_loses_and_duplicates_nothing(api, stack, l
 
     async def streaming():
         return any(isinstance(e.data, ev.MessageDelta) for e in await log.read(api.tenant, thread))
+
     await wait_for(streaming, timeout=20, what="the first durable delta")
     await stack.nats.stop()
     await stack.nats.start()
@@ -31,6 +32,7 @@ async def test_a_nats_restart_mid_run_loses_and_duplicates_nothing(api, stack, l
         except Exception:  # the test's own connection is reconnecting too
             return None
         return [e for e in events if isinstance(e.data, ev.RunEnded) and e.data.run_id == run_id]
+
     terminal = await wait_for(ended, timeout=90, what="run terminal after the broker restarted")
     assert [e.type for e in terminal] == ["run.completed"]
     events = await log.read(api.tenant, thread)

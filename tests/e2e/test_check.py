@@ -8,8 +8,8 @@ import json
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.scripts import script, text, write
 from tests.e2e.test_cli import treadle
+from tests.support.scripts import script, text, write
 
 pytestmark = pytest.mark.e2e
 
@@ -24,8 +24,9 @@ async def _two_runs(api) -> str:
 
 
 async def _check(stack, tenant: str, tmp_path, *more: str) -> tuple[int, str, str]:
-    return await treadle("check", "--nats-url", stack.nats_url, "--redis-url", stack.redis_url, "--tenant", tenant,
-                         *more, cwd=tmp_path)
+    return await treadle(
+        "check", "--nats-url", stack.nats_url, "--redis-url", stack.redis_url, "--tenant", tenant, *more, cwd=tmp_path
+    )
 
 
 async def test_check_passes_on_a_clean_stack(api, stack, tmp_path):

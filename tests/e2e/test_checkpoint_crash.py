@@ -11,8 +11,7 @@ import nats
 import pytest
 
 from tests.support.api import Api
-from tests.support.helpers import quiet
-from tests.support.helpers import wait_for
+from tests.support.helpers import quiet, wait_for
 from treadle.checkpoints.repo import checkpoint_gitdir
 from treadle.cli.stack import Stack
 from treadle.ops.tokens import TokenStore
@@ -24,12 +23,14 @@ FILES = 6_000  # enough that `git add -A` runs long enough to be caught in the a
 
 def git(workspace: Path, *args: str, git_dir: Path | None = None) -> str:
     env = dict(os.environ, GIT_DIR=str(git_dir)) if git_dir else None
-    return subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True,
-                          env=env).stdout
+    return subprocess.run(
+        ["git", "-C", str(workspace), *args], capture_output=True, text=True, check=True, env=env
+    ).stdout
 
 
 async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half_ref_and_the_run_still_checkpoints(
-        tmp_path):
+    tmp_path,
+):
     # A private stack: the supervisor's checkpoint request to the killed service must time out quickly.
     env = {"TREADLE_SUPERVISOR_CHECKPOINT_TIMEOUT": "5"}
     async with Stack(tmp_path / "stack", env=env, on_output=quiet) as stack:
@@ -40,8 +41,9 @@ async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half
             workspace = stack.state_dir / "workspaces" / "crash" / "threads" / thread
             # The checkpoints are in the service's own git dir for the workspace, not in its .git.
             gitdir = checkpoint_gitdir(stack.state_dir / "shadow", "crash", thread, Path("threads") / thread)
-            first = await api.send(thread, "one", script={"steps": [{"type": "write_file", "path": "a.txt",
-                                                                     "content": "1\n"}]})
+            first = await api.send(
+                thread, "one", script={"steps": [{"type": "write_file", "path": "a.txt", "content": "1\n"}]}
+            )
             await api.wait_run(first["run_id"])
             bulk = workspace / "bulk"
             bulk.mkdir()
@@ -52,8 +54,9 @@ async def test_L10_2_kill_9_of_the_checkpoint_service_mid_capture_leaves_no_half
                 (bulk / f"f{i:05d}.txt").write_text(f"{i}\n")
 
             restarts = stack.processes.restarts("checkpoints")
-            second = await api.send(thread, "two", script={"steps": [{"type": "write_file", "path": "b.txt",
-                                                                      "content": "2\n"}]})
+            second = await api.send(
+                thread, "two", script={"steps": [{"type": "write_file", "path": "b.txt", "content": "2\n"}]}
+            )
             lock = gitdir / "treadle" / "index.lock"
             await wait_for(lock.exists, timeout=60, interval=0.002, what="git add -A of run 2's capture running")
             await stack.processes.kill("checkpoints")

@@ -51,7 +51,8 @@ def _config(markers: Path, foreign: Path, ws: Path) -> str:
 
 
 async def test_a_run_planting_git_config_hooks_and_attributes_runs_nothing_through_capture_diff_rollback_fork_merge(
-        api, stack, tmp_path):
+    api, stack, tmp_path
+):
     markers = tmp_path / "markers"
     markers.mkdir()
     os.chmod(markers, 0o777)
@@ -68,8 +69,11 @@ async def test_a_run_planting_git_config_hooks_and_attributes_runs_nothing_throu
         write(".git/info/attributes", "* filter=x diff=x\n"),
         write("more.cfg", f'[filter "y"]\n\tclean = {c("include")}\n'),
         write("evil.attributes", "* filter=x diff=x\n"),
-        write(".gitattributes", "[attr]evil filter=x diff=x\nloot.txt filter=x diff=x ident text eol=crlf "
-                                "working-tree-encoding=UTF-16\n*.md evil\n"),
+        write(
+            ".gitattributes",
+            "[attr]evil filter=x diff=x\nloot.txt filter=x diff=x ident text eol=crlf "
+            "working-tree-encoding=UTF-16\n*.md evil\n",
+        ),
         write(".gitmodules", f'[submodule "sub"]\n\tpath = sub\n\turl = ext::{c("ext")}\n'),
         write("loot.txt", RAW),
         write("notes.md", "# notes\n"),
@@ -82,8 +86,9 @@ async def test_a_run_planting_git_config_hooks_and_attributes_runs_nothing_throu
             (d / hook).write_text(f"#!/bin/sh\n{c('hook-' + hook)}\n")
             os.chmod(d / hook, 0o755)
 
-    run2 = await run_to_end(api, thread, "change", replying(write("loot.txt", RAW + "third\r\n"),
-                                                           write("notes.md", "# notes\nmore\n")))
+    run2 = await run_to_end(
+        api, thread, "change", replying(write("loot.txt", RAW + "third\r\n"), write("notes.md", "# notes\nmore\n"))
+    )
     assert {f["path"] for f in run2["checkpoint"]["files"]} >= {"loot.txt", "notes.md"}  # and hooks/*
     diff = (await api.request("GET", f"/v1/runs/{run2['id']}/diff")).json()
     assert "+third" in diff["patch"] and FOREIGN not in diff["patch"]

@@ -18,22 +18,30 @@ pytestmark = pytest.mark.e2e
 
 def user_git_state(workspace: Path) -> dict[str, str]:
     git = workspace / ".git"
-    return {f: hashlib.sha256((git / f).read_bytes()).hexdigest()
-            for f in ("HEAD", "index", "refs/heads/main", "refs/stash") if (git / f).is_file()}
+    return {
+        f: hashlib.sha256((git / f).read_bytes()).hexdigest()
+        for f in ("HEAD", "index", "refs/heads/main", "refs/stash")
+        if (git / f).is_file()
+    }
 
 
 def run_git(workspace: Path, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_AUTHOR_NAME="U", GIT_AUTHOR_EMAIL="u@x", GIT_COMMITTER_NAME="U", GIT_COMMITTER_EMAIL="u@x")
-    return subprocess.run(["git", "-C", str(workspace), *args], env=env, capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(workspace), *args], env=env, capture_output=True, text=True, check=True
+    ).stdout
 
 
 async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_on_run_1_files(api, stack):
     thread = await api.create_thread(title="rollback")
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
-    await run_to_end(api, thread, "one", replying(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"),
-                                                 write("gone.txt", "delete me\n")))
+    await run_to_end(
+        api,
+        thread,
+        "one",
+        replying(write("keep.txt", "v1\n"), write("old.txt", "rename me\n"), write("gone.txt", "delete me\n")),
+    )
     after_run1 = files(workspace)
     # The user commits run 1's work and stashes an experiment: none of that may move.
     run_git(workspace, "add", "-A")
@@ -48,7 +56,11 @@ async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_
     (workspace / "old.txt").rename(workspace / "new.txt")
     run2 = await run_to_end(api, thread, "two", replying(write("keep.txt", "v2\n"), write("src/added.py", "x = 2\n")))
     assert {(f["path"], f["change"]) for f in run2["checkpoint"]["files"]} == {
-        ("keep.txt", "modified"), ("src/added.py", "added"), ("gone.txt", "deleted"), ("new.txt", "renamed")}
+        ("keep.txt", "modified"),
+        ("src/added.py", "added"),
+        ("gone.txt", "deleted"),
+        ("new.txt", "renamed"),
+    }
     run3 = await run_to_end(api, thread, "three", replying(write("third.txt", "3\n")))
 
     r = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 1})
@@ -103,10 +115,14 @@ async def test_diff_of_a_run_and_between_ordinals_with_stats_and_a_size_cap(api)
     diff = r.json()
     assert (diff["from"]["ordinal"], diff["to"]["ordinal"], diff["run_id"]) == (1, 2, run2["id"])
     assert {f["path"]: (f["change"], f["added"], f["removed"]) for f in diff["files"]} == {
-        "a.txt": ("modified", 1, 0), "big.txt": ("added", 3000, 0)}
+        "a.txt": ("modified", 1, 0),
+        "big.txt": ("added", 3000, 0),
+    }
     assert not diff["truncated"] and "+line 2999" in diff["patch"]
 
-    cut = (await api.request("GET", f"/v1/threads/{thread}/diff", params={"from": 0, "to": 2, "max_bytes": 2048})).json()
+    cut = (
+        await api.request("GET", f"/v1/threads/{thread}/diff", params={"from": 0, "to": 2, "max_bytes": 2048})
+    ).json()
     assert cut["truncated"] and len(cut["patch"].encode()) <= 2048 and cut["patch_bytes"] > 2048
     assert {f["path"] for f in cut["files"]} == {"a.txt", "big.txt"}
 
@@ -136,15 +152,21 @@ async def test_path_safety_workspaces_outside_the_tenant_root_are_refused(api, w
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_workspace"
 
 
-NESTED = {"steps": [
-    write("root.txt", "before the subagent\n"),
-    {"type": "subagent", "title": "helper", "steps": [
-        write("sub.txt", "by the subagent\n"),
-        {"type": "subagent", "title": "nested helper", "steps": [write("deep.txt", "nested\n")]},
-    ]},
-    write("after.txt", "after the subagent\n"),
-    {"type": "text", "text": "done"},
-]}
+NESTED = {
+    "steps": [
+        write("root.txt", "before the subagent\n"),
+        {
+            "type": "subagent",
+            "title": "helper",
+            "steps": [
+                write("sub.txt", "by the subagent\n"),
+                {"type": "subagent", "title": "nested helper", "steps": [write("deep.txt", "nested\n")]},
+            ],
+        },
+        write("after.txt", "after the subagent\n"),
+        {"type": "text", "text": "done"},
+    ]
+}
 
 
 async def test_L10_3_subagents_get_child_scopes_that_never_advance_the_run_count(api, stack):
@@ -189,9 +211,13 @@ async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_t
     assert ("root", 1) in stale and (f"root/{helper['id']}", 1) in stale
     assert (f"root/{helper['id']}", 0) not in stale
 
-    wrong = await api.request("POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": run["checkpoint"]["id"]})
+    wrong = await api.request(
+        "POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": run["checkpoint"]["id"]}
+    )
     assert wrong.status_code == 404 and wrong.json()["error"]["code"] == "checkpoint_not_found"
-    unknown = await api.request("POST", "/v1/nodes/node_" + "0" * 26 + "/rollback", json={"checkpoint_id": baseline["id"]})
+    unknown = await api.request(
+        "POST", "/v1/nodes/node_" + "0" * 26 + "/rollback", json={"checkpoint_id": baseline["id"]}
+    )
     assert unknown.status_code == 404
     malformed = await api.request("POST", "/v1/nodes/node_nope/rollback", json={"checkpoint_id": baseline["id"]})
     assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "invalid_id"
@@ -218,8 +244,11 @@ async def test_client_diff_and_rollback_methods(api, stack):
 
 async def test_L10_4_a_failed_run_is_captured_with_a_status_that_says_so(api, stack):
     thread = await api.create_thread()
-    sent = await api.send(thread, "fail", script={"steps": [write("half.txt", "written before the failure\n"),
-                                                             {"type": "fail", "message": "boom"}]})
+    sent = await api.send(
+        thread,
+        "fail",
+        script={"steps": [write("half.txt", "written before the failure\n"), {"type": "fail", "message": "boom"}]},
+    )
     run = await api.wait_run(sent["run_id"], status="failed")
     checkpoint = run["checkpoint"]
     assert checkpoint["status"] == "failed" and checkpoint["commit"]

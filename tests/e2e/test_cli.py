@@ -29,8 +29,14 @@ def _quiet(name: str, line: str) -> None:
 async def treadle(*args: str, cwd: Path) -> tuple[int, str, str]:
     # No TREADLE_* from the developer's shell, and a cwd without a .treadle/: only the flags count.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
-    proc = await asyncio.create_subprocess_exec(str(TREADLE), *args, cwd=cwd, env={**env, "COLUMNS": "200"},
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        str(TREADLE),
+        *args,
+        cwd=cwd,
+        env={**env, "COLUMNS": "200"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode, out.decode(), err.decode()
 
@@ -38,8 +44,9 @@ async def treadle(*args: str, cwd: Path) -> tuple[int, str, str]:
 async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
     tenant = f"cli-{uuid.uuid4().hex[:8]}"
     async with Stack(tmp_path / "stack", nats_url=nats_url, redis_url=redis_url, on_output=_quiet) as stack:
-        code, out, err = await treadle("tokens", "create", "--tenant", tenant, "--user", "carol",
-                                       "--nats-url", stack.nats_url, cwd=tmp_path)
+        code, out, err = await treadle(
+            "tokens", "create", "--tenant", tenant, "--user", "carol", "--nats-url", stack.nats_url, cwd=tmp_path
+        )
         assert code == 0, err
         token = out.strip()
         assert re.fullmatch(r"trd_[\w-]+", token) and f"{tenant}/carol" in err
@@ -51,12 +58,19 @@ async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
         thread = re.search(r"thr_[0-9a-z]+", out).group(0)
 
         script = tmp_path / "script.json"
-        script.write_text(json.dumps({"steps": [
-            {"type": "text", "text": REPLY, "chunk": 7, "delay_ms": 5},
-            {"type": "write_file", "path": "notes.md", "content": "- one\n- two\n- three\n"},
-        ]}))
-        code, out, err = await treadle("send", thread, "write my notes", "--script", str(script), "--wait", *api,
-                                       cwd=tmp_path)
+        script.write_text(
+            json.dumps(
+                {
+                    "steps": [
+                        {"type": "text", "text": REPLY, "chunk": 7, "delay_ms": 5},
+                        {"type": "write_file", "path": "notes.md", "content": "- one\n- two\n- three\n"},
+                    ]
+                }
+            )
+        )
+        code, out, err = await treadle(
+            "send", thread, "write my notes", "--script", str(script), "--wait", *api, cwd=tmp_path
+        )
         assert code == 0, out + err
         run = re.search(r"run_[0-9a-z]+", out).group(0)
         assert REPLY in out

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from tests.support.helpers import wait_for
-
-from tests.support.api import make_api
 from tests.e2e.test_cli import treadle
+from tests.support.api import make_api
+from tests.support.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +37,18 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     finally:
         await api.close()
 
-    tail = ["events", "tail", "--creds", str(creds), "--tenant", tenant, "--type", "run.completed",
-            "--idle-timeout", "2"]
+    tail = [
+        "events",
+        "tail",
+        "--creds",
+        str(creds),
+        "--tenant",
+        tenant,
+        "--type",
+        "run.completed",
+        "--idle-timeout",
+        "2",
+    ]
     code, out, err = await treadle(*tail, "--limit", "1", cwd=tmp_path)
     assert code == 0, err
     first = [json.loads(line) for line in out.splitlines()]
@@ -55,15 +64,27 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     # consumer delivering anywhere). The tail says so and changes nothing; `consumers reset` does it.
     code, out, err = await treadle(*tail, "--from-seq", str(first[0]["seq"]), cwd=tmp_path)
     assert code == 1 and out == "" and f"treadle consumers reset {issued['user']}" in err, (code, out, err)
-    code, out, err = await treadle("consumers", "reset", issued["user"], "--from-seq", str(first[0]["seq"]),
-                                   "--type", "run.completed", *nats, cwd=tmp_path)
+    code, out, err = await treadle(
+        "consumers",
+        "reset",
+        issued["user"],
+        "--from-seq",
+        str(first[0]["seq"]),
+        "--type",
+        "run.completed",
+        *nats,
+        cwd=tmp_path,
+    )
     assert code == 0, err
     code, out, err = await treadle(*tail, cwd=tmp_path)
     assert [json.loads(line)["data"]["run_id"] for line in out.splitlines()] == runs  # replayed from a seq
     code, out, err = await treadle(*tail, "--type", "message.created", cwd=tmp_path)
     assert code == 1 and "run.completed only" in err, err  # the consumer now filters on its one type
-    reset = json.loads((await stack_nc.jetstream().get_last_msg(
-        "TREADLE_AUDIT", f"treadle.audit.{tenant}.broker_credential.reset")).data)
+    reset = json.loads(
+        (
+            await stack_nc.jetstream().get_last_msg("TREADLE_AUDIT", f"treadle.audit.{tenant}.broker_credential.reset")
+        ).data
+    )
     assert reset["target"] == issued["user"] and reset["details"]["from_seq"] == str(first[0]["seq"])
     code, out, err = await treadle("consumers", "reset", "--all", *nats, cwd=tmp_path)  # each where it was
     assert code == 0 and issued["user"] in out, err
@@ -71,8 +92,7 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
     assert code == 0 and out == "", (out, err)
     code, out, err = await treadle("consumers", "reset", "tc_nosuch", *nats, cwd=tmp_path)
     assert code == 1 and "no consumer credential tc_nosuch" in err
-    code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--type", "no.such", *nats,
-                                   cwd=tmp_path)
+    code, out, err = await treadle("consumers", "create", "--tenant", tenant, "--type", "no.such", *nats, cwd=tmp_path)
     assert code == 1 and "unknown event type" in err and "Traceback" not in err
 
     code, out, err = await treadle("consumers", "list", *nats, cwd=tmp_path)
@@ -85,6 +105,7 @@ async def test_consumers_create_events_tail_resume_and_revoke(stack, stack_nc, t
         code, out, err = await treadle(*tail, cwd=tmp_path)
         assert code == 1 and "Traceback" not in err, (code, err)
         return "authorization violation" in err.lower()
+
     await wait_for(refused, timeout=20, interval=0.2, what="the revoked credential refused by the server")
 
 

@@ -8,10 +8,10 @@ import collections
 import pytest
 
 from tests.support.helpers import wait_for
+from treadle.cli.stack import WORKERS
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
 from treadle.projections.store import encode_state
-from treadle.cli.stack import WORKERS
 
 pytestmark = pytest.mark.e2e
 
@@ -26,16 +26,20 @@ async def test_kill_9_of_a_worker_mid_run_completes_the_run_exactly_once(worker,
     run_id = sent["run_id"]
 
     async def streaming():
-        return any(isinstance(e.data, ev.MessageDelta) and e.data.run_id == run_id
-                   for e in await log.read(api.tenant, thread))
+        return any(
+            isinstance(e.data, ev.MessageDelta) and e.data.run_id == run_id for e in await log.read(api.tenant, thread)
+        )
+
     await wait_for(streaming, timeout=20, what="the first durable delta")
     restarts = stack.processes.restarts(worker)
     await stack.processes.kill(worker)
     await wait_for(lambda: stack.processes.restarts(worker) > restarts, timeout=20, what=f"{worker} restarted")
 
     async def ended():
-        return [e for e in await log.read(api.tenant, thread)
-                if isinstance(e.data, ev.RunEnded) and e.data.run_id == run_id]
+        return [
+            e for e in await log.read(api.tenant, thread) if isinstance(e.data, ev.RunEnded) and e.data.run_id == run_id
+        ]
+
     terminal = await wait_for(ended, timeout=60, what=f"run {run_id} terminal after killing {worker}")
     events = await log.read(api.tenant, thread)
     assert [e.type for e in terminal] == ["run.completed"]
@@ -64,5 +68,6 @@ async def test_kill_9_of_a_worker_mid_run_completes_the_run_exactly_once(worker,
     async def projected():
         r = await api.request("GET", f"/v1/threads/{thread}")
         return r.status_code == 200 and r.content == replay
+
     await wait_for(projected, timeout=30, what="projection equals the replayed log")
     assert (await api.run(run_id))["status"] == "completed"

@@ -38,8 +38,13 @@ async def test_oversized_malformed_and_unexpected_bodies_get_typed_4xx(api):
 
 async def test_missing_or_malformed_credentials_and_ids_are_refused(api, stack):
     async with httpx.AsyncClient(base_url=stack.api_url) as anonymous:
-        for headers in ({}, {"Authorization": "Basic YTpi"}, {"Authorization": "Bearer"},
-                        {"Authorization": "Bearer " + "x" * 8000}, {"Authorization": "Bearer trd_revoked"}):
+        for headers in (
+            {},
+            {"Authorization": "Basic YTpi"},
+            {"Authorization": "Bearer"},
+            {"Authorization": "Bearer " + "x" * 8000},
+            {"Authorization": "Bearer trd_revoked"},
+        ):
             response = await anonymous.get("/v1/threads", headers=headers)
             assert response.status_code == 401 and _error(response)["code"] == "unauthorized", response.text
             assert response.headers["www-authenticate"] == "Bearer"

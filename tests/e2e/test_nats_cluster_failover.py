@@ -14,19 +14,18 @@ import uuid
 import nats
 import pytest
 
-from tests.support.api import Api
-from tests.support.helpers import quiet
-from tests.support.helpers import wait_for
 from tests.e2e.test_cli import treadle
+from tests.support.api import Api
+from tests.support.helpers import quiet, wait_for
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
+from treadle.ops.tokens import TokenStore
 from treadle.projections.check import check_log
 from treadle.projections.store import encode_state
-from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 
@@ -39,16 +38,19 @@ _tenants = itertools.count(1)
 @pytest.fixture(scope="module")
 async def cluster_stack(tmp_path_factory):
     # Two provider hosts: each watches the other's heartbeats, which stall while their bucket elects a leader.
-    async with Stack(tmp_path_factory.mktemp("cluster-stack"), on_output=quiet, nats_cluster=3,
-                     provider_hosts=2) as s:
+    async with Stack(tmp_path_factory.mktemp("cluster-stack"), on_output=quiet, nats_cluster=3, provider_hosts=2) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 async def cluster_nc(cluster_stack):
     # Like a worker: every node's URL, reconnecting for as long as it takes.
-    nc = await nats.connect(**broker_urls.parse(cluster_stack.nats_url).connect_options(),
-                            max_reconnect_attempts=-1, reconnect_time_wait=0.25, name="test-cluster")
+    nc = await nats.connect(
+        **broker_urls.parse(cluster_stack.nats_url).connect_options(),
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        name="test-cluster",
+    )
     yield nc
     await nc.close()
 
@@ -66,14 +68,20 @@ async def send_until_accepted(api: Api, thread: str, text: str) -> str:
     """What a client does when the API is briefly unavailable: repeat the request with the same
     Idempotency-Key until it is accepted. The key makes every repeat the same message."""
     key = uuid.uuid4().hex
+
     async def accepted():
-        r = await api.request("POST", f"/v1/threads/{thread}/messages", headers={"Idempotency-Key": key},
-                              json={"text": text, "script": SCRIPT, "mode": "queue_after_active"})
+        r = await api.request(
+            "POST",
+            f"/v1/threads/{thread}/messages",
+            headers={"Idempotency-Key": key},
+            json={"text": text, "script": SCRIPT, "mode": "queue_after_active"},
+        )
         if r.status_code >= 500:  # a typed, retryable refusal while the broker recovers, never an internal error
             assert (r.status_code, r.json()["error"]["code"]) in ((503, "unavailable"),), r.text
             return None
         assert r.status_code == 202, r.text
         return r.json()["run_id"]
+
     return await wait_for(accepted, timeout=60, interval=0.1, what=f"message {text!r} accepted")
 
 
@@ -84,8 +92,9 @@ async def _readable(log: EventLog, tenant: str, thread: str):
         return None
 
 
-async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restarted(cluster_api, cluster_stack,
-                                                                                     cluster_nc):
+async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restarted(
+    cluster_api, cluster_stack, cluster_nc
+):
     api, cluster, js = cluster_api, cluster_stack.nats, cluster_nc.jetstream()
     log = EventLog(cluster_nc)
     threads = [await api.create_thread(title=f"failover {i}") for i in range(THREADS)]
@@ -97,6 +106,7 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
     async def streaming():
         events = await _readable(log, api.tenant, threads[0]) or []
         return any(isinstance(e.data, ev.MessageDelta) for e in events)
+
     await wait_for(streaming, timeout=30, what="the first durable delta")
 
     for round_ in range(2):  # the second kill takes the new leader: the restarted node must have rejoined fully
@@ -112,6 +122,7 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
             except Exception:
                 return None
             return info.cluster.leader not in (None, leader)
+
         await wait_for(moved_on, timeout=60, what="a new TREADLE_EVENTS leader")
         await victim.start()  # the node comes back with its data and catches up
         await cluster.wait_healthy(timeout=60)
@@ -122,6 +133,7 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
             except Exception:
                 return None
             return info.cluster.leader and len([r for r in info.cluster.replicas or [] if r.current]) == 2
+
         await wait_for(whole, timeout=60, what="TREADLE_EVENTS current on all three nodes again")
         for n, thread in enumerate(threads):
             runs[await send_until_accepted(api, thread, f"after {round_}.{n}")] = thread
@@ -147,6 +159,7 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
         async def projected(thread=thread, replay=replay):
             r = await api.request("GET", f"/v1/threads/{thread}")
             return r.status_code == 200 and r.content == replay
+
         await wait_for(projected, timeout=60, what=f"projection of {thread} equals its log")
 
     report = await check_log(cluster_nc, api.tenant)
@@ -155,12 +168,14 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
 
 
 async def test_a_tenant_credential_from_the_cli_works_while_a_node_is_down_and_is_revoked_on_every_node(
-        cluster_api, cluster_stack, tmp_path):
+    cluster_api, cluster_stack, tmp_path
+):
     api, cluster = cluster_api, cluster_stack.nats
     nats_args = ["--nats-dir", str(cluster.dir), "--nats-url", cluster_stack.nats_url]
     creds = tmp_path / "creds.json"
-    code, out, err = await treadle("consumers", "create", "--tenant", api.tenant, "--out", str(creds), *nats_args,
-                                   cwd=tmp_path)
+    code, out, err = await treadle(
+        "consumers", "create", "--tenant", api.tenant, "--out", str(creds), *nats_args, cwd=tmp_path
+    )
     assert code == 0, err
     issued = json.loads(creds.read_text())
     assert broker_urls.parse(issued["url"]).servers == [node.address for node in cluster.nodes]
@@ -177,6 +192,7 @@ async def test_a_tenant_credential_from_the_cli_works_while_a_node_is_down_and_i
         code, out, err = await treadle(*tail, cwd=tmp_path)
         assert code == 0 or ("timeout" in err and "Traceback" not in err), err
         return out if code == 0 else None
+
     out = await wait_for(tailed, timeout=90, interval=0.2, what="the tail through a surviving node")
     assert [json.loads(line)["thread"] for line in out.splitlines()] == [thread]
 
@@ -187,5 +203,6 @@ async def test_a_tenant_credential_from_the_cli_works_while_a_node_is_down_and_i
     await cluster.wait_healthy(timeout=60)
     for node in cluster.nodes:
         with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-            await nats.connect(node.address, user=issued["user"], password=issued["password"],
-                               allow_reconnect=False, connect_timeout=2)
+            await nats.connect(
+                node.address, user=issued["user"], password=issued["password"], allow_reconnect=False, connect_timeout=2
+            )

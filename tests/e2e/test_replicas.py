@@ -12,9 +12,7 @@ import nats
 import pytest
 
 from tests.support.api import make_api
-
-from tests.support.helpers import quiet
-from tests.support.helpers import wait_for
+from tests.support.helpers import quiet, wait_for
 from treadle.cli.stack import REPLICATED, Stack
 from treadle.domain import events as ev
 from treadle.domain.thread import fold
@@ -74,8 +72,8 @@ def spread(held: dict[int, str]) -> dict[str, int]:
 async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_run_completes(stack, nc, table, api):
     def even():
         held = leases(table)
-        return all(len(held[k]) == P and spread(held[k]) == {k: P // 2, f"{k}-2": P // 2} for k in REPLICATED) \
-            and held
+        return all(len(held[k]) == P and spread(held[k]) == {k: P // 2, f"{k}-2": P // 2} for k in REPLICATED) and held
+
     held = await wait_for(even, timeout=30, what="partitions split evenly between the replicas")
 
     threads = [await api.create_thread(title=f"spread {i}") for i in range(16)]
@@ -92,7 +90,8 @@ async def test_L3_6_two_replicas_of_each_worker_share_the_partitions_and_every_r
 
 
 async def test_L3_6_killed_replicas_of_each_worker_are_taken_over_and_every_message_runs_once_in_order(
-        stack, nc, table, api):
+    stack, nc, table, api
+):
     log = EventLog(nc)
     threads = [await api.create_thread(title=f"takeover {i}") for i in range(12)]
     texts = {t: [f"one {t}", f"two {t}", f"three {t}"] for t in threads}
@@ -101,8 +100,12 @@ async def test_L3_6_killed_replicas_of_each_worker_are_taken_over_and_every_mess
         first = await api.send(t, texts[t][0], script=STREAMING)
         runs[t] = [first["run_id"]] + [(await api.send(t, text, mode=QUEUE))["run_id"] for text in texts[t][1:]]
     held = leases(table)
-    victims = {t for t in threads if held["coordinator"][partition_of(t, P)] == "coordinator-2"
-               or held["supervisor"][partition_of(t, P)] == "supervisor-2"}
+    victims = {
+        t
+        for t in threads
+        if held["coordinator"][partition_of(t, P)] == "coordinator-2"
+        or held["supervisor"][partition_of(t, P)] == "supervisor-2"
+    }
     assert victims, "no thread landed on the replicas about to be killed"
 
     async def streaming():
@@ -110,6 +113,7 @@ async def test_L3_6_killed_replicas_of_each_worker_are_taken_over_and_every_mess
         for t in victims:
             deltas += any(isinstance(e.data, ev.MessageDelta) for e in await log.read(api.tenant, t))
         return deltas >= 2
+
     await wait_for(streaming, timeout=30, what="runs streaming on the victims' partitions")
 
     killed = time.monotonic()
@@ -118,6 +122,7 @@ async def test_L3_6_killed_replicas_of_each_worker_are_taken_over_and_every_mess
     def taken_over():
         now = leases(table)
         return all(spread(now[k]) == {k: P} for k in REPLICATED) and now
+
     await wait_for(taken_over, timeout=30, what="the survivors hold every partition")
     took = time.monotonic() - killed
     print(f"\npartitions of the killed replicas taken over {took:.2f}s after the kill (lease TTL {TTL}s)")
@@ -131,13 +136,13 @@ async def test_L3_6_killed_replicas_of_each_worker_are_taken_over_and_every_mess
         queued = [e.data for e in events if isinstance(e.data, ev.RunQueued)]
         assert [q.text for q in queued] == texts[t] and [q.run_id for q in queued] == runs[t]
         ended = [e.data for e in events if isinstance(e.data, ev.RunEnded)]
-        assert [(e.run_id, type(e).__name__) for e in ended] == [(r, "RunCompleted") for r in runs[t]], \
+        assert [(e.run_id, type(e).__name__) for e in ended] == [(r, "RunCompleted") for r in runs[t]], (
             f"{t}: runs ended out of order or more than once"
+        )
         state = fold(events)
         assert [m.text for m in state.messages if m.role == "user"] == texts[t]
         first = state.run(runs[t][0])
-        assert [m.text for m in state.messages if m.role == "assistant" and m.attempt_id == first.attempt.id] \
-            == [REPLY]
+        assert [m.text for m in state.messages if m.role == "assistant" and m.attempt_id == first.attempt.id] == [REPLY]
     report = await check_log(nc, api.tenant)
     assert report.problems == [], report.problems
     assert report.terminal_runs == report.runs == 3 * len(threads)

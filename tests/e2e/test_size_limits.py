@@ -16,6 +16,7 @@ WORST = "\x01"  # six bytes of JSON each
 
 def script_of(size: int) -> dict:
     import msgspec
+
     empty = len(msgspec.json.encode({"steps": [{"type": "text", "text": "", "chunk": 4096}]}))
     return {"steps": [{"type": "text", "text": "s" * (size - empty), "chunk": 4096}]}
 
@@ -31,8 +32,9 @@ async def test_L2_1_a_body_just_under_the_http_limit_is_refused_by_its_field_lim
     title_body = b'{"title": "' + b"A" * 1_048_376 + b'"}'
     assert len(text_body) <= HTTP_LIMIT and len(title_body) <= HTTP_LIMIT
     headers = {"Content-Type": "application/json"}
-    _refused(await api.request("POST", f"/v1/threads/{thread}/messages", content=text_body, headers=headers),
-             "text_too_long")
+    _refused(
+        await api.request("POST", f"/v1/threads/{thread}/messages", content=text_body, headers=headers), "text_too_long"
+    )
     _refused(await api.request("POST", "/v1/threads", content=title_body, headers=headers), "invalid_title")
     assert (await api.thread(thread))["runs"] == []
 
@@ -52,17 +54,37 @@ async def test_L3_6_every_write_route_refuses_each_field_over_its_limit_and_chan
         ("POST", f"/v1/threads/{thread}/messages", {"text": over_text}, "text_too_long"),
         ("POST", f"/v1/threads/{thread}/messages", {"text": "x", "model": "m" * 900_000}, "invalid_model"),
         ("POST", f"/v1/threads/{thread}/messages", {"text": "x", "mode": "m" * 900_000}, "invalid_mode"),
-        ("POST", f"/v1/threads/{thread}/messages", {"text": "x", "script": script_of(lim.MAX_SCRIPT_BYTES + 1)},
-         "script_too_large"),
+        (
+            "POST",
+            f"/v1/threads/{thread}/messages",
+            {"text": "x", "script": script_of(lim.MAX_SCRIPT_BYTES + 1)},
+            "script_too_large",
+        ),
         ("PATCH", f"/v1/threads/{thread}/queue/{queued['run_id']}", {"text": over_text}, "text_too_long"),
-        ("PATCH", f"/v1/threads/{thread}/queue/{queued['run_id']}",
-         {"text": "x", "script": script_of(lim.MAX_SCRIPT_BYTES + 1)}, "script_too_large"),
-        ("PATCH", f"/v1/threads/{thread}/queue", {"order": [queued["run_id"]] * (lim.MAX_QUEUE_ORDER + 1)},
-         "invalid_order"),
-        ("POST", f"/v1/requests/{request['id']}/respond", {"decision": "accept", "message": "m" * 900_000},
-         "invalid_response"),
-        ("POST", f"/v1/threads/{thread}/fork", {"source": {"type": "run", "id": first["run_id"]}, "title": over_title},
-         "invalid_title"),
+        (
+            "PATCH",
+            f"/v1/threads/{thread}/queue/{queued['run_id']}",
+            {"text": "x", "script": script_of(lim.MAX_SCRIPT_BYTES + 1)},
+            "script_too_large",
+        ),
+        (
+            "PATCH",
+            f"/v1/threads/{thread}/queue",
+            {"order": [queued["run_id"]] * (lim.MAX_QUEUE_ORDER + 1)},
+            "invalid_order",
+        ),
+        (
+            "POST",
+            f"/v1/requests/{request['id']}/respond",
+            {"decision": "accept", "message": "m" * 900_000},
+            "invalid_response",
+        ),
+        (
+            "POST",
+            f"/v1/threads/{thread}/fork",
+            {"source": {"type": "run", "id": first["run_id"]}, "title": over_title},
+            "invalid_title",
+        ),
     ]
     for method, path, body, code in cases:
         r = await api.request(method, path, json=body)

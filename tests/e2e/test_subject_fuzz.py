@@ -8,11 +8,12 @@ import copy
 import json
 import random
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
@@ -25,8 +26,26 @@ pytestmark = pytest.mark.e2e
 
 SEED = 9
 MUTATIONS = 120
-HOSTILE_VALUES = [None, True, 0, -1, 2**63, 1e308, "", "x" * 70_000, "thr_x.>", "*", ">", "../../etc/passwd",
-                  "\u0000\ud7ff\U0001f600", [], {}, [[[[[]]]]], {"type": "thread.create"}, {"$ref": "#"}]
+HOSTILE_VALUES = [
+    None,
+    True,
+    0,
+    -1,
+    2**63,
+    1e308,
+    "",
+    "x" * 70_000,
+    "thr_x.>",
+    "*",
+    ">",
+    "../../etc/passwd",
+    "\u0000\ud7ff\U0001f600",
+    [],
+    {},
+    [[[[[]]]]],
+    {"type": "thread.create"},
+    {"$ref": "#"},
+]
 
 
 def _mutations(base: dict, rng: random.Random, count: int) -> list[bytes]:
@@ -51,19 +70,35 @@ def _mutations(base: dict, rng: random.Random, count: int) -> list[bytes]:
             data = data[: rng.randrange(len(data))]
         elif how == "flip":
             i = rng.randrange(len(data))
-            data = data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1:]
+            data = data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :]
         out.append(data)
     return out
 
 
 def _raw_hostile() -> list[bytes]:
-    return [b"", b"null", b"[]", b"{}", b"\xff\xfe\x00\x01", b"{" * 100_000, b"[" * 100_000,
-            json.dumps({"x": "y" * 900_000}).encode(), b'{"id": 1e999999}', b"\x00" * 1024]
+    return [
+        b"",
+        b"null",
+        b"[]",
+        b"{}",
+        b"\xff\xfe\x00\x01",
+        b"{" * 100_000,
+        b"[" * 100_000,
+        json.dumps({"x": "y" * 900_000}).encode(),
+        b'{"id": 1e999999}',
+        b"\x00" * 1024,
+    ]
 
 
 def _command(tenant: str, thread: str | None, body: dict, **over) -> dict:
-    doc = {"id": f"cmd_fuzz{random.getrandbits(40):x}", "tenant": tenant, "user": "mallory", "thread": thread,
-           "issued_at": datetime.now(UTC).isoformat(), "body": body}
+    doc = {
+        "id": f"cmd_fuzz{random.getrandbits(40):x}",
+        "tenant": tenant,
+        "user": "mallory",
+        "thread": thread,
+        "issued_at": datetime.now(UTC).isoformat(),
+        "body": body,
+    }
     doc.update(over)
     return doc
 
@@ -74,20 +109,28 @@ def _command_cases(tenant: str, thread: str, victim: str, victim_thread: str) ->
     valid_send = _command(tenant, thread, {"type": "thread.send", "text": "hi"})
     cases = [(send, raw) for raw in _raw_hostile()] + [(create, raw) for raw in _raw_hostile()]
     targeted = [
-        _command(victim, victim_thread, {"type": "thread.send", "text": "hijack"}),    # tenant ≠ subject
-        _command(tenant, victim_thread, {"type": "thread.send", "text": "hijack"}),    # another tenant's thread
-        *(_command(tenant, bad, {"type": "thread.send", "text": "x"}) for bad in
-          ("thr_x.>", "*", ">", "", "a" * 65, "thr_\u0000", "../thr_x")),
+        _command(victim, victim_thread, {"type": "thread.send", "text": "hijack"}),  # tenant ≠ subject
+        _command(tenant, victim_thread, {"type": "thread.send", "text": "hijack"}),  # another tenant's thread
+        *(
+            _command(tenant, bad, {"type": "thread.send", "text": "x"})
+            for bad in ("thr_x.>", "*", ">", "", "a" * 65, "thr_\u0000", "../thr_x")
+        ),
         _command(tenant, thread, {"type": "thread.send", "text": "x" * 100_001}),
         _command(tenant, thread, {"type": "thread.destroy"}),
         _command(tenant, thread, {"type": "thread.send", "text": "x", "mode": "detonate"}),
         _command(tenant, thread, {"type": "thread.send", "text": "x", "target_run_id": "run_nope"}),
         _command(tenant, thread, {"type": "thread.send", "text": "x", "script": {"steps": "all of them"}}),
         _command(tenant, thread, {"type": "thread.send", "text": "x", "script": {"steps": [{"type": "rm -rf"}]}}),
-        _command(tenant, thread, {"type": "thread.send", "text": "x",
-                                  "script": {"steps": [{"type": "text", "text": "x", "chunk": 0, "delay_ms": -5}]}}),
-        _command(tenant, thread, {"type": "thread.send", "text": "x",
-                                  "script": {"steps": _nested_subagents(50)}}),
+        _command(
+            tenant,
+            thread,
+            {
+                "type": "thread.send",
+                "text": "x",
+                "script": {"steps": [{"type": "text", "text": "x", "chunk": 0, "delay_ms": -5}]},
+            },
+        ),
+        _command(tenant, thread, {"type": "thread.send", "text": "x", "script": {"steps": _nested_subagents(50)}}),
         _command(tenant, thread, {"type": "thread.send", "text": "x", "provider": "skynet"}),
         _command(tenant, thread, {"type": "thread.send", "text": "x"}, issued_at="yesterday"),
         _command(tenant, thread, {"type": "thread.send", "text": "x"}, id=""),
@@ -109,29 +152,39 @@ def _nested_subagents(depth: int) -> list[dict]:
 
 
 def _provider_event(tenant: str, thread: str, run: dict, body: dict, **over) -> dict:
-    doc = {"id": f"pe_fuzz{random.getrandbits(40):x}", "tenant": tenant, "thread": thread,
-           "session_id": run["attempts"][-1].get("session_id") or "ps_x", "run_id": run["id"],
-           "attempt_id": run["attempts"][-1]["id"], "index": 99, "at": datetime.now(UTC).isoformat(),
-           "body": body}
+    doc = {
+        "id": f"pe_fuzz{random.getrandbits(40):x}",
+        "tenant": tenant,
+        "thread": thread,
+        "session_id": run["attempts"][-1].get("session_id") or "ps_x",
+        "run_id": run["id"],
+        "attempt_id": run["attempts"][-1]["id"],
+        "index": 99,
+        "at": datetime.now(UTC).isoformat(),
+        "body": body,
+    }
     doc.update(over)
     return doc
 
 
-def _provider_cases(tenant: str, thread: str, run: dict, victim: str, victim_thread: str,
-                    victim_run: dict) -> list[tuple[str, bytes]]:
+def _provider_cases(
+    tenant: str, thread: str, run: dict, victim: str, victim_thread: str, victim_run: dict
+) -> list[tuple[str, bytes]]:
     subject = f"treadle.prov.{tenant}.{thread}.pth_fuzz"
     done = {"type": "turn.completed", "status": "completed"}
     text = {"type": "text.delta", "message_id": "msg_fuzz", "node_id": "node_fuzz", "text": "injected"}
     cases = [(subject, raw) for raw in _raw_hostile()]
     cases += [(s, b"{}") for s in (f"treadle.prov.{tenant}", f"treadle.prov.{tenant}.{thread}", "treadle.prov.x")]
     adversarial = [
-        (subject, _provider_event(victim, victim_thread, victim_run, text)),             # payload names the victim
+        (subject, _provider_event(victim, victim_thread, victim_run, text)),  # payload names the victim
         (f"treadle.prov.{victim}.{victim_thread}.pth_x", _provider_event(victim, victim_thread, victim_run, done)),
-        (subject, _provider_event(tenant, thread, run, done)),                           # its run already ended
+        (subject, _provider_event(tenant, thread, run, done)),  # its run already ended
         (subject, _provider_event(tenant, thread, run, text, run_id="run_nope")),
         (subject, _provider_event(tenant, thread, run, done, attempt_id="att_nope", index=-1)),
-        (subject, _provider_event(tenant, thread, run, {"type": "session.stopped", "reason": "x"},
-                                  session_id="ps_nope")),
+        (
+            subject,
+            _provider_event(tenant, thread, run, {"type": "session.stopped", "reason": "x"}, session_id="ps_nope"),
+        ),
         (subject, _provider_event(tenant, thread, run, {"type": "warp.drive"})),
         (subject, _provider_event(tenant, thread, run, text, at="never")),
         (subject, _provider_event(tenant, thread, run, text, index=2**70)),
@@ -172,14 +225,23 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         # of their own (test_tenant_isolation): the tenant's own event envelopes. Defence in depth: each must
         # be refused like any other malformed request.
         own_event = (await js.get_last_msg("TREADLE_EVENTS", f"treadle.evt.{tenant}.>", direct=True)).data
-        for subject in (f"treadle.cmd.{tenant}.thread.send", f"treadle.cmd.{tenant}.thread.create",
-                        "treadle.host.place", "treadle.host.host-1.turn.start", "treadle.ckpt.local.prepare",
-                        "treadle.ckpt.local.capture", "treadle.summarise.local"):
+        for subject in (
+            f"treadle.cmd.{tenant}.thread.send",
+            f"treadle.cmd.{tenant}.thread.create",
+            "treadle.host.place",
+            "treadle.host.host-1.turn.start",
+            "treadle.ckpt.local.prepare",
+            "treadle.ckpt.local.capture",
+            "treadle.summarise.local",
+        ):
             for payload in (own_event, b"\x00garbage"):
                 try:
                     reply = await stack_nc.request(subject, payload, timeout=5)
-                    outcome = "refused" if b'"type":"failure"' in reply.data or b'"rejected"' in reply.data \
+                    outcome = (
+                        "refused"
+                        if b'"type":"failure"' in reply.data or b'"rejected"' in reply.data
                         else f"ANSWERED {reply.data[:80]!r}"
+                    )
                 except (NatsTimeout, NoRespondersError) as exc:
                     outcome = f"no reply ({type(exc).__name__})"
                 internal[outcome] = internal.get(outcome, 0) + 1
@@ -192,8 +254,10 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         provider = _provider_cases(tenant, thread, run, victim, victim_thread, victim_run)
         for subject, payload in provider:
             await js.publish(subject, payload)
-        print(f"command cases: {sum(replies.values())} {replies}; without reply subject: {len(no_reply)}; "
-              f"internal request cases: {internal}; provider cases: {len(provider)}")
+        print(
+            f"command cases: {sum(replies.values())} {replies}; without reply subject: {len(no_reply)}; "
+            f"internal request cases: {internal}; provider cases: {len(provider)}"
+        )
         assert set(replies) <= {"Rejected", "Accepted"}, replies  # every command got an answer
         assert not any(o.startswith("ANSWERED") for o in internal), internal
 
@@ -203,6 +267,7 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
                 if info.num_pending or info.num_ack_pending:
                     return False
             return True
+
         await wait_for(provider_consumer_settled, timeout=60, interval=0.2, what="provider events all handled")
 
         # Still serving: a real run on the attacked thread completes, and no worker restarted.

@@ -11,7 +11,8 @@ import time
 
 import nats
 import pytest
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
@@ -38,9 +39,14 @@ class Probe:
         async def on_error(exc: Exception) -> None:
             self.errors.append(str(exc))
 
-        self.nc = await nats.connect(self.creds.url, user=self.creds.user, password=self.creds.password,
-                                     inbox_prefix=self.creds.inbox_prefix, error_cb=on_error,
-                                     allow_reconnect=False)
+        self.nc = await nats.connect(
+            self.creds.url,
+            user=self.creds.user,
+            password=self.creds.password,
+            inbox_prefix=self.creds.inbox_prefix,
+            error_cb=on_error,
+            allow_reconnect=False,
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -99,34 +105,51 @@ async def test_tenant_consumer_reads_its_own_run_completed_and_is_denied_everyth
     async with Probe(creds_a) as probe:
         nc = probe.nc
         # Live subscriptions outside treadle.evt.A.>
-        for subject in (f"treadle.evt.{b}.>", "treadle.evt.>", "treadle.cmd.>", "treadle.prov.>", "_INBOX.>",
-                        f"{creds_b.inbox_prefix}.>", "$KV.treadle-tokens.>", "treadle.audit.>"):
+        for subject in (
+            f"treadle.evt.{b}.>",
+            "treadle.evt.>",
+            "treadle.cmd.>",
+            "treadle.prov.>",
+            "_INBOX.>",
+            f"{creds_b.inbox_prefix}.>",
+            "$KV.treadle-tokens.>",
+            "treadle.audit.>",
+        ):
             await nc.subscribe(subject)
             matrix[f"subscribe {subject}"] = await probe.denied("Subscription", subject)
         # Publishing anywhere: events (even its own tenant's), commands, provider events, KV, live deltas.
-        for subject in (f"treadle.evt.{a}.{thread_a}.run.completed", f"treadle.cmd.{a}.thread.create",
-                        f"treadle.prov.{a}.{thread_a}.pth_x", f"treadle.live.{a}.{thread_a}",
-                        "$KV.treadle-tokens.x", "treadle.host.place", "$JS.API.STREAM.INFO." + STREAM,
-                        f"$JS.API.DIRECT.GET.{STREAM}", "$JS.API.DIRECT.GET.KV_treadle-tokens"):
+        for subject in (
+            f"treadle.evt.{a}.{thread_a}.run.completed",
+            f"treadle.cmd.{a}.thread.create",
+            f"treadle.prov.{a}.{thread_a}.pth_x",
+            f"treadle.live.{a}.{thread_a}",
+            "$KV.treadle-tokens.x",
+            "treadle.host.place",
+            "$JS.API.STREAM.INFO." + STREAM,
+            f"$JS.API.DIRECT.GET.{STREAM}",
+            "$JS.API.DIRECT.GET.KV_treadle-tokens",
+        ):
             await nc.publish(subject, b'{"forged": true}')
             matrix[f"publish {subject}"] = await probe.denied("Publish", subject)
         # Consumers: a credential creates none (its own name included: a create body could make it a push
         # consumer), deletes none, and pulls from no other consumer; neither under $JS.API (its account has no
         # JetStream) nor under the prefix its own consumer's API is imported at.
         body = {"stream_name": STREAM, "config": {"name": creds_a.consumer, "ack_policy": "explicit"}}
-        for subject in (f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{b}.>",
-                        f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{a}.>",
-                        f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}",
-                        f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_b.consumer}.treadle.evt.{a}.>",
-                        f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{creds_a.consumer}",
-                        f"{API_PREFIX}.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{a}.>",
-                        f"$JS.API.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
-                        f"{API_PREFIX}.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
-                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{creds_a.consumer}",
-                        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
-                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
-                        f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds_b.consumer}",
-                        f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended-p0"):
+        for subject in (
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{b}.>",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{a}.>",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}",
+            f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds_b.consumer}.treadle.evt.{a}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.{STREAM}.{creds_a.consumer}",
+            f"{API_PREFIX}.CONSUMER.CREATE.{STREAM}.{creds_a.consumer}.treadle.evt.{a}.>",
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
+            f"{API_PREFIX}.CONSUMER.DELETE.{STREAM}.{creds_a.consumer}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{creds_a.consumer}",
+            f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
+            f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.supervisor-dispatch-p0",
+            f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds_b.consumer}",
+            f"$JS.API.CONSUMER.DELETE.{STREAM}.coordinator-run-ended-p0",
+        ):
             with pytest.raises((NatsTimeout, NoRespondersError)):
                 await nc.request(subject, json.dumps(body).encode(), timeout=0.5)
             matrix[f"request {subject}"] = await probe.denied("Publish", subject)
@@ -149,10 +172,19 @@ async def test_tenant_cannot_make_the_server_deliver_onto_worker_or_event_subjec
     creds = await _issue(stack, stack_nc, a)
     js = stack_nc.jetstream()
     forged = f"treadle.evt.{a}.thr_forged.run.completed"  # its own tenant: the credential may subscribe to it
-    targets = [f"treadle.cmd.{b}.thread.create", f"treadle.cmd.{b}.thread.send", f"treadle.cmd.{a}.thread.send",
-               f"treadle.evt.{b}.{thread_b}.run.completed", f"treadle.prov.{b}.{thread_b}.pth_x",
-               "treadle.place.local", "treadle.host.host-1.turn.start", "treadle.ckpt.local.capture",
-               f"treadle.live.{b}.{thread_b}", "treadle.audit.x.token.created", forged]
+    targets = [
+        f"treadle.cmd.{b}.thread.create",
+        f"treadle.cmd.{b}.thread.send",
+        f"treadle.cmd.{a}.thread.send",
+        f"treadle.evt.{b}.{thread_b}.run.completed",
+        f"treadle.prov.{b}.{thread_b}.pth_x",
+        "treadle.place.local",
+        "treadle.host.host-1.turn.start",
+        "treadle.ckpt.local.capture",
+        f"treadle.live.{b}.{thread_b}",
+        "treadle.audit.x.token.created",
+        forged,
+    ]
     stored = f"{targets[3]}.*"  # the broker appends the thread's partition (runtime/partitions.py)
     b_completed = (await js.get_last_msg(STREAM, stored, direct=True)).seq
 
@@ -173,13 +205,21 @@ async def test_tenant_cannot_make_the_server_deliver_onto_worker_or_event_subjec
             await nc.subscribe(forged, cb=landed.put)  # in the credential's own account
             # 1. Push consumers delivering onto each target: the create request itself is refused.
             for target in targets:
-                config = {"name": creds.consumer, "durable_name": creds.consumer, "deliver_subject": target,
-                          "filter_subject": f"treadle.evt.{a}.>", "ack_policy": "none"}
-                for subject in (f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds.consumer}.treadle.evt.{a}.>",
-                                f"{API_PREFIX}.CONSUMER.CREATE.{STREAM}.{creds.consumer}.treadle.evt.{a}.>"):
+                config = {
+                    "name": creds.consumer,
+                    "durable_name": creds.consumer,
+                    "deliver_subject": target,
+                    "filter_subject": f"treadle.evt.{a}.>",
+                    "ack_policy": "none",
+                }
+                for subject in (
+                    f"$JS.API.CONSUMER.CREATE.{STREAM}.{creds.consumer}.treadle.evt.{a}.>",
+                    f"{API_PREFIX}.CONSUMER.CREATE.{STREAM}.{creds.consumer}.treadle.evt.{a}.>",
+                ):
                     await nc.publish(subject, json.dumps({"stream_name": STREAM, "config": config}).encode())
-                    attempts[f"push consumer -> {target} via {subject.split('.CONSUMER')[0]}"] = \
-                        await probe.denied("Publish", subject)
+                    attempts[f"push consumer -> {target} via {subject.split('.CONSUMER')[0]}"] = await probe.denied(
+                        "Publish", subject
+                    )
             # 2. Its own consumer's pull and info requests, answered onto each target (the forged event subject
             #    last): the server serves them, but into the credential's own account, where no worker or
             #    stream is. Only there can the credential see an answer, on the one target it may read.
@@ -204,8 +244,11 @@ async def test_tenant_cannot_make_the_server_deliver_onto_worker_or_event_subjec
         print(f"{attempt:<100} -> {answer}")
     # The targets themselves are quiet subjects; on the wildcards, what an attempt could deliver is one of
     # A's events or a JetStream API answer (other traffic would be the workers' own).
-    assert [m for m in eavesdropped if m[0] in targets or f'"tenant":"{a}"'.encode() in m[1]
-            or b"io.nats.jetstream.api" in m[1]] == [], eavesdropped
+    assert [
+        m
+        for m in eavesdropped
+        if m[0] in targets or f'"tenant":"{a}"'.encode() in m[1] or b"io.nats.jetstream.api" in m[1]
+    ] == [], eavesdropped
     for stream, subject in ((STREAM, forged), (PROVIDER_STREAM, targets[4])):
         for form in (subject, f"{subject}.*"):  # as published, and as the partition mapping stores it
             with pytest.raises(nats.js.errors.NotFoundError):
@@ -225,8 +268,9 @@ async def test_revoked_consumer_credential_is_disconnected_and_refused_at_once(s
         await wait_for(lambda: not probe.nc.is_connected, timeout=5, what="the revoked connection closed")
         elapsed = time.monotonic() - began
     with pytest.raises(nats.errors.Error, match="Authorization Violation"):
-        await nats.connect(creds.url, user=creds.user, password=creds.password, allow_reconnect=False,
-                           connect_timeout=2)
+        await nats.connect(
+            creds.url, user=creds.user, password=creds.password, allow_reconnect=False, connect_timeout=2
+        )
     print(f"revoked consumer credential disconnected {elapsed:.2f}s after the revoke began")
 
 

@@ -93,7 +93,9 @@ def error(response: httpx.Response) -> dict:
 
 
 async def thread_count(nc, tenant: str) -> int:
-    info = await nc.jetstream().stream_info("TREADLE_EVENTS", subjects_filter=f"treadle.evt.{tenant}.*.thread.created.*")
+    info = await nc.jetstream().stream_info(
+        "TREADLE_EVENTS", subjects_filter=f"treadle.evt.{tenant}.*.thread.created.*"
+    )
     return len(info.state.subjects or {})
 
 
@@ -118,8 +120,11 @@ async def test_a_member_is_refused_every_admin_operation_and_an_admin_may_do_the
     for method, body in (("GET", None), ("PUT", {"allowed_modes": ["full_access"]})):
         refused = await member.request(method, "/v1/policy", json=body)
         assert refused.status_code == 403, refused.text
-        assert error(refused) == {"code": "forbidden", "message": error(refused)["message"],
-                                  "details": {"role": "member", "needed": "admin"}}
+        assert error(refused) == {
+            "code": "forbidden",
+            "message": error(refused)["message"],
+            "details": {"role": "member", "needed": "admin"},
+        }
     shown = await admin.request("GET", "/v1/policy")
     assert shown.status_code == 200 and shown.json()["allowed_modes"] == ["approval_required", "auto_accept_edits"]
     assert await audit_records(nc, tenant.name) == []  # the member's PUT changed nothing
@@ -132,8 +137,10 @@ async def test_full_access_is_refused_by_default_allowed_after_an_admin_allows_i
     member, admin = await tenant.client("alice"), await tenant.client("root", "admin")
     refused = await member.request("POST", "/v1/threads", json={"runtime_mode": "full_access"})
     assert refused.status_code == 403 and error(refused)["code"] == "mode_not_allowed", refused.text
-    assert error(refused)["details"] == {"runtime_mode": "full_access",
-                                         "allowed": ["approval_required", "auto_accept_edits"]}
+    assert error(refused)["details"] == {
+        "runtime_mode": "full_access",
+        "allowed": ["approval_required", "auto_accept_edits"],
+    }
     not_a_mode = await member.request("POST", "/v1/threads", json={"runtime_mode": "god_mode"})
     assert not_a_mode.status_code == 400 and error(not_a_mode)["code"] == "invalid_runtime_mode", not_a_mode.text
     assert await thread_count(nc, tenant.name) == 0
@@ -171,8 +178,9 @@ async def test_no_path_escalates_once_full_access_is_withdrawn(tenant, nc):
     for name, (method, path, body) in attempts.items():
         refused = await member.request(method, path, json=body)
         assert refused.status_code == 403 and error(refused)["code"] == "mode_not_allowed", (name, refused.text)
-    smuggled = await member.request("POST", f"/v1/threads/{thread}/messages",
-                                    json={"text": "x", "runtime_mode": "full_access"})
+    smuggled = await member.request(
+        "POST", f"/v1/threads/{thread}/messages", json={"text": "x", "runtime_mode": "full_access"}
+    )
     assert smuggled.status_code == 400 and error(smuggled)["code"] == "bad_request"  # messages carry no mode
     assert await log.last_seq(tenant.name, thread) == before
     assert await thread_count(nc, tenant.name) == threads
@@ -191,11 +199,18 @@ async def test_L3_6_a_queue_flood_is_refused_past_the_limit_with_nothing_appende
         assert (await member.send(thread, f"q{i}", mode="queue_after_active"))["disposition"] == "queued"
     log = EventLog(nc)
     before = await log.last_seq(tenant.name, thread)
-    flood = [await member.request("POST", f"/v1/threads/{thread}/messages",
-                                  json={"text": f"flood {i}", "mode": "queue_after_active"}) for i in range(20)]
+    flood = [
+        await member.request(
+            "POST", f"/v1/threads/{thread}/messages", json={"text": f"flood {i}", "mode": "queue_after_active"}
+        )
+        for i in range(20)
+    ]
     assert {r.status_code for r in flood} == {429}
-    assert error(flood[0]) == {"code": "quota_exceeded", "message": error(flood[0])["message"],
-                               "details": {"quota": "queued_runs_per_thread", "limit": 3, "current": 3}}
+    assert error(flood[0]) == {
+        "code": "quota_exceeded",
+        "message": error(flood[0])["message"],
+        "details": {"quota": "queued_runs_per_thread", "limit": 3, "current": 3},
+    }
     assert flood[0].headers["retry-after"] == "1"
     assert await log.last_seq(tenant.name, thread) == before
     queue = (await member.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
@@ -213,7 +228,10 @@ async def test_threads_per_tenant_is_exact_and_a_fork_counts(tenant, nc):
     run = await member.wait_run((await member.send(first, "hi"))["run_id"])
     fork = await member.request("POST", f"/v1/threads/{first}/fork", json={"source": {"type": "run", "id": run["id"]}})
     assert fork.status_code == 201, fork.text
-    for path, body in (("/v1/threads", {}), (f"/v1/threads/{first}/fork", {"source": {"type": "run", "id": run["id"]}})):
+    for path, body in (
+        ("/v1/threads", {}),
+        (f"/v1/threads/{first}/fork", {"source": {"type": "run", "id": run["id"]}}),
+    ):
         refused = await member.request("POST", path, json=body)
         assert refused.status_code == 429, refused.text
         assert error(refused)["details"] == {"quota": "threads_per_tenant", "limit": 2, "current": 2}
@@ -283,7 +301,10 @@ async def test_an_sse_flood_on_one_token_is_refused_before_any_consumer_opens_an
         for _ in range(10):
             over = await open_stream(alice, streams)
             assert over.status_code == 429 and error(over)["details"] == {
-                "quota": "streams_per_token", "limit": STREAMS_PER_TOKEN, "current": STREAMS_PER_TOKEN}
+                "quota": "streams_per_token",
+                "limit": STREAMS_PER_TOKEN,
+                "current": STREAMS_PER_TOKEN,
+            }
             assert over.headers["retry-after"] == "1"
         assert await _consumers(nc) == consumers  # refused before any broker consumer was made
         assert (await open_stream(bob, streams)).status_code == 200  # another token of the tenant: 3 of 3
@@ -295,6 +316,7 @@ async def test_an_sse_flood_on_one_token_is_refused_before_any_consumer_opens_an
         async def reopened():
             async with contextlib.AsyncExitStack() as again:
                 return (await open_stream(alice, again)).status_code == 200
+
         assert await wait_for(reopened, timeout=10, interval=0.05, what="a slot freed by a closed stream")
 
 
@@ -313,8 +335,10 @@ async def test_garbage_authorization_headers_share_the_address_bucket_and_tokens
         assert len(statuses) <= burst + (time.monotonic() - started) * rate + 2
         # Still empty for new garbage: only the address bucket's refill (RATE_LIMIT a second) lets any through.
         started = time.monotonic()
-        more = [(await anonymous.get("/v1/threads", headers={"Authorization": f"Bearer more-{i}"})).status_code
-                for i in range(50)]
+        more = [
+            (await anonymous.get("/v1/threads", headers={"Authorization": f"Bearer more-{i}"})).status_code
+            for i in range(50)
+        ]
         refill = (time.monotonic() - started) * float(LIMITS["TREADLE_GATEWAY_RATE_LIMIT"]) + 1
         assert more.count(401) <= refill and more.count(429) >= 50 - refill, (more, refill)
     assert (await member.request("GET", "/v1/threads")).status_code == 200  # a real token has its own bucket
@@ -325,17 +349,35 @@ async def test_garbage_authorization_headers_share_the_address_bucket_and_tokens
 
 async def _treadle(*args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
-    proc = await asyncio.create_subprocess_exec(str(Path(sys.executable).parent / "treadle"), *args, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "treadle"),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-async def test_an_operator_sets_a_policy_with_the_cli_and_roles_are_checked_when_tokens_are_made(tenant, limited_stack, nc):
+async def test_an_operator_sets_a_policy_with_the_cli_and_roles_are_checked_when_tokens_are_made(
+    tenant, limited_stack, nc
+):
     member = await tenant.client("alice")
     url = ["--nats-url", limited_stack.nats_url]
-    code, out, err = await _treadle("policy", "set", "--tenant", tenant.name, "--allow-mode", "approval_required",
-                                    "--allow-mode", "full_access", "--max-queued-runs", "7", *url)
+    code, out, err = await _treadle(
+        "policy",
+        "set",
+        "--tenant",
+        tenant.name,
+        "--allow-mode",
+        "approval_required",
+        "--allow-mode",
+        "full_access",
+        "--max-queued-runs",
+        "7",
+        *url,
+    )
     assert code == 0, err
     assert json.loads(out)["allowed_modes"] == ["approval_required", "full_access"]
     [record] = await audit_records(nc, tenant.name)
@@ -344,7 +386,9 @@ async def test_an_operator_sets_a_policy_with_the_cli_and_roles_are_checked_when
     code, out, _ = await _treadle("policy", "show", "--tenant", tenant.name, *url)
     assert code == 0 and json.loads(out)["max_queued_runs"] == 7
 
-    code, _, err = await _treadle("tokens", "create", "--tenant", tenant.name, "--user", "mallory", "--role", "root", *url)
+    code, _, err = await _treadle(
+        "tokens", "create", "--tenant", tenant.name, "--user", "mallory", "--role", "root", *url
+    )
     assert code == 2 and "invalid choice" in err  # argparse refuses it before anything is stored
     with pytest.raises(ValueError):
         await TokenStore(nc.jetstream()).create(tenant.name, "mallory", "superuser")

@@ -4,6 +4,7 @@ another tenant, is a fast typed 404 and changes nothing; never an assertion in a
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 import msgspec
 import pytest
@@ -13,7 +14,6 @@ from tests.support.scripts import approval, script
 from treadle.domain.commands import Command, ForkSource, ForkThread, Reply, RespondRequest
 from treadle.domain.ids import new_id
 from treadle.eventlog import subjects
-from datetime import UTC
 
 pytestmark = pytest.mark.e2e
 
@@ -49,20 +49,36 @@ async def _all_404(api, calls) -> None:
 
 
 async def test_L6_1_commands_on_nonexistent_targets_are_fast_404s(api):
-    await _all_404(api, _calls(**{k: MISSING[p] for k, p in
-                                  (("thread", "thr"), ("run", "run"), ("node", "node"), ("req", "req"),
-                                   ("plan", "plan"), ("ckpt", "ckpt"))}))
+    await _all_404(
+        api,
+        _calls(
+            **{
+                k: MISSING[p]
+                for k, p in (
+                    ("thread", "thr"),
+                    ("run", "run"),
+                    ("node", "node"),
+                    ("req", "req"),
+                    ("plan", "plan"),
+                    ("ckpt", "ckpt"),
+                )
+            }
+        ),
+    )
 
 
-async def test_L6_1_commands_on_another_tenants_thread_and_entities_are_404_and_change_nothing(api, stack, stack_nc, tenant):
+async def test_L6_1_commands_on_another_tenants_thread_and_entities_are_404_and_change_nothing(
+    api, stack, stack_nc, tenant
+):
     owner = await make_api(stack, stack_nc, tenant + "owner")
     try:
         thread = await owner.create_thread()
         sent = await owner.send(thread, "deploy", script=script(approval("deploy?")))
         request = await owner.wait_request(thread)
         before = await owner.thread(thread)
-        await _all_404(api, _calls(thread, sent["run_id"], request["node_id"], request["id"], MISSING["plan"],
-                                   MISSING["ckpt"]))
+        await _all_404(
+            api, _calls(thread, sent["run_id"], request["node_id"], request["id"], MISSING["plan"], MISSING["ckpt"])
+        )
         after = await owner.thread(thread)
         assert after["seq"] == before["seq"]
     finally:
@@ -73,10 +89,19 @@ async def test_L11_2_a_command_for_a_missing_thread_sent_on_the_broker_gets_a_40
     """The coordinator answers every command, even one no gateway would send (a respond or a fork on a thread
     that does not exist): the thread check comes before any command's own logic."""
     from datetime import datetime
+
     encode, reply = msgspec.json.encode, msgspec.json.Decoder(Reply)
-    for verb, body in (("respond", RespondRequest(request_id=MISSING["req"], decision="accept")),
-                       ("fork", ForkThread(source=ForkSource(type="run", id=MISSING["run"])))):
-        command = Command(id=new_id("cmd", 0), tenant=tenant, user="alice", thread=new_id("thr", 0),
-                          issued_at=datetime.now(UTC), body=body)
+    for verb, body in (
+        ("respond", RespondRequest(request_id=MISSING["req"], decision="accept")),
+        ("fork", ForkThread(source=ForkSource(type="run", id=MISSING["run"]))),
+    ):
+        command = Command(
+            id=new_id("cmd", 0),
+            tenant=tenant,
+            user="alice",
+            thread=new_id("thr", 0),
+            issued_at=datetime.now(UTC),
+            body=body,
+        )
         got = reply.decode((await stack_nc.request(subjects.command(tenant, verb), encode(command), timeout=5)).data)
         assert (got.status, got.code) == (404, "thread_not_found"), got

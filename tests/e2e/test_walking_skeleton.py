@@ -32,14 +32,22 @@ async def test_L1_2_the_provider_session_and_thread_are_ensured_when_the_first_r
     [session], [pth] = doc["sessions"], doc["provider_threads"]
     assert (session["provider"], pth["provider"], session["status"]) == (first["provider"], first["provider"], "live")
     assert pth["session_id"] == session["id"] and pth["native_ref"]
-    assert (first["attempts"][0]["session_id"], first["attempts"][0]["provider_thread_id"]) == (session["id"], pth["id"])
+    assert (first["attempts"][0]["session_id"], first["attempts"][0]["provider_thread_id"]) == (
+        session["id"],
+        pth["id"],
+    )
 
     # Ensured, not made again: the next run finds both.
     sent = await api.send(thread, "second", script=streamed("two", delay_ms=0))
     second = await api.wait_run(sent["run_id"])
-    assert (second["attempts"][0]["session_id"], second["attempts"][0]["provider_thread_id"]) == (session["id"], pth["id"])
+    assert (second["attempts"][0]["session_id"], second["attempts"][0]["provider_thread_id"]) == (
+        session["id"],
+        pth["id"],
+    )
     doc = await api.thread(thread)
-    assert [s["id"] for s in doc["sessions"]] == [session["id"]] and [p["id"] for p in doc["provider_threads"]] == [pth["id"]]
+    assert [s["id"] for s in doc["sessions"]] == [session["id"]] and [p["id"] for p in doc["provider_threads"]] == [
+        pth["id"]
+    ]
     other = await api.thread(untouched)
     assert other["sessions"] == [] and other["provider_threads"] == []
 
@@ -63,8 +71,12 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
 
     types = [e.event for e in seen]
     assert "live.delta" in types and "message.delta" in types
-    assert types.index("run.queued") < types.index("run.started") < types.index("message.completed") \
+    assert (
+        types.index("run.queued")
+        < types.index("run.started")
+        < types.index("message.completed")
         < types.index("run.completed")
+    )
     live_text = "".join(e.json()["text"] for e in seen if e.event == "live.delta")
     assert live_text == REPLY
     assert [e.id for e in seen if e.id is not None] == sorted({e.id for e in seen if e.id is not None})
@@ -74,7 +86,9 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
     checkpoint = run["checkpoint"]
     assert checkpoint["status"] == "completed" and checkpoint["ordinal"] == 1
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.py", "added")]
-    tree = checkpoint_git(stack.state_dir, api.tenant, thread, "ls-tree", "-r", "--name-only", checkpoint["ref"]).split()
+    tree = checkpoint_git(
+        stack.state_dir, api.tenant, thread, "ls-tree", "-r", "--name-only", checkpoint["ref"]
+    ).split()
     assert tree == ["hello.py"]
     thread_doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
     baseline = [c for c in thread_doc["checkpoints"] if c["kind"] == "baseline"]
@@ -102,15 +116,20 @@ async def test_L9_1_projection_equals_a_replay_of_the_log(api, log):
     async def projected():
         r = await api.request("GET", f"/v1/threads/{thread}")
         return r.content == replay
+
     await wait_for(projected, what="projection caught up with the log")
     assert msgspec.json.decode(replay)["runs"][0]["status"] == "completed"
 
 
 async def test_a_10000_char_reply_in_3000_deltas_is_at_most_60_durable_events(api, log):
     text = "".join(f"{i % 10}" for i in range(10_000))
-    script = {"steps": [{"type": "text", "text": text[:9_000], "chunk": 3, "delay_ms": 0},
-                        {"type": "delay", "ms": 300},  # a pause: the time budget flushes the buffer
-                        {"type": "text", "text": text[9_000:], "chunk": 4, "delay_ms": 1}]}
+    script = {
+        "steps": [
+            {"type": "text", "text": text[:9_000], "chunk": 3, "delay_ms": 0},
+            {"type": "delay", "ms": 300},  # a pause: the time budget flushes the buffer
+            {"type": "text", "text": text[9_000:], "chunk": 4, "delay_ms": 1},
+        ]
+    }
     thread = await api.create_thread()
     sent = await api.send(thread, "long", script=script)
     run = await api.wait_run(sent["run_id"], timeout=60)

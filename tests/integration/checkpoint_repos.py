@@ -29,8 +29,9 @@ def git(cwd: Path, *args: str, git_dir: Path | None = None) -> str:
     if git_dir is not None:
         env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(cwd))
     # The checkpoint service hands a tenant's directories to the tenant's uid; this (root) test's git reads them.
-    done = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
     return done.stdout
 
 
@@ -53,8 +54,9 @@ def capture(ordinal: int, previous: int | None, *, workspace: str = "proj", **kw
 
 
 def restore(commit: str, restore_id: str = "rbk_1", retire: list[RefName] | None = None, workspace: str = "proj"):
-    return Restore(tenant=TENANT, thread=THREAD, workspace=workspace, restore_id=restore_id, commit=commit,
-                   retire=retire or [])
+    return Restore(
+        tenant=TENANT, thread=THREAD, workspace=workspace, restore_id=restore_id, commit=commit, retire=retire or []
+    )
 
 
 def files_of(repo: Path, commit: str, git_dir: Path | None = None) -> dict[str, str]:

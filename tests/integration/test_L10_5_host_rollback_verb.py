@@ -11,11 +11,11 @@ from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.domain.capabilities import PROFILES
 from treadle.eventlog import streams
+from treadle.ops.servers import NatsServer
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 from treadle.runtime.clock import ManualClock
-from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
@@ -37,9 +37,11 @@ async def env(tmp_path):
             ended[event.attempt_id or ""] = event
         elif isinstance(event.body, pe.TextCompleted):
             texts[event.attempt_id or ""] = event.body.text
+
     await nc.subscribe("treadle.prov.>", cb=on_event)
-    host = ProviderHost(nc, Shared(state_dir=tmp_path, nats_url=server.url), ProviderHostSettings(host_id="h1"),
-                        clock=ManualClock())
+    host = ProviderHost(
+        nc, Shared(state_dir=tmp_path, nats_url=server.url), ProviderHostSettings(host_id="h1"), clock=ManualClock()
+    )
     await host.start()
     yield nc, HostClient(nc, timeout=5.0), ended, texts
     await host.stop()
@@ -48,18 +50,38 @@ async def env(tmp_path):
 
 
 async def place(client: HostClient, session_id: str, native_ref: str | None, profile: str) -> hp.SessionPlaced:
-    reply = await client.place(hp.PlaceSession(
-        tenant=TENANT, thread="thr_1", provider="scripted", session_id=session_id, provider_thread_id="pth_1",
-        native_ref=native_ref, workspace="w", capabilities=PROFILES[profile]))
+    reply = await client.place(
+        hp.PlaceSession(
+            tenant=TENANT,
+            thread="thr_1",
+            provider="scripted",
+            session_id=session_id,
+            provider_thread_id="pth_1",
+            native_ref=native_ref,
+            workspace="w",
+            capabilities=PROFILES[profile],
+        )
+    )
     assert isinstance(reply, hp.SessionPlaced), reply
     return reply
 
 
-async def play(client: HostClient, ended: dict, session_id: str, attempt: str, text: str,
-               script: dict | None = None) -> None:
-    reply = await client.start_turn("h1", hp.StartTurn(session_id=session_id, tenant=TENANT, thread="thr_1",
-                                                       run_id=f"run_{attempt}", attempt_id=attempt,
-                                                       root_node_id=f"node_{attempt}", text=text, script=script))
+async def play(
+    client: HostClient, ended: dict, session_id: str, attempt: str, text: str, script: dict | None = None
+) -> None:
+    reply = await client.start_turn(
+        "h1",
+        hp.StartTurn(
+            session_id=session_id,
+            tenant=TENANT,
+            thread="thr_1",
+            run_id=f"run_{attempt}",
+            attempt_id=attempt,
+            root_node_id=f"node_{attempt}",
+            text=text,
+            script=script,
+        ),
+    )
     assert isinstance(reply, hp.TurnAccepted), reply
     await wait_for(lambda: attempt in ended, what=f"turn {attempt} ended")
 
@@ -96,9 +118,19 @@ async def test_L10_5_the_rollback_verb_is_refused_under_a_playing_turn_without_t
     nc, client, ended, texts = env
     await place(client, "ps_busy", None, "native_rollback")
     await play(client, ended, "ps_busy", "att_first", "first")
-    started = await client.start_turn("h1", hp.StartTurn(session_id="ps_busy", tenant=TENANT, thread="thr_1",
-                                                         run_id="run_h", attempt_id="att_hang", root_node_id="node_h",
-                                                         text="hang", script={"steps": [{"type": "hang"}]}))
+    started = await client.start_turn(
+        "h1",
+        hp.StartTurn(
+            session_id="ps_busy",
+            tenant=TENANT,
+            thread="thr_1",
+            run_id="run_h",
+            attempt_id="att_hang",
+            root_node_id="node_h",
+            text="hang",
+            script={"steps": [{"type": "hang"}]},
+        ),
+    )
     assert isinstance(started, hp.TurnAccepted)
     busy = await client.rollback("h1", rollback("ps_busy", "rbk_busy", 1))
     assert isinstance(busy, hp.HostFailure) and busy.code == "not_active"

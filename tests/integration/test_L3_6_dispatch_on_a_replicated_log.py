@@ -13,7 +13,7 @@ at the leader for as long as the test needs, so the dispatch meets it every time
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import nats
 import pytest
@@ -34,14 +34,29 @@ TENANT, THREAD = "acme", "thr_race1"
 
 
 def envelope(n: int, data: ev.Payload, actor: str = "supervisor") -> ev.Envelope:
-    return ev.Envelope(id=f"evt_race_{n}", type=data.TYPE, tenant=TENANT, thread=THREAD,
-                       at=datetime.now(UTC), command_id=f"cmd_race_{n}", actor=actor, data=data)
+    return ev.Envelope(
+        id=f"evt_race_{n}",
+        type=data.TYPE,
+        tenant=TENANT,
+        thread=THREAD,
+        at=datetime.now(UTC),
+        command_id=f"cmd_race_{n}",
+        actor=actor,
+        data=data,
+    )
 
 
 async def send(coordinator: Coordinator, n: int, text: str) -> str:
-    reply = await coordinator._decide_and_append(Command(
-        id=f"cmd_send_{n}", tenant=TENANT, user="u", thread=THREAD, issued_at=datetime.now(UTC),
-        body=SendMessage(text=text, mode="queue_after_active")))
+    reply = await coordinator._decide_and_append(
+        Command(
+            id=f"cmd_send_{n}",
+            tenant=TENANT,
+            user="u",
+            thread=THREAD,
+            issued_at=datetime.now(UTC),
+            body=SendMessage(text=text, mode="queue_after_active"),
+        )
+    )
     return reply.run_id
 
 
@@ -55,17 +70,25 @@ async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_a
         try:
             js, log = nc.jetstream(), EventLog(nc, timeout=1.0)
             coordinator = Coordinator(nc, Shared(state_dir=tmp_path), CoordinatorSettings())
-            await log.append(TENANT, THREAD, 0, [envelope(0, ev.ThreadCreated(thread_id=THREAD, workspace="w",
-                                                                             created_by="u"), actor="coordinator")])
+            await log.append(
+                TENANT,
+                THREAD,
+                0,
+                [envelope(0, ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"), actor="coordinator")],
+            )
             first, second = await send(coordinator, 1, "one"), await send(coordinator, 2, "two")
             state = fold(await log.read(TENANT, THREAD))
             assert (state.active_run_id, state.queue) == (first, [second])
             attempt = state.run(first).attempt.id
-            completed = await log.append(TENANT, THREAD, state.seq, [envelope(1, ev.RunCompleted(run_id=first,
-                                                                                                 attempt_id=attempt))])
+            completed = await log.append(
+                TENANT, THREAD, state.seq, [envelope(1, ev.RunCompleted(run_id=first, attempt_id=attempt))]
+            )
             ended = await js.pull_subscribe(f"treadle.evt.{TENANT}.{THREAD}.>", stream=subjects.EVENTS_STREAM)
-            (msg,) = [m for m in await ended.fetch(completed, timeout=5)  # as the coordinator's consumer gets it
-                      if m.metadata.sequence.stream == completed]
+            (msg,) = [
+                m
+                for m in await ended.fetch(completed, timeout=5)  # as the coordinator's consumer gets it
+                if m.metadata.sequence.stream == completed
+            ]
 
             for node in cluster.nodes:
                 if node is not leader:

@@ -10,10 +10,10 @@ import pytest
 from treadle.domain import events as ev
 from treadle.domain import summarise as sm
 from treadle.eventlog import streams
+from treadle.ops.servers import NatsServer
 from treadle.provider_host.service import ProviderHost
 from treadle.providers.hosts import HostClient
 from treadle.runtime.clock import ManualClock
-from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared, SupervisorSettings
 from treadle.supervisor.summariser import ProviderSummariser, SummariserSettingError
 
@@ -28,8 +28,9 @@ async def broker(tmp_path):
     await server.start()
     nc = await nats.connect(server.url)
     await streams.ensure(nc.jetstream())
-    host = ProviderHost(nc, Shared(state_dir=tmp_path, nats_url=server.url), ProviderHostSettings(host_id="h1"),
-                        clock=ManualClock())
+    host = ProviderHost(
+        nc, Shared(state_dir=tmp_path, nats_url=server.url), ProviderHostSettings(host_id="h1"), clock=ManualClock()
+    )
     await host.start()
     yield nc, tmp_path
     await host.stop()
@@ -38,14 +39,22 @@ async def broker(tmp_path):
 
 
 def handoff() -> ev.HandoffCreated:
-    return ev.HandoffCreated(handoff_id="hoff_1", run_id="run_1", strategy="full_thread_summary", to_provider="b",
-                             text=LOCAL_TEXT, truncated=True)
+    return ev.HandoffCreated(
+        handoff_id="hoff_1",
+        run_id="run_1",
+        strategy="full_thread_summary",
+        to_provider="b",
+        text=LOCAL_TEXT,
+        truncated=True,
+    )
 
 
-async def summarised(nc, steps: list[dict] | None, budget: int = 10_000, provider: str = "scripted",
-                     volume: str = "local") -> ev.HandoffCreated:
-    summariser = ProviderSummariser(HostClient(nc, 2.0, volume), provider,
-                                    script={"steps": steps} if steps is not None else None, timeout=10)
+async def summarised(
+    nc, steps: list[dict] | None, budget: int = 10_000, provider: str = "scripted", volume: str = "local"
+) -> ev.HandoffCreated:
+    summariser = ProviderSummariser(
+        HostClient(nc, 2.0, volume), provider, script={"steps": steps} if steps is not None else None, timeout=10
+    )
     [out] = await summariser.apply("acme", [handoff()], {"hoff_1": MATERIAL}, budget)
     return out
 
@@ -54,8 +63,12 @@ async def test_L5_5_a_provider_writes_the_summary_under_the_heading_and_the_hand
     nc, state = broker
     out = await summarised(nc, [{"type": "text", "text": "The parser is written; nothing is open."}])
     assert out.text == HEADING + "\n\nThe parser is written; nothing is open."
-    assert (out.summariser, out.version, out.fallback, out.truncated) == ("provider:scripted", sm.PROVIDER_VERSION,
-                                                                          None, False)
+    assert (out.summariser, out.version, out.fallback, out.truncated) == (
+        "provider:scripted",
+        sm.PROVIDER_VERSION,
+        None,
+        False,
+    )
     assert not any((state / "provider-runtimes" / "h1" / "summaries").iterdir())  # the scratch space is gone
 
 
@@ -67,11 +80,14 @@ async def test_L5_5_the_provider_is_asked_from_the_material_within_the_budget(br
     assert f"at most {10_000 - len(HEADING) - 2} characters" in asked
 
 
-@pytest.mark.parametrize(("steps", "budget", "why"), [
-    ([{"type": "fail", "message": "the model is overloaded"}], 10_000, "the model is overloaded"),
-    ([{"type": "text", "text": "x" * 900}], 800, "over the"),
-    ([{"type": "text", "text": "   "}], 10_000, "no summary"),
-])
+@pytest.mark.parametrize(
+    ("steps", "budget", "why"),
+    [
+        ([{"type": "fail", "message": "the model is overloaded"}], 10_000, "the model is overloaded"),
+        ([{"type": "text", "text": "x" * 900}], 800, "over the"),
+        ([{"type": "text", "text": "   "}], 10_000, "no summary"),
+    ],
+)
 async def test_L5_5_a_failing_or_overrunning_provider_leaves_the_deterministic_summary(broker, steps, budget, why):
     nc, _ = broker
     out = await summarised(nc, steps, budget)
@@ -89,12 +105,22 @@ async def test_L5_5_an_unknown_provider_or_no_host_leaves_the_deterministic_summ
 
 def test_L5_5_the_summariser_setting_is_local_or_provider_and_a_bad_one_is_refused():
     assert ProviderSummariser.configured(None, SupervisorSettings()) is None  # type: ignore[arg-type]
-    chosen = ProviderSummariser.configured(None, SupervisorSettings(summariser="provider:claude",  # type: ignore[arg-type]
-                                                                    summariser_model="haiku"))
+    chosen = ProviderSummariser.configured(
+        None,
+        SupervisorSettings(
+            summariser="provider:claude",  # type: ignore[arg-type]
+            summariser_model="haiku",
+        ),
+    )
     assert chosen is not None and chosen.name == "provider:claude"
     for bad in ("claude", "provider:", "remote:claude"):
         with pytest.raises(SummariserSettingError):
             ProviderSummariser.configured(None, SupervisorSettings(summariser=bad))  # type: ignore[arg-type]
     with pytest.raises(SummariserSettingError):
-        ProviderSummariser.configured(None, SupervisorSettings(summariser="provider:scripted",  # type: ignore[arg-type]
-                                                               summariser_script="{not json"))
+        ProviderSummariser.configured(
+            None,
+            SupervisorSettings(
+                summariser="provider:scripted",  # type: ignore[arg-type]
+                summariser_script="{not json",
+            ),
+        )

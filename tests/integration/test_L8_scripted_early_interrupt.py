@@ -34,12 +34,19 @@ class _HeldAtStart:
 
 
 async def test_L8_1_an_interrupt_before_the_turn_plays_ends_it(tmp_path):
-    request = PlaceSession(tenant="acme", thread="thr_1", provider="scripted", session_id="ps_1",
-                           provider_thread_id="pth_1", workspace="w")
+    request = PlaceSession(
+        tenant="acme", thread="thr_1", provider="scripted", session_id="ps_1", provider_thread_id="pth_1", workspace="w"
+    )
     adapter = ScriptedAdapter(tmp_path, request)
     await adapter.open_thread(None, "scripted-t1")
-    turn = Turn(run_id="run_1", attempt_id="att_1", root_node_id="root", text="go", ids=IdFactory("att_1", 1),
-                script={"steps": [{"type": "hang"}]})
+    turn = Turn(
+        run_id="run_1",
+        attempt_id="att_1",
+        root_node_id="root",
+        text="go",
+        ids=IdFactory("att_1", 1),
+        script={"steps": [{"type": "hang"}]},
+    )
     sink = _HeldAtStart()
     playing = asyncio.create_task(adapter.run_turn(turn, sink))
     await asyncio.wait_for(sink.started.wait(), 10)

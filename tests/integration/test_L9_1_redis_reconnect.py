@@ -10,8 +10,8 @@ import signal
 from redis.exceptions import ConnectionError
 
 from tests.support.helpers import wait_for
-from treadle.projections.connect import redis_client
 from treadle.ops.servers import RedisServer
+from treadle.projections.connect import redis_client
 
 
 async def test_L9_1_pooled_connections_that_died_with_redis_are_retried_once(tmp_path):
@@ -43,6 +43,7 @@ async def test_L9_1_a_supervised_redis_server_is_restarted_after_a_kill_9_and_ki
                 return await redis.ping()
             except ConnectionError:  # spawned, still starting
                 return False
+
         try:
             await wait_for(answers, timeout=30, what="the restarted redis-server answering")
         finally:

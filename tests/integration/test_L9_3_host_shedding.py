@@ -4,23 +4,41 @@ the grace time or one playing a turn, refuses with the reason a run waits under,
 
 from __future__ import annotations
 
-from tests.support.helpers import wait_for
 from tests.integration.test_L9_provider_hosts import LOOPS_PER_HOST, Hosts, tick
+from tests.support.helpers import wait_for
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.runtime.clock import ManualClock
 
 
 async def _place(env: Hosts, tenant: str, thread: str, full: bool = False):
-    return await env.client.place(hp.PlaceSession(
-        tenant=tenant, thread=thread, provider="scripted", session_id=f"ps_{thread}", provider_thread_id=f"pth_{thread}",
-        workspace="w"), full=full)
+    return await env.client.place(
+        hp.PlaceSession(
+            tenant=tenant,
+            thread=thread,
+            provider="scripted",
+            session_id=f"ps_{thread}",
+            provider_thread_id=f"pth_{thread}",
+            workspace="w",
+        ),
+        full=full,
+    )
 
 
 async def _hang(env: Hosts, placed: hp.SessionPlaced, tenant: str, thread: str):
-    return await env.client.start_turn(placed.host_id, hp.StartTurn(
-        session_id=placed.session_id, tenant=tenant, thread=thread, run_id=f"run_{thread}", attempt_id=f"att_{thread}",
-        root_node_id=f"node_{thread}", text="wait", script={"steps": [{"type": "hang"}]}))
+    return await env.client.start_turn(
+        placed.host_id,
+        hp.StartTurn(
+            session_id=placed.session_id,
+            tenant=tenant,
+            thread=thread,
+            run_id=f"run_{thread}",
+            attempt_id=f"att_{thread}",
+            root_node_id=f"node_{thread}",
+            text="wait",
+            script={"steps": [{"type": "hang"}]},
+        ),
+    )
 
 
 async def test_L9_3_a_full_host_releases_the_busiest_tenants_lru_idle_session_after_its_grace_time(tmp_path):
@@ -30,6 +48,7 @@ async def test_L9_3_a_full_host_releases_the_busiest_tenants_lru_idle_session_af
 
         async def heard(msg) -> None:
             freed.append(msg.data.decode())
+
         await env.nc.subscribe(subjects.host_freed("local"), cb=heard)
         await env.host("h1", clock, capacity=3, shed_grace_seconds=10, heartbeat_seconds=30)
         oldest = await _place(env, "a", "a1")

@@ -5,12 +5,12 @@ thread's own history."""
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 
-from tests.support.helpers import wait_for
 from tests.integration.supervised import thread_with_history
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain.entities import ProviderCapabilities
@@ -25,14 +25,24 @@ TENANT, THREAD = "acme", "thr_replace"
 
 
 def envelope(i: int, data: ev.Payload) -> ev.Envelope:
-    return ev.Envelope(id=f"evt_x{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_x",
-                       actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_x{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_x", actor="test", data=data
+    )
 
 
 def queued(run: str, ordinal: int, text: str) -> ev.RunQueued:
-    return ev.RunQueued(run_id=run, ordinal=ordinal, message_id=f"msg_u{ordinal}", text=text,
-                        root_node_id=f"node_{run}", attempt_id=f"att_{run}", mode="auto", disposition="started",
-                        dispatched=True, provider="scripted")
+    return ev.RunQueued(
+        run_id=run,
+        ordinal=ordinal,
+        message_id=f"msg_u{ordinal}",
+        text=text,
+        root_node_id=f"node_{run}",
+        attempt_id=f"att_{run}",
+        mode="auto",
+        disposition="started",
+        dispatched=True,
+        provider="scripted",
+    )
 
 
 HISTORY = [
@@ -40,19 +50,31 @@ HISTORY = [
     queued("run_1", 1, "my name is Ada"),
     ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
     # A native ref the scripted runtime never minted: it cannot be resumed.
-    ev.ProviderAttached(session_id="ps_old", provider="scripted", host_id="host-gone", boot_id="b0",
-                        provider_thread_id="pth_old", native_ref="elsewhere-thread-7",
-                        capabilities=ProviderCapabilities(approvals=["command"])),
+    ev.ProviderAttached(
+        session_id="ps_old",
+        provider="scripted",
+        host_id="host-gone",
+        boot_id="b0",
+        provider_thread_id="pth_old",
+        native_ref="elsewhere-thread-7",
+        capabilities=ProviderCapabilities(approvals=["command"]),
+    ),
     ev.RunStarted(run_id="run_1", attempt_id="att_run_1", session_id="ps_old", turn_id="turn_1"),
-    ev.MessageCompleted(message_id="msg_a1", run_id="run_1", attempt_id="att_run_1", node_id="node_run_1",
-                        text="Hello Ada."),
-    ev.RunCompleted(run_id="run_1", attempt_id="att_run_1",
-                    checkpoint=ev.CheckpointCaptured(checkpoint_id="ckpt_1", run_id="run_1", ordinal=1, kind="run",
-                                                     status="completed")),
+    ev.MessageCompleted(
+        message_id="msg_a1", run_id="run_1", attempt_id="att_run_1", node_id="node_run_1", text="Hello Ada."
+    ),
+    ev.RunCompleted(
+        run_id="run_1",
+        attempt_id="att_run_1",
+        checkpoint=ev.CheckpointCaptured(
+            checkpoint_id="ckpt_1", run_id="run_1", ordinal=1, kind="run", status="completed"
+        ),
+    ),
     queued("run_2", 2, "what is my name?"),
     ev.RunStarted(run_id="run_2", attempt_id="att_run_2", session_id="ps_old", turn_id="turn_2"),
-    ev.RequestOpened(request_id="req_1", run_id="run_2", node_id="node_req", attempt_id="att_run_2", kind="command",
-                     prompt="ls?"),
+    ev.RequestOpened(
+        request_id="req_1", run_id="run_2", node_id="node_req", attempt_id="att_run_2", kind="command", prompt="ls?"
+    ),
 ]
 
 
@@ -64,13 +86,21 @@ async def test_L9_4_a_failed_resume_continues_on_a_replacement_provider_thread_b
         await supervisor.start()
         await host.start()
         try:
-            lost = pe.ProviderEvent(id="evt_lost", tenant=TENANT, thread=THREAD, session_id="ps_old",
-                                    provider_thread_id="pth_old", at=T0, body=pe.SessionStopped(reason="host_lost"))
+            lost = pe.ProviderEvent(
+                id="evt_lost",
+                tenant=TENANT,
+                thread=THREAD,
+                session_id="ps_old",
+                provider_thread_id="pth_old",
+                at=T0,
+                body=pe.SessionStopped(reason="host_lost"),
+            )
             await nc.jetstream().publish(subjects.provider(TENANT, THREAD, "pth_old"), msgspec.json.encode(lost))
 
             async def completed():
                 state = fold(await log.read(TENANT, THREAD))
                 return state if state.run("run_2").status == "completed" else None
+
             state = await wait_for(completed, timeout=30, what="run_2 completed on a replacement provider thread")
 
             old, new = state.provider_threads
@@ -78,16 +108,21 @@ async def test_L9_4_a_failed_resume_continues_on_a_replacement_provider_thread_b
             assert (new.status, new.replaces) == ("active", "pth_old") and new.id != "pth_old"
             assert state.live_session.host_id == "host-new"
             run = state.run("run_2")
-            assert [(a.status, a.reason) for a in run.attempts] == [("lost", "initial"),
-                                                                     ("completed", "provider_recovery")]
+            assert [(a.status, a.reason) for a in run.attempts] == [
+                ("lost", "initial"),
+                ("completed", "provider_recovery"),
+            ]
             assert run.attempts[-1].provider_thread_id == new.id
             assert state.request("req_1").status == "not_resumable"
             # The graph is kept: the first run and its answer are untouched.
             assert state.run("run_1").status == "completed"
             assert [m.text for m in state.messages if m.run_id == "run_1"] == ["my name is Ada", "Hello Ada."]
             # The replacement started from the conversation (the scripted reply echoes what it was given).
-            reply = next(m.text for m in state.messages if m.run_id == "run_2" and m.role == "assistant"
-                         and m.status == "completed")
+            reply = next(
+                m.text
+                for m in state.messages
+                if m.run_id == "run_2" and m.role == "assistant" and m.status == "completed"
+            )
             assert "my name is Ada" in reply and "Hello Ada." in reply
             events = await log.read(TENANT, THREAD)
             failed = [e.data for e in events if isinstance(e.data, ev.ProviderResumeFailed)]

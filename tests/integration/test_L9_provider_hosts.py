@@ -13,12 +13,12 @@ import pytest
 from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.eventlog import streams
+from treadle.ops.servers import NatsServer
 from treadle.provider_host.registry import Registry, SessionRecord
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient, HostUnavailable
 from treadle.runtime.clock import ManualClock
-from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
@@ -44,6 +44,7 @@ class Hosts:
             event = pe.provider_event_decoder.decode(msg.data)
             if isinstance(event.body, pe.SessionStopped):
                 self.stops.append(event)
+
         await self.nc.subscribe("treadle.prov.>", cb=on_event)
         return self
 
@@ -62,9 +63,17 @@ class Hosts:
         return host
 
     async def place(self, thread: str, native_ref: str | None = None) -> hp.SessionPlaced:
-        reply = await self.client.place(hp.PlaceSession(
-            tenant=TENANT, thread=thread, provider="scripted", session_id=f"ps_{thread}_{len(self.stops)}",
-            provider_thread_id=f"pth_{thread}", native_ref=native_ref, workspace="w"))
+        reply = await self.client.place(
+            hp.PlaceSession(
+                tenant=TENANT,
+                thread=thread,
+                provider="scripted",
+                session_id=f"ps_{thread}_{len(self.stops)}",
+                provider_thread_id=f"pth_{thread}",
+                native_ref=native_ref,
+                workspace="w",
+            )
+        )
         assert isinstance(reply, hp.SessionPlaced), reply
         return reply
 
@@ -99,8 +108,9 @@ async def test_L9_1_placement_goes_only_to_hosts_with_room(tmp_path):
         assert {first.host_id, second.host_id} == {"h1", "h2"}  # the full host left the placement group
         with pytest.raises(HostUnavailable):
             await env.place("t3")
-        reply = await env.client.verb(first.host_id, "session.stop", hp.StopTurn(session_id=first.session_id,
-                                                                                 attempt_id="none"))
+        reply = await env.client.verb(
+            first.host_id, "session.stop", hp.StopTurn(session_id=first.session_id, attempt_id="none")
+        )
         assert isinstance(reply, hp.TurnAccepted)
         third = await wait_for(lambda: _try_place(env, "t3"), what="a seat freed by the stopped session")
         assert third.host_id == first.host_id
@@ -121,9 +131,19 @@ async def test_L9_5_idle_reaper_releases_only_idle_sessions_and_the_thread_resum
         host = await env.host("h1", clock, idle_seconds=60, heartbeat_seconds=5)
         idle = await env.place("idle")
         busy = await env.place("busy")
-        started = await env.client.start_turn("h1", hp.StartTurn(
-            session_id=busy.session_id, tenant=TENANT, thread="busy", run_id="run_b", attempt_id="att_b",
-            root_node_id="node_b", text="wait", script={"steps": [{"type": "hang"}]}))
+        started = await env.client.start_turn(
+            "h1",
+            hp.StartTurn(
+                session_id=busy.session_id,
+                tenant=TENANT,
+                thread="busy",
+                run_id="run_b",
+                attempt_id="att_b",
+                root_node_id="node_b",
+                text="wait",
+                script={"steps": [{"type": "hang"}]},
+            ),
+        )
         assert isinstance(started, hp.TurnAccepted)
 
         await tick(clock, 59, LOOPS_PER_HOST)

@@ -11,9 +11,8 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from treadle.client.tenant_events import (API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential,
-                                          follow_tenant)
 from treadle.cli.asyncapi import event_example
+from treadle.client.tenant_events import API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential, follow_tenant
 from treadle.eventlog import streams
 from treadle.ops import tenant_consumers
 from treadle.ops.broker_auth import SERVICE_ACCOUNT, tenant_permissions
@@ -48,8 +47,10 @@ def test_a_tenant_credential_may_only_read_its_tenant_and_use_its_own_consumer()
     permissions = tenant_permissions("acme", "tc_1")
     assert permissions["subscribe"]["allow"] == ["treadle.evt.acme.>", "_INBOX_tc_1.>"]
     assert permissions["publish"]["allow"] == [  # no CONSUMER.CREATE or DELETE: the operator's
-        "treadle.js.CONSUMER.INFO.TREADLE_EVENTS.tc_1", "treadle.js.CONSUMER.MSG.NEXT.TREADLE_EVENTS.tc_1",
-        "$JS.ACK.TREADLE_EVENTS.tc_1.>"]
+        "treadle.js.CONSUMER.INFO.TREADLE_EVENTS.tc_1",
+        "treadle.js.CONSUMER.MSG.NEXT.TREADLE_EVENTS.tc_1",
+        "$JS.ACK.TREADLE_EVENTS.tc_1.>",
+    ]
 
 
 def test_each_credential_gets_an_account_importing_only_its_own_consumer_and_tenant(tmp_path):
@@ -62,8 +63,12 @@ def test_each_credential_gets_an_account_importing_only_its_own_consumer_and_ten
     exports = accounts[SERVICE_ACCOUNT]["exports"]
     assert all(e["accounts"] in ([acme.user], [other.user]) for e in exports)  # never to everyone
     mine = [e.get("service") or e.get("stream") for e in exports if e["accounts"] == [acme.user]]
-    assert mine == [f"$JS.API.CONSUMER.INFO.{STREAM}.{acme.consumer}", f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{acme.consumer}",
-                    f"$JS.ACK.{STREAM}.{acme.consumer}.>", "treadle.evt.acme.>"]
+    assert mine == [
+        f"$JS.API.CONSUMER.INFO.{STREAM}.{acme.consumer}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{acme.consumer}",
+        f"$JS.ACK.{STREAM}.{acme.consumer}.>",
+        "treadle.evt.acme.>",
+    ]
     assert "jetstream" not in accounts[acme.user]  # its $JS.API answers "not enabled", never the stream's
     assert [u["user"] for u in accounts[acme.user]["users"]] == [acme.user]
     assert acme.api_prefix == API_PREFIX
@@ -94,8 +99,11 @@ async def _pull_status(server, creds: TenantCredential) -> str:
     async with creds.connect(allow_reconnect=False) as tenant:
         answers: asyncio.Queue = asyncio.Queue()
         await tenant.subscribe(f"{creds.inbox_prefix}.probe", cb=answers.put)
-        await tenant.publish(f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds.consumer}", b'{"batch": 1}',
-                             reply=f"{creds.inbox_prefix}.probe")
+        await tenant.publish(
+            f"{API_PREFIX}.CONSUMER.MSG.NEXT.{STREAM}.{creds.consumer}",
+            b'{"batch": 1}',
+            reply=f"{creds.inbox_prefix}.probe",
+        )
         answer = await asyncio.wait_for(answers.get(), timeout=10)
         return (answer.headers or {}).get("Status", "event")
 
@@ -149,7 +157,9 @@ async def test_follower_resumes_skips_ahead_and_going_back_is_the_operators_rese
         assert await read() == acme_seqs
         with pytest.raises(ValueError, match="unknown event type"):
             await tenant_consumers.reset(nc.jetstream(), creds.consumer, "acme", type_="no.such")
-        assert (await nc.jetstream().consumer_info(STREAM, creds.consumer)).config.filter_subject == "treadle.evt.acme.>"
+        assert (
+            await nc.jetstream().consumer_info(STREAM, creds.consumer)
+        ).config.filter_subject == "treadle.evt.acme.>"
     finally:
         await nc.close()
         await server.stop()
@@ -162,10 +172,17 @@ async def test_reset_turns_a_consumer_made_before_accounts_into_a_pull_consumer_
     try:
         js = nc.jetstream()
         creds = server.auth.issue("acme", server.address)
-        await js.add_consumer(STREAM, ConsumerConfig(name=creds.consumer, durable_name=creds.consumer,
-                                                     filter_subject="treadle.evt.acme.>",
-                                                     deliver_subject="treadle.cmd.other.thread.create",
-                                                     deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=3))
+        await js.add_consumer(
+            STREAM,
+            ConsumerConfig(
+                name=creds.consumer,
+                durable_name=creds.consumer,
+                filter_subject="treadle.evt.acme.>",
+                deliver_subject="treadle.cmd.other.thread.create",
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=3,
+            ),
+        )
         await server.reload()
         pulled = await tenant_consumers.reset(js, creds.consumer, "acme")
         info = await js.consumer_info(STREAM, creds.consumer)

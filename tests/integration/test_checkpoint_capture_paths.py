@@ -11,13 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, repository_with_submodule, restore, snapshot
-from tests.integration.checkpoint_repos import root  # noqa: F401  (a fixture)
+from tests.integration.checkpoint_repos import (
+    TENANT,
+    THREAD,
+    capture,
+    checkpoint_dir,
+    ckpt,
+    files_of,
+    repository_with_submodule,
+    restore,
+    root,  # noqa: F401  (a fixture)
+    snapshot,
+)
 from treadle.checkpoints import packs
 from treadle.checkpoints.diffs import parse_diff
-from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import FileStat, Skipped
+from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES
 
 
 @pytest.fixture
@@ -36,10 +46,14 @@ def add_all_tree(ws: Path, tmp: Path) -> str:
         (check / "info").mkdir()
         (check / "info" / "attributes").write_bytes(NEUTRAL_ATTRIBUTES)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_INDEX_FILE=str(tmp / "check-index"), GIT_CONFIG_NOSYSTEM="1", GIT_DIR=str(check),
-               GIT_WORK_TREE=str(ws))
-    run = lambda *a: subprocess.run(["git", "-c", "core.autocrlf=false", *a], cwd=ws, env=env,  # noqa: E731
-                                    capture_output=True, check=True).stdout
+    env.update(
+        GIT_INDEX_FILE=str(tmp / "check-index"), GIT_CONFIG_NOSYSTEM="1", GIT_DIR=str(check), GIT_WORK_TREE=str(ws)
+    )
+
+    def run(*a: str) -> bytes:
+        git = ["git", "-c", "core.autocrlf=false", *a]
+        return subprocess.run(git, cwd=ws, env=env, capture_output=True, check=True).stdout
+
     (tmp / "check-index").unlink(missing_ok=True)
     run("add", "-A")
     return run("write-tree").decode().strip()
@@ -50,7 +64,8 @@ def private_index(ws: Path) -> int:
 
 
 async def test_L10_2_a_small_change_is_captured_without_add_all_and_gives_the_tree_git_would(
-        workspaces: Workspaces, root: Path, tmp_path: Path):
+    workspaces: Workspaces, root: Path, tmp_path: Path
+):
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / ".gitignore").write_text("*.log\nbuild/\n")
@@ -76,16 +91,32 @@ async def test_L10_2_a_small_change_is_captured_without_add_all_and_gives_the_tr
     assert got.tree == add_all_tree(ws, tmp_path) != base.tree
     assert ckpt(ws, "rev-parse", f"{got.ref}^").strip() == base.commit
     assert sorted((f.path, f.change, f.added, f.removed) for f in got.files) == [
-        ("link", "added", 1, 0), ("src/deep/er/new.py", "added", 1, 0), ("src/m3.py", "modified", 1, 0),
-        ("src/m4.py", "deleted", 0, 1), ("src/m5.py", "modified", 0, 0)]
+        ("link", "added", 1, 0),
+        ("src/deep/er/new.py", "added", 1, 0),
+        ("src/m3.py", "modified", 1, 0),
+        ("src/m4.py", "deleted", 0, 1),
+        ("src/m5.py", "modified", 0, 0),
+    ]
     assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
     # The in-process commit is the one `git commit-tree` makes of the same tree, parent and message.
     message = ckpt(ws, "log", "-1", "--format=%B", got.commit).strip()
     env_commit = subprocess.run(
-        ["git", "commit-tree", got.tree, "-p", base.commit, "-m", message], cwd=ws, capture_output=True, text=True,
-        check=True, env={**os.environ, "GIT_DIR": str(checkpoint_dir(ws)), "GIT_AUTHOR_NAME": "Treadle", "GIT_AUTHOR_EMAIL": "treadle@localhost",
-                         "GIT_AUTHOR_DATE": "@0 +0000", "GIT_COMMITTER_NAME": "Treadle",
-                         "GIT_COMMITTER_EMAIL": "treadle@localhost", "GIT_COMMITTER_DATE": "@0 +0000"})
+        ["git", "commit-tree", got.tree, "-p", base.commit, "-m", message],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "GIT_DIR": str(checkpoint_dir(ws)),
+            "GIT_AUTHOR_NAME": "Treadle",
+            "GIT_AUTHOR_EMAIL": "treadle@localhost",
+            "GIT_AUTHOR_DATE": "@0 +0000",
+            "GIT_COMMITTER_NAME": "Treadle",
+            "GIT_COMMITTER_EMAIL": "treadle@localhost",
+            "GIT_COMMITTER_DATE": "@0 +0000",
+        },
+    )
     assert env_commit.stdout.strip() == got.commit
 
 
@@ -93,8 +124,27 @@ def _mutate(ws: Path, rng: random.Random, step: int) -> None:
     files = [p for p in ws.rglob("*") if ".git" not in p.parts and (p.is_file() or p.is_symlink())]
     dirs = [p for p in ws.rglob("*") if ".git" not in p.parts and p.is_dir() and not p.is_symlink()]
     for _ in range(rng.randint(1, 6)):
-        op = rng.choice(["write", "write", "edit", "edit", "new", "newdir", "delete", "chmod", "link", "rmdir",
-                         "file_to_dir", "ignored", "rename", "touch", "big", "binary", "no_eol"])
+        op = rng.choice(
+            [
+                "write",
+                "write",
+                "edit",
+                "edit",
+                "new",
+                "newdir",
+                "delete",
+                "chmod",
+                "link",
+                "rmdir",
+                "file_to_dir",
+                "ignored",
+                "rename",
+                "touch",
+                "big",
+                "binary",
+                "no_eol",
+            ]
+        )
         if op == "edit" and files:
             p = rng.choice(files)
             if p.is_file() and not p.is_symlink():
@@ -177,9 +227,15 @@ async def test_L10_2_incremental_captures_always_equal_a_fresh_add_all(root: Pat
             got = await workspaces.capture(capture(n, n - 1))
             assert got.tree == add_all_tree(ws, tmp_path), (seed, n)
             # The per-file stats (counted in-process where it can) are git's.
-            stats = parse_diff(subprocess.run(["git", "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", prev.tree,
-                                               got.tree], env=dict(os.environ, GIT_DIR=str(checkpoint_dir(ws))),
-                                              cwd=ws, capture_output=True, check=True).stdout)
+            stats = parse_diff(
+                subprocess.run(
+                    ["git", "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", prev.tree, got.tree],
+                    env=dict(os.environ, GIT_DIR=str(checkpoint_dir(ws))),
+                    cwd=ws,
+                    capture_output=True,
+                    check=True,
+                ).stdout
+            )
             assert got.files == stats, (seed, n)
             prev = got
         assert ckpt(ws, "fsck", "--no-progress", "--strict") == ""
@@ -221,8 +277,10 @@ async def test_files_over_the_size_limit_are_left_out_and_reported(root: Path, w
         (ws / "huge.iso").write_bytes(b"h" * 4000)
         c2 = await workspaces.capture(capture(2, 1))
         assert set(files_of(ws, c2.commit)) == {"small.txt"}
-        assert c2.skipped == [Skipped(path="data.bin", reason="too_large", size=5000),
-                              Skipped(path="huge.iso", reason="too_large", size=4000)]
+        assert c2.skipped == [
+            Skipped(path="data.bin", reason="too_large", size=5000),
+            Skipped(path="huge.iso", reason="too_large", size=4000),
+        ]
         assert [(f.path, f.change) for f in c2.files] == [("data.bin", "deleted")]
 
         (ws / "data.bin").write_bytes(b"d" * 20)  # back under it
@@ -243,7 +301,8 @@ async def test_ignored_large_files_are_not_reported(workspaces: Workspaces, root
 
 
 async def test_L10_5_a_restore_never_deletes_or_overwrites_a_file_it_did_not_capture(
-        workspaces: Workspaces, root: Path):
+    workspaces: Workspaces, root: Path
+):
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / "model.bin").write_bytes(b"v1")
@@ -260,8 +319,10 @@ async def test_L10_5_a_restore_never_deletes_or_overwrites_a_file_it_did_not_cap
     assert (ws / "a.txt").read_text() == "1\n"
     assert (ws / "model.bin").read_bytes() == b"v2" * 1000  # not the checkpoint's v1: v2 exists nowhere else
     assert (ws / "weights.bin").read_bytes() == b"w" * 3000
-    assert [(s.path, s.reason, s.size) for s in done.skipped] == [("model.bin", "too_large", 2000),
-                                                                   ("weights.bin", "too_large", 3000)]
+    assert [(s.path, s.reason, s.size) for s in done.skipped] == [
+        ("model.bin", "too_large", 2000),
+        ("weights.bin", "too_large", 3000),
+    ]
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["inotify", "add_all"])
@@ -284,7 +345,8 @@ async def test_submodules_are_reported_as_skipped_by_captures(root: Path, watch:
 
 @pytest.mark.parametrize("restart", [False, True], ids=["same_service", "restarted"])
 async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_next(
-        workspaces: Workspaces, root: Path, restart: bool):
+    workspaces: Workspaces, root: Path, restart: bool
+):
     """What a kill -9 can leave of an incremental capture: a half-written pack, a pack without its index, a
     locked ref. The next capture (a restarted service) still writes its checkpoint, and git finds nothing wrong."""
     ws = root / TENANT / "proj"
@@ -314,7 +376,8 @@ async def test_L10_2_leftovers_of_a_capture_killed_mid_write_do_not_break_the_ne
 
 
 async def test_L10_2_attributes_that_would_make_git_store_other_bytes_are_neutralised(
-        workspaces: Workspaces, root: Path, tmp_path: Path):
+    workspaces: Workspaces, root: Path, tmp_path: Path
+):
     """A checkpoint holds the raw bytes: the worktree's `.gitattributes` (the agent's) transforms nothing."""
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
@@ -340,7 +403,8 @@ async def test_L10_2_attributes_that_would_make_git_store_other_bytes_are_neutra
 
 
 async def test_path_safety_a_directory_swapped_for_a_symlink_is_never_read_through(
-        workspaces: Workspaces, root: Path, tmp_path: Path):
+    workspaces: Workspaces, root: Path, tmp_path: Path
+):
     outside = root.parent / "outside"
     outside.mkdir()
     (outside / "f.txt").write_text("secret\n")  # the same name as the file the workspace had

@@ -31,7 +31,6 @@ SECRET_VALUE = "nats://treadle:workers-password-9c1e@127.0.0.1:4222"
 RAW = b"loot: $Id: keep me $\r\nline two\r\n"
 
 
-
 @pytest.fixture
 def world(root: Path, monkeypatch):
     """Markers dir (anyone may write: a planted command must be able to leave its trace, whoever runs it),
@@ -64,7 +63,9 @@ exec {real} "$@"
 
 def command(world, name: str) -> str:
     """A shell command that leaves marker ``name`` and copies the foreign secret into the workspace."""
-    return f"sh -c 'touch {world['markers']}/{name}; cat {world['foreign']} > stolen-{name}.txt; cat {world['foreign']}'"
+    return (
+        f"sh -c 'touch {world['markers']}/{name}; cat {world['foreign']} > stolen-{name}.txt; cat {world['foreign']}'"
+    )
 
 
 def plant(ws: Path, world) -> None:
@@ -75,12 +76,24 @@ def plant(ws: Path, world) -> None:
     hooks.mkdir()
     for d in (dotgit / "hooks", hooks):
         d.mkdir(exist_ok=True)
-        for hook in ("pre-commit", "post-commit", "post-checkout", "reference-transaction", "post-index-change",
-                     "pre-auto-gc", "post-rewrite", "fsmonitor-watchman", "pre-push", "post-merge"):
+        for hook in (
+            "pre-commit",
+            "post-commit",
+            "post-checkout",
+            "reference-transaction",
+            "post-index-change",
+            "pre-auto-gc",
+            "post-rewrite",
+            "fsmonitor-watchman",
+            "pre-push",
+            "post-merge",
+        ):
             (d / hook).write_text(f"#!/bin/sh\n{command(world, 'hook-' + hook)}\n")
             os.chmod(d / hook, 0o755)
-    (ws / "included.cfg").write_text(f'[core]\n\tpager = {command(world, "include-pager")}\n'
-                                     f'[filter "y"]\n\tclean = {command(world, "include-clean")}\n')
+    (ws / "included.cfg").write_text(
+        f"[core]\n\tpager = {command(world, 'include-pager')}\n"
+        f'[filter "y"]\n\tclean = {command(world, "include-clean")}\n'
+    )
     other_tenant_tree = world["foreign"].parent
     with open(dotgit / "config", "a") as f:
         f.write(f"""
@@ -122,8 +135,10 @@ def plant(ws: Path, world) -> None:
         "loot.txt filter=x diff=x merge=x ident working-tree-encoding=UTF-16 text eol=crlf\n"
         "*.md evil\n"
     )
-    (ws / ".gitmodules").write_text(f'[submodule "sub"]\n\tpath = sub\n\turl = ext::{command(world, "ext")}\n'
-                                    f'\tupdate = !{command(world, "gitmodules-update")}\n')
+    (ws / ".gitmodules").write_text(
+        f'[submodule "sub"]\n\tpath = sub\n\turl = ext::{command(world, "ext")}\n'
+        f"\tupdate = !{command(world, 'gitmodules-update')}\n"
+    )
     (dotgit / "info").mkdir(exist_ok=True)
     (dotgit / "info" / "attributes").write_text("* filter=x diff=x\n")
     (dotgit / "objects" / "info").mkdir(parents=True, exist_ok=True)
@@ -159,7 +174,8 @@ def blob_id(data: bytes) -> str:
 
 @pytest.mark.parametrize("watch", [True, False])
 async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkpoint_path(
-        root: Path, world, watch: bool):
+    root: Path, world, watch: bool
+):
     workspaces = Workspaces(root, root.parent / "state" / "shadow", git=world["git"], watch=watch)
     try:
         ws = root / TENANT / "proj"
@@ -186,8 +202,9 @@ async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkp
         assert ckpt(ws, "rev-parse", f"{c1.commit}:loot.txt").strip() == blob_id(RAW + b"three\r\n")
         assert ckpt(ws, "rev-parse", f"{c2.commit}:more.txt").strip() == blob_id(b"$Id$\r\n")
 
-        diff = await workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj",
-                                                 from_commit=c0.commit, to_commit=c2.commit))
+        diff = await workspaces.diff(
+            DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj", from_commit=c0.commit, to_commit=c2.commit)
+        )
         assert FOREIGN not in diff.patch and "loot.txt" in diff.patch and "three" in diff.patch
         assert {f.path for f in diff.files} >= {"loot.txt", "more.txt", ".gitattributes"}
 
@@ -199,14 +216,25 @@ async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkp
         assert os.lstat(ws / "loot.txt").st_uid == ids.uid
         assert done.undo_ref.startswith(f"refs/treadle/checkpoints/{THREAD}/undo/")
 
-        pruned = await workspaces.prune(Prune(tenant=TENANT, workspace="proj", idle_seconds=0, keep_latest=1,
-                                              now=10**10))
+        pruned = await workspaces.prune(
+            Prune(tenant=TENANT, workspace="proj", idle_seconds=0, keep_latest=1, now=10**10)
+        )
         assert pruned.deleted
         await workspaces.sweep(idle_seconds=0, keep_latest=1, now=10**10)
 
         handler = MaterializeHandler.serving(workspaces)
-        made = await handler(encode(Materialize(tenant=TENANT, source_thread=THREAD, source_workspace="proj",
-                                                commit=c1.commit, thread="thr_fork", workspace="threads/thr_fork")))
+        made = await handler(
+            encode(
+                Materialize(
+                    tenant=TENANT,
+                    source_thread=THREAD,
+                    source_workspace="proj",
+                    commit=c1.commit,
+                    thread="thr_fork",
+                    workspace="threads/thr_fork",
+                )
+            )
+        )
         fork = Path(made.path)
         assert (fork / "loot.txt").read_bytes() == RAW + b"three\r\n"
         assert os.lstat(fork).st_uid == ids.uid and os.lstat(fork / "loot.txt").st_uid == ids.uid
@@ -215,7 +243,9 @@ async def test_planted_git_config_hooks_and_attributes_run_nothing_on_any_checkp
         assert sorted(p.name for p in fork.rglob("stolen-*")) == []
         # The user's repository was never git's git dir: its own config and HEAD are as the agent left them.
         assert not (ws / ".git" / "refs" / "treadle").exists()
-        assert b"treadle" not in ((ws / ".git" / "packed-refs").read_bytes() if (ws / ".git" / "packed-refs").exists() else b"")
+        assert b"treadle" not in (
+            (ws / ".git" / "packed-refs").read_bytes() if (ws / ".git" / "packed-refs").exists() else b""
+        )
         assert_calls_confined(world, ids.uid)
     finally:
         workspaces.close()
@@ -228,7 +258,12 @@ async def test_the_tenant_root_and_git_dirs_are_the_tenants_and_closed_to_others
         ids = TenantIdentities(root).ids(TENANT)
         top = os.lstat(root / TENANT)
         assert (top.st_uid, top.st_gid, stat.S_IMODE(top.st_mode)) == (ids.uid, ids.gid, 0o700)
-        for path in (Path(ready.path), Path(ready.path) / ".git", root / TENANT / "threads", checkpoint_dir(Path(ready.path))):
+        for path in (
+            Path(ready.path),
+            Path(ready.path) / ".git",
+            root / TENANT / "threads",
+            checkpoint_dir(Path(ready.path)),
+        ):
             assert os.lstat(path).st_uid == ids.uid, path
         shadow_tenant = root.parent / "state" / "shadow" / TENANT
         assert stat.S_IMODE(os.lstat(shadow_tenant).st_mode) == 0o700 and os.lstat(shadow_tenant).st_uid == ids.uid
@@ -236,8 +271,9 @@ async def test_the_tenant_root_and_git_dirs_are_the_tenants_and_closed_to_others
         await workspaces.prepare("rival", THREAD, "proj")
         rival = TenantIdentities(root).ids("rival")
         assert rival.uid != ids.uid
-        peek = subprocess.run(["ls", str(root / TENANT)], capture_output=True, text=True, user=rival.uid,
-                              group=rival.gid, extra_groups=[])
+        peek = subprocess.run(
+            ["ls", str(root / TENANT)], capture_output=True, text=True, user=rival.uid, group=rival.gid, extra_groups=[]
+        )
         assert peek.returncode != 0 and "Permission denied" in peek.stderr
         (Path(ready.path) / "a.txt").write_text("a\n")
         await workspaces.capture(capture(0, None, workspace="threads/t1"))
@@ -284,8 +320,9 @@ async def test_without_tenant_uids_the_hardened_git_still_runs_nothing_planted(r
         c0 = await workspaces.capture(capture(0, None))
         (ws / "loot.txt").write_bytes(b"changed\n")
         c1 = await workspaces.capture(capture(1, 0))
-        diff = await workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj",
-                                                 from_commit=c0.commit, to_commit=c1.commit))
+        diff = await workspaces.diff(
+            DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj", from_commit=c0.commit, to_commit=c1.commit)
+        )
         await workspaces.restore(restore(c0.commit))
         assert (ws / "loot.txt").read_bytes() == RAW and FOREIGN not in diff.patch
         assert ckpt(ws, "rev-parse", f"{c0.commit}:loot.txt").strip() == blob_id(RAW)

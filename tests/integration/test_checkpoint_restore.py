@@ -11,8 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_repos import TENANT, THREAD, capture, ckpt, repository_with_submodule, restore, snapshot, user_repository
-from tests.integration.checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
+from tests.integration.checkpoint_repos import (  # noqa: F401  (fixtures)
+    TENANT,
+    THREAD,
+    capture,
+    ckpt,
+    repository_with_submodule,
+    restore,
+    root,
+    snapshot,
+    user_repository,
+    workspaces,
+)
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName
 
@@ -21,8 +31,9 @@ def user_git_state(repo: Path) -> dict[str, str]:
     """The user's HEAD, branches, index and stash, byte for byte."""
     files = ["HEAD", "index", "refs/stash", "logs/refs/stash", "logs/HEAD", "packed-refs"]
     files += [str(p.relative_to(repo / ".git")) for p in (repo / ".git" / "refs" / "heads").rglob("*") if p.is_file()]
-    return {f: hashlib.sha256((repo / ".git" / f).read_bytes()).hexdigest()
-            for f in files if (repo / ".git" / f).is_file()}
+    return {
+        f: hashlib.sha256((repo / ".git" / f).read_bytes()).hexdigest() for f in files if (repo / ".git" / f).is_file()
+    }
 
 
 @pytest.fixture
@@ -31,7 +42,8 @@ def user_repo(root: Path) -> Path:
 
 
 async def test_L10_5_restore_undoes_created_modified_deleted_and_renamed_files_exactly(
-        workspaces: Workspaces, user_repo: Path):
+    workspaces: Workspaces, user_repo: Path
+):
     ws = user_repo
     (ws / "mod.txt").write_text("one\ntwo\n")
     (ws / "gone.txt").write_text("bye\n")
@@ -77,7 +89,8 @@ async def test_L10_5_restore_undoes_created_modified_deleted_and_renamed_files_e
 
 
 async def test_L10_5_restore_retires_later_checkpoints_so_their_ordinals_are_captured_afresh(
-        workspaces: Workspaces, root: Path):
+    workspaces: Workspaces, root: Path
+):
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / "f.txt").write_text("1\n")
@@ -87,10 +100,13 @@ async def test_L10_5_restore_retires_later_checkpoints_so_their_ordinals_are_cap
     (ws / "f.txt").write_text("3\n")
     c3 = await workspaces.capture(capture(3, 2))
 
-    done = await workspaces.restore(restore(c1.commit, retire=[RefName(scope="root", ordinal=2),
-                                                               RefName(scope="root", ordinal=3)]))
-    assert done.retired == [f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/2",
-                            f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/3"]
+    done = await workspaces.restore(
+        restore(c1.commit, retire=[RefName(scope="root", ordinal=2), RefName(scope="root", ordinal=3)])
+    )
+    assert done.retired == [
+        f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/2",
+        f"refs/treadle/checkpoints/{THREAD}/stale/rbk_1/root/3",
+    ]
     refs = ckpt(ws, "for-each-ref", "--format=%(refname) %(objectname)")
     assert f"refs/treadle/checkpoints/{THREAD}/root/3 " not in refs
     assert f"stale/rbk_1/root/3 {c3.commit}" in refs and f"stale/rbk_1/root/2 {c2.commit}" in refs
@@ -118,21 +134,41 @@ async def test_diff_between_checkpoints_has_stats_and_a_size_capped_unified_diff
     (ws / "img.bin").write_bytes(b"\0\1\2\3" * 64)
     second = await workspaces.capture(capture(1, 0))
 
-    whole = await workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj",
-                                              from_commit=first.commit, to_commit=second.commit, max_bytes=1 << 20))
+    whole = await workspaces.diff(
+        DiffRequest(
+            tenant=TENANT,
+            thread=THREAD,
+            workspace="proj",
+            from_commit=first.commit,
+            to_commit=second.commit,
+            max_bytes=1 << 20,
+        )
+    )
     assert not whole.truncated and whole.patch_bytes == len(whole.patch.encode())
     assert "+b\n" in whole.patch and "Binary files" in whole.patch
     stats = {f.path: (f.change, f.added, f.removed, f.binary) for f in whole.files}
-    assert stats == {"a.txt": ("modified", 1, 0, False), "big.txt": ("added", 2000, 0, False),
-                     "img.bin": ("added", 0, 0, True)}
+    assert stats == {
+        "a.txt": ("modified", 1, 0, False),
+        "big.txt": ("added", 2000, 0, False),
+        "img.bin": ("added", 0, 0, True),
+    }
 
-    cut = await workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj",
-                                            from_commit=first.commit, to_commit=second.commit, max_bytes=1000))
+    cut = await workspaces.diff(
+        DiffRequest(
+            tenant=TENANT,
+            thread=THREAD,
+            workspace="proj",
+            from_commit=first.commit,
+            to_commit=second.commit,
+            max_bytes=1000,
+        )
+    )
     assert cut.truncated and len(cut.patch.encode()) <= 1000 and cut.patch.endswith("\n")
     assert cut.patch_bytes == whole.patch_bytes and cut.files == whole.files
 
-    from_nothing = await workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj",
-                                                     to_commit=first.commit))
+    from_nothing = await workspaces.diff(
+        DiffRequest(tenant=TENANT, thread=THREAD, workspace="proj", to_commit=first.commit)
+    )
     assert [(f.path, f.change) for f in from_nothing.files] == [("a.txt", "added")]
 
     with pytest.raises(CheckpointError) as bad:
@@ -173,7 +209,8 @@ async def test_path_safety_a_symlink_planted_in_the_workspace_is_never_followed(
 
 @pytest.mark.parametrize("workspace", ["../other", "/etc", "proj/../../x", "escape", "proj/planted"])
 async def test_path_safety_restore_diff_and_prune_refuse_paths_outside_the_tenant(
-        workspaces: Workspaces, root: Path, workspace: str):
+    workspaces: Workspaces, root: Path, workspace: str
+):
     outside = root.parent / "outside"
     outside.mkdir(exist_ok=True)
     (root / TENANT / "escape").symlink_to(outside, target_is_directory=True)
@@ -182,9 +219,11 @@ async def test_path_safety_restore_diff_and_prune_refuse_paths_outside_the_tenan
     with pytest.raises(CheckpointError) as captured:
         await workspaces.capture(capture(0, None, workspace=workspace))
     assert captured.value.code == "path_escape"
-    calls = [workspaces.restore(restore("0" * 40, workspace=workspace)),
-             workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace=workspace, to_commit="0" * 40)),
-             workspaces.prune(Prune(tenant=TENANT, workspace=workspace, idle_seconds=0, keep_latest=1))]
+    calls = [
+        workspaces.restore(restore("0" * 40, workspace=workspace)),
+        workspaces.diff(DiffRequest(tenant=TENANT, thread=THREAD, workspace=workspace, to_commit="0" * 40)),
+        workspaces.prune(Prune(tenant=TENANT, workspace=workspace, idle_seconds=0, keep_latest=1)),
+    ]
     for call in calls:
         with pytest.raises(CheckpointError) as refused:
             await call
@@ -250,7 +289,8 @@ async def test_retention_prunes_idle_threads_but_keeps_their_latest_checkpoints(
 
 
 async def test_unchanged_ordinals_write_no_ref_and_a_restarted_service_diffs_from_the_callers_record(
-        workspaces: Workspaces, root: Path):
+    workspaces: Workspaces, root: Path
+):
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / "a.txt").write_text("0\n")
@@ -261,15 +301,18 @@ async def test_unchanged_ordinals_write_no_ref_and_a_restarted_service_diffs_fro
     restarted = Workspaces(root, root.parent / "state" / "shadow")
     try:
         (ws / "a.txt").write_text("2\n")
-        c2 = await restarted.capture(capture(2, 1, previous_commit=c1.commit, previous_tree=c1.tree,
-                                             previous_ref=c1.ref))
+        c2 = await restarted.capture(
+            capture(2, 1, previous_commit=c1.commit, previous_tree=c1.tree, previous_ref=c1.ref)
+        )
     finally:
         restarted.close()
     assert [(f.path, f.change) for f in c2.files] == [("a.txt", "modified")]
     assert ckpt(ws, "rev-parse", f"{c2.ref}^").strip() == c0.commit
 
 
-async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_rollback(workspaces: Workspaces, root: Path):
+async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_rollback(
+    workspaces: Workspaces, root: Path
+):
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / "a.txt").write_text("0\n")
@@ -279,8 +322,9 @@ async def test_L10_5_a_retired_unchanged_ordinal_is_captured_afresh_after_a_roll
     c2 = await workspaces.capture(capture(2, 1))
     assert c2.unchanged
 
-    await workspaces.restore(restore(c0.commit, retire=[RefName(scope="root", ordinal=1),
-                                                        RefName(scope="root", ordinal=2)]))
+    await workspaces.restore(
+        restore(c0.commit, retire=[RefName(scope="root", ordinal=1), RefName(scope="root", ordinal=2)])
+    )
     again = await workspaces.capture(capture(2, None, status="baseline"))
     assert again.tree == c0.tree and (ws / "a.txt").read_text() == "0\n"
 
@@ -357,8 +401,12 @@ async def test_one_inotify_instance_tells_workspaces_apart(workspaces: Workspace
         (root / TENANT / name / "f.txt").write_text("0\n")
         await workspaces.capture(Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=0))
     (root / TENANT / "w1" / "f.txt").write_text("1\n")
-    got = {name: await workspaces.capture(Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=1,
-                                                  previous_ordinal=0)) for name in names}
+    got = {
+        name: await workspaces.capture(
+            Capture(tenant=TENANT, thread=f"thr_{name}", workspace=name, ordinal=1, previous_ordinal=0)
+        )
+        for name in names
+    }
     assert {n: c.unchanged for n, c in got.items()} == {"w0": True, "w1": False, "w2": True}
 
 

@@ -10,11 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of, git, restore, user_repository
-from tests.integration.checkpoint_repos import root, workspaces  # noqa: F401  (fixtures)
+from tests.integration.checkpoint_repos import (  # noqa: F401  (fixtures)
+    TENANT,
+    THREAD,
+    capture,
+    checkpoint_dir,
+    ckpt,
+    files_of,
+    git,
+    restore,
+    root,
+    user_repository,
+    workspaces,
+)
 from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints.repo import workspace_key
 from treadle.checkpoints.protocol import CheckpointError, FileStat
+from treadle.checkpoints.repo import workspace_key
 
 
 def loose_objects(git_dir: Path) -> int:
@@ -323,7 +334,8 @@ async def test_unchanged_captures_stay_correct_after_the_user_packs_refs(workspa
 
 
 async def test_checkpoints_taken_in_the_workspaces_own_git_dir_before_issue_16_are_adopted(
-        workspaces: Workspaces, user_repo: Path):
+    workspaces: Workspaces, user_repo: Path
+):
     """Before issue 16 a repository's checkpoints were hidden refs in its own .git: a thread goes on from them."""
     tree = git(user_repo, "write-tree").strip()
     legacy = git(user_repo, "commit-tree", tree, "-m", "treadle checkpoint thr_1 root #0 (baseline)").strip()

@@ -34,21 +34,22 @@ async def test_malformed_subjects_payloads_and_endless_waits_are_dead_lettered_a
     consumer = PullConsumer(js, stream=name, durable="poison", filters=[f"{prefix}.>"], handle=handle, max_waits=3)
     await consumer.start()
     try:
-        await js.publish(f"{prefix}.short", b"{}")                 # too few tokens for a thread key
-        await js.publish(f"{prefix}.t.th1.x", b"{not json")        # deterministic decode failure
-        await js.publish(f"{prefix}.t.th2.x", b"wait")             # waits forever
-        await js.publish(f"{prefix}.t.th1.y", b"{}")               # a good one behind the bad ones
+        await js.publish(f"{prefix}.short", b"{}")  # too few tokens for a thread key
+        await js.publish(f"{prefix}.t.th1.x", b"{not json")  # deterministic decode failure
+        await js.publish(f"{prefix}.t.th2.x", b"wait")  # waits forever
+        await js.publish(f"{prefix}.t.th1.y", b"{}")  # a good one behind the bad ones
         await wait_for(lambda: f"{prefix}.t.th1.y" in handled, timeout=20, what="the good message handled")
 
         async def settled() -> bool:
             info = await js.consumer_info(name, "poison")
             return info.num_pending == 0 and info.num_ack_pending == 0
+
         await wait_for(settled, timeout=20, interval=0.1, what="every message settled")
     finally:
         await consumer.stop()
     assert deliveries[f"{prefix}.t.th1.x"] == 1  # dead-lettered at once, not retried
     assert deliveries[f"{prefix}.t.th2.x"] == 3  # handed back until max_waits, then dead-lettered
-    assert f"{prefix}.short" not in deliveries   # never reached the handler
+    assert f"{prefix}.short" not in deliveries  # never reached the handler
 
 
 async def test_consumers_sharing_mailboxes_handle_one_threads_messages_one_at_a_time(nc):
@@ -69,8 +70,12 @@ async def test_consumers_sharing_mailboxes_handle_one_threads_messages_one_at_a_
         running.remove(msg.subject)
         done.append(msg.subject)
 
-    consumers = [PullConsumer(js, stream=name, durable=f"shared{n}", filters=[f"{prefix}.{kind}.>"], handle=handle,
-                              mailboxes=mailboxes) for n, kind in enumerate(("evt", "prov"))]
+    consumers = [
+        PullConsumer(
+            js, stream=name, durable=f"shared{n}", filters=[f"{prefix}.{kind}.>"], handle=handle, mailboxes=mailboxes
+        )
+        for n, kind in enumerate(("evt", "prov"))
+    ]
     for consumer in consumers:
         await consumer.start()
     try:

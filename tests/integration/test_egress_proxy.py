@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.integration.egress_servers import MODELS, Listener, free_port, model_api, socket_dir
 from tests.support.helpers import wait_for
-
 from treadle.sandbox.egress import Egress, EgressError
 
 
@@ -41,8 +41,11 @@ def sink() -> Iterator[Listener]:
 @pytest.fixture
 async def egress(api_port: int, sink: Listener) -> AsyncIterator[Egress]:
     with socket_dir() as directory:
-        async with Egress(directory / "egress.sock", frozenset({("127.0.0.1", api_port), ("127.0.0.1", sink.port)}),
-                          request_timeout=1.0) as proxy:
+        async with Egress(
+            directory / "egress.sock",
+            frozenset({("127.0.0.1", api_port), ("127.0.0.1", sink.port)}),
+            request_timeout=1.0,
+        ) as proxy:
             yield proxy
 
 
@@ -76,8 +79,9 @@ async def test_an_allowed_target_is_tunnelled_both_ways_with_half_close(egress, 
 
 
 async def test_bytes_sent_right_behind_the_connect_request_reach_the_target(egress, api_port):
-    answer = await answer_to(egress, f"CONNECT 127.0.0.1:{api_port} HTTP/1.1\r\n\r\nGET /v1/models HTTP/1.0\r\n\r\n"
-                             .encode())
+    answer = await answer_to(
+        egress, f"CONNECT 127.0.0.1:{api_port} HTTP/1.1\r\n\r\nGET /v1/models HTTP/1.0\r\n\r\n".encode()
+    )
     assert answer.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200")
     assert answer.endswith(MODELS)
 

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from tests.integration.egress_servers import BIG, MODELS, Listener, model_api, socket_dir
-
 from treadle.sandbox.egress import FORWARD_SCRIPT, Egress, forward_command, sandbox_python
-
 
 TENANT_UID = 200_001
 ROOT_PYTHON = os.path.realpath(sys.executable)  # visible to root through --ro-bind / /
@@ -60,8 +59,22 @@ print(json.dumps(out), flush=True)
 
 
 def bwrap(socket_dir: Path, argv: list[str], *, as_uid: int | None = None) -> list[str]:
-    sandbox = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-               "--proc", "/proc", "--bind", str(socket_dir), str(socket_dir), *argv]
+    sandbox = [
+        "bwrap",
+        "--unshare-all",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--bind",
+        str(socket_dir),
+        str(socket_dir),
+        *argv,
+    ]
     if as_uid is None:
         return sandbox
     return ["setpriv", "--reuid", str(as_uid), "--regid", str(as_uid), "--clear-groups", *sandbox]
@@ -95,8 +108,9 @@ async def root_egress(api_port: int) -> AsyncIterator[Egress]:
 
 
 async def run(argv: list[str], stdin: bytes = b"") -> tuple[int, bytes, bytes]:
-    process = await asyncio.create_subprocess_exec(*argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.PIPE, env=ENV)
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV
+    )
     out, err = await asyncio.wait_for(process.communicate(stdin), 60)
     return process.returncode, out, err
 
@@ -125,12 +139,18 @@ async def test_a_tenant_sandbox_reaches_the_model_api_and_nothing_else(tenant_eg
 
 
 async def test_the_childs_stdin_and_stdout_pass_through_byte_exact(root_egress, api_port):
-    lines = [{"jsonrpc": "2.0", "id": i, "method": "turn/start", "params": {"text": "héllo ✓ " * i}} for i in range(200)]
+    lines = [
+        {"jsonrpc": "2.0", "id": i, "method": "turn/start", "params": {"text": "héllo ✓ " * i}} for i in range(200)
+    ]
     lines.append({"jsonrpc": "2.0", "id": "big", "result": "x" * 300_000})
     payload = b"".join(json.dumps(line, ensure_ascii=False).encode() + b"\n" for line in lines) + b"no newline at end"
     echo = "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)"
-    command = forward_command(root_egress.socket_path, [ROOT_PYTHON, "-c", echo],
-                              ports=[(api_port, "127.0.0.1", api_port)], python=ROOT_PYTHON)
+    command = forward_command(
+        root_egress.socket_path,
+        [ROOT_PYTHON, "-c", echo],
+        ports=[(api_port, "127.0.0.1", api_port)],
+        python=ROOT_PYTHON,
+    )
     code, out, err = await run(bwrap(root_egress.socket_path.parent, command), stdin=payload)
     assert code == 0 and err == b""
     assert out == payload
@@ -149,8 +169,12 @@ with ThreadPoolExecutor(16) as pool:
 
 
 async def test_sixteen_parallel_1mib_responses_arrive_whole(root_egress, api_port):
-    command = forward_command(root_egress.socket_path, [ROOT_PYTHON, "-c", PARALLEL_CLIENT, str(api_port)],
-                              ports=[(api_port, "127.0.0.1", api_port)], python=ROOT_PYTHON)
+    command = forward_command(
+        root_egress.socket_path,
+        [ROOT_PYTHON, "-c", PARALLEL_CLIENT, str(api_port)],
+        ports=[(api_port, "127.0.0.1", api_port)],
+        python=ROOT_PYTHON,
+    )
     code, out, err = await run(bwrap(root_egress.socket_path.parent, command))
     assert code == 0, err.decode()
     assert out.decode().split() == [hashlib.sha256(BIG).hexdigest()] * 16
@@ -175,14 +199,20 @@ signal.pause()
 
 @pytest.mark.parametrize(("disposition", "status", "said"), [("handles", 3, b"terminated\n"), ("default", 143, b"")])
 async def test_sigterm_to_the_forwarder_reaches_the_child(root_egress, disposition, status, said):
-    command = forward_command(root_egress.socket_path, [ROOT_PYTHON, "-c", CHILD_WAITING_FOR_SIGTERM, disposition],
-                              proxy_port=3128, python=ROOT_PYTHON)
-    process = await asyncio.create_subprocess_exec(*bwrap(root_egress.socket_path.parent, command),
-                                                   stdout=subprocess.PIPE, env=ENV)
+    command = forward_command(
+        root_egress.socket_path,
+        [ROOT_PYTHON, "-c", CHILD_WAITING_FOR_SIGTERM, disposition],
+        proxy_port=3128,
+        python=ROOT_PYTHON,
+    )
+    process = await asyncio.create_subprocess_exec(
+        *bwrap(root_egress.socket_path.parent, command), stdout=subprocess.PIPE, env=ENV
+    )
     assert await asyncio.wait_for(process.stdout.readline(), 30) == b"ready\n"
     # bwrap itself passes no signals on; the launcher signals the forwarder (the sandbox's pid 2) by pid.
-    forwarders = [p for p in psutil.Process(process.pid).children(recursive=True)
-                  if p.cmdline()[:4] == command[:4]]  # python -I -S forward.py (bwrap's own init has bwrap's argv)
+    forwarders = [
+        p for p in psutil.Process(process.pid).children(recursive=True) if p.cmdline()[:4] == command[:4]
+    ]  # python -I -S forward.py (bwrap's own init has bwrap's argv)
     assert len(forwarders) == 1
     forwarders[0].send_signal(signal.SIGTERM)
     rest = await asyncio.wait_for(process.stdout.read(), 30)
@@ -190,15 +220,24 @@ async def test_sigterm_to_the_forwarder_reaches_the_child(root_egress, dispositi
 
 
 def forward_directly(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ROOT_PYTHON, "-I", "-S", str(FORWARD_SCRIPT), *args], capture_output=True, timeout=30,
-                          env=ENV)
+    return subprocess.run(
+        [ROOT_PYTHON, "-I", "-S", str(FORWARD_SCRIPT), *args], capture_output=True, timeout=30, env=ENV
+    )
 
 
 def test_a_port_that_cannot_be_bound_fails_before_the_child_runs(root_egress_path):
     taken = Listener()
     try:
-        done = forward_directly("--unix", str(root_egress_path), "--port", f"{taken.port}=127.0.0.1:{taken.port}",
-                                "--", ROOT_PYTHON, "-c", "print('child ran')")
+        done = forward_directly(
+            "--unix",
+            str(root_egress_path),
+            "--port",
+            f"{taken.port}=127.0.0.1:{taken.port}",
+            "--",
+            ROOT_PYTHON,
+            "-c",
+            "print('child ran')",
+        )
     finally:
         taken.close()
     assert done.returncode == 125 and done.stdout == b""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
@@ -28,8 +28,16 @@ async def log(nc) -> EventLog:
 
 
 def envelope(thread: str, data: ev.Payload, tenant: str = "acme") -> ev.Envelope:
-    return ev.Envelope(id=f"evt_{next(_n):06d}_{thread}", type=data.TYPE, tenant=tenant, thread=thread,
-                       at=datetime.now(UTC), command_id="cmd_test", actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_{next(_n):06d}_{thread}",
+        type=data.TYPE,
+        tenant=tenant,
+        thread=thread,
+        at=datetime.now(UTC),
+        command_id="cmd_test",
+        actor="test",
+        data=data,
+    )
 
 
 def note(thread: str, text: str, tenant: str = "acme") -> ev.Envelope:
@@ -57,8 +65,9 @@ async def test_an_atomic_batch_lands_whole_or_not_at_all(log):
     with pytest.raises(Rejected):
         await log.append("acme", thread, 1, [note(thread, "ok"), too_big, note(thread, "ok2")])
     assert [e.data.text for e in await log.read("acme", thread)] == ["start"]
-    last = await log.append("acme", thread, (await log.last_seq("acme", thread)),
-                            [note(thread, "1"), note(thread, "2"), note(thread, "3")])
+    last = await log.append(
+        "acme", thread, (await log.last_seq("acme", thread)), [note(thread, "1"), note(thread, "2"), note(thread, "3")]
+    )
     events = await log.read("acme", thread)
     assert [e.data.text for e in events] == ["start", "1", "2", "3"]
     assert [e.seq for e in events][-3:] == [last - 2, last - 1, last]
@@ -78,8 +87,9 @@ _reply = msgspec.json.Decoder(Reply)
 
 
 async def _command(nc, body, thread: str | None, command_id: str) -> Accepted:
-    cmd = Command(id=command_id, tenant="acme", user="u", thread=thread,
-                  issued_at=datetime(2026, 12, 2, tzinfo=UTC), body=body)
+    cmd = Command(
+        id=command_id, tenant="acme", user="u", thread=thread, issued_at=datetime(2026, 12, 2, tzinfo=UTC), body=body
+    )
     verb = "create" if isinstance(body, CreateThread) else "send"
     reply = _reply.decode((await nc.request(subjects.command("acme", verb), msgspec.json.encode(cmd), timeout=10)).data)
     assert isinstance(reply, Accepted), reply
@@ -95,11 +105,27 @@ async def test_a_retried_command_gets_its_original_receipt_even_through_a_confli
     await log.append("acme", thread, 0, [created])
     await a._store.load("acme", thread)
     await b._store.load("acme", thread)  # b now caches the thread as it was before the send
-    reply_a = await a._decide_and_append(Command(id="cmd_send_1", tenant="acme", user="u", thread=thread,
-                                                 issued_at=datetime.now(UTC), body=SendMessage(text="hi")))
+    reply_a = await a._decide_and_append(
+        Command(
+            id="cmd_send_1",
+            tenant="acme",
+            user="u",
+            thread=thread,
+            issued_at=datetime.now(UTC),
+            body=SendMessage(text="hi"),
+        )
+    )
     # The retry reaches the other replica, whose stale cache makes its append hit err 10071 first.
-    reply_b = await b._decide_and_append(Command(id="cmd_send_1", tenant="acme", user="u", thread=thread,
-                                                 issued_at=datetime.now(UTC), body=SendMessage(text="hi")))
+    reply_b = await b._decide_and_append(
+        Command(
+            id="cmd_send_1",
+            tenant="acme",
+            user="u",
+            thread=thread,
+            issued_at=datetime.now(UTC),
+            body=SendMessage(text="hi"),
+        )
+    )
     assert isinstance(reply_a, Accepted) and isinstance(reply_b, Accepted)
     assert reply_b.duplicate and (reply_b.run_id, reply_b.message_id) == (reply_a.run_id, reply_a.message_id)
     state = fold(await log.read("acme", thread))
@@ -128,19 +154,31 @@ async def test_a_new_thread_fenced_on_its_tenants_creations_conflicts_when_anoth
     seen = await log.last_seq_of(creations)
     assert seen == 0
     first, second = f"thr_fa{next(_n)}", f"thr_fb{next(_n)}"
-    landed = await log.append(tenant, first, 0, [envelope(first, ev.ThreadCreated(thread_id=first, workspace="w",
-                                                                                    created_by="u"), tenant)],
-                              fence=(creations, seen))
+    landed = await log.append(
+        tenant,
+        first,
+        0,
+        [envelope(first, ev.ThreadCreated(thread_id=first, workspace="w", created_by="u"), tenant)],
+        fence=(creations, seen),
+    )
     with pytest.raises(Conflict):
-        await log.append(tenant, second, 0, [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w",
-                                                                                 created_by="u"), tenant)],
-                         fence=(creations, seen))
+        await log.append(
+            tenant,
+            second,
+            0,
+            [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w", created_by="u"), tenant)],
+            fence=(creations, seen),
+        )
     assert await log.last_seq_of(creations) == landed
     await log.append(tenant, first, landed, [note(first, "not a creation", tenant)])  # other events do not move it
     assert await log.last_seq_of(creations) == landed
-    await log.append(tenant, second, 0, [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w",
-                                                                            created_by="u"), tenant)],
-                     fence=(creations, landed))
+    await log.append(
+        tenant,
+        second,
+        0,
+        [envelope(second, ev.ThreadCreated(thread_id=second, workspace="w", created_by="u"), tenant)],
+        fence=(creations, landed),
+    )
     assert await log.last_seq_of(creations) > landed
     assert [e.type for e in await log.read(tenant, second)] == ["thread.created"]  # stored where its thread is read
     assert [e.type for e in await log.read(tenant, first)] == ["thread.created", "message.created"]

@@ -4,7 +4,7 @@ run as in production and only move when the test advances time."""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import nats
 import pytest
@@ -13,10 +13,10 @@ from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
+from treadle.ops.servers import NatsServer
 from treadle.runtime import partitions
 from treadle.runtime.clock import ManualClock
 from treadle.runtime.leases import PartitionLeases, lease_bucket
-from treadle.ops.servers import NatsServer
 
 TTL = 6.0
 P = 8
@@ -40,8 +40,9 @@ class Replica:
             self.working.discard(p)
             journal.append((clock.now(), name, "lost", p))
 
-        self.leases = PartitionLeases(kv, kind=kind, replica=name, partitions=P, ttl=TTL, gained=gained,
-                                      lost=lost, clock=clock)
+        self.leases = PartitionLeases(
+            kv, kind=kind, replica=name, partitions=P, ttl=TTL, gained=gained, lost=lost, clock=clock
+        )
 
 
 @pytest.fixture
@@ -82,6 +83,7 @@ async def test_two_replicas_split_the_partitions_and_a_stopped_one_hands_them_ba
     async def split() -> bool:
         await round_()
         return len(a.working) == len(b.working) == P // 2
+
     await wait_for(split, timeout=30, what="an even split")
     assert a.working | b.working == set(range(P)) and not a.working & b.working
     # a partition changes hands only after its old holder stopped working on it
@@ -97,6 +99,7 @@ async def test_two_replicas_split_the_partitions_and_a_stopped_one_hands_them_ba
     async def all_back() -> bool:
         await round_()
         return a.working == set(range(P))
+
     await wait_for(all_back, timeout=10, what="c1 took the released partitions")
     # no TTL to wait out: released records are free at once
     took = max(t for t, who, what, _ in journal if who == "c1" and what == "gained")
@@ -112,6 +115,7 @@ async def test_a_replica_cut_off_from_the_broker_lets_go_before_its_partitions_a
     async def split() -> bool:
         await round_()
         return len(a.working) == len(b.working) == P // 2
+
     await wait_for(split, timeout=30, what="an even split")
     theirs = set(b.working)
     cut_at = clock.now()
@@ -121,6 +125,7 @@ async def test_a_replica_cut_off_from_the_broker_lets_go_before_its_partitions_a
         clock.advance(TTL / 3)  # b's loop (parked or not) and a's loop wake
         await wait_for(lambda: clock.sleepers >= 2, what="lease loops parked")
         return a.working == set(range(P))
+
     await wait_for(taken_over, timeout=30, what="c1 took over c2's partitions")
     assert b.working == set()
     for p in theirs:
@@ -151,9 +156,23 @@ async def test_the_broker_maps_events_to_the_partition_of_their_thread(nc):
     threads = [f"thr_part{next(_kinds)}x{i}" for i in range(24)]
     for thread in threads:
         created = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
-        await log.append("parts", thread, 0, [ev.Envelope(
-            id=f"evt_{thread}", type=created.TYPE, tenant="parts", thread=thread, at=datetime.now(UTC),
-            command_id="cmd_test", actor="test", data=created)])
+        await log.append(
+            "parts",
+            thread,
+            0,
+            [
+                ev.Envelope(
+                    id=f"evt_{thread}",
+                    type=created.TYPE,
+                    tenant="parts",
+                    thread=thread,
+                    at=datetime.now(UTC),
+                    command_id="cmd_test",
+                    actor="test",
+                    data=created,
+                )
+            ],
+        )
         msg = await js.get_last_msg(subjects.EVENTS_STREAM, subjects.thread_events("parts", thread), direct=True)
         assert msg.subject == f"treadle.evt.parts.{thread}.thread.created.{partitions.partition_of(thread, count)}"
         assert subjects.parse_event_subject(msg.subject) == ("parts", thread, "thread.created")
@@ -188,5 +207,6 @@ async def test_a_restarted_replica_adopts_its_own_partitions_at_once_and_a_twin_
     async def reported() -> bool:
         await round_()
         return any("another process heartbeats as c1" in r.getMessage() for r in caplog.records)
+
     await wait_for(reported, timeout=20, what="the shared replica name reported")
     assert twin.working | again.working <= set(range(P))

@@ -71,8 +71,10 @@ async def test_a_request_the_server_ended_is_replaced(nc):
     """The consumer deleted under a waiting request (409): once it is back, deliveries resume."""
     js = nc.jetstream()
     async with pulling(js) as (pull, name, prefix):
+
         async def waiting() -> bool:  # the server takes requests in asynchronously; one not in yet is lost
             return (await js.consumer_info(name, "reader")).num_waiting == 1
+
         await wait_for(waiting, timeout=10, interval=0.02, what="the request waiting")
         await js.delete_consumer(name, "reader")
         await js.add_consumer(name, ConsumerConfig(durable_name="reader", ack_policy=AckPolicy.EXPLICIT))
@@ -88,6 +90,7 @@ async def test_close_hands_back_what_was_delivered_but_not_taken(nc):
 
         async def delivered() -> bool:
             return (await js.consumer_info(name, "reader")).num_ack_pending == 3
+
         await wait_for(delivered, timeout=10, interval=0.05, what="three deliveries")
         left = await pull.close()
         assert [m.data for m in left] == [b"0", b"1", b"2"]

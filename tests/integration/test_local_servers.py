@@ -173,8 +173,8 @@ async def test_L9_3_a_graceful_stop_reaches_the_worker_alone_and_it_stops_its_ow
     worker = (
         "import signal, subprocess, sys\n"
         "runtime = subprocess.Popen([sys.executable, '-c', 'import signal, sys\\n"
-        "signal.signal(signal.SIGTERM, lambda *a: (print(\"runtime got SIGTERM\", flush=True), sys.exit(0)))\\n"
-        "print(\"runtime ready\", flush=True)\\n"
+        'signal.signal(signal.SIGTERM, lambda *a: (print("runtime got SIGTERM", flush=True), sys.exit(0)))\\n'
+        'print("runtime ready", flush=True)\\n'
         "signal.pause()'])\n"
         "def stop(*_):\n"
         "    print('worker stopping its runtime', flush=True)\n"

@@ -4,7 +4,7 @@ nodes, the nodes share one auth.conf and reload it together, and a tenant's cred
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import nats
 import pytest
@@ -17,8 +17,8 @@ from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.ops import tenant_consumers
-from treadle.runtime import partitions
 from treadle.ops.servers import NatsCluster
+from treadle.runtime import partitions
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
 
@@ -29,8 +29,9 @@ async def _service(cluster: NatsCluster):
 
 async def _refused(address: str, creds: TenantCredential) -> bool:
     try:
-        nc = await nats.connect(address, user=creds.user, password=creds.password, allow_reconnect=False,
-                                connect_timeout=2)
+        nc = await nats.connect(
+            address, user=creds.user, password=creds.password, allow_reconnect=False, connect_timeout=2
+        )
     except nats.errors.Error as exc:
         return "Authorization Violation" in str(exc)
     await nc.close()
@@ -47,11 +48,13 @@ async def _reads_on(node_address: str, creds: TenantCredential, service) -> byte
         js = nc.jetstream(prefix=only_here.api_prefix)
         sub = await js.pull_subscribe_bind(only_here.consumer, stream=only_here.stream)
         ack = await service.jetstream().publish(f"treadle.evt.{creds.tenant}.th1.thread.created", node_address.encode())
+
         async def pulled():
             try:
                 return [m for m in await sub.fetch(10, timeout=1) if m.metadata.sequence.stream == ack.seq]
             except nats.errors.TimeoutError:
                 return None
+
         (msg,) = await wait_for(pulled, timeout=20, what=f"the event through {node_address}")
         await msg.ack()
         return msg.data
@@ -67,10 +70,12 @@ async def test_a_cluster_comes_up_and_every_stream_and_bucket_is_R3(tmp_path):
             await streams.ensure(js, 3)  # is raised to three replicas in place
             names = set(cluster.names)
             for stream in REPLICATED:
+
                 async def placed(stream=stream):
                     info = await js.stream_info(stream)
                     peers = [r for r in info.cluster.replicas or [] if r.current]
                     return info if len(peers) == 2 and info.cluster.leader else None
+
                 info = await wait_for(placed, timeout=30, what=f"{stream} on three current nodes")
                 assert info.config.num_replicas == 3
                 assert {info.cluster.leader, *(r.name for r in info.cluster.replicas)} == names
@@ -91,15 +96,27 @@ async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conf
                 seq = await EventLog(nc).append("acme", thread, 0, [_created(thread)])
                 stored = await nc.jetstream().get_msg("TREADLE_EVENTS", seq)
                 count = await partitions.discover(nc)
-                assert stored.subject == f"treadle.evt.acme.{thread}.thread.created.{partitions.partition_of(thread, count)}"
+                assert (
+                    stored.subject
+                    == f"treadle.evt.acme.{thread}.thread.created.{partitions.partition_of(thread, count)}"
+                )
                 for stale in ([_created(thread, "again")], [_created(thread, "a"), _created(thread, "b")]):
                     with pytest.raises(Conflict):  # one event, and an atomic batch
                         await EventLog(nc).append("acme", thread, 0, stale)
                 for race in range(20):
                     tip = await EventLog(nc).last_seq("acme", thread)
-                    results = await asyncio.gather(*(EventLog(nc).append(
-                        "acme", thread, tip, [_created(thread, f"r{race}w{w}a"), _created(thread, f"r{race}w{w}b")])
-                        for w in range(2)), return_exceptions=True)
+                    results = await asyncio.gather(
+                        *(
+                            EventLog(nc).append(
+                                "acme",
+                                thread,
+                                tip,
+                                [_created(thread, f"r{race}w{w}a"), _created(thread, f"r{race}w{w}b")],
+                            )
+                            for w in range(2)
+                        ),
+                        return_exceptions=True,
+                    )
                     assert sum(isinstance(r, int) for r in results) == 1, results
                     assert all(isinstance(r, (int, Conflict)) for r in results), results
             finally:
@@ -108,8 +125,16 @@ async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conf
 
 def _created(thread: str, suffix: str = "") -> ev.Envelope:
     data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
-    return ev.Envelope(id=f"evt_{thread}{suffix}", type=data.TYPE, tenant="acme", thread=thread,
-                       at=datetime.now(UTC), command_id=f"cmd_{thread}{suffix}", actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_{thread}{suffix}",
+        type=data.TYPE,
+        tenant="acme",
+        thread=thread,
+        at=datetime.now(UTC),
+        command_id=f"cmd_{thread}{suffix}",
+        actor="test",
+        data=data,
+    )
 
 
 async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_auth(tmp_path):

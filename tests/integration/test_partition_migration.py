@@ -6,7 +6,7 @@ consumer is gone."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import nats
 import pytest
@@ -19,11 +19,11 @@ from treadle.domain import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
 from treadle.ops import tenant_consumers
+from treadle.ops.servers import NatsServer
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
-from treadle.ops.servers import NatsServer
 
 TYPE = "probe.noted"  # a type of its own: no worker consumes it
 THREADS = [f"thr_mig{i}" for i in range(6)]
@@ -43,9 +43,15 @@ async def test_events_stored_before_partitions_are_handled_first_and_once_after_
     nc = await nats.connect(server.url)
     js = nc.jetstream()
     await streams.ensure(js)
-    await js.add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
-        durable_name="probe", deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.EXPLICIT,
-        filter_subject=unpartitioned_event_types(TYPE)[0]))
+    await js.add_consumer(
+        subjects.EVENTS_STREAM,
+        ConsumerConfig(
+            durable_name="probe",
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            filter_subject=unpartitioned_event_types(TYPE)[0],
+        ),
+    )
     for round_ in range(3):
         await _publish(js, round_)
     old = await js.pull_subscribe_bind("probe", stream=subjects.EVENTS_STREAM)
@@ -72,10 +78,17 @@ async def test_events_stored_before_partitions_are_handled_first_and_once_after_
 
         def consumer(durable: str, filters: list[str]) -> PullConsumer:
             return PullConsumer(js, stream=subjects.EVENTS_STREAM, durable=durable, filters=filters, handle=handle)
-        return PartitionedWork(nc, kind="probe", replica=name, ttl=3.0,
-                               make=lambda p: consumer(f"probe-p{p}", partitions.event_types_filters([TYPE], p)),
-                               legacy=Legacy(((subjects.EVENTS_STREAM, "probe"),),
-                                             lambda: consumer("probe", unpartitioned_event_types(TYPE))))
+
+        return PartitionedWork(
+            nc,
+            kind="probe",
+            replica=name,
+            ttl=3.0,
+            make=lambda p: consumer(f"probe-p{p}", partitions.event_types_filters([TYPE], p)),
+            legacy=Legacy(
+                ((subjects.EVENTS_STREAM, "probe"),), lambda: consumer("probe", unpartitioned_event_types(TYPE))
+            ),
+        )
 
     workers = [replica(conns[1], "r1"), replica(conns[2], "r2")]
     try:
@@ -98,14 +111,30 @@ async def test_events_stored_before_partitions_are_handled_first_and_once_after_
 
 
 async def test_a_tenant_consumer_of_one_type_made_before_partitions_reads_both_forms_after_its_reset(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """`treadle consumers reset --all` after the upgrade: a consumer filtered on one event type keeps its
     position and its type, and gets the events stored before partitions and after."""
+
     async def created(log, thread: str) -> None:
         data = ev.ThreadCreated(thread_id=thread, workspace=f"w/{thread}", created_by="u")
-        await log.append("acme", thread, 0, [ev.Envelope(
-            id=f"evt_{thread}", type=data.TYPE, tenant="acme", thread=thread, at=datetime.now(UTC),
-            command_id=f"cmd_{thread}", actor="test", data=data)])
+        await log.append(
+            "acme",
+            thread,
+            0,
+            [
+                ev.Envelope(
+                    id=f"evt_{thread}",
+                    type=data.TYPE,
+                    tenant="acme",
+                    thread=thread,
+                    at=datetime.now(UTC),
+                    command_id=f"cmd_{thread}",
+                    actor="test",
+                    data=data,
+                )
+            ],
+        )
 
     with monkeypatch.context() as before:
         before.setattr(partitions, "nats_mappings", lambda count=None: {})
@@ -115,9 +144,15 @@ async def test_a_tenant_consumer_of_one_type_made_before_partitions_reads_both_f
         await streams.ensure(nc.jetstream())
         creds = server.auth.issue("acme", server.address)
         # the consumer as `treadle consumers create --type thread.created` made it then
-        await nc.jetstream().add_consumer(subjects.EVENTS_STREAM, ConsumerConfig(
-            name=creds.consumer, durable_name=creds.consumer, ack_policy=AckPolicy.EXPLICIT,
-            filter_subject="treadle.evt.acme.*.thread.created"))
+        await nc.jetstream().add_consumer(
+            subjects.EVENTS_STREAM,
+            ConsumerConfig(
+                name=creds.consumer,
+                durable_name=creds.consumer,
+                ack_policy=AckPolicy.EXPLICIT,
+                filter_subject="treadle.evt.acme.*.thread.created",
+            ),
+        )
         await server.reload()
         for thread in ("thr_old1", "thr_old2"):
             await created(EventLog(nc), thread)

@@ -85,13 +85,21 @@ async def ckpt(request, nats_url, tmp_path) -> AsyncIterator[RealStore | TwinSto
 
 
 def capture(ordinal: int, previous: int | None, scope: str = "root") -> Capture:
-    return Capture(tenant=TENANT, thread=THREAD, workspace=WS, scope=scope, ordinal=ordinal,
-                   previous_ordinal=previous, status="baseline" if previous is None else "completed")
+    return Capture(
+        tenant=TENANT,
+        thread=THREAD,
+        workspace=WS,
+        scope=scope,
+        ordinal=ordinal,
+        previous_ordinal=previous,
+        status="baseline" if previous is None else "completed",
+    )
 
 
 def restore(commit: str, restore_id: str, retire: list[RefName] | None = None) -> Restore:
-    return Restore(tenant=TENANT, thread=THREAD, workspace=WS, restore_id=restore_id, commit=commit,
-                   retire=retire or [])
+    return Restore(
+        tenant=TENANT, thread=THREAD, workspace=WS, restore_id=restore_id, commit=commit, retire=retire or []
+    )
 
 
 def changes(captured) -> dict[str, tuple[str, int, int]]:
@@ -116,8 +124,10 @@ async def test_a_workspace_is_prepared_once_and_refusals_carry_their_codes(ckpt)
     await prepared(ckpt)
     escape = Capture(tenant=TENANT, thread=THREAD, workspace="../elsewhere", ordinal=0)
     assert await failure(ckpt.store.capture(escape)) == "path_escape"
-    assert await failure(ckpt.store.capture(Capture(tenant="no such", thread=THREAD, workspace=WS, ordinal=0))) \
+    assert (
+        await failure(ckpt.store.capture(Capture(tenant="no such", thread=THREAD, workspace=WS, ordinal=0)))
         == "bad_request"
+    )
     assert await failure(ckpt.store.capture(capture(1, 1))) == "bad_request"  # its own previous checkpoint
 
 
@@ -149,7 +159,10 @@ async def test_a_diff_between_checkpoints(ckpt):
     run1 = await ckpt.store.capture(capture(1, 0))
 
     def request(from_commit, to_commit, **kw) -> DiffRequest:
-        return DiffRequest(tenant=TENANT, thread=THREAD, workspace=WS, from_commit=from_commit, to_commit=to_commit, **kw)
+        return DiffRequest(
+            tenant=TENANT, thread=THREAD, workspace=WS, from_commit=from_commit, to_commit=to_commit, **kw
+        )
+
     got = await ckpt.store.diff(request(base.commit, run1.commit))
     assert changes(got) == changes(run1) and not got.truncated and got.files_total == 2
     assert "-two\n" in got.patch and "+TWO\n" in got.patch and got.patch_bytes == len(got.patch.encode())
@@ -171,8 +184,9 @@ async def test_a_restore_keeps_its_undo_point_and_retires_later_checkpoints(ckpt
     ckpt.write(WS, {"a.txt": "after run 2\n"})
     after = ckpt.read(WS)
 
-    done = await ckpt.store.restore(restore(base.commit, "rbk_1", [RefName(scope="root", ordinal=1),
-                                                                   RefName(scope="root", ordinal=2)]))
+    done = await ckpt.store.restore(
+        restore(base.commit, "rbk_1", [RefName(scope="root", ordinal=1), RefName(scope="root", ordinal=2)])
+    )
     assert ckpt.read(WS) == before
     assert (done.commit, done.tree) == (base.commit, base.tree)
     assert done.undo_ref == f"refs/treadle/checkpoints/{THREAD}/undo/rbk_1"
@@ -189,8 +203,15 @@ async def test_a_restore_keeps_its_undo_point_and_retires_later_checkpoints(ckpt
 
 async def test_a_fork_workspace_is_made_from_a_checkpoint_once(ckpt):
     def fork(commit: str, source: str = WS) -> Materialize:
-        return Materialize(tenant=TENANT, source_thread=THREAD, source_workspace=source, commit=commit,
-                           thread="thr_fork", workspace="threads/thr_fork")
+        return Materialize(
+            tenant=TENANT,
+            source_thread=THREAD,
+            source_workspace=source,
+            commit=commit,
+            thread="thr_fork",
+            workspace="threads/thr_fork",
+        )
+
     assert await failure(ckpt.store.materialize(fork("a" * 40))) == "workspace_missing"  # never prepared
     await prepared(ckpt)
     assert await failure(ckpt.store.materialize(fork("a" * 40))) == "git_error"  # not a commit of the source

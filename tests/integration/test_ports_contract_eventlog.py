@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import nats
 import pytest
@@ -39,8 +39,16 @@ def tenant() -> str:
 
 
 def envelope(tenant: str, thread: str, data: ev.Payload, id_: str | None = None) -> ev.Envelope:
-    return ev.Envelope(id=id_ or f"evt_{next(_n):06d}_{uuid.uuid4().hex[:8]}", type=data.TYPE, tenant=tenant,
-                       thread=thread, at=datetime.now(UTC), command_id="cmd_c", actor="test", data=data)
+    return ev.Envelope(
+        id=id_ or f"evt_{next(_n):06d}_{uuid.uuid4().hex[:8]}",
+        type=data.TYPE,
+        tenant=tenant,
+        thread=thread,
+        at=datetime.now(UTC),
+        command_id="cmd_c",
+        actor="test",
+        data=data,
+    )
 
 
 def note(tenant: str, thread: str, text: str, id_: str | None = None) -> ev.Envelope:

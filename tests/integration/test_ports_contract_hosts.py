@@ -17,12 +17,12 @@ from treadle.domain import provider_events as pe
 from treadle.domain.capabilities import PROFILES
 from treadle.eventlog import streams
 from treadle.memory import MemoryHosts
+from treadle.ops.servers import NatsServer
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostGone, HostUnavailable
 from treadle.providers.scripted import DEFAULT_CAPABILITIES
-from treadle.ops.servers import NatsServer
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
@@ -44,6 +44,7 @@ class RealHosts:
         async def seen(msg) -> None:
             event = pe.provider_event_decoder.decode(msg.data)
             self.reported[event.attempt_id or ""] = self.reported.get(event.attempt_id or "", 0) + 1
+
         await self.nc.subscribe("treadle.prov.>", cb=seen)
 
     async def playing(self, attempt_id: str) -> None:
@@ -51,8 +52,9 @@ class RealHosts:
         await wait_for(lambda: self.reported.get(attempt_id, 0) >= 2, what=f"{attempt_id} playing")
 
     async def start(self, host_id: str, capacity: int = 4) -> None:
-        host = ProviderHost(self.nc, self.shared, ProviderHostSettings(host_id=host_id, capacity=capacity,
-                                                                       shed_grace_seconds=0))
+        host = ProviderHost(
+            self.nc, self.shared, ProviderHostSettings(host_id=host_id, capacity=capacity, shed_grace_seconds=0)
+        )
         await host.start()
         self.running[host_id] = host
 
@@ -104,13 +106,28 @@ async def hosts(request, broker, tmp_path) -> AsyncIterator[RealHosts | TwinHost
 
 
 def placement(session_id: str, pth: str = "pth_1", **kw) -> hp.PlaceSession:
-    return hp.PlaceSession(tenant=TENANT, thread="thr_1", provider="scripted", session_id=session_id,
-                           provider_thread_id=pth, workspace="w", **kw)
+    return hp.PlaceSession(
+        tenant=TENANT,
+        thread="thr_1",
+        provider="scripted",
+        session_id=session_id,
+        provider_thread_id=pth,
+        workspace="w",
+        **kw,
+    )
 
 
 def turn(session_id: str, attempt_id: str) -> hp.StartTurn:
-    return hp.StartTurn(session_id=session_id, tenant=TENANT, thread="thr_1", run_id="run_1", attempt_id=attempt_id,
-                        root_node_id="node_1", text="go", script=HELD)
+    return hp.StartTurn(
+        session_id=session_id,
+        tenant=TENANT,
+        thread="thr_1",
+        run_id="run_1",
+        attempt_id=attempt_id,
+        root_node_id="node_1",
+        text="go",
+        script=HELD,
+    )
 
 
 def code(reply) -> str:
@@ -132,11 +149,18 @@ async def test_a_session_is_placed_once_and_its_provider_thread_resumed_by_ref(h
     await hosts.start("host-a")
     placed = await hosts.directory.place(placement("ps_1"))
     assert isinstance(placed, hp.SessionPlaced), placed
-    assert (placed.host_id, placed.session_id, placed.native_ref, placed.resumed) == ("host-a", "ps_1", "scripted-pth_1",
-                                                                                      False)
+    assert (placed.host_id, placed.session_id, placed.native_ref, placed.resumed) == (
+        "host-a",
+        "ps_1",
+        "scripted-pth_1",
+        False,
+    )
     assert placed.capabilities == DEFAULT_CAPABILITIES
     again = await hosts.directory.place(placement("ps_1"))  # a retried placement finds the live session
-    assert isinstance(again, hp.SessionPlaced) and (again.boot_id, again.native_ref) == (placed.boot_id, placed.native_ref)
+    assert isinstance(again, hp.SessionPlaced) and (again.boot_id, again.native_ref) == (
+        placed.boot_id,
+        placed.native_ref,
+    )
     resumed = await hosts.directory.place(placement("ps_2", native_ref=placed.native_ref))
     assert isinstance(resumed, hp.SessionPlaced) and (resumed.native_ref, resumed.resumed) == (placed.native_ref, True)
     assert code(await hosts.directory.place(placement("ps_3", native_ref="codex-elsewhere"))) == "resume_failed"
@@ -156,21 +180,33 @@ async def test_a_sessions_verbs_answer_as_the_turn_stands(hosts):
 
     def steer(attempt: str, message: str) -> hp.SteerTurn:
         return hp.SteerTurn(session_id="ps_1", attempt_id=attempt, message_id=message, text="more")
+
     assert code(await d.verb(host, "turn.steer", steer("att_2", "msg_2"))) == "not_active"
-    assert code(await d.verb(host, "turn.interrupt", hp.StopTurn(session_id="ps_1", attempt_id="att_2"))) == "not_active"
-    assert code(await d.rollback(host, hp.RollbackTurns(session_id="ps_1", rollback_id="rb_1", turns=1))) == "not_active"
+    assert (
+        code(await d.verb(host, "turn.interrupt", hp.StopTurn(session_id="ps_1", attempt_id="att_2"))) == "not_active"
+    )
+    assert (
+        code(await d.rollback(host, hp.RollbackTurns(session_id="ps_1", rollback_id="rb_1", turns=1))) == "not_active"
+    )
     answer = hp.Respond(session_id="ps_1", request_id="req_none", response=Response(decision="accept"))
     assert code(await d.verb(host, "request.respond", answer)) == "unsupported"  # no such request is waiting
-    assert code(await d.verb(host, "turn.nonsense", hp.StopTurn(session_id="ps_1", attempt_id="att_1"))) == "bad_request"
-    for verb, request in (("turn.start", turn("ps_9", "att_9")), ("turn.steer", steer("att_1", "msg_3")),
-                          ("session.stop", hp.StopTurn(session_id="ps_9", attempt_id=""))):
+    assert (
+        code(await d.verb(host, "turn.nonsense", hp.StopTurn(session_id="ps_1", attempt_id="att_1"))) == "bad_request"
+    )
+    for verb, request in (
+        ("turn.start", turn("ps_9", "att_9")),
+        ("turn.steer", steer("att_1", "msg_3")),
+        ("session.stop", hp.StopTurn(session_id="ps_9", attempt_id="")),
+    ):
         assert code(await d.verb(host, verb, msgspec.structs.replace(request, session_id="ps_9"))) == "unknown_session"
     # Each of these ends its turn (the scripted provider answers a steer and stops): one per turn. A steer racing
     # the start of its turn's play may be refused (the supervisor then queues it as the next run): not raced here.
     await hosts.playing("att_1")
     assert code(await d.verb(host, "turn.steer", steer("att_1", "msg_1"))) == "TurnAccepted"
     assert code(await d.start_turn(host, turn("ps_1", "att_2"))) == "TurnAccepted"
-    assert code(await d.verb(host, "turn.interrupt", hp.StopTurn(session_id="ps_1", attempt_id="att_2"))) == "TurnAccepted"
+    assert (
+        code(await d.verb(host, "turn.interrupt", hp.StopTurn(session_id="ps_1", attempt_id="att_2"))) == "TurnAccepted"
+    )
     assert code(await d.verb(host, "session.stop", hp.StopTurn(session_id="ps_1", attempt_id=""))) == "TurnAccepted"
     assert code(await d.start_turn(host, turn("ps_1", "att_3"))) == "unknown_session"
 

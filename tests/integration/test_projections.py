@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,21 +26,60 @@ T0 = datetime(2026, 12, 2, tzinfo=UTC)
 
 
 def envelope(thread: str, data: ev.Payload, i: int) -> ev.Envelope:
-    return ev.Envelope(id=f"evt_p{next(_n)}", type=data.TYPE, tenant="proj", thread=thread,
-                       at=T0 + timedelta(seconds=i), command_id="cmd_p", actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_p{next(_n)}",
+        type=data.TYPE,
+        tenant="proj",
+        thread=thread,
+        at=T0 + timedelta(seconds=i),
+        command_id="cmd_p",
+        actor="test",
+        data=data,
+    )
 
 
 async def write_thread(log: EventLog, thread: str) -> int:
-    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
-                                                                                created_by="u"), 0)])
-    seq = await log.append("proj", thread, seq, [
-        envelope(thread, ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="hi", root_node_id="node_1",
-                                      attempt_id="att_1", mode="auto", disposition="queued", provider="scripted"), 2),
-        envelope(thread, ev.RunDispatched(run_id="run_1"), 3),
-    ])
+    seq = await log.append(
+        "proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"), 0)]
+    )
+    seq = await log.append(
+        "proj",
+        thread,
+        seq,
+        [
+            envelope(
+                thread,
+                ev.RunQueued(
+                    run_id="run_1",
+                    ordinal=1,
+                    message_id="msg_1",
+                    text="hi",
+                    root_node_id="node_1",
+                    attempt_id="att_1",
+                    mode="auto",
+                    disposition="queued",
+                    provider="scripted",
+                ),
+                2,
+            ),
+            envelope(thread, ev.RunDispatched(run_id="run_1"), 3),
+        ],
+    )
     for i in range(5):
-        seq = await log.append("proj", thread, seq, [envelope(thread, ev.MessageDelta(
-            message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text=f"part{i} "), 4 + i)])
+        seq = await log.append(
+            "proj",
+            thread,
+            seq,
+            [
+                envelope(
+                    thread,
+                    ev.MessageDelta(
+                        message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text=f"part{i} "
+                    ),
+                    4 + i,
+                )
+            ],
+        )
     return seq
 
 
@@ -62,6 +101,7 @@ async def test_projection_equals_a_replay_of_the_log_and_ignores_redelivery(nc, 
     async def caught_up():
         state = await store.view("proj", thread)
         return state is not None and state.seq == last
+
     await wait_for(caught_up, what="projector caught up")
     assert await store.doc("proj", thread) == replay
     assert await store.thread_of("proj", "run_1") == thread
@@ -83,12 +123,25 @@ async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, proj
     await redis.delete(f"treadle:{{proj}}:thread:{thread}")
     await redis.hdel("treadle:{proj}:runs", "run_1", "node_1")  # a restarted Redis lost the index with it
     projector._states.clear()  # as after a restart: nothing cached in memory either
-    seq = await log.append("proj", thread, last, [envelope(thread, ev.MessageCompleted(
-        message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
+    seq = await log.append(
+        "proj",
+        thread,
+        last,
+        [
+            envelope(
+                thread,
+                ev.MessageCompleted(
+                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
+                ),
+                20,
+            )
+        ],
+    )
 
     async def refolded():
         state = await store.view("proj", thread)
         return state if state is not None and state.seq == seq else None
+
     state = await wait_for(refolded, what="thread refolded after losing its document")
     assert state.thread is not None and len(state.runs) == 1 and state.messages[-1].text == "done"
     assert await store.thread_of("proj", "run_1") == thread and await store.thread_of("proj", "node_1") == thread
@@ -101,12 +154,25 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
     last = await write_thread(log, thread)
     await wait_for(lambda: store.doc("proj", thread), what="first projection")
     await redis.delete(f"treadle:{{proj}}:thread:{thread}")  # the projector still caches the thread
-    seq = await log.append("proj", thread, last, [envelope(thread, ev.MessageCompleted(
-        message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"), 20)])
+    seq = await log.append(
+        "proj",
+        thread,
+        last,
+        [
+            envelope(
+                thread,
+                ev.MessageCompleted(
+                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
+                ),
+                20,
+            )
+        ],
+    )
 
     async def whole():
         state = await store.view("proj", thread)
         return state if state is not None and state.seq == seq else None
+
     await wait_for(whole, what="the whole document written again")
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
 
@@ -120,14 +186,20 @@ async def test_L9_1_the_projector_never_folds_past_an_event_its_read_did_not_ret
     log, store = EventLog(nc), ProjectionStore(redis)
     projector = Projector(nc, redis, ProjectorSettings())  # not consuming: the test hands it its batch
     thread = f"thr_proj{next(_n)}"
-    seq = await log.append("proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w",
-                                                                                created_by="u"), 0)])
+    seq = await log.append(
+        "proj", thread, 0, [envelope(thread, ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"), 0)]
+    )
     await store.write([(fold(await log.read("proj", thread)), [], None)])
     before = await store.doc("proj", thread)
-    unseen = await log.append("proj", thread, seq, [envelope(thread, ev.MessageCreated(message_id="msg_1", role="user",
-                                                                                      text="unseen"), 1)])
-    await log.append("proj", thread, unseen, [envelope(thread, ev.MessageCreated(message_id="msg_2", role="user",
-                                                                                 text="delivered"), 2)])
+    unseen = await log.append(
+        "proj", thread, seq, [envelope(thread, ev.MessageCreated(message_id="msg_1", role="user", text="unseen"), 1)]
+    )
+    await log.append(
+        "proj",
+        thread,
+        unseen,
+        [envelope(thread, ev.MessageCreated(message_id="msg_2", role="user", text="delivered"), 2)],
+    )
     delivered = await nc.jetstream().pull_subscribe(f"treadle.evt.proj.{thread}.>", stream="TREADLE_EVENTS")
     msgs = [m for m in await delivered.fetch(3, timeout=5) if m.metadata.sequence.stream > unseen]
     await nc.jetstream().delete_msg("TREADLE_EVENTS", unseen)  # the read will not return it
@@ -175,9 +247,21 @@ async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
 
 
 def _created(thread: str) -> ThreadState:
-    return fold([ev.Envelope(id=f"evt_w{next(_n)}", type="thread.created", tenant="proj", thread=thread, at=T0,
-                             command_id="cmd_w", actor="test", seq=next(_n) + 1,
-                             data=ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"))])
+    return fold(
+        [
+            ev.Envelope(
+                id=f"evt_w{next(_n)}",
+                type="thread.created",
+                tenant="proj",
+                thread=thread,
+                at=T0,
+                command_id="cmd_w",
+                actor="test",
+                seq=next(_n) + 1,
+                data=ev.ThreadCreated(thread_id=thread, workspace="w", created_by="u"),
+            )
+        ]
+    )
 
 
 async def test_writes_made_while_redis_forgot_the_script_load_it_again(redis):

@@ -9,17 +9,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 
-from tests.support.helpers import wait_for
 from tests.integration.supervised import World, thread_with_history
+from tests.support.helpers import wait_for
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv
-from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.commands import reaction_ctx
+from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.thread import ThreadState, fold
 from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
@@ -33,46 +33,74 @@ TENANT, THREAD = "acme", "thr_recover"
 
 
 def envelope(i: int, data: ev.Payload) -> ev.Envelope:
-    return ev.Envelope(id=f"evt_r{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_r",
-                       actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_r{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_r", actor="test", data=data
+    )
 
 
 def handed_to(session: str, host: str) -> list[ev.Payload]:
     """A dispatched run with its baseline, given a session on ``host`` (the provider thread pth_1)."""
     return [
         ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
-        ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="go", root_node_id="node_1",
-                     attempt_id="att_1", mode="auto", disposition="started", dispatched=True, provider="scripted"),
+        ev.RunQueued(
+            run_id="run_1",
+            ordinal=1,
+            message_id="msg_1",
+            text="go",
+            root_node_id="node_1",
+            attempt_id="att_1",
+            mode="auto",
+            disposition="started",
+            dispatched=True,
+            provider="scripted",
+        ),
         ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
-        ev.ProviderAttached(session_id=session, provider="scripted", host_id=host, boot_id="gone",
-                            provider_thread_id="pth_1", native_ref="scripted-pth_1",
-                            capabilities=ProviderCapabilities()),
+        ev.ProviderAttached(
+            session_id=session,
+            provider="scripted",
+            host_id=host,
+            boot_id="gone",
+            provider_thread_id="pth_1",
+            native_ref="scripted-pth_1",
+            capabilities=ProviderCapabilities(),
+        ),
     ]
 
 
 async def test_L9_3_recovery_attempt_waits_for_a_host_and_then_completes_the_run(tmp_path):
     # A run mid-turn on session ps_old, whose host is gone.
     history = handed_to("ps_old", "host-r") + [
-        ev.RunStarted(run_id="run_1", attempt_id="att_1", session_id="ps_old", turn_id="turn_1")]
+        ev.RunStarted(run_id="run_1", attempt_id="att_1", session_id="ps_old", turn_id="turn_1")
+    ]
     async with thread_with_history(tmp_path, [envelope(i, p) for i, p in enumerate(history)]) as world:
         nc, log, shared = world.nc, world.log, world.shared
         supervisor = Supervisor(nc, shared, SupervisorSettings(host_timeout=0.5))
         await supervisor.start()
-        stopped = pe.ProviderEvent(id="evt_stop", tenant=TENANT, thread=THREAD, session_id="ps_old",
-                                   provider_thread_id="pth_1", at=T0, body=pe.SessionStopped(reason="host_restarted"))
+        stopped = pe.ProviderEvent(
+            id="evt_stop",
+            tenant=TENANT,
+            thread=THREAD,
+            session_id="ps_old",
+            provider_thread_id="pth_1",
+            at=T0,
+            body=pe.SessionStopped(reason="host_restarted"),
+        )
         await nc.jetstream().publish(subjects.provider(TENANT, THREAD, "pth_1"), msgspec.json.encode(stopped))
 
         async def recovery_pending():
             run = fold(await log.read(TENANT, THREAD)).run("run_1")
             return run.attempt.reason == "provider_recovery" and run.attempt.status == "pending"
+
         await wait_for(recovery_pending, what="the recovery attempt recorded while no host is up")
 
         host = ProviderHost(nc, shared, ProviderHostSettings(host_id="host-new"))
         await host.start()
         try:
+
             async def completed():
                 state = fold(await log.read(TENANT, THREAD))
                 return state if state.run("run_1").status == "completed" else None
+
             state = await wait_for(completed, timeout=30, what="the run completed on the new host")
             run = state.run("run_1")
             assert [a.status for a in run.attempts] == ["lost", "completed"]
@@ -94,9 +122,11 @@ async def test_L9_3_a_run_handed_to_a_session_on_a_dead_host_is_placed_again_on_
         supervisor = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
         await supervisor.start()
         try:
+
             async def completed():
                 state = fold(await world.log.read(TENANT, THREAD))
                 return state if state.run("run_1").status == "completed" else None
+
             state = await wait_for(completed, timeout=30, what="the run completed on the live host")
             stops = [e.data for e in await world.log.read(TENANT, THREAD) if isinstance(e.data, ev.ProviderStopped)]
             assert [(s.session_id, s.reason) for s in stops] == [("ps_dead", "host_unreachable")]
@@ -119,6 +149,7 @@ async def handed_to_a_dying_host(tmp_path) -> AsyncIterator[World]:
         async def host_1(msg) -> None:
             accepted.set()
             await msg.respond(hp.encode(hp.TurnAccepted()))
+
         await world.nc.subscribe(subjects.host("host-1", "turn.start"), cb=host_1)
         supervisor = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
         await supervisor.start()
@@ -137,15 +168,34 @@ async def moved_behind_the_cache(world: World, decided: list[ev.Payload], attemp
     seeing it: recorded ``decided`` about ps_1, placed the provider thread on ps_2 on host-2, and started
     ``attempt_id`` there."""
     hosts = HostClient(world.nc, timeout=5.0)
-    placed = await hosts.place(hp.PlaceSession(tenant=TENANT, thread=THREAD, provider="scripted", session_id="ps_2",
-                                               provider_thread_id="pth_1", native_ref="scripted-pth_1", workspace="w"))
+    placed = await hosts.place(
+        hp.PlaceSession(
+            tenant=TENANT,
+            thread=THREAD,
+            provider="scripted",
+            session_id="ps_2",
+            provider_thread_id="pth_1",
+            native_ref="scripted-pth_1",
+            workspace="w",
+        )
+    )
     assert isinstance(placed, hp.SessionPlaced), placed
     state = fold(await world.log.read(TENANT, THREAD))
-    await world.log.append(TENANT, THREAD, state.seq,
-                           [envelope(10 + i, p) for i, p in enumerate([*decided, sv.attached(placed)])])
-    reply = await hosts.start_turn("host-2", hp.StartTurn(session_id="ps_2", tenant=TENANT, thread=THREAD,
-                                                          run_id="run_1", attempt_id=attempt_id,
-                                                          root_node_id=root_node_id, text="go"))
+    await world.log.append(
+        TENANT, THREAD, state.seq, [envelope(10 + i, p) for i, p in enumerate([*decided, sv.attached(placed)])]
+    )
+    reply = await hosts.start_turn(
+        "host-2",
+        hp.StartTurn(
+            session_id="ps_2",
+            tenant=TENANT,
+            thread=THREAD,
+            run_id="run_1",
+            attempt_id=attempt_id,
+            root_node_id=root_node_id,
+            text="go",
+        ),
+    )
     assert isinstance(reply, hp.TurnAccepted), reply
 
 
@@ -153,6 +203,7 @@ async def completed(log) -> ThreadState:
     async def done():
         state = fold(await log.read(TENANT, THREAD))
         return state if state.run("run_1").status == "completed" else None
+
     return await wait_for(done, timeout=30, what="the run completed on the session placed elsewhere")
 
 
@@ -161,8 +212,9 @@ async def test_L9_3_a_turn_on_a_session_placed_behind_the_supervisors_cache_is_f
     checked against the log before being dropped. Dropped, the run would wait for them forever."""
     async with handed_to_a_dying_host(tmp_path) as world:
         # Cached: the attempt pending on ps_1. Behind it, the other replica moved the attempt to ps_2.
-        await moved_behind_the_cache(world, [ev.ProviderStopped(session_id="ps_1", reason="host_unreachable")],
-                                     "att_1", "node_1")
+        await moved_behind_the_cache(
+            world, [ev.ProviderStopped(session_id="ps_1", reason="host_unreachable")], "att_1", "node_1"
+        )
         state = await completed(world.log)
         assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == [("completed", "ps_2")]
 
@@ -171,18 +223,34 @@ async def test_L9_3_a_recovery_attempt_started_behind_the_supervisors_cache_is_f
     """The same for an attempt the cached thread never saw: the other replica recorded ps_1 lost mid-turn and
     played the recovery attempt on ps_2."""
     async with handed_to_a_dying_host(tmp_path) as world:
-        started = pe.ProviderEvent(id="evt_started_1", tenant=TENANT, thread=THREAD, session_id="ps_1",
-                                   provider_thread_id="pth_1", run_id="run_1", attempt_id="att_1", index=1, at=T0,
-                                   body=pe.TurnStarted(native_turn_ref="turn-1"))  # host-1's last words
+        started = pe.ProviderEvent(
+            id="evt_started_1",
+            tenant=TENANT,
+            thread=THREAD,
+            session_id="ps_1",
+            provider_thread_id="pth_1",
+            run_id="run_1",
+            attempt_id="att_1",
+            index=1,
+            at=T0,
+            body=pe.TurnStarted(native_turn_ref="turn-1"),
+        )  # host-1's last words
         await world.nc.jetstream().publish(subjects.provider(TENANT, THREAD, "pth_1"), msgspec.json.encode(started))
 
         async def running():
             return fold(await world.log.read(TENANT, THREAD)).run("run_1").attempt.status == "running"
+
         await wait_for(running, what="the supervisor folded the turn's start")  # cached: att_1 running on ps_1
-        lost = sv.session_stopped(fold(await world.log.read(TENANT, THREAD)), "ps_1", "host_unreachable",
-                                  reaction_ctx("elsewhere", T0, "supervisor"))
+        lost = sv.session_stopped(
+            fold(await world.log.read(TENANT, THREAD)),
+            "ps_1",
+            "host_unreachable",
+            reaction_ctx("elsewhere", T0, "supervisor"),
+        )
         [recovery] = [e for e in lost.events if isinstance(e, ev.AttemptStarted)]
         await moved_behind_the_cache(world, list(lost.events), recovery.attempt_id, recovery.root_node_id)
         state = await completed(world.log)
-        assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == \
-            [("lost", "ps_1"), ("completed", "ps_2")]
+        assert [(a.status, a.session_id) for a in state.run("run_1").attempts] == [
+            ("lost", "ps_1"),
+            ("completed", "ps_2"),
+        ]

@@ -32,8 +32,9 @@ WORKER = textwrap.dedent("""
 
 
 async def test_a_worker_whose_work_outlives_cancellation_still_exits():
-    worker = await asyncio.create_subprocess_exec(sys.executable, "-c", WORKER, stdout=asyncio.subprocess.PIPE,
-                                                  stderr=asyncio.subprocess.STDOUT)
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WORKER, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     try:
         out, _ = await asyncio.wait_for(worker.communicate(), 30)  # without the bound it never exits
     finally:

@@ -23,10 +23,15 @@ DRAIN_SECONDS = 5  # runtime/worker.py: the connection's drain after the stop is
 
 
 async def start_worker(module: str, nats_url: str, state_dir: Path, **settings: str) -> asyncio.subprocess.Process:
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")},
-           "TREADLE_NATS_URL": nats_url, "TREADLE_STATE_DIR": str(state_dir), **settings}
-    return await asyncio.create_subprocess_exec(sys.executable, "-m", module, env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")},
+        "TREADLE_NATS_URL": nats_url,
+        "TREADLE_STATE_DIR": str(state_dir),
+        **settings,
+    }
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
 
 
 async def answers(http: httpx.AsyncClient, url: str) -> bool:
@@ -39,11 +44,15 @@ async def answers(http: httpx.AsyncClient, url: str) -> bool:
 async def test_a_worker_stopped_while_it_is_still_starting_exits_at_once(tmp_path):
     port, monitor = free_port(), free_port()
     # A real broker without JetStream: the worker connects, then its stream set-up waits for an answer.
-    broker = subprocess.Popen([find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    broker = subprocess.Popen(
+        [find_nats_server(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     worker = None
     try:
         async with httpx.AsyncClient(timeout=2) as http:
+
             async def connected(name: str) -> bool:
                 try:
                     conns = (await http.get(f"http://127.0.0.1:{monitor}/connz")).json().get("connections") or []
@@ -71,12 +80,19 @@ async def test_a_worker_stopped_while_the_broker_is_away_exits_within_its_stop_s
     worker = None
     async with NatsServer(tmp_path / "nats") as broker:
         try:
-            worker = await start_worker("treadle.coordinator", broker.url, tmp_path,
-                                        TREADLE_COORDINATOR_STOP_SECONDS=str(stop_seconds),
-                                        TREADLE_COORDINATOR_METRICS_PORT=str(health))
+            worker = await start_worker(
+                "treadle.coordinator",
+                broker.url,
+                tmp_path,
+                TREADLE_COORDINATOR_STOP_SECONDS=str(stop_seconds),
+                TREADLE_COORDINATOR_METRICS_PORT=str(health),
+            )
             async with httpx.AsyncClient(timeout=2) as http:
-                await wait_for(lambda: answers(http, f"http://127.0.0.1:{health}/readyz"), timeout=30,
-                               what="the coordinator consuming its partitions")
+                await wait_for(
+                    lambda: answers(http, f"http://127.0.0.1:{health}/readyz"),
+                    timeout=30,
+                    what="the coordinator consuming its partitions",
+                )
             broker.kill()
             worker.send_signal(signal.SIGTERM)
             out, _ = await asyncio.wait_for(worker.communicate(), stop_seconds + DRAIN_SECONDS + 5)

@@ -67,27 +67,32 @@ class World:
     def attack(self, marker_dir: Path) -> str:
         """Every way out a shell command could try; each one's success would print foreign bytes or a flag."""
         host_pid = os.getpid()
-        return "; ".join([
-            f"cat {self.foreign_file}",
-            f"ls {self.foreign_file.parent}",
-            f"cat {self.nats_url_file}",
-            f"ls -a {self.root}",
-            "ls -a /root",
-            "env",
-            "tr '\\0' '\\n' < /proc/1/environ",
-            f"tr '\\0' '\\n' < /proc/{host_pid}/environ",
-            f"cat /proc/{host_pid}/cmdline",
-            "ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
-            f"(exec 3<>/dev/tcp/127.0.0.1/{self.broker.port}) && echo BROKER-CONNECTED",
-            f"(exec 3<>/dev/tcp/127.0.0.1/{self.redis.port}) && echo REDIS-CONNECTED",
-            # through the sandbox's own way out: the forwarder's CONNECT proxy, to the broker and Redis
-            *(f"(exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n' >&3 "
-              f"&& timeout 5 head -c 200 <&3)" for port in (self.broker.port, self.redis.port)),
-            f"echo pwned > {marker_dir}/outside-marker",
-            f"echo pwned > {self.root}/state-marker",
-            "id -u",
-            f"echo {END}",
-        ])
+        return "; ".join(
+            [
+                f"cat {self.foreign_file}",
+                f"ls {self.foreign_file.parent}",
+                f"cat {self.nats_url_file}",
+                f"ls -a {self.root}",
+                "ls -a /root",
+                "env",
+                "tr '\\0' '\\n' < /proc/1/environ",
+                f"tr '\\0' '\\n' < /proc/{host_pid}/environ",
+                f"cat /proc/{host_pid}/cmdline",
+                "ls /proc | grep -E '^[0-9]+$' | tr '\\n' ' '",
+                f"(exec 3<>/dev/tcp/127.0.0.1/{self.broker.port}) && echo BROKER-CONNECTED",
+                f"(exec 3<>/dev/tcp/127.0.0.1/{self.redis.port}) && echo REDIS-CONNECTED",
+                # through the sandbox's own way out: the forwarder's CONNECT proxy, to the broker and Redis
+                *(
+                    f"(exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n' >&3 "
+                    f"&& timeout 5 head -c 200 <&3)"
+                    for port in (self.broker.port, self.redis.port)
+                ),
+                f"echo pwned > {marker_dir}/outside-marker",
+                f"echo pwned > {self.root}/state-marker",
+                "id -u",
+                f"echo {END}",
+            ]
+        )
 
     def assert_clean(self, output: str, marker_dir: Path) -> None:
         assert END in output, output  # the attack ran to its end inside the sandbox
@@ -121,7 +126,9 @@ async def world(monkeypatch_module) -> World:
     sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(workspaces), runtime_dir)
     if not sandbox.start().ok:  # e.g. not root, or no bubblewrap: the provider host would refuse too
         shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"this machine cannot build the sandbox (make setup installs bubblewrap; the tests run as root): {'; '.join(sandbox.result.missing)}")
+        pytest.fail(
+            f"this machine cannot build the sandbox (make setup installs bubblewrap; the tests run as root): {'; '.join(sandbox.result.missing)}"
+        )
     broker, redis = await Listener("broker").start(), await Listener("redis").start()
     yield World(root, workspaces, runtime_dir, sandbox, broker, redis, foreign_file, nats_url_file)
     await broker.stop()

@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from tests.isolation.sandbox_fixtures import World, marker_dir, monkeypatch_module, world  # noqa: F401
 from tests.claude import mock_api
 from tests.claude.claude_fixtures import RecordingSink, new_turn
 from tests.claude.mock_api import MockMessagesApi
+from tests.isolation.sandbox_fixtures import World, marker_dir, monkeypatch_module, world  # noqa: F401
 from treadle.providers.claude import ClaudeAdapter
 from treadle.providers.claude.settings import ClaudeSettings
 from treadle.providers.protocol import PlaceSession
@@ -30,19 +30,32 @@ async def api():
 
 def _adapter(world: World, api: MockMessagesApi, runtime_mode: str) -> ClaudeAdapter:
     session = f"ps_{uuid.uuid4().hex[:8]}"
-    request = PlaceSession(tenant=TENANT, thread="thr_1", provider="claude", session_id=session,
-                           provider_thread_id="pth_1", workspace="w", runtime_mode=runtime_mode)
-    settings = ClaudeSettings(base_url=api.url, api_key="sk-ant-mock-000", max_retries=0,
-                              threads_dir=world.runtime_dir.parent / "claude-threads")
-    return ClaudeAdapter(world.workspace(TENANT), request, world.runtime_dir / session, settings=settings,
-                         sandbox=world.sandbox)
+    request = PlaceSession(
+        tenant=TENANT,
+        thread="thr_1",
+        provider="claude",
+        session_id=session,
+        provider_thread_id="pth_1",
+        workspace="w",
+        runtime_mode=runtime_mode,
+    )
+    settings = ClaudeSettings(
+        base_url=api.url,
+        api_key="sk-ant-mock-000",
+        max_retries=0,
+        threads_dir=world.runtime_dir.parent / "claude-threads",
+    )
+    return ClaudeAdapter(
+        world.workspace(TENANT), request, world.runtime_dir / session, settings=settings, sandbox=world.sandbox
+    )
 
 
 async def test_claude_bash_tool_cannot_reach_outside_its_sandbox(world, api, marker_dir):
     tag = f"attack{uuid.uuid4().hex[:6]}".replace("0", "a").replace("1", "b")
     tag = "".join(c if c.isalpha() else "x" for c in tag)
     mock_api.SCENARIOS[tag] = mock_api._tool_then_reply(
-        "Bash", {"command": world.attack(marker_dir), "description": "Look around"}, "The command printed:")
+        "Bash", {"command": world.attack(marker_dir), "description": "Look around"}, "The command printed:"
+    )
     adapter = _adapter(world, api, "full_access")
     try:
         await adapter.open_thread(None, "unused")
@@ -51,8 +64,11 @@ async def test_claude_bash_tool_cannot_reach_outside_its_sandbox(world, api, mar
         assert sink.completed is not None and sink.completed.status == "completed", sink.events
     finally:
         await adapter.close()
-    results = [s.conversation.result_text() for s in api.seen
-               if s.conversation is not None and s.conversation.tool_results and f"#{tag}" in s.conversation.prompt]
+    results = [
+        s.conversation.result_text()
+        for s in api.seen
+        if s.conversation is not None and s.conversation.tool_results and f"#{tag}" in s.conversation.prompt
+    ]
     assert results, api.prompts()
     output = results[-1]
     world.assert_clean(output, marker_dir)

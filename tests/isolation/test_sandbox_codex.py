@@ -10,11 +10,10 @@ import uuid
 
 import pytest
 
-from tests.support.helpers import wait_for
-
-from tests.isolation.sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
 from tests.codex.codex_mock import Exec, MockResponses, Text
 from tests.codex.codex_support import Driver
+from tests.isolation.sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
+from tests.support.helpers import wait_for
 from treadle.domain import provider_events as pe
 from treadle.providers.base import Response
 from treadle.providers.codex import CodexAdapter, CodexSettings
@@ -32,10 +31,22 @@ async def mock():
 
 def _adapter(world: World, mock: MockResponses, runtime_mode: str) -> CodexAdapter:
     session = f"ps_{uuid.uuid4().hex[:8]}"
-    request = PlaceSession(tenant=TENANT, thread="thr_1", provider="codex", session_id=session,
-                           provider_thread_id="pth_1", workspace="w", runtime_mode=runtime_mode)
-    settings = CodexSettings(base_url=mock.base_url, api_key_env="MOCK_MODEL_KEY", api_key="sk-mock",
-                             home_root=world.runtime_dir / "codex-homes", request_timeout=30)
+    request = PlaceSession(
+        tenant=TENANT,
+        thread="thr_1",
+        provider="codex",
+        session_id=session,
+        provider_thread_id="pth_1",
+        workspace="w",
+        runtime_mode=runtime_mode,
+    )
+    settings = CodexSettings(
+        base_url=mock.base_url,
+        api_key_env="MOCK_MODEL_KEY",
+        api_key="sk-mock",
+        home_root=world.runtime_dir / "codex-homes",
+        request_timeout=30,
+    )
     return CodexAdapter(world.workspace(TENANT), request, world.runtime_dir / session, settings, sandbox=world.sandbox)
 
 
@@ -55,6 +66,7 @@ async def _play_attack(world: World, mock: MockResponses, runtime_mode: str, mar
                     answered.add(request.request_id)
                     await adapter.respond(request.request_id, Response(decision="accept"))
             return task.done()
+
         await wait_for(accepted_until_done, timeout=90, interval=0.05, what="the attack's turn")
         await task
         seen = [r for r in mock.requests if r.prompt == prompt and r.tool_outputs]

@@ -7,7 +7,6 @@ import asyncio
 import uuid
 from pathlib import Path
 
-
 from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
 from treadle.sandbox.host import Sandbox, SandboxSettings
 
@@ -18,12 +17,25 @@ async def _run(world: World, settings: SandboxSettings, script: str) -> tuple[in
     sandbox = Sandbox(settings, world.sandbox.identities, world.runtime_dir)
     sandbox.start()
     home = world.runtime_dir / "limits-home"
-    prepared = await sandbox.prepare(tenant=TENANT, name=f"lim-{uuid.uuid4().hex[:8]}", workspace=world.workspace(TENANT),
-                                     homes=[home], binaries=[], argv=["/bin/bash", "-c", script], runtime_env={},
-                                     model_urls=[], home=home)
+    prepared = await sandbox.prepare(
+        tenant=TENANT,
+        name=f"lim-{uuid.uuid4().hex[:8]}",
+        workspace=world.workspace(TENANT),
+        homes=[home],
+        binaries=[],
+        argv=["/bin/bash", "-c", script],
+        runtime_env={},
+        model_urls=[],
+        home=home,
+    )
     try:
-        proc = await asyncio.create_subprocess_exec(*prepared.command, env={}, cwd=world.workspace(TENANT),
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        proc = await asyncio.create_subprocess_exec(
+            *prepared.command,
+            env={},
+            cwd=world.workspace(TENANT),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         return proc.returncode, out.decode(errors="replace"), prepared
     finally:
@@ -31,15 +43,22 @@ async def _run(world: World, settings: SandboxSettings, script: str) -> tuple[in
 
 
 async def test_a_sandbox_cannot_start_more_processes_than_its_limit(world):
-    code, out, _ = await _run(world, SandboxSettings(mode="on", pids=24), "for i in $(seq 60); do sleep 5 & done 2>&1 | "
-                              "grep -c -i 'fork\\|resource' ; kill $(jobs -p) 2>/dev/null; echo done")
+    code, out, _ = await _run(
+        world,
+        SandboxSettings(mode="on", pids=24),
+        "for i in $(seq 60); do sleep 5 & done 2>&1 | "
+        "grep -c -i 'fork\\|resource' ; kill $(jobs -p) 2>/dev/null; echo done",
+    )
     assert "done" in out
     assert int(out.split()[0]) > 0, out  # some forks were refused
 
 
 async def test_a_sandbox_cannot_use_more_memory_than_its_limit(world):
     assert "memory" in world.sandbox.result.cgroups.covers(), world.sandbox.result.cgroups.describe()
-    code, out, prepared = await _run(world, SandboxSettings(mode="on", memory_mb=128),
-                                     "python3 -c 'b = bytearray(400 << 20); print(\"got\" + \"it\")'; echo rc=$?")
+    code, out, prepared = await _run(
+        world,
+        SandboxSettings(mode="on", memory_mb=128),
+        'python3 -c \'b = bytearray(400 << 20); print("got" + "it")\'; echo rc=$?',
+    )
     assert "gotit" not in out and "rc=137" in out, out  # killed by the OOM killer of its own group
     assert all(not Path(p).parent.exists() for p in prepared._cgroup.procs)  # removed with the runtime

@@ -34,8 +34,14 @@ class _Sink:
 
 
 def _adapter(world: World, workspace: Path) -> ScriptedAdapter:
-    request = PlaceSession(tenant=TENANT, thread="thr_1", provider="scripted", session_id="ps_1",
-                           provider_thread_id="pth_1", workspace=workspace.name)
+    request = PlaceSession(
+        tenant=TENANT,
+        thread="thr_1",
+        provider="scripted",
+        session_id="ps_1",
+        provider_thread_id="pth_1",
+        workspace=workspace.name,
+    )
     return ScriptedAdapter(workspace, request, None, sandbox=world.sandbox)
 
 
@@ -54,8 +60,10 @@ def setup(world, tmp_path):
     return workspace, outside, victim
 
 
-@pytest.mark.parametrize("path", ["out/x.txt", "link.txt", "hard.txt", "sub/deeper/x.txt", "../escape.txt",
-                                  "/etc/passwd-x", "sub/../../escape.txt"])
+@pytest.mark.parametrize(
+    "path",
+    ["out/x.txt", "link.txt", "hard.txt", "sub/deeper/x.txt", "../escape.txt", "/etc/passwd-x", "sub/../../escape.txt"],
+)
 def test_scripted_write_file_never_follows_a_link_out_of_the_workspace(world, setup, path):
     workspace, outside, victim = setup
     adapter = _adapter(world, workspace)
@@ -70,9 +78,19 @@ async def test_scripted_write_file_is_owned_by_the_tenant(world, setup):
     workspace, _, _ = setup
     adapter = _adapter(world, workspace)
     await adapter.open_thread(None, "scripted-t1")
-    turn = Turn(run_id="run_1", attempt_id="att_1", root_node_id="root", text="go", ids=IdFactory("att_1", 1),
-                script={"steps": [{"type": "write_file", "path": "new/dir/hello.py", "content": "print(1)\n"},
-                                  {"type": "write_file", "path": "out/x.txt", "content": "escape\n"}]})
+    turn = Turn(
+        run_id="run_1",
+        attempt_id="att_1",
+        root_node_id="root",
+        text="go",
+        ids=IdFactory("att_1", 1),
+        script={
+            "steps": [
+                {"type": "write_file", "path": "new/dir/hello.py", "content": "print(1)\n"},
+                {"type": "write_file", "path": "out/x.txt", "content": "escape\n"},
+            ]
+        },
+    )
     sink = _Sink()
     await adapter.run_turn(turn, sink)
     done = [e for e in sink.events if isinstance(e, pe.TurnCompleted)][-1]

@@ -31,11 +31,13 @@ class Api:
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         """One raw request through the SDK; while the gateway does not answer, it is asked again."""
+
         async def attempt() -> httpx.Response | None:
             try:
                 return await self.client.request(method, path, **kw)
             except Unreachable:
                 return None
+
         return await wait_for(attempt, timeout=RESTART, interval=0.05, what=f"{method} {path}")
 
     async def create_thread(self, **body: Any) -> str:
@@ -91,8 +93,10 @@ class Api:
 
     async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict:
         """The thread's first runtime request in ``status``, as its document shows it."""
+
         def found(doc: dict) -> dict | None:
             return next((r for r in doc["requests"] if r["status"] == status), None)
+
         return await self.wait_thread(thread, found, f"a {status} request on {thread}", timeout)
 
     async def _reconnecting(self, call: Callable[[], Any]) -> Any:
@@ -101,6 +105,7 @@ class Api:
                 return await call()
             except Unreachable:
                 return None
+
         return await wait_for(attempt, timeout=RESTART, interval=0.05, what="the gateway answering")
 
 

@@ -50,14 +50,15 @@ def quiet(name: str, line: str) -> None:
 def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
     """git on the checkpoints of a thread's own workspace (``threads/<thread>``): they live in the checkpoint
     service's git dir, never in the workspace's ``.git`` (which the agent writes)."""
-    from pathlib import Path
     import subprocess
+    from pathlib import Path
 
     from treadle.checkpoints.repo import checkpoint_gitdir
 
     gitdir = checkpoint_gitdir(Path(state_dir) / "shadow", tenant, thread, Path("threads") / thread)
-    return subprocess.run(["git", "-c", "safe.directory=*", "--git-dir", str(gitdir), *args], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "--git-dir", str(gitdir), *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 # The e2e stacks' latest worker lines (noise left out), cleared as each test starts: a failed test's report shows

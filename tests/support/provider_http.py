@@ -19,10 +19,10 @@ import psutil
 from tests.support.helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
-from treadle.ops.servers import free_port
 from treadle.domain.entities import RuntimeMode
 from treadle.domain.policy import TenantPolicy
 from treadle.ops.policies import PolicyStore
+from treadle.ops.servers import free_port
 from treadle.ops.tokens import TokenStore
 
 
@@ -54,8 +54,11 @@ def workspace_of(stack: Stack, tenant: str, thread: str) -> Path:
 
 def history(doc: dict) -> list[tuple]:
     """What a thread's history is made of: its runs with their status and messages, and its provider threads."""
-    return [(r["id"], r["status"]) for r in doc["runs"]] + [(m["role"], m["text"]) for m in doc["messages"]] + \
-        [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
+    return (
+        [(r["id"], r["status"]) for r in doc["runs"]]
+        + [(m["role"], m["text"]) for m in doc["messages"]]
+        + [(p["id"], p["native_ref"], p["covered_ordinals"]) for p in doc["provider_threads"]]
+    )
 
 
 def user_texts(run: dict) -> list[str]:
@@ -85,11 +88,14 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thre
     await stack.processes.kill("provider-host")
     gone = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
+
     async def marked():  # the projection follows the 409's record a moment later
         return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
+
     await wait_for(marked, timeout=10, what="the request marked not_resumable")
-    await wait_for(lambda: stack.processes.restarts("provider-host") > restarts, timeout=30,
-                   what="provider host restarted")
+    await wait_for(
+        lambda: stack.processes.restarts("provider-host") > restarts, timeout=30, what="provider host restarted"
+    )
 
 
 def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path: str) -> str:
@@ -109,8 +115,11 @@ def native_fork_thread(fork: dict, source_run: dict, source_pth: dict, provider:
     """L6.2: the fork (its thread document) was started natively from ``source_run`` of the source's provider
     thread ``source_pth``, on a provider thread of its own, which is returned."""
     [transfer] = fork["transfers"]
-    assert (transfer["status"], transfer["fidelity"], transfer["source_point"]["run_id"]) == \
-        ("consumed", "native", source_run["id"])
+    assert (transfer["status"], transfer["fidelity"], transfer["source_point"]["run_id"]) == (
+        "consumed",
+        "native",
+        source_run["id"],
+    )
     [resolved] = fork["start_contexts"]
     assert resolved["fork_native_ref"] == source_pth["native_ref"]
     assert resolved["fork_at_turn_ref"] == source_run["attempts"][-1]["native_turn_ref"]
@@ -124,8 +133,9 @@ def runtime_pid(stack: Stack, marker: str) -> int | None:
     host = stack.processes.pid("provider-host")
     if host is None:
         return None
-    found = [p.pid for p in psutil.Process(host).children(recursive=True)
-             if any(marker in part for part in p.cmdline()[:2])]
+    found = [
+        p.pid for p in psutil.Process(host).children(recursive=True) if any(marker in part for part in p.cmdline()[:2])
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -159,15 +169,25 @@ class TreadleUp:
             out.write(b"--- treadle up\n")
             out.flush()
             self.proc = await asyncio.create_subprocess_exec(
-                str(Path(sys.executable).parent / "treadle"), "up", "--state-dir", str(self.state_dir),
-                "--port", str(self.port), "--no-demo", env={**os.environ, **self.env}, stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                str(Path(sys.executable).parent / "treadle"),
+                "up",
+                "--state-dir",
+                str(self.state_dir),
+                "--port",
+                str(self.port),
+                "--no-demo",
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         starts = self.log.read_text().count("--- treadle up")
 
         def serving() -> bool:
             if self.proc is not None and self.proc.returncode is not None:
                 raise RuntimeError(f"treadle up exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
             return self.log.read_text().split("--- treadle up")[starts].count("serving") > 0
+
         await wait_for(serving, timeout=timeout, interval=0.1, what="treadle up serving")
 
     async def stop(self, timeout: float = 90) -> int:

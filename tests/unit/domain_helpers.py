@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from itertools import count
 
 from treadle.domain import events as ev
@@ -21,9 +21,21 @@ def command(body, thread: str | None = None, id: str | None = None, at: datetime
 def apply(state: ThreadState, payloads, command_id: str = "cmd_x", causation: str | None = None) -> ThreadState:
     for p in payloads:
         seq = state.seq + 1
-        evolve(state, ev.Envelope(id=f"evt_{seq}", type=p.TYPE, tenant="acme", thread=state.thread.id if state.thread else "thr_x",
-                                  at=T0 + timedelta(milliseconds=seq), command_id=command_id, causation_id=causation,
-                                  actor="test", seq=seq, data=p))
+        evolve(
+            state,
+            ev.Envelope(
+                id=f"evt_{seq}",
+                type=p.TYPE,
+                tenant="acme",
+                thread=state.thread.id if state.thread else "thr_x",
+                at=T0 + timedelta(milliseconds=seq),
+                command_id=command_id,
+                causation_id=causation,
+                actor="test",
+                seq=seq,
+                data=p,
+            ),
+        )
     return state
 
 

@@ -14,8 +14,20 @@ WITHOUT = PROFILES["no_steering"]
 
 
 def attach(state, session: str, pth: str, provider: str = "scripted", caps=NATIVE):
-    apply(state, [ev.ProviderAttached(session_id=session, provider=provider, host_id="host-1", boot_id="b",
-                                      provider_thread_id=pth, native_ref=f"scripted-{pth}", capabilities=caps)])
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id=session,
+                provider=provider,
+                host_id="host-1",
+                boot_id="b",
+                provider_thread_id=pth,
+                native_ref=f"scripted-{pth}",
+                capabilities=caps,
+            )
+        ],
+    )
 
 
 def finish(state, text: str, provider: str = "scripted", extra_attempts: int = 0):
@@ -26,23 +38,52 @@ def finish(state, text: str, provider: str = "scripted", extra_attempts: int = 0
     run_id, attempt_id = queued.run_id, queued.attempt_id
     session = state.live_session.id
     for n in range(extra_attempts):
-        apply(state, [ev.RunStarted(run_id=run_id, attempt_id=attempt_id, session_id=session, turn_id=f"turn_{text}{n}"),
-                      ev.AttemptEnded(run_id=run_id, attempt_id=attempt_id, status="interrupted", reason="steering")])
+        apply(
+            state,
+            [
+                ev.RunStarted(run_id=run_id, attempt_id=attempt_id, session_id=session, turn_id=f"turn_{text}{n}"),
+                ev.AttemptEnded(run_id=run_id, attempt_id=attempt_id, status="interrupted", reason="steering"),
+            ],
+        )
         attempt_id = f"att_{text}_{n}"
-        apply(state, [ev.AttemptStarted(run_id=run_id, attempt_id=attempt_id, root_node_id=f"node_{text}{n}",
-                                        reason="steering_restart")])
-    apply(state, [ev.RunStarted(run_id=run_id, attempt_id=attempt_id, session_id=session, turn_id=f"turn_{text}"),
-                  ev.RunCompleted(run_id=run_id, attempt_id=attempt_id,
-                                  checkpoint=ev.CheckpointCaptured(checkpoint_id=f"ckpt_{text}", run_id=run_id,
-                                                                   ordinal=state.run(run_id).ordinal,
-                                                                   commit="1" * 40, tree="e" * 40))])
+        apply(
+            state,
+            [
+                ev.AttemptStarted(
+                    run_id=run_id, attempt_id=attempt_id, root_node_id=f"node_{text}{n}", reason="steering_restart"
+                )
+            ],
+        )
+    apply(
+        state,
+        [
+            ev.RunStarted(run_id=run_id, attempt_id=attempt_id, session_id=session, turn_id=f"turn_{text}"),
+            ev.RunCompleted(
+                run_id=run_id,
+                attempt_id=attempt_id,
+                checkpoint=ev.CheckpointCaptured(
+                    checkpoint_id=f"ckpt_{text}",
+                    run_id=run_id,
+                    ordinal=state.run(run_id).ordinal,
+                    commit="1" * 40,
+                    tree="e" * 40,
+                ),
+            ),
+        ],
+    )
     return state.run(run_id)
 
 
 def three_runs(caps=NATIVE, extra_attempts_on_run_3: int = 0):
     state = new_thread()
-    apply(state, [ev.CheckpointCaptured(checkpoint_id="ckpt_b0", ordinal=0, kind="baseline", status="baseline",
-                                        commit="0" * 40, tree="f" * 40)])
+    apply(
+        state,
+        [
+            ev.CheckpointCaptured(
+                checkpoint_id="ckpt_b0", ordinal=0, kind="baseline", status="baseline", commit="0" * 40, tree="f" * 40
+            )
+        ],
+    )
     attach(state, "ps_1", "pth_a", caps=caps)
     for text in ("one", "two"):
         finish(state, text)

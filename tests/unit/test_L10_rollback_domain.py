@@ -15,13 +15,20 @@ from treadle.domain.errors import BadRequest, Conflict
 def finished_runs(n: int):
     """A thread with runs 1..n completed, each with its root checkpoint, and the baseline 0."""
     state = new_thread()
-    apply(state, [ev.CheckpointCaptured(checkpoint_id="ckpt_b0", ordinal=0, kind="baseline", status="baseline",
-                                        commit="0" * 40, tree="f" * 40)])
+    apply(
+        state,
+        [
+            ev.CheckpointCaptured(
+                checkpoint_id="ckpt_b0", ordinal=0, kind="baseline", status="baseline", commit="0" * 40, tree="f" * 40
+            )
+        ],
+    )
     for i in range(1, n + 1):
         events, _ = send(state, f"run {i}")
         run = events[0]
-        checkpoint = ev.CheckpointCaptured(checkpoint_id=f"ckpt_{i}", run_id=run.run_id, ordinal=i,
-                                           commit=str(i) * 40, tree="e" * 40)
+        checkpoint = ev.CheckpointCaptured(
+            checkpoint_id=f"ckpt_{i}", run_id=run.run_id, ordinal=i, commit=str(i) * 40, tree="e" * 40
+        )
         apply(state, [ev.RunCompleted(run_id=run.run_id, attempt_id=run.attempt_id, checkpoint=checkpoint)])
     return state
 
@@ -94,14 +101,28 @@ def test_L10_5_a_retried_rollback_command_is_a_duplicate():
 def test_L10_6_node_rollback_needs_a_checkpoint_of_that_node():
     state = finished_runs(1)
     run = state.runs[0]
-    apply(state, [ev.NodeStarted(node_id="node_sub", run_id=run.id, attempt_id=run.attempt.id, kind="subagent"),
-                  ev.CheckpointCaptured(checkpoint_id="ckpt_c0", run_id=run.id, scope="root/node_sub", ordinal=0,
-                                        kind="baseline", node_id="node_sub", commit="c" * 40, tree="d" * 40)])
+    apply(
+        state,
+        [
+            ev.NodeStarted(node_id="node_sub", run_id=run.id, attempt_id=run.attempt.id, kind="subagent"),
+            ev.CheckpointCaptured(
+                checkpoint_id="ckpt_c0",
+                run_id=run.id,
+                scope="root/node_sub",
+                ordinal=0,
+                kind="baseline",
+                node_id="node_sub",
+                commit="c" * 40,
+                tree="d" * 40,
+            ),
+        ],
+    )
     with pytest.raises(Exception) as wrong:
         run_command(state, command(RollbackNode(node_id="node_sub", checkpoint_id="ckpt_1"), thread=state.thread.id))
     assert wrong.value.code == "checkpoint_not_found"
-    events, _ = run_command(state, command(RollbackNode(node_id="node_sub", checkpoint_id="ckpt_c0"),
-                                           thread=state.thread.id))
+    events, _ = run_command(
+        state, command(RollbackNode(node_id="node_sub", checkpoint_id="ckpt_c0"), thread=state.thread.id)
+    )
     assert events[0].kind == "node" and events[0].touches_parent_workspace is True
 
 
@@ -111,7 +132,8 @@ def test_retention_never_prunes_the_latest_and_leaves_active_threads_alone():
     refs += [RefInfo(f"refs/treadle/checkpoints/thr_new/root/{n}", "c" * 40, mtime=10_000 + n) for n in range(5)]
     doomed = refs_to_prune(refs, now=10_010, idle_seconds=1000, keep_latest=2)
     assert [r.name for r in doomed] == [f"refs/treadle/checkpoints/thr_old/root/{n}" for n in range(3)] + [
-        "refs/treadle/checkpoints/thr_old/undo/rbk_1"]
+        "refs/treadle/checkpoints/thr_old/undo/rbk_1"
+    ]
     with pytest.raises(ValueError):
         refs_to_prune(refs, now=0, idle_seconds=0, keep_latest=0)
 
@@ -125,9 +147,21 @@ def test_L10_4_a_run_whose_provider_was_lost_for_good_gets_a_missing_checkpoint_
     events, _ = send(state, "doomed")
     run = state.run(events[0].run_id)
     for n in range(sv.MAX_RECOVERY_ATTEMPTS):
-        apply(state, [ev.ProviderAttached(session_id=f"ps_{n}", provider="scripted", host_id="h", boot_id="b",
-                                          provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities()),
-                      ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=f"ps_{n}", turn_id=f"turn_{n}")])
+        apply(
+            state,
+            [
+                ev.ProviderAttached(
+                    session_id=f"ps_{n}",
+                    provider="scripted",
+                    host_id="h",
+                    boot_id="b",
+                    provider_thread_id="pth_1",
+                    native_ref="n",
+                    capabilities=ProviderCapabilities(),
+                ),
+                ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=f"ps_{n}", turn_id=f"turn_{n}"),
+            ],
+        )
         lost = sv.session_stopped(state, f"ps_{n}", "host gone", ctx(f"s{n}")).events
         apply(state, lost)
     [failed] = [e for e in lost if isinstance(e, ev.RunFailed)]

@@ -2,16 +2,15 @@ from typing import get_args
 
 import pytest
 
+from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv
 from treadle.domain.commands import CreateThread, SendMessage
+from treadle.domain.decide import decide, dispatch_next
 from treadle.domain.entities import ProviderCapabilities
 from treadle.domain.errors import BadRequest, Conflict, NotFound
-from treadle.domain.decide import decide, dispatch_next
 from treadle.domain.thread import ThreadState, provider_cause
-
-from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 
 
 def test_L1_1_thread_create_creates_only_the_thread():
@@ -51,14 +50,34 @@ def test_L2_1_duplicate_send_returns_same_receipt_and_appends_nothing():
 
 def _provider_event(state, body, run=None, session="ps_1"):
     run = run or state.active_run
-    return pe.ProviderEvent(id="evt_p", tenant="acme", thread=state.thread.id, session_id=session,
-                            provider_thread_id="pth_1", run_id=run.id, attempt_id=run.attempt.id, at=T0, body=body)
+    return pe.ProviderEvent(
+        id="evt_p",
+        tenant="acme",
+        thread=state.thread.id,
+        session_id=session,
+        provider_thread_id="pth_1",
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        at=T0,
+        body=body,
+    )
 
 
 def _started(state):
-    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                      provider_thread_id="pth_1", native_ref="n",
-                                      capabilities=ProviderCapabilities())])
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id="ps_1",
+                provider="scripted",
+                host_id="h",
+                boot_id="b",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            )
+        ],
+    )
     apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="t1")), ctx()).events)
     return state.active_run
 
@@ -72,16 +91,23 @@ def test_L2_2_turn_started_makes_root_node_and_run_running():
 
 
 def _capture(run, status="completed"):
-    return ev.CheckpointCaptured(checkpoint_id="ckpt_1", run_id=run.id, ordinal=run.ordinal, status=status,
-                                 ref="refs/x", commit="c", tree="t")
+    return ev.CheckpointCaptured(
+        checkpoint_id="ckpt_1", run_id=run.id, ordinal=run.ordinal, status=status, ref="refs/x", commit="c", tree="t"
+    )
 
 
 def test_L2_3_finalization_closes_everything_before_the_terminal_status():
     state = new_thread()
     send(state)
     run = _started(state)
-    apply(state, sv.react(state, _provider_event(state, pe.TextDelta(message_id="msg_1", node_id=run.attempt.root_node_id,
-                                                                          text="partial")), ctx()).events)
+    apply(
+        state,
+        sv.react(
+            state,
+            _provider_event(state, pe.TextDelta(message_id="msg_1", node_id=run.attempt.root_node_id, text="partial")),
+            ctx(),
+        ).events,
+    )
     apply(state, sv.react(state, _provider_event(state, pe.ToolStarted(node_id="node_t", title="ls")), ctx()).events)
     reaction = sv.react(state, _provider_event(state, pe.TurnCompleted(status="completed")), ctx())
     assert reaction.finalize is not None and reaction.events == []
@@ -100,7 +126,9 @@ def test_L2_4_child_nodes_never_complete_the_run():
     state = new_thread()
     send(state)
     run = _started(state)
-    apply(state, sv.react(state, _provider_event(state, pe.ToolStarted(node_id="node_t", kind="subagent")), ctx()).events)
+    apply(
+        state, sv.react(state, _provider_event(state, pe.ToolStarted(node_id="node_t", kind="subagent")), ctx()).events
+    )
     apply(state, sv.react(state, _provider_event(state, pe.ToolCompleted(node_id="node_t")), ctx()).events)
     assert run.status == "running" and run.node("node_t").status == "completed"
 
@@ -197,14 +225,17 @@ def test_provider_events_are_folded_once_by_provider_sequence():
     assert state.provider_seq == 41
 
 
-@pytest.mark.parametrize("body,error", [
-    (SendMessage(text="   "), BadRequest),
-    (SendMessage(text="x" * 100_001), BadRequest),
-    (SendMessage(text="x", mode="sideways"), BadRequest),
-    (SendMessage(text="x", provider="gpt"), BadRequest),
-    (SendMessage(text="x", script={"steps": [{"type": "teleport"}]}), BadRequest),
-    (SendMessage(text="x", script={"steps": [{"type": "write_file", "path": "../x", "content": ""}]}), BadRequest),
-])
+@pytest.mark.parametrize(
+    "body,error",
+    [
+        (SendMessage(text="   "), BadRequest),
+        (SendMessage(text="x" * 100_001), BadRequest),
+        (SendMessage(text="x", mode="sideways"), BadRequest),
+        (SendMessage(text="x", provider="gpt"), BadRequest),
+        (SendMessage(text="x", script={"steps": [{"type": "teleport"}]}), BadRequest),
+        (SendMessage(text="x", script={"steps": [{"type": "write_file", "path": "../x", "content": ""}]}), BadRequest),
+    ],
+)
 def test_bad_message_input_is_rejected_and_appends_nothing(body, error):
     state = new_thread()
     seq = state.seq
@@ -228,15 +259,42 @@ def test_L9_3_a_dead_sessions_late_events_never_join_an_attempt_handed_to_a_new_
     state = new_thread()
     send(state)
     run = state.active_run
-    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b1",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id="ps_1",
+                provider="scripted",
+                host_id="h",
+                boot_id="b1",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            )
+        ],
+    )
     # The host restarted before the start was seen: the attempt is handed to a new session.
-    apply(state, [ev.ProviderStopped(session_id="ps_1", reason="host_lost_session"),
-                  ev.ProviderAttached(session_id="ps_2", provider="scripted", host_id="h", boot_id="b2",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
+    apply(
+        state,
+        [
+            ev.ProviderStopped(session_id="ps_1", reason="host_lost_session"),
+            ev.ProviderAttached(
+                session_id="ps_2",
+                provider="scripted",
+                host_id="h",
+                boot_id="b2",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            ),
+        ],
+    )
     late_start = _provider_event(state, pe.TurnStarted(native_turn_ref="old"), session="ps_1")
     assert sv.react(state, late_start, ctx()).events == []
-    apply(state, sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="new"), session="ps_2"), ctx()).events)
+    apply(
+        state,
+        sv.react(state, _provider_event(state, pe.TurnStarted(native_turn_ref="new"), session="ps_2"), ctx()).events,
+    )
     assert run.attempt.session_id == "ps_2"
     late_text = _provider_event(state, pe.TextCompleted(message_id="m_old", node_id="n", text="x"), session="ps_1")
     assert sv.react(state, late_text, ctx()).events == []
@@ -248,8 +306,20 @@ def test_L2_3_a_turn_never_ends_ahead_of_its_own_earlier_events():
     state = new_thread()
     send(state)
     run = state.active_run
-    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id="ps_1",
+                provider="scripted",
+                host_id="h",
+                boot_id="b",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            )
+        ],
+    )
 
     def numbered(body, index):
         e = _provider_event(state, body)
@@ -274,19 +344,35 @@ def test_L9_3_a_plays_events_that_come_back_before_its_start_wait_for_it():
     state = new_thread()
     send(state)
     run = state.active_run
-    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id="ps_1",
+                provider="scripted",
+                host_id="h",
+                boot_id="b",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            )
+        ],
+    )
 
     def numbered(body, index, session="ps_1"):
         e = _provider_event(state, body, session=session)
         e.index = index
         return e
 
-    text, end = numbered(pe.TextCompleted(message_id="m", node_id="n", text="all of it"), 2), \
-        numbered(pe.TurnCompleted(status="completed"), 3)
+    text, end = (
+        numbered(pe.TextCompleted(message_id="m", node_id="n", text="all of it"), 2),
+        numbered(pe.TurnCompleted(status="completed"), 3),
+    )
     assert sv.react(state, text, ctx()).wait and sv.react(state, end, ctx()).wait
-    assert sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="x"), 2, "ps_0"), ctx()) \
-        .events == []  # a session the attempt was never handed to is still a stranger
+    assert (
+        sv.react(state, numbered(pe.TextCompleted(message_id="m", node_id="n", text="x"), 2, "ps_0"), ctx()).events
+        == []
+    )  # a session the attempt was never handed to is still a stranger
     apply(state, sv.react(state, numbered(pe.TurnStarted(), 1), ctx()).events, causation=provider_cause(10, 1))
     apply(state, sv.react(state, text, ctx()).events, causation=provider_cause(11, 2))
     assert [m.text for m in state.messages if m.role == "assistant"] == ["all of it"]

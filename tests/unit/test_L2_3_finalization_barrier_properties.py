@@ -9,6 +9,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv
@@ -18,10 +19,20 @@ from treadle.domain.entities import TodoItem
 from treadle.domain.errors import DomainError
 from treadle.domain.thread import provider_cause
 
-from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
-
-ACTIONS = ["text", "text_done", "tool", "request", "todo", "answer", "steer", "steer_restart", "interrupt", "owed",
-           "turn_end", "turn_fail"]
+ACTIONS = [
+    "text",
+    "text_done",
+    "tool",
+    "request",
+    "todo",
+    "answer",
+    "steer",
+    "steer_restart",
+    "interrupt",
+    "owed",
+    "turn_end",
+    "turn_fail",
+]
 
 
 class World:
@@ -50,8 +61,17 @@ class World:
         att = run.attempt
         self.play[att.id] += 1
         self.seq += 1
-        event = pe.ProviderEvent(id=f"evt_{self.seq}", tenant="acme", thread=self.state.thread.id, session_id="ps_1",
-                                 run_id=run.id, attempt_id=att.id, index=self.play[att.id], at=T0, body=body)
+        event = pe.ProviderEvent(
+            id=f"evt_{self.seq}",
+            tenant="acme",
+            thread=self.state.thread.id,
+            session_id="ps_1",
+            run_id=run.id,
+            attempt_id=att.id,
+            index=self.play[att.id],
+            at=T0,
+            body=body,
+        )
         reaction = sv.react(self.state, event, ctx(f"r{self.seq}"))
         assert not reaction.wait
         events = list(reaction.events)
@@ -60,8 +80,9 @@ class World:
             if sv.restarts(self.state, target, reaction.finalize):
                 events += sv.restart(self.state, target, ctx(f"x{self.seq}"))
             else:
-                capture = ev.CheckpointCaptured(checkpoint_id=f"ckpt_{self.seq}", run_id=target.id,
-                                                ordinal=target.ordinal, status="x")
+                capture = ev.CheckpointCaptured(
+                    checkpoint_id=f"ckpt_{self.seq}", run_id=target.id, ordinal=target.ordinal, status="x"
+                )
                 events += sv.finalize(self.state, target, reaction.finalize, capture, ctx(f"f{self.seq}"))
         self.append(events, causation=provider_cause(self.seq, event.index, att.id))
         self.start_attempt()
@@ -72,9 +93,19 @@ class World:
         if run is None:
             return
         if self.state.live_session is None:
-            self.append([ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                             provider_thread_id="pth_1", native_ref="n",
-                                             capabilities=PROFILES[self.profile])])
+            self.append(
+                [
+                    ev.ProviderAttached(
+                        session_id="ps_1",
+                        provider="scripted",
+                        host_id="h",
+                        boot_id="b",
+                        provider_thread_id="pth_1",
+                        native_ref="n",
+                        capabilities=PROFILES[self.profile],
+                    )
+                ]
+            )
         if run.attempt.interrupt is not None:
             capture = ev.CheckpointCaptured(checkpoint_id=f"ckpt_i{self.seq}", run_id=run.id, ordinal=run.ordinal)
             self.append(sv.finalize(self.state, run, pe.TurnCompleted(status="interrupted"), capture, ctx("i")))
@@ -88,7 +119,9 @@ class World:
         if action == "text":
             self.provider(pe.TextDelta(message_id=f"msg_{n}", node_id="node_r", text="chunk"))
         elif action == "text_done":
-            streaming = [m for m in state.messages if m.status == "streaming" and run and m.attempt_id == run.attempt.id]
+            streaming = [
+                m for m in state.messages if m.status == "streaming" and run and m.attempt_id == run.attempt.id
+            ]
             message_id = streaming[0].id if streaming else f"msg_{n}"
             self.provider(pe.TextCompleted(message_id=message_id, node_id="node_r", text="all of it"))
         elif action == "tool":
@@ -96,8 +129,13 @@ class World:
         elif action == "request":
             self.provider(pe.RequestOpened(request_id=f"req_{n}", node_id=f"node_q{n}", kind="command"))
         elif action == "todo":
-            self.provider(pe.PlanUpdated(plan_id=f"plan_{run.id if run else n}", kind="todo_list",
-                                         items=[TodoItem(text="a", status="in_progress")]))
+            self.provider(
+                pe.PlanUpdated(
+                    plan_id=f"plan_{run.id if run else n}",
+                    kind="todo_list",
+                    items=[TodoItem(text="a", status="in_progress")],
+                )
+            )
         elif action == "answer":
             pending = [r for r in state.requests if r.status == "pending"]
             if pending:
@@ -120,7 +158,9 @@ class World:
             self.append(events)
             for a in actions:
                 if isinstance(a, sv.Steer):
-                    self.append([ev.SteerDelivered(run_id=a.run.id, attempt_id=a.run.attempt.id, message_id=a.message.id)])
+                    self.append(
+                        [ev.SteerDelivered(run_id=a.run.id, attempt_id=a.run.attempt.id, message_id=a.message.id)]
+                    )
                 else:
                     self.append([ev.InterruptSent(run_id=a.run.id, attempt_id=a.run.attempt.id, path=a.path)])
                     status = "interrupted" if PROFILES[self.profile].terminal_status == "strong" else "completed"

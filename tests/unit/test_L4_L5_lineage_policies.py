@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.domain_helpers import apply, ctx, new_thread, send
 from treadle.domain import events as ev
 from treadle.domain import provider_settings, recovery
 from treadle.domain import start_context as lineage
 from treadle.domain.entities import ProviderCapabilities, ProviderThreadSettings
 from treadle.domain.errors import BadRequest
-
-from tests.unit.domain_helpers import apply, ctx, new_thread, send
 
 
 def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabilities | None = None, **message):
@@ -22,17 +21,41 @@ def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabiliti
     apply(state, resolved)
     if not lineage.session_fits(state, run):
         pth = lineage.placement(state, run).provider_thread_id or f"pth_new{run.ordinal}"
-        apply(state, [ev.ProviderAttached(session_id=f"ps_{run.ordinal}", provider=provider, host_id="h", boot_id="b",
-                                          provider_thread_id=pth, native_ref=f"ref-{pth}",
-                                          capabilities=ProviderCapabilities(),
-                                          settings=provider_settings.of_run(state, run))])
+        apply(
+            state,
+            [
+                ev.ProviderAttached(
+                    session_id=f"ps_{run.ordinal}",
+                    provider=provider,
+                    host_id="h",
+                    boot_id="b",
+                    provider_thread_id=pth,
+                    native_ref=f"ref-{pth}",
+                    capabilities=ProviderCapabilities(),
+                    settings=provider_settings.of_run(state, run),
+                )
+            ],
+        )
     session = state.live_session
-    apply(state, [ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=session.id, turn_id=f"turn_{run.ordinal}")])
+    apply(
+        state,
+        [ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id=session.id, turn_id=f"turn_{run.ordinal}")],
+    )
     if state.start_context(run.id) is not None:
         apply(state, [ev.ContextDelivered(run_id=run.id, provider_thread_id=state.session_thread(session.id).id)])
-    apply(state, [ev.MessageCompleted(message_id=f"msg_r{run.ordinal}", run_id=run.id, attempt_id=run.attempt.id,
-                                      node_id=run.attempt.root_node_id, text=reply),
-                  ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)])
+    apply(
+        state,
+        [
+            ev.MessageCompleted(
+                message_id=f"msg_r{run.ordinal}",
+                run_id=run.id,
+                attempt_id=run.attempt.id,
+                node_id=run.attempt.root_node_id,
+                text=reply,
+            ),
+            ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id),
+        ],
+    )
     handoffs = [h for h in state.handoffs if h.run_id == run.id]
     return run, handoffs
 
@@ -53,11 +76,16 @@ def test_L5_4_a_provider_thread_handed_too_many_deltas_starts_fresh_with_a_full_
     a1 = run_on(state, "scripted", "r1", "ok")[0].attempt.provider_thread_id
     for n in range(2, 8):  # B, A, B, A, B, A: A gets three deltas
         run_on(state, "scripted-b" if n % 2 == 0 else "scripted", f"r{n}", "ok")
-    assert sum(h.strategy == "delta" and h.provider_thread_id == a1 for h in state.handoffs) == lineage.MAX_DELTA_HANDOFFS
+    assert (
+        sum(h.strategy == "delta" and h.provider_thread_id == a1 for h in state.handoffs) == lineage.MAX_DELTA_HANDOFFS
+    )
     run_on(state, "scripted-b", "r8", "ok")
     run, [handoff] = run_on(state, "scripted", "r9", "ok")
     assert (handoff.strategy, handoff.reason, handoff.covered_ordinals) == (
-        "full_thread_summary", "repeated handoffs", list(range(1, 9)))
+        "full_thread_summary",
+        "repeated handoffs",
+        list(range(1, 9)),
+    )
     assert run.attempt.provider_thread_id != a1
 
 
@@ -96,8 +124,9 @@ def test_L5_4_a_run_on_another_model_starts_a_fresh_provider_thread_with_a_full_
     first, _ = run_on(state, "scripted", "design the cache", "cache designed")
     other, [full] = run_on(state, "scripted", "review it", "reviewed", model="big-model")
     assert (full.strategy, full.covered_ordinals) == ("full_thread_summary", [1])
-    assert full.reason == (f"settings incompatible with provider thread {first.attempt.provider_thread_id} "
-                           "(model default -> big-model)")
+    assert full.reason == (
+        f"settings incompatible with provider thread {first.attempt.provider_thread_id} (model default -> big-model)"
+    )
     assert "design the cache" in full.text and "cache designed" in full.text
     assert other.attempt.provider_thread_id != first.attempt.provider_thread_id
     assert state.provider_thread_of(other.attempt.provider_thread_id).settings.model == "big-model"
@@ -115,8 +144,10 @@ def test_L5_4_settings_incompatibility_names_what_changed_and_unrecorded_setting
     assert provider_settings.incompatibility(held, held) is None
     assert provider_settings.incompatibility(None, held) is None  # recorded before settings were
     moved = ProviderThreadSettings(model="m1", runtime_mode="full_access", workspace="threads/b")
-    assert provider_settings.incompatibility(held, moved) == \
-        "runtime mode approval_required -> full_access, workspace threads/a -> threads/b"
+    assert (
+        provider_settings.incompatibility(held, moved)
+        == "runtime mode approval_required -> full_access, workspace threads/a -> threads/b"
+    )
 
 
 def test_L5_4_a_model_too_long_is_a_typed_error_and_changes_nothing():
@@ -129,6 +160,7 @@ def test_L5_4_a_model_too_long_is_a_typed_error_and_changes_nothing():
 
 def test_L6_2_L6_4_fork_fidelity_is_a_typed_capability_result():
     from treadle.domain.capabilities import PROFILES, view
+
     assert (view(PROFILES["no_fork"]).fork, view(PROFILES["no_fork"]).subagent_fork) == ("portable", "synthetic")
     assert (view(PROFILES["native_fork"]).fork, view(PROFILES["native_fork"]).subagent_fork) == ("native", "synthetic")
     assert view(PROFILES["subagent_fork"]).subagent_fork == "native"

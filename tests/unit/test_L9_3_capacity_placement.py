@@ -77,7 +77,9 @@ def test_L9_3_a_refusal_says_when_an_idle_session_passes_its_grace_time():
 def test_L9_3_a_tenant_at_its_run_limit_gets_no_session_and_nothing_is_released_for_it():
     refused = place(FULL, 0, "a", Peers(busy={"a": 1}), Limits(capacity=4, tenant_runs=2), now=100)
     assert isinstance(refused, Refuse) and refused.reason == "tenant_quota"
-    assert place(FULL, 0, "b", Peers(busy={"a": 1}), Limits(capacity=4, tenant_runs=2), now=100) == Admit(release=("a2",))
+    assert place(FULL, 0, "b", Peers(busy={"a": 1}), Limits(capacity=4, tenant_runs=2), now=100) == Admit(
+        release=("a2",)
+    )
 
 
 def test_L9_3_a_full_host_without_idle_sessions_says_to_ask_again_soon_when_another_host_has_some():
@@ -100,8 +102,11 @@ def test_L9_3_freed_room_goes_first_to_a_waiting_tenant_holding_fewer_sessions()
 
 def test_L9_3_a_tenant_at_its_session_limit_with_idle_sessions_only_elsewhere_is_told_to_ask_again_soon():
     busy = [s("a1", "a", 1, busy=True)]
-    refused = place(busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 1}), Limits(capacity=10, tenant_sessions=3), now=100)
+    refused = place(
+        busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 1}), Limits(capacity=10, tenant_sessions=3), now=100
+    )
     assert isinstance(refused, Refuse) and refused.reason == "tenant_quota" and refused.retry_after == 0.2
-    none_idle = place(busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 2}), Limits(capacity=10, tenant_sessions=3),
-                      now=100)
+    none_idle = place(
+        busy, 0, "a", Peers(sessions={"a": 2}, busy={"a": 2}), Limits(capacity=10, tenant_sessions=3), now=100
+    )
     assert isinstance(none_idle, Refuse) and none_idle.retry_after is None

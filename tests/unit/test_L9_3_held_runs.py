@@ -29,11 +29,31 @@ def test_L9_3_a_held_run_is_queued_with_its_reason_and_still_the_active_run():
 
 def test_L9_3_a_held_run_starts_as_any_other_once_its_turn_starts():
     state, run = _held()
-    apply(state, [ev.ProviderAttached(session_id="ps_1", provider="scripted", host_id="h", boot_id="b",
-                                      provider_thread_id="pth_1", native_ref="n", capabilities=ProviderCapabilities())])
-    started = pe.ProviderEvent(id="evt_p", tenant="acme", thread=state.thread.id, session_id="ps_1",
-                               provider_thread_id="pth_1", run_id=run.id, attempt_id=run.attempt.id, at=T0,
-                               body=pe.TurnStarted(native_turn_ref="t1"))
+    apply(
+        state,
+        [
+            ev.ProviderAttached(
+                session_id="ps_1",
+                provider="scripted",
+                host_id="h",
+                boot_id="b",
+                provider_thread_id="pth_1",
+                native_ref="n",
+                capabilities=ProviderCapabilities(),
+            )
+        ],
+    )
+    started = pe.ProviderEvent(
+        id="evt_p",
+        tenant="acme",
+        thread=state.thread.id,
+        session_id="ps_1",
+        provider_thread_id="pth_1",
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        at=T0,
+        body=pe.TurnStarted(native_turn_ref="t1"),
+    )
     apply(state, sv.react(state, started, ctx()).events)
     assert (run.status, run.waiting_reason) == ("running", None)
 

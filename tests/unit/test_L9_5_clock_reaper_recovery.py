@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from treadle.domain import events as ev
 from treadle.domain import recovery
@@ -39,6 +39,7 @@ async def test_L9_5_manual_clock_wakes_sleepers_in_deadline_order_only_when_adva
     async def sleeper(name: str, seconds: float) -> None:
         await clock.sleep(seconds)
         woke.append(name)
+
     tasks = [asyncio.create_task(sleeper("late", 10)), asyncio.create_task(sleeper("early", 5))]
     await settle()
     assert clock.sleepers == 2 and woke == []
@@ -59,6 +60,7 @@ async def test_L9_5_idle_reaper_releases_idle_sessions_once_and_never_busy_ones(
     async def release(session_id: str, reason: str) -> None:
         released.append((session_id, reason))
         sessions.pop(session_id)
+
     reaper = IdleReaper(sessions, clock, idle_seconds=60, release=release)
     loop = asyncio.create_task(reaper.run())
     try:
@@ -83,21 +85,49 @@ async def test_L9_5_idle_reaper_releases_idle_sessions_once_and_never_busy_ones(
 def _state(*payloads: ev.Payload) -> ThreadState:
     state = ThreadState()
     for i, data in enumerate(payloads, 1):
-        evolve(state, ev.Envelope(id=f"evt_{i}", seq=i, type=data.TYPE, tenant="t", thread="th", at=T0,
-                                  command_id="c", actor="test", data=data))
+        evolve(
+            state,
+            ev.Envelope(
+                id=f"evt_{i}",
+                seq=i,
+                type=data.TYPE,
+                tenant="t",
+                thread="th",
+                at=T0,
+                command_id="c",
+                actor="test",
+                data=data,
+            ),
+        )
     return state
 
 
 def _queued(run: str, ordinal: int, text: str) -> ev.RunQueued:
-    return ev.RunQueued(run_id=run, ordinal=ordinal, message_id=f"m{ordinal}", text=text, root_node_id=f"n{ordinal}",
-                        attempt_id=f"a{ordinal}", mode="auto", disposition="started", dispatched=True,
-                        provider="scripted")
+    return ev.RunQueued(
+        run_id=run,
+        ordinal=ordinal,
+        message_id=f"m{ordinal}",
+        text=text,
+        root_node_id=f"n{ordinal}",
+        attempt_id=f"a{ordinal}",
+        mode="auto",
+        disposition="started",
+        dispatched=True,
+        provider="scripted",
+    )
 
 
 def _attached(pth: str, replaces: str | None = None) -> ev.ProviderAttached:
-    return ev.ProviderAttached(session_id=f"ps_{pth}", provider="scripted", host_id="h", boot_id="b",
-                               provider_thread_id=pth, native_ref=f"scripted-{pth}", replaces=replaces,
-                               capabilities=ProviderCapabilities())
+    return ev.ProviderAttached(
+        session_id=f"ps_{pth}",
+        provider="scripted",
+        host_id="h",
+        boot_id="b",
+        provider_thread_id=pth,
+        native_ref=f"scripted-{pth}",
+        replaces=replaces,
+        capabilities=ProviderCapabilities(),
+    )
 
 
 HISTORY = [
@@ -127,17 +157,23 @@ def test_L9_4_a_failed_resume_keeps_the_thread_marks_it_unusable_and_requests_no
 def test_L9_4_only_the_first_turn_of_a_replacement_carries_the_earlier_conversation():
     state = _state(*HISTORY)
     assert not recovery.needs_context(state)  # the original provider thread has it all
-    replaced = _state(*HISTORY, ev.ProviderResumeFailed(provider_thread_id="p1", reason="gone"),
-                      ev.AttemptEnded(run_id="r2", attempt_id="a2", status="lost"),
-                      ev.AttemptStarted(run_id="r2", attempt_id="a3", root_node_id="n3", reason="provider_recovery"),
-                      _attached("p2", replaces="p1"))
+    replaced = _state(
+        *HISTORY,
+        ev.ProviderResumeFailed(provider_thread_id="p1", reason="gone"),
+        ev.AttemptEnded(run_id="r2", attempt_id="a2", status="lost"),
+        ev.AttemptStarted(run_id="r2", attempt_id="a3", root_node_id="n3", reason="provider_recovery"),
+        _attached("p2", replaces="p1"),
+    )
     assert recovery.needs_context(replaced)
     context = recovery.replacement_context(replaced, replaced.run("r2"))
     assert "user: my name is Ada\nassistant: Hello Ada." in context
     assert "what is my name?" not in context  # the run's own input follows the context, once
-    started = _state(*HISTORY, ev.ProviderResumeFailed(provider_thread_id="p1", reason="gone"),
-                     ev.AttemptEnded(run_id="r2", attempt_id="a2", status="lost"),
-                     ev.AttemptStarted(run_id="r2", attempt_id="a3", root_node_id="n3", reason="provider_recovery"),
-                     _attached("p2", replaces="p1"),
-                     ev.RunStarted(run_id="r2", attempt_id="a3", session_id="ps_p2", turn_id="t3"))
+    started = _state(
+        *HISTORY,
+        ev.ProviderResumeFailed(provider_thread_id="p1", reason="gone"),
+        ev.AttemptEnded(run_id="r2", attempt_id="a2", status="lost"),
+        ev.AttemptStarted(run_id="r2", attempt_id="a3", root_node_id="n3", reason="provider_recovery"),
+        _attached("p2", replaces="p1"),
+        ev.RunStarted(run_id="r2", attempt_id="a3", session_id="ps_p2", turn_id="t3"),
+    )
     assert not recovery.needs_context(started)

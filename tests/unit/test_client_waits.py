@@ -22,6 +22,7 @@ def gateway(events_status: int, *, unreachable: int = 0):
             return httpx.Response(events_status, json={"error": {"code": "some_code", "message": "refused"}})
         calls["reads"] += 1
         return httpx.Response(200, json={"seq": calls["reads"], "runs": [], "done": calls["reads"] >= 3})
+
     return httpx.MockTransport(handler)
 
 

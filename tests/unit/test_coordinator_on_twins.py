@@ -19,8 +19,16 @@ async def started_thread(tw: Twins, coordinator, supervisor) -> tuple[str, Accep
     await tw.wake(supervisor)
     state = await tw.state(created.thread_id)
     run = state.run(sent.run_id)
-    await tw.report(supervisor, created.thread_id, state.live_session.id, pe.TurnStarted(native_turn_ref="t1"),
-                    pth=state.session_thread(state.live_session.id).id, run_id=run.id, attempt_id=run.attempt.id, index=1)
+    await tw.report(
+        supervisor,
+        created.thread_id,
+        state.live_session.id,
+        pe.TurnStarted(native_turn_ref="t1"),
+        pth=state.session_thread(state.live_session.id).id,
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        index=1,
+    )
     return created.thread_id, sent
 
 
@@ -41,10 +49,23 @@ async def test_L3_6_a_send_is_started_on_a_host_and_the_queued_run_follows_when_
     session = state.live_session
     tw.checkpoints.files(TENANT, state.thread.workspace)["out.txt"] = "done\n"  # what the turn wrote
     run = state.run(first.run_id)
-    for index, body in enumerate([pe.TextCompleted(message_id="msg_a", node_id=run.attempt.root_node_id, text="ok"),
-                                  pe.TurnCompleted(status="completed")], start=2):
-        await tw.report(supervisor, thread, session.id, body, pth=state.session_thread(session.id).id, run_id=run.id,
-                        attempt_id=run.attempt.id, index=index)
+    for index, body in enumerate(
+        [
+            pe.TextCompleted(message_id="msg_a", node_id=run.attempt.root_node_id, text="ok"),
+            pe.TurnCompleted(status="completed"),
+        ],
+        start=2,
+    ):
+        await tw.report(
+            supervisor,
+            thread,
+            session.id,
+            body,
+            pth=state.session_thread(session.id).id,
+            run_id=run.id,
+            attempt_id=run.attempt.id,
+            index=index,
+        )
     state = await tw.state(thread)
     done = state.run(first.run_id)
     assert done.status == "completed"
@@ -67,8 +88,11 @@ async def test_a_retried_send_through_a_replica_with_a_stale_cache_gets_its_firs
     await b._store.load(TENANT, thread)  # b caches the thread as it is before the send
     sent = await tw.command(a, SendMessage(text="hi"), thread=thread, command_id="cmd_send")
     again = await tw.command(b, SendMessage(text="hi"), thread=thread, command_id="cmd_send")  # conflicts first
-    assert isinstance(again, Accepted) and again.duplicate and (again.run_id, again.message_id) == (sent.run_id,
-                                                                                                    sent.message_id)
+    assert (
+        isinstance(again, Accepted)
+        and again.duplicate
+        and (again.run_id, again.message_id) == (sent.run_id, sent.message_id)
+    )
     state = await tw.state(thread)
     assert len(state.messages) == 1 and len(state.runs) == 1
 
@@ -82,9 +106,16 @@ async def test_L11_an_answer_reaches_the_session_that_asked_once_and_a_gone_one_
     session, run = state.live_session, state.run(sent.run_id)
     for request_id, index in (("req_1", 2), ("req_2", 3)):
         tw.hosts.ask(session.id, request_id)
-        await tw.report(supervisor, thread, session.id, pe.RequestOpened(request_id=request_id, node_id=run.attempt.root_node_id,
-                                                                         kind="command", prompt="rm?"),
-                        pth=state.session_thread(session.id).id, run_id=run.id, attempt_id=run.attempt.id, index=index)
+        await tw.report(
+            supervisor,
+            thread,
+            session.id,
+            pe.RequestOpened(request_id=request_id, node_id=run.attempt.root_node_id, kind="command", prompt="rm?"),
+            pth=state.session_thread(session.id).id,
+            run_id=run.id,
+            attempt_id=run.attempt.id,
+            index=index,
+        )
 
     answer = RespondRequest(request_id="req_1", decision="accept")
     first = await tw.command(coordinator, answer, thread=thread, command_id="cmd_answer")

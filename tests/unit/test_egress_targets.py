@@ -13,8 +13,12 @@ def test_targets_take_the_default_port_of_their_scheme():
 
 
 def test_targets_keep_explicit_ports_lowercase_names_and_collapse_duplicates():
-    urls = ["https://API.Anthropic.com:8443", "https://api.anthropic.com:8443/v1/messages", "http://127.0.0.1:8123/v1",
-            "http://[::1]:9000/"]
+    urls = [
+        "https://API.Anthropic.com:8443",
+        "https://api.anthropic.com:8443/v1/messages",
+        "http://127.0.0.1:8123/v1",
+        "http://[::1]:9000/",
+    ]
     assert egress_targets(urls) == {("api.anthropic.com", 8443), ("127.0.0.1", 8123), ("::1", 9000)}
 
 
@@ -22,8 +26,9 @@ def test_no_urls_allow_nothing():
     assert egress_targets([]) == frozenset()
 
 
-@pytest.mark.parametrize("url", ["ftp://example.com/", "ws://example.com/", "file:///etc/passwd", "api.openai.com",
-                                 "unix:///run/x.sock", ""])
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/", "ws://example.com/", "file:///etc/passwd", "api.openai.com", "unix:///run/x.sock", ""]
+)
 def test_anything_but_http_and_https_is_rejected_with_a_clear_message(url):
     with pytest.raises(ValueError, match="scheme must be http or https") as raised:
         egress_targets([url])

@@ -30,7 +30,7 @@ def test_a_10000_char_reply_in_3000_deltas_makes_at_most_60_durable_events():
     clock = FakeClock()
     coalescer = Coalescer(clock=clock)
     text = "x" * 10_000
-    chunks = [text[i:i + 4] for i in range(0, 10_000, 4)] + ["y"] * 500  # 3,000 deltas
+    chunks = [text[i : i + 4] for i in range(0, 10_000, 4)] + ["y"] * 500  # 3,000 deltas
     flushed = []
     for chunk in chunks:
         clock.now += 0.004  # 12 s of streaming in total

@@ -12,13 +12,19 @@ LIBS, SERVICES = ROOT / "libs" / "treadle", ROOT / "services" / "treadle"
 
 # A library package may import its own modules and those of strictly lower layers, never a service.
 LAYERS = {
-    "domain": 0, "core": 0,                # pure: stdlib, msgspec and itself only
-    "client": 10, "sandbox": 10, "views": 10,
+    "domain": 0,
+    "core": 0,  # pure: stdlib, msgspec and itself only
+    "client": 10,
+    "sandbox": 10,
+    "views": 10,
     "eventlog": 30,
-    "runtime": 40,                          # the worker kit
-    "projections": 50, "checkpoints": 50, "providers": 50,
-    "ports": 55, "memory": 60,              # Protocols and their in-memory twins (may reuse real types below)
-    "ops": 70,                              # operator tools: servers, processes, broker auth, tokens, audit
+    "runtime": 40,  # the worker kit
+    "projections": 50,
+    "checkpoints": 50,
+    "providers": 50,
+    "ports": 55,
+    "memory": 60,  # Protocols and their in-memory twins (may reuse real types below)
+    "ops": 70,  # operator tools: servers, processes, broker auth, tokens, audit
     "cli": 80,
 }
 PURE = {"domain", "core"}

@@ -53,8 +53,12 @@ def test_a_replica_adopts_partitions_once_their_holder_is_gone():
 
 
 @settings(max_examples=200, deadline=None)
-@given(partitions=st.integers(1, 32), replicas=st.integers(1, 6), dead=st.integers(0, 5),
-       start=st.dictionaries(st.integers(0, 31), st.integers(0, 5), max_size=32))
+@given(
+    partitions=st.integers(1, 32),
+    replicas=st.integers(1, 6),
+    dead=st.integers(0, 5),
+    start=st.dictionaries(st.integers(0, 31), st.integers(0, 5), max_size=32),
+)
 def test_leases_converge_on_an_even_spread_and_cover_every_partition(partitions, replicas, dead, start):
     names = [f"r{i}" for i in range(replicas)]
     holders = {p: names[r % replicas] for p, r in start.items() if p < partitions}

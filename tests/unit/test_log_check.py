@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 from treadle.domain import events as ev
 from treadle.projections.check import check_events
@@ -10,10 +10,24 @@ from treadle.projections.check import check_events
 AT = datetime(2026, 12, 3, tzinfo=UTC)
 
 
-def _event(seq: int, payload: ev.Payload, thread: str = "thr_1", id: str | None = None, subject: str | None = None,
-           command: str | None = None):
-    env = ev.Envelope(id=id or f"evt_{seq}", type=payload.TYPE, tenant="acme", thread=thread, at=AT,
-                      command_id=command or f"cmd_{seq}", actor="test", data=payload)
+def _event(
+    seq: int,
+    payload: ev.Payload,
+    thread: str = "thr_1",
+    id: str | None = None,
+    subject: str | None = None,
+    command: str | None = None,
+):
+    env = ev.Envelope(
+        id=id or f"evt_{seq}",
+        type=payload.TYPE,
+        tenant="acme",
+        thread=thread,
+        at=AT,
+        command_id=command or f"cmd_{seq}",
+        actor="test",
+        data=payload,
+    )
     return seq, subject or f"treadle.evt.acme.{thread}.{payload.TYPE}", ev.encode_event(env)
 
 
@@ -22,9 +36,21 @@ def _created(seq: int = 1, thread: str = "thr_1"):
 
 
 def _queued(seq: int, run: str, ordinal: int):
-    return _event(seq, ev.RunQueued(run_id=run, ordinal=ordinal, message_id="msg_" + run, text="hi", root_node_id="n",
-                                    attempt_id="att_" + run, mode="auto", disposition="started", provider="scripted",
-                                    dispatched=True))
+    return _event(
+        seq,
+        ev.RunQueued(
+            run_id=run,
+            ordinal=ordinal,
+            message_id="msg_" + run,
+            text="hi",
+            root_node_id="n",
+            attempt_id="att_" + run,
+            mode="auto",
+            disposition="started",
+            provider="scripted",
+            dispatched=True,
+        ),
+    )
 
 
 def _completed(seq: int, run: str, id: str | None = None):
@@ -63,8 +89,13 @@ def _ended(seq: int, run: str, checkpoint: ev.CheckpointCaptured | None = None, 
 
 
 def _checkpoint(run: str, status: str = "completed") -> ev.CheckpointCaptured:
-    return ev.CheckpointCaptured(checkpoint_id="ckpt_" + run, run_id=run, ordinal=1, status=status,
-                                 commit="c0ffee" if status == "completed" else None)
+    return ev.CheckpointCaptured(
+        checkpoint_id="ckpt_" + run,
+        run_id=run,
+        ordinal=1,
+        status=status,
+        commit="c0ffee" if status == "completed" else None,
+    )
 
 
 def _steered(seq: int, run: str, message: str):
@@ -89,13 +120,37 @@ def test_a_run_cancelled_before_any_provider_took_it_needs_no_checkpoint():
 
 def test_a_message_accepted_twice_is_reported():
     # the same command (a retried send) accepted a second message
-    retried = _event(3, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_x", text="hi", root_node_id="n2",
-                                     attempt_id="att_r2", mode="auto", disposition="queued", provider="scripted"),
-                     command="cmd_2")
+    retried = _event(
+        3,
+        ev.RunQueued(
+            run_id="r2",
+            ordinal=2,
+            message_id="msg_x",
+            text="hi",
+            root_node_id="n2",
+            attempt_id="att_r2",
+            mode="auto",
+            disposition="queued",
+            provider="scripted",
+        ),
+        command="cmd_2",
+    )
     assert _kinds([_created(), _queued(2, "r1", 1), retried]) == ["duplicate_message"]
     # one message opening two runs
-    twice = _event(3, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_r1", text="hi", root_node_id="n2",
-                                   attempt_id="att_r2", mode="auto", disposition="queued", provider="scripted"))
+    twice = _event(
+        3,
+        ev.RunQueued(
+            run_id="r2",
+            ordinal=2,
+            message_id="msg_r1",
+            text="hi",
+            root_node_id="n2",
+            attempt_id="att_r2",
+            mode="auto",
+            disposition="queued",
+            provider="scripted",
+        ),
+    )
     assert _kinds([_created(), _queued(2, "r1", 1), twice]) == ["message_twice"]
 
 
@@ -108,26 +163,58 @@ def test_L3_2_a_steer_is_delivered_once_and_never_left_behind():
     assert _kinds([*head, delivered, again, end]) == ["delivered_twice"]
     assert _kinds([*head, end]) == ["undelivered_steer"]
     # L3.4: a steer too late for its run opens the run superseding it — its one delivery
-    superseding = _event(8, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_s", text="also this",
-                                         root_node_id="n2", attempt_id="att_r2", mode="auto", disposition="started",
-                                         provider="scripted", supersedes_run_id="r1", dispatched=True))
+    superseding = _event(
+        8,
+        ev.RunQueued(
+            run_id="r2",
+            ordinal=2,
+            message_id="msg_s",
+            text="also this",
+            root_node_id="n2",
+            attempt_id="att_r2",
+            mode="auto",
+            disposition="started",
+            provider="scripted",
+            supersedes_run_id="r1",
+            dispatched=True,
+        ),
+    )
     assert check_events([*head, end, superseding]).ok
     assert _kinds([*head, delivered, end, superseding]) == ["delivered_twice"]
 
 
 def test_L3_3_a_recovery_attempt_carrying_a_steer_again_is_not_a_second_delivery():
-    restart = _event(5, ev.AttemptStarted(run_id="r1", attempt_id="att_2", root_node_id="n2",
-                                          reason="steering_restart", message_ids=["msg_s"]))
-    recovery = _event(6, ev.AttemptStarted(run_id="r1", attempt_id="att_3", root_node_id="n3",
-                                           reason="provider_recovery", message_ids=["msg_s"]))
-    events = [_created(), _queued(2, "r1", 1), _started(3, "r1"), _steered(4, "r1", "msg_s"), restart, recovery,
-              _ended(7, "r1", _checkpoint("r1"))]
+    restart = _event(
+        5,
+        ev.AttemptStarted(
+            run_id="r1", attempt_id="att_2", root_node_id="n2", reason="steering_restart", message_ids=["msg_s"]
+        ),
+    )
+    recovery = _event(
+        6,
+        ev.AttemptStarted(
+            run_id="r1", attempt_id="att_3", root_node_id="n3", reason="provider_recovery", message_ids=["msg_s"]
+        ),
+    )
+    events = [
+        _created(),
+        _queued(2, "r1", 1),
+        _started(3, "r1"),
+        _steered(4, "r1", "msg_s"),
+        restart,
+        recovery,
+        _ended(7, "r1", _checkpoint("r1")),
+    ]
     assert check_events(events).ok
 
 
 def test_L11_3_a_request_left_pending_after_its_session_is_gone_is_reported():
-    opened = _event(4, ev.RequestOpened(request_id="req_1", run_id="r1", node_id="n_a", attempt_id="att_r1",
-                                        kind="command", prompt="ls?"))
+    opened = _event(
+        4,
+        ev.RequestOpened(
+            request_id="req_1", run_id="r1", node_id="n_a", attempt_id="att_r1", kind="command", prompt="ls?"
+        ),
+    )
     stopped = _event(5, ev.ProviderStopped(session_id="ses_1", reason="host_lost"))
     head = [_created(), _queued(2, "r1", 1), _started(3, "r1", "ses_1"), opened]
     assert _kinds([*head, stopped]) == ["orphan_request"]
@@ -138,8 +225,13 @@ def test_L11_3_a_request_left_pending_after_its_session_is_gone_is_reported():
 
 def _state():
     from treadle.domain.thread import fold
-    return fold([ev.decode_event(data, seq) for seq, _, data in
-                 [_created(), _queued(2, "r1", 1), _started(3, "r1"), _ended(4, "r1", _checkpoint("r1"))]])
+
+    return fold(
+        [
+            ev.decode_event(data, seq)
+            for seq, _, data in [_created(), _queued(2, "r1", 1), _started(3, "r1"), _ended(4, "r1", _checkpoint("r1"))]
+        ]
+    )
 
 
 def _stored(state, **changes):
@@ -147,13 +239,19 @@ def _stored(state, **changes):
 
     from treadle.projections import document, store
     from treadle.projections.check import Stored
-    base = Stored(doc=document.encode(state), seq=state.seq, summary=msgspec.json.encode(store.summary(state)),
-                  index={"r1": "thr_1"})
+
+    base = Stored(
+        doc=document.encode(state),
+        seq=state.seq,
+        summary=msgspec.json.encode(store.summary(state)),
+        index={"r1": "thr_1"},
+    )
     return msgspec.structs.replace(base, **changes)
 
 
 def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
     from treadle.projections.check import compare_projection
+
     state = _state()
     assert compare_projection(state, _stored(state)) == []
     drifted = _stored(state, doc=_stored(state).doc.replace(b'"status":"completed"', b'"status":"failed"', 1))
@@ -167,9 +265,20 @@ def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
 
 
 def test_L3_6_queued_runs_with_nothing_active_to_wait_for_are_a_stalled_queue():
-    queued = _event(5, ev.RunQueued(run_id="r2", ordinal=2, message_id="msg_r2", text="next", root_node_id="n2",
-                                    attempt_id="att_r2", mode="queue_after_active", disposition="queued",
-                                    provider="scripted"))
+    queued = _event(
+        5,
+        ev.RunQueued(
+            run_id="r2",
+            ordinal=2,
+            message_id="msg_r2",
+            text="next",
+            root_node_id="n2",
+            attempt_id="att_r2",
+            mode="queue_after_active",
+            disposition="queued",
+            provider="scripted",
+        ),
+    )
     first = [_created(), _queued(2, "r1", 1), _started(3, "r1")]
     assert check_events([*first, _ended(4, "r1", _checkpoint("r1"))]).ok
     assert check_events([*first, queued]).ok  # behind the active run

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.domain_helpers import command, new_thread, send
 from treadle.domain import policy, quotas
 from treadle.domain.commands import CreateThread, EditQueued, ForkSource, ForkThread, ImplementPlan, SendMessage
 from treadle.domain.errors import BadRequest, Forbidden, QuotaExceeded
 from treadle.domain.policy import TenantPolicy
-
-from tests.unit.domain_helpers import command, new_thread, send
 
 DEFAULT = TenantPolicy()
 OPEN = TenantPolicy(allowed_modes=("approval_required", "auto_accept_edits", "full_access"))
@@ -22,16 +21,25 @@ def test_the_default_policy_allows_approval_and_auto_accept_but_not_full_access(
     with pytest.raises(Forbidden) as refused:
         policy.check_command(DEFAULT, new_thread(), command(CreateThread(runtime_mode="full_access")))
     assert refused.value.code == "mode_not_allowed" and refused.value.status == 403
-    assert refused.value.details == {"runtime_mode": "full_access", "allowed": ["approval_required", "auto_accept_edits"]}
+    assert refused.value.details == {
+        "runtime_mode": "full_access",
+        "allowed": ["approval_required", "auto_accept_edits"],
+    }
     policy.check_command(OPEN, new_thread(), command(CreateThread(runtime_mode="full_access")))
-    policy.check_command(DEFAULT, new_thread(), command(CreateThread(runtime_mode="god_mode")))  # bad input: a 400 later
+    policy.check_command(
+        DEFAULT, new_thread(), command(CreateThread(runtime_mode="god_mode"))
+    )  # bad input: a 400 later
 
 
-@pytest.mark.parametrize("body", [
-    SendMessage(text="go"),
-    ForkThread(source=ForkSource(type="run", id="run_x")),
-    ImplementPlan(plan_id="plan_x"),
-], ids=["send", "fork", "plan-implement"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        SendMessage(text="go"),
+        ForkThread(source=ForkSource(type="run", id="run_x")),
+        ImplementPlan(plan_id="plan_x"),
+    ],
+    ids=["send", "fork", "plan-implement"],
+)
 def test_L6_L12_3_no_path_starts_work_in_a_mode_the_tenant_may_no_longer_use(body):
     """A full_access thread made while it was allowed takes no new work, fork or plan once an admin narrows it."""
     state = new_thread(runtime_mode="full_access")
@@ -45,6 +53,7 @@ def test_a_retried_message_already_taken_is_not_refused_by_a_narrower_policy():
     state = new_thread(runtime_mode="full_access")
     sent = command(SendMessage(text="go"), thread=state.thread.id)
     from tests.unit.domain_helpers import run_command
+
     run_command(state, sent)
     policy.check_command(DEFAULT, state, sent)  # its original receipt is answered, nothing new starts
 
@@ -74,12 +83,15 @@ def test_L3_6_a_send_past_the_queue_limit_is_refused_with_the_quota_its_limit_an
     script = {"steps": [{"type": "hang"}]}
     send(state, "active", script=script)
     for i in range(2):
-        quotas.check_command(limits, state, command(SendMessage(text=f"q{i}", mode="queue_after_active"), thread=state.thread.id))
+        quotas.check_command(
+            limits, state, command(SendMessage(text=f"q{i}", mode="queue_after_active"), thread=state.thread.id)
+        )
         send(state, f"q{i}", mode="queue_after_active")
     assert len(state.queue) == 2
     with pytest.raises(QuotaExceeded) as refused:
-        quotas.check_command(limits, state, command(SendMessage(text="one too many", mode="queue_after_active"),
-                                                    thread=state.thread.id))
+        quotas.check_command(
+            limits, state, command(SendMessage(text="one too many", mode="queue_after_active"), thread=state.thread.id)
+        )
     assert refused.value.status == 429 and refused.value.code == "quota_exceeded"
     assert refused.value.details == {"quota": "queued_runs_per_thread", "limit": 2, "current": 2}
     with pytest.raises(QuotaExceeded):

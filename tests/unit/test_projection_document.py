@@ -2,12 +2,11 @@
 
 import msgspec
 
+from tests.unit.domain_helpers import apply, new_thread, send
 from treadle.domain import events as ev
 from treadle.projections import document
 from treadle.views import VIEW_VERSION
 from treadle.views.of_state import thread_view
-
-from tests.unit.domain_helpers import apply, new_thread, send
 
 
 def _stored(fields: list) -> dict[bytes, bytes]:

@@ -8,8 +8,16 @@ import pytest
 
 from treadle.sandbox import cgroups
 from treadle.sandbox.identity import TenantIds
-from treadle.sandbox.launcher import (Forward, Limits, Mount, SandboxConfigError, SandboxSpec, build, passwd_files,
-                                      sandbox_env)
+from treadle.sandbox.launcher import (
+    Forward,
+    Limits,
+    Mount,
+    SandboxConfigError,
+    SandboxSpec,
+    build,
+    passwd_files,
+    sandbox_env,
+)
 
 IDS = TenantIds(200_007, 200_007)
 WS = Path("/state/workspaces/acme/threads/thr_1")
@@ -17,12 +25,22 @@ HOME = Path("/state/provider-runtimes/host-1/codex-homes/acme")
 
 
 def _spec(**kw) -> SandboxSpec:
-    base = dict(ids=IDS, workspace=WS, env={"PATH": "/usr/bin", "HOME": str(HOME)}, homes=(HOME,),
-                binaries=(Path("/opt/codex/vendor/x86_64"),),
-                system=(Mount("ro", "/usr", "/usr"), Mount("symlink", "usr/lib", "/lib")),
-                etc={"/etc/passwd": Path("/state/etc/passwd")},
-                forward=Forward(python="/usr/bin/python3", script="/opt/treadle/forward.py", socket="/run/e/k/s",
-                                ports=((8123, "127.0.0.1", 8123),), proxy_port=3128))
+    base = dict(
+        ids=IDS,
+        workspace=WS,
+        env={"PATH": "/usr/bin", "HOME": str(HOME)},
+        homes=(HOME,),
+        binaries=(Path("/opt/codex/vendor/x86_64"),),
+        system=(Mount("ro", "/usr", "/usr"), Mount("symlink", "usr/lib", "/lib")),
+        etc={"/etc/passwd": Path("/state/etc/passwd")},
+        forward=Forward(
+            python="/usr/bin/python3",
+            script="/opt/treadle/forward.py",
+            socket="/run/e/k/s",
+            ports=((8123, "127.0.0.1", 8123),),
+            proxy_port=3128,
+        ),
+    )
     base.update(kw)
     return SandboxSpec(**base)
 
@@ -49,9 +67,9 @@ def test_the_command_drops_to_the_tenant_uid_before_bwrap_builds_a_private_root(
     assert ("/state/etc/passwd", "/etc/passwd") in _pairs(argv, "--ro-bind")
     assert ("/run/e/k", "/run/e/k") in _pairs(argv, "--bind")  # the egress socket's dir
     # the forwarder starts first and runs the runtime as its child
-    tail = argv[argv.index("--") + 1:]
+    tail = argv[argv.index("--") + 1 :]
     assert tail[:2] == ["/usr/bin/python3", "-I"] and "--port" in tail and "8123=127.0.0.1:8123" in tail
-    assert tail[tail.index("--") + 1:] == ["/opt/codex/vendor/x86_64/bin/codex", "app-server"]
+    assert tail[tail.index("--") + 1 :] == ["/opt/codex/vendor/x86_64/bin/codex", "app-server"]
     # nothing of the host beyond what the spec names: no /root, no state dir, no /etc as a whole
     sources = {s for flag in ("--bind", "--ro-bind") for s, _ in _pairs(argv, flag)}
     assert not any(s in ("/", "/root", "/etc", "/state", "/state/workspaces", "/home") for s in sources)
@@ -62,8 +80,14 @@ def test_the_command_drops_to_the_tenant_uid_before_bwrap_builds_a_private_root(
 def test_staged_sources_are_bound_from_the_stage_not_from_the_host_path():
     launch = build(_spec(stage="/run/treadle-sandbox"), ["/bin/true"])
     staged = {host: stage for host, stage, _ in launch.staged}
-    assert set(staged) == {str(WS), str(HOME), "/opt/codex/vendor/x86_64", "/state/etc/passwd",
-                           "/opt/treadle/forward.py", "/run/e/k"}
+    assert set(staged) == {
+        str(WS),
+        str(HOME),
+        "/opt/codex/vendor/x86_64",
+        "/state/etc/passwd",
+        "/opt/treadle/forward.py",
+        "/run/e/k",
+    }
     binds = _pairs(launch.argv, "--bind") + _pairs(launch.argv, "--ro-bind")
     assert (staged[str(WS)], str(WS)) in binds
     assert all(src.startswith("/run/treadle-sandbox/") or src.startswith("/usr") for src, _ in binds)
@@ -80,8 +104,14 @@ def test_a_sandbox_never_runs_as_root_nor_gets_treadle_settings():
 
 
 def test_the_environment_is_an_allow_list_plus_the_runtimes_own():
-    host = {"TREADLE_NATS_URL": "nats://treadle:secret@127.0.0.1", "AWS_SECRET_ACCESS_KEY": "x", "LANG": "de_DE.UTF-8",
-            "OPENAI_API_KEY": "sk-host", "PATH": "/root/.pyenv/shims:/usr/bin", "SSH_AUTH_SOCK": "/tmp/agent"}
+    host = {
+        "TREADLE_NATS_URL": "nats://treadle:secret@127.0.0.1",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "LANG": "de_DE.UTF-8",
+        "OPENAI_API_KEY": "sk-host",
+        "PATH": "/root/.pyenv/shims:/usr/bin",
+        "SSH_AUTH_SOCK": "/tmp/agent",
+    }
     env = sandbox_env("/h", {"CODEX_HOME": "/c", "MOCK_KEY": "k"}, host)
     assert env["LANG"] == "de_DE.UTF-8" and env["CODEX_HOME"] == "/c" and env["MOCK_KEY"] == "k"
     assert env["PATH"] == "/usr/local/bin:/usr/bin:/bin" and env["HOME"] == "/h"
@@ -98,13 +128,16 @@ def test_the_synthetic_passwd_knows_only_the_tenant():
 
 
 def test_cgroup_v1_groups_get_the_limits(tmp_path):
-    support = cgroups.CgroupSupport(v1={"memory": tmp_path / "memory", "pids": tmp_path / "pids", "cpu": tmp_path / "cpu"})
+    support = cgroups.CgroupSupport(
+        v1={"memory": tmp_path / "memory", "pids": tmp_path / "pids", "cpu": tmp_path / "cpu"}
+    )
     group = cgroups.create(support, "ps_1-1", Limits(memory_mb=512, pids=64, cpus=0.5))
     assert (tmp_path / "memory/treadle-sandbox/ps_1-1/memory.limit_in_bytes").read_text() == str(512 << 20)
     assert (tmp_path / "pids/treadle-sandbox/ps_1-1/pids.max").read_text() == "64"
     assert (tmp_path / "cpu/treadle-sandbox/ps_1-1/cpu.cfs_quota_us").read_text() == "50000"
-    assert sorted(group.procs) == sorted(str(tmp_path / c / "treadle-sandbox/ps_1-1/cgroup.procs")
-                                         for c in ("memory", "pids", "cpu"))
+    assert sorted(group.procs) == sorted(
+        str(tmp_path / c / "treadle-sandbox/ps_1-1/cgroup.procs") for c in ("memory", "pids", "cpu")
+    )
     assert cgroups.rlimits(support, Limits(pids=64)) == []
     assert cgroups.rlimits(cgroups.CgroupSupport(), Limits(pids=64)) == [("RLIMIT_NPROC", 64, 64)]
     with pytest.raises(ValueError):

@@ -32,17 +32,27 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 
     document = yaml.safe_load(schemas.asyncapi())
     assert document["info"]["x-schema-version"] == SCHEMA_VERSION
+
     # A parameter is one subject token, except {verb} and {action}, which may be dotted (turn.start).
     def pattern(address: str) -> re.Pattern:
-        tokens = [r"[^.]+(\.[^.]+)*" if t in ("{verb}", "{action}") else "[^.]+" if t.startswith("{") else re.escape(t)
-                  for t in address.split(".")]
+        tokens = [
+            r"[^.]+(\.[^.]+)*" if t in ("{verb}", "{action}") else "[^.]+" if t.startswith("{") else re.escape(t)
+            for t in address.split(".")
+        ]
         return re.compile(r"\.".join(tokens) + "$")
 
     patterns = [pattern(c["address"]) for c in document["channels"].values()]
-    used = [subjects.command("acme", "send"), subjects.event("acme", "thr_1", "run.completed"),
-            subjects.live("acme", "thr_1"), subjects.provider("acme", "thr_1", "pth_1"), subjects.host_place("local"), subjects.host_shed("local"),
-            subjects.host("host-1", "turn.start"), subjects.checkpoint("local", "capture"),
-            audit.subject("acme", "token.revoked")]
+    used = [
+        subjects.command("acme", "send"),
+        subjects.event("acme", "thr_1", "run.completed"),
+        subjects.live("acme", "thr_1"),
+        subjects.provider("acme", "thr_1", "pth_1"),
+        subjects.host_place("local"),
+        subjects.host_shed("local"),
+        subjects.host("host-1", "turn.start"),
+        subjects.checkpoint("local", "capture"),
+        audit.subject("acme", "token.revoked"),
+    ]
     for subject in used:
         assert any(p.match(subject) for p in patterns), f"{subject} is in no AsyncAPI channel"
     messages = document["components"]["messages"]
@@ -56,6 +66,8 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 def test_an_event_written_before_schema_version_existed_still_decodes_as_version_1():
     from treadle.domain.events import decode_event
 
-    old = b'{"id":"evt_1","type":"run.dispatched","tenant":"acme","thread":"thr_1","at":"2026-12-01T00:00:00Z",' \
-          b'"command_id":"cmd_1","actor":"coordinator","data":{"run_id":"run_1"}}'
+    old = (
+        b'{"id":"evt_1","type":"run.dispatched","tenant":"acme","thread":"thr_1","at":"2026-12-01T00:00:00Z",'
+        b'"command_id":"cmd_1","actor":"coordinator","data":{"run_id":"run_1"}}'
+    )
     assert decode_event(old).schema_version == 1

@@ -22,8 +22,16 @@ async def running(tw: Twins, coordinator, supervisor) -> tuple[str, str]:
     await tw.wake(supervisor)
     state = await tw.state(created.thread_id)
     session, run = state.live_session, state.run(sent.run_id)
-    await tw.report(supervisor, created.thread_id, session.id, pe.TurnStarted(), pth=state.session_thread(session.id).id,
-                    run_id=run.id, attempt_id=run.attempt.id, index=1)
+    await tw.report(
+        supervisor,
+        created.thread_id,
+        session.id,
+        pe.TurnStarted(),
+        pth=state.session_thread(session.id).id,
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        index=1,
+    )
     return created.thread_id, sent.run_id
 
 
@@ -50,8 +58,9 @@ async def test_L9_3_a_lost_session_gets_a_recovery_attempt_that_resumes_its_prov
 
 
 def envelope(i: int, data: ev.Payload) -> ev.Envelope:
-    return ev.Envelope(id=f"evt_t{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_t",
-                       actor="test", data=data)
+    return ev.Envelope(
+        id=f"evt_t{i}", type=data.TYPE, tenant=TENANT, thread=THREAD, at=T0, command_id="cmd_t", actor="test", data=data
+    )
 
 
 async def test_L9_3_a_turn_handed_to_a_session_on_a_dead_host_is_placed_again_on_a_live_one(tmp_path):
@@ -59,11 +68,28 @@ async def test_L9_3_a_turn_handed_to_a_session_on_a_dead_host_is_placed_again_on
     await tw.checkpoints.prepare(TENANT, THREAD, "w")
     history = [
         ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
-        ev.RunQueued(run_id="run_1", ordinal=1, message_id="msg_1", text="go", root_node_id="node_1",
-                     attempt_id="att_1", mode="auto", disposition="started", dispatched=True, provider="scripted"),
+        ev.RunQueued(
+            run_id="run_1",
+            ordinal=1,
+            message_id="msg_1",
+            text="go",
+            root_node_id="node_1",
+            attempt_id="att_1",
+            mode="auto",
+            disposition="started",
+            dispatched=True,
+            provider="scripted",
+        ),
         ev.CheckpointCaptured(checkpoint_id="ckpt_0", ordinal=0, kind="baseline", status="baseline"),
-        ev.ProviderAttached(session_id="ps_dead", provider="scripted", host_id="host-dead", boot_id="gone",
-                            provider_thread_id="pth_1", native_ref="scripted-pth_1", capabilities=ProviderCapabilities()),
+        ev.ProviderAttached(
+            session_id="ps_dead",
+            provider="scripted",
+            host_id="host-dead",
+            boot_id="gone",
+            provider_thread_id="pth_1",
+            native_ref="scripted-pth_1",
+            capabilities=ProviderCapabilities(),
+        ),
     ]
     seq = 0
     for i, data in enumerate(history):
@@ -77,8 +103,11 @@ async def test_L9_3_a_turn_handed_to_a_session_on_a_dead_host_is_placed_again_on
     assert [(s.session_id, s.reason) for s in stops] == [("ps_dead", "host_unreachable")]
     assert state.live_session.host_id == "host-live"
     assert [p.id for p in state.provider_threads] == ["pth_1"]  # resumed, not replaced
-    assert [(host, verb) for host, verb, _ in tw.hosts.calls] == [("host-dead", "turn.start"), ("", "place"),
-                                                                   ("host-live", "turn.start")]
+    assert [(host, verb) for host, verb, _ in tw.hosts.calls] == [
+        ("host-dead", "turn.start"),
+        ("", "place"),
+        ("host-live", "turn.start"),
+    ]
     assert [a.status for a in state.run("run_1").attempts] == ["pending"]  # the same attempt, never played
 
 
@@ -117,8 +146,9 @@ async def steered(tw: Twins, coordinator, supervisor, *, turn_ended: bool):
     state = await tw.state(thread)
     session, run = state.live_session, state.run(sent.run_id)
     pth = state.session_thread(session.id).id
-    await tw.report(supervisor, thread, session.id, pe.TurnStarted(), pth=pth, run_id=run.id, attempt_id=run.attempt.id,
-                    index=1)
+    await tw.report(
+        supervisor, thread, session.id, pe.TurnStarted(), pth=pth, run_id=run.id, attempt_id=run.attempt.id, index=1
+    )
     steer = await tw.command(coordinator, SendMessage(text="also this"), thread=thread)
     assert isinstance(steer, Accepted) and steer.disposition == "steered", steer
     if turn_ended:
@@ -146,8 +176,9 @@ async def test_L3_4_a_steer_refused_by_a_turn_that_just_ended_becomes_the_next_r
     thread, run, steer, session, pth = await steered(tw, coordinator, supervisor, turn_ended=True)
     assert "steer.delivered" not in [e.type for e in await tw.log.read(TENANT, thread)]
     assert message_ids(tw.hosts.verbs("turn.steer")) == [steer.message_id]  # asked, and refused: not_active
-    await tw.report(supervisor, thread, session.id, pe.TurnCompleted(), pth=pth, run_id=run.id,
-                    attempt_id=run.attempt.id, index=2)
+    await tw.report(
+        supervisor, thread, session.id, pe.TurnCompleted(), pth=pth, run_id=run.id, attempt_id=run.attempt.id, index=2
+    )
     state = await tw.state(thread)
     first, follow = state.runs
     assert first.status == "completed" and (follow.message_id, follow.supersedes_run_id) == (steer.message_id, first.id)

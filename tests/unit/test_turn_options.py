@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.domain_helpers import command, new_thread, run_command, send
 from treadle.domain.commands import SendMessage
 from treadle.domain.decide import capabilities_for
 from treadle.domain.errors import BadRequest
-
-from tests.unit.domain_helpers import command, new_thread, run_command, send
 
 
 def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():
@@ -19,12 +18,15 @@ def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():
     assert capabilities_for(state, run) is None  # turn options say nothing about capabilities
 
 
-@pytest.mark.parametrize("provider, script, reason", [
-    ("codex", {"collaboration_mode": "chaos"}, "collaboration_mode must be plan or default"),
-    ("codex", {"temperature": 2}, "unknown temperature"),
-    ("claude", {"collaboration_mode": "plan"}, "provider claude takes no script"),
-    ("scripted", {"steps": [{"type": "teleport"}]}, "invalid script"),
-])
+@pytest.mark.parametrize(
+    "provider, script, reason",
+    [
+        ("codex", {"collaboration_mode": "chaos"}, "collaboration_mode must be plan or default"),
+        ("codex", {"temperature": 2}, "unknown temperature"),
+        ("claude", {"collaboration_mode": "plan"}, "provider claude takes no script"),
+        ("scripted", {"steps": [{"type": "teleport"}]}, "invalid script"),
+    ],
+)
 def test_L2_1_a_script_the_provider_cannot_take_is_a_clear_400_and_changes_nothing(provider, script, reason):
     state = new_thread(provider=provider)
     cmd = command(SendMessage(text="x", script=script), thread=state.thread.id)

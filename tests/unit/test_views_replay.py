@@ -80,12 +80,16 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
     tree = lineage_node(root, [lineage_node(fork, [])])
     for view, root_view, node in ((root, root, tree), (fork, root, tree), (other, other, lineage_node(other, []))):
         assert root_view.thread and view.thread
-        got[f"/v1/threads/{view.thread.id}/lineage"] = {"thread_id": view.thread.id,
-                                                       "root_thread_id": root_view.thread.id, "tree": _json(node)}
+        got[f"/v1/threads/{view.thread.id}/lineage"] = {
+            "thread_id": view.thread.id,
+            "root_thread_id": root_view.thread.id,
+            "tree": _json(node),
+        }
     newest_first = sorted(views.values(), key=lambda v: v.thread.created_at if v.thread else 0, reverse=True)
     got["/v1/threads"] = {"threads": [_json(summary(v)) for v in newest_first]}
-    assert [json.loads(msgspec.json.encode(of_state.summary(states[t]))) for t in expected["threads"]] == \
-        [_json(summary(views[t])) for t in expected["threads"]]
+    assert [json.loads(msgspec.json.encode(of_state.summary(states[t]))) for t in expected["threads"]] == [
+        _json(summary(views[t])) for t in expected["threads"]
+    ]
     assert sorted(got) == sorted(docs)
     for path in docs:
         assert json.dumps(_ordered(got[path])) == json.dumps(_ordered(docs[path])), path  # in the same order too

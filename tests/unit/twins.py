@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
@@ -70,18 +70,33 @@ class Twins:
         self._provider_seq = 0
 
     def coordinator(self, **settings) -> Coordinator:
-        return Coordinator(NATS(), self.shared, CoordinatorSettings(**settings), log=self.log,
-                           checkpoints=self.checkpoints, hosts=self.hosts, policies=DefaultPolicies())
+        return Coordinator(
+            NATS(),
+            self.shared,
+            CoordinatorSettings(**settings),
+            log=self.log,
+            checkpoints=self.checkpoints,
+            hosts=self.hosts,
+            policies=DefaultPolicies(),
+        )
 
     def supervisor(self, **settings) -> Supervisor:
-        return Supervisor(NATS(), self.shared, SupervisorSettings(**settings), log=self.log,
-                          checkpoints=self.checkpoints, hosts=self.hosts)
+        return Supervisor(
+            NATS(),
+            self.shared,
+            SupervisorSettings(**settings),
+            log=self.log,
+            checkpoints=self.checkpoints,
+            hosts=self.hosts,
+        )
 
-    async def command(self, coordinator: Coordinator, body: Body, thread: str | None = None,
-                      command_id: str | None = None) -> Reply:
+    async def command(
+        self, coordinator: Coordinator, body: Body, thread: str | None = None, command_id: str | None = None
+    ) -> Reply:
         """Through the coordinator's subscription and mailbox, as the gateway sends it."""
-        command = Command(id=command_id or f"cmd_{next(self._ids)}", tenant=TENANT, user="u", thread=thread,
-                          issued_at=T0, body=body)
+        command = Command(
+            id=command_id or f"cmd_{next(self._ids)}", tenant=TENANT, user="u", thread=thread, issued_at=T0, body=body
+        )
         verb = type(body).__struct_config__.tag.split(".")[1]
         request = Request(subjects.command(TENANT, verb), msgspec.json.encode(command))
         await coordinator._on_command(request)
@@ -102,16 +117,36 @@ class Twins:
     async def wake(self, supervisor: Supervisor) -> list[StoredMessage]:
         return await self.deliver(supervisor._on_dispatched, WAKE_EVENTS)
 
-    async def report(self, supervisor: Supervisor, thread: str, session_id: str, body: pe.AnyBody, *,
-                     pth: str = "pth_1", run_id: str | None = None, attempt_id: str | None = None,
-                     index: int = 0) -> None:
+    async def report(
+        self,
+        supervisor: Supervisor,
+        thread: str,
+        session_id: str,
+        body: pe.AnyBody,
+        *,
+        pth: str = "pth_1",
+        run_id: str | None = None,
+        attempt_id: str | None = None,
+        index: int = 0,
+    ) -> None:
         """A provider event as a host publishes it, delivered to the supervisor."""
         self._provider_seq += 1
-        event = pe.ProviderEvent(id=f"pev_{self._provider_seq}", tenant=TENANT, thread=thread, session_id=session_id,
-                                 provider_thread_id=pth, run_id=run_id, attempt_id=attempt_id, index=index, at=T0,
-                                 body=body)
+        event = pe.ProviderEvent(
+            id=f"pev_{self._provider_seq}",
+            tenant=TENANT,
+            thread=thread,
+            session_id=session_id,
+            provider_thread_id=pth,
+            run_id=run_id,
+            attempt_id=attempt_id,
+            index=index,
+            at=T0,
+            body=body,
+        )
         subject = f"{subjects.provider(TENANT, thread, pth)}.0"
-        await consume(supervisor._on_provider_event, StoredMessage(self._provider_seq, subject, msgspec.json.encode(event)))
+        await consume(
+            supervisor._on_provider_event, StoredMessage(self._provider_seq, subject, msgspec.json.encode(event))
+        )
 
     async def play(self, supervisor: Supervisor, thread: str, run_id: str, writes: dict[str, str]) -> None:
         """The run's current attempt plays on the live session: it writes ``writes`` and completes."""
@@ -121,8 +156,16 @@ class Twins:
         self.checkpoints.files(TENANT, state.thread.workspace).update(writes)
         pth = state.session_thread(session.id)
         for index, body in enumerate([pe.TurnStarted(), pe.TurnCompleted(status="completed")], start=1):
-            await self.report(supervisor, thread, session.id, body, pth=pth.id if pth else "pth_1", run_id=run.id,
-                              attempt_id=run.attempt.id, index=index)
+            await self.report(
+                supervisor,
+                thread,
+                session.id,
+                body,
+                pth=pth.id if pth else "pth_1",
+                run_id=run.id,
+                attempt_id=run.attempt.id,
+                index=index,
+            )
         self.hosts.end_turn(session.id, run.attempt.id)
 
     async def state(self, thread: str) -> ThreadState:

@@ -5,14 +5,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from ..eventlog import subjects
 from ..runtime.consumer import Retryable
-from .protocol import Capture, Captured, CheckpointError, Failure, PrepareWorkspace, WorkspaceReady, encode
-from .protocol import DiffRequest, DiffResult, Prune, Pruned, Restore, Restored
-from .protocol import decode_capture_reply, decode_diff_reply, decode_prepare_reply, decode_prune_reply
-from .protocol import decode_restore_reply
+from .protocol import (
+    Capture,
+    Captured,
+    CheckpointError,
+    DiffRequest,
+    DiffResult,
+    Failure,
+    PrepareWorkspace,
+    Prune,
+    Pruned,
+    Restore,
+    Restored,
+    WorkspaceReady,
+    decode_capture_reply,
+    decode_diff_reply,
+    decode_prepare_reply,
+    decode_prune_reply,
+    decode_restore_reply,
+    encode,
+)
 
 if TYPE_CHECKING:
     from .materialize import Materialize, Materialized
@@ -36,8 +53,9 @@ class CheckpointClient:
         return msg.data
 
     async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
-        reply = decode_prepare_reply(await self._request("prepare", encode(
-            PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace))))
+        reply = decode_prepare_reply(
+            await self._request("prepare", encode(PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace)))
+        )
         if isinstance(reply, Failure):
             raise CheckpointError(reply.code, reply.message)
         return reply

@@ -35,8 +35,18 @@ from pathlib import Path, PurePosixPath
 from treadle.checkpoints import capture as captures
 from treadle.checkpoints import restore as ops
 from treadle.checkpoints.locks import exclusive
-from treadle.checkpoints.protocol import Capture, Captured, CheckpointError, DiffRequest, DiffResult
-from treadle.checkpoints.protocol import Prune, Pruned, Restore, Restored, WorkspaceReady
+from treadle.checkpoints.protocol import (
+    Capture,
+    Captured,
+    CheckpointError,
+    DiffRequest,
+    DiffResult,
+    Prune,
+    Pruned,
+    Restore,
+    Restored,
+    WorkspaceReady,
+)
 from treadle.checkpoints.refs import checkpoint_ref
 from treadle.checkpoints.repo import Repo, checkpoint_gitdir, common_dir, user_gitdir
 from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES, GitRunner, Launch, give, make_dirs, own_tree, repo_env
@@ -217,8 +227,10 @@ class Workspaces:
         if blocked:
             if wanted:
                 raise ValueError(f"tenant uids cannot reach the workspaces: {sorted(set(blocked))} not searchable")
-            log.warning("checkpoint git runs as the service user: %s not searchable by other users",
-                        ", ".join(sorted(set(blocked))))
+            log.warning(
+                "checkpoint git runs as the service user: %s not searchable by other users",
+                ", ".join(sorted(set(blocked))),
+            )
             return None
         for r in roots:
             os.chmod(r, os.stat(r).st_mode | stat.S_IXOTH | stat.S_IXGRP)
@@ -381,4 +393,3 @@ def _harden(gitdir: Path, owner: tuple[int, int] | None) -> None:
         os.chmod(tmp, 0o444)  # the service's: git reads it, nothing else writes it
         os.rename(tmp, attributes)
     make_dirs(gitdir / "treadle", owner)
-

@@ -63,8 +63,14 @@ _FALSE = (b"false", b"no", b"off", b"0")
 
 
 def apply(
-    repo: Repo, trees: Trees, watcher: Watcher, changed: set[bytes], new_dirs: set[bytes], limit: int,
-    ignored: Callable[[list[bytes]], set[bytes]], out: dict[bytes, tuple[int, bytes]],
+    repo: Repo,
+    trees: Trees,
+    watcher: Watcher,
+    changed: set[bytes],
+    new_dirs: set[bytes],
+    limit: int,
+    ignored: Callable[[list[bytes]], set[bytes]],
+    out: dict[bytes, tuple[int, bytes]],
     attributes: Callable[[list[bytes]], dict[bytes, set[bytes]]] | None = None,
 ) -> str:
     """Bring ``trees`` up to date with the ``changed`` paths; new objects go to ``out``; returns the tree id.

@@ -18,7 +18,8 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from ..domain.ids import is_token
 from ..eventlog import subjects
@@ -69,8 +70,9 @@ def _git(launch: Launch, env: dict[str, str], *args: str) -> bytes:
     return out
 
 
-def materialize(root: Path, shadow_root: Path, req: Materialize, *, launch: Launch = SERVICE,
-                base: dict[str, str] | None = None) -> Materialized:
+def materialize(
+    root: Path, shadow_root: Path, req: Materialize, *, launch: Launch = SERVICE, base: dict[str, str] | None = None
+) -> Materialized:
     """Check the checkpoint ``req.commit`` of the source thread out into the fork's new workspace (a git repo of
     its own, so the fork's checkpoints never mix with the source's).
 
@@ -106,7 +108,9 @@ def materialize(root: Path, shadow_root: Path, req: Materialize, *, launch: Laun
         with tempfile.TemporaryDirectory(prefix="fork-", dir=gitdir / "treadle") as tmp:
             give(tmp, launch.owner)
             env = dict(base, GIT_DIR=str(gitdir), GIT_WORK_TREE=str(building), GIT_INDEX_FILE=str(Path(tmp) / "index"))
-            _git(launch, env, "read-tree", req.commit)  # objects are read from the source; only the temp index is written
+            _git(
+                launch, env, "read-tree", req.commit
+            )  # objects are read from the source; only the temp index is written
             _git(launch, env, "checkout-index", "-a", "-f")
         (building / ".git" / _MARKER).write_text(req.commit + "\n")
         give(building / ".git" / _MARKER, launch.owner)
@@ -137,8 +141,9 @@ class MaterializeHandler:
         if not is_token(req.tenant):
             raise CheckpointError("bad_request", f"invalid tenant {req.tenant!r}")
         ws.tenant_root(req.tenant)  # made the tenant's (0700, its uid) before anything is built in it
-        return await asyncio.to_thread(materialize, self._root, self._shadow_root, req, launch=ws.launch(req.tenant),
-                                       base=ws.git.base_env)
+        return await asyncio.to_thread(
+            materialize, self._root, self._shadow_root, req, launch=ws.launch(req.tenant), base=ws.git.base_env
+        )
 
 
 async def request_materialize(nc: NATS, volume: str, req: Materialize, timeout: float = 30.0) -> Materialized:

@@ -47,8 +47,9 @@ def write(
     who the new files belong to (the tenant whose git children use the git dir)."""
     if not objects:
         return None
-    entries = {oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE)
-               for oid, (kind, data) in objects.items()}
+    entries = {
+        oid: _entry_header(kind, len(data)) + _deflate(data, kind != TREE) for oid, (kind, data) in objects.items()
+    }
     return _write_pack(objects_dir, treadle_dir, entries, owner)
 
 

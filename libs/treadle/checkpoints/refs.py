@@ -6,7 +6,6 @@ import os
 from typing import TYPE_CHECKING
 
 from treadle.checkpoints.repo import Repo, Tip, common_dir
-
 from treadle.checkpoints.runner import make_dirs
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from treadle.checkpoints.protocol import CheckpointError, FileStat

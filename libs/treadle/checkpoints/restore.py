@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from treadle.checkpoints.diffs import parse_diff
 from treadle.checkpoints.protocol import (
     MAX_FILES,
-    FileStat,
     CheckpointError,
     DiffRequest,
     DiffResult,
+    FileStat,
     Prune,
     Pruned,
     Restore,
@@ -60,10 +60,22 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
     old = f"{req.from_commit}^{{tree}}" if req.from_commit else EMPTY_TREE
     counted = _counted(repo, req.from_commit, req.to_commit)
     (rc1, stats, err1), (rc2, patch, err2) = await asyncio.gather(
-        _done(counted) if counted is not None else
-        ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, old, new),
-        ws.git.run(repo, "diff-tree", "-r", "-p", "-M", "--no-color", "--no-ext-diff", "--no-textconv",
-                   "--full-index", old, new),
+        _done(counted)
+        if counted is not None
+        else ws.git.run(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, old, new),
+        ws.git.run(
+            repo,
+            "diff-tree",
+            "-r",
+            "-p",
+            "-M",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--full-index",
+            old,
+            new,
+        ),
     )
     if rc1 or rc2:
         if any(m in err1 + err2 for m in (b"bad object", b"not a tree", b"bad revision", b"unknown revision")):
@@ -71,8 +83,9 @@ async def diff(ws: Workspaces, repo: Repo, req: DiffRequest) -> DiffResult:
         raise CheckpointError("git_error", f"git diff-tree failed: {(err1 or err2).decode(errors='replace')[-300:]}")
     text, truncated = cut(patch, req.max_bytes)
     files = counted if counted is not None else parse_diff(stats)
-    return DiffResult(files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated,
-                      patch_bytes=len(patch))
+    return DiffResult(
+        files=files[: req.max_files], files_total=len(files), patch=text, truncated=truncated, patch_bytes=len(patch)
+    )
 
 
 def _counted(repo: Repo, old: str | None, new: str) -> list[FileStat] | None:
@@ -128,13 +141,26 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
         await ws.git.check(repo, "read-tree", "--reset", "-u", applied)
-    files = parse_diff(await ws.git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS,
-                                           before.tree, target)) \
-        if before.tree != target else []
+    files = (
+        parse_diff(
+            await ws.git.check(
+                repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, before.tree, target
+            )
+        )
+        if before.tree != target
+        else []
+    )
     retired = await _retire(ws, repo, req)
-    return Restored(commit=req.commit, tree=target, undo_ref=undo_ref, undo_commit=before.commit,
-                    files=files[:MAX_FILES], files_total=len(files), retired=retired,
-                    skipped=await submodules(ws, repo, target) + _too_large(kept))
+    return Restored(
+        commit=req.commit,
+        tree=target,
+        undo_ref=undo_ref,
+        undo_commit=before.commit,
+        files=files[:MAX_FILES],
+        files_total=len(files),
+        retired=retired,
+        skipped=await submodules(ws, repo, target) + _too_large(kept),
+    )
 
 
 def _too_large(kept: dict[bytes, int]) -> list[Skipped]:
@@ -147,11 +173,20 @@ async def _without(ws: Workspaces, repo: Repo, tree: str, paths: dict[bytes, int
     with tempfile.TemporaryDirectory(prefix="scratch-", dir=repo.gitdir / "treadle") as tmp:
         give(tmp, repo.owner)
         env = dict(repo.env, GIT_INDEX_FILE=os.path.join(tmp, "index"))
-        scratch = Repo(repo.worktree, repo.gitdir, repo.user_gitdir, env, repo.config_files, False, launch=repo.launch,
-                       lock_fd=repo.lock_fd)
+        scratch = Repo(
+            repo.worktree,
+            repo.gitdir,
+            repo.user_gitdir,
+            env,
+            repo.config_files,
+            False,
+            launch=repo.launch,
+            lock_fd=repo.lock_fd,
+        )
         await ws.git.check(scratch, "read-tree", tree)
-        await ws.git.check(scratch, "update-index", "--force-remove", "-z", "--stdin",
-                           input=b"".join(p + b"\0" for p in paths))
+        await ws.git.check(
+            scratch, "update-index", "--force-remove", "-z", "--stdin", input=b"".join(p + b"\0" for p in paths)
+        )
         return (await ws.git.check(scratch, "write-tree")).decode().strip()
 
 
@@ -175,15 +210,20 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
     if script:
         rc, _, err = await ws.git.run(repo, "update-ref", "--stdin", "-z", input=script)
         if rc != 0:
-            raise CheckpointError("git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}")
+            raise CheckpointError(
+                "git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}"
+            )
     return moved
 
 
 async def submodules(ws: Workspaces, repo: Repo, tree: str) -> list[Skipped]:
     """Submodules are recorded as the commit they point at; their own files are never captured or restored."""
     out = await ws.git.check(repo, "ls-tree", "-r", "-z", tree)
-    return [Skipped(path=entry.split(b"\t", 1)[1].decode("utf-8", "replace"), reason="submodule")
-            for entry in out.split(b"\0") if entry.startswith(b"160000 ")]
+    return [
+        Skipped(path=entry.split(b"\t", 1)[1].decode("utf-8", "replace"), reason="submodule")
+        for entry in out.split(b"\0")
+        if entry.startswith(b"160000 ")
+    ]
 
 
 async def prune(ws: Workspaces, repo: Repo, req: Prune, now: float) -> Pruned:

@@ -27,12 +27,14 @@ def refs_to_prune(refs: list[RefInfo], *, now: float, idle_seconds: float, keep_
     by_thread: dict[str, list[RefInfo]] = {}
     for ref in refs:
         if ref.name.startswith(_PREFIX):
-            by_thread.setdefault(ref.name[len(_PREFIX):].split("/", 1)[0], []).append(ref)
+            by_thread.setdefault(ref.name[len(_PREFIX) :].split("/", 1)[0], []).append(ref)
     doomed: list[RefInfo] = []
     for thread, items in by_thread.items():
         if now - max(r.mtime for r in items) < idle_seconds:
             continue
-        roots = sorted((r for r in items if _root_ordinal(r, thread) is not None), key=lambda r: _root_ordinal(r, thread))
+        roots = sorted(
+            (r for r in items if _root_ordinal(r, thread) is not None), key=lambda r: _root_ordinal(r, thread)
+        )
         kept = roots[-keep_latest:]
         since = min((r.mtime for r in kept), default=float("inf"))
         keep = {r.name for r in kept}
@@ -41,6 +43,6 @@ def refs_to_prune(refs: list[RefInfo], *, now: float, idle_seconds: float, keep_
 
 
 def _root_ordinal(ref: RefInfo, thread: str) -> int | None:
-    rest = ref.name[len(_PREFIX) + len(thread) + 1:]
+    rest = ref.name[len(_PREFIX) + len(thread) + 1 :]
     scope, _, leaf = rest.rpartition("/")
     return int(leaf) if scope == "root" and leaf.isdigit() else None

@@ -88,8 +88,10 @@ class Stager:
 
     def skipped(self, repo: Repo) -> list[Skipped]:
         """What the last tree left out: files over the size limit, and submodules' own files."""
-        out = [Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n)
-               for p, n in sorted(repo.too_large.items())]
+        out = [
+            Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n)
+            for p, n in sorted(repo.too_large.items())
+        ]
         gitlinks = repo.trees.gitlinks if repo.trees is not None else repo.gitlinks
         out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(gitlinks)]
         return out
@@ -109,9 +111,16 @@ class Stager:
         objects: dict[bytes, tuple[int, bytes]] = {}
         before = trees.root
         try:
-            tree = apply(repo, trees, watcher, *changes, self.max_file_bytes,
-                         lambda paths: self._ignored(repo, paths), objects,
-                         (lambda paths: self._attributes(repo, paths)) if repo.attributes else None)
+            tree = apply(
+                repo,
+                trees,
+                watcher,
+                *changes,
+                self.max_file_bytes,
+                lambda paths: self._ignored(repo, paths),
+                objects,
+                (lambda paths: self._attributes(repo, paths)) if repo.attributes else None,
+            )
         except (Unsure, Unwatchable, OSError, CheckpointError) as exc:  # the half-updated trees go; `add -A` decides
             log.debug("incremental capture of %s falls back to add -A: %r", repo.worktree, exc)
             repo.trees = None
@@ -147,13 +156,20 @@ class Stager:
 
     def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
-        out = run_in_thread(repo, "check-ignore", "--no-index", "-z", "--stdin", input=b"\0".join(paths) + b"\0",
-                            ok=(0, 1))
+        out = run_in_thread(
+            repo, "check-ignore", "--no-index", "-z", "--stdin", input=b"\0".join(paths) + b"\0", ok=(0, 1)
+        )
         return set(filter(None, out.split(b"\0")))
 
     def _attributes(self, repo: Repo, paths: list[bytes]) -> dict[bytes, set[bytes]]:
-        out = run_in_thread(repo, "check-attr", "-z", "--stdin", *(a.decode() for a in CONVERTING + EOL),
-                            input=b"\0".join(paths) + b"\0")
+        out = run_in_thread(
+            repo,
+            "check-attr",
+            "-z",
+            "--stdin",
+            *(a.decode() for a in CONVERTING + EOL),
+            input=b"\0".join(paths) + b"\0",
+        )
         fields = out.split(b"\0")
         found: dict[bytes, set[bytes]] = {}
         for i in range(0, len(fields) - 2, 3):
@@ -192,8 +208,9 @@ class Stager:
         too_large = await self._too_large(repo)
         if too_large:
             # Out of the index (a smaller version may be in it), then out of `add -A`'s reach.
-            await self._git.run(repo, "update-index", "--force-remove", "-z", "--stdin",
-                                input=b"".join(p + b"\0" for p in too_large))
+            await self._git.run(
+                repo, "update-index", "--force-remove", "-z", "--stdin", input=b"".join(p + b"\0" for p in too_large)
+            )
             spec = b"\0".join([b".", *(b":(exclude,literal)" + p for p in too_large)]) + b"\0"
             await self._git.check(repo, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", input=spec)
         else:
@@ -224,8 +241,9 @@ class Stager:
                 return None
             dirs = [repo.gitdir, *filter(None, [common_dir(repo.gitdir)])]
             try:
-                repo.watcher = self._inotify.watcher(os.fsencode(repo.worktree),
-                                                     tuple(os.fsencode(p) for d in dirs for p in (d, d / "info")))
+                repo.watcher = self._inotify.watcher(
+                    os.fsencode(repo.worktree), tuple(os.fsencode(p) for d in dirs for p in (d, d / "info"))
+                )
             except OSError:
                 repo.watchable = False
                 return None
@@ -234,7 +252,9 @@ class Stager:
     @staticmethod
     async def _fingerprint(repo: Repo) -> bytes | None:
         """Walk small workspaces on the loop (a thread hop costs more than the walk), large ones on a thread."""
-        return await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
+        return (
+            await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
+        )
 
 
 def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:

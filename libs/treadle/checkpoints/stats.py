@@ -21,7 +21,8 @@ Entry = tuple[bytes, bytes]
 
 
 def file_stats(
-    changes: list[tuple[bytes, Entry | None, Entry | None]], blob: Callable[[bytes], bytes | None],
+    changes: list[tuple[bytes, Entry | None, Entry | None]],
+    blob: Callable[[bytes], bytes | None],
     new_blobs: dict[bytes, tuple[int, bytes]],
 ) -> list[FileStat] | None:
     """``changes``: (path, before, after) per changed file, sorted by path; ``blob`` reads an old blob."""
@@ -47,8 +48,9 @@ def file_stats(
                 return None
             removed, added = counted
         change = "added" if before is None else "deleted" if after is None else "modified"
-        out.append(FileStat(path=path.decode("utf-8", "replace"), change=change, added=added, removed=removed,
-                            binary=binary))
+        out.append(
+            FileStat(path=path.decode("utf-8", "replace"), change=change, added=added, removed=removed, binary=binary)
+        )
     return out
 
 

@@ -31,10 +31,14 @@ class Trees:
         self.root = root  # hex id of the tree these entries make
         self._dirs = dirs  # b"" is the top; b"a/b" its directory a/b
         # Each directory's entries as tree records, by sort key: a tree is then one sort of plain bytes keys.
-        self._records = {d: {_key(n, m): m + b" " + n + b"\0" + o for n, (m, o) in es.items()} for d, es in dirs.items()}
+        self._records = {
+            d: {_key(n, m): m + b" " + n + b"\0" + o for n, (m, o) in es.items()} for d, es in dirs.items()
+        }
         self._dirty: set[bytes] = set()
         self.journal: dict[bytes, Entry | None] = {}  # file -> its entry before the first change since cleared
-        self.gitlinks = {(d + b"/" + n if d else n) for d, es in dirs.items() for n, (m, _) in es.items() if m == GITLINK}
+        self.gitlinks = {
+            (d + b"/" + n if d else n) for d, es in dirs.items() for n, (m, _) in es.items() if m == GITLINK
+        }
 
     @classmethod
     def parse(cls, root: str, ls_tree: bytes) -> Trees:
@@ -64,8 +68,13 @@ class Trees:
 
     def files_under(self, path: bytes) -> list[bytes]:
         prefix = path + b"/"
-        return [(d + b"/" + n if d else n) for d, es in self._dirs.items() if d == path or d.startswith(prefix)
-                for n, (m, _) in es.items() if m != DIR]
+        return [
+            (d + b"/" + n if d else n)
+            for d, es in self._dirs.items()
+            if d == path or d.startswith(prefix)
+            for n, (m, _) in es.items()
+            if m != DIR
+        ]
 
     def in_gitlink(self, path: bytes) -> bool:
         """Is ``path`` a submodule, or inside one (whose files git never captures)?"""

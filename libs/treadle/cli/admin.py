@@ -26,8 +26,9 @@ async def cmd_tokens_create(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     from treadle.ops.tokens import token_id
 
-    stderr.print(f"[green]✓[/] token {token_id(token)} for {escape(args.tenant)}/{escape(args.user)} "
-                 f"({escape(args.role)}):")
+    stderr.print(
+        f"[green]✓[/] token {token_id(token)} for {escape(args.tenant)}/{escape(args.user)} ({escape(args.role)}):"
+    )
     print(token)  # alone on stdout, so TOKEN=$(treadle tokens create …) works
     return 0
 
@@ -47,17 +48,20 @@ async def cmd_tokens_revoke(args: argparse.Namespace) -> int:
             raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
         except UnknownToken as exc:
             raise UsageError(str(exc)) from None
-    console.print(f"[green]✓[/] revoked the token of {escape(who.tenant)}/{escape(who.user)} (gateways stop "
-                  "accepting it within 5 s)")
+    console.print(
+        f"[green]✓[/] revoked the token of {escape(who.tenant)}/{escape(who.user)} (gateways stop "
+        "accepting it within 5 s)"
+    )
     return 0
 
 
 async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
-    from ..projections.connect import redis_client
     from redis.exceptions import RedisError
 
     from treadle.projections.rebuild import rebuild
     from treadle.projections.store import ProjectionStore
+
+    from ..projections.connect import redis_client
 
     redis_url = setting(args.redis_url, "TREADLE_REDIS_URL", args, "redis-url")
     if not redis_url:

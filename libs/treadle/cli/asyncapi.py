@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -20,8 +20,8 @@ from ..checkpoints import protocol as checkpoints
 from ..domain import events
 from ..domain.commands import Accepted, Command, SendMessage
 from ..domain.provider_events import LiveDelta, ProviderEvent, TextDelta
-from ..providers import protocol as hosts
 from ..ops.audit import ACTIONS, AuditRecord
+from ..providers import protocol as hosts
 
 EXAMPLE_AT = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 TENANT, THREAD = "acme", "thr_01m8xb0000000000000000000"
@@ -39,8 +39,18 @@ COMPATIBILITY = (
 
 def _id_for(name: str) -> str:
     prefix = name.removesuffix("_id").split("_")[-1]
-    short = {"thread": "thr", "message": "msg", "attempt": "att", "request": "req", "checkpoint": "ckpt",
-             "session": "ps", "provider_thread": "pth", "root_node": "node", "parent": "node", "turn": "turn"}
+    short = {
+        "thread": "thr",
+        "message": "msg",
+        "attempt": "att",
+        "request": "req",
+        "checkpoint": "ckpt",
+        "session": "ps",
+        "provider_thread": "pth",
+        "root_node": "node",
+        "parent": "node",
+        "turn": "turn",
+    }
     key = name.removesuffix("_id")
     return f"{short.get(key, short.get(prefix, prefix))}_01m8xb0000000000000000000"
 
@@ -69,13 +79,32 @@ def _example_value(name: str, tp: Any) -> Any:
         return EXAMPLE_AT.isoformat().replace("+00:00", "Z")
     if name.endswith("_id") or name == "id":
         return _id_for(name)
-    return {"tenant": TENANT, "thread": THREAD, "text": "Hello!", "provider": "scripted", "status": "completed",
-            "kind": "tool", "mode": "auto", "disposition": "started", "workspace": f"threads/{THREAD}",
-            "commit": "5d41402abc4b2a76b9719d911017c592ae2c7f10", "tree": "4b825dc642cb6eb9a060e54bf8d69288fbc4904c",
-            "ref": "refs/treadle/checkpoints/root/1", "path": "hello.py", "title": "Write hello.py",
-            "host_id": "host-1", "boot_id": "boot-1", "native_ref": "native-thread-1", "reason": "lost",
-            "role": "assistant", "created_by": "alice", "prompt": "Run `python hello.py`?",
-            "message": "Hello!", "user": "alice", "scope": "root"}.get(name, name)
+    return {
+        "tenant": TENANT,
+        "thread": THREAD,
+        "text": "Hello!",
+        "provider": "scripted",
+        "status": "completed",
+        "kind": "tool",
+        "mode": "auto",
+        "disposition": "started",
+        "workspace": f"threads/{THREAD}",
+        "commit": "5d41402abc4b2a76b9719d911017c592ae2c7f10",
+        "tree": "4b825dc642cb6eb9a060e54bf8d69288fbc4904c",
+        "ref": "refs/treadle/checkpoints/root/1",
+        "path": "hello.py",
+        "title": "Write hello.py",
+        "host_id": "host-1",
+        "boot_id": "boot-1",
+        "native_ref": "native-thread-1",
+        "reason": "lost",
+        "role": "assistant",
+        "created_by": "alice",
+        "prompt": "Run `python hello.py`?",
+        "message": "Hello!",
+        "user": "alice",
+        "scope": "root",
+    }.get(name, name)
 
 
 def _is_struct(tp: Any) -> bool:
@@ -104,9 +133,17 @@ def example(cls: type[msgspec.Struct], **override: Any) -> dict:
 
 def event_example(type_: str) -> dict:
     payload = events.PAYLOADS[type_]
-    return {"id": "evt_01m8xb0000000000000000000", "type": type_, "tenant": TENANT, "thread": THREAD,
-            "at": EXAMPLE_AT.isoformat().replace("+00:00", "Z"), "command_id": "cmd_01m8xb0000000000000000000",
-            "actor": "supervisor", "schema_version": events.SCHEMA_VERSION, "data": example(payload)}
+    return {
+        "id": "evt_01m8xb0000000000000000000",
+        "type": type_,
+        "tenant": TENANT,
+        "thread": THREAD,
+        "at": EXAMPLE_AT.isoformat().replace("+00:00", "Z"),
+        "command_id": "cmd_01m8xb0000000000000000000",
+        "actor": "supervisor",
+        "schema_version": events.SCHEMA_VERSION,
+        "data": example(payload),
+    }
 
 
 def _checked(cls: Any, doc: dict) -> dict:
@@ -120,15 +157,30 @@ def _checked(cls: Any, doc: dict) -> dict:
 
 def internal_schema() -> dict:
     ref = "#/$defs/{name}"
-    kinds = [hosts.PlaceSession, hosts.StartTurn, hosts.SessionPlaced, hosts.TurnAccepted, hosts.HostFailure,
-             hosts.Summarise, hosts.Summary,
-             checkpoints.PrepareWorkspace, checkpoints.WorkspaceReady, checkpoints.Capture, checkpoints.Captured,
-             checkpoints.Failure, AuditRecord]
+    kinds = [
+        hosts.PlaceSession,
+        hosts.StartTurn,
+        hosts.SessionPlaced,
+        hosts.TurnAccepted,
+        hosts.HostFailure,
+        hosts.Summarise,
+        hosts.Summary,
+        checkpoints.PrepareWorkspace,
+        checkpoints.WorkspaceReady,
+        checkpoints.Capture,
+        checkpoints.Captured,
+        checkpoints.Failure,
+        AuditRecord,
+    ]
     _, defs = msgspec.json.schema_components(kinds, ref_template=ref)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Treadle internal subjects",
-            "description": "Requests and replies between Treadle's own services (treadle.host.*, treadle.ckpt.*) "
-                           "and the audit records of treadle.audit.*. Not for tenants: their credentials cannot "
-                           "reach these subjects.", "$defs": defs}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Treadle internal subjects",
+        "description": "Requests and replies between Treadle's own services (treadle.host.*, treadle.ckpt.*) "
+        "and the audit records of treadle.audit.*. Not for tenants: their credentials cannot "
+        "reach these subjects.",
+        "$defs": defs,
+    }
 
 
 # --- YAML assembly -------------------------------------------------------------------------------------
@@ -142,8 +194,9 @@ def _yaml_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)  # flow style: JSON is YAML
 
 
-def _channel(name: str, address: str, description: str, params: dict[str, str | tuple[str, list[str]]],
-             messages: list[str]) -> list[str]:
+def _channel(
+    name: str, address: str, description: str, params: dict[str, str | tuple[str, list[str]]], messages: list[str]
+) -> list[str]:
     out = [f"  {name}:", f"    address: {_q(address)}", f"    description: {_q(description)}"]
     if params:
         out.append("    parameters:")
@@ -158,12 +211,23 @@ def _channel(name: str, address: str, description: str, params: dict[str, str | 
 
 
 def _message(name: str, title: str, payload_ref: str, example_payload: dict, summary: str = "") -> list[str]:
-    out = [f"    {name}:", f"      name: {_q(name)}", f"      title: {_q(title)}", "      contentType: application/json"]
+    out = [
+        f"    {name}:",
+        f"      name: {_q(name)}",
+        f"      title: {_q(title)}",
+        "      contentType: application/json",
+    ]
     if summary:
         out.append(f"      summary: {_q(summary)}")
-    out += ["      payload:", "        schemaFormat: application/schema+json;version=draft-2020-12",
-            "        schema:", f"          $ref: {_q(payload_ref)}",
-            "      examples:", f"        - name: {_q(name + 'Example')}", f"          payload: {_yaml_value(example_payload)}"]
+    out += [
+        "      payload:",
+        "        schemaFormat: application/schema+json;version=draft-2020-12",
+        "        schema:",
+        f"          $ref: {_q(payload_ref)}",
+        "      examples:",
+        f"        - name: {_q(name + 'Example')}",
+        f"          payload: {_yaml_value(example_payload)}",
+    ]
     return out
 
 
@@ -175,9 +239,17 @@ def asyncapi() -> str:
     tenant = "tenant id ([A-Za-z0-9_-], 1..64)"
     thread = "app thread id (thr_…)"
     types_ = sorted(events.PAYLOADS)
-    command = _checked(Command, {"id": "cmd_01m8xb0000000000000000000", "tenant": TENANT, "user": "alice",
-                                 "thread": THREAD, "issued_at": EXAMPLE_AT.isoformat().replace("+00:00", "Z"),
-                                 "body": example(SendMessage, text="Write a hello-world script.")})
+    command = _checked(
+        Command,
+        {
+            "id": "cmd_01m8xb0000000000000000000",
+            "tenant": TENANT,
+            "user": "alice",
+            "thread": THREAD,
+            "issued_at": EXAMPLE_AT.isoformat().replace("+00:00", "Z"),
+            "body": example(SendMessage, text="Write a hello-world script."),
+        },
+    )
     provider_event = _checked(ProviderEvent, example(ProviderEvent, index=1, body=example(TextDelta)))
     lines = [
         "# Generated by `make schemas` (python -m treadle.cli.schemas); do not edit.",
@@ -187,7 +259,7 @@ def asyncapi() -> str:
         "  version: 1.0.0",
         f"  x-schema-version: {events.SCHEMA_VERSION}",
         "  description: >-",
-        "    NATS subjects of Treadle (ARCHITECTURE.md, \"Subjects and streams\"). Payloads are msgspec JSON;",
+        '    NATS subjects of Treadle (ARCHITECTURE.md, "Subjects and streams"). Payloads are msgspec JSON;',
         "    their JSON Schemas are the files next to this one.",
         "",
         f"    Versioning: {COMPATIBILITY}",
@@ -202,105 +274,195 @@ def asyncapi() -> str:
         "    reply subject it names. `treadle.client.tenant_events.follow_tenant` and `treadle events tail` use it.",
         "defaultContentType: application/json",
         "channels:",
-        *_channel("commands", "treadle.cmd.{tenant}.thread.{verb}",
-                  "Thread commands, request/reply on core NATS (queue group of all coordinator replicas). The "
-                  "reply is a Reply. "
-                  "Service credentials only.",
-                  {"tenant": tenant, "verb": ("the command's verb", ["create", "send"])}, ["Command", "Reply"]),
-        *_channel("events", "treadle.evt.{tenant}.{thread}.{aggregate}.{event}",
-                  "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type. The broker "
-                  "stores each with its thread's partition appended (a subject mapping: "
-                  "treadle.evt.{tenant}.{thread}.{aggregate}.{event}.{partition}), so a filter on one type ends "
-                  "in `.*`. Tenant consumer credentials may read their tenant's part.",
-                  {"tenant": tenant, "thread": thread,
-                   "aggregate": ("first token of the event type", sorted({t.split(".")[0] for t in types_})),
-                   "event": ("second token of the event type", sorted({t.split(".")[1] for t in types_}))},
-                  [_event_def(t) for t in types_]),
-        *_channel("live", "treadle.live.{tenant}.{thread}",
-                  "Raw text deltas on core NATS, best effort (durable text arrives as message.delta events).",
-                  {"tenant": tenant, "thread": thread}, ["LiveDelta"]),
-        *_channel("provider", "treadle.prov.{tenant}.{thread}.{providerThread}",
-                  "Normalised provider events from provider hosts, stream TREADLE_PROVIDER (stored with the "
-                  "thread's partition appended). The payload's tenant and thread must be the subject's, or the run "
-                  "supervisor dead-letters it.",
-                  {"tenant": tenant, "thread": thread, "providerThread": "provider thread id (pth_…)"},
-                  ["ProviderEvent"]),
-        *_channel("hostPlacement", "treadle.place.{volume}",
-                  "Internal: place a provider session, request/reply to the queue group of the provider hosts that "
-                  "mount the volume and have room.",
-                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["PlaceSession", "HostReply"]),
-        *_channel("hostShedding", "treadle.shed.{volume}",
-                  "Internal: place a provider session when no host of the volume has room (L9.3), request/reply to "
-                  "the queue group of all its hosts: the one asked releases an idle session of the busiest tenant, or "
-                  "refuses (capacity, tenant_quota) and the run waits. Hosts announce freed room on core NATS "
-                  "treadle.freed.{volume} (the body is the tenant concerned, or empty).",
-                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["PlaceSession", "HostReply"]),
-        *_channel("hostVerbs", "treadle.host.{hostId}.{verb}",
-                  "Internal: requests to one provider host (turn.start, …), request/reply.",
-                  {"hostId": "provider host id", "verb": "e.g. turn.start"}, ["StartTurn", "HostReply"]),
-        *_channel("hostSummaries", "treadle.summarise.{volume}",
-                  "Internal: a provider-backed handoff summary (L5.5), request/reply to the queue group of every "
-                  "provider host of the volume.",
-                  {"volume": "workspace volume (TREADLE_VOLUME)"}, ["Summarise", "SummaryReply"]),
-        *_channel("checkpoints", "treadle.ckpt.{volume}.{verb}",
-                  "Internal: the checkpoint service of one workspace volume, request/reply.",
-                  {"volume": "workspace volume (TREADLE_VOLUME)", "verb": ("the request", ["prepare", "capture"])},
-                  ["PrepareWorkspace", "Capture", "CheckpointReply"]),
-        *_channel("audit", "treadle.audit.{tenant}.{action}",
-                  "Audit trail, stream TREADLE_AUDIT: API tokens and broker credentials created and revoked. "
-                  "Service credentials only. (KV buckets treadle-hosts, -sessions, -idempotency and -tokens are "
-                  "internal state, on $KV.<bucket>.>, and never reachable by tenants.)",
-                  {"tenant": tenant, "action": ("what happened", list(ACTIONS))}, ["AuditRecord"]),
+        *_channel(
+            "commands",
+            "treadle.cmd.{tenant}.thread.{verb}",
+            "Thread commands, request/reply on core NATS (queue group of all coordinator replicas). The "
+            "reply is a Reply. "
+            "Service credentials only.",
+            {"tenant": tenant, "verb": ("the command's verb", ["create", "send"])},
+            ["Command", "Reply"],
+        ),
+        *_channel(
+            "events",
+            "treadle.evt.{tenant}.{thread}.{aggregate}.{event}",
+            "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type. The broker "
+            "stores each with its thread's partition appended (a subject mapping: "
+            "treadle.evt.{tenant}.{thread}.{aggregate}.{event}.{partition}), so a filter on one type ends "
+            "in `.*`. Tenant consumer credentials may read their tenant's part.",
+            {
+                "tenant": tenant,
+                "thread": thread,
+                "aggregate": ("first token of the event type", sorted({t.split(".")[0] for t in types_})),
+                "event": ("second token of the event type", sorted({t.split(".")[1] for t in types_})),
+            },
+            [_event_def(t) for t in types_],
+        ),
+        *_channel(
+            "live",
+            "treadle.live.{tenant}.{thread}",
+            "Raw text deltas on core NATS, best effort (durable text arrives as message.delta events).",
+            {"tenant": tenant, "thread": thread},
+            ["LiveDelta"],
+        ),
+        *_channel(
+            "provider",
+            "treadle.prov.{tenant}.{thread}.{providerThread}",
+            "Normalised provider events from provider hosts, stream TREADLE_PROVIDER (stored with the "
+            "thread's partition appended). The payload's tenant and thread must be the subject's, or the run "
+            "supervisor dead-letters it.",
+            {"tenant": tenant, "thread": thread, "providerThread": "provider thread id (pth_…)"},
+            ["ProviderEvent"],
+        ),
+        *_channel(
+            "hostPlacement",
+            "treadle.place.{volume}",
+            "Internal: place a provider session, request/reply to the queue group of the provider hosts that "
+            "mount the volume and have room.",
+            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            ["PlaceSession", "HostReply"],
+        ),
+        *_channel(
+            "hostShedding",
+            "treadle.shed.{volume}",
+            "Internal: place a provider session when no host of the volume has room (L9.3), request/reply to "
+            "the queue group of all its hosts: the one asked releases an idle session of the busiest tenant, or "
+            "refuses (capacity, tenant_quota) and the run waits. Hosts announce freed room on core NATS "
+            "treadle.freed.{volume} (the body is the tenant concerned, or empty).",
+            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            ["PlaceSession", "HostReply"],
+        ),
+        *_channel(
+            "hostVerbs",
+            "treadle.host.{hostId}.{verb}",
+            "Internal: requests to one provider host (turn.start, …), request/reply.",
+            {"hostId": "provider host id", "verb": "e.g. turn.start"},
+            ["StartTurn", "HostReply"],
+        ),
+        *_channel(
+            "hostSummaries",
+            "treadle.summarise.{volume}",
+            "Internal: a provider-backed handoff summary (L5.5), request/reply to the queue group of every "
+            "provider host of the volume.",
+            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            ["Summarise", "SummaryReply"],
+        ),
+        *_channel(
+            "checkpoints",
+            "treadle.ckpt.{volume}.{verb}",
+            "Internal: the checkpoint service of one workspace volume, request/reply.",
+            {"volume": "workspace volume (TREADLE_VOLUME)", "verb": ("the request", ["prepare", "capture"])},
+            ["PrepareWorkspace", "Capture", "CheckpointReply"],
+        ),
+        *_channel(
+            "audit",
+            "treadle.audit.{tenant}.{action}",
+            "Audit trail, stream TREADLE_AUDIT: API tokens and broker credentials created and revoked. "
+            "Service credentials only. (KV buckets treadle-hosts, -sessions, -idempotency and -tokens are "
+            "internal state, on $KV.<bucket>.>, and never reachable by tenants.)",
+            {"tenant": tenant, "action": ("what happened", list(ACTIONS))},
+            ["AuditRecord"],
+        ),
         "operations:",
     ]
-    ops = [("sendCommand", "send", "commands", ["Command"], "Reply"),
-           ("receiveEvents", "receive", "events", [_event_def(t) for t in types_], None),
-           ("receiveLiveDeltas", "receive", "live", ["LiveDelta"], None),
-           ("receiveProviderEvents", "receive", "provider", ["ProviderEvent"], None),
-           ("placeSession", "send", "hostPlacement", ["PlaceSession"], "HostReply"),
-           ("placeSessionOnAFullHost", "send", "hostShedding", ["PlaceSession"], "HostReply"),
-           ("startTurn", "send", "hostVerbs", ["StartTurn"], "HostReply"),
-           ("summarise", "send", "hostSummaries", ["Summarise"], "SummaryReply"),
-           ("requestCheckpoint", "send", "checkpoints", ["PrepareWorkspace", "Capture"], "CheckpointReply"),
-           ("receiveAudit", "receive", "audit", ["AuditRecord"], None)]
+    ops = [
+        ("sendCommand", "send", "commands", ["Command"], "Reply"),
+        ("receiveEvents", "receive", "events", [_event_def(t) for t in types_], None),
+        ("receiveLiveDeltas", "receive", "live", ["LiveDelta"], None),
+        ("receiveProviderEvents", "receive", "provider", ["ProviderEvent"], None),
+        ("placeSession", "send", "hostPlacement", ["PlaceSession"], "HostReply"),
+        ("placeSessionOnAFullHost", "send", "hostShedding", ["PlaceSession"], "HostReply"),
+        ("startTurn", "send", "hostVerbs", ["StartTurn"], "HostReply"),
+        ("summarise", "send", "hostSummaries", ["Summarise"], "SummaryReply"),
+        ("requestCheckpoint", "send", "checkpoints", ["PrepareWorkspace", "Capture"], "CheckpointReply"),
+        ("receiveAudit", "receive", "audit", ["AuditRecord"], None),
+    ]
     for name, action, channel, msgs, reply in ops:
-        lines += [f"  {name}:", f"    action: {action}", "    channel:", f"      $ref: {_q('#/channels/' + channel)}",
-                  "    messages:"]
+        lines += [
+            f"  {name}:",
+            f"    action: {action}",
+            "    channel:",
+            f"      $ref: {_q('#/channels/' + channel)}",
+            "    messages:",
+        ]
         lines += [f"      - $ref: {_q(f'#/channels/{channel}/messages/{m}')}" for m in msgs]
         if reply:
-            lines += ["    reply:", "      address:", "        description: the requester's inbox",
-                      "        location: $message.header#/replyTo", "      channel:",
-                      f"        $ref: {_q('#/channels/' + channel)}", "      messages:",
-                      f"        - $ref: {_q(f'#/channels/{channel}/messages/{reply}')}"]
+            lines += [
+                "    reply:",
+                "      address:",
+                "        description: the requester's inbox",
+                "        location: $message.header#/replyTo",
+                "      channel:",
+                f"        $ref: {_q('#/channels/' + channel)}",
+                "      messages:",
+                f"        - $ref: {_q(f'#/channels/{channel}/messages/{reply}')}",
+            ]
     lines += ["components:", "  messages:"]
     lines += _message("Command", "Thread command", "commands.json#/$defs/Command", command)
-    lines += _message("Reply", "Command reply (Accepted or Rejected)", "commands.json#/$defs/Reply",
-                      _checked(Accepted, example(Accepted, seq=42, message_id="msg_01m8xb0000000000000000000",
-                                                 run_id="run_01m8xb0000000000000000000", disposition="started")))
+    lines += _message(
+        "Reply",
+        "Command reply (Accepted or Rejected)",
+        "commands.json#/$defs/Reply",
+        _checked(
+            Accepted,
+            example(
+                Accepted,
+                seq=42,
+                message_id="msg_01m8xb0000000000000000000",
+                run_id="run_01m8xb0000000000000000000",
+                disposition="started",
+            ),
+        ),
+    )
     for t in types_:
         summary = (events.PAYLOADS[t].__doc__ or "").strip().split("\n")[0]
         lines += _message(_event_def(t), t, f"events.json#/$defs/{_event_def(t)}", _event_checked(t), summary)
     lines += _message("LiveDelta", "Live text delta", "events.json#/$defs/LiveDelta", example(LiveDelta))
     lines += _message("ProviderEvent", "Provider event", "provider-events.json#/$defs/ProviderEvent", provider_event)
-    lines += _message("PlaceSession", "Place a provider session", "internal.json#/$defs/PlaceSession",
-                      example(hosts.PlaceSession))
+    lines += _message(
+        "PlaceSession", "Place a provider session", "internal.json#/$defs/PlaceSession", example(hosts.PlaceSession)
+    )
     lines += _message("StartTurn", "Start a turn", "internal.json#/$defs/StartTurn", example(hosts.StartTurn))
-    lines += _message("HostReply", "Provider host reply (SessionPlaced, TurnAccepted or HostFailure)",
-                      "internal.json#/$defs/HostFailure", example(hosts.HostFailure, code="capacity",
-                                                                    message="no spare capacity"))
-    lines += _message("Summarise", "Ask a provider for a handoff summary", "internal.json#/$defs/Summarise",
-                      example(hosts.Summarise))
-    lines += _message("SummaryReply", "Provider host reply (Summary or HostFailure)", "internal.json#/$defs/Summary",
-                      example(hosts.Summary))
-    lines += _message("PrepareWorkspace", "Prepare a workspace", "internal.json#/$defs/PrepareWorkspace",
-                      example(checkpoints.PrepareWorkspace))
+    lines += _message(
+        "HostReply",
+        "Provider host reply (SessionPlaced, TurnAccepted or HostFailure)",
+        "internal.json#/$defs/HostFailure",
+        example(hosts.HostFailure, code="capacity", message="no spare capacity"),
+    )
+    lines += _message(
+        "Summarise", "Ask a provider for a handoff summary", "internal.json#/$defs/Summarise", example(hosts.Summarise)
+    )
+    lines += _message(
+        "SummaryReply",
+        "Provider host reply (Summary or HostFailure)",
+        "internal.json#/$defs/Summary",
+        example(hosts.Summary),
+    )
+    lines += _message(
+        "PrepareWorkspace",
+        "Prepare a workspace",
+        "internal.json#/$defs/PrepareWorkspace",
+        example(checkpoints.PrepareWorkspace),
+    )
     lines += _message("Capture", "Capture a checkpoint", "internal.json#/$defs/Capture", example(checkpoints.Capture))
-    lines += _message("CheckpointReply", "Checkpoint service reply (WorkspaceReady, Captured or Failure)",
-                      "internal.json#/$defs/Failure", example(checkpoints.Failure, code="git_error",
-                                                              message="git failed"))
-    lines += _message("AuditRecord", "Audit record", "internal.json#/$defs/AuditRecord",
-                      example(AuditRecord, action="token.revoked", actor="operator:root",
-                              target="3f2a9c0d1e4b5a6f", details={"user": "alice"}))
+    lines += _message(
+        "CheckpointReply",
+        "Checkpoint service reply (WorkspaceReady, Captured or Failure)",
+        "internal.json#/$defs/Failure",
+        example(checkpoints.Failure, code="git_error", message="git failed"),
+    )
+    lines += _message(
+        "AuditRecord",
+        "Audit record",
+        "internal.json#/$defs/AuditRecord",
+        example(
+            AuditRecord,
+            action="token.revoked",
+            actor="operator:root",
+            target="3f2a9c0d1e4b5a6f",
+            details={"user": "alice"},
+        ),
+    )
     return "\n".join(lines) + "\n"
 
 

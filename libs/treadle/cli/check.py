@@ -18,21 +18,28 @@ from .render import console
 
 
 def add_parser(sub, nats_: argparse.ArgumentParser) -> None:
-    check = sub.add_parser("check", parents=[nats_],
-                           help="verify the event log's invariants and that Redis matches a replay of it")
+    check = sub.add_parser(
+        "check", parents=[nats_], help="verify the event log's invariants and that Redis matches a replay of it"
+    )
     check.add_argument("--redis-url", help="Redis URL (default: $TREADLE_REDIS_URL, <state-dir>/redis-url)")
     check.add_argument("--tenant", help="check one tenant's threads only")
-    check.add_argument("--settle", type=float, default=10.0, metavar="SECONDS",
-                       help="how long a projection may lag behind the log before it counts as a problem (default 10)")
+    check.add_argument(
+        "--settle",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a projection may lag behind the log before it counts as a problem (default 10)",
+    )
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=cmd_check)
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
-    from ..projections.connect import redis_client
     from redis.exceptions import RedisError
 
     from treadle.projections.check import check_projections
+
+    from ..projections.connect import redis_client
 
     redis_url = setting(args.redis_url, "TREADLE_REDIS_URL", args, "redis-url")
     if not redis_url:

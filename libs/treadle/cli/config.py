@@ -35,8 +35,10 @@ def api_client(args: argparse.Namespace) -> TreadleClient:
     api = setting(args.api, "TREADLE_API_URL", args, "api-url") or DEFAULT_API
     token = setting(args.token, "TREADLE_TOKEN", args, "dev-token")
     if not token:
-        raise UsageError("no API token: pass --token, set TREADLE_TOKEN, or run `treadle up` (it writes "
-                         f"{state_dir(args) / 'dev-token'})")
+        raise UsageError(
+            "no API token: pass --token, set TREADLE_TOKEN, or run `treadle up` (it writes "
+            f"{state_dir(args) / 'dev-token'})"
+        )
     return TreadleClient(api, token)
 
 
@@ -63,8 +65,17 @@ async def connect_nats(url: str):
     try:
         options = broker_urls.parse(url).connect_options()  # a cluster's URL lists every node
         # nats-py 2.16 retries an unreachable server forever when allow_reconnect=False; one attempt fails fast.
-        nc = await asyncio.wait_for(nats.connect(**options, connect_timeout=3, max_reconnect_attempts=1,
-                                                 reconnect_time_wait=0.1, error_cb=quiet, name="treadle-cli"), 10)
+        nc = await asyncio.wait_for(
+            nats.connect(
+                **options,
+                connect_timeout=3,
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0.1,
+                error_cb=quiet,
+                name="treadle-cli",
+            ),
+            10,
+        )
     except Exception as exc:
         raise UsageError(f"cannot connect to NATS at {_redacted(url)}: {exc or exc.__class__.__name__}") from None
     try:

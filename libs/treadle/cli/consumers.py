@@ -27,8 +27,10 @@ def _auth(args: argparse.Namespace):
 
     directory = Path(args.nats_dir) if args.nats_dir else state_dir(args) / "nats"
     if not (directory / "auth").is_dir():
-        raise UsageError(f"{directory} is not the directory of a Treadle nats-server (no auth/ in it): pass "
-                         "--nats-dir, or run `treadle up` first")
+        raise UsageError(
+            f"{directory} is not the directory of a Treadle nats-server (no auth/ in it): pass "
+            "--nats-dir, or run `treadle up` first"
+        )
     return BrokerAuth(directory)
 
 
@@ -77,11 +79,17 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         try:
             js = nc.jetstream()
-            consumer = await tenant_consumers.create(js, issued.consumer, args.tenant, from_seq=args.from_seq,
-                                                     type_=args.type)
+            consumer = await tenant_consumers.create(
+                js, issued.consumer, args.tenant, from_seq=args.from_seq, type_=args.type
+            )
             await _reload(auth, args)
-            await audit.record(js, tenant=args.tenant, action="broker_credential.created", target=issued.user,
-                               details={"consumer": issued.consumer, "filter": " ".join(filters_of(consumer))})
+            await audit.record(
+                js,
+                tenant=args.tenant,
+                action="broker_credential.created",
+                target=issued.user,
+                details={"consumer": issued.consumer, "filter": " ".join(filters_of(consumer))},
+            )
         except BaseException:
             auth.revoke(issued.user)  # not handed out, so not left behind either
             with contextlib.suppress(Exception):
@@ -92,8 +100,10 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
         fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             out.write(document)
-        stderr.print(f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)} written to "
-                     f"{escape(args.out)}")
+        stderr.print(
+            f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)} written to "
+            f"{escape(args.out)}"
+        )
     else:
         stderr.print(f"[green]✓[/] consumer credential {issued.user} for tenant {escape(args.tenant)}:")
         sys.stdout.write(document)
@@ -122,15 +132,31 @@ async def cmd_consumers_reset(args: argparse.Namespace) -> int:
         js = nc.jetstream()
         for cred in creds:
             try:
-                consumer = await tenant_consumers.reset(js, cred.consumer, cred.tenant, from_seq=args.from_seq,
-                                                        type_=args.type, keep_type=not args.all_types)
+                consumer = await tenant_consumers.reset(
+                    js,
+                    cred.consumer,
+                    cred.tenant,
+                    from_seq=args.from_seq,
+                    type_=args.type,
+                    keep_type=not args.all_types,
+                )
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            await audit.record(js, tenant=cred.tenant, action="broker_credential.reset", target=cred.id,
-                               details={"consumer": cred.consumer, "filter": " ".join(filters_of(consumer)),
-                                        "from_seq": str(consumer.opt_start_seq or 1)})
-            console.print(f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
-                          f"sequence {consumer.opt_start_seq or 1}, filter {escape(' '.join(filters_of(consumer)))}")
+            await audit.record(
+                js,
+                tenant=cred.tenant,
+                action="broker_credential.reset",
+                target=cred.id,
+                details={
+                    "consumer": cred.consumer,
+                    "filter": " ".join(filters_of(consumer)),
+                    "from_seq": str(consumer.opt_start_seq or 1),
+                },
+            )
+            console.print(
+                f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
+                f"sequence {consumer.opt_start_seq or 1}, filter {escape(' '.join(filters_of(consumer)))}"
+            )
     return 0
 
 
@@ -159,9 +185,11 @@ async def cmd_broker_init(args: argparse.Namespace) -> int:
     if args.password_env and not password:
         raise UsageError(f"${args.password_env} is empty")
     service = BrokerAuth(directory).init(password)
-    console.print(f"[green]✓[/] {escape(str(directory / 'auth.conf'))} written (include it from the nats-server "
-                  f"config); workers connect as TREADLE_NATS_USER={service.user} with "
-                  f"{'$' + args.password_env if args.password_env else 'the password in auth/service.json'}")
+    console.print(
+        f"[green]✓[/] {escape(str(directory / 'auth.conf'))} written (include it from the nats-server "
+        f"config); workers connect as TREADLE_NATS_USER={service.user} with "
+        f"{'$' + args.password_env if args.password_env else 'the password in auth/service.json'}"
+    )
     return 0
 
 
@@ -172,7 +200,8 @@ async def cmd_consumers_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_events_tail(args: argparse.Namespace) -> int:
-    from nats.errors import Error as NatsError, NoServersError
+    from nats.errors import Error as NatsError
+    from nats.errors import NoServersError
 
     from treadle.client.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
 
@@ -195,12 +224,20 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
     try:
         # One connection attempt: a refused credential fails at once, and a tail that loses its broker exits
         # (run it again: the durable consumer resumes after the last event it printed).
-        async with creds.connect(connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.1,
-                                 error_cb=remember) as nc, \
-                TenantFollower(nc, creds, from_seq=args.from_seq, types=types, idle_timeout=args.idle_timeout) as events:
+        async with (
+            creds.connect(
+                connect_timeout=3, max_reconnect_attempts=1, reconnect_time_wait=0.1, error_cb=remember
+            ) as nc,
+            TenantFollower(nc, creds, from_seq=args.from_seq, types=types, idle_timeout=args.idle_timeout) as events,
+        ):
             async for event in events:
-                line = {"seq": event.seq, "type": event.type, "thread": event.thread, "at": event.at,
-                        "data": event.data}
+                line = {
+                    "seq": event.seq,
+                    "type": event.type,
+                    "thread": event.thread,
+                    "at": event.at,
+                    "data": event.data,
+                }
                 print(msgspec.json.encode(line).decode(), flush=True)
                 await events.ack(event)  # printed is handled: the next tail starts after it
                 seen += 1
@@ -221,7 +258,8 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     broker.add_argument("--no-reload", action="store_true", help="write the server's auth file only")
 
     consumers = sub.add_parser("consumers", help="broker credentials for a tenant's event consumers").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
+        dest="action", required=True, metavar="ACTION"
+    )
     create = consumers.add_parser("create", parents=[broker], help="issue a read-only credential for one tenant")
     create.add_argument("--tenant", required=True)
     create.add_argument("--out", metavar="FILE", help="write the credential here (0600) instead of stdout")
@@ -232,8 +270,12 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     reset = consumers.add_parser("reset", parents=[broker], help="recreate a credential's consumer at a position")
     reset.add_argument("credential", metavar="ID", nargs="?", help="tc_… as printed by `consumers create`/`list`")
     reset.add_argument("--all", action="store_true", help="every credential's consumer, each where it was")
-    reset.add_argument("--from-seq", type=int, metavar="N",
-                       help="start at this stream sequence (default: after the last event it acked)")
+    reset.add_argument(
+        "--from-seq",
+        type=int,
+        metavar="N",
+        help="start at this stream sequence (default: after the last event it acked)",
+    )
     reset.add_argument("--type", help="deliver only this event type (default: the type it had)")
     reset.add_argument("--all-types", action="store_true", help="deliver every event type of the tenant again")
     reset.set_defaults(func=cmd_consumers_reset)
@@ -244,19 +286,25 @@ def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
     listing.set_defaults(func=cmd_consumers_list)
 
     broker_cmds = sub.add_parser("broker", help="the broker's authorization").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
+        dest="action", required=True, metavar="ACTION"
+    )
     init = broker_cmds.add_parser("init", help="write auth.conf (service user, tenant credentials) for a deployment")
     init.add_argument("--nats-dir", required=True, help="directory shared with nats-server (auth.conf goes here)")
     init.add_argument("--password-env", metavar="VAR", help="take the service password from this variable")
     init.set_defaults(func=cmd_broker_init)
 
     events = sub.add_parser("events", help="a tenant's durable events").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
+        dest="action", required=True, metavar="ACTION"
+    )
     tail = events.add_parser("tail", help="follow a tenant's events as JSON lines, resuming where it stopped")
     tail.add_argument("--creds", metavar="FILE", help="consumer credential (default: $TREADLE_CONSUMER_CREDS)")
     tail.add_argument("--tenant", help="check the credential is for this tenant")
-    tail.add_argument("--from-seq", type=int, metavar="N",
-                      help="skip ahead to this stream sequence (going back: the operator's `consumers reset`)")
+    tail.add_argument(
+        "--from-seq",
+        type=int,
+        metavar="N",
+        help="skip ahead to this stream sequence (going back: the operator's `consumers reset`)",
+    )
     tail.add_argument("--type", help="only this event type, e.g. run.completed")
     tail.add_argument("--limit", type=int, help="stop after this many events")
     tail.add_argument("--idle-timeout", type=float, help="stop after this many seconds without an event")

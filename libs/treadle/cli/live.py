@@ -74,8 +74,12 @@ class RunView:
             m = self._item(d["message_id"], _Message)
             m.text, m.done = d["text"], True
         elif kind == "node.started":
-            self._items[d["node_id"]] = {"kind": d["kind"], "title": d.get("title", ""), "status": "running",
-                                         "input": d.get("input")}
+            self._items[d["node_id"]] = {
+                "kind": d["kind"],
+                "title": d.get("title", ""),
+                "status": "running",
+                "input": d.get("input"),
+            }
         elif kind == "node.completed" and d["node_id"] in self._items:
             self._items[d["node_id"]].update(status=d.get("status", "completed"), output=d.get("output"))
         elif kind == "request.opened":
@@ -97,8 +101,13 @@ class RunView:
 
     def __rich__(self) -> Group:
         elapsed = f"{time.monotonic() - self._began:.1f}s"
-        title = Text.assemble(("run ", "bold"), (self.run_id or "…", "bold"), " · ", status_text(self.status),
-                              (f" · {elapsed} · {self._count} events", "dim"))
+        title = Text.assemble(
+            ("run ", "bold"),
+            (self.run_id or "…", "bold"),
+            " · ",
+            status_text(self.status),
+            (f" · {elapsed} · {self._count} events", "dim"),
+        )
         if self.done.is_set():
             mark = ("✓ ", "green") if self.status == "completed" else ("✗ ", "red")
             head: Any = Text.assemble(mark, title, (f" · {self.error}" if self.error else "", "red"))
@@ -128,8 +137,12 @@ class RunView:
                 out.append("\n    " + item["text"])
             return out
         status = item["status"]
-        mark = {"completed": ("✓", "green"), "resolved": ("✓", "green"), "running": ("…", "cyan"),
-                "waiting": ("?", "yellow")}.get(status, ("✗", "red"))
+        mark = {
+            "completed": ("✓", "green"),
+            "resolved": ("✓", "green"),
+            "running": ("…", "cyan"),
+            "waiting": ("?", "yellow"),
+        }.get(status, ("✗", "red"))
         out = Text.assemble(("  ", ""), mark, " ", (item["kind"], "bold"), " ", item["title"])
         if item.get("input") and not all(str(v) in item["title"] for v in item["input"].values()):
             out.append(" " + short(json.dumps(item["input"]), 60), style="dim")
@@ -140,8 +153,9 @@ class RunView:
         return out
 
 
-async def stream_run(client: TreadleClient, thread_id: str, since: int, start: Callable[[], Awaitable[dict]],
-                     timeout: float) -> tuple[dict, RunView]:
+async def stream_run(
+    client: TreadleClient, thread_id: str, since: int, start: Callable[[], Awaitable[dict]], timeout: float
+) -> tuple[dict, RunView]:
     """Follow the thread's events after ``since``, call ``start`` (which sends the message) once the stream is
     subscribed so no delta is missed, and render the run it returns until that run ends."""
     view = RunView()
@@ -206,12 +220,13 @@ class Tail:
             # The last durable delta may stop short of the end (the tail comes with the completion).
             printed = self._printed.get(d["message_id"], "")
             if d["text"].startswith(printed):
-                self._text(d["message_id"], d["text"][len(printed):])
+                self._text(d["message_id"], d["text"][len(printed) :])
             elif self._open != d["message_id"]:
                 self._text(d["message_id"], d["text"])
         self._end()
-        console.print(Text(f"#{event.id:<6} {event.event:<20} {summarise(event.event, d)}", style="dim"),
-                      soft_wrap=True)
+        console.print(
+            Text(f"#{event.id:<6} {event.event:<20} {summarise(event.event, d)}", style="dim"), soft_wrap=True
+        )
 
     def note(self, text: str) -> None:
         self._end()

@@ -16,9 +16,9 @@ from rich.markup import escape
 from ..client.http import ApiError
 from . import check, consumers
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
-from .policy import cmd_policy_set, cmd_policy_show
 from .config import DEFAULT_API
 from .errors import UsageError, describe
+from .policy import cmd_policy_set, cmd_policy_show
 from .render import stderr
 from .threads import cmd_send, cmd_threads_create, cmd_threads_list, cmd_threads_show, cmd_watch
 from .up import cmd_up
@@ -26,7 +26,9 @@ from .up import cmd_up
 
 def build_parser() -> argparse.ArgumentParser:
     state = argparse.ArgumentParser(add_help=False)
-    state.add_argument("--state-dir", help="where `treadle up` keeps its state (default: $TREADLE_STATE_DIR or .treadle)")
+    state.add_argument(
+        "--state-dir", help="where `treadle up` keeps its state (default: $TREADLE_STATE_DIR or .treadle)"
+    )
     api = argparse.ArgumentParser(add_help=False, parents=[state])
     api.add_argument("--api", help=f"gateway URL (default: $TREADLE_API_URL, <state-dir>/api-url, {DEFAULT_API})")
     api.add_argument("--token", help="bearer token (default: $TREADLE_TOKEN, <state-dir>/dev-token)")
@@ -38,25 +40,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, six workers)")
     up.add_argument("--port", type=int, default=8700, help="gateway port (default 8700)")
-    up.add_argument("--demo", action=argparse.BooleanOptionalAction, default=True,
-                    help="run a short live demo once the stack is up (default: on)")
+    up.add_argument(
+        "--demo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run a short live demo once the stack is up (default: on)",
+    )
     up.add_argument("-v", "--verbose", action="store_true", help="show every worker log line, not only warnings")
-    up.add_argument("--provider-hosts", type=int, default=1, metavar="N",
-                    help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)")
-    up.add_argument("--nats-cluster", type=int, default=1, metavar="N",
-                    help="run NATS as a JetStream cluster of N nodes (3 or more; streams and buckets R3) instead "
-                         "of one server (default 1)")
-    up.add_argument("--replicas", type=int, default=1, metavar="N",
-                    help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
-                         "partitions by lease (default 1)")
+    up.add_argument(
+        "--provider-hosts",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)",
+    )
+    up.add_argument(
+        "--nats-cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run NATS as a JetStream cluster of N nodes (3 or more; streams and buckets R3) instead "
+        "of one server (default 1)",
+    )
+    up.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
+        "partitions by lease (default 1)",
+    )
     up.set_defaults(func=cmd_up, interrupt_ok=True)
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
     create = tokens.add_parser("create", parents=[nats_], help="create a token (printed on stdout)")
     create.add_argument("--tenant", required=True)
     create.add_argument("--user", required=True)
-    create.add_argument("--role", default="member", choices=["admin", "member"],
-                        help="admin: tokens, consumers, policy; member: threads (default)")
+    create.add_argument(
+        "--role",
+        default="member",
+        choices=["admin", "member"],
+        help="admin: tokens, consumers, policy; member: threads (default)",
+    )
     create.set_defaults(func=cmd_tokens_create)
     revoke = tokens.add_parser("revoke", parents=[nats_], help="revoke a token (the token itself, or --id)")
     revoke.add_argument("token", nargs="?", help="the bearer token")
@@ -64,13 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
 
-    policy = sub.add_parser("policy", help="tenant policies").add_subparsers(dest="action", required=True,
-                                                                             metavar="ACTION")
+    policy = sub.add_parser("policy", help="tenant policies").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
     pset = policy.add_parser("set", parents=[nats_], help="replace a tenant's policy (audited)")
     pset.add_argument("--tenant", required=True)
-    pset.add_argument("--allow-mode", action="append", dest="modes", metavar="MODE",
-                      choices=["approval_required", "auto_accept_edits", "full_access"],
-                      help="a runtime mode the tenant may use (repeat; default: approval_required, auto_accept_edits)")
+    pset.add_argument(
+        "--allow-mode",
+        action="append",
+        dest="modes",
+        metavar="MODE",
+        choices=["approval_required", "auto_accept_edits", "full_access"],
+        help="a runtime mode the tenant may use (repeat; default: approval_required, auto_accept_edits)",
+    )
     pset.add_argument("--max-threads", type=int)
     pset.add_argument("--max-queued-runs", type=int, help="queued runs per thread")
     pset.set_defaults(func=cmd_policy_set)
@@ -78,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     pshow.add_argument("--tenant", required=True)
     pshow.set_defaults(func=cmd_policy_show)
 
-    threads = sub.add_parser("threads", help="app threads").add_subparsers(dest="action", required=True, metavar="ACTION")
+    threads = sub.add_parser("threads", help="app threads").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
     tc = threads.add_parser("create", parents=[api], help="create a thread")
     tc.add_argument("--title")
     tc.add_argument("--provider", help="scripted (default), codex or claude")
@@ -111,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     watch.set_defaults(func=cmd_watch, interrupt_ok=True)
 
     projections = sub.add_parser("projections", help="Redis read models").add_subparsers(
-        dest="action", required=True, metavar="ACTION")
+        dest="action", required=True, metavar="ACTION"
+    )
     rebuild = projections.add_parser("rebuild", parents=[nats_], help="replay the event log into Redis")
     rebuild.add_argument("--redis-url", help="Redis URL (default: $TREADLE_REDIS_URL, <state-dir>/redis-url)")
     rebuild.set_defaults(func=cmd_projections_rebuild)

@@ -20,8 +20,11 @@ async def cmd_policy_set(args: argparse.Namespace) -> int:
     from treadle.ops.policies import PolicyStore
 
     url = nats_url(args)
-    wanted = TenantPolicy(allowed_modes=tuple(dict.fromkeys(args.modes or DEFAULT_MODES)),
-                          max_threads=args.max_threads, max_queued_runs=args.max_queued_runs)
+    wanted = TenantPolicy(
+        allowed_modes=tuple(dict.fromkeys(args.modes or DEFAULT_MODES)),
+        max_threads=args.max_threads,
+        max_queued_runs=args.max_queued_runs,
+    )
     async with connect_nats(url) as nc:
         try:
             stored = await PolicyStore(nc.jetstream()).put(args.tenant, wanted, actor=_operator())

@@ -11,9 +11,22 @@ from rich.text import Text
 console = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
 
-STATUS_STYLE = {"completed": "green", "running": "cyan", "starting": "cyan", "queued": "blue", "waiting": "yellow",
-                "failed": "red", "interrupted": "yellow", "cancelled": "dim", "rolled_back": "magenta",
-                "streaming": "cyan", "incomplete": "yellow", "pending": "yellow", "resolved": "green", "lost": "red"}
+STATUS_STYLE = {
+    "completed": "green",
+    "running": "cyan",
+    "starting": "cyan",
+    "queued": "blue",
+    "waiting": "yellow",
+    "failed": "red",
+    "interrupted": "yellow",
+    "cancelled": "dim",
+    "rolled_back": "magenta",
+    "streaming": "cyan",
+    "incomplete": "yellow",
+    "pending": "yellow",
+    "resolved": "green",
+    "lost": "red",
+}
 TODO_MARK = {"pending": ("☐", "dim"), "in_progress": ("◐", "yellow"), "completed": ("☑", "green")}
 
 
@@ -67,8 +80,10 @@ def summarise(event: str, data: dict) -> str:
         case "plan.updated":
             return f"{d.get('kind')} ({len(d.get('items', []))} items)"
         case "checkpoint.captured":
-            return (f"{d.get('scope', 'root')}/{d.get('ordinal')} {d.get('kind', 'run')} "
-                    f"{(d.get('commit') or '')[:10]} {len(d.get('files', []))} file(s)").strip()
+            return (
+                f"{d.get('scope', 'root')}/{d.get('ordinal')} {d.get('kind', 'run')} "
+                f"{(d.get('commit') or '')[:10]} {len(d.get('files', []))} file(s)"
+            ).strip()
         case "provider.attached":
             return f"{d.get('provider')} session {d.get('session_id')} on {d.get('host_id')}"
         case "request.opened":

@@ -38,16 +38,26 @@ def events_schema() -> dict:
     from treadle.domain.provider_events import LiveDelta
 
     payloads = [events.PAYLOADS[t] for t in sorted(events.PAYLOADS)]
-    doc = _components([events.Envelope, LiveDelta, *payloads], "Treadle events",
-                      "Events of stream TREADLE_EVENTS on treadle.evt.<tenant>.<thread>.<aggregate>.<event>: an "
-                      "Envelope whose `type` names the payload in `data`. LiveDelta is the payload of the "
-                      "best-effort subject treadle.live.<tenant>.<thread>.")
+    doc = _components(
+        [events.Envelope, LiveDelta, *payloads],
+        "Treadle events",
+        "Events of stream TREADLE_EVENTS on treadle.evt.<tenant>.<thread>.<aggregate>.<event>: an "
+        "Envelope whose `type` names the payload in `data`. LiveDelta is the payload of the "
+        "best-effort subject treadle.live.<tenant>.<thread>.",
+    )
     for type_ in sorted(events.PAYLOADS):
         # One envelope per event type, so a consumer (or AsyncAPI) can validate a whole message.
         doc["$defs"][_event_def(type_)] = {
-            "allOf": [{"$ref": REF.format(name="Envelope")},
-                      {"type": "object", "properties": {"type": {"const": type_},
-                                                        "data": {"$ref": REF.format(name=events.PAYLOADS[type_].__name__)}}}],
+            "allOf": [
+                {"$ref": REF.format(name="Envelope")},
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"const": type_},
+                        "data": {"$ref": REF.format(name=events.PAYLOADS[type_].__name__)},
+                    },
+                },
+            ],
             "title": type_,
         }
     doc["oneOf"] = [{"$ref": REF.format(name=_event_def(t))} for t in sorted(events.PAYLOADS)]
@@ -55,24 +65,33 @@ def events_schema() -> dict:
 
 
 def commands_schema() -> dict:
-    doc = _components([commands.Command, commands.CreateThread, commands.SendMessage, commands.Accepted,
-                       commands.Rejected], "Treadle commands",
-                      "Requests on treadle.cmd.<tenant>.thread.<verb> (a Command) and their replies (a Reply).",
-                      root="Command")
+    doc = _components(
+        [commands.Command, commands.CreateThread, commands.SendMessage, commands.Accepted, commands.Rejected],
+        "Treadle commands",
+        "Requests on treadle.cmd.<tenant>.thread.<verb> (a Command) and their replies (a Reply).",
+        root="Command",
+    )
     doc["$defs"]["Reply"] = msgspec.json.schema(commands.Reply, ref_template=REF)
     doc["$defs"]["Reply"].pop("$defs", None)
     return doc
 
 
 def provider_events_schema() -> dict:
-    return _components([provider_events.ProviderEvent], "Treadle provider events",
-                       "Normalised provider events of stream TREADLE_PROVIDER on "
-                       "treadle.prov.<tenant>.<thread>.<provider_thread>.", root="ProviderEvent")
+    return _components(
+        [provider_events.ProviderEvent],
+        "Treadle provider events",
+        "Normalised provider events of stream TREADLE_PROVIDER on treadle.prov.<tenant>.<thread>.<provider_thread>.",
+        root="ProviderEvent",
+    )
 
 
 def script_schema() -> dict:
-    return _components([script.Script], "Scripted provider script",
-                       "The `script` of a message sent to the scripted provider.", root="Script")
+    return _components(
+        [script.Script],
+        "Scripted provider script",
+        "The `script` of a message sent to the scripted provider.",
+        root="Script",
+    )
 
 
 def views_schema() -> dict:
@@ -83,11 +102,13 @@ def views_schema() -> dict:
     from treadle.views.runs import QueueView
     from treadle.views.thread import RunView, ThreadList, ThreadView
 
-    return _components([ThreadView, ThreadList, RunView, QueueView, RequestList, ActivityList, HandoffView,
-                        LineageView, RollbackView], "Treadle views",
-                       f"The documents the HTTP API serves (view version {VIEW_VERSION}): the thread, its list item, "
-                       "a run with its attempts and nodes, the queue, requests, activity, a handoff, the lineage "
-                       "tree and a rollback.")
+    return _components(
+        [ThreadView, ThreadList, RunView, QueueView, RequestList, ActivityList, HandoffView, LineageView, RollbackView],
+        "Treadle views",
+        f"The documents the HTTP API serves (view version {VIEW_VERSION}): the thread, its list item, "
+        "a run with its attempts and nodes, the queue, requests, activity, a handoff, the lineage "
+        "tree and a rollback.",
+    )
 
 
 def _internal() -> dict:
@@ -145,8 +166,9 @@ def write(root: Path = ROOT) -> list[Path]:
 
 def check(root: Path = ROOT) -> list[str]:
     """Names of the generated files that are missing from ``root`` or differ from what the code generates."""
-    return [name for name, content in render().items()
-            if not (root / name).exists() or (root / name).read_text() != content]
+    return [
+        name for name, content in render().items() if not (root / name).exists() or (root / name).read_text() != content
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,15 +22,30 @@ WORKERS = {
     "projector": "treadle.projector",
 }
 REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
-_PREFIX = {"gateway": "GATEWAY", "coordinator": "COORDINATOR", "supervisor": "SUPERVISOR",
-           "provider-host": "PROVIDER_HOST", "checkpoints": "CHECKPOINTS", "projector": "PROJECTOR"}
+_PREFIX = {
+    "gateway": "GATEWAY",
+    "coordinator": "COORDINATOR",
+    "supervisor": "SUPERVISOR",
+    "provider-host": "PROVIDER_HOST",
+    "checkpoints": "CHECKPOINTS",
+    "projector": "PROJECTOR",
+}
 
 
 class Stack:
-    def __init__(self, state_dir: Path, *, nats_url: str | None = None, redis_url: str | None = None,
-                 gateway_port: int | None = None, env: dict[str, str] | None = None,
-                 on_output: Callable[[str, str], None] | None = None, provider_hosts: int = 1,
-                 nats_cluster: int = 1, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        nats_url: str | None = None,
+        redis_url: str | None = None,
+        gateway_port: int | None = None,
+        env: dict[str, str] | None = None,
+        on_output: Callable[[str, str], None] | None = None,
+        provider_hosts: int = 1,
+        nats_cluster: int = 1,
+        replicas: int = 1,
+    ) -> None:
         """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
         cluster of that many nodes, with every stream and bucket replicated on 3 of them. ``replicas``: how many
         of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease."""
@@ -46,13 +61,15 @@ class Stack:
         self.processes = ProcessSupervisor(on_output=on_output)
         self.health_ports: dict[str, int] = {}
         # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>.
-        self.host_processes = {f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}"
-                               for n in range(1, provider_hosts + 1)}
+        self.host_processes = {
+            f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}" for n in range(1, provider_hosts + 1)
+        }
         # Replicated workers: "coordinator" is the first replica, then "coordinator-2", … (the replica name).
         if replicas < 1:
             raise ValueError("replicas must be at least 1")
-        self.replicas = {kind: [kind if n == 1 else f"{kind}-{n}" for n in range(1, replicas + 1)]
-                         for kind in REPLICATED}
+        self.replicas = {
+            kind: [kind if n == 1 else f"{kind}-{n}" for n in range(1, replicas + 1)] for kind in REPLICATED
+        }
 
     @property
     def api_url(self) -> str:
@@ -72,8 +89,11 @@ class Stack:
         return self._redis_url or self.redis.url  # type: ignore[union-attr]
 
     def worker_env(self) -> dict[str, str]:
-        env = {"TREADLE_NATS_URL": self.nats_url, "TREADLE_REDIS_URL": self.redis_url,
-               "TREADLE_STATE_DIR": str(self.state_dir)}
+        env = {
+            "TREADLE_NATS_URL": self.nats_url,
+            "TREADLE_REDIS_URL": self.redis_url,
+            "TREADLE_STATE_DIR": str(self.state_dir),
+        }
         if self.nats_cluster > 1:
             env["TREADLE_STREAM_REPLICAS"] = "3"  # a majority of 3 survives one node; more copies only cost
             # Heartbeats stall while the hosts bucket elects a new leader after a node loss (measured 4-8 s,
@@ -142,6 +162,7 @@ class Stack:
     async def wait_ready(self, timeout: float = 60.0, names: list[str] | None = None) -> None:
         """Every worker answers /readyz (workers answer only once they consume)."""
         async with httpx.AsyncClient(timeout=1.0) as http:
+
             async def ready(name: str) -> None:
                 url = f"http://127.0.0.1:{self.health_ports[name]}/readyz"
                 while True:
@@ -151,6 +172,7 @@ class Stack:
                     except httpx.HTTPError:
                         pass
                     await asyncio.sleep(0.05)  # polling a process that is still starting
+
             async with asyncio.timeout(timeout):
                 await asyncio.gather(*(ready(n) for n in names or self.health_ports))
 

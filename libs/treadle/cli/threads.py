@@ -21,8 +21,13 @@ from .render import TODO_MARK, console, files_text, print_run, short, status_tex
 
 async def cmd_threads_create(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        created = await client.create_thread(title=args.title, provider=args.provider, model=args.model,
-                                             runtime_mode=args.runtime_mode, workspace=args.workspace)
+        created = await client.create_thread(
+            title=args.title,
+            provider=args.provider,
+            model=args.model,
+            runtime_mode=args.runtime_mode,
+            workspace=args.workspace,
+        )
     console.print(Text.assemble(("✓ ", "green"), "created thread ", (created["thread_id"], "bold")))
     return 0
 
@@ -38,8 +43,14 @@ async def cmd_threads_list(args: argparse.Namespace) -> int:
     for col in ("title", "provider", "runs", "last run", "created"):
         table.add_column(col)
     for t in threads:
-        table.add_row(Text(t["id"], style="bold"), t.get("title") or "", t.get("provider", ""), str(t.get("runs", 0)),
-                      status_text(t.get("last_run_status")), when(t.get("created_at")))
+        table.add_row(
+            Text(t["id"], style="bold"),
+            t.get("title") or "",
+            t.get("provider", ""),
+            str(t.get("runs", 0)),
+            status_text(t.get("last_run_status")),
+            when(t.get("created_at")),
+        )
     console.print(table)
     return 0
 
@@ -49,10 +60,12 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
         doc = await client.get_thread(args.thread)
     t = doc["thread"]
     console.print(Text.assemble((t["id"], "bold"), "  ", (t.get("title") or "(untitled)", "bold cyan")))
-    console.print(f"[dim]provider[/] {escape(t['provider'])}{' / ' + escape(t['model']) if t.get('model') else ''}"
-                  f"  [dim]mode[/] {t.get('runtime_mode')}  [dim]workspace[/] {escape(t['workspace'])}"
-                  f"  [dim]created[/] {when(t.get('created_at'))} by {escape(t.get('created_by', ''))}"
-                  f"  [dim]seq[/] {doc.get('seq')}")
+    console.print(
+        f"[dim]provider[/] {escape(t['provider'])}{' / ' + escape(t['model']) if t.get('model') else ''}"
+        f"  [dim]mode[/] {t.get('runtime_mode')}  [dim]workspace[/] {escape(t['workspace'])}"
+        f"  [dim]created[/] {when(t.get('created_at'))} by {escape(t.get('created_by', ''))}"
+        f"  [dim]seq[/] {doc.get('seq')}"
+    )
     ckpts = {c["id"]: c for c in doc.get("checkpoints", [])}
     if doc.get("runs"):
         table = Table(title="runs", title_justify="left", title_style="bold", box=None, header_style="dim")
@@ -62,9 +75,15 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
             attempts = Text(", ").join(status_text(a["status"]) for a in r.get("attempts", []))
             ckpt = ckpts.get(r.get("checkpoint_id") or "")
             status = status_text(r["status"]) + Text(f" {r['error']}" if r.get("error") else "", "red")
-            table.add_row(str(r["ordinal"]), r["id"], status, attempts, r.get("mode", ""),
-                          took(r.get("started_at"), r.get("ended_at")),
-                          f"{ckpt['scope']}/{ckpt['ordinal']}" if ckpt else "-")
+            table.add_row(
+                str(r["ordinal"]),
+                r["id"],
+                status,
+                attempts,
+                r.get("mode", ""),
+                took(r.get("started_at"), r.get("ended_at")),
+                f"{ckpt['scope']}/{ckpt['ordinal']}" if ckpt else "-",
+            )
         console.print(table)
     if doc.get("messages"):
         console.print("[bold]messages[/]")
@@ -83,23 +102,41 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
             console.print("  " + escape(plan["text"]))
     pending = [r for r in doc.get("requests", []) if r.get("status") == "pending"]
     for r in pending:
-        console.print(Text.assemble(("? ", "yellow"), (r["kind"], "bold"), f" {r['id']} ", r.get("prompt", ""),
-                                    (" waiting for a response", "yellow")))
+        console.print(
+            Text.assemble(
+                ("? ", "yellow"),
+                (r["kind"], "bold"),
+                f" {r['id']} ",
+                r.get("prompt", ""),
+                (" waiting for a response", "yellow"),
+            )
+        )
     if ckpts:
         console.print("[bold]checkpoints[/]")
         for c in ckpts.values():
             # Two lines each: the full ref is what `git diff` wants, and it does not fit in a table column.
             changes = Text("unchanged", "dim") if c.get("unchanged") else files_text(c.get("files", []))
-            console.print(Text.assemble((f"  {c['scope']}/{c['ordinal']:<3} ", "bold"), (f"{c.get('kind', ''):<9}", ""),
-                                        status_text(c.get("status")), "  ", ((c.get("commit") or "-")[:12], "dim"), "  ",
-                                        changes))
+            console.print(
+                Text.assemble(
+                    (f"  {c['scope']}/{c['ordinal']:<3} ", "bold"),
+                    (f"{c.get('kind', ''):<9}", ""),
+                    status_text(c.get("status")),
+                    "  ",
+                    ((c.get("commit") or "-")[:12], "dim"),
+                    "  ",
+                    changes,
+                )
+            )
             if c.get("ref"):
                 console.print(Text(f"    {c['ref']}", style="dim"), soft_wrap=True)
     if doc.get("activity"):
         console.print("[bold]activity[/]")
-        for a in doc["activity"][-args.activity:]:
-            console.print(Text.assemble((f"  {when(a['at'])} ", "dim"), (f"{a['kind']:<22}", "cyan"),
-                                        short(a.get("summary", ""), 70)))
+        for a in doc["activity"][-args.activity :]:
+            console.print(
+                Text.assemble(
+                    (f"  {when(a['at'])} ", "dim"), (f"{a['kind']:<22}", "cyan"), short(a.get("summary", ""), 70)
+                )
+            )
     return 0
 
 
@@ -114,21 +151,36 @@ def _load_script(path: str | None) -> dict | None:
     except json.JSONDecodeError as exc:
         raise UsageError(f"script {path} is not JSON: {exc}") from None
     if not isinstance(script, dict):
-        raise UsageError(f"script {path} must be a JSON object with \"steps\"")
+        raise UsageError(f'script {path} must be a JSON object with "steps"')
     return script
 
 
 async def cmd_send(args: argparse.Namespace) -> int:
     script = _load_script(args.script)
     async with api_client(args) as client:
+
         def start() -> Awaitable[dict]:
-            return client.send(args.thread, args.text, mode=args.mode, provider=args.provider, script=script,
-                               idempotency_key=args.idempotency_key)
+            return client.send(
+                args.thread,
+                args.text,
+                mode=args.mode,
+                provider=args.provider,
+                script=script,
+                idempotency_key=args.idempotency_key,
+            )
 
         if not args.wait:
             accepted = await start()
-            console.print(Text.assemble(("✓ ", "green"), "message ", (accepted["message_id"], "bold"), " → run ",
-                                        (accepted["run_id"], "bold"), f" ({accepted['disposition']})"))
+            console.print(
+                Text.assemble(
+                    ("✓ ", "green"),
+                    "message ",
+                    (accepted["message_id"], "bold"),
+                    " → run ",
+                    (accepted["run_id"], "bold"),
+                    f" ({accepted['disposition']})",
+                )
+            )
             return 0
         doc = await client.get_thread(args.thread)
         console.print(Text.assemble(("  you › ", "bold green"), args.text))

@@ -53,20 +53,40 @@ class WorkerOutput:
 
 
 DEMO_TEXT = "Write a hello-world script and run it."
-DEMO_SCRIPT = {"steps": [
-    {"type": "todo", "items": [{"text": "Write hello.py", "status": "in_progress"}, {"text": "Run it"}]},
-    {"type": "text", "text": "Sure: I'll write a tiny script that greets you, then run it.", "chunk": 4,
-     "delay_ms": 35},
-    {"type": "write_file", "path": "hello.py", "content": 'print("Hello from Treadle!")\n'},
-    {"type": "todo", "items": [{"text": "Write hello.py", "status": "completed"},
-                               {"text": "Run it", "status": "in_progress"}]},
-    {"type": "tool", "name": "shell", "input": {"command": "python hello.py"}, "output": "Hello from Treadle!",
-     "delay_ms": 600},
-    {"type": "todo", "items": [{"text": "Write hello.py", "status": "completed"},
-                               {"text": "Run it", "status": "completed"}]},
-    {"type": "text", "text": "Done. hello.py prints a greeting, and Treadle checkpointed the workspace after this "
-                             "run, so the change can be diffed or rolled back.", "chunk": 5, "delay_ms": 25},
-]}
+DEMO_SCRIPT = {
+    "steps": [
+        {"type": "todo", "items": [{"text": "Write hello.py", "status": "in_progress"}, {"text": "Run it"}]},
+        {
+            "type": "text",
+            "text": "Sure: I'll write a tiny script that greets you, then run it.",
+            "chunk": 4,
+            "delay_ms": 35,
+        },
+        {"type": "write_file", "path": "hello.py", "content": 'print("Hello from Treadle!")\n'},
+        {
+            "type": "todo",
+            "items": [{"text": "Write hello.py", "status": "completed"}, {"text": "Run it", "status": "in_progress"}],
+        },
+        {
+            "type": "tool",
+            "name": "shell",
+            "input": {"command": "python hello.py"},
+            "output": "Hello from Treadle!",
+            "delay_ms": 600,
+        },
+        {
+            "type": "todo",
+            "items": [{"text": "Write hello.py", "status": "completed"}, {"text": "Run it", "status": "completed"}],
+        },
+        {
+            "type": "text",
+            "text": "Done. hello.py prints a greeting, and Treadle checkpointed the workspace after this "
+            "run, so the change can be diffed or rolled back.",
+            "chunk": 5,
+            "delay_ms": 25,
+        },
+    ]
+}
 
 
 async def run_demo(api_url: str, token: str, state: Path) -> str:
@@ -77,8 +97,9 @@ async def run_demo(api_url: str, token: str, state: Path) -> str:
         thread_id = thread["thread_id"]
         console.print(Text.assemble(("thread ", "dim"), (thread_id, "bold"), ("  (scripted provider)", "dim")))
         console.print(Text.assemble(("  you › ", "bold green"), DEMO_TEXT))
-        accepted, _ = await stream_run(client, thread_id, thread["seq"],
-                                       lambda: client.send(thread_id, DEMO_TEXT, script=DEMO_SCRIPT), timeout=60)
+        accepted, _ = await stream_run(
+            client, thread_id, thread["seq"], lambda: client.send(thread_id, DEMO_TEXT, script=DEMO_SCRIPT), timeout=60
+        )
         run = await client.wait_run(accepted["run_id"], timeout=30)
     console.print()
     print_run(run)
@@ -96,23 +117,31 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
     grid.add_column()
     grid.add_row("API", Text(api, style="bold"))
     grid.add_row("OpenAPI", f"{api}/schema/openapi.json")
-    grid.add_row("dev token", Text.assemble((token, "bold"), (f"  (tenant {DEV_TENANT}; saved in "
-                                                              f"{state / 'dev-token'})", "dim")))
+    grid.add_row(
+        "dev token", Text.assemble((token, "bold"), (f"  (tenant {DEV_TENANT}; saved in {state / 'dev-token'})", "dim"))
+    )
     console.print(grid)
     thread = thread_id or "<thread id>"
     here = "" if state == Path(".treadle") else f" --state-dir {state}"
     auth = '-H "Authorization: Bearer $TREADLE_TOKEN"'
-    create = [] if thread_id else [f"curl -s -X POST {auth} -H 'Content-Type: application/json' "
-                                   f"-d '{{\"title\": \"first\"}}' {api}/v1/threads"]
+    create = (
+        []
+        if thread_id
+        else [
+            f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"title\": \"first\"}}' {api}/v1/threads"
+        ]
+    )
     console.print("\n[dim]try:[/]")
-    for line in (f"export TREADLE_TOKEN={token}",
-                 f"curl -s {auth} {api}/v1/threads",
-                 *create,
-                 f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"text\": \"hello\"}}' "
-                 f"{api}/v1/threads/{thread}/messages",
-                 f"curl -sN {auth} {api}/v1/threads/{thread}/events",
-                 f"treadle threads show {thread}{here}",
-                 f"treadle send {thread} 'hello again' --wait{here}"):
+    for line in (
+        f"export TREADLE_TOKEN={token}",
+        f"curl -s {auth} {api}/v1/threads",
+        *create,
+        f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"text\": \"hello\"}}' "
+        f"{api}/v1/threads/{thread}/messages",
+        f"curl -sN {auth} {api}/v1/threads/{thread}/events",
+        f"treadle threads show {thread}{here}",
+        f"treadle send {thread} 'hello again' --wait{here}",
+    ):
         console.print("  " + escape(line), soft_wrap=True)
 
 
@@ -171,8 +200,14 @@ async def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError("--nats-cluster is 1 (one server) or at least 3 nodes (a quorum must survive a loss)")
     if args.replicas < 1:
         raise UsageError("--replicas must be at least 1")
-    stack = Stack(state, gateway_port=args.port, on_output=WorkerOutput(console, args.verbose),
-                  provider_hosts=args.provider_hosts, nats_cluster=args.nats_cluster, replicas=args.replicas)
+    stack = Stack(
+        state,
+        gateway_port=args.port,
+        on_output=WorkerOutput(console, args.verbose),
+        provider_hosts=args.provider_hosts,
+        nats_cluster=args.nats_cluster,
+        replicas=args.replicas,
+    )
     began = time.monotonic()
     try:
         broker = "nats-server" if args.nats_cluster == 1 else f"a {args.nats_cluster}-node NATS cluster"
@@ -182,18 +217,23 @@ async def cmd_up(args: argparse.Namespace) -> int:
             except ServerNotFound as exc:
                 raise UsageError(str(exc)) from None
             except TimeoutError:
-                raise UsageError("the workers did not all become ready within 60s; `treadle up --verbose` shows "
-                                 "their output") from None
+                raise UsageError(
+                    "the workers did not all become ready within 60s; `treadle up --verbose` shows their output"
+                ) from None
         console.print(f"[green]✓[/] stack up in {time.monotonic() - began:.1f}s · state in {escape(str(state))}")
         if args.nats_cluster > 1:
-            console.print(f"[green]✓[/] NATS cluster of {args.nats_cluster} nodes, streams and buckets R3: "
-                          f"{escape(stack.nats_address)}", soft_wrap=True)
+            console.print(
+                f"[green]✓[/] NATS cluster of {args.nats_cluster} nodes, streams and buckets R3: "
+                f"{escape(stack.nats_address)}",
+                soft_wrap=True,
+            )
         for name, value in (("nats-url", stack.nats_url), ("redis-url", stack.redis_url), ("api-url", stack.api_url)):
             (state / name).write_text(value + "\n")
         (state / "nats-url").chmod(0o600)  # it carries the service user's password
         token, reused = await _dev_token(stack.nats_url, state)
-        console.print(f"[green]✓[/] dev token {'reused' if reused else 'created'} (tenant {DEV_TENANT}, "
-                      f"user {DEV_USER})")
+        console.print(
+            f"[green]✓[/] dev token {'reused' if reused else 'created'} (tenant {DEV_TENANT}, user {DEV_USER})"
+        )
         thread_id = None
         if args.demo:
             try:

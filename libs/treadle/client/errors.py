@@ -28,8 +28,11 @@ class ApiError(Exception):
             code, message, details = error.get("code", ""), error.get("message", ""), error.get("details")
         except (ValueError, KeyError, TypeError, AttributeError):
             # Not our shape (a proxy, a crash page): keep the start of the body for the message.
-            code, message, details = f"http_{response.status_code}", \
-                response.text.strip()[:200] or response.reason_phrase, None
+            code, message, details = (
+                f"http_{response.status_code}",
+                response.text.strip()[:200] or response.reason_phrase,
+                None,
+            )
         return error_class(response.status_code)(response.status_code, code, message, details)
 
 
@@ -79,8 +82,17 @@ class Unavailable(ServerError):
 
 RETRYABLE = frozenset({0, 502, 503, 504})
 _BY_STATUS: dict[int, type[ApiError]] = {
-    0: Unreachable, 400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-    413: PayloadTooLarge, 422: Unprocessable, 429: RateLimited, 502: Unavailable, 503: Unavailable,
+    0: Unreachable,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: Unprocessable,
+    429: RateLimited,
+    502: Unavailable,
+    503: Unavailable,
     504: Unavailable,
 }
 

@@ -56,8 +56,16 @@ class Follow:
     """Durable events of a thread from ``from_seq`` on, reconnecting with ``Last-Event-ID`` when the stream
     drops. ``last_id`` is the sequence of the last event yielded: persist it to resume later."""
 
-    def __init__(self, client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
-                 reconnect: bool = True, on_retry: Callable[[ApiError | None], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: TreadleClient,
+        thread_id: str,
+        from_seq: int = 0,
+        *,
+        live: bool = False,
+        reconnect: bool = True,
+        on_retry: Callable[[ApiError | None], None] | None = None,
+    ) -> None:
         self.client, self.thread_id, self.last_id = client, thread_id, from_seq
         self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
 
@@ -92,8 +100,14 @@ class Follow:
             delay = min(delay * 2, 2.0)
 
 
-def follow(client: TreadleClient, thread_id: str, from_seq: int = 0, *, live: bool = False,
-           on_retry: Callable[[ApiError | None], None] | None = None) -> Follow:
+def follow(
+    client: TreadleClient,
+    thread_id: str,
+    from_seq: int = 0,
+    *,
+    live: bool = False,
+    on_retry: Callable[[ApiError | None], None] | None = None,
+) -> Follow:
     return Follow(client, thread_id, from_seq, live=live, on_retry=on_retry)
 
 

@@ -26,18 +26,33 @@ MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client ke
 POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
 
 # The events that change a run's status: what wakes wait_run, which watches the stream instead of polling.
-_RUN_EVENTS = frozenset({
-    "run.dispatched", "attempt.started", "run.started", "request.opened", "request.resolved", "run.completed",
-    "run.failed", "run.interrupted", "run.cancelled", "rollback.completed",
-})
+_RUN_EVENTS = frozenset(
+    {
+        "run.dispatched",
+        "attempt.started",
+        "run.started",
+        "request.opened",
+        "request.resolved",
+        "run.completed",
+        "run.failed",
+        "run.interrupted",
+        "run.cancelled",
+        "rollback.completed",
+    }
+)
 
 
 class TreadleClient:
-    def __init__(self, base_url: str, token: str, timeout: float = 10, *,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, base_url: str, token: str, timeout: float = 10, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
-                                       headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
         # Reads never go back in time for this client: each thread's read asks for (``min_seq``) the highest
         # sequence the client wrote or saw on it, and a run's read for its thread's.
         self._seen: dict[str, int] = {}
@@ -77,16 +92,25 @@ class TreadleClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def request(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
-                      headers: dict | None = None, content: bytes | None = None,
-                      timeout: float | httpx.Timeout | None = None) -> httpx.Response:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict | None = None,
+        headers: dict | None = None,
+        content: bytes | None = None,
+        timeout: float | httpx.Timeout | None = None,
+    ) -> httpx.Response:
         """One raw request, whatever its status: for endpoints without a method here and for callers that look at
         the status themselves. An answered write's thread and sequence are remembered like the methods' are.
         Raises :class:`Unreachable` when the gateway does not answer."""
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         try:
-            response = await self._http.request(method, path, json=json, params=params, headers=headers,
-                                                 content=content, **extra)
+            response = await self._http.request(
+                method, path, json=json, params=params, headers=headers, content=content, **extra
+            )
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
         except AttributeError as exc:
@@ -105,8 +129,15 @@ class TreadleClient:
         caller reading an SSE stream's lines or status itself. ``kw`` are httpx's (``headers``, ``timeout``)."""
         return self._http.stream(method, path, **kw)
 
-    async def _call(self, method: str, path: str, *, body: dict | None = None,
-                    idempotency_key: str | None = None, params: dict | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: dict | None = None,
+        idempotency_key: str | None = None,
+        params: dict | None = None,
+    ) -> Any:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         response = await self.request(method, path, json=body, headers=headers, params=params)
         if response.status_code >= 400:
@@ -118,9 +149,15 @@ class TreadleClient:
 
     # --- threads, messages, runs ------------------------------------------------------------------
 
-    async def create_thread(self, title: str | None = None, provider: str | None = None, model: str | None = None,
-                            runtime_mode: str | None = None, workspace: str | None = None,
-                            idempotency_key: str | None = None) -> dict:
+    async def create_thread(
+        self,
+        title: str | None = None,
+        provider: str | None = None,
+        model: str | None = None,
+        runtime_mode: str | None = None,
+        workspace: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict:
         body = _present(title=title, provider=provider, model=model, runtime_mode=runtime_mode, workspace=workspace)
         return await self._call("POST", "/v1/threads", body=body, idempotency_key=idempotency_key)
 
@@ -130,13 +167,23 @@ class TreadleClient:
     async def get_thread(self, thread_id: str) -> dict:
         return await self._call("GET", f"/v1/threads/{thread_id}", params=self._min_seq(thread_id))
 
-    async def send(self, thread_id: str, text: str, mode: str = "auto", provider: str | None = None,
-                   script: dict | None = None, idempotency_key: str | None = None,
-                   target_run_id: str | None = None, model: str | None = None) -> dict:
-        body = {"text": text, "mode": mode, **_present(provider=provider, script=script, target_run_id=target_run_id,
-                                                       model=model)}
-        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body,
-                                idempotency_key=idempotency_key)
+    async def send(
+        self,
+        thread_id: str,
+        text: str,
+        mode: str = "auto",
+        provider: str | None = None,
+        script: dict | None = None,
+        idempotency_key: str | None = None,
+        target_run_id: str | None = None,
+        model: str | None = None,
+    ) -> dict:
+        body = {
+            "text": text,
+            "mode": mode,
+            **_present(provider=provider, script=script, target_run_id=target_run_id, model=model),
+        }
+        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body, idempotency_key=idempotency_key)
 
     async def get_run(self, run_id: str) -> dict:
         run = await self._call("GET", f"/v1/runs/{run_id}", params=self._min_seq(self._run_thread.get(run_id)))
@@ -144,20 +191,38 @@ class TreadleClient:
 
     # --- lineage (L5-L7): fork, handoffs, the tree; merge-back and clean context are ``send_with_context`` --
 
-    async def fork(self, thread_id: str, source_type: str, source_id: str, *, turn: str | None = None,
-                   title: str | None = None, on_active: str | None = None,
-                   idempotency_key: str | None = None) -> dict:
-        body = {"source": {"type": source_type, "id": source_id, **_present(turn=turn)},
-                **_present(title=title, on_active=on_active)}
+    async def fork(
+        self,
+        thread_id: str,
+        source_type: str,
+        source_id: str,
+        *,
+        turn: str | None = None,
+        title: str | None = None,
+        on_active: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict:
+        body = {
+            "source": {"type": source_type, "id": source_id, **_present(turn=turn)},
+            **_present(title=title, on_active=on_active),
+        }
         return await self._call("POST", f"/v1/threads/{thread_id}/fork", body=body, idempotency_key=idempotency_key)
 
-    async def send_with_context(self, thread_id: str, text: str, *, merge_back_from: str | None = None,
-                                clean_context: bool = False, provider: str | None = None,
-                                idempotency_key: str | None = None) -> dict:
-        body = {"text": text, **_present(merge_back_from=merge_back_from, provider=provider,
-                                         clean_context=clean_context or None)}
-        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body,
-                                idempotency_key=idempotency_key)
+    async def send_with_context(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        merge_back_from: str | None = None,
+        clean_context: bool = False,
+        provider: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict:
+        body = {
+            "text": text,
+            **_present(merge_back_from=merge_back_from, provider=provider, clean_context=clean_context or None),
+        }
+        return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body, idempotency_key=idempotency_key)
 
     async def get_handoff(self, handoff_id: str) -> dict:
         return await self._call("GET", f"/v1/handoffs/{handoff_id}")
@@ -167,8 +232,9 @@ class TreadleClient:
 
     # --- events -----------------------------------------------------------------------------------
 
-    async def events(self, thread_id: str, last_event_id: int | None = None, *,
-                     connected: asyncio.Event | None = None) -> AsyncIterator[SseEvent]:
+    async def events(
+        self, thread_id: str, last_event_id: int | None = None, *, connected: asyncio.Event | None = None
+    ) -> AsyncIterator[SseEvent]:
         """The thread's events after ``last_event_id`` (from the start when None), then live until closed.
 
         ``connected`` is set when the gateway's first line arrives: it sends one only once it is subscribed,
@@ -180,8 +246,9 @@ class TreadleClient:
         # The stream is quiet between events (keepalives every 15 s): no read timeout.
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
         try:
-            async with self._http.stream("GET", f"/v1/threads/{thread_id}/events", headers=headers,
-                                         timeout=timeout) as response:
+            async with self._http.stream(
+                "GET", f"/v1/threads/{thread_id}/events", headers=headers, timeout=timeout
+            ) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise ApiError.from_response(response)
@@ -200,8 +267,9 @@ class TreadleClient:
 
     async def respond(self, request_id: str, response: dict, idempotency_key: str | None = None) -> dict:
         """Answer a runtime request (an approval's ``{"decision": …}``, a question's answer)."""
-        return await self._call("POST", f"/v1/requests/{request_id}/respond", body=response,
-                                idempotency_key=idempotency_key)
+        return await self._call(
+            "POST", f"/v1/requests/{request_id}/respond", body=response, idempotency_key=idempotency_key
+        )
 
     # --- waiting ----------------------------------------------------------------------------------
     # Each wait reads the state once, then follows the thread's events from the sequence it read at and reads
@@ -214,6 +282,7 @@ class TreadleClient:
 
         def reached(doc: dict) -> bool:
             return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
+
         async with asyncio.timeout(timeout):
             thread_id = self._run_thread.get(run_id)
             if thread_id is None:  # a run this client did not start: its own read names the thread
@@ -225,8 +294,9 @@ class TreadleClient:
             # The thread shows the run: a 404 now is only the run's index behind (a projector restarting).
             return await self._retrying(lambda: self._fresh_run(run_id, grace=None))
 
-    async def wait_thread(self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None,
-                          *, poll: float | None = POLL) -> Any:
+    async def wait_thread(
+        self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None, *, poll: float | None = POLL
+    ) -> Any:
         """``predicate(thread document)`` once it is truthy. The document is read again on each new event of
         the thread and, for states no event of the thread moves, every ``poll`` seconds."""
         async with asyncio.timeout(timeout):
@@ -238,12 +308,19 @@ class TreadleClient:
 
         def fresh(requests: list[dict]) -> dict | None:
             return next((r for r in requests if r["id"] not in skip), None)
+
         async with asyncio.timeout(timeout):
             return await self._wait(thread_id, fresh, read=lambda: self.list_requests(thread_id, "pending"))
 
-    async def _wait(self, thread_id: str, predicate: Callable[[Any], Any], *,
-                    read: Callable[[], Awaitable[Any]] | None = None,
-                    wake: Callable[[SseEvent], bool] | None = None, poll: float | None = POLL) -> Any:
+    async def _wait(
+        self,
+        thread_id: str,
+        predicate: Callable[[Any], Any],
+        *,
+        read: Callable[[], Awaitable[Any]] | None = None,
+        wake: Callable[[SseEvent], bool] | None = None,
+        poll: float | None = POLL,
+    ) -> Any:
         """``predicate(read())`` (``read`` defaults to the thread's document) once truthy; read again when an
         event ``wake`` accepts arrives, and every ``poll`` seconds."""
         doc = await self._retrying(lambda: self.get_thread(thread_id))
@@ -261,6 +338,7 @@ class TreadleClient:
                             changed.set()  # the client saw its sequence: the next read reflects it
             finally:
                 changed.set()  # ended: the loop below looks at why
+
         watcher = asyncio.create_task(watch())
         try:
             while True:
@@ -311,20 +389,29 @@ class TreadleClient:
         params = {**_present(max_bytes=max_bytes), **self._min_seq(self._run_thread.get(run_id))}
         return await self._call("GET", f"/v1/runs/{run_id}/diff", params=params)
 
-    async def thread_diff(self, thread_id: str, from_ordinal: int | None = None, to_ordinal: int | None = None,
-                          max_bytes: int | None = None) -> dict:
-        params = {**_present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal}), **self._min_seq(thread_id)}
+    async def thread_diff(
+        self,
+        thread_id: str,
+        from_ordinal: int | None = None,
+        to_ordinal: int | None = None,
+        max_bytes: int | None = None,
+    ) -> dict:
+        params = {
+            **_present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal}),
+            **self._min_seq(thread_id),
+        }
         return await self._call("GET", f"/v1/threads/{thread_id}/diff", params=params)
 
-    async def rollback(self, thread_id: str, to_run_ordinal: int, interrupt_active: bool = False,
-                       idempotency_key: str | None = None) -> dict:
+    async def rollback(
+        self, thread_id: str, to_run_ordinal: int, interrupt_active: bool = False, idempotency_key: str | None = None
+    ) -> dict:
         """L10.5: restore run ``to_run_ordinal``'s files; later runs become ``rolled_back``."""
         body = {"to_run_ordinal": to_run_ordinal, "interrupt_active": interrupt_active}
-        return await self._call("POST", f"/v1/threads/{thread_id}/rollback", body=body,
-                                idempotency_key=idempotency_key)
+        return await self._call("POST", f"/v1/threads/{thread_id}/rollback", body=body, idempotency_key=idempotency_key)
 
-    async def rollback_node(self, node_id: str, checkpoint_id: str, thread_id: str | None = None,
-                            idempotency_key: str | None = None) -> dict:
+    async def rollback_node(
+        self, node_id: str, checkpoint_id: str, thread_id: str | None = None, idempotency_key: str | None = None
+    ) -> dict:
         """L10.6: restore a child node's checkpoint; the answer says whether the parent's workspace is touched."""
         body = {"checkpoint_id": checkpoint_id, **_present(thread_id=thread_id)}
         return await self._call("POST", f"/v1/nodes/{node_id}/rollback", body=body, idempotency_key=idempotency_key)

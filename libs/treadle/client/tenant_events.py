@@ -73,8 +73,14 @@ class TenantCredential(msgspec.Struct, kw_only=True):
     async def connect(self, **options) -> AsyncIterator[NATS]:
         """A connection as this credential (its own inbox prefix: the only inboxes it may read)."""
         servers = broker_urls.parse(self.url).servers  # a cluster's URL lists every node: any of them will do
-        nc = await nats.connect(servers, user=self.user, password=self.password, inbox_prefix=self.inbox_prefix,
-                                name=f"treadle-consumer-{self.consumer}", **options)
+        nc = await nats.connect(
+            servers,
+            user=self.user,
+            password=self.password,
+            inbox_prefix=self.inbox_prefix,
+            name=f"treadle-consumer-{self.consumer}",
+            **options,
+        )
         try:
             yield nc
         finally:
@@ -107,25 +113,32 @@ def filter_type(filters: list[str]) -> str | None:
     return None
 
 
-async def check_consumer(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
-                         types: list[str] | None = None) -> ConsumerInfo:
+async def check_consumer(
+    nc: NATS, creds: TenantCredential, *, from_seq: int | None = None, types: list[str] | None = None
+) -> ConsumerInfo:
     """The credential's consumer, if it can serve ``types`` from ``from_seq``; else a typed error that says
     what the operator has to do. Changes nothing."""
     js = nc.jetstream(prefix=creds.api_prefix)
     try:
         info = await js.consumer_info(creds.stream, creds.consumer)
     except NotFoundError:
-        raise ConsumerMissing(f"credential {creds.user} has no consumer on {creds.stream}: the operator creates it "
-                              f"with `treadle consumers reset {creds.user}`") from None
+        raise ConsumerMissing(
+            f"credential {creds.user} has no consumer on {creds.stream}: the operator creates it "
+            f"with `treadle consumers reset {creds.user}`"
+        ) from None
     only = filter_type(filters_of(info.config))
     if only is not None and types and only not in types:
-        raise CannotReposition(f"the consumer of {creds.user} delivers {only} only, not {', '.join(types)}: the "
-                               f"operator can change it with `treadle consumers reset {creds.user} --type …`")
+        raise CannotReposition(
+            f"the consumer of {creds.user} delivers {only} only, not {', '.join(types)}: the "
+            f"operator can change it with `treadle consumers reset {creds.user} --type …`"
+        )
     if from_seq is not None:
         first = max((info.ack_floor.stream_seq if info.ack_floor else 0) + 1, info.config.opt_start_seq or 1)
         if from_seq < first:
-            raise CannotReposition(f"the consumer of {creds.user} is past stream sequence {from_seq} (next: {first}); "
-                                   f"going back is `treadle consumers reset {creds.user} --from-seq {from_seq}`")
+            raise CannotReposition(
+                f"the consumer of {creds.user} is past stream sequence {from_seq} (next: {first}); "
+                f"going back is `treadle consumers reset {creds.user} --from-seq {from_seq}`"
+            )
     return info
 
 
@@ -140,8 +153,16 @@ class TenantFollower:
                 await events.ack(event)
     """
 
-    def __init__(self, nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
-                 types: list[str] | None = None, batch: int = 64, idle_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        creds: TenantCredential,
+        *,
+        from_seq: int | None = None,
+        types: list[str] | None = None,
+        batch: int = 64,
+        idle_timeout: float | None = None,
+    ) -> None:
         self._nc, self._creds, self._from_seq, self._types = nc, creds, from_seq, types
         self._batch, self._idle = batch, idle_timeout
         self._unacked: dict[int, object] = {}  # stream seq -> message, fetched and not yet acked
@@ -194,17 +215,24 @@ class TenantFollower:
                 yield event
 
 
-async def follow_tenant(nc: NATS, creds: TenantCredential, *, from_seq: int | None = None,
-                        types: list[str] | None = None, batch: int = 64,
-                        idle_timeout: float | None = None) -> AsyncIterator[Envelope]:
+async def follow_tenant(
+    nc: NATS,
+    creds: TenantCredential,
+    *,
+    from_seq: int | None = None,
+    types: list[str] | None = None,
+    batch: int = 64,
+    idle_timeout: float | None = None,
+) -> AsyncIterator[Envelope]:
     """Yield the tenant's events in stream order (``event.seq`` set), each acked once the caller asks for
     the next: the event being handled when the follower stops is delivered again next time. Events before
     ``from_seq`` are skipped (acked unseen); a ``from_seq`` already behind the consumer is a
     :class:`CannotReposition` (the operator's ``treadle consumers reset``). Ends after
     ``idle_timeout`` seconds without a new event (None: follow forever). Close it (``aclosing``) to hand
     unhandled events back at once."""
-    async with TenantFollower(nc, creds, from_seq=from_seq, types=types, batch=batch,
-                              idle_timeout=idle_timeout) as follower:
+    async with TenantFollower(
+        nc, creds, from_seq=from_seq, types=types, batch=batch, idle_timeout=idle_timeout
+    ) as follower:
         async for event in follower:
             yield event
             await follower.ack(event)

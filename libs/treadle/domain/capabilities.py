@@ -14,8 +14,16 @@ from .entities import ProviderCapabilities
 ALL_APPROVALS = ["command", "file_change", "file_read", "patch"]
 
 FULL = ProviderCapabilities(  # Codex-like
-    create_empty_thread=True, interrupt=True, active_steering=True, approvals=ALL_APPROVALS,
-    structured_questions=True, plan_updates=True, todo_list=True, proposed_plan=True, subagents=True)
+    create_empty_thread=True,
+    interrupt=True,
+    active_steering=True,
+    approvals=ALL_APPROVALS,
+    structured_questions=True,
+    plan_updates=True,
+    todo_list=True,
+    proposed_plan=True,
+    subagents=True,
+)
 
 # The scripted provider's named profiles: one per degradation path a real provider takes.
 PROFILES: dict[str, ProviderCapabilities] = {
@@ -23,8 +31,9 @@ PROFILES: dict[str, ProviderCapabilities] = {
     "no_steering": msgspec.structs.replace(FULL, active_steering=False, native_turn_ids=False),  # Claude-like
     "no_interrupt": msgspec.structs.replace(FULL, active_steering=False, interrupt=False),
     "no_approvals": msgspec.structs.replace(FULL, approvals=[]),
-    "no_plans": msgspec.structs.replace(FULL, plan_updates=False, todo_list=False, proposed_plan=False,
-                                        structured_questions=False),
+    "no_plans": msgspec.structs.replace(
+        FULL, plan_updates=False, todo_list=False, proposed_plan=False, structured_questions=False
+    ),
     "weak_terminal": msgspec.structs.replace(FULL, terminal_status="weak"),
     # L6.2: a provider that forks its threads natively (native refs it can branch), and one that cannot.
     "native_fork": msgspec.structs.replace(FULL, fork=True, read_snapshot=True),

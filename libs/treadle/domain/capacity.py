@@ -60,8 +60,15 @@ class Refuse(msgspec.Struct, frozen=True):
     retry_after: float | None = None  # seconds until an idle session here passes its grace time
 
 
-def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Peers, limits: Limits,
-          now: float, waiting: Collection[str] = ()) -> Admit | Refuse:
+def place(
+    sessions: Sequence[SessionLoad],
+    opening: int,
+    tenant: str,
+    peers: Peers,
+    limits: Limits,
+    now: float,
+    waiting: Collection[str] = (),
+) -> Admit | Refuse:
     """Whether a new session of ``tenant`` may open on this host, and what to release first. ``opening``:
     placements in progress here; ``waiting``: tenants refused for capacity here within ``FAIR_WINDOW``. A
     session is placed for a turn to play at once, so a tenant at its run limit gets none (it would only sit
@@ -79,15 +86,22 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Pee
         soonest = _soonest(own, limits, now)
         if peers.sessions.get(tenant, 0) > peers.busy.get(tenant, 0) and (soonest is None or soonest > ELSEWHERE_RETRY):
             # One of its sessions on another host is idle: asked again, that host may release it.
-            return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, idle ones "
-                          "only on other hosts", ELSEWHERE_RETRY)
-        return Refuse(TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here",
-                      soonest)
+            return Refuse(
+                TENANT_QUOTA,
+                f"tenant {tenant} holds {limits.tenant_sessions} live sessions, idle ones only on other hosts",
+                ELSEWHERE_RETRY,
+            )
+        return Refuse(
+            TENANT_QUOTA, f"tenant {tenant} holds {limits.tenant_sessions} live sessions, none idle here", soonest
+        )
     held = _held(sessions, elsewhere)
     lighter = sorted(w for w in waiting if w != tenant and held.get(w, 0) < held.get(tenant, 0))
     if lighter and limits.capacity - len(sessions) - opening <= len(lighter):
-        return Refuse(CAPACITY, f"room here goes first to waiting tenants holding fewer sessions ({', '.join(lighter)})",
-                      FAIR_WINDOW)
+        return Refuse(
+            CAPACITY,
+            f"room here goes first to waiting tenants holding fewer sessions ({', '.join(lighter)})",
+            FAIR_WINDOW,
+        )
     if len(sessions) + opening < limits.capacity:
         return Admit()
     victim = shed(sessions, elsewhere, limits, now)
@@ -97,8 +111,9 @@ def place(sessions: Sequence[SessionLoad], opening: int, tenant: str, peers: Pee
         # only busy sessions may have idle ones by now (a turn ended since its last heartbeat).
         again = ELSEWHERE_RETRY if peers.idle else peers.staleness if peers.hosts else None
         if again is not None and (soonest is None or soonest > again):
-            return Refuse(CAPACITY, f"all {limits.capacity} sessions here are busy; another host may have idle ones",
-                          again)
+            return Refuse(
+                CAPACITY, f"all {limits.capacity} sessions here are busy; another host may have idle ones", again
+            )
         return Refuse(CAPACITY, f"all {limits.capacity} sessions are busy or just used", soonest)
     return Admit(release=(victim,))
 
@@ -123,8 +138,9 @@ def start_turn(busy_here: int, busy_elsewhere: int, tenant: str, limits: Limits)
 
 def _releasable(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> list[SessionLoad]:
     """Idle sessions past the grace time, least recently used first."""
-    return sorted((s for s in sessions if not s.busy and now - s.last_active >= limits.grace),
-                  key=lambda s: s.last_active)
+    return sorted(
+        (s for s in sessions if not s.busy and now - s.last_active >= limits.grace), key=lambda s: s.last_active
+    )
 
 
 def _soonest(sessions: Sequence[SessionLoad], limits: Limits, now: float) -> float | None:

@@ -36,8 +36,9 @@ def summaries(checkpoints, run_id: str) -> list[ChildCheckpoint]:
     last: dict[str, ChildCheckpoint] = {}
     for c in checkpoints:
         if c.run_id == run_id and c.scope != ROOT and not c.stale:
-            last[c.scope] = ChildCheckpoint(checkpoint_id=c.id, node_id=c.node_id, scope=c.scope, status=c.status,
-                                            files=len(c.files))
+            last[c.scope] = ChildCheckpoint(
+                checkpoint_id=c.id, node_id=c.node_id, scope=c.scope, status=c.status, files=len(c.files)
+            )
     return list(last.values())
 
 

@@ -85,7 +85,6 @@ class ForkThread(msgspec.Struct, kw_only=True, tag="thread.fork", forbid_unknown
     thread_id: str | None = None  # set by the coordinator from the command id
 
 
-
 class Command(msgspec.Struct, kw_only=True):
     """The envelope the gateway sends on ``treadle.cmd.<tenant>.thread.<verb>``."""
 
@@ -154,5 +153,16 @@ class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unk
 
 
 # `Command.body` is resolved when its decoder is first built, so widening the union here reaches it.
-Body = (CreateThread | SendMessage | InterruptRun | RespondRequest | ReorderQueue | EditQueued | CancelQueued | ImplementPlan
-        | RollbackThread | RollbackNode | ForkThread)
+Body = (
+    CreateThread
+    | SendMessage
+    | InterruptRun
+    | RespondRequest
+    | ReorderQueue
+    | EditQueued
+    | CancelQueued
+    | ImplementPlan
+    | RollbackThread
+    | RollbackNode
+    | ForkThread
+)

@@ -23,8 +23,8 @@ from .entities import DispatchMode, ProviderCapabilities, Run, RuntimeMode
 from .errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from .ids import TOKEN
 from .limits import check_sizes
-from .turn_options import SCRIPTED_PROVIDERS, check_turn_options, scripted_capabilities
 from .thread import ThreadState
+from .turn_options import SCRIPTED_PROVIDERS, check_turn_options, scripted_capabilities
 
 # "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
 # tests and demos without real runtimes. Orchestration treats it like any other provider.
@@ -80,8 +80,12 @@ def normalise_workspace(path: str) -> str:
     parts = [p for p in path.split("/") if p not in ("", ".")]
     check(bool(parts), BadRequest, "workspace must name a directory", code="invalid_workspace")
     for part in parts:
-        check(part != ".." and TOKEN.fullmatch(part.replace(".", "_")) is not None, BadRequest,
-              f"workspace segment {part!r} is not allowed (letters, digits, '.', '_', '-')", code="invalid_workspace")
+        check(
+            part != ".." and TOKEN.fullmatch(part.replace(".", "_")) is not None,
+            BadRequest,
+            f"workspace segment {part!r} is not allowed (letters, digits, '.', '_', '-')",
+            code="invalid_workspace",
+        )
     return posixpath.join(*parts)
 
 
@@ -93,9 +97,18 @@ def create_thread(state: ThreadState, command: Command, body: CreateThread, ctx:
         if state.thread.command_id == command.id:
             return [], Accepted(seq=state.seq, thread_id=thread_id, duplicate=True)
         raise Conflict(f"thread {thread_id} already exists", code="thread_exists")
-    check(body.provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
-    check(body.runtime_mode in RUNTIME_MODES, BadRequest, f"runtime_mode must be one of {', '.join(RUNTIME_MODES)}",
-          code="invalid_runtime_mode")
+    check(
+        body.provider in PROVIDERS,
+        BadRequest,
+        f"provider must be one of {', '.join(PROVIDERS)}",
+        code="invalid_provider",
+    )
+    check(
+        body.runtime_mode in RUNTIME_MODES,
+        BadRequest,
+        f"runtime_mode must be one of {', '.join(RUNTIME_MODES)}",
+        code="invalid_runtime_mode",
+    )
     workspace = normalise_workspace(body.workspace or f"threads/{thread_id}")
     created = ev.ThreadCreated(
         thread_id=thread_id,
@@ -141,12 +154,19 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     busy = active is not None or bool(state.queue) or rollback.pending(state) is not None
     target = body.target_run_id
     if target is not None:
-        check(body.mode in ("steer_active", "restart_active"), BadRequest,
-              f"target_run_id is not used by mode {body.mode}", code="invalid_target")
+        check(
+            body.mode in ("steer_active", "restart_active"),
+            BadRequest,
+            f"target_run_id is not used by mode {body.mode}",
+            code="invalid_target",
+        )
         check(state.run(target) is not None, NotFound, f"run {target} not found", code="run_not_found")
     if busy and body.mode == "reject":
-        raise Conflict("a run is active or queued on this thread", code="run_active",
-                       details={"active_run_id": state.active_run_id, "queued": len(state.queue)})
+        raise Conflict(
+            "a run is active or queued on this thread",
+            code="run_active",
+            details={"active_run_id": state.active_run_id, "queued": len(state.queue)},
+        )
     ids = ctx.ids
     steerable = active is not None and provider == active.provider and rollback.pending(state) is None
     if steerable and body.mode in ("auto", "steer_active", "restart_active"):
@@ -154,20 +174,36 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
             steering = _steering(state, active, body.mode)
             if steering is not None:
                 message_id = ids.next("msg")
-                steered = ev.RunSteered(run_id=active.id, message_id=message_id, text=body.text, author=command.user,
-                                        steering=steering, script=body.script)
+                steered = ev.RunSteered(
+                    run_id=active.id,
+                    message_id=message_id,
+                    text=body.text,
+                    author=command.user,
+                    steering=steering,
+                    script=body.script,
+                )
                 disposition = "steered" if steering == "native" else "restarting"
-                return [steered], Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=active.id,
-                                           disposition=disposition)
+                return [steered], Accepted(
+                    seq=0, thread_id=thread.id, message_id=message_id, run_id=active.id, disposition=disposition
+                )
     if body.mode in ("steer_active", "restart_active") and active is not None:
-        check(rollback.pending(state) is None, Conflict, "the active run is being rolled back; send without a steer "
-              "mode to queue behind the rollback", code="rollback_in_progress")
+        check(
+            rollback.pending(state) is None,
+            Conflict,
+            "the active run is being rolled back; send without a steer mode to queue behind the rollback",
+            code="rollback_in_progress",
+        )
         if provider != active.provider:
-            raise Unprocessable("a steer goes to the active run's provider; switch providers with a new run",
-                                code="steering_unavailable")
+            raise Unprocessable(
+                "a steer goes to the active run's provider; switch providers with a new run",
+                code="steering_unavailable",
+            )
         if target is None or target == active.id:
-            raise Conflict("the active run's provider can neither steer nor interrupt a turn; queue instead",
-                           code="steering_unavailable", details={"active_run_id": active.id})
+            raise Conflict(
+                "the active run's provider can neither steer nor interrupt a turn; queue instead",
+                code="steering_unavailable",
+                details={"active_run_id": active.id},
+            )
 
     events: list[ev.Payload] = []
     if body.mode == "rollback_active" and active is not None:
@@ -176,13 +212,26 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     if preempting and active is not None and body.mode == "start_immediately":
         caps = capabilities_for(state, active)
         if caps is not None and not caps.interrupt:
-            raise Conflict("the active run cannot be interrupted to start this one", code="run_active",
-                           details={"active_run_id": active.id})
+            raise Conflict(
+                "the active run cannot be interrupted to start this one",
+                code="run_active",
+                details={"active_run_id": active.id},
+            )
         if active.attempt.interrupt is None:
-            events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="preempted",
-                                                by=command.user))
-    disposition = ("rolling_back" if events else "queued") if body.mode == "rollback_active" and busy else \
-        "preempting" if preempting else "queued" if busy else "started"
+            events.append(
+                ev.InterruptRequested(
+                    run_id=active.id, attempt_id=active.attempt.id, reason="preempted", by=command.user
+                )
+            )
+    disposition = (
+        ("rolling_back" if events else "queued")
+        if body.mode == "rollback_active" and busy
+        else "preempting"
+        if preempting
+        else "queued"
+        if busy
+        else "started"
+    )
     message_id, run_id = ids.next("msg"), ids.next("run")
     root_node_id, attempt_id = ids.next("node"), ids.next("att")
     queued = ev.RunQueued(

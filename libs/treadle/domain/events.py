@@ -495,10 +495,20 @@ def decode_event(data: bytes, seq: int | None = None) -> Envelope:
     raw = _raw_decoder.decode(data)
     decoder = _payload_decoders.get(raw.type)
     payload = decoder.decode(raw.data) if decoder else UnknownEvent(raw=msgspec.json.decode(raw.data))
-    return Envelope(id=raw.id, type=raw.type, tenant=raw.tenant, thread=raw.thread, at=raw.at,
-                    command_id=raw.command_id, causation_id=raw.causation_id, correlation_id=raw.correlation_id,
-                    actor=raw.actor, schema_version=raw.schema_version, seq=seq if seq is not None else raw.seq,
-                    data=payload)
+    return Envelope(
+        id=raw.id,
+        type=raw.type,
+        tenant=raw.tenant,
+        thread=raw.thread,
+        at=raw.at,
+        command_id=raw.command_id,
+        causation_id=raw.causation_id,
+        correlation_id=raw.correlation_id,
+        actor=raw.actor,
+        schema_version=raw.schema_version,
+        seq=seq if seq is not None else raw.seq,
+        data=payload,
+    )
 
 
 # --- rollbacks (L10.5, L10.6) ---------------------------------------------------------------------
@@ -562,5 +572,6 @@ class RollbackFailed(Payload, kw_only=True):
     error: str
 
 
-_payload_decoders.update({name: msgspec.json.Decoder(cls) for name, cls in PAYLOADS.items()
-                          if name not in _payload_decoders})
+_payload_decoders.update(
+    {name: msgspec.json.Decoder(cls) for name, cls in PAYLOADS.items() if name not in _payload_decoders}
+)

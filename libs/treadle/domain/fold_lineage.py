@@ -19,36 +19,71 @@ def _thread_forked(state: ThreadState, e: ev.Envelope, d: ev.ThreadForked) -> No
     lineage = state.lineage = state.lineage or Lineage()
     lineage.parent_thread_id, lineage.root_thread_id = d.parent_thread_id, d.root_thread_id
     lineage.relationship, lineage.source_point = "fork", dict(d.source_point)
-    state.transfers.append(ContextTransfer(id=d.transfer_id, type="fork", source_thread_id=d.parent_thread_id,
-                                           source_point=dict(d.source_point), fidelity=d.fidelity,  # type: ignore[arg-type]
-                                           created_at=e.at))
+    state.transfers.append(
+        ContextTransfer(
+            id=d.transfer_id,
+            type="fork",
+            source_thread_id=d.parent_thread_id,
+            source_point=dict(d.source_point),
+            fidelity=d.fidelity,  # type: ignore[arg-type]
+            created_at=e.at,
+        )
+    )
 
 
 def _child_forked(state: ThreadState, e: ev.Envelope, d: ev.ChildForked) -> None:
     lineage = state.lineage = state.lineage or Lineage()
     if all(c.get("thread_id") != d.child_thread_id for c in lineage.children):
-        lineage.children.append({"thread_id": d.child_thread_id, "transfer_id": d.transfer_id,
-                                 "source_point": dict(d.source_point), "at": e.at.isoformat()})
+        lineage.children.append(
+            {
+                "thread_id": d.child_thread_id,
+                "transfer_id": d.transfer_id,
+                "source_point": dict(d.source_point),
+                "at": e.at.isoformat(),
+            }
+        )
 
 
 def context_requested(state: ThreadState, e: ev.Envelope, run: Run, d: ev.ContextRequest) -> None:
     """Folded with the ``run.queued`` that carries it."""
     run.clean_context = d.clean_context
     if d.transfer_id and d.merge_back_from and state.transfer(d.transfer_id) is None:
-        state.transfers.append(ContextTransfer(id=d.transfer_id, type="merge_back", source_thread_id=d.merge_back_from,
-                                               source_point=dict(d.source_point or {}), base_point=d.base_point,
-                                               run_id=run.id, created_at=e.at))
+        state.transfers.append(
+            ContextTransfer(
+                id=d.transfer_id,
+                type="merge_back",
+                source_thread_id=d.merge_back_from,
+                source_point=dict(d.source_point or {}),
+                base_point=d.base_point,
+                run_id=run.id,
+                created_at=e.at,
+            )
+        )
 
 
 def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -> None:
     if state.handoff(d.handoff_id) is not None:
         return
-    state.handoffs.append(ContextHandoff(
-        id=d.handoff_id, run_id=d.run_id, strategy=d.strategy, reason=d.reason,  # type: ignore[arg-type]
-        from_provider=d.from_provider, to_provider=d.to_provider, provider_thread_id=d.provider_thread_id,
-        transfer_id=d.transfer_id, source_thread_id=d.source_thread_id, covered_ordinals=list(d.covered_ordinals),
-        text=d.text, truncated=d.truncated, summariser=d.summariser, version=d.version, fallback=d.fallback,
-        created_at=e.at))
+    state.handoffs.append(
+        ContextHandoff(
+            id=d.handoff_id,
+            run_id=d.run_id,
+            strategy=d.strategy,
+            reason=d.reason,  # type: ignore[arg-type]
+            from_provider=d.from_provider,
+            to_provider=d.to_provider,
+            provider_thread_id=d.provider_thread_id,
+            transfer_id=d.transfer_id,
+            source_thread_id=d.source_thread_id,
+            covered_ordinals=list(d.covered_ordinals),
+            text=d.text,
+            truncated=d.truncated,
+            summariser=d.summariser,
+            version=d.version,
+            fallback=d.fallback,
+            created_at=e.at,
+        )
+    )
     run = state.run(d.run_id)
     if run is not None and d.handoff_id not in run.handoff_ids:
         run.handoff_ids.append(d.handoff_id)
@@ -56,10 +91,18 @@ def _handoff_created(state: ThreadState, e: ev.Envelope, d: ev.HandoffCreated) -
 
 
 def _context_resolved(state: ThreadState, e: ev.Envelope, d: ev.ContextResolved) -> None:
-    state.start_contexts.append(StartContext(
-        run_id=d.run_id, provider=d.provider, provider_thread_id=d.provider_thread_id, fresh=d.fresh,
-        fork_native_ref=d.fork_native_ref, fork_at_turn_ref=d.fork_at_turn_ref, handoff_ids=list(d.handoff_ids),
-        transfer_ids=list(d.transfers)))
+    state.start_contexts.append(
+        StartContext(
+            run_id=d.run_id,
+            provider=d.provider,
+            provider_thread_id=d.provider_thread_id,
+            fresh=d.fresh,
+            fork_native_ref=d.fork_native_ref,
+            fork_at_turn_ref=d.fork_at_turn_ref,
+            handoff_ids=list(d.handoff_ids),
+            transfer_ids=list(d.transfers),
+        )
+    )
     for transfer_id, status in d.transfers.items():
         if (t := state.transfer(transfer_id)) is not None:
             t.status, t.run_id = status, d.run_id  # type: ignore[assignment]

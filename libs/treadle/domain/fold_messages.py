@@ -44,8 +44,9 @@ def _message_completed(state: ThreadState, e: ev.Envelope, d: ev.MessageComplete
 def _streamed(state: ThreadState, e: ev.Envelope, d: ev.MessageDelta | ev.MessageCompleted) -> Message:
     """An assistant message streamed by the provider: it begins with its first delta, or with its completion when
     no delta came."""
-    m = Message(id=d.message_id, role="assistant", run_id=d.run_id, attempt_id=d.attempt_id, node_id=d.node_id,
-                created_at=e.at)
+    m = Message(
+        id=d.message_id, role="assistant", run_id=d.run_id, attempt_id=d.attempt_id, node_id=d.node_id, created_at=e.at
+    )
     state.messages.append(m)
     return m
 

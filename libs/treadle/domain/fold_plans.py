@@ -22,8 +22,15 @@ def _plan_updated(state: ThreadState, e: ev.Envelope, d: ev.PlanUpdated) -> None
     else:
         # L12.2: only the root turn's list is the run's; a child's nests under its node and never replaces it.
         root = run is not None and (d.node_id is None or any(a.root_node_id == d.node_id for a in run.attempts))
-        p = Plan(id=d.plan_id, run_id=d.run_id, node_id=d.node_id, kind=d.kind, text=d.text,  # type: ignore[arg-type]
-                 items=list(d.items), root=root)
+        p = Plan(
+            id=d.plan_id,
+            run_id=d.run_id,
+            node_id=d.node_id,
+            kind=d.kind,
+            text=d.text,  # type: ignore[arg-type]
+            items=list(d.items),
+            root=root,
+        )
         state.plans.append(p)
     if run is not None and p.root and p.kind == "todo_list":
         run.progress = Progress(done=sum(i.status == "completed" for i in p.items), total=len(p.items))

@@ -19,15 +19,22 @@ def _provider_attached(state: ThreadState, e: ev.Envelope, d: ev.ProviderAttache
             s.status = "stopped"
             s.reason = s.reason or "replaced"
     state.sessions.append(
-        ProviderSession(id=d.session_id, provider=d.provider, host_id=d.host_id, boot_id=d.boot_id, capabilities=d.capabilities)
+        ProviderSession(
+            id=d.session_id, provider=d.provider, host_id=d.host_id, boot_id=d.boot_id, capabilities=d.capabilities
+        )
     )
     pth = None
     for p in state.provider_threads:
         if p.id == d.provider_thread_id:
             pth = p
     if pth is None:
-        pth = ProviderThread(id=d.provider_thread_id, provider=d.provider, native_ref=d.native_ref, replaces=d.replaces,
-                             settings=d.settings)
+        pth = ProviderThread(
+            id=d.provider_thread_id,
+            provider=d.provider,
+            native_ref=d.native_ref,
+            replaces=d.replaces,
+            settings=d.settings,
+        )
         state.provider_threads.append(pth)
     elif pth.settings is None:
         pth.settings = d.settings  # a thread attached before settings were recorded: learnt on its next attach
@@ -41,8 +48,14 @@ def _provider_stopped(state: ThreadState, e: ev.Envelope, d: ev.ProviderStopped)
     if s is not None and s.status == "live":
         s.status = "stopped"
         s.reason = d.reason
-    activity.record(state, e, "runtime.warning", _current_run_id(state), None, f"provider session stopped: {d.reason}"
-                    + (f" ({d.detail})" if d.detail else ""))
+    activity.record(
+        state,
+        e,
+        "runtime.warning",
+        _current_run_id(state),
+        None,
+        f"provider session stopped: {d.reason}" + (f" ({d.detail})" if d.detail else ""),
+    )
 
 
 def _provider_resume_failed(state: ThreadState, e: ev.Envelope, d: ev.ProviderResumeFailed) -> None:
@@ -50,8 +63,14 @@ def _provider_resume_failed(state: ThreadState, e: ev.Envelope, d: ev.ProviderRe
         if p.id == d.provider_thread_id:
             p.status = "unusable"
             p.session_id = None
-    activity.record(state, e, "provider_thread.unusable", _current_run_id(state), None,
-                    f"provider thread could not resume: {d.reason}")
+    activity.record(
+        state,
+        e,
+        "provider_thread.unusable",
+        _current_run_id(state),
+        None,
+        f"provider thread could not resume: {d.reason}",
+    )
 
 
 def _current_run_id(state: ThreadState) -> str:
@@ -59,5 +78,8 @@ def _current_run_id(state: ThreadState) -> str:
     return state.active_run_id or (state.runs[-1].id if state.runs else "")
 
 
-FOLDS = {ev.ProviderAttached: _provider_attached, ev.ProviderStopped: _provider_stopped,
-         ev.ProviderResumeFailed: _provider_resume_failed}
+FOLDS = {
+    ev.ProviderAttached: _provider_attached,
+    ev.ProviderStopped: _provider_stopped,
+    ev.ProviderResumeFailed: _provider_resume_failed,
+}

@@ -19,8 +19,17 @@ def _run_queued(state: ThreadState, e: ev.Envelope, d: ev.RunQueued) -> None:
     if steer is not None:  # a steer that came too late for its run moves to the run that supersedes it
         steer.run_id, steer.delivered = d.run_id, True
     else:
-        state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
-                                      created_at=e.at, command_id=e.command_id))
+        state.messages.append(
+            Message(
+                id=d.message_id,
+                role="user",
+                text=d.text,
+                run_id=d.run_id,
+                author=d.author,
+                created_at=e.at,
+                command_id=e.command_id,
+            )
+        )
     if d.supersedes_run_id and (old := state.run(d.supersedes_run_id)) is not None:
         old.superseded_by = d.run_id
         for m in state.messages:  # every undelivered steer of the old run rides along with this one
@@ -139,8 +148,15 @@ def _attempt_started(state: ThreadState, e: ev.Envelope, d: ev.AttemptStarted) -
     if run is None:
         return
     run.attempts.append(
-        Attempt(id=d.attempt_id, run_id=d.run_id, number=len(run.attempts) + 1, reason=d.reason,  # type: ignore[arg-type]
-                root_node_id=d.root_node_id, message_ids=list(d.message_ids), script=d.script)
+        Attempt(
+            id=d.attempt_id,
+            run_id=d.run_id,
+            number=len(run.attempts) + 1,
+            reason=d.reason,  # type: ignore[arg-type]
+            root_node_id=d.root_node_id,
+            message_ids=list(d.message_ids),
+            script=d.script,
+        )
     )
     for message_id in d.message_ids:
         if (m := state.message(message_id)) is not None:

@@ -13,9 +13,20 @@ if TYPE_CHECKING:
 
 
 def _run_steered(state: ThreadState, e: ev.Envelope, d: ev.RunSteered) -> None:
-    state.messages.append(Message(id=d.message_id, role="user", text=d.text, run_id=d.run_id, author=d.author,
-                                  created_at=e.at, command_id=e.command_id, steering=d.steering,  # type: ignore[arg-type]
-                                  delivered=False, script=d.script))
+    state.messages.append(
+        Message(
+            id=d.message_id,
+            role="user",
+            text=d.text,
+            run_id=d.run_id,
+            author=d.author,
+            created_at=e.at,
+            command_id=e.command_id,
+            steering=d.steering,  # type: ignore[arg-type]
+            delivered=False,
+            script=d.script,
+        )
+    )
     activity.record(state, e, "run.steered", d.run_id, None, d.steering)
 
 

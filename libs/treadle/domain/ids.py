@@ -46,8 +46,11 @@ _ID_BODY = re.compile(f"[{_ALPHABET}]{{26}}")
 
 def is_id(value: object, prefix: str) -> bool:
     """True for exactly the shape :func:`_mint` makes: ``<prefix>_`` and 26 Crockford base32 characters."""
-    return (isinstance(value, str) and value.startswith(prefix + "_")
-            and _ID_BODY.fullmatch(value, len(prefix) + 1) is not None)
+    return (
+        isinstance(value, str)
+        and value.startswith(prefix + "_")
+        and _ID_BODY.fullmatch(value, len(prefix) + 1) is not None
+    )
 
 
 def has_prefix(value: object, prefix: str) -> bool:

@@ -22,10 +22,19 @@ def target(state: ThreadState, body: InterruptRun) -> Run:
             continue
         # A child node cannot be stopped alone through the provider contract: interrupting it would stop
         # the whole turn, which the user did not ask for.
-        check(node.counts_for_run, Unprocessable, f"node {node.id} is a {node.kind}; only a root turn can be "
-              "interrupted (interrupt its run to stop everything)", code="node_interrupt_unsupported")
-        check(node.attempt_id == run.attempt.id, Conflict, f"node {node.id} belongs to an attempt that has ended",
-              code="node_not_active")
+        check(
+            node.counts_for_run,
+            Unprocessable,
+            f"node {node.id} is a {node.kind}; only a root turn can be "
+            "interrupted (interrupt its run to stop everything)",
+            code="node_interrupt_unsupported",
+        )
+        check(
+            node.attempt_id == run.attempt.id,
+            Conflict,
+            f"node {node.id} belongs to an attempt that has ended",
+            code="node_not_active",
+        )
         return run
     raise NotFound(f"node {body.node_id} not found", code="node_not_found")
 
@@ -35,14 +44,23 @@ def interrupt(state: ThreadState, body: InterruptRun, caps, user: str) -> tuple[
     (it had not started), ``already_interrupting``."""
     run = target(state, body)
     if run.id in state.queue:
-        return [ev.RunCancelled(run_id=run.id, attempt_id=run.attempt.id, error="interrupted before it started")], "cancelled"
+        return [
+            ev.RunCancelled(run_id=run.id, attempt_id=run.attempt.id, error="interrupted before it started")
+        ], "cancelled"
     held = run.id == state.active_run_id  # dispatched, waiting for a provider (L9.3): interruptible
-    check(not run.terminal and (run.status != "queued" or held), Conflict, f"run {run.id} is {run.status}", code="run_not_active",
-          details={"status": run.status})
+    check(
+        not run.terminal and (run.status != "queued" or held),
+        Conflict,
+        f"run {run.id} is {run.status}",
+        code="run_not_active",
+        details={"status": run.status},
+    )
     if run.attempt.interrupt is not None:
         return [], "already_interrupting"
     if caps is not None and not caps.interrupt and not body.allow_destructive:
-        raise Conflict("this provider cannot interrupt a turn; stopping its session was not allowed, so the run "
-                       "continues", code="interrupt_unsupported")
+        raise Conflict(
+            "this provider cannot interrupt a turn; stopping its session was not allowed, so the run continues",
+            code="interrupt_unsupported",
+        )
     events = [ev.InterruptRequested(run_id=run.id, attempt_id=run.attempt.id, reason="user", by=user)]
     return events, "interrupting" if caps is None or caps.interrupt else "stopping_session"

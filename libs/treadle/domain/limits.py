@@ -38,14 +38,24 @@ WORST_JSON_BYTES_PER_CHAR = 6
 
 
 def _at_most(value: str | None, limit: int, field: str, code: str) -> None:
-    check(value is None or len(value) <= limit, BadRequest, f"{field} is at most {limit} characters", code=code,
-          details={"field": field, "limit": limit})
+    check(
+        value is None or len(value) <= limit,
+        BadRequest,
+        f"{field} is at most {limit} characters",
+        code=code,
+        details={"field": field, "limit": limit},
+    )
 
 
 def _script(script: dict | None) -> None:
     size = len(msgspec.json.encode(script)) if script is not None else 0
-    check(size <= MAX_SCRIPT_BYTES, BadRequest, f"script is at most {MAX_SCRIPT_BYTES} bytes as JSON",
-          code="script_too_large", details={"field": "script", "limit": MAX_SCRIPT_BYTES})
+    check(
+        size <= MAX_SCRIPT_BYTES,
+        BadRequest,
+        f"script is at most {MAX_SCRIPT_BYTES} bytes as JSON",
+        code="script_too_large",
+        details={"field": "script", "limit": MAX_SCRIPT_BYTES},
+    )
 
 
 def check_sizes(body: Body) -> None:
@@ -73,14 +83,29 @@ def check_sizes(body: Body) -> None:
         _at_most(body.request_id, MAX_NAME_CHARS, "request_id", "invalid_id")
         _at_most(body.decision, MAX_NAME_CHARS, "decision", "invalid_response")
         answers = body.answers or {}
-        check(len(answers) <= MAX_ANSWERS, BadRequest, f"at most {MAX_ANSWERS} answers", code="invalid_response",
-              details={"field": "answers", "limit": MAX_ANSWERS})
+        check(
+            len(answers) <= MAX_ANSWERS,
+            BadRequest,
+            f"at most {MAX_ANSWERS} answers",
+            code="invalid_response",
+            details={"field": "answers", "limit": MAX_ANSWERS},
+        )
         size = sum(len(k) + len(v) for k, v in answers.items()) + len(body.message or "")
-        check(size <= MAX_ANSWER_CHARS, BadRequest, f"answers and message are at most {MAX_ANSWER_CHARS} characters",
-              code="invalid_response", details={"field": "answers", "limit": MAX_ANSWER_CHARS})
+        check(
+            size <= MAX_ANSWER_CHARS,
+            BadRequest,
+            f"answers and message are at most {MAX_ANSWER_CHARS} characters",
+            code="invalid_response",
+            details={"field": "answers", "limit": MAX_ANSWER_CHARS},
+        )
     elif isinstance(body, ReorderQueue):
-        check(len(body.order) <= MAX_QUEUE_ORDER, BadRequest, f"order names at most {MAX_QUEUE_ORDER} runs",
-              code="invalid_order", details={"field": "order", "limit": MAX_QUEUE_ORDER})
+        check(
+            len(body.order) <= MAX_QUEUE_ORDER,
+            BadRequest,
+            f"order names at most {MAX_QUEUE_ORDER} runs",
+            code="invalid_order",
+            details={"field": "order", "limit": MAX_QUEUE_ORDER},
+        )
         for run_id in body.order:
             _at_most(run_id, MAX_NAME_CHARS, "order", "invalid_id")
     elif isinstance(body, ForkThread):

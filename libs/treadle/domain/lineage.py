@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from . import events as ev
-from .commands import Command, Ctx, ForkThread
 from .capabilities import subagent_fork_fidelity
+from .commands import Command, Ctx, ForkThread
 from .entities import ExecutionNode, Run
 from .errors import Conflict, NotFound, Unprocessable, check
 from .ids import has_prefix
@@ -44,12 +44,16 @@ def _run_point(state: ThreadState, run: Run, on_active: str, **extra) -> dict:
     requested = run
     if run.status in ACTIVE:
         if on_active == "refuse":
-            raise _unstable("run_active", f"run {run.id} is still {run.status}; fork from a completed run",
-                            run_id=run.id)
+            raise _unstable(
+                "run_active", f"run {run.id} is still {run.status}; fork from a completed run", run_id=run.id
+            )
         earlier = [r for r in state.runs if r.ordinal < run.ordinal and r.status == "completed" and _commit(state, r)]
         if not earlier:
-            raise _unstable("run_active", f"run {run.id} is {run.status} and no earlier run has a completed checkpoint",
-                            run_id=run.id)
+            raise _unstable(
+                "run_active",
+                f"run {run.id} is {run.status} and no earlier run has a completed checkpoint",
+                run_id=run.id,
+            )
         run = earlier[-1]
     elif run.status in ("cancelled", "rolled_back"):
         raise _unstable(run.status, f"run {run.id} is {run.status}; it is not a point to fork from", run_id=run.id)
@@ -58,8 +62,14 @@ def _run_point(state: ThreadState, run: Run, on_active: str, **extra) -> dict:
     commit = _commit(state, run)
     if commit is None:
         raise _unstable("no_checkpoint", f"run {run.id} has no checkpoint to give the fork its files", run_id=run.id)
-    point = {"thread_id": state.thread.id if state.thread else "", "run_id": run.id, "ordinal": run.ordinal,
-             "checkpoint_id": run.checkpoint_id, "commit": commit, **extra}
+    point = {
+        "thread_id": state.thread.id if state.thread else "",
+        "run_id": run.id,
+        "ordinal": run.ordinal,
+        "checkpoint_id": run.checkpoint_id,
+        "commit": commit,
+        **extra,
+    }
     if requested is not run:
         point["substituted_for"] = requested.id  # the active run asked for; its latest completed checkpoint used
     return point
@@ -71,8 +81,14 @@ def _subagent_point(state: ThreadState, run: Run, node: ExecutionNode) -> tuple[
     is forked natively there; any other is synthetic, built from the projected graph (lower fidelity)."""
     point = _run_point(state, run, "latest_checkpoint", type="node", node_id=node.id)
     point["subagent_run_id"] = run.id
-    end = next((c for c in reversed(state.checkpoints) if c.kind == "node" and c.node_id == node.id
-                and c.commit and c.status not in ("error", "missing")), None)
+    end = next(
+        (
+            c
+            for c in reversed(state.checkpoints)
+            if c.kind == "node" and c.node_id == node.id and c.commit and c.status not in ("error", "missing")
+        ),
+        None,
+    )
     if end is not None:
         point.update(checkpoint_id=end.id, commit=end.commit, baseline="subagent_end")
     session = state.session(run.attempt.session_id or "")
@@ -108,11 +124,17 @@ def source_point(state: ThreadState, body: ForkThread) -> tuple[dict, str | None
                 if node.status != "completed":
                     raise _unstable("running_subagent", f"subagent {ident} is {node.status}", node_id=ident)
                 return _subagent_point(state, run, node)
-            reason = {"tool": "running_tool", "approval": "pending_approval", "user_input": "pending_question"}[node.kind]
+            reason = {"tool": "running_tool", "approval": "pending_approval", "user_input": "pending_question"}[
+                node.kind
+            ]
             if node.status in ("pending", "running", "waiting"):
                 raise _unstable(reason, f"{node.kind} node {ident} is {node.status}", node_id=ident)
-            raise _unstable("not_a_boundary", f"a {node.kind} node is not a fork point; fork from its run",
-                            node_id=ident, run_id=run.id)
+            raise _unstable(
+                "not_a_boundary",
+                f"a {node.kind} node is not a fork point; fork from its run",
+                node_id=ident,
+                run_id=run.id,
+            )
         raise NotFound(f"node {ident} not found on this thread", code="source_not_found")
     pth = state.provider_thread_of(ident)
     if pth is None:
@@ -124,8 +146,9 @@ def source_point(state: ThreadState, body: ForkThread) -> tuple[dict, str | None
             raise NotFound(f"turn {body.source.turn} not found on provider thread {ident}", code="source_not_found")
     if not runs:
         raise _unstable("no_turns", f"provider thread {ident} has no completed turn to fork from")
-    return _run_point(state, runs[-1], body.on_active, type="provider_thread", provider_thread_id=pth.id,
-                      turn_ref=body.source.turn), None
+    return _run_point(
+        state, runs[-1], body.on_active, type="provider_thread", provider_thread_id=pth.id, turn_ref=body.source.turn
+    ), None
 
 
 def fork(state: ThreadState, command: Command, body: ForkThread, ctx: Ctx) -> ForkPlan:
@@ -138,19 +161,33 @@ def fork(state: ThreadState, command: Command, body: ForkThread, ctx: Ctx) -> Fo
     title = body.title or f"Fork of {source.title or source.id}"[:200]
     at = state.run(point["run_id"])
     provider = at.provider if at is not None else source.provider  # the fork goes on where the point was
-    created = ev.ThreadCreated(thread_id=child, title=title, provider=provider, model=source.model,
-                               runtime_mode=source.runtime_mode, workspace=f"threads/{child}", created_by=command.user)
-    forked = ev.ThreadForked(parent_thread_id=source.id, root_thread_id=root, transfer_id=transfer_id,
-                             source_point=point, fidelity=fidelity)
-    return ForkPlan(child_id=child, transfer_id=transfer_id, point=point, child_events=[created, forked],
-                    parent_events=[ev.ChildForked(child_thread_id=child, transfer_id=transfer_id, source_point=point)])
+    created = ev.ThreadCreated(
+        thread_id=child,
+        title=title,
+        provider=provider,
+        model=source.model,
+        runtime_mode=source.runtime_mode,
+        workspace=f"threads/{child}",
+        created_by=command.user,
+    )
+    forked = ev.ThreadForked(
+        parent_thread_id=source.id, root_thread_id=root, transfer_id=transfer_id, source_point=point, fidelity=fidelity
+    )
+    return ForkPlan(
+        child_id=child,
+        transfer_id=transfer_id,
+        point=point,
+        child_events=[created, forked],
+        parent_events=[ev.ChildForked(child_thread_id=child, transfer_id=transfer_id, source_point=point)],
+    )
 
 
 # --- merge-back and clean context (L7.1, L5.4) -----------------------------------------------------------
 
 
-def context_request(state: ThreadState, *, clean_context: bool, merge_back_from: str | None,
-                    fork_state: ThreadState | None, ctx: Ctx) -> ev.ContextRequest:
+def context_request(
+    state: ThreadState, *, clean_context: bool, merge_back_from: str | None, fork_state: ThreadState | None, ctx: Ctx
+) -> ev.ContextRequest:
     """What a message asks of its run's context. Merge-back: ``merge_back_from`` must be a fork of this thread
     with completed work after the fork point (or after its previous merge)."""
     if merge_back_from is None:
@@ -160,19 +197,32 @@ def context_request(state: ThreadState, *, clean_context: bool, merge_back_from:
     if fork_state is None or fork_state.thread is None:
         raise NotFound(f"thread {merge_back_from} not found", code="thread_not_found")
     lineage = fork_state.lineage
-    check(lineage is not None and lineage.parent_thread_id == thread.id, Unprocessable,
-          f"thread {merge_back_from} is not a fork of this thread", code="not_a_fork")
+    check(
+        lineage is not None and lineage.parent_thread_id == thread.id,
+        Unprocessable,
+        f"thread {merge_back_from} is not a fork of this thread",
+        code="not_a_fork",
+    )
     assert lineage is not None
-    merged = [t.source_point.get("ordinal", 0) for t in state.transfers
-              if t.type == "merge_back" and t.source_thread_id == merge_back_from and t.status != "failed"]
+    merged = [
+        t.source_point.get("ordinal", 0)
+        for t in state.transfers
+        if t.type == "merge_back" and t.source_thread_id == merge_back_from and t.status != "failed"
+    ]
     after = max(merged, default=0)
     done = [r for r in fork_state.runs if r.ordinal > after and r.status in MERGEABLE]
     if not done:
-        raise Conflict(f"fork {merge_back_from} has no finished run to merge since "
-                       f"{'its last merge' if after else 'the fork point'}", code="nothing_to_merge")
+        raise Conflict(
+            f"fork {merge_back_from} has no finished run to merge since "
+            f"{'its last merge' if after else 'the fork point'}",
+            code="nothing_to_merge",
+        )
     last = done[-1]
     point = lineage.source_point or {}
     return ev.ContextRequest(
-        clean_context=clean_context, transfer_id=ctx.ids.next("xfer"), merge_back_from=merge_back_from,
+        clean_context=clean_context,
+        transfer_id=ctx.ids.next("xfer"),
+        merge_back_from=merge_back_from,
         base_point={"thread_id": thread.id, "ordinal": point.get("ordinal"), "run_id": point.get("run_id")},
-        source_point={"thread_id": merge_back_from, "ordinal": last.ordinal, "run_id": last.id, "after_ordinal": after})
+        source_point={"thread_id": merge_back_from, "ordinal": last.ordinal, "run_id": last.id, "after_ordinal": after},
+    )

@@ -16,10 +16,19 @@ def implementation_text(plan: Plan) -> str:
 def implementable(state: ThreadState, plan_id: str) -> Plan:
     for plan in state.plans:
         if plan.id == plan_id:
-            check(plan.kind == "proposed_plan", Conflict, "only a proposed plan can be implemented",
-                  code="plan_not_implementable")
-            check(plan.status != "implemented", Conflict, f"plan {plan_id} is implemented by {plan.implemented_by}",
-                  code="plan_implemented", details={"by": plan.implemented_by})
+            check(
+                plan.kind == "proposed_plan",
+                Conflict,
+                "only a proposed plan can be implemented",
+                code="plan_not_implementable",
+            )
+            check(
+                plan.status != "implemented",
+                Conflict,
+                f"plan {plan_id} is implemented by {plan.implemented_by}",
+                code="plan_implemented",
+                details={"by": plan.implemented_by},
+            )
             return plan
     raise NotFound(f"plan {plan_id} not found", code="plan_not_found")
 

@@ -28,12 +28,20 @@ class TenantPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
 
 def validated(policy: TenantPolicy) -> TenantPolicy:
     """A policy an admin may store: modes named once, quotas positive and bounded."""
-    check(len(set(policy.allowed_modes)) == len(policy.allowed_modes), BadRequest, "allowed_modes names a mode twice",
-          code="invalid_policy")
+    check(
+        len(set(policy.allowed_modes)) == len(policy.allowed_modes),
+        BadRequest,
+        "allowed_modes names a mode twice",
+        code="invalid_policy",
+    )
     for name in ("max_threads", "max_queued_runs"):
         value = getattr(policy, name)
-        check(value is None or 0 < value <= MAX_QUOTA, BadRequest, f"{name} is 1..{MAX_QUOTA} or null",
-              code="invalid_policy")
+        check(
+            value is None or 0 < value <= MAX_QUOTA,
+            BadRequest,
+            f"{name} is 1..{MAX_QUOTA} or null",
+            code="invalid_policy",
+        )
     return policy
 
 
@@ -41,8 +49,11 @@ def check_mode(policy: TenantPolicy, mode: str, why: str) -> None:
     if mode not in get_args(RuntimeMode):
         return  # not a runtime mode at all: the decision refuses it as bad input (400 invalid_runtime_mode)
     if mode not in policy.allowed_modes:
-        raise Forbidden(f"runtime mode {mode} is not allowed for this tenant ({why}); an admin can allow it",
-                        code="mode_not_allowed", details={"runtime_mode": mode, "allowed": list(policy.allowed_modes)})
+        raise Forbidden(
+            f"runtime mode {mode} is not allowed for this tenant ({why}); an admin can allow it",
+            code="mode_not_allowed",
+            details={"runtime_mode": mode, "allowed": list(policy.allowed_modes)},
+        )
 
 
 def check_command(policy: TenantPolicy, state: ThreadState, command: Command) -> None:

@@ -86,8 +86,16 @@ class SessionStopped(Body, kw_only=True, tag="session.stopped"):
 
 
 AnyBody = (
-    TurnStarted | TextDelta | TextCompleted | ToolStarted | ToolCompleted | RequestOpened | PlanUpdated
-    | Warning | TurnCompleted | SessionStopped
+    TurnStarted
+    | TextDelta
+    | TextCompleted
+    | ToolStarted
+    | ToolCompleted
+    | RequestOpened
+    | PlanUpdated
+    | Warning
+    | TurnCompleted
+    | SessionStopped
 )
 
 

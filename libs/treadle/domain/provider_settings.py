@@ -26,11 +26,15 @@ def incompatibility(held: ProviderThreadSettings | None, wanted: ProviderThreadS
     A thread whose settings were never recorded is taken as compatible: it predates the record."""
     if held is None:
         return None
-    changed = [f"{name} {before or 'default'} -> {after or 'default'}"
-               for name, before, after in (("model", held.model, wanted.model),
-                                           ("runtime mode", held.runtime_mode, wanted.runtime_mode),
-                                           ("workspace", held.workspace, wanted.workspace))
-               if before != after]
+    changed = [
+        f"{name} {before or 'default'} -> {after or 'default'}"
+        for name, before, after in (
+            ("model", held.model, wanted.model),
+            ("runtime mode", held.runtime_mode, wanted.runtime_mode),
+            ("workspace", held.workspace, wanted.workspace),
+        )
+        if before != after
+    ]
     return ", ".join(changed) or None
 
 

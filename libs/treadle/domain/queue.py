@@ -6,24 +6,34 @@ from . import events as ev
 from .commands import CancelQueued, EditQueued, ReorderQueue
 from .entities import Run
 from .errors import BadRequest, Conflict, NotFound, check
-from .turn_options import check_turn_options
 from .thread import ThreadState
+from .turn_options import check_turn_options
 
 
 def _queued(state: ThreadState, run_id: str) -> Run:
     run = state.run(run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found", code="run_not_found")
-    check(run_id in state.queue, Conflict, f"run {run_id} is {run.status}, not queued", code="run_not_queued",
-          details={"status": run.status})
+    check(
+        run_id in state.queue,
+        Conflict,
+        f"run {run_id} is {run.status}, not queued",
+        code="run_not_queued",
+        details={"status": run.status},
+    )
     return run
 
 
 def reorder(state: ThreadState, body: ReorderQueue) -> list[ev.Payload]:
     """The new order must name exactly the queued runs: a client that saw an older queue is told so."""
     check(len(set(body.order)) == len(body.order), BadRequest, "order names a run twice", code="invalid_order")
-    check(sorted(body.order) == sorted(state.queue), Conflict, "order must name exactly the queued runs",
-          code="queue_changed", details={"queue": list(state.queue)})
+    check(
+        sorted(body.order) == sorted(state.queue),
+        Conflict,
+        "order must name exactly the queued runs",
+        code="queue_changed",
+        details={"queue": list(state.queue)},
+    )
     return [] if body.order == state.queue else [ev.QueueReordered(order=list(body.order))]
 
 

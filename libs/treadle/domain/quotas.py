@@ -25,7 +25,8 @@ def refuse(quota: str, limit: int, current: int, message: str) -> QuotaExceeded:
 def stored_text_bytes(state: ThreadState) -> int:
     """What the thread's messages and run scripts hold: the part of its document that input grows."""
     return sum(len(m.text.encode()) for m in state.messages) + sum(
-        len(_encode(r.script)) for r in state.runs if r.script is not None)
+        len(_encode(r.script)) for r in state.runs if r.script is not None
+    )
 
 
 def _added_bytes(command: Command) -> int:
@@ -42,19 +43,27 @@ def check_command(quotas: Quotas, state: ThreadState, command: Command) -> None:
     if state.thread is None or not isinstance(body, (SendMessage, ImplementPlan, EditQueued)):
         return
     queues = (isinstance(body, SendMessage) and body.mode not in ("steer_active", "restart_active")) or (
-        isinstance(body, ImplementPlan) and body.as_ == "run")
+        isinstance(body, ImplementPlan) and body.as_ == "run"
+    )
     if queues and len(state.queue) >= quotas.max_queued_runs and state.message_for_command(command.id) is None:
-        raise refuse("queued_runs_per_thread", quotas.max_queued_runs, len(state.queue),
-                     f"this thread already has {len(state.queue)} queued runs; wait for some to start or cancel some")
+        raise refuse(
+            "queued_runs_per_thread",
+            quotas.max_queued_runs,
+            len(state.queue),
+            f"this thread already has {len(state.queue)} queued runs; wait for some to start or cancel some",
+        )
     added = _added_bytes(command)
     if added:
         current = stored_text_bytes(state)
         if current + added > quotas.max_thread_text_bytes and state.message_for_command(command.id) is None:
-            raise refuse("thread_text_bytes", quotas.max_thread_text_bytes, current,
-                         "this thread's stored text would pass its limit; start a new thread or fork this one")
+            raise refuse(
+                "thread_text_bytes",
+                quotas.max_thread_text_bytes,
+                current,
+                "this thread's stored text would pass its limit; start a new thread or fork this one",
+            )
 
 
 def check_thread_count(quotas: Quotas, current: int) -> None:
     if current >= quotas.max_threads:
-        raise refuse("threads_per_tenant", quotas.max_threads, current,
-                     f"the tenant has {current} threads, its limit")
+        raise refuse("threads_per_tenant", quotas.max_threads, current, f"the tenant has {current} threads, its limit")

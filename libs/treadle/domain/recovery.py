@@ -43,8 +43,10 @@ def replacement_context(state: ThreadState, run: Run) -> str:
     if not lines:
         return ""
     text = "\n".join(lines)[-CONTEXT_LIMIT:]
-    return ("[The earlier provider thread of this conversation could not be resumed. The conversation so far:]\n"
-            f"{text}\n[End of the earlier conversation.]")
+    return (
+        "[The earlier provider thread of this conversation could not be resumed. The conversation so far:]\n"
+        f"{text}\n[End of the earlier conversation.]"
+    )
 
 
 def replaced_thread(state: ThreadState, provider: str, new_provider_thread_id: str) -> str | None:
@@ -52,8 +54,14 @@ def replaced_thread(state: ThreadState, provider: str, new_provider_thread_id: s
     if state.provider_thread_of(new_provider_thread_id) is not None:
         return None
     replaced = {p.replaces for p in state.provider_threads}
-    return next((p.id for p in reversed(state.provider_threads)
-                 if p.provider == provider and p.status == "unusable" and p.id not in replaced), None)
+    return next(
+        (
+            p.id
+            for p in reversed(state.provider_threads)
+            if p.provider == provider and p.status == "unusable" and p.id not in replaced
+        ),
+        None,
+    )
 
 
 def with_replacement_context(state: ThreadState, run: Run, text: str) -> str:

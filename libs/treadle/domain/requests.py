@@ -17,16 +17,33 @@ def answerable(state: ThreadState, body: RespondRequest) -> RuntimeRequest:
         raise NotFound(f"request {body.request_id} not found", code="request_not_found")
     if req.status == "not_resumable":
         raise Conflict("the provider callback for this request is gone", code="not_resumable")
-    check(req.status == "pending", Conflict, f"request {req.id} is {req.status}", code="request_not_pending",
-          details={"status": req.status})
+    check(
+        req.status == "pending",
+        Conflict,
+        f"request {req.id} is {req.status}",
+        code="request_not_pending",
+        details={"status": req.status},
+    )
     if req.kind == "user_input":
-        check(body.decision in (None, "cancel"), BadRequest, "a question takes answers (or decision=cancel)",
-              code="invalid_response")
-        check(body.decision == "cancel" or bool(body.answers) or bool(body.message), BadRequest,
-              "a question needs answers or a message", code="invalid_response")
+        check(
+            body.decision in (None, "cancel"),
+            BadRequest,
+            "a question takes answers (or decision=cancel)",
+            code="invalid_response",
+        )
+        check(
+            body.decision == "cancel" or bool(body.answers) or bool(body.message),
+            BadRequest,
+            "a question needs answers or a message",
+            code="invalid_response",
+        )
     else:
-        check(body.decision in DECISIONS, BadRequest, f"an approval needs decision: one of {', '.join(DECISIONS)}",
-              code="invalid_response")
+        check(
+            body.decision in DECISIONS,
+            BadRequest,
+            f"an approval needs decision: one of {', '.join(DECISIONS)}",
+            code="invalid_response",
+        )
         check(body.answers is None, BadRequest, "an approval takes a decision, not answers", code="invalid_response")
     return req
 

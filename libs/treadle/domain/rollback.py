@@ -60,8 +60,9 @@ def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
         return [], Accepted(seq=state.seq, thread_id=thread.id, duplicate=True, rollback_id=seen.id)
     other = pending(state)
     if other is not None:
-        raise Conflict(f"rollback {other.id} is still in progress", code="rollback_in_progress",
-                       details={"rollback_id": other.id})
+        raise Conflict(
+            f"rollback {other.id} is still in progress", code="rollback_in_progress", details={"rollback_id": other.id}
+        )
     body = command.body
     if isinstance(body, RollbackThread):
         started = _thread_rollback(state, body, ctx)
@@ -72,8 +73,9 @@ def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
     events: list[ev.Payload] = [started]
     active = state.active_run
     if started.after_run_id and active is not None and active.attempt.interrupt is None:
-        events.append(ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="rollback",
-                                            by=command.user))
+        events.append(
+            ev.InterruptRequested(run_id=active.id, attempt_id=active.attempt.id, reason="rollback", by=command.user)
+        )
     return events, Accepted(seq=0, thread_id=thread.id, rollback_id=started.rollback_id)
 
 
@@ -84,8 +86,9 @@ def roll_back_active(state: ThreadState, user: str, ctx: Ctx) -> list[ev.Payload
     assert active is not None
     other = pending(state)
     if other is not None:
-        raise Conflict(f"rollback {other.id} is still in progress", code="rollback_in_progress",
-                       details={"rollback_id": other.id})
+        raise Conflict(
+            f"rollback {other.id} is still in progress", code="rollback_in_progress", details={"rollback_id": other.id}
+        )
     started = _thread_rollback(state, RollbackThread(to_run_ordinal=active.ordinal - 1, interrupt_active=True), ctx)
     events: list[ev.Payload] = [started]
     if active.attempt.interrupt is None:
@@ -106,8 +109,11 @@ def _refuse_while_active(state: ThreadState, interrupt_active: bool) -> str | No
         return None
     if interrupt_active and state.active_run_id is not None:
         return state.active_run_id  # queued runs stay queued and start after the rollback
-    raise Conflict("a run is active or queued; roll back once it has ended (or ask to interrupt it first)",
-                   code="run_active", details={"active_run_id": active})
+    raise Conflict(
+        "a run is active or queued; roll back once it has ended (or ask to interrupt it first)",
+        code="run_active",
+        details={"active_run_id": active},
+    )
 
 
 def _thread_rollback(state: ThreadState, body: RollbackThread, ctx: Ctx) -> ev.RollbackStarted:
@@ -117,29 +123,50 @@ def _thread_rollback(state: ThreadState, body: RollbackThread, ctx: Ctx) -> ev.R
     after = _refuse_while_active(state, body.interrupt_active)
     target = state.checkpoint(body.to_run_ordinal)
     if target is None or target.commit is None:
-        raise Conflict(f"run {body.to_run_ordinal} has no usable checkpoint to roll back to",
-                       code="checkpoint_unavailable", details={"to_run_ordinal": body.to_run_ordinal})
-    later_runs = [r.id for r in state.runs if r.ordinal > body.to_run_ordinal and r.status not in ("rolled_back", "queued")]
+        raise Conflict(
+            f"run {body.to_run_ordinal} has no usable checkpoint to roll back to",
+            code="checkpoint_unavailable",
+            details={"to_run_ordinal": body.to_run_ordinal},
+        )
+    later_runs = [
+        r.id for r in state.runs if r.ordinal > body.to_run_ordinal and r.status not in ("rolled_back", "queued")
+    ]
     later = set(later_runs)
-    stale = [c.id for c in state.checkpoints if not c.stale and c.id != target.id
-             and ((c.scope == "root" and c.ordinal > body.to_run_ordinal) or (c.scope != "root" and c.run_id in later))]
-    return ev.RollbackStarted(rollback_id=ctx.ids.next("rbk"), kind="thread", to_run_ordinal=body.to_run_ordinal,
-                              checkpoint_id=target.id, commit=target.commit, rolled_back_run_ids=later_runs,
-                              stale_checkpoint_ids=stale, touches_parent_workspace=True, after_run_id=after)
+    stale = [
+        c.id
+        for c in state.checkpoints
+        if not c.stale
+        and c.id != target.id
+        and ((c.scope == "root" and c.ordinal > body.to_run_ordinal) or (c.scope != "root" and c.run_id in later))
+    ]
+    return ev.RollbackStarted(
+        rollback_id=ctx.ids.next("rbk"),
+        kind="thread",
+        to_run_ordinal=body.to_run_ordinal,
+        checkpoint_id=target.id,
+        commit=target.commit,
+        rolled_back_run_ids=later_runs,
+        stale_checkpoint_ids=stale,
+        touches_parent_workspace=True,
+        after_run_id=after,
+    )
 
 
 def _node_rollback(state: ThreadState, body: RollbackNode, ctx: Ctx) -> ev.RollbackStarted:
     """L10.6: restore a child node's checkpoint. A child shares its parent's workspace here, so restoring it
     always touches the parent's files: the flag says so explicitly, and the parent's later checkpoints go stale."""
     check(has_prefix(body.node_id, "node"), BadRequest, "node_id must be a node id", code="invalid_id")
-    check(has_prefix(body.checkpoint_id, "ckpt"), BadRequest, "checkpoint_id must be a checkpoint id", code="invalid_id")
+    check(
+        has_prefix(body.checkpoint_id, "ckpt"), BadRequest, "checkpoint_id must be a checkpoint id", code="invalid_id"
+    )
     run = next((r for r in reversed(state.runs) if r.node(body.node_id) is not None), None)
     if run is None:
         raise NotFound(f"node {body.node_id} not found", code="node_not_found")
     target = next((c for c in state.checkpoints if c.id == body.checkpoint_id), None)
     if target is None or target.node_id != body.node_id:
-        raise NotFound(f"checkpoint {body.checkpoint_id} is not a checkpoint of node {body.node_id}",
-                       code="checkpoint_not_found")
+        raise NotFound(
+            f"checkpoint {body.checkpoint_id} is not a checkpoint of node {body.node_id}", code="checkpoint_not_found"
+        )
     if target.stale or target.commit is None:
         raise Conflict(f"checkpoint {body.checkpoint_id} is stale or has no commit", code="checkpoint_unavailable")
     _refuse_while_active(state, False)
@@ -147,9 +174,16 @@ def _node_rollback(state: ThreadState, body: RollbackNode, ctx: Ctx) -> ev.Rollb
     # on the parent's side (the root checkpoint of its run and of later runs) — their files are gone now.
     stale = [c.id for c in state.checkpoints if not c.stale and c.id != target.id and _after(state, c, target)]
     later_runs = [r.id for r in state.runs if r.ordinal > run.ordinal and r.status != "rolled_back"]
-    return ev.RollbackStarted(rollback_id=ctx.ids.next("rbk"), kind="node", node_id=body.node_id,
-                              checkpoint_id=target.id, commit=target.commit, rolled_back_run_ids=later_runs,
-                              stale_checkpoint_ids=stale, touches_parent_workspace=True)
+    return ev.RollbackStarted(
+        rollback_id=ctx.ids.next("rbk"),
+        kind="node",
+        node_id=body.node_id,
+        checkpoint_id=target.id,
+        commit=target.commit,
+        rolled_back_run_ids=later_runs,
+        stale_checkpoint_ids=stale,
+        touches_parent_workspace=True,
+    )
 
 
 def _after(state: ThreadState, c: Checkpoint, target: Checkpoint) -> bool:
@@ -182,10 +216,15 @@ def provider_plan(state: ThreadState, rollback: Rollback) -> ProviderPlan | None
     last = state.session(pth.session_id or "")
     live = state.live_session
     holder = live if live is not None and state.session_thread(live.id) is pth else None
-    return ProviderPlan(provider_thread_id=pth.id, provider=pth.provider, native_ref=pth.native_ref,
-                        turns=provider_turns_to_drop(state, rollback, pth.id),
-                        capabilities=last.capabilities if last is not None else ProviderCapabilities(),
-                        session_id=holder.id if holder else None, host_id=holder.host_id if holder else None)
+    return ProviderPlan(
+        provider_thread_id=pth.id,
+        provider=pth.provider,
+        native_ref=pth.native_ref,
+        turns=provider_turns_to_drop(state, rollback, pth.id),
+        capabilities=last.capabilities if last is not None else ProviderCapabilities(),
+        session_id=holder.id if holder else None,
+        host_id=holder.host_id if holder else None,
+    )
 
 
 def _current_provider_thread(state: ThreadState) -> ProviderThread | None:
@@ -207,9 +246,13 @@ def provider_turns_to_drop(state: ThreadState, rollback: Rollback, provider_thre
     if pth_id is None:
         return 0
     dropped = set(rollback.rolled_back_run_ids)
-    return sum(1 for r in state.runs if r.id in dropped for a in r.attempts
-               if a.provider_thread_id == pth_id and a.turn_id is not None
-               and a.status not in ("lost", "pending"))
+    return sum(
+        1
+        for r in state.runs
+        if r.id in dropped
+        for a in r.attempts
+        if a.provider_thread_id == pth_id and a.turn_id is not None and a.status not in ("lost", "pending")
+    )
 
 
 def saw_dropped_runs(state: ThreadState, rollback: Rollback, pth: ProviderThread) -> bool:
@@ -217,15 +260,24 @@ def saw_dropped_runs(state: ThreadState, rollback: Rollback, pth: ProviderThread
     or an attempt of one reached it?"""
     dropped = set(rollback.rolled_back_run_ids)
     ordinals = {r.ordinal for r in state.runs if r.id in dropped}
-    reached = any(a.provider_thread_id == pth.id and a.turn_id is not None
-                  for r in state.runs if r.id in dropped for a in r.attempts)
+    reached = any(
+        a.provider_thread_id == pth.id and a.turn_id is not None
+        for r in state.runs
+        if r.id in dropped
+        for a in r.attempts
+    )
     return reached or bool(ordinals & set(pth.covered_ordinals))
 
 
 def provider_requested(rollback: Rollback, plan: ProviderPlan) -> ev.RollbackProviderRequested:
     assert plan.session_id is not None and plan.host_id is not None
-    return ev.RollbackProviderRequested(rollback_id=rollback.id, provider_thread_id=plan.provider_thread_id,
-                                        session_id=plan.session_id, host_id=plan.host_id, turns=plan.turns)
+    return ev.RollbackProviderRequested(
+        rollback_id=rollback.id,
+        provider_thread_id=plan.provider_thread_id,
+        session_id=plan.session_id,
+        host_id=plan.host_id,
+        turns=plan.turns,
+    )
 
 
 class ProviderOutcome(msgspec.Struct, kw_only=True):
@@ -344,5 +396,9 @@ def _activity(state: ThreadState, e: ev.Envelope, rollback_id: str, kind: str, n
     activity.record(state, e, kind, state.runs[-1].id if state.runs else "", node_id, rollback_id)
 
 
-FOLDS = {ev.RollbackStarted: fold_started, ev.RollbackCompleted: fold_completed, ev.RollbackFailed: fold_failed,
-         ev.RollbackProviderRequested: fold_provider_requested}
+FOLDS = {
+    ev.RollbackStarted: fold_started,
+    ev.RollbackCompleted: fold_completed,
+    ev.RollbackFailed: fold_failed,
+    ev.RollbackProviderRequested: fold_provider_requested,
+}

@@ -94,8 +94,22 @@ class Recall(Step, kw_only=True, tag="recall"):
     prefix: str = "Remembered: "
 
 
-AnyStep = (Text | Tool | WriteFile | Delay | Approval | Question | Todo | ProposedPlan | Subagent | Fail | Hang | Crash
-           | Echo | Recall)
+AnyStep = (
+    Text
+    | Tool
+    | WriteFile
+    | Delay
+    | Approval
+    | Question
+    | Todo
+    | ProposedPlan
+    | Subagent
+    | Fail
+    | Hang
+    | Crash
+    | Echo
+    | Recall
+)
 
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

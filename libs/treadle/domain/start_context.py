@@ -41,9 +41,12 @@ def needs_context(state: ThreadState, run: Run) -> bool:
 def _open_transfers(state: ThreadState, run: Run) -> list[ContextTransfer]:
     """Transfers the run must resolve: pending forks and its merge-backs, and those it resolved already when
     it resolves again after an unusable provider thread."""
-    return [t for t in state.transfers
-            if (t.status == "pending" and (t.type == "fork" or t.run_id == run.id))
-            or (t.status in ("resolved_native", "resolved_portable") and (t.run_id == run.id or _undelivered(state, t)))]
+    return [
+        t
+        for t in state.transfers
+        if (t.status == "pending" and (t.type == "fork" or t.run_id == run.id))
+        or (t.status in ("resolved_native", "resolved_portable") and (t.run_id == run.id or _undelivered(state, t)))
+    ]
 
 
 def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
@@ -55,12 +58,16 @@ def _undelivered(state: ThreadState, transfer: ContextTransfer) -> bool:
 
 def _usable(state: ThreadState, provider: str) -> list[ProviderThread]:
     """The provider's threads a run could go on with, newest first (divergent: rolled back under it, L10.5)."""
-    return [p for p in reversed(state.provider_threads)
-            if p.provider == provider and p.status not in ("unusable", "divergent")]
+    return [
+        p
+        for p in reversed(state.provider_threads)
+        if p.provider == provider and p.status not in ("unusable", "divergent")
+    ]
 
 
-def target_thread(state: ThreadState, provider: str,
-                  wanted: ProviderThreadSettings | None = None) -> ProviderThread | None:
+def target_thread(
+    state: ThreadState, provider: str, wanted: ProviderThreadSettings | None = None
+) -> ProviderThread | None:
     """The provider thread a run on ``provider`` resumes: the newest usable one of that provider (L5.3) started
     under the settings the run asks for (L5.4; ``provider_settings.of_run``; None: any)."""
     return next((p for p in _usable(state, provider) if wanted is None or provider_settings.fits(p, wanted)), None)
@@ -81,12 +88,19 @@ def _incompatible(state: ThreadState, run: Run) -> str | None:
 
 def _failed(run: Run, transfer: ContextTransfer, error: str) -> list[ev.Payload]:
     """An unresolvable transfer fails the run before any provider work, saying why."""
-    return [ev.TransferFailed(transfer_id=transfer.id, run_id=run.id, error=error),
-            ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"context transfer failed: {error}")]
+    return [
+        ev.TransferFailed(transfer_id=transfer.id, run_id=run.id, error=error),
+        ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"context transfer failed: {error}"),
+    ]
 
 
-def _native_fork(source: ThreadState, point_run: Run, provider: str, target: ProviderCapabilities | None,
-                 subagent_ref: str | None = None) -> tuple[str, str | None] | None:
+def _native_fork(
+    source: ThreadState,
+    point_run: Run,
+    provider: str,
+    target: ProviderCapabilities | None,
+    subagent_ref: str | None = None,
+) -> tuple[str, str | None] | None:
     """Same provider, native fork on both sides and refs to fork at: the provider thread that ran the point, and
     the turn to fork after (None: its end, allowed only when the point is that thread's last turn).
 
@@ -121,8 +135,9 @@ class _Draft(msgspec.Struct, kw_only=True):
     inherited: str = ""
 
 
-def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabilities | None,
-                          sources: Mapping[str, ThreadState], ctx: Ctx) -> list[ev.Payload]:
+def resolve_start_context(
+    state: ThreadState, run: Run, target: ProviderCapabilities | None, sources: Mapping[str, ThreadState], ctx: Ctx
+) -> list[ev.Payload]:
     """The provider-neutral hook every run passes before its provider sees it. Decides, as events:
 
     - no transfer and nothing missed: nothing (the provider thread resumes as it is, L4.1);
@@ -153,8 +168,11 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         point = source.run(transfer.source_point.get("run_id", "")) if source is not None else None
         if source is None or point is None or point.status in ("rolled_back", "cancelled"):
             return _failed(run, transfer, "the fork's source point no longer exists")
-        native = None if transfer.fidelity == "synthetic" else _native_fork(
-            source, point, run.provider, target, transfer.source_point.get("subagent_native_ref"))
+        native = (
+            None
+            if transfer.fidelity == "synthetic"
+            else _native_fork(source, point, run.provider, target, transfer.source_point.get("subagent_native_ref"))
+        )
         if native is not None:
             fork_ref, turn_ref = native
             if not fresh:
@@ -163,19 +181,32 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
             continue
         ordinals = [r.ordinal for r in source.runs if r.ordinal <= point.ordinal and r.status in REPORTED]
         title = source.thread.title if source.thread else ""
-        heading = (f"# Context: this conversation is a fork of \"{title or transfer.source_thread_id}\" "
-                   f"at its run {point.ordinal}. Summary of the conversation up to that point "
-                   f"({span(ordinals)}):")
+        heading = (
+            f'# Context: this conversation is a fork of "{title or transfer.source_thread_id}" '
+            f"at its run {point.ordinal}. Summary of the conversation up to that point "
+            f"({span(ordinals)}):"
+        )
         reason = "fork without native fork" if transfer.fidelity is None else "synthetic fork of a subagent"
-        drafts.append(_Draft(strategy="fork_context", reason=reason, state=source, ordinals=ordinals, heading=heading,
-                             transfer=transfer))
+        drafts.append(
+            _Draft(
+                strategy="fork_context",
+                reason=reason,
+                state=source,
+                ordinals=ordinals,
+                heading=heading,
+                transfer=transfer,
+            )
+        )
         transfers[transfer.id] = "resolved_portable"
 
     own = [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
     if not transfers or fresh:
         missed = [o for o in own if existing is None or o not in existing.covered_ordinals]
-        deltas = sum(1 for h in state.handoffs if h.strategy == "delta" and existing is not None
-                     and h.provider_thread_id == existing.id and h.delivered)
+        deltas = sum(
+            1
+            for h in state.handoffs
+            if h.strategy == "delta" and existing is not None and h.provider_thread_id == existing.id and h.delivered
+        )
         if existing is not None and missed and deltas >= MAX_DELTA_HANDOFFS:
             existing, fresh, pth_id = None, True, ctx.ids.next("pth")
             missed, reason = own, "repeated handoffs"
@@ -189,14 +220,29 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
             reason = "new provider thread"
         if missed and existing is not None:
             previous = _previous_provider(state, missed)
-            drafts.append(_Draft(strategy="delta", reason=f"returning to {run.provider}", state=state, ordinals=missed,
-                                 from_provider=previous,
-                                 heading=f"# Context update: while you were away this conversation went on with "
-                                         f"another assistant ({span(missed)}). What happened:"))
+            drafts.append(
+                _Draft(
+                    strategy="delta",
+                    reason=f"returning to {run.provider}",
+                    state=state,
+                    ordinals=missed,
+                    from_provider=previous,
+                    heading=f"# Context update: while you were away this conversation went on with "
+                    f"another assistant ({span(missed)}). What happened:",
+                )
+            )
         elif missed and fork_ref is None:
-            drafts.append(_Draft(strategy="full_thread_summary", reason=reason, state=state, ordinals=missed,
-                                 from_provider=_previous_provider(state, missed), inherited=_inherited(state, sources),
-                                 heading=f"# Context: summary of this conversation so far ({span(missed)}):"))
+            drafts.append(
+                _Draft(
+                    strategy="full_thread_summary",
+                    reason=reason,
+                    state=state,
+                    ordinals=missed,
+                    from_provider=_previous_provider(state, missed),
+                    inherited=_inherited(state, sources),
+                    heading=f"# Context: summary of this conversation so far ({span(missed)}):",
+                )
+            )
 
     for transfer in (t for t in pending if t.type == "merge_back"):
         fork_state = sources.get(transfer.source_thread_id)
@@ -205,10 +251,20 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
         after, upto = transfer.source_point.get("after_ordinal", 0), transfer.source_point.get("ordinal", 0)
         ordinals = [r.ordinal for r in fork_state.runs if after < r.ordinal <= upto and r.status in REPORTED]
         base = (transfer.base_point or {}).get("ordinal")
-        heading = (f"# Results of the fork \"{fork_state.thread.title or transfer.source_thread_id}\", made from "
-                   f"this conversation at run {base}: what changed there after the fork point ({span(ordinals)}):")
-        drafts.append(_Draft(strategy="merge_back", reason="merge-back", state=fork_state, ordinals=ordinals,
-                             heading=heading, transfer=transfer))
+        heading = (
+            f'# Results of the fork "{fork_state.thread.title or transfer.source_thread_id}", made from '
+            f"this conversation at run {base}: what changed there after the fork point ({span(ordinals)}):"
+        )
+        drafts.append(
+            _Draft(
+                strategy="merge_back",
+                reason="merge-back",
+                state=fork_state,
+                ordinals=ordinals,
+                heading=heading,
+                transfer=transfer,
+            )
+        )
         transfers[transfer.id] = "resolved_portable"
 
     if not drafts and not transfers and not fresh:
@@ -218,35 +274,63 @@ def resolve_start_context(state: ThreadState, run: Run, target: ProviderCapabili
     if budget <= 0:  # the target takes no context text: only a native fork could have carried this over
         for draft in drafts:
             if (transfer := draft.transfer) is not None:
-                return _failed(run, transfer, f"{run.provider} accepts no context handoff and cannot fork this "
-                                              "thread natively")
+                return _failed(
+                    run, transfer, f"{run.provider} accepts no context handoff and cannot fork this thread natively"
+                )
         drafts = []
     events: list[ev.Payload] = []
     share = max(1, budget // max(1, len(drafts)))
     for draft in drafts:
         text, truncated = summarise(draft.state, draft.ordinals, draft.heading, share, preamble=draft.inherited)
         transfer = draft.transfer
-        events.append(ev.HandoffCreated(
-            handoff_id=ctx.ids.next("hoff"), run_id=run.id, strategy=draft.strategy, reason=draft.reason,
-            from_provider=draft.from_provider, to_provider=run.provider, provider_thread_id=pth_id,
-            transfer_id=transfer.id if transfer else None,
-            source_thread_id=transfer.source_thread_id if transfer else None,
-            covered_ordinals=draft.ordinals, text=text, truncated=truncated))
-    events.append(ev.ContextResolved(
-        run_id=run.id, provider=run.provider, provider_thread_id=pth_id, fresh=fresh, fork_native_ref=fork_ref,
-        fork_at_turn_ref=turn_ref, handoff_ids=[e.handoff_id for e in events if isinstance(e, ev.HandoffCreated)],
-        transfers=transfers))
+        events.append(
+            ev.HandoffCreated(
+                handoff_id=ctx.ids.next("hoff"),
+                run_id=run.id,
+                strategy=draft.strategy,
+                reason=draft.reason,
+                from_provider=draft.from_provider,
+                to_provider=run.provider,
+                provider_thread_id=pth_id,
+                transfer_id=transfer.id if transfer else None,
+                source_thread_id=transfer.source_thread_id if transfer else None,
+                covered_ordinals=draft.ordinals,
+                text=text,
+                truncated=truncated,
+            )
+        )
+    events.append(
+        ev.ContextResolved(
+            run_id=run.id,
+            provider=run.provider,
+            provider_thread_id=pth_id,
+            fresh=fresh,
+            fork_native_ref=fork_ref,
+            fork_at_turn_ref=turn_ref,
+            handoff_ids=[e.handoff_id for e in events if isinstance(e, ev.HandoffCreated)],
+            transfers=transfers,
+        )
+    )
     return events
 
 
-def handoff_material(state: ThreadState, run: Run, target: ProviderCapabilities | None,
-                     sources: Mapping[str, ThreadState], ctx: Ctx, chars: int = MATERIAL_CHARS) -> dict[str, str]:
+def handoff_material(
+    state: ThreadState,
+    run: Run,
+    target: ProviderCapabilities | None,
+    sources: Mapping[str, ThreadState],
+    ctx: Ctx,
+    chars: int = MATERIAL_CHARS,
+) -> dict[str, str]:
     """L5.5: the handoffs ``resolve_start_context`` decides with ``ctx`` (pass a copy of the one it was given: the
     same ids), each built at a budget of ``chars`` instead of the target's: what a provider-backed summariser
     condenses. Handoff id -> text."""
     roomy = msgspec.structs.replace(target or ProviderCapabilities(), max_handoff_chars=chars)
-    return {e.handoff_id: e.text for e in resolve_start_context(state, run, roomy, sources, ctx)
-            if isinstance(e, ev.HandoffCreated)}
+    return {
+        e.handoff_id: e.text
+        for e in resolve_start_context(state, run, roomy, sources, ctx)
+        if isinstance(e, ev.HandoffCreated)
+    }
 
 
 def _previous_provider(state: ThreadState, ordinals: list[int]) -> str | None:
@@ -264,8 +348,12 @@ def _inherited(state: ThreadState, sources: Mapping[str, ThreadState]) -> str:
         return f"(This conversation was forked from another at its run {lineage.source_point.get('ordinal')}.)"
     upto = lineage.source_point.get("ordinal", 0)
     ordinals = [r.ordinal for r in parent.runs if r.ordinal <= upto and r.status in REPORTED]
-    text, _ = summarise(parent, ordinals, f"It was forked from an earlier conversation at run {upto}; before "
-                                          f"the fork ({span(ordinals)}):", 20_000)
+    text, _ = summarise(
+        parent,
+        ordinals,
+        f"It was forked from an earlier conversation at run {upto}; before the fork ({span(ordinals)}):",
+        20_000,
+    )
     return text
 
 
@@ -307,10 +395,15 @@ def placement(state: ThreadState, run: Run) -> Placement:
         pth = state.provider_thread_of(context.provider_thread_id)
         if pth is not None:
             return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref)
-        return Placement(provider_thread_id=context.provider_thread_id, fork_from=context.fork_native_ref,
-                         fork_at_turn=context.fork_at_turn_ref)
+        return Placement(
+            provider_thread_id=context.provider_thread_id,
+            fork_from=context.fork_native_ref,
+            fork_at_turn=context.fork_at_turn_ref,
+        )
     pth = _target(state, run)
-    return Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
+    return (
+        Placement(provider_thread_id=pth.id, native_ref=pth.native_ref) if pth else Placement(provider_thread_id=None)
+    )
 
 
 def session_fits(state: ThreadState, run: Run) -> bool:
@@ -325,8 +418,9 @@ def session_fits(state: ThreadState, run: Run) -> bool:
     return attached is not None and attached.id == want
 
 
-def target_capabilities(state: ThreadState, run: Run, script_caps: ProviderCapabilities | None,
-                        sources: Mapping[str, ThreadState]) -> ProviderCapabilities | None:
+def target_capabilities(
+    state: ThreadState, run: Run, script_caps: ProviderCapabilities | None, sources: Mapping[str, ThreadState]
+) -> ProviderCapabilities | None:
     """What the run's provider can do, before its session exists: the script's profile, else what a session of
     that provider declared on this thread or on a source thread."""
     if script_caps is not None:
@@ -341,6 +435,8 @@ def target_capabilities(state: ThreadState, run: Run, script_caps: ProviderCapab
 def fork_refused(state: ThreadState, run: Run, message: str) -> list[ev.Payload]:
     """The provider refused a native fork that its capabilities promised: the transfer and the run fail."""
     context = state.start_context(run.id)
-    events: list[ev.Payload] = [ev.TransferFailed(transfer_id=t, run_id=run.id, error=f"native fork refused: {message}")
-                                for t in (context.transfer_ids if context else [])]
+    events: list[ev.Payload] = [
+        ev.TransferFailed(transfer_id=t, run_id=run.id, error=f"native fork refused: {message}")
+        for t in (context.transfer_ids if context else [])
+    ]
     return events + [ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=f"native fork refused: {message}")]

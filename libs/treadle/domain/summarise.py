@@ -46,8 +46,11 @@ def span(ordinals: Iterable[int]) -> str:
 
 def _reply(state: ThreadState, run: Run) -> str:
     """The run's final reply: its completed assistant messages of the attempt that ended it."""
-    texts = [m.text for m in state.messages
-             if m.run_id == run.id and m.role == "assistant" and m.attempt_id == run.attempt.id and m.text.strip()]
+    texts = [
+        m.text
+        for m in state.messages
+        if m.run_id == run.id and m.role == "assistant" and m.attempt_id == run.attempt.id and m.text.strip()
+    ]
     return "\n".join(texts)
 
 
@@ -72,13 +75,15 @@ def run_block(state: ThreadState, run: Run) -> str:
         if req.kind == "user_input":
             if req.status == "resolved" and req.response:
                 answers = req.response.get("answers") or {}
-                decisions.append(f"asked \"{_clip(req.prompt, 200)}\" → answered {', '.join(answers.values()) or 'it'}")
+                decisions.append(f'asked "{_clip(req.prompt, 200)}" → answered {", ".join(answers.values()) or "it"}')
             else:
                 open_questions.append(_clip(req.prompt, 300))
         elif req.status == "resolved" and req.response:
-            decisions.append(f"{req.kind} approval \"{_clip(req.prompt, 200)}\" → {req.response.get('decision', 'answered')}")
+            decisions.append(
+                f'{req.kind} approval "{_clip(req.prompt, 200)}" → {req.response.get("decision", "answered")}'
+            )
         else:
-            decisions.append(f"{req.kind} approval \"{_clip(req.prompt, 200)}\" → {req.status}")
+            decisions.append(f'{req.kind} approval "{_clip(req.prompt, 200)}" → {req.status}')
     for plan in state.plans:
         if plan.run_id == run.id and plan.kind == "proposed_plan":
             decisions.append(f"proposed plan ({plan.status}): {_clip(plan.text, 300)}")
@@ -111,15 +116,21 @@ def run_block(state: ThreadState, run: Run) -> str:
     if open_questions:
         lines.append("Open questions: " + "; ".join(open_questions))
 
-    pending = [item.text for plan in state.plans if plan.run_id == run.id and plan.kind == "todo_list" and plan.root
-               for item in plan.items if item.status != "completed"]
+    pending = [
+        item.text
+        for plan in state.plans
+        if plan.run_id == run.id and plan.kind == "todo_list" and plan.root
+        for item in plan.items
+        if item.status != "completed"
+    ]
     if pending:
         lines.append("Pending todos: " + "; ".join(_clip(t, 200) for t in pending))
     return "\n".join(lines)
 
 
-def summarise(state: ThreadState, ordinals: Iterable[int], heading: str, max_chars: int,
-              preamble: str = "") -> tuple[str, bool]:
+def summarise(
+    state: ThreadState, ordinals: Iterable[int], heading: str, max_chars: int, preamble: str = ""
+) -> tuple[str, bool]:
     """The handoff text over the runs ``ordinals`` of ``state`` (oldest first), at most ``max_chars`` long.
     Returns (text, truncated)."""
     wanted = set(ordinals)
@@ -172,7 +183,8 @@ def provider_prompt(material: str, max_chars: int) -> str:
         "it needs: what the user asked, what was decided, which files changed, which commands and tests ran and "
         "how they ended, questions left open and work left to do. Leave out ids and tool protocol details. "
         f"Reply with the summary only, in plain text, at most {max_chars} characters.\n\n"
-        f"<conversation-record>\n{material}\n</conversation-record>")
+        f"<conversation-record>\n{material}\n</conversation-record>"
+    )
 
 
 def accept_summary(text: str, max_chars: int) -> tuple[str | None, str | None]:

@@ -7,15 +7,19 @@ what happened into thread events.
 from __future__ import annotations
 
 from . import events as ev
-from . import rollback
 from . import provider_events as pe
+from . import rollback
 from .commands import Ctx
 from .entities import FileChange, Run
 from .thread import ThreadState
 
 MAX_RECOVERY_ATTEMPTS = 3
-_RUN_ENDED = {"completed": ev.RunCompleted, "failed": ev.RunFailed, "interrupted": ev.RunInterrupted,
-              "cancelled": ev.RunCancelled}
+_RUN_ENDED = {
+    "completed": ev.RunCompleted,
+    "failed": ev.RunFailed,
+    "interrupted": ev.RunInterrupted,
+    "cancelled": ev.RunCancelled,
+}
 
 
 class Steer:
@@ -72,13 +76,15 @@ def baseline_ordinal(state: ThreadState, run: Run) -> int | None:
     return None if found is not None and found.commit is not None else ordinal  # an error/missing summary: again
 
 
-def checkpoint_captured(ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str,
-                        captured) -> ev.CheckpointCaptured:
+def checkpoint_captured(
+    ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str, captured
+) -> ev.CheckpointCaptured:
     """A capture result (ref, commit, tree, unchanged, files), or L10.4's error summary when the capture could
     not be made (``captured`` None)."""
     if captured is None:
-        return ev.CheckpointCaptured(checkpoint_id=ctx.ids.next("ckpt"), run_id=run_id, ordinal=ordinal, kind=kind,
-                                     status="error")
+        return ev.CheckpointCaptured(
+            checkpoint_id=ctx.ids.next("ckpt"), run_id=run_id, ordinal=ordinal, kind=kind, status="error"
+        )
     return ev.CheckpointCaptured(
         checkpoint_id=ctx.ids.next("ckpt"),
         run_id=run_id,
@@ -115,8 +121,13 @@ class Reaction:
 
     __slots__ = ("events", "finalize", "run_id", "wait")
 
-    def __init__(self, events: list[ev.Payload] | None = None, finalize: pe.TurnCompleted | None = None,
-                 wait: bool = False, run_id: str | None = None) -> None:
+    def __init__(
+        self,
+        events: list[ev.Payload] | None = None,
+        finalize: pe.TurnCompleted | None = None,
+        wait: bool = False,
+        run_id: str | None = None,
+    ) -> None:
         self.events = events or []
         self.finalize = finalize  # the root turn ended: run the barrier for ``run_id`` (after ``events``)
         self.run_id = run_id
@@ -146,8 +157,17 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
             return IGNORE
         if event.index > 1:
             return WAIT
-        return Reaction([ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id=event.session_id,
-                                       turn_id=ctx.ids.next("turn"), native_turn_ref=body.native_turn_ref)])
+        return Reaction(
+            [
+                ev.RunStarted(
+                    run_id=run.id,
+                    attempt_id=att.id,
+                    session_id=event.session_id,
+                    turn_id=ctx.ids.next("turn"),
+                    native_turn_ref=body.native_turn_ref,
+                )
+            ]
+        )
     if att.session_id != event.session_id:
         live = state.live_session
         if att.status == "pending" and live is not None and live.id == event.session_id and event.index > 1:
@@ -163,25 +183,67 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
         if event.index > att.provider_index + 1:
             return WAIT
     if isinstance(body, pe.TextDelta):
-        return Reaction([ev.MessageDelta(message_id=body.message_id, run_id=run.id, attempt_id=att.id,
-                                         node_id=body.node_id, text=body.text)])
+        return Reaction(
+            [
+                ev.MessageDelta(
+                    message_id=body.message_id, run_id=run.id, attempt_id=att.id, node_id=body.node_id, text=body.text
+                )
+            ]
+        )
     if isinstance(body, pe.TextCompleted):
-        return Reaction([ev.MessageCompleted(message_id=body.message_id, run_id=run.id, attempt_id=att.id,
-                                             node_id=body.node_id, text=body.text)])
+        return Reaction(
+            [
+                ev.MessageCompleted(
+                    message_id=body.message_id, run_id=run.id, attempt_id=att.id, node_id=body.node_id, text=body.text
+                )
+            ]
+        )
     if isinstance(body, pe.ToolStarted):
-        return Reaction([ev.NodeStarted(node_id=body.node_id, run_id=run.id, attempt_id=att.id,
-                                        parent_id=body.parent_id or att.root_node_id, kind=body.kind,
-                                        title=body.title, input=body.input,
-                                        native_thread_ref=body.native_thread_ref)])
+        return Reaction(
+            [
+                ev.NodeStarted(
+                    node_id=body.node_id,
+                    run_id=run.id,
+                    attempt_id=att.id,
+                    parent_id=body.parent_id or att.root_node_id,
+                    kind=body.kind,
+                    title=body.title,
+                    input=body.input,
+                    native_thread_ref=body.native_thread_ref,
+                )
+            ]
+        )
     if isinstance(body, pe.ToolCompleted):
         return Reaction([ev.NodeCompleted(node_id=body.node_id, run_id=run.id, status=body.status, output=body.output)])
     if isinstance(body, pe.RequestOpened):
-        return Reaction([ev.RequestOpened(request_id=body.request_id, run_id=run.id, node_id=body.node_id,
-                                          attempt_id=att.id, parent_id=body.parent_id, kind=body.kind,
-                                          prompt=body.prompt, detail=body.detail, native_ref=body.native_ref)])
+        return Reaction(
+            [
+                ev.RequestOpened(
+                    request_id=body.request_id,
+                    run_id=run.id,
+                    node_id=body.node_id,
+                    attempt_id=att.id,
+                    parent_id=body.parent_id,
+                    kind=body.kind,
+                    prompt=body.prompt,
+                    detail=body.detail,
+                    native_ref=body.native_ref,
+                )
+            ]
+        )
     if isinstance(body, pe.PlanUpdated):
-        return Reaction([ev.PlanUpdated(plan_id=body.plan_id, run_id=run.id, node_id=body.node_id, kind=body.kind,
-                                        text=body.text, items=body.items)])
+        return Reaction(
+            [
+                ev.PlanUpdated(
+                    plan_id=body.plan_id,
+                    run_id=run.id,
+                    node_id=body.node_id,
+                    kind=body.kind,
+                    text=body.text,
+                    items=body.items,
+                )
+            ]
+        )
     if isinstance(body, pe.Warning):
         return Reaction([ev.RunWarning(run_id=run.id, message=body.message)])
     if isinstance(body, pe.TurnCompleted):
@@ -191,9 +253,13 @@ def react(state: ThreadState, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
 
 def _close_messages(state: ThreadState, run: Run) -> list[ev.Payload]:
     att = run.attempt
-    return [ev.MessageCompleted(message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text,
-                                status="incomplete")
-            for m in state.messages if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming"]
+    return [
+        ev.MessageCompleted(
+            message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text, status="incomplete"
+        )
+        for m in state.messages
+        if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming"
+    ]
 
 
 def _close_children(state: ThreadState, run: Run) -> list[ev.Payload]:
@@ -226,14 +292,20 @@ def turn_status(state: ThreadState, run: Run, turn: pe.TurnCompleted) -> str:
 
 def _meaningful(state: ThreadState, run: Run) -> bool:
     """L3.4: a run has answered once an assistant message of it completed with text."""
-    return any(m.run_id == run.id and m.role == "assistant" and m.status == "completed" and m.text.strip()
-               for m in state.messages)
+    return any(
+        m.run_id == run.id and m.role == "assistant" and m.status == "completed" and m.text.strip()
+        for m in state.messages
+    )
 
 
 def restarts(state: ThreadState, run: Run, turn: pe.TurnCompleted) -> bool:
     """L3.3: the turn was interrupted for steering and the run has not answered yet: same run, new attempt."""
-    return (run.attempt.interrupt_reason == "steering" and turn_status(state, run, turn) == "interrupted"
-            and bool(undelivered_steers(state, run)) and not _meaningful(state, run))
+    return (
+        run.attempt.interrupt_reason == "steering"
+        and turn_status(state, run, turn) == "interrupted"
+        and bool(undelivered_steers(state, run))
+        and not _meaningful(state, run)
+    )
 
 
 def restart(state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
@@ -242,14 +314,22 @@ def restart(state: ThreadState, run: Run, ctx: Ctx) -> list[ev.Payload]:
     steers = undelivered_steers(state, run)
     events = _close_messages(state, run) + _close_children(state, run)
     events.append(ev.AttemptEnded(run_id=run.id, attempt_id=att.id, status="interrupted", reason="steering"))
-    events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),
-                                    reason="steering_restart", message_ids=[m.id for m in steers],
-                                    script=steers[-1].script))
+    events.append(
+        ev.AttemptStarted(
+            run_id=run.id,
+            attempt_id=ctx.ids.next("att"),
+            root_node_id=ctx.ids.next("node"),
+            reason="steering_restart",
+            message_ids=[m.id for m in steers],
+            script=steers[-1].script,
+        )
+    )
     return events
 
 
-def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.CheckpointCaptured,
-             ctx: Ctx | None = None) -> list[ev.Payload]:
+def finalize(
+    state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.CheckpointCaptured, ctx: Ctx | None = None
+) -> list[ev.Payload]:
     """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
     requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
     root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
@@ -264,11 +344,25 @@ def finalize(state: ThreadState, run: Run, turn: pe.TurnCompleted, capture: ev.C
     if steers and ctx is not None:
         ids = ctx.ids
         held = rollback.pending(state) is not None  # a rollback waiting for this run goes first
-        events.append(ev.RunQueued(
-            run_id=ids.next("run"), ordinal=len(state.runs) + 1, message_id=steers[0].id,
-            text="\n\n".join(m.text for m in steers), author=steers[0].author, root_node_id=ids.next("node"),
-            attempt_id=ids.next("att"), mode="steer_active", disposition="superseding", dispatched=not held, front=held,
-            provider=run.provider, model=run.model, script=steers[-1].script, supersedes_run_id=run.id))
+        events.append(
+            ev.RunQueued(
+                run_id=ids.next("run"),
+                ordinal=len(state.runs) + 1,
+                message_id=steers[0].id,
+                text="\n\n".join(m.text for m in steers),
+                author=steers[0].author,
+                root_node_id=ids.next("node"),
+                attempt_id=ids.next("att"),
+                mode="steer_active",
+                disposition="superseding",
+                dispatched=not held,
+                front=held,
+                provider=run.provider,
+                model=run.model,
+                script=steers[-1].script,
+                supersedes_run_id=run.id,
+            )
+        )
     return events
 
 
@@ -297,12 +391,26 @@ def session_stopped(state: ThreadState, session_id: str, reason: str, ctx: Ctx, 
     events += _close_messages(state, run)
     if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
         # L10.4: a provider that may still be writing makes the files unsafe to capture: a missing summary.
-        missing = ev.CheckpointCaptured(checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal,
-                                        status="missing")
-        events.append(ev.RunFailed(run_id=run.id, attempt_id=att.id, checkpoint=missing,
-                                   error=f"provider lost {len(run.attempts)} times: {reason}"
-                                         + (f" ({detail})" if detail else "")))
+        missing = ev.CheckpointCaptured(
+            checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal, status="missing"
+        )
+        events.append(
+            ev.RunFailed(
+                run_id=run.id,
+                attempt_id=att.id,
+                checkpoint=missing,
+                error=f"provider lost {len(run.attempts)} times: {reason}" + (f" ({detail})" if detail else ""),
+            )
+        )
     else:
-        events.append(ev.AttemptStarted(run_id=run.id, attempt_id=ctx.ids.next("att"), root_node_id=ctx.ids.next("node"),
-                                        reason="provider_recovery", message_ids=list(att.message_ids), script=att.script))
+        events.append(
+            ev.AttemptStarted(
+                run_id=run.id,
+                attempt_id=ctx.ids.next("att"),
+                root_node_id=ctx.ids.next("node"),
+                reason="provider_recovery",
+                message_ids=list(att.message_ids),
+                script=att.script,
+            )
+        )
     return Reaction(events)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from . import events as ev
 from . import (
     fold_checkpoints,
     fold_lineage,
@@ -21,7 +22,6 @@ from . import (
     fold_steering,
     rollback,
 )
-from . import events as ev
 from .capabilities import CapabilityView
 from .entities import (
     Activity,
@@ -34,8 +34,8 @@ from .entities import (
     Plan,
     ProviderSession,
     ProviderThread,
-    Run,
     Rollback,
+    Run,
     RuntimeRequest,
     StartContext,
     Thread,
@@ -167,7 +167,7 @@ def evolve(state: ThreadState, e: ev.Envelope) -> ThreadState:
     if handler is not None:
         handler(state, e, e.data)
     if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
-        seq, _, rest = e.causation_id[len(PROVIDER_CAUSE):].partition(":")
+        seq, _, rest = e.causation_id[len(PROVIDER_CAUSE) :].partition(":")
         index, _, attempt_id = rest.partition(":")
         state.provider_seq = max(state.provider_seq, int(seq))
         if index and int(index) and (att := _reporting_attempt(state, e.data, attempt_id)) is not None:

@@ -24,8 +24,9 @@ def check_turn_options(provider: str, raw: dict) -> None:
             raise ValueError(f"codex turn options: unknown {', '.join(unknown)} (known: collaboration_mode)")
         mode = raw.get("collaboration_mode")
         if mode is not None and mode not in CODEX_COLLABORATION_MODES:
-            raise ValueError(f"codex turn options: collaboration_mode must be "
-                             f"{' or '.join(CODEX_COLLABORATION_MODES)}, not {mode!r}")
+            raise ValueError(
+                f"codex turn options: collaboration_mode must be {' or '.join(CODEX_COLLABORATION_MODES)}, not {mode!r}"
+            )
     else:
         raise ValueError(f"provider {provider} takes no script")
 

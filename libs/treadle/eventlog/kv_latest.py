@@ -25,8 +25,12 @@ class Latest(msgspec.Struct, frozen=True):
 
 async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
     prefix = f"$KV.{bucket}."
-    config = api.ConsumerConfig(deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
-                                inactive_threshold=30.0, mem_storage=True)
+    config = api.ConsumerConfig(
+        deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=api.AckPolicy.NONE,
+        inactive_threshold=30.0,
+        mem_storage=True,
+    )
     stream = f"KV_{bucket}"
     sub = await js.pull_subscribe(f"{prefix}>", stream=stream, config=config)
     found: dict[str, Latest] = {}
@@ -36,7 +40,7 @@ async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
         pending = info.num_pending
         while pending > 0:
             for msg in await sub.fetch(min(pending, _BATCH), timeout=5.0):
-                key = msg.subject[len(prefix):]
+                key = msg.subject[len(prefix) :]
                 headers = msg.headers or {}
                 if headers.get("KV-Operation") in _DELETED or "Nats-Marker-Reason" in headers:
                     found.pop(key, None)

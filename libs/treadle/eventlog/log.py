@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import Error as NatsError, NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from ..domain.events import Envelope, decode_event, encode_event
 from . import subjects
@@ -95,8 +97,14 @@ class EventLog:
             _raise_for(ack.error)
         return ack
 
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
-                     fence: tuple[str, int] | None = None) -> int:
+    async def append(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> int:
         """Append ``events`` iff the thread's last sequence is ``expected_seq`` (0: the thread is new).
         Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected.
         ``fence`` (filter subject, its last sequence) replaces the thread's fence for a decision that is wider
@@ -116,8 +124,11 @@ class EventLog:
         if any(len(p) > limit for p in payloads):
             raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
         if len(events) == 1:
-            ack = await self._request(subjects.event(tenant, thread, events[0].type), payloads[0],
-                                      {**fence_headers, "Nats-Msg-Id": events[0].id})
+            ack = await self._request(
+                subjects.event(tenant, thread, events[0].type),
+                payloads[0],
+                {**fence_headers, "Nats-Msg-Id": events[0].id},
+            )
             assert ack is not None
             return ack.seq
         batch = uuid.uuid4().hex
@@ -186,7 +197,9 @@ class EventLog:
                 if status == "204":  # end of batch; more may follow when we hit the batch size
                     return got, len(got) >= READ_BATCH
                 if status is not None:
-                    raise Unavailable(f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}")
+                    raise Unavailable(
+                        f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}"
+                    )
                 got.append(decode_event(msg.data, int(headers["Nats-Sequence"])))
         finally:
             del self._waiting[token]

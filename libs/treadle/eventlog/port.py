@@ -14,8 +14,14 @@ class EventLog(Protocol):
     whole or not at all, and are idempotent by envelope id; ``Unavailable`` means the outcome is unknown.
     Errors: ``treadle.eventlog.errors`` (Conflict, Unavailable, Rejected) and ValueError for a malformed call."""
 
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
-                     fence: tuple[str, int] | None = None) -> int:
+    async def append(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> int:
         """Append iff the thread's last sequence is ``expected_seq`` (or ``fence``'s filter subject's last
         sequence is its number); the sequence of the last event appended."""
         ...

@@ -7,8 +7,8 @@ stale, so callers ``refresh`` and decide again. The cache is only an optimisatio
 from __future__ import annotations
 
 from collections import OrderedDict
-from datetime import datetime
 from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from ..domain.events import Envelope, Payload, decode_event
 from ..domain.ids import IdFactory
@@ -88,15 +88,37 @@ class ThreadStore:
         while len(self._states) > self._capacity:
             self._states.popitem(last=False)
 
-    async def append(self, tenant: str, thread: str, state: ThreadState, payloads: Sequence[Payload], *,
-                     ids: IdFactory, at: datetime, command_id: str, actor: str, causation_id: str | None = None,
-                     correlation_id: str | None = None, fence: tuple[str, int] | None = None) -> int:
+    async def append(
+        self,
+        tenant: str,
+        thread: str,
+        state: ThreadState,
+        payloads: Sequence[Payload],
+        *,
+        ids: IdFactory,
+        at: datetime,
+        command_id: str,
+        actor: str,
+        causation_id: str | None = None,
+        correlation_id: str | None = None,
+        fence: tuple[str, int] | None = None,
+    ) -> int:
         """Append a decision's events on top of ``state`` and fold them in. Raises the log's errors. After a
         conflict the cached state is still a correct prefix of the log, so the next load reads only the tail;
         after anything else (the append may have half-happened in memory) the cache is dropped."""
         envelopes = [
-            Envelope(id=ids.next("evt"), type=p.TYPE, tenant=tenant, thread=thread, at=at, command_id=command_id,
-                     causation_id=causation_id, correlation_id=correlation_id, actor=actor, data=p)
+            Envelope(
+                id=ids.next("evt"),
+                type=p.TYPE,
+                tenant=tenant,
+                thread=thread,
+                at=at,
+                command_id=command_id,
+                causation_id=causation_id,
+                correlation_id=correlation_id,
+                actor=actor,
+                data=p,
+            )
             for p in payloads
         ]
         try:

@@ -12,7 +12,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
@@ -46,8 +47,13 @@ PROVIDER = StreamConfig(
 )
 
 # Who created what (tokens, broker credentials): ops/audit.py writes it, and creates it when missing.
-AUDIT = StreamConfig(name="TREADLE_AUDIT", subjects=["treadle.audit.>"], retention=RetentionPolicy.LIMITS,
-                     storage=StorageType.FILE, max_msg_size=64 * 1024)
+AUDIT = StreamConfig(
+    name="TREADLE_AUDIT",
+    subjects=["treadle.audit.>"],
+    retention=RetentionPolicy.LIMITS,
+    storage=StorageType.FILE,
+    max_msg_size=64 * 1024,
+)
 
 BUCKETS = (
     KeyValueConfig(bucket="treadle-hosts", history=1, ttl=30.0),

@@ -48,7 +48,9 @@ def live(tenant: str, thread: str) -> str:
 
 
 def provider(tenant: str, thread: str, provider_thread: str) -> str:
-    return f"treadle.prov.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{token(provider_thread, 'provider thread')}"
+    return (
+        f"treadle.prov.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{token(provider_thread, 'provider thread')}"
+    )
 
 
 def host_place(volume: str) -> str:

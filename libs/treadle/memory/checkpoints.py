@@ -70,8 +70,14 @@ def stats(old: Files, new: Files) -> list[FileStat]:
         if path in old and path in new:
             if old[path] != new[path]:
                 diff = list(difflib.ndiff(_lines(old[path]), _lines(new[path])))
-                out.append(FileStat(path=path, change="modified", added=sum(d.startswith("+ ") for d in diff),
-                                    removed=sum(d.startswith("- ") for d in diff)))
+                out.append(
+                    FileStat(
+                        path=path,
+                        change="modified",
+                        added=sum(d.startswith("+ ") for d in diff),
+                        removed=sum(d.startswith("- ") for d in diff),
+                    )
+                )
         elif path in new:
             source = next((p for p, t in gone.items() if t == new[path]), None)
             if source is not None:
@@ -88,9 +94,12 @@ def _patch(old: Files, new: Files) -> str:
     for path in sorted(set(old) | set(new)):
         if old.get(path) != new.get(path):
             chunks.append(f"diff --git a/{path} b/{path}\n")
-            chunks += difflib.unified_diff(_lines(old.get(path, "")), _lines(new.get(path, "")),
-                                           f"a/{path}" if path in old else "/dev/null",
-                                           f"b/{path}" if path in new else "/dev/null")
+            chunks += difflib.unified_diff(
+                _lines(old.get(path, "")),
+                _lines(new.get(path, "")),
+                f"a/{path}" if path in old else "/dev/null",
+                f"b/{path}" if path in new else "/dev/null",
+            )
     return "".join(chunks)
 
 
@@ -119,10 +128,19 @@ class MemoryCheckpoints:
         check_capture(req)
         ws = self._workspace(req.tenant, req.workspace)
         ref = checkpoint_ref(req.thread, req.scope, req.ordinal)
-        prev_ref = (checkpoint_ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
-                    if req.previous_ordinal is not None else None)
+        prev_ref = (
+            checkpoint_ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
+            if req.previous_ordinal is not None
+            else None
+        )
         prev = ws.refs.get(prev_ref) if prev_ref else None
-        if prev is None and prev_ref and req.previous_commit and req.previous_tree and req.previous_commit in ws.commits:
+        if (
+            prev is None
+            and prev_ref
+            and req.previous_commit
+            and req.previous_tree
+            and req.previous_commit in ws.commits
+        ):
             prev = _Tip(req.previous_commit, req.previous_tree, written=False, holder=req.previous_ref or prev_ref)
         tip = ws.refs.get(ref)
         if tip is None:
@@ -130,16 +148,31 @@ class MemoryCheckpoints:
             if prev is not None and tree == prev.tree:
                 tip = _Tip(prev.commit, tree, written=False, holder=prev.holder or prev_ref)
             else:
-                commit = _hash("commit", tree, prev.commit if prev else "", req.thread, req.scope, str(req.ordinal),
-                               str(len(ws.commits)))
+                commit = _hash(
+                    "commit",
+                    tree,
+                    prev.commit if prev else "",
+                    req.thread,
+                    req.scope,
+                    str(req.ordinal),
+                    str(len(ws.commits)),
+                )
                 ws.commits[commit] = (tree, files)
                 tip = _Tip(commit, tree)
             ws.refs[ref] = tip
         changed = stats(ws.commits[prev.commit][1], ws.commits[tip.commit][1]) if prev and prev.tree != tip.tree else []
-        return Captured(ref=tip.holder or ref, commit=tip.commit, tree=tip.tree, ordinal=req.ordinal, scope=req.scope,
-                        status=req.status, unchanged=prev is not None and prev.tree == tip.tree,
-                        files=changed[:MAX_FILES], previous_commit=prev.commit if prev else None,
-                        files_total=len(changed))
+        return Captured(
+            ref=tip.holder or ref,
+            commit=tip.commit,
+            tree=tip.tree,
+            ordinal=req.ordinal,
+            scope=req.scope,
+            status=req.status,
+            unchanged=prev is not None and prev.tree == tip.tree,
+            files=changed[:MAX_FILES],
+            previous_commit=prev.commit if prev else None,
+            files_total=len(changed),
+        )
 
     async def diff(self, req: DiffRequest) -> DiffResult:
         check_token("tenant", req.tenant)
@@ -152,8 +185,13 @@ class MemoryCheckpoints:
         changed = stats(old, new)
         patch = _patch(old, new).encode()
         text, truncated = cut(patch, req.max_bytes)
-        return DiffResult(files=changed[: req.max_files], files_total=len(changed), patch=text, truncated=truncated,
-                          patch_bytes=len(patch))
+        return DiffResult(
+            files=changed[: req.max_files],
+            files_total=len(changed),
+            patch=text,
+            truncated=truncated,
+            patch_bytes=len(patch),
+        )
 
     async def restore(self, req: Restore) -> Restored:
         check_token("restore_id", req.restore_id)
@@ -182,12 +220,22 @@ class MemoryCheckpoints:
                 stale = f"{thread_prefix(req.thread)}/stale/{req.restore_id}/{r.scope}/{r.ordinal}"
                 ws.refs[stale] = tip
                 retired.append(stale)
-        return Restored(commit=req.commit, tree=ws.commits[req.commit][0], undo_ref=undo_ref,
-                        undo_commit=before.commit, files=changed[:MAX_FILES], files_total=len(changed), retired=retired)
+        return Restored(
+            commit=req.commit,
+            tree=ws.commits[req.commit][0],
+            undo_ref=undo_ref,
+            undo_commit=before.commit,
+            files=changed[:MAX_FILES],
+            files_total=len(changed),
+            retired=retired,
+        )
 
     async def materialize(self, request: Materialize) -> Materialized:
-        for name, value in (("tenant", request.tenant), ("thread", request.thread),
-                            ("source thread", request.source_thread)):
+        for name, value in (
+            ("tenant", request.tenant),
+            ("thread", request.thread),
+            ("source thread", request.source_thread),
+        ):
             check_token(name, value)
         check_commit(request.commit, "commit")
         key = (request.tenant, self._path(request.workspace))
@@ -197,7 +245,9 @@ class MemoryCheckpoints:
                 return Materialized(path=self._where(*key), commit=request.commit, created=False)
             raise CheckpointError("bad_request", f"workspace {request.workspace!r} already exists")
         if source is None:
-            raise CheckpointError("workspace_missing", f"the source workspace {request.source_workspace!r} has no checkpoints")
+            raise CheckpointError(
+                "workspace_missing", f"the source workspace {request.source_workspace!r} has no checkpoints"
+            )
         if request.commit not in source.commits:
             raise CheckpointError("git_error", f"git read-tree failed: {request.commit} is not a commit of the source")
         self.workspaces[key] = _Workspace(files=dict(source.commits[request.commit][1]), made_from=request.commit)

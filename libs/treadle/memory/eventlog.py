@@ -58,8 +58,14 @@ class MemoryEventLog:
     def _last(self, filter_subject: str) -> int:
         return next((m.seq for m in reversed(self.messages) if subject_matches(filter_subject, m.subject)), 0)
 
-    async def append(self, tenant: str, thread: str, expected_seq: int, events: Sequence[Envelope],
-                     fence: tuple[str, int] | None = None) -> int:
+    async def append(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> int:
         if not events:
             raise ValueError("nothing to append")
         if len(events) > MAX_BATCH:
@@ -90,7 +96,9 @@ class MemoryEventLog:
         return await self.read_subject(subjects.thread_events(tenant, thread), after)
 
     async def read_subject(self, filter_subject: str, after: int = 0) -> list[Envelope]:
-        return [decode_event(m.data, m.seq) for m in self.messages[after:] if subject_matches(filter_subject, m.subject)]
+        return [
+            decode_event(m.data, m.seq) for m in self.messages[after:] if subject_matches(filter_subject, m.subject)
+        ]
 
     async def last_seq(self, tenant: str, thread: str) -> int:
         return self._last(subjects.thread_events(tenant, thread))

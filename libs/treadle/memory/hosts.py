@@ -16,9 +16,9 @@ from typing import Any, TypeAlias
 import msgspec
 
 from treadle.domain.entities import ProviderCapabilities
+from treadle.ports import HostRequest
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostGone, HostUnavailable
-from treadle.ports import HostRequest
 from treadle.providers.scripted import DEFAULT_CAPABILITIES
 
 Reply: TypeAlias = hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure
@@ -55,7 +55,9 @@ class MemoryHost:
 class MemoryHosts:
     def __init__(self) -> None:
         self.hosts: dict[str, MemoryHost] = {}
-        self.calls: list[tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]] = []  # (host id or "", verb, request)
+        self.calls: list[
+            tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]
+        ] = []  # (host id or "", verb, request)
         self.summaries: list[str] = []  # what summarise answers, in order (empty: no host answers)
 
     # --- the test's side ---------------------------------------------------------------------------
@@ -91,8 +93,9 @@ class MemoryHosts:
 
     # --- the port ----------------------------------------------------------------------------------
 
-    async def place(self, request: hp.PlaceSession, timeout: float | None = None,
-                    full: bool = False) -> hp.SessionPlaced | hp.HostFailure:
+    async def place(
+        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False
+    ) -> hp.SessionPlaced | hp.HostFailure:
         self.calls.append(("", "shed" if full else "place", request))
         host = next((h for h in self.hosts.values() if request.session_id in h.sessions), None)
         if host is None:
@@ -101,7 +104,9 @@ class MemoryHosts:
                 raise HostGone("no provider host listens on the placement subject")
             host = next((h for h in candidates if h.has_room), None) or self._shed(candidates)
             if host is None:
-                return hp.HostFailure(code="capacity", message=f"host {candidates[0].host_id}: no idle session to release")
+                return hp.HostFailure(
+                    code="capacity", message=f"host {candidates[0].host_id}: no idle session to release"
+                )
             capabilities = request.capabilities or DEFAULT_CAPABILITIES
             if request.fork_from is not None:
                 if not capabilities.fork:
@@ -109,17 +114,24 @@ class MemoryHosts:
                 native_ref, resumed = f"scripted-{request.provider_thread_id}~fork-of~{request.fork_from}", True
             elif request.native_ref is not None:
                 if not request.native_ref.startswith("scripted-"):
-                    return hp.HostFailure(code="resume_failed",
-                                          message=f"the scripted provider has no thread {request.native_ref!r}")
+                    return hp.HostFailure(
+                        code="resume_failed", message=f"the scripted provider has no thread {request.native_ref!r}"
+                    )
                 native_ref, resumed = request.native_ref, True
             else:
                 native_ref, resumed = f"scripted-{request.provider_thread_id}", False
             host.sessions[request.session_id] = MemorySession(request, native_ref, resumed, capabilities)
         session = host.sessions[request.session_id]
-        return hp.SessionPlaced(host_id=host.host_id, boot_id=host.boot_id, session_id=request.session_id,
-                                provider=request.provider, provider_thread_id=request.provider_thread_id,
-                                native_ref=session.native_ref, resumed=session.resumed,
-                                capabilities=session.capabilities)
+        return hp.SessionPlaced(
+            host_id=host.host_id,
+            boot_id=host.boot_id,
+            session_id=request.session_id,
+            provider=request.provider,
+            provider_thread_id=request.provider_thread_id,
+            native_ref=session.native_ref,
+            resumed=session.resumed,
+            capabilities=session.capabilities,
+        )
 
     @staticmethod
     def _shed(full: list[MemoryHost]) -> MemoryHost | None:
@@ -144,8 +156,9 @@ class MemoryHosts:
         assert isinstance(reply, (hp.Forked, hp.HostFailure))
         return reply
 
-    async def rollback(self, host_id: str, request: hp.RollbackTurns,
-                       timeout: float | None = None) -> hp.RolledBack | hp.HostFailure:
+    async def rollback(
+        self, host_id: str, request: hp.RollbackTurns, timeout: float | None = None
+    ) -> hp.RolledBack | hp.HostFailure:
         reply = await self._ask(host_id, "thread.rollback", request)
         assert isinstance(reply, (hp.RolledBack, hp.HostFailure))
         return reply
@@ -203,11 +216,14 @@ class MemoryHosts:
             if not caps.rollback:
                 return hp.HostFailure(code="unsupported", message="this profile cannot roll a provider thread back")
             if not 1 <= request.turns <= session.turns:
-                return hp.HostFailure(code="bad_request",
-                                      message=f"the provider thread has {session.turns} turns, cannot drop {request.turns}")
+                return hp.HostFailure(
+                    code="bad_request",
+                    message=f"the provider thread has {session.turns} turns, cannot drop {request.turns}",
+                )
             session.turns -= request.turns
-            session.rolled_back[request.rollback_id] = hp.RolledBack(turns_dropped=request.turns,
-                                                                     turns_left=session.turns)
+            session.rolled_back[request.rollback_id] = hp.RolledBack(
+                turns_dropped=request.turns, turns_left=session.turns
+            )
             return session.rolled_back[request.rollback_id]
         if verb == "session.stop":
             del host.sessions[request.session_id]

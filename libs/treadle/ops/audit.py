@@ -8,7 +8,7 @@ tenant consumer credentials (which may read ``treadle.evt.<tenant>.>``) cannot r
 from __future__ import annotations
 
 import os
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.js import JetStreamContext
@@ -18,8 +18,14 @@ from ..domain.ids import is_token, new_id
 from ..eventlog import streams
 
 STREAM = streams.AUDIT.name
-ACTIONS = ("token.created", "token.revoked", "broker_credential.created", "broker_credential.revoked",
-           "broker_credential.reset", "policy.updated")
+ACTIONS = (
+    "token.created",
+    "token.revoked",
+    "broker_credential.created",
+    "broker_credential.revoked",
+    "broker_credential.reset",
+    "policy.updated",
+)
 
 
 class AuditRecord(msgspec.Struct, kw_only=True):
@@ -50,13 +56,27 @@ async def ensure(js: JetStreamContext) -> None:
         await streams.ensure_stream(js, streams.AUDIT)
 
 
-async def record(js: JetStreamContext, *, tenant: str, action: str, target: str, actor: str | None = None,
-                 details: dict | None = None) -> AuditRecord:
+async def record(
+    js: JetStreamContext,
+    *,
+    tenant: str,
+    action: str,
+    target: str,
+    actor: str | None = None,
+    details: dict | None = None,
+) -> AuditRecord:
     """Append one record (after making sure the stream exists; audited operations are rare)."""
     await streams.settled(lambda: ensure(js))
     now = datetime.now(UTC)
-    entry = AuditRecord(id=new_id("evt", int(now.timestamp() * 1000)), at=now, tenant=tenant, action=action,
-                        actor=actor or _operator(), target=target, details=details or {})
+    entry = AuditRecord(
+        id=new_id("evt", int(now.timestamp() * 1000)),
+        at=now,
+        tenant=tenant,
+        action=action,
+        actor=actor or _operator(),
+        target=target,
+        details=details or {},
+    )
     # Repeated with the same Nats-Msg-Id while a cluster elects a leader: a copy that landed is dropped.
     payload = msgspec.json.encode(entry)
     await streams.settled(lambda: js.publish(subject(tenant, action), payload, headers={"Nats-Msg-Id": entry.id}))

@@ -33,14 +33,13 @@ import os
 import secrets
 import signal
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import bcrypt
 import msgspec
 
 from ..client.tenant_events import API_PREFIX, TenantCredential  # the document a tenant receives
-
 from ..domain.ids import is_token
 from ..eventlog.subjects import EVENTS_STREAM
 from ..runtime import partitions
@@ -95,8 +94,13 @@ def tenant_permissions(tenant: str, consumer: str) -> dict:
     """Inside the credential's own account: pull from, inspect and ack its one consumer, and subscribe to
     ``treadle.evt.<tenant>.>`` and its own inboxes. Everything not allowed is denied (an allow list)."""
     return {
-        "publish": {"allow": [_local_api(_consumer_api("INFO", consumer)),
-                              _local_api(_consumer_api("MSG.NEXT", consumer)), _acks(consumer)]},
+        "publish": {
+            "allow": [
+                _local_api(_consumer_api("INFO", consumer)),
+                _local_api(_consumer_api("MSG.NEXT", consumer)),
+                _acks(consumer),
+            ]
+        },
         "subscribe": {"allow": [f"treadle.evt.{tenant}.>", f"_INBOX_{consumer}.>"]},
     }
 
@@ -116,13 +120,25 @@ def service_exports(cred: ConsumerCredential) -> list[dict]:
 def tenant_account(cred: ConsumerCredential) -> dict:
     """The credential's account: its one user and the imports matching :func:`service_exports`."""
     source = {"account": SERVICE_ACCOUNT}
-    imports: list[dict] = [{"service": {**source, "subject": _consumer_api(verb, cred.consumer)},
-                            "to": _local_api(_consumer_api(verb, cred.consumer))} for verb in ("INFO", "MSG.NEXT")]
+    imports: list[dict] = [
+        {
+            "service": {**source, "subject": _consumer_api(verb, cred.consumer)},
+            "to": _local_api(_consumer_api(verb, cred.consumer)),
+        }
+        for verb in ("INFO", "MSG.NEXT")
+    ]
     imports.append({"service": {**source, "subject": _acks(cred.consumer)}})
     imports.append({"stream": {**source, "subject": f"treadle.evt.{cred.tenant}.>"}})
-    return {"users": [{"user": cred.id, "password": cred.password_hash,
-                       "permissions": tenant_permissions(cred.tenant, cred.consumer)}],
-            "imports": imports}
+    return {
+        "users": [
+            {
+                "user": cred.id,
+                "password": cred.password_hash,
+                "permissions": tenant_permissions(cred.tenant, cred.consumer),
+            }
+        ],
+        "imports": imports,
+    }
 
 
 def _hash(password: str) -> str:
@@ -186,13 +202,22 @@ class BrokerAuth:
             raise ValueError(f"tenant {tenant!r} is not a valid token ([A-Za-z0-9_-], 1..64 characters)")
         cred_id = "tc_" + secrets.token_hex(8)
         password = secrets.token_urlsafe(24)
-        cred = ConsumerCredential(id=cred_id, tenant=tenant, password_hash=_hash(password),
-                                  created_at=datetime.now(UTC).isoformat())
+        cred = ConsumerCredential(
+            id=cred_id, tenant=tenant, password_hash=_hash(password), created_at=datetime.now(UTC).isoformat()
+        )
         with self._locked():
             self._save([*self.credentials(), cred])
-        return TenantCredential(url=url, user=cred_id, password=password, tenant=tenant, stream=EVENTS_STREAM,
-                                consumer=cred.consumer, inbox_prefix=cred.inbox_prefix,
-                                filter=f"treadle.evt.{tenant}.>", api_prefix=API_PREFIX)
+        return TenantCredential(
+            url=url,
+            user=cred_id,
+            password=password,
+            tenant=tenant,
+            stream=EVENTS_STREAM,
+            consumer=cred.consumer,
+            inbox_prefix=cred.inbox_prefix,
+            filter=f"treadle.evt.{tenant}.>",
+            api_prefix=API_PREFIX,
+        )
 
     def credential(self, cred_id: str) -> ConsumerCredential | None:
         return next((c for c in self.credentials() if c.id == cred_id), None)
@@ -214,16 +239,21 @@ class BrokerAuth:
         includes; JSON is valid NATS config syntax."""
         service = self.service()
         creds = self.credentials()
-        accounts: dict[str, dict] = {SERVICE_ACCOUNT: {
-            "jetstream": "enabled",
-            "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
-            "exports": [export for cred in creds for export in service_exports(cred)],
-            "mappings": partitions.nats_mappings(),  # thread partitions of the events (runtime/partitions.py)
-        }}
+        accounts: dict[str, dict] = {
+            SERVICE_ACCOUNT: {
+                "jetstream": "enabled",
+                "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
+                "exports": [export for cred in creds for export in service_exports(cred)],
+                "mappings": partitions.nats_mappings(),  # thread partitions of the events (runtime/partitions.py)
+            }
+        }
         for cred in creds:
             accounts[cred.id] = tenant_account(cred)
-        text = "# Generated by Treadle (treadle.ops.broker_auth); do not edit.\naccounts " + \
-            json.dumps(accounts, indent=2) + "\n"
+        text = (
+            "# Generated by Treadle (treadle.ops.broker_auth); do not edit.\naccounts "
+            + json.dumps(accounts, indent=2)
+            + "\n"
+        )
         path = self.server_dir / CONF
         _write_private(path, text.encode())
         return path

@@ -3,7 +3,7 @@ has the default policy. Every change is audited (``policy.updated``)."""
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.js import JetStreamContext
@@ -39,7 +39,16 @@ class PolicyStore:
             raise ValueError(f"tenant {tenant!r} is not a token ([A-Za-z0-9_-], 1..64 characters)")
         stored = msgspec.structs.replace(validated(policy), updated_at=datetime.now(UTC), updated_by=actor)
         await (await self._bucket()).put(tenant, msgspec.json.encode(stored))
-        await audit.record(self._js, tenant=tenant, action="policy.updated", target=tenant, actor=actor,
-                           details={"allowed_modes": list(stored.allowed_modes), "max_threads": stored.max_threads,
-                                    "max_queued_runs": stored.max_queued_runs})
+        await audit.record(
+            self._js,
+            tenant=tenant,
+            action="policy.updated",
+            target=tenant,
+            actor=actor,
+            details={
+                "allowed_modes": list(stored.allowed_modes),
+                "max_threads": stored.max_threads,
+                "max_queued_runs": stored.max_queued_runs,
+            },
+        )
         return stored

@@ -208,8 +208,9 @@ class _LocalServer:
                     return
                 if time.monotonic() - since >= BACKOFF_RESET_AFTER:
                     delay = BACKOFF_INITIAL
-                log.warning("%s (pid %d) exited with %s; restarting in %.2fs", self.name, proc.pid, proc.returncode,
-                            delay)
+                log.warning(
+                    "%s (pid %d) exited with %s; restarting in %.2fs", self.name, proc.pid, proc.returncode, delay
+                )
             await asyncio.sleep(delay)  # the restart backoff, not a wait for anything
             delay = min(delay * 2, BACKOFF_MAX)
             if self._held:
@@ -339,8 +340,18 @@ class NatsServer(_LocalServer):
             self.config_path.write_text("\n".join(sections) + "\n")
 
     def _argv(self) -> list[str]:
-        argv = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.dir),
-                "-P", str(self.dir / PID_FILE)]
+        argv = [
+            self.binary,
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.dir),
+            "-P",
+            str(self.dir / PID_FILE),
+        ]
         if self.http_port:
             argv += ["-m", str(self.http_port)]
         if self.config_text is not None or self.auth is not None or self.sections:
@@ -357,8 +368,9 @@ class NatsServer(_LocalServer):
         """The monitoring endpoint's ``/healthz``: JetStream is up (in a cluster: in contact with a meta
         leader and caught up). Needs ``http_port``."""
         assert self.http_port, "healthy() needs the monitoring port"
-        return await _probe(self.http_port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-                            b"HTTP/1.1 200")
+        return await _probe(
+            self.http_port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", b"HTTP/1.1 200"
+        )
 
     async def _ready(self) -> bool:
         # The client port opens only after JetStream has recovered its streams.
@@ -404,9 +416,14 @@ class NatsCluster:
         routes = [route for _, route, _ in ports]
         self.names = [f"{name}-{n}" for n in range(1, size + 1)]  # server names, as JetStream reports leaders
         self.nodes = [
-            NatsServer(self.dir / f"node-{n}", port=client, http_port=http, auth=self.auth,
-                       start_timeout=start_timeout,
-                       sections=[server_name_section(server), cluster_section(name, route, routes)])
+            NatsServer(
+                self.dir / f"node-{n}",
+                port=client,
+                http_port=http,
+                auth=self.auth,
+                start_timeout=start_timeout,
+                sections=[server_name_section(server), cluster_section(name, route, routes)],
+            )
             for n, (server, (client, route, http)) in enumerate(zip(self.names, ports), start=1)
         ]
 

@@ -24,24 +24,37 @@ def config(consumer: str, tenant: str, *, from_seq: int | None = None, type_: st
     if from_seq is not None and from_seq < 1:
         raise ValueError(f"from_seq must be a stream sequence (1 or more), not {from_seq}")
     filters = filters_for(tenant, [type_] if type_ else None)
-    return ConsumerConfig(name=consumer, durable_name=consumer,
-                          filter_subject=filters[0] if len(filters) == 1 else None,
-                          filter_subjects=filters if len(filters) > 1 else None,
-                          ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT, max_ack_pending=MAX_ACK_PENDING,
-                          deliver_policy=DeliverPolicy.BY_START_SEQUENCE if from_seq else DeliverPolicy.ALL,
-                          opt_start_seq=from_seq or None)
+    return ConsumerConfig(
+        name=consumer,
+        durable_name=consumer,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=filters if len(filters) > 1 else None,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT,
+        max_ack_pending=MAX_ACK_PENDING,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE if from_seq else DeliverPolicy.ALL,
+        opt_start_seq=from_seq or None,
+    )
 
 
-async def create(js: JetStreamContext, consumer: str, tenant: str, *, from_seq: int | None = None,
-                 type_: str | None = None) -> ConsumerConfig:
+async def create(
+    js: JetStreamContext, consumer: str, tenant: str, *, from_seq: int | None = None, type_: str | None = None
+) -> ConsumerConfig:
     """The credential's consumer, from the start of the stream or from ``from_seq``."""
     wanted = config(consumer, tenant, from_seq=from_seq, type_=type_)
     await js.add_consumer(EVENTS_STREAM, wanted)
     return wanted
 
 
-async def reset(js: JetStreamContext, consumer: str, tenant: str, *, from_seq: int | None = None,
-                type_: str | None = None, keep_type: bool = True) -> ConsumerConfig:
+async def reset(
+    js: JetStreamContext,
+    consumer: str,
+    tenant: str,
+    *,
+    from_seq: int | None = None,
+    type_: str | None = None,
+    keep_type: bool = True,
+) -> ConsumerConfig:
     """Recreate the credential's consumer at ``from_seq`` (default: after what it had acked, so nothing is
     lost) with ``type_`` (default: the type it had, unless ``keep_type`` is False). A start position
     cannot be changed in place, hence delete and create. A missing consumer is created."""

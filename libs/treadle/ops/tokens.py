@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.js import JetStreamContext
@@ -63,8 +63,13 @@ class TokenStore:
         token = PREFIX + secrets.token_urlsafe(32)
         principal = Principal(tenant=tenant, user=user, role=role, created_at=datetime.now(UTC).isoformat())
         await (await self._bucket()).put(digest(token), msgspec.json.encode(principal))
-        await audit.record(self._js, tenant=tenant, action="token.created", target=token_id(token),
-                           details={"user": user, "role": role})
+        await audit.record(
+            self._js,
+            tenant=tenant,
+            action="token.created",
+            target=token_id(token),
+            details={"user": user, "role": role},
+        )
         return token
 
     async def revoke(self, token: str | None = None, *, id: str | None = None) -> Principal:
@@ -88,8 +93,9 @@ class TokenStore:
         principal = msgspec.json.decode(entry.value, type=Principal)
         await kv.delete(key)
         self._cache.pop(key, None)
-        await audit.record(self._js, tenant=principal.tenant, action="token.revoked", target=key[:16],
-                           details={"user": principal.user})
+        await audit.record(
+            self._js, tenant=principal.tenant, action="token.revoked", target=key[:16], details={"user": principal.user}
+        )
         return principal
 
     async def resolve(self, token: str) -> Principal | None:

@@ -41,8 +41,9 @@ class HostDirectory(Protocol):
     nobody serves raises ``HostGone``; no answer in time raises ``HostUnavailable``. Refusals are returned as
     ``HostFailure`` replies."""
 
-    async def place(self, request: hp.PlaceSession, timeout: float | None = None,
-                    full: bool = False) -> hp.SessionPlaced | hp.HostFailure: ...
+    async def place(
+        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False
+    ) -> hp.SessionPlaced | hp.HostFailure: ...
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure: ...
 
@@ -52,5 +53,6 @@ class HostDirectory(Protocol):
 
     async def fork(self, host_id: str, request: hp.ForkThread) -> hp.Forked | hp.HostFailure: ...
 
-    async def rollback(self, host_id: str, request: hp.RollbackTurns,
-                       timeout: float | None = None) -> hp.RolledBack | hp.HostFailure: ...
+    async def rollback(
+        self, host_id: str, request: hp.RollbackTurns, timeout: float | None = None
+    ) -> hp.RolledBack | hp.HostFailure: ...

@@ -34,7 +34,6 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
-
 from redis.asyncio import Redis
 
 from ..domain import events as ev
@@ -66,8 +65,10 @@ class CheckReport(msgspec.Struct, kw_only=True):
         return not self.problems
 
     def summary(self, limit: int = 50) -> str:
-        head = (f"{self.events} events, {self.threads} threads, {self.runs} runs ({self.terminal_runs} ended), "
-                f"{self.projections} projections compared: {len(self.problems)} problem(s)")
+        head = (
+            f"{self.events} events, {self.threads} threads, {self.runs} runs ({self.terminal_runs} ended), "
+            f"{self.projections} projections compared: {len(self.problems)} problem(s)"
+        )
         kinds = Counter(p.kind for p in self.problems)
         lines = [f"  by kind: {', '.join(f'{k} {n}' for k, n in kinds.most_common())}"] if kinds else []
         lines += [f"  seq {p.seq} {p.kind}: {p.detail} [{p.subject}]" for p in self.problems[:limit]]
@@ -148,15 +149,20 @@ class _Checker:
     def payload(self, t: _Thread, seq: int, subject: str, env: ev.Envelope) -> None:
         d = env.data
         run_id = getattr(d, "run_id", None)
-        if (env.type.startswith("run.") and run_id in t.ended and env.type not in TERMINAL
-                and not isinstance(d, ev.RunQueued)):
+        if (
+            env.type.startswith("run.")
+            and run_id in t.ended
+            and env.type not in TERMINAL
+            and not isinstance(d, ev.RunQueued)
+        ):
             self.problem(seq, subject, "after_terminal", f"{env.type} of run {run_id} after it ended")
         if isinstance(d, ev.RunQueued):
             if d.run_id in t.runs:
                 self.problem(seq, subject, "duplicate_run", d.run_id)
             elif d.ordinal != t.next_ordinal:
-                self.problem(seq, subject, "ordinal_gap", f"run {d.run_id} has ordinal {d.ordinal}, "
-                                                          f"expected {t.next_ordinal}")
+                self.problem(
+                    seq, subject, "ordinal_gap", f"run {d.run_id} has ordinal {d.ordinal}, expected {t.next_ordinal}"
+                )
             t.runs.add(d.run_id)
             if d.dispatched:
                 t.dispatched.add(d.run_id)
@@ -213,8 +219,12 @@ class _Checker:
 
     def accepted(self, t: _Thread, seq: int, subject: str, command_id: str, message_id: str) -> None:
         if command_id in t.commands:
-            self.problem(seq, subject, "duplicate_message", f"command {command_id} accepted message {message_id} "
-                                                            f"after the one at seq {t.commands[command_id]}")
+            self.problem(
+                seq,
+                subject,
+                "duplicate_message",
+                f"command {command_id} accepted message {message_id} after the one at seq {t.commands[command_id]}",
+            )
         t.commands.setdefault(command_id, seq)
 
     def delivered(self, t: _Thread, seq: int, subject: str, message_id: str, how: str) -> None:
@@ -222,8 +232,12 @@ class _Checker:
         if steer is None:
             self.problem(seq, subject, "unknown_message", f"delivery ({how}) of message {message_id} never accepted")
         elif steer.delivered_by is not None:
-            self.problem(seq, subject, "delivered_twice", f"steer {message_id} delivered ({how}) after it was "
-                                                          f"delivered ({steer.delivered_by})")
+            self.problem(
+                seq,
+                subject,
+                "delivered_twice",
+                f"steer {message_id} delivered ({how}) after it was delivered ({steer.delivered_by})",
+            )
         else:
             steer.delivered_by = how
 
@@ -236,29 +250,46 @@ class _Checker:
         t.ended[d.run_id] = seq
         # L10.2/L10.4: a run a provider worked on ends with its checkpoint, or a summary saying why there is none.
         if d.run_id in t.started and d.checkpoint is None and d.run_id not in t.checkpointed:
-            self.problem(seq, subject, "no_checkpoint", f"run {d.run_id} ended ({type_}) without a checkpoint "
-                                                        "or a missing/error summary")
+            self.problem(
+                seq,
+                subject,
+                "no_checkpoint",
+                f"run {d.run_id} ended ({type_}) without a checkpoint or a missing/error summary",
+            )
 
     def finish(self) -> CheckReport:
         for key, t in self.threads.items():
             subject = self.subject_of[key]
             for message_id, steer in t.steers.items():
                 if steer.delivered_by is None and steer.run_id in t.ended:
-                    self.problem(t.ended[steer.run_id], subject, "undelivered_steer",
-                                 f"steer {message_id} of run {steer.run_id} was never delivered")
+                    self.problem(
+                        t.ended[steer.run_id],
+                        subject,
+                        "undelivered_steer",
+                        f"steer {message_id} of run {steer.run_id} was never delivered",
+                    )
             over = t.ended.keys() | t.rolled_back
             waiting = sorted(t.runs - t.dispatched - over)
             if waiting and not (t.dispatched - over) and not t.rollbacks:
-                self.problem(t.last_seq, subject, "stalled_queue",
-                             f"{len(waiting)} queued run(s) ({', '.join(waiting[:3])}…) and none active to wait for")
+                self.problem(
+                    t.last_seq,
+                    subject,
+                    "stalled_queue",
+                    f"{len(waiting)} queued run(s) ({', '.join(waiting[:3])}…) and none active to wait for",
+                )
             for request_id, (seq, run_id, attempt_id) in t.pending.items():
                 session = t.sessions.get(attempt_id)
                 if session is not None and session in t.stopped:
-                    self.problem(seq, subject, "orphan_request",
-                                 f"request {request_id} still pending; its session {session} is gone")
+                    self.problem(
+                        seq,
+                        subject,
+                        "orphan_request",
+                        f"request {request_id} still pending; its session {session} is gone",
+                    )
                 elif run_id in t.ended:
-                    self.problem(seq, subject, "orphan_request",
-                                 f"request {request_id} still pending; its run {run_id} ended")
+                    self.problem(
+                        seq, subject, "orphan_request", f"request {request_id} still pending; its run {run_id} ended"
+                    )
         r = self.report
         r.threads = len(self.threads)
         r.runs = sum(len(t.runs) for t in self.threads.values())
@@ -337,8 +368,11 @@ def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
             where = f"stored document is not JSON: {exc}"
         problems.append(problem("projection_mismatch", where))
     if stored.summary != _summary_encoder.encode(store.summary(state)):
-        problems.append(problem("summary_mismatch", f"summary of {t.id} in treadle:{{{t.tenant}}}:summaries differs "
-                                                    "from the replay"))
+        problems.append(
+            problem(
+                "summary_mismatch", f"summary of {t.id} in treadle:{{{t.tenant}}}:summaries differs from the replay"
+            )
+        )
     for entity, thread in stored.index.items():
         if thread != t.id:
             problems.append(problem("index_mismatch", f"{entity} is indexed to {thread!r}, not {t.id}"))
@@ -354,7 +388,9 @@ def indexed_ids(state: ThreadState) -> list[str]:
 # --- readers ---------------------------------------------------------------------------------------------
 
 
-async def read_events(nc: NATS, tenant: str | None = None, until_seq: int | None = None) -> list[tuple[int, str, bytes]]:
+async def read_events(
+    nc: NATS, tenant: str | None = None, until_seq: int | None = None
+) -> list[tuple[int, str, bytes]]:
     """``(seq, subject, data)`` of TREADLE_EVENTS (or of one tenant) up to ``until_seq`` (default: now)."""
     js = nc.jetstream()
     info = await js.stream_info(subjects.EVENTS_STREAM)
@@ -399,8 +435,12 @@ async def read_stored(redis: Redis, tenant: str, thread: str, ids: list[str]) ->
             pipe.hget(index, id_)
         parts, summary, *owners = await pipe.execute()
     seq = parts.get(b"seq")
-    return Stored(doc=document.assemble(parts), seq=int(seq) if seq else 0, summary=summary,
-                  index={i: o.decode() if o else None for i, o in zip(ids, owners)})
+    return Stored(
+        doc=document.assemble(parts),
+        seq=int(seq) if seq else 0,
+        summary=summary,
+        index={i: o.decode() if o else None for i, o in zip(ids, owners)},
+    )
 
 
 async def stored_threads(redis: Redis, tenant: str | None = None) -> set[tuple[str, str]]:
@@ -408,7 +448,7 @@ async def stored_threads(redis: Redis, tenant: str | None = None) -> set[tuple[s
     found = set()
     async for key in redis.scan_iter(match=f"treadle:{{{tenant or '*'}}}:thread:*", count=1000):
         head, _, thread = key.decode().rpartition(":thread:")
-        found.add((head[len("treadle:{"):-1], thread))
+        found.add((head[len("treadle:{") : -1], thread))
     return found
 
 
@@ -426,10 +466,17 @@ async def check_projections(nc: NATS, redis: Redis, tenant: str | None = None, s
         for (tenant_, thread), state in sorted(folded.items()):
             problems += compare_projection(state, await read_stored(redis, tenant_, thread, indexed_ids(state)))
         for tenant_, thread in sorted(await stored_threads(redis, tenant) - folded.keys()):
-            problems.append(Problem(seq=0, subject=store.keys(tenant_, thread)[0], kind="projection_orphan",
-                                    detail=f"Redis has a document for {tenant_}/{thread}, the log has no such thread"))
+            problems.append(
+                Problem(
+                    seq=0,
+                    subject=store.keys(tenant_, thread)[0],
+                    kind="projection_orphan",
+                    detail=f"Redis has a document for {tenant_}/{thread}, the log has no such thread",
+                )
+            )
         moving = any(p.kind in ("projection_stale", "projection_missing") for p in problems) or any(
-            p.kind == "stalled_queue" for p in report.problems)
+            p.kind == "stalled_queue" for p in report.problems
+        )
         if not moving or loop.time() >= deadline:
             break
         await asyncio.sleep(0.2)  # the projector is catching up: look again (bounded by `settle`)

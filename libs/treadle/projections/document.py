@@ -22,14 +22,44 @@ _encode = msgspec.json.Encoder().encode
 
 # Events whose fold changes only: the small fields, appended list elements, the run named by the event's
 # `run_id` and the message named by its `message_id`. Any other event makes the next write a full one.
-LOCAL_EVENTS = frozenset({
-    ev.ThreadCreated, ev.MessageCreated, ev.MessageDelta, ev.MessageCompleted, ev.RunQueued, ev.RunDispatched, ev.RunHeld,
-    ev.RunStarted, ev.RunCompleted, ev.RunFailed, ev.RunInterrupted, ev.RunCancelled, ev.AttemptStarted,
-    ev.AttemptEnded, ev.NodeStarted, ev.NodeCompleted, ev.ProviderAttached, ev.ProviderStopped, ev.RequestOpened,
-    ev.RequestResolved, ev.PlanUpdated, ev.CheckpointCaptured, ev.RunWarning, ev.RunSteered, ev.SteerDelivered,
-    ev.InterruptRequested, ev.InterruptSent, ev.QueueReordered, ev.PlanImplemented,
-    ev.ThreadForked, ev.ChildForked, ev.HandoffCreated, ev.ContextResolved, ev.TransferFailed,
-})
+LOCAL_EVENTS = frozenset(
+    {
+        ev.ThreadCreated,
+        ev.MessageCreated,
+        ev.MessageDelta,
+        ev.MessageCompleted,
+        ev.RunQueued,
+        ev.RunDispatched,
+        ev.RunHeld,
+        ev.RunStarted,
+        ev.RunCompleted,
+        ev.RunFailed,
+        ev.RunInterrupted,
+        ev.RunCancelled,
+        ev.AttemptStarted,
+        ev.AttemptEnded,
+        ev.NodeStarted,
+        ev.NodeCompleted,
+        ev.ProviderAttached,
+        ev.ProviderStopped,
+        ev.RequestOpened,
+        ev.RequestResolved,
+        ev.PlanUpdated,
+        ev.CheckpointCaptured,
+        ev.RunWarning,
+        ev.RunSteered,
+        ev.SteerDelivered,
+        ev.InterruptRequested,
+        ev.InterruptSent,
+        ev.QueueReordered,
+        ev.PlanImplemented,
+        ev.ThreadForked,
+        ev.ChildForked,
+        ev.HandoffCreated,
+        ev.ContextResolved,
+        ev.TransferFailed,
+    }
+)
 
 
 class Changes:

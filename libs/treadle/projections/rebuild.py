@@ -45,5 +45,5 @@ async def rebuild(nc: NATS, store: ProjectionStore, chunk: int = 200) -> int:
     """Write every thread's projection; returns the number of threads written."""
     folded = [(state, runs, None) for state, runs in (await fold_all(nc)).values()]
     for i in range(0, len(folded), chunk):
-        await store.write(folded[i:i + chunk])
+        await store.write(folded[i : i + chunk])
     return len(folded)

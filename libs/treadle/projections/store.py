@@ -55,8 +55,12 @@ _view_decoder = msgspec.json.Decoder(ThreadView)
 
 
 def _keys(tenant: str, thread: str) -> list[str]:
-    return [f"treadle:{{{tenant}}}:thread:{thread}", f"treadle:{{{tenant}}}:threads",
-            f"treadle:{{{tenant}}}:summaries", f"treadle:{{{tenant}}}:runs"]
+    return [
+        f"treadle:{{{tenant}}}:thread:{thread}",
+        f"treadle:{{{tenant}}}:threads",
+        f"treadle:{{{tenant}}}:summaries",
+        f"treadle:{{{tenant}}}:runs",
+    ]
 
 
 keys = _keys  # document, tenant list, summaries, index: what `treadle check` reads back
@@ -153,8 +157,17 @@ class ProjectionStore:
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
                 whole = changes is None or changes.everything
-                args = [state.seq, t.id, created, _encoder.encode(summary(state)), int(whole), VIEW_VERSION,
-                        len(run_ids), *run_ids, *document.fields(state, changes)]
+                args = [
+                    state.seq,
+                    t.id,
+                    created,
+                    _encoder.encode(summary(state)),
+                    int(whole),
+                    VIEW_VERSION,
+                    len(run_ids),
+                    *run_ids,
+                    *document.fields(state, changes),
+                ]
                 pipe.evalsha(self._script.sha, 4, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 

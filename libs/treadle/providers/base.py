@@ -38,8 +38,9 @@ class TurnSink(Protocol):
 class Turn:
     """One provider turn as an adapter sees it."""
 
-    def __init__(self, *, run_id: str, attempt_id: str, root_node_id: str, text: str, script: dict | None,
-                 ids: IdFactory) -> None:
+    def __init__(
+        self, *, run_id: str, attempt_id: str, root_node_id: str, text: str, script: dict | None, ids: IdFactory
+    ) -> None:
         self.run_id = run_id
         self.attempt_id = attempt_id
         self.root_node_id = root_node_id

@@ -11,8 +11,9 @@ MAX_BYTES = 4096
 
 
 class Coalescer:
-    def __init__(self, interval: float = INTERVAL, max_bytes: int = MAX_BYTES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, interval: float = INTERVAL, max_bytes: int = MAX_BYTES, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._interval = interval
         self._max_bytes = max_bytes
         self._clock = clock

@@ -28,7 +28,7 @@ def relevant_line(lines: Iterable[str]) -> str | None:
         if line and _ERROR.search(line) and not _NOISE.match(line):
             found = line
     if found is not None and len(found) > MAX_LINE:
-        found = found[:MAX_LINE - 1] + "…"
+        found = found[: MAX_LINE - 1] + "…"
     return found
 
 

@@ -3,9 +3,9 @@ provider thread back, L10.5)."""
 
 from __future__ import annotations
 
-
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
@@ -38,8 +38,9 @@ class HostClient:
             raise HostUnavailable(f"no provider host answered {subject}: {exc!r}") from None
         return msg.data
 
-    async def place(self, request: hp.PlaceSession, timeout: float | None = None,
-                    full: bool = False) -> hp.SessionPlaced | hp.HostFailure:
+    async def place(
+        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False
+    ) -> hp.SessionPlaced | hp.HostFailure:
         """On a host with room; ``full``: on any host, which releases an idle session to make room (L9.3)."""
         subject = self._shed if full else self._place
         return hp.place_reply.decode(await self._request(subject, hp.encode(request), timeout))
@@ -65,8 +66,9 @@ class HostClient:
         """L6.2: fork the provider thread of a live session natively, on the host that holds it."""
         return hp.fork_reply.decode(await self._request(subjects.host(host_id, "thread.fork"), hp.encode(request)))
 
-    async def rollback(self, host_id: str, request: hp.RollbackTurns, timeout: float | None = None
-                       ) -> hp.RolledBack | hp.HostFailure:
+    async def rollback(
+        self, host_id: str, request: hp.RollbackTurns, timeout: float | None = None
+    ) -> hp.RolledBack | hp.HostFailure:
         """L10.5: drop the last turns of a live session's provider thread, on the host that holds it. A
         runtime may restart to do it (Claude Code), so the caller may allow longer than for other verbs."""
         subject = subjects.host(host_id, "thread.rollback")

@@ -129,7 +129,13 @@ summary_reply = msgspec.json.Decoder(Summary | HostFailure)
 summarise_request = msgspec.json.Decoder(Summarise)
 place_request = msgspec.json.Decoder(PlaceSession)
 turn_request = msgspec.json.Decoder(StartTurn)
-VERB_REQUESTS = {"turn.start": StartTurn, "turn.steer": SteerTurn, "turn.interrupt": StopTurn,
-                 "session.stop": StopTurn, "request.respond": Respond, "thread.fork": ForkThread,
-                 "thread.rollback": RollbackTurns}
+VERB_REQUESTS = {
+    "turn.start": StartTurn,
+    "turn.steer": SteerTurn,
+    "turn.interrupt": StopTurn,
+    "session.stop": StopTurn,
+    "request.respond": Respond,
+    "thread.fork": ForkThread,
+    "thread.rollback": RollbackTurns,
+}
 encode = msgspec.json.Encoder().encode

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..domain import provider_events as pe
 from ..domain import script as sc
 from ..domain.capabilities import PROFILES
-from .base import ProviderAdapter, ResumeFailed, Response, RuntimeLost, Turn, TurnSink, Unsupported
+from .base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, TurnSink, Unsupported
 from .protocol import PlaceSession
 
 # Without a profile in its script the scripted provider behaves like Claude Code: no active steering.
@@ -46,7 +46,7 @@ class Conversation:
                 f.write(json.dumps(entry) + "\n")
 
     def drop_last(self, turns: int) -> None:
-        self.turns = self.turns[:len(self.turns) - turns]
+        self.turns = self.turns[: len(self.turns) - turns]
         if self._path is not None:
             tmp = self._path.with_suffix(".tmp")
             tmp.write_text("".join(json.dumps(t) + "\n" for t in self.turns))
@@ -65,18 +65,19 @@ class ScriptedAdapter(ProviderAdapter):
 
     writes_as_tenant = True  # takes the host's sandbox only for the tenant's uid (it starts no runtime process)
 
-    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None,
-                 sandbox=None) -> None:
+    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None, sandbox=None) -> None:
         super().__init__(workspace)
         # files it writes into the workspace belong to the tenant's uid (treadle.sandbox.identity) when the host
         # sandboxes runtimes; without a sandbox (TREADLE_SANDBOX=off, adapter tests) to the host's user
-        self._owner = (sandbox.identities.ids(request.tenant)
-                       if sandbox is not None and sandbox.enabled else None)
+        self._owner = sandbox.identities.ids(request.tenant) if sandbox is not None and sandbox.enabled else None
         self.capabilities = request.capabilities or DEFAULT_CAPABILITIES
         # <state>/provider-runtimes/<host>/<session> -> <state>/provider-runtimes/scripted-threads/<tenant>;
         # an ephemeral thread (a summary turn, L5.5) must leave nothing behind, so it remembers in memory only.
-        self._threads_root = (Path(state_dir).parent.parent / "scripted-threads" / request.tenant
-                              if state_dir is not None and not request.ephemeral else None)
+        self._threads_root = (
+            Path(state_dir).parent.parent / "scripted-threads" / request.tenant
+            if state_dir is not None and not request.ephemeral
+            else None
+        )
         self._conversation: Conversation | None = None
         self._pending: dict[str, asyncio.Future] = {}
         self._turns = 0
@@ -142,7 +143,9 @@ class ScriptedAdapter(ProviderAdapter):
         status, error = "completed", None
         self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
         self._remembered[turn.attempt_id] = remembered
-        play = self._plays[turn.attempt_id] = asyncio.create_task(self._play(script.steps, turn, sink, turn.root_node_id))
+        play = self._plays[turn.attempt_id] = asyncio.create_task(
+            self._play(script.steps, turn, sink, turn.root_node_id)
+        )
         if self._starting.pop(turn.attempt_id, False):
             play.cancel()
         try:
@@ -214,7 +217,7 @@ class ScriptedAdapter(ProviderAdapter):
             if isinstance(step, sc.Text):
                 message_id = turn.ids.next("msg")
                 for i in range(0, len(step.text), step.chunk):
-                    await sink.text(message_id, node_id, step.text[i:i + step.chunk])
+                    await sink.text(message_id, node_id, step.text[i : i + step.chunk])
                     if step.delay_ms:
                         await asyncio.sleep(step.delay_ms / 1000)  # the script's pacing
                 await sink.text_done(message_id, node_id, step.text)
@@ -226,8 +229,11 @@ class ScriptedAdapter(ProviderAdapter):
                 await sink.event(pe.ToolCompleted(node_id=tool, status=step.status, output=step.output))
             elif isinstance(step, sc.WriteFile):
                 tool = turn.ids.next("node")
-                await sink.event(pe.ToolStarted(node_id=tool, parent_id=node_id, title=f"write {step.path}",
-                                                input={"path": step.path}))
+                await sink.event(
+                    pe.ToolStarted(
+                        node_id=tool, parent_id=node_id, title=f"write {step.path}", input={"path": step.path}
+                    )
+                )
                 await asyncio.to_thread(self._write, step.path, step.content)
                 await sink.event(pe.ToolCompleted(node_id=tool, output=f"wrote {len(step.content)} characters"))
             elif isinstance(step, sc.Delay):
@@ -241,17 +247,25 @@ class ScriptedAdapter(ProviderAdapter):
                 declined = isinstance(step, sc.Approval) and answer.decision in ("decline", "cancel")
             elif isinstance(step, sc.Todo):
                 if caps.todo_list:
-                    await sink.event(pe.PlanUpdated(plan_id=plan_id, kind="todo_list", node_id=node_id, items=step.items))
+                    await sink.event(
+                        pe.PlanUpdated(plan_id=plan_id, kind="todo_list", node_id=node_id, items=step.items)
+                    )
             elif isinstance(step, sc.ProposedPlan):
                 if caps.proposed_plan:
-                    await sink.event(pe.PlanUpdated(plan_id=turn.ids.next("plan"), kind="proposed_plan",
-                                                    node_id=node_id, text=step.text))
+                    await sink.event(
+                        pe.PlanUpdated(
+                            plan_id=turn.ids.next("plan"), kind="proposed_plan", node_id=node_id, text=step.text
+                        )
+                    )
             elif isinstance(step, sc.Subagent):
                 child = turn.ids.next("node")
                 # L6.4: with ``fork_subagent`` a subagent plays in a provider thread of its own, named after its node.
                 own = f"{self._ref}~sub~{child}" if caps.fork_subagent else None
-                await sink.event(pe.ToolStarted(node_id=child, parent_id=node_id, kind="subagent", title=step.title,
-                                                native_thread_ref=own))
+                await sink.event(
+                    pe.ToolStarted(
+                        node_id=child, parent_id=node_id, kind="subagent", title=step.title, native_thread_ref=own
+                    )
+                )
                 steered = await self._play(step.steps, turn, sink, child)
                 await sink.event(pe.ToolCompleted(node_id=child))
                 if steered:
@@ -282,11 +296,23 @@ class ScriptedAdapter(ProviderAdapter):
         self._pending[request_id] = future
         parent = None if parent_id == turn.root_node_id else parent_id
         if isinstance(step, sc.Question):
-            body = pe.RequestOpened(request_id=request_id, node_id=node_id, parent_id=parent, kind="user_input",
-                                    prompt=step.prompt, detail={"options": step.options})
+            body = pe.RequestOpened(
+                request_id=request_id,
+                node_id=node_id,
+                parent_id=parent,
+                kind="user_input",
+                prompt=step.prompt,
+                detail={"options": step.options},
+            )
         else:
-            body = pe.RequestOpened(request_id=request_id, node_id=node_id, parent_id=parent, kind=step.kind,
-                                    prompt=step.prompt, detail=step.detail)
+            body = pe.RequestOpened(
+                request_id=request_id,
+                node_id=node_id,
+                parent_id=parent,
+                kind=step.kind,
+                prompt=step.prompt,
+                detail=step.detail,
+            )
         await sink.event(body)
         try:
             return await future
@@ -318,10 +344,16 @@ class ScriptedAdapter(ProviderAdapter):
                 os.close(current)
                 current = following
             try:
-                fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
-                             0o644, dir_fd=current)
+                fd = os.open(
+                    parts[-1],
+                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                    0o644,
+                    dir_fd=current,
+                )
             except OSError as exc:
-                raise ScriptFailed(f"write_file {relative}: not a plain file of the workspace ({exc.strerror})") from exc
+                raise ScriptFailed(
+                    f"write_file {relative}: not a plain file of the workspace ({exc.strerror})"
+                ) from exc
             with os.fdopen(fd, "w") as f:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:

@@ -50,10 +50,22 @@ class Later(Exception):
 
 
 class PullConsumer:
-    def __init__(self, js: JetStreamContext, *, stream: str, durable: str, filters: list[str], handle: Handle,
-                 mailboxes: Mailboxes | None = None, key_of: KeyOf = thread_key, batch: int = 256,
-                 ack_wait: float = 6.0, max_ack_pending: int = 4096, max_failures: int = 8,
-                 max_waits: int = MAX_LATER_DELIVERIES) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        stream: str,
+        durable: str,
+        filters: list[str],
+        handle: Handle,
+        mailboxes: Mailboxes | None = None,
+        key_of: KeyOf = thread_key,
+        batch: int = 256,
+        ack_wait: float = 6.0,
+        max_ack_pending: int = 4096,
+        max_failures: int = 8,
+        max_waits: int = MAX_LATER_DELIVERIES,
+    ) -> None:
         self._js = js
         self._stream = stream
         self._durable = durable
@@ -99,16 +111,24 @@ class PullConsumer:
 
     async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
         DEAD_LETTERS.labels(self._durable).inc()
-        log.error("%s: dead-lettering %s (seq %s) after %d failures: %s", self._durable, msg.subject,
-                  msg.metadata.sequence.stream, failures, why)
+        log.error(
+            "%s: dead-lettering %s (seq %s) after %d failures: %s",
+            self._durable,
+            msg.subject,
+            msg.metadata.sequence.stream,
+            failures,
+            why,
+        )
         await msg.term()
 
     def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
         """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
         crashed worker's messages come back in seconds, not minutes."""
+
         def beat() -> None:
             asyncio.ensure_future(msg.in_progress())
             self._beats[id(msg)] = loop.call_later(self._ack_wait / 3, beat)
+
         loop = asyncio.get_running_loop()
         return loop.call_later(self._ack_wait / 3, beat)
 

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from nats.aio.client import Client as NATS
+from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
-from nats.js.api import KeyValueConfig
 
 from . import partitions as parts
 from .clock import Clock, SystemClock
@@ -40,8 +40,18 @@ Lost = Callable[[int, bool], Awaitable[None]]  # (partition, handed back: True w
 
 
 class PartitionLeases:
-    def __init__(self, kv: KeyValue, *, kind: str, replica: str, partitions: int, ttl: float,
-                 gained: Gained, lost: Lost, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        *,
+        kind: str,
+        replica: str,
+        partitions: int,
+        ttl: float,
+        gained: Gained,
+        lost: Lost,
+        clock: Clock | None = None,
+    ) -> None:
         self._kv = kv
         self.kind, self.replica, self.partitions, self.ttl = kind, replica, partitions, ttl
         self._gained, self._lost = gained, lost
@@ -128,8 +138,11 @@ class PartitionLeases:
 
     def members(self) -> set[str]:
         now = self._clock.now()
-        return {key.split(".", 2)[2] for key, (value, _) in self._records.items()
-                if key.split(".", 2)[1] == "member" and value is not None and self._liveness.alive(key, now)}
+        return {
+            key.split(".", 2)[2]
+            for key, (value, _) in self._records.items()
+            if key.split(".", 2)[1] == "member" and value is not None and self._liveness.alive(key, now)
+        }
 
     async def tick(self) -> None:
         """One round: heartbeat, renew, then claim or release what the plan says."""
@@ -139,8 +152,11 @@ class PartitionLeases:
             # Someone else beat under this name since this replica's last heartbeat: two processes share a
             # replica name (TREADLE_REPLICA must be unique per kind), and they will keep taking each other's
             # partitions. OCC keeps the log consistent, but say so loudly.
-            log.error("%s: another process heartbeats as %s; give each replica its own TREADLE_REPLICA",
-                      self.replica, self.replica)
+            log.error(
+                "%s: another process heartbeats as %s; give each replica its own TREADLE_REPLICA",
+                self.replica,
+                self.replica,
+            )
         self._member_revision = await self._kv.put(self._member(), me)
         for partition, revision in list(self.owned.items()):
             started = self._clock.now()
@@ -200,8 +216,9 @@ class PartitionLeases:
         now = self._clock.now()
         for partition, renewed in list(self._renewed.items()):
             if now - renewed >= self.ttl * FENCE:
-                log.warning("%s: could not renew partition %d for %.1fs; letting go", self.replica, partition,
-                            now - renewed)
+                log.warning(
+                    "%s: could not renew partition %d for %.1fs; letting go", self.replica, partition, now - renewed
+                )
                 await self._lose(partition)
 
     async def stop(self) -> None:
@@ -233,16 +250,25 @@ async def lease_bucket(nc: NATS, replicas: int = 1) -> KeyValue:
         return await js.key_value(BUCKET)
     except BucketNotFoundError:
         # history 1: only the latest record counts; max_age sweeps records of replicas long gone
-        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, history=1, ttl=3600.0,
-                                                        replicas=replicas))
+        return await js.create_key_value(KeyValueConfig(bucket=BUCKET, history=1, ttl=3600.0, replicas=replicas))
 
 
 class PartitionedWork:
     """Runs ``make(partition)`` for every partition this replica holds a lease on, and stops it when the
     lease is lost or released."""
 
-    def __init__(self, nc: NATS, *, kind: str, replica: str, ttl: float, make: Callable[[int], Unit],
-                 clock: Clock | None = None, stream_replicas: int = 1, legacy: Legacy | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        kind: str,
+        replica: str,
+        ttl: float,
+        make: Callable[[int], Unit],
+        clock: Clock | None = None,
+        stream_replicas: int = 1,
+        legacy: Legacy | None = None,
+    ) -> None:
         self._nc = nc
         self._kind, self._replica, self._ttl = kind, replica, ttl
         self._make = make
@@ -264,8 +290,16 @@ class PartitionedWork:
         if self._migration is not None:
             await self._migration.start()
         kv = await lease_bucket(self._nc, self._stream_replicas)
-        self.leases = PartitionLeases(kv, kind=self._kind, replica=self._replica, partitions=self.partitions,
-                                      ttl=self._ttl, gained=self._gain, lost=self._lose, clock=self._clock)
+        self.leases = PartitionLeases(
+            kv,
+            kind=self._kind,
+            replica=self._replica,
+            partitions=self.partitions,
+            ttl=self._ttl,
+            gained=self._gain,
+            lost=self._lose,
+            clock=self._clock,
+        )
         await self.leases.start()
 
     async def _gain(self, partition: int) -> None:

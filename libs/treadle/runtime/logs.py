@@ -14,8 +14,13 @@ class _JsonFormatter(logging.Formatter):
         self._worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"at": self.formatTime(record), "level": record.levelname, "worker": self._worker,
-                 "logger": record.name, "msg": record.getMessage()}
+        entry = {
+            "at": self.formatTime(record),
+            "level": record.levelname,
+            "worker": self._worker,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return msgspec.json.encode(entry).decode()

@@ -82,8 +82,10 @@ class Migration:
         if not await remaining(self._js, self._legacy.durables):
             self.done.set()
             return
-        log.warning("partition migration: old consumers %s still exist; their events come first",
-                    ", ".join(d for _, d in self._legacy.durables))
+        log.warning(
+            "partition migration: old consumers %s still exist; their events come first",
+            ", ".join(d for _, d in self._legacy.durables),
+        )
         self._task = asyncio.create_task(self._run(), name="partition-migration")
 
     async def _run(self) -> None:

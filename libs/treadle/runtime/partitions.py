@@ -46,8 +46,7 @@ def nats_mappings(count: int | None = None) -> dict[str, str]:
     n = configured_count() if count is None else count
     token = f"{{{{partition({n},2)}}}}"
     return {
-        "treadle.evt.*.*.*.*": "treadle.evt.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}."
-                               + token,
+        "treadle.evt.*.*.*.*": "treadle.evt.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}." + token,
         "treadle.prov.*.*.*": "treadle.prov.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}." + token,
         PROBE: f"{PROBE}.{n}",
     }
@@ -98,5 +97,6 @@ async def discover(nc: NATS, timeout: float = 5.0) -> int:
     if subject == PROBE or not count.isdigit() or int(count) < 1:
         raise PartitionsNotConfigured(
             "nats-server has no partition mappings: start it with the config Treadle renders "
-            "(treadle.runtime.partitions.nats_mappings)")
+            "(treadle.runtime.partitions.nats_mappings)"
+        )
     return int(count)

@@ -33,8 +33,9 @@ class LingeringPull:
     """The deliveries of one durable pull consumer. :meth:`take` waits for deliveries and returns all that
     have arrived since it was last called, in delivery order."""
 
-    def __init__(self, js: JetStreamContext, stream: str, durable: str, batch: int = 256,
-                 expires: float = IDLE_WAIT) -> None:
+    def __init__(
+        self, js: JetStreamContext, stream: str, durable: str, batch: int = 256, expires: float = IDLE_WAIT
+    ) -> None:
         self._nc = js._nc  # nats-py keeps the connection and API prefix of a context private
         self._subject = f"{js._prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._durable = durable
@@ -81,8 +82,7 @@ class LingeringPull:
         # The request is over: expired idle (408, ask again at once), or refused (consumer deleted, leader moving,
         # too many waiting requests: ask again after a pause, so a consumer that is gone does not spin).
         if status != _EXPIRED:
-            log.info("%s: pull request ended: %s %s", self._durable, status,
-                     (msg.headers or {}).get("Description", ""))
+            log.info("%s: pull request ended: %s %s", self._durable, status, (msg.headers or {}).get("Description", ""))
             self._retry_after = ERROR_BACKOFF
             self._left = 0
             self._wake.set()

@@ -41,8 +41,14 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
         log.warning("nats: %r", exc)
 
     return await nats.connect(
-        name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.25, error_cb=on_error,
-        allow_reconnect=True, connect_timeout=2, pending_size=64 * 1024 * 1024, **options,
+        name=name,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        error_cb=on_error,
+        allow_reconnect=True,
+        connect_timeout=2,
+        pending_size=64 * 1024 * 1024,
+        **options,
     )
 
 
@@ -58,18 +64,34 @@ async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, re
             status, ctype, body = b"200 OK", b"text/plain", b"ok\n"
         elif path == b"/readyz":
             ok = ready()
-            status, ctype, body = (b"200 OK" if ok else b"503 Service Unavailable"), b"text/plain", (b"ready\n" if ok else b"not ready\n")
+            status, ctype, body = (
+                (b"200 OK" if ok else b"503 Service Unavailable"),
+                b"text/plain",
+                (b"ready\n" if ok else b"not ready\n"),
+            )
         else:
             status, ctype, body = b"404 Not Found", b"text/plain", b"not found\n"
-        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
-                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        writer.write(
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: "
+            + ctype
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + body
+        )
         await writer.drain()
     finally:
         writer.close()
 
 
-async def serve(name: str, shared: Shared, own: WorkerSettings,
-                make: Callable[[NATS, contextlib.AsyncExitStack], Awaitable[Service]]) -> None:
+async def serve(
+    name: str,
+    shared: Shared,
+    own: WorkerSettings,
+    make: Callable[[NATS, contextlib.AsyncExitStack], Awaitable[Service]],
+) -> None:
     name = shared.replica_name(name)  # "coordinator-2": one of several replicas of a kind
     logs.setup(name, shared.log_level, shared.log_format)
     stop = asyncio.Event()
@@ -77,6 +99,7 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+
         async def start() -> Service:
             nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)
             stack.push_async_callback(_close, nc)
@@ -85,7 +108,8 @@ async def serve(name: str, shared: Shared, own: WorkerSettings,
             await service.start()
             if own.metrics_port:  # after start: /readyz answering means the worker is consuming
                 server = await asyncio.start_server(
-                    lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port)
+                    lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port
+                )
                 stack.push_async_callback(_close_server, server)
             return service
 
@@ -145,7 +169,10 @@ async def _then_leave(main: Callable[[], Awaitable[None]]) -> None:
         return
     _, stuck = await asyncio.wait(leftovers, timeout=LEFTOVER_SECONDS)
     if stuck:
-        log.warning("leaving %d task(s) that did not end when cancelled: %s", len(stuck),
-                    ", ".join(sorted(t.get_name() for t in stuck)))
+        log.warning(
+            "leaving %d task(s) that did not end when cancelled: %s",
+            len(stuck),
+            ", ".join(sorted(t.get_name() for t in stuck)),
+        )
         logging.shutdown()
         os._exit(0)

@@ -124,7 +124,9 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
         path = parent / name
         path.mkdir(exist_ok=True)
         group.dirs.append(path)
-        _set(path, "memory.max", limits.memory_mb and limits.memory_mb * 1024 * 1024, "memory" in support.v2_controllers)
+        _set(
+            path, "memory.max", limits.memory_mb and limits.memory_mb * 1024 * 1024, "memory" in support.v2_controllers
+        )
         _set(path, "memory.swap.max", limits.memory_mb and 0, "memory" in support.v2_controllers)
         _set(path, "pids.max", limits.pids, "pids" in support.v2_controllers)
         if limits.cpus and "cpu" in support.v2_controllers:
@@ -132,15 +134,23 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
         group.procs.append(str(path / "cgroup.procs"))
         return group
     for controller, base in sorted(support.v1.items()):
-        if (controller == "memory" and not limits.memory_mb) or (controller == "pids" and not limits.pids) or (
-                controller == "cpu" and not limits.cpus):
+        if (
+            (controller == "memory" and not limits.memory_mb)
+            or (controller == "pids" and not limits.pids)
+            or (controller == "cpu" and not limits.cpus)
+        ):
             continue
         path = base / GROUP / name
         path.mkdir(parents=True, exist_ok=True)
         group.dirs.append(path)
         if controller == "memory":
             _set(path, "memory.limit_in_bytes", limits.memory_mb * 1024 * 1024, True)
-            _set(path, "memory.memsw.limit_in_bytes", limits.memory_mb * 1024 * 1024, (path / "memory.memsw.limit_in_bytes").exists())
+            _set(
+                path,
+                "memory.memsw.limit_in_bytes",
+                limits.memory_mb * 1024 * 1024,
+                (path / "memory.memsw.limit_in_bytes").exists(),
+            )
         elif controller == "pids":
             _set(path, "pids.max", limits.pids, True)
         else:

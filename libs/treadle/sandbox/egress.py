@@ -109,9 +109,16 @@ class EgressCounts:
     tunnelled: int = 0
 
 
-_REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 408: "Request Timeout",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway", 503: "Service Unavailable",
-            504: "Gateway Timeout"}
+_REASONS = {
+    400: "Bad Request",
+    403: "Forbidden",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 class Egress:
@@ -152,7 +159,8 @@ class Egress:
         _remove_stale_socket(self.socket_path)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_unix_server(
-            lambda: TunnelEnd(MAX_REQUEST_BYTES, on_connect=self._accepted), path=os.fspath(self.socket_path))
+            lambda: TunnelEnd(MAX_REQUEST_BYTES, on_connect=self._accepted), path=os.fspath(self.socket_path)
+        )
         os.chmod(self.socket_path, 0o666)
 
     async def close(self) -> None:
@@ -173,8 +181,9 @@ class Egress:
         await self.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     def _accepted(self, client: TunnelEnd) -> None:

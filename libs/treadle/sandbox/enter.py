@@ -20,8 +20,12 @@ CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 2, 4, 4
 
 
 def _mount(libc, source, target, fstype, flags, data=None):
-    if libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
-                  data and data.encode()) != 0:
+    if (
+        libc.mount(
+            source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode()
+        )
+        != 0
+    ):
         errno = ctypes.get_errno()
         raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
 

@@ -53,8 +53,9 @@ class SandboxSettings(BaseSettings):
     setpriv: str = "setpriv"
 
     def limits(self) -> Limits:
-        return Limits(memory_mb=self.memory_mb or None, pids=self.pids or None, cpus=self.cpus or None,
-                      tmp_mb=self.tmp_mb or None)
+        return Limits(
+            memory_mb=self.memory_mb or None, pids=self.pids or None, cpus=self.cpus or None, tmp_mb=self.tmp_mb or None
+        )
 
 
 class SandboxUnavailable(Exception):
@@ -96,13 +97,23 @@ def probe(settings: SandboxSettings, scratch: Path) -> ProbeResult:
         except OSError as exc:
             missing.append(f"a stage dir {STAGE} and a scratch dir {scratch}: {exc}")
     if not missing:
-        spec = SandboxSpec(ids=TenantIds(PROBE_UID, PROBE_UID), workspace=workspace, env={"PATH": "/usr/bin:/bin"},
-                           system=system_mounts(), setpriv=setpriv, bwrap=bwrap, limits=Limits(tmp_mb=None),
-                           stage=str(STAGE))
+        spec = SandboxSpec(
+            ids=TenantIds(PROBE_UID, PROBE_UID),
+            workspace=workspace,
+            env={"PATH": "/usr/bin:/bin"},
+            system=system_mounts(),
+            setpriv=setpriv,
+            bwrap=bwrap,
+            limits=Limits(tmp_mb=None),
+            stage=str(STAGE),
+        )
         launch = build(spec, ["/bin/sh", "-c", "id -u; ls /proc | grep -c '^[0-9]' ; cat /proc/net/dev | grep -c :"])
         launch_file = scratch / "probe.json"
-        Sandbox._write_launch(launch_file, scratch / "probe.sh", {"stage": str(STAGE), "staged": launch.staged,
-                                                                   "argv": launch.argv, "env": launch.env})
+        Sandbox._write_launch(
+            launch_file,
+            scratch / "probe.sh",
+            {"stage": str(STAGE), "staged": launch.staged, "argv": launch.argv, "env": launch.env},
+        )
         command = [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(launch_file)]
         try:
             done = subprocess.run(command, env={}, cwd=workspace, capture_output=True, text=True, timeout=20)
@@ -110,8 +121,10 @@ def probe(settings: SandboxSettings, scratch: Path) -> ProbeResult:
             done = subprocess.CompletedProcess(command, 1, "", str(exc))
         lines = done.stdout.split()
         if done.returncode != 0:
-            missing.append(f"a working bubblewrap sandbox as an unprivileged uid (user namespaces?): "
-                           f"{done.stderr.strip()[:300] or done.returncode}")
+            missing.append(
+                f"a working bubblewrap sandbox as an unprivileged uid (user namespaces?): "
+                f"{done.stderr.strip()[:300] or done.returncode}"
+            )
         elif lines[:1] != [str(PROBE_UID)]:
             missing.append(f"switching to an unprivileged uid (the sandbox ran as uid {lines[:1]})")
         elif len(lines) >= 3 and lines[2] != "1":
@@ -190,8 +203,11 @@ class Sandbox:
     def start(self) -> ProbeResult:
         self.result = probe(self.settings, self.runtime_dir / "sandbox-probe")
         if self.enabled and not self.result.ok:
-            log.error("sandbox unavailable, no runtime session will start (TREADLE_SANDBOX=off runs them "
-                      "unsandboxed): missing %s", "; ".join(self.result.missing))
+            log.error(
+                "sandbox unavailable, no runtime session will start (TREADLE_SANDBOX=off runs them "
+                "unsandboxed): missing %s",
+                "; ".join(self.result.missing),
+            )
         elif self.enabled:
             log.info("sandbox: bubblewrap as tenant uids; limits by %s", self.result.cgroups.describe())
         else:
@@ -216,12 +232,25 @@ class Sandbox:
             self.start()
         assert self.result is not None
         if not self.result.ok:
-            raise SandboxUnavailable("the provider host cannot sandbox runtimes (set TREADLE_SANDBOX=off to run "
-                                     f"them unsandboxed): missing {'; '.join(self.result.missing)}")
+            raise SandboxUnavailable(
+                "the provider host cannot sandbox runtimes (set TREADLE_SANDBOX=off to run "
+                f"them unsandboxed): missing {'; '.join(self.result.missing)}"
+            )
 
-    async def prepare(self, *, tenant: str, name: str, workspace: Path, homes: Sequence[Path],
-                      binaries: Sequence[Path], argv: Sequence[str], runtime_env: Mapping[str, str],
-                      model_urls: Sequence[str], home: Path, inherit: Sequence[str] = ()) -> Prepared:
+    async def prepare(
+        self,
+        *,
+        tenant: str,
+        name: str,
+        workspace: Path,
+        homes: Sequence[Path],
+        binaries: Sequence[Path],
+        argv: Sequence[str],
+        runtime_env: Mapping[str, str],
+        model_urls: Sequence[str],
+        home: Path,
+        inherit: Sequence[str] = (),
+    ) -> Prepared:
         self.check()
         assert self.result is not None
         ids = await asyncio.to_thread(self.identities.ids, tenant)
@@ -230,10 +259,20 @@ class Sandbox:
         etc = await asyncio.to_thread(self._etc, tenant, ids, home)
         env = dict(runtime_env)
         forward, egress = await self._egress(name, ids, model_urls, env)
-        spec = SandboxSpec(ids=ids, workspace=workspace, env=sandbox_env(home, env), homes=tuple(homes),
-                           binaries=tuple(binaries), etc=etc, system=system_mounts(), forward=forward,
-                           limits=self.settings.limits(), setpriv=self.result.setpriv or "setpriv",
-                           bwrap=self.result.bwrap or "bwrap", stage=str(STAGE))
+        spec = SandboxSpec(
+            ids=ids,
+            workspace=workspace,
+            env=sandbox_env(home, env),
+            homes=tuple(homes),
+            binaries=tuple(binaries),
+            etc=etc,
+            system=system_mounts(),
+            forward=forward,
+            limits=self.settings.limits(),
+            setpriv=self.result.setpriv or "setpriv",
+            bwrap=self.result.bwrap or "bwrap",
+            stage=str(STAGE),
+        )
         launch = build(spec, list(argv))
         try:
             group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits)
@@ -242,13 +281,26 @@ class Sandbox:
             group = cgroups.SessionCgroup()
         launch_file = files / f"{name}.json"
         wrapper = files / f"{name}.sh"
-        payload = {"stage": str(STAGE), "staged": launch.staged, "argv": launch.argv, "env": launch.env, "cgroups": group.procs, "inherit": list(inherit),
-                   "rlimits": cgroups.rlimits(self.result.cgroups if group.procs else cgroups.CgroupSupport(),
-                                              spec.limits)}
+        payload = {
+            "stage": str(STAGE),
+            "staged": launch.staged,
+            "argv": launch.argv,
+            "env": launch.env,
+            "cgroups": group.procs,
+            "inherit": list(inherit),
+            "rlimits": cgroups.rlimits(self.result.cgroups if group.procs else cgroups.CgroupSupport(), spec.limits),
+        }
         await asyncio.to_thread(self._write_launch, launch_file, wrapper, payload)
         command = [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(launch_file)]
-        return Prepared(command=command, wrapper=wrapper, launch_file=launch_file, ids=ids, env=launch.env,
-                        _cgroup=group, _egress=egress)
+        return Prepared(
+            command=command,
+            wrapper=wrapper,
+            launch_file=launch_file,
+            ids=ids,
+            env=launch.env,
+            _cgroup=group,
+            _egress=egress,
+        )
 
     def _own(self, ids: TenantIds, workspace: Path, homes: Sequence[Path], files: Path) -> None:
         files.mkdir(parents=True, exist_ok=True)
@@ -272,11 +324,12 @@ class Sandbox:
             out[dest] = path
         return out
 
-    async def _egress(self, name: str, ids: TenantIds, urls: Sequence[str],
-                      env: dict[str, str]) -> tuple[Forward | None, object | None]:
+    async def _egress(
+        self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str]
+    ) -> tuple[Forward | None, object | None]:
         if not urls:
             return None, None
-        from .egress import Egress, egress_targets, sandbox_python, FORWARD_SCRIPT
+        from .egress import FORWARD_SCRIPT, Egress, egress_targets, sandbox_python
 
         allowed = egress_targets(urls)
         socket_dir = self.egress_root / hashlib.sha256(name.encode()).hexdigest()[:16]
@@ -292,11 +345,24 @@ class Sandbox:
                 ports.append((port, parts.hostname, port))
         if any(not (urlsplit(u).hostname and _is_loopback(urlsplit(u).hostname)) for u in urls):
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
-            env.update({"HTTPS_PROXY": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "http_proxy": proxy,
-                        "ALL_PROXY": proxy, "all_proxy": proxy})
+            env.update(
+                {
+                    "HTTPS_PROXY": proxy,
+                    "https_proxy": proxy,
+                    "HTTP_PROXY": proxy,
+                    "http_proxy": proxy,
+                    "ALL_PROXY": proxy,
+                    "all_proxy": proxy,
+                }
+            )
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost,::1"
-        forward = Forward(python=sandbox_python(), script=str(FORWARD_SCRIPT), socket=str(socket),
-                          ports=tuple(dict.fromkeys(ports)), proxy_port=PROXY_PORT)
+        forward = Forward(
+            python=sandbox_python(),
+            script=str(FORWARD_SCRIPT),
+            socket=str(socket),
+            ports=tuple(dict.fromkeys(ports)),
+            proxy_port=PROXY_PORT,
+        )
         return forward, egress
 
     def _socket_dir(self, path: Path, ids: TenantIds) -> None:
@@ -311,7 +377,7 @@ class Sandbox:
         fd = os.open(launch_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f)
-        script = (f"#!/bin/sh\nexec {sys.executable} -I -S {ENTER_SCRIPT} {launch_file} \"$@\"\n")
+        script = f'#!/bin/sh\nexec {sys.executable} -I -S {ENTER_SCRIPT} {launch_file} "$@"\n'
         fd = os.open(wrapper, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
         with os.fdopen(fd, "w") as f:
             f.write(script)

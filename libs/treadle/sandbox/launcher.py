@@ -39,11 +39,31 @@ from .identity import TenantIds
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Of /etc only what programs read to work (the dynamic loader's cache, TLS roots, alternatives, locale and
 # time zone, shell start-up files); never the machine's passwd/shadow, ssh keys or service configuration.
-ETC_PATHS = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/ssl",
-             "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki", "/etc/nsswitch.conf",
-             "/etc/localtime", "/etc/timezone", "/etc/profile", "/etc/profile.d", "/etc/bash.bashrc",
-             "/etc/inputrc", "/etc/mime.types", "/etc/protocols", "/etc/services", "/etc/host.conf",
-             "/etc/magic", "/etc/debian_version", "/etc/os-release", "/etc/lsb-release")
+ETC_PATHS = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/pki",
+    "/etc/nsswitch.conf",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/bash.bashrc",
+    "/etc/inputrc",
+    "/etc/mime.types",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/host.conf",
+    "/etc/magic",
+    "/etc/debian_version",
+    "/etc/os-release",
+    "/etc/lsb-release",
+)
 # Host variables a runtime may inherit (values only; never secrets): locale and time zone.
 ENV_ALLOW = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ")
 FORBIDDEN_PREFIXES = ("TREADLE_",)
@@ -119,12 +139,20 @@ class Launch:
     staged: list[tuple[str, str, bool]] = field(default_factory=list)
 
 
-def sandbox_env(home: Path | str, runtime: Mapping[str, str], host: Mapping[str, str] | None = None,
-                user: str = "tenant") -> dict[str, str]:
+def sandbox_env(
+    home: Path | str, runtime: Mapping[str, str], host: Mapping[str, str] | None = None, user: str = "tenant"
+) -> dict[str, str]:
     """The environment inside: a fixed base, the allow-listed host variables, then the runtime's own."""
     host = os.environ if host is None else host
-    env = {"PATH": PATH, "HOME": str(home), "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
-           "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": PATH,
+        "HOME": str(home),
+        "USER": user,
+        "LOGNAME": user,
+        "SHELL": "/bin/bash",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+    }
     env.update({k: host[k] for k in ENV_ALLOW if k in host})
     env.update(runtime)
     check_env(env)
@@ -171,8 +199,16 @@ class _Stager:
 def bwrap_args(spec: SandboxSpec, stager: _Stager | None = None) -> list[str]:
     stage = stager or _Stager(None)
     workspace = _absolute(spec.workspace, "workspace")
-    args = [spec.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "sandbox"]
+    args = [
+        spec.bwrap,
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+    ]
     for mount in spec.system:
         if mount.kind == "symlink":
             args += ["--symlink", mount.source, mount.dest]
@@ -205,21 +241,32 @@ def build(spec: SandboxSpec, argv: Sequence[str]) -> Launch:
     if spec.ids.uid == 0 or spec.ids.gid == 0:
         raise SandboxConfigError("a sandbox never runs as root")
     check_env(spec.env)
-    prefix = [spec.setpriv, "--reuid", str(spec.ids.uid), "--regid", str(spec.ids.gid), "--clear-groups",
-              "--inh-caps=-all", "--bounding-set=-all", "--pdeathsig", "SIGKILL"]
+    prefix = [
+        spec.setpriv,
+        "--reuid",
+        str(spec.ids.uid),
+        "--regid",
+        str(spec.ids.gid),
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--pdeathsig",
+        "SIGKILL",
+    ]
     inner = [*(spec.forward.argv() if spec.forward else []), *argv]
     stager = _Stager(spec.stage)
     sandbox = bwrap_args(spec, stager)
-    return Launch(argv=[*prefix, *sandbox, "--", *inner], env=dict(spec.env), cwd=Path(spec.workspace),
-                  staged=stager.staged)
+    return Launch(
+        argv=[*prefix, *sandbox, "--", *inner], env=dict(spec.env), cwd=Path(spec.workspace), staged=stager.staged
+    )
 
 
 def passwd_files(ids: TenantIds, home: Path | str, user: str = "tenant") -> dict[str, str]:
     """Contents of the synthetic /etc/passwd, /etc/group and /etc/hosts a sandbox sees: its own uid only."""
     return {
         "/etc/passwd": f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
-                       f"{user}:x:{ids.uid}:{ids.gid}:tenant:{home}:/bin/bash\n"
-                       f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        f"{user}:x:{ids.uid}:{ids.gid}:tenant:{home}:/bin/bash\n"
+        f"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         "/etc/group": f"root:x:0:\n{user}:x:{ids.gid}:\nnogroup:x:65534:\n",
         "/etc/hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
     }

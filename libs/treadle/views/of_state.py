@@ -23,8 +23,9 @@ from treadle.domain.thread import ThreadState, fold
 from .thread import ThreadSummary, ThreadView
 
 _PART_TYPES: dict[str, Any] = get_type_hints(ThreadView)
-_ITEM_TYPES: dict[str, Any] = {name: get_args(t)[0] for name, t in _PART_TYPES.items()
-                               if getattr(t, "__origin__", None) is list}
+_ITEM_TYPES: dict[str, Any] = {
+    name: get_args(t)[0] for name, t in _PART_TYPES.items() if getattr(t, "__origin__", None) is list
+}
 FIELDS: tuple[str, ...] = ThreadView.__struct_fields__
 
 
@@ -41,10 +42,17 @@ def _same_wire(a: mi.Type, b: mi.Type, seen: set[tuple[type, type]]) -> bool:
             return True
         seen.add((a.cls, b.cls))
         omit = a.cls.__struct_config__.omit_defaults, b.cls.__struct_config__.omit_defaults
-        return (a.array_like == b.array_like and a.tag == b.tag and a.tag_field == b.tag_field
-                and omit == (False, False) and len(a.fields) == len(b.fields)
-                and all(fa.encode_name == fb.encode_name and _same_wire(fa.type, fb.type, seen)
-                        for fa, fb in zip(a.fields, b.fields)))
+        return (
+            a.array_like == b.array_like
+            and a.tag == b.tag
+            and a.tag_field == b.tag_field
+            and omit == (False, False)
+            and len(a.fields) == len(b.fields)
+            and all(
+                fa.encode_name == fb.encode_name and _same_wire(fa.type, fb.type, seen)
+                for fa, fb in zip(a.fields, b.fields)
+            )
+        )
     if isinstance(a, mi.UnionType):
         assert isinstance(b, mi.UnionType)
         return len(a.types) == len(b.types) and all(_same_wire(x, y, seen) for x, y in zip(a.types, b.types))
@@ -108,9 +116,16 @@ def summary(state: ThreadState) -> ThreadSummary:
     t = state.thread
     assert t is not None
     last = state.runs[-1] if state.runs else None
-    return ThreadSummary(id=t.id, title=t.title, provider=t.provider, created_at=t.created_at.isoformat(),
-                         seq=state.seq, runs=len(state.runs), active_run_id=state.active_run_id,
-                         last_run_status=last.status if last else None)
+    return ThreadSummary(
+        id=t.id,
+        title=t.title,
+        provider=t.provider,
+        created_at=t.created_at.isoformat(),
+        seq=state.seq,
+        runs=len(state.runs),
+        active_run_id=state.active_run_id,
+        last_run_status=last.status if last else None,
+    )
 
 
 def replay(events: Iterable[ev.Envelope]) -> ThreadView | None:

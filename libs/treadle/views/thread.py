@@ -59,8 +59,9 @@ class ThreadView(View, kw_only=True):
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         """The live (not stale) checkpoint of run ``ordinal`` (0: the baseline)."""
-        return next((c for c in reversed(self.checkpoints) if c.ordinal == ordinal and c.scope == scope
-                     and not c.stale), None)
+        return next(
+            (c for c in reversed(self.checkpoints) if c.ordinal == ordinal and c.scope == scope and not c.stale), None
+        )
 
     def checkpoint_by_id(self, checkpoint_id: str | None) -> Checkpoint | None:
         return next((c for c in self.checkpoints if c.id == checkpoint_id), None)
@@ -101,18 +102,28 @@ def summary(view: ThreadView) -> ThreadSummary:
     t = view.thread
     assert t is not None
     last = view.runs[-1] if view.runs else None
-    return ThreadSummary(id=t.id, title=t.title, provider=t.provider, created_at=t.created_at.isoformat(),
-                         seq=view.seq, runs=len(view.runs), active_run_id=view.active_run_id,
-                         last_run_status=last.status if last else None)
+    return ThreadSummary(
+        id=t.id,
+        title=t.title,
+        provider=t.provider,
+        created_at=t.created_at.isoformat(),
+        seq=view.seq,
+        runs=len(view.runs),
+        active_run_id=view.active_run_id,
+        last_run_status=last.status if last else None,
+    )
 
 
 def run_view(view: ThreadView, run_id: str) -> RunView | None:
     run = view.run(run_id)
     if run is None or view.thread is None:
         return None
-    return RunView(**msgspec.structs.asdict(run), thread_id=view.thread.id,
-                   messages=[m for m in view.messages if m.run_id == run_id],
-                   checkpoint=view.checkpoint_by_id(run.checkpoint_id) if run.checkpoint_id else None)
+    return RunView(
+        **msgspec.structs.asdict(run),
+        thread_id=view.thread.id,
+        messages=[m for m in view.messages if m.run_id == run_id],
+        checkpoint=view.checkpoint_by_id(run.checkpoint_id) if run.checkpoint_id else None,
+    )
 
 
 def queue_view(view: ThreadView) -> QueueView:
@@ -122,9 +133,16 @@ def queue_view(view: ThreadView) -> QueueView:
         run = view.run(run_id)
         if run is not None:
             message = view.message(run.message_id)
-            items.append(QueuedRun(run_id=run.id, ordinal=run.ordinal, message_id=run.message_id,
-                                   text=message.text if message else "", mode=run.mode,
-                                   queued_at=run.queued_at.isoformat()))
+            items.append(
+                QueuedRun(
+                    run_id=run.id,
+                    ordinal=run.ordinal,
+                    message_id=run.message_id,
+                    text=message.text if message else "",
+                    mode=run.mode,
+                    queued_at=run.queued_at.isoformat(),
+                )
+            )
     return QueueView(thread_id=view.thread.id, active_run_id=view.active_run_id, queue=items)
 
 
@@ -133,17 +151,24 @@ def handoff_view(view: ThreadView, handoff_id: str) -> HandoffView | None:
     if handoff is None or view.thread is None:
         return None
     run = view.run(handoff.run_id)
-    return HandoffView(**msgspec.structs.asdict(handoff), thread_id=view.thread.id,
-                       run_ordinal=run.ordinal if run else None)
+    return HandoffView(
+        **msgspec.structs.asdict(handoff), thread_id=view.thread.id, run_ordinal=run.ordinal if run else None
+    )
 
 
 def lineage_node(view: ThreadView, children: list[LineageNode]) -> LineageNode:
     assert view.thread is not None
     lineage = view.lineage
     return LineageNode(
-        thread_id=view.thread.id, title=view.thread.title, provider=view.thread.provider,
-        relationship=lineage.relationship if lineage else None, source_point=lineage.source_point if lineage else None,
-        runs=len(view.runs), transfers=view.transfers,
-        handoffs=[HandoffRef(id=h.id, run_id=h.run_id, strategy=h.strategy, to_provider=h.to_provider)
-                  for h in view.handoffs],
-        children=children)
+        thread_id=view.thread.id,
+        title=view.thread.title,
+        provider=view.thread.provider,
+        relationship=lineage.relationship if lineage else None,
+        source_point=lineage.source_point if lineage else None,
+        runs=len(view.runs),
+        transfers=view.transfers,
+        handoffs=[
+            HandoffRef(id=h.id, run_id=h.run_id, strategy=h.strategy, to_provider=h.to_provider) for h in view.handoffs
+        ],
+        children=children,
+    )

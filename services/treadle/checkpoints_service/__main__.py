@@ -9,8 +9,13 @@ async def main() -> None:
     shared, own = Shared(), CheckpointsSettings()
 
     async def make(nc, stack):
-        workspaces = Workspaces(shared.workspaces, (shared.state_dir / "shadow").resolve(), watch=own.watch,
-                                max_file_bytes=own.max_file_bytes, run_as_tenant=own.run_as_tenant)
+        workspaces = Workspaces(
+            shared.workspaces,
+            (shared.state_dir / "shadow").resolve(),
+            watch=own.watch,
+            max_file_bytes=own.max_file_bytes,
+            run_as_tenant=own.run_as_tenant,
+        )
         return CheckpointService(nc, workspaces, shared.volume, retention=own)
 
     await serve("checkpoints", shared, own, make)

@@ -13,8 +13,16 @@ from nats.aio.subscription import Subscription
 
 from treadle.checkpoints import materialize
 from treadle.checkpoints.git import Workspaces
-from treadle.checkpoints.protocol import CheckpointError, Failure, decode_capture, decode_prepare, encode
-from treadle.checkpoints.protocol import decode_diff, decode_prune, decode_restore
+from treadle.checkpoints.protocol import (
+    CheckpointError,
+    Failure,
+    decode_capture,
+    decode_diff,
+    decode_prepare,
+    decode_prune,
+    decode_restore,
+    encode,
+)
 from treadle.eventlog import subjects
 from treadle.runtime.settings import CheckpointsSettings
 
@@ -35,7 +43,9 @@ class CheckpointService:
     workspace and bounds the git processes.
     """
 
-    def __init__(self, nc: NATS, workspaces: Workspaces, volume: str, retention: CheckpointsSettings | None = None) -> None:
+    def __init__(
+        self, nc: NATS, workspaces: Workspaces, volume: str, retention: CheckpointsSettings | None = None
+    ) -> None:
         self._nc = nc
         self._retention = retention
         self._sweeper: asyncio.Task[None] | None = None

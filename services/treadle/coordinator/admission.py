@@ -15,8 +15,8 @@ from treadle.domain.policy import TenantPolicy
 from treadle.domain.thread import ThreadState
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
-from treadle.ports import EventLog
 from treadle.ops.policies import PolicyStore
+from treadle.ports import EventLog
 from treadle.runtime.settings import CoordinatorSettings
 
 from .lineage import fork_thread_id
@@ -25,12 +25,16 @@ _GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
 
 
 class Admission:
-    def __init__(self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings,
-                 policies: PolicyStore | None = None) -> None:
+    def __init__(
+        self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings, policies: PolicyStore | None = None
+    ) -> None:
         self._log = log
         self._policies = policies if policies is not None else PolicyStore(js)  # anything with ``get(tenant)``
-        self._defaults = quotas.Quotas(max_threads=own.max_threads_per_tenant, max_queued_runs=own.max_queued_runs,
-                                       max_thread_text_bytes=own.max_thread_text_bytes)
+        self._defaults = quotas.Quotas(
+            max_threads=own.max_threads_per_tenant,
+            max_queued_runs=own.max_queued_runs,
+            max_thread_text_bytes=own.max_thread_text_bytes,
+        )
         # Thread creations of one tenant are counted and appended one at a time in this process (across
         # processes the fence of ``check`` orders them: a lost race is a conflict, decided again).
         self._creating: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -57,7 +61,8 @@ class Admission:
         return quotas.Quotas(
             max_threads=tenant_policy.max_threads or self._defaults.max_threads,
             max_queued_runs=tenant_policy.max_queued_runs or self._defaults.max_queued_runs,
-            max_thread_text_bytes=self._defaults.max_thread_text_bytes)
+            max_thread_text_bytes=self._defaults.max_thread_text_bytes,
+        )
 
     async def check(self, tenant_policy: TenantPolicy, state: ThreadState, command: Command) -> tuple[str, int] | None:
         """Raises the domain's Forbidden or QuotaExceeded; nothing has been appended yet. A command making a

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.materialize import Materialize
+from treadle.checkpoints.protocol import CheckpointError
 from treadle.domain import events as ev
 from treadle.domain import lineage
 from treadle.domain.commands import Accepted, Command, Ctx, ForkThread, SendMessage, reaction_ctx, thread_id_for
@@ -32,8 +32,9 @@ class LineageCommands:
     def __init__(self, store: ThreadStore, checkpoints: CheckpointStore) -> None:
         self._store, self._checkpoints = store, checkpoints
 
-    async def fork(self, state: ThreadState, command: Command,
-                   fence: tuple[str, int] | None = None) -> tuple[list[ev.Payload], Accepted]:
+    async def fork(
+        self, state: ThreadState, command: Command, fence: tuple[str, int] | None = None
+    ) -> tuple[list[ev.Payload], Accepted]:
         """L6.1/L6.5: the child thread (workspace materialised from the source point's checkpoint, then its
         ``thread.created`` + ``thread.forked``, fenced on the tenant's thread creations when counted), then the
         source's record of its child."""
@@ -50,18 +51,37 @@ class LineageCommands:
         if child.thread is None:
             created = plan.child_events[0]
             try:
-                await self._checkpoints.materialize(Materialize(
-                    tenant=tenant, source_thread=state.thread.id, source_workspace=state.thread.workspace,
-                    commit=plan.point["commit"], thread=plan.child_id, workspace=created.workspace))
+                await self._checkpoints.materialize(
+                    Materialize(
+                        tenant=tenant,
+                        source_thread=state.thread.id,
+                        source_workspace=state.thread.workspace,
+                        commit=plan.point["commit"],
+                        thread=plan.child_id,
+                        workspace=created.workspace,
+                    )
+                )
             except CheckpointError as exc:
-                raise Conflict(f"the fork's workspace could not be made from the checkpoint: {exc.message}",
-                               code="workspace_unavailable", details={"reason": exc.code}) from None
+                raise Conflict(
+                    f"the fork's workspace could not be made from the checkpoint: {exc.message}",
+                    code="workspace_unavailable",
+                    details={"reason": exc.code},
+                ) from None
             # Envelope ids of their own: the source's events of this command get theirs from the command's
             # factory, and equal ids would be dropped by the broker's de-duplication.
             ctx = reaction_ctx(f"{command.id}|fork-child", command.issued_at, f"user:{command.user}")
             try:
-                await self._store.append(tenant, plan.child_id, child, plan.child_events, ids=ctx.ids, at=ctx.now,
-                                         command_id=command.id, actor=ctx.actor, fence=fence)
+                await self._store.append(
+                    tenant,
+                    plan.child_id,
+                    child,
+                    plan.child_events,
+                    ids=ctx.ids,
+                    at=ctx.now,
+                    command_id=command.id,
+                    actor=ctx.actor,
+                    fence=fence,
+                )
             except AppendConflict:
                 child = await self._store.refresh(tenant, plan.child_id)
                 if child.thread is None:
@@ -78,8 +98,10 @@ class LineageCommands:
         if body.mode == "auto":
             body = msgspec.structs.replace(body, mode="queue_after_active")
         if body.mode not in ("queue_after_active", "start_immediately", "reject"):
-            raise Conflict(f"mode {body.mode} cannot carry clean_context or merge_back_from; it needs a run of its own",
-                           code="invalid_mode")
+            raise Conflict(
+                f"mode {body.mode} cannot carry clean_context or merge_back_from; it needs a run of its own",
+                code="invalid_mode",
+            )
         fork_state = None
         if body.merge_back_from is not None:
             if not lineage.is_thread_id(body.merge_back_from):
@@ -90,6 +112,11 @@ class LineageCommands:
         if receipt.duplicate or not events:
             return events, receipt
         queued = next(e for e in events if isinstance(e, ev.RunQueued))
-        queued.context = lineage.context_request(state, clean_context=body.clean_context,
-                                                 merge_back_from=body.merge_back_from, fork_state=fork_state, ctx=ctx)
+        queued.context = lineage.context_request(
+            state,
+            clean_context=body.clean_context,
+            merge_back_from=body.merge_back_from,
+            fork_state=fork_state,
+            ctx=ctx,
+        )
         return events, receipt

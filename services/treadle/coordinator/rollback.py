@@ -18,7 +18,7 @@ takes the degradation path (``divergent``) with the provider's message in ``prov
 from __future__ import annotations
 
 import logging
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -34,8 +34,8 @@ from treadle.domain.rollback import ProviderOutcome, ProviderPlan
 from treadle.domain.thread import ThreadState
 from treadle.domain.turn_options import SCRIPTED_PROVIDERS
 from treadle.eventlog.store import ThreadStore
-from treadle.providers import protocol as hp
 from treadle.ports import CheckpointStore, HostDirectory
+from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostUnavailable
 
 log = logging.getLogger(__name__)
@@ -56,14 +56,21 @@ def is_rollback(command: Command) -> bool:
 
 
 class Rollbacks:
-    def __init__(self, store: ThreadStore, checkpoints: CheckpointStore, hosts: HostDirectory | None = None,
-                 provider_timeout: float = PROVIDER_TIMEOUT) -> None:
+    def __init__(
+        self,
+        store: ThreadStore,
+        checkpoints: CheckpointStore,
+        hosts: HostDirectory | None = None,
+        provider_timeout: float = PROVIDER_TIMEOUT,
+    ) -> None:
         self._store = store
         self._checkpoints = checkpoints
         self._hosts = hosts  # None: no provider-native rollback (every provider thread diverges)
         self._provider_timeout = provider_timeout
 
-    async def after(self, tenant: str, thread: str, state: ThreadState, command: Command, receipt: Accepted) -> Accepted:
+    async def after(
+        self, tenant: str, thread: str, state: ThreadState, command: Command, receipt: Accepted
+    ) -> Accepted:
         """After any decided command: carry out the rollback in progress — the one this command started, or
         one a crashed coordinator left half-way (then this command, e.g. a send, was queued behind it)."""
         pending = rollback.pending(state)
@@ -78,8 +85,14 @@ class Rollbacks:
         """Restore the files, then append the outcome and dispatch the head of the queue."""
         assert state.thread is not None
         retire = [RefName(scope=s, ordinal=o) for s, o in rollback.retire_list(state, rb)]
-        request = Restore(tenant=tenant, thread=thread, workspace=state.thread.workspace, restore_id=rb.id,
-                          commit=rb.commit, retire=retire)
+        request = Restore(
+            tenant=tenant,
+            thread=thread,
+            workspace=state.thread.workspace,
+            restore_id=rb.id,
+            commit=rb.commit,
+            retire=retire,
+        )
         ctx = reaction_ctx(f"rollback|{rb.id}", datetime.now(UTC), ACTOR)
         try:
             restored = await self._checkpoints.restore(request)  # CheckpointUnavailable: left in progress, retried
@@ -88,15 +101,34 @@ class Rollbacks:
             outcome: ev.Payload = ev.RollbackFailed(rollback_id=rb.id, error=f"{exc.code}: {exc.message}")
         else:
             outcome = rollback.completed(rb, restored, await self.roll_back_provider(tenant, thread, state, rb, ctx))
-        await self._store.append(tenant, thread, state, [outcome], ids=ctx.ids, at=ctx.now,
-                                 command_id=f"{rb.command_id}|outcome", actor=ACTOR, causation_id=rb.command_id)
+        await self._store.append(
+            tenant,
+            thread,
+            state,
+            [outcome],
+            ids=ctx.ids,
+            at=ctx.now,
+            command_id=f"{rb.command_id}|outcome",
+            actor=ACTOR,
+            causation_id=rb.command_id,
+        )
         follow = dispatch_next(state)
         if follow:
-            await self._store.append(tenant, thread, state, follow, ids=ctx.ids, at=ctx.now,
-                                     command_id=f"{rb.command_id}|dispatch", actor=ACTOR, causation_id=rb.command_id)
+            await self._store.append(
+                tenant,
+                thread,
+                state,
+                follow,
+                ids=ctx.ids,
+                at=ctx.now,
+                command_id=f"{rb.command_id}|dispatch",
+                actor=ACTOR,
+                causation_id=rb.command_id,
+            )
 
-    async def roll_back_provider(self, tenant: str, thread: str, state: ThreadState, rb: Rollback,
-                                 ctx: Ctx) -> ProviderOutcome:
+    async def roll_back_provider(
+        self, tenant: str, thread: str, state: ThreadState, rb: Rollback, ctx: Ctx
+    ) -> ProviderOutcome:
         """L10.5: what becomes of the provider conversation once the files are restored."""
         if rb.provider_session_id is not None:  # asked before a crash: only that session knows what it did
             return await self._ask_again(state, rb)
@@ -117,9 +149,17 @@ class Rollbacks:
             if isinstance(resumed, str):
                 return self._diverged(plan, f"could not resume the provider thread to roll it back: {resumed}")
             plan = resumed
-        await self._store.append(tenant, thread, state, [rollback.provider_requested(rb, plan)], ids=ctx.ids,
-                                 at=ctx.now, command_id=f"{rb.command_id}|provider", actor=ACTOR,
-                                 causation_id=rb.command_id)
+        await self._store.append(
+            tenant,
+            thread,
+            state,
+            [rollback.provider_requested(rb, plan)],
+            ids=ctx.ids,
+            at=ctx.now,
+            command_id=f"{rb.command_id}|provider",
+            actor=ACTOR,
+            causation_id=rb.command_id,
+        )
         assert plan.session_id is not None and plan.host_id is not None
         outcome = await self._ask(plan.host_id, plan.session_id, plan.provider_thread_id, rb.id, plan.turns)
         if outcome.context == "divergent" and resumed_here:
@@ -135,8 +175,9 @@ class Rollbacks:
             return ProviderOutcome(context="divergent", provider_thread_id=pth_id, error=str(exc))
         if isinstance(reply, hp.HostFailure):
             log.info("provider rollback of %s refused: %s %s", pth_id, reply.code, reply.message)
-            return ProviderOutcome(context="divergent", provider_thread_id=pth_id,
-                                   error=f"{reply.code}: {reply.message}")
+            return ProviderOutcome(
+                context="divergent", provider_thread_id=pth_id, error=f"{reply.code}: {reply.message}"
+            )
         return ProviderOutcome(context="rolled_back", provider_thread_id=pth_id, turns_dropped=reply.turns_dropped)
 
     async def _ask_again(self, state: ThreadState, rb: Rollback) -> ProviderOutcome:
@@ -145,22 +186,39 @@ class Rollbacks:
         session = state.session(rb.provider_session_id or "")
         pth_id = rb.provider_thread_id or ""
         if session is None or session.status != "live" or self._hosts is None:
-            return ProviderOutcome(context="divergent", provider_thread_id=pth_id,
-                                   error="the provider session asked to roll back is gone; whether it did is unknown")
+            return ProviderOutcome(
+                context="divergent",
+                provider_thread_id=pth_id,
+                error="the provider session asked to roll back is gone; whether it did is unknown",
+            )
         return await self._ask(session.host_id, session.id, pth_id, rb.id, rb.provider_turns)
 
-    async def _resume(self, tenant: str, thread: str, state: ThreadState, plan: ProviderPlan, rb: Rollback,
-                      ctx: Ctx) -> ProviderPlan | str:
+    async def _resume(
+        self, tenant: str, thread: str, state: ThreadState, plan: ProviderPlan, rb: Rollback, ctx: Ctx
+    ) -> ProviderPlan | str:
         """No session holds the provider thread: resume it on a host (as the next run would) and keep that
         session live for the next run. Returns the plan with its session, or why it could not."""
         assert self._hosts is not None and state.thread is not None
-        model = next((r.model for r in reversed(state.runs)
-                      if any(a.provider_thread_id == plan.provider_thread_id for a in r.attempts)), None)
+        model = next(
+            (
+                r.model
+                for r in reversed(state.runs)
+                if any(a.provider_thread_id == plan.provider_thread_id for a in r.attempts)
+            ),
+            None,
+        )
         request = hp.PlaceSession(
-            tenant=tenant, thread=thread, provider=plan.provider, session_id=_resume_session_id(rb),
-            provider_thread_id=plan.provider_thread_id, native_ref=plan.native_ref,
-            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=model,
-            capabilities=plan.capabilities if plan.provider in SCRIPTED_PROVIDERS else None)
+            tenant=tenant,
+            thread=thread,
+            provider=plan.provider,
+            session_id=_resume_session_id(rb),
+            provider_thread_id=plan.provider_thread_id,
+            native_ref=plan.native_ref,
+            workspace=state.thread.workspace,
+            runtime_mode=state.thread.runtime_mode,
+            model=model,
+            capabilities=plan.capabilities if plan.provider in SCRIPTED_PROVIDERS else None,
+        )
         try:
             placed = await self._hosts.place(request, timeout=self._provider_timeout)
         except HostUnavailable as exc:
@@ -170,10 +228,20 @@ class Rollbacks:
         if not placed.resumed or placed.native_ref != plan.native_ref:
             await self._release(placed.host_id, placed.session_id)
             return f"the host opened {placed.native_ref!r} instead of resuming {plan.native_ref!r}"
-        await self._store.append(tenant, thread, state, [sv.attached(placed)], ids=ctx.ids, at=ctx.now,
-                                 command_id=f"{rb.command_id}|resume", actor=ACTOR, causation_id=rb.command_id)
-        return msgspec.structs.replace(plan, session_id=placed.session_id, host_id=placed.host_id,
-                                       capabilities=placed.capabilities)
+        await self._store.append(
+            tenant,
+            thread,
+            state,
+            [sv.attached(placed)],
+            ids=ctx.ids,
+            at=ctx.now,
+            command_id=f"{rb.command_id}|resume",
+            actor=ACTOR,
+            causation_id=rb.command_id,
+        )
+        return msgspec.structs.replace(
+            plan, session_id=placed.session_id, host_id=placed.host_id, capabilities=placed.capabilities
+        )
 
     async def _release(self, host_id: str, session_id: str) -> None:
         """Best effort: the host's idle reaper is the backstop."""

@@ -4,12 +4,13 @@ starts; the run supervisor decides *how*."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.domain import events as ev
 from treadle.domain import requests, rollback
@@ -25,31 +26,30 @@ from treadle.domain.commands import (
     thread_id_for,
 )
 from treadle.domain.decide import decide, dispatch_next, require_thread
-from treadle.domain.limits import check_sizes
 from treadle.domain.errors import BadRequest as DomainBadRequest
 from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
+from treadle.domain.limits import check_sizes
 from treadle.domain.thread import ThreadState
-from treadle.providers import protocol as hp
-from treadle.providers.base import Response
-from treadle.providers.hosts import HostClient, HostUnavailable
-from treadle import ports
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
+from treadle.ops.policies import PolicyStore
+from treadle.providers import protocol as hp
+from treadle.providers.base import Response
+from treadle.providers.hosts import HostClient, HostUnavailable
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
-from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
-from treadle.ops.policies import PolicyStore
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
+from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 from .admission import Admission
-from .rollback import Rollbacks
 from .lineage import LineageCommands, wants_context
+from .rollback import Rollbacks
 
 log = logging.getLogger(__name__)
 
@@ -64,35 +64,61 @@ class Coordinator:
     """``log``, ``checkpoints``, ``hosts`` and ``policies``: the ports it works through, over ``nc`` unless
     given (tests pass the in-memory twins of ``treadle.memory``)."""
 
-    def __init__(self, nc: NATS, shared: Shared, own: CoordinatorSettings, *, log: ports.EventLog | None = None,
-                 checkpoints: ports.CheckpointStore | None = None, hosts: ports.HostDirectory | None = None,
-                 policies: PolicyStore | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        shared: Shared,
+        own: CoordinatorSettings,
+        *,
+        log: ports.EventLog | None = None,
+        checkpoints: ports.CheckpointStore | None = None,
+        hosts: ports.HostDirectory | None = None,
+        policies: PolicyStore | None = None,
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._store = ThreadStore(log if log is not None else EventLog(nc), "coordinator", own.cache_threads)
-        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume,
-                                                                                         own.checkpoint_timeout)
+        self._checkpoints = (
+            checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
+        )
         self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
         self._lineage = LineageCommands(self._store, self._checkpoints)  # L6, L7
         self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
         self._rollbacks = Rollbacks(self._store, self._checkpoints, self._hosts)  # L10.5/L10.6 (rollback.py)
-        self._admission = Admission(self._js, self._store.log, own, policies)  # tenant policy and quotas, checked before any decision
+        self._admission = Admission(
+            self._js, self._store.log, own, policies
+        )  # tenant policy and quotas, checked before any decision
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
-        legacy = Legacy(((subjects.EVENTS_STREAM, RUN_ENDED_DURABLE),),
-                        lambda: self._run_ended(RUN_ENDED_DURABLE, unpartitioned_event_types(*RUN_ENDED)))
-        self.work = PartitionedWork(nc, kind="coordinator", replica=shared.replica_name("coordinator"),
-                                    ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+        legacy = Legacy(
+            ((subjects.EVENTS_STREAM, RUN_ENDED_DURABLE),),
+            lambda: self._run_ended(RUN_ENDED_DURABLE, unpartitioned_event_types(*RUN_ENDED)),
+        )
+        self.work = PartitionedWork(
+            nc,
+            kind="coordinator",
+            replica=shared.replica_name("coordinator"),
+            ttl=shared.lease_ttl,
+            make=self._partition,
+            stream_replicas=shared.stream_replicas,
+            legacy=legacy,
+        )
 
     def _run_ended(self, durable: str, filters: list[str]) -> PullConsumer:
-        return PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=durable, filters=filters,
-                            handle=self._on_run_ended, mailboxes=self._mailboxes)
+        return PullConsumer(
+            self._js,
+            stream=subjects.EVENTS_STREAM,
+            durable=durable,
+            filters=filters,
+            handle=self._on_run_ended,
+            mailboxes=self._mailboxes,
+        )
 
     def _partition(self, partition: int) -> PullConsumer:
-        return self._run_ended(f"{RUN_ENDED_DURABLE}-p{partition}",
-                               partitions.event_types_filters(RUN_ENDED, partition))
+        return self._run_ended(
+            f"{RUN_ENDED_DURABLE}-p{partition}", partitions.event_types_filters(RUN_ENDED, partition)
+        )
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)
@@ -171,9 +197,17 @@ class Coordinator:
                     return await self._rollbacks.after(tenant, thread, state, command, receipt)
                 if isinstance(command.body, CreateThread):
                     await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
-                receipt.seq = await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
-                                                       command_id=command.id, actor=ctx.actor,
-                                                       fence=fence if isinstance(command.body, CreateThread) else None)
+                receipt.seq = await self._store.append(
+                    tenant,
+                    thread,
+                    state,
+                    events,
+                    ids=ctx.ids,
+                    at=ctx.now,
+                    command_id=command.id,
+                    actor=ctx.actor,
+                    fence=fence if isinstance(command.body, CreateThread) else None,
+                )
                 if fence is not None and isinstance(command.body, CreateThread):
                     self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
                 self._delivered.discard(command.id)
@@ -208,7 +242,9 @@ class Coordinator:
             req = state.request(body.request_id)
             assert req is not None
             receipt.run_id = req.run_id
-            return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
+            return [
+                ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))
+            ], receipt
         req = requests.answerable(state, body)
         receipt.run_id = req.run_id
         session = requests.holder(state, req)
@@ -216,13 +252,18 @@ class Coordinator:
         if session is not None:
             response = Response(decision=body.decision, answers=body.answers, message=body.message)  # type: ignore[arg-type]
             try:
-                reply = await self._hosts.verb(session.host_id, "request.respond", hp.Respond(
-                    session_id=session.id, request_id=req.id, response=response))
+                reply = await self._hosts.verb(
+                    session.host_id,
+                    "request.respond",
+                    hp.Respond(session_id=session.id, request_id=req.id, response=response),
+                )
             except HostUnavailable:
                 reply = None
         if isinstance(reply, hp.TurnAccepted):
             self._delivered.add(command.id)  # until recorded: a retry after a conflict must not ask the host again
-            return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))], receipt
+            return [
+                ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))
+            ], receipt
         if isinstance(reply, hp.HostFailure) and reply.code == "provider_error":
             raise Unavailable(f"the provider failed to take the answer: {reply.message}")
         if isinstance(reply, hp.HostFailure) and reply.code == "bad_request":
@@ -230,8 +271,16 @@ class Coordinator:
             # waits, so the request stays pending and the user can answer again
             raise DomainBadRequest(reply.message, code="invalid_response")
         gone = ev.RequestResolved(request_id=req.id, run_id=req.run_id, status="not_resumable")
-        await self._store.append(command.tenant, state.thread.id, state, [gone], ids=Ctx.for_command(command).ids,
-                                 at=command.issued_at, command_id=command.id, actor="coordinator")
+        await self._store.append(
+            command.tenant,
+            state.thread.id,
+            state,
+            [gone],
+            ids=Ctx.for_command(command).ids,
+            at=command.issued_at,
+            command_id=command.id,
+            actor="coordinator",
+        )
         raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
 
     # --- reactions ---------------------------------------------------------------------------------
@@ -253,8 +302,9 @@ class Coordinator:
             return
         ctx = reaction_ctx(f"dispatch|{tenant}|{thread}|{seq}", datetime.now(UTC), "coordinator")
         try:
-            await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
-                                     command_id=f"evt-{seq}", actor=ctx.actor)
+            await self._store.append(
+                tenant, thread, state, events, ids=ctx.ids, at=ctx.now, command_id=f"evt-{seq}", actor=ctx.actor
+            )
         except Conflict:
             APPEND_CONFLICTS.labels("coordinator").inc()
             raise

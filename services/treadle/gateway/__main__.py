@@ -10,8 +10,16 @@ def main() -> None:
     shared, own = Shared(), GatewaySettings()
     logs.setup("gateway", shared.log_level, shared.log_format)
     # uvicorn owns SIGTERM here: it stops accepting, finishes in-flight requests, then runs the lifespan exit.
-    uvicorn.run(create_app(shared, own), host=own.host, port=own.port, loop="uvloop", http="httptools",
-                log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(shared, own),
+        host=own.host,
+        port=own.port,
+        loop="uvloop",
+        http="httptools",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
 
 
 if __name__ == "__main__":

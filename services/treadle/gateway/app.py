@@ -18,18 +18,19 @@ from litestar.response import Stream
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from treadle.checkpoints.client import CheckpointClient
 from treadle.domain.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.ops.policies import PolicyStore
+from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.settings import GatewaySettings, Shared
-from treadle.ops.policies import PolicyStore
-from treadle.ops.tokens import TokenStore, token_id
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadList, ThreadView, run_view
 
@@ -54,7 +55,6 @@ from .limits import RateLimitMiddleware, TokenBuckets, bearer
 from .params import number
 from .sse import thread_events
 from .stream_slots import StreamSlots
-
 
 # --- request and response shapes (the OpenAPI document is generated from these) --------------------
 
@@ -95,45 +95,66 @@ class MessageAccepted(msgspec.Struct, kw_only=True):
 
 
 @post("/v1/threads", status_code=201, summary="Create a thread (no provider work until the first run, L1.1)")
-async def create_thread(request: Request, data: JSONBody[CreateThreadRequest],
-                        idempotency_key: IdempotencyKey = None) -> ThreadCreated:
+async def create_thread(
+    request: Request, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
+) -> ThreadCreated:
     who = await principal(request)
     await check_new_thread_mode(request, who.tenant, data.runtime_mode)
     body = CreateThread(**msgspec.structs.asdict(data))
-    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None,
-                                                      body=body, idempotency_key=idempotency_key)
+    accepted = await app_state(request).commands.send(
+        tenant=who.tenant, user=who.user, verb="create", thread=None, body=body, idempotency_key=idempotency_key
+    )
     return ThreadCreated(thread_id=accepted.thread_id, seq=accepted.seq)
 
 
 @get("/v1/threads", summary="List the tenant's threads, newest first", responses=documented(ThreadList))
-async def list_threads(request: Request, limit: Annotated[str | None, QueryParameter(description="1..500, 50")] = None,
-                       offset: Annotated[str | None, QueryParameter(description="0..1000000")] = None) -> Response:
+async def list_threads(
+    request: Request,
+    limit: Annotated[str | None, QueryParameter(description="1..500, 50")] = None,
+    offset: Annotated[str | None, QueryParameter(description="0..1000000")] = None,
+) -> Response:
     who = await principal(request)
-    items = await app_state(request).projections.threads(who.tenant, number(limit, "limit", low=1, high=500) or 50,
-                                                         number(offset, "offset", high=1_000_000) or 0)
+    items = await app_state(request).projections.threads(
+        who.tenant, number(limit, "limit", low=1, high=500) or 50, number(offset, "offset", high=1_000_000) or 0
+    )
     return json_response(b'{"threads":[' + b",".join(items) + b"]}")
 
 
-@get("/v1/threads/{thread_id:str}", responses=documented(ThreadView),
-     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity")
+@get(
+    "/v1/threads/{thread_id:str}",
+    responses=documented(ThreadView),
+    summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
+)
 async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> Response:
     who = await principal(request)
     return json_response(await thread_doc(request, who.tenant, path_id(thread_id, "thr"), min_seq))
 
 
-@post("/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)")
-async def send_message(request: Request, thread_id: FromPath[str], data: JSONBody[SendMessageRequest],
-                       idempotency_key: IdempotencyKey = None) -> MessageAccepted:
+@post(
+    "/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)"
+)
+async def send_message(
+    request: Request,
+    thread_id: FromPath[str],
+    data: JSONBody[SendMessageRequest],
+    idempotency_key: IdempotencyKey = None,
+) -> MessageAccepted:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     if data.target_run_id is not None:
         path_id(data.target_run_id, "run")
     check_message_size(request, data.text, data.script)
     body = SendMessage(**msgspec.structs.asdict(data))
-    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb="send", thread=thread,
-                                                      body=body, idempotency_key=idempotency_key)
-    return MessageAccepted(thread_id=thread, message_id=accepted.message_id or "", run_id=accepted.run_id or "",
-                           disposition=accepted.disposition or "", seq=accepted.seq)
+    accepted = await app_state(request).commands.send(
+        tenant=who.tenant, user=who.user, verb="send", thread=thread, body=body, idempotency_key=idempotency_key
+    )
+    return MessageAccepted(
+        thread_id=thread,
+        message_id=accepted.message_id or "",
+        run_id=accepted.run_id or "",
+        disposition=accepted.disposition or "",
+        seq=accepted.seq,
+    )
 
 
 @get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph")
@@ -149,10 +170,16 @@ async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = Non
     return run
 
 
-@get("/v1/threads/{thread_id:str}/events", summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID")
-async def events(request: Request, thread_id: FromPath[str],
-                 last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
-                 after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None) -> Stream:
+@get(
+    "/v1/threads/{thread_id:str}/events",
+    summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID",
+)
+async def events(
+    request: Request,
+    thread_id: FromPath[str],
+    last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
+    after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None,
+) -> Stream:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     start = number(after, "after") or 0
@@ -163,8 +190,9 @@ async def events(request: Request, thread_id: FromPath[str],
     holder = token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read
     stream = slots.held(holder, who.tenant, thread_events(app_state(request).nc, who.tenant, thread, start))
-    return Stream(stream, media_type="text/event-stream",
-                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Stream(
+        stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly cannot serve reads either
@@ -201,8 +229,9 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         app.state.settings = own
         app.state.stream_slots = StreamSlots(own.max_streams_per_token, own.max_streams_per_tenant)
-        nc: NATS = await connect(shared.nats_url, "treadle-gateway", user=shared.nats_user,
-                                 password=shared.nats_password)
+        nc: NATS = await connect(
+            shared.nats_url, "treadle-gateway", user=shared.nats_user, password=shared.nats_password
+        )
         redis = redis_client(shared.redis_url)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         app.state.nc = nc
@@ -220,13 +249,32 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             await redis.aclose()
 
     return Litestar(
-        route_handlers=[create_thread, list_threads, get_thread, send_message, get_run, events, healthz, readyz, metrics,
-                        *control.ROUTES, *checkpoints.ROUTES, *lineage.ROUTES, *policy.ROUTES],
+        route_handlers=[
+            create_thread,
+            list_threads,
+            get_thread,
+            send_message,
+            get_run,
+            events,
+            healthz,
+            readyz,
+            metrics,
+            *control.ROUTES,
+            *checkpoints.ROUTES,
+            *lineage.ROUTES,
+            *policy.ROUTES,
+        ],
         lifespan=[lifespan],
-        exception_handlers={ApiError: errors.on_api_error, HTTPException: errors.on_http_error,
-                            RecursionError: errors.on_too_deep, NatsError: errors.on_broker_unavailable,
-                            LogUnavailable: errors.on_broker_unavailable, RedisConnectionError: errors.on_store_unavailable,
-                            RedisTimeoutError: errors.on_store_unavailable, Exception: errors.on_unexpected},
+        exception_handlers={
+            ApiError: errors.on_api_error,
+            HTTPException: errors.on_http_error,
+            RecursionError: errors.on_too_deep,
+            NatsError: errors.on_broker_unavailable,
+            LogUnavailable: errors.on_broker_unavailable,
+            RedisConnectionError: errors.on_store_unavailable,
+            RedisTimeoutError: errors.on_store_unavailable,
+            Exception: errors.on_unexpected,
+        },
         openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
         request_max_body_size=own.max_body_bytes,
         middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],

@@ -83,30 +83,54 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
     return c
 
 
-async def _diff(request: Request, tenant: str, state: ThreadView, old: Checkpoint | None, new: Checkpoint,
-                max_bytes: int, run_id: str | None = None) -> Diff:
+async def _diff(
+    request: Request,
+    tenant: str,
+    state: ThreadView,
+    old: Checkpoint | None,
+    new: Checkpoint,
+    max_bytes: int,
+    run_id: str | None = None,
+) -> Diff:
     assert state.thread is not None
     client = request.app.state.checkpoints
     try:
-        got = await client.diff(DiffRequest(tenant=tenant, thread=state.thread.id, workspace=state.thread.workspace,
-                                            from_commit=old.commit if old else None, to_commit=new.commit or "",
-                                            max_bytes=max_bytes))
+        got = await client.diff(
+            DiffRequest(
+                tenant=tenant,
+                thread=state.thread.id,
+                workspace=state.thread.workspace,
+                from_commit=old.commit if old else None,
+                to_commit=new.commit or "",
+                max_bytes=max_bytes,
+            )
+        )
     except CheckpointUnavailable:
-        raise ApiError(503, "unavailable", "the checkpoint service did not answer; retry",
-                       headers={"Retry-After": "1"}) from None
+        raise ApiError(
+            503, "unavailable", "the checkpoint service did not answer; retry", headers={"Retry-After": "1"}
+        ) from None
     except CheckpointError as exc:
-        raise ApiError(409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code,
-                       exc.message) from None
-    return Diff(thread_id=state.thread.id, run_id=run_id, from_=_point(old) if old else None, to=_point(new),
-                files=got.files, files_total=got.files_total, patch=got.patch, truncated=got.truncated, patch_bytes=got.patch_bytes)
+        raise ApiError(
+            409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code, exc.message
+        ) from None
+    return Diff(
+        thread_id=state.thread.id,
+        run_id=run_id,
+        from_=_point(old) if old else None,
+        to=_point(new),
+        files=got.files,
+        files_total=got.files_total,
+        patch=got.patch,
+        truncated=got.truncated,
+        patch_bytes=got.patch_bytes,
+    )
 
 
 # --- diffs ------------------------------------------------------------------------------------------
 
 
 @get("/v1/runs/{run_id:str}/diff", summary="What a run changed: its checkpoint vs the previous root checkpoint")
-async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None,
-                   min_seq: MinSeq = None) -> Diff:
+async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
@@ -122,11 +146,17 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     return await _diff(request, who.tenant, state, old, new, limit, run_id=run_id)
 
 
-@get("/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)")
-async def thread_diff(request: Request, thread_id: FromPath[str],
-                      from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
-                      to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
-                      max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
+@get(
+    "/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)"
+)
+async def thread_diff(
+    request: Request,
+    thread_id: FromPath[str],
+    from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
+    to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
+    max_bytes: MaxBytes = None,
+    min_seq: MinSeq = None,
+) -> Diff:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     from_ordinal, to_ordinal = number(from_, "from", high=MAX_ORDINAL), number(to, "to", high=MAX_ORDINAL)
@@ -156,34 +186,56 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     if record is None:
         raise ApiError(503, "unavailable", "the rollback was accepted but its record is not readable yet; retry")
     if record.status == "failed":
-        raise ApiError(409, "rollback_failed", record.error or "the restore failed",
-                       details={"rollback": msgspec.to_builtins(record)})
+        raise ApiError(
+            409,
+            "rollback_failed",
+            record.error or "the restore failed",
+            details={"rollback": msgspec.to_builtins(record)},
+        )
     return rollback_view(record, thread)
 
 
-@post("/v1/threads/{thread_id:str}/rollback", status_code=200,
-      summary="Roll the thread back to run N's files (L10.5); later runs become rolled_back")
-async def rollback_thread(request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest],
-                          idempotency_key: IdempotencyKey = None) -> RollbackView:
+@post(
+    "/v1/threads/{thread_id:str}/rollback",
+    status_code=200,
+    summary="Roll the thread back to run N's files (L10.5); later runs become rolled_back",
+)
+async def rollback_thread(
+    request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest], idempotency_key: IdempotencyKey = None
+) -> RollbackView:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
-    accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="rollback",
-                                                     thread=thread, body=body, idempotency_key=idempotency_key)
+    accepted = await request.app.state.commands.send(
+        tenant=who.tenant, user=who.user, verb="rollback", thread=thread, body=body, idempotency_key=idempotency_key
+    )
     return await _outcome(request, who.tenant, thread, accepted.rollback_id)
 
 
-@post("/v1/nodes/{node_id:str}/rollback", status_code=200,
-      summary="Restore a child node's checkpoint (L10.6); says whether the parent's workspace is touched")
-async def rollback_node(request: Request, node_id: FromPath[str], data: JSONBody[NodeRollbackRequest],
-                        idempotency_key: IdempotencyKey = None) -> RollbackView:
+@post(
+    "/v1/nodes/{node_id:str}/rollback",
+    status_code=200,
+    summary="Restore a child node's checkpoint (L10.6); says whether the parent's workspace is touched",
+)
+async def rollback_node(
+    request: Request,
+    node_id: FromPath[str],
+    data: JSONBody[NodeRollbackRequest],
+    idempotency_key: IdempotencyKey = None,
+) -> RollbackView:
     who = await principal(request)
     node_id = path_id(node_id, "node")
     path_id(data.checkpoint_id, "ckpt")
     thread = path_id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
     body = RollbackNode(node_id=node_id, checkpoint_id=data.checkpoint_id)
-    accepted = await request.app.state.commands.send(tenant=who.tenant, user=who.user, verb="node-rollback",
-                                                     thread=thread, body=body, idempotency_key=idempotency_key)
+    accepted = await request.app.state.commands.send(
+        tenant=who.tenant,
+        user=who.user,
+        verb="node-rollback",
+        thread=thread,
+        body=body,
+        idempotency_key=idempotency_key,
+    )
     return await _outcome(request, who.tenant, thread, accepted.rollback_id)
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError, TimeoutError as NatsTimeout
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from treadle.domain.commands import Accepted, Body, Command, Rejected, Reply
@@ -49,8 +50,9 @@ class Commands:
         if self._kv is None:
             self._kv = await self._js.key_value("treadle-idempotency")
         kv_key = f"{tenant}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
-        record = IdempotencyRecord(command_id=new_id("cmd", int(now.timestamp() * 1000)), issued_at=now,
-                                   fingerprint=fingerprint)
+        record = IdempotencyRecord(
+            command_id=new_id("cmd", int(now.timestamp() * 1000)), issued_at=now, fingerprint=fingerprint
+        )
         try:
             await self._kv.create(kv_key, _encode(record))
             return record.command_id, now
@@ -64,8 +66,9 @@ class Commands:
             raise ApiError(422, "idempotency_key_reused", "Idempotency-Key was used with a different request")
         return stored.command_id, stored.issued_at
 
-    async def send(self, *, tenant: str, user: str, verb: str, thread: str | None, body: Body,
-                   idempotency_key: str | None) -> Accepted:
+    async def send(
+        self, *, tenant: str, user: str, verb: str, thread: str | None, body: Body, idempotency_key: str | None
+    ) -> Accepted:
         # Every size limit before anything reaches the broker: a command over its message limit would fail
         # to send, which reads as the broker being down (a 503 whose retry never succeeds).
         try:
@@ -74,18 +77,25 @@ class Commands:
             raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
         encoded = _encode(body)
         if len(encoded) + ENVELOPE_BYTES > self._nc.max_payload:  # the field limits keep within it: a backstop
-            raise ApiError(413, "too_large", f"the command is {len(encoded)} bytes; the broker takes "
-                           f"{self._nc.max_payload - ENVELOPE_BYTES}", {"limit": self._nc.max_payload - ENVELOPE_BYTES})
+            raise ApiError(
+                413,
+                "too_large",
+                f"the command is {len(encoded)} bytes; the broker takes {self._nc.max_payload - ENVELOPE_BYTES}",
+                {"limit": self._nc.max_payload - ENVELOPE_BYTES},
+            )
         fingerprint = hashlib.sha256(f"{verb}|{thread}|".encode() + encoded).hexdigest()
         command_id, issued_at = await self._identity(tenant, idempotency_key, fingerprint)
-        payload = _encode(Command(id=command_id, tenant=tenant, user=user, thread=thread, issued_at=issued_at, body=body))
+        payload = _encode(
+            Command(id=command_id, tenant=tenant, user=user, thread=thread, issued_at=issued_at, body=body)
+        )
         deadline = time.monotonic() + self._timeout
         delay = 0.05
         while True:
             try:
                 # A retry carries the same command id: the coordinator answers it with the original receipt.
-                msg = await self._nc.request(subjects.command(tenant, verb), payload,
-                                             timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+                msg = await self._nc.request(
+                    subjects.command(tenant, verb), payload, timeout=max(0.1, min(2.0, deadline - time.monotonic()))
+                )
                 reply = _reply.decode(msg.data)
                 if isinstance(reply, Rejected):
                     if reply.status == 503 and time.monotonic() < deadline:
@@ -95,7 +105,8 @@ class Commands:
                 return reply
             except (TimeoutError, NatsTimeout, NoRespondersError):
                 if time.monotonic() >= deadline:
-                    raise ApiError(503, "unavailable", "the thread coordinator did not answer; retry",
-                                   headers={"Retry-After": "1"}) from None
+                    raise ApiError(
+                        503, "unavailable", "the thread coordinator did not answer; retry", headers={"Retry-After": "1"}
+                    ) from None
                 await asyncio.sleep(delay)  # backoff before re-sending the same command
                 delay = min(delay * 2, 1.0)

@@ -71,13 +71,17 @@ class Implemented(msgspec.Struct, kw_only=True):
 
 async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
     who = await principal(request)
-    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb=verb, thread=thread,
-                                                   body=body, idempotency_key=key)
-    return Acknowledged(thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq)
+    accepted = await app_state(request).commands.send(
+        tenant=who.tenant, user=who.user, verb=verb, thread=thread, body=body, idempotency_key=key
+    )
+    return Acknowledged(
+        thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq
+    )
 
 
-async def _interrupt(request: Request, entity_id: str, prefix: str, data: InterruptRequest | None,
-                     key: str | None) -> Acknowledged:
+async def _interrupt(
+    request: Request, entity_id: str, prefix: str, data: InterruptRequest | None, key: str | None
+) -> Acknowledged:
     who = await principal(request)
     thread = await owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
     target = {"run_id": entity_id} if prefix == "run" else {"node_id": entity_id}
@@ -85,23 +89,40 @@ async def _interrupt(request: Request, entity_id: str, prefix: str, data: Interr
     return await _send(request, "interrupt", thread, body, key)
 
 
-@post("/v1/runs/{run_id:str}/interrupt", status_code=202,
-      summary="Interrupt a run (L8): acknowledged now, interrupted when the provider says so")
-async def interrupt_run(request: Request, run_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
-                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+@post(
+    "/v1/runs/{run_id:str}/interrupt",
+    status_code=202,
+    summary="Interrupt a run (L8): acknowledged now, interrupted when the provider says so",
+)
+async def interrupt_run(
+    request: Request,
+    run_id: FromPath[str],
+    data: JSONBody[InterruptRequest | None] = None,
+    idempotency_key: IdempotencyKey = None,
+) -> Acknowledged:
     return await _interrupt(request, run_id, "run", data, idempotency_key)
 
 
-@post("/v1/nodes/{node_id:str}/interrupt", status_code=202, summary="Interrupt the run a root-turn node belongs to (L8)")
-async def interrupt_node(request: Request, node_id: FromPath[str], data: JSONBody[InterruptRequest | None] = None,
-                         idempotency_key: IdempotencyKey = None) -> Acknowledged:
+@post(
+    "/v1/nodes/{node_id:str}/interrupt", status_code=202, summary="Interrupt the run a root-turn node belongs to (L8)"
+)
+async def interrupt_node(
+    request: Request,
+    node_id: FromPath[str],
+    data: JSONBody[InterruptRequest | None] = None,
+    idempotency_key: IdempotencyKey = None,
+) -> Acknowledged:
     return await _interrupt(request, node_id, "node", data, idempotency_key)
 
 
-@post("/v1/requests/{request_id:str}/respond", status_code=200,
-      summary="Answer an approval or a question (L11); 409 not_resumable when its provider callback is gone")
-async def respond(request: Request, request_id: FromPath[str], data: JSONBody[RespondBody],
-                  idempotency_key: IdempotencyKey = None) -> Acknowledged:
+@post(
+    "/v1/requests/{request_id:str}/respond",
+    status_code=200,
+    summary="Answer an approval or a question (L11); 409 not_resumable when its provider callback is gone",
+)
+async def respond(
+    request: Request, request_id: FromPath[str], data: JSONBody[RespondBody], idempotency_key: IdempotencyKey = None
+) -> Acknowledged:
     who = await principal(request)
     thread = await owner(request, who.tenant, request_id, "req", "request_not_found")
     body = RespondRequest(request_id=request_id, decision=data.decision, answers=data.answers, message=data.message)
@@ -109,30 +130,42 @@ async def respond(request: Request, request_id: FromPath[str], data: JSONBody[Re
 
 
 @get("/v1/threads/{thread_id:str}/requests", summary="The thread's runtime requests (pending ones with status=pending)")
-async def list_requests(request: Request, thread_id: FromPath[str],
-                        status: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> RequestList:
+async def list_requests(
+    request: Request,
+    thread_id: FromPath[str],
+    status: Annotated[str | None, QueryParameter()] = None,
+    min_seq: MinSeq = None,
+) -> RequestList:
     who = await principal(request)
     state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
     return RequestList([r for r in state.requests if status is None or r.status == status])
 
 
 @get("/v1/threads/{thread_id:str}/activity", summary="Activity (L12.4), each entry with its run and node ids")
-async def list_activity(request: Request, thread_id: FromPath[str],
-                        run_id: Annotated[str | None, QueryParameter()] = None, min_seq: MinSeq = None) -> ActivityList:
+async def list_activity(
+    request: Request,
+    thread_id: FromPath[str],
+    run_id: Annotated[str | None, QueryParameter()] = None,
+    min_seq: MinSeq = None,
+) -> ActivityList:
     who = await principal(request)
     state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
     return ActivityList([a for a in state.activity if run_id is None or a.run_id == run_id])
 
 
-@get("/v1/threads/{thread_id:str}/queue", summary="Runs waiting behind the active one, in the order they will start (L3.6)")
+@get(
+    "/v1/threads/{thread_id:str}/queue",
+    summary="Runs waiting behind the active one, in the order they will start (L3.6)",
+)
 async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
     return queue_view(await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq))
 
 
 @patch("/v1/threads/{thread_id:str}/queue", summary="Reorder the queue: name every queued run in the new order")
-async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody],
-                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+async def reorder_queue(
+    request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody], idempotency_key: IdempotencyKey = None
+) -> Acknowledged:
     thread = path_id(thread_id, "thr")
     for run_id in data.order:
         path_id(run_id, "run")
@@ -140,30 +173,46 @@ async def reorder_queue(request: Request, thread_id: FromPath[str], data: JSONBo
 
 
 @patch("/v1/threads/{thread_id:str}/queue/{run_id:str}", summary="Edit a queued run's message before it starts")
-async def edit_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str], data: JSONBody[EditBody],
-                      idempotency_key: IdempotencyKey = None) -> Acknowledged:
+async def edit_queued(
+    request: Request,
+    thread_id: FromPath[str],
+    run_id: FromPath[str],
+    data: JSONBody[EditBody],
+    idempotency_key: IdempotencyKey = None,
+) -> Acknowledged:
     check_message_size(request, data.text, data.script)
     body = EditQueued(run_id=path_id(run_id, "run"), text=data.text, script=data.script)
     return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
 
 
 @delete("/v1/threads/{thread_id:str}/queue/{run_id:str}", status_code=200, summary="Cancel a queued run")
-async def cancel_queued(request: Request, thread_id: FromPath[str], run_id: FromPath[str],
-                        idempotency_key: IdempotencyKey = None) -> Acknowledged:
+async def cancel_queued(
+    request: Request, thread_id: FromPath[str], run_id: FromPath[str], idempotency_key: IdempotencyKey = None
+) -> Acknowledged:
     body = CancelQueued(run_id=path_id(run_id, "run"))
     return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
 
 
-@post("/v1/plans/{plan_id:str}/implement", status_code=202,
-      summary="Implement a proposed plan as a new run of its thread or as a new thread (L12.3)")
-async def implement_plan(request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody],
-                         idempotency_key: IdempotencyKey = None) -> Implemented:
+@post(
+    "/v1/plans/{plan_id:str}/implement",
+    status_code=202,
+    summary="Implement a proposed plan as a new run of its thread or as a new thread (L12.3)",
+)
+async def implement_plan(
+    request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody], idempotency_key: IdempotencyKey = None
+) -> Implemented:
     who = await principal(request)
     thread = await owner(request, who.tenant, plan_id, "plan", "plan_not_found")
     commands = app_state(request).commands
     if data.as_ == "run":
-        accepted = await commands.send(tenant=who.tenant, user=who.user, verb="plan", thread=thread,
-                                       body=ImplementPlan(plan_id=plan_id), idempotency_key=idempotency_key)
+        accepted = await commands.send(
+            tenant=who.tenant,
+            user=who.user,
+            verb="plan",
+            thread=thread,
+            body=ImplementPlan(plan_id=plan_id),
+            idempotency_key=idempotency_key,
+        )
         return Implemented(plan_id=plan_id, as_="run", thread_id=thread, run_id=accepted.run_id or "")
     state = await thread_view(request, who.tenant, thread)
     plan = state.plan(plan_id)
@@ -173,16 +222,47 @@ async def implement_plan(request: Request, plan_id: FromPath[str], data: JSONBod
     source = state.thread
     # Three commands, each idempotent under a key derived from the client's: a retry redoes none twice.
     key = idempotency_key or f"implement-{plan_id}"
-    created = await commands.send(tenant=who.tenant, user=who.user, verb="create", thread=None, idempotency_key=f"{key}|create",
-                                  body=CreateThread(title=f"Plan from {source.title or source.id}"[:200],
-                                                    provider=source.provider, model=source.model,
-                                                    runtime_mode=source.runtime_mode))
-    sent = await commands.send(tenant=who.tenant, user=who.user, verb="send", thread=created.thread_id,
-                               idempotency_key=f"{key}|send", body=SendMessage(text=implementation_text(plan)))
-    await commands.send(tenant=who.tenant, user=who.user, verb="plan", thread=thread, idempotency_key=f"{key}|link",
-                        body=ImplementPlan(plan_id=plan_id, as_="thread", thread_id=created.thread_id))
+    created = await commands.send(
+        tenant=who.tenant,
+        user=who.user,
+        verb="create",
+        thread=None,
+        idempotency_key=f"{key}|create",
+        body=CreateThread(
+            title=f"Plan from {source.title or source.id}"[:200],
+            provider=source.provider,
+            model=source.model,
+            runtime_mode=source.runtime_mode,
+        ),
+    )
+    sent = await commands.send(
+        tenant=who.tenant,
+        user=who.user,
+        verb="send",
+        thread=created.thread_id,
+        idempotency_key=f"{key}|send",
+        body=SendMessage(text=implementation_text(plan)),
+    )
+    await commands.send(
+        tenant=who.tenant,
+        user=who.user,
+        verb="plan",
+        thread=thread,
+        idempotency_key=f"{key}|link",
+        body=ImplementPlan(plan_id=plan_id, as_="thread", thread_id=created.thread_id),
+    )
     return Implemented(plan_id=plan_id, as_="thread", thread_id=created.thread_id, run_id=sent.run_id or "")
 
 
-ROUTES = [interrupt_run, interrupt_node, respond, list_requests, list_activity, get_queue, reorder_queue, edit_queued,
-          cancel_queued, implement_plan]
+ROUTES = [
+    interrupt_run,
+    interrupt_node,
+    respond,
+    list_requests,
+    list_activity,
+    get_queue,
+    reorder_queue,
+    edit_queued,
+    cancel_queued,
+    implement_plan,
+]

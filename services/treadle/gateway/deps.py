@@ -16,8 +16,8 @@ from litestar.params import HeaderParameter, QueryParameter
 from treadle.domain.errors import DomainError
 from treadle.domain.ids import is_id
 from treadle.domain.policy import ROLES, check_mode
-from treadle.runtime.settings import GatewaySettings
 from treadle.ops.tokens import Principal
+from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
 
@@ -25,9 +25,15 @@ from .errors import ApiError
 from .params import number
 
 IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
-MinSeq = Annotated[str | None, QueryParameter(description=(
-    "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
-    "a write answered with or an SSE event's id (ASCII digits)"))]
+MinSeq = Annotated[
+    str | None,
+    QueryParameter(
+        description=(
+            "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
+            "a write answered with or an SSE event's id (ASCII digits)"
+        )
+    ),
+]
 
 _view_decoder = msgspec.json.Decoder(ThreadView)
 
@@ -119,11 +125,19 @@ def check_message_size(request: Request, text: str, script: dict | None) -> None
     """400 before anything reaches the broker: a message's text and its script each have a limit."""
     own: GatewaySettings = app_state(request).settings
     if len(text) > own.max_text_chars:
-        raise ApiError(400, "text_too_long", f"text is at most {own.max_text_chars} characters",
-                       {"field": "text", "limit": own.max_text_chars, "size": len(text)})
+        raise ApiError(
+            400,
+            "text_too_long",
+            f"text is at most {own.max_text_chars} characters",
+            {"field": "text", "limit": own.max_text_chars, "size": len(text)},
+        )
     if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
-        raise ApiError(400, "script_too_large", f"script is at most {own.max_script_bytes} bytes as JSON",
-                       {"field": "script", "limit": own.max_script_bytes, "size": size})
+        raise ApiError(
+            400,
+            "script_too_large",
+            f"script is at most {own.max_script_bytes} bytes as JSON",
+            {"field": "script", "limit": own.max_script_bytes, "size": size},
+        )
 
 
 def json_response(content: bytes, status: int = 200) -> Response:

@@ -11,8 +11,9 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, details: dict | None = None,
-                 headers: dict | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, details: dict | None = None, headers: dict | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.details, self.headers = status, code, message, details or {}, headers
 
@@ -25,8 +26,15 @@ def on_api_error(request: Request, exc: ApiError) -> Response:
     return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
 
 
-_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-          413: "too_large", 429: "rate_limited"}
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    429: "rate_limited",
+}
 
 
 def on_http_error(request: Request, exc: HTTPException) -> Response:
@@ -46,15 +54,21 @@ def on_broker_unavailable(request: Request, exc: Exception) -> Response:
     """The broker did not answer (a NATS node lost, a stream electing its leader): a typed, retryable 503,
     not an internal error; a repeat with the same Idempotency-Key is the same request."""
     log.warning("broker unavailable on %s %s: %r", request.method, request.url.path, exc)
-    return Response(body("unavailable", "the message broker is briefly unavailable; retry"), status_code=503,
-                    headers={"Retry-After": "1"})
+    return Response(
+        body("unavailable", "the message broker is briefly unavailable; retry"),
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def on_store_unavailable(request: Request, exc: Exception) -> Response:
     """Redis is down or restarting (the embedded stack restarts it): retryable, like a broker outage."""
     log.warning("projection store unavailable on %s %s: %r", request.method, request.url.path, exc)
-    return Response(body("unavailable", "the projection store is briefly unavailable; retry"), status_code=503,
-                    headers={"Retry-After": "1"})
+    return Response(
+        body("unavailable", "the projection store is briefly unavailable; retry"),
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 def on_unexpected(request: Request, exc: Exception) -> Response:

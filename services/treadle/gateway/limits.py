@@ -72,11 +72,24 @@ class RateLimitMiddleware:
             wait = self.buckets.take(await bucket_key(scope, tokens))
             if wait:
                 retry = str(max(1, math.ceil(wait)))
-                payload = msgspec.json.encode(body("rate_limited", "too many requests for this token; retry later",
-                                                   {"retry_after_seconds": int(retry)}))
-                await send({"type": "http.response.start", "status": 429,
-                            "headers": [(b"content-type", b"application/json"), (b"retry-after", retry.encode()),
-                                        (b"content-length", str(len(payload)).encode())]})
+                payload = msgspec.json.encode(
+                    body(
+                        "rate_limited",
+                        "too many requests for this token; retry later",
+                        {"retry_after_seconds": int(retry)},
+                    )
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 429,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"retry-after", retry.encode()),
+                            (b"content-length", str(len(payload)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": payload})
                 return
         await self.app(scope, receive, send)

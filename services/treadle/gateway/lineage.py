@@ -40,18 +40,24 @@ class Forked(msgspec.Struct, kw_only=True):
 _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
 
 
-@post("/v1/threads/{thread_id:str}/fork", status_code=201,
-      summary="Fork a thread at a run, node or provider thread (L6): lineage and a pending context transfer")
-async def fork_thread(request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody],
-                      idempotency_key: IdempotencyKey = None) -> Forked:
+@post(
+    "/v1/threads/{thread_id:str}/fork",
+    status_code=201,
+    summary="Fork a thread at a run, node or provider thread (L6): lineage and a pending context transfer",
+)
+async def fork_thread(
+    request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody], idempotency_key: IdempotencyKey = None
+) -> Forked:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     source = data.source
     path_id(source.id, _PREFIXES[source.type])
-    body = ForkThread(source=ForkSource(type=source.type, id=source.id, turn=source.turn), title=data.title,
-                      on_active=data.on_active)
-    accepted = await app_state(request).commands.send(tenant=who.tenant, user=who.user, verb="fork", thread=thread,
-                                                   body=body, idempotency_key=idempotency_key)
+    body = ForkThread(
+        source=ForkSource(type=source.type, id=source.id, turn=source.turn), title=data.title, on_active=data.on_active
+    )
+    accepted = await app_state(request).commands.send(
+        tenant=who.tenant, user=who.user, verb="fork", thread=thread, body=body, idempotency_key=idempotency_key
+    )
     return Forked(thread_id=accepted.thread_id, parent_thread_id=thread, seq=accepted.seq)
 
 
@@ -83,7 +89,7 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
         assert st.thread is not None
         seen.add(st.thread.id)
         children = []
-        for child in (st.lineage.children if st.lineage and depth < MAX_DEPTH else []):
+        for child in st.lineage.children if st.lineage and depth < MAX_DEPTH else []:
             if child["thread_id"] in seen or len(seen) >= MAX_NODES:
                 continue
             try:

@@ -20,7 +20,8 @@ from .errors import ApiError
 
 class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allowed_modes: Annotated[list[RuntimeMode], msgspec.Meta(min_length=1)] = msgspec.field(
-        default_factory=lambda: list(DEFAULT_MODES))
+        default_factory=lambda: list(DEFAULT_MODES)
+    )
     max_threads: int | None = None
     max_queued_runs: int | None = None
 
@@ -47,8 +48,9 @@ async def get_policy(request: Request) -> TenantPolicy:
 @put("/v1/policy", summary="Replace the tenant's policy (admin); audited as policy.updated")
 async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
     who = await admin(request)
-    wanted = TenantPolicy(allowed_modes=tuple(data.allowed_modes), max_threads=data.max_threads,
-                          max_queued_runs=data.max_queued_runs)
+    wanted = TenantPolicy(
+        allowed_modes=tuple(data.allowed_modes), max_threads=data.max_threads, max_queued_runs=data.max_queued_runs
+    )
     try:
         return await app_state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
     except DomainError as exc:

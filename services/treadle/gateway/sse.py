@@ -34,14 +34,19 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
                 queue.put_nowait((kind, msg))
             except asyncio.QueueFull:  # a client this slow is cut off; it resumes with Last-Event-ID
                 overflow.set()
+
         return cb
 
     js = nc.jetstream()
     live = await nc.subscribe(subjects.live(tenant, thread), cb=put("live"))
-    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1) if after \
+    config = (
+        ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
+        if after
         else ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
-    durable = await js.subscribe(subjects.thread_events(tenant, thread), cb=put("evt"), ordered_consumer=True,
-                                 config=config)
+    )
+    durable = await js.subscribe(
+        subjects.thread_events(tenant, thread), cb=put("evt"), ordered_consumer=True, config=config
+    )
     try:
         yield b": connected\n\n"
         while not overflow.is_set():

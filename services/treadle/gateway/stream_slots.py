@@ -4,8 +4,8 @@ however it ends (the client went away, the server stops, the stream failed)."""
 
 from __future__ import annotations
 
-from collections import Counter
 import weakref
+from collections import Counter
 from collections.abc import AsyncIterator
 
 from .errors import ApiError
@@ -19,11 +19,18 @@ class StreamSlots:
 
     def open(self, token_id: str, tenant: str) -> None:
         """Takes a slot or raises the typed 429 saying which limit was hit."""
-        for quota, limit, current in (("streams_per_token", self.per_token, self._tokens[token_id]),
-                                      ("streams_per_tenant", self.per_tenant, self._tenants[tenant])):
+        for quota, limit, current in (
+            ("streams_per_token", self.per_token, self._tokens[token_id]),
+            ("streams_per_tenant", self.per_tenant, self._tenants[tenant]),
+        ):
             if limit and current >= limit:
-                raise ApiError(429, "quota_exceeded", f"{current} event streams are open ({quota}); close one first",
-                               {"quota": quota, "limit": limit, "current": current}, headers={"Retry-After": "1"})
+                raise ApiError(
+                    429,
+                    "quota_exceeded",
+                    f"{current} event streams are open ({quota}); close one first",
+                    {"quota": quota, "limit": limit, "current": current},
+                    headers={"Retry-After": "1"},
+                )
         self._tokens[token_id] += 1
         self._tenants[tenant] += 1
 

@@ -1,5 +1,4 @@
 from treadle.projections.connect import redis_client
-
 from treadle.runtime.settings import ProjectorSettings, Shared
 from treadle.runtime.worker import run, serve
 

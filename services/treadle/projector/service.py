@@ -69,9 +69,15 @@ class Projector:
         self._epoch_checked = float("-inf")
         self._epoch_lock = asyncio.Lock()
         legacy = Legacy(((subjects.EVENTS_STREAM, DURABLE),), self._unpartitioned)
-        self.work = PartitionedWork(nc, kind="projector", replica=shared.replica_name("projector"),
-                                    ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+        self.work = PartitionedWork(
+            nc,
+            kind="projector",
+            replica=shared.replica_name("projector"),
+            ttl=shared.lease_ttl,
+            make=self._partition,
+            stream_replicas=shared.stream_replicas,
+            legacy=legacy,
+        )
 
     def _partition(self, partition: int) -> PartitionProjector:
         self._states[partition] = OrderedDict()
@@ -144,8 +150,9 @@ class Projector:
         states.move_to_end(key)
         return state, cached
 
-    async def _catch_up(self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int,
-                        seq: int) -> None:
+    async def _catch_up(
+        self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int, seq: int
+    ) -> None:
         """Fold the thread's events its state lacks, from the log up to just before ``seq``: the state came from a
         read of a replica that lagged, or missed a batch another replica of the projector wrote meanwhile."""
         state, ids, changes = entry
@@ -187,9 +194,14 @@ class PartitionProjector:
 
     def _config(self, start: int | None) -> ConsumerConfig:
         return ConsumerConfig(
-            durable_name=self._durable, ack_policy=AckPolicy.ALL, filter_subject=self._filter, ack_wait=30,
-            max_ack_pending=10_000, deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
-            opt_start_seq=start)
+            durable_name=self._durable,
+            ack_policy=AckPolicy.ALL,
+            filter_subject=self._filter,
+            ack_wait=30,
+            max_ack_pending=10_000,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE if start else DeliverPolicy.ALL,
+            opt_start_seq=start,
+        )
 
     async def _bind(self) -> None:
         js = self._p._js
@@ -257,8 +269,9 @@ class PartitionProjector:
                 continue
             if [m.metadata.sequence.consumer for m in msgs] != list(range(self._next, self._next + len(msgs))):
                 PROJECTION_REWINDS.inc()
-                log.warning("%s: a delivery went astray; reading again from stream sequence %d", self._durable,
-                            self._acked + 1)
+                log.warning(
+                    "%s: a delivery went astray; reading again from stream sequence %d", self._durable, self._acked + 1
+                )
                 pull, self._pull = self._pull, None
                 await pull.close()  # what it holds is read again from the floor
                 continue

@@ -35,8 +35,15 @@ class ChildScopeSink:
             await self._capture(Capture(**self._base, scope=scope, ordinal=child_scopes.BASELINE, status="baseline"))
         elif isinstance(body, pe.ToolCompleted) and body.node_id in self._scopes:
             scope = self._scopes[body.node_id]
-            await self._capture(Capture(**self._base, scope=scope, ordinal=child_scopes.END, status=body.status,
-                                        previous_ordinal=child_scopes.BASELINE))
+            await self._capture(
+                Capture(
+                    **self._base,
+                    scope=scope,
+                    ordinal=child_scopes.END,
+                    status=body.status,
+                    previous_ordinal=child_scopes.BASELINE,
+                )
+            )
         await self._sink.event(body)
 
     async def text(self, message_id: str, node_id: str, chunk: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -21,15 +21,31 @@ log = logging.getLogger(__name__)
 
 
 class TurnPublisher:
-    def __init__(self, nc: NATS, *, tenant: str, thread: str, session_id: str, provider_thread_id: str,
-                 run_id: str, attempt_id: str, ids: IdFactory) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        tenant: str,
+        thread: str,
+        session_id: str,
+        provider_thread_id: str,
+        run_id: str,
+        attempt_id: str,
+        ids: IdFactory,
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._ids = ids
         self._subject = subjects.provider(tenant, thread, provider_thread_id)
         self._live = subjects.live(tenant, thread)
-        self._base = dict(tenant=tenant, thread=thread, session_id=session_id, provider_thread_id=provider_thread_id,
-                          run_id=run_id, attempt_id=attempt_id)
+        self._base = dict(
+            tenant=tenant,
+            thread=thread,
+            session_id=session_id,
+            provider_thread_id=provider_thread_id,
+            run_id=run_id,
+            attempt_id=attempt_id,
+        )
         self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
@@ -48,8 +64,9 @@ class TurnPublisher:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
         self._index += 1
-        event = pe.ProviderEvent(id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body,
-                                 **self._base)
+        event = pe.ProviderEvent(
+            id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
+        )
         payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
         delay = 0.1
         while True:
@@ -64,8 +81,18 @@ class TurnPublisher:
                 delay = min(delay * 2, 2.0)
 
     async def text(self, message_id: str, node_id: str, chunk: str) -> None:
-        await self._nc.publish(self._live, _encode(LiveDelta(run_id=self._base["run_id"], attempt_id=self._base["attempt_id"],
-                                                             message_id=message_id, node_id=node_id, text=chunk)))
+        await self._nc.publish(
+            self._live,
+            _encode(
+                LiveDelta(
+                    run_id=self._base["run_id"],
+                    attempt_id=self._base["attempt_id"],
+                    message_id=message_id,
+                    node_id=node_id,
+                    text=chunk,
+                )
+            ),
+        )
         coalescer, _ = self._buffers.setdefault(message_id, (Coalescer(), node_id))
         ready = coalescer.add(chunk)
         if ready is not None:

@@ -28,8 +28,13 @@ class Reapable(Protocol):
 
 
 class IdleReaper:
-    def __init__(self, sessions: Mapping[str, Reapable], clock: Clock, idle_seconds: float,
-                 release: Callable[[str, str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        sessions: Mapping[str, Reapable],
+        clock: Clock,
+        idle_seconds: float,
+        release: Callable[[str, str], Awaitable[None]],
+    ) -> None:
         self._sessions = sessions
         self._clock = clock
         self._idle = idle_seconds

@@ -66,8 +66,11 @@ class Registry:
 
     async def peers(self, host_id: str) -> list[HostRecord]:
         """The latest heartbeat of every other registered host."""
-        return [msgspec.json.decode(entry.value, type=HostRecord)
-                for key, entry in (await latest(self._js, self.HOSTS)).items() if key != host_id and entry.value]
+        return [
+            msgspec.json.decode(entry.value, type=HostRecord)
+            for key, entry in (await latest(self._js, self.HOSTS)).items()
+            if key != host_id and entry.value
+        ]
 
     async def record_session(self, host_id: str, session_id: str, record: SessionRecord) -> None:
         await self.sessions.put(f"{host_id}.{session_id}", _encode(record))

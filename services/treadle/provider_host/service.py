@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from treadle.checkpoints.client import CheckpointClient
 from treadle.domain import capacity
 from treadle.domain import provider_events as pe
 from treadle.domain.ids import IdFactory
@@ -20,13 +21,11 @@ from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
-from treadle.sandbox.host import Sandbox, SandboxSettings, SandboxUnavailable
-from treadle.sandbox.identity import TenantIdentities
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
 from treadle.runtime.settings import ProviderHostSettings, Shared
-
-from treadle.checkpoints.client import CheckpointClient
+from treadle.sandbox.host import Sandbox, SandboxSettings, SandboxUnavailable
+from treadle.sandbox.identity import TenantIdentities
 
 from . import summaries
 from .child_scopes import ChildScopeSink
@@ -41,8 +40,9 @@ ROLLBACK_SETTLE_SECONDS = 5.0  # how long a rollback waits for a turn that has e
 
 
 class Session:
-    def __init__(self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str, resumed: bool,
-                 now: float) -> None:
+    def __init__(
+        self, request: hp.PlaceSession, adapter: ProviderAdapter, native_ref: str, resumed: bool, now: float
+    ) -> None:
         self.request = request
         self.adapter = adapter
         self.native_ref = native_ref
@@ -83,8 +83,12 @@ class ProviderHost:
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
         self._waiting: dict[str, float] = {}  # tenant -> when a placement of it was last refused for capacity
         self._peers: list[HostRecord] = []  # the other hosts' latest heartbeats: per-tenant counts across hosts
-        self._limits = capacity.Limits(capacity=own.capacity, tenant_sessions=own.tenant_sessions,
-                                       tenant_runs=own.tenant_runs, grace=own.shed_grace_seconds)
+        self._limits = capacity.Limits(
+            capacity=own.capacity,
+            tenant_sessions=own.tenant_sessions,
+            tenant_runs=own.tenant_runs,
+            grace=own.shed_grace_seconds,
+        )
         self._stopping = False
         self._loops: list[asyncio.Task] = []
 
@@ -96,18 +100,31 @@ class ProviderHost:
         # elsewhere, and the run waits out the supervisor's recheck.
         await self._learn_peers()
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
-        self._subs.append(await self._nc.subscribe(subjects.host_summarise(self._volume), queue="summarisers",
-                                                   cb=self._take_summary_request))
+        self._subs.append(
+            await self._nc.subscribe(
+                subjects.host_summarise(self._volume), queue="summarisers", cb=self._take_summary_request
+            )
+        )
         await self._sync_seat()  # before the report: the runs it reports are placed again at once
         await self._report_previous_life()
-        self._subs.append(await self._nc.subscribe(subjects.host_shed(self._volume), queue="shedders",
-                                                   cb=self._take_seat_request))
+        self._subs.append(
+            await self._nc.subscribe(subjects.host_shed(self._volume), queue="shedders", cb=self._take_seat_request)
+        )
         await self._freed("")  # runs waiting for capacity may take this host's
-        watcher = HostWatcher(self._registry, self.host_id, self.boot_id, self._clock, self._own.host_expiry_seconds,
-                              self._own.heartbeat_seconds, self._publish_stopped)
+        watcher = HostWatcher(
+            self._registry,
+            self.host_id,
+            self.boot_id,
+            self._clock,
+            self._own.host_expiry_seconds,
+            self._own.heartbeat_seconds,
+            self._publish_stopped,
+        )
         reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
-        self._loops = [asyncio.create_task(loop, name=f"host:{name}") for name, loop in
-                       (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))]
+        self._loops = [
+            asyncio.create_task(loop, name=f"host:{name}")
+            for name, loop in (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))
+        ]
 
     async def stop(self) -> None:
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
@@ -132,10 +149,18 @@ class ProviderHost:
             tenants[tenant] = tenants.get(tenant, 0) + 1
             if session.busy:
                 busy[tenant] = busy.get(tenant, 0) + 1
-        return HostRecord(host_id=self.host_id, boot_id=self.boot_id, volume=self._volume, capacity=self._own.capacity,
-                          live=len(self._sessions), heartbeat_seconds=self._own.heartbeat_seconds,
-                          at=datetime.now(UTC), tenants=tenants, busy=busy,
-                          idle=len(self._sessions) - sum(busy.values()))
+        return HostRecord(
+            host_id=self.host_id,
+            boot_id=self.boot_id,
+            volume=self._volume,
+            capacity=self._own.capacity,
+            live=len(self._sessions),
+            heartbeat_seconds=self._own.heartbeat_seconds,
+            at=datetime.now(UTC),
+            tenants=tenants,
+            busy=busy,
+            idle=len(self._sessions) - sum(busy.values()),
+        )
 
     async def _beat(self) -> None:
         while True:
@@ -157,8 +182,9 @@ class ProviderHost:
         async with self._seat_lock:
             room = not self._stopping and len(self._sessions) + self._opening < self._own.capacity
             if room and self._seat is None:
-                self._seat = await self._nc.subscribe(subjects.host_place(self._volume), queue="hosts",
-                                                      cb=self._take_seat_request)
+                self._seat = await self._nc.subscribe(
+                    subjects.host_place(self._volume), queue="hosts", cb=self._take_seat_request
+                )
             elif not room and self._seat is not None:
                 await self._seat.unsubscribe()
                 self._seat = None
@@ -166,25 +192,39 @@ class ProviderHost:
     async def _report_previous_life(self) -> None:
         """Sessions recorded by an earlier boot of this host died with it: say so on their threads."""
         previous = (await self._registry.sessions_by_host()).get(self.host_id, {})
-        await report_all(((session_id, record) for session_id, record in previous.items()
-                          if record.boot_id != self.boot_id), self._forget_stopped, HOST_RESTARTED)
+        await report_all(
+            ((session_id, record) for session_id, record in previous.items() if record.boot_id != self.boot_id),
+            self._forget_stopped,
+            HOST_RESTARTED,
+        )
 
     async def _forget_stopped(self, session_id: str, record: SessionRecord, reason: str) -> None:
         await self._publish_stopped(session_id, record, reason)
         await self._registry.forget_session(self.host_id, session_id)
 
-    async def _publish_stopped(self, session_id: str, record: SessionRecord, reason: str,
-                               detail: str | None = None) -> None:
+    async def _publish_stopped(
+        self, session_id: str, record: SessionRecord, reason: str, detail: str | None = None
+    ) -> None:
         # The id names the session's boot, not the reporter: a watcher and the restarted host reporting the
         # same dead session produce one event.
-        event = pe.ProviderEvent(id=f"evt_stop_{session_id}_{record.boot_id}", tenant=record.tenant, thread=record.thread,
-                                 session_id=session_id, provider_thread_id=record.provider_thread_id,
-                                 at=datetime.now(UTC), body=pe.SessionStopped(reason=reason, boot_id=record.boot_id, detail=detail))
-        await self._js.publish(subjects.provider(record.tenant, record.thread, record.provider_thread_id),
-                               _encode(event), headers={"Nats-Msg-Id": event.id})
+        event = pe.ProviderEvent(
+            id=f"evt_stop_{session_id}_{record.boot_id}",
+            tenant=record.tenant,
+            thread=record.thread,
+            session_id=session_id,
+            provider_thread_id=record.provider_thread_id,
+            at=datetime.now(UTC),
+            body=pe.SessionStopped(reason=reason, boot_id=record.boot_id, detail=detail),
+        )
+        await self._js.publish(
+            subjects.provider(record.tenant, record.thread, record.provider_thread_id),
+            _encode(event),
+            headers={"Nats-Msg-Id": event.id},
+        )
 
-    async def _end_session(self, session_id: str, reason: str, detail: str | None = None,
-                           announce: bool = True) -> None:
+    async def _end_session(
+        self, session_id: str, reason: str, detail: str | None = None, announce: bool = True
+    ) -> None:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
@@ -193,8 +233,9 @@ class ProviderHost:
         await asyncio.gather(*session.turns.values(), return_exceptions=True)
         await session.adapter.close()
         req = session.request
-        record = SessionRecord(tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id,
-                               boot_id=self.boot_id)
+        record = SessionRecord(
+            tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id, boot_id=self.boot_id
+        )
         await self._publish_stopped(session_id, record, reason, detail)
         await self._registry.forget_session(self.host_id, session_id)
         LIVE_SESSIONS.set(len(self._sessions))
@@ -273,8 +314,11 @@ class ProviderHost:
             async with self._placing:
                 decision = await self._make_room(request.tenant)
                 if isinstance(decision, capacity.Refuse):
-                    return hp.HostFailure(code=decision.reason, message=f"host {self.host_id}: {decision.message}",
-                                          retry_after=decision.retry_after)
+                    return hp.HostFailure(
+                        code=decision.reason,
+                        message=f"host {self.host_id}: {decision.message}",
+                        retry_after=decision.retry_after,
+                    )
                 self._opening += 1
             try:
                 await self._sync_seat()
@@ -292,29 +336,45 @@ class ProviderHost:
                         await adapter.close()
                         raise
                 session = Session(request, adapter, native_ref, resumed, self._clock.now())
-                record = SessionRecord(tenant=request.tenant, thread=request.thread,
-                                       provider_thread_id=request.provider_thread_id, boot_id=self.boot_id)
+                record = SessionRecord(
+                    tenant=request.tenant,
+                    thread=request.thread,
+                    provider_thread_id=request.provider_thread_id,
+                    boot_id=self.boot_id,
+                )
                 await self._registry.record_session(self.host_id, request.session_id, record)
                 self._sessions[request.session_id] = session
             finally:
                 self._opening -= 1
             LIVE_SESSIONS.set(len(self._sessions))
             await self._sync_seat()
-        return hp.SessionPlaced(host_id=self.host_id, boot_id=self.boot_id, session_id=request.session_id,
-                                provider=request.provider, provider_thread_id=request.provider_thread_id,
-                                native_ref=session.native_ref, resumed=session.resumed,
-                                capabilities=session.adapter.capabilities)
+        return hp.SessionPlaced(
+            host_id=self.host_id,
+            boot_id=self.boot_id,
+            session_id=request.session_id,
+            provider=request.provider,
+            provider_thread_id=request.provider_thread_id,
+            native_ref=session.native_ref,
+            resumed=session.resumed,
+            capabilities=session.adapter.capabilities,
+        )
 
     async def _make_room(self, tenant: str) -> capacity.Admit | capacity.Refuse:
         """Decide the placement (domain/capacity.py) and release what it names: an idle session of the busiest
         tenant on a full host, or the tenant's own over its limit. Released sessions stop as after an idle reap."""
         now = self._clock.now()
-        loads = [capacity.SessionLoad(session_id=sid, tenant=s.request.tenant, busy=s.busy, last_active=s.last_active)
-                 for sid, s in self._sessions.items()]
+        loads = [
+            capacity.SessionLoad(session_id=sid, tenant=s.request.tenant, busy=s.busy, last_active=s.last_active)
+            for sid, s in self._sessions.items()
+        ]
         volume = [p for p in self._peers if p.volume == self._volume]
-        peers = capacity.Peers(sessions=self._elsewhere("tenants"), busy=self._elsewhere("busy"),
-                               idle=sum(p.idle for p in volume), hosts=len(volume),
-                               staleness=max([p.heartbeat_seconds for p in volume], default=0.0))
+        peers = capacity.Peers(
+            sessions=self._elsewhere("tenants"),
+            busy=self._elsewhere("busy"),
+            idle=sum(p.idle for p in volume),
+            hosts=len(volume),
+            staleness=max([p.heartbeat_seconds for p in volume], default=0.0),
+        )
         self._waiting = {w: at for w, at in self._waiting.items() if now - at < capacity.FAIR_WINDOW}
         decision = capacity.place(loads, self._opening, tenant, peers, self._limits, now, waiting=self._waiting)
         if isinstance(decision, capacity.Refuse) and decision.reason == capacity.CAPACITY:
@@ -358,7 +418,9 @@ class ProviderHost:
                 request = msgspec.json.decode(msg.data, type=kind)
                 session = self._sessions.get(request.session_id)
                 if session is None:
-                    reply = hp.HostFailure(code="unknown_session", message=f"session {request.session_id} is not live here")
+                    reply = hp.HostFailure(
+                        code="unknown_session", message=f"session {request.session_id} is not live here"
+                    )
                 elif verb == "turn.start":
                     reply = self._start_turn(session, request)
                 else:
@@ -372,8 +434,9 @@ class ProviderHost:
             reply = hp.HostFailure(code="provider_error", message=repr(exc))
         await msg.respond(_encode(reply))
 
-    async def _control(self, session: Session, verb: str,
-                       request) -> hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure:
+    async def _control(
+        self, session: Session, verb: str, request
+    ) -> hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
         session.last_active = self._clock.now()
         if verb == "request.respond":
@@ -431,7 +494,9 @@ class ProviderHost:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
         tenant = session.request.tenant
         # Not this session: a turn it is still closing (a steer restarting its attempt) is being replaced.
-        busy_here = sum(1 for s in self._sessions.values() if s is not session and s.request.tenant == tenant and s.busy)
+        busy_here = sum(
+            1 for s in self._sessions.values() if s is not session and s.request.tenant == tenant and s.busy
+        )
         refused = capacity.start_turn(busy_here, self._elsewhere("busy").get(tenant, 0), tenant, self._limits)
         if refused is not None:
             PLACEMENTS_REFUSED.labels(refused.reason).inc()
@@ -442,13 +507,31 @@ class ProviderHost:
 
     async def _play(self, session: Session, request: hp.StartTurn) -> None:
         ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))
-        publisher = TurnPublisher(self._nc, tenant=request.tenant, thread=request.thread, session_id=request.session_id,
-                                  provider_thread_id=session.request.provider_thread_id, run_id=request.run_id,
-                                  attempt_id=request.attempt_id, ids=ids)
-        publisher = ChildScopeSink(publisher, self._checkpoints, tenant=request.tenant, thread=request.thread,
-                                   workspace=session.request.workspace)
-        turn = Turn(run_id=request.run_id, attempt_id=request.attempt_id, root_node_id=request.root_node_id,
-                    text=request.text, script=request.script, ids=ids)
+        publisher = TurnPublisher(
+            self._nc,
+            tenant=request.tenant,
+            thread=request.thread,
+            session_id=request.session_id,
+            provider_thread_id=session.request.provider_thread_id,
+            run_id=request.run_id,
+            attempt_id=request.attempt_id,
+            ids=ids,
+        )
+        publisher = ChildScopeSink(
+            publisher,
+            self._checkpoints,
+            tenant=request.tenant,
+            thread=request.thread,
+            workspace=session.request.workspace,
+        )
+        turn = Turn(
+            run_id=request.run_id,
+            attempt_id=request.attempt_id,
+            root_node_id=request.root_node_id,
+            text=request.text,
+            script=request.script,
+            ids=ids,
+        )
         session.playing[request.attempt_id] = turn
         try:
             await session.adapter.run_turn(turn, publisher)

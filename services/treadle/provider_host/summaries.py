@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import uuid
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from treadle.domain import provider_events as pe
@@ -48,15 +48,29 @@ async def summarise(request: hp.Summarise, scratch_root: Path, sandbox=None) -> 
     name = f"summary-{uuid.uuid4().hex[:16]}"
     workspace, runtime = scratch_root / name / "workspace", scratch_root / name / "runtime"
     workspace.mkdir(parents=True)
-    place = hp.PlaceSession(tenant=request.tenant, thread=name, provider=request.provider, session_id=name,
-                            provider_thread_id=name, workspace=name, model=request.model, ephemeral=True)
+    place = hp.PlaceSession(
+        tenant=request.tenant,
+        thread=name,
+        provider=request.provider,
+        session_id=name,
+        provider_thread_id=name,
+        workspace=name,
+        model=request.model,
+        ephemeral=True,
+    )
     try:
         adapter = create_adapter(place, workspace, runtime, sandbox)
         sink = _Collect(adapter, "root")
         try:
             await adapter.open_thread(None, f"scripted-{name}")
-            turn = Turn(run_id=name, attempt_id=name, root_node_id="root", text=request.text, script=request.script,
-                        ids=IdFactory(name, int(datetime.now(UTC).timestamp() * 1000)))
+            turn = Turn(
+                run_id=name,
+                attempt_id=name,
+                root_node_id="root",
+                text=request.text,
+                script=request.script,
+                ids=IdFactory(name, int(datetime.now(UTC).timestamp() * 1000)),
+            )
             await asyncio.wait_for(adapter.run_turn(turn, sink), request.timeout)
         except TimeoutError:
             return hp.HostFailure(code="timeout", message=f"no summary within {request.timeout:g} s")

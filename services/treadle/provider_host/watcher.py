@@ -45,8 +45,16 @@ async def report_all(sessions: Iterable[tuple[str, SessionRecord]], report: Repo
 
 
 class HostWatcher:
-    def __init__(self, registry: Registry, own_host_id: str, own_boot_id: str, clock: Clock, expiry: float,
-                 period: float, report: Report) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        own_host_id: str,
+        own_boot_id: str,
+        clock: Clock,
+        expiry: float,
+        period: float,
+        report: Report,
+    ) -> None:
         self._registry = registry
         self._own = own_host_id
         self._boot = own_boot_id
@@ -92,8 +100,12 @@ class HostWatcher:
             if now - seen[1] < self._expiry:
                 continue
             dead.append(host_id)
-            log.warning("host %s missed its heartbeats for %.1fs: reporting %d sessions stopped", host_id,
-                        now - seen[1], len(sessions))
+            log.warning(
+                "host %s missed its heartbeats for %.1fs: reporting %d sessions stopped",
+                host_id,
+                now - seen[1],
+                len(sessions),
+            )
             await report_all(sessions.items(), self._forget(host_id), HOST_LOST)
         return dead
 
@@ -101,4 +113,5 @@ class HostWatcher:
         async def forget(session_id: str, record: SessionRecord, reason: str) -> None:
             await self._report(session_id, record, reason)
             await self._registry.forget_session(host_id, session_id)
+
         return forget

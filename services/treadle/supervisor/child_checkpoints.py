@@ -20,8 +20,9 @@ from treadle.ports import CheckpointStore
 log = logging.getLogger(__name__)
 
 
-async def with_child_checkpoints(client: CheckpointStore, state: ThreadState, run: Run | None,
-                                 events: list[ev.Payload], ctx: Ctx) -> list[ev.Payload]:
+async def with_child_checkpoints(
+    client: CheckpointStore, state: ThreadState, run: Run | None, events: list[ev.Payload], ctx: Ctx
+) -> list[ev.Payload]:
     if run is None or state.thread is None:
         return events
     out: list[ev.Payload] = []
@@ -35,15 +36,24 @@ async def with_child_checkpoints(client: CheckpointStore, state: ThreadState, ru
     return out
 
 
-async def _capture(client: CheckpointStore, state: ThreadState, run: Run, ctx: Ctx, node_id: str, scope: str,
-                   ordinal: int, status: str) -> ev.CheckpointCaptured:
+async def _capture(
+    client: CheckpointStore, state: ThreadState, run: Run, ctx: Ctx, node_id: str, scope: str, ordinal: int, status: str
+) -> ev.CheckpointCaptured:
     assert state.thread is not None
     previous = child_scopes.BASELINE if ordinal != child_scopes.BASELINE else None
-    request = Capture(tenant=state.thread.tenant, thread=state.thread.id, workspace=state.thread.workspace,
-                      scope=scope, ordinal=ordinal, status=status, previous_ordinal=previous)
+    request = Capture(
+        tenant=state.thread.tenant,
+        thread=state.thread.id,
+        workspace=state.thread.workspace,
+        scope=scope,
+        ordinal=ordinal,
+        status=status,
+        previous_ordinal=previous,
+    )
     kind = "baseline" if ordinal == child_scopes.BASELINE else "node"
-    base = dict(checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, scope=scope, ordinal=ordinal, kind=kind,
-                node_id=node_id)
+    base = dict(
+        checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, scope=scope, ordinal=ordinal, kind=kind, node_id=node_id
+    )
     try:
         got = await client.capture(request)  # CheckpointUnavailable propagates: the provider event is retried
     except CheckpointError as exc:  # L10.4: an error summary instead of a checkpoint

@@ -6,20 +6,21 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from treadle import ports
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
-from treadle.domain import events as ev
 from treadle.domain import child_scopes, provider_settings, recovery, start_context
+from treadle.domain import events as ev
+from treadle.domain import provider_events as pe
 from treadle.domain import supervision as sv
 from treadle.domain.commands import Ctx, reaction_ctx
 from treadle.domain.entities import ProviderCapabilities, Run
-from treadle.domain import provider_events as pe
 from treadle.domain.provider_events import provider_event_decoder
 from treadle.domain.thread import ThreadState, provider_cause
 from treadle.domain.turn_options import scripted_capabilities
@@ -28,16 +29,14 @@ from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
+from treadle.providers.hosts import HostClient, HostGone
 from treadle.runtime import partitions
 from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Retryable
 from treadle.runtime.leases import PartitionedWork
-from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DURATION, RUNS_HELD
+from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.settings import Shared, SupervisorSettings
-
-from treadle import ports
-from treadle.providers.hosts import HostClient, HostGone
 
 from .capacity import FreedCapacity
 from .child_checkpoints import with_child_checkpoints
@@ -55,12 +54,21 @@ class Supervisor:
     """``log``, ``checkpoints`` and ``hosts``: the ports it works through, over ``nc`` unless given (tests pass
     the in-memory twins of ``treadle.memory``)."""
 
-    def __init__(self, nc: NATS, shared: Shared, own: SupervisorSettings, *, log: ports.EventLog | None = None,
-                 checkpoints: ports.CheckpointStore | None = None, hosts: ports.HostDirectory | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        shared: Shared,
+        own: SupervisorSettings,
+        *,
+        log: ports.EventLog | None = None,
+        checkpoints: ports.CheckpointStore | None = None,
+        hosts: ports.HostDirectory | None = None,
+    ) -> None:
         js = nc.jetstream()
         self._store = ThreadStore(log if log is not None else EventLog(nc), ACTOR, own.cache_threads)
-        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume,
-                                                                                         own.checkpoint_timeout)
+        self._checkpoints = (
+            checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
+        )
         self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
         self._freed = FreedCapacity(nc, shared.volume)
@@ -70,27 +78,51 @@ class Supervisor:
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
         # a thread's dispatches and provider events are never handled by two replicas at once.
-        legacy = Legacy(((subjects.EVENTS_STREAM, "supervisor-dispatch"),
-                         (subjects.PROVIDER_STREAM, "supervisor-provider")),
-                        lambda: self._consumers("", unpartitioned_event_types(*WAKE_EVENTS), UNPARTITIONED_PROVIDER))
-        self.work = PartitionedWork(nc, kind="supervisor", replica=shared.replica_name("supervisor"),
-                                    ttl=shared.lease_ttl, make=self._partition,
-                                    stream_replicas=shared.stream_replicas, legacy=legacy)
+        legacy = Legacy(
+            ((subjects.EVENTS_STREAM, "supervisor-dispatch"), (subjects.PROVIDER_STREAM, "supervisor-provider")),
+            lambda: self._consumers("", unpartitioned_event_types(*WAKE_EVENTS), UNPARTITIONED_PROVIDER),
+        )
+        self.work = PartitionedWork(
+            nc,
+            kind="supervisor",
+            replica=shared.replica_name("supervisor"),
+            ttl=shared.lease_ttl,
+            make=self._partition,
+            stream_replicas=shared.stream_replicas,
+            legacy=legacy,
+        )
 
     def _consumers(self, suffix: str, dispatch: list[str], provider: str) -> PartitionConsumers:
-        return PartitionConsumers([
-            PullConsumer(self._js, stream=subjects.EVENTS_STREAM, durable=f"supervisor-dispatch{suffix}",
-                         filters=dispatch, handle=self._on_dispatched, mailboxes=self._mailboxes),
-            PullConsumer(self._js, stream=subjects.PROVIDER_STREAM, durable=f"supervisor-provider{suffix}",
-                         filters=[provider], handle=self._on_provider_event, mailboxes=self._mailboxes),
-        ])
+        return PartitionConsumers(
+            [
+                PullConsumer(
+                    self._js,
+                    stream=subjects.EVENTS_STREAM,
+                    durable=f"supervisor-dispatch{suffix}",
+                    filters=dispatch,
+                    handle=self._on_dispatched,
+                    mailboxes=self._mailboxes,
+                ),
+                PullConsumer(
+                    self._js,
+                    stream=subjects.PROVIDER_STREAM,
+                    durable=f"supervisor-provider{suffix}",
+                    filters=[provider],
+                    handle=self._on_provider_event,
+                    mailboxes=self._mailboxes,
+                ),
+            ]
+        )
 
     def _partition(self, partition: int) -> PartitionConsumers:
         # Another replica may have held this partition and written to its threads since they were cached here.
         count = self.work.partitions
         self._store.distrust(lambda tenant, thread: partitions.partition_of(thread, count) == partition)
-        return self._consumers(f"-p{partition}", partitions.event_types_filters(WAKE_EVENTS, partition),
-                               partitions.provider_filter(partition))
+        return self._consumers(
+            f"-p{partition}",
+            partitions.event_types_filters(WAKE_EVENTS, partition),
+            partitions.provider_filter(partition),
+        )
 
     async def start(self) -> None:
         await self._freed.start()
@@ -130,8 +162,9 @@ class Supervisor:
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
-        events = await with_child_checkpoints(self._checkpoints, state, state.run(event.run_id or ""),
-                                              list(reaction.events), ctx)
+        events = await with_child_checkpoints(
+            self._checkpoints, state, state.run(event.run_id or ""), list(reaction.events), ctx
+        )
         run = state.run(reaction.run_id or "") if reaction.finalize is not None else None
         if run is not None and reaction.finalize is not None:
             if sv.restarts(state, run, reaction.finalize):
@@ -140,19 +173,41 @@ class Supervisor:
                 status = sv.turn_status(state, run, reaction.finalize)
                 events += sv.finalize(state, run, reaction.finalize, await self._capture(state, run, ctx, status), ctx)
         if events:
-            await self._append(tenant, thread, state, events, ctx, causation_id=provider_cause(seq, event.index, event.attempt_id or ""))
+            await self._append(
+                tenant,
+                thread,
+                state,
+                events,
+                ctx,
+                causation_id=provider_cause(seq, event.index, event.attempt_id or ""),
+            )
         if run is not None and run.ended_at is not None:
             RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
         await self._hand_over(tenant, thread, state, f"prov|{seq}")
 
     # --- steps -------------------------------------------------------------------------------------
 
-    async def _append(self, tenant: str, thread: str, state: ThreadState, events: list[ev.Payload], ctx: Ctx,
-                      causation_id: str | None = None) -> None:
+    async def _append(
+        self,
+        tenant: str,
+        thread: str,
+        state: ThreadState,
+        events: list[ev.Payload],
+        ctx: Ctx,
+        causation_id: str | None = None,
+    ) -> None:
         try:
-            await self._store.append(tenant, thread, state, events, ids=ctx.ids, at=ctx.now,
-                                     command_id=causation_id or ctx.ids.next("cmd"), actor=ACTOR,
-                                     causation_id=causation_id)
+            await self._store.append(
+                tenant,
+                thread,
+                state,
+                events,
+                ids=ctx.ids,
+                at=ctx.now,
+                command_id=causation_id or ctx.ids.next("cmd"),
+                actor=ACTOR,
+                causation_id=causation_id,
+            )
         except Conflict:
             APPEND_CONFLICTS.labels(ACTOR).inc()  # the consumer retries the message on a fresh state
             raise
@@ -166,8 +221,9 @@ class Supervisor:
             run = sv.pending_attempt(state)
             if run is None:
                 return await self._follow_through(tenant, thread, state, seed)
-            ctx = reaction_ctx(f"{seed}|{run.attempt.id}|{placement}" + (f"|h{holds}" if holds else ""),
-                               datetime.now(UTC), ACTOR)
+            ctx = reaction_ctx(
+                f"{seed}|{run.attempt.id}|{placement}" + (f"|h{holds}" if holds else ""), datetime.now(UTC), ACTOR
+            )
             placement += 1
             if run.attempt.interrupt is not None:  # interrupted before any provider saw it (L8)
                 turn = pe.TurnCompleted(status="interrupted")
@@ -201,8 +257,11 @@ class Supervisor:
                     where = start_context.placement(state, run)
                     # L9.4/L4.2: an unusable provider thread (pending live requests not_resumable, graph kept);
                     # the next placement builds a replacement from app context.
-                    failed = (recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
-                              if placed.code == "resume_failed" else start_context.fork_refused(state, run, placed.message))
+                    failed = (
+                        recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
+                        if placed.code == "resume_failed"
+                        else start_context.fork_refused(state, run, placed.message)
+                    )
                     await self._append(tenant, thread, state, failed, ctx)
                     continue
                 replaced = state.live_session
@@ -221,16 +280,29 @@ class Supervisor:
             if text == given:  # no resolved context rides along: a replacement thread still needs the past (L9.4)
                 text = recovery.with_replacement_context(state, run, given)
             try:
-                reply = await self._hosts.start_turn(session.host_id, hp.StartTurn(
-                    session_id=session.id, tenant=tenant, thread=thread, run_id=run.id, attempt_id=att.id,
-                    root_node_id=att.root_node_id, text=text, script=att.script if att.message_ids else run.script))
+                reply = await self._hosts.start_turn(
+                    session.host_id,
+                    hp.StartTurn(
+                        session_id=session.id,
+                        tenant=tenant,
+                        thread=thread,
+                        run_id=run.id,
+                        attempt_id=att.id,
+                        root_node_id=att.root_node_id,
+                        text=text,
+                        script=att.script if att.message_ids else run.script,
+                    ),
+                )
             except HostGone:
                 # Waiting for the host watcher's report would hold this thread's mailbox, where that very
                 # report queues behind us: record the loss now and place the session again (L9.3).
-                await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id,
-                                                                              reason="host_unreachable")], ctx)
+                await self._append(
+                    tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_unreachable")], ctx
+                )
                 continue
-            if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:  # the tenant runs as many turns as it may: the session waits with the run
+            if (
+                isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES
+            ):  # the tenant runs as many turns as it may: the session waits with the run
                 state = await self._hold(tenant, thread, state, run, reply, ticket, ctx)
                 if state is None:
                     return
@@ -239,13 +311,16 @@ class Supervisor:
             if isinstance(reply, hp.TurnAccepted):
                 context = state.start_context(run.id)
                 if context is not None and not context.delivered and (pth := state.session_thread(session.id)):
-                    await self._append(tenant, thread, state, [ev.ContextDelivered(run_id=run.id,
-                                                                                   provider_thread_id=pth.id)], ctx)
+                    await self._append(
+                        tenant, thread, state, [ev.ContextDelivered(run_id=run.id, provider_thread_id=pth.id)], ctx
+                    )
                 return
             if reply.code != "unknown_session":
                 raise Retryable(f"host {session.host_id} refused the turn: {reply.code} {reply.message}")
             # The host no longer has the session (it restarted): record that and place it again.
-            await self._append(tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_lost_session")], ctx)
+            await self._append(
+                tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_lost_session")], ctx
+            )
         raise Retryable(f"could not place run {run.id} after {MAX_PLACEMENTS} tries")
 
     async def _follow_through(self, tenant: str, thread: str, state: ThreadState, seed: str) -> None:
@@ -261,20 +336,36 @@ class Supervisor:
             assert session is not None
             att = action.run.attempt
             if isinstance(action, sv.Steer):
-                reply = await self._hosts.verb(session.host_id, "turn.steer", hp.SteerTurn(
-                    session_id=session.id, attempt_id=att.id, message_id=action.message.id, text=action.message.text))
+                reply = await self._hosts.verb(
+                    session.host_id,
+                    "turn.steer",
+                    hp.SteerTurn(
+                        session_id=session.id, attempt_id=att.id, message_id=action.message.id, text=action.message.text
+                    ),
+                )
                 if isinstance(reply, hp.TurnAccepted):
-                    await self._append(tenant, thread, state, [ev.SteerDelivered(
-                        run_id=action.run.id, attempt_id=att.id, message_id=action.message.id)], ctx)
+                    await self._append(
+                        tenant,
+                        thread,
+                        state,
+                        [ev.SteerDelivered(run_id=action.run.id, attempt_id=att.id, message_id=action.message.id)],
+                        ctx,
+                    )
                 # Refused (the turn just ended): the steer becomes the next run when the run ends (L3.4).
                 continue
             request = hp.StopTurn(session_id=session.id, attempt_id=att.id)
-            reply = await self._hosts.verb(session.host_id, "turn.interrupt" if action.path == "native" else "session.stop",
-                                           request)
+            reply = await self._hosts.verb(
+                session.host_id, "turn.interrupt" if action.path == "native" else "session.stop", request
+            )
             if isinstance(reply, hp.HostFailure) and reply.code not in ("unknown_session", "not_active"):
                 raise Retryable(f"host {session.host_id} refused the interrupt: {reply.code} {reply.message}")
-            await self._append(tenant, thread, state, [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id,
-                                                                         path=action.path)], ctx)
+            await self._append(
+                tenant,
+                thread,
+                state,
+                [ev.InterruptSent(run_id=action.run.id, attempt_id=att.id, path=action.path)],
+                ctx,
+            )
 
     async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced | hp.HostFailure:
         """A session on the provider thread the run must use (start_context.placement). A refused native fork is
@@ -284,19 +375,28 @@ class Supervisor:
         if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
             where = start_context.Placement(provider_thread_id=where.provider_thread_id, native_ref=forked)
         request = hp.PlaceSession(
-            tenant=state.thread.tenant, thread=state.thread.id, provider=run.provider, session_id=ctx.ids.next("ps"),
-            provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"), native_ref=where.native_ref,
-            fork_from=where.fork_from, fork_at_turn=where.fork_at_turn,
-            workspace=state.thread.workspace, runtime_mode=state.thread.runtime_mode, model=run.model,
-            capabilities=scripted_capabilities(run.provider, run.script))
+            tenant=state.thread.tenant,
+            thread=state.thread.id,
+            provider=run.provider,
+            session_id=ctx.ids.next("ps"),
+            provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"),
+            native_ref=where.native_ref,
+            fork_from=where.fork_from,
+            fork_at_turn=where.fork_at_turn,
+            workspace=state.thread.workspace,
+            runtime_mode=state.thread.runtime_mode,
+            model=run.model,
+            capabilities=scripted_capabilities(run.provider, run.script),
+        )
         try:
             reply = await self._hosts.place(request)
         except HostGone:
             reply = None  # no host has room
         # No host with room, or the tenant is at its session limit with idle sessions it may release soon, maybe on
         # a host without room: ask all hosts; the one asked makes room, or says why not (L9.3).
-        if reply is None or (isinstance(reply, hp.HostFailure) and reply.code == "tenant_quota"
-                             and reply.retry_after is not None):
+        if reply is None or (
+            isinstance(reply, hp.HostFailure) and reply.code == "tenant_quota" and reply.retry_after is not None
+        ):
             try:
                 reply = await self._hosts.place(request, full=True)
             except HostGone:
@@ -305,26 +405,33 @@ class Supervisor:
             return reply
         if isinstance(reply, hp.HostFailure):
             if (reply.code == "unsupported" and where.fork_from is not None) or (
-                    reply.code == "resume_failed" and where.native_ref is not None):
+                reply.code == "resume_failed" and where.native_ref is not None
+            ):
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
         return reply
 
-    async def _hold(self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure,
-                    ticket, ctx: Ctx) -> ThreadState | None:
+    async def _hold(
+        self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure, ticket, ctx: Ctx
+    ) -> ThreadState | None:
         """L9.3: no host can take the run now. Say so on the run (``queued`` with the reason) once per reason,
         wait until a host announces room (or the recheck time passes), and return the thread as it is then.
         None: other work for this thread arrived meanwhile (an interrupt, say); it takes the hand-over on, as
         every handler of this thread ends by handing over."""
         if run.waiting_reason != refused.code:
             log.info("run %s waits for a provider: %s", run.id, refused.message)
-            await self._append(tenant, thread, state, [ev.RunHeld(run_id=run.id, attempt_id=run.attempt.id,
-                                                                   reason=refused.code)], ctx)
+            await self._append(
+                tenant, thread, state, [ev.RunHeld(run_id=run.id, attempt_id=run.attempt.id, reason=refused.code)], ctx
+            )
             RUNS_HELD.labels(refused.code).inc()
         soon = refused.retry_after
         arrival = self._mailboxes.arrival(f"{tenant}.{thread}")
-        await self._freed.wait(ticket, refused.code, self._recheck if soon is None else min(soon + 0.05, self._recheck),
-                               also=(arrival, self._closing))
+        await self._freed.wait(
+            ticket,
+            refused.code,
+            self._recheck if soon is None else min(soon + 0.05, self._recheck),
+            also=(arrival, self._closing),
+        )
         if self._closing.is_set():
             raise Retryable(f"run {run.id} still waits for a provider; the supervisor stops")
         if arrival.is_set():
@@ -337,8 +444,14 @@ class Supervisor:
         session then opens the source and forks it)."""
         assert state.thread is not None
         context = state.start_context(run.id)
-        transfer = next((t for t in (state.transfer(i) for i in (context.transfer_ids if context else []))
-                         if t is not None and t.type == "fork"), None)
+        transfer = next(
+            (
+                t
+                for t in (state.transfer(i) for i in (context.transfer_ids if context else []))
+                if t is not None and t.type == "fork"
+            ),
+            None,
+        )
         if context is None or transfer is None:
             return None
         source = await self._store.refresh(state.thread.tenant, transfer.source_thread_id)
@@ -346,8 +459,9 @@ class Supervisor:
         pth = source.session_thread(session.id) if session is not None else None
         if session is None or pth is None or pth.native_ref != context.fork_native_ref:
             return None
-        reply = await self._hosts.fork(session.host_id, hp.ForkThread(session_id=session.id,
-                                                                      at_turn=context.fork_at_turn_ref))
+        reply = await self._hosts.fork(
+            session.host_id, hp.ForkThread(session_id=session.id, at_turn=context.fork_at_turn_ref)
+        )
         return reply.native_ref if isinstance(reply, hp.Forked) else None
 
     async def _release(self, session) -> None:
@@ -377,26 +491,35 @@ class Supervisor:
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)
-        return sv.checkpoint_captured(ctx, ordinal=ordinal, run_id=None, kind="baseline", status="baseline",
-                                      captured=captured)
+        return sv.checkpoint_captured(
+            ctx, ordinal=ordinal, run_id=None, kind="baseline", status="baseline", captured=captured
+        )
 
     async def _capture(self, state: ThreadState, run: Run, ctx: Ctx, status: str) -> ev.CheckpointCaptured:
         """L10.2: the run's checkpoint, with its diff from the previous root checkpoint."""
         before = state.checkpoint(run.ordinal - 1)
         previous = run.ordinal - 1 if before is not None and before.commit is not None else None
         captured = await self._capture_or_none(state, run.ordinal, status, previous)
-        checkpoint = sv.checkpoint_captured(ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status,
-                                            captured=captured)
+        checkpoint = sv.checkpoint_captured(
+            ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status, captured=captured
+        )
         checkpoint.children = child_scopes.summaries(state.checkpoints, run.id)  # L10.3
         return checkpoint
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
         assert state.thread is not None
         before = state.checkpoint(previous) if previous is not None else None
-        request = Capture(tenant=state.thread.tenant, thread=state.thread.id, workspace=state.thread.workspace,
-                          ordinal=ordinal, status=status, previous_ordinal=previous,
-                          previous_commit=before.commit if before else None, previous_tree=before.tree if before else None,
-                          previous_ref=before.ref if before else None)
+        request = Capture(
+            tenant=state.thread.tenant,
+            thread=state.thread.id,
+            workspace=state.thread.workspace,
+            ordinal=ordinal,
+            status=status,
+            previous_ordinal=previous,
+            previous_commit=before.commit if before else None,
+            previous_tree=before.tree if before else None,
+            previous_ref=before.ref if before else None,
+        )
         try:
             with CHECKPOINT_SECONDS.time():
                 return await self._checkpoints.capture(request)

@@ -17,8 +17,8 @@ import msgspec
 
 from treadle.domain import events as ev
 from treadle.domain import summarise as sm
-from treadle.providers import protocol as hp
 from treadle.ports import HostDirectory
+from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostUnavailable
 from treadle.runtime.settings import SupervisorSettings
 
@@ -30,8 +30,15 @@ class SummariserSettingError(ValueError):
 
 
 class ProviderSummariser:
-    def __init__(self, hosts: HostDirectory, provider: str, *, model: str | None = None, script: dict | None = None,
-                 timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        hosts: HostDirectory,
+        provider: str,
+        *,
+        model: str | None = None,
+        script: dict | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         self._hosts = hosts
         self.provider = provider
         self.name = sm.provider_name(provider)
@@ -51,13 +58,18 @@ class ProviderSummariser:
             raise SummariserSettingError(f"summariser_script is not JSON: {exc}") from None
         return cls(hosts, provider, model=own.summariser_model, script=script, timeout=own.summariser_timeout)
 
-    async def apply(self, tenant: str, events: list[ev.Payload], material: Mapping[str, str],
-                    budget: int) -> list[ev.Payload]:
+    async def apply(
+        self, tenant: str, events: list[ev.Payload], material: Mapping[str, str], budget: int
+    ) -> list[ev.Payload]:
         """``events`` with each handoff's text written by the provider where it can be."""
         handoffs = sum(isinstance(e, ev.HandoffCreated) for e in events)
         share = max(1, budget // max(1, handoffs))  # the pure hook splits the budget the same way
-        return [await self._one(tenant, e, material.get(e.handoff_id, e.text), share)
-                if isinstance(e, ev.HandoffCreated) else e for e in events]
+        return [
+            await self._one(tenant, e, material.get(e.handoff_id, e.text), share)
+            if isinstance(e, ev.HandoffCreated)
+            else e
+            for e in events
+        ]
 
     async def _one(self, tenant: str, handoff: ev.HandoffCreated, material: str, budget: int) -> ev.HandoffCreated:
         heading, _ = sm.split_heading(handoff.text)
@@ -65,8 +77,14 @@ class ProviderSummariser:
         room = budget - len(heading) - 2
         if room <= 0:
             return self._fallback(handoff, f"the target's budget of {budget} characters leaves no room for a summary")
-        request = hp.Summarise(tenant=tenant, provider=self.provider, text=sm.provider_prompt(body, room),
-                               model=self._model, script=self._script, timeout=self._timeout)
+        request = hp.Summarise(
+            tenant=tenant,
+            provider=self.provider,
+            text=sm.provider_prompt(body, room),
+            model=self._model,
+            script=self._script,
+            timeout=self._timeout,
+        )
         try:
             reply = await self._hosts.summarise(request)
         except HostUnavailable as exc:
@@ -76,11 +94,14 @@ class ProviderSummariser:
         text, why = sm.accept_summary(reply.text, room)
         if text is None:
             return self._fallback(handoff, why or "unusable summary")
-        return msgspec.structs.replace(handoff, text=f"{heading}\n\n{text}", truncated=False, summariser=self.name,
-                                       version=sm.PROVIDER_VERSION)
+        return msgspec.structs.replace(
+            handoff, text=f"{heading}\n\n{text}", truncated=False, summariser=self.name, version=sm.PROVIDER_VERSION
+        )
 
     def _fallback(self, handoff: ev.HandoffCreated, why: str) -> ev.HandoffCreated:
-        log.info("handoff %s: %s could not summarise (%s); the local summary is used",
-                 handoff.handoff_id, self.name, why)
-        return msgspec.structs.replace(handoff, summariser=sm.LOCAL, version=sm.LOCAL_VERSION,
-                                       fallback=f"{self.name}: {why}"[:500])
+        log.info(
+            "handoff %s: %s could not summarise (%s); the local summary is used", handoff.handoff_id, self.name, why
+        )
+        return msgspec.structs.replace(
+            handoff, summariser=sm.LOCAL, version=sm.LOCAL_VERSION, fallback=f"{self.name}: {why}"[:500]
+        )

@@ -11,21 +11,21 @@ process is noticed even between turns.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
 from ...domain.ids import is_token
+from ...sandbox.host import Prepared, Sandbox
 from .. import exits
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..protocol import PlaceSession
-from ...sandbox.host import Prepared, Sandbox
 from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
 
@@ -84,8 +84,12 @@ def _valid_session_id(value: str) -> str:
 
 async def _prompt(text: str, prompt_uuid: str) -> AsyncIterator[dict[str, Any]]:
     # The uuid we give the prompt becomes its transcript entry's uuid: the turn's boundary for forks.
-    yield {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None,
-           "uuid": prompt_uuid}
+    yield {
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "parent_tool_use_id": None,
+        "uuid": prompt_uuid,
+    }
 
 
 class ClaudeAdapter(ProviderAdapter):
@@ -93,8 +97,14 @@ class ClaudeAdapter(ProviderAdapter):
     capabilities = CAPABILITIES
     sandboxed = True  # the host's launcher runs the CLI (treadle.sandbox)
 
-    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path,
-                 settings: ClaudeSettings | None = None, sandbox: Sandbox | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        request: PlaceSession,
+        state_dir: Path,
+        settings: ClaudeSettings | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         super().__init__(workspace)
         self._sandbox = sandbox if sandbox is not None and sandbox.enabled else None
         self._prepared: Prepared | None = None  # the sandbox of the running CLI
@@ -157,10 +167,17 @@ class ClaudeAdapter(ProviderAdapter):
 
         assert self._approvals is not None
         wrapper = await self._sandboxed_cli()
-        options = session_options(self.settings, workspace=self.workspace, config_dir=self._config_dir,
-                                  runtime_mode=self.request.runtime_mode, model=self.request.model,
-                                  can_use_tool=self._approvals.can_use_tool, stderr=self._on_stderr,
-                                  cli_path=wrapper, **where)
+        options = session_options(
+            self.settings,
+            workspace=self.workspace,
+            config_dir=self._config_dir,
+            runtime_mode=self.request.runtime_mode,
+            model=self.request.model,
+            can_use_tool=self._approvals.can_use_tool,
+            stderr=self._on_stderr,
+            cli_path=wrapper,
+            **where,
+        )
         client = ClaudeSDKClient(options)
         try:
             async with asyncio.timeout(self.settings.connect_timeout):
@@ -186,10 +203,17 @@ class ClaudeAdapter(ProviderAdapter):
         home = self._config_dir.parent / "home"
         projects = self.store.projects.resolve()
         self._prepared = await self._sandbox.prepare(
-            tenant=self.request.tenant, name=f"{self.request.session_id}-{self._starts}", workspace=self.workspace,
-            homes=[self._config_dir, home, projects], binaries=[cli.parent], argv=[str(cli)],
+            tenant=self.request.tenant,
+            name=f"{self.request.session_id}-{self._starts}",
+            workspace=self.workspace,
+            homes=[self._config_dir, home, projects],
+            binaries=[cli.parent],
+            argv=[str(cli)],
             runtime_env=cli_env(self.settings, self._config_dir, self.request.runtime_mode),
-            model_urls=[self.settings.base_url or "https://api.anthropic.com"], home=home, inherit=SDK_SPAWN_ENV)
+            model_urls=[self.settings.base_url or "https://api.anthropic.com"],
+            home=home,
+            inherit=SDK_SPAWN_ENV,
+        )
         return self._prepared.wrapper
 
     async def _read(self, client: ClaudeSDKClient) -> None:

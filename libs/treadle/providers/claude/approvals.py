@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 
 FILE_CHANGE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 FILE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS"})
-PLAN_HANDED_OVER = ("The plan is now shown to the user as a proposed plan. Do not implement it in this turn: "
-                    "the user starts its implementation with a new message if they accept it. End your turn.")
+PLAN_HANDED_OVER = (
+    "The plan is now shown to the user as a proposed plan. Do not implement it in this turn: "
+    "the user starts its implementation with a new message if they accept it. End your turn."
+)
 
 
 def request_kind(tool_name: str) -> str:
@@ -57,8 +59,11 @@ class Approvals:
         return await self._approval(turn, tool_name, tool_input, ctx)
 
     async def _approval(self, turn: TurnTranslator, tool_name: str, tool_input: dict, ctx: ToolPermissionContext):
-        detail: dict[str, Any] = {"tool": tool_name, "input": tool_input,
-                                  "parent_node_id": turn.node_of_agent(ctx.agent_id)}
+        detail: dict[str, Any] = {
+            "tool": tool_name,
+            "input": tool_input,
+            "parent_node_id": turn.node_of_agent(ctx.agent_id),
+        }
         tool_node = turn.tool_node(ctx.tool_use_id)
         if tool_node:
             detail["tool_node_id"] = tool_node
@@ -82,18 +87,28 @@ class Approvals:
 
     async def _question(self, turn: TurnTranslator, tool_input: dict, ctx: ToolPermissionContext):
         questions = [q for q in tool_input.get("questions") or [] if isinstance(q, dict) and q.get("question")]
-        shown = [{"id": str(i), "question": q["question"], "header": q.get("header", ""),
-                  "multi_select": bool(q.get("multiSelect")),
-                  "options": [{"label": o.get("label", ""), "description": o.get("description", "")}
-                              for o in q.get("options") or [] if isinstance(o, dict)]}
-                 for i, q in enumerate(questions)]
+        shown = [
+            {
+                "id": str(i),
+                "question": q["question"],
+                "header": q.get("header", ""),
+                "multi_select": bool(q.get("multiSelect")),
+                "options": [
+                    {"label": o.get("label", ""), "description": o.get("description", "")}
+                    for o in q.get("options") or []
+                    if isinstance(o, dict)
+                ],
+            }
+            for i, q in enumerate(questions)
+        ]
         prompt = "\n".join(q["question"] for q in questions) or "Claude has a question"
         detail = {"questions": shown, "parent_node_id": turn.node_of_agent(ctx.agent_id)}
         keys = frozenset([q["id"] for q in shown] + [q["question"] for q in shown])
         answer = await self._ask(turn, "user_input", prompt, detail, ctx.tool_use_id, answer_keys=keys)
         if answer.decision in ("decline", "cancel") or not answer.answers:
-            return PermissionResultDeny(message=answer.message or "The user did not answer.",
-                                        interrupt=answer.decision == "cancel")
+            return PermissionResultDeny(
+                message=answer.message or "The user did not answer.", interrupt=answer.decision == "cancel"
+            )
         answers = {}
         for i, q in enumerate(questions):  # answers are keyed by question id, or by the question itself
             value = answer.answers.get(str(i), answer.answers.get(q["question"]))
@@ -101,17 +116,32 @@ class Approvals:
                 answers[q["question"]] = value
         return PermissionResultAllow(updated_input={**tool_input, "answers": answers})
 
-    async def _ask(self, turn: TurnTranslator, kind: str, prompt: str, detail: dict, native_ref: str | None,
-                   answer_keys: frozenset[str] | None = None) -> Response:
+    async def _ask(
+        self,
+        turn: TurnTranslator,
+        kind: str,
+        prompt: str,
+        detail: dict,
+        native_ref: str | None,
+        answer_keys: frozenset[str] | None = None,
+    ) -> Response:
         request_id, node_id = turn.turn.ids.next("req"), turn.turn.ids.next("node")
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         if answer_keys is not None:
             self._questions[request_id] = answer_keys
         try:
-            await turn.sink.event(pe.RequestOpened(request_id=request_id, node_id=node_id, kind=kind, prompt=prompt,
-                                                   detail=detail, native_ref=native_ref,
-                                                   parent_id=detail.pop("parent_node_id", None)))
+            await turn.sink.event(
+                pe.RequestOpened(
+                    request_id=request_id,
+                    node_id=node_id,
+                    kind=kind,
+                    prompt=prompt,
+                    detail=detail,
+                    native_ref=native_ref,
+                    parent_id=detail.pop("parent_node_id", None),
+                )
+            )
             return await future  # the CLI cancels this wait when the turn is interrupted
         finally:
             self._pending.pop(request_id, None)

@@ -47,9 +47,14 @@ def cli_env(settings: ClaudeSettings, config_dir: Path, runtime_mode: str) -> di
 
 # What claude-agent-sdk sets per spawn and the CLI needs; a sandbox's launcher takes these (and only these)
 # from the environment the SDK gives its wrapper script.
-SDK_SPAWN_ENV = ("CLAUDE_CODE_ENTRYPOINT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDE_CODE_SDK_READS_SESSION_STATE",
-                 "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING", "CLAUDE_AGENT_SDK_CLIENT_APP",
-                 "CLAUDE_AGENT_SDK_DERIVED_CLIENT_APP")
+SDK_SPAWN_ENV = (
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_AGENT_SDK_VERSION",
+    "CLAUDE_CODE_SDK_READS_SESSION_STATE",
+    "CLAUDE_CODE_ENABLE_SDK_FILE_CHECKPOINTING",
+    "CLAUDE_AGENT_SDK_CLIENT_APP",
+    "CLAUDE_AGENT_SDK_DERIVED_CLIENT_APP",
+)
 
 
 def real_cli(settings: ClaudeSettings) -> Path:
@@ -61,10 +66,21 @@ def real_cli(settings: ClaudeSettings) -> Path:
     return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
 
 
-def session_options(settings: ClaudeSettings, *, workspace: Path, config_dir: Path, runtime_mode: str,
-                    model: str | None, can_use_tool, stderr: Callable[[str], None], session_id: str | None = None,
-                    resume: str | None = None, fork: bool = False, resume_at: str | None = None,
-                    cli_path: Path | None = None) -> ClaudeAgentOptions:
+def session_options(
+    settings: ClaudeSettings,
+    *,
+    workspace: Path,
+    config_dir: Path,
+    runtime_mode: str,
+    model: str | None,
+    can_use_tool,
+    stderr: Callable[[str], None],
+    session_id: str | None = None,
+    resume: str | None = None,
+    fork: bool = False,
+    resume_at: str | None = None,
+    cli_path: Path | None = None,
+) -> ClaudeAgentOptions:
     """``cli_path``: what to spawn instead of the CLI (a sandbox's wrapper script)."""
     if runtime_mode not in PERMISSION_MODES:
         raise ValueError(f"runtime mode {runtime_mode!r} is not one of {sorted(PERMISSION_MODES)}")

@@ -40,8 +40,14 @@ _TODO_STATUSES = frozenset({"pending", "in_progress", "completed"})
 
 
 def tool_title(name: str, tool_input: dict) -> str:
-    detail = tool_input.get("description") or tool_input.get("command") or tool_input.get("file_path") \
-        or tool_input.get("pattern") or tool_input.get("url") or ""
+    detail = (
+        tool_input.get("description")
+        or tool_input.get("command")
+        or tool_input.get("file_path")
+        or tool_input.get("pattern")
+        or tool_input.get("url")
+        or ""
+    )
     return f"{name}: {detail}" if detail else name
 
 
@@ -172,18 +178,28 @@ class TurnTranslator:
             if block.name == "TodoWrite":
                 await self._todos(where, block.input)
             elif block.name == "ExitPlanMode":
-                await self.sink.event(pe.PlanUpdated(plan_id=self.turn.ids.next("plan"), kind="proposed_plan",
-                                                     node_id=where, text=str(block.input.get("plan", ""))))
+                await self.sink.event(
+                    pe.PlanUpdated(
+                        plan_id=self.turn.ids.next("plan"),
+                        kind="proposed_plan",
+                        node_id=where,
+                        text=str(block.input.get("plan", "")),
+                    )
+                )
             return  # AskUserQuestion becomes a user_input request when the CLI asks for it
         node = self.turn.ids.next("node")
         self._nodes[block.id] = node
         if block.name in SUBAGENT_TOOLS:
             title = block.input.get("description") or block.input.get("subagent_type") or "subagent"
-            await self.sink.event(pe.ToolStarted(node_id=node, parent_id=where, kind="subagent", title=str(title),
-                                                 input=block.input))
+            await self.sink.event(
+                pe.ToolStarted(node_id=node, parent_id=where, kind="subagent", title=str(title), input=block.input)
+            )
         else:
-            await self.sink.event(pe.ToolStarted(node_id=node, parent_id=where, title=tool_title(block.name, block.input),
-                                                 input=block.input))
+            await self.sink.event(
+                pe.ToolStarted(
+                    node_id=node, parent_id=where, title=tool_title(block.name, block.input), input=block.input
+                )
+            )
 
     async def _todos(self, node: str, tool_input: dict) -> None:
         items = []
@@ -203,8 +219,13 @@ class TurnTranslator:
             node = self._nodes.get(block.tool_use_id)
             if node is None or block.tool_use_id in self._background.values():
                 continue  # unknown, or a background agent that was only launched: it ends with its task
-            await self.sink.event(pe.ToolCompleted(node_id=node, status="failed" if block.is_error else "completed",
-                                                   output=result_text(block.content)[:MAX_OUTPUT_CHARS]))
+            await self.sink.event(
+                pe.ToolCompleted(
+                    node_id=node,
+                    status="failed" if block.is_error else "completed",
+                    output=result_text(block.content)[:MAX_OUTPUT_CHARS],
+                )
+            )
 
     def _task_started(self, message: TaskStartedMessage) -> None:
         if message.tool_use_id:
@@ -226,9 +247,13 @@ class TurnTranslator:
 
     async def _close_task(self, task_id: str, summary: str | None) -> None:
         tool_use_id, status = self._ended.pop(task_id)
-        await self.sink.event(pe.ToolCompleted(node_id=self._nodes[tool_use_id],
-                                               status="completed" if status == "completed" else "failed",
-                                               output=(summary or f"background agent {status}")[:MAX_OUTPUT_CHARS]))
+        await self.sink.event(
+            pe.ToolCompleted(
+                node_id=self._nodes[tool_use_id],
+                status="completed" if status == "completed" else "failed",
+                output=(summary or f"background agent {status}")[:MAX_OUTPUT_CHARS],
+            )
+        )
 
     # --- the end ------------------------------------------------------------------------------------
 
@@ -246,7 +271,9 @@ class TurnTranslator:
         ``is_error``; an interrupt ends with ``error_during_execution`` and an aborted terminal reason."""
         result = self.result
         if result is None:
-            return pe.TurnCompleted(status="failed", error=self.api_error or "Claude Code ended the turn without a result")
+            return pe.TurnCompleted(
+                status="failed", error=self.api_error or "Claude Code ended the turn without a result"
+            )
         if result.terminal_reason in INTERRUPTED_REASONS or (interrupt_requested and result.is_error):
             return pe.TurnCompleted(status="interrupted")
         if result.is_error or result.subtype != "success" or result.api_error_status is not None:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from ...domain import provider_events as pe
 from ...domain.entities import ProviderCapabilities
+from ...sandbox.host import Prepared, Sandbox
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
-from ...sandbox.host import Prepared, Sandbox
 from .home import PROVIDER_ID, prepare_home
 from .rpc import ProcessGone, RpcError, RpcProcess
 from .settings import CodexSettings
@@ -64,8 +64,14 @@ class CodexAdapter(ProviderAdapter):
     capabilities = CAPABILITIES
     sandboxed = True  # the host's launcher runs the app-server (treadle.sandbox)
 
-    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path,
-                 settings: CodexSettings | None = None, sandbox: Sandbox | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        request: PlaceSession,
+        state_dir: Path,
+        settings: CodexSettings | None = None,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         super().__init__(workspace)
         self._host_sandbox = sandbox if sandbox is not None and sandbox.enabled else None
         self._prepared: Prepared | None = None  # the sandbox of the current process
@@ -117,9 +123,14 @@ class CodexAdapter(ProviderAdapter):
         rpc = RpcProcess(self._on_notification, self._on_request)
         await rpc.start(argv, env, self.workspace)
         try:
-            await rpc.request("initialize", {
-                "clientInfo": {"name": "treadle", "title": "Treadle", "version": "0.1.0"},
-                "capabilities": {"experimentalApi": True}}, self._settings.start_timeout)
+            await rpc.request(
+                "initialize",
+                {
+                    "clientInfo": {"name": "treadle", "title": "Treadle", "version": "0.1.0"},
+                    "capabilities": {"experimentalApi": True},
+                },
+                self._settings.start_timeout,
+            )
             await rpc.notify("initialized")
         except BaseException:
             await rpc.close(grace=1.0)
@@ -154,9 +165,16 @@ class CodexAdapter(ProviderAdapter):
         # The whole vendor dir of the native binary: codex-resources/bwrap and codex-path/rg sit beside bin/.
         install = binary.resolve().parent.parent if binary.resolve().parent.name == "bin" else binary.resolve().parent
         self._prepared = await self._host_sandbox.prepare(
-            tenant=self._request.tenant, name=f"{self._request.session_id}-{self._starts}", workspace=self.workspace,
-            homes=[home], binaries=[install], argv=[str(binary.resolve()), "app-server"], runtime_env=own,
-            model_urls=[self._settings.base_url], home=user_home)
+            tenant=self._request.tenant,
+            name=f"{self._request.session_id}-{self._starts}",
+            workspace=self.workspace,
+            homes=[home],
+            binaries=[install],
+            argv=[str(binary.resolve()), "app-server"],
+            runtime_env=own,
+            model_urls=[self._settings.base_url],
+            home=user_home,
+        )
         return self._prepared.command, {}
 
     async def _watch_exit(self, rpc: RpcProcess) -> None:
@@ -170,8 +188,13 @@ class CodexAdapter(ProviderAdapter):
         return await rpc.request(method, params, self._settings.request_timeout) or {}
 
     def _thread_overrides(self) -> dict:
-        return {"cwd": str(self.workspace), "model": self._model, "modelProvider": PROVIDER_ID,
-                "approvalPolicy": self._approval_policy, "sandbox": self._sandbox}
+        return {
+            "cwd": str(self.workspace),
+            "model": self._model,
+            "modelProvider": PROVIDER_ID,
+            "approvalPolicy": self._approval_policy,
+            "sandbox": self._sandbox,
+        }
 
     # --- threads ------------------------------------------------------------------------------
 
@@ -211,8 +234,12 @@ class CodexAdapter(ProviderAdapter):
         return self._thread_id
 
     async def fork(self, at_turn_ref: str | None) -> str:
-        params = {"threadId": self._require_thread(), "excludeTurns": True, **self._thread_overrides(),
-                  "config": {"thread_unload_delay_secs": 0}}  # unloaded as soon as it is let go of
+        params = {
+            "threadId": self._require_thread(),
+            "excludeTurns": True,
+            **self._thread_overrides(),
+            "config": {"thread_unload_delay_secs": 0},
+        }  # unloaded as soon as it is let go of
         if at_turn_ref:
             params["lastTurnId"] = at_turn_ref
         result = await self._call("thread/fork", params)
@@ -232,8 +259,7 @@ class CodexAdapter(ProviderAdapter):
         if turns < 1:
             raise ValueError("rollback needs at least one turn")
         thread_id = self._require_thread()
-        page = await self._call("thread/turns/list", {"threadId": thread_id, "limit": turns,
-                                                      "sortDirection": "desc"})
+        page = await self._call("thread/turns/list", {"threadId": thread_id, "limit": turns, "sortDirection": "desc"})
         newest = page.get("data") or []
         if len(newest) < turns:
             raise ValueError(f"the provider thread has {len(newest)} turns, cannot drop {turns}")
@@ -248,10 +274,15 @@ class CodexAdapter(ProviderAdapter):
             "forked_from": thread.get("forkedFromId"),
             "status": (thread.get("status") or {}).get("type"),
             "token_usage": self._usage,
-            "turns": [{"id": t["id"], "status": t.get("status"),
-                       "error": (t.get("error") or {}).get("message"),
-                       "items": [_item_summary(i) for i in t.get("items") or []]}
-                      for t in thread.get("turns") or []],
+            "turns": [
+                {
+                    "id": t["id"],
+                    "status": t.get("status"),
+                    "error": (t.get("error") or {}).get("message"),
+                    "items": [_item_summary(i) for i in t.get("items") or []],
+                }
+                for t in thread.get("turns") or []
+            ],
         }
 
     # --- turns --------------------------------------------------------------------------------
@@ -296,8 +327,9 @@ class CodexAdapter(ProviderAdapter):
 
     async def _quietly_interrupt(self, rpc: RpcProcess, thread_id: str, turn_id: str) -> None:
         with contextlib.suppress(Exception):
-            await rpc.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id},
-                              self._settings.request_timeout)
+            await rpc.request(
+                "turn/interrupt", {"threadId": thread_id, "turnId": turn_id}, self._settings.request_timeout
+            )
 
     @staticmethod
     def _requested_mode(script: dict | None) -> str:
@@ -306,16 +338,22 @@ class CodexAdapter(ProviderAdapter):
         options = dict(script or {})
         mode = options.pop("collaboration_mode", None) or "default"
         if options:
-            raise ValueError(f"codex turn options: unknown {', '.join(sorted(options))} "
-                             "(known: collaboration_mode)")
+            raise ValueError(f"codex turn options: unknown {', '.join(sorted(options))} (known: collaboration_mode)")
         if mode not in ("plan", "default"):
             raise ValueError(f"codex turn options: collaboration_mode must be plan or default, not {mode!r}")
         return mode
 
     def _mode_option(self, mode: str) -> dict:
-        return {"collaborationMode": {"mode": mode, "settings": {
-            "model": self._model, "reasoning_effort": self._settings.reasoning_effort,
-            "developer_instructions": None}}}
+        return {
+            "collaborationMode": {
+                "mode": mode,
+                "settings": {
+                    "model": self._model,
+                    "reasoning_effort": self._settings.reasoning_effort,
+                    "developer_instructions": None,
+                },
+            }
+        }
 
     async def _play(self, translator: TurnTranslator, sink: TurnSink) -> None:
         assert self._queue is not None
@@ -387,8 +425,10 @@ class CodexAdapter(ProviderAdapter):
         """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call."""
         await self._wait_turn_known()
         try:
-            await self._call("turn/steer", {"threadId": self._require_thread(), "input": [_text_input(text)],
-                                            "expectedTurnId": turn.native_ref})
+            await self._call(
+                "turn/steer",
+                {"threadId": self._require_thread(), "input": [_text_input(text)], "expectedTurnId": turn.native_ref},
+            )
         except RpcError as exc:
             raise Unsupported(f"codex cannot steer this turn now: {exc.message}") from exc
 

@@ -81,7 +81,7 @@ def prepare_home(root: Path, tenant: str, settings: CodexSettings) -> Path:
     # Codex appends trusted-project entries to this file; keep them, replace only our part.
     current = config.read_text() if config.exists() else ""
     marker = "\n[projects."
-    tail = current[current.index(marker):] if marker in current else ""
+    tail = current[current.index(marker) :] if marker in current else ""
     if current != wanted + tail:
         staging = config.with_suffix(f".{os.getpid()}.tmp")
         staging.write_text(wanted + tail)

@@ -85,8 +85,15 @@ class RpcProcess:
         loop = asyncio.get_running_loop()
         pipe = asyncio.subprocess.PIPE
         transport, protocol = await loop.subprocess_exec(
-            lambda: _ExitAware(self._gone.set, _LINE_LIMIT, loop), *argv, stdin=pipe, stdout=pipe, stderr=pipe,
-            env=env, cwd=str(cwd), preexec_fn=die_with_parent())
+            lambda: _ExitAware(self._gone.set, _LINE_LIMIT, loop),
+            *argv,
+            stdin=pipe,
+            stdout=pipe,
+            stderr=pipe,
+            env=env,
+            cwd=str(cwd),
+            preexec_fn=die_with_parent(),
+        )
         self._transport = transport
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
         self._reader = asyncio.create_task(self._read(), name=f"codex-rpc:{self._proc.pid}")

@@ -44,5 +44,7 @@ class CodexSettings(BaseSettings):
         found = shutil.which("codex")
         if found:
             return Path(found)
-        raise CodexNotInstalled("codex is not installed: run `make setup` (installs @openai/codex "
-                                f"{PINNED_VERSION} into .tools/codex) or set TREADLE_CODEX_BINARY")
+        raise CodexNotInstalled(
+            "codex is not installed: run `make setup` (installs @openai/codex "
+            f"{PINNED_VERSION} into .tools/codex) or set TREADLE_CODEX_BINARY"
+        )

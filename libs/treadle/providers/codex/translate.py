@@ -68,11 +68,19 @@ class TurnTranslator:
         elif method == "turn/plan/updated":
             if self._todo_plan_id is None:
                 self._todo_plan_id = self.turn.ids.next("plan")
-            items = [TodoItem(text=step.get("step", ""), status=_TODO_STATUS.get(step.get("status"), "pending"))
-                     for step in params.get("plan") or []]
-            out.events.append(pe.PlanUpdated(plan_id=self._todo_plan_id, kind="todo_list",
-                                             node_id=self.turn.root_node_id, text=params.get("explanation") or "",
-                                             items=items))
+            items = [
+                TodoItem(text=step.get("step", ""), status=_TODO_STATUS.get(step.get("status"), "pending"))
+                for step in params.get("plan") or []
+            ]
+            out.events.append(
+                pe.PlanUpdated(
+                    plan_id=self._todo_plan_id,
+                    kind="todo_list",
+                    node_id=self.turn.root_node_id,
+                    text=params.get("explanation") or "",
+                    items=items,
+                )
+            )
         elif method == "error":
             message = ((params.get("error") or {}).get("message")) or "codex reported an error"
             if params.get("willRetry"):
@@ -105,8 +113,9 @@ class TurnTranslator:
             self._commands[item_id] = command
             self._start_node(item_id, command, {"command": command, "cwd": item.get("cwd")}, out)
         elif kind == "fileChange":
-            changes = [{"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")}
-                       for c in item.get("changes") or []]
+            changes = [
+                {"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")} for c in item.get("changes") or []
+            ]
             self._changes[item_id] = changes
             title = "edit " + ", ".join(str(c["path"]).rsplit("/", 1)[-1] for c in changes)
             self._start_node(item_id, title, {"changes": changes}, out)
@@ -131,8 +140,14 @@ class TurnTranslator:
         if kind == "plan":
             text = item.get("text") or ""
             if text:
-                out.events.append(pe.PlanUpdated(plan_id=self.turn.ids.next("plan"), kind="proposed_plan",
-                                                 node_id=self.turn.root_node_id, text=text))
+                out.events.append(
+                    pe.PlanUpdated(
+                        plan_id=self.turn.ids.next("plan"),
+                        kind="proposed_plan",
+                        node_id=self.turn.root_node_id,
+                        text=text,
+                    )
+                )
             return
         node_id = self._nodes.pop(item_id, None)
         if node_id is None:
@@ -162,22 +177,38 @@ class TurnTranslator:
         item_id = params.get("itemId")
         if method == "item/commandExecution/requestApproval":
             command = self._commands.get(item_id or "") or params.get("command") or ""
-            detail = {"command": command, "cwd": params.get("cwd"), "reason": params.get("reason"),
-                      "tool_node_id": self._nodes.get(item_id or "")}
+            detail = {
+                "command": command,
+                "cwd": params.get("cwd"),
+                "reason": params.get("reason"),
+                "tool_node_id": self._nodes.get(item_id or ""),
+            }
             prompt = params.get("reason") or f"Run `{command}`?"
             live = LiveRequest(rpc_id=rpc_id, kind="command")
         elif method == "item/fileChange/requestApproval":
             changes = self._changes.get(item_id or "", [])
-            detail = {"changes": changes, "reason": params.get("reason"), "grant_root": params.get("grantRoot"),
-                      "tool_node_id": self._nodes.get(item_id or "")}
+            detail = {
+                "changes": changes,
+                "reason": params.get("reason"),
+                "grant_root": params.get("grantRoot"),
+                "tool_node_id": self._nodes.get(item_id or ""),
+            }
             paths = ", ".join(str(c.get("path")) for c in changes) or "files"
             prompt = params.get("reason") or f"Apply changes to {paths}?"
             live = LiveRequest(rpc_id=rpc_id, kind="file_change")
         elif method == "item/tool/requestUserInput":
             questions = params.get("questions") or []
-            shaped = [{"id": q.get("id"), "header": q.get("header"), "question": q.get("question"),
-                       "options": [o.get("label") for o in q.get("options") or []], "other": bool(q.get("isOther")),
-                       "secret": bool(q.get("isSecret"))} for q in questions]
+            shaped = [
+                {
+                    "id": q.get("id"),
+                    "header": q.get("header"),
+                    "question": q.get("question"),
+                    "options": [o.get("label") for o in q.get("options") or []],
+                    "other": bool(q.get("isOther")),
+                    "secret": bool(q.get("isSecret")),
+                }
+                for q in questions
+            ]
             detail = {"questions": shaped}
             if len(shaped) == 1:
                 detail["options"] = shaped[0]["options"]
@@ -185,8 +216,16 @@ class TurnTranslator:
             live = LiveRequest(rpc_id=rpc_id, kind="user_input", question_ids=[str(q.get("id")) for q in questions])
         else:
             return None
-        out.events.append(pe.RequestOpened(request_id=request_id, node_id=node_id, kind=live.kind, prompt=prompt,
-                                           detail=detail, native_ref=str(item_id or rpc_id)))
+        out.events.append(
+            pe.RequestOpened(
+                request_id=request_id,
+                node_id=node_id,
+                kind=live.kind,
+                prompt=prompt,
+                detail=detail,
+                native_ref=str(item_id or rpc_id),
+            )
+        )
         out.opened.append((request_id, live))
         return out
 
