@@ -4,7 +4,7 @@ crossed into it, and the handoff texts its runs consumed."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -19,8 +19,8 @@ class ContextTransfer(View, kw_only=True):
     type: Literal["fork", "merge_back"]
     status: Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed"] = "pending"
     source_thread_id: str
-    source_point: dict = msgspec.field(default_factory=dict)
-    base_point: dict | None = None
+    source_point: dict[str, Any] = msgspec.field(default_factory=dict)
+    base_point: dict[str, Any] | None = None
     fidelity: Literal["native", "portable", "synthetic"] | None = None
     run_id: str | None = None
     handoff_id: str | None = None
@@ -56,8 +56,8 @@ class Lineage(View, kw_only=True):
     parent_thread_id: str | None = None
     root_thread_id: str | None = None
     relationship: Literal["fork"] | None = None
-    source_point: dict | None = None
-    children: list[dict] = msgspec.field(default_factory=list)  # {thread_id, transfer_id, source_point}
+    source_point: dict[str, Any] | None = None
+    children: list[dict[str, Any]] = msgspec.field(default_factory=list)  # {thread_id, transfer_id, source_point}
 
 
 class StartContext(View, kw_only=True):
@@ -95,7 +95,7 @@ class LineageNode(View, kw_only=True):
     title: str
     provider: str
     relationship: str | None = None
-    source_point: dict | None = None
+    source_point: dict[str, Any] | None = None
     runs: int
     transfers: list[ContextTransfer]
     handoffs: list[HandoffRef]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -20,8 +20,8 @@ class RuntimeRequest(View, kw_only=True):
     status: Literal["pending", "resolved", "not_resumable", "cancelled"] = "pending"
     native_ref: str | None = None
     prompt: str = ""
-    detail: dict | None = None
-    response: dict | None = None
+    detail: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
     created_at: datetime
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -29,7 +29,7 @@ class Message(View, kw_only=True):
     created_at: datetime
     steering: Literal["native", "restart"] | None = None  # a steering message (L3.2/L3.3) as asked
     delivered: bool = True  # a steer: whether the provider has it
-    script: dict | None = None  # a steering message's script for the scripted provider
+    script: dict[str, Any] | None = None  # a steering message's script for the scripted provider
 
 
 class Attempt(View, kw_only=True):
@@ -42,7 +42,7 @@ class Attempt(View, kw_only=True):
     provider_thread_id: str | None = None
     session_id: str | None = None
     message_ids: list[str] = msgspec.field(default_factory=list)  # its input when not the run's own message
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     interrupt: Literal["requested", "native", "stop_session"] | None = None  # L8: asked, then how it was sent
     interrupt_reason: Literal["user", "steering", "preempted", "rollback"] | None = None
     turn_id: str | None = None
@@ -61,7 +61,7 @@ class ExecutionNode(View, kw_only=True):
     counts_for_run: bool = False
     status: Literal["pending", "running", "waiting", "completed", "failed", "interrupted", "cancelled"] = "pending"
     title: str = ""
-    input: dict | None = None
+    input: dict[str, Any] | None = None
     output: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -82,7 +82,7 @@ class Run(View, kw_only=True):
     disposition: str = "started"
     provider: str
     model: str | None = None
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     attempts: list[Attempt] = msgspec.field(default_factory=list)
     nodes: list[ExecutionNode] = msgspec.field(default_factory=list)
     checkpoint_id: str | None = None
