@@ -3,24 +3,15 @@ sent to, and reads or writes the other one idempotently, so a retried command re
 
 from __future__ import annotations
 
-import msgspec
-
 from treadle.checkpoints.materialize import Materialize
 from treadle.checkpoints.protocol import CheckpointError
+from treadle.domain import context_sends, forks
 from treadle.domain import events as ev
-from treadle.domain import forks, lineage
-from treadle.domain.commands import Accepted, Command, Ctx, SendMessage, reaction_ctx
-from treadle.domain.decide import decide
-from treadle.domain.errors import Conflict, NotFound
+from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
 from treadle.domain.thread import ThreadState
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore
-
-
-def wants_context(command: Command) -> bool:
-    body = command.body
-    return isinstance(body, SendMessage) and (body.clean_context or body.merge_back_from is not None)
 
 
 class LineageCommands:
@@ -82,32 +73,10 @@ class LineageCommands:
         return child
 
     async def send(self, state: ThreadState, command: Command) -> tuple[list[ev.Payload], Accepted]:
-        """A message asking for a clean context (L5.4) or a merge-back (L7.1): always a run of its own (never a
-        steer), with the context request decided in the same batch as its ``run.queued``."""
-        body = command.body
-        assert isinstance(body, SendMessage)
-        if body.mode == "auto":
-            body = msgspec.structs.replace(body, mode="queue_after_active")
-        if body.mode not in ("queue_after_active", "start_immediately", "reject"):
-            raise Conflict(
-                f"mode {body.mode} cannot carry clean_context or merge_back_from; it needs a run of its own",
-                code="invalid_mode",
-            )
+        """A message asking for a clean context (L5.4) or a merge-back (L7.1): decided by
+        ``treadle.domain.context_sends`` once the fork it merges back from is read."""
+        command, merge_back_from = context_sends.check(command)
         fork_state = None
-        if body.merge_back_from is not None:
-            if not lineage.is_thread_id(body.merge_back_from):
-                raise NotFound(f"thread {body.merge_back_from!r} not found", code="thread_not_found")
-            fork_state = await self._store.refresh(command.tenant, body.merge_back_from)
-        ctx = Ctx.for_command(command)
-        events, receipt = decide(state, msgspec.structs.replace(command, body=body), ctx)
-        if receipt.duplicate or not events:
-            return events, receipt
-        queued = next(e for e in events if isinstance(e, ev.RunQueued))
-        queued.context = lineage.context_request(
-            state,
-            clean_context=body.clean_context,
-            merge_back_from=body.merge_back_from,
-            fork_state=fork_state,
-            ctx=ctx,
-        )
-        return events, receipt
+        if merge_back_from is not None:
+            fork_state = await self._store.refresh(command.tenant, merge_back_from)
+        return context_sends.decide(state, command, fork_state, Ctx.for_command(command))

@@ -24,6 +24,7 @@ from treadle.domain.commands import (
     reaction_ctx,
     thread_id_for,
 )
+from treadle.domain.context_sends import wants_context
 from treadle.domain.decide import decide, dispatch_next, require_thread
 from treadle.domain.errors import DomainError
 from treadle.domain.limits import check_sizes
@@ -45,7 +46,7 @@ from treadle.runtime.partition_migration import Legacy, unpartitioned_event_type
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 from .admission import Admission
-from .lineage import LineageCommands, wants_context
+from .lineage import LineageCommands
 from .rollback import Rollbacks
 
 log = logging.getLogger(__name__)
