@@ -6,8 +6,34 @@ L11.3), a rollback restoring the files of a run (L10.5), and threads per tenant 
 from __future__ import annotations
 
 from tests.unit.twins import TENANT, Twins
+from treadle.domain import events as ev
 from treadle.domain import provider_events as pe
-from treadle.domain.commands import Accepted, CreateThread, Rejected, RespondRequest, RollbackThread, SendMessage
+from treadle.domain.commands import (
+    Accepted,
+    CreateThread,
+    ForkSource,
+    ForkThread,
+    Rejected,
+    RespondRequest,
+    RollbackThread,
+    SendMessage,
+)
+from treadle.eventlog.errors import Conflict
+
+
+def conflict_once(coordinator, when) -> list:
+    """The coordinator's next append of a batch ``when(thread, events)`` holds conflicts (another writer got
+    there first) without landing; returns the batches it refused."""
+    append, refused = coordinator._store.append, []
+
+    async def appending(tenant, thread, state, events, **kw):
+        if not refused and when(thread, events):
+            refused.append(list(events))
+            raise Conflict(state.seq + 1)
+        return await append(tenant, thread, state, events, **kw)
+
+    coordinator._store.append = appending
+    return refused
 
 
 async def started_thread(tw: Twins, coordinator, supervisor) -> tuple[str, Accepted]:
@@ -129,6 +155,94 @@ async def test_L11_an_answer_reaches_the_session_that_asked_once_and_a_gone_one_
     gone = await tw.command(coordinator, RespondRequest(request_id="req_2", decision="accept"), thread=thread)
     assert isinstance(gone, Rejected) and gone.code == "not_resumable", gone
     assert (await tw.state(thread)).request("req_2").status == "not_resumable"
+
+
+async def test_L11_2_an_answer_the_host_took_is_recorded_after_an_append_conflict_without_asking_again(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, sent = await started_thread(tw, coordinator, supervisor)
+    state = await tw.state(thread)
+    session, run = state.live_session, state.run(sent.run_id)
+    tw.hosts.ask(session.id, "req_1")
+    await tw.report(
+        supervisor,
+        thread,
+        session.id,
+        pe.RequestOpened(request_id="req_1", node_id=run.attempt.root_node_id, kind="command", prompt="rm?"),
+        pth=state.session_thread(session.id).id,
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        index=2,
+    )
+    refused = conflict_once(coordinator, lambda _t, events: isinstance(events[0], ev.RequestResolved))
+    answer = RespondRequest(request_id="req_1", decision="decline", message="no")
+    got = await tw.command(coordinator, answer, thread=thread, command_id="cmd_answer")
+    assert isinstance(got, Accepted) and got.disposition == "resolved" and not got.duplicate, got
+    assert len(refused) == 1  # the first record conflicted; decided again, it landed
+    assert [r.request_id for r in tw.hosts.verbs("request.respond")] == ["req_1"]  # the host was asked once
+    req = (await tw.state(thread)).request("req_1")
+    assert (req.status, req.response, req.command_id) == (
+        "resolved",
+        {"decision": "decline", "message": "no"},
+        "cmd_answer",
+    )
+    assert coordinator._delivered == set()  # recorded: nothing left to remember
+
+
+async def test_L6_1_L6_5_a_fork_gets_the_files_of_its_point_and_a_retry_after_a_conflict_redoes_nothing(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread = (await tw.command(coordinator, CreateThread(title="t"))).thread_id
+    runs = []
+    for text, writes in (("one", {"a.txt": "1\n"}), ("two", {"a.txt": "2\n"})):
+        sent = await tw.command(coordinator, SendMessage(text=text), thread=thread)
+        await tw.wake(supervisor)
+        await tw.play(supervisor, thread, sent.run_id, writes)
+        await tw.run_ended(coordinator)
+        runs.append(sent.run_id)
+    made = []
+    materialize = tw.checkpoints.materialize
+
+    async def materializing(request):
+        made.append(request.thread)
+        return await materialize(request)
+
+    tw.checkpoints.materialize = materializing
+    # the child is created, then the source's record of it conflicts: decided again, the child is found made
+    refused = conflict_once(coordinator, lambda t, events: t == thread and isinstance(events[0], ev.ChildForked))
+    fork = ForkThread(source=ForkSource(type="run", id=runs[0]))
+    forked = await tw.command(coordinator, fork, thread=thread, command_id="cmd_fork")
+    assert isinstance(forked, Accepted) and forked.disposition == "forked" and not forked.duplicate, forked
+    assert len(refused) == 1 and made == [forked.thread_id]  # one workspace, made once
+    child = await tw.state(forked.thread_id)
+    assert [e.type for e in await tw.log.read(TENANT, forked.thread_id)] == ["thread.created", "thread.forked"]
+    assert tw.checkpoints.files(TENANT, child.thread.workspace) == {"a.txt": "1\n"}  # run one's files
+    assert child.lineage.parent_thread_id == thread and child.lineage.source_point["run_id"] == runs[0]
+    assert [c["thread_id"] for c in (await tw.state(thread)).lineage.children] == [forked.thread_id]
+
+    again = await tw.command(coordinator, fork, thread=thread, command_id="cmd_fork")
+    assert isinstance(again, Accepted) and again.duplicate and again.thread_id == forked.thread_id, again
+    assert made == [forked.thread_id] and len(await tw.log.read(TENANT, forked.thread_id)) == 2
+
+
+async def test_L6_5_a_fork_whose_workspace_cannot_be_made_is_refused_and_creates_no_thread(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread = (await tw.command(coordinator, CreateThread(title="t"))).thread_id
+    sent = await tw.command(coordinator, SendMessage(text="one"), thread=thread)
+    await tw.wake(supervisor)
+    await tw.play(supervisor, thread, sent.run_id, {"a.txt": "1\n"})
+    await tw.run_ended(coordinator)
+    workspace = (await tw.state(thread)).thread.workspace
+    del tw.checkpoints.workspaces[(TENANT, tw.checkpoints._path(workspace))]  # its checkpoints are gone
+    refused = await tw.command(coordinator, ForkThread(source=ForkSource(type="run", id=sent.run_id)), thread=thread)
+    assert isinstance(refused, Rejected) and refused.code == "workspace_unavailable", refused
+    assert refused.details == {"reason": "workspace_missing"}
+    assert (await tw.state(thread)).lineage is None or not (await tw.state(thread)).lineage.children
+    assert await tw.log.subject_count(f"treadle.evt.{TENANT}.*.thread.created.*") == 1  # the source only
 
 
 async def test_L10_5_a_rollback_restores_the_files_of_a_run_and_the_thread_goes_on(tmp_path):

@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 
 from treadle.domain import policy, quotas
 from treadle.domain.commands import Command, CreateThread, EditQueued, ForkThread, ImplementPlan, SendMessage
+from treadle.domain.forks import fork_thread_id
 from treadle.domain.policy import TenantPolicy
 from treadle.domain.thread import ThreadState
 from treadle.eventlog import subjects
@@ -18,8 +19,6 @@ from treadle.eventlog.errors import Unavailable
 from treadle.ops.policies import PolicyStore
 from treadle.ports import EventLog
 from treadle.runtime.settings import CoordinatorSettings
-
-from .lineage import fork_thread_id
 
 _GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
 

@@ -12,8 +12,7 @@ from nats.aio.msg import Msg
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
-from treadle.domain import events as ev
-from treadle.domain import requests, rollback
+from treadle.domain import answers, rollback
 from treadle.domain.commands import (
     Accepted,
     Command,
@@ -25,9 +24,8 @@ from treadle.domain.commands import (
     reaction_ctx,
     thread_id_for,
 )
+from treadle.domain.context_sends import wants_context
 from treadle.domain.decide import decide, dispatch_next, require_thread
-from treadle.domain.errors import BadRequest as DomainBadRequest
-from treadle.domain.errors import Conflict as DomainConflict
 from treadle.domain.errors import DomainError
 from treadle.domain.limits import check_sizes
 from treadle.domain.thread import ThreadState
@@ -48,7 +46,7 @@ from treadle.runtime.partition_migration import Legacy, unpartitioned_event_type
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 from .admission import Admission
-from .lineage import LineageCommands, wants_context
+from .lineage import LineageCommands
 from .rollback import Rollbacks
 
 log = logging.getLogger(__name__)
@@ -225,63 +223,47 @@ class Coordinator:
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
 
     async def _respond(self, state: ThreadState, command: Command) -> tuple[list, Accepted]:
-        """L11.2/L11.3: the answer reaches the live callback on the host holding the session, then the request
-        is resolved; a callback that is gone makes the request ``not_resumable`` (recorded, then refused)."""
-        body = command.body
-        assert isinstance(body, RespondRequest) and state.thread is not None
-        receipt = Accepted(seq=state.seq, thread_id=state.thread.id, disposition="resolved")
-        known = state.request(body.request_id)
-        if known is not None and known.command_id == command.id:
-            receipt.run_id, receipt.duplicate = known.run_id, True
-            if known.status == "not_resumable":
-                raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
-            return [], receipt
-        if command.id in self._delivered:
-            # The provider has this answer already and may have finished its turn since, closing the request
-            # before our record landed: the answer was given, so the record says so.
-            req = state.request(body.request_id)
-            assert req is not None
-            receipt.run_id = req.run_id
-            return [
-                ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))
-            ], receipt
-        req = requests.answerable(state, body)
-        receipt.run_id = req.run_id
-        session = requests.holder(state, req)
-        reply: hp.TurnAccepted | hp.HostFailure | None = None
-        if session is not None:
-            response = Response(decision=body.decision, answers=body.answers, message=body.message)  # type: ignore[arg-type]
-            try:
-                reply = await self._hosts.verb(
-                    session.host_id,
-                    "request.respond",
-                    hp.Respond(session_id=session.id, request_id=req.id, response=response),
-                )
-            except HostUnavailable:
-                reply = None
+        """L11.2/L11.3: decided by ``treadle.domain.answers``; this delivers the answer to the live callback on
+        the host holding the session, then records what the host's reply settles. A callback that is gone
+        makes the request ``not_resumable`` (recorded, then refused)."""
+        decision = answers.decide(state, command, delivered=command.id in self._delivered)
+        events, refusal = decision.events, decision.refusal
+        for effect in decision.effects:
+            settled = answers.settle(state, command, await self._deliver(effect))
+            if settled.retry is not None:
+                raise Unavailable(settled.retry)
+            if settled.delivered:
+                self._delivered.add(command.id)  # until recorded: a retry after a conflict must not ask again
+            events, refusal = settled.events, settled.refusal
+        if refusal is not None:
+            assert state.thread is not None
+            await self._store.append(
+                command.tenant,
+                state.thread.id,
+                state,
+                refusal.events,
+                ids=Ctx.for_command(command).ids,
+                at=command.issued_at,
+                command_id=command.id,
+                actor=refusal.actor,
+            )
+            raise refusal.error
+        return events, decision.receipt
+
+    async def _deliver(self, effect: answers.DeliverAnswer) -> answers.Delivered:
+        response = Response(decision=effect.decision, answers=effect.answers, message=effect.message)  # type: ignore[arg-type]
+        request = hp.Respond(session_id=effect.session_id, request_id=effect.request_id, response=response)
+        try:
+            reply = await self._hosts.verb(effect.host_id, "request.respond", request)
+        except HostUnavailable:
+            return answers.Delivered(status="gone")
         if isinstance(reply, hp.TurnAccepted):
-            self._delivered.add(command.id)  # until recorded: a retry after a conflict must not ask the host again
-            return [
-                ev.RequestResolved(request_id=req.id, run_id=req.run_id, response=requests.response_record(body))
-            ], receipt
-        if isinstance(reply, hp.HostFailure) and reply.code == "provider_error":
-            raise Unavailable(f"the provider failed to take the answer: {reply.message}")
-        if isinstance(reply, hp.HostFailure) and reply.code == "bad_request":
-            # the provider refused the answer's content (e.g. an unknown question id): its callback still
-            # waits, so the request stays pending and the user can answer again
-            raise DomainBadRequest(reply.message, code="invalid_response")
-        gone = ev.RequestResolved(request_id=req.id, run_id=req.run_id, status="not_resumable")
-        await self._store.append(
-            command.tenant,
-            state.thread.id,
-            state,
-            [gone],
-            ids=Ctx.for_command(command).ids,
-            at=command.issued_at,
-            command_id=command.id,
-            actor="coordinator",
-        )
-        raise DomainConflict("the provider callback for this request is gone", code="not_resumable")
+            return answers.Delivered(status="accepted")
+        if reply.code == "provider_error":
+            return answers.Delivered(status="failed", message=reply.message)
+        if reply.code == "bad_request":
+            return answers.Delivered(status="refused", message=reply.message)
+        return answers.Delivered(status="gone", message=f"{reply.code}: {reply.message}")
 
     # --- reactions ---------------------------------------------------------------------------------
 
