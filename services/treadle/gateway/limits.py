@@ -14,7 +14,7 @@ import math
 import time
 
 import msgspec
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
 from treadle.ops.tokens import TokenStore, token_id
 
@@ -79,17 +79,17 @@ class RateLimitMiddleware:
                         {"retry_after_seconds": int(retry)},
                     )
                 )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 429,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"retry-after", retry.encode()),
-                            (b"content-length", str(len(payload)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": payload})
+                start: HTTPResponseStartEvent = {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"retry-after", retry.encode()),
+                        (b"content-length", str(len(payload)).encode()),
+                    ],
+                }
+                await send(start)
+                end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": payload, "more_body": False}
+                await send(end)
                 return
         await self.app(scope, receive, send)
