@@ -14,6 +14,7 @@ import math
 import time
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
 from treadle.ops.tokens import TokenStore, token_id
@@ -67,7 +68,7 @@ class RateLimitMiddleware:
         self.app, self.buckets = app, buckets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
+        if scope["type"] == ScopeType.HTTP and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
             tokens = getattr(scope["app"].state, "tokens", None)
             wait = self.buckets.take(await bucket_key(scope, tokens))
             if wait:
