@@ -42,6 +42,7 @@ run: setup
 test: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
+	$(BIN)/mypy -p treadle
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from treadle.checkpoints.protocol import FileStat
+from treadle.checkpoints.protocol import Change, FileStat
 
-_CHANGES = {b"A": "added", b"D": "deleted", b"R": "renamed", b"C": "added"}
+_CHANGES: dict[bytes, Change] = {b"A": "added", b"D": "deleted", b"R": "renamed", b"C": "added"}
 
 
 def parse_diff(out: bytes) -> list[FileStat]:
     """`diff-tree -z --raw --numstat`: all raw records, then all numstat records, same order."""
     tokens = out.split(b"\0")
-    i, raw = 0, []
+    i = 0
+    raw: list[tuple[bytes, bytes | None, bytes]] = []  # (kind, old path of a rename or copy, path)
     while i < len(tokens) and tokens[i].startswith(b":"):
         kind = tokens[i].rsplit(b" ", 1)[1][:1]
         if kind in (b"R", b"C"):

@@ -45,19 +45,19 @@ class _Message(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pass
 
 
-class PrepareWorkspace(_Message, kw_only=True):
+class PrepareWorkspace(_Message, frozen=True, kw_only=True):
     tenant: str
     thread: str
     workspace: str  # relative to the tenant workspace root, e.g. "threads/thr_abc"
 
 
-class WorkspaceReady(_Message, kw_only=True, tag="workspace_ready", tag_field="type"):
+class WorkspaceReady(_Message, frozen=True, kw_only=True, tag="workspace_ready", tag_field="type"):
     path: str  # absolute, symlinks resolved
     git: bool  # True: the workspace is (or was made) a git repo; False: Treadle keeps a shadow git dir
     created: bool  # the workspace directory did not exist before
 
 
-class Capture(_Message, kw_only=True):
+class Capture(_Message, frozen=True, kw_only=True):
     tenant: str
     thread: str
     workspace: str
@@ -73,7 +73,7 @@ class Capture(_Message, kw_only=True):
     previous_ref: str | None = None
 
 
-class FileStat(_Message, kw_only=True):
+class FileStat(_Message, frozen=True, kw_only=True):
     path: str
     change: Change
     added: int  # lines; 0 for binary files
@@ -82,7 +82,7 @@ class FileStat(_Message, kw_only=True):
     binary: bool = False
 
 
-class Skipped(_Message, kw_only=True):
+class Skipped(_Message, frozen=True, kw_only=True):
     """A path a checkpoint left alone, and why (a submodule's own files, a file above the size limit)."""
 
     path: str
@@ -90,7 +90,7 @@ class Skipped(_Message, kw_only=True):
     size: int | None = None
 
 
-class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
+class Captured(_Message, frozen=True, kw_only=True, tag="captured", tag_field="type"):
     ref: str  # the ref holding `commit`: this ordinal's own, or for an unchanged capture the earlier one
     commit: str
     tree: str
@@ -104,7 +104,7 @@ class Captured(_Message, kw_only=True, tag="captured", tag_field="type"):
     files_total: int = 0  # len(files) unless the list was cut at MAX_FILES
 
 
-class Failure(_Message, kw_only=True, tag="failure", tag_field="type"):
+class Failure(_Message, frozen=True, kw_only=True, tag="failure", tag_field="type"):
     code: FailureCode
     message: str
 
@@ -121,7 +121,7 @@ class CheckpointError(Exception):
         return Failure(code=self.code, message=self.message)
 
 
-class DiffRequest(_Message, kw_only=True):
+class DiffRequest(_Message, frozen=True, kw_only=True):
     """The change from ``from_commit`` (None: the empty tree) to ``to_commit``, both checkpoint commits."""
 
     tenant: str
@@ -133,7 +133,7 @@ class DiffRequest(_Message, kw_only=True):
     max_files: int = MAX_FILES
 
 
-class DiffResult(_Message, kw_only=True, tag="diff", tag_field="type"):
+class DiffResult(_Message, frozen=True, kw_only=True, tag="diff", tag_field="type"):
     files: list[FileStat]  # cut at ``max_files`` (files_total says how many there are)
     files_total: int = 0
     patch: str
@@ -141,12 +141,12 @@ class DiffResult(_Message, kw_only=True, tag="diff", tag_field="type"):
     patch_bytes: int  # the size of the whole diff, also when cut
 
 
-class RefName(_Message, kw_only=True):
+class RefName(_Message, frozen=True, kw_only=True):
     scope: str
     ordinal: int
 
 
-class Restore(_Message, kw_only=True):
+class Restore(_Message, frozen=True, kw_only=True):
     """Make the workspace's checkpointed files equal to ``commit`` (L10.5, L10.6).
 
     Before touching a file the current state is committed under the ``undo`` ref named by
@@ -162,7 +162,7 @@ class Restore(_Message, kw_only=True):
     retire: list[RefName] = []
 
 
-class Restored(_Message, kw_only=True, tag="restored", tag_field="type"):
+class Restored(_Message, frozen=True, kw_only=True, tag="restored", tag_field="type"):
     commit: str
     tree: str
     undo_ref: str
@@ -173,7 +173,7 @@ class Restored(_Message, kw_only=True, tag="restored", tag_field="type"):
     skipped: list[Skipped] = []
 
 
-class Prune(_Message, kw_only=True):
+class Prune(_Message, frozen=True, kw_only=True):
     """Retention for one workspace's git dir: threads idle longer than ``idle_seconds`` keep only
     their ``keep_latest`` newest root checkpoints (and the child scopes of those)."""
 
@@ -184,7 +184,7 @@ class Prune(_Message, kw_only=True):
     now: float | None = None  # epoch seconds; the service's clock when omitted
 
 
-class Pruned(_Message, kw_only=True, tag="pruned", tag_field="type"):
+class Pruned(_Message, frozen=True, kw_only=True, tag="pruned", tag_field="type"):
     deleted: list[str]
     kept: int
 

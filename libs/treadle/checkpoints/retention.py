@@ -32,9 +32,8 @@ def refs_to_prune(refs: list[RefInfo], *, now: float, idle_seconds: float, keep_
     for thread, items in by_thread.items():
         if now - max(r.mtime for r in items) < idle_seconds:
             continue
-        roots = sorted(
-            (r for r in items if _root_ordinal(r, thread) is not None), key=lambda r: _root_ordinal(r, thread)
-        )
+        ordinals = [(ordinal, r) for r in items if (ordinal := _root_ordinal(r, thread)) is not None]
+        roots = [r for _, r in sorted(ordinals, key=lambda pair: pair[0])]
         kept = roots[-keep_latest:]
         since = min((r.mtime for r in kept), default=float("inf"))
         keep = {r.name for r in kept}

@@ -10,6 +10,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.repo import Repo
@@ -80,7 +81,7 @@ class Launch:
     a small heap and tens of ms on a large one), else with :meth:`TenantIds.spawn_kwargs`."""
 
     argv: tuple[str, ...]
-    kwargs: tuple[tuple[str, object], ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()  # Popen keywords of several types (TenantIds.spawn_kwargs)
     owner: tuple[int, int] | None = None  # (uid, gid) the git dir's files must belong to; None: the service's
 
     @classmethod

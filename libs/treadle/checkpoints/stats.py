@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from treadle.checkpoints.protocol import FileStat
+from treadle.checkpoints.protocol import Change, FileStat
 
 MAX_EDITS = 200  # below git's smallest cost cut-off (256)
 _SYMLINK, _GITLINK = b"120000", b"160000"
@@ -47,7 +47,7 @@ def file_stats(
             if counted is None:
                 return None
             removed, added = counted
-        change = "added" if before is None else "deleted" if after is None else "modified"
+        change: Change = "added" if before is None else "deleted" if after is None else "modified"
         out.append(
             FileStat(path=path.decode("utf-8", "replace"), change=change, added=added, removed=removed, binary=binary)
         )

@@ -125,7 +125,7 @@ def example(cls: type[msgspec.Struct], **override: Any) -> dict:
         else:
             out[field.encode_name] = _example_value(field.name, hints[field.name])
     config = cls.__struct_config__
-    if config.tag is not None:
+    if config.tag is not None and config.tag_field is not None:  # msgspec gives a tag its field ("type")
         out[config.tag_field] = config.tag
     out.update(override)
     return out

@@ -137,13 +137,13 @@ class RunView:
                 out.append("\n    " + item["text"])
             return out
         status = item["status"]
-        mark = {
+        badge = {
             "completed": ("✓", "green"),
             "resolved": ("✓", "green"),
             "running": ("…", "cyan"),
             "waiting": ("?", "yellow"),
         }.get(status, ("✗", "red"))
-        out = Text.assemble(("  ", ""), mark, " ", (item["kind"], "bold"), " ", item["title"])
+        out = Text.assemble(("  ", ""), badge, " ", (item["kind"], "bold"), " ", item["title"])
         if item.get("input") and not all(str(v) in item["title"] for v in item["input"].values()):
             out.append(" " + short(json.dumps(item["input"]), 60), style="dim")
         if item.get("output"):

@@ -77,16 +77,22 @@ class Stack:
 
     @property
     def nats_url(self) -> str:
-        return self._nats_url or self.nats.url  # type: ignore[union-attr]
+        if self._nats_url:
+            return self._nats_url
+        assert self.nats is not None, "the stack's own broker is made by start()"
+        return self.nats.url
 
     @property
     def nats_address(self) -> str:
         """The broker URL without the service user's credentials (what tenant consumers are given)."""
-        return self.nats.address if self.nats else self.nats_url  # type: ignore[union-attr]
+        return self.nats.address if self.nats else self.nats_url
 
     @property
     def redis_url(self) -> str:
-        return self._redis_url or self.redis.url  # type: ignore[union-attr]
+        if self._redis_url:
+            return self._redis_url
+        assert self.redis is not None, "the stack's own Redis is made by start()"
+        return self.redis.url
 
     def worker_env(self) -> dict[str, str]:
         env = {
@@ -126,6 +132,7 @@ class Stack:
     def _add_workers(self) -> None:
         base = self.worker_env()
         for kind, module in WORKERS.items():
+            hosts: list[tuple[str | None, str]]  # (host id, process name)
             if kind == "provider-host":
                 hosts = list(self.host_processes.items())
             else:

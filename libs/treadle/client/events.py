@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,10 +69,10 @@ class Follow:
         self.client, self.thread_id, self.last_id = client, thread_id, from_seq
         self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
 
-    def __aiter__(self) -> AsyncIterator[SseEvent]:
+    def __aiter__(self) -> AsyncGenerator[SseEvent, None]:
         return self._events()
 
-    async def _events(self) -> AsyncIterator[SseEvent]:
+    async def _events(self) -> AsyncGenerator[SseEvent, None]:
         delay = 0.1
         while True:
             failure: ApiError | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -234,7 +234,7 @@ class TreadleClient:
 
     async def events(
         self, thread_id: str, last_event_id: int | None = None, *, connected: asyncio.Event | None = None
-    ) -> AsyncIterator[SseEvent]:
+    ) -> AsyncGenerator[SseEvent, None]:
         """The thread's events after ``last_event_id`` (from the start when None), then live until closed.
 
         ``connected`` is set when the gateway's first line arrives: it sends one only once it is subscribed,

@@ -30,7 +30,9 @@ from pathlib import Path
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
@@ -165,8 +167,8 @@ class TenantFollower:
     ) -> None:
         self._nc, self._creds, self._from_seq, self._types = nc, creds, from_seq, types
         self._batch, self._idle = batch, idle_timeout
-        self._unacked: dict[int, object] = {}  # stream seq -> message, fetched and not yet acked
-        self._sub = None
+        self._unacked: dict[int, Msg] = {}  # stream seq -> message, fetched and not yet acked
+        self._sub: JetStreamContext.PullSubscription | None = None  # bound by __aenter__
 
     async def __aenter__(self) -> TenantFollower:
         if self._types:
@@ -180,24 +182,27 @@ class TenantFollower:
     async def __aexit__(self, *exc: object) -> None:
         for msg in list(self._unacked.values()):
             with contextlib.suppress(Exception):
-                await msg.nak()  # type: ignore[attr-defined]
+                await msg.nak()
         self._unacked.clear()
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()  # type: ignore[union-attr]
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
 
     async def ack(self, event: Envelope) -> None:
         """Done with this event: a follower that starts later resumes after it."""
         msg = self._unacked.pop(event.seq or 0, None)
         if msg is not None:
-            await msg.ack_sync()  # type: ignore[attr-defined]
+            await msg.ack_sync()
 
     async def __aiter__(self) -> AsyncIterator[Envelope]:
+        assert self._sub is not None, "a TenantFollower is iterated inside `async with`"
+        sub = self._sub
         wanted = set(self._types or ())
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
         while True:
             try:
-                msgs = await self._sub.fetch(self._batch, timeout=1.0)  # type: ignore[union-attr]
+                msgs = await sub.fetch(self._batch, timeout=1.0)
             except (TimeoutError, FetchTimeoutError, NatsTimeout):
                 if self._idle is not None and loop.time() - idle_since > self._idle:
                     return

@@ -37,7 +37,7 @@ async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
     info = None
     try:
         info = await sub.consumer_info()
-        pending = info.num_pending
+        pending = info.num_pending or 0
         while pending > 0:
             for msg in await sub.fetch(min(pending, _BATCH), timeout=5.0):
                 key = msg.subject[len(prefix) :]

@@ -161,7 +161,9 @@ class EventLog:
             out.extend(got)
             if not more or not got:
                 return out
-            start = got[-1].seq + 1  # type: ignore[operator]
+            last = got[-1].seq
+            assert last is not None  # read from the stream: every event has its sequence
+            start = last + 1
 
     async def _reply_inbox(self) -> str:
         async with self._inbox_lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -47,8 +48,9 @@ PROVIDER = StreamConfig(
 )
 
 # Who created what (tokens, broker credentials): ops/audit.py writes it, and creates it when missing.
+AUDIT_STREAM = "TREADLE_AUDIT"
 AUDIT = StreamConfig(
-    name="TREADLE_AUDIT",
+    name=AUDIT_STREAM,
     subjects=["treadle.audit.>"],
     retention=RetentionPolicy.LIMITS,
     storage=StorageType.FILE,
@@ -70,9 +72,11 @@ async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0)
     find nobody to answer: each step is retried until ``timeout``, and each is safe to repeat."""
     deadline = asyncio.get_running_loop().time() + timeout
     for config in (EVENTS, PROVIDER, AUDIT):
-        await _until_done(deadline, lambda c=config: ensure_stream(js, dataclasses.replace(c, num_replicas=replicas)))
+        await _until_done(
+            deadline, functools.partial(ensure_stream, js, dataclasses.replace(config, num_replicas=replicas))
+        )
     for bucket in BUCKETS:
-        await _until_done(deadline, lambda b=bucket: _ensure_bucket(js, b, replicas))
+        await _until_done(deadline, functools.partial(_ensure_bucket, js, bucket, replicas))
 
 
 async def settled(step: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:

@@ -17,7 +17,7 @@ from nats.js.errors import NotFoundError
 from ..domain.ids import is_token, new_id
 from ..eventlog import streams
 
-STREAM = streams.AUDIT.name
+STREAM = streams.AUDIT_STREAM
 ACTIONS = (
     "token.created",
     "token.revoked",

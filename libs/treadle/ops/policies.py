@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
 from ..domain.ids import is_token
 from ..domain.policy import TenantPolicy, validated
@@ -19,9 +20,9 @@ BUCKET = "treadle-policies"
 class PolicyStore:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
-        self._kv = None
+        self._kv: KeyValue | None = None
 
-    async def _bucket(self):
+    async def _bucket(self) -> KeyValue:
         if self._kv is None:
             self._kv = await self._js.key_value(BUCKET)
         return self._kv

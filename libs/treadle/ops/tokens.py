@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.kv import KeyValue
 
 from ..domain.ids import is_token
 from ..domain.policy import ROLES
@@ -46,11 +47,11 @@ class UnknownToken(LookupError):
 class TokenStore:
     def __init__(self, js: JetStreamContext, cache_seconds: float = 5.0) -> None:
         self._js = js
-        self._kv = None
+        self._kv: KeyValue | None = None
         self._cache: dict[str, tuple[float, Principal | None]] = {}
         self._ttl = cache_seconds
 
-    async def _bucket(self):
+    async def _bucket(self) -> KeyValue:
         if self._kv is None:
             self._kv = await self._js.key_value(BUCKET)
         return self._kv

@@ -403,6 +403,7 @@ async def read_events(
             newest = await js.get_last_msg(subjects.EVENTS_STREAM, filter_, direct=True)
         except NotFoundError:
             return []
+        assert newest.seq is not None  # a stored message comes with its sequence
         last = min(last, newest.seq)
     out: list[tuple[int, str, bytes]] = []
     done = asyncio.Event()

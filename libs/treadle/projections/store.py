@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -73,8 +74,10 @@ def indexed(payload) -> list[str]:
     """Ids an event makes addressable on their own (``/v1/runs/{id}``, ``/v1/requests/{id}``, …)."""
     if isinstance(payload, ev.RunQueued):
         return [payload.run_id, payload.root_node_id]
-    if isinstance(payload, (ev.AttemptStarted, ev.NodeStarted)):
-        return [getattr(payload, "root_node_id", None) or payload.node_id]  # type: ignore[union-attr]
+    if isinstance(payload, ev.AttemptStarted):
+        return [payload.root_node_id]
+    if isinstance(payload, ev.NodeStarted):
+        return [payload.node_id]
     if isinstance(payload, ev.RequestOpened):
         return [payload.request_id, payload.node_id]
     if isinstance(payload, ev.PlanUpdated):
@@ -135,7 +138,7 @@ class ProjectionStore:
 
     async def _write_now(self, items: list[Item]) -> None:
         results = await self._pipeline(items)
-        again = [(state, all_indexed(state), None) for (state, _, _), r in zip(items, results) if r == -1]
+        again: list[Item] = [(state, all_indexed(state), None) for (state, _, _), r in zip(items, results) if r == -1]
         if again:
             await self._pipeline(again)
 
@@ -171,8 +174,10 @@ class ProjectionStore:
                 pipe.evalsha(self._script.sha, 4, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 
+    # The client (connect.redis_client) does not decode responses: Redis replies are bytes, which its types cannot tell.
+
     async def doc(self, tenant: str, thread: str) -> bytes | None:
-        return document.assemble(await self._redis.hgetall(_keys(tenant, thread)[0]))
+        return document.assemble(cast("dict[bytes, bytes]", await self._redis.hgetall(_keys(tenant, thread)[0])))
 
     async def seq(self, tenant: str, thread: str) -> int:
         """The stream sequence the thread's projection reflects (0: not projected)."""
@@ -194,15 +199,15 @@ class ProjectionStore:
 
     async def thread_of(self, tenant: str, entity_id: str) -> str | None:
         """The thread a run, node, request or plan of this tenant belongs to."""
-        raw = await self._redis.hget(_keys(tenant, "")[3], entity_id)
+        raw = cast("bytes | None", await self._redis.hget(_keys(tenant, "")[3], entity_id))
         return raw.decode() if raw else None
 
     async def threads(self, tenant: str, limit: int = 50, offset: int = 0) -> list[bytes]:
         keys = _keys(tenant, "")
-        ids = await self._redis.zrevrange(keys[1], offset, offset + limit - 1)
+        ids = cast("list[bytes]", await self._redis.zrevrange(keys[1], offset, offset + limit - 1))
         if not ids:
             return []
-        return [s for s in await self._redis.hmget(keys[2], ids) if s]
+        return [s for s in cast("list[bytes | None]", await self._redis.hmget(keys[2], ids)) if s]
 
     async def reachable(self, timeout: float) -> bool:
         """Redis answers a PING within ``timeout`` seconds."""
@@ -213,7 +218,7 @@ class ProjectionStore:
             return False
 
     async def epoch(self) -> bytes | None:
-        return await self._redis.get(EPOCH_KEY)
+        return cast("bytes | None", await self._redis.get(EPOCH_KEY))
 
     async def set_epoch(self, value: str) -> None:
         await self._redis.set(EPOCH_KEY, value)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from .base import ProviderAdapter
 from .protocol import PlaceSession
+
+if TYPE_CHECKING:
+    from ..sandbox.host import Sandbox
 
 # provider name -> "module:Class"; every class is constructed as ``Class(workspace, request, state_dir)``
 ADAPTERS: dict[str, str] = {
@@ -18,7 +22,24 @@ ADAPTERS: dict[str, str] = {
 }
 
 
-def adapter_class(provider: str) -> type[ProviderAdapter]:
+class AdapterClass(Protocol):
+    """How the host constructs an adapter class of ``ADAPTERS``: ``ProviderAdapter.__init__`` takes only the
+    workspace, every adapter declares these arguments itself."""
+
+    def __call__(
+        self, workspace: Path, request: PlaceSession, state_dir: Path, *, sandbox: Sandbox | None = None
+    ) -> ProviderAdapter: ...
+
+
+if TYPE_CHECKING:  # the type checker holds each class of ADAPTERS to that (imported lazily at run time)
+    from .claude import ClaudeAdapter
+    from .codex import CodexAdapter
+    from .scripted import ScriptedAdapter
+
+    _CHECKED: tuple[AdapterClass, ...] = (ScriptedAdapter, CodexAdapter, ClaudeAdapter)
+
+
+def adapter_class(provider: str) -> AdapterClass:
     target = ADAPTERS.get(provider)
     if target is None:
         raise ValueError(f"provider {provider!r} is not known to this host")
@@ -26,7 +47,9 @@ def adapter_class(provider: str) -> type[ProviderAdapter]:
     return getattr(importlib.import_module(module), cls)
 
 
-def create_adapter(request: PlaceSession, workspace: Path, state_dir: Path, sandbox=None) -> ProviderAdapter:
+def create_adapter(
+    request: PlaceSession, workspace: Path, state_dir: Path, sandbox: Sandbox | None = None
+) -> ProviderAdapter:
     """``state_dir`` is the host's private directory for the session's runtime files (config homes).
     ``sandbox`` (``treadle.sandbox.host.Sandbox``) goes to the adapters that start a runtime process
     (``sandboxed = True``); the scripted provider runs inside the host and gets none."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -107,7 +108,7 @@ class PullConsumer:
                 except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
                     await self._dead_letter(msg, "malformed subject", 1)
                     continue
-                self._mailboxes.submit(key, lambda msg=msg: self._process(msg))
+                self._mailboxes.submit(key, functools.partial(self._process, msg))
 
     async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
         DEAD_LETTERS.labels(self._durable).inc()
@@ -143,7 +144,9 @@ class PullConsumer:
         try:
             await asyncio.shield(task)  # stop() may cancel the handler; the mailbox only waits for it
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # the mailbox itself is being cancelled
+            current = asyncio.current_task()
+            assert current is not None  # a coroutine awaiting a shield runs in a task
+            if current.cancelling():  # the mailbox itself is being cancelled
                 task.cancel()
                 raise
             # stop() cut the handler short: its message goes to the next owner now, and the thread's mailbox

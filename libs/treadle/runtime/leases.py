@@ -147,8 +147,8 @@ class PartitionLeases:
     async def tick(self) -> None:
         """One round: heartbeat, renew, then claim or release what the plan says."""
         me = self.replica.encode()
-        seen = self._records.get(self._member())
-        if self._member_revision and seen is not None and seen[1] > self._member_revision:
+        member = self._records.get(self._member())
+        if self._member_revision and member is not None and member[1] > self._member_revision:
             # Someone else beat under this name since this replica's last heartbeat: two processes share a
             # replica name (TREADLE_REPLICA must be unique per kind), and they will keep taking each other's
             # partitions. OCC keeps the log consistent, but say so loudly.

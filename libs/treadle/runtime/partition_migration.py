@@ -19,9 +19,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from .leases import Unit  # leases imports this module
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ class Legacy:
     returns a unit (start/stop) reading exactly those durables with the filters they were created with."""
 
     durables: tuple[tuple[str, str], ...]
-    make: Callable[[], object]
+    make: Callable[[], Unit]
 
 
 async def remaining(js: JetStreamContext, durables: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], int]:
@@ -75,7 +79,7 @@ class Migration:
     def __init__(self, js: JetStreamContext, legacy: Legacy, owns: Callable[[int], bool], period: float) -> None:
         self._js, self._legacy, self._owns, self._period = js, legacy, owns, period
         self.done = asyncio.Event()
-        self._unit = None  # the old consumers, while this replica works them off
+        self._unit: Unit | None = None  # the old consumers, while this replica works them off
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -110,7 +114,7 @@ class Migration:
             return False
         if self._unit is None:
             self._unit = self._legacy.make()
-            await self._unit.start()  # type: ignore[attr-defined]
+            await self._unit.start()
             return False
         if any(left.values()):
             return False
@@ -122,7 +126,7 @@ class Migration:
         """Stop working the old consumers (partition 0 went elsewhere, or they are done)."""
         unit, self._unit = self._unit, None
         if unit is not None:
-            await unit.stop(10.0)  # type: ignore[attr-defined]
+            await unit.stop(10.0)
 
     async def stop(self) -> None:
         if self._task is not None:

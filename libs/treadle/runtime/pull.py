@@ -17,6 +17,7 @@ import json
 import logging
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class LingeringPull:
         self._left = 0  # deliveries the outstanding request may still bring; 0: none outstanding
         self._retry_after = 0.0  # >0: the last request failed or was refused; ask again after this long
         self._lapse: asyncio.TimerHandle | None = None
-        self._sub = None
+        self._sub: Subscription | None = None
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()

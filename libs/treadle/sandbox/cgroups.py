@@ -70,7 +70,7 @@ def detect(root: Path = ROOT) -> CgroupSupport:
             wanted = available & {"memory", "pids", "cpu"}
             if wanted and _writable(base):
                 return CgroupSupport(v2=base, v2_controllers=frozenset(wanted))
-    v1 = {}
+    v1: dict[str, Path] = {}
     for controller in ("memory", "pids", "cpu"):
         mount = root / controller
         if controller in own and (mount / "cgroup.procs").is_file():
@@ -144,6 +144,7 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
         path.mkdir(parents=True, exist_ok=True)
         group.dirs.append(path)
         if controller == "memory":
+            assert limits.memory_mb  # an unset limit skipped its controller above
             _set(path, "memory.limit_in_bytes", limits.memory_mb * 1024 * 1024, True)
             _set(
                 path,
@@ -154,6 +155,7 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
         elif controller == "pids":
             _set(path, "pids.max", limits.pids, True)
         else:
+            assert limits.cpus  # an unset limit skipped its controller above
             _set(path, "cpu.cfs_period_us", CFS_PERIOD_US, True)
             _set(path, "cpu.cfs_quota_us", int(limits.cpus * CFS_PERIOD_US), True)
         group.procs.append(str(path / "cgroup.procs"))

@@ -40,7 +40,7 @@ def main(args: list[str]) -> int:
         unix_path, ports, proxy_ports, argv = parse_args(args)
         if not stat.S_ISSOCK(os.stat(unix_path).st_mode):
             raise UsageError(f"{unix_path} is not a socket")
-        listeners = [(bind(listen), target) for listen, target in ports]
+        listeners: list[tuple[socket.socket, str | None]] = [(bind(listen), target) for listen, target in ports]
         listeners += [(bind(listen), None) for listen in proxy_ports]
     except (UsageError, OSError) as failed:
         return fail(str(failed))
@@ -194,8 +194,8 @@ def run_child(argv: list[str]) -> int:
     except OSError as failed:
         fail(f"{argv[0]}: {failed.strerror or failed}")
         return CANNOT_EXECUTE
-    for signum in pending:
-        child[0].send_signal(signum)
+    for early in pending:
+        child[0].send_signal(early)
     status = child[0].wait()
     return 128 - status if status < 0 else status
 

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field
@@ -31,6 +31,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from . import cgroups
 from .identity import TenantIdentities, TenantIds
 from .launcher import Forward, Limits, SandboxSpec, build, passwd_files, sandbox_env, system_mounts
+
+if TYPE_CHECKING:
+    from .egress import Egress  # imported when a runtime needs one
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,7 @@ def probe(settings: SandboxSettings, scratch: Path) -> ProbeResult:
         except OSError as exc:
             missing.append(f"a stage dir {STAGE} and a scratch dir {scratch}: {exc}")
     if not missing:
+        assert bwrap is not None and setpriv is not None  # else missing says so
         spec = SandboxSpec(
             ids=TenantIds(PROBE_UID, PROBE_UID),
             workspace=workspace,
@@ -166,7 +170,7 @@ class Prepared:
     ids: TenantIds
     env: dict[str, str]
     _cgroup: cgroups.SessionCgroup | None = None
-    _egress: object | None = None
+    _egress: Egress | None = None
     _closed: bool = False
 
     async def close(self) -> None:
@@ -175,8 +179,8 @@ class Prepared:
         self._closed = True
         if self._egress is not None:
             with contextlib.suppress(Exception):
-                await self._egress.close()  # type: ignore[attr-defined]
-            for path in (self._egress.socket_path.parent, self._egress.socket_path.parent.parent):  # type: ignore[attr-defined]
+                await self._egress.close()
+            for path in (self._egress.socket_path.parent, self._egress.socket_path.parent.parent):
                 with contextlib.suppress(OSError):
                     path.rmdir()  # this runtime's dir, then the host's once no runtime of it is left
         if self._cgroup is not None:
@@ -326,7 +330,7 @@ class Sandbox:
 
     async def _egress(
         self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str]
-    ) -> tuple[Forward | None, object | None]:
+    ) -> tuple[Forward | None, Egress | None]:
         if not urls:
             return None, None
         from .egress import FORWARD_SCRIPT, Egress, egress_targets, sandbox_python
@@ -338,12 +342,15 @@ class Sandbox:
         egress = Egress(socket, allowed)
         await egress.start()
         ports = []
+        proxied = False  # some URL is not on the loopback: the runtime reaches it through the proxy
         for url in urls:
             parts = urlsplit(url)
             if parts.hostname and _is_loopback(parts.hostname):
                 port = parts.port or (443 if parts.scheme == "https" else 80)
                 ports.append((port, parts.hostname, port))
-        if any(not (urlsplit(u).hostname and _is_loopback(urlsplit(u).hostname)) for u in urls):
+            else:
+                proxied = True
+        if proxied:
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
             env.update(
                 {

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import cast
 
 
 class TunnelEnd(asyncio.Protocol):
+    # Set by connection_made, which the loop calls first and before the end is handed to anyone (on_connect,
+    # or create_connection's return): every method but abort runs after it.
+    transport: asyncio.Transport
+
     def __init__(self, keep_at_most: int, on_connect: Callable[[TunnelEnd], None] | None = None) -> None:
         self.keep_at_most = keep_at_most
         self._on_connect = on_connect
-        self.transport: asyncio.Transport | None = None
         self.peer: TunnelEnd | None = None
         self.pending = bytearray()
         self.refused = False
@@ -25,7 +29,8 @@ class TunnelEnd(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
+        # a stream protocol gets a stream transport; uvloop's are not asyncio.Transport subclasses
+        self.transport = cast(asyncio.Transport, transport)
         if self._on_connect is not None:
             self._on_connect(self)
 
@@ -46,7 +51,7 @@ class TunnelEnd(asyncio.Protocol):
         if self.refused:
             self.transport.close()
         if self.peer is not None:
-            _pass_eof(self)
+            _pass_eof(self, self.peer)
         return True  # keep our sending half open: the other direction may still be busy
 
     def pause_writing(self) -> None:
@@ -82,7 +87,7 @@ class TunnelEnd(asyncio.Protocol):
         self.lost.add_done_callback(lambda _: timer.cancel())
 
     def abort(self) -> None:
-        if self.transport is not None:
+        if hasattr(self, "transport"):  # not connected yet: nothing to drop
             self.transport.abort()
 
 
@@ -97,19 +102,18 @@ def join(client: TunnelEnd, upstream: TunnelEnd, greeting: bytes, early: bytes) 
         upstream.transport.write(early)
     client.pending.clear()
     upstream.pending.clear()
-    for end in (client, upstream):
+    for end, peer in ((client, upstream), (upstream, client)):
         if end.lost.done():
-            end.peer.transport.close()
+            peer.transport.close()
         elif end.eof:
-            _pass_eof(end)
+            _pass_eof(end, peer)
     for end in (client, upstream):
         if not end.transport.is_closing():
             end.transport.resume_reading()
 
 
-def _pass_eof(end: TunnelEnd) -> None:
-    """``end`` will receive no more: tell its peer, and close both once neither direction has more to send."""
-    peer = end.peer
+def _pass_eof(end: TunnelEnd, peer: TunnelEnd) -> None:
+    """``end`` will receive no more: tell its ``peer``, and close both once neither direction has more to send."""
     if peer.transport.is_closing():
         return
     if peer.transport.can_write_eof():

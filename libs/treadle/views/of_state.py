@@ -57,7 +57,8 @@ def _same_wire(a: mi.Type, b: mi.Type, seen: set[tuple[type, type]]) -> bool:
         assert isinstance(b, mi.UnionType)
         return len(a.types) == len(b.types) and all(_same_wire(x, y, seen) for x, y in zip(a.types, b.types))
     if isinstance(a, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)):
-        return _same_wire(a.item_type, b.item_type, seen)  # type: ignore[attr-defined]
+        assert isinstance(b, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType))
+        return _same_wire(a.item_type, b.item_type, seen)
     if isinstance(a, mi.DictType):
         assert isinstance(b, mi.DictType)
         return _same_wire(a.key_type, b.key_type, seen) and _same_wire(a.value_type, b.value_type, seen)

@@ -12,6 +12,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
 
 from treadle.domain.commands import Accepted, Body, Command, Rejected, Reply
 from treadle.domain.errors import DomainError
@@ -38,7 +39,7 @@ class Commands:
         self._nc = nc
         self._js = nc.jetstream()
         self._timeout = timeout
-        self._kv = None
+        self._kv: KeyValue | None = None
 
     async def _identity(self, tenant: str, key: str | None, fingerprint: str) -> tuple[str, datetime]:
         """A fresh command id, or the one first minted for this tenant's Idempotency-Key (kept 24 h)."""
@@ -59,9 +60,11 @@ class Commands:
         except KeyWrongLastSequenceError:
             pass
         try:
-            stored = msgspec.json.decode((await self._kv.get(kv_key)).value, type=IdempotencyRecord)
+            entry = await self._kv.get(kv_key)
         except KeyNotFoundError:
             raise ApiError(409, "idempotency_conflict", "Idempotency-Key is being processed; retry") from None
+        assert entry.value is not None  # created with a record above; a deleted key raises KeyNotFoundError
+        stored = msgspec.json.decode(entry.value, type=IdempotencyRecord)
         if stored.fingerprint != fingerprint:
             raise ApiError(422, "idempotency_key_reused", "Idempotency-Key was used with a different request")
         return stored.command_id, stored.issued_at

@@ -11,6 +11,7 @@ import msgspec
 from litestar import Request, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
+from treadle.domain import entities
 from treadle.domain.commands import (
     CancelQueued,
     CreateThread,
@@ -241,7 +242,8 @@ async def implement_plan(
         verb="send",
         thread=created.thread_id,
         idempotency_key=f"{key}|send",
-        body=SendMessage(text=implementation_text(plan)),
+        # the same text the coordinator gives an implementing run; it takes the domain's plan, this is the view's
+        body=SendMessage(text=implementation_text(msgspec.convert(plan, entities.Plan, from_attributes=True))),
     )
     await commands.send(
         tenant=who.tenant,

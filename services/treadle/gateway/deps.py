@@ -69,10 +69,10 @@ async def thread_doc(request: Request, tenant: str, thread: str, min_seq: str | 
     and folds the log itself when the projector is further behind: such a read never goes back in time."""
     state = app_state(request)
     behind = False
-    if min_seq := number(min_seq, "min_seq"):
+    if wanted := number(min_seq, "min_seq"):
         for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
             await asyncio.sleep(delay)
-            if behind := await state.projections.seq(tenant, thread) < min_seq:
+            if behind := await state.projections.seq(tenant, thread) < wanted:
                 continue
             break
     doc = None if behind else await state.projections.doc(tenant, thread)

@@ -14,7 +14,8 @@ import math
 import time
 
 import msgspec
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.enums import ScopeType
+from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
 from treadle.ops.tokens import TokenStore, token_id
 
@@ -67,7 +68,7 @@ class RateLimitMiddleware:
         self.app, self.buckets = app, buckets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
+        if scope["type"] == ScopeType.HTTP and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
             tokens = getattr(scope["app"].state, "tokens", None)
             wait = self.buckets.take(await bucket_key(scope, tokens))
             if wait:
@@ -79,17 +80,17 @@ class RateLimitMiddleware:
                         {"retry_after_seconds": int(retry)},
                     )
                 )
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 429,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"retry-after", retry.encode()),
-                            (b"content-length", str(len(payload)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": payload})
+                start: HTTPResponseStartEvent = {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"retry-after", retry.encode()),
+                        (b"content-length", str(len(payload)).encode()),
+                    ],
+                }
+                await send(start)
+                end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": payload, "more_body": False}
+                await send(end)
                 return
         await self.app(scope, receive, send)

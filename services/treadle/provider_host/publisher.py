@@ -114,9 +114,12 @@ class TurnPublisher:
         if timer:
             timer.cancel()
         entry = self._buffers.get(message_id)
-        text = entry[0].flush() if entry else None
+        if entry is None:
+            return
+        coalescer, node_id = entry
+        text = coalescer.flush()
         if text:
-            await self._publish(pe.TextDelta(message_id=message_id, node_id=entry[1], text=text))  # type: ignore[index]
+            await self._publish(pe.TextDelta(message_id=message_id, node_id=node_id, text=text))
 
     async def text_done(self, message_id: str, node_id: str, text: str) -> None:
         """The full text supersedes whatever is still buffered, so the buffer is dropped, not flushed."""

@@ -324,7 +324,7 @@ class ClaudeAdapter(ProviderAdapter):
             assert self._client is not None
             if self._mode_changed:
                 # A proposed plan waits for the user; their next message runs in the thread's runtime mode.
-                await self._client.set_permission_mode(PERMISSION_MODES[self.request.runtime_mode])  # type: ignore[arg-type]
+                await self._client.set_permission_mode(PERMISSION_MODES[self.request.runtime_mode])
                 self._mode_changed = False
             await self._client.query(_prompt(text, prompt_uuid))
             while True:

@@ -89,7 +89,7 @@ def session_options(
         env=cli_env(settings, config_dir, runtime_mode),
         cli_path=str(cli_path) if cli_path else str(settings.cli_path) if settings.cli_path else None,
         model=model or settings.model,
-        permission_mode=PERMISSION_MODES[runtime_mode],  # type: ignore[arg-type]
+        permission_mode=PERMISSION_MODES[runtime_mode],
         can_use_tool=can_use_tool,
         include_partial_messages=True,
         forward_subagent_text=True,  # a subagent's text streams under its own node

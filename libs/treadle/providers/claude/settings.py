@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+if TYPE_CHECKING:
+    from claude_agent_sdk import PermissionMode
+
 # Treadle's runtime modes (Thread.runtime_mode) as Claude Code permission modes.
-PERMISSION_MODES = {
+PERMISSION_MODES: dict[str, PermissionMode] = {
     "approval_required": "default",
     "auto_accept_edits": "acceptEdits",
     "full_access": "bypassPermissions",

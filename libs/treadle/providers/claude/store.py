@@ -134,7 +134,8 @@ class SessionStore:
                 if uuid and not entry.get("isSidechain"):
                     entries[uuid] = entry
                     newest = uuid
-        chain, at = [], leaf or newest
+        chain: list[dict] = []
+        at = leaf or newest
         while at in entries and len(chain) <= len(entries):
             chain.append(entries[at])
             at = entries[at].get("parentUuid")

@@ -8,7 +8,7 @@ final ``ResultMessage``. Everything a subagent says carries ``parent_tool_use_id
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from claude_agent_sdk import (
     AssistantMessage,
@@ -36,7 +36,11 @@ ARTIFACT_TOOLS = frozenset({"TodoWrite", "AskUserQuestion", "ExitPlanMode"})
 INTERRUPTED_REASONS = frozenset({"aborted_streaming", "aborted_tools"})
 TASK_ENDED = frozenset({"completed", "failed", "killed", "stopped"})
 MAX_OUTPUT_CHARS = 8000
-_TODO_STATUSES = frozenset({"pending", "in_progress", "completed"})
+_TODO_STATUSES: dict[Any, Literal["pending", "in_progress", "completed"]] = {
+    "pending": "pending",
+    "in_progress": "in_progress",
+    "completed": "completed",
+}
 
 
 def tool_title(name: str, tool_input: dict) -> str:
@@ -205,7 +209,7 @@ class TurnTranslator:
         items = []
         for todo in tool_input.get("todos") or []:
             if isinstance(todo, dict) and todo.get("content"):
-                status = todo.get("status") if todo.get("status") in _TODO_STATUSES else "pending"
+                status = _TODO_STATUSES.get(todo.get("status"), "pending")
                 items.append(TodoItem(text=str(todo["content"]), status=status))
         plan_id = self._todo_plans.setdefault(node, self.turn.ids.next("plan"))
         await self.sink.event(pe.PlanUpdated(plan_id=plan_id, kind="todo_list", node_id=node, items=items))

@@ -450,6 +450,7 @@ class CodexAdapter(ProviderAdapter):
         live = self._live.get(request_id)
         if live is None or self._rpc is None or self._rpc.exited.is_set():
             raise Unsupported(f"request {request_id} is not live")
+        result: dict[str, object]
         if live.kind == "user_input":
             result = {"answers": _answers(live, response)}
         else:

@@ -168,7 +168,7 @@ class RpcProcess:
     def _dispatch(self, message: dict) -> None:
         method = message.get("method")
         if method is None:
-            entry = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            entry = self._pending.get(message.get("id"))  # type: ignore[arg-type]  # any JSON id: one not ours finds nothing
             if entry is None or entry[1].done():
                 return
             name, future = entry

@@ -5,12 +5,17 @@ ids) and nothing else; it never talks to the process."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ...domain import provider_events as pe
 from ...domain.entities import TodoItem
 from ..base import Turn
 
-_TODO_STATUS = {"pending": "pending", "inProgress": "in_progress", "completed": "completed"}
+_TODO_STATUS: dict[str, Literal["pending", "in_progress", "completed"]] = {
+    "pending": "pending",
+    "inProgress": "in_progress",
+    "completed": "completed",
+}
 _ITEM_STATUS = {"completed": "completed", "failed": "failed", "declined": "cancelled", "inProgress": "running"}
 
 
