@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from treadle.domain.capacity import Admit, Limits, Peers, Refuse, SessionLoad, place, shed, start_turn
+from treadle.core.capacity import Admit, Limits, Peers, Refuse, SessionLoad, place, shed, start_turn
 
 
 def s(sid: str, tenant: str, last: float, busy: bool = False) -> SessionLoad:

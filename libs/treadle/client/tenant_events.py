@@ -34,7 +34,9 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
-from ..domain.events import PAYLOADS, Envelope, decode_event
+from treadle.core.envelope import PAYLOADS, Envelope
+from treadle.core.events import decode_event
+
 from . import broker_urls
 
 API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API

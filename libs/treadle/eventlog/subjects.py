@@ -3,7 +3,7 @@ without passing :func:`token`."""
 
 from __future__ import annotations
 
-from ..domain.ids import is_token
+from treadle.core.ids import is_token
 
 EVENTS_STREAM = "TREADLE_EVENTS"
 PROVIDER_STREAM = "TREADLE_PROVIDER"

@@ -9,8 +9,9 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 
-from ..domain.ids import is_token
-from ..domain.policy import TenantPolicy, validated
+from treadle.core.ids import is_token
+from treadle.core.policy import TenantPolicy, validated
+
 from . import audit
 
 BUCKET = "treadle-policies"

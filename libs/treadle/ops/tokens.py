@@ -15,8 +15,9 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError
 
-from ..domain.ids import is_token
-from ..domain.policy import ROLES
+from treadle.core.ids import is_token
+from treadle.core.policy import ROLES
+
 from . import audit
 
 BUCKET = "treadle-tokens"

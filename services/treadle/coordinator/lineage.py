@@ -7,12 +7,15 @@ import msgspec
 
 from treadle.checkpoints.materialize import Materialize
 from treadle.checkpoints.protocol import CheckpointError
-from treadle.domain import events as ev
-from treadle.domain import lineage
-from treadle.domain.commands import Accepted, Command, Ctx, ForkThread, SendMessage, reaction_ctx, thread_id_for
-from treadle.domain.decide import decide
-from treadle.domain.errors import Conflict, NotFound
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command
+from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
+from treadle.core.decide import decide
+from treadle.core.errors import Conflict, NotFound
+from treadle.core.lineage import decide as lineage
+from treadle.core.lineage.commands import ForkThread
+from treadle.core.state import ThreadState
+from treadle.core.thread.commands import SendMessage
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore

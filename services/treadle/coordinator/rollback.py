@@ -23,16 +23,17 @@ from datetime import UTC, datetime
 import msgspec
 
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
-from treadle.domain import events as ev
-from treadle.domain import rollback
-from treadle.domain import supervision as sv
-from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
-from treadle.domain.decide import dispatch_next
-from treadle.domain.entities import Rollback
-from treadle.domain.ids import IdFactory
-from treadle.domain.rollback import ProviderOutcome, ProviderPlan
-from treadle.domain.thread import ThreadState
-from treadle.domain.turn_options import SCRIPTED_PROVIDERS
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command
+from treadle.core.ctx import Ctx, reaction_ctx
+from treadle.core.decide import dispatch_next
+from treadle.core.ids import IdFactory
+from treadle.core.rollback import decide as rollback
+from treadle.core.rollback.decide import ProviderOutcome, ProviderPlan
+from treadle.core.rollback.model import Rollback
+from treadle.core.run import supervision as sv
+from treadle.core.state import ThreadState
+from treadle.core.turn_options import SCRIPTED_PROVIDERS
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore, HostDirectory
 from treadle.providers import protocol as hp

@@ -12,25 +12,20 @@ from nats.aio.msg import Msg
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
-from treadle.domain import events as ev
-from treadle.domain import requests, rollback
-from treadle.domain.commands import (
-    Accepted,
-    Command,
-    CreateThread,
-    Ctx,
-    ForkThread,
-    Rejected,
-    RespondRequest,
-    reaction_ctx,
-    thread_id_for,
-)
-from treadle.domain.decide import decide, dispatch_next, require_thread
-from treadle.domain.errors import BadRequest as DomainBadRequest
-from treadle.domain.errors import Conflict as DomainConflict
-from treadle.domain.errors import DomainError
-from treadle.domain.limits import check_sizes
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command, Rejected
+from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
+from treadle.core.decide import decide, dispatch_next, require_thread
+from treadle.core.errors import BadRequest as DomainBadRequest
+from treadle.core.errors import Conflict as DomainConflict
+from treadle.core.errors import DomainError
+from treadle.core.limits import check_sizes
+from treadle.core.lineage.commands import ForkThread
+from treadle.core.requests import decide as requests
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.rollback import decide as rollback
+from treadle.core.state import ThreadState
+from treadle.core.thread.commands import CreateThread
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog

@@ -11,17 +11,11 @@ import msgspec
 from litestar import Request, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from treadle.domain.commands import (
-    CancelQueued,
-    CreateThread,
-    EditQueued,
-    ImplementPlan,
-    InterruptRun,
-    ReorderQueue,
-    RespondRequest,
-    SendMessage,
-)
-from treadle.domain.plans import implementation_text
+from treadle.core.plans.commands import ImplementPlan
+from treadle.core.plans.decide import implementation_text
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.run.commands import InterruptRun
+from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
 from treadle.views.requests import ActivityList, RequestList
 from treadle.views.runs import QueueView
 from treadle.views.thread import queue_view

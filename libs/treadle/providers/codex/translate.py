@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...domain import provider_events as pe
-from ...domain.entities import TodoItem
+from treadle.core import provider_events as pe
+from treadle.core.plans.model import TodoItem
+
 from ..base import Turn
 
 _TODO_STATUS = {"pending": "pending", "inProgress": "in_progress", "completed": "completed"}
