@@ -76,7 +76,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read():
     graph = _graph()
-    assert "treadle.core.state" in graph["treadle.core.decide"]
+    assert "treadle.core.view" in graph["treadle.core.decide"]
     assert "treadle.core.run.evolve" in graph["treadle.core.state"]
 
 

@@ -9,12 +9,12 @@ placed now is refused with a reason the run waits under (``capacity``, ``tenant_
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
-CAPACITY = "capacity"
-TENANT_QUOTA = "tenant_quota"
+CAPACITY: Final = "capacity"
+TENANT_QUOTA: Final = "tenant_quota"
 WaitReason = Literal["capacity", "tenant_quota"]
 
 

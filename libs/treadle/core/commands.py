@@ -5,6 +5,7 @@ Each concept declares its commands in its own ``commands`` module; ``Body`` is t
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -61,7 +62,7 @@ class Rejected(msgspec.Struct, kw_only=True, omit_defaults=True, tag="rejected")
     code: str
     message: str
     status: int = 400
-    details: dict = {}
+    details: dict[str, Any] = {}
 
 
 Reply = Accepted | Rejected

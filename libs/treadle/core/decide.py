@@ -19,12 +19,12 @@ from treadle.core.run import interrupts
 from treadle.core.run.commands import InterruptRun
 from treadle.core.run.events import InterruptRequested, RunDispatched, RunQueued, RunSteered
 from treadle.core.run.model import Run
-from treadle.core.state import ThreadState
 from treadle.core.thread import queue
 from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
 from treadle.core.thread.events import ThreadCreated
-from treadle.core.thread.model import DispatchMode, RuntimeMode
+from treadle.core.thread.model import DispatchMode, RuntimeMode, Thread
 from treadle.core.turn_options import SCRIPTED_PROVIDERS, check_turn_options, scripted_capabilities
+from treadle.core.view import ThreadView
 
 # "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
 # tests and demos without real runtimes. Orchestration treats it like any other provider.
@@ -35,25 +35,32 @@ RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 Decision = tuple[list[Payload], Accepted]
 
 
-def require_thread(state: ThreadState, command: Command) -> None:
+def require_thread(state: ThreadView, command: Command) -> None:
     """Every command but a create needs its thread; another tenant's thread is not in this tenant's log."""
     if state.thread is None and not isinstance(command.body, CreateThread):
+        the_thread(state, command)
+
+
+def the_thread(state: ThreadView, command: Command) -> Thread:
+    """The thread a command other than a create is for (NotFound when there is none)."""
+    if state.thread is None:
         raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
+    return state.thread
 
 
-def decide(state: ThreadState, command: Command, ctx: Ctx) -> Decision:
+def decide(state: ThreadView, command: Command, ctx: Ctx) -> Decision:
     """Every thread command but ``RespondRequest``, whose answer must reach a live provider callback first
     (the coordinator checks it with :func:`requests.answerable`)."""
     body = command.body
     check_sizes(body)
     if isinstance(body, CreateThread):
         return create_thread(state, command, body, ctx)
-    require_thread(state, command)
+    thread = the_thread(state, command)
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
     if isinstance(body, rollback.ROLLBACK_COMMANDS):
         return rollback.decide(state, command, ctx)
-    receipt = Accepted(seq=0, thread_id=state.thread.id)
+    receipt = Accepted(seq=0, thread_id=thread.id)
     if isinstance(body, InterruptRun):
         run = interrupts.target(state, body)
         events, receipt.disposition = interrupts.interrupt(state, body, capabilities_for(state, run), command.user)
@@ -89,10 +96,11 @@ def normalise_workspace(path: str) -> str:
     return posixpath.join(*parts)
 
 
-def create_thread(state: ThreadState, command: Command, body: CreateThread, ctx: Ctx) -> Decision:
+def create_thread(state: ThreadView, command: Command, body: CreateThread, ctx: Ctx) -> Decision:
     """L1.1: a thread and nothing else; the provider session and thread wait for the first run (L1.2)."""
     thread_id = body.thread_id or command.thread
-    check(thread_id is not None, BadRequest, "thread id missing")
+    if thread_id is None:
+        raise BadRequest("thread id missing")
     if state.thread is not None:
         if state.thread.command_id == command.id:
             return [], Accepted(seq=state.seq, thread_id=thread_id, duplicate=True)
@@ -122,7 +130,7 @@ def create_thread(state: ThreadState, command: Command, body: CreateThread, ctx:
     return [created], Accepted(seq=0, thread_id=thread_id)
 
 
-def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: Ctx) -> Decision:
+def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ctx) -> Decision:
     """L2.1 and L3.1: a user message, its run (queued, ordinal N) with root node and first attempt,
     dispatched at once when nothing is active, else queued behind the active run (L3.6)."""
     thread = state.thread
@@ -170,7 +178,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     ids = ctx.ids
     steerable = active is not None and provider == active.provider and rollback.pending(state) is None
     if steerable and body.mode in ("auto", "steer_active", "restart_active"):
-        if target is None or target == active.id:
+        if active is not None and (target is None or target == active.id):
             steering = _steering(state, active, body.mode)
             if steering is not None:
                 message_id = ids.next("msg")
@@ -253,7 +261,7 @@ def send_message(state: ThreadState, command: Command, body: SendMessage, ctx: C
     return events, Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
 
 
-def capabilities_for(state: ThreadState, run: Run) -> ProviderCapabilities | None:
+def capabilities_for(state: ThreadView, run: Run) -> ProviderCapabilities | None:
     """What the provider running ``run`` can do: its live session's declaration, or the capability profile its
     script asks for before a session exists. None: not known yet."""
     session = state.live_session
@@ -262,7 +270,7 @@ def capabilities_for(state: ThreadState, run: Run) -> ProviderCapabilities | Non
     return scripted_capabilities(run.provider, run.script)
 
 
-def _steering(state: ThreadState, run: Run, mode: str) -> str | None:
+def _steering(state: ThreadView, run: Run, mode: str) -> str | None:
     """L3.2/L3.3: how a message steers ``run``: natively, by interrupt and restart, or not at all (None).
     With capabilities not known yet, ``auto`` and ``steer_active`` prefer native steering and the supervisor
     falls back at delivery time; a provider that can do neither gets the steer as a superseding run."""
@@ -274,7 +282,7 @@ def _steering(state: ThreadState, run: Run, mode: str) -> str | None:
     return "restart" if caps.interrupt else None
 
 
-def dispatch_next(state: ThreadState) -> list[Payload]:
+def dispatch_next(state: ThreadView) -> list[Payload]:
     """L3.6: when nothing is active, the head of the queue starts."""
     if state.thread is None or state.active_run_id is not None or not state.queue or rollback.pending(state):
         return []

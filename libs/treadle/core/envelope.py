@@ -6,8 +6,9 @@ module. The type tag doubles as the last two tokens of the subject
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -21,8 +22,11 @@ class Payload(msgspec.Struct, kw_only=True, omit_defaults=True):
 PAYLOADS: dict[str, type[Payload]] = {}
 
 
-def event(type_: str):
-    def register(cls: type[Payload]) -> type[Payload]:
+P = TypeVar("P", bound=Payload)
+
+
+def event(type_: str) -> Callable[[type[P]], type[P]]:
+    def register(cls: type[P]) -> type[P]:
         cls.TYPE = type_
         PAYLOADS[type_] = cls
         return cls
@@ -55,4 +59,4 @@ class _RawEnvelope(_Header, kw_only=True):
 class UnknownEvent(Payload, kw_only=True):
     """Data of an event type this version does not know (a newer writer); folds as a no-op."""
 
-    raw: dict = {}
+    raw: dict[str, Any] = {}

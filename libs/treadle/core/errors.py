@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DomainError(Exception):
     """A command was rejected by the domain; nothing was appended. ``status`` is the HTTP mapping."""
@@ -9,7 +11,7 @@ class DomainError(Exception):
     code = "rejected"
     status = 400
 
-    def __init__(self, message: str, *, code: str | None = None, details: dict | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         if code:
@@ -39,7 +41,7 @@ class Unprocessable(DomainError):
     status = 422
 
 
-def check(condition: bool, error: type[DomainError], message: str, **kw) -> None:
+def check(condition: bool, error: type[DomainError], message: str, **kw: Any) -> None:
     if not condition:
         raise error(message, **kw)
 

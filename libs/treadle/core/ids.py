@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from typing import TypeGuard
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -36,7 +37,7 @@ def new_id(prefix: str, ms: int) -> str:
     return _mint(prefix, ms, os.urandom(10))
 
 
-def is_token(value: object) -> bool:
+def is_token(value: object) -> TypeGuard[str]:
     """True when ``value`` may be placed in a NATS subject token or a URL path segment."""
     return isinstance(value, str) and TOKEN.fullmatch(value) is not None
 
@@ -54,7 +55,7 @@ def is_id(value: object, prefix: str) -> bool:
 
 
 def has_prefix(value: object, prefix: str) -> bool:
-    return is_token(value) and value.startswith(prefix + "_")  # type: ignore[union-attr]
+    return is_token(value) and value.startswith(prefix + "_")
 
 
 class IdFactory:

@@ -6,6 +6,8 @@ NATS message (``max_payload``, 1 MiB by default), and JSON may spend 6 bytes on 
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from treadle.core.commands import Body
@@ -40,7 +42,7 @@ def _at_most(value: str | None, limit: int, field: str, code: str) -> None:
     )
 
 
-def _script(script: dict | None) -> None:
+def _script(script: dict[str, Any] | None) -> None:
     size = len(msgspec.json.encode(script)) if script is not None else 0
     check(
         size <= MAX_SCRIPT_BYTES,

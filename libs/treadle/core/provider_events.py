@@ -7,6 +7,7 @@ events. Text arrives here already coalesced (the host publishes every raw delta 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -38,7 +39,7 @@ class ToolStarted(Body, kw_only=True, tag="tool.started"):
     parent_id: str | None = None
     kind: str = "tool"
     title: str = ""
-    input: dict | None = None
+    input: dict[str, Any] | None = None
     native_thread_ref: str | None = None  # L6.4: a subagent's own provider thread, when its runtime gives it one
 
 
@@ -54,7 +55,7 @@ class RequestOpened(Body, kw_only=True, tag="request.opened"):
     parent_id: str | None = None  # the node that asked, when not the root turn (a subagent)
     kind: str
     prompt: str = ""
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
     native_ref: str | None = None
 
 

@@ -6,7 +6,7 @@ scripted adapter plays it. Every step is a tagged object; unknown fields are rej
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -29,7 +29,7 @@ class Text(Step, kw_only=True, tag="text"):
 
 class Tool(Step, kw_only=True, tag="tool"):
     name: str
-    input: dict = {}
+    input: dict[str, Any] = {}
     output: str = ""
     status: Literal["completed", "failed"] = "completed"
     delay_ms: int = 0
@@ -47,7 +47,7 @@ class Delay(Step, kw_only=True, tag="delay"):
 class Approval(Step, kw_only=True, tag="approval"):
     kind: Literal["command", "file_change", "file_read", "patch"] = "command"
     prompt: str = ""
-    detail: dict = {}
+    detail: dict[str, Any] = {}
 
 
 class Question(Step, kw_only=True, tag="question"):
@@ -123,7 +123,7 @@ MAX_STEPS = 10_000
 MAX_DELAY_MS = 600_000
 
 
-def parse_script(raw: dict | None) -> Script | None:
+def parse_script(raw: dict[str, Any] | None) -> Script | None:
     """Validate a user-supplied script; raises ``ValueError`` with a readable reason."""
     if raw is None:
         return None
@@ -139,7 +139,7 @@ def parse_script(raw: dict | None) -> Script | None:
     return script
 
 
-def _check_steps(steps: list, depth: int) -> None:
+def _check_steps(steps: list[Any], depth: int) -> None:
     if depth > 3:
         raise ValueError("invalid script: subagents nest at most 3 deep")
     if len(steps) > MAX_STEPS:

@@ -8,6 +8,8 @@ routes every event to its handler.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import msgspec
 
 from treadle.core.activity import Activity
@@ -165,7 +167,7 @@ def evolve(state: ThreadState, e: Envelope) -> ThreadState:
     return state
 
 
-def _reporting_attempt(state: ThreadState, data, attempt_id: str) -> Attempt | None:
+def _reporting_attempt(state: ThreadState, data: object, attempt_id: str) -> Attempt | None:
     """The attempt whose play reported the provider event: the one named in the causation id, else the run's
     current attempt."""
     if not attempt_id:
@@ -178,7 +180,7 @@ def _reporting_attempt(state: ThreadState, data, attempt_id: str) -> Attempt | N
     return None
 
 
-def fold(events, state: ThreadState | None = None) -> ThreadState:
+def fold(events: Iterable[Envelope], state: ThreadState | None = None) -> ThreadState:
     state = state or ThreadState()
     for e in events:
         evolve(state, e)

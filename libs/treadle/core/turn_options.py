@@ -7,6 +7,8 @@ a message is accepted, so a bad option is a 400 and never a run that fails later
 
 from __future__ import annotations
 
+from typing import Any
+
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.script import parse_script
 
@@ -14,7 +16,7 @@ CODEX_COLLABORATION_MODES = ("plan", "default")
 SCRIPTED_PROVIDERS = ("scripted", "scripted-b")  # one adapter under two names, to test switching (L5)
 
 
-def check_turn_options(provider: str, raw: dict) -> None:
+def check_turn_options(provider: str, raw: dict[str, Any]) -> None:
     """Raises ``ValueError`` with a readable reason when ``provider`` cannot take ``raw``."""
     if provider in SCRIPTED_PROVIDERS:
         parse_script(raw)
@@ -31,7 +33,7 @@ def check_turn_options(provider: str, raw: dict) -> None:
         raise ValueError(f"provider {provider} takes no script")
 
 
-def scripted_capabilities(provider: str, raw: dict | None) -> ProviderCapabilities | None:
+def scripted_capabilities(provider: str, raw: dict[str, Any] | None) -> ProviderCapabilities | None:
     """The capability profile a scripted run's script asks for; None for any other provider."""
     if provider not in SCRIPTED_PROVIDERS:
         return None

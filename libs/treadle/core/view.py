@@ -6,10 +6,12 @@ module can compose them without any slice importing it. ``ThreadState`` is its o
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from treadle.core.activity import Activity
 from treadle.core.checkpoints.model import Checkpoint
+from treadle.core.envelope import Envelope, Payload
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
 from treadle.core.plans.model import Plan
 from treadle.core.providers.capabilities import CapabilityView
@@ -75,3 +77,9 @@ class ThreadView(Protocol):
     def transfer(self, transfer_id: str) -> ContextTransfer | None: ...
 
     def handoff(self, handoff_id: str) -> ContextHandoff | None: ...
+
+
+Fold = Callable[[ThreadView, Envelope, Any], None]
+"""How one event type changes the state: ``(state, envelope, envelope.data)``; each concept's ``FOLDS`` maps
+its event types to these."""
+Folds = dict[type[Payload], Fold]

@@ -4,7 +4,9 @@ never advance the app run count: their ordinals live in their own scope, and run
 
 from __future__ import annotations
 
-from treadle.core.checkpoints.model import ChildCheckpoint
+from collections.abc import Iterable
+
+from treadle.core.checkpoints.model import Checkpoint, ChildCheckpoint
 from treadle.core.run.model import Run
 
 ROOT = "root"
@@ -32,7 +34,7 @@ def scope_for_new(parents: dict[str, str], node_id: str, parent_id: str | None) 
     return f"{base}/{node_id}"
 
 
-def summaries(checkpoints, run_id: str) -> list[ChildCheckpoint]:
+def summaries(checkpoints: Iterable[Checkpoint], run_id: str) -> list[ChildCheckpoint]:
     """What the root checkpoint of a run says about its child scopes: each child's last checkpoint."""
     last: dict[str, ChildCheckpoint] = {}
     for c in checkpoints:

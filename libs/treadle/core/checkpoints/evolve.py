@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.checkpoints.model import Checkpoint
 from treadle.core.envelope import Envelope
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def checkpoint_captured(state: ThreadView, e: Envelope, d: CheckpointCaptured) -> None:
@@ -20,7 +16,7 @@ def checkpoint_captured(state: ThreadView, e: Envelope, d: CheckpointCaptured) -
             scope=d.scope,
             ordinal=d.ordinal,
             run_id=d.run_id,
-            kind=d.kind,  # type: ignore[arg-type]
+            kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             status=d.status,
             ref=d.ref,
             commit=d.commit,
@@ -38,4 +34,4 @@ def checkpoint_captured(state: ThreadView, e: Envelope, d: CheckpointCaptured) -
         activity.record(state, e, "checkpoint.captured", d.run_id, d.node_id, f"{d.scope}/{d.ordinal} {d.status}")
 
 
-FOLDS = {CheckpointCaptured: checkpoint_captured}
+FOLDS: Folds = {CheckpointCaptured: checkpoint_captured}

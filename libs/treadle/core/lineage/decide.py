@@ -4,10 +4,13 @@ start_context.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from treadle.core.commands import Command
 from treadle.core.ctx import Ctx
+from treadle.core.envelope import Payload
 from treadle.core.errors import Conflict, NotFound, Unprocessable, check
 from treadle.core.ids import has_prefix
 from treadle.core.lineage.commands import ForkThread
@@ -32,16 +35,16 @@ def is_thread_id(value: object) -> bool:
 class ForkPlan(msgspec.Struct, kw_only=True):
     child_id: str
     transfer_id: str
-    point: dict
-    child_events: list
-    parent_events: list
+    point: dict[str, Any]
+    child_events: list[Payload]
+    parent_events: list[Payload]
 
 
-def _unstable(reason: str, message: str, **details) -> Conflict:
+def _unstable(reason: str, message: str, **details: Any) -> Conflict:
     return Conflict(message, code="unstable_source", details={"reason": reason, **details})
 
 
-def _run_point(state: ThreadView, run: Run, on_active: str, **extra) -> dict:
+def _run_point(state: ThreadView, run: Run, on_active: str, **extra: Any) -> dict[str, Any]:
     """A run as a fork point: completed, or interrupted/failed with a checkpoint; an active run is replaced
     by the latest completed checkpoint (or refused, as the caller asked)."""
     requested = run
@@ -78,7 +81,7 @@ def _run_point(state: ThreadView, run: Run, on_active: str, **extra) -> dict:
     return point
 
 
-def _subagent_point(state: ThreadView, run: Run, node: ExecutionNode) -> tuple[dict, str | None]:
+def _subagent_point(state: ThreadView, run: Run, node: ExecutionNode) -> tuple[dict[str, Any], str | None]:
     """L6.4: a completed subagent as a fork point. Its files are the subagent's own end checkpoint (its child
     scope) when one was captured, else its run's. A subagent that owns a provider thread its runtime can fork
     is forked natively there; any other is synthetic, built from the projected graph (lower fidelity)."""
@@ -107,7 +110,7 @@ def _commit(state: ThreadView, run: Run) -> str | None:
     return ckpt.commit if ckpt is not None and ckpt.commit and ckpt.status != "error" else None
 
 
-def source_point(state: ThreadView, body: ForkThread) -> tuple[dict, str | None]:
+def source_point(state: ThreadView, body: ForkThread) -> tuple[dict[str, Any], str | None]:
     """L6.3: the stable point a fork starts from, and its fidelity (``synthetic`` below native) when the point
     cannot be forked natively at all. Unstable points are refused with ``unstable_source`` and a reason."""
     kind, ident = body.source.type, body.source.id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from treadle.core.envelope import Payload, event
@@ -15,7 +17,7 @@ class ThreadForked(Payload, kw_only=True):
     parent_thread_id: str
     root_thread_id: str
     transfer_id: str
-    source_point: dict
+    source_point: dict[str, Any]
     fidelity: str | None = None  # "synthetic" when only a low-fidelity fork is possible (L6.4)
 
 
@@ -25,7 +27,7 @@ class ChildForked(Payload, kw_only=True):
 
     child_thread_id: str
     transfer_id: str
-    source_point: dict
+    source_point: dict[str, Any]
 
 
 class ContextRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -36,8 +38,8 @@ class ContextRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     clean_context: bool = False
     transfer_id: str | None = None
     merge_back_from: str | None = None
-    source_point: dict | None = None
-    base_point: dict | None = None
+    source_point: dict[str, Any] | None = None
+    base_point: dict[str, Any] | None = None
 
 
 @event("handoff.created")

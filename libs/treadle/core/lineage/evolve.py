@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.lineage.events import (
@@ -16,10 +14,8 @@ from treadle.core.lineage.events import (
     TransferFailed,
 )
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
-
-if TYPE_CHECKING:
-    from treadle.core.run.model import Run
-    from treadle.core.view import ThreadView
+from treadle.core.run.model import Run
+from treadle.core.view import Folds, ThreadView
 
 
 def _thread_forked(state: ThreadView, e: Envelope, d: ThreadForked) -> None:
@@ -34,7 +30,7 @@ def _thread_forked(state: ThreadView, e: Envelope, d: ThreadForked) -> None:
             type="fork",
             source_thread_id=d.parent_thread_id,
             source_point=dict(d.source_point),
-            fidelity=d.fidelity,  # type: ignore[arg-type]
+            fidelity=d.fidelity,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             created_at=e.at,
         )
     )
@@ -77,8 +73,8 @@ def _handoff_created(state: ThreadView, e: Envelope, d: HandoffCreated) -> None:
         ContextHandoff(
             id=d.handoff_id,
             run_id=d.run_id,
-            strategy=d.strategy,
-            reason=d.reason,  # type: ignore[arg-type]
+            strategy=d.strategy,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            reason=d.reason,
             from_provider=d.from_provider,
             to_provider=d.to_provider,
             provider_thread_id=d.provider_thread_id,
@@ -114,8 +110,8 @@ def _context_resolved(state: ThreadView, e: Envelope, d: ContextResolved) -> Non
     )
     for transfer_id, status in d.transfers.items():
         if (t := state.transfer(transfer_id)) is not None:
-            t.status, t.run_id = status, d.run_id  # type: ignore[assignment]
-            t.fidelity = t.fidelity or ("native" if status == "resolved_native" else "portable")  # type: ignore[assignment]
+            t.status, t.run_id = status, d.run_id  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            t.fidelity = t.fidelity or ("native" if status == "resolved_native" else "portable")
             t.handoff_id = next((h for h in d.handoff_ids if (ho := state.handoff(h)) and ho.transfer_id == t.id), None)
 
 
@@ -145,7 +141,7 @@ def _transfer_failed(state: ThreadView, e: Envelope, d: TransferFailed) -> None:
         activity.record(state, e, "transfer.failed", d.run_id, None, d.error)
 
 
-FOLDS = {
+FOLDS: Folds = {
     ThreadForked: _thread_forked,
     ChildForked: _child_forked,
     HandoffCreated: _handoff_created,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -18,8 +18,8 @@ class ContextTransfer(Entity, kw_only=True):
     type: Literal["fork", "merge_back"]
     status: Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed"] = "pending"
     source_thread_id: str
-    source_point: dict = msgspec.field(default_factory=dict)
-    base_point: dict | None = None
+    source_point: dict[str, Any] = msgspec.field(default_factory=dict)
+    base_point: dict[str, Any] | None = None
     fidelity: Literal["native", "portable", "synthetic"] | None = None  # L6.4: synthetic forks are lower fidelity
     run_id: str | None = None  # the run that resolved (and consumed) it
     handoff_id: str | None = None
@@ -55,8 +55,8 @@ class Lineage(Entity, kw_only=True):
     parent_thread_id: str | None = None
     root_thread_id: str | None = None
     relationship: Literal["fork"] | None = None
-    source_point: dict | None = None
-    children: list[dict] = msgspec.field(default_factory=list)  # {thread_id, transfer_id, source_point}
+    source_point: dict[str, Any] | None = None
+    children: list[dict[str, Any]] = msgspec.field(default_factory=list)  # {thread_id, transfer_id, source_point}
 
 
 class StartContext(Entity, kw_only=True):

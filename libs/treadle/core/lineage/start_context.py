@@ -277,16 +277,16 @@ def resolve_start_context(
         return []  # a thread's first provider thread: nothing to hand over
     if budget <= 0:  # the target takes no context text: only a native fork could have carried this over
         for draft in drafts:
-            if (transfer := draft.transfer) is not None:
+            if (unsent := draft.transfer) is not None:
                 return _failed(
-                    run, transfer, f"{run.provider} accepts no context handoff and cannot fork this thread natively"
+                    run, unsent, f"{run.provider} accepts no context handoff and cannot fork this thread natively"
                 )
         drafts = []
     events: list[Payload] = []
     share = max(1, budget // max(1, len(drafts)))
     for draft in drafts:
         text, truncated = summarise(draft.state, draft.ordinals, draft.heading, share, preamble=draft.inherited)
-        transfer = draft.transfer
+        carried = draft.transfer
         events.append(
             HandoffCreated(
                 handoff_id=ctx.ids.next("hoff"),
@@ -296,8 +296,8 @@ def resolve_start_context(
                 from_provider=draft.from_provider,
                 to_provider=run.provider,
                 provider_thread_id=pth_id,
-                transfer_id=transfer.id if transfer else None,
-                source_thread_id=transfer.source_thread_id if transfer else None,
+                transfer_id=carried.id if carried else None,
+                source_thread_id=carried.source_thread_id if carried else None,
                 covered_ordinals=draft.ordinals,
                 text=text,
                 truncated=truncated,

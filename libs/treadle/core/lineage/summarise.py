@@ -30,7 +30,7 @@ def _span(ordinals: list[int]) -> str:
     if not ordinals:
         return "no runs"
     parts, start, prev = [], ordinals[0], ordinals[0]
-    for n in ordinals[1:] + [None]:  # type: ignore[list-item]
+    for n in [*ordinals[1:], None]:
         if n is not None and n == prev + 1:
             prev = n
             continue
@@ -107,7 +107,7 @@ def run_block(state: ThreadView, run: Run) -> str:
         command = (node.input or {}).get("command") if node.kind == "tool" else None
         if command:
             what += f" `{_clip(str(command), 200)}`"
-        outcome = node.status
+        outcome: str = node.status
         if node.output:
             outcome += f": {_clip(node.output, OUTPUT_CHARS)}"
         tools.append(f"{'subagent ' if node.kind == 'subagent' else ''}{what} → {outcome}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from treadle.core.commands import Command
+from collections.abc import Callable
+
+from treadle.core.commands import Accepted, Command
 from treadle.core.envelope import Payload
 from treadle.core.errors import BadRequest, Conflict, NotFound, check
 from treadle.core.plans.commands import ImplementPlan
@@ -36,7 +38,12 @@ def implementable(state: ThreadView, plan_id: str) -> Plan:
     raise NotFound(f"plan {plan_id} not found", code="plan_not_found")
 
 
-def implement(state: ThreadView, command: Command, body: ImplementPlan, send) -> tuple[list[Payload], object]:
+def implement(
+    state: ThreadView,
+    command: Command,
+    body: ImplementPlan,
+    send: Callable[[ThreadView, Command, SendMessage], tuple[list[Payload], Accepted]],
+) -> tuple[list[Payload], Accepted | None]:
     """As a run: the plan's text becomes a queued message of this thread (``send`` decides it like any
     message). As a thread: the gateway made the thread; this records the link."""
     check(body.as_ in ("run", "thread"), BadRequest, "as must be run or thread", code="invalid_as")
@@ -48,4 +55,4 @@ def implement(state: ThreadView, command: Command, body: ImplementPlan, send) ->
         return [PlanImplemented(plan_id=plan.id, run_id=plan.run_id, by=body.thread_id or "", as_="thread")], None
     message = SendMessage(text=implementation_text(plan), mode="queue_after_active")
     events, receipt = send(state, command, message)
-    return events + [PlanImplemented(plan_id=plan.id, run_id=plan.run_id, by=receipt.run_id, as_="run")], receipt
+    return events + [PlanImplemented(plan_id=plan.id, run_id=plan.run_id, by=receipt.run_id or "", as_="run")], receipt

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import cast
 
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.plans.events import PlanImplemented, PlanUpdated
-from treadle.core.plans.model import Plan
+from treadle.core.plans.model import Plan, PlanKind
 from treadle.core.run.model import Progress
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _plan_updated(state: ThreadView, e: Envelope, d: PlanUpdated) -> None:
@@ -28,8 +26,8 @@ def _plan_updated(state: ThreadView, e: Envelope, d: PlanUpdated) -> None:
             id=d.plan_id,
             run_id=d.run_id,
             node_id=d.node_id,
-            kind=d.kind,
-            text=d.text,  # type: ignore[arg-type]
+            kind=cast(PlanKind, d.kind),  # plan.updated carries only the kinds the supervisor maps
+            text=d.text,
             items=list(d.items),
             root=root,
         )
@@ -46,4 +44,4 @@ def _plan_implemented(state: ThreadView, e: Envelope, d: PlanImplemented) -> Non
     activity.record(state, e, "plan.implemented", d.run_id, None, f"as {d.as_}: {d.by}")
 
 
-FOLDS = {PlanUpdated: _plan_updated, PlanImplemented: _plan_implemented}
+FOLDS: Folds = {PlanUpdated: _plan_updated, PlanImplemented: _plan_implemented}

@@ -14,6 +14,9 @@ class TodoItem(Entity, kw_only=True):
     status: Literal["pending", "in_progress", "completed"] = "pending"
 
 
+PlanKind = Literal["proposed_plan", "todo_list"]
+
+
 class Plan(Entity, kw_only=True):
     """A proposed plan (durable) or a run's live todo list (L12.1)."""
 

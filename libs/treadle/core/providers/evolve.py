@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.providers.capabilities import view
 from treadle.core.providers.events import ProviderAttached, ProviderResumeFailed, ProviderStopped
 from treadle.core.providers.model import ProviderSession, ProviderThread
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _provider_attached(state: ThreadView, e: Envelope, d: ProviderAttached) -> None:
@@ -79,7 +75,7 @@ def _current_run_id(state: ThreadView) -> str:
     return state.active_run_id or (state.runs[-1].id if state.runs else "")
 
 
-FOLDS = {
+FOLDS: Folds = {
     ProviderAttached: _provider_attached,
     ProviderStopped: _provider_stopped,
     ProviderResumeFailed: _provider_resume_failed,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from treadle.core.errors import BadRequest, Conflict, NotFound, check
 from treadle.core.providers.model import ProviderSession
 from treadle.core.requests.commands import RespondRequest
@@ -58,9 +60,9 @@ def holder(state: ThreadView, req: RuntimeRequest) -> ProviderSession | None:
     return session if session is not None and session.status == "live" else None
 
 
-def response_record(body: RespondRequest) -> dict:
+def response_record(body: RespondRequest) -> dict[str, Any]:
     """What the thread records of the answer."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     if body.decision is not None:
         out["decision"] = body.decision
     if body.answers:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from treadle.core.envelope import Payload, event
 
 
@@ -15,7 +17,7 @@ class RequestOpened(Payload, kw_only=True):
     kind: str
     native_ref: str | None = None
     prompt: str = ""
-    detail: dict | None = None
+    detail: dict[str, Any] | None = None
 
 
 @event("request.resolved")
@@ -23,4 +25,4 @@ class RequestResolved(Payload, kw_only=True):
     request_id: str
     run_id: str
     status: str = "resolved"
-    response: dict | None = None
+    response: dict[str, Any] | None = None

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.requests.events import RequestOpened, RequestResolved
 from treadle.core.requests.model import RuntimeRequest
 from treadle.core.run.model import ExecutionNode
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _request_opened(state: ThreadView, e: Envelope, d: RequestOpened) -> None:
@@ -20,7 +16,7 @@ def _request_opened(state: ThreadView, e: Envelope, d: RequestOpened) -> None:
             id=d.request_id,
             run_id=d.run_id,
             node_id=d.node_id,
-            kind=d.kind,  # type: ignore[arg-type]
+            kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             native_ref=d.native_ref,
             prompt=d.prompt,
             detail=d.detail,
@@ -50,7 +46,7 @@ def _request_resolved(state: ThreadView, e: Envelope, d: RequestResolved) -> Non
     req = state.request(d.request_id)
     if req is None:
         return
-    req.status = d.status  # type: ignore[assignment]
+    req.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     req.response = d.response
     req.command_id = e.command_id
     run = state.run(d.run_id)
@@ -64,4 +60,4 @@ def _request_resolved(state: ThreadView, e: Envelope, d: RequestResolved) -> Non
     activity.record(state, e, "request.resolved", d.run_id, req.node_id, d.status)
 
 
-FOLDS = {RequestOpened: _request_opened, RequestResolved: _request_resolved}
+FOLDS: Folds = {RequestOpened: _request_opened, RequestResolved: _request_resolved}

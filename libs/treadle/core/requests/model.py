@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from treadle.core.entity import Entity
 
@@ -16,7 +16,7 @@ class RuntimeRequest(Entity, kw_only=True):
     status: Literal["pending", "resolved", "not_resumable", "cancelled"] = "pending"
     native_ref: str | None = None
     prompt: str = ""
-    detail: dict | None = None
-    response: dict | None = None
+    detail: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
     created_at: datetime
     command_id: str | None = None  # the answer's command (a retried answer gets its receipt again)

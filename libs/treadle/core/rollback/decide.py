@@ -17,11 +17,12 @@ provider thread with a summary of the kept runs. A provider thread that saw none
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
 from treadle.core.checkpoints.model import Checkpoint, FileChange
+from treadle.core.checkpoints.results import Restored
 from treadle.core.commands import Accepted, Command
 from treadle.core.ctx import Ctx
 from treadle.core.envelope import Payload
@@ -32,9 +33,7 @@ from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.core.rollback.events import RollbackCompleted, RollbackProviderRequested, RollbackStarted
 from treadle.core.rollback.model import Rollback
 from treadle.core.run.events import InterruptRequested
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import ThreadView
 
 ROLLBACK_COMMANDS = (RollbackThread, RollbackNode)
 Decision = tuple[list[Payload], Accepted]
@@ -294,7 +293,7 @@ class ProviderOutcome(msgspec.Struct, kw_only=True):
     error: str | None = None
 
 
-def completed(rollback: Rollback, restored, provider: ProviderOutcome) -> RollbackCompleted:
+def completed(rollback: Rollback, restored: Restored, provider: ProviderOutcome) -> RollbackCompleted:
     return RollbackCompleted(
         rollback_id=rollback.id, undo_ref=restored.undo_ref, undo_commit=restored.undo_commit,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in restored.files],

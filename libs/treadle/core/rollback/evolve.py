@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.envelope import Envelope
+from treadle.core.rollback.decide import saw_dropped_runs
 from treadle.core.rollback.events import RollbackCompleted, RollbackFailed, RollbackProviderRequested, RollbackStarted
 from treadle.core.rollback.model import Rollback
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
-
-from treadle.core.rollback.decide import saw_dropped_runs
+from treadle.core.view import Folds, ThreadView
 
 
 def fold_started(state: ThreadView, e: Envelope, d: RollbackStarted) -> None:
     state.rollbacks.append(Rollback(
-        id=d.rollback_id, command_id=e.command_id, kind=d.kind,  # type: ignore[arg-type]
+        id=d.rollback_id, command_id=e.command_id, kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
         to_run_ordinal=d.to_run_ordinal, node_id=d.node_id, checkpoint_id=d.checkpoint_id, commit=d.commit,
         rolled_back_run_ids=list(d.rolled_back_run_ids), stale_checkpoint_ids=list(d.stale_checkpoint_ids),
         touches_parent_workspace=d.touches_parent_workspace, requested_by=e.actor, started_at=e.at,
@@ -32,7 +27,7 @@ def fold_completed(state: ThreadView, e: Envelope, d: RollbackCompleted) -> None
         return
     r.status, r.ended_at = "completed", e.at
     r.undo_ref, r.undo_commit, r.files = d.undo_ref, d.undo_commit, list(d.files)
-    r.provider_context = d.provider_context  # type: ignore[assignment]
+    r.provider_context = d.provider_context  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     for run_id in r.rolled_back_run_ids:
         run = state.run(run_id)
         if run is not None:
@@ -103,7 +98,7 @@ def _activity(state: ThreadView, e: Envelope, rollback_id: str, kind: str, node_
     activity.record(state, e, kind, state.runs[-1].id if state.runs else "", node_id, rollback_id)
 
 
-FOLDS = {
+FOLDS: Folds = {
     RollbackStarted: fold_started,
     RollbackCompleted: fold_completed,
     RollbackFailed: fold_failed,

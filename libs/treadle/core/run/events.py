@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.envelope import Payload, event
 from treadle.core.lineage.events import ContextRequest
@@ -24,7 +26,7 @@ class RunQueued(Payload, kw_only=True):
     dispatched: bool = False
     provider: str
     model: str | None = None
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     supersedes_run_id: str | None = None  # L3.4: the message was a steer of this run, which had answered already
     front: bool = False  # queued at the head (start_immediately behind a run being interrupted)
     context: ContextRequest | None = None  # L5.4 clean context / L7.1 merge-back asked with the message
@@ -95,7 +97,7 @@ class AttemptStarted(Payload, kw_only=True):
     root_node_id: str
     reason: str
     message_ids: list[str] = []  # the steering messages this attempt carries (reason steering_restart)
-    script: dict | None = None
+    script: dict[str, Any] | None = None
 
 
 @event("attempt.ended")
@@ -116,7 +118,7 @@ class NodeStarted(Payload, kw_only=True):
     parent_id: str | None = None
     kind: str
     title: str = ""
-    input: dict | None = None
+    input: dict[str, Any] | None = None
     native_thread_ref: str | None = None  # L6.4: the provider thread a subagent owns (forkable natively)
 
 
@@ -146,7 +148,7 @@ class RunSteered(Payload, kw_only=True):
     text: str
     author: str | None = None
     steering: str  # native | restart (restart_active, or no active steering)
-    script: dict | None = None
+    script: dict[str, Any] | None = None
 
 
 @event("steer.delivered")

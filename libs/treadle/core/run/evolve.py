@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Literal
 
 from treadle.core import activity
 from treadle.core.checkpoints.evolve import checkpoint_captured
@@ -26,9 +27,7 @@ from treadle.core.run.events import (
 )
 from treadle.core.run.model import Attempt, ExecutionNode, Run
 from treadle.core.thread.model import Message
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
@@ -56,7 +55,7 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
         id=d.run_id,
         ordinal=d.ordinal,
         message_id=d.message_id,
-        mode=d.mode,  # type: ignore[arg-type]
+        mode=d.mode,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
         disposition=d.disposition,
         provider=d.provider,
         model=d.model,
@@ -124,7 +123,10 @@ def _run_started(state: ThreadView, e: Envelope, d: RunStarted) -> None:
         root.started_at = e.at
 
 
-def _run_ended(status: str):
+EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run's, its attempt's and root node's
+
+
+def _run_ended(status: EndStatus) -> Callable[[ThreadView, Envelope, RunEnded], None]:
     def handle(state: ThreadView, e: Envelope, d: RunEnded) -> None:
         run = state.run(d.run_id)
         if run is None or run.terminal:
@@ -132,17 +134,17 @@ def _run_ended(status: str):
         if d.checkpoint is not None:
             checkpoint_captured(state, e, d.checkpoint)
             run.checkpoint_id = d.checkpoint.checkpoint_id
-        run.status = status  # type: ignore[assignment]
+        run.status = status
         run.waiting_reason = None
         run.ended_at = e.at
         run.error = d.error
         for att in run.attempts:
             if att.id == d.attempt_id:
-                att.status = status if status != "rolled_back" else att.status  # type: ignore[assignment]
+                att.status = status
                 att.ended_at = e.at
                 root = run.node(att.root_node_id)
                 if root is not None:
-                    root.status = "completed" if status == "completed" else status  # type: ignore[assignment]
+                    root.status = status
                     root.ended_at = e.at
         if state.active_run_id == d.run_id:
             state.active_run_id = None
@@ -169,7 +171,7 @@ def _attempt_started(state: ThreadView, e: Envelope, d: AttemptStarted) -> None:
             id=d.attempt_id,
             run_id=d.run_id,
             number=len(run.attempts) + 1,
-            reason=d.reason,  # type: ignore[arg-type]
+            reason=d.reason,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             root_node_id=d.root_node_id,
             message_ids=list(d.message_ids),
             script=d.script,
@@ -188,7 +190,7 @@ def _attempt_ended(state: ThreadView, e: Envelope, d: AttemptEnded) -> None:
         return
     for att in run.attempts:
         if att.id == d.attempt_id:
-            att.status = d.status  # type: ignore[assignment]
+            att.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             att.error = d.reason
             att.ended_at = e.at
             for node in run.nodes:
@@ -207,7 +209,7 @@ def _node_started(state: ThreadView, e: Envelope, d: NodeStarted) -> None:
             id=d.node_id,
             run_id=d.run_id,
             attempt_id=d.attempt_id,
-            kind=d.kind,  # type: ignore[arg-type]
+            kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             parent_id=d.parent_id,
             status="running",
             title=d.title,
@@ -224,7 +226,7 @@ def _node_completed(state: ThreadView, e: Envelope, d: NodeCompleted) -> None:
     node = run.node(d.node_id) if run else None
     if node is None:
         return
-    node.status = d.status  # type: ignore[assignment]
+    node.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     node.output = d.output
     node.ended_at = e.at
     activity.record(state, e, f"{node.kind}.{d.status}", d.run_id, d.node_id, node.title)
@@ -234,7 +236,7 @@ def _run_warning(state: ThreadView, e: Envelope, d: RunWarning) -> None:
     activity.record(state, e, "runtime.warning", d.run_id, None, d.message)
 
 
-FOLDS = {
+FOLDS: Folds = {
     RunQueued: _run_queued,
     RunDispatched: _run_dispatched,
     RunHeld: _run_held,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from treadle.core.envelope import Payload
 from treadle.core.errors import BadRequest, Conflict, NotFound, Unprocessable, check
+from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run.commands import InterruptRun
 from treadle.core.run.events import InterruptRequested, RunCancelled
 from treadle.core.run.model import Run
@@ -40,7 +41,9 @@ def target(state: ThreadView, body: InterruptRun) -> Run:
     raise NotFound(f"node {body.node_id} not found", code="node_not_found")
 
 
-def interrupt(state: ThreadView, body: InterruptRun, caps, user: str) -> tuple[list[Payload], str]:
+def interrupt(
+    state: ThreadView, body: InterruptRun, caps: ProviderCapabilities | None, user: str
+) -> tuple[list[Payload], str]:
     """Events and the disposition: ``interrupting`` (native), ``stopping_session`` (L8.3), ``cancelled``
     (it had not started), ``already_interrupting``."""
     run = target(state, body)
@@ -63,5 +66,5 @@ def interrupt(state: ThreadView, body: InterruptRun, caps, user: str) -> tuple[l
             "this provider cannot interrupt a turn; stopping its session was not allowed, so the run continues",
             code="interrupt_unsupported",
         )
-    events = [InterruptRequested(run_id=run.id, attempt_id=run.attempt.id, reason="user", by=user)]
+    events: list[Payload] = [InterruptRequested(run_id=run.id, attempt_id=run.attempt.id, reason="user", by=user)]
     return events, "interrupting" if caps is None or caps.interrupt else "stopping_session"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -38,7 +38,7 @@ class Attempt(Entity, kw_only=True):
     session_id: str | None = None
     provider_index: int = 0  # the last provider event of this attempt's play folded in (see supervision.react)
     message_ids: list[str] = msgspec.field(default_factory=list)  # its input when not the run's own message
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     interrupt: Literal["requested", "native", "stop_session"] | None = None  # L8: asked, then how it was sent
     interrupt_reason: Literal["user", "steering", "preempted", "rollback"] | None = None
     turn_id: str | None = None
@@ -57,7 +57,7 @@ class ExecutionNode(Entity, kw_only=True):
     counts_for_run: bool = False
     status: NodeStatus = "pending"
     title: str = ""
-    input: dict | None = None
+    input: dict[str, Any] | None = None
     output: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -73,7 +73,7 @@ class Run(Entity, kw_only=True):
     disposition: str = "started"
     provider: str
     model: str | None = None
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     attempts: list[Attempt] = msgspec.field(default_factory=list)
     nodes: list[ExecutionNode] = msgspec.field(default_factory=list)
     checkpoint_id: str | None = None

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered
 from treadle.core.run.model import Attempt
 from treadle.core.thread.events import QueueReordered, RunEdited
 from treadle.core.thread.model import Message
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:
@@ -25,7 +21,7 @@ def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:
             author=d.author,
             created_at=e.at,
             command_id=e.command_id,
-            steering=d.steering,  # type: ignore[arg-type]
+            steering=d.steering,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             delivered=False,
             script=d.script,
         )
@@ -48,13 +44,13 @@ def _attempt_of(state: ThreadView, run_id: str, attempt_id: str) -> Attempt | No
 
 def _interrupt_requested(state: ThreadView, e: Envelope, d: InterruptRequested) -> None:
     if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None and att.interrupt is None:
-        att.interrupt, att.interrupt_reason = "requested", d.reason  # type: ignore[assignment]
+        att.interrupt, att.interrupt_reason = "requested", d.reason  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     activity.record(state, e, "interrupt.requested", d.run_id, None, d.reason)
 
 
 def _interrupt_sent(state: ThreadView, e: Envelope, d: InterruptSent) -> None:
     if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None:
-        att.interrupt = d.path  # type: ignore[assignment]
+        att.interrupt = d.path  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
 
 
 def _queue_reordered(state: ThreadView, e: Envelope, d: QueueReordered) -> None:
@@ -70,7 +66,7 @@ def _run_edited(state: ThreadView, e: Envelope, d: RunEdited) -> None:
     run.script = d.script
 
 
-FOLDS = {
+FOLDS: Folds = {
     RunSteered: _run_steered,
     SteerDelivered: _steer_delivered,
     InterruptRequested: _interrupt_requested,

@@ -6,13 +6,17 @@ what happened into thread events.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from treadle.core import provider_events as pe
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.checkpoints.model import FileChange
+from treadle.core.checkpoints.results import Captured
 from treadle.core.ctx import Ctx
 from treadle.core.envelope import Payload
 from treadle.core.plans.events import PlanUpdated
 from treadle.core.providers.events import ProviderAttached, ProviderStopped
+from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.requests.events import RequestOpened, RequestResolved
 from treadle.core.rollback import decide as rollback
 from treadle.core.run.events import (
@@ -31,6 +35,7 @@ from treadle.core.run.events import (
 )
 from treadle.core.run.model import Run
 from treadle.core.thread.events import MessageCompleted, MessageDelta
+from treadle.core.thread.model import Message
 from treadle.core.view import ThreadView
 
 MAX_RECOVERY_ATTEMPTS = 3
@@ -42,10 +47,31 @@ _RUN_ENDED = {
 }
 
 
+class Placed(Protocol):
+    """A session placed by a provider host (``treadle.providers.protocol.SessionPlaced``), as the core reads it."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def host_id(self) -> str: ...
+    @property
+    def boot_id(self) -> str: ...
+    @property
+    def provider_thread_id(self) -> str: ...
+    @property
+    def native_ref(self) -> str: ...
+    @property
+    def resumed(self) -> bool: ...
+    @property
+    def capabilities(self) -> ProviderCapabilities: ...
+
+
 class Steer:
     """Deliver a steering message natively into the running turn (L3.2)."""
 
-    def __init__(self, run: Run, message) -> None:
+    def __init__(self, run: Run, message: Message) -> None:
         self.run, self.message = run, message
 
 
@@ -97,7 +123,7 @@ def baseline_ordinal(state: ThreadView, run: Run) -> int | None:
 
 
 def checkpoint_captured(
-    ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str, captured
+    ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str, captured: Captured | None
 ) -> CheckpointCaptured:
     """A capture result (ref, commit, tree, unchanged, files), or L10.4's error summary when the capture could
     not be made (``captured`` None)."""
@@ -122,7 +148,7 @@ def checkpoint_captured(
     )
 
 
-def attached(placed) -> ProviderAttached:
+def attached(placed: Placed) -> ProviderAttached:
     """A placed session (the host's answer) as the thread's fact."""
     return ProviderAttached(
         session_id=placed.session_id,
@@ -295,7 +321,7 @@ def _close_children(state: ThreadView, run: Run) -> list[Payload]:
     return events
 
 
-def undelivered_steers(state: ThreadView, run: Run) -> list:
+def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
     return [m for m in state.messages if m.run_id == run.id and m.steering is not None and not m.delivered]
 
 

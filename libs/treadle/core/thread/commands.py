@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 
@@ -20,7 +22,7 @@ class SendMessage(msgspec.Struct, kw_only=True, tag="thread.send", forbid_unknow
     target_run_id: str | None = None
     provider: str | None = None
     model: str | None = None  # L5.4: this run's model (None: the thread's); another model is another provider thread
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     clean_context: bool = False  # L5.4: a fresh provider thread with a full summary
     merge_back_from: str | None = None  # L7.1: bring a fork's results home with this message
 
@@ -32,7 +34,7 @@ class ReorderQueue(msgspec.Struct, kw_only=True, tag="queue.reorder", forbid_unk
 class EditQueued(msgspec.Struct, kw_only=True, tag="queue.edit", forbid_unknown_fields=True):
     run_id: str
     text: str
-    script: dict | None = None
+    script: dict[str, Any] | None = None
 
 
 class CancelQueued(msgspec.Struct, kw_only=True, tag="queue.cancel", forbid_unknown_fields=True):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from treadle.core.envelope import Payload, event
 
 
@@ -57,4 +59,4 @@ class RunEdited(Payload, kw_only=True):
 
     run_id: str
     text: str
-    script: dict | None = None
+    script: dict[str, Any] | None = None

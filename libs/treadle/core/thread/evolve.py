@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from treadle.core.envelope import Envelope
 from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated
 from treadle.core.thread.model import Message, Thread
-
-if TYPE_CHECKING:
-    from treadle.core.view import ThreadView
+from treadle.core.view import Folds, ThreadView
 
 
 def _message_created(state: ThreadView, e: Envelope, d: MessageCreated) -> None:
     state.messages.append(
         Message(
             id=d.message_id,
-            role=d.role,  # type: ignore[arg-type]
+            role=d.role,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             text=d.text,
             run_id=d.run_id,
             author=d.author,
@@ -39,7 +35,7 @@ def _message_completed(state: ThreadView, e: Envelope, d: MessageCompleted) -> N
     if m is None:
         m = _streamed(state, e, d)
     m.text = d.text
-    m.status = d.status  # type: ignore[assignment]
+    m.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
 
 
 def _streamed(state: ThreadView, e: Envelope, d: MessageDelta | MessageCompleted) -> Message:
@@ -59,7 +55,7 @@ def _thread_created(state: ThreadView, e: Envelope, d: ThreadCreated) -> None:
         title=d.title,
         provider=d.provider,
         model=d.model,
-        runtime_mode=d.runtime_mode,  # type: ignore[arg-type]
+        runtime_mode=d.runtime_mode,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
         workspace=d.workspace,
         created_by=d.created_by,
         created_at=e.at,
@@ -67,7 +63,7 @@ def _thread_created(state: ThreadView, e: Envelope, d: ThreadCreated) -> None:
     )
 
 
-FOLDS = {
+FOLDS: Folds = {
     ThreadCreated: _thread_created,
     MessageCreated: _message_created,
     MessageDelta: _message_delta,

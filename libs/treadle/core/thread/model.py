@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from treadle.core.entity import Entity
 
@@ -46,4 +46,4 @@ class Message(Entity, kw_only=True):
     # A steering message (L3.2/L3.3): "native" or "restart" as asked; undelivered until the provider has it.
     steering: Literal["native", "restart"] | None = None
     delivered: bool = True
-    script: dict | None = None  # a steering message's script for the scripted provider
+    script: dict[str, Any] | None = None  # a steering message's script for the scripted provider
