@@ -5,12 +5,13 @@ import pytest
 from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
 from treadle.core import events as ev
 from treadle.core import provider_events as pe
-from treadle.core.decide import decide, dispatch_next
+from treadle.core.decide import decide
 from treadle.core.errors import BadRequest, Conflict, NotFound
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run import supervision as sv
 from treadle.core.state import ThreadState, provider_cause
 from treadle.core.thread.commands import CreateThread, SendMessage
+from treadle.core.thread.decide import dispatch_next
 
 
 def test_L1_1_thread_create_creates_only_the_thread():

@@ -26,13 +26,13 @@ from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
 from treadle.core import events as ev
 from treadle.core.commands import Accepted, Command
 from treadle.core.ctx import Ctx, reaction_ctx
-from treadle.core.decide import dispatch_next
 from treadle.core.ids import IdFactory
 from treadle.core.rollback import decide as rollback
 from treadle.core.rollback.decide import ProviderOutcome, ProviderPlan
 from treadle.core.rollback.model import Rollback
 from treadle.core.run import supervision as sv
 from treadle.core.state import ThreadState
+from treadle.core.thread.decide import dispatch_next
 from treadle.core.turn_options import SCRIPTED_PROVIDERS
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore, HostDirectory

@@ -15,7 +15,7 @@ from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.core import events as ev
 from treadle.core.commands import Accepted, Command, Rejected
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
-from treadle.core.decide import decide, dispatch_next, require_thread
+from treadle.core.decide import decide, require_thread
 from treadle.core.errors import BadRequest as DomainBadRequest
 from treadle.core.errors import Conflict as DomainConflict
 from treadle.core.errors import DomainError
@@ -26,6 +26,7 @@ from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback import decide as rollback
 from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread
+from treadle.core.thread.decide import dispatch_next
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
