@@ -1,4 +1,4 @@
-"""L9.3 fair share of provider capacity: the pure placement and shedding decisions (domain/capacity.py)."""
+"""L9.3 fair share of provider capacity: the pure placement and shedding decisions (core/capacity.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The scripted provider's script format (documented in the README).
 
-A script is data, so it lives in the domain: the coordinator validates it when a message is sent and the
+A script is data, so it lives in the core: the coordinator validates it when a message is sent and the
 scripted adapter plays it. Every step is a tagged object; unknown fields are rejected so typos fail loudly.
 """
 
@@ -115,7 +115,7 @@ AnyStep = (
 
 class Script(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     steps: list[AnyStep] = []
-    profile: str | None = None  # a named capability profile (domain.capabilities.PROFILES)
+    profile: str | None = None  # a named capability profile (providers.capabilities.PROFILES)
     capabilities: ProviderCapabilities | None = None  # or a profile spelled out
 
 

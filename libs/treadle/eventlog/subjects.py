@@ -61,7 +61,7 @@ def host_place(volume: str) -> str:
 
 def host_shed(volume: str) -> str:
     """Placement when every host of ``volume`` is full: each host is in this queue group always, and makes room
-    by releasing an idle session (domain/capacity.py) or refuses with the reason the run waits under."""
+    by releasing an idle session (core/capacity.py) or refuses with the reason the run waits under."""
     return f"treadle.shed.{token(volume, 'volume')}"
 
 

@@ -1,4 +1,4 @@
-"""Tenant policies (domain/policy.py) in KV ``treadle-policies``, one key per tenant; a tenant without one
+"""Tenant policies (core/policy.py) in KV ``treadle-policies``, one key per tenant; a tenant without one
 has the default policy. Every change is audited (``policy.updated``)."""
 
 from __future__ import annotations

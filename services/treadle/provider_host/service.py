@@ -360,7 +360,7 @@ class ProviderHost:
         )
 
     async def _make_room(self, tenant: str) -> capacity.Admit | capacity.Refuse:
-        """Decide the placement (domain/capacity.py) and release what it names: an idle session of the busiest
+        """Decide the placement (core/capacity.py) and release what it names: an idle session of the busiest
         tenant on a full host, or the tenant's own over its limit. Released sessions stop as after an idle reap."""
         now = self._clock.now()
         loads = [

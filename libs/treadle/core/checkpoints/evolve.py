@@ -1,4 +1,4 @@
-"""How checkpoints fold into a thread (L10); a terminal run carries its own (see fold_runs)."""
+"""How checkpoints fold into a thread (L10); a terminal run carries its own (see run.evolve)."""
 
 from __future__ import annotations
 
