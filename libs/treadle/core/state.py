@@ -13,24 +13,24 @@ from collections.abc import Iterable
 import msgspec
 
 from treadle.core.activity import Activity
-from treadle.core.checkpoints import evolve as fold_checkpoints
+from treadle.core.checkpoints import evolve as checkpoints_fold
 from treadle.core.checkpoints.model import Checkpoint
 from treadle.core.envelope import Envelope
-from treadle.core.lineage import evolve as fold_lineage
+from treadle.core.lineage import evolve as lineage_fold
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
-from treadle.core.plans import evolve as fold_plans
+from treadle.core.plans import evolve as plans_fold
 from treadle.core.plans.model import Plan
-from treadle.core.providers import evolve as fold_providers
+from treadle.core.providers import evolve as providers_fold
 from treadle.core.providers.capabilities import CapabilityView
 from treadle.core.providers.model import ProviderSession, ProviderThread
-from treadle.core.requests import evolve as fold_requests
+from treadle.core.requests import evolve as requests_fold
 from treadle.core.requests.model import RuntimeRequest
-from treadle.core.rollback import evolve as rollback
+from treadle.core.rollback import evolve as rollback_fold
 from treadle.core.rollback.model import Rollback
-from treadle.core.run import evolve as fold_runs
-from treadle.core.run import steering as fold_steering
+from treadle.core.run import evolve as run_fold
+from treadle.core.run import steering as steering_fold
 from treadle.core.run.model import Attempt, Run
-from treadle.core.thread import evolve as thread
+from treadle.core.thread import evolve as thread_fold
 from treadle.core.thread.model import Message, Thread
 
 PROVIDER_CAUSE = "prov:"
@@ -188,13 +188,13 @@ def fold(events: Iterable[Envelope], state: ThreadState | None = None) -> Thread
 
 
 _HANDLERS = (
-    thread.FOLDS
-    | fold_runs.FOLDS
-    | fold_steering.FOLDS
-    | fold_providers.FOLDS
-    | fold_requests.FOLDS
-    | fold_plans.FOLDS
-    | fold_checkpoints.FOLDS
-    | fold_lineage.FOLDS
-    | rollback.FOLDS
+    thread_fold.FOLDS
+    | run_fold.FOLDS
+    | steering_fold.FOLDS
+    | providers_fold.FOLDS
+    | requests_fold.FOLDS
+    | plans_fold.FOLDS
+    | checkpoints_fold.FOLDS
+    | lineage_fold.FOLDS
+    | rollback_fold.FOLDS
 )
