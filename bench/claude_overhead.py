@@ -34,7 +34,7 @@ from mock_api import MockMessagesApi  # noqa: E402
 
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
-from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.core.ids import IdFactory  # noqa: E402
 from treadle.ops.tokens import TokenStore  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.claude import ClaudeAdapter  # noqa: E402

@@ -34,8 +34,8 @@ from codex_mock import MockResponses, Text  # noqa: E402
 
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
-from treadle.domain import provider_events as pe  # noqa: E402
-from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.core import provider_events as pe  # noqa: E402
+from treadle.core.ids import IdFactory  # noqa: E402
 from treadle.ops.tokens import TokenStore  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402

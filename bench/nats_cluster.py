@@ -36,7 +36,7 @@ import nats
 
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
-from treadle.domain.events import Envelope
+from treadle.core.envelope import Envelope
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog

@@ -16,7 +16,7 @@ from harness import TENANT, Env, log
 from sampling import Procs, other_load
 from scenarios import stream_messages
 
-from treadle.domain.events import Envelope
+from treadle.core.envelope import Envelope
 from treadle.eventlog import log as eventlog_module
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog

@@ -26,8 +26,8 @@ sys.path[:0] = [str(ROOT / "tests" / "codex"), str(ROOT / "tests" / "claude")]
 from codex_mock import MockResponses  # noqa: E402
 from mock_api import MockMessagesApi  # noqa: E402
 
-from treadle.domain import provider_events as pe  # noqa: E402
-from treadle.domain.ids import IdFactory  # noqa: E402
+from treadle.core import provider_events as pe  # noqa: E402
+from treadle.core.ids import IdFactory  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.claude import ClaudeAdapter  # noqa: E402
 from treadle.providers.claude.settings import ClaudeSettings  # noqa: E402

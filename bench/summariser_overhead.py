@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests" / "claude"))
 
 import nats  # noqa: E402
 
-from treadle.domain import events as ev  # noqa: E402
+from treadle.core import events as ev  # noqa: E402
 from treadle.eventlog import streams  # noqa: E402
 from treadle.ops.servers import NatsServer  # noqa: E402
 from treadle.provider_host.service import ProviderHost  # noqa: E402

@@ -22,7 +22,7 @@ import psutil
 from tests.support.api import Api
 from tests.support.helpers import wait_for
 from treadle.cli.stack import Stack
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.ops.servers import NatsCluster
 
 TREADLE = Path(sys.executable).parent / "treadle"

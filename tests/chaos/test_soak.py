@@ -17,7 +17,7 @@ import pytest
 
 from tests.chaos.chaos import Killer, Throughput, problems, send, treadle_check, verdict
 from tests.support.helpers import wait_for
-from treadle.domain.thread import fold
+from treadle.core.state import fold
 from treadle.projections.store import encode_state
 
 SECONDS = float(os.environ.get("TREADLE_SOAK_SECONDS", "60"))

@@ -12,8 +12,8 @@ import pytest
 
 from tests.claude.mock_api import MockMessagesApi
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
 from treadle.providers.claude import ClaudeAdapter
 from treadle.providers.claude.settings import ClaudeSettings

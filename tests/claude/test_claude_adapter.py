@@ -11,7 +11,7 @@ import pytest
 
 from tests.claude.claude_fixtures import RecordingSink, api, claude, new_turn  # noqa: F401  (fixtures)
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
+from treadle.core import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.claude.mock_api import MockMessagesApi
-from treadle.domain import summarise as sm
+from treadle.core.lineage import summarise as sm
 from treadle.provider_host import summaries
 from treadle.providers import protocol as hp
 

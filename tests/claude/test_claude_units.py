@@ -8,8 +8,8 @@ import pytest
 from claude_agent_sdk import AssistantMessage, ResultMessage, StreamEvent, TextBlock, UserMessage
 
 from tests.claude.claude_fixtures import RecordingSink
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
 from treadle.providers.claude.store import PendingRewind, SessionStore
 from treadle.providers.claude.translate import TurnTranslator

@@ -8,8 +8,8 @@ import uuid
 from pathlib import Path
 
 from tests.codex.codex_mock import MockResponses
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.protocol import PlaceSession

@@ -8,7 +8,7 @@ import pytest
 
 from tests.codex.codex_mock import Ask, Break, Exec, Failed, HttpError, Patch, PlanUpdate, Reasoning, Stall, Text
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
+from treadle.core import provider_events as pe
 from treadle.providers.base import Response, Unsupported
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.codex.codex_mock import Text
 from tests.codex.codex_support import codex_env
-from treadle.domain import summarise as sm
+from treadle.core.lineage import summarise as sm
 from treadle.provider_host import summaries
 from treadle.providers import protocol as hp
 

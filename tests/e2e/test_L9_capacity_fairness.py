@@ -18,7 +18,7 @@ from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
 from tests.support.scripts import HANG, script, text
 from treadle.cli.stack import Stack
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog.log import EventLog
 
 pytestmark = pytest.mark.e2e

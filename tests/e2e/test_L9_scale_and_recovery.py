@@ -14,8 +14,8 @@ from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
 from tests.support.scripts import approval, script, text
 from treadle.cli.stack import Stack
-from treadle.domain import events as ev
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 
 pytestmark = pytest.mark.e2e

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.domain import events as ev
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.state import fold
 
 pytestmark = pytest.mark.e2e
 

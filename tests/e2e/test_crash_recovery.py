@@ -9,8 +9,8 @@ import pytest
 
 from tests.support.helpers import wait_for
 from treadle.cli.stack import WORKERS
-from treadle.domain import events as ev
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.state import fold
 from treadle.projections.store import encode_state
 
 pytestmark = pytest.mark.e2e

@@ -19,8 +19,8 @@ from tests.support.api import Api
 from tests.support.helpers import quiet, wait_for
 from treadle.cli.stack import Stack
 from treadle.client import broker_urls
-from treadle.domain import events as ev
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
 from treadle.ops.tokens import TokenStore

@@ -14,8 +14,8 @@ import pytest
 from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
 from treadle.cli.stack import REPLICATED, Stack
-from treadle.domain import events as ev
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 from treadle.projections.check import check_log
 from treadle.runtime.leases import LeaseTable

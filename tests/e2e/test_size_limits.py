@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.scripts import approval, script
-from treadle.domain import limits as lim
+from treadle.core import limits as lim
 
 pytestmark = pytest.mark.e2e
 

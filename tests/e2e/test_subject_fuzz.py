@@ -18,7 +18,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
 from treadle.cli.stack import WORKERS
-from treadle.domain.commands import Reply
+from treadle.core.commands import Reply
 from treadle.projections.check import check_log
 from treadle.runtime.partitions import DEFAULT_PARTITIONS
 

@@ -11,8 +11,10 @@ import pytest
 
 from tests.support.api import make_api
 from tests.support.scripts import approval, script
-from treadle.domain.commands import Command, ForkSource, ForkThread, Reply, RespondRequest
-from treadle.domain.ids import new_id
+from treadle.core.commands import Command, Reply
+from treadle.core.ids import new_id
+from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.requests.commands import RespondRequest
 from treadle.eventlog import subjects
 
 pytestmark = pytest.mark.e2e

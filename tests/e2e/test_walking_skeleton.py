@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from tests.support.helpers import checkpoint_git, wait_for
-from treadle.domain.thread import fold
+from treadle.core.state import fold
 from treadle.projections.store import encode_state
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints_service.service import CheckpointService
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.log import EventLog
 from treadle.ops.servers import NatsServer

@@ -21,9 +21,10 @@ import pytest
 from tests.support.helpers import wait_for
 from treadle.client import broker_urls
 from treadle.coordinator.service import Coordinator
-from treadle.domain import events as ev
-from treadle.domain.commands import Command, SendMessage
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.commands import Command
+from treadle.core.state import fold
+from treadle.core.thread.commands import SendMessage
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog

@@ -7,8 +7,8 @@ from __future__ import annotations
 import nats
 import pytest
 
-from treadle.domain import events as ev
-from treadle.domain import summarise as sm
+from treadle.core import events as ev
+from treadle.core.lineage import summarise as sm
 from treadle.eventlog import streams
 from treadle.ops.servers import NatsServer
 from treadle.provider_host.service import ProviderHost

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
 from treadle.providers.protocol import PlaceSession
 from treadle.providers.scripted import ScriptedAdapter

@@ -11,10 +11,10 @@ import msgspec
 
 from tests.integration.supervised import thread_with_history
 from tests.support.helpers import wait_for
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.state import fold
 from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings

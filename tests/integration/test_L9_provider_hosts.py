@@ -11,7 +11,7 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
+from treadle.core import provider_events as pe
 from treadle.eventlog import streams
 from treadle.ops.servers import NatsServer
 from treadle.provider_host.registry import Registry, SessionRecord

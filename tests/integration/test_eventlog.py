@@ -9,9 +9,10 @@ import msgspec
 import pytest
 
 from treadle.coordinator.service import Coordinator
-from treadle.domain import events as ev
-from treadle.domain.commands import Accepted, Command, CreateThread, Reply, SendMessage
-from treadle.domain.thread import fold
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command, Reply
+from treadle.core.state import fold
+from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Rejected
 from treadle.eventlog.log import EventLog

@@ -10,7 +10,7 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
 from treadle.ops.servers import NatsServer

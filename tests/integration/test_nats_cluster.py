@@ -12,7 +12,7 @@ import pytest
 from tests.support.helpers import wait_for
 from treadle.client import broker_urls
 from treadle.client.tenant_events import TenantCredential, check_consumer
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog

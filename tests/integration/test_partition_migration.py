@@ -15,7 +15,7 @@ from nats.js.errors import NotFoundError
 
 from tests.support.helpers import wait_for
 from treadle.client.tenant_events import TenantFollower, follow_tenant
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
 from treadle.ops import tenant_consumers

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import nats
 import pytest
 
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Rejected
 from treadle.eventlog.log import EventLog

@@ -13,8 +13,8 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
-from treadle.domain.capabilities import PROFILES
+from treadle.core import provider_events as pe
+from treadle.core.providers.capabilities import PROFILES
 from treadle.eventlog import streams
 from treadle.memory import MemoryHosts
 from treadle.ops.servers import NatsServer

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.domain import events as ev
-from treadle.domain.thread import ThreadState, fold
+from treadle.core import events as ev
+from treadle.core.state import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog

@@ -10,8 +10,8 @@ import nats
 import pytest
 from nats.errors import ConnectionClosedError
 
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.eventlog import streams
 from treadle.provider_host.publisher import TurnPublisher
 

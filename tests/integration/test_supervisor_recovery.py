@@ -15,12 +15,12 @@ import msgspec
 
 from tests.integration.supervised import World, thread_with_history
 from tests.support.helpers import wait_for
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain import supervision as sv
-from treadle.domain.commands import reaction_ctx
-from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.thread import ThreadState, fold
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.ctx import reaction_ctx
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run import supervision as sv
+from treadle.core.state import ThreadState, fold
 from treadle.eventlog import subjects
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp

@@ -14,7 +14,7 @@ from tests.codex.codex_mock import Exec, MockResponses, Text
 from tests.codex.codex_support import Driver
 from tests.isolation.sandbox_fixtures import END, World, marker_dir, monkeypatch_module, world  # noqa: F401
 from tests.support.helpers import wait_for
-from treadle.domain import provider_events as pe
+from treadle.core import provider_events as pe
 from treadle.providers.base import Response
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.protocol import PlaceSession

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
 from treadle.providers.protocol import PlaceSession
 from treadle.providers.scripted import ScriptedAdapter, ScriptFailed

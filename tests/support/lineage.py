@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from treadle.domain.thread import fold
+from treadle.core.state import fold
 from treadle.projections.store import encode_state
 
 ECHO = {"type": "echo"}

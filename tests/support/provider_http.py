@@ -19,8 +19,8 @@ import psutil
 from tests.support.helpers import checkpoint_git, wait_for
 from treadle.cli.stack import Stack
 from treadle.client.http import TreadleClient
-from treadle.domain.entities import RuntimeMode
-from treadle.domain.policy import TenantPolicy
+from treadle.core.policy import TenantPolicy
+from treadle.core.thread.model import RuntimeMode
 from treadle.ops.policies import PolicyStore
 from treadle.ops.servers import free_port
 from treadle.ops.tokens import TokenStore

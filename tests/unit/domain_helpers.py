@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import count
 
-from treadle.domain import events as ev
-from treadle.domain.commands import Command, CreateThread, Ctx, SendMessage, reaction_ctx, thread_id_for
-from treadle.domain.decide import decide
-from treadle.domain.thread import ThreadState, evolve
+from treadle.core import events as ev
+from treadle.core.commands import Command
+from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
+from treadle.core.decide import decide
+from treadle.core.state import ThreadState, evolve
+from treadle.core.thread.commands import CreateThread, SendMessage
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 _n = count(1)

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 from tests.unit.domain_helpers import apply
 from tests.unit.test_L10_5_provider_rollback_domain import NATIVE, WITHOUT, start_rollback, three_runs
-from treadle.domain import events as ev
-from treadle.domain import rollback
-from treadle.domain import rollback_steps as steps
-from treadle.domain.rollback import ProviderOutcome
+from treadle.core import events as ev
+from treadle.core.rollback import decide as rollback
+from treadle.core.rollback import steps
+from treadle.core.rollback.decide import ProviderOutcome
 
 
 def placed(session_id: str, native_ref: str = "scripted-pth_a", resumed: bool = True):

@@ -4,10 +4,11 @@ believes afterwards (coverage, divergence, the next run's starting context)."""
 from __future__ import annotations
 
 from tests.unit.domain_helpers import apply, command, ctx, new_thread, run_command, send
-from treadle.domain import events as ev
-from treadle.domain import rollback, start_context
-from treadle.domain.capabilities import PROFILES
-from treadle.domain.commands import RollbackThread
+from treadle.core import events as ev
+from treadle.core.lineage import start_context
+from treadle.core.providers.capabilities import PROFILES
+from treadle.core.rollback import decide as rollback
+from treadle.core.rollback.commands import RollbackThread
 
 NATIVE = PROFILES["native_rollback"]
 WITHOUT = PROFILES["no_steering"]

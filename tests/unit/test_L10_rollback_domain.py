@@ -6,10 +6,10 @@ import pytest
 
 from tests.unit.domain_helpers import apply, command, new_thread, run_command, send
 from treadle.checkpoints.retention import RefInfo, refs_to_prune
-from treadle.domain import events as ev
-from treadle.domain import rollback
-from treadle.domain.commands import RollbackNode, RollbackThread
-from treadle.domain.errors import BadRequest, Conflict
+from treadle.core import events as ev
+from treadle.core.errors import BadRequest, Conflict
+from treadle.core.rollback import decide as rollback
+from treadle.core.rollback.commands import RollbackNode, RollbackThread
 
 
 def finished_runs(n: int):
@@ -140,8 +140,8 @@ def test_retention_never_prunes_the_latest_and_leaves_active_threads_alone():
 
 def test_L10_4_a_run_whose_provider_was_lost_for_good_gets_a_missing_checkpoint_summary():
     from tests.unit.domain_helpers import ctx
-    from treadle.domain import supervision as sv
-    from treadle.domain.entities import ProviderCapabilities
+    from treadle.core.providers.model import ProviderCapabilities
+    from treadle.core.run import supervision as sv
 
     state = finished_runs(0)
     events, _ = send(state, "doomed")

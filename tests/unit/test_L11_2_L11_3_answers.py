@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import apply, command
-from treadle.domain import answers
-from treadle.domain import events as ev
-from treadle.domain.commands import RespondRequest
-from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.errors import BadRequest, Conflict, NotFound
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.errors import BadRequest, Conflict, NotFound
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.requests import answers
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.state import ThreadState
 
 
 def waiting(*more) -> ThreadState:

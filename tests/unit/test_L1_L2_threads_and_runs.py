@@ -3,14 +3,15 @@ from typing import get_args
 import pytest
 
 from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain import supervision as sv
-from treadle.domain.commands import CreateThread, SendMessage
-from treadle.domain.decide import decide, dispatch_next
-from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.errors import BadRequest, Conflict, NotFound
-from treadle.domain.thread import ThreadState, provider_cause
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.decide import decide
+from treadle.core.errors import BadRequest, Conflict, NotFound
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run import supervision as sv
+from treadle.core.state import ThreadState, provider_cause
+from treadle.core.thread.commands import CreateThread, SendMessage
+from treadle.core.thread.decide import dispatch_next
 
 
 def test_L1_1_thread_create_creates_only_the_thread():
@@ -24,7 +25,7 @@ def test_L1_1_retried_create_returns_the_original_receipt():
     state = ThreadState()
     cmd = command(CreateThread(title="t"), thread="thr_a")
     events, first = run_command(state, cmd)
-    again, second = decide(state, cmd, __import__("treadle.domain.commands", fromlist=["Ctx"]).Ctx.for_command(cmd))
+    again, second = decide(state, cmd, __import__("treadle.core.ctx", fromlist=["Ctx"]).Ctx.for_command(cmd))
     assert again == [] and second.duplicate and second.thread_id == first.thread_id
 
 

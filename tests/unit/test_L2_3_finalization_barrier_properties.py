@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain import supervision as sv
-from treadle.domain.capabilities import PROFILES
-from treadle.domain.commands import InterruptRun
-from treadle.domain.entities import TodoItem
-from treadle.domain.errors import DomainError
-from treadle.domain.thread import provider_cause
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.errors import DomainError
+from treadle.core.plans.model import TodoItem
+from treadle.core.providers.capabilities import PROFILES
+from treadle.core.run import supervision as sv
+from treadle.core.run.commands import InterruptRun
+from treadle.core.state import provider_cause
 
 ACTIONS = [
     "text",

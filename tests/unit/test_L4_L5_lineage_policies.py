@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import apply, ctx, new_thread, send
-from treadle.domain import events as ev
-from treadle.domain import provider_settings, recovery
-from treadle.domain import start_context as lineage
-from treadle.domain.entities import ProviderCapabilities, ProviderThreadSettings
-from treadle.domain.errors import BadRequest
+from treadle.core import events as ev
+from treadle.core.errors import BadRequest
+from treadle.core.lineage import start_context as lineage
+from treadle.core.providers import settings as provider_settings
+from treadle.core.providers.model import ProviderCapabilities, ProviderThreadSettings
+from treadle.core.run import recovery
 
 
 def run_on(state, provider: str, text: str, reply: str, caps: ProviderCapabilities | None = None, **message):
@@ -159,7 +160,7 @@ def test_L5_4_a_model_too_long_is_a_typed_error_and_changes_nothing():
 
 
 def test_L6_2_L6_4_fork_fidelity_is_a_typed_capability_result():
-    from treadle.domain.capabilities import PROFILES, view
+    from treadle.core.providers.capabilities import PROFILES, view
 
     assert (view(PROFILES["no_fork"]).fork, view(PROFILES["no_fork"]).subagent_fork) == ("portable", "synthetic")
     assert (view(PROFILES["native_fork"]).fork, view(PROFILES["native_fork"]).subagent_fork) == ("native", "synthetic")

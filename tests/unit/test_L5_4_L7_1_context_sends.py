@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import apply, command, new_thread, send
-from treadle.domain import context_sends
-from treadle.domain import events as ev
-from treadle.domain.commands import Ctx, SendMessage
-from treadle.domain.errors import Conflict, NotFound
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.ctx import Ctx
+from treadle.core.errors import Conflict, NotFound
+from treadle.core.lineage import context_sends
+from treadle.core.state import ThreadState
+from treadle.core.thread.commands import SendMessage
 
 
 def message(state: ThreadState, **kw):

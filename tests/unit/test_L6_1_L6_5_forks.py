@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import T0, apply, command
-from treadle.domain import events as ev
-from treadle.domain import forks
-from treadle.domain.commands import ForkSource, ForkThread
-from treadle.domain.errors import Conflict, NotFound
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.errors import Conflict, NotFound
+from treadle.core.lineage import forks
+from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.state import ThreadState
 
 FENCE = ("treadle.evt.acme.creations", 41)
 

@@ -1,8 +1,8 @@
-"""L9.3 fair share of provider capacity: the pure placement and shedding decisions (domain/capacity.py)."""
+"""L9.3 fair share of provider capacity: the pure placement and shedding decisions (core/capacity.py)."""
 
 from __future__ import annotations
 
-from treadle.domain.capacity import Admit, Limits, Peers, Refuse, SessionLoad, place, shed, start_turn
+from treadle.core.capacity import Admit, Limits, Peers, Refuse, SessionLoad, place, shed, start_turn
 
 
 def s(sid: str, tenant: str, last: float, busy: bool = False) -> SessionLoad:

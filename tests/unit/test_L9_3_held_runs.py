@@ -4,11 +4,11 @@ interruptible, and is an ordinary running run once its turn starts."""
 from __future__ import annotations
 
 from tests.unit.domain_helpers import T0, apply, command, ctx, new_thread, run_command, send
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain import supervision as sv
-from treadle.domain.commands import InterruptRun
-from treadle.domain.entities import ProviderCapabilities
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run import supervision as sv
+from treadle.core.run.commands import InterruptRun
 
 
 def _held(reason: str = "capacity"):

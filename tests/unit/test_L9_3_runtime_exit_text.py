@@ -35,11 +35,11 @@ def test_L9_3_a_long_line_is_cut():
 def test_L9_3_a_run_that_lost_its_runtime_for_good_says_how_the_runtime_ended():
     from datetime import datetime
 
-    from treadle.domain import events as ev
-    from treadle.domain import supervision as sv
-    from treadle.domain.commands import reaction_ctx
-    from treadle.domain.entities import ProviderCapabilities
-    from treadle.domain.thread import fold
+    from treadle.core import events as ev
+    from treadle.core.ctx import reaction_ctx
+    from treadle.core.providers.model import ProviderCapabilities
+    from treadle.core.run import supervision as sv
+    from treadle.core.state import fold
 
     at = datetime(2026, 12, 3, tzinfo=UTC)
     seq = iter(range(1, 1000))

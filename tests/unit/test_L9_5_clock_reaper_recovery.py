@@ -7,10 +7,10 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from treadle.domain import events as ev
-from treadle.domain import recovery
-from treadle.domain.entities import ProviderCapabilities
-from treadle.domain.thread import ThreadState, evolve
+from treadle.core import events as ev
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run import recovery
+from treadle.core.state import ThreadState, evolve
 from treadle.provider_host.reaper import IdleReaper
 from treadle.runtime.clock import ManualClock
 

@@ -7,23 +7,16 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from treadle.domain import limits as lim
-from treadle.domain.commands import (
-    CancelQueued,
-    Command,
-    CreateThread,
-    EditQueued,
-    ForkSource,
-    ForkThread,
-    ImplementPlan,
-    InterruptRun,
-    ReorderQueue,
-    RespondRequest,
-    RollbackNode,
-    SendMessage,
-)
-from treadle.domain.errors import BadRequest
-from treadle.domain.ids import new_id
+from treadle.core import limits as lim
+from treadle.core.commands import Command
+from treadle.core.errors import BadRequest
+from treadle.core.ids import new_id
+from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.plans.commands import ImplementPlan
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.rollback.commands import RollbackNode
+from treadle.core.run.commands import InterruptRun
+from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
 
 NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 WORST = "\x01"  # one character, six bytes of JSON

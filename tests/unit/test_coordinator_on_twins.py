@@ -6,18 +6,13 @@ L11.3), a rollback restoring the files of a run (L10.5), and threads per tenant 
 from __future__ import annotations
 
 from tests.unit.twins import TENANT, Twins
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain.commands import (
-    Accepted,
-    CreateThread,
-    ForkSource,
-    ForkThread,
-    Rejected,
-    RespondRequest,
-    RollbackThread,
-    SendMessage,
-)
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.commands import Accepted, Rejected
+from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.rollback.commands import RollbackThread
+from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog.errors import Conflict
 
 

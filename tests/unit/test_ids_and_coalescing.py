@@ -1,4 +1,4 @@
-from treadle.domain.ids import IdFactory, is_token, new_id
+from treadle.core.ids import IdFactory, is_token, new_id
 from treadle.providers.coalesce import Coalescer
 
 

@@ -12,7 +12,6 @@ LIBS, SERVICES = ROOT / "libs" / "treadle", ROOT / "services" / "treadle"
 
 # A library package may import its own modules and those of strictly lower layers, never a service.
 LAYERS = {
-    "domain": 0,
     "core": 0,  # pure: stdlib, msgspec and itself only
     "client": 10,
     "sandbox": 10,
@@ -27,7 +26,7 @@ LAYERS = {
     "ops": 70,  # operator tools: servers, processes, broker auth, tokens, audit
     "cli": 80,
 }
-PURE = {"domain", "core"}
+PURE = {"core"}
 PURE_THIRD_PARTY = {"msgspec"}
 
 # Arrows not cut yet, each with the reason. An entry that no longer matches an import fails the test:
@@ -121,7 +120,7 @@ def test_arrows_point_down():
     assert not stale, f"these arrows are gone, remove them from ALLOWED: {sorted(stale)}"
 
 
-def test_the_domain_imports_only_the_standard_library_msgspec_and_itself():
+def test_the_core_imports_only_the_standard_library_msgspec_and_itself():
     wrong = []
     for file, line, _top, package, name in _arrows():
         if package not in PURE:

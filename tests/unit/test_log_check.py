@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.projections.check import check_events
 
 AT = datetime(2026, 12, 3, tzinfo=UTC)
@@ -224,7 +224,7 @@ def test_L11_3_a_request_left_pending_after_its_session_is_gone_is_reported():
 
 
 def _state():
-    from treadle.domain.thread import fold
+    from treadle.core.state import fold
 
     return fold(
         [

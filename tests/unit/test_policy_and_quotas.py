@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import command, new_thread, send
-from treadle.domain import policy, quotas
-from treadle.domain.commands import CreateThread, EditQueued, ForkSource, ForkThread, ImplementPlan, SendMessage
-from treadle.domain.errors import BadRequest, Forbidden, QuotaExceeded
-from treadle.domain.policy import TenantPolicy
+from treadle.core import policy, quotas
+from treadle.core.errors import BadRequest, Forbidden, QuotaExceeded
+from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.plans.commands import ImplementPlan
+from treadle.core.policy import TenantPolicy
+from treadle.core.thread.commands import CreateThread, EditQueued, SendMessage
 
 DEFAULT = TenantPolicy()
 OPEN = TenantPolicy(allowed_modes=("approval_required", "auto_accept_edits", "full_access"))

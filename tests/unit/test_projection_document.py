@@ -3,7 +3,7 @@
 import msgspec
 
 from tests.unit.domain_helpers import apply, new_thread, send
-from treadle.domain import events as ev
+from treadle.core import events as ev
 from treadle.projections import document
 from treadle.views import VIEW_VERSION
 from treadle.views.of_state import thread_view
@@ -74,10 +74,11 @@ def test_the_view_leaves_out_what_only_the_fold_needs():
 
 
 def test_only_domain_types_shaped_like_their_view_are_encoded_as_they_are():
-    from treadle.domain import entities
+    from treadle.core.checkpoints.model import Checkpoint
+    from treadle.core.run.model import Attempt, Run
     from treadle.views import checkpoints, of_state, runs
 
-    assert of_state._as_is(entities.Checkpoint, checkpoints.Checkpoint)  # the same fields, all the way down
-    assert not of_state._as_is(entities.Attempt, runs.Attempt)  # provider_index stays out of the view
-    assert not of_state._as_is(entities.Run, runs.Run)  # ...and so out of the run's attempts
+    assert of_state._as_is(Checkpoint, checkpoints.Checkpoint)  # the same fields, all the way down
+    assert not of_state._as_is(Attempt, runs.Attempt)  # provider_index stays out of the view
+    assert not of_state._as_is(Run, runs.Run)  # ...and so out of the run's attempts
     assert of_state._PART_AS_IS["sessions"] and not of_state._ITEM_AS_IS["messages"]

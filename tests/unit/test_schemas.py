@@ -11,7 +11,7 @@ def test_schemas_match_the_code():
 
 
 def test_every_event_type_has_a_schema_and_an_asyncapi_message():
-    from treadle.domain.events import PAYLOADS
+    from treadle.core.envelope import PAYLOADS
 
     events = schemas.events_schema()["$defs"]
     document = schemas.asyncapi()
@@ -26,7 +26,8 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 
     import yaml
 
-    from treadle.domain.events import PAYLOADS, SCHEMA_VERSION, decode_event
+    from treadle.core.envelope import PAYLOADS, SCHEMA_VERSION
+    from treadle.core.events import decode_event
     from treadle.eventlog import subjects
     from treadle.ops import audit
 
@@ -64,7 +65,7 @@ def test_asyncapi_names_every_subject_the_code_uses_with_an_example_of_every_mes
 
 
 def test_an_event_written_before_schema_version_existed_still_decodes_as_version_1():
-    from treadle.domain.events import decode_event
+    from treadle.core.events import decode_event
 
     old = (
         b'{"id":"evt_1","type":"run.dispatched","tenant":"acme","thread":"thr_1","at":"2026-12-01T00:00:00Z",'

@@ -6,10 +6,12 @@ reaches the playing turn once (L3.2) or, refused by a turn that just ended, beco
 from __future__ import annotations
 
 from tests.unit.twins import T0, TENANT, Twins
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain.commands import Accepted, CreateThread, InterruptRun, SendMessage
-from treadle.domain.entities import ProviderCapabilities
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.commands import Accepted
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run.commands import InterruptRun
+from treadle.core.thread.commands import CreateThread, SendMessage
 
 THREAD = "thr_twin"
 

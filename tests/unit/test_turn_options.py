@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.domain_helpers import command, new_thread, run_command, send
-from treadle.domain.commands import SendMessage
-from treadle.domain.decide import capabilities_for
-from treadle.domain.errors import BadRequest
+from treadle.core.errors import BadRequest
+from treadle.core.thread.commands import SendMessage
+from treadle.core.thread.decide import capabilities_for
 
 
 def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():

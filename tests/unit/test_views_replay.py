@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from treadle.domain.events import decode_event
-from treadle.domain.thread import ThreadState, evolve
+from treadle.core.events import decode_event
+from treadle.core.state import ThreadState, evolve
 from treadle.projections import document
 from treadle.views import of_state
 from treadle.views.requests import ActivityList, RequestList

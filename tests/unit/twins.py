@@ -12,10 +12,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from treadle.coordinator.service import RUN_ENDED, Coordinator
-from treadle.domain import provider_events as pe
-from treadle.domain.commands import Body, Command, Reply
-from treadle.domain.policy import TenantPolicy
-from treadle.domain.thread import ThreadState, fold
+from treadle.core import provider_events as pe
+from treadle.core.commands import Body, Command, Reply
+from treadle.core.policy import TenantPolicy
+from treadle.core.state import ThreadState, fold
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import LogError
 from treadle.memory import MemoryCheckpoints, MemoryEventLog, MemoryHosts, StoredMessage

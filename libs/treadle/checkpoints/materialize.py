@@ -21,7 +21,8 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ..domain.ids import is_token
+from treadle.core.ids import is_token
+
 from ..eventlog import subjects
 from .client import CheckpointUnavailable
 from .protocol import CheckpointError, Failure, encode

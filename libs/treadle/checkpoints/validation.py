@@ -6,7 +6,7 @@ import re
 
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.checkpoints.refs import thread_prefix
-from treadle.domain.ids import is_token
+from treadle.core.ids import is_token
 
 _STATUS = re.compile(r"[a-z_]{1,32}")
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")

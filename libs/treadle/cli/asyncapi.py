@@ -16,10 +16,12 @@ from typing import Any
 
 import msgspec
 
+from treadle.core import events
+from treadle.core.commands import Accepted, Command
+from treadle.core.provider_events import LiveDelta, ProviderEvent, TextDelta
+from treadle.core.thread.commands import SendMessage
+
 from ..checkpoints import protocol as checkpoints
-from ..domain import events
-from ..domain.commands import Accepted, Command, SendMessage
-from ..domain.provider_events import LiveDelta, ProviderEvent, TextDelta
 from ..ops.audit import ACTIONS, AuditRecord
 from ..providers import protocol as hosts
 

@@ -14,8 +14,8 @@ from .render import stderr
 async def cmd_policy_set(args: argparse.Namespace) -> int:
     from nats.js.errors import BucketNotFoundError
 
-    from treadle.domain.errors import DomainError
-    from treadle.domain.policy import DEFAULT_MODES, TenantPolicy
+    from treadle.core.errors import DomainError
+    from treadle.core.policy import DEFAULT_MODES, TenantPolicy
     from treadle.ops.audit import _operator
     from treadle.ops.policies import PolicyStore
 

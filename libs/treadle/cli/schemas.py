@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ..domain import commands, events, provider_events, script
+from treadle.core import commands, events, provider_events, script
 
 ROOT = Path(__file__).resolve().parents[3] / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -35,7 +35,7 @@ def _event_def(type_: str) -> str:
 
 
 def events_schema() -> dict:
-    from treadle.domain.provider_events import LiveDelta
+    from treadle.core.provider_events import LiveDelta
 
     payloads = [events.PAYLOADS[t] for t in sorted(events.PAYLOADS)]
     doc = _components(

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from ..domain.entities import TERMINAL_RUN_STATUSES
+from treadle.core.run.model import TERMINAL_RUN_STATUSES
+
 from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, SseEvent, follow, parse_sse, signal_first
 

@@ -36,7 +36,9 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, ConsumerInfo
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
-from ..domain.events import PAYLOADS, Envelope, decode_event
+from treadle.core.envelope import PAYLOADS, Envelope
+from treadle.core.events import decode_event
+
 from . import broker_urls
 
 API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API

@@ -17,7 +17,9 @@ from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ..domain.events import Envelope, decode_event, encode_event
+from treadle.core.envelope import Envelope
+from treadle.core.events import decode_event, encode_event
+
 from . import subjects
 from .errors import Conflict, Rejected, Unavailable
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..domain.events import Envelope
+from treadle.core.envelope import Envelope
 
 
 class EventLog(Protocol):

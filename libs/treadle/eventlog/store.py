@@ -10,9 +10,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from ..domain.events import Envelope, Payload, decode_event
-from ..domain.ids import IdFactory
-from ..domain.thread import ThreadState, evolve
+from treadle.core.envelope import Envelope, Payload
+from treadle.core.events import decode_event
+from treadle.core.ids import IdFactory
+from treadle.core.state import ThreadState, evolve
+
 from .errors import Conflict, Unavailable
 from .log import fenced_after
 from .metrics import EVENTS_APPENDED

@@ -3,7 +3,7 @@ without passing :func:`token`."""
 
 from __future__ import annotations
 
-from ..domain.ids import is_token
+from treadle.core.ids import is_token
 
 EVENTS_STREAM = "TREADLE_EVENTS"
 PROVIDER_STREAM = "TREADLE_PROVIDER"
@@ -61,7 +61,7 @@ def host_place(volume: str) -> str:
 
 def host_shed(volume: str) -> str:
     """Placement when every host of ``volume`` is full: each host is in this queue group always, and makes room
-    by releasing an idle session (domain/capacity.py) or refuses with the reason the run waits under."""
+    by releasing an idle session (core/capacity.py) or refuses with the reason the run waits under."""
     return f"treadle.shed.{token(volume, 'volume')}"
 
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from treadle.domain.events import Envelope, decode_event, encode_event
+from treadle.core.envelope import Envelope
+from treadle.core.events import decode_event, encode_event
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, Rejected
 from treadle.eventlog.log import ELSS, ELSS_SUBJECT, MAX_BATCH

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from treadle.domain.entities import ProviderCapabilities
+from treadle.core.providers.model import ProviderCapabilities
 from treadle.ports import HostRequest
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostGone, HostUnavailable

@@ -14,7 +14,8 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ..domain.ids import is_token, new_id
+from treadle.core.ids import is_token, new_id
+
 from ..eventlog import streams
 
 STREAM = streams.AUDIT_STREAM

@@ -39,8 +39,9 @@ from pathlib import Path
 import bcrypt
 import msgspec
 
+from treadle.core.ids import is_token
+
 from ..client.tenant_events import API_PREFIX, TenantCredential  # the document a tenant receives
-from ..domain.ids import is_token
 from ..eventlog.subjects import EVENTS_STREAM
 from ..runtime import partitions
 

@@ -1,4 +1,4 @@
-"""Tenant policies (domain/policy.py) in KV ``treadle-policies``, one key per tenant; a tenant without one
+"""Tenant policies (core/policy.py) in KV ``treadle-policies``, one key per tenant; a tenant without one
 has the default policy. Every change is audited (``policy.updated``)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from ..domain.ids import is_token
-from ..domain.policy import TenantPolicy, validated
+from treadle.core.ids import is_token
+from treadle.core.policy import TenantPolicy, validated
+
 from . import audit
 
 BUCKET = "treadle-policies"

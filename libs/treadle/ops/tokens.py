@@ -16,8 +16,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 
-from ..domain.ids import is_token
-from ..domain.policy import ROLES
+from treadle.core.ids import is_token
+from treadle.core.policy import ROLES
+
 from . import audit
 
 BUCKET = "treadle-tokens"

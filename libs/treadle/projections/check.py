@@ -36,8 +36,9 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
 
-from ..domain import events as ev
-from ..domain.thread import ThreadState, evolve
+from treadle.core import events as ev
+from treadle.core.state import ThreadState, evolve
+
 from ..eventlog import subjects
 from . import document, store
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import msgspec
 
-from ..domain import events as ev
-from ..domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.state import ThreadState
+
 from ..views import VIEW_VERSION, of_state
 
 FIELDS: tuple[str, ...] = of_state.FIELDS

@@ -7,8 +7,9 @@ import asyncio
 from nats.aio.client import Client as NATS
 from nats.js.api import DeliverPolicy
 
-from ..domain.events import decode_event
-from ..domain.thread import ThreadState, evolve
+from treadle.core.events import decode_event
+from treadle.core.state import ThreadState, evolve
+
 from ..eventlog import subjects
 from .store import ProjectionStore, indexed
 

@@ -16,8 +16,9 @@ import msgspec
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
-from ..domain import events as ev
-from ..domain.thread import ThreadState, fold
+from treadle.core import events as ev
+from treadle.core.state import ThreadState, fold
+
 from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
 from . import document

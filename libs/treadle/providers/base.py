@@ -8,9 +8,9 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from ..domain import provider_events as pe
-from ..domain.entities import ProviderCapabilities
-from ..domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
+from treadle.core.providers.model import ProviderCapabilities
 
 
 class Unsupported(Exception):

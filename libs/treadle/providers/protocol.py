@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from ..domain.entities import ProviderCapabilities
+from treadle.core.providers.model import ProviderCapabilities
+
 from .base import Response
 
 

@@ -10,9 +10,10 @@ import os
 import stat
 from pathlib import Path
 
-from ..domain import provider_events as pe
-from ..domain import script as sc
-from ..domain.capabilities import PROFILES
+from treadle.core import provider_events as pe
+from treadle.core import script as sc
+from treadle.core.providers.capabilities import PROFILES
+
 from .base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, TurnSink, Unsupported
 from .protocol import PlaceSession
 

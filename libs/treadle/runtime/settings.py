@@ -51,7 +51,7 @@ class GatewaySettings(WorkerSettings):
     max_body_bytes: int = 1024 * 1024
     rate_limit: float = 1000.0  # requests per second per token, sustained (0: no limit)
     rate_burst: int = 2000  # requests per token at once
-    # a message's text and script (400 above, before the broker); domain/limits.py caps both at the broker's budget
+    # a message's text and script (400 above, before the broker); core/limits.py caps both at the broker's budget
     max_text_chars: int = Field(default=100_000, gt=0)
     max_script_bytes: int = Field(default=256 * 1024, gt=0)  # a message's script as JSON
     max_streams_per_token: int = Field(default=20, ge=0)  # open SSE streams, per replica (0: no limit)
@@ -91,7 +91,7 @@ class ProviderHostSettings(WorkerSettings):
     heartbeat_seconds: float = 2.0
     host_expiry_seconds: float = 10.0  # a host whose heartbeat stood still this long is dead (L9.3)
     idle_seconds: float = 900.0  # the idle reaper releases a session unused this long (L9.3)
-    # Fair share (domain/capacity.py): per-tenant limits across hosts (0: none), and how recently a session may
+    # Fair share (core/capacity.py): per-tenant limits across hosts (0: none), and how recently a session may
     # have been used and still be released to make room on a full host.
     tenant_sessions: int = Field(default=500, ge=0)
     tenant_runs: int = Field(default=100, ge=0)

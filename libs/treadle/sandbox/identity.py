@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from treadle.domain.ids import is_token
+from treadle.core.ids import is_token
 
 RECORD = ".treadle-ids.json"
 LOCK = ".treadle-ids.lock"

@@ -17,8 +17,8 @@ from typing import Any, get_args, get_type_hints
 import msgspec
 from msgspec import inspect as mi
 
-from treadle.domain import events as ev
-from treadle.domain.thread import ThreadState, fold
+from treadle.core import events as ev
+from treadle.core.state import ThreadState, fold
 
 from .thread import ThreadSummary, ThreadView
 

@@ -9,11 +9,14 @@ from collections import defaultdict
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from treadle.domain import policy, quotas
-from treadle.domain.commands import Command, CreateThread, EditQueued, ForkThread, ImplementPlan, SendMessage
-from treadle.domain.forks import fork_thread_id
-from treadle.domain.policy import TenantPolicy
-from treadle.domain.thread import ThreadState
+from treadle.core import policy, quotas
+from treadle.core.commands import Command
+from treadle.core.lineage.commands import ForkThread
+from treadle.core.lineage.forks import fork_thread_id
+from treadle.core.plans.commands import ImplementPlan
+from treadle.core.policy import TenantPolicy
+from treadle.core.state import ThreadState
+from treadle.core.thread.commands import CreateThread, EditQueued, SendMessage
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
 from treadle.ops.policies import PolicyStore

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from treadle.checkpoints.materialize import Materialize
 from treadle.checkpoints.protocol import CheckpointError
-from treadle.domain import context_sends, forks
-from treadle.domain import events as ev
-from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command
+from treadle.core.ctx import Ctx, reaction_ctx
+from treadle.core.lineage import context_sends, forks
+from treadle.core.state import ThreadState
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore
@@ -21,7 +22,7 @@ class LineageCommands:
     async def fork(
         self, state: ThreadState, command: Command, fence: tuple[str, int] | None = None
     ) -> tuple[list[ev.Payload], Accepted]:
-        """L6.1/L6.5: decided by ``treadle.domain.forks``; this carries out its effects (the child's workspace
+        """L6.1/L6.5: decided by ``treadle.core.lineage.forks``; this carries out its effects (the child's workspace
         materialised from the source point's checkpoint, then the child's ``thread.created`` +
         ``thread.forked``, fenced on the tenant's thread creations when counted) and returns the source's
         record of its child."""
@@ -74,7 +75,7 @@ class LineageCommands:
 
     async def send(self, state: ThreadState, command: Command) -> tuple[list[ev.Payload], Accepted]:
         """A message asking for a clean context (L5.4) or a merge-back (L7.1): decided by
-        ``treadle.domain.context_sends`` once the fork it merges back from is read."""
+        ``treadle.core.lineage.context_sends`` once the fork it merges back from is read."""
         command, merge_back_from = context_sends.check(command)
         fork_state = None
         if merge_back_from is not None:

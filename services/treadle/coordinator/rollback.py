@@ -21,14 +21,15 @@ import logging
 from datetime import UTC, datetime
 
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
-from treadle.domain import events as ev
-from treadle.domain import rollback
-from treadle.domain import rollback_steps as steps
-from treadle.domain.commands import Accepted, Command, Ctx, reaction_ctx
-from treadle.domain.decide import dispatch_next
-from treadle.domain.entities import Rollback
-from treadle.domain.rollback import ProviderOutcome
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.commands import Accepted, Command
+from treadle.core.ctx import Ctx, reaction_ctx
+from treadle.core.rollback import decide as rollback
+from treadle.core.rollback import steps
+from treadle.core.rollback.decide import ProviderOutcome
+from treadle.core.rollback.model import Rollback
+from treadle.core.state import ThreadState
+from treadle.core.thread.decide import dispatch_next
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore, HostDirectory
 from treadle.providers import protocol as hp
@@ -73,7 +74,7 @@ class Rollbacks:
 
     async def carry_out(self, tenant: str, thread: str, state: ThreadState, rb: Rollback) -> None:
         """Restore the files, then append the outcome and dispatch the head of the queue (the steps are
-        decided by ``treadle.domain.rollback_steps``; this performs their effects)."""
+        decided by ``treadle.core.rollback.steps``; this performs their effects)."""
         files = steps.restore_files(state, tenant, thread, rb)
         request = Restore(
             tenant=files.tenant,

@@ -12,23 +12,19 @@ from nats.aio.msg import Msg
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
-from treadle.domain import answers, rollback
-from treadle.domain.commands import (
-    Accepted,
-    Command,
-    CreateThread,
-    Ctx,
-    ForkThread,
-    Rejected,
-    RespondRequest,
-    reaction_ctx,
-    thread_id_for,
-)
-from treadle.domain.context_sends import wants_context
-from treadle.domain.decide import decide, dispatch_next, require_thread
-from treadle.domain.errors import DomainError
-from treadle.domain.limits import check_sizes
-from treadle.domain.thread import ThreadState
+from treadle.core.commands import Accepted, Command, Rejected
+from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
+from treadle.core.decide import decide, require_thread
+from treadle.core.errors import DomainError
+from treadle.core.limits import check_sizes
+from treadle.core.lineage.commands import ForkThread
+from treadle.core.lineage.context_sends import wants_context
+from treadle.core.requests import answers
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.rollback import decide as rollback
+from treadle.core.state import ThreadState
+from treadle.core.thread.commands import CreateThread
+from treadle.core.thread.decide import dispatch_next
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
@@ -223,7 +219,7 @@ class Coordinator:
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
 
     async def _respond(self, state: ThreadState, command: Command) -> tuple[list, Accepted]:
-        """L11.2/L11.3: decided by ``treadle.domain.answers``; this delivers the answer to the live callback on
+        """L11.2/L11.3: decided by ``treadle.core.requests.answers``; this delivers the answer to the live callback on
         the host holding the session, then records what the host's reply settles. A callback that is gone
         makes the request ``not_resumable`` (recorded, then refused)."""
         decision = answers.decide(state, command, delivered=command.id in self._delivered)

@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from treadle.checkpoints.client import CheckpointClient
-from treadle.domain.commands import CreateThread, SendMessage
+from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog

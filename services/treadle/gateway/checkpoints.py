@@ -15,7 +15,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 
 from treadle.checkpoints.client import CheckpointUnavailable
 from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
-from treadle.domain.commands import RollbackNode, RollbackThread
+from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
 from treadle.views.thread import ThreadView
 

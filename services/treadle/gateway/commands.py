@@ -14,10 +14,10 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from treadle.domain.commands import Accepted, Body, Command, Rejected, Reply
-from treadle.domain.errors import DomainError
-from treadle.domain.ids import new_id
-from treadle.domain.limits import check_sizes
+from treadle.core.commands import Accepted, Body, Command, Rejected, Reply
+from treadle.core.errors import DomainError
+from treadle.core.ids import new_id
+from treadle.core.limits import check_sizes
 from treadle.eventlog import subjects
 
 from .errors import ApiError

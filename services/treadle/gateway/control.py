@@ -11,18 +11,11 @@ import msgspec
 from litestar import Request, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from treadle.domain import entities
-from treadle.domain.commands import (
-    CancelQueued,
-    CreateThread,
-    EditQueued,
-    ImplementPlan,
-    InterruptRun,
-    ReorderQueue,
-    RespondRequest,
-    SendMessage,
-)
-from treadle.domain.plans import implementation_text
+from treadle.core.plans.commands import ImplementPlan
+from treadle.core.plans.decide import implementation_text
+from treadle.core.requests.commands import RespondRequest
+from treadle.core.run.commands import InterruptRun
+from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
 from treadle.views.requests import ActivityList, RequestList
 from treadle.views.runs import QueueView
 from treadle.views.thread import queue_view
@@ -242,8 +235,7 @@ async def implement_plan(
         verb="send",
         thread=created.thread_id,
         idempotency_key=f"{key}|send",
-        # the same text the coordinator gives an implementing run; it takes the domain's plan, this is the view's
-        body=SendMessage(text=implementation_text(msgspec.convert(plan, entities.Plan, from_attributes=True))),
+        body=SendMessage(text=implementation_text(plan.text)),  # the text the coordinator gives an implementing run
     )
     await commands.send(
         tenant=who.tenant,

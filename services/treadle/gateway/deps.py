@@ -13,9 +13,9 @@ from litestar.datastructures import State
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, QueryParameter
 
-from treadle.domain.errors import DomainError
-from treadle.domain.ids import is_id
-from treadle.domain.policy import ROLES, check_mode
+from treadle.core.errors import DomainError
+from treadle.core.ids import is_id
+from treadle.core.policy import ROLES, check_mode
 from treadle.ops.tokens import Principal
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay

@@ -8,7 +8,7 @@ import msgspec
 from litestar import Request, get, post
 from litestar.params import FromPath, JSONBody
 
-from treadle.domain.commands import ForkSource, ForkThread
+from treadle.core.lineage.commands import ForkSource, ForkThread
 from treadle.views.lineage import HandoffView, LineageNode, LineageView
 from treadle.views.thread import ThreadView, handoff_view, lineage_node
 

@@ -9,9 +9,9 @@ import msgspec
 from litestar import Request, get, put
 from litestar.params import JSONBody
 
-from treadle.domain.entities import RuntimeMode
-from treadle.domain.errors import DomainError
-from treadle.domain.policy import DEFAULT_MODES, TenantPolicy, require_role
+from treadle.core.errors import DomainError
+from treadle.core.policy import DEFAULT_MODES, TenantPolicy, require_role
+from treadle.core.thread.model import RuntimeMode
 from treadle.ops.tokens import Principal
 
 from .deps import app_state, principal

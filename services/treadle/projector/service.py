@@ -23,8 +23,8 @@ from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from treadle.domain.events import decode_event
-from treadle.domain.thread import ThreadState, evolve
+from treadle.core.events import decode_event
+from treadle.core.state import ThreadState, evolve
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after

@@ -13,8 +13,8 @@ import logging
 
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture
-from treadle.domain import child_scopes
-from treadle.domain import provider_events as pe
+from treadle.core import provider_events as pe
+from treadle.core.checkpoints import child_scopes
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import ConnectionClosedError
 
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
-from treadle.domain.provider_events import LiveDelta
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
+from treadle.core.provider_events import LiveDelta
 from treadle.eventlog import subjects
 from treadle.providers.coalesce import Coalescer
 

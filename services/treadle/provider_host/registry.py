@@ -31,7 +31,7 @@ class HostRecord(msgspec.Struct, kw_only=True):
     live: int  # live sessions it holds now
     heartbeat_seconds: float
     at: datetime  # informative only (the beating host's wall clock)
-    tenants: dict[str, int] = {}  # live sessions per tenant (fair share across hosts, domain/capacity.py)
+    tenants: dict[str, int] = {}  # live sessions per tenant (fair share across hosts, core/capacity.py)
     busy: dict[str, int] = {}  # sessions with a turn playing, per tenant
     idle: int = 0  # sessions with no turn playing (another host may release one to make room)
 

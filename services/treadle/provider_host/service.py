@@ -14,9 +14,9 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from treadle.checkpoints.client import CheckpointClient
-from treadle.domain import capacity
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import capacity
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
@@ -360,7 +360,7 @@ class ProviderHost:
         )
 
     async def _make_room(self, tenant: str) -> capacity.Admit | capacity.Refuse:
-        """Decide the placement (domain/capacity.py) and release what it names: an idle session of the busiest
+        """Decide the placement (core/capacity.py) and release what it names: an idle session of the busiest
         tenant on a full host, or the tenant's own over its limit. Released sessions stop as after an idle reap."""
         now = self._clock.now()
         loads = [

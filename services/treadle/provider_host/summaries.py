@@ -10,8 +10,8 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from treadle.domain import provider_events as pe
-from treadle.domain.ids import IdFactory
+from treadle.core import provider_events as pe
+from treadle.core.ids import IdFactory
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, Response, Turn
 from treadle.providers.registry import create_adapter

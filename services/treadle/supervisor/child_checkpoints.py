@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 
 from treadle.checkpoints.protocol import Capture, CheckpointError
-from treadle.domain import child_scopes
-from treadle.domain import events as ev
-from treadle.domain.commands import Ctx
-from treadle.domain.entities import FileChange, Run
-from treadle.domain.thread import ThreadState
+from treadle.core import events as ev
+from treadle.core.checkpoints import child_scopes
+from treadle.core.checkpoints.model import FileChange
+from treadle.core.ctx import Ctx
+from treadle.core.run.model import Run
+from treadle.core.state import ThreadState
 from treadle.ports import CheckpointStore
 
 log = logging.getLogger(__name__)

@@ -15,15 +15,19 @@ from nats.aio.msg import Msg
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture, CheckpointError
-from treadle.domain import child_scopes, provider_settings, recovery, start_context
-from treadle.domain import events as ev
-from treadle.domain import provider_events as pe
-from treadle.domain import supervision as sv
-from treadle.domain.commands import Ctx, reaction_ctx
-from treadle.domain.entities import ProviderCapabilities, Run
-from treadle.domain.provider_events import provider_event_decoder
-from treadle.domain.thread import ThreadState, provider_cause
-from treadle.domain.turn_options import scripted_capabilities
+from treadle.core import events as ev
+from treadle.core import provider_events as pe
+from treadle.core.checkpoints import child_scopes
+from treadle.core.ctx import Ctx, reaction_ctx
+from treadle.core.lineage import start_context
+from treadle.core.provider_events import provider_event_decoder
+from treadle.core.providers import settings as provider_settings
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.run import recovery
+from treadle.core.run import supervision as sv
+from treadle.core.run.model import Run
+from treadle.core.state import ThreadState, provider_cause
+from treadle.core.turn_options import scripted_capabilities
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog

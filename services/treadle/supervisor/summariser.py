@@ -15,8 +15,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from treadle.domain import events as ev
-from treadle.domain import summarise as sm
+from treadle.core import events as ev
+from treadle.core.lineage import summarise as sm
 from treadle.ports import HostDirectory
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostUnavailable

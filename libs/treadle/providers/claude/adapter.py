@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...domain import provider_events as pe
-from ...domain.entities import ProviderCapabilities
-from ...domain.ids import is_token
+from treadle.core import provider_events as pe
+from treadle.core.ids import is_token
+from treadle.core.providers.model import ProviderCapabilities
+
 from ...sandbox.host import Prepared, Sandbox
 from .. import exits
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported

@@ -15,7 +15,8 @@ from typing import Any
 
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
-from ...domain import provider_events as pe
+from treadle.core import provider_events as pe
+
 from ..base import Response, Unsupported
 from .translate import TurnTranslator, tool_title
 

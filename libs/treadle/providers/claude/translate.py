@@ -25,8 +25,9 @@ from claude_agent_sdk import (
     UserMessage,
 )
 
-from ...domain import provider_events as pe
-from ...domain.entities import TodoItem
+from treadle.core import provider_events as pe
+from treadle.core.plans.model import TodoItem
+
 from ..base import Turn, TurnSink
 
 SUBAGENT_TOOLS = frozenset({"Agent", "Task"})

@@ -12,8 +12,9 @@ import logging
 import os
 from pathlib import Path
 
-from ...domain import provider_events as pe
-from ...domain.entities import ProviderCapabilities
+from treadle.core import provider_events as pe
+from treadle.core.providers.model import ProviderCapabilities
+
 from ...sandbox.host import Prepared, Sandbox
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase

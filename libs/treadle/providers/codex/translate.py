@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ...domain import provider_events as pe
-from ...domain.entities import TodoItem
+from treadle.core import provider_events as pe
+from treadle.core.plans.model import TodoItem
+
 from ..base import Turn
 
 _TODO_STATUS: dict[str, Literal["pending", "in_progress", "completed"]] = {

@@ -1,0 +1,1 @@
+"""Workspace checkpoints and child scopes."""

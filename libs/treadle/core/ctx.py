@@ -1,0 +1,33 @@
+"""The context of a decision: everything non-deterministic it may use (time, ids, the actor)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from treadle.core.commands import Command
+from treadle.core.ids import IdFactory
+
+
+class Ctx(msgspec.Struct, kw_only=True):
+    """Everything non-deterministic a decision may use: time and ids come from here only."""
+
+    now: datetime
+    ids: IdFactory
+    actor: str
+
+    @classmethod
+    def for_command(cls, command: Command) -> Ctx:
+        ms = int(command.issued_at.timestamp() * 1000)
+        return cls(now=command.issued_at, ids=IdFactory(command.id, ms), actor=f"user:{command.user}")
+
+
+def thread_id_for(command_id: str, issued_at: datetime) -> str:
+    """The id of the thread a create command makes: derived, so a retried create names the same thread."""
+    return IdFactory(f"{command_id}|thread", int(issued_at.timestamp() * 1000)).next("thr")
+
+
+def reaction_ctx(seed: str, now: datetime, actor: str) -> Ctx:
+    """The context of a worker's reaction to an event: ids seeded by what triggered it."""
+    return Ctx(now=now, ids=IdFactory(seed, int(now.timestamp() * 1000)), actor=actor)

@@ -1,0 +1,74 @@
+"""App-owned ids: type-prefixed, time-ordered, URL- and subject-safe.
+
+An id is ``<prefix>_<10 chars of millisecond time><16 chars of entropy>`` in Crockford base32, so ids of
+one kind sort by creation time. Ids minted while deciding a command come from an :class:`IdFactory`
+seeded by the command, so replaying the same decision yields the same ids (ARCHITECTURE principle 6).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import TypeGuard
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+PREFIXES = frozenset(
+    {"thr", "msg", "run", "att", "node", "req", "ckpt", "xfer", "hoff", "ps", "pth", "turn", "cmd", "evt", "plan"}
+)
+
+
+def _b32(value: int, length: int) -> str:
+    out = []
+    for _ in range(length):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def _mint(prefix: str, ms: int, entropy: bytes) -> str:
+    return f"{prefix}_{_b32(ms, 10)}{_b32(int.from_bytes(entropy[:10], 'big'), 16)}"
+
+
+def new_id(prefix: str, ms: int) -> str:
+    """A fresh random id; used only at the edge (gateway command ids, workers' boot ids)."""
+    return _mint(prefix, ms, os.urandom(10))
+
+
+def is_token(value: object) -> TypeGuard[str]:
+    """True when ``value`` may be placed in a NATS subject token or a URL path segment."""
+    return isinstance(value, str) and TOKEN.fullmatch(value) is not None
+
+
+_ID_BODY = re.compile(f"[{_ALPHABET}]{{26}}")
+
+
+def is_id(value: object, prefix: str) -> bool:
+    """True for exactly the shape :func:`_mint` makes: ``<prefix>_`` and 26 Crockford base32 characters."""
+    return (
+        isinstance(value, str)
+        and value.startswith(prefix + "_")
+        and _ID_BODY.fullmatch(value, len(prefix) + 1) is not None
+    )
+
+
+def has_prefix(value: object, prefix: str) -> bool:
+    return is_token(value) and value.startswith(prefix + "_")
+
+
+class IdFactory:
+    """Deterministic ids for one decision: same seed and time, same sequence of ids."""
+
+    __slots__ = ("_seed", "_ms", "_n")
+
+    def __init__(self, seed: str, ms: int) -> None:
+        self._seed = seed
+        self._ms = ms
+        self._n = 0
+
+    def next(self, prefix: str) -> str:
+        self._n += 1
+        digest = hashlib.blake2b(f"{self._seed}|{prefix}|{self._n}".encode(), digest_size=10).digest()
+        return _mint(prefix, self._ms, digest)

@@ -1,0 +1,1 @@
+"""Lineage: forks, context transfers, handoffs, merge-back, start context and summaries."""

@@ -1,0 +1,1 @@
+"""Plans and todo lists, and implementing a plan."""

@@ -1,0 +1,13 @@
+"""Implementing a plan."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class ImplementPlan(msgspec.Struct, kw_only=True, tag="plan.implement", forbid_unknown_fields=True):
+    """L12.3 as a run of this thread (the run is queued here) or the record of a new thread implementing it."""
+
+    plan_id: str
+    as_: str = msgspec.field(name="as", default="run")
+    thread_id: str | None = None  # with as=thread: the thread the gateway created for it

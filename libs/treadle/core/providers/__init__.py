@@ -1,0 +1,1 @@
+"""Provider sessions and provider threads, their capabilities and settings."""

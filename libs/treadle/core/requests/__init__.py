@@ -1,0 +1,1 @@
+"""Runtime requests: approvals and questions."""

@@ -1,0 +1,1 @@
+"""Rollbacks of a thread to a run and of a node to a checkpoint."""

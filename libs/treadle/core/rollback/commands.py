@@ -1,0 +1,15 @@
+"""Rolling back a thread or a node."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RollbackThread(msgspec.Struct, kw_only=True, tag="thread.rollback", forbid_unknown_fields=True):
+    to_run_ordinal: int
+    interrupt_active: bool = False
+
+
+class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unknown_fields=True):
+    node_id: str
+    checkpoint_id: str

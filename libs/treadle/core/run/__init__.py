@@ -1,0 +1,1 @@
+"""Runs and attempts: the finalization barrier, steering, interrupts, recovery and supervision."""

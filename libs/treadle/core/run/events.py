@@ -1,0 +1,179 @@
+"""Events of runs, their attempts and nodes, steering and interrupts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.core.checkpoints.events import CheckpointCaptured
+from treadle.core.envelope import Payload, event
+from treadle.core.lineage.events import ContextRequest
+
+
+@event("run.queued")
+class RunQueued(Payload, kw_only=True):
+    """L2.1 in one fact: the user message, its run (ordinal N) with root node and first attempt, and — when
+    nothing else is active — its dispatch. One event, so the decision is atomic without a batch."""
+
+    run_id: str
+    ordinal: int
+    message_id: str
+    text: str
+    author: str | None = None
+    root_node_id: str
+    attempt_id: str
+    mode: str
+    disposition: str
+    dispatched: bool = False
+    provider: str
+    model: str | None = None
+    script: dict[str, Any] | None = None
+    supersedes_run_id: str | None = None  # L3.4: the message was a steer of this run, which had answered already
+    front: bool = False  # queued at the head (start_immediately behind a run being interrupted)
+    context: ContextRequest | None = None  # L5.4 clean context / L7.1 merge-back asked with the message
+
+
+@event("run.dispatched")
+class RunDispatched(Payload, kw_only=True):
+    run_id: str
+
+
+@event("run.held")
+class RunHeld(Payload, kw_only=True):
+    """L9.3: no provider host can take the run's attempt now; the run waits ``queued`` for ``reason``
+    (``capacity``: every host is busy; ``tenant_quota``: its tenant is at a limit; ``sandbox_unavailable``: no host
+    that answered can sandbox its runtime) and starts once room frees."""
+
+    run_id: str
+    attempt_id: str
+    reason: str
+
+
+@event("run.started")
+class RunStarted(Payload, kw_only=True):
+    """L2.2: the provider accepted the turn; root node and run are running."""
+
+    run_id: str
+    attempt_id: str
+    session_id: str
+    turn_id: str
+    native_turn_ref: str | None = None
+
+
+class RunEnded(Payload, kw_only=True):
+    """A terminal run carries its checkpoint (L10.2): the barrier's last step and its result land together."""
+
+    run_id: str
+    attempt_id: str
+    checkpoint: CheckpointCaptured | None = None
+    error: str | None = None
+
+
+@event("run.completed")
+class RunCompleted(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.failed")
+class RunFailed(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.interrupted")
+class RunInterrupted(RunEnded, kw_only=True):
+    pass
+
+
+@event("run.cancelled")
+class RunCancelled(RunEnded, kw_only=True):
+    pass
+
+
+@event("attempt.started")
+class AttemptStarted(Payload, kw_only=True):
+    """A further attempt at a run (recovery, steering restart); the first attempt comes with run.queued."""
+
+    run_id: str
+    attempt_id: str
+    root_node_id: str
+    reason: str
+    message_ids: list[str] = []  # the steering messages this attempt carries (reason steering_restart)
+    script: dict[str, Any] | None = None
+
+
+@event("attempt.ended")
+class AttemptEnded(Payload, kw_only=True):
+    """An attempt that will not complete its run (lost with its provider, interrupted, failed)."""
+
+    run_id: str
+    attempt_id: str
+    status: str
+    reason: str | None = None
+
+
+@event("node.started")
+class NodeStarted(Payload, kw_only=True):
+    node_id: str
+    run_id: str
+    attempt_id: str
+    parent_id: str | None = None
+    kind: str
+    title: str = ""
+    input: dict[str, Any] | None = None
+    native_thread_ref: str | None = None  # L6.4: the provider thread a subagent owns (forkable natively)
+
+
+@event("node.completed")
+class NodeCompleted(Payload, kw_only=True):
+    node_id: str
+    run_id: str
+    status: str = "completed"
+    output: str | None = None
+
+
+@event("run.warning")
+class RunWarning(Payload, kw_only=True):
+    """A provider error that does not end the run (L2.5)."""
+
+    run_id: str
+    message: str
+
+
+@event("run.steered")
+class RunSteered(Payload, kw_only=True):
+    """A user message that steers the active run (L3.2/L3.3): attached to the run, delivered by the
+    supervisor natively or through an interrupt and a replacement attempt."""
+
+    run_id: str
+    message_id: str
+    text: str
+    author: str | None = None
+    steering: str  # native | restart (restart_active, or no active steering)
+    script: dict[str, Any] | None = None
+
+
+@event("steer.delivered")
+class SteerDelivered(Payload, kw_only=True):
+    """The provider accepted a native steer into the attempt's turn."""
+
+    run_id: str
+    attempt_id: str
+    message_id: str
+
+
+@event("interrupt.requested")
+class InterruptRequested(Payload, kw_only=True):
+    """L8.1: someone asked; the run ends only when the provider says so (L8.2)."""
+
+    run_id: str
+    attempt_id: str
+    reason: str = "user"  # user | steering | preempted
+    by: str | None = None
+
+
+@event("interrupt.sent")
+class InterruptSent(Payload, kw_only=True):
+    """How the interrupt reached the provider: ``native`` or ``stop_session`` (L8.3's degradation)."""
+
+    run_id: str
+    attempt_id: str
+    path: str

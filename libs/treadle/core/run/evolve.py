@@ -1,0 +1,253 @@
+"""How runs, their attempts and their execution nodes fold into a thread (L2, L3, L9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from treadle.core import activity
+from treadle.core.checkpoints.evolve import checkpoint_captured
+from treadle.core.envelope import Envelope
+from treadle.core.lineage.evolve import context_requested
+from treadle.core.run.events import (
+    AttemptEnded,
+    AttemptStarted,
+    NodeCompleted,
+    NodeStarted,
+    RunCancelled,
+    RunCompleted,
+    RunDispatched,
+    RunEnded,
+    RunFailed,
+    RunHeld,
+    RunInterrupted,
+    RunQueued,
+    RunStarted,
+    RunWarning,
+)
+from treadle.core.run.model import Attempt, ExecutionNode, Run
+from treadle.core.thread.model import Message
+from treadle.core.view import Folds, ThreadView
+
+
+def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
+    steer = state.message(d.message_id)
+    if steer is not None:  # a steer that came too late for its run moves to the run that supersedes it
+        steer.run_id, steer.delivered = d.run_id, True
+    else:
+        state.messages.append(
+            Message(
+                id=d.message_id,
+                role="user",
+                text=d.text,
+                run_id=d.run_id,
+                author=d.author,
+                created_at=e.at,
+                command_id=e.command_id,
+            )
+        )
+    if d.supersedes_run_id and (old := state.run(d.supersedes_run_id)) is not None:
+        old.superseded_by = d.run_id
+        for m in state.messages:  # every undelivered steer of the old run rides along with this one
+            if m.run_id == old.id and not m.delivered:
+                m.run_id, m.delivered = d.run_id, True
+    run = Run(
+        id=d.run_id,
+        ordinal=d.ordinal,
+        message_id=d.message_id,
+        mode=d.mode,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+        disposition=d.disposition,
+        provider=d.provider,
+        model=d.model,
+        script=d.script,
+        queued_at=e.at,
+        supersedes_run_id=d.supersedes_run_id,
+    )
+    run.attempts.append(Attempt(id=d.attempt_id, run_id=d.run_id, number=1, root_node_id=d.root_node_id))
+    run.nodes.append(_root_turn(d.root_node_id, d.run_id, d.attempt_id))
+    state.runs.append(run)
+    if d.context is not None:
+        context_requested(state, e, run, d.context)
+    if d.dispatched:
+        run.status = "starting"
+        state.active_run_id = d.run_id
+    elif d.front:
+        state.queue.insert(0, d.run_id)
+    else:
+        state.queue.append(d.run_id)
+
+
+def _root_turn(node_id: str, run_id: str, attempt_id: str) -> ExecutionNode:
+    """Every attempt opens with its root turn, the node whose outcome is the run's."""
+    return ExecutionNode(id=node_id, run_id=run_id, attempt_id=attempt_id, kind="root_turn", counts_for_run=True)
+
+
+def _run_dispatched(state: ThreadView, e: Envelope, d: RunDispatched) -> None:
+    run = state.run(d.run_id)
+    if run is None or run.status != "queued":
+        return
+    if d.run_id in state.queue:
+        state.queue.remove(d.run_id)
+    run.status = "starting"
+    state.active_run_id = d.run_id
+
+
+def _run_held(state: ThreadView, e: Envelope, d: RunHeld) -> None:
+    """L9.3: the dispatched run waits for provider capacity, visibly: back to ``queued``, with the reason."""
+    run = state.run(d.run_id)
+    if run is None or run.terminal or run.attempt.id != d.attempt_id or run.attempt.status != "pending":
+        return
+    run.status = "queued"
+    run.waiting_reason = d.reason
+    activity.record(state, e, "run.held", d.run_id, None, f"waiting for a provider: {d.reason}")
+
+
+def _run_started(state: ThreadView, e: Envelope, d: RunStarted) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    run.status = "running"
+    run.waiting_reason = None
+    run.started_at = run.started_at or e.at
+    att = run.attempt
+    att.status = "running"
+    att.session_id = d.session_id
+    att.turn_id = d.turn_id
+    att.native_turn_ref = d.native_turn_ref
+    att.started_at = e.at
+    pth = state.session_thread(d.session_id) or state.provider_thread
+    att.provider_thread_id = pth.id if pth else None
+    root = run.node(att.root_node_id)
+    if root is not None:
+        root.status = "running"
+        root.started_at = e.at
+
+
+EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run's, its attempt's and root node's
+
+
+def _run_ended(status: EndStatus) -> Callable[[ThreadView, Envelope, RunEnded], None]:
+    def handle(state: ThreadView, e: Envelope, d: RunEnded) -> None:
+        run = state.run(d.run_id)
+        if run is None or run.terminal:
+            return
+        if d.checkpoint is not None:
+            checkpoint_captured(state, e, d.checkpoint)
+            run.checkpoint_id = d.checkpoint.checkpoint_id
+        run.status = status
+        run.waiting_reason = None
+        run.ended_at = e.at
+        run.error = d.error
+        for att in run.attempts:
+            if att.id == d.attempt_id:
+                att.status = status
+                att.ended_at = e.at
+                root = run.node(att.root_node_id)
+                if root is not None:
+                    root.status = status
+                    root.ended_at = e.at
+        if state.active_run_id == d.run_id:
+            state.active_run_id = None
+        if d.run_id in state.queue:
+            state.queue.remove(d.run_id)
+        for plan in state.plans:  # L2.3: the run's todo lists are final with it
+            if plan.run_id == d.run_id and plan.status == "open" and plan.kind == "todo_list":
+                plan.status = "final"
+        # Coverage goes to the provider thread the run actually ran on (L5.3: switching leaves several).
+        ended = next((a for a in run.attempts if a.id == d.attempt_id), None)
+        pth = state.provider_thread_of(ended.provider_thread_id if ended else None) or state.provider_thread
+        if pth is not None and status == "completed" and run.ordinal not in pth.covered_ordinals:
+            pth.covered_ordinals.append(run.ordinal)
+
+    return handle
+
+
+def _attempt_started(state: ThreadView, e: Envelope, d: AttemptStarted) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    run.attempts.append(
+        Attempt(
+            id=d.attempt_id,
+            run_id=d.run_id,
+            number=len(run.attempts) + 1,
+            reason=d.reason,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            root_node_id=d.root_node_id,
+            message_ids=list(d.message_ids),
+            script=d.script,
+        )
+    )
+    for message_id in d.message_ids:
+        if (m := state.message(message_id)) is not None:
+            m.delivered = True
+    run.nodes.append(_root_turn(d.root_node_id, d.run_id, d.attempt_id))
+    run.status = "starting"
+
+
+def _attempt_ended(state: ThreadView, e: Envelope, d: AttemptEnded) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    for att in run.attempts:
+        if att.id == d.attempt_id:
+            att.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            att.error = d.reason
+            att.ended_at = e.at
+            for node in run.nodes:
+                if node.attempt_id == att.id and node.status in ("pending", "running", "waiting"):
+                    node.status = "interrupted" if d.status == "interrupted" else "failed"
+                    node.ended_at = e.at
+    activity.record(state, e, "attempt.ended", d.run_id, None, f"attempt {d.status}: {d.reason or ''}".strip())
+
+
+def _node_started(state: ThreadView, e: Envelope, d: NodeStarted) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    run.nodes.append(
+        ExecutionNode(
+            id=d.node_id,
+            run_id=d.run_id,
+            attempt_id=d.attempt_id,
+            kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            parent_id=d.parent_id,
+            status="running",
+            title=d.title,
+            input=d.input,
+            started_at=e.at,
+            native_thread_ref=d.native_thread_ref,
+        )
+    )
+    activity.record(state, e, f"{d.kind}.started", d.run_id, d.node_id, d.title)
+
+
+def _node_completed(state: ThreadView, e: Envelope, d: NodeCompleted) -> None:
+    run = state.run(d.run_id)
+    node = run.node(d.node_id) if run else None
+    if node is None:
+        return
+    node.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+    node.output = d.output
+    node.ended_at = e.at
+    activity.record(state, e, f"{node.kind}.{d.status}", d.run_id, d.node_id, node.title)
+
+
+def _run_warning(state: ThreadView, e: Envelope, d: RunWarning) -> None:
+    activity.record(state, e, "runtime.warning", d.run_id, None, d.message)
+
+
+FOLDS: Folds = {
+    RunQueued: _run_queued,
+    RunDispatched: _run_dispatched,
+    RunHeld: _run_held,
+    RunStarted: _run_started,
+    RunCompleted: _run_ended("completed"),
+    RunFailed: _run_ended("failed"),
+    RunInterrupted: _run_ended("interrupted"),
+    RunCancelled: _run_ended("cancelled"),
+    AttemptStarted: _attempt_started,
+    AttemptEnded: _attempt_ended,
+    NodeStarted: _node_started,
+    NodeCompleted: _node_completed,
+    RunWarning: _run_warning,
+}

@@ -1,0 +1,76 @@
+"""How follow-up input folds into a thread: steers, queue order, edits of a queued run (L3), interrupts (L8)."""
+
+from __future__ import annotations
+
+from treadle.core import activity
+from treadle.core.envelope import Envelope
+from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered
+from treadle.core.run.model import Attempt
+from treadle.core.thread.events import QueueReordered, RunEdited
+from treadle.core.thread.model import Message
+from treadle.core.view import Folds, ThreadView
+
+
+def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:
+    state.messages.append(
+        Message(
+            id=d.message_id,
+            role="user",
+            text=d.text,
+            run_id=d.run_id,
+            author=d.author,
+            created_at=e.at,
+            command_id=e.command_id,
+            steering=d.steering,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            delivered=False,
+            script=d.script,
+        )
+    )
+    activity.record(state, e, "run.steered", d.run_id, None, d.steering)
+
+
+def _steer_delivered(state: ThreadView, e: Envelope, d: SteerDelivered) -> None:
+    if (m := state.message(d.message_id)) is not None:
+        m.delivered = True
+
+
+def _attempt_of(state: ThreadView, run_id: str, attempt_id: str) -> Attempt | None:
+    run = state.run(run_id)
+    for att in run.attempts if run else ():
+        if att.id == attempt_id:
+            return att
+    return None
+
+
+def _interrupt_requested(state: ThreadView, e: Envelope, d: InterruptRequested) -> None:
+    if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None and att.interrupt is None:
+        att.interrupt, att.interrupt_reason = "requested", d.reason  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+    activity.record(state, e, "interrupt.requested", d.run_id, None, d.reason)
+
+
+def _interrupt_sent(state: ThreadView, e: Envelope, d: InterruptSent) -> None:
+    if (att := _attempt_of(state, d.run_id, d.attempt_id)) is not None:
+        att.interrupt = d.path  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+
+
+def _queue_reordered(state: ThreadView, e: Envelope, d: QueueReordered) -> None:
+    state.queue = list(d.order)
+
+
+def _run_edited(state: ThreadView, e: Envelope, d: RunEdited) -> None:
+    run = state.run(d.run_id)
+    if run is None:
+        return
+    if (m := state.message(run.message_id)) is not None:
+        m.text = d.text
+    run.script = d.script
+
+
+FOLDS: Folds = {
+    RunSteered: _run_steered,
+    SteerDelivered: _steer_delivered,
+    InterruptRequested: _interrupt_requested,
+    InterruptSent: _interrupt_sent,
+    QueueReordered: _queue_reordered,
+    RunEdited: _run_edited,
+}

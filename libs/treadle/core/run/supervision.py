@@ -1,0 +1,462 @@
+"""The run supervisor's decisions, as pure functions over the thread state.
+
+The supervisor service does the I/O (checkpoint captures, provider hosts) and calls these to turn
+what happened into thread events.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from treadle.core import provider_events as pe
+from treadle.core.checkpoints.events import CheckpointCaptured
+from treadle.core.checkpoints.model import FileChange
+from treadle.core.checkpoints.results import Captured
+from treadle.core.ctx import Ctx
+from treadle.core.envelope import Payload
+from treadle.core.plans.events import PlanUpdated
+from treadle.core.providers.events import ProviderAttached, ProviderStopped
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.requests.events import RequestOpened, RequestResolved
+from treadle.core.rollback import decide as rollback
+from treadle.core.run.events import (
+    AttemptEnded,
+    AttemptStarted,
+    InterruptRequested,
+    NodeCompleted,
+    NodeStarted,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunInterrupted,
+    RunQueued,
+    RunStarted,
+    RunWarning,
+)
+from treadle.core.run.model import Run
+from treadle.core.thread.events import MessageCompleted, MessageDelta
+from treadle.core.thread.model import Message
+from treadle.core.view import ThreadView
+
+MAX_RECOVERY_ATTEMPTS = 3
+_RUN_ENDED = {
+    "completed": RunCompleted,
+    "failed": RunFailed,
+    "interrupted": RunInterrupted,
+    "cancelled": RunCancelled,
+}
+
+
+class Placed(Protocol):
+    """A session placed by a provider host (``treadle.providers.protocol.SessionPlaced``), as the core reads it."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def host_id(self) -> str: ...
+    @property
+    def boot_id(self) -> str: ...
+    @property
+    def provider_thread_id(self) -> str: ...
+    @property
+    def native_ref(self) -> str: ...
+    @property
+    def resumed(self) -> bool: ...
+    @property
+    def capabilities(self) -> ProviderCapabilities: ...
+
+
+class Steer:
+    """Deliver a steering message natively into the running turn (L3.2)."""
+
+    def __init__(self, run: Run, message: Message) -> None:
+        self.run, self.message = run, message
+
+
+class Interrupt:
+    """Send the requested interrupt: ``native`` or by stopping the session (L8.3)."""
+
+    def __init__(self, run: Run, path: str) -> None:
+        self.run, self.path = run, path
+
+
+def owed(state: ThreadView, ctx: Ctx) -> tuple[list[Payload], list[Steer | Interrupt]]:
+    """What the running attempt is still owed: steers to deliver, an interrupt to send (and the events that
+    decide them, e.g. a restart-steer turning into an interrupt request). Empty once the state shows it done."""
+    run = state.active_run
+    session = state.live_session
+    if run is None or run.terminal or run.attempt.status != "running" or session is None:
+        return [], []
+    att, caps = run.attempt, session.capabilities
+    if caps is None or att.session_id != session.id:
+        return [], []
+    events: list[Payload] = []
+    actions: list[Steer | Interrupt] = []
+    if att.interrupt is None:
+        steers = undelivered_steers(state, run)
+        native = [m for m in steers if m.steering == "native"] if caps.active_steering else []
+        actions += [Steer(run, m) for m in native]
+        if len(native) < len(steers) and caps.interrupt:
+            events.append(InterruptRequested(run_id=run.id, attempt_id=att.id, reason="steering"))
+            actions.append(Interrupt(run, "native"))
+        # A provider that can neither steer nor interrupt gets its steers as the next run (``finalize``).
+    elif att.interrupt == "requested":
+        actions.append(Interrupt(run, "native" if caps.interrupt else "stop_session"))
+    return events, actions
+
+
+def pending_attempt(state: ThreadView) -> Run | None:
+    """The active run when its current attempt still has to be handed to a provider."""
+    run = state.active_run
+    if run is None or run.terminal or run.attempt.status != "pending":
+        return None
+    return run
+
+
+def baseline_ordinal(state: ThreadView, run: Run) -> int | None:
+    """L10.1: before root run N starts, the checkpoint of ordinal N-1 must exist."""
+    ordinal = run.ordinal - 1
+    found = state.checkpoint(ordinal)
+    return None if found is not None and found.commit is not None else ordinal  # an error/missing summary: again
+
+
+def checkpoint_captured(
+    ctx: Ctx, *, ordinal: int, run_id: str | None, kind: str, status: str, captured: Captured | None
+) -> CheckpointCaptured:
+    """A capture result (ref, commit, tree, unchanged, files), or L10.4's error summary when the capture could
+    not be made (``captured`` None)."""
+    if captured is None:
+        return CheckpointCaptured(
+            checkpoint_id=ctx.ids.next("ckpt"), run_id=run_id, ordinal=ordinal, kind=kind, status="error"
+        )
+    return CheckpointCaptured(
+        checkpoint_id=ctx.ids.next("ckpt"),
+        run_id=run_id,
+        scope=captured.scope,
+        ordinal=ordinal,
+        kind=kind,
+        status=status,
+        ref=captured.ref,
+        commit=captured.commit,
+        tree=captured.tree,
+        unchanged=captured.unchanged,
+        files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in captured.files],
+        skipped=[f"{s.path} ({s.reason})" for s in getattr(captured, "skipped", [])],
+        files_total=captured.files_total if captured.files_total > len(captured.files) else None,
+    )
+
+
+def attached(placed: Placed) -> ProviderAttached:
+    """A placed session (the host's answer) as the thread's fact."""
+    return ProviderAttached(
+        session_id=placed.session_id,
+        provider=placed.provider,
+        host_id=placed.host_id,
+        boot_id=placed.boot_id,
+        provider_thread_id=placed.provider_thread_id,
+        native_ref=placed.native_ref,
+        resumed=placed.resumed,
+        capabilities=placed.capabilities,
+    )
+
+
+class Reaction:
+    """What a provider event means for the thread: events to append, and whether the run must finalize."""
+
+    __slots__ = ("events", "finalize", "run_id", "wait")
+
+    def __init__(
+        self,
+        events: list[Payload] | None = None,
+        finalize: pe.TurnCompleted | None = None,
+        wait: bool = False,
+        run_id: str | None = None,
+    ) -> None:
+        self.events = events or []
+        self.finalize = finalize  # the root turn ended: run the barrier for ``run_id`` (after ``events``)
+        self.run_id = run_id
+        self.wait = wait  # an earlier event of the same play has not been folded yet: try this one later
+
+
+IGNORE = Reaction()
+WAIT = Reaction(wait=True)
+
+
+def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
+    """Map one provider event onto the thread. Events of an attempt that is no longer current, or from a
+    session the attempt no longer runs on, are stale (a lost session's last words) and are ignored."""
+    body = event.body
+    if isinstance(body, pe.SessionStopped):
+        return session_stopped(state, event.session_id, body.reason, ctx, body.detail)
+    run = state.run(event.run_id or "")
+    if run is None or run.terminal or run.attempt.id != event.attempt_id:
+        return IGNORE
+    att = run.attempt
+    if att.status in ("lost", "interrupted", "failed", "cancelled", "completed"):
+        return IGNORE
+    if isinstance(body, pe.TurnStarted):
+        # Only from the session the attempt was handed to: a dead session's late start must not claim it.
+        live = state.live_session
+        if att.status != "pending" or live is None or live.id != event.session_id:
+            return IGNORE
+        if event.index > 1:
+            return WAIT
+        return Reaction(
+            [
+                RunStarted(
+                    run_id=run.id,
+                    attempt_id=att.id,
+                    session_id=event.session_id,
+                    turn_id=ctx.ids.next("turn"),
+                    native_turn_ref=body.native_turn_ref,
+                )
+            ]
+        )
+    if att.session_id != event.session_id:
+        live = state.live_session
+        if att.status == "pending" and live is not None and live.id == event.session_id and event.index > 1:
+            # L9.3: the play's start is not folded yet (a crashed supervisor's unacknowledged start comes back
+            # after the play's later events): ignoring these would lose them and leave the run waiting forever
+            return WAIT
+        return IGNORE  # from a session this attempt no longer runs on (it was handed over again)
+    if event.index:
+        # After a crash a consumer gets new messages before the unacknowledged ones come back: fold a play's
+        # events strictly in their order, or a turn could end before its last text arrived.
+        if event.index <= att.provider_index:
+            return IGNORE
+        if event.index > att.provider_index + 1:
+            return WAIT
+    if isinstance(body, pe.TextDelta):
+        return Reaction(
+            [
+                MessageDelta(
+                    message_id=body.message_id, run_id=run.id, attempt_id=att.id, node_id=body.node_id, text=body.text
+                )
+            ]
+        )
+    if isinstance(body, pe.TextCompleted):
+        return Reaction(
+            [
+                MessageCompleted(
+                    message_id=body.message_id, run_id=run.id, attempt_id=att.id, node_id=body.node_id, text=body.text
+                )
+            ]
+        )
+    if isinstance(body, pe.ToolStarted):
+        return Reaction(
+            [
+                NodeStarted(
+                    node_id=body.node_id,
+                    run_id=run.id,
+                    attempt_id=att.id,
+                    parent_id=body.parent_id or att.root_node_id,
+                    kind=body.kind,
+                    title=body.title,
+                    input=body.input,
+                    native_thread_ref=body.native_thread_ref,
+                )
+            ]
+        )
+    if isinstance(body, pe.ToolCompleted):
+        return Reaction([NodeCompleted(node_id=body.node_id, run_id=run.id, status=body.status, output=body.output)])
+    if isinstance(body, pe.RequestOpened):
+        return Reaction(
+            [
+                RequestOpened(
+                    request_id=body.request_id,
+                    run_id=run.id,
+                    node_id=body.node_id,
+                    attempt_id=att.id,
+                    parent_id=body.parent_id,
+                    kind=body.kind,
+                    prompt=body.prompt,
+                    detail=body.detail,
+                    native_ref=body.native_ref,
+                )
+            ]
+        )
+    if isinstance(body, pe.PlanUpdated):
+        return Reaction(
+            [
+                PlanUpdated(
+                    plan_id=body.plan_id,
+                    run_id=run.id,
+                    node_id=body.node_id,
+                    kind=body.kind,
+                    text=body.text,
+                    items=body.items,
+                )
+            ]
+        )
+    if isinstance(body, pe.Warning):
+        return Reaction([RunWarning(run_id=run.id, message=body.message)])
+    if isinstance(body, pe.TurnCompleted):
+        return Reaction(finalize=body, run_id=run.id)
+    return IGNORE
+
+
+def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
+    att = run.attempt
+    return [
+        MessageCompleted(
+            message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text, status="incomplete"
+        )
+        for m in state.messages
+        if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming"
+    ]
+
+
+def _close_children(state: ThreadView, run: Run) -> list[Payload]:
+    """Child nodes and requests the ended attempt left open (L2.3), closed as cancelled."""
+    att = run.attempt
+    events: list[Payload] = []
+    for node in run.nodes:
+        if node.attempt_id == att.id and not node.counts_for_run and node.status in ("pending", "running", "waiting"):
+            events.append(NodeCompleted(node_id=node.id, run_id=run.id, status="cancelled"))
+    for req in state.requests:
+        if req.run_id == run.id and req.status == "pending":
+            events.append(RequestResolved(request_id=req.id, run_id=run.id, status="cancelled"))
+    return events
+
+
+def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
+    return [m for m in state.messages if m.run_id == run.id and m.steering is not None and not m.delivered]
+
+
+def turn_status(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> str:
+    """The root turn's terminal status. A provider with weak terminal status may report an interrupted turn
+    as completed: once the interrupt reached it, interrupted is the truth."""
+    status = turn.status if turn.status in _RUN_ENDED else "failed"
+    session = state.session(run.attempt.session_id or "")
+    weak = session is not None and session.capabilities is not None and session.capabilities.terminal_status != "strong"
+    if status == "completed" and weak and run.attempt.interrupt in ("native", "stop_session"):
+        return "interrupted"
+    return status
+
+
+def _meaningful(state: ThreadView, run: Run) -> bool:
+    """L3.4: a run has answered once an assistant message of it completed with text."""
+    return any(
+        m.run_id == run.id and m.role == "assistant" and m.status == "completed" and m.text.strip()
+        for m in state.messages
+    )
+
+
+def restarts(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> bool:
+    """L3.3: the turn was interrupted for steering and the run has not answered yet: same run, new attempt."""
+    return (
+        run.attempt.interrupt_reason == "steering"
+        and turn_status(state, run, turn) == "interrupted"
+        and bool(undelivered_steers(state, run))
+        and not _meaningful(state, run)
+    )
+
+
+def restart(state: ThreadView, run: Run, ctx: Ctx) -> list[Payload]:
+    """Close the interrupted attempt (kept in the graph for audit, L3.7) and start one carrying the steers."""
+    att = run.attempt
+    steers = undelivered_steers(state, run)
+    events = _close_messages(state, run) + _close_children(state, run)
+    events.append(AttemptEnded(run_id=run.id, attempt_id=att.id, status="interrupted", reason="steering"))
+    events.append(
+        AttemptStarted(
+            run_id=run.id,
+            attempt_id=ctx.ids.next("att"),
+            root_node_id=ctx.ids.next("node"),
+            reason="steering_restart",
+            message_ids=[m.id for m in steers],
+            script=steers[-1].script,
+        )
+    )
+    return events
+
+
+def finalize(
+    state: ThreadView, run: Run, turn: pe.TurnCompleted, capture: CheckpointCaptured, ctx: Ctx | None = None
+) -> list[Payload]:
+    """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
+    requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
+    root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
+    so nothing can observe a terminal run with open parts. Steers the turn never took become the next run,
+    superseding this one and starting at once (L3.4)."""
+    att = run.attempt
+    status = turn_status(state, run, turn)
+    events = _close_messages(state, run) + _close_children(state, run)
+    error = turn.error if status != "interrupted" or turn.error else None
+    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error))
+    steers = undelivered_steers(state, run)
+    if steers and ctx is not None:
+        ids = ctx.ids
+        held = rollback.pending(state) is not None  # a rollback waiting for this run goes first
+        events.append(
+            RunQueued(
+                run_id=ids.next("run"),
+                ordinal=len(state.runs) + 1,
+                message_id=steers[0].id,
+                text="\n\n".join(m.text for m in steers),
+                author=steers[0].author,
+                root_node_id=ids.next("node"),
+                attempt_id=ids.next("att"),
+                mode="steer_active",
+                disposition="superseding",
+                dispatched=not held,
+                front=held,
+                provider=run.provider,
+                model=run.model,
+                script=steers[-1].script,
+                supersedes_run_id=run.id,
+            )
+        )
+    return events
+
+
+def session_stopped(state: ThreadView, session_id: str, reason: str, ctx: Ctx, detail: str | None = None) -> Reaction:
+    """L9.3: the session is stopped with its reason; the provider thread and its native ref are kept. A run
+    that was mid-turn on it gets a recovery attempt (or fails once recovery has been tried enough) — unless
+    the session was stopped to interrupt that run (L8.3): then the run ends interrupted."""
+    session = state.session(session_id)
+    if session is None or session.status != "live":
+        return IGNORE
+    events: list[Payload] = [ProviderStopped(session_id=session_id, reason=reason, detail=detail)]
+    run = state.active_run
+    if run is None or run.terminal:
+        return Reaction(events)
+    att = run.attempt
+    if att.status not in ("running", "pending") or (att.session_id not in (None, session_id)):
+        return Reaction(events)
+    if att.status == "pending":
+        return Reaction(events)  # not yet handed over: the supervisor places it on a new session
+    if att.interrupt is not None:  # stopped to interrupt it (L8.3), or asked to stop anyway
+        return Reaction(events, finalize=pe.TurnCompleted(status="interrupted"), run_id=run.id)
+    for req in state.requests:
+        if req.run_id == run.id and req.status == "pending":
+            events.append(RequestResolved(request_id=req.id, run_id=run.id, status="not_resumable"))
+    events.append(AttemptEnded(run_id=run.id, attempt_id=att.id, status="lost", reason=reason))
+    events += _close_messages(state, run)
+    if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
+        # L10.4: a provider that may still be writing makes the files unsafe to capture: a missing summary.
+        missing = CheckpointCaptured(
+            checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal, status="missing"
+        )
+        events.append(
+            RunFailed(
+                run_id=run.id,
+                attempt_id=att.id,
+                checkpoint=missing,
+                error=f"provider lost {len(run.attempts)} times: {reason}" + (f" ({detail})" if detail else ""),
+            )
+        )
+    else:
+        events.append(
+            AttemptStarted(
+                run_id=run.id,
+                attempt_id=ctx.ids.next("att"),
+                root_node_id=ctx.ids.next("node"),
+                reason="provider_recovery",
+                message_ids=list(att.message_ids),
+                script=att.script,
+            )
+        )
+    return Reaction(events)

@@ -1,0 +1,200 @@
+"""The composed thread state and ``evolve``: every concept's slice of the thread in one struct.
+
+One fold serves every reader: the coordinator and the supervisor decide on it, the projection writer
+stores it as the thread's read model, and ``treadle check`` compares the two. How each event changes the
+state lives with its concept (``run.evolve``, ``lineage.evolve``, ``rollback.evolve`` ...); this module
+routes every event to its handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from treadle.core.activity import Activity
+from treadle.core.checkpoints import evolve as checkpoints_fold
+from treadle.core.checkpoints.model import Checkpoint
+from treadle.core.envelope import Envelope
+from treadle.core.lineage import evolve as lineage_fold
+from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
+from treadle.core.plans import evolve as plans_fold
+from treadle.core.plans.model import Plan
+from treadle.core.providers import evolve as providers_fold
+from treadle.core.providers.capabilities import CapabilityView
+from treadle.core.providers.model import ProviderSession, ProviderThread
+from treadle.core.requests import evolve as requests_fold
+from treadle.core.requests.model import RuntimeRequest
+from treadle.core.rollback import evolve as rollback_fold
+from treadle.core.rollback.model import Rollback
+from treadle.core.run import evolve as run_fold
+from treadle.core.run import steering as steering_fold
+from treadle.core.run.model import Attempt, Run
+from treadle.core.thread import evolve as thread_fold
+from treadle.core.thread.model import Message, Thread
+
+PROVIDER_CAUSE = "prov:"
+
+
+def provider_cause(seq: int, index: int = 0, attempt_id: str = "") -> str:
+    """The causation id of events derived from provider-stream message ``seq``: its ``index`` in the play of
+    ``attempt_id``. Events so caused may concern other attempts (a replacement, a superseding run)."""
+    return f"{PROVIDER_CAUSE}{seq}:{index}:{attempt_id}"
+
+
+class ThreadState(msgspec.Struct, kw_only=True):
+    thread: Thread | None = None
+    seq: int = 0
+    messages: list[Message] = msgspec.field(default_factory=list)
+    runs: list[Run] = msgspec.field(default_factory=list)
+    queue: list[str] = msgspec.field(default_factory=list)
+    active_run_id: str | None = None
+    sessions: list[ProviderSession] = msgspec.field(default_factory=list)
+    provider_threads: list[ProviderThread] = msgspec.field(default_factory=list)
+    requests: list[RuntimeRequest] = msgspec.field(default_factory=list)
+    plans: list[Plan] = msgspec.field(default_factory=list)
+    checkpoints: list[Checkpoint] = msgspec.field(default_factory=list)
+    activity: list[Activity] = msgspec.field(default_factory=list)
+    provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
+    capabilities: CapabilityView | None = None  # what clients can do with the live provider
+    rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
+    lineage: Lineage | None = None  # L6: parent, root and children of a forked thread
+    transfers: list[ContextTransfer] = msgspec.field(default_factory=list)  # L6/L7 context transfers
+    start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
+    handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
+
+    # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
+
+    def run(self, run_id: str) -> Run | None:
+        for r in reversed(self.runs):
+            if r.id == run_id:
+                return r
+        return None
+
+    @property
+    def active_run(self) -> Run | None:
+        return self.run(self.active_run_id) if self.active_run_id else None
+
+    def message(self, message_id: str) -> Message | None:
+        for m in reversed(self.messages):
+            if m.id == message_id:
+                return m
+        return None
+
+    def message_for_command(self, command_id: str) -> Message | None:
+        for m in reversed(self.messages):
+            if m.command_id == command_id:
+                return m
+        return None
+
+    def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
+        for c in reversed(self.checkpoints):
+            if c.ordinal == ordinal and c.scope == scope and not c.stale:
+                return c
+        return None
+
+    def session(self, session_id: str) -> ProviderSession | None:
+        for s in reversed(self.sessions):
+            if s.id == session_id:
+                return s
+        return None
+
+    @property
+    def live_session(self) -> ProviderSession | None:
+        s = self.sessions[-1] if self.sessions else None
+        return s if s is not None and s.status == "live" else None
+
+    @property
+    def provider_thread(self) -> ProviderThread | None:
+        for p in reversed(self.provider_threads):
+            if p.status == "active":
+                return p
+        return None
+
+    def request(self, request_id: str) -> RuntimeRequest | None:
+        for r in reversed(self.requests):
+            if r.id == request_id:
+                return r
+        return None
+
+    def provider_thread_of(self, pth_id: str | None) -> ProviderThread | None:
+        for p in self.provider_threads:
+            if p.id == pth_id:
+                return p
+        return None
+
+    def session_thread(self, session_id: str | None) -> ProviderThread | None:
+        """The provider thread a session was attached to (the newest such)."""
+        for p in reversed(self.provider_threads):
+            if p.session_id == session_id:
+                return p
+        return None
+
+    def start_context(self, run_id: str) -> StartContext | None:
+        for c in reversed(self.start_contexts):
+            if c.run_id == run_id:
+                return c
+        return None
+
+    def transfer(self, transfer_id: str) -> ContextTransfer | None:
+        for t in self.transfers:
+            if t.id == transfer_id:
+                return t
+        return None
+
+    def handoff(self, handoff_id: str) -> ContextHandoff | None:
+        for h in reversed(self.handoffs):
+            if h.id == handoff_id:
+                return h
+        return None
+
+
+def evolve(state: ThreadState, e: Envelope) -> ThreadState:
+    """Fold one event into ``state`` (in place) and return it. Events at or below ``state.seq`` are no-ops."""
+    if e.seq is not None:
+        if e.seq <= state.seq:
+            return state
+        state.seq = e.seq
+    handler = _HANDLERS.get(type(e.data))
+    if handler is not None:
+        handler(state, e, e.data)
+    if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
+        seq, _, rest = e.causation_id[len(PROVIDER_CAUSE) :].partition(":")
+        index, _, attempt_id = rest.partition(":")
+        state.provider_seq = max(state.provider_seq, int(seq))
+        if index and int(index) and (att := _reporting_attempt(state, e.data, attempt_id)) is not None:
+            att.provider_index = max(att.provider_index, int(index))
+    return state
+
+
+def _reporting_attempt(state: ThreadState, data: object, attempt_id: str) -> Attempt | None:
+    """The attempt whose play reported the provider event: the one named in the causation id, else the run's
+    current attempt."""
+    if not attempt_id:
+        run = state.run(getattr(data, "run_id", "") or "")
+        return run.attempt if run is not None else None
+    for run in reversed(state.runs):
+        for att in run.attempts:
+            if att.id == attempt_id:
+                return att
+    return None
+
+
+def fold(events: Iterable[Envelope], state: ThreadState | None = None) -> ThreadState:
+    state = state or ThreadState()
+    for e in events:
+        evolve(state, e)
+    return state
+
+
+_HANDLERS = (
+    thread_fold.FOLDS
+    | run_fold.FOLDS
+    | steering_fold.FOLDS
+    | providers_fold.FOLDS
+    | requests_fold.FOLDS
+    | plans_fold.FOLDS
+    | checkpoints_fold.FOLDS
+    | lineage_fold.FOLDS
+    | rollback_fold.FOLDS
+)

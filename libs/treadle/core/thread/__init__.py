@@ -1,0 +1,1 @@
+"""The thread, its messages, its queue and the dispatch modes."""

@@ -1,0 +1,62 @@
+"""Events of the thread itself, its messages and its queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treadle.core.envelope import Payload, event
+
+
+@event("thread.created")
+class ThreadCreated(Payload, kw_only=True):
+    thread_id: str
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: str = "approval_required"
+    workspace: str
+    created_by: str
+
+
+@event("message.created")
+class MessageCreated(Payload, kw_only=True):
+    message_id: str
+    role: str
+    text: str
+    run_id: str | None = None
+    author: str | None = None
+
+
+@event("message.delta")
+class MessageDelta(Payload, kw_only=True):
+    """Coalesced assistant text (≤ 1 per message per 250 ms or 4 KiB); the first one opens the message."""
+
+    message_id: str
+    run_id: str
+    attempt_id: str
+    node_id: str
+    text: str
+
+
+@event("message.completed")
+class MessageCompleted(Payload, kw_only=True):
+    message_id: str
+    run_id: str
+    attempt_id: str
+    node_id: str
+    text: str
+    status: str = "completed"
+
+
+@event("queue.reordered")
+class QueueReordered(Payload, kw_only=True):
+    order: list[str]
+
+
+@event("run.edited")
+class RunEdited(Payload, kw_only=True):
+    """A queued run's message was edited before it started (L3.6)."""
+
+    run_id: str
+    text: str
+    script: dict[str, Any] | None = None

@@ -1,0 +1,71 @@
+"""How the thread and its messages fold: created whole, or streamed as deltas and completed (L2)."""
+
+from __future__ import annotations
+
+from treadle.core.envelope import Envelope
+from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated
+from treadle.core.thread.model import Message, Thread
+from treadle.core.view import Folds, ThreadView
+
+
+def _message_created(state: ThreadView, e: Envelope, d: MessageCreated) -> None:
+    state.messages.append(
+        Message(
+            id=d.message_id,
+            role=d.role,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+            text=d.text,
+            run_id=d.run_id,
+            author=d.author,
+            created_at=e.at,
+            command_id=e.command_id,
+        )
+    )
+
+
+def _message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
+    m = state.message(d.message_id)
+    if m is None:
+        m = _streamed(state, e, d)
+        m.status = "streaming"
+    m.text += d.text
+
+
+def _message_completed(state: ThreadView, e: Envelope, d: MessageCompleted) -> None:
+    m = state.message(d.message_id)
+    if m is None:
+        m = _streamed(state, e, d)
+    m.text = d.text
+    m.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+
+
+def _streamed(state: ThreadView, e: Envelope, d: MessageDelta | MessageCompleted) -> Message:
+    """An assistant message streamed by the provider: it begins with its first delta, or with its completion when
+    no delta came."""
+    m = Message(
+        id=d.message_id, role="assistant", run_id=d.run_id, attempt_id=d.attempt_id, node_id=d.node_id, created_at=e.at
+    )
+    state.messages.append(m)
+    return m
+
+
+def _thread_created(state: ThreadView, e: Envelope, d: ThreadCreated) -> None:
+    state.thread = Thread(
+        id=d.thread_id,
+        tenant=e.tenant,
+        title=d.title,
+        provider=d.provider,
+        model=d.model,
+        runtime_mode=d.runtime_mode,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+        workspace=d.workspace,
+        created_by=d.created_by,
+        created_at=e.at,
+        command_id=e.command_id,
+    )
+
+
+FOLDS: Folds = {
+    ThreadCreated: _thread_created,
+    MessageCreated: _message_created,
+    MessageDelta: _message_delta,
+    MessageCompleted: _message_completed,
+}

@@ -1,0 +1,49 @@
+"""The thread and its messages; the dispatch and runtime modes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from treadle.core.entity import Entity
+
+MessageStatus = Literal["streaming", "completed", "incomplete"]
+
+
+RuntimeMode = Literal["approval_required", "auto_accept_edits", "full_access"]
+
+
+DispatchMode = Literal[
+    "auto", "start_immediately", "queue_after_active", "steer_active", "restart_active", "reject", "rollback_active"
+]
+
+
+class Thread(Entity, kw_only=True):
+    id: str
+    tenant: str
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: RuntimeMode = "approval_required"
+    workspace: str
+    created_by: str
+    created_at: datetime
+    command_id: str
+    parent_thread_id: str | None = None
+
+
+class Message(Entity, kw_only=True):
+    id: str
+    role: Literal["user", "assistant", "system"]
+    text: str = ""
+    status: MessageStatus = "completed"
+    run_id: str | None = None
+    attempt_id: str | None = None
+    node_id: str | None = None
+    author: str | None = None
+    created_at: datetime
+    command_id: str | None = None
+    # A steering message (L3.2/L3.3): "native" or "restart" as asked; undelivered until the provider has it.
+    steering: Literal["native", "restart"] | None = None
+    delivered: bool = True
+    script: dict[str, Any] | None = None  # a steering message's script for the scripted provider

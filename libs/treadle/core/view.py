@@ -1,0 +1,85 @@
+"""What a concept's decisions and folds see of the composed thread state.
+
+Slices are typed against this Protocol, not against :class:`treadle.core.state.ThreadState`, so the state
+module can compose them without any slice importing it. ``ThreadState`` is its one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from treadle.core.activity import Activity
+from treadle.core.checkpoints.model import Checkpoint
+from treadle.core.envelope import Envelope, Payload
+from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
+from treadle.core.plans.model import Plan
+from treadle.core.providers.capabilities import CapabilityView
+from treadle.core.providers.model import ProviderSession, ProviderThread
+from treadle.core.requests.model import RuntimeRequest
+from treadle.core.rollback.model import Rollback
+from treadle.core.run.model import Run
+from treadle.core.thread.model import Message, Thread
+
+
+class ThreadView(Protocol):
+    thread: Thread | None
+    seq: int
+    messages: list[Message]
+    runs: list[Run]
+    queue: list[str]
+    active_run_id: str | None
+    sessions: list[ProviderSession]
+    provider_threads: list[ProviderThread]
+    requests: list[RuntimeRequest]
+    plans: list[Plan]
+    checkpoints: list[Checkpoint]
+    activity: list[Activity]
+    provider_seq: int
+    capabilities: CapabilityView | None
+    rollbacks: list[Rollback]
+    lineage: Lineage | None
+    transfers: list[ContextTransfer]
+    start_contexts: list[StartContext]
+    handoffs: list[ContextHandoff]
+
+    # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
+
+    def run(self, run_id: str) -> Run | None: ...
+
+    @property
+    def active_run(self) -> Run | None: ...
+
+    def message(self, message_id: str) -> Message | None: ...
+
+    def message_for_command(self, command_id: str) -> Message | None: ...
+
+    def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None: ...
+
+    def session(self, session_id: str) -> ProviderSession | None: ...
+
+    @property
+    def live_session(self) -> ProviderSession | None: ...
+
+    @property
+    def provider_thread(self) -> ProviderThread | None: ...
+
+    def request(self, request_id: str) -> RuntimeRequest | None: ...
+
+    def provider_thread_of(self, pth_id: str | None) -> ProviderThread | None: ...
+
+    def session_thread(self, session_id: str | None) -> ProviderThread | None:
+        """The provider thread a session was attached to (the newest such)."""
+        ...
+
+    def start_context(self, run_id: str) -> StartContext | None: ...
+
+    def transfer(self, transfer_id: str) -> ContextTransfer | None: ...
+
+    def handoff(self, handoff_id: str) -> ContextHandoff | None: ...
+
+
+Fold = Callable[[ThreadView, Envelope, Any], None]
+"""How one event type changes the state: ``(state, envelope, envelope.data)``; each concept's ``FOLDS`` maps
+its event types to these."""
+Folds = dict[type[Payload], Fold]
