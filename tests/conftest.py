@@ -7,6 +7,7 @@ Without a local binary, a reachable Docker engine is used through testcontainers
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -20,6 +21,7 @@ import uvloop
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 
+from tests.support import deadline
 from tests.support.helpers import wait_for
 from treadle.ops.servers import NatsServer, RedisServer, ServerNotFound
 
@@ -31,6 +33,14 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request burie
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, object]:
     # pytest-asyncio 1.x replaced the event_loop_policy fixture with this hook.
     return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Async tests get their deadline here (tests/support/deadline.py says why pytest-timeout cannot)."""
+    test = getattr(item, "obj", None)
+    if inspect.iscoroutinefunction(test):
+        item.obj = deadline.bounded(test, deadline.seconds_for(item))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

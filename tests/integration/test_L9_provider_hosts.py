@@ -215,3 +215,36 @@ async def test_L9_3_a_watcher_whose_own_heartbeat_stands_still_reports_nobody(tm
         for _ in range(8):
             await tick(watching, 1, LOOPS_PER_HOST - 1)
         assert env.stopped(placed.session_id) == []
+
+
+async def test_L9_3_stopping_a_session_ends_a_turn_that_swallowed_its_cancellation(tmp_path):
+    """In Python 3.11 ``asyncio.wait_for`` (under nats-py's requests, e.g. a provider event's publish) returns
+    its result when a cancellation races it, and the turn carries on: the stop must still end it."""
+    async with Hosts(tmp_path) as env:
+        host = await env.host("h1", ManualClock())
+        placed = await env.place("t1")
+        started = asyncio.Event()
+
+        async def stubborn(turn, sink) -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                pass  # lost, as wait_for loses it
+            await asyncio.Event().wait()
+
+        host._sessions[placed.session_id].adapter.run_turn = stubborn
+        turn = hp.StartTurn(
+            session_id=placed.session_id,
+            tenant=TENANT,
+            thread="t1",
+            run_id="run_t1",
+            attempt_id="att_t1",
+            root_node_id="node_t1",
+            text="go",
+        )
+        assert isinstance(await env.client.start_turn(placed.host_id, turn), hp.TurnAccepted)
+        await started.wait()
+        stop = hp.StopTurn(session_id=placed.session_id, attempt_id="")
+        assert isinstance(await env.client.verb(placed.host_id, "session.stop", stop), hp.TurnAccepted)
+        await wait_for(lambda: env.stopped(placed.session_id), what="the session stopped")

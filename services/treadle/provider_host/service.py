@@ -21,6 +21,7 @@ from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
+from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
 from treadle.runtime.settings import ProviderHostSettings, Shared
@@ -228,9 +229,7 @@ class ProviderHost:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
-        for task in session.turns.values():
-            task.cancel()
-        await asyncio.gather(*session.turns.values(), return_exceptions=True)
+        await cancel_and_wait(session.turns.values())
         await session.adapter.close()
         req = session.request
         record = SessionRecord(
