@@ -340,8 +340,7 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 def _adopt_legacy_refs(user: Path, gitdir: Path, owner: tuple[int, int] | None) -> int:
     """Checkpoints taken before this git dir existed lived in the workspace's own `.git` (hidden refs there):
     their refs are copied here, read as data, and the user's object store becomes an alternate of this git dir
-    so that their commits stay readable. Only when there are such refs (workspaces checkpointed before
-    issue 16); returns how many were adopted."""
+    so that their commits stay readable. Only when there are such refs; returns how many were adopted."""
     base = common_dir(user) or user
     found: dict[str, str] = {}
     packed = base / "packed-refs"

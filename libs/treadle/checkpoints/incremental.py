@@ -1,4 +1,4 @@
-"""Capturing a watched worktree from the paths its watcher saw change, without `add -A` (issue 4 "Cost").
+"""Capturing a watched worktree from the paths its watcher saw change, without `add -A`.
 
 `add -A` stats every file of the worktree and rewrites the whole private index; then `write-tree`,
 `commit-tree` and every new object each cost a process or a file. Here only the changed paths are

@@ -180,8 +180,8 @@ def _packed(base: Path, name: bytes) -> bytes | None:
 def checkpoint_gitdir(shadow_root: Path, tenant: str, thread: str, relative: Path) -> Path:
     """The service-owned git dir holding the checkpoints of the workspace ``relative`` (resolved, below the
     tenant root): one per workspace, every thread's refs in it, as they were in the workspace's own `.git`.
-    A thread whose checkpoints began in a per-thread shadow dir (``<tenant>/<thread>.git``, how a workspace
-    that was not a repository used to be served) keeps it."""
+    A thread whose checkpoints are in a per-thread shadow dir (``<tenant>/<thread>.git``, an older layout for
+    a workspace that is not a repository) keeps it."""
     legacy = shadow_root / tenant / f"{thread}.git"
     if legacy.is_dir():
         return legacy

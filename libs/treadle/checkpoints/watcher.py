@@ -1,4 +1,4 @@
-"""inotify watches on worktrees, so an unchanged workspace is recognised without walking it (issue 4 "Cost").
+"""inotify watches on worktrees, so an unchanged workspace is recognised without walking it.
 
 A capture that runs `add -A` first *arms* its worktree's watcher: the events queued so far are dropped
 (that capture covers them) and every directory below the worktree, and the git dirs whose files shape

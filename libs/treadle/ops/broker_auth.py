@@ -3,7 +3,7 @@ consumer credential, rendered into nats-server's own ``accounts`` block and appl
 
 Why an account per credential: subject permissions see the subject a client publishes to, never the body
 or the reply subject of its request. Inside the account that holds TREADLE_EVENTS a read-only credential
-could still make the server publish anywhere in that account (issue 9): a consumer whose create body sets
+could still make the server publish anywhere in that account: a consumer whose create body sets
 ``deliver_subject`` (a push consumer) has the stream's events delivered there, and a pull request
 (``CONSUMER.MSG.NEXT``) or any API request delivers its answer to whatever reply subject it names, onto
 ``treadle.cmd.…`` or a subject another stream captures (``treadle.prov.…``). So a credential lives in an

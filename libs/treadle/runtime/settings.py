@@ -100,14 +100,14 @@ class ProviderHostSettings(WorkerSettings):
 
 class CheckpointsSettings(WorkerSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_CHECKPOINTS_", extra="ignore")
-    # Retention (issue 4): threads idle this long keep only their newest checkpoints; 0 days: never prune.
+    # Retention: threads idle this long keep only their newest checkpoints; 0 days: never prune.
     retention_idle_days: float = 30.0
     retention_keep_latest: int = 20
     retention_interval_seconds: float = 3600.0
     watch: bool = True  # inotify fast paths (unchanged and small-change captures) on local filesystems
     # Files larger than this are left out of checkpoints (listed as skipped, never touched by a restore); 0: no limit.
     max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=0)
-    # Git children as the tenant's uid (issue 16): unset = when the service is root and the uids can reach the
+    # Git children as the tenant's uid: unset = when the service is root and the uids can reach the
     # workspaces; true = required (the service refuses to start otherwise); false = as the service's user.
     run_as_tenant: bool | None = None
 

@@ -1,4 +1,4 @@
-"""HTTP routes of checkpoints: diffs (issue 4 "Diffs") and rollbacks (L10.5, L10.6).
+"""HTTP routes of checkpoints: diffs and rollbacks (L10.5, L10.6).
 
 Diffs are read from git by the checkpoint service between the commits the thread's projection names;
 rollbacks are thread commands (the coordinator owns rollback intent) whose outcome is read back from the
