@@ -57,7 +57,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
             EVENTS_STREAM=SCRATCH_STREAM,
         )
         original = eventlog_module.subjects
-        eventlog_module.subjects = scratch  # type: ignore[assignment]
+        eventlog_module.subjects = scratch  # type: ignore[assignment]  # a stand-in module: scratch subjects
         try:
             elog = EventLog(env.nc)
             per_actor = total // actors
@@ -115,7 +115,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
                 "client_cpu_us_per_decision": round((cpu1["bench-client"] - cpu0["bench-client"]) / decisions * 1e6, 1),
             }
         finally:
-            eventlog_module.subjects = original  # type: ignore[assignment]
+            eventlog_module.subjects = original  # type: ignore[assignment]  # the module put back
 
         payload = msgspec.json.encode(envelope("thr_pipe", 0))
         pjs = env.nc.jetstream(publish_async_max_pending=256)

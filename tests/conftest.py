@@ -40,7 +40,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     """Async tests get their deadline here (tests/support/deadline.py says why pytest-timeout cannot)."""
     test = getattr(item, "obj", None)
     if inspect.iscoroutinefunction(test):
-        item.obj = deadline.bounded(test, deadline.seconds_for(item))  # type: ignore[attr-defined]
+        item.obj = deadline.bounded(test, deadline.seconds_for(item))  # type: ignore[attr-defined]  # a pytest.Function's obj
 
 
 @dataclass(frozen=True)

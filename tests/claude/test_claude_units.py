@@ -31,7 +31,7 @@ def result(**kw) -> ResultMessage:
 def translator(res: ResultMessage | None, api_error: str | None = None) -> TurnTranslator:
     t = TurnTranslator(
         Turn(run_id="r", attempt_id="a", root_node_id="n", text="", script=None, ids=IdFactory("a", 0)), sink=None
-    )  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]  # no sink: these tests read the translator's result only
     t.result, t.api_error = res, api_error
     return t
 

@@ -104,23 +104,23 @@ async def test_L5_5_an_unknown_provider_or_no_host_leaves_the_deterministic_summ
 
 
 def test_L5_5_the_summariser_setting_is_local_or_provider_and_a_bad_one_is_refused():
-    assert ProviderSummariser.configured(None, SupervisorSettings()) is None  # type: ignore[arg-type]
+    assert ProviderSummariser.configured(None, SupervisorSettings()) is None  # type: ignore[arg-type]  # no host needed to decide
     chosen = ProviderSummariser.configured(
         None,
         SupervisorSettings(
-            summariser="provider:claude",  # type: ignore[arg-type]
+            summariser="provider:claude",  # type: ignore[arg-type]  # a setting as the environment gives it
             summariser_model="haiku",
         ),
     )
     assert chosen is not None and chosen.name == "provider:claude"
     for bad in ("claude", "provider:", "remote:claude"):
         with pytest.raises(SummariserSettingError):
-            ProviderSummariser.configured(None, SupervisorSettings(summariser=bad))  # type: ignore[arg-type]
+            ProviderSummariser.configured(None, SupervisorSettings(summariser=bad))  # type: ignore[arg-type]  # bad on purpose
     with pytest.raises(SummariserSettingError):
         ProviderSummariser.configured(
             None,
             SupervisorSettings(
-                summariser="provider:scripted",  # type: ignore[arg-type]
+                summariser="provider:scripted",  # type: ignore[arg-type]  # a setting as the environment gives it
                 summariser_script="{not json",
             ),
         )

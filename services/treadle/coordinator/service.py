@@ -25,6 +25,7 @@ from treadle.core.rollback import decide as rollback
 from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread
 from treadle.core.thread.decide import dispatch_next
+from treadle.core.thread.events import ThreadCreated
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
@@ -190,7 +191,9 @@ class Coordinator:
                 if not events:
                     return await self._rollbacks.after(tenant, thread, state, command, receipt)
                 if isinstance(command.body, CreateThread):
-                    await self._checkpoints.prepare(tenant, thread, events[0].workspace)  # type: ignore[attr-defined]
+                    created = events[0]
+                    assert isinstance(created, ThreadCreated)  # a thread's creation is its first event
+                    await self._checkpoints.prepare(tenant, thread, created.workspace)
                 receipt.seq = await self._store.append(
                     tenant,
                     thread,
@@ -247,7 +250,7 @@ class Coordinator:
         return events, decision.receipt
 
     async def _deliver(self, effect: answers.DeliverAnswer) -> answers.Delivered:
-        response = Response(decision=effect.decision, answers=effect.answers, message=effect.message)  # type: ignore[arg-type]
+        response = Response(decision=effect.decision, answers=effect.answers, message=effect.message)  # type: ignore[arg-type]  # requests.answerable checked it is one of the four
         request = hp.Respond(session_id=effect.session_id, request_id=effect.request_id, response=response)
         try:
             reply = await self._hosts.verb(effect.host_id, "request.respond", request)
