@@ -72,7 +72,7 @@ async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_
     assert files(workspace) == after_run1
     assert user_git_state(workspace) == user_before
 
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     assert [run["status"] for run in doc["runs"]] == ["completed", "rolled_back", "rolled_back"]
     assert {c["ordinal"] for c in doc["checkpoints"] if c["stale"]} == {2, 3}
     assert [x["id"] for x in doc["rollbacks"]] == [rollback["id"]]
@@ -87,7 +87,7 @@ async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_
     assert [(f["path"], f["change"]) for f in run4["checkpoint"]["files"]] == [("fourth.txt", "added")]
     diff = (await api.request("GET", f"/v1/runs/{run4['id']}/diff")).json()
     assert diff["from"]["ordinal"] == 3 and "+4" in diff["patch"] and not diff["truncated"]
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     assert doc["runs"][-1]["attempts"][-1]["provider_thread_id"] not in old_threads  # a fresh provider thread
     assert user_git_state(workspace) == user_before
 
@@ -142,7 +142,7 @@ async def test_L10_5_rollback_is_refused_while_a_run_is_active_and_changes_nothi
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_active"
     out_of_range = await api.request("POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": 7})
     assert out_of_range.status_code == 400 and out_of_range.json()["error"]["code"] == "invalid_ordinal"
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     assert doc["rollbacks"] == [] and doc["runs"][0]["status"] == "completed"
 
 
@@ -172,7 +172,7 @@ NESTED = {
 async def test_L10_3_subagents_get_child_scopes_that_never_advance_the_run_count(api, stack):
     thread = await api.create_thread()
     run = await run_to_end(api, thread, "delegate", NESTED)
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     assert [r["ordinal"] for r in doc["runs"]] == [1]
     helper = next(n for n in run["nodes"] if n["title"] == "helper")
     nested = next(n for n in run["nodes"] if n["title"] == "nested helper")
@@ -195,7 +195,7 @@ async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_t
     workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
     run = await run_to_end(api, thread, "delegate", NESTED)
     helper = next(n for n in run["nodes"] if n["title"] == "helper")
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     baseline = next(c for c in doc["checkpoints"] if c["node_id"] == helper["id"] and c["ordinal"] == 0)
 
     r = await api.request("POST", f"/v1/nodes/{helper['id']}/rollback", json={"checkpoint_id": baseline["id"]})
@@ -204,7 +204,7 @@ async def test_L10_6_rolling_back_a_subagent_restores_its_baseline_and_says_it_t
     assert rollback["kind"] == "node" and rollback["node_id"] == helper["id"] and rollback["status"] == "completed"
     assert rollback["touches_parent_workspace"] is True
     assert files(workspace) == {"root.txt": "before the subagent\n"}
-    doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+    doc = await api.thread(thread)
     recorded = next(x for x in doc["rollbacks"] if x["id"] == rollback["id"])
     assert recorded["touches_parent_workspace"] is True
     stale = {(c["scope"], c["ordinal"]) for c in doc["checkpoints"] if c["stale"]}

@@ -77,10 +77,12 @@ class Rollback(View, kw_only=True):
 
 
 class RollbackView(Rollback, kw_only=True):
-    """A rollback as the rollback routes answer it: with its thread."""
+    """A rollback as the rollback routes answer it: with its thread and the thread's sequence the answer
+    reflects (a read with ``min_seq`` of it sees the rollback's effects, however far the projection lags)."""
 
     thread_id: str
+    seq: int
 
 
-def rollback_view(rollback: Rollback, thread_id: str) -> RollbackView:
-    return RollbackView(**msgspec.structs.asdict(rollback), thread_id=thread_id)
+def rollback_view(rollback: Rollback, thread_id: str, seq: int) -> RollbackView:
+    return RollbackView(**msgspec.structs.asdict(rollback), thread_id=thread_id, seq=seq)

@@ -183,7 +183,7 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
     state = await logged_view(request, tenant, thread)
     record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
-    if record is None:
+    if state is None or record is None:
         raise ApiError(503, "unavailable", "the rollback was accepted but its record is not readable yet; retry")
     if record.status == "failed":
         raise ApiError(
@@ -192,7 +192,7 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
             record.error or "the restore failed",
             details={"rollback": msgspec.to_builtins(record)},
         )
-    return rollback_view(record, thread)
+    return rollback_view(record, thread, state.seq)
 
 
 @post(
