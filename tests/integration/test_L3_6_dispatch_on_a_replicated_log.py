@@ -110,7 +110,12 @@ async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_a
 
             events = await log.read(TENANT, THREAD)
             dispatched = [e for e in events if isinstance(e.data, ev.RunDispatched)]
-            assert [e.data.run_id for e in dispatched] == [second] and dispatched[0].seq > completed
+            cached = coordinator._store.cached(TENANT, THREAD)
+            seen = f"{cached.seq}, active {cached.active_run_id}, queue {cached.queue}" if cached else "none"
+            assert [e.data.run_id for e in dispatched] == [second] and dispatched[0].seq > completed, (
+                f"after the end at {completed} the log holds {[(e.seq, e.type) for e in events if e.seq >= completed]};"
+                f" the coordinator decided on its cached state at {seen}"
+            )
             assert [e.id for e in events].count(in_flight[0].id) == 1
             assert fold(events).active_run_id == second
         finally:
