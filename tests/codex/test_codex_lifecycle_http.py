@@ -337,6 +337,29 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
     assert "mention the fix" in history and "draft the release notes" in history
 
 
+async def test_L3_2_a_steered_codex_run_lists_its_messages_in_the_order_they_happened(client, mock):
+    """Issue 25: the message the steer cut off comes before the reply that followed it, in the run's and the
+    thread's ``messages`` as listed (not sorted by a client). The reply can complete within the coalescing
+    interval of the cut-off text: the deterministic case is tests/integration/test_provider_event_publisher.py."""
+    mock.on("outline the talk", [Text("Outlining"), Stall()])
+    mock.on("only three points", [Text("Three points it is.")])
+    thread = (await client.create_thread(title="codex steer order", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "outline the talk")
+    await stalled_on(mock, "outline the talk")  # steered at once: the first text may not be shown yet
+    assert (await client.send(thread, "only three points"))["disposition"] == "steered"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    listed = [(m["role"], m["text"]) for m in run["messages"]]
+    assert listed == [
+        ("user", "outline the talk"),
+        ("assistant", "Outlining"),
+        ("user", "only three points"),
+        ("assistant", "Three points it is."),
+    ], run["messages"]
+    doc = await client.get_thread(thread)
+    assert [m["text"] for m in doc["messages"]] == [text for _, text in listed]
+
+
 async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_closes_its_node(
     client, codex_stack, mock
 ):
