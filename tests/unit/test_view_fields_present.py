@@ -75,7 +75,9 @@ def test_every_view_type_encodes_every_field_even_when_it_is_null_or_empty():
 def test_the_thread_list_item_carries_active_run_id_and_last_run_status_as_null():
     from treadle.views.thread import ThreadSummary
 
-    item = ThreadSummary(id="thr_1", title="", provider="scripted", created_at="2026-01-01T00:00:00+00:00", seq=1, runs=0)
+    item = ThreadSummary(
+        id="thr_1", title="", provider="scripted", created_at="2026-01-01T00:00:00+00:00", seq=1, runs=0
+    )
     assert msgspec.json.decode(msgspec.json.encode(item)) == {
         "id": "thr_1",
         "title": "",
