@@ -441,6 +441,21 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     assert back["attempts"][-1]["provider_thread_id"] == planned["attempts"][-1]["provider_thread_id"]
 
 
+async def test_L5_5_a_handoff_from_claude_carries_no_thinking_of_claudes(client, mock_claude_api):
+    """Issue 25: Claude's thinking is a ``reasoning`` node of its run, and the summary another provider receives
+    on a switch carries the conversation, not that hidden reasoning (TREADLE_SUPERVISOR_HANDOFF_REASONING opts in)."""
+    thread = await new_thread(client, "claude thinks, then a switch")
+    thought = await run_to_end(client, thread, "#think greet me", provider="claude")
+    assert thought["status"] == "completed", thought
+    [thinking] = [n for n in thought["nodes"] if n["title"] == "Thinking"]
+    assert thinking["kind"] == "reasoning" and "keep it short" in thinking["output"]
+    switched = await run_to_end(client, thread, "summarise", provider="scripted", script={"steps": [{"type": "echo"}]})
+    [handoff_id] = switched["handoff_ids"]
+    handoff = (await client.request("GET", f"/v1/handoffs/{handoff_id}")).json()
+    assert "#think greet me" in handoff["text"] and "Hello after thinking." in handoff["text"]
+    assert "keep it short" not in handoff["text"] and "Thinking" not in handoff["text"]
+
+
 # --- L9.3 / L11.3 a host crash under a pending approval (last: it restarts the module's provider host) ----
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Reasoning, Stall, Text
 from tests.codex.codex_support import TENANT
 from tests.support.helpers import wait_for
 from tests.support.provider_http import (
@@ -358,6 +358,27 @@ async def test_L3_2_a_steered_codex_run_lists_its_messages_in_the_order_they_hap
     ], run["messages"]
     doc = await client.get_thread(thread)
     assert [m["text"] for m in doc["messages"]] == [text for _, text in listed]
+
+
+async def test_L5_5_a_handoff_from_codex_carries_no_reasoning_of_codexs(client, mock):
+    """Issue 25: Codex's reasoning is a ``reasoning`` node of its run, and the summary another provider receives
+    on a switch carries the conversation, not that hidden reasoning (TREADLE_SUPERVISOR_HANDOFF_REASONING opts in)."""
+    mock.on(
+        "name the module",
+        [Reasoning("weighing names", text="RAW-CHAIN the user dislikes long names"), Text("Call it lex.")],
+    )
+    thread = (await client.create_thread(title="codex reasons, then a switch", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "name the module")
+    reasoned = await client.wait_run(sent["run_id"], timeout=60)
+    assert reasoned["status"] == "completed", reasoned
+    [reasoning] = [n for n in reasoned["nodes"] if n["title"] == "reasoning"]
+    assert reasoning["kind"] == "reasoning" and "RAW-CHAIN" in reasoning["output"]
+    switched = await client.send(thread, "go on", provider="scripted", script={"steps": [{"type": "echo"}]})
+    run = await client.wait_run(switched["run_id"], timeout=60)
+    [handoff_id] = run["handoff_ids"]
+    handoff = (await client.request("GET", f"/v1/handoffs/{handoff_id}")).json()
+    assert "name the module" in handoff["text"] and "Call it lex." in handoff["text"]
+    assert "RAW-CHAIN" not in handoff["text"] and "weighing names" not in handoff["text"]
 
 
 async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_closes_its_node(

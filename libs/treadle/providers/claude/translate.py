@@ -155,7 +155,9 @@ class TurnTranslator:
                 await self._text(parent, block.text)
             elif isinstance(block, ThinkingBlock) and block.thinking:
                 node = self.turn.ids.next("node")
-                await self.sink.event(pe.ToolStarted(node_id=node, parent_id=self.node_of(parent), title="Thinking"))
+                await self.sink.event(
+                    pe.ToolStarted(node_id=node, parent_id=self.node_of(parent), kind="reasoning", title="Thinking")
+                )
                 await self.sink.event(pe.ToolCompleted(node_id=node, output=block.thinking[:MAX_OUTPUT_CHARS]))
             elif isinstance(block, ToolUseBlock):
                 await self._tool_use(parent, block)

@@ -126,14 +126,16 @@ class TurnTranslator:
             title = "edit " + ", ".join(str(c["path"]).rsplit("/", 1)[-1] for c in changes)
             self._start_node(item_id, title, {"changes": changes}, out)
         elif kind == "reasoning":
-            self._start_node(item_id, "reasoning", None, out)
+            self._start_node(item_id, "reasoning", None, out, kind="reasoning")
         elif kind:
             self._start_node(item_id, _generic_title(item), {"type": kind}, out)
 
-    def _start_node(self, item_id: str, title: str, data: dict | None, out: Outcome) -> None:
+    def _start_node(self, item_id: str, title: str, data: dict | None, out: Outcome, kind: str = "tool") -> None:
         node_id = self.turn.ids.next("node")
         self._nodes[item_id] = node_id
-        out.events.append(pe.ToolStarted(node_id=node_id, parent_id=self.turn.root_node_id, title=title, input=data))
+        out.events.append(
+            pe.ToolStarted(node_id=node_id, parent_id=self.turn.root_node_id, kind=kind, title=title, input=data)
+        )
 
     def _item_completed(self, item: dict, out: Outcome) -> None:
         kind, item_id = item.get("type"), item.get("id", "")
