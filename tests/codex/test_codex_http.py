@@ -131,7 +131,8 @@ async def test_L11_1_a_codex_todo_list_and_approval_request_reach_the_thread_vie
 
     doc = await wait_for(pending, timeout=60, what="a pending approval request")
     [request] = doc["requests"]
-    assert request["kind"] == "command" and request["prompt"] == "Run `echo careful > careful.txt`?"
+    workspace = (codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread).resolve()
+    assert request["kind"] == "command" and request["prompt"] == f"Run `echo careful > careful.txt` in {workspace}"
     [todo] = [p for p in doc["plans"] if p["kind"] == "todo_list"]
     assert [(i["text"], i["status"]) for i in todo["items"]] == [("ask first", "in_progress"), ("then act", "pending")]
     run = await client.get_run(sent["run_id"])

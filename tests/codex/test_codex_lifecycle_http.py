@@ -67,7 +67,13 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     ]
     sent = await client.send(thread, "write approved.txt")
     request = await pending_request(client, thread)
-    assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
+    workspace = workspace_of(codex_stack, TENANT, thread).resolve()
+    assert request["kind"] == "command" and request["prompt"] == f"Run `echo approved > approved.txt` in {workspace}"
+    assert (request["command"], request["cwd"], request["description"]) == (
+        "echo approved > approved.txt",
+        str(workspace),
+        None,
+    )
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert not (workspace_of(codex_stack, TENANT, thread) / "approved.txt").exists()  # nothing ran before the answer
 
@@ -79,6 +85,27 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
     assert checkpointed(codex_stack, TENANT, thread, checkpoint, "approved.txt") == "approved\n"
     await answered_once(client, thread, request, {"decision": "accept"})
+
+
+async def test_L11_1_a_codex_approval_shows_the_real_command_and_its_cwd_not_the_models_description(
+    client, codex_stack, mock
+):
+    """Issue 25: the model describes ``rm -rf ~/notes`` as "list the files"; the approval's prompt, node and
+    activity show the command and where it runs; the model's words are only its ``description``."""
+    mock.on("tidy the notes", [Exec("rm -rf ~/notes", escalate=True, justification="list the files")], [Text("Left.")])
+    thread = (await client.create_thread(title="codex liar", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "tidy the notes")
+    request = await pending_request(client, thread)
+    workspace = str(workspace_of(codex_stack, TENANT, thread).resolve())
+    assert (request["kind"], request["command"], request["cwd"]) == ("command", "rm -rf ~/notes", workspace)
+    assert request["prompt"] == f"Run `rm -rf ~/notes` in {workspace}"
+    assert request["description"] == "list the files"
+    doc = await client.get_thread(thread)
+    [node] = [n for r in doc["runs"] for n in r["nodes"] if n["id"] == request["node_id"]]
+    assert node["title"] == request["prompt"]
+    assert any(a["summary"] == request["prompt"] for a in doc["activity"] if a["kind"] == "request.opened")
+    await respond(client, request["id"], {"decision": "decline"})
+    assert (await client.wait_run(sent["run_id"], timeout=60))["status"] == "completed"
 
 
 async def test_L11_2_a_declined_codex_command_does_not_run(client, codex_stack, mock):
@@ -165,7 +192,11 @@ async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client,
     sent = await client.send(thread, "pick a database")
     request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["prompt"] == "Which database?"
-    assert request["detail"]["options"] == ["pg", "sqlite"]
+    [question] = request["questions"]
+    assert question["options"] == [  # issue 25: the options' descriptions are kept, in the one shape of every runtime
+        {"label": "pg", "description": "option pg"},
+        {"label": "sqlite", "description": "option sqlite"},
+    ]
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
@@ -254,7 +285,10 @@ async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_
     thread = (await client.create_thread(title="codex plan mode", provider="codex"))["thread_id"]
     sent = await client.send(thread, "design the page", script={"collaboration_mode": "plan"})
     request = await pending_request(client, thread)
-    assert request["kind"] == "user_input" and request["detail"]["options"] == ["Red", "Blue"]
+    assert request["kind"] == "user_input" and [o["label"] for o in request["questions"][0]["options"]] == [
+        "Red",
+        "Blue",
+    ]
     await respond(client, request["id"], {"answers": {"0": "Blue"}})
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run

@@ -297,7 +297,7 @@ class ClaudeAdapter(ProviderAdapter):
             await asyncio.to_thread(_import_runtime)
             from .approvals import Approvals
 
-            self._approvals = Approvals()
+            self._approvals = Approvals(str(self.workspace))
         await self._drop_client()
         await self._open(self.session_id)
 

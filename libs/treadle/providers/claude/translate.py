@@ -45,12 +45,14 @@ _TODO_STATUSES: dict[Any, Literal["pending", "in_progress", "completed"]] = {
 
 
 def tool_title(name: str, tool_input: dict) -> str:
+    """A tool node's title: what the call acts on (its command, file, pattern or URL), the model's description
+    of it only when the input names nothing else."""
     detail = (
-        tool_input.get("description")
-        or tool_input.get("command")
+        tool_input.get("command")
         or tool_input.get("file_path")
         or tool_input.get("pattern")
         or tool_input.get("url")
+        or tool_input.get("description")
         or ""
     )
     return f"{name}: {detail}" if detail else name
