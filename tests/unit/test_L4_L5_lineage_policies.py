@@ -216,3 +216,16 @@ def test_L5_5_a_handoff_carries_no_models_reasoning_unless_the_deployment_asks_f
     resolved = lineage.resolve_start_context(opted, opted.runs[-1], None, {}, ctx("r"), reasoning=True)
     [with_reasoning] = [e for e in resolved if isinstance(e, ev.HandoffCreated)]
     assert "reasoning → completed: SECRET-CHAIN: the user seems unsure" in with_reasoning.text
+
+
+def test_L5_5_the_handoff_reasoning_setting_is_off_by_default_and_a_bad_value_stops_the_worker(monkeypatch):
+    from pydantic import ValidationError
+
+    from treadle.runtime.settings import SupervisorSettings
+
+    assert SupervisorSettings().handoff_reasoning is False
+    monkeypatch.setenv("TREADLE_SUPERVISOR_HANDOFF_REASONING", "true")
+    assert SupervisorSettings().handoff_reasoning is True
+    monkeypatch.setenv("TREADLE_SUPERVISOR_HANDOFF_REASONING", "sometimes")
+    with pytest.raises(ValidationError, match="handoff_reasoning"):
+        SupervisorSettings()

@@ -60,6 +60,18 @@ class RuntimeRequest(Entity, kw_only=True):
     command_id: str | None = None  # the answer's command (a retried answer gets its receipt again)
 
 
+MAX_DIFF_CHARS = 64 * 1024  # per file: a request is one event, and an event fits one broker message
+
+
+def clipped_diff(diff: str, limit: int = MAX_DIFF_CHARS) -> str:
+    """``diff`` cut to ``limit`` characters at a line end, saying so (the file's whole change is still applied
+    as the runtime has it; only what the approval shows is bounded)."""
+    if len(diff) <= limit:
+        return diff
+    cut = diff.rfind("\n", 0, limit) + 1 or limit
+    return diff[:cut] + f"[diff cut: {len(diff) - cut} more characters]\n"
+
+
 _VERBS = {"add": "Create", "update": "Edit", "delete": "Delete", "write": "Write", "move": "Move"}
 
 

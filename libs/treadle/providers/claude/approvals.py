@@ -18,7 +18,7 @@ from typing import Any
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
 from treadle.core import provider_events as pe
-from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt
+from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt, clipped_diff
 
 from ..base import Response, Unsupported
 from .translate import TurnTranslator
@@ -50,7 +50,7 @@ def _diff(path: str, old: str, new: str) -> str:
     lines = difflib.unified_diff(
         old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path.lstrip('/')}", f"b/{path.lstrip('/')}"
     )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return clipped_diff("".join(line if line.endswith("\n") else line + "\n" for line in lines))
 
 
 def file_edits(tool_name: str, tool_input: dict) -> list[FileEdit]:
@@ -63,7 +63,9 @@ def file_edits(tool_name: str, tool_input: dict) -> list[FileEdit]:
         return [FileEdit(path=path, diff=_diff(path, old, new))]
     if tool_name == "MultiEdit":
         edits = [e for e in tool_input.get("edits") or [] if isinstance(e, dict)]
-        diff = "".join(_diff(path, str(e.get("old_string") or ""), str(e.get("new_string") or "")) for e in edits)
+        diff = clipped_diff(
+            "".join(_diff(path, str(e.get("old_string") or ""), str(e.get("new_string") or "")) for e in edits)
+        )
         return [FileEdit(path=path, diff=diff)]
     if tool_name == "NotebookEdit":
         mode = str(tool_input.get("edit_mode") or "replace")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from treadle.core import provider_events as pe
 from treadle.core.plans.model import TodoItem
-from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt
+from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt, clipped_diff
 
 from ..base import Turn
 
@@ -238,7 +238,7 @@ def _file_edit(change: dict) -> FileEdit:
     return FileEdit(
         path=str(change.get("path") or ""),
         change="move" if move_to else str(kind.get("type") or "update"),
-        diff=str(change.get("diff") or ""),
+        diff=clipped_diff(str(change.get("diff") or "")),
         move_to=str(move_to) if move_to else None,
     )
 
