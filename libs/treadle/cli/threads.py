@@ -108,6 +108,7 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
                 (r["kind"], "bold"),
                 f" {r['id']} ",
                 r.get("prompt", ""),
+                (f' (the model says: "{r["description"]}")' if r.get("description") else "", "dim"),
                 (" waiting for a response", "yellow"),
             )
         )
