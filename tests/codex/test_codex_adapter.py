@@ -375,7 +375,8 @@ async def test_runtime_mode_auto_accept_edits_applies_patches_and_asks_only_to_e
     assert (workspace / "auto.md").read_text() == "no questions asked\n"
     turn, sink, task = driver.start("leave the sandbox")
     request = await opened_request(sink)
-    assert request.kind == "command" and request.prompt == "needs to run touch escalated.txt"
+    assert request.kind == "command" and request.prompt == f"Run `touch escalated.txt` in {workspace.resolve()}"
+    assert request.description == "needs to run touch escalated.txt"  # the model's justification, beside it
     await driver.adapter.respond(request.request_id, Response(decision="accept"))
     assert (await ended(task, sink)).status == "completed"
     assert (workspace / "escalated.txt").exists()
