@@ -10,7 +10,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support.locks import load_lock, load_pyproject, lock_problems, read_lock, requirements
+from tests.support.locks import ROOT, load_lock, load_pyproject, lock_problems, read_lock, requirements
 from treadle.cli.main import SERVER_MODULES, missing_extra
 
 RELOCK = "pyproject.toml and requirements/*.lock disagree: run `make lock` and commit the locks"
@@ -110,3 +110,13 @@ def test_the_cli_knows_the_modules_of_every_server_package() -> None:
         public = {m for m in modules_of.get(package, set()) if not m.startswith("_")}
         assert public, f"{package} is not installed in this venv (make setup)"
         assert public <= SERVER_MODULES, f"{package} provides {public - SERVER_MODULES}: add them to SERVER_MODULES"
+
+
+def test_the_image_installs_the_locked_tree_and_resolves_nothing_itself() -> None:
+    """deploy/Dockerfile: every pip install either takes requirements/all.lock with its hashes or adds Treadle
+    alone (--no-deps), so the image holds exactly the locked versions."""
+    runs = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ").splitlines()
+    installs = [line for line in runs if "pip install" in line]
+    locked = [line for line in installs if "--require-hashes -r requirements/all.lock" in line]
+    assert len(locked) == 1 and "COPY requirements/all.lock ./requirements/" in runs
+    assert [line for line in installs if line not in locked and "--no-deps" not in line] == []
