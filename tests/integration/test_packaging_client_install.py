@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -40,10 +41,8 @@ class ClientInstall:
         )
 
 
-def _pip(python: Path | str, *args: str, cwd: Path = ROOT) -> None:
-    done = subprocess.run(
-        [str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=300, env=OFFLINE, cwd=cwd
-    )
+def _pip(python: Path | str, *args: str) -> None:
+    done = subprocess.run([str(python), "-m", "pip", *args], capture_output=True, text=True, timeout=300, env=OFFLINE)
     assert done.returncode == 0, f"pip {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
 
 
@@ -51,8 +50,14 @@ def _pip(python: Path | str, *args: str, cwd: Path = ROOT) -> None:
 def client_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClientInstall]:
     assert WHEELHOUSE.is_dir(), f"{WHEELHOUSE} is missing: `make setup` fills it from requirements/base.lock"
     tmp = tmp_path_factory.mktemp("client-install")
+    # built from a copy of what the image copies: setuptools writes build/ and egg-info beside the sources
+    source = tmp / "source"
+    for name in ("libs", "services"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     # --no-build-isolation: the build backend is the venv's setuptools, pinned in requirements/dev.lock
-    _pip(sys.executable, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(ROOT))
+    _pip(sys.executable, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(source))
     (wheel,) = (tmp / "dist").glob("treadle-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=120)
     bin_ = tmp / "venv" / "bin"
