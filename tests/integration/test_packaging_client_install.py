@@ -18,7 +18,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.support.locks import ROOT, load_lock
+from tests.support.locks import ROOT, load_lock, load_pyproject
 
 WHEELHOUSE = Path(sys.prefix) / "wheelhouse"  # `make setup` fills it
 # pip reads no configuration file here (no index, find-links or constraints of this machine): what it installs
@@ -97,7 +97,7 @@ def test_the_client_venv_holds_the_base_lock_and_no_server_package(client_instal
     installed = {canonicalize_name(p["name"]): p["version"] for p in json.loads(listed.stdout)}
     installed = {name: v for name, v in installed.items() if name not in {"pip", "setuptools"}}  # the venv's own
     base = {name: pin.version for name, pin in load_lock("base").items()}
-    assert installed == base | {"treadle": "0.1.0"}
+    assert installed == base | {"treadle": load_pyproject()["project"]["version"]}
 
 
 def test_the_sdk_imports_without_the_server_dependencies(client_install: ClientInstall) -> None:
