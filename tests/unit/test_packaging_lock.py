@@ -120,3 +120,10 @@ def test_the_image_installs_the_locked_tree_and_resolves_nothing_itself() -> Non
     locked = [line for line in installs if "--require-hashes -r requirements/all.lock" in line]
     assert len(locked) == 1 and "COPY requirements/all.lock ./requirements/" in runs
     assert [line for line in installs if line not in locked and "--no-deps" not in line] == []
+
+
+def test_the_locked_build_backend_is_the_one_pyproject_names() -> None:
+    """requirements/build.in feeds the build backend to `make lock`: it says what [build-system] says."""
+    lines = (ROOT / "requirements" / "build.in").read_text().splitlines()
+    locked = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+    assert locked == requirements(load_pyproject(), "build")
