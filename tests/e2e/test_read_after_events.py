@@ -5,6 +5,7 @@ however far the projector trails the log (L2.3: nothing observes a terminal run 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 
@@ -58,6 +59,9 @@ async def _terminal_event(api, thread: str, run_id: str, after: int) -> tuple[st
     async with contextlib.aclosing(api.events(thread, after)) as events:
         async for event in events:
             if event.event in _TERMINAL_EVENTS and event.json()["data"]["run_id"] == run_id:
+                # The envelope carries its sequence too, once: the same as the SSE id.
+                keys = [k for k, _ in json.loads(event.data, object_pairs_hook=list)]
+                assert keys.count("seq") == 1 and event.json()["seq"] == event.id, event.data[:300]
                 return event.event, event.id
     raise AssertionError("stream ended")
 
