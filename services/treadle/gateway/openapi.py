@@ -260,6 +260,42 @@ def _describe(parameter: dict[str, Any]) -> None:
         parameter["description"] = PARAMETERS[name]
 
 
+_THR, _RUN, _MSG, _REQ = (f"{p}_01kbq0v8y3f6x5n2w9c4h7j1ad" for p in ("thr", "run", "msg", "req"))
+# operation id -> (request body, success body): what a client sends and gets on the main operations
+EXAMPLES: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {
+    "create_thread": (
+        {"title": "Fix the login bug", "provider": "codex", "runtime_mode": "approval_required"},
+        {"thread_id": _THR, "seq": 1},
+    ),
+    "send_message": (
+        {"text": "Add a test for the login form", "mode": "auto"},
+        {"thread_id": _THR, "message_id": _MSG, "run_id": _RUN, "disposition": "started", "seq": 2},
+    ),
+    "respond": (
+        {"decision": "accept"},
+        {"thread_id": _THR, "run_id": _RUN, "disposition": "resolved", "seq": 9},
+    ),
+    "interrupt_run": (
+        {"allow_destructive": True},
+        {"thread_id": _THR, "run_id": _RUN, "disposition": "interrupting", "seq": 12},
+    ),
+    "fork_thread": (
+        {"source": {"type": "run", "id": _RUN}, "title": "Try another approach"},
+        {"thread_id": "thr_01kbq0v8y3f6x5n2w9c4h7j1ae", "parent_thread_id": _THR, "seq": 14},
+    ),
+    "put_policy": ({"allowed_modes": ["approval_required", "full_access"], "max_threads": 100}, None),
+}
+
+
+def _examples(operation: dict[str, Any]) -> None:
+    request, answer = EXAMPLES.get(operation.get("operationId", ""), (None, None))
+    if request is not None:
+        operation["requestBody"]["content"]["application/json"]["examples"] = {"example": {"value": request}}
+    if answer is not None:
+        success = next(r for status, r in sorted(operation["responses"].items()) if status.startswith("2"))
+        success["content"]["application/json"]["examples"] = {"example": {"value": answer}}
+
+
 def finish(document: dict[str, Any]) -> dict[str, Any]:
     """What Litestar cannot say through a route's decorator: the headers sent with a status, the schemas
     of the SSE frames' ``data``, the parameters' meaning (path ids, shared headers)."""
@@ -270,6 +306,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
             operation.setdefault("description", operation.get("summary", ""))
+            _examples(operation)
             for parameter in operation.get("parameters", []):
                 _describe(parameter)
             for status, response in operation["responses"].items():
