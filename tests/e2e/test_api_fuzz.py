@@ -79,6 +79,7 @@ def fuzz(document: dict, base_url: str, token: str) -> tuple[collections.Counter
     return statuses, failures
 
 
+@pytest.mark.timeout(400)  # ~4,000 requests: about 130 s alone on 2 cores, more while other tests share them
 async def test_every_response_is_what_the_document_says(stack, stack_nc):
     api = await make_api(stack, stack_nc, "schemathesis")
     try:

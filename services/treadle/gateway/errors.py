@@ -34,6 +34,8 @@ _CODES = {
     405: "method_not_allowed",
     413: "too_large",
     429: "rate_limited",
+    500: "internal",  # the codes the OpenAPI document lists for these statuses (gateway.openapi.BASE)
+    503: "unavailable",
 }
 
 
@@ -42,7 +44,10 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
     if isinstance(exc, ValidationException) and exc.extra:
         details = {"problems": exc.extra}
     message = exc.detail if exc.status_code < 500 else "internal error"
-    return Response(body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code)
+    retry = {"Retry-After": "1"} if exc.status_code == 503 else None
+    return Response(
+        body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code, headers=retry
+    )
 
 
 def on_too_deep(request: Request, exc: RecursionError) -> Response:
