@@ -250,10 +250,23 @@ PARAMETERS = {
 PATH_IDS = {"thread": "thr", "run": "run", "node": "node", "request": "req", "plan": "plan", "handoff": "hoff"}
 
 
+# Numbers in query strings and headers are strings of ASCII digits (params.number), read as such
+DIGITS = {"min_seq", "after", "limit", "offset", "max_bytes", "from", "to", "Last-Event-ID"}
+
+
 def _describe(parameter: dict[str, Any]) -> None:
+    name = parameter["name"]
+    schema = parameter.get("schema", {})
+    variants = schema.get("oneOf", [])
+    if not parameter.get("required") and len(variants) == 2 and {"type": "null"} in variants:
+        # an optional parameter is absent, never null: Litestar's `str | None` says more than the wire can
+        schema = parameter["schema"] = {**next(v for v in variants if v != {"type": "null"})}
+    if name in DIGITS and schema.get("type") == "string":
+        schema["pattern"] = "^[0-9]{1,19}$"
+    if name == "Idempotency-Key" and schema.get("type") == "string":
+        schema.update(minLength=1, maxLength=255)
     if parameter.get("description"):
         return
-    name = parameter["name"]
     if parameter["in"] == "path" and name.endswith("_id") and name[:-3] in PATH_IDS:
         parameter["description"] = f"a {name[:-3]} id: `{PATH_IDS[name[:-3]]}_` and 26 lower-case base32 characters"
     elif name in PARAMETERS:
