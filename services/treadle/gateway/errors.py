@@ -22,8 +22,12 @@ def body(code: str, message: str, details: dict | None = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
+RETRYABLE = (429, 503)  # always with Retry-After, as the OpenAPI document says
+
+
 def on_api_error(request: Request, exc: ApiError) -> Response:
-    return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
+    headers = exc.headers or ({"Retry-After": "1"} if exc.status in RETRYABLE else None)
+    return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=headers)
 
 
 _CODES = {
@@ -44,7 +48,7 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
     if isinstance(exc, ValidationException) and exc.extra:
         details = {"problems": exc.extra}
     message = exc.detail if exc.status_code < 500 else "internal error"
-    retry = {"Retry-After": "1"} if exc.status_code == 503 else None
+    retry = {"Retry-After": "1"} if exc.status_code in RETRYABLE else None
     return Response(
         body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code, headers=retry
     )

@@ -159,11 +159,6 @@ def errors(*groups: Codes) -> dict[int, ResponseSpec]:
     }
 
 
-def ok(model: type, status: int = 200, description: str = "OK") -> dict[int, ResponseSpec]:
-    """For routes that pass stored JSON through untouched: the document still names its shape."""
-    return {status: ResponseSpec(data_container=model, description=description, generate_examples=False)}
-
-
 # --- the document ---------------------------------------------------------------------------------
 
 TAGS = {
