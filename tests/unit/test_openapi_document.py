@@ -116,3 +116,12 @@ def test_the_event_stream_is_text_event_stream_with_its_frames_described(doc):
     refs = [s["$ref"].rsplit("/", 1)[1] for s in ok["text/event-stream"]["schema"]["x-event-data"]["oneOf"]]
     assert refs == ["EventEnvelope", "LiveDelta"] and all(r in doc["components"]["schemas"] for r in refs)
     assert "id: " in ok["text/event-stream"]["examples"]["run"]["value"]
+
+
+@pytest.mark.parametrize("status,code", [(503, "busy"), (503, "unavailable"), (429, "quota_exceeded")])
+def test_a_retryable_failure_always_says_when_to_retry(status, code):
+    """The coordinator's 503 relayed after the command's deadline once went out without Retry-After."""
+    from treadle.gateway.errors import ApiError, on_api_error
+
+    response = on_api_error(None, ApiError(status, code, "retry"))  # it never reads the request
+    assert response.status_code == status and response.headers["Retry-After"] == "1"
