@@ -1,7 +1,8 @@
 """The ``treadle`` command: run the embedded stack (``treadle up``) and talk to a running one.
 
 Expected failures (the API said no, nothing is listening, bad input) end with one red line and exit code 1, never
-a traceback.
+a traceback. The base install (``pip install treadle``) is the client: the commands that run or administer the
+server import its dependencies when they run, and without them say which extra to install.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from .policy import cmd_policy_set, cmd_policy_show
 from .render import stderr
 from .threads import cmd_send, cmd_threads_create, cmd_threads_list, cmd_threads_show, cmd_watch
 from .up import cmd_up
+
+# The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
+SERVER_MODULES = frozenset(
+    "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt".split()
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
         "partitions by lease (default 1)",
     )
-    up.set_defaults(func=cmd_up, interrupt_ok=True)
+    up.set_defaults(func=cmd_up, interrupt_ok=True, extra="embedded")  # the server and a nats-server binary
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
     create = tokens.add_parser("create", parents=[nats_], help="create a token (printed on stdout)")
@@ -164,12 +170,33 @@ def main(argv: list[str] | None = None) -> int:
     except (ApiError, UsageError, TimeoutError) as exc:
         stderr.print(f"[red]error:[/] {escape(describe(exc))}", soft_wrap=True)
         return 1
+    except ModuleNotFoundError as exc:
+        extra = missing_extra(exc, args)
+        if extra is None:  # not an optional dependency: a broken install or a bug, shown as such
+            raise
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        stderr.print(
+            f"[red]error:[/] `treadle {escape(command)}` needs the {extra} dependencies, which this install lacks "
+            f"(no module named {escape(repr(exc.name))}): pip install 'treadle\\[{extra}]'",
+            soft_wrap=True,
+        )
+        return 1
     except KeyboardInterrupt:
         return 0 if getattr(args, "interrupt_ok", False) else 130
     except BrokenPipeError:
         # `treadle … | head`: the reader left. Point stdout at /dev/null so the exit-time flush is quiet too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def missing_extra(exc: ModuleNotFoundError, args: argparse.Namespace) -> str | None:
+    """The extra that installs a module a command could not import (None: not an optional dependency)."""
+    module = (exc.name or "").partition(".")[0]
+    if module == "claude_agent_sdk":
+        return "claude"
+    if module in SERVER_MODULES:
+        return getattr(args, "extra", "server")  # `up` names the embedded extra, which includes the server
+    return None
 
 
 if __name__ == "__main__":

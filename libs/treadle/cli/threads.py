@@ -34,7 +34,7 @@ async def cmd_threads_create(args: argparse.Namespace) -> int:
 
 async def cmd_threads_list(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        threads = await client.list_threads(limit=args.limit)
+        threads = (await client.list_threads(limit=args.limit))["items"]
     if not threads:
         console.print("[dim]no threads yet: `treadle threads create`[/]")
         return 0

@@ -25,15 +25,16 @@ from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
-from treadle.views.thread import RunView, ThreadList, ThreadView, run_view
+from treadle.views.thread import RunView, ThreadView, run_view
 
-from . import checkpoints, control, lineage, openapi, policy
+from . import checkpoints, control, lineage, lists, openapi, policy
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -49,6 +50,7 @@ from .deps import (
     thread_doc,
     thread_of,
     thread_view,
+    wanted_seq,
 )
 from .errors import ApiError
 from .limits import RateLimitMiddleware, TokenBuckets, bearer
@@ -127,24 +129,6 @@ async def create_thread(
 
 
 @get(
-    "/v1/threads",
-    summary="List the tenant's threads, newest first",
-    tags=["threads"],
-    responses=documented(ThreadList) | errors(PARAMS),
-)
-async def list_threads(
-    request: Request,
-    limit: Annotated[str | None, QueryParameter(description="1..500, 50")] = None,
-    offset: Annotated[str | None, QueryParameter(description="0..1000000")] = None,
-) -> Response:
-    who = await principal(request)
-    items = await app_state(request).projections.threads(
-        who.tenant, number(limit, "limit", low=1, high=500) or 50, number(offset, "offset", high=1_000_000) or 0
-    )
-    return json_response(b'{"threads":[' + b",".join(items) + b"]}")
-
-
-@get(
     "/v1/threads/{thread_id:str}",
     responses=documented(ThreadView) | errors(PARAMS, PATH_ID, THREAD_READ),
     tags=["threads"],
@@ -195,7 +179,7 @@ async def send_message(
 async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     who = await principal(request)
     run_id = path_id(run_id, "run")
-    thread = await thread_of(request, who.tenant, run_id)
+    thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
     run = run_view(await thread_view(request, who.tenant, thread, min_seq), run_id)
@@ -278,6 +262,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.policies = PolicyStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc, shared.volume)
+        app.state.cursor_key = await shared_key(nc.jetstream(), "page-cursors")
         try:
             yield
         finally:
@@ -288,7 +273,6 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     return Litestar(
         route_handlers=[
             create_thread,
-            list_threads,
             get_thread,
             send_message,
             get_run,
@@ -296,6 +280,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             healthz,
             readyz,
             metrics,
+            *lists.ROUTES,
             *control.ROUTES,
             *checkpoints.ROUTES,
             *lineage.ROUTES,

@@ -16,6 +16,7 @@ from litestar.params import HeaderParameter, QueryParameter
 from treadle.core.errors import DomainError
 from treadle.core.ids import is_id
 from treadle.core.policy import ROLES, check_mode
+from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
@@ -63,29 +64,62 @@ def path_id(value: str, prefix: str) -> str:
     return value
 
 
-async def thread_doc(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> bytes:
-    """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
-    With ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after),
-    and folds the log itself when the projector is further behind: such a read never goes back in time."""
+MIN_SEQ_HEADER = "X-Treadle-Min-Seq"  # the same as ``min_seq``, for clients that set it once for every read
+MinSeqHeader = Annotated[
+    str | None, HeaderParameter(name=MIN_SEQ_HEADER, description="as the min_seq query parameter", required=False)
+]
+
+
+def wanted_seq(request: Request, min_seq: str | None) -> int | None:
+    """The stream sequence a read must reflect: the highest of ``min_seq`` and the ``X-Treadle-Min-Seq`` header."""
+    asked = [number(min_seq, "min_seq"), number(request.headers.get(MIN_SEQ_HEADER), MIN_SEQ_HEADER)]
+    return max((s for s in asked if s), default=None)
+
+
+async def projected(request: Request, tenant: str, thread: str, wanted: int | None) -> bool:
+    """Whether the thread's projection reflects every event of the thread up to stream sequence ``wanted``,
+    waiting briefly for the projector (it writes just after the log has the event). A ``wanted`` beyond the
+    thread's last event (another thread's sequence) asks for that last event only. False: the projector is
+    further behind; read the log instead."""
+    if not wanted:
+        return True
     state = app_state(request)
-    behind = False
-    if wanted := number(min_seq, "min_seq"):
-        for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
-            await asyncio.sleep(delay)
-            if behind := await state.projections.seq(tenant, thread) < wanted:
-                continue
-            break
-    doc = None if behind else await state.projections.doc(tenant, thread)
-    if doc is not None:
-        return doc
+    if await state.projections.seq(tenant, thread) >= wanted:
+        return True
+    target = min(wanted, await state.log.last_seq(tenant, thread))
+    for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+        await asyncio.sleep(delay)
+        if await state.projections.seq(tenant, thread) >= target:
+            return True
+    return False
+
+
+async def thread_doc(
+    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+) -> bytes:
+    """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
+    With ``min_seq`` (or its header) the read waits briefly for the projector to reach that sequence, and
+    folds the log itself when the projector is further behind: such a read never goes back in time.
+    ``own=False``: a thread the request does not name (a lineage's parent), which the header does not concern."""
+    state = app_state(request)
+    wanted = wanted_seq(request, min_seq) if own else number(min_seq, "min_seq")
+    doc = await state.projections.doc(tenant, thread) if await projected(request, tenant, thread, wanted) else None
+    return doc if doc is not None else await folded_doc(request, tenant, thread)
+
+
+async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
+    """The thread's document folded from its log now (and stored, for the reads after it); 404 when none."""
+    state = app_state(request)
     doc = await state.projections.refold(await state.log.read(tenant, thread))
     if doc is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
     return doc
 
 
-async def thread_view(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadView:
-    return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq))
+async def thread_view(
+    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+) -> ThreadView:
+    return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq, own=own))
 
 
 async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView | None:
@@ -93,14 +127,20 @@ async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView 
     return replay(await app_state(request).log.read(tenant, thread))
 
 
-async def thread_of(request: Request, tenant: str, entity_id: str) -> str | None:
+async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int | None = None) -> str | None:
     """The thread of a run, node, request or plan. The index is written by the projector just after the event
     is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
-    looked up again for up to a second before it counts as unknown."""
+    looked up again for up to a second before it counts as unknown. A client that says which sequence it has
+    seen (``wanted``, from the write that made the id or an event of its thread) is answered from the thread
+    of that event when the index is further behind: the route then reads that thread at that sequence."""
     projections = app_state(request).projections
     for delay in (0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.35):
         await asyncio.sleep(delay)
         if (thread := await projections.thread_of(tenant, entity_id)) is not None:
+            return thread
+    if wanted and (subject := await app_state(request).log.subject_at(wanted)) is not None:
+        owner_tenant, thread, _ = parse_event_subject(subject)
+        if owner_tenant == tenant and is_id(thread, "thr"):
             return thread
     return None
 

@@ -12,7 +12,7 @@ from treadle.core.lineage.commands import ForkSource, ForkThread
 from treadle.views.lineage import HandoffView, LineageNode, LineageView
 from treadle.views.thread import ThreadView, handoff_view, lineage_node
 
-from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view
+from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view, wanted_seq
 from .errors import ApiError
 from .openapi import ADMITTED, BODY, COMMAND, FORK, ON_THREAD, PARAMS, PATH_ID, THREAD_READ, errors
 
@@ -73,7 +73,7 @@ async def fork_thread(
 async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     who = await principal(request)
     handoff_id = path_id(handoff_id, "hoff")
-    thread = await thread_of(request, who.tenant, handoff_id)
+    thread = await thread_of(request, who.tenant, handoff_id, wanted_seq(request, min_seq))
     view = handoff_view(await thread_view(request, who.tenant, thread, min_seq), handoff_id) if thread else None
     if view is None:
         raise ApiError(404, "handoff_not_found", f"handoff {handoff_id} not found")
@@ -95,7 +95,7 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
         parent = root.lineage.parent_thread_id if root.lineage else None
         if parent is None:
             break
-        root = await thread_view(request, who.tenant, parent)
+        root = await thread_view(request, who.tenant, parent, own=False)
     seen: set[str] = set()
 
     async def build(st: ThreadView, depth: int) -> LineageNode:
@@ -106,7 +106,9 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
             if child["thread_id"] in seen or len(seen) >= MAX_NODES:
                 continue
             try:
-                children.append(await build(await thread_view(request, who.tenant, child["thread_id"]), depth + 1))
+                children.append(
+                    await build(await thread_view(request, who.tenant, child["thread_id"], own=False), depth + 1)
+                )
             except ApiError:  # a child not readable yet (being created): leave it out
                 continue
         return lineage_node(st, children)
