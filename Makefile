@@ -53,7 +53,16 @@ $(CODEX_STAMP):
 	mkdir -p .tools/codex && npm install --prefix .tools/codex --save-exact --no-audit --no-fund --loglevel=error @openai/codex@$(CODEX_VERSION)
 	@touch $@
 
-setup: $(STAMP) $(CODEX_STAMP)
+# The OpenAPI linter (issue 19): pinned, installed like the Codex runtime; `make test` lints schemas/openapi.json
+SPECTRAL_VERSION := 6.16.3
+SPECTRAL_STAMP   := .tools/spectral/.installed-$(SPECTRAL_VERSION)
+SPECTRAL         := .tools/spectral/node_modules/.bin/spectral
+$(SPECTRAL_STAMP):
+	@command -v npm >/dev/null || { echo "error: npm is needed to install @stoplight/spectral-cli" >&2; exit 1; }
+	mkdir -p .tools/spectral && npm install --prefix .tools/spectral --save-exact --no-audit --no-fund --loglevel=error @stoplight/spectral-cli@$(SPECTRAL_VERSION)
+	@touch $@
+
+setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP)
 	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
 	@path=$$(bash scripts/ensure-bubblewrap.sh); echo "bubblewrap (runtime sandbox): $$path"
 
@@ -64,6 +73,7 @@ test: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy -p treadle
+	$(SPECTRAL) lint --quiet --fail-severity=warn --ruleset .spectral.yaml schemas/openapi.json
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
