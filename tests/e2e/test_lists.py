@@ -10,6 +10,7 @@ import json
 import pytest
 
 from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from tests.support.scripts import approval, script, text, tool, write
 
 pytestmark = pytest.mark.e2e
@@ -128,10 +129,19 @@ async def test_filtered_lists_page_within_their_filter_and_keep_it_in_the_cursor
     _refused(await api.request("GET", f"/v1/threads/{thread}/activity", params={"run_id": "run_*"}), "invalid_id")
 
 
+async def _listed(api, threads: list[str]) -> None:
+    async def all_there() -> bool:
+        listed = {t["id"] for t in (await _page(api, "/v1/threads", limit=200))["items"]}
+        return listed.issuperset(threads)
+
+    await wait_for(all_there, what=f"threads {threads} in the tenant's list")
+
+
 async def test_the_tenants_threads_are_paged_newest_first_and_new_threads_shift_nothing(stack, stack_nc, tenant):
     api = await make_api(stack, stack_nc, tenant)
     try:
         made = [await api.create_thread(title=f"t{i}") for i in range(5)]
+        await _listed(api, made)  # the tenant's list spans threads: it is projected, with no sequence to ask for
         first = await _page(api, "/v1/threads", limit=2)
         assert first["seq"] is None and [t["id"] for t in first["items"]] == made[::-1][:2]
         newer = [await api.create_thread(title=f"new{i}") for i in range(2)]  # at the top, ahead of the cursor
@@ -141,6 +151,7 @@ async def test_the_tenants_threads_are_paged_newest_first_and_new_threads_shift_
             rest += page["items"]
             cursor = page["next_cursor"]
         assert [t["id"] for t in first["items"] + rest] == made[::-1]
+        await _listed(api, newer)
         again = await _page(api, "/v1/threads", limit=200)
         assert [t["id"] for t in again["items"]] == newer[::-1] + made[::-1] and again["next_cursor"] is None
     finally:
