@@ -102,7 +102,10 @@ class TokenStore:
 
     async def resolve(self, token: str) -> Principal | None:
         """The principal of a bearer token; lookups are by digest, so no secret is ever compared directly."""
-        key = digest(token)
+        return await self.resolve_digest(digest(token))
+
+    async def resolve_digest(self, key: str) -> Principal | None:
+        """The principal of the token with this digest (a console session keeps only the digest)."""
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:

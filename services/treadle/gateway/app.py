@@ -34,7 +34,7 @@ from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
 
-from . import checkpoints, control, lineage, lists, openapi, policy
+from . import checkpoints, console, control, lineage, lists, openapi, policy
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -208,7 +208,7 @@ async def stream_events(
         start = number(last_event_id, "Last-Event-ID", code="invalid_last_event_id") or 0
     await thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads
     slots: StreamSlots = app_state(request).stream_slots
-    holder = token_id(bearer(request.scope) or "")
+    holder = getattr(request.state, "stream_holder", None) or token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read
     stream = slots.held(holder, who.tenant, thread_events(app_state(request).nc, who.tenant, thread, start))
     return Stream(
@@ -285,6 +285,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *checkpoints.ROUTES,
             *lineage.ROUTES,
             *policy.ROUTES,
+            *console.ROUTES,
         ],
         lifespan=[lifespan],
         exception_handlers={

@@ -22,6 +22,7 @@ from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
 
+from . import sessions
 from .errors import ApiError
 from .params import number
 
@@ -46,6 +47,8 @@ def app_state(request: Request) -> State:
 
 async def principal(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
+    if not header and (sid := request.cookies.get(sessions.COOKIE)):  # a signed-in console page
+        return await sessions.principal(request, sid)
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
