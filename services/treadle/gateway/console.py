@@ -82,17 +82,22 @@ def _sid(request: Request) -> str:
 
 
 @get("/console/session", include_in_schema=False)
-async def current(request: Request) -> SessionInfo:
-    sid = _sid(request)
-    record = await sessions.find(request, sid)
-    who = await sessions.principal(request, sid)
-    return SessionInfo(
+async def current(request: Request) -> Response:
+    """Whether this browser is signed in: a probe the page makes on load, so "no" is an answer, not an error."""
+    sid = request.cookies.get(sessions.COOKIE)
+    try:
+        record = await sessions.find(request, sid or "")
+        who = await sessions.principal(request, sid or "")
+    except ApiError as exc:
+        return Response({"signed_in": False, "reason": exc.message if sid else "not signed in"}, headers=PAGE_HEADERS)
+    info = SessionInfo(
         tenant=who.tenant,
         user=who.user,
         role=who.role,
-        csrf_token=await sessions.csrf_token(request, sid),
+        csrf_token=await sessions.csrf_token(request, sid or ""),
         expires_at=record.expires_at,
     )
+    return Response(info, headers=PAGE_HEADERS)
 
 
 @delete("/console/session", status_code=200, include_in_schema=False)

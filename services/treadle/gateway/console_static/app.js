@@ -137,11 +137,16 @@ export async function route() {
   if (leave) { leave(); leave = null; }
   if (!session) {
     try {
-      session = await get("/console/session");
+      const probe = await get("/console/session");
+      if (probe.signed_in === false) {
+        header();
+        return signInScreen(probe.reason === "not signed in" ? null : new Error(probe.reason));
+      }
+      session = probe;
       setCsrf(session.csrf_token);
     } catch (e) {
       header();
-      return signInScreen(e instanceof ApiError && e.status === 401 && e.message === "not signed in" ? null : e);
+      return signInScreen(e);
     }
   }
   header();

@@ -26,8 +26,8 @@ export async function threadScreen(id) {
     return () => {};
   }
 
-  const view = { header: h("section.card"), runs: h("section.runs"), side: h("aside.side"), composer: h("section.card.composer") };
-  root.append(h("div.cols", h("div.mainc", view.header, view.runs, view.composer), view.side));
+  const view = { header: h("section.card"), notice: h("div.notice", { role: "status" }), runs: h("section.runs"), side: h("aside.side"), composer: h("section.card.composer") };
+  root.append(h("div.cols", h("div.mainc", view.header, view.notice, view.runs, view.composer), view.side));
 
   // Coalesced refetch at the sequence of the event that triggered it: a read never goes back in time.
   async function refresh() {
@@ -51,6 +51,8 @@ export async function threadScreen(id) {
       if (el) el.textContent = live.get(d.message_id);
       else { const s = streamingBox(d); s.querySelector(".text").textContent = live.get(d.message_id); }
     });
+    source.onopen = () => { root.dataset.stream = "open"; };
+    source.onerror = () => { root.dataset.stream = "reconnecting"; };
     source.onmessage = () => refresh();
     const durable = (ev) => { noteSeq(id, Number(ev.lastEventId)); refresh(); };
     for (const t of EVENT_TYPES) source.addEventListener(t, durable);
@@ -189,7 +191,7 @@ export async function threadScreen(id) {
         h("pre.patch", d.patch || "(no textual changes)"), d.truncated ? h("div.muted", "diff truncated") : null,
         h("button.rollback", { onclick: (e) => act(e, async () => {
           const r = await post(`/v1/threads/${id}/rollback`, { to_run_ordinal: run.ordinal }, id);
-          box.append(h("div.ok", `Rolled back to run ${run.ordinal}'s files.`));
+          view.notice.replaceChildren(h("div.ok.card", `Rolled back to run ${run.ordinal}'s files (${r.id ?? "rollback"}: ${r.status ?? "done"}).`));
           return r;
         }) }, `Roll back to run ${run.ordinal}`)));
     } catch (e) { box.replaceChildren(errorBox(e)); }

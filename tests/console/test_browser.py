@@ -1,0 +1,172 @@
+"""The console in a real Chromium (Playwright, Debian's browser): sign in, watch a reply stream in, answer an
+approval, steer and reorder the queue, roll back from the diff view, fork, and see another tenant's thread as
+"not found". Every wait is on a page condition; each test saves a screenshot under its tmp folder and fails on
+any console error."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.async_api import expect
+
+from tests.support.api import make_api
+from tests.support.lineage import workspace
+from tests.support.rollbacks import run_to_end
+from tests.support.scripts import HANG, script
+
+STREAMED = "Streaming into the page, four characters at a time, before the run is done."
+
+
+async def open_thread(console, thread: str) -> None:
+    await console.page.goto(f"{console.base}/#/t/{thread}")
+    await console.page.wait_for_selector(".thread[data-stream=open]")
+
+
+async def send_from_composer(console, text: str, body: dict | None = None, mode: str = "auto") -> None:
+    page = console.page
+    await page.fill(".composer textarea[name=text]", text)
+    await page.select_option(".composer select[name=mode]", mode)
+    if body is not None:
+        await page.click(".composer summary")
+        await page.fill(".composer textarea[name=script]", json.dumps(body))
+    await page.click(".composer button[type=submit]")
+
+
+async def test_sign_in_shows_the_tenants_threads(console, api):
+    thread = await api.create_thread(title="listed in the console")
+    await console.sign_in(api.token)
+    row = console.page.locator(f"tr[data-thread={thread}]")
+    await expect(row).to_contain_text("listed in the console")
+    await expect(row).to_contain_text("scripted")
+    await expect(console.page.locator("#who")).to_contain_text(api.tenant)
+    await console.shot("threads")
+    assert await console.page.evaluate("document.cookie") == ""  # HttpOnly: the page cannot read its session
+    assert console.errors == []
+
+
+async def test_L2_1_a_scripted_reply_streams_into_the_page_before_the_run_completes(console, api):
+    thread = await api.create_thread(title="streaming")
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    body = script(
+        {"type": "text", "text": STREAMED, "chunk": 4, "delay_ms": 40},
+        {"type": "approval", "kind": "command", "command": "true", "prompt": "finish"},  # holds the run open
+    )
+    await send_from_composer(console, "stream please", body)
+    await expect(console.page.locator(".disposition .disp")).to_have_text("started")
+    # Part of the reply, not all of it, is on the page: it arrived while the provider was still writing.
+    await console.page.wait_for_function(
+        """full => [...document.querySelectorAll('.msg.assistant .text')].some(
+               e => e.textContent.length > 0 && e.textContent.length < full.length && full.startsWith(e.textContent))""",
+        arg=STREAMED,
+        polling="raf",
+    )
+    run = console.page.locator(".run").first
+    assert await run.get_attribute("data-status") != "completed"
+    await expect(console.page.locator(".msg.assistant .text").first).to_have_text(STREAMED)
+    await expect(run).not_to_have_attribute("data-status", "completed")
+    await console.shot("streaming")
+    assert console.errors == []
+
+
+async def test_L11_an_approval_answered_by_a_click_lets_the_run_finish(console, api):
+    thread = await api.create_thread(title="approval")
+    sent = await api.send(
+        thread,
+        "clean up",
+        script=script(
+            {"type": "text", "text": "I will clean the build."},
+            {"type": "approval", "kind": "command", "command": "rm -rf build", "prompt": "tidy the folder"},
+            {"type": "text", "text": "All done."},
+        ),
+    )
+    await api.wait_request(thread)
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    request = console.page.locator(".request.pending")
+    await expect(request.locator("code.command")).to_have_text("rm -rf build")  # the exact command, not the words
+    await expect(request.locator("code.cwd")).to_contain_text(thread)
+    await expect(request.locator(".model")).to_contain_text("tidy the folder")
+    await console.shot("approval")
+    await request.locator("button.approve").click()
+    run = console.page.locator(f".run[data-run={sent['run_id']}]")
+    await expect(run).to_have_attribute("data-status", "completed")
+    await expect(run.locator(".msg.assistant").last).to_contain_text("All done.")
+    assert (await api.run(sent["run_id"]))["status"] == "completed"
+    await console.shot("approved")
+    assert console.errors == []
+
+
+async def test_another_tenants_thread_in_the_url_is_not_found(console, api, stack, stack_nc, tenant):
+    other = await make_api(stack, stack_nc, tenant + "other")
+    try:
+        theirs = await other.create_thread(title="not yours")
+    finally:
+        await other.close()
+    await console.sign_in(api.token)
+    await console.page.goto(f"{console.base}/#/t/{theirs}")
+    await expect(console.page.locator(".notfound h1")).to_have_text("Thread not found")
+    await expect(console.page.locator(".notfound .error")).to_contain_text("thread_not_found")
+    await expect(console.page.locator("body")).not_to_contain_text("not yours")
+    await console.shot("not-found")
+    # the 404 of the read is the expected answer, and the only thing the browser reports
+    assert all("404" in e for e in console.errors), console.errors
+
+
+async def test_L3_6_a_queue_reorder_and_a_steer_behave_as_the_api_says(console, api):
+    thread = await api.create_thread(title="queue")
+    active = await api.send(thread, "hold", script=script(HANG, profile="full"))
+    await api.wait_running(active["run_id"])
+    first = await api.send(thread, "first queued", mode="queue_after_active")
+    second = await api.send(thread, "second queued", mode="queue_after_active")
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    items = console.page.locator(".queue li")
+    await expect(items).to_have_count(2)
+    await expect(items.first).to_contain_text("first queued")
+    await items.first.locator("button[title=down]").click()
+    await expect(items.first).to_contain_text("second queued")
+    queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
+    assert [q["run_id"] for q in queue["queue"]] == [second["run_id"], first["run_id"]]
+    await console.shot("queue")
+    await send_from_composer(console, "change course", mode="steer_active")
+    await expect(console.page.locator(".disposition .disp")).to_have_text("steered")
+    await expect(console.page.locator(f".run[data-run={active['run_id']}] .msg.user")).to_contain_text(
+        ["change course"]
+    )
+    assert console.errors == []
+
+
+async def test_L10_5_a_rollback_from_the_diff_view_restores_the_file(console, api, stack):
+    thread = await api.create_thread(title="rollback")
+    write = lambda content: script({"type": "write_file", "path": "notes.txt", "content": content})  # noqa: E731
+    await run_to_end(api, thread, "write one", write("one\n"))
+    await run_to_end(api, thread, "write two", write("two\n"))
+    path = workspace(stack, api.tenant, thread) / "notes.txt"
+    assert path.read_text() == "two\n"
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    run1 = console.page.locator(".run").first
+    await run1.locator("button", has_text="Changes").click()
+    await expect(run1.locator(".diffbox .files")).to_contain_text("notes.txt")
+    await expect(run1.locator(".diffbox pre.patch")).to_contain_text("+one")
+    await console.shot("diff")
+    await run1.locator("button.rollback").click()
+    await expect(console.page.locator(".notice .ok")).to_contain_text("Rolled back to run 1")
+    assert path.read_text() == "one\n"
+    await expect(console.page.locator(".run").nth(1)).to_have_attribute("data-status", "rolled_back")
+    assert console.errors == []
+
+
+async def test_L6_a_fork_from_a_run_opens_the_new_thread(console, api):
+    thread = await api.create_thread(title="fork source")
+    await run_to_end(api, thread, "hello", script({"type": "text", "text": "hi there"}))
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    await console.page.locator(".run button", has_text="Fork from here").click()
+    await console.page.wait_for_function(
+        "t => location.hash.startsWith('#/t/') && !location.hash.endsWith(t)", arg=thread
+    )
+    await expect(console.page.locator(".thread .meta")).to_contain_text(f"forked from {thread}")
+    await console.shot("fork")
+    assert console.errors == []
