@@ -150,8 +150,8 @@ class TreadleUp:
     """``treadle up`` in a process of its own, as an operator runs it, stopped the way a service manager stops
     it: SIGTERM to that process. Restarted on the same state dir and port."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str]) -> None:
-        self.state_dir, self.env, self.port = state_dir, env, free_port()
+    def __init__(self, state_dir: Path, env: dict[str, str], demo: bool = False) -> None:
+        self.state_dir, self.env, self.port, self.demo = state_dir, env, free_port(), demo
         self.log = state_dir.parent / f"{state_dir.name}-up.log"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -175,7 +175,7 @@ class TreadleUp:
                 str(self.state_dir),
                 "--port",
                 str(self.port),
-                "--no-demo",
+                "--demo" if self.demo else "--no-demo",
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -118,6 +118,8 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
     grid.add_column()
     grid.add_row("API", Text(api, style="bold"))
     grid.add_row("OpenAPI", f"{api}/schema/openapi.json")
+    console_url = f"{api}/#/t/{thread_id}" if thread_id else f"{api}/"
+    grid.add_row("console", Text.assemble((console_url, "bold"), ("  (sign in with the dev token)", "dim")))
     grid.add_row(
         "dev token", Text.assemble((token, "bold"), (f"  (tenant {DEV_TENANT}; saved in {state / 'dev-token'})", "dim"))
     )
