@@ -5,6 +5,7 @@ any console error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from playwright.async_api import expect
@@ -169,4 +170,81 @@ async def test_L6_a_fork_from_a_run_opens_the_new_thread(console, api):
     )
     await expect(console.page.locator(".thread .meta")).to_contain_text(f"forked from {thread}")
     await console.shot("fork")
+    assert console.errors == []
+
+
+async def test_L11_a_question_answered_with_an_option_lets_the_run_finish(console, api):
+    thread = await api.create_thread(title="question")
+    options = [{"label": "Blue", "description": "calm"}, {"label": "Red", "description": "loud"}]
+    sent = await api.send(
+        thread,
+        "pick",
+        script=script({"type": "question", "prompt": "Which colour?", "options": options}, {"type": "echo"}),
+    )
+    await api.wait_request(thread)
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    question = console.page.locator(".request.pending .question")
+    await expect(question).to_contain_text("Which colour?")
+    await expect(question.locator("button.option")).to_have_count(2)
+    await question.locator("button.option", has_text="Red").click()
+    run = console.page.locator(f".run[data-run={sent['run_id']}]")
+    await expect(run).to_have_attribute("data-status", "completed")
+    request = (await api.thread(thread))["requests"][0]
+    assert request["status"] == "resolved" and "Red" in json.dumps(request["response"])
+    await console.shot("question")
+    assert console.errors == []
+
+
+async def test_L8_interrupt_from_the_page_interrupts_the_run(console, api):
+    thread = await api.create_thread(title="interrupt")
+    sent = await api.send(thread, "hold", script=script(HANG, profile="full"))
+    await api.wait_running(sent["run_id"])
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    run = console.page.locator(f".run[data-run={sent['run_id']}]")
+    await run.locator("button", has_text="Interrupt").click()
+    await expect(run).to_have_attribute("data-status", "interrupted")
+    assert (await api.run(sent["run_id"]))["status"] == "interrupted"
+    assert console.errors == []
+
+
+async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
+    thread = await api.create_thread(title="queue edits")
+    active = await api.send(thread, "hold", script=script(HANG, profile="full"))
+    await api.wait_running(active["run_id"])
+    a = await api.send(thread, "alpha", mode="queue_after_active")
+    b = await api.send(thread, "beta", mode="queue_after_active")
+    c = await api.send(thread, "gamma", mode="queue_after_active")
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    items = console.page.locator(".queue li")
+    await expect(items).to_have_count(3)
+    await items.nth(2).drag_to(items.nth(0))
+    await expect(items.nth(0)).to_contain_text("gamma")
+    console.page.once("dialog", lambda d: asyncio.ensure_future(d.accept("alpha, edited")))
+    await console.page.locator(f".queue li[data-queued={a['run_id']}] button", has_text="Edit").click()
+    await expect(console.page.locator(f".queue li[data-queued={a['run_id']}]")).to_contain_text("alpha, edited")
+    await console.page.locator(f".queue li[data-queued={b['run_id']}] button", has_text="Cancel").click()
+    await expect(items).to_have_count(2)
+    queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
+    assert [(q["run_id"], q["text"]) for q in queue] == [(c["run_id"], "gamma"), (a["run_id"], "alpha, edited")]
+    assert (await api.run(b["run_id"]))["status"] == "cancelled"
+    assert console.errors == []
+
+
+async def test_L5_4_a_clean_context_run_shows_its_handoff(console, api):
+    thread = await api.create_thread(title="handoff")
+    await run_to_end(api, thread, "remember the colour blue", script({"type": "text", "text": "noted"}))
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    await console.page.check(".composer input[name=clean_context]")
+    await send_from_composer(console, "what did I say?", script({"type": "echo"}))
+    second = console.page.locator(".run").nth(1)
+    await expect(second).to_have_attribute("data-status", "completed")
+    handoff = second.locator("details.handoff")
+    await expect(handoff.locator(".strategy")).to_have_text("full_thread_summary")
+    await handoff.locator("summary").click()
+    await expect(handoff.locator("pre")).to_contain_text("remember the colour blue")
+    await console.shot("handoff")
     assert console.errors == []

@@ -115,6 +115,7 @@ export async function threadScreen(id) {
       h("div.msgs", msgs.map(messageEl)),
       reqs.map(requestCard),
       plans.map(planCard),
+      doc.handoffs.filter((x) => x.run_id === run.id).map(handoffEl),
       h("details.graphbox", h("summary", `graph: ${run.attempts.length} attempt(s), ${run.nodes.length} node(s)`),
         h("ol", run.attempts.map((a) => h("li", `attempt ${a.number} (${a.reason}) `, h(`span.status.${a.status}`, a.status),
           a.error ? " " + a.error : ""))), nodeTree(run)),
@@ -161,6 +162,14 @@ export async function threadScreen(id) {
         h("button.decline", { onclick: respond({ decision: "decline" }) }, "Decline")));
     }
     return box;
+  }
+
+  function handoffEl(x) {
+    return h("details.handoff", { dataset: { handoff: x.id } },
+      h("summary", h("b", "handoff "), h("span.strategy", x.strategy), ` ${x.from_provider ?? "(none)"} → ${x.to_provider}`,
+        x.reason ? h("span.muted.small", " · " + x.reason) : null,
+        x.covered_ordinals.length ? h("span.muted.small", ` · covers run ${x.covered_ordinals.join(", ")}`) : null),
+      h("pre", x.text), x.truncated ? h("div.muted.small", "cut to the provider's budget") : null);
   }
 
   function planCard(p) {
@@ -231,9 +240,9 @@ export async function threadScreen(id) {
   }
 
   function handoffCard() {
-    if (!doc.handoffs.length && !doc.transfers.length) return h("span");
-    return h("section.card", h("h2", "Handoffs"), doc.handoffs.map((x) => h("details", h("summary", `${x.strategy ?? "handoff"} ${x.id}`),
-      h("pre", x.text ?? JSON.stringify(x, null, 1)))), doc.transfers.map((x) => h("div.muted.small", "transfer " + JSON.stringify(x))));
+    if (!doc.transfers.length) return h("span");
+    return h("section.card", h("h2", "Context transfers"),
+      doc.transfers.map((x) => h("div.muted.small", `${x.type} from ${x.source_thread_id}: ${x.status}`)));
   }
 
   function activityCard() {
@@ -247,6 +256,8 @@ export async function threadScreen(id) {
     const text = h("textarea", { name: "text", rows: 3, placeholder: "Message", required: true, maxLength: 100000 });
     const mode = h("select", { name: "mode" }, MODES.map((m) => h("option", m)));
     const provider = h("select", { name: "provider" }, h("option", { value: "" }, "same provider"), ["scripted", "codex", "claude"].map((p) => h("option", p)));
+    const model = h("input", { name: "model", placeholder: "model (optional)", maxLength: 200, size: 14 });
+    const clean = h("input", { type: "checkbox", name: "clean_context" });
     const script = h("textarea.script", { name: "script", rows: 3, placeholder: 'script (scripted provider), e.g. {"steps": [...]}' });
     const result = h("div.disposition", { role: "status" });
     composer.state = h("span.muted.small");
@@ -254,6 +265,8 @@ export async function threadScreen(id) {
       ev.preventDefault();
       const body = { text: text.value, mode: mode.value };
       if (provider.value) body.provider = provider.value;
+      if (model.value) body.model = model.value;
+      if (clean.checked) body.clean_context = true;
       if (script.value.trim()) {
         try { body.script = JSON.parse(script.value); } catch (e) { result.replaceChildren(errorBox(new Error("script is not JSON: " + e.message))); return; }
       }
@@ -264,7 +277,9 @@ export async function threadScreen(id) {
         text.value = "";
         await refresh();
       } catch (e) { result.replaceChildren(errorBox(e)); }
-    } }, text, h("div.row", h("label", "mode ", mode), h("label", "provider ", provider), h("button", { type: "submit" }, "Send"), composer.state),
+    } }, text, h("div.row", h("label", "mode ", mode), h("label", "provider ", provider), model,
+      h("label", { title: "a fresh provider thread, told the thread so far in a summary" }, clean, " clean context"),
+      h("button", { type: "submit" }, "Send"), composer.state),
     h("details", h("summary", "script"), script), result);
     view.composer.replaceChildren(form);
   }
