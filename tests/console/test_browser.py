@@ -206,6 +206,7 @@ async def test_L8_interrupt_from_the_page_interrupts_the_run(console, api):
     await run.locator("button", has_text="Interrupt").click()
     await expect(run).to_have_attribute("data-status", "interrupted")
     assert (await api.run(sent["run_id"]))["status"] == "interrupted"
+    await console.shot("interrupted")
     assert console.errors == []
 
 
@@ -230,6 +231,7 @@ async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
     assert [(q["run_id"], q["text"]) for q in queue] == [(c["run_id"], "gamma"), (a["run_id"], "alpha, edited")]
     assert (await api.run(b["run_id"]))["status"] == "cancelled"
+    await console.shot("queue-edited")
     assert console.errors == []
 
 

@@ -15,6 +15,11 @@ from treadle.ops.tokens import digest
 COOKIE = sessions.COOKIE
 
 
+def cookie(sid: str) -> dict[str, str]:
+    """The session cookie as the browser sends it (per-request cookie jars are deprecated in httpx)."""
+    return {"Cookie": f"{COOKIE}={sid}"}
+
+
 async def sign_in(http, token: str) -> tuple[str, str]:
     r = await http.post("/console/session", json={"token": token})
     assert r.status_code == 201, r.text
@@ -22,7 +27,7 @@ async def sign_in(http, token: str) -> tuple[str, str]:
 
 
 async def thread_count(http, sid: str) -> int:
-    r = await http.get("/v1/threads", params={"limit": "200"}, cookies={COOKIE: sid})
+    r = await http.get("/v1/threads", params={"limit": "200"}, headers=cookie(sid))
     assert r.status_code == 200, r.text
     return len(r.json()["items"])
 
@@ -37,7 +42,7 @@ async def test_sign_in_sets_an_httponly_strict_cookie_and_answers_for_the_tenant
     body = r.json()
     assert (body["tenant"], body["user"]) == (api.tenant, "alice") and len(body["csrf_token"]) == 64
     thread = await api.create_thread(title="mine")
-    r = await http.get(f"/v1/threads/{thread}", cookies={COOKIE: r.cookies[COOKIE]})
+    r = await http.get(f"/v1/threads/{thread}", headers=cookie(r.cookies[COOKIE]))
     assert r.status_code == 200 and r.json()["thread"]["title"] == "mine"
 
 
@@ -56,18 +61,17 @@ async def test_another_tenants_session_sees_none_of_its_threads(http, api, stack
     other = await make_api(stack, stack_nc, tenant + "x")
     try:
         sid, csrf = await sign_in(http, other.token)
-        r = await http.get(f"/v1/threads/{thread}", cookies={COOKIE: sid})
+        r = await http.get(f"/v1/threads/{thread}", headers=cookie(sid))
         assert r.status_code == 404 and r.json()["error"]["code"] == "thread_not_found"
         r = await http.post(
             f"/v1/threads/{thread}/messages",
             json={"text": "hi"},
-            cookies={COOKIE: sid},
-            headers={"X-Treadle-CSRF": csrf},
+            headers={**cookie(sid), "X-Treadle-CSRF": csrf},
         )
         assert r.status_code == 404 and r.json()["error"]["code"] == "thread_not_found"
-        r = await http.get(f"/v1/threads/{thread}/events", cookies={COOKIE: sid})
+        r = await http.get(f"/v1/threads/{thread}/events", headers=cookie(sid))
         assert r.status_code == 404
-        assert thread not in [t["id"] for t in (await http.get("/v1/threads", cookies={COOKIE: sid})).json()["items"]]
+        assert thread not in [t["id"] for t in (await http.get("/v1/threads", headers=cookie(sid))).json()["items"]]
     finally:
         await other.close()
     assert (await api.thread(thread))["messages"] == []
@@ -83,13 +87,13 @@ async def test_a_write_without_the_csrf_token_or_from_another_site_is_refused(ht
         {"X-Treadle-CSRF": csrf, "Sec-Fetch-Site": "cross-site"},
     ]
     for headers in refused:
-        r = await http.post("/v1/threads", json={"title": "forged"}, cookies={COOKIE: sid}, headers=headers)
+        r = await http.post("/v1/threads", json={"title": "forged"}, headers={**cookie(sid), **headers})
         assert r.status_code == 403, (headers, r.text)
         assert r.json()["error"]["code"] == "forbidden" and r.json()["error"]["details"]["csrf"] in ("token", "site")
-    r = await http.delete("/console/session", cookies={COOKIE: sid})  # signing out is a write too
+    r = await http.delete("/console/session", headers=cookie(sid))  # signing out is a write too
     assert r.status_code == 403
     assert await thread_count(http, sid) == before
-    r = await http.post("/v1/threads", json={"title": "real"}, cookies={COOKIE: sid}, headers={"X-Treadle-CSRF": csrf})
+    r = await http.post("/v1/threads", json={"title": "real"}, headers={**cookie(sid), "X-Treadle-CSRF": csrf})
     assert r.status_code == 201, r.text
     assert await thread_count(http, sid) == before + 1
 
@@ -97,31 +101,31 @@ async def test_a_write_without_the_csrf_token_or_from_another_site_is_refused(ht
 async def test_forged_expired_and_signed_out_cookies_are_refused(http, api, stack_nc):
     sid, csrf = await sign_in(http, api.token)
     forged = ["A" * 43, "not a session", sid[:-1] + ("A" if sid[-1] != "A" else "B"), "x" * 5000]
-    for cookie in forged:
-        r = await http.get("/v1/threads", cookies={COOKIE: cookie})
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", cookie[:50]
+    for value in forged:
+        r = await http.get("/v1/threads", headers=cookie(value))
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", value[:50]
     # an expired record (the bucket's TTL removes it later; the record's own expiry counts first)
     expired = "E" * 43
     kv = await stack_nc.jetstream().key_value(sessions.BUCKET)
     record = sessions.WebSession(token_digest=digest(api.token), expires_at=time.time() - 1)
     await kv.put(digest(expired), msgspec.json.encode(record))
-    r = await http.get("/v1/threads", cookies={COOKIE: expired})
+    r = await http.get("/v1/threads", headers=cookie(expired))
     assert r.status_code == 401 and "expired" in r.json()["error"]["message"]
-    r = await http.post("/v1/threads", json={}, cookies={COOKIE: expired}, headers={"X-Treadle-CSRF": csrf})
+    r = await http.post("/v1/threads", json={}, headers={**cookie(expired), "X-Treadle-CSRF": csrf})
     assert r.status_code == 401
     # signing out ends the session on the server, not only in the browser
-    r = await http.delete("/console/session", cookies={COOKIE: sid}, headers={"X-Treadle-CSRF": csrf})
+    r = await http.delete("/console/session", headers={**cookie(sid), "X-Treadle-CSRF": csrf})
     assert r.status_code == 200 and "max-age=0" in r.headers["set-cookie"].lower()
-    r = await http.get("/v1/threads", cookies={COOKIE: sid})
+    r = await http.get("/v1/threads", headers=cookie(sid))
     assert r.status_code == 401
 
 
 async def test_bearer_clients_need_no_csrf_token_and_a_cookie_streams_events(http, api):
     sid, _ = await sign_in(http, api.token)
-    r = await http.post("/v1/threads", json={"title": "api"}, headers=api.headers, cookies={COOKIE: "A" * 43})
+    r = await http.post("/v1/threads", json={"title": "api"}, headers={**api.headers, **cookie("A" * 43)})
     assert r.status_code == 201, r.text  # the Authorization header decides; the cookie is not looked at
     thread = r.json()["thread_id"]
-    async with http.stream("GET", f"/v1/threads/{thread}/events", cookies={COOKIE: sid}) as stream:
+    async with http.stream("GET", f"/v1/threads/{thread}/events", headers=cookie(sid)) as stream:
         assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
         async for line in stream.aiter_lines():
             if line.startswith("event: thread.created"):
