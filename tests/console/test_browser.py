@@ -250,3 +250,51 @@ async def test_L5_4_a_clean_context_run_shows_its_handoff(console, api):
     await expect(handoff.locator("pre")).to_contain_text("remember the colour blue")
     await console.shot("handoff")
     assert console.errors == []
+
+
+async def test_L1_1_a_new_thread_from_the_form_and_a_refused_mode_shown_as_the_api_states_it(console, api):
+    await console.sign_in(api.token)
+    page = console.page
+    await page.click("text=New thread")
+    await page.fill("input[name=title]", "made in the browser")
+    await page.select_option("select[name=runtime_mode]", "full_access")  # not allowed by the default policy
+    await page.click("button[type=submit]")
+    await expect(page.locator("form .error")).to_contain_text("mode_not_allowed")
+    await console.shot("new-thread-refused")
+    assert (await (await api.request("GET", "/v1/threads")).aread()).count(b"made in the browser") == 0
+    await page.select_option("select[name=runtime_mode]", "approval_required")
+    await page.click("button[type=submit]")
+    await expect(page.locator(".thread h1")).to_have_text("made in the browser")
+    thread = page.url.rsplit("/", 1)[1]
+    assert (await api.thread(thread))["thread"]["title"] == "made in the browser"
+    # the run graph nests a subagent's nodes under it
+    await send_from_composer(
+        console,
+        "delegate",
+        script({"type": "subagent", "title": "helper", "steps": [{"type": "tool", "name": "grep", "output": "found"}]}),
+    )
+    run = page.locator(".run").first
+    await expect(run).to_have_attribute("data-status", "completed")
+    await run.locator("details.graphbox > summary").click()
+    await expect(run.locator("ul.graph li li li", has_text="grep")).to_have_count(1)
+    await console.shot("run-graph")
+    # the 403 of the refused create is the expected answer, and the only thing the browser reports
+    assert all("403" in e for e in console.errors), console.errors
+
+
+async def test_sign_out_ends_the_session_and_a_reload_asks_for_the_token_again(console, api):
+    await console.sign_in(api.token)
+    page = console.page
+    cookies = await page.context.cookies()
+    session = next(c for c in cookies if c["name"] == "treadle_session")
+    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    await page.locator("#who button", has_text="Sign out").click()
+    await expect(page.locator("input[name=token]")).to_be_visible()
+    await page.reload()
+    await expect(page.locator("input[name=token]")).to_be_visible()
+    r = await api.client.request(
+        "GET", "/v1/threads", headers={"Authorization": "", "Cookie": f"treadle_session={session['value']}"}
+    )
+    assert r.status_code == 401  # the old cookie is dead on the server, not only forgotten by the browser
+    await console.shot("signed-out")
+    assert console.errors == []

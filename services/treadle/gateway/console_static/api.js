@@ -26,6 +26,7 @@ export async function call(method, path, body, thread) {
   const text = await res.text();
   let doc = null;
   try { doc = text ? JSON.parse(text) : null; } catch { doc = null; }
+  if (res.status === 401 && path.startsWith("/v1/")) window.dispatchEvent(new Event("treadle:signed-out"));
   if (!res.ok) {
     throw new ApiError(res.status, (doc && doc.error) || { code: "http_" + res.status, message: text || res.statusText });
   }

@@ -158,4 +158,6 @@ export async function route() {
 }
 
 window.addEventListener("hashchange", route);
+// A session that expired or was signed out elsewhere: back to the sign-in form, on the same URL.
+window.addEventListener("treadle:signed-out", () => { if (session) { session = null; setCsrf(""); route(); } });
 route();
