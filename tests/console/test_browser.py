@@ -298,3 +298,29 @@ async def test_sign_out_ends_the_session_and_a_reload_asks_for_the_token_again(c
     assert r.status_code == 401  # the old cookie is dead on the server, not only forgotten by the browser
     await console.shot("signed-out")
     assert console.errors == []
+
+
+async def test_L12_todo_progress_and_a_proposed_plan_implemented_from_the_page(console, api):
+    thread = await api.create_thread(title="plans")
+    todo = [{"text": "read", "status": "completed"}, {"text": "write", "status": "in_progress"}]
+    await run_to_end(
+        api,
+        thread,
+        "plan it",
+        script(
+            {"type": "todo", "items": todo},
+            {"type": "plan", "text": "1. add notes.txt"},
+            {"type": "text", "text": "ok"},
+        ),
+    )
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    first = console.page.locator(".run").first
+    await expect(first.locator(".todo")).to_contain_text("write")
+    await expect(first).to_contain_text("todo 1/2")
+    await expect(first.locator(".plan pre")).to_have_text("1. add notes.txt")
+    await first.locator(".plan button", has_text="Implement here").click()
+    await expect(console.page.locator(".run")).to_have_count(2)
+    await expect(first.locator(".plan")).to_contain_text("implemented by")
+    await console.shot("plan")
+    assert console.errors == []
