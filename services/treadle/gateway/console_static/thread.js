@@ -9,6 +9,8 @@ export async function threadScreen(id) {
   const root = h("div.thread");
   main().replaceChildren(root);
   const live = new Map(); // message id -> text streamed live (ahead of the projection)
+  const opened = new Map(); // run id -> its diff view, kept across re-renders while the thread moves on
+  const graphs = new Set(); // run ids whose graph is unfolded
   let doc = null;
   let source = null;
   let closed = false;
@@ -116,14 +118,14 @@ export async function threadScreen(id) {
       reqs.map(requestCard),
       plans.map(planCard),
       doc.handoffs.filter((x) => x.run_id === run.id).map(handoffEl),
-      h("details.graphbox", h("summary", `graph: ${run.attempts.length} attempt(s), ${run.nodes.length} node(s)`),
+      h("details.graphbox", { open: graphs.has(run.id), ontoggle: (ev) => (ev.target.open ? graphs.add(run.id) : graphs.delete(run.id)) }, h("summary", `graph: ${run.attempts.length} attempt(s), ${run.nodes.length} node(s)`),
         h("ol", run.attempts.map((a) => h("li", `attempt ${a.number} (${a.reason}) `, h(`span.status.${a.status}`, a.status),
           a.error ? " " + a.error : ""))), nodeTree(run)),
       h("div.actions",
         active ? h("button", { onclick: (ev) => act(ev, () => post(`/v1/runs/${run.id}/interrupt`, {}, id)) }, "Interrupt") : null,
         run.checkpoint_id ? h("button", { onclick: (ev) => showDiff(ev, run) }, "Changes") : null,
         TERMINAL.has(run.status) ? h("button", { onclick: (ev) => fork(ev, run) }, "Fork from here") : null),
-      h("div.diffbox"));
+      h("div.diffbox", opened.get(run.id) || null));
     return card;
   }
 
@@ -195,14 +197,17 @@ export async function threadScreen(id) {
     const box = ev.target.closest(".run").querySelector(".diffbox");
     try {
       const d = await get(`/v1/runs/${run.id}/diff`, id);
-      box.replaceChildren(h("div.diff", h("b", `Changes of run ${run.ordinal}`), h("span.muted.small", ` ${d.files_total} file(s)`),
+      const pane = h("div.diff", h("button.small.close", { onclick: () => { opened.delete(run.id); pane.remove(); } }, "×"),
+        h("b", ` Changes of run ${run.ordinal}`), h("span.muted.small", ` ${d.files_total} file(s)`),
         h("ul.files", d.files.map((f) => h("li", h("b", f.change), " ", h("code", f.path), ` +${f.added} −${f.removed}`))),
         h("pre.patch", d.patch || "(no textual changes)"), d.truncated ? h("div.muted", "diff truncated") : null,
         h("button.rollback", { onclick: (e) => act(e, async () => {
           const r = await post(`/v1/threads/${id}/rollback`, { to_run_ordinal: run.ordinal }, id);
           view.notice.replaceChildren(h("div.ok.card", `Rolled back to run ${run.ordinal}'s files (${r.id ?? "rollback"}: ${r.status ?? "done"}).`));
           return r;
-        }) }, `Roll back to run ${run.ordinal}`)));
+        }) }, `Roll back to run ${run.ordinal}`));
+      opened.set(run.id, pane);
+      box.replaceChildren(pane);
     } catch (e) { box.replaceChildren(errorBox(e)); }
   }
 
