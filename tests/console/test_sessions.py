@@ -46,7 +46,7 @@ async def test_sign_in_sets_an_httponly_strict_cookie_and_answers_for_the_tenant
     assert r.status_code == 200 and r.json()["thread"]["title"] == "mine"
 
 
-async def test_a_wrong_token_gets_no_session(http):
+async def test_a_wrong_token_or_another_site_gets_no_session(http, api):
     r = await http.post("/console/session", json={"token": "trd_" + "x" * 43})
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     assert COOKIE not in r.cookies
@@ -54,6 +54,10 @@ async def test_a_wrong_token_gets_no_session(http):
     assert r.status_code == 401 and COOKIE not in r.cookies
     r = await http.post("/console/session", json={"token": 5})
     assert r.status_code == 400
+    for site in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):  # login CSRF
+        r = await http.post("/console/session", json={"token": api.token}, headers=site)
+        assert r.status_code == 403 and r.json()["error"]["details"] == {"csrf": "site"}
+        assert COOKIE not in r.cookies
 
 
 async def test_another_tenants_session_sees_none_of_its_threads(http, api, stack, stack_nc, tenant):

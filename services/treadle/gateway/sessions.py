@@ -56,6 +56,8 @@ async def csrf_token(request: Request, sid: str) -> str:
 
 async def open_session(request: Request, token: str) -> tuple[str, Principal, float]:
     """A new session for a token that resolves now: (session id, principal, expiry as a Unix time)."""
+    if not same_origin(request):  # another site signing this browser in to its own account (login CSRF)
+        raise ApiError(403, "forbidden", "a cross-site request cannot sign in", {"csrf": "site"})
     tokens = request.app.state.tokens
     if len(token) > 200 or (who := await tokens.resolve(token)) is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
@@ -88,7 +90,7 @@ async def find(request: Request, sid: str) -> WebSession:
     return record
 
 
-def _same_origin(request: Request) -> bool:
+def same_origin(request: Request) -> bool:
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
@@ -106,7 +108,7 @@ async def principal(request: Request, sid: str) -> Principal:
     if who is None:
         raise _unauthorized("the session's token was revoked")
     if request.method not in SAFE_METHODS:
-        if not _same_origin(request):
+        if not same_origin(request):
             raise ApiError(403, "forbidden", "a cross-site request cannot use the console session", {"csrf": "site"})
         sent = request.headers.get(CSRF_HEADER, "")
         if not hmac.compare_digest(sent.encode(), (await csrf_token(request, sid)).encode()):
