@@ -110,8 +110,10 @@ async def test_another_tenants_thread_in_the_url_is_not_found(console, api, stac
     await expect(console.page.locator(".notfound .error")).to_contain_text("thread_not_found")
     await expect(console.page.locator("body")).not_to_contain_text("not yours")
     await console.shot("not-found")
-    # the 404 of the read is the expected answer, and the only thing the browser reports
-    assert all("404" in e for e in console.errors), console.errors
+    await console.page.goto(f"{console.base}/#/t/thr_NOT*AN*ID")  # not an id at all
+    await expect(console.page.locator(".thread .error")).to_contain_text("invalid_id")
+    # the 404 and 400 of the reads are the expected answers, and the only things the browser reports
+    assert all("404" in e or "400" in e for e in console.errors), console.errors
 
 
 async def test_L3_6_a_queue_reorder_and_a_steer_behave_as_the_api_says(console, api):
