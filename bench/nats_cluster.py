@@ -35,12 +35,12 @@ import httpx
 import nats
 
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.core.envelope import Envelope
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
+from treadle.ops import broker_urls
 from treadle.ops.servers import NatsCluster, NatsServer
 from treadle.ops.tokens import TokenStore
 

@@ -30,8 +30,8 @@ import pytest
 from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
 from tests.support.api import make_api
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.eventlog.log import EventLog
+from treadle.ops import broker_urls
 
 pytestmark = pytest.mark.e2e
 

@@ -18,11 +18,11 @@ from tests.e2e.test_cli import treadle
 from tests.support.api import Api
 from tests.support.helpers import quiet, wait_for
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.core import events as ev
 from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
+from treadle.ops import broker_urls
 from treadle.ops.tokens import TokenStore
 from treadle.projections.check import check_log
 from treadle.projections.store import encode_state

@@ -19,7 +19,6 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.client import broker_urls
 from treadle.coordinator.service import Coordinator
 from treadle.core import events as ev
 from treadle.core.commands import Command
@@ -28,6 +27,7 @@ from treadle.core.thread.commands import SendMessage
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog
+from treadle.ops import broker_urls
 from treadle.ops.servers import NatsCluster
 from treadle.runtime.settings import CoordinatorSettings, Shared
 

@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
-from ..client import broker_urls
 from ..client.http import TreadleClient
+from ..ops import broker_urls
 from .errors import UsageError
 
 DEFAULT_API = "http://127.0.0.1:8700"

@@ -36,7 +36,7 @@ def _auth(args: argparse.Namespace):
 
 def _address(service_url: str) -> str:
     """The broker URL without the service user's credentials (every node of a cluster)."""
-    from treadle.client import broker_urls
+    from treadle.ops import broker_urls
 
     try:
         return broker_urls.address(service_url)
@@ -62,8 +62,8 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
-    from treadle.client.tenant_events import filters_of
     from treadle.ops import audit, tenant_consumers
+    from treadle.ops.tenant_events import filters_of
 
     auth = _auth(args)
     service_url = nats_url(args)
@@ -113,8 +113,8 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
 async def cmd_consumers_reset(args: argparse.Namespace) -> int:
     """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
     credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
-    from treadle.client.tenant_events import filters_of
     from treadle.ops import audit, tenant_consumers
+    from treadle.ops.tenant_events import filters_of
 
     auth = _auth(args)
     if args.all == bool(args.credential):
@@ -203,7 +203,7 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
     from nats.errors import Error as NatsError
     from nats.errors import NoServersError
 
-    from treadle.client.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
+    from treadle.ops.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
 
     creds_path = args.creds or os.environ.get("TREADLE_CONSUMER_CREDS")
     if not creds_path:

@@ -16,8 +16,8 @@ import uvloop
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..client import broker_urls
 from ..eventlog import streams
+from ..ops import broker_urls
 from . import logs
 from .settings import Shared, WorkerSettings
 

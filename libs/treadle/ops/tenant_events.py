@@ -2,7 +2,7 @@
 
 Other services of the platform (billing, notifications, analytics) use this instead of the HTTP API::
 
-    from treadle.client.tenant_events import TenantCredential, follow_tenant
+    from treadle.ops.tenant_events import TenantCredential, follow_tenant
 
     creds = TenantCredential.load("billing.creds.json")   # from `treadle consumers create --tenant acme`
     async with creds.connect() as nc, TenantFollower(nc, creds, types=["run.completed"]) as events:
