@@ -5,51 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import ApiError
+from .sse import SseEvent, SseParser
 
 if TYPE_CHECKING:
     from .http import TreadleClient
 
 
-@dataclass(frozen=True)
-class SseEvent:
-    """One Server-Sent Event. ``id`` is the stream sequence of a durable event, None for live deltas."""
-
-    id: int | None
-    event: str
-    data: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """The subset of the SSE wire format the gateway speaks: id, event and (multi-line) data fields."""
-    id_: int | None = None
-    event = ""
-    data: list[str] = []
+    """SSE events from an async iterator of lines."""
+    parser = SseParser()
     async for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(id_, event or "message", "\n".join(data).encode())
-            # Only durable events carry an id, so it must not leak into the live delta that follows.
-            id_, event, data = None, "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-        elif name == "id":
-            id_ = int(value) if value.isdigit() else None
+        if (event := parser.feed(line)) is not None:
+            yield event
 
 
 class Follow:

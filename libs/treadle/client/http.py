@@ -1,5 +1,6 @@
-"""An async client for the HTTP API v1: JSON calls, the thread's Server-Sent Events, and waiting for a run, a
-runtime request or any state of a thread.
+"""The first async client of the HTTP API v1, answering plain dicts (the tests and older callers use it; new
+code uses the typed :class:`treadle.client.AsyncTreadle` or :class:`treadle.client.Treadle`): JSON calls, the
+thread's Server-Sent Events, and waiting for a run, a runtime request or any state of a thread.
 
 Every failure the API reports comes back as an :class:`~treadle.client.errors.ApiError` (one subclass per kind,
 carrying the status and the API's own ``{"error": {code, message, details}}``); a gateway that cannot be reached
@@ -15,15 +16,12 @@ from typing import Any
 
 import httpx
 
-from treadle.core.run.model import TERMINAL_RUN_STATUSES
-
+from .calls import MAX_REMEMBERED, TERMINAL
 from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, SseEvent, follow, parse_sse, signal_first
 
 __all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
 
-TERMINAL = TERMINAL_RUN_STATUSES
-MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
 POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
 
 # The events that change a run's status: what wakes wait_run, which watches the stream instead of polling.
