@@ -325,10 +325,11 @@ class AsyncTreadle:
         while True:
             error: ApiError | None = None
             try:
-                async for event in self._events_once(thread_id, state.last_id, connected):
-                    if state.accept(event):
-                        self.seen.saw(thread_id, event.id)
-                        yield event
+                async with contextlib.aclosing(self._events_once(thread_id, state.last_id, connected)) as events:
+                    async for event in events:
+                        if state.accept(event):
+                            self.seen.saw(thread_id, event.id)
+                            yield event
             except ApiError as exc:
                 if not reconnect or not retryable(exc):
                     raise
@@ -341,7 +342,7 @@ class AsyncTreadle:
 
     async def _events_once(
         self, thread_id: str, last_id: int, connected: asyncio.Event | None
-    ) -> AsyncIterator[SseEvent]:
+    ) -> AsyncGenerator[SseEvent, None]:
         # The stream is quiet between events (keepalives every 15 s): no read timeout.
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
         parser = SseParser()

@@ -322,10 +322,11 @@ class Treadle:
             error: ApiError | None = None
             _check(deadline)
             try:
-                for event in self._events_once(thread_id, state.last_id, connected, deadline):
-                    if state.accept(event):
-                        self.seen.saw(thread_id, event.id)
-                        yield event
+                with contextlib.closing(self._events_once(thread_id, state.last_id, connected, deadline)) as events:
+                    for event in events:
+                        if state.accept(event):
+                            self.seen.saw(thread_id, event.id)
+                            yield event
             except ApiError as exc:
                 if not reconnect or not retryable(exc):
                     raise
@@ -340,7 +341,7 @@ class Treadle:
 
     def _events_once(
         self, thread_id: str, last_id: int, connected: threading.Event | None, deadline: float | None
-    ) -> Iterator[SseEvent]:
+    ) -> Generator[SseEvent, None, None]:
         # The stream is quiet between events (keepalives every 15 s): no read timeout but a caller's deadline.
         read = None if deadline is None else max(deadline - time.monotonic(), 0.01)
         timeout = httpx.Timeout(self._http.timeout.connect, read=read)
