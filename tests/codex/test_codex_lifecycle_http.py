@@ -307,7 +307,7 @@ async def test_L11_3_answering_a_codex_approval_after_its_provider_host_died_is_
     # Not stuck: the run goes on in a resumed Codex thread, which asks again; that answer works.
     async def asked_again():
         r = await client.request("GET", f"/v1/threads/{thread}/requests", params={"status": "pending"})
-        return next((q for q in r.json()["requests"] if q["id"] != request["id"]), None)
+        return next((q for q in r.json()["items"] if q["id"] != request["id"]), None)
 
     fresh = await wait_for(asked_again, timeout=60, what="the approval asked again")
     await respond(client, fresh["id"], {"decision": "accept"})

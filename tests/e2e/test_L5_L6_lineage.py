@@ -39,7 +39,7 @@ async def test_L5_1_another_provider_for_the_next_run_is_a_handoff_on_the_same_t
     )
     before = await api.thread(thread)
     [a] = before["provider_threads"]
-    threads_before = [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]]
+    threads_before = [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["items"]]
 
     sent = await api.send(
         thread, "review both", provider="scripted-b", script=script(write("REVIEW.md", "fine\n"), ECHO)
@@ -58,7 +58,7 @@ async def test_L5_1_another_provider_for_the_next_run_is_a_handoff_on_the_same_t
 
     # No fork: the same app thread and workspace go on; no new thread, transfer or lineage.
     after = await api.thread(thread)
-    assert [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["threads"]] == threads_before
+    assert [t["id"] for t in (await api.request("GET", "/v1/threads")).json()["items"]] == threads_before
     assert after["transfers"] == [] and after["lineage"] == before["lineage"]
     assert files(workspace(stack, api.tenant, thread)) == {
         "parser.py": "p = 1\n",

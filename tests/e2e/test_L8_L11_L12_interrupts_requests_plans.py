@@ -90,7 +90,7 @@ async def test_L11_1_L11_2_an_approval_waits_for_its_answer_and_gates_the_action
     run = await api.run(sent["run_id"])
     assert run["status"] == "waiting"
     assert next(n for n in run["nodes"] if n["id"] == request["node_id"])["kind"] == "approval"
-    pending = (await api.request("GET", f"/v1/threads/{thread}/requests?status=pending")).json()["requests"]
+    pending = (await api.request("GET", f"/v1/threads/{thread}/requests?status=pending")).json()["items"]
     assert [r["id"] for r in pending] == [request["id"]]
     ack = await api.post(f"/v1/requests/{request['id']}/respond", {"decision": decision}, expect=200)
     assert ack["disposition"] == "resolved"
@@ -225,7 +225,7 @@ async def test_L12_4_activity_carries_run_and_node_ids(api):
         ),
     )
     await api.wait_run(sent["run_id"])
-    activity = (await api.request("GET", f"/v1/threads/{thread}/activity?run_id={sent['run_id']}")).json()["activity"]
+    activity = (await api.request("GET", f"/v1/threads/{thread}/activity?run_id={sent['run_id']}")).json()["items"]
     kinds = [a["kind"] for a in activity]
     for kind in (
         "tool.started",

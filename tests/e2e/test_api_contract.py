@@ -30,7 +30,7 @@ async def test_a_thread_of_another_tenant_is_404(api, stack, stack_nc):
             r = await other.request(method, path, json=body)
             assert r.status_code == 404, (path, r.text)
             assert r.json()["error"]["code"] in ("thread_not_found", "run_not_found")
-        listed = (await other.request("GET", "/v1/threads")).json()["threads"]
+        listed = (await other.request("GET", "/v1/threads")).json()["items"]
         assert all(t["id"] != thread for t in listed)
     finally:
         await other.close()

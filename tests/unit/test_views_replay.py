@@ -18,7 +18,6 @@ from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
 from treadle.projections import document
 from treadle.views import of_state
-from treadle.views.requests import ActivityList, RequestList
 from treadle.views.thread import ThreadView, handoff_view, lineage_node, queue_view, run_view, summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -74,8 +73,9 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
         for h in view.handoffs:
             got[f"/v1/handoffs/{h.id}"] = _json(handoff_view(view, h.id))
         got[f"/v1/threads/{thread}/queue"] = _json(queue_view(view))
-        got[f"/v1/threads/{thread}/requests"] = _json(RequestList(view.requests))
-        got[f"/v1/threads/{thread}/activity"] = _json(ActivityList(view.activity))
+        # Recorded before the lists were paged: the items of a page, in the shape of the time.
+        got[f"/v1/threads/{thread}/requests"] = {"requests": _json(view.requests)}
+        got[f"/v1/threads/{thread}/activity"] = {"activity": _json(view.activity)}
     root, fork, other = (views[t] for t in expected["threads"])
     tree = lineage_node(root, [lineage_node(fork, [])])
     for view, root_view, node in ((root, root, tree), (fork, root, tree), (other, other, lineage_node(other, []))):
@@ -86,7 +86,7 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
             "tree": _json(node),
         }
     newest_first = sorted(views.values(), key=lambda v: v.thread.created_at if v.thread else 0, reverse=True)
-    got["/v1/threads"] = {"threads": [_json(summary(v)) for v in newest_first]}
+    got["/v1/threads"] = {"threads": [_json(summary(v)) for v in newest_first]}  # the items of its first page
     assert [json.loads(msgspec.json.encode(of_state.summary(states[t]))) for t in expected["threads"]] == [
         _json(summary(views[t])) for t in expected["threads"]
     ]

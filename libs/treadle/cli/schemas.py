@@ -98,16 +98,25 @@ def views_schema() -> dict:
     from treadle.views import VIEW_VERSION
     from treadle.views.checkpoints import RollbackView
     from treadle.views.lineage import HandoffView, LineageView
-    from treadle.views.requests import ActivityList, RequestList
+    from treadle.views.pages import (
+        ActivityPage,
+        CheckpointPage,
+        HandoffPage,
+        MessagePage,
+        RequestPage,
+        RunPage,
+        ThreadPage,
+    )
     from treadle.views.runs import QueueView
-    from treadle.views.thread import RunView, ThreadList, ThreadView
+    from treadle.views.thread import RunView, ThreadView
 
+    pages = [ThreadPage, RunPage, MessagePage, ActivityPage, RequestPage, CheckpointPage, HandoffPage]
     return _components(
-        [ThreadView, ThreadList, RunView, QueueView, RequestList, ActivityList, HandoffView, LineageView, RollbackView],
+        [ThreadView, RunView, QueueView, HandoffView, LineageView, RollbackView, *pages],
         "Treadle views",
-        f"The documents the HTTP API serves (view version {VIEW_VERSION}): the thread, its list item, "
-        "a run with its attempts and nodes, the queue, requests, activity, a handoff, the lineage "
-        "tree and a rollback.",
+        f"The documents the HTTP API serves (view version {VIEW_VERSION}): the thread, a run with its attempts "
+        "and nodes, the queue, a handoff, the lineage tree, a rollback, and a page of each list (items, "
+        "next_cursor, seq).",
     )
 
 

@@ -469,20 +469,9 @@ def decode(call: Call[T], response: httpx.Response) -> T:
     if response.status_code >= 400:
         raise ApiError.from_response(response)
     try:
-        if getattr(call.result, "__origin__", None) is Page:
-            return msgspec.convert(_items(msgspec.json.decode(response.content)), call.result)
         return msgspec.json.decode(response.content, type=call.result)
     except msgspec.DecodeError as exc:  # not the API's answer (a proxy's page): say so, typed
         raise ApiError(response.status_code, "invalid_answer", f"{call.op}: {exc}") from None
-
-
-def _items(raw: Any) -> Any:
-    """A list answer in the page shape; a gateway from before pagination answered ``{"<name>": [...]}``."""
-    if isinstance(raw, dict) and "items" not in raw:
-        lists = [v for v in raw.values() if isinstance(v, list)]
-        if len(lists) == 1:
-            return {"items": lists[0]}
-    return raw
 
 
 def unreachable(base_url: str, exc: BaseException) -> Unreachable:

@@ -160,8 +160,29 @@ class TreadleClient:
         body = _present(title=title, provider=provider, model=model, runtime_mode=runtime_mode, workspace=workspace)
         return await self._call("POST", "/v1/threads", body=body, idempotency_key=idempotency_key)
 
-    async def list_threads(self, limit: int = 50, offset: int = 0) -> list[dict]:
-        return (await self._call("GET", "/v1/threads", params={"limit": limit, "offset": offset}))["threads"]
+    async def page(self, path: str, *, limit: int | None = None, cursor: str | None = None, **params: Any) -> dict:
+        """One page of a list (``{"items", "next_cursor", "seq"}``); a thread's list asks for what this client
+        has seen of the thread (``min_seq``). Pass the page's ``next_cursor`` back as ``cursor`` for the next."""
+        thread_id = path.split("/")[3] if path.startswith("/v1/threads/") else None
+        query = {**_present(limit=limit, cursor=cursor, **params), **self._min_seq(thread_id)}
+        page = await self._call("GET", path, params=query)
+        if thread_id is not None:
+            self.saw(thread_id, page.get("seq"))
+        return page
+
+    async def every(self, path: str, **params: Any) -> list[dict]:
+        """Every item of a list, page after page (for short lists: a thread's requests, checkpoints)."""
+        items: list[dict] = []
+        cursor = None
+        while True:
+            page = await self.page(path, limit=200, cursor=cursor, **params)
+            items += page["items"]
+            if (cursor := page["next_cursor"]) is None:
+                return items
+
+    async def list_threads(self, limit: int = 50, cursor: str | None = None) -> dict:
+        """A page of the tenant's threads, newest first."""
+        return await self.page("/v1/threads", limit=limit, cursor=cursor)
 
     async def get_thread(self, thread_id: str) -> dict:
         return await self._call("GET", f"/v1/threads/{thread_id}", params=self._min_seq(thread_id))
@@ -261,8 +282,7 @@ class TreadleClient:
 
     async def list_requests(self, thread_id: str, status: str | None = None) -> list[dict]:
         """The thread's runtime requests (``status="pending"``: those waiting for an answer)."""
-        params = {**_present(status=status), **self._min_seq(thread_id)}
-        return (await self._call("GET", f"/v1/threads/{thread_id}/requests", params=params))["requests"]
+        return await self.every(f"/v1/threads/{thread_id}/requests", **_present(status=status))
 
     async def respond(self, request_id: str, response: dict, idempotency_key: str | None = None) -> dict:
         """Answer a runtime request (an approval's ``{"decision": …}``, a question's answer)."""

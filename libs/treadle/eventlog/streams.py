@@ -63,6 +63,7 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-idempotency", history=1, ttl=DAY),
     KeyValueConfig(bucket="treadle-tokens", history=1),
     KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (ops/policies.py)
+    KeyValueConfig(bucket="treadle-keys", history=1),  # secrets the replicas share (ops/keys.py)
 )
 
 

@@ -50,6 +50,40 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 return 1
 """
 
+# A page of the tenant's threads, newest first, read at once: after the thread ARGV[2] (found by rank, so
+# threads created meanwhile shift nothing; by its score ARGV[3] if it were gone), ARGV[1] of them, each as
+# id, score, summary ('' when its summary is missing).
+_THREADS_PAGE = """
+local n = tonumber(ARGV[1])
+local ids
+if ARGV[2] == '' then
+  ids = redis.call('ZREVRANGE', KEYS[1], 0, n - 1, 'WITHSCORES')
+else
+  local r = redis.call('ZREVRANK', KEYS[1], ARGV[2])
+  if r then
+    ids = redis.call('ZREVRANGE', KEYS[1], r + 1, r + n, 'WITHSCORES')
+  else
+    ids = redis.call('ZREVRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '-inf', 'WITHSCORES', 'LIMIT', 0, n)
+  end
+end
+local out = {}
+for i = 1, #ids, 2 do
+  out[#out + 1] = ids[i]
+  out[#out + 1] = ids[i + 1]
+  out[#out + 1] = redis.call('HGET', KEYS[2], ids[i]) or ''
+end
+return out
+"""
+
+
+class Slice(msgspec.Struct, frozen=True):
+    """Stored items of one of a thread's lists, read in one call with the list's length and the sequence."""
+
+    seq: int
+    total: int
+    items: list[bytes]
+
+
 # Versioned: projections of another view version are rebuilt from the log as a whole when a projector starts.
 EPOCH_KEY = f"treadle:projections:epoch:v{VIEW_VERSION}"
 _encoder = msgspec.json.Encoder()
@@ -109,6 +143,7 @@ class ProjectionStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._script = redis.register_script(_WRITE)  # only for its sha: sent with EVALSHA below
+        self._threads_page = redis.register_script(_THREADS_PAGE)
         self._queued: list[tuple[list[Item], asyncio.Future[None]]] = []
         self._writer: asyncio.Task | None = None
 
@@ -203,12 +238,38 @@ class ProjectionStore:
         raw = cast("bytes | None", await self._redis.hget(_keys(tenant, "")[3], entity_id))
         return raw.decode() if raw else None
 
-    async def threads(self, tenant: str, limit: int = 50, offset: int = 0) -> list[bytes]:
+    async def threads(
+        self, tenant: str, limit: int, after: tuple[int, str] | None = None
+    ) -> list[tuple[int, str, bytes]]:
+        """Up to ``limit`` of the tenant's threads, newest first, after the thread ``after`` (created at, in
+        ms; id): each as (created at, id, its summary; b"" when the summary is missing)."""
         keys = _keys(tenant, "")
-        ids = cast("list[bytes]", await self._redis.zrevrange(keys[1], offset, offset + limit - 1))
-        if not ids:
-            return []
-        return [s for s in cast("list[bytes | None]", await self._redis.hmget(keys[2], ids)) if s]
+        score, after_id = after or (0, "")
+        flat = cast("list[bytes]", await self._threads_page(keys=keys[1:3], args=[limit, after_id, score]))
+        return [(int(float(flat[i + 1])), flat[i].decode(), flat[i + 2]) for i in range(0, len(flat), 3)]
+
+    async def slice(self, tenant: str, thread: str, name: str, start: int, count: int) -> Slice | None:
+        """Items ``start``..``start+count`` of the thread's list ``name`` (one of ``document.LISTS``) as stored,
+        without reading the rest of the document; None when the thread is not (wholly) projected in this view
+        version (the caller folds it from the log)."""
+        names = [b"seq", b"v", f"n:{name}".encode()] + [f"l:{name}:{i}".encode() for i in range(start, start + count)]
+        got = cast("list[bytes | None]", await self._redis.hmget(_keys(tenant, thread)[0], names))
+        seq, version, total = got[:3]
+        if seq is None or version != document.VERSION or total is None:
+            return None
+        items = got[3 : 3 + max(0, min(count, int(total) - start))]
+        if any(item is None for item in items):
+            return None
+        return Slice(int(seq), int(total), cast("list[bytes]", items))
+
+    async def part(self, tenant: str, thread: str, name: str) -> tuple[int, bytes] | None:
+        """The sequence and the stored JSON of the thread document's top-level field ``name``; None as ``slice``."""
+        seq, version, value = cast(
+            "list[bytes | None]", await self._redis.hmget(_keys(tenant, thread)[0], [b"seq", b"v", f"f:{name}"])
+        )
+        if seq is None or version != document.VERSION or value is None:
+            return None
+        return int(seq), value
 
     async def reachable(self, timeout: float) -> bool:
         """Redis answers a PING within ``timeout`` seconds."""

@@ -52,11 +52,3 @@ class Activity(View, kw_only=True):
     run_id: str
     node_id: str | None = None
     summary: str = ""
-
-
-class RequestList(View):
-    requests: list[RuntimeRequest]
-
-
-class ActivityList(View):
-    activity: list[Activity]

@@ -86,10 +86,6 @@ class ThreadSummary(View, kw_only=True, omit_defaults=True):
     last_run_status: str | None = None
 
 
-class ThreadList(View):
-    threads: list[ThreadSummary]
-
-
 class RunView(Run, kw_only=True):
     """One run (``/v1/runs/{id}``) with its thread, its messages and its checkpoint."""
 

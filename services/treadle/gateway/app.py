@@ -26,15 +26,16 @@ from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
-from treadle.views.thread import RunView, ThreadList, ThreadView, run_view
+from treadle.views.thread import RunView, ThreadView, run_view
 
-from . import checkpoints, control, errors, lineage, policy
+from . import checkpoints, control, errors, lineage, lists, policy
 from .commands import Commands
 from .deps import (
     IdempotencyKey,
@@ -105,19 +106,6 @@ async def create_thread(
         tenant=who.tenant, user=who.user, verb="create", thread=None, body=body, idempotency_key=idempotency_key
     )
     return ThreadCreated(thread_id=accepted.thread_id, seq=accepted.seq)
-
-
-@get("/v1/threads", summary="List the tenant's threads, newest first", responses=documented(ThreadList))
-async def list_threads(
-    request: Request,
-    limit: Annotated[str | None, QueryParameter(description="1..500, 50")] = None,
-    offset: Annotated[str | None, QueryParameter(description="0..1000000")] = None,
-) -> Response:
-    who = await principal(request)
-    items = await app_state(request).projections.threads(
-        who.tenant, number(limit, "limit", low=1, high=500) or 50, number(offset, "offset", high=1_000_000) or 0
-    )
-    return json_response(b'{"threads":[' + b",".join(items) + b"]}")
 
 
 @get(
@@ -241,6 +229,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.policies = PolicyStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc, shared.volume)
+        app.state.cursor_key = await shared_key(nc.jetstream(), "page-cursors")
         try:
             yield
         finally:
@@ -251,7 +240,6 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     return Litestar(
         route_handlers=[
             create_thread,
-            list_threads,
             get_thread,
             send_message,
             get_run,
@@ -259,6 +247,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             healthz,
             readyz,
             metrics,
+            *lists.ROUTES,
             *control.ROUTES,
             *checkpoints.ROUTES,
             *lineage.ROUTES,

@@ -5,18 +5,17 @@ Ids in paths resolve to their thread through the projection's index, so clients 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 from litestar import Request, delete, get, patch, post
-from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody
 
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.plans.decide import implementation_text
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.run.commands import InterruptRun
 from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
-from treadle.views.requests import ActivityList, RequestList
 from treadle.views.runs import QueueView
 from treadle.views.thread import queue_view
 
@@ -121,30 +120,6 @@ async def respond(
     thread = await owner(request, who.tenant, request_id, "req", "request_not_found")
     body = RespondRequest(request_id=request_id, decision=data.decision, answers=data.answers, message=data.message)
     return await _send(request, "respond", thread, body, idempotency_key)
-
-
-@get("/v1/threads/{thread_id:str}/requests", summary="The thread's runtime requests (pending ones with status=pending)")
-async def list_requests(
-    request: Request,
-    thread_id: FromPath[str],
-    status: Annotated[str | None, QueryParameter()] = None,
-    min_seq: MinSeq = None,
-) -> RequestList:
-    who = await principal(request)
-    state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
-    return RequestList([r for r in state.requests if status is None or r.status == status])
-
-
-@get("/v1/threads/{thread_id:str}/activity", summary="Activity (L12.4), each entry with its run and node ids")
-async def list_activity(
-    request: Request,
-    thread_id: FromPath[str],
-    run_id: Annotated[str | None, QueryParameter()] = None,
-    min_seq: MinSeq = None,
-) -> ActivityList:
-    who = await principal(request)
-    state = await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq)
-    return ActivityList([a for a in state.activity if run_id is None or a.run_id == run_id])
 
 
 @get(
@@ -252,8 +227,6 @@ ROUTES = [
     interrupt_run,
     interrupt_node,
     respond,
-    list_requests,
-    list_activity,
     get_queue,
     reorder_queue,
     edit_queued,

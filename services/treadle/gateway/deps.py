@@ -63,29 +63,57 @@ def path_id(value: str, prefix: str) -> str:
     return value
 
 
-async def thread_doc(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> bytes:
+MIN_SEQ_HEADER = "X-Treadle-Min-Seq"  # the same as ``min_seq``, for clients that set it once for every read
+MinSeqHeader = Annotated[
+    str | None, HeaderParameter(name=MIN_SEQ_HEADER, description="as the min_seq query parameter", required=False)
+]
+
+
+def wanted_seq(request: Request, min_seq: str | None) -> int | None:
+    """The stream sequence a read must reflect: the highest of ``min_seq`` and the ``X-Treadle-Min-Seq`` header."""
+    asked = [number(min_seq, "min_seq"), number(request.headers.get(MIN_SEQ_HEADER), MIN_SEQ_HEADER)]
+    return max((s for s in asked if s), default=None)
+
+
+async def projected(request: Request, tenant: str, thread: str, wanted: int | None) -> bool:
+    """Whether the thread's projection reflects stream sequence ``wanted``, waiting briefly for the projector
+    (it writes just after the log has the event). False: it is further behind; read the log instead."""
+    if not wanted:
+        return True
+    projections = app_state(request).projections
+    for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+        await asyncio.sleep(delay)
+        if await projections.seq(tenant, thread) >= wanted:
+            return True
+    return False
+
+
+async def thread_doc(
+    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+) -> bytes:
     """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
-    With ``min_seq`` the read waits briefly for the projector to reach that sequence (it writes just after),
-    and folds the log itself when the projector is further behind: such a read never goes back in time."""
+    With ``min_seq`` (or its header) the read waits briefly for the projector to reach that sequence, and
+    folds the log itself when the projector is further behind: such a read never goes back in time.
+    ``own=False``: a thread the request does not name (a lineage's parent), which the header does not concern."""
     state = app_state(request)
-    behind = False
-    if wanted := number(min_seq, "min_seq"):
-        for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
-            await asyncio.sleep(delay)
-            if behind := await state.projections.seq(tenant, thread) < wanted:
-                continue
-            break
-    doc = None if behind else await state.projections.doc(tenant, thread)
-    if doc is not None:
-        return doc
+    wanted = wanted_seq(request, min_seq) if own else number(min_seq, "min_seq")
+    doc = await state.projections.doc(tenant, thread) if await projected(request, tenant, thread, wanted) else None
+    return doc if doc is not None else await folded_doc(request, tenant, thread)
+
+
+async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
+    """The thread's document folded from its log now (and stored, for the reads after it); 404 when none."""
+    state = app_state(request)
     doc = await state.projections.refold(await state.log.read(tenant, thread))
     if doc is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
     return doc
 
 
-async def thread_view(request: Request, tenant: str, thread: str, min_seq: str | None = None) -> ThreadView:
-    return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq))
+async def thread_view(
+    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+) -> ThreadView:
+    return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq, own=own))
 
 
 async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView | None:

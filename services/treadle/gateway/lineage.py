@@ -82,7 +82,7 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
         parent = root.lineage.parent_thread_id if root.lineage else None
         if parent is None:
             break
-        root = await thread_view(request, who.tenant, parent)
+        root = await thread_view(request, who.tenant, parent, own=False)
     seen: set[str] = set()
 
     async def build(st: ThreadView, depth: int) -> LineageNode:
@@ -93,7 +93,9 @@ async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSe
             if child["thread_id"] in seen or len(seen) >= MAX_NODES:
                 continue
             try:
-                children.append(await build(await thread_view(request, who.tenant, child["thread_id"]), depth + 1))
+                children.append(
+                    await build(await thread_view(request, who.tenant, child["thread_id"], own=False), depth + 1)
+                )
             except ApiError:  # a child not readable yet (being created): leave it out
                 continue
         return lineage_node(st, children)

@@ -1,0 +1,297 @@
+"""The API's lists, paged with opaque cursors, all in one shape: ``{"items", "next_cursor", "seq"}``.
+
+A thread's lists (runs, messages, activity, requests, checkpoints, handoffs) are in the order things happened
+and only ever grow at the end, so a cursor is the index of the next item: pages never skip or repeat an item
+while the thread grows. A page is read from the stored items alone (the projection keeps each item of a long
+list apart), so its cost is the page's, not the thread's. The tenant's threads are newest first; a cursor
+there is the last thread of the page. Cursors are MACed (``cursors``) and bound to the tenant, thread, list
+and filter. Every list reads its writes: ``min_seq`` (or ``X-Treadle-Min-Seq``) as the other reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.params import FromPath, QueryParameter
+
+from treadle.views.pages import (
+    ActivityPage,
+    CheckpointPage,
+    HandoffPage,
+    MessagePage,
+    RequestPage,
+    RunPage,
+    ThreadPage,
+)
+
+from . import cursors
+from .deps import (
+    MinSeq,
+    MinSeqHeader,
+    app_state,
+    documented,
+    folded_doc,
+    json_response,
+    path_id,
+    principal,
+    projected,
+    thread_doc,
+    wanted_seq,
+)
+from .errors import ApiError
+from .params import number
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+SCAN = 1000  # items a filtered page looks at, at most: a page may hold fewer than `limit` and still go on
+REQUEST_STATUSES = ("pending", "resolved", "not_resumable", "cancelled")
+
+Limit = Annotated[str | None, QueryParameter(description=f"items per page, 1..{MAX_LIMIT} ({DEFAULT_LIMIT})")]
+Cursor = Annotated[str | None, QueryParameter(description="the next_cursor of the previous page")]
+
+
+class _RunOf(msgspec.Struct):
+    run_id: str | None = None
+
+
+class _StatusOf(msgspec.Struct):
+    status: str = ""
+
+
+_run_of = msgspec.json.Decoder(_RunOf)
+_status_of = msgspec.json.Decoder(_StatusOf)
+_raw_items = msgspec.json.Decoder(list[msgspec.Raw])
+# The sequence and one list of a whole thread document, its items left as JSON.
+_DOCS: dict[str, Any] = {
+    name: msgspec.defstruct(f"{name}_doc", [("seq", int), (name, list[msgspec.Raw])])
+    for name in ("runs", "messages", "activity", "requests", "checkpoints", "handoffs")
+}
+
+
+def _limit(value: str | None) -> int:
+    return number(value, "limit", low=1, high=MAX_LIMIT) or DEFAULT_LIMIT
+
+
+def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
+    if cursor is None:
+        return None
+    try:
+        return cursors.decode(app_state(request).cursor_key, tenant, cursor, **bound)
+    except cursors.InvalidCursor as exc:
+        raise ApiError(400, "invalid_cursor", f"cursor: {exc}", {"parameter": "cursor"}) from None
+
+
+def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response:
+    tail = msgspec.json.encode({"next_cursor": next_cursor, "seq": seq})
+    return json_response(b'{"items":[' + b",".join(items) + b"]," + tail[1:])
+
+
+async def _items(
+    request: Request, tenant: str, thread: str, name: str, start: int, count: int, wanted: int | None
+) -> tuple[int, int, list[bytes]]:
+    """(seq, total, items start..start+count) of the thread's list ``name``, reflecting ``wanted`` at least:
+    from the stored items when the projection has them, else from the whole document (folded from the log
+    when the projection is behind or missing, as every read does)."""
+    store = app_state(request).projections
+    if await projected(request, tenant, thread, wanted):
+        if name == "requests":  # a short list stored whole, not item by item
+            if (part := await store.part(tenant, thread, name)) is not None:
+                every = _raw_items.decode(part[1])
+                return part[0], len(every), [bytes(r) for r in every[start : start + count]]
+        elif (got := await store.slice(tenant, thread, name, start, count)) is not None:
+            return got.seq, got.total, got.items
+        doc = await thread_doc(request, tenant, thread, own=False)  # not projected (wholly) yet
+    else:
+        doc = await folded_doc(request, tenant, thread)
+    whole: Any = msgspec.json.decode(doc, type=_DOCS[name])
+    every = getattr(whole, name)
+    return whole.seq, len(every), [bytes(r) for r in every[start : start + count]]
+
+
+async def _thread_list(
+    request: Request,
+    thread_id: str,
+    name: str,
+    limit: str | None,
+    cursor: str | None,
+    min_seq: str | None,
+    *,
+    keep: Callable[[bytes], bool] | None = None,
+    filter: str = "",
+) -> Response:
+    """One page of a thread's list ``name``; with ``keep``, only the items it accepts (a filter, named by
+    ``filter`` in the cursor), looking at ``SCAN`` items at most."""
+    who = await principal(request)
+    thread = path_id(thread_id, "thr")
+    count = _limit(limit)
+    wanted = wanted_seq(request, min_seq)
+    position = _position(request, who.tenant, cursor, list=name, thread=thread, filter=filter)
+    start = position.index if position else 0
+    seq, total, window = await _items(
+        request, who.tenant, thread, name, start, count if keep is None else max(count, SCAN), wanted
+    )
+    if start > total:
+        raise ApiError(400, "invalid_cursor", "cursor: beyond the end of the list", {"parameter": "cursor"})
+    items, end = window, start + len(window)
+    if keep is not None:
+        items = []
+        for i, item in enumerate(window):
+            if keep(item):
+                items.append(item)
+                if len(items) == count:
+                    end = start + i + 1
+                    break
+    more = cursors.encode(app_state(request).cursor_key, who.tenant, cursors.at(name, thread, filter, end))
+    return _page(items, more if end < total else None, seq)
+
+
+@get(
+    "/v1/threads",
+    summary="The tenant's threads, newest first, a page at a time",
+    responses=documented(ThreadPage),
+)
+async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None) -> Response:
+    who = await principal(request)
+    count = _limit(limit)
+    position = _position(request, who.tenant, cursor, list="threads")
+    after = (position.score, position.after_id) if position else None
+    rows = await app_state(request).projections.threads(who.tenant, count + 1, after)
+    page = rows[:count]
+    more = None
+    if len(rows) > count:
+        score, last, _ = page[-1]
+        more = cursors.encode(app_state(request).cursor_key, who.tenant, cursors.after_thread(score, last))
+    return _page([summary for _, _, summary in page if summary], more, None)
+
+
+@get(
+    "/v1/threads/{thread_id:str}/runs",
+    summary="The thread's runs in the order they were queued, a page at a time",
+    responses=documented(RunPage),
+)
+async def list_runs(
+    request: Request,
+    thread_id: FromPath[str],
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    return await _thread_list(request, thread_id, "runs", limit, cursor, min_seq)
+
+
+@get(
+    "/v1/threads/{thread_id:str}/messages",
+    summary="The thread's messages in the order they were created, a page at a time",
+    responses=documented(MessagePage),
+)
+async def list_messages(
+    request: Request,
+    thread_id: FromPath[str],
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    return await _thread_list(request, thread_id, "messages", limit, cursor, min_seq)
+
+
+@get(
+    "/v1/threads/{thread_id:str}/activity",
+    summary="Activity (L12.4), each entry with its run and node ids, oldest first, a page at a time",
+    responses=documented(ActivityPage),
+)
+async def list_activity(
+    request: Request,
+    thread_id: FromPath[str],
+    run_id: Annotated[str | None, QueryParameter(description="only this run's activity")] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    if run_id is None:
+        return await _thread_list(request, thread_id, "activity", limit, cursor, min_seq)
+    wanted_run = path_id(run_id, "run")
+    return await _thread_list(
+        request,
+        thread_id,
+        "activity",
+        limit,
+        cursor,
+        min_seq,
+        keep=lambda item: _run_of.decode(item).run_id == wanted_run,
+        filter=f"run_id={wanted_run}",
+    )
+
+
+@get(
+    "/v1/threads/{thread_id:str}/requests",
+    summary="The thread's runtime requests (L11) in the order they were opened; status=pending: those waiting",
+    responses=documented(RequestPage),
+)
+async def list_requests(
+    request: Request,
+    thread_id: FromPath[str],
+    status: Annotated[str | None, QueryParameter(description=", ".join(REQUEST_STATUSES))] = None,
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    if status is None:
+        return await _thread_list(request, thread_id, "requests", limit, cursor, min_seq)
+    if status not in REQUEST_STATUSES:
+        raise ApiError(
+            400,
+            "invalid_parameter",
+            f"status must be one of {', '.join(REQUEST_STATUSES)}",
+            {"parameter": "status", "allowed": list(REQUEST_STATUSES)},
+        )
+    return await _thread_list(
+        request,
+        thread_id,
+        "requests",
+        limit,
+        cursor,
+        min_seq,
+        keep=lambda item: _status_of.decode(item).status == status,
+        filter=f"status={status}",
+    )
+
+
+@get(
+    "/v1/threads/{thread_id:str}/checkpoints",
+    summary="The thread's checkpoints (L10) in the order they were captured, a page at a time",
+    responses=documented(CheckpointPage),
+)
+async def list_checkpoints(
+    request: Request,
+    thread_id: FromPath[str],
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    return await _thread_list(request, thread_id, "checkpoints", limit, cursor, min_seq)
+
+
+@get(
+    "/v1/threads/{thread_id:str}/handoffs",
+    summary="The thread's context handoffs (L5.5) in the order they were made, a page at a time",
+    responses=documented(HandoffPage),
+)
+async def list_handoffs(
+    request: Request,
+    thread_id: FromPath[str],
+    limit: Limit = None,
+    cursor: Cursor = None,
+    min_seq: MinSeq = None,
+    x_treadle_min_seq: MinSeqHeader = None,
+) -> Response:
+    return await _thread_list(request, thread_id, "handoffs", limit, cursor, min_seq)
+
+
+ROUTES = [list_threads, list_runs, list_messages, list_activity, list_requests, list_checkpoints, list_handoffs]

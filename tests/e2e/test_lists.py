@@ -1,0 +1,214 @@
+"""Issue 19: every list is paged the same way (``{"items", "next_cursor", "seq"}``) with opaque cursors. Paging
+through a thread that grows between pages sees every item once, in the order things happened; a limit outside
+1..200 and a cursor that was not issued for exactly this list are typed 400s that change nothing; another
+tenant's thread is a 404 and another tenant's cursor a 400, with nothing of theirs in either answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.api import make_api
+from tests.support.scripts import approval, script, text, tool, write
+
+pytestmark = pytest.mark.e2e
+
+LISTS = ("runs", "messages", "activity", "requests", "checkpoints", "handoffs")
+
+
+def _key(name: str, item: dict) -> str:
+    """What identifies an item: its id, or the whole line for the activity feed (lines never change)."""
+    return json.dumps(item, sort_keys=True) if name == "activity" else item["id"]
+
+
+async def _grow(api, thread: str, i: int) -> int:
+    """One more run, on the other provider than the last (a handoff), with a file, a tool, an approval and a
+    reply: one more item in every list. Returns the thread's sequence once it has ended."""
+    sent = await api.send(
+        thread,
+        f"step {i}",
+        provider="scripted-b" if i % 2 else "scripted",
+        script=script(write(f"f{i}.txt", f"{i}\n"), tool("ls"), approval(f"go on {i}?"), text(f"done {i}")),
+    )
+    request = await api.client.wait_request(thread, 30)
+    await api.post(f"/v1/requests/{request['id']}/respond", {"decision": "accept"}, expect=200)
+    await api.wait_run(sent["run_id"])
+    return (await api.thread(thread))["seq"]
+
+
+async def _page(api, path: str, **params) -> dict:
+    r = await api.request("GET", path, params=params)
+    assert r.status_code == 200, (path, r.text)
+    page = r.json()
+    assert set(page) == {"items", "next_cursor", "seq"}, page.keys()
+    return page
+
+
+def _refused(r, code: str) -> None:
+    assert r.status_code == 400, (r.request.url, r.status_code, r.text[:300])
+    assert r.json()["error"]["code"] == code, r.text[:300]
+
+
+async def test_every_list_of_a_thread_that_grows_between_pages_is_seen_whole_once_in_order(api):
+    thread = await api.create_thread(title="paged")
+    for i in range(3):  # every list longer than a page before it grows
+        await _grow(api, thread, i)
+    seen: dict[str, list[dict]] = {name: [] for name in LISTS}
+    cursor: dict[str, str | None] = {name: None for name in LISTS}
+    seqs: dict[str, list[int]] = {name: [] for name in LISTS}
+    ended_while_growing: set[str] = set()  # read to its end before the thread stopped growing
+    step = 3
+    while len(seqs) > len([n for n in LISTS if seqs[n] and cursor[n] is None]):
+        for name in LISTS:
+            if seqs[name] and cursor[name] is None:
+                continue
+            params = {"limit": 1} if cursor[name] is None else {"limit": 1, "cursor": cursor[name]}
+            page = await _page(api, f"/v1/threads/{thread}/{name}", **params)
+            assert len(page["items"]) == 1
+            seen[name] += page["items"]
+            seqs[name].append(page["seq"])
+            cursor[name] = page["next_cursor"]
+            if cursor[name] is None and step < 6:
+                ended_while_growing.add(name)
+        if step < 6:  # the thread grows while every list is part read
+            await _grow(api, thread, step)
+            step += 1
+    final = await api.thread(thread)
+    for name in LISTS:
+        keys = [_key(name, item) for item in seen[name]]
+        assert len(keys) == len(set(keys)), f"{name}: an item repeated"
+        every = [_key(name, item) for item in final[name]]
+        assert keys == (every[: len(keys)] if name in ended_while_growing else every), f"{name}: skipped or reordered"
+        assert seqs[name] == sorted(seqs[name]) and all(isinstance(s, int) for s in seqs[name]), seqs[name]
+    # How many handoffs a switch makes is the summariser's business: only that list may have ended early.
+    assert ended_while_growing <= {"handoffs"}, ended_while_growing
+    assert len(seen["runs"]) == 6 and len(seen["requests"]) == 6
+    # A page's items are the list's views, as the thread document shows them.
+    last = await _page(api, f"/v1/threads/{thread}/runs", limit=200)
+    assert last["items"] == final["runs"] and last["seq"] == final["seq"] and last["next_cursor"] is None
+
+
+async def test_filtered_lists_page_within_their_filter_and_keep_it_in_the_cursor(api):
+    thread = await api.create_thread()
+    for i in range(3):
+        await _grow(api, thread, i)
+    doc = await api.thread(thread)
+    run = doc["runs"][1]["id"]
+    mine = [a for a in doc["activity"] if a["run_id"] == run]
+    got, cursor = [], None
+    while True:
+        page = await _page(
+            api, f"/v1/threads/{thread}/activity", run_id=run, limit=1, **({"cursor": cursor} if cursor else {})
+        )
+        got += page["items"]
+        if (cursor := page["next_cursor"]) is None:
+            break
+        other_run = await api.request(
+            "GET", f"/v1/threads/{thread}/activity", params={"run_id": doc["runs"][0]["id"], "cursor": cursor}
+        )
+        _refused(other_run, "invalid_cursor")  # the cursor serves only its own filter
+        _refused(
+            await api.request("GET", f"/v1/threads/{thread}/activity", params={"cursor": cursor}), "invalid_cursor"
+        )
+    assert got == mine and len(mine) >= 3
+    resolved = await _page(api, f"/v1/threads/{thread}/requests", status="resolved", limit=2)
+    assert [r["status"] for r in resolved["items"]] == ["resolved", "resolved"] and resolved["next_cursor"]
+    rest = await _page(api, f"/v1/threads/{thread}/requests", status="resolved", cursor=resolved["next_cursor"])
+    assert [r["id"] for r in resolved["items"] + rest["items"]] == [r["id"] for r in doc["requests"]]
+    assert (await _page(api, f"/v1/threads/{thread}/requests", status="pending"))["items"] == []
+    _refused(
+        await api.request("GET", f"/v1/threads/{thread}/requests", params={"status": "x" * 5000}), "invalid_parameter"
+    )
+    _refused(await api.request("GET", f"/v1/threads/{thread}/activity", params={"run_id": "run_*"}), "invalid_id")
+
+
+async def test_the_tenants_threads_are_paged_newest_first_and_new_threads_shift_nothing(stack, stack_nc, tenant):
+    api = await make_api(stack, stack_nc, tenant)
+    try:
+        made = [await api.create_thread(title=f"t{i}") for i in range(5)]
+        first = await _page(api, "/v1/threads", limit=2)
+        assert first["seq"] is None and [t["id"] for t in first["items"]] == made[::-1][:2]
+        newer = [await api.create_thread(title=f"new{i}") for i in range(2)]  # at the top, ahead of the cursor
+        rest, cursor = [], first["next_cursor"]
+        while cursor is not None:
+            page = await _page(api, "/v1/threads", limit=2, cursor=cursor)
+            rest += page["items"]
+            cursor = page["next_cursor"]
+        assert [t["id"] for t in first["items"] + rest] == made[::-1]
+        again = await _page(api, "/v1/threads", limit=200)
+        assert [t["id"] for t in again["items"]] == newer[::-1] + made[::-1] and again["next_cursor"] is None
+    finally:
+        await api.close()
+
+
+async def test_a_bad_limit_or_cursor_is_a_typed_400_and_changes_nothing(api):
+    thread = await api.create_thread()
+    for i in range(2):
+        await _grow(api, thread, i)
+    other = await api.create_thread()
+    await _grow(api, other, 0)
+    before = await api.thread(thread)
+    runs = f"/v1/threads/{thread}/runs"
+    real = (await _page(api, f"/v1/threads/{thread}/messages", limit=1))["next_cursor"]
+    of_runs = (await _page(api, runs, limit=1))["next_cursor"]
+    of_other = (await _page(api, f"/v1/threads/{other}/messages", limit=1))["next_cursor"]
+    of_threads = (await _page(api, "/v1/threads", limit=1))["next_cursor"]
+    assert real and of_runs and of_other and of_threads
+    for limit in ("0", "201", "-1", "1e2", "", "99999999999999999999"):
+        _refused(await api.request("GET", runs, params={"limit": limit}), "invalid_parameter")
+    body, _, tag = real.partition(".")
+    flipped = real[:-1] + ("A" if real[-1] != "A" else "B")
+    bad = [
+        "x",
+        "",
+        ".",
+        "a.b",
+        "!!!",
+        "é" * 10,
+        "A" * 10_000,
+        body,  # the position without its MAC
+        f"{body}.{'A' * len(tag)}",
+        flipped,
+        real + "A",
+        of_runs,  # another list's
+        of_other,  # another thread's
+        of_threads,
+    ]
+    for cursor in bad:
+        _refused(
+            await api.request("GET", f"/v1/threads/{thread}/messages", params={"cursor": cursor}), "invalid_cursor"
+        )
+    _refused(await api.request("GET", "/v1/threads", params={"cursor": real}), "invalid_cursor")
+    after = await api.thread(thread)
+    assert after == before
+
+
+async def test_another_tenants_thread_is_a_404_and_their_cursor_a_400_with_nothing_of_theirs_leaked(
+    api, stack, stack_nc
+):
+    thread = await api.create_thread(title="secret-title")
+    await _grow(api, thread, 0)
+    theirs = {name: (await _page(api, f"/v1/threads/{thread}/{name}", limit=1))["next_cursor"] for name in LISTS}
+    their_threads = (await _page(api, "/v1/threads", limit=1))["next_cursor"]
+    await api.create_thread(title="second")  # so their thread list has a next page
+    their_threads = (await _page(api, "/v1/threads", limit=1))["next_cursor"]
+    mallory = await make_api(stack, stack_nc, api.tenant + "-other")
+    try:
+        own = await mallory.create_thread()
+        for name in LISTS:
+            r = await mallory.request("GET", f"/v1/threads/{thread}/{name}")
+            assert r.status_code == 404 and r.json()["error"]["code"] == "thread_not_found", (name, r.text)
+            for path in (f"/v1/threads/{thread}/{name}", f"/v1/threads/{own}/{name}"):
+                if theirs[name] is None:
+                    continue
+                r = await mallory.request("GET", path, params={"cursor": theirs[name]})
+                assert r.status_code in (400, 404) and "secret" not in r.text and "step" not in r.text, r.text
+                if path.endswith(f"{own}/{name}"):
+                    _refused(r, "invalid_cursor")
+        r = await mallory.request("GET", "/v1/threads", params={"cursor": their_threads})
+        _refused(r, "invalid_cursor")
+        listed = await _page(mallory, "/v1/threads")
+        assert [t["id"] for t in listed["items"]] == [own]
+    finally:
+        await mallory.close()
