@@ -46,7 +46,7 @@ def _question(request: dict) -> str:
         f"[yellow]?[/] [bold]{escape(request['kind'])}[/] {escape(request['id'])}: {escape(request.get('prompt', ''))}"
     )
     if request["kind"] != "user_input":
-        return head + "\n  [a]ccept, accept for [s]ession, [d]ecline, [c]ancel › "
+        return head + "\n  " + escape("[a]ccept, accept for [s]ession, [d]ecline, [c]ancel › ")
     options = (request.get("detail") or {}).get("options") or []
     listed = "".join(f"\n  {i}) {escape(str(o))}" for i, o in enumerate(options, 1))
     return head + listed + "\n  your answer › "
