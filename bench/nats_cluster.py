@@ -40,9 +40,9 @@ from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
-from treadle.ops import broker_urls
 from treadle.ops.servers import NatsCluster, NatsServer
 from treadle.ops.tokens import TokenStore
+from treadle.runtime import broker_urls
 
 ROOT = Path(__file__).resolve().parent
 SCRIPT = {"steps": [{"type": "text", "text": "recovered. " * 8, "chunk": 11}]}

@@ -31,7 +31,7 @@ from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, 
 from tests.support.api import make_api
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.ops import broker_urls
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ from tests.codex.codex_support import codex_env
 from tests.support.api import make_api
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
-from treadle.ops import broker_urls
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

@@ -22,10 +22,10 @@ from treadle.core import events as ev
 from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
-from treadle.ops import broker_urls
 from treadle.ops.tokens import TokenStore
 from treadle.projections.check import check_log
 from treadle.projections.store import encode_state
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

@@ -27,8 +27,8 @@ from treadle.core.thread.commands import SendMessage
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.ops import broker_urls
 from treadle.ops.servers import NatsCluster
+from treadle.runtime import broker_urls
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 TENANT, THREAD = "acme", "thr_race1"

@@ -14,10 +14,10 @@ from treadle.core import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
-from treadle.ops import broker_urls, tenant_consumers
+from treadle.ops import tenant_consumers
 from treadle.ops.servers import NatsCluster
 from treadle.ops.tenant_events import TenantCredential, check_consumer
-from treadle.runtime import partitions
+from treadle.runtime import broker_urls, partitions
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
 

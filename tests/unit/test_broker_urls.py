@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from treadle.ops import broker_urls
+from treadle.runtime import broker_urls
 
 
 def test_broker_urls_split_a_cluster_url_into_servers_and_one_set_of_credentials():

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..client import AsyncTreadle
-from ..ops import broker_urls
+from ..runtime import broker_urls
 from .errors import UsageError
 
 DEFAULT_API = "http://127.0.0.1:8700"

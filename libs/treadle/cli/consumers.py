@@ -36,7 +36,7 @@ def _auth(args: argparse.Namespace):
 
 def _address(service_url: str) -> str:
     """The broker URL without the service user's credentials (every node of a cluster)."""
-    from treadle.ops import broker_urls
+    from treadle.runtime import broker_urls
 
     try:
         return broker_urls.address(service_url)

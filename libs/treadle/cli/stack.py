@@ -158,7 +158,7 @@ class Stack:
         import nats
 
         from ..eventlog import streams
-        from ..ops import broker_urls
+        from ..runtime import broker_urls
 
         nc = await nats.connect(**broker_urls.parse(self.nats_url).connect_options(), name="treadle-up")
         try:

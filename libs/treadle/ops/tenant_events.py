@@ -39,7 +39,7 @@ from nats.js.errors import FetchTimeoutError, NotFoundError
 from treadle.core.envelope import PAYLOADS, Envelope
 from treadle.core.events import decode_event
 
-from . import broker_urls
+from ..runtime import broker_urls
 
 API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API
 

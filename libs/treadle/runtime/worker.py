@@ -17,8 +17,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..eventlog import streams
-from ..ops import broker_urls
-from . import logs
+from . import broker_urls, logs
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
