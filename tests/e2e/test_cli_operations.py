@@ -239,3 +239,29 @@ async def test_exit_codes_say_what_happened(cli, tmp_path):
     assert (await nobody.json("threads", "list", code=exits.UNAVAILABLE))["code"] == "unreachable"
     code, out, _ = await cli.run("--version")
     assert code == 0 and out.startswith("treadle ")
+
+
+async def test_L11_1_watch_asks_for_an_approval_on_the_terminal_while_it_follows_the_thread(cli, stack):
+    thread = (await cli.json("threads", "create"))["thread_id"]
+    master, slave = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        TREADLE, "watch", thread, *cli.api, env=ENV, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    os.close(slave)
+    async with AsyncTreadle(stack.api_url, cli.api[3]) as sdk:
+        sent = await sdk.send_message(thread, "ls", script=script(approval("list the files?"), text("listed")))
+        asked = b""
+        while b"accept for [s]ession" not in asked:
+            chunk = await asyncio.wait_for(proc.stderr.read(4096), 60)
+            assert chunk, f"watch ended without asking: {asked!r}"
+            asked += chunk
+        assert b"list the files?" in asked
+        os.write(master, b"d\n")
+        run = await sdk.wait_run(sent.run_id, timeout=60)
+        [request] = [r async for r in await sdk.list_requests(thread)]
+    proc.send_signal(2)
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    os.close(master)
+    assert proc.returncode == 0 and b"request.resolved" in out
+    assert request.response == {"decision": "decline"} and run.status == "completed"
+    assert "listed" not in [m.text for m in run.messages]  # the declined approval gated the step after it

@@ -25,12 +25,13 @@ from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
 from . import calls
 from .calls import RUN_EVENTS, TERMINAL, Call, Decision, RetryPolicy, Seen, decode, keyed, retryable, unreachable
-from .errors import ApiError, QuotaExceeded
+from .errors import ApiError, NotFound, QuotaExceeded
 from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
 from .sse import Resume, SseEvent, SseParser, stream_headers
 
 T = TypeVar("T")
 POLL = 0.5  # how often a wait reads when the tenant has no event stream left to follow
+ACCEPTED_GRACE = 5.0  # seconds a run this client started may be unknown to the read model
 
 
 class SyncPage(Generic[T]):
@@ -377,10 +378,22 @@ class Treadle:
             return run if run.status in wanted else None
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        run = self.get_run(run_id)
+        run = self._accepted_run(run_id)
         if run.status in wanted:
             return run
         return self._until(run.thread_id, read, RUN_EVENTS, deadline)
+
+    def _accepted_run(self, run_id: str) -> RunView:
+        """The run; one this client was just told of (a send's answer) may not be in the read model's index
+        for a moment: a 404 is asked again for up to ACCEPTED_GRACE seconds."""
+        deadline = time.monotonic() + (ACCEPTED_GRACE if self.seen.thread_of(run_id) else 0)
+        while True:
+            try:
+                return self.get_run(run_id)
+            except NotFound:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.05)
 
     def wait_request(
         self, thread_id: str, timeout: float | None = None, *, besides: Iterable[str] = ()
