@@ -265,3 +265,22 @@ async def test_L11_1_watch_asks_for_an_approval_on_the_terminal_while_it_follows
     assert proc.returncode == 0 and b"request.resolved" in out
     assert request.response == {"decision": "decline"} and run.status == "completed"
     assert "listed" not in [m.text for m in run.messages]  # the declined approval gated the step after it
+
+
+async def test_the_operator_commands_answer_json_too(stack, tmp_path):
+    nats = ["--nats-url", stack.nats_url]
+    ops = Cli("", "", tmp_path)
+    ops.api = []  # operator commands talk to NATS, Redis and the nats-server's directory, not to the API
+    issued = await ops.json("tokens", "create", "--tenant", "opsjson", "--user", "bob", *nats)
+    assert issued["token"].startswith("trd_") and (issued["tenant"], issued["role"]) == ("opsjson", "member")
+    assert (await ops.json("tokens", "revoke", "--id", issued["id"], *nats))["user"] == "bob"
+    assert (await ops.json("tokens", "revoke", "--id", issued["id"], *nats, code=exits.FAILED))["message"]
+    nats_dir = ["--nats-dir", str(stack.nats.dir), "--no-reload", *nats]
+    cred = await ops.json("consumers", "create", "--tenant", "opsjson", *nats_dir)
+    assert cred["user"] in [c["id"] for c in (await ops.json("consumers", "list", *nats_dir))["items"]]
+    assert (await ops.json("consumers", "reset", cred["user"], "--from-seq", "1", *nats_dir))["from_seq"] == 1
+    assert (await ops.json("consumers", "revoke", cred["user"], *nats_dir))["revoked"] == cred["user"]
+    redis = ["--redis-url", stack.redis_url]
+    assert (await ops.json("projections", "rebuild", *redis, *nats))["rebuilt"] >= 0
+    assert (await ops.json("check", "--settle", "5", *redis, *nats))["ok"] is True
+    assert (await ops.json("schemas", "--check"))["stale"] == []

@@ -37,14 +37,15 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    state = argparse.ArgumentParser(add_help=False)
-    state.add_argument(
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument(
         "-o",
         "--output",
         choices=["text", "json"],
         default=argparse.SUPPRESS,  # the top-level option's value stands unless given here
         help="text for people (default) or JSON for scripts",
     )
+    state = argparse.ArgumentParser(add_help=False, parents=[out])
     state.add_argument(
         "--state-dir", help="where `treadle up` keeps its state (default: $TREADLE_STATE_DIR or .treadle)"
     )
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(func=cmd_projections_rebuild)
     check.add_parser(sub, nats_)
 
-    schemas = sub.add_parser("schemas", help="regenerate schemas/ from the code")
+    schemas = sub.add_parser("schemas", parents=[out], help="regenerate schemas/ from the code")
     schemas.add_argument("--check", action="store_true", help="only report files that are out of date")
     schemas.set_defaults(func=cmd_schemas)
     comp = sub.add_parser("completion", help='print a shell completion script: eval "$(treadle completion bash)"')
