@@ -242,3 +242,38 @@ async def test_the_sdk_imports_and_works_without_any_server_dependency(stack, st
     assert got["status"] == "completed" and got["reply"] == ["hello"] and got["missing"] == "thread_not_found"
     assert got["events"][0] == "thread.created" and got["events"][-1] == "run.completed"
     assert got["server_modules"] == []
+
+
+CLI_GUARDED = textwrap.dedent(
+    """
+    import sys
+
+    FORBIDDEN = ("nats", "redis", "litestar", "uvicorn", "claude_agent_sdk")
+
+    class Guard:
+        def find_spec(self, name, path=None, target=None):
+            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
+                raise ImportError(f"the CLI imported {name}")
+            return None
+
+    sys.meta_path.insert(0, Guard())
+    from treadle.cli.main import main
+
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+async def test_the_clis_api_commands_run_without_any_server_dependency(stack, stack_nc, tenant):
+    token = await _token(stack_nc, tenant)
+    api = ["--api", stack.api_url, "--token", token, "--output", "json"]
+    outputs = []
+    for args in (["threads", "create", "--title", "guarded cli"], ["threads", "list"]):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CLI_GUARDED, *args, *api, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        outputs.append(json.loads(out))
+    created, listed = outputs
+    assert created["thread_id"] in [t["id"] for t in listed["items"]]

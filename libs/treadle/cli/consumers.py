@@ -15,7 +15,6 @@ from pathlib import Path
 import msgspec
 from rich.markup import escape
 
-from ..eventlog import streams
 from ..eventlog.subjects import EVENTS_STREAM
 from .config import connect_nats, nats_url, state_dir
 from .errors import UsageError
@@ -179,6 +178,8 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
     await _reload(auth, args)  # the server closes the credential's connections during the reload
     async with connect_nats(nats_url(args)) as nc:
         from nats.js.errors import NotFoundError
+
+        from ..eventlog import streams  # here: the CLI's other commands run without nats installed
 
         with contextlib.suppress(NotFoundError):
             # Revoking must not stop between the reload and this clean-up because a node was just lost.
