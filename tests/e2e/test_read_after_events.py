@@ -5,6 +5,9 @@ however far the projector trails the log (L2.3: nothing observes a terminal run 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
 
 import pytest
 
@@ -47,3 +50,79 @@ async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(a
             doc = await client.get_thread(thread)
             assert next(x for x in doc["runs"] if x["id"] == sent["run_id"])["status"] == "completed"
             assert doc["seq"] >= sent["seq"]
+
+
+_TERMINAL_EVENTS = {"run.completed", "run.failed", "run.interrupted", "run.cancelled"}
+
+
+async def _terminal_event(api, thread: str, run_id: str, after: int) -> tuple[str, int]:
+    async with contextlib.aclosing(api.events(thread, after)) as events:
+        async for event in events:
+            if event.event in _TERMINAL_EVENTS and event.json()["data"]["run_id"] == run_id:
+                # The envelope carries its sequence too, once: the same as the SSE id.
+                keys = [k for k, _ in json.loads(event.data, object_pairs_hook=list)]
+                assert keys.count("seq") == 1 and event.json()["seq"] == event.id, event.data[:300]
+                return event.event, event.id
+    raise AssertionError("stream ended")
+
+
+async def test_L2_3_every_read_at_a_terminal_events_sequence_by_query_or_header_shows_the_end_and_its_checkpoint(api):
+    """Completed and failed runs alike: the run, the thread's runs and checkpoints lists, read with the SSE
+    terminal event's id as ``min_seq`` or as ``X-Treadle-Min-Seq``, show the run ended and its checkpoint."""
+    thread = await api.create_thread()
+    for i in range(ROUNDS // 2):
+        fails = i % 2 == 1
+        steps = [write(f"g{i}.txt", f"{i}\n"), {"type": "fail", "message": "boom"} if fails else text("done")]
+        sent = await api.send(thread, f"round {i}", script=script(*steps))
+        kind, seq = await _terminal_event(api, thread, sent["run_id"], sent["seq"])
+        assert kind == ("run.failed" if fails else "run.completed"), (i, kind)
+        status = kind.removeprefix("run.")
+        run = (await api.request("GET", f"/v1/runs/{sent['run_id']}", headers={"X-Treadle-Min-Seq": str(seq)})).json()
+        assert run["status"] == status and run["checkpoint"] and run["checkpoint"]["commit"], (i, run)
+        runs = (await api.request("GET", f"/v1/threads/{thread}/runs", params={"min_seq": seq, "limit": 200})).json()
+        listed = next(r for r in runs["items"] if r["id"] == sent["run_id"])
+        assert runs["seq"] >= seq and listed["status"] == status and listed["checkpoint_id"] == run["checkpoint"]["id"]
+        checkpoints = (
+            await api.request(
+                "GET",
+                f"/v1/threads/{thread}/checkpoints",
+                headers={"X-Treadle-Min-Seq": str(seq)},
+                params={"limit": 200},
+            )
+        ).json()
+        assert checkpoints["seq"] >= seq and run["checkpoint"] in checkpoints["items"], i
+
+
+async def test_a_list_asked_for_a_sequence_beyond_the_threads_last_event_shows_the_thread_as_it_is(api):
+    """A ``min_seq`` beyond the thread's last event (another thread's sequence, or any larger number): a
+    projection that has the thread's last event is current for it."""
+    thread = await api.create_thread()
+    sent = await api.send(thread, "one", script=script(write("a.txt", "a\n"), text("done")))
+    await api.wait_run(sent["run_id"])
+    doc = await api.thread(thread)
+    far = doc["seq"] + 1_000_000
+    page = (await api.request("GET", f"/v1/threads/{thread}/messages", params={"min_seq": far})).json()
+    assert page["items"] == doc["messages"] and page["seq"] == doc["seq"] and page["next_cursor"] is None
+
+
+async def test_L2_3_reads_at_a_clients_sequence_never_go_back_in_time_while_the_projector_is_stopped(api, stack):
+    """With the projector stopped, a run read at the sequence its send answered with (the run index does not
+    know the run yet), and the run and the thread's lists read at its terminal event's sequence, come from the
+    log: never a 404 for a run the client made, never a run that has not ended, never one without its checkpoint."""
+    thread = await api.create_thread()
+    first = await api.send(thread, "before", script=script(text("ok")))
+    await api.wait_run(first["run_id"])
+    pid = stack.processes.pid("projector")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        sent = await api.send(thread, "while stopped", script=script(write("s.txt", "s\n"), text("done")))
+        r = await api.request("GET", f"/v1/runs/{sent['run_id']}", params={"min_seq": sent["seq"]})
+        assert r.status_code == 200 and r.json()["thread_id"] == thread, r.text
+        _, seq = await _terminal_event(api, thread, sent["run_id"], sent["seq"])
+        run = (await api.request("GET", f"/v1/runs/{sent['run_id']}", params={"min_seq": seq})).json()
+        assert run["status"] == "completed" and run["checkpoint"] and run["checkpoint"]["commit"], run
+        runs = (await api.request("GET", f"/v1/threads/{thread}/runs", headers={"X-Treadle-Min-Seq": str(seq)})).json()
+        assert runs["seq"] >= seq and [r["status"] for r in runs["items"]] == ["completed", "completed"], runs
+    finally:
+        os.kill(pid, signal.SIGCONT)

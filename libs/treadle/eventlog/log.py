@@ -224,6 +224,17 @@ class EventLog:
             raise Unavailable(f"subjects of {filter_subject} uncountable: {exc!r}") from None
         return len(info.state.subjects or {})
 
+    async def subject_at(self, seq: int) -> str | None:
+        """The subject of the event stored at stream sequence ``seq`` (None: no such event, or deleted)."""
+        try:
+            msg = await self._nc.request(
+                f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", msgspec.json.encode({"seq": seq}), timeout=self._timeout
+            )
+        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
+            raise Unavailable(f"direct get of sequence {seq}: {exc!r}") from None
+        headers = msg.headers or {}
+        return None if headers.get("Status") else headers.get("Nats-Subject")
+
     async def _last(self, filter_subject: str) -> int | None:
         try:
             msg = await self._nc.request(

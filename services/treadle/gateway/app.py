@@ -50,6 +50,7 @@ from .deps import (
     thread_doc,
     thread_of,
     thread_view,
+    wanted_seq,
 )
 from .errors import ApiError
 from .limits import RateLimitMiddleware, TokenBuckets, bearer
@@ -149,7 +150,7 @@ async def send_message(
 async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     who = await principal(request)
     run_id = path_id(run_id, "run")
-    thread = await thread_of(request, who.tenant, run_id)
+    thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
     run = run_view(await thread_view(request, who.tenant, thread, min_seq), run_id)

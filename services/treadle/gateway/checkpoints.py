@@ -19,7 +19,7 @@ from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
 from treadle.views.thread import ThreadView
 
-from .deps import IdempotencyKey, MinSeq, logged_view, path_id, principal, thread_of, thread_view
+from .deps import IdempotencyKey, MinSeq, logged_view, path_id, principal, thread_of, thread_view, wanted_seq
 from .errors import ApiError
 from .params import number
 
@@ -134,7 +134,7 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     who = await principal(request)
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
-    thread = await thread_of(request, who.tenant, run_id)
+    thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     state = await thread_view(request, who.tenant, thread, min_seq) if thread else None
     run = state.run(run_id) if state else None
     if state is None or run is None:

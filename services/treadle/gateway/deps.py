@@ -16,6 +16,7 @@ from litestar.params import HeaderParameter, QueryParameter
 from treadle.core.errors import DomainError
 from treadle.core.ids import is_id
 from treadle.core.policy import ROLES, check_mode
+from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
@@ -76,14 +77,19 @@ def wanted_seq(request: Request, min_seq: str | None) -> int | None:
 
 
 async def projected(request: Request, tenant: str, thread: str, wanted: int | None) -> bool:
-    """Whether the thread's projection reflects stream sequence ``wanted``, waiting briefly for the projector
-    (it writes just after the log has the event). False: it is further behind; read the log instead."""
+    """Whether the thread's projection reflects every event of the thread up to stream sequence ``wanted``,
+    waiting briefly for the projector (it writes just after the log has the event). A ``wanted`` beyond the
+    thread's last event (another thread's sequence) asks for that last event only. False: the projector is
+    further behind; read the log instead."""
     if not wanted:
         return True
-    projections = app_state(request).projections
+    state = app_state(request)
+    if await state.projections.seq(tenant, thread) >= wanted:
+        return True
+    target = min(wanted, await state.log.last_seq(tenant, thread))
     for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
         await asyncio.sleep(delay)
-        if await projections.seq(tenant, thread) >= wanted:
+        if await state.projections.seq(tenant, thread) >= target:
             return True
     return False
 
@@ -121,14 +127,20 @@ async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView 
     return replay(await app_state(request).log.read(tenant, thread))
 
 
-async def thread_of(request: Request, tenant: str, entity_id: str) -> str | None:
+async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int | None = None) -> str | None:
     """The thread of a run, node, request or plan. The index is written by the projector just after the event
     is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
-    looked up again for up to a second before it counts as unknown."""
+    looked up again for up to a second before it counts as unknown. A client that says which sequence it has
+    seen (``wanted``, from the write that made the id or an event of its thread) is answered from the thread
+    of that event when the index is further behind: the route then reads that thread at that sequence."""
     projections = app_state(request).projections
     for delay in (0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.35):
         await asyncio.sleep(delay)
         if (thread := await projections.thread_of(tenant, entity_id)) is not None:
+            return thread
+    if wanted and (subject := await app_state(request).log.subject_at(wanted)) is not None:
+        owner_tenant, thread, _ = parse_event_subject(subject)
+        if owner_tenant == tenant and is_id(thread, "thr"):
             return thread
     return None
 

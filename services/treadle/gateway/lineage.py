@@ -12,7 +12,7 @@ from treadle.core.lineage.commands import ForkSource, ForkThread
 from treadle.views.lineage import HandoffView, LineageNode, LineageView
 from treadle.views.thread import ThreadView, handoff_view, lineage_node
 
-from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view
+from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view, wanted_seq
 from .errors import ApiError
 
 MAX_DEPTH = 64  # a lineage deeper than this is cut off in the tree view
@@ -65,7 +65,7 @@ async def fork_thread(
 async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     who = await principal(request)
     handoff_id = path_id(handoff_id, "hoff")
-    thread = await thread_of(request, who.tenant, handoff_id)
+    thread = await thread_of(request, who.tenant, handoff_id, wanted_seq(request, min_seq))
     view = handoff_view(await thread_view(request, who.tenant, thread, min_seq), handoff_id) if thread else None
     if view is None:
         raise ApiError(404, "handoff_not_found", f"handoff {handoff_id} not found")

@@ -1,5 +1,6 @@
 """Server-Sent Events for one thread: durable events from the log (``id:`` = stream sequence, resumable
-with ``Last-Event-ID`` through an ordered consumer) with the live text deltas interleaved."""
+with ``Last-Event-ID`` through an ordered consumer, and the envelope's ``seq`` in ``data:``; either is what a
+read takes as ``min_seq``) with the live text deltas interleaved."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ def _frame(kind: str, msg) -> bytes:
         return b"event: live.delta\ndata: %s\n\n" % msg.data
     seq = msg.metadata.sequence.stream
     type_ = subjects.parse_event_subject(msg.subject)[2]  # the stored subject ends in the partition token
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, type_.encode(), msg.data)
+    data = msg.data
+    if data.endswith(b"}"):  # the envelope's `seq` (stored without it): a client may pass it on as min_seq
+        data = b'%s,"seq":%d}' % (data[:-1], seq)
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, type_.encode(), data)
 
 
 async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:
