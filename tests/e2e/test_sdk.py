@@ -103,10 +103,21 @@ async def test_errors_are_typed_per_code_and_change_nothing(sdk, stack, stack_nc
     with pytest.raises(NotFound) as missing:
         await sdk.get_thread("thr_" + "0" * 26)
     assert missing.value.code == "thread_not_found" and missing.value.detail == {}
+    with pytest.raises(InvalidRequest) as too_many:
+        await sdk.list_threads(limit=10**9)
+    assert too_many.value.code == "invalid_parameter" and too_many.value.detail["parameter"] == "limit"
     mine = (await sdk.create_thread()).thread_id
     async with AsyncTreadle(stack.api_url, await _token(stack_nc, f"other{uuid.uuid4().hex[:6]}")) as other:
         with pytest.raises(NotFound):
             await other.send_message(mine, "not yours")
+        with pytest.raises(NotFound):
+            await other.list_runs(mine)
+        await sdk.create_thread()
+        page = await sdk.list_threads(limit=1)
+        assert page.next_cursor is not None
+        with pytest.raises(InvalidRequest) as foreign:  # a cursor is the tenant's own: another's use is refused
+            await other.list_threads(cursor=page.next_cursor)
+        assert foreign.value.code == "invalid_cursor"
     assert (await sdk.get_thread(mine)).messages == []
 
 
