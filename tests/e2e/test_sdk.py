@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 
 import pytest
@@ -24,6 +26,7 @@ from treadle.client import (
     NotFound,
     SseEvent,
     ThreadCreated,
+    Treadle,
 )
 from treadle.ops.tokens import TokenStore
 from treadle.views.checkpoints import RollbackView
@@ -188,6 +191,38 @@ async def test_the_event_stream_resumes_with_last_event_id_after_its_connection_
     assert retries and f"last-event-id: {cut_after}" in proxy.heads[-1].lower()
     full = [seq async for seq in _all_events(stack.api_url, token, thread, ids[-1])]
     assert ids == full  # nothing missed across the cut
+
+
+async def test_the_sync_clients_event_stream_resumes_too(stack, stack_nc, tenant):
+    port = int(stack.api_url.rsplit(":", 1)[1])
+    token = await _token(stack_nc, tenant)
+    async with AsyncTreadle(stack.api_url, token) as writer, CuttableProxy(port) as proxy:
+        thread = (await writer.create_thread()).thread_id
+        first = await writer.send_message(thread, "one", script=script(text("first")))
+        reached_first, second_run = threading.Event(), {}
+
+        def read() -> list[SseEvent]:
+            got = []
+            with Treadle(f"http://127.0.0.1:{proxy.port}", token) as reader:
+                for event in reader.stream_events(thread, live=False, deadline=time.monotonic() + 60):
+                    got.append(event)
+                    if event.event == "run.completed":
+                        run_id = event.json()["data"]["run_id"]
+                        if run_id == first.run_id:
+                            reached_first.set()
+                        elif run_id == second_run.get("id"):
+                            return got
+            return got
+
+        reading = asyncio.create_task(asyncio.to_thread(read))
+        assert await asyncio.to_thread(reached_first.wait, 60)
+        proxy.cut()
+        second_run["id"] = (await writer.send_message(thread, "two", script=script(text("second")))).run_id
+        got = await asyncio.wait_for(reading, 90)
+    ids = [e.id for e in got]
+    assert ids == sorted(set(ids)) and got[-1].json()["data"]["run_id"] == second_run["id"]
+    assert len(proxy.heads) >= 2 and "last-event-id:" in proxy.heads[-1].lower()
+    assert ids == [seq async for seq in _all_events(stack.api_url, token, thread, ids[-1])]
 
 
 async def _all_events(api_url: str, token: str, thread: str, last: int):
