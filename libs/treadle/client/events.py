@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from .errors import ApiError
-from .sse import SseEvent, SseParser
+from .sse import Resume, SseEvent, SseParser
 
 if TYPE_CHECKING:
     from .http import TreadleClient
@@ -37,38 +37,35 @@ class Follow:
         reconnect: bool = True,
         on_retry: Callable[[ApiError | None], None] | None = None,
     ) -> None:
-        self.client, self.thread_id, self.last_id = client, thread_id, from_seq
-        self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
+        self.client, self.thread_id = client, thread_id
+        self.reconnect, self.on_retry = reconnect, on_retry
+        self._state = Resume(from_seq, live=live)  # the typed clients' bookkeeping of a resuming stream
+
+    @property
+    def last_id(self) -> int:
+        return self._state.last_id
 
     def __aiter__(self) -> AsyncGenerator[SseEvent, None]:
         return self._events()
 
     async def _events(self) -> AsyncGenerator[SseEvent, None]:
-        delay = 0.1
+        state = self._state
         while True:
             failure: ApiError | None = None
             try:
-                async with contextlib.aclosing(self.client.events(self.thread_id, self.last_id)) as events:
+                async with contextlib.aclosing(self.client.events(self.thread_id, state.last_id)) as events:
                     async for event in events:
-                        delay = 0.1
-                        if event.id is None:
-                            if self.live:
-                                yield event
-                            continue
-                        if event.id <= self.last_id:  # replayed after a reconnect
-                            continue
-                        self.last_id = event.id
-                        yield event
+                        if state.accept(event):  # none replayed twice after a reconnect
+                            yield event
             except ApiError as exc:
-                if not self.reconnect or exc.status not in (0, 502, 503, 504):
+                if not self.reconnect or not exc.retryable:
                     raise
                 failure = exc
             if not self.reconnect:
                 return
             if self.on_retry is not None:
                 self.on_retry(failure)  # None: the gateway ended the stream (shutdown, a slow reader cut off)
-            await asyncio.sleep(delay)  # a gateway restarting: back off, then resume after last_id
-            delay = min(delay * 2, 2.0)
+            await asyncio.sleep(state.backoff())  # a gateway restarting: back off, then resume after last_id
 
 
 def follow(
