@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
+
+from treadle.cli import completion
 from treadle.cli.completion import tree
 from treadle.cli.main import build_parser
 from treadle.cli.operations import COMMANDS
@@ -60,3 +64,40 @@ def test_every_operation_of_the_app_and_the_document_has_an_sdk_method_and_a_cli
     assert set(COMMANDS) == operations
     paths = {" ".join(p) for p in tree(build_parser())}
     assert sorted(cmd for cmd in COMMANDS.values() if cmd not in paths) == []
+
+
+def test_every_command_has_help_and_a_completion(capsys):
+    parser = build_parser()
+    paths = tree(parser)
+    for path in paths:
+        with pytest.raises(SystemExit) as done:
+            build_parser().parse_args([*path, "--help"])
+        assert done.value.code == 0, path
+    capsys.readouterr()
+    script = completion.bash(parser)
+    assert all(f'"{" ".join(p)}")' in script for p in paths)
+    assert "--output" in paths[("threads", "list")] and "--version" in paths[()]
+
+
+def test_bash_completes_commands_and_options_from_the_script(tmp_path):
+    script = tmp_path / "treadle.bash"
+    script.write_text(completion.bash(build_parser()))
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f'"{w}"' for w in words)
+        run = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _treadle; echo "${{COMPREPLY[@]}}"',
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return run.stdout.split()
+
+    assert complete("treadle", "qu") == ["queue"]
+    assert set(complete("treadle", "queue", "")) >= {"list", "reorder", "edit", "cancel"}
+    assert "--output" in complete("treadle", "queue", "edit", "--o")
+    assert complete("treadle", "runs", "show", "run_1", "--ap") == ["--api"]
