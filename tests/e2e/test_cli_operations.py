@@ -232,6 +232,12 @@ async def test_exit_codes_say_what_happened(cli, tmp_path):
     code, _, err = await cli.run("queue", "reorder")
     assert code == exits.USAGE and "usage:" in err
     thread = (await cli.json("threads", "create"))["thread_id"]
+    # hostile values: refused, typed, nothing changed
+    assert (await cli.json("runs", "list", thread, "--limit", "0", code=exits.FAILED))["code"] == "invalid_parameter"
+    huge = await cli.json("rollback", thread, str(2**40), code=exits.FAILED)
+    assert huge["status"] == 400
+    assert (await cli.json("diff", thread, "--from", "3", "--to", "1", code=exits.FAILED))["code"] == "invalid_range"
+    assert (await cli.json("runs", "list", thread))["items"] == []
     failing = script_file(tmp_path, "fail", script({"type": "fail", "message": "boom"}))
     error = await cli.json("send", thread, "fail", "--script", failing, "--wait", code=exits.RUN_NOT_COMPLETED)
     assert "failed" in error["message"]
