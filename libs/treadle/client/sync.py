@@ -1,5 +1,5 @@
 """The sync client of the HTTP API v1, on ``httpx.Client`` (no event loop): the same operations, answers, pages,
-resuming event stream and waits as :class:`treadle.client.Treadle`, from the same request builders
+resuming event stream and waits as :class:`treadle.client.AsyncTreadle`, from the same request builders
 (:mod:`treadle.client.calls`) and decoders; only the I/O differs.
 
 Failures are :class:`~treadle.client.errors.ApiError` subclasses (a gateway that cannot be reached is
