@@ -29,6 +29,7 @@ import pytest
 
 from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, treadle_check, verdict
 from tests.support.api import make_api
+from tests.support.replicas import wait_caught_up
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
 from treadle.runtime import broker_urls
@@ -130,6 +131,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                 raise AssertionError(f"{exc!r}\nkiller: {killer.story()}\nworker output: {output.path}") from exc
             throughput.stop()
             await stack.wait_ready(timeout=60)
+            await wait_caught_up(nc.jetstream())  # the verdict's reads may go to a node that just came back
 
             wrong = {t: w for t in threads if (w := verdict(await log.read(api.tenant, t), sent[t], REPLY))}
             story = f"{killer.story()}\nworker output: {output.path}\n"

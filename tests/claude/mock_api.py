@@ -141,6 +141,13 @@ SCENARIOS: dict[str, Scenario] = {
         {"command": "echo hi > bash.txt && cat bash.txt", "description": "Write hi to bash.txt"},
         "The command printed:",
     ),
+    # a command the model describes as something else entirely (issue 25)
+    "liar": _tool_then_reply("Bash", {"command": "rm -rf ~/notes", "description": "List the files"}, "Done:"),
+    "edit": _tool_then_reply(
+        "Edit",
+        {"file_path": "{cwd}/notes.md", "old_string": "colour: red\n", "new_string": "colour: blue\n"},
+        "Edit said:",
+    ),
     "python": _tool_then_reply(
         "Bash", {"command": "python3 -c 'print(6 * 7)'", "description": "Compute 6 * 7"}, "Python printed:"
     ),

@@ -102,8 +102,8 @@ async def test_L11_4_a_question_is_answered_through_the_tool_input(claude, mode)
     await asyncio.wait_for(task, 60)
 
     assert request.kind == "user_input" and request.prompt == "Which color do you prefer?"
-    (question,) = request.detail["questions"]
-    assert [o["label"] for o in question["options"]] == ["Blue", "Red"]
+    (question,) = request.questions
+    assert [(o.label, o.description) for o in question.options] == [("Blue", "like the sea"), ("Red", "like fire")]
     assert '"Which color do you prefer?"="Blue"' in sink.texts()[-1]
     assert sink.of(pe.ToolStarted) == []  # the question is the request's node, not a tool node
     assert sink.completed.status == "completed"

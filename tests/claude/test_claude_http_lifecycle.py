@@ -99,7 +99,11 @@ async def test_L11_1_L11_2_an_approved_claude_command_runs_and_its_file_lands_in
     thread = await new_thread(client, "claude approve")
     sent = await client.send(thread, "#bash write bash.txt")
     request = await pending_request(client, thread)
-    assert request["kind"] == "command" and request["prompt"] == "Write hi to bash.txt"
+    workspace = str(workspace_of(claude_stack, TENANT, thread).resolve())
+    command = "echo hi > bash.txt && cat bash.txt"
+    assert (request["kind"], request["command"], request["cwd"]) == ("command", command, workspace)
+    assert request["prompt"] == f"Run `{command}` in {workspace}"
+    assert request["description"] == "Write hi to bash.txt"  # the model's words, beside the action
     assert request["detail"]["tool"] == "Bash" and request["detail"]["input"]["command"].startswith("echo hi")
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert not (workspace_of(claude_stack, TENANT, thread) / "bash.txt").exists()  # nothing ran before the answer
@@ -180,9 +184,12 @@ async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_thro
     sent = await client.send(thread, "#ask which color")
     request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["prompt"] == "Which color do you prefer?"
-    [question] = request["detail"]["questions"]
+    [question] = request["questions"]
     assert (question["id"], question["header"], question["multi_select"]) == ("0", "Color", False)
-    assert [o["label"] for o in question["options"]] == ["Blue", "Red"]
+    assert question["options"] == [
+        {"label": "Blue", "description": "like the sea"},
+        {"label": "Red", "description": "like fire"},
+    ]
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
 
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
@@ -202,6 +209,41 @@ async def test_L11_4_a_claude_question_answered_over_http_reaches_the_model_thro
     assert [n for n in run["nodes"] if n["kind"] == "tool"] == []  # the question is its request's node
     answered = await request_status(client, thread, request["id"])
     assert answered["status"] == "resolved" and answered["response"] == {"answers": {"0": "Blue"}}
+
+
+async def test_L11_1_a_claude_approval_shows_the_real_command_and_its_cwd_not_the_models_description(
+    client, claude_stack
+):
+    """Issue 25: the model describes ``rm -rf ~/notes`` as "List the files"; the approval's prompt, node and
+    activity show the command and where it runs; the model's words are only its ``description``."""
+    thread = await new_thread(client, "claude liar")
+    sent = await client.send(thread, "#liar tidy the notes")
+    request = await pending_request(client, thread)
+    workspace = str(workspace_of(claude_stack, TENANT, thread).resolve())
+    assert (request["kind"], request["command"], request["cwd"]) == ("command", "rm -rf ~/notes", workspace)
+    assert request["prompt"] == f"Run `rm -rf ~/notes` in {workspace}"
+    assert request["description"] == "List the files"
+    doc = await client.get_thread(thread)
+    [node] = [n for r in doc["runs"] for n in r["nodes"] if n["id"] == request["node_id"]]
+    assert node["title"] == request["prompt"]
+    await respond(client, request["id"], {"decision": "decline"})
+    assert (await client.wait_run(sent["run_id"], timeout=60))["status"] == "completed"
+
+
+async def test_L11_1_a_claude_edit_approval_shows_the_file_and_its_diff(client, claude_stack):
+    thread = await new_thread(client, "claude edit")
+    notes = workspace_of(claude_stack, TENANT, thread) / "notes.md"
+    notes.write_text("colour: red\n")
+    sent = await client.send(thread, "#edit make it blue")
+    request = await pending_request(client, thread)
+    path = str(notes.resolve())
+    assert (request["kind"], request["command"], request["prompt"]) == ("file_change", None, f"Edit {path}")
+    [edit] = request["files"]
+    assert (edit["path"], edit["change"]) == (path, "update")
+    assert "-colour: red\n" in edit["diff"] and "+colour: blue\n" in edit["diff"]
+    await respond(client, request["id"], {"decision": "decline"})
+    assert (await client.wait_run(sent["run_id"], timeout=60))["status"] == "completed"
+    assert notes.read_text() == "colour: red\n"
 
 
 # --- L2.4 a synchronous subagent ------------------------------------------------------------------------
@@ -439,6 +481,21 @@ async def test_L5_2_L5_3_switching_from_scripted_to_claude_hands_the_context_ove
     assert (delta["strategy"], delta["from_provider"], delta["covered_ordinals"]) == ("delta", "claude", [2, 3])
     assert "Mock Claude heard: #text and then the parser" in delta["text"]
     assert back["attempts"][-1]["provider_thread_id"] == planned["attempts"][-1]["provider_thread_id"]
+
+
+async def test_L5_5_a_handoff_from_claude_carries_no_thinking_of_claudes(client, mock_claude_api):
+    """Issue 25: Claude's thinking is a ``reasoning`` node of its run, and the summary another provider receives
+    on a switch carries the conversation, not that hidden reasoning (TREADLE_SUPERVISOR_HANDOFF_REASONING opts in)."""
+    thread = await new_thread(client, "claude thinks, then a switch")
+    thought = await run_to_end(client, thread, "#think greet me", provider="claude")
+    assert thought["status"] == "completed", thought
+    [thinking] = [n for n in thought["nodes"] if n["title"] == "Thinking"]
+    assert thinking["kind"] == "reasoning" and "keep it short" in thinking["output"]
+    switched = await run_to_end(client, thread, "summarise", provider="scripted", script={"steps": [{"type": "echo"}]})
+    [handoff_id] = switched["handoff_ids"]
+    handoff = (await client.request("GET", f"/v1/handoffs/{handoff_id}")).json()
+    assert "#think greet me" in handoff["text"] and "Hello after thinking." in handoff["text"]
+    assert "keep it short" not in handoff["text"] and "Thinking" not in handoff["text"]
 
 
 # --- L9.3 / L11.3 a host crash under a pending approval (last: it restarts the module's provider host) ----

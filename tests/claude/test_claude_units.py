@@ -152,3 +152,19 @@ async def test_L3_4_a_text_block_the_model_never_finished_is_not_reported_as_a_f
 
     assert "".join(*sink.live.values()) == "word000 "
     assert sink.texts() == (["word000 "] if finished else [])  # left open: the run's end closes it as incomplete
+
+
+def test_an_edit_approval_shows_the_files_and_a_bounded_diff_from_the_tool_input_alone():
+    """Issue 25: the diff of a Claude edit comes from the tool's input (the workspace is never read by the host)."""
+    from treadle.core.requests.model import MAX_DIFF_CHARS
+    from treadle.providers.claude.approvals import file_edits, tool_action
+
+    [edit] = file_edits("Edit", {"file_path": "/ws/a.md", "old_string": "red\n", "new_string": "blue\n"})
+    assert (edit.path, edit.change) == ("/ws/a.md", "update") and "-red\n+blue\n" in edit.diff
+    [write] = file_edits("Write", {"file_path": "/ws/big.txt", "content": "x\n" * 1_000_000})
+    assert write.change == "write" and len(write.diff) < MAX_DIFF_CHARS + 100 and "[diff cut:" in write.diff
+    [multi] = file_edits("MultiEdit", {"file_path": "/ws/m", "edits": [{"old_string": "a", "new_string": "b"}, "junk"]})
+    assert "-a\n+b\n" in multi.diff
+    said = {"url": "https://example.invalid/x", "prompt": "harmless", "description": "just reading docs"}
+    assert tool_action("WebFetch", said) == "WebFetch https://example.invalid/x"
+    assert tool_action("mcp__x__y", {"blob": "z" * 10_000}).endswith("…")

@@ -36,6 +36,7 @@ class Exec:
 
     cmd: str
     escalate: bool = False
+    justification: str | None = None  # what the model says the command does (with escalate)
 
 
 @dataclass
@@ -317,7 +318,10 @@ class MockResponses:
         elif isinstance(step, Exec):
             args: dict = {"cmd": step.cmd}
             if step.escalate:
-                args |= {"sandbox_permissions": "require_escalated", "justification": f"needs to run {step.cmd}"}
+                args |= {
+                    "sandbox_permissions": "require_escalated",
+                    "justification": step.justification or f"needs to run {step.cmd}",
+                }
             yield from self._call(n, "exec_command", args)
         elif isinstance(step, Patch):
             lines = "".join(f"+{line}\n" for line in step.content.splitlines())

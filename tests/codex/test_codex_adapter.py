@@ -43,7 +43,8 @@ async def test_L11_2_approved_command_runs_and_its_file_lands(open_driver, mock,
     turn, sink, task = driver.start("make a file")
     request = await opened_request(sink)
     assert request.kind == "command"
-    assert request.prompt == "Run `echo approved > approved.txt`?"
+    assert request.prompt == f"Run `echo approved > approved.txt` in {workspace.resolve()}"
+    assert (request.command, request.cwd) == ("echo approved > approved.txt", str(workspace.resolve()))
     assert not (workspace / "approved.txt").exists()  # nothing ran before the answer
     await driver.adapter.respond(request.request_id, Response(decision="accept"))
     assert (await ended(task, sink)).status == "completed"
@@ -54,6 +55,23 @@ async def test_L11_2_approved_command_runs_and_its_file_lands(open_driver, mock,
     assert sink.reply == "Created approved.txt."
     with pytest.raises(Unsupported):  # L11.3: the callback is used up
         await driver.adapter.respond(request.request_id, Response(decision="accept"))
+
+
+async def test_L11_1_an_approval_shows_the_command_that_will_run_not_the_models_description_of_it(
+    open_driver, mock, workspace
+):
+    """Issue 25: the model calls ``rm -rf ~/notes`` "list the files"; the approval shows the command and where it
+    runs, with the model's words only as the description."""
+    mock.on("tidy up", [Exec("rm -rf ~/notes", escalate=True, justification="list the files")], [Text("Left it.")])
+    driver = await open_driver()
+    turn, sink, task = driver.start("tidy up")
+    request = await opened_request(sink)
+    assert request.kind == "command"
+    assert (request.command, request.cwd) == ("rm -rf ~/notes", str(workspace.resolve()))
+    assert request.prompt == f"Run `rm -rf ~/notes` in {workspace.resolve()}"
+    assert request.description == "list the files"
+    await driver.adapter.respond(request.request_id, Response(decision="decline"))
+    assert (await ended(task, sink)).status == "completed"
 
 
 async def test_L11_2_declined_command_does_not_run(open_driver, mock, workspace):
@@ -78,7 +96,9 @@ async def test_L11_2_file_change_approval_applies_the_patch(open_driver, mock, w
     turn, sink, task = driver.start("add notes")
     request = await opened_request(sink)
     assert request.kind == "file_change"
-    assert request.detail["changes"][0]["path"].endswith("notes.md")
+    [edit] = request.files
+    assert edit.path.endswith("notes.md") and edit.change == "add" and "from a patch" in edit.diff
+    assert request.prompt == f"Create {edit.path}" and request.command is None
     assert not (workspace / "notes.md").exists()
     await driver.adapter.respond(request.request_id, Response(decision="accept"))
     assert (await ended(task, sink)).status == "completed"
@@ -125,7 +145,9 @@ async def test_L11_4_plan_mode_question_answered_then_proposed_plan(open_driver,
     request = await opened_request(sink)
     assert request.kind == "user_input"
     assert request.prompt == "Pick a color?"
-    assert request.detail["options"] == ["Red", "Blue"]
+    [question] = request.questions
+    assert (question.id, question.question) == ("color", "Pick a color?")
+    assert [(o.label, o.description) for o in question.options] == [("Red", "option Red"), ("Blue", "option Blue")]
     await driver.adapter.respond(request.request_id, Response(answers={"color": "Blue"}))
     assert (await ended(task, sink)).status == "completed", sink.events
     answer = [r for r in mock.requests if r.prompt == "design it" and r.tool_outputs][-1].tool_outputs[-1]
@@ -353,7 +375,8 @@ async def test_runtime_mode_auto_accept_edits_applies_patches_and_asks_only_to_e
     assert (workspace / "auto.md").read_text() == "no questions asked\n"
     turn, sink, task = driver.start("leave the sandbox")
     request = await opened_request(sink)
-    assert request.kind == "command" and request.prompt == "needs to run touch escalated.txt"
+    assert request.kind == "command" and request.prompt == f"Run `touch escalated.txt` in {workspace.resolve()}"
+    assert request.description == "needs to run touch escalated.txt"  # the model's justification, beside it
     await driver.adapter.respond(request.request_id, Response(decision="accept"))
     assert (await ended(task, sink)).status == "completed"
     assert (workspace / "escalated.txt").exists()
@@ -385,7 +408,7 @@ async def test_L11_4_a_question_outside_plan_mode_with_an_unknown_answer_id_is_r
     driver = await open_driver()
     turn, sink, task = driver.start("ask me")
     request = await opened_request(sink)
-    assert request.kind == "user_input" and request.detail["options"] == ["S", "M", "L"]
+    assert request.kind == "user_input" and [o.label for o in request.questions[0].options] == ["S", "M", "L"]
     with pytest.raises(ValueError):
         await driver.adapter.respond(request.request_id, Response(answers={"colour": "red"}))
     await driver.adapter.respond(request.request_id, Response(answers={"0": "M"}))  # the only question

@@ -131,10 +131,32 @@ async def test_L11_1_a_codex_todo_list_and_approval_request_reach_the_thread_vie
 
     doc = await wait_for(pending, timeout=60, what="a pending approval request")
     [request] = doc["requests"]
-    assert request["kind"] == "command" and request["prompt"] == "Run `echo careful > careful.txt`?"
+    workspace = (codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread).resolve()
+    assert request["kind"] == "command" and request["prompt"] == f"Run `echo careful > careful.txt` in {workspace}"
     [todo] = [p for p in doc["plans"] if p["kind"] == "todo_list"]
     assert [(i["text"], i["status"]) for i in todo["items"]] == [("ask first", "in_progress"), ("then act", "pending")]
     run = await client.get_run(sent["run_id"])
     assert run["status"] == "waiting"
     workspace = codex_stack.state_dir / "workspaces" / "codexco" / "threads" / thread
     assert not (workspace / "careful.txt").exists()
+
+
+async def test_a_stack_whose_state_dir_is_under_tmp_runs_codex_without_a_home_root_setting(tmp_path, mock, homes_root):
+    """Issue 25: ``treadle up --state-dir /tmp/x`` (no TREADLE_CODEX_HOME_ROOT) runs Codex sessions: their homes
+    go under the user's cache directory (here XDG_CACHE_HOME, outside /tmp), never under the state dir."""
+    from tests.codex.codex_support import codex_env
+    from tests.support.provider_http import tenant_client
+    from treadle.cli.stack import Stack
+
+    assert tmp_path.resolve().is_relative_to("/tmp")
+    env = {k: v for k, v in codex_env(mock, homes_root).items() if k != "TREADLE_CODEX_HOME_ROOT"}
+    env["XDG_CACHE_HOME"] = str(homes_root / "xdg-cache")
+    mock.on("say hi from tmp", [Text("Hi from a /tmp state dir.")])
+    async with Stack(tmp_path / "state", env=env) as stack, tenant_client(stack, "tmpco") as client:
+        thread = (await client.create_thread(title="state under tmp", provider="codex"))["thread_id"]
+        sent = await client.send(thread, "say hi from tmp")
+        run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == ["Hi from a /tmp state dir."]
+    assert list((homes_root / "xdg-cache" / "treadle" / "codex-homes").glob("*/tmpco/config.toml"))
+    assert not list((tmp_path / "state").glob("provider-runtimes/*/codex-homes"))

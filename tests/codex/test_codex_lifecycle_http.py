@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Stall, Text
+from tests.codex.codex_mock import Ask, Exec, PlanUpdate, Reasoning, Stall, Text
 from tests.codex.codex_support import TENANT
 from tests.support.helpers import wait_for
 from tests.support.provider_http import (
@@ -67,7 +67,13 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     ]
     sent = await client.send(thread, "write approved.txt")
     request = await pending_request(client, thread)
-    assert request["kind"] == "command" and request["prompt"] == "Run `echo approved > approved.txt`?"
+    workspace = workspace_of(codex_stack, TENANT, thread).resolve()
+    assert request["kind"] == "command" and request["prompt"] == f"Run `echo approved > approved.txt` in {workspace}"
+    assert (request["command"], request["cwd"], request["description"]) == (
+        "echo approved > approved.txt",
+        str(workspace),
+        None,
+    )
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     assert not (workspace_of(codex_stack, TENANT, thread) / "approved.txt").exists()  # nothing ran before the answer
 
@@ -79,6 +85,27 @@ async def test_L11_1_L11_2_an_approved_codex_command_runs_and_its_file_lands_in_
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("approved.txt", "added")]
     assert checkpointed(codex_stack, TENANT, thread, checkpoint, "approved.txt") == "approved\n"
     await answered_once(client, thread, request, {"decision": "accept"})
+
+
+async def test_L11_1_a_codex_approval_shows_the_real_command_and_its_cwd_not_the_models_description(
+    client, codex_stack, mock
+):
+    """Issue 25: the model describes ``rm -rf ~/notes`` as "list the files"; the approval's prompt, node and
+    activity show the command and where it runs; the model's words are only its ``description``."""
+    mock.on("tidy the notes", [Exec("rm -rf ~/notes", escalate=True, justification="list the files")], [Text("Left.")])
+    thread = (await client.create_thread(title="codex liar", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "tidy the notes")
+    request = await pending_request(client, thread)
+    workspace = str(workspace_of(codex_stack, TENANT, thread).resolve())
+    assert (request["kind"], request["command"], request["cwd"]) == ("command", "rm -rf ~/notes", workspace)
+    assert request["prompt"] == f"Run `rm -rf ~/notes` in {workspace}"
+    assert request["description"] == "list the files"
+    doc = await client.get_thread(thread)
+    [node] = [n for r in doc["runs"] for n in r["nodes"] if n["id"] == request["node_id"]]
+    assert node["title"] == request["prompt"]
+    assert any(a["summary"] == request["prompt"] for a in doc["activity"] if a["kind"] == "request.opened")
+    await respond(client, request["id"], {"decision": "decline"})
+    assert (await client.wait_run(sent["run_id"], timeout=60))["status"] == "completed"
 
 
 async def test_L11_2_a_declined_codex_command_does_not_run(client, codex_stack, mock):
@@ -165,7 +192,11 @@ async def test_L11_4_a_codex_question_answered_over_http_resumes_the_run(client,
     sent = await client.send(thread, "pick a database")
     request = await pending_request(client, thread)
     assert request["kind"] == "user_input" and request["prompt"] == "Which database?"
-    assert request["detail"]["options"] == ["pg", "sqlite"]
+    [question] = request["questions"]
+    assert question["options"] == [  # issue 25: the options' descriptions are kept, in the one shape of every runtime
+        {"label": "pg", "description": "option pg"},
+        {"label": "sqlite", "description": "option sqlite"},
+    ]
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
@@ -254,7 +285,10 @@ async def test_L11_4_L12_3_codex_plan_mode_asks_proposes_a_plan_and_the_plan_is_
     thread = (await client.create_thread(title="codex plan mode", provider="codex"))["thread_id"]
     sent = await client.send(thread, "design the page", script={"collaboration_mode": "plan"})
     request = await pending_request(client, thread)
-    assert request["kind"] == "user_input" and request["detail"]["options"] == ["Red", "Blue"]
+    assert request["kind"] == "user_input" and [o["label"] for o in request["questions"][0]["options"]] == [
+        "Red",
+        "Blue",
+    ]
     await respond(client, request["id"], {"answers": {"0": "Blue"}})
     run = await client.wait_run(sent["run_id"], timeout=60)
     assert run["status"] == "completed", run
@@ -335,6 +369,50 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
     assert assistant_texts(run)[-1] == "Short notes, fix mentioned."
     history = str([r for r in mock.requests if r.prompt == "and keep it short"][-1].body["input"])
     assert "mention the fix" in history and "draft the release notes" in history
+
+
+async def test_L3_2_a_steered_codex_run_lists_its_messages_in_the_order_they_happened(client, mock):
+    """Issue 25: the message the steer cut off comes before the reply that followed it, in the run's and the
+    thread's ``messages`` as listed (not sorted by a client). The reply can complete within the coalescing
+    interval of the cut-off text: the deterministic case is tests/integration/test_provider_event_publisher.py."""
+    mock.on("outline the talk", [Text("Outlining"), Stall()])
+    mock.on("only three points", [Text("Three points it is.")])
+    thread = (await client.create_thread(title="codex steer order", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "outline the talk")
+    await stalled_on(mock, "outline the talk")  # steered at once: the first text may not be shown yet
+    assert (await client.send(thread, "only three points"))["disposition"] == "steered"
+    run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "completed", run
+    listed = [(m["role"], m["text"]) for m in run["messages"]]
+    assert listed == [
+        ("user", "outline the talk"),
+        ("assistant", "Outlining"),
+        ("user", "only three points"),
+        ("assistant", "Three points it is."),
+    ], run["messages"]
+    doc = await client.get_thread(thread)
+    assert [m["text"] for m in doc["messages"]] == [text for _, text in listed]
+
+
+async def test_L5_5_a_handoff_from_codex_carries_no_reasoning_of_codexs(client, mock):
+    """Issue 25: Codex's reasoning is a ``reasoning`` node of its run, and the summary another provider receives
+    on a switch carries the conversation, not that hidden reasoning (TREADLE_SUPERVISOR_HANDOFF_REASONING opts in)."""
+    mock.on(
+        "name the module",
+        [Reasoning("weighing names", text="RAW-CHAIN the user dislikes long names"), Text("Call it lex.")],
+    )
+    thread = (await client.create_thread(title="codex reasons, then a switch", provider="codex"))["thread_id"]
+    sent = await client.send(thread, "name the module")
+    reasoned = await client.wait_run(sent["run_id"], timeout=60)
+    assert reasoned["status"] == "completed", reasoned
+    [reasoning] = [n for n in reasoned["nodes"] if n["title"] == "reasoning"]
+    assert reasoning["kind"] == "reasoning" and "RAW-CHAIN" in reasoning["output"]
+    switched = await client.send(thread, "go on", provider="scripted", script={"steps": [{"type": "echo"}]})
+    run = await client.wait_run(switched["run_id"], timeout=60)
+    [handoff_id] = run["handoff_ids"]
+    handoff = (await client.request("GET", f"/v1/handoffs/{handoff_id}")).json()
+    assert "name the module" in handoff["text"] and "Call it lex." in handoff["text"]
+    assert "RAW-CHAIN" not in handoff["text"] and "weighing names" not in handoff["text"]
 
 
 async def test_L8_2_L2_3_interrupting_a_codex_run_during_a_command_ends_it_and_closes_its_node(

@@ -108,7 +108,18 @@ async def test_L11_4_a_structured_question_is_answered_and_the_run_resumes(api):
     thread = await api.create_thread()
     sent = await api.send(thread, "ask", script=script(question("which db?", ["pg", "sqlite"]), text("using it")))
     request = await api.wait_request(thread)
-    assert request["kind"] == "user_input" and request["detail"] == {"options": ["pg", "sqlite"]}
+    assert request["kind"] == "user_input" and request["detail"] is None
+    assert request["questions"] == [
+        {
+            "id": "0",
+            "question": "which db?",
+            "header": "",
+            "multi_select": False,
+            "options": [{"label": "pg", "description": ""}, {"label": "sqlite", "description": ""}],
+            "other": False,
+            "secret": False,
+        }
+    ]
     bad = await api.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response"
     await api.post(f"/v1/requests/{request['id']}/respond", {"answers": {"0": "pg"}}, expect=200)

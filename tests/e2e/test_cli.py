@@ -89,3 +89,29 @@ async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
         code, out, err = await treadle("threads", "show", "thr_" + "0" * 26, *api, cwd=tmp_path)
         assert code == 3
         assert "not found" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+async def test_threads_show_puts_a_pending_approvals_real_command_first_and_the_models_words_beside_it(
+    tmp_path, nats_url, redis_url
+):
+    """Issue 25: what the CLI shows of an approval is the command that would run, with the model's description
+    only beside it."""
+    from tests.support.helpers import wait_for
+    from tests.support.provider_http import api_client, tenant_token
+
+    async with Stack(tmp_path / "stack", nats_url=nats_url, redis_url=redis_url, on_output=_quiet) as stack:
+        token = await tenant_token(stack, f"cli-{uuid.uuid4().hex[:8]}")
+        async with api_client(stack, token) as client:
+            thread = (await client.create_thread(title="liar"))["thread_id"]
+            step = {"type": "approval", "prompt": "list the files", "command": "rm -rf ~/notes"}
+            await client.send(thread, "tidy up", script={"steps": [step]})
+
+            async def pending():
+                return [r for r in (await client.get_thread(thread))["requests"] if r["status"] == "pending"]
+
+            [request] = await wait_for(pending, timeout=30, what="the pending approval")
+            api = ["--api", stack.api_url, "--token", token]
+            code, out, err = await treadle("threads", "show", thread, *api, cwd=tmp_path)
+    assert code == 0, err
+    shown = " ".join(out[out.index(request["id"]) :].split())  # the request's entry, however the terminal wrapped it
+    assert shown.index("Run `rm -rf ~/notes` in ") < shown.index('(the model says: "list the files")')

@@ -210,7 +210,7 @@ async def test_L11_4_a_question_is_answered_from_piped_stdin_and_without_input_t
     run = await cli.json("send", thread, "pick", "--script", ask, "--wait", stdin=b"2\n")
     assert run["status"] == "completed"
     [answered] = (await cli.json("requests", "list", thread))["items"]
-    assert answered["response"] == {"message": "postgres"}
+    assert answered["response"] == {"answers": {"0": "postgres"}}  # the question (id 0) answered by its option
 
     # --no-input: the run waits for an answer, the CLI says how to give it and exits 6 instead of hanging
     error = await cli.json("send", thread, "again", "--script", ask, "--wait", "--no-input", code=exits.NEEDS_INPUT)

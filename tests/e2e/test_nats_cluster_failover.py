@@ -17,6 +17,7 @@ import pytest
 from tests.e2e.test_cli import treadle
 from tests.support.api import Api
 from tests.support.helpers import quiet, wait_for
+from tests.support.replicas import wait_caught_up
 from treadle.cli.stack import Stack
 from treadle.core import events as ev
 from treadle.core.state import fold
@@ -127,19 +128,13 @@ async def test_runs_complete_exactly_once_while_a_nats_node_is_killed_and_restar
         await victim.start()  # the node comes back with its data and catches up
         await cluster.wait_healthy(timeout=60)
 
-        async def whole():
-            try:
-                info = await js.stream_info(EVENTS_STREAM)
-            except Exception:
-                return None
-            return info.cluster.leader and len([r for r in info.cluster.replicas or [] if r.current]) == 2
-
-        await wait_for(whole, timeout=60, what="TREADLE_EVENTS current on all three nodes again")
+        await wait_caught_up(js)  # TREADLE_EVENTS whole on all three nodes again
         for n, thread in enumerate(threads):
             runs[await send_until_accepted(api, thread, f"after {round_}.{n}")] = thread
 
     for run_id in runs:
         await api.wait_run(run_id, timeout=120)
+    await wait_caught_up(js)  # the reads below may go to any replica
 
     for thread in threads:
         events = await log.read(api.tenant, thread)

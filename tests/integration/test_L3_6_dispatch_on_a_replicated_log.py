@@ -61,6 +61,21 @@ async def send(coordinator: Coordinator, n: int, text: str) -> str:
     return reply.run_id
 
 
+async def redelivered(coordinator: Coordinator, msg) -> bool:
+    """The consumer's retry of ``msg``: a race still unsettled (a conflict, or a replica that has not stored
+    what it was delivered) is redelivered, not dropped."""
+    try:
+        await coordinator._on_run_ended(msg)
+    except (Conflict, Unavailable):
+        return False
+    return True
+
+
+async def reaching(log: EventLog, seq: int) -> list[ev.Envelope] | None:
+    events = await log.read(TENANT, THREAD)
+    return events if events and events[-1].seq >= seq else None
+
+
 async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_append_in_flight(tmp_path):
     async with NatsCluster(tmp_path / "nats") as cluster:
         setup = await nats.connect(**broker_urls.parse(cluster.url).connect_options())
@@ -106,11 +121,14 @@ async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_a
                 await node.start()
             await cluster.wait_healthy()
             await wait_for(lambda: log.read(TENANT, THREAD, after=completed), timeout=30, what="the append in flight")
-            await coordinator._on_run_ended(msg)  # the consumer's retry
+            await wait_for(lambda: redelivered(coordinator, msg), timeout=30, what="the consumer's retries")
 
-            events = await log.read(TENANT, THREAD)
-            dispatched = [e for e in events if isinstance(e.data, ev.RunDispatched)]
+            # Direct gets are answered by any replica, and a follower that just rejoined may not hold the
+            # coordinator's append yet: read until the log reaches the sequence the coordinator was acked.
             cached = coordinator._store.cached(TENANT, THREAD)
+            appended = cached.seq if cached else 0
+            events = await wait_for(lambda: reaching(log, appended), timeout=30, what=f"a log read reaching {appended}")
+            dispatched = [e for e in events if isinstance(e.data, ev.RunDispatched)]
             seen = f"{cached.seq}, active {cached.active_run_id}, queue {cached.queue}" if cached else "none"
             assert [e.data.run_id for e in dispatched] == [second] and dispatched[0].seq > completed, (
                 f"after the end at {completed} the log holds {[(e.seq, e.type) for e in events if e.seq >= completed]};"

@@ -34,3 +34,34 @@ async def test_a_turn_publisher_on_a_closed_connection_gives_up_instead_of_retry
     with pytest.raises(ConnectionClosedError):
         await asyncio.wait_for(publisher.event(pe.TurnCompleted(status="completed")), 10)
     publisher.close()
+
+
+async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_completed_after_it(nc):
+    """Issue 25: a message begun and cut off (a steer) and the reply that followed within the coalescing
+    interval are stored in the order they happened, so the thread lists the cut-off message first."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    publisher = TurnPublisher(
+        nc,
+        tenant="acme",
+        thread="thr_order",
+        session_id="ps_1",
+        provider_thread_id="pth_order",
+        run_id="run_2",
+        attempt_id="att_2",
+        ids=IdFactory("att_2", 0),  # event ids of their own: the stream deduplicates by them
+    )
+    await publisher.text("msg_cut", "node_r", "Drafting")  # begun, never completed: the steer cut it off
+    await publisher.text("msg_reply", "node_r", "Short notes.")
+    await publisher.text_done("msg_reply", "node_r", "Short notes.")
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    sub = await js.subscribe("treadle.prov.acme.thr_order.>", ordered_consumer=True)
+    stored = []
+    while not stored or not isinstance(stored[-1], pe.TurnCompleted):
+        msg = await sub.next_msg(timeout=10)
+        stored.append(pe.provider_event_decoder.decode(msg.data).body)
+    await sub.unsubscribe()
+    firsts = [b.message_id for b in stored if isinstance(b, (pe.TextDelta, pe.TextCompleted))]
+    assert firsts[0] == "msg_cut", stored
+    assert "".join(b.text for b in stored if isinstance(b, pe.TextDelta) and b.message_id == "msg_cut") == "Drafting"

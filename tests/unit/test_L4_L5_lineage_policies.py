@@ -170,3 +170,62 @@ def test_L6_2_L6_4_fork_fidelity_is_a_typed_capability_result():
     nameless = ProviderCapabilities(fork=True, fork_subagent=True, identity="none", subagents=True)
     assert (view(nameless).fork, view(nameless).subagent_fork) == ("portable", "synthetic")
     assert view(ProviderCapabilities(fork=True, subagents=False)).subagent_fork == "unavailable"
+
+
+def _with_reasoning_and_a_command(state) -> None:
+    run = state.runs[-1]
+    root = run.attempt.root_node_id
+    apply(
+        state,
+        [
+            ev.NodeStarted(
+                node_id="node_rs",
+                run_id=run.id,
+                attempt_id=run.attempt.id,
+                parent_id=root,
+                kind="reasoning",
+                title="reasoning",
+            ),
+            ev.NodeCompleted(node_id="node_rs", run_id=run.id, output="SECRET-CHAIN: the user seems unsure"),
+            ev.NodeStarted(
+                node_id="node_ls",
+                run_id=run.id,
+                attempt_id=run.attempt.id,
+                parent_id=root,
+                kind="tool",
+                title="ls",
+                input={"command": "ls"},
+            ),
+            ev.NodeCompleted(node_id="node_ls", run_id=run.id, output="README.md"),
+        ],
+    )
+
+
+def test_L5_5_a_handoff_carries_no_models_reasoning_unless_the_deployment_asks_for_it():
+    state = new_thread()
+    run_on(state, "scripted", "list the files", "README.md is there")
+    _with_reasoning_and_a_command(state)
+    _, [handoff] = run_on(state, "scripted-b", "go on", "ok")
+    assert "ls `ls` → completed: README.md" in handoff.text  # the commands are carried
+    assert "SECRET-CHAIN" not in handoff.text and "reasoning" not in handoff.text
+
+    opted = new_thread()
+    run_on(opted, "scripted", "list the files", "README.md is there")
+    _with_reasoning_and_a_command(opted)
+    send(opted, "go on", provider="scripted-b")
+    resolved = lineage.resolve_start_context(opted, opted.runs[-1], None, {}, ctx("r"), reasoning=True)
+    [with_reasoning] = [e for e in resolved if isinstance(e, ev.HandoffCreated)]
+    assert "reasoning → completed: SECRET-CHAIN: the user seems unsure" in with_reasoning.text
+
+
+def test_L5_5_the_handoff_reasoning_setting_is_off_by_default_and_a_bad_value_stops_the_worker(monkeypatch):
+    from pydantic import ValidationError
+
+    from treadle.runtime.settings import SupervisorSettings
+
+    assert SupervisorSettings().handoff_reasoning is False
+    monkeypatch.setenv("TREADLE_SUPERVISOR_HANDOFF_REASONING", "true")
+    assert SupervisorSettings().handoff_reasoning is True
+    monkeypatch.setenv("TREADLE_SUPERVISOR_HANDOFF_REASONING", "sometimes")
+    with pytest.raises(ValidationError, match="handoff_reasoning"):
+        SupervisorSettings()

@@ -46,3 +46,12 @@ def test_coalescing_flushes_by_size_when_text_arrives_fast():
     coalescer = Coalescer(clock=clock)
     flushed = [out for _ in range(3) if (out := coalescer.add("z" * 4096)) is not None]
     assert len(flushed) == 3
+
+
+def test_a_messages_first_text_is_durable_at_once_and_the_rest_is_coalesced():
+    clock = FakeClock()
+    coalescer = Coalescer(clock=clock)
+    assert coalescer.add("Draft") == "Draft"  # its place in the thread is taken when it begins
+    assert coalescer.add("ing") is None
+    clock.now += 0.25
+    assert coalescer.add(" notes") == "ing notes"

@@ -102,7 +102,7 @@ def _example_value(name: str, tp: Any) -> Any:
         "reason": "lost",
         "role": "assistant",
         "created_by": "alice",
-        "prompt": "Run `python hello.py`?",
+        "prompt": "Run `python hello.py` in /srv/workspaces/acme/threads/thr_x",
         "message": "Hello!",
         "user": "alice",
         "scope": "root",

@@ -179,7 +179,7 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
     async with connect_nats(nats_url(args)) as nc:
         from nats.js.errors import NotFoundError
 
-        from ..eventlog import streams  # here: the CLI's other commands run without nats installed
+        from ..eventlog import streams  # imports nats: loaded with the command (nats is in the server extra)
 
         with contextlib.suppress(NotFoundError):
             # Revoking must not stop between the reload and this clean-up because a node was just lost.

@@ -37,7 +37,7 @@ class RunView:
         self.done = asyncio.Event()
         self._items: dict[str, Any] = {}
         self._early: list[SseEvent] = []  # events that arrived before we knew our run id
-        self.requests: asyncio.Queue[dict] = asyncio.Queue()  # requests the run opened, to be answered
+        self.requests: asyncio.Queue[str] = asyncio.Queue()  # ids of requests the run opened, to be answered
         self._recent: deque[str] = deque(maxlen=4)
         self._count = 0
         self._began = time.monotonic()
@@ -86,15 +86,7 @@ class RunView:
             self._items[d["node_id"]].update(status=d.get("status", "completed"), output=d.get("output"))
         elif kind == "request.opened":
             self._items[d["request_id"]] = {"kind": d["kind"], "title": d.get("prompt", ""), "status": "waiting"}
-            self.requests.put_nowait(
-                {
-                    "id": d["request_id"],
-                    "run_id": d["run_id"],
-                    "kind": d["kind"],
-                    "prompt": d.get("prompt", ""),
-                    "detail": d.get("detail"),
-                }
-            )
+            self.requests.put_nowait(d["request_id"])
         elif kind == "request.resolved" and d["request_id"] in self._items:
             self._items[d["request_id"]]["status"] = d.get("status", "resolved")
         elif kind == "plan.updated":
@@ -216,12 +208,12 @@ async def stream_run(
                     if not asked.done():
                         asked.cancel()
                 if asked.done() and not asked.cancelled():
-                    if not view.waiting(asked.result()["id"]):
+                    if not view.waiting(asked.result()):
                         continue  # answered elsewhere already
                     if live is not None:
                         live.stop()  # the prompt needs the terminal's lines to itself
                     try:
-                        await prompt.answer(client, asked.result(), allow_input=allow_input)
+                        await prompt.answer_pending(client, thread_id, asked.result(), allow_input=allow_input)
                     finally:
                         if live is not None:
                             live.start()

@@ -1,7 +1,9 @@
 """The ``treadle`` command: run the embedded stack (``treadle up``) and talk to a running one.
 
 Expected failures (the API said no, nothing is listening, bad input) end with one red line (a JSON error with
-``--output json``) and an exit code of their kind (``exits``), never a traceback.
+``--output json``) and an exit code of their kind (``exits``), never a traceback. The base install (``pip install
+treadle``) is the client: the commands that run or administer the server import its dependencies when they run,
+and without them say which extra to install.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from .parsers import add_api_parsers, add_policy_api_parsers
 from .policy import cmd_policy_set, cmd_policy_show
 from .render import stderr
 from .up import cmd_up
+
+# The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
+SERVER_MODULES = frozenset(
+    "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt".split()
+)
 
 
 def version() -> str:
@@ -96,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
         "partitions by lease (default 1)",
     )
-    up.set_defaults(func=cmd_up, interrupt_ok=True)
+    up.set_defaults(func=cmd_up, interrupt_ok=True, extra="embedded")  # the server and a nats-server binary
 
     tokens = sub.add_parser("tokens", help="API tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
     create = tokens.add_parser("create", parents=[nats_], help="create a token (printed on stdout)")
@@ -166,6 +173,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stderr.print(f"[red]error:[/] {escape(describe(exc))}", soft_wrap=True)
         return code
+    except ModuleNotFoundError as exc:
+        extra = missing_extra(exc, args)
+        if extra is None:  # not an optional dependency: a broken install or a bug, shown as such
+            raise
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        stderr.print(
+            f"[red]error:[/] `treadle {escape(command)}` needs the {extra} dependencies, which this install lacks "
+            f"(no module named {escape(repr(exc.name))}): pip install 'treadle\\[{extra}]'",
+            soft_wrap=True,
+        )
+        return exits.FAILED
     except KeyboardInterrupt:
         return 0 if getattr(args, "interrupt_ok", False) else exits.INTERRUPTED
     except BrokenPipeError:
@@ -181,6 +199,16 @@ def _json_error(exc: BaseException, code: int) -> None:
         error.update(code=exc.code, status=exc.status, message=exc.message, details=exc.details)
     with contextlib.redirect_stdout(sys.stderr):
         json_line({"error": error})
+
+
+def missing_extra(exc: ModuleNotFoundError, args: argparse.Namespace) -> str | None:
+    """The extra that installs a module a command could not import (None: not an optional dependency)."""
+    module = (exc.name or "").partition(".")[0]
+    if module == "claude_agent_sdk":
+        return "claude"
+    if module in SERVER_MODULES:
+        return getattr(args, "extra", "server")  # `up` names the embedded extra, which includes the server
+    return None
 
 
 if __name__ == "__main__":

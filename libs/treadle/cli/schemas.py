@@ -128,8 +128,9 @@ def _internal() -> dict:
 
 def openapi_schema() -> dict:
     from treadle.gateway.app import create_app
+    from treadle.gateway.openapi import document
 
-    return create_app().openapi_schema.to_schema()
+    return document(create_app())
 
 
 # --- AsyncAPI (and the internal subjects' payloads): treadle.cli.asyncapi ---------------------------------

@@ -128,6 +128,7 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
                 (r["kind"], "bold"),
                 f" {r['id']} ",
                 r.get("prompt", ""),
+                (f' (the model says: "{r["description"]}")' if r.get("description") else "", "dim"),
                 (" waiting for a response", "yellow"),
             )
         )
@@ -267,13 +268,5 @@ async def cmd_watch(args: argparse.Namespace) -> int:
             else:
                 tail.add(event)
             if event.event == "request.opened" and interactive:
-                await _answer_if_pending(client, args.thread, event.json()["data"]["request_id"])
+                await prompt.answer_pending(client, args.thread, event.json()["data"]["request_id"], allow_input=True)
     return 0
-
-
-async def _answer_if_pending(client: AsyncTreadle, thread: str, request_id: str) -> None:
-    """Ask for an answer to a request the stream shows, if it still waits for one (history replays old ones)."""
-    page = await client.list_requests(thread, status="pending")
-    pending = [r async for r in page if r.id == request_id]
-    if pending:
-        await prompt.answer(client, builtins(pending[0]), allow_input=True)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..client import ApiError, AsyncTreadle
+from ..runtime.settings import GatewaySettings
 from .config import DEV_TENANT, DEV_USER, connect_nats, state_dir
 from .errors import UsageError, describe
 from .live import stream_run
@@ -175,13 +176,16 @@ def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         loop.default_exception_handler(context)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # As the gateway binds: connections of a stack stopped a moment ago (TIME_WAIT) do not hold the port,
-        # a listener does.
+def gateway_port_free(host: str, port: int) -> bool:
+    """Whether the gateway could bind ``host:port`` now. Probed as uvicorn binds (SO_REUSEADDR): connections
+    of a stack stopped a moment ago (TIME_WAIT) do not hold the port, a listener does."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
+    with socket.socket(family, kind, proto) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(address)
         except OSError:
             return False
     return True
@@ -192,8 +196,9 @@ async def cmd_up(args: argparse.Namespace) -> int:
     from .stack import Stack
 
     state = state_dir(args)
-    if not _port_free(args.port):
-        raise UsageError(f"port {args.port} is in use (another `treadle up`?); pick one with --port")
+    host = GatewaySettings().host  # where the gateway will listen (TREADLE_GATEWAY_HOST)
+    if not gateway_port_free(host, args.port):
+        raise UsageError(f"port {args.port} on {host} is in use (another `treadle up`?); pick one with --port")
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None

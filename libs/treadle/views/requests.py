@@ -10,8 +10,35 @@ import msgspec
 from . import View
 
 
+class FileEdit(View, kw_only=True):
+    """A file an edit approval would change, with its diff. ``change``: add, update, delete, move (to
+    ``move_to``) or write (the whole new content, created or replaced)."""
+
+    path: str
+    change: str = "update"
+    diff: str = ""
+    move_to: str | None = None
+
+
+class QuestionOption(View, kw_only=True):
+    label: str
+    description: str = ""
+
+
+class Question(View, kw_only=True):
+    id: str
+    question: str
+    header: str = ""
+    multi_select: bool = False
+    options: list[QuestionOption] = msgspec.field(default_factory=list)
+    other: bool = False
+    secret: bool = False
+
+
 class RuntimeRequest(View, kw_only=True):
-    """An approval or a question (L11) and its answer."""
+    """An approval or a question (L11) and its answer, in one shape on every runtime. An approval shows what
+    will actually run or change: ``command`` and ``cwd``, or ``files`` with their diffs; ``prompt`` words that
+    action, and ``description`` is the model's own account of it (secondary: never the action itself)."""
 
     id: str
     run_id: str
@@ -20,6 +47,11 @@ class RuntimeRequest(View, kw_only=True):
     status: Literal["pending", "resolved", "not_resumable", "cancelled"] = "pending"
     native_ref: str | None = None
     prompt: str = ""
+    description: str | None = None
+    command: str | None = None
+    cwd: str | None = None
+    files: list[FileEdit] = msgspec.field(default_factory=list)
+    questions: list[Question] = msgspec.field(default_factory=list)
     detail: dict[str, Any] | None = None
     response: dict[str, Any] | None = None
     created_at: datetime

@@ -56,7 +56,7 @@ class ExecutionNode(View, kw_only=True):
     id: str
     run_id: str
     attempt_id: str
-    kind: Literal["root_turn", "tool", "approval", "user_input", "subagent"]
+    kind: Literal["root_turn", "tool", "approval", "user_input", "subagent", "reasoning"]
     parent_id: str | None = None
     counts_for_run: bool = False
     status: Literal["pending", "running", "waiting", "completed", "failed", "interrupted", "cancelled"] = "pending"

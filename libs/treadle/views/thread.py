@@ -73,7 +73,7 @@ class ThreadView(View, kw_only=True):
         return next((p for p in self.plans if p.id == plan_id), None)
 
 
-class ThreadSummary(View, kw_only=True, omit_defaults=True):
+class ThreadSummary(View, kw_only=True):
     """One thread in the tenant's list (``/v1/threads``)."""
 
     id: str

@@ -12,7 +12,6 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
-from litestar.openapi import OpenAPIConfig
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 from nats.aio.client import Client as NATS
@@ -35,7 +34,8 @@ from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
 
-from . import checkpoints, control, errors, lineage, lists, policy
+from . import checkpoints, control, lineage, lists, openapi, policy
+from . import errors as handlers
 from .commands import Commands
 from .deps import (
     IdempotencyKey,
@@ -54,6 +54,19 @@ from .deps import (
 )
 from .errors import ApiError
 from .limits import RateLimitMiddleware, TokenBuckets, bearer
+from .openapi import (
+    ADMITTED,
+    BODY,
+    COMMAND,
+    CREATE,
+    ON_THREAD,
+    PARAMS,
+    PATH_ID,
+    SEND,
+    THREAD_READ,
+    errors,
+    event_stream,
+)
 from .params import number
 from .sse import thread_events
 from .stream_slots import StreamSlots
@@ -96,7 +109,13 @@ class MessageAccepted(msgspec.Struct, kw_only=True):
 # --- routes -----------------------------------------------------------------------------------------
 
 
-@post("/v1/threads", status_code=201, summary="Create a thread (no provider work until the first run, L1.1)")
+@post(
+    "/v1/threads",
+    status_code=201,
+    summary="Create a thread (no provider work until the first run, L1.1)",
+    tags=["threads"],
+    responses=errors(BODY, COMMAND, ADMITTED, CREATE),
+)
 async def create_thread(
     request: Request, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
 ) -> ThreadCreated:
@@ -111,7 +130,8 @@ async def create_thread(
 
 @get(
     "/v1/threads/{thread_id:str}",
-    responses=documented(ThreadView),
+    responses=documented(ThreadView) | errors(PARAMS, PATH_ID, THREAD_READ),
+    tags=["threads"],
     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
 )
 async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> Response:
@@ -120,7 +140,11 @@ async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq
 
 
 @post(
-    "/v1/threads/{thread_id:str}/messages", status_code=202, summary="Send a message: starts or queues a run (L2.1, L3)"
+    "/v1/threads/{thread_id:str}/messages",
+    status_code=202,
+    summary="Send a message: starts or queues a run (L2.1, L3)",
+    tags=["messages"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, SEND),
 )
 async def send_message(
     request: Request,
@@ -146,7 +170,12 @@ async def send_message(
     )
 
 
-@get("/v1/runs/{run_id:str}", summary="One run with its attempts and execution graph")
+@get(
+    "/v1/runs/{run_id:str}",
+    summary="One run with its attempts and execution graph",
+    tags=["runs"],
+    responses=errors(PARAMS, PATH_ID, {404: ("run_not_found",)}),
+)
 async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     who = await principal(request)
     run_id = path_id(run_id, "run")
@@ -162,8 +191,11 @@ async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = Non
 @get(
     "/v1/threads/{thread_id:str}/events",
     summary="Server-Sent Events: id = stream sequence; resumable with Last-Event-ID",
+    tags=["events"],
+    responses=event_stream()
+    | errors(PARAMS, PATH_ID, THREAD_READ, {400: ("invalid_last_event_id",), 429: ("quota_exceeded",)}),
 )
-async def events(
+async def stream_events(
     request: Request,
     thread_id: FromPath[str],
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
@@ -244,7 +276,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             get_thread,
             send_message,
             get_run,
-            events,
+            stream_events,
             healthz,
             readyz,
             metrics,
@@ -256,16 +288,16 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         ],
         lifespan=[lifespan],
         exception_handlers={
-            ApiError: errors.on_api_error,
-            HTTPException: errors.on_http_error,
-            RecursionError: errors.on_too_deep,
-            NatsError: errors.on_broker_unavailable,
-            LogUnavailable: errors.on_broker_unavailable,
-            RedisConnectionError: errors.on_store_unavailable,
-            RedisTimeoutError: errors.on_store_unavailable,
-            Exception: errors.on_unexpected,
+            ApiError: handlers.on_api_error,
+            HTTPException: handlers.on_http_error,
+            RecursionError: handlers.on_too_deep,
+            NatsError: handlers.on_broker_unavailable,
+            LogUnavailable: handlers.on_broker_unavailable,
+            RedisConnectionError: handlers.on_store_unavailable,
+            RedisTimeoutError: handlers.on_store_unavailable,
+            Exception: handlers.on_unexpected,
         },
-        openapi_config=OpenAPIConfig(title="Treadle", version="1.0.0", path="/schema"),
+        openapi_config=openapi.config(),
         request_max_body_size=own.max_body_bytes,
         middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],
         debug=False,

@@ -21,6 +21,7 @@ from treadle.views.thread import ThreadView
 
 from .deps import IdempotencyKey, MinSeq, logged_view, path_id, principal, thread_of, thread_view, wanted_seq
 from .errors import ApiError
+from .openapi import BODY, COMMAND, DIFF, ON_THREAD, PARAMS, PATH_ID, ROLLBACK, THREAD_READ, errors
 from .params import number
 
 DEFAULT_DIFF_BYTES = 256 * 1024
@@ -129,7 +130,12 @@ async def _diff(
 # --- diffs ------------------------------------------------------------------------------------------
 
 
-@get("/v1/runs/{run_id:str}/diff", summary="What a run changed: its checkpoint vs the previous root checkpoint")
+@get(
+    "/v1/runs/{run_id:str}/diff",
+    summary="What a run changed: its checkpoint vs the previous root checkpoint",
+    tags=["checkpoints"],
+    responses=errors(PARAMS, PATH_ID, DIFF, {404: ("run_not_found",)}),
+)
 async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
     who = await principal(request)
     run_id = path_id(run_id, "run")
@@ -147,7 +153,10 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
 
 
 @get(
-    "/v1/threads/{thread_id:str}/diff", summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)"
+    "/v1/threads/{thread_id:str}/diff",
+    summary="The change between two runs' checkpoints (ordinals; 0 = before run 1)",
+    tags=["checkpoints"],
+    responses=errors(PARAMS, PATH_ID, THREAD_READ, DIFF, {400: ("invalid_range",)}),
 )
 async def thread_diff(
     request: Request,
@@ -184,7 +193,12 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     state = await logged_view(request, tenant, thread)
     record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
     if state is None or record is None:
-        raise ApiError(503, "unavailable", "the rollback was accepted but its record is not readable yet; retry")
+        raise ApiError(
+            503,
+            "unavailable",
+            "the rollback was accepted but its record is not readable yet; retry",
+            headers={"Retry-After": "1"},
+        )
     if record.status == "failed":
         raise ApiError(
             409,
@@ -199,6 +213,8 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     "/v1/threads/{thread_id:str}/rollback",
     status_code=200,
     summary="Roll the thread back to run N's files (L10.5); later runs become rolled_back",
+    tags=["checkpoints"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {400: ("invalid_ordinal",), 409: ("run_active",)}),
 )
 async def rollback_thread(
     request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest], idempotency_key: IdempotencyKey = None
@@ -216,6 +232,8 @@ async def rollback_thread(
     "/v1/nodes/{node_id:str}/rollback",
     status_code=200,
     summary="Restore a child node's checkpoint (L10.6); says whether the parent's workspace is touched",
+    tags=["checkpoints"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {404: ("node_not_found", "checkpoint_not_found")}),
 )
 async def rollback_node(
     request: Request,

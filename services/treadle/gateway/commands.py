@@ -103,7 +103,8 @@ class Commands:
                 if isinstance(reply, Rejected):
                     if reply.status == 503 and time.monotonic() < deadline:
                         raise NatsTimeout
-                    retry = {"Retry-After": "1"} if reply.status == 429 else None  # a quota: retry when it frees
+                    # a quota: retry when it frees; the thread still busy at the deadline: retry soon
+                    retry = {"Retry-After": "1"} if reply.status in (429, 503) else None
                     raise ApiError(reply.status, reply.code, reply.message, reply.details, headers=retry)
                 return reply
             except (TimeoutError, NatsTimeout, NoRespondersError):

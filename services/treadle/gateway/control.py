@@ -21,6 +21,22 @@ from treadle.views.thread import queue_view
 
 from .deps import IdempotencyKey, MinSeq, app_state, check_message_size, owner, path_id, principal, thread_view
 from .errors import ApiError
+from .openapi import (
+    ADMITTED,
+    BODY,
+    COMMAND,
+    EDIT,
+    INTERRUPT,
+    ON_THREAD,
+    PARAMS,
+    PATH_ID,
+    PLAN,
+    QUEUED_RUN,
+    REORDER,
+    RESPOND,
+    THREAD_READ,
+    errors,
+)
 
 
 class InterruptRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +102,8 @@ async def _interrupt(
     "/v1/runs/{run_id:str}/interrupt",
     status_code=202,
     summary="Interrupt a run (L8): acknowledged now, interrupted when the provider says so",
+    tags=["runs"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_run(
     request: Request,
@@ -97,7 +115,11 @@ async def interrupt_run(
 
 
 @post(
-    "/v1/nodes/{node_id:str}/interrupt", status_code=202, summary="Interrupt the run a root-turn node belongs to (L8)"
+    "/v1/nodes/{node_id:str}/interrupt",
+    status_code=202,
+    summary="Interrupt the run a root-turn node belongs to (L8)",
+    tags=["runs"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_node(
     request: Request,
@@ -112,6 +134,8 @@ async def interrupt_node(
     "/v1/requests/{request_id:str}/respond",
     status_code=200,
     summary="Answer an approval or a question (L11); 409 not_resumable when its provider callback is gone",
+    tags=["requests"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, RESPOND),
 )
 async def respond(
     request: Request, request_id: FromPath[str], data: JSONBody[RespondBody], idempotency_key: IdempotencyKey = None
@@ -125,13 +149,20 @@ async def respond(
 @get(
     "/v1/threads/{thread_id:str}/queue",
     summary="Runs waiting behind the active one, in the order they will start (L3.6)",
+    tags=["queue"],
+    responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
 async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
     return queue_view(await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq))
 
 
-@patch("/v1/threads/{thread_id:str}/queue", summary="Reorder the queue: name every queued run in the new order")
+@patch(
+    "/v1/threads/{thread_id:str}/queue",
+    summary="Reorder the queue: name every queued run in the new order",
+    tags=["queue"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, REORDER),
+)
 async def reorder_queue(
     request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody], idempotency_key: IdempotencyKey = None
 ) -> Acknowledged:
@@ -141,7 +172,12 @@ async def reorder_queue(
     return await _send(request, "queue", thread, ReorderQueue(order=data.order), idempotency_key)
 
 
-@patch("/v1/threads/{thread_id:str}/queue/{run_id:str}", summary="Edit a queued run's message before it starts")
+@patch(
+    "/v1/threads/{thread_id:str}/queue/{run_id:str}",
+    summary="Edit a queued run's message before it starts",
+    tags=["queue"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, QUEUED_RUN, EDIT, {429: ("quota_exceeded",)}),
+)
 async def edit_queued(
     request: Request,
     thread_id: FromPath[str],
@@ -154,7 +190,13 @@ async def edit_queued(
     return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
 
 
-@delete("/v1/threads/{thread_id:str}/queue/{run_id:str}", status_code=200, summary="Cancel a queued run")
+@delete(
+    "/v1/threads/{thread_id:str}/queue/{run_id:str}",
+    status_code=200,
+    summary="Cancel a queued run",
+    tags=["queue"],
+    responses=errors(PATH_ID, COMMAND, ON_THREAD, QUEUED_RUN),
+)
 async def cancel_queued(
     request: Request, thread_id: FromPath[str], run_id: FromPath[str], idempotency_key: IdempotencyKey = None
 ) -> Acknowledged:
@@ -166,6 +208,11 @@ async def cancel_queued(
     "/v1/plans/{plan_id:str}/implement",
     status_code=202,
     summary="Implement a proposed plan as a new run of its thread or as a new thread (L12.3)",
+    tags=["plans"],
+    # as a run: a queued message of the plan's thread; as a thread: a thread made from the source's settings
+    responses=errors(
+        PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, PLAN, {409: ("plan_not_implementable", "thread_exists")}
+    ),
 )
 async def implement_plan(
     request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody], idempotency_key: IdempotencyKey = None

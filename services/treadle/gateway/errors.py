@@ -22,8 +22,12 @@ def body(code: str, message: str, details: dict | None = None) -> dict:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
+RETRYABLE = (429, 503)  # always with Retry-After, as the OpenAPI document says
+
+
 def on_api_error(request: Request, exc: ApiError) -> Response:
-    return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers)
+    headers = exc.headers or ({"Retry-After": "1"} if exc.status in RETRYABLE else None)
+    return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=headers)
 
 
 _CODES = {
@@ -34,6 +38,8 @@ _CODES = {
     405: "method_not_allowed",
     413: "too_large",
     429: "rate_limited",
+    500: "internal",  # the codes the OpenAPI document lists for these statuses (gateway.openapi.BASE)
+    503: "unavailable",
 }
 
 
@@ -42,7 +48,10 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
     if isinstance(exc, ValidationException) and exc.extra:
         details = {"problems": exc.extra}
     message = exc.detail if exc.status_code < 500 else "internal error"
-    return Response(body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code)
+    retry = {"Retry-After": "1"} if exc.status_code in RETRYABLE else None
+    return Response(
+        body(_CODES.get(exc.status_code, "error"), message, details), status_code=exc.status_code, headers=retry
+    )
 
 
 def on_too_deep(request: Request, exc: RecursionError) -> Response:

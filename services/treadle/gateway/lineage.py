@@ -14,6 +14,7 @@ from treadle.views.thread import ThreadView, handoff_view, lineage_node
 
 from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view, wanted_seq
 from .errors import ApiError
+from .openapi import ADMITTED, BODY, COMMAND, FORK, ON_THREAD, PARAMS, PATH_ID, THREAD_READ, errors
 
 MAX_DEPTH = 64  # a lineage deeper than this is cut off in the tree view
 MAX_NODES = 500
@@ -44,6 +45,8 @@ _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
     "/v1/threads/{thread_id:str}/fork",
     status_code=201,
     summary="Fork a thread at a run, node or provider thread (L6): lineage and a pending context transfer",
+    tags=["lineage"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, FORK),
 )
 async def fork_thread(
     request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody], idempotency_key: IdempotencyKey = None
@@ -61,7 +64,12 @@ async def fork_thread(
     return Forked(thread_id=accepted.thread_id, parent_thread_id=thread, seq=accepted.seq)
 
 
-@get("/v1/handoffs/{handoff_id:str}", summary="A context handoff artifact (L5.5) and the run that consumed it")
+@get(
+    "/v1/handoffs/{handoff_id:str}",
+    summary="A context handoff artifact (L5.5) and the run that consumed it",
+    tags=["lineage"],
+    responses=errors(PARAMS, PATH_ID, {404: ("handoff_not_found",)}),
+)
 async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     who = await principal(request)
     handoff_id = path_id(handoff_id, "hoff")
@@ -72,7 +80,12 @@ async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinS
     return view
 
 
-@get("/v1/threads/{thread_id:str}/lineage", summary="The thread's lineage tree, from its root (L6)")
+@get(
+    "/v1/threads/{thread_id:str}/lineage",
+    summary="The thread's lineage tree, from its root (L6)",
+    tags=["lineage"],
+    responses=errors(PARAMS, PATH_ID, THREAD_READ),
+)
 async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     who = await principal(request)
     thread = path_id(thread_id, "thr")

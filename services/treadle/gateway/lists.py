@@ -41,6 +41,7 @@ from .deps import (
     wanted_seq,
 )
 from .errors import ApiError
+from .openapi import PARAMS, PATH_ID, THREAD_READ, errors
 from .params import number
 
 DEFAULT_LIMIT = 50
@@ -50,6 +51,7 @@ REQUEST_STATUSES = ("pending", "resolved", "not_resumable", "cancelled")
 
 Limit = Annotated[str | None, QueryParameter(description=f"items per page, 1..{MAX_LIMIT} ({DEFAULT_LIMIT})")]
 Cursor = Annotated[str | None, QueryParameter(description="the next_cursor of the previous page")]
+CURSOR = {400: ("invalid_cursor",)}  # _position, _thread_list
 
 
 class _RunOf(msgspec.Struct):
@@ -150,7 +152,8 @@ async def _thread_list(
 @get(
     "/v1/threads",
     summary="The tenant's threads, newest first, a page at a time",
-    responses=documented(ThreadPage),
+    tags=["threads"],
+    responses=documented(ThreadPage) | errors(PARAMS, CURSOR),
 )
 async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None) -> Response:
     who = await principal(request)
@@ -169,7 +172,8 @@ async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = N
 @get(
     "/v1/threads/{thread_id:str}/runs",
     summary="The thread's runs in the order they were queued, a page at a time",
-    responses=documented(RunPage),
+    tags=["runs"],
+    responses=documented(RunPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_runs(
     request: Request,
@@ -185,7 +189,8 @@ async def list_runs(
 @get(
     "/v1/threads/{thread_id:str}/messages",
     summary="The thread's messages in the order they were created, a page at a time",
-    responses=documented(MessagePage),
+    tags=["messages"],
+    responses=documented(MessagePage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_messages(
     request: Request,
@@ -201,7 +206,8 @@ async def list_messages(
 @get(
     "/v1/threads/{thread_id:str}/activity",
     summary="Activity (L12.4), each entry with its run and node ids, oldest first, a page at a time",
-    responses=documented(ActivityPage),
+    tags=["runs"],
+    responses=documented(ActivityPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_activity(
     request: Request,
@@ -230,7 +236,8 @@ async def list_activity(
 @get(
     "/v1/threads/{thread_id:str}/requests",
     summary="The thread's runtime requests (L11) in the order they were opened; status=pending: those waiting",
-    responses=documented(RequestPage),
+    tags=["requests"],
+    responses=documented(RequestPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_requests(
     request: Request,
@@ -265,7 +272,8 @@ async def list_requests(
 @get(
     "/v1/threads/{thread_id:str}/checkpoints",
     summary="The thread's checkpoints (L10) in the order they were captured, a page at a time",
-    responses=documented(CheckpointPage),
+    tags=["checkpoints"],
+    responses=documented(CheckpointPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_checkpoints(
     request: Request,
@@ -281,7 +289,8 @@ async def list_checkpoints(
 @get(
     "/v1/threads/{thread_id:str}/handoffs",
     summary="The thread's context handoffs (L5.5) in the order they were made, a page at a time",
-    responses=documented(HandoffPage),
+    tags=["lineage"],
+    responses=documented(HandoffPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_handoffs(
     request: Request,

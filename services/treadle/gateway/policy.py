@@ -16,6 +16,7 @@ from treadle.ops.tokens import Principal
 
 from .deps import app_state, principal
 from .errors import ApiError
+from .openapi import BODY, errors
 
 
 class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -39,13 +40,23 @@ async def admin(request: Request) -> Principal:
     return who
 
 
-@get("/v1/policy", summary="The tenant's policy: allowed runtime modes and quotas (admin)")
+@get(
+    "/v1/policy",
+    summary="The tenant's policy: allowed runtime modes and quotas (admin)",
+    tags=["policy"],
+    responses=errors(),
+)
 async def get_policy(request: Request) -> TenantPolicy:
     who = await admin(request)
     return await app_state(request).policies.get(who.tenant)
 
 
-@put("/v1/policy", summary="Replace the tenant's policy (admin); audited as policy.updated")
+@put(
+    "/v1/policy",
+    summary="Replace the tenant's policy (admin); audited as policy.updated",
+    tags=["policy"],
+    responses=errors(BODY, {400: ("invalid_policy",)}),
+)
 async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
     who = await admin(request)
     wanted = TenantPolicy(

@@ -75,6 +75,7 @@ class Supervisor:
         )
         self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
+        self._handoff_reasoning = own.handoff_reasoning  # whether handoffs carry the models' reasoning
         self._freed = FreedCapacity(nc, shared.volume)
         self._recheck = own.capacity_recheck_seconds
         self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
@@ -485,11 +486,12 @@ class Supervisor:
                 sources[source_id] = source
         target = start_context.target_capabilities(state, run, scripted_capabilities(run.provider, run.script), sources)
         ids = copy.copy(ctx.ids)  # the same ids again, for the provider summariser's material
-        events = start_context.resolve_start_context(state, run, target, sources, ctx)
+        reasoning = self._handoff_reasoning
+        events = start_context.resolve_start_context(state, run, target, sources, ctx, reasoning)
         if self._summariser is None or not any(isinstance(e, ev.HandoffCreated) for e in events):
             return events
         again = Ctx(now=ctx.now, ids=ids, actor=ctx.actor)
-        material = start_context.handoff_material(state, run, target, sources, again)
+        material = start_context.handoff_material(state, run, target, sources, again, reasoning=reasoning)
         budget = (target or ProviderCapabilities()).max_handoff_chars
         return await self._summariser.apply(state.thread.tenant if state.thread else tenant, events, material, budget)
 

@@ -140,7 +140,12 @@ class _Draft(msgspec.Struct, kw_only=True):
 
 
 def resolve_start_context(
-    state: ThreadView, run: Run, target: ProviderCapabilities | None, sources: Mapping[str, ThreadView], ctx: Ctx
+    state: ThreadView,
+    run: Run,
+    target: ProviderCapabilities | None,
+    sources: Mapping[str, ThreadView],
+    ctx: Ctx,
+    reasoning: bool = False,
 ) -> list[Payload]:
     """The provider-neutral hook every run passes before its provider sees it. Decides, as events:
 
@@ -243,7 +248,7 @@ def resolve_start_context(
                     state=state,
                     ordinals=missed,
                     from_provider=_previous_provider(state, missed),
-                    inherited=_inherited(state, sources),
+                    inherited=_inherited(state, sources, reasoning),
                     heading=f"# Context: summary of this conversation so far ({span(missed)}):",
                 )
             )
@@ -285,7 +290,9 @@ def resolve_start_context(
     events: list[Payload] = []
     share = max(1, budget // max(1, len(drafts)))
     for draft in drafts:
-        text, truncated = summarise(draft.state, draft.ordinals, draft.heading, share, preamble=draft.inherited)
+        text, truncated = summarise(
+            draft.state, draft.ordinals, draft.heading, share, preamble=draft.inherited, reasoning=reasoning
+        )
         carried = draft.transfer
         events.append(
             HandoffCreated(
@@ -325,6 +332,7 @@ def handoff_material(
     sources: Mapping[str, ThreadView],
     ctx: Ctx,
     chars: int = MATERIAL_CHARS,
+    reasoning: bool = False,
 ) -> dict[str, str]:
     """L5.5: the handoffs ``resolve_start_context`` decides with ``ctx`` (pass a copy of the one it was given: the
     same ids), each built at a budget of ``chars`` instead of the target's: what a provider-backed summariser
@@ -332,7 +340,7 @@ def handoff_material(
     roomy = msgspec.structs.replace(target or ProviderCapabilities(), max_handoff_chars=chars)
     return {
         e.handoff_id: e.text
-        for e in resolve_start_context(state, run, roomy, sources, ctx)
+        for e in resolve_start_context(state, run, roomy, sources, ctx, reasoning)
         if isinstance(e, HandoffCreated)
     }
 
@@ -342,7 +350,7 @@ def _previous_provider(state: ThreadView, ordinals: list[int]) -> str | None:
     return providers[-1] if providers else None
 
 
-def _inherited(state: ThreadView, sources: Mapping[str, ThreadView]) -> str:
+def _inherited(state: ThreadView, sources: Mapping[str, ThreadView], reasoning: bool = False) -> str:
     """A forked thread's full summary also carries what it inherited from its parent up to the fork point."""
     lineage = state.lineage
     if lineage is None or lineage.parent_thread_id is None or lineage.source_point is None:
@@ -357,6 +365,7 @@ def _inherited(state: ThreadView, sources: Mapping[str, ThreadView]) -> str:
         ordinals,
         f"It was forked from an earlier conversation at run {upto}; before the fork ({span(ordinals)}):",
         20_000,
+        reasoning=reasoning,
     )
     return text
 

@@ -3,7 +3,8 @@
 For each run it keeps what a colleague taking over would need: the user's request, the final reply,
 decisions taken (answered questions, approvals, plans), files changed with their line stats, the
 commands and tools run with their outcome, questions left open and todos left pending. Ids, native refs,
-deltas and attempt internals are protocol noise and never appear. The text is bounded by the target
+deltas and attempt internals are protocol noise and never appear. A model's own reasoning is another model's
+hidden thinking, not the conversation: it is left out unless the deployment asks for it (``reasoning``). The text is bounded by the target
 provider's ``max_handoff_chars``: the newest runs are kept whole, older ones dropped with a note.
 """
 
@@ -59,7 +60,7 @@ def _request_text(state: ThreadView, run: Run) -> str:
     return "\n\n".join(texts)
 
 
-def run_block(state: ThreadView, run: Run) -> str:
+def run_block(state: ThreadView, run: Run, reasoning: bool = False) -> str:
     lines = [f"## Run {run.ordinal} ({run.status}, on {run.provider})"]
     if request := _request_text(state, run):
         lines.append(f"User asked: {_clip(request, REQUEST_CHARS)}")
@@ -101,7 +102,9 @@ def run_block(state: ThreadView, run: Run) -> str:
 
     tools = []
     for node in run.nodes:
-        if node.kind not in ("tool", "subagent") or node.attempt_id != run.attempt.id:
+        if node.attempt_id != run.attempt.id:
+            continue
+        if node.kind not in ("tool", "subagent") and not (reasoning and node.kind == "reasoning"):
             continue
         what = node.title
         command = (node.input or {}).get("command") if node.kind == "tool" else None
@@ -129,13 +132,19 @@ def run_block(state: ThreadView, run: Run) -> str:
 
 
 def summarise(
-    state: ThreadView, ordinals: Iterable[int], heading: str, max_chars: int, preamble: str = ""
+    state: ThreadView,
+    ordinals: Iterable[int],
+    heading: str,
+    max_chars: int,
+    preamble: str = "",
+    reasoning: bool = False,
 ) -> tuple[str, bool]:
-    """The handoff text over the runs ``ordinals`` of ``state`` (oldest first), at most ``max_chars`` long.
-    Returns (text, truncated)."""
+    """The handoff text over the runs ``ordinals`` of ``state`` (oldest first), at most ``max_chars`` long;
+    ``reasoning``: with the models' reasoning nodes (``TREADLE_SUPERVISOR_HANDOFF_REASONING``). Returns (text,
+    truncated)."""
     wanted = set(ordinals)
     runs = sorted((r for r in state.runs if r.ordinal in wanted), key=lambda r: r.ordinal)
-    blocks = [run_block(state, r) for r in runs]
+    blocks = [run_block(state, r, reasoning) for r in runs]
     head = heading + ("\n" + preamble if preamble else "")
     text = "\n\n".join([head, *blocks])
     if len(text) <= max_chars:

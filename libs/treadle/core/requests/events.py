@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.core.envelope import Payload, event
+from treadle.core.requests.model import FileEdit, Question
 
 
 @event("request.opened")
@@ -16,8 +17,13 @@ class RequestOpened(Payload, kw_only=True):
     parent_id: str | None = None  # the node that asked (a subagent's requests nest under it)
     kind: str
     native_ref: str | None = None
-    prompt: str = ""
+    prompt: str = ""  # the action in Treadle's words (model.action_prompt); a question's questions
     detail: dict[str, Any] | None = None
+    description: str | None = None  # the model's own words about the action
+    command: str | None = None
+    cwd: str | None = None
+    files: list[FileEdit] = []
+    questions: list[Question] = []
 
 
 @event("request.resolved")

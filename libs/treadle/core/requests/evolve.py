@@ -19,6 +19,11 @@ def _request_opened(state: ThreadView, e: Envelope, d: RequestOpened) -> None:
             kind=d.kind,  # type: ignore[arg-type]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
             native_ref=d.native_ref,
             prompt=d.prompt,
+            description=d.description,
+            command=d.command,
+            cwd=d.cwd,
+            files=list(d.files),
+            questions=list(d.questions),
             detail=d.detail,
             created_at=e.at,
         )

@@ -21,7 +21,7 @@ TERMINAL_RUN_STATUSES: frozenset[str] = frozenset({"completed", "interrupted", "
 AttemptStatus = Literal["pending", "running", "completed", "interrupted", "failed", "lost", "cancelled"]
 
 
-NodeKind = Literal["root_turn", "tool", "approval", "user_input", "subagent"]
+NodeKind = Literal["root_turn", "tool", "approval", "user_input", "subagent", "reasoning"]  # reasoning: the model's own
 
 
 NodeStatus = Literal["pending", "running", "waiting", "completed", "failed", "interrupted", "cancelled"]

@@ -274,6 +274,11 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
                     prompt=body.prompt,
                     detail=body.detail,
                     native_ref=body.native_ref,
+                    description=body.description,
+                    command=body.command,
+                    cwd=body.cwd,
+                    files=body.files,
+                    questions=body.questions,
                 )
             ]
         )

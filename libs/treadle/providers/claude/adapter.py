@@ -72,8 +72,17 @@ class _Ended:
 
 
 def _import_runtime() -> None:
-    """The SDK pulls in mcp and pydantic models (about 3 s of imports on a busy 2-core machine)."""
-    importlib.import_module(f"{__package__}.approvals")  # and with it translate, claude_agent_sdk
+    """The SDK pulls in mcp and pydantic models (about 3 s of imports on a busy 2-core machine). It is an extra
+    of the distribution: a host installed without it fails the turn saying so."""
+    try:
+        importlib.import_module(f"{__package__}.approvals")  # and with it translate, claude_agent_sdk
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "claude_agent_sdk":
+            raise
+        raise ClaudeUnavailable(
+            "the Claude runtime (claude-agent-sdk) is not installed on this provider host: "
+            "pip install 'treadle[claude]'"
+        ) from exc
 
 
 def _valid_session_id(value: str) -> str:
@@ -297,7 +306,7 @@ class ClaudeAdapter(ProviderAdapter):
             await asyncio.to_thread(_import_runtime)
             from .approvals import Approvals
 
-            self._approvals = Approvals()
+            self._approvals = Approvals(str(self.workspace))
         await self._drop_client()
         await self._open(self.session_id)
 

@@ -28,6 +28,8 @@ def cli_env(settings: ClaudeSettings, config_dir: Path, runtime_mode: str) -> di
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "DISABLE_AUTOUPDATER": "1",
+        # Every Bash command starts in the workspace, so an approval's cwd is where the command really runs.
+        "CLAUDE_BASH_MAINTAIN_PROJECT_WORKING_DIR": "1",
     }
     if settings.base_url:
         env["ANTHROPIC_BASE_URL"] = settings.base_url

@@ -45,12 +45,14 @@ _TODO_STATUSES: dict[Any, Literal["pending", "in_progress", "completed"]] = {
 
 
 def tool_title(name: str, tool_input: dict) -> str:
+    """A tool node's title: what the call acts on (its command, file, pattern or URL), the model's description
+    of it only when the input names nothing else."""
     detail = (
-        tool_input.get("description")
-        or tool_input.get("command")
+        tool_input.get("command")
         or tool_input.get("file_path")
         or tool_input.get("pattern")
         or tool_input.get("url")
+        or tool_input.get("description")
         or ""
     )
     return f"{name}: {detail}" if detail else name
@@ -155,7 +157,9 @@ class TurnTranslator:
                 await self._text(parent, block.text)
             elif isinstance(block, ThinkingBlock) and block.thinking:
                 node = self.turn.ids.next("node")
-                await self.sink.event(pe.ToolStarted(node_id=node, parent_id=self.node_of(parent), title="Thinking"))
+                await self.sink.event(
+                    pe.ToolStarted(node_id=node, parent_id=self.node_of(parent), kind="reasoning", title="Thinking")
+                )
                 await self.sink.event(pe.ToolCompleted(node_id=node, output=block.thinking[:MAX_OUTPUT_CHARS]))
             elif isinstance(block, ToolUseBlock):
                 await self._tool_use(parent, block)

@@ -19,7 +19,7 @@ from ...sandbox.host import Prepared, Sandbox
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
-from .home import PROVIDER_ID, prepare_home
+from .home import PROVIDER_ID, home_root, prepare_home
 from .rpc import ProcessGone, RpcError, RpcProcess
 from .settings import CodexSettings
 from .translate import LiveRequest, Outcome, TurnTranslator
@@ -108,9 +108,8 @@ class CodexAdapter(ProviderAdapter):
     # --- process ------------------------------------------------------------------------------
 
     def _home_root(self) -> Path:
-        # state_dir is <host runtime dir>/<session id>; the homes live beside the sessions, so a later
-        # session of the same tenant on this host finds the rollouts it must resume
-        return self._settings.home_root or self._state_dir.parent / "codex-homes"
+        # state_dir is <host runtime dir>/<session id>; the homes live beside the sessions (home.home_root)
+        return home_root(self._settings, self._state_dir.parent / "codex-homes")
 
     async def _ensure_process(self) -> RpcProcess:
         if self._rpc is not None and not self._rpc.exited.is_set():

@@ -7,6 +7,7 @@ never share a home. The config turns off everything that would reach beyond the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -70,11 +71,34 @@ def render_config(settings: CodexSettings) -> str:
     return "\n".join(lines)
 
 
+TMP = Path("/tmp")  # codex refuses a CODEX_HOME under its temporary dir (TMPDIR is /tmp in the sandbox)
+
+
+def _under_tmp(path: Path) -> bool:
+    return path.resolve().is_relative_to(TMP)
+
+
+def home_root(settings: CodexSettings, beside: Path) -> Path:
+    """Where the tenants' homes live: ``TREADLE_CODEX_HOME_ROOT``, else ``beside`` the host's sessions so a later
+    session of a tenant finds the rollouts it must resume. When that is under /tmp (a state dir there), under
+    the user's cache directory instead, one root per ``beside`` (two stacks never share their homes)."""
+    if settings.home_root is not None:
+        return settings.home_root
+    if not _under_tmp(beside):
+        return beside
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(beside.resolve()).encode()).hexdigest()[:16]
+    return cache / "treadle" / "codex-homes" / digest
+
+
 def prepare_home(root: Path, tenant: str, settings: CodexSettings) -> Path:
     """Create (or refresh) the tenant's home and return it."""
     home = (root / tenant).resolve()
-    if home.is_relative_to("/tmp"):
-        raise ValueError(f"CODEX_HOME {home} is under /tmp, where codex refuses to install its helper binaries")
+    if _under_tmp(home):
+        raise ValueError(
+            f"CODEX_HOME {home} is under /tmp, where codex refuses to install its helper binaries: "
+            "set TREADLE_CODEX_HOME_ROOT to a directory outside /tmp"
+        )
     home.mkdir(parents=True, exist_ok=True)
     config = home / "config.toml"
     wanted = render_config(settings)

@@ -26,7 +26,7 @@ class CodexSettings(BaseSettings):
     api_key_env: str = "OPENAI_API_KEY"  # the variable codex reads the bearer token from
     api_key: SecretStr | None = None  # given to codex as $api_key_env; default: inherited from the host
     proxy: str | None = None  # egress proxy for everything codex sends beyond loopback
-    home_root: Path | None = None  # default: next to the host's session directories (never under /tmp)
+    home_root: Path | None = None  # default: beside the host's sessions, or the user's cache dir (home.home_root)
     request_timeout: float = 30.0  # seconds one JSON-RPC request may take
     start_timeout: float = 30.0  # seconds from spawn to an initialized server
     stream_idle_timeout_ms: int = 300_000

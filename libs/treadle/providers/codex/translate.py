@@ -9,6 +9,7 @@ from typing import Literal
 
 from treadle.core import provider_events as pe
 from treadle.core.plans.model import TodoItem
+from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt, clipped_diff
 
 from ..base import Turn
 
@@ -48,7 +49,9 @@ class TurnTranslator:
         self._streamed: set[str] = set()
         self._nodes: dict[str, str] = {}  # codex item id -> Treadle node id
         self._changes: dict[str, list[dict]] = {}  # fileChange item id -> its changes, for its approval prompt
+        self._edits: dict[str, list[FileEdit]] = {}  # fileChange item id -> the files it changes, with diffs
         self._commands: dict[str, str] = {}
+        self._cwds: dict[str, str] = {}  # commandExecution item id -> its working directory
         self._todo_plan_id: str | None = None
         self._error: str | None = None
         self.usage: dict | None = None
@@ -117,23 +120,28 @@ class TurnTranslator:
         elif kind == "commandExecution":
             command = _command_text(item)
             self._commands[item_id] = command
+            if item.get("cwd"):
+                self._cwds[item_id] = str(item["cwd"])
             self._start_node(item_id, command, {"command": command, "cwd": item.get("cwd")}, out)
         elif kind == "fileChange":
             changes = [
                 {"path": c.get("path"), "kind": (c.get("kind") or {}).get("type")} for c in item.get("changes") or []
             ]
             self._changes[item_id] = changes
+            self._edits[item_id] = [_file_edit(c) for c in item.get("changes") or []]
             title = "edit " + ", ".join(str(c["path"]).rsplit("/", 1)[-1] for c in changes)
             self._start_node(item_id, title, {"changes": changes}, out)
         elif kind == "reasoning":
-            self._start_node(item_id, "reasoning", None, out)
+            self._start_node(item_id, "reasoning", None, out, kind="reasoning")
         elif kind:
             self._start_node(item_id, _generic_title(item), {"type": kind}, out)
 
-    def _start_node(self, item_id: str, title: str, data: dict | None, out: Outcome) -> None:
+    def _start_node(self, item_id: str, title: str, data: dict | None, out: Outcome, kind: str = "tool") -> None:
         node_id = self.turn.ids.next("node")
         self._nodes[item_id] = node_id
-        out.events.append(pe.ToolStarted(node_id=node_id, parent_id=self.turn.root_node_id, title=title, input=data))
+        out.events.append(
+            pe.ToolStarted(node_id=node_id, parent_id=self.turn.root_node_id, kind=kind, title=title, input=data)
+        )
 
     def _item_completed(self, item: dict, out: Outcome) -> None:
         kind, item_id = item.get("type"), item.get("id", "")
@@ -180,60 +188,59 @@ class TurnTranslator:
         """A server request of this turn as a Treadle request, or None when Treadle cannot serve it."""
         ids, out = self.turn.ids, Outcome()
         request_id, node_id = ids.next("req"), ids.next("node")
-        item_id = params.get("itemId")
+        item_id = params.get("itemId") or ""
+        # Codex's `reason` is the model's justification: the description, never the action.
+        opened = pe.RequestOpened(
+            request_id=request_id, node_id=node_id, kind="", description=params.get("reason") or None
+        )
         if method == "item/commandExecution/requestApproval":
-            command = self._commands.get(item_id or "") or params.get("command") or ""
-            detail = {
-                "command": command,
-                "cwd": params.get("cwd"),
-                "reason": params.get("reason"),
-                "tool_node_id": self._nodes.get(item_id or ""),
-            }
-            prompt = params.get("reason") or f"Run `{command}`?"
+            opened.command = self._commands.get(item_id) or params.get("command") or ""
+            opened.cwd = params.get("cwd") or self._cwds.get(item_id)
+            opened.prompt = action_prompt(command=opened.command, cwd=opened.cwd)
+            opened.detail = {"tool_node_id": self._nodes.get(item_id)}
             live = LiveRequest(rpc_id=rpc_id, kind="command")
         elif method == "item/fileChange/requestApproval":
-            changes = self._changes.get(item_id or "", [])
-            detail = {
-                "changes": changes,
-                "reason": params.get("reason"),
-                "grant_root": params.get("grantRoot"),
-                "tool_node_id": self._nodes.get(item_id or ""),
-            }
-            paths = ", ".join(str(c.get("path")) for c in changes) or "files"
-            prompt = params.get("reason") or f"Apply changes to {paths}?"
+            opened.files = self._edits.get(item_id, [])
+            opened.prompt = action_prompt(files=opened.files) or "Change files"
+            opened.detail = {"grant_root": params.get("grantRoot"), "tool_node_id": self._nodes.get(item_id)}
             live = LiveRequest(rpc_id=rpc_id, kind="file_change")
         elif method == "item/tool/requestUserInput":
             questions = params.get("questions") or []
-            shaped = [
-                {
-                    "id": q.get("id"),
-                    "header": q.get("header"),
-                    "question": q.get("question"),
-                    "options": [o.get("label") for o in q.get("options") or []],
-                    "other": bool(q.get("isOther")),
-                    "secret": bool(q.get("isSecret")),
-                }
+            opened.questions = [
+                Question(
+                    id=str(q.get("id")),
+                    header=str(q.get("header") or ""),
+                    question=str(q.get("question") or ""),
+                    options=[
+                        QuestionOption(label=str(o.get("label") or ""), description=str(o.get("description") or ""))
+                        for o in q.get("options") or []
+                    ],
+                    other=bool(q.get("isOther")),
+                    secret=bool(q.get("isSecret")),
+                )
                 for q in questions
             ]
-            detail = {"questions": shaped}
-            if len(shaped) == 1:
-                detail["options"] = shaped[0]["options"]
-            prompt = "\n".join(str(q.get("question") or "") for q in questions)
-            live = LiveRequest(rpc_id=rpc_id, kind="user_input", question_ids=[str(q.get("id")) for q in questions])
+            opened.prompt = "\n".join(q.question for q in opened.questions)
+            live = LiveRequest(rpc_id=rpc_id, kind="user_input", question_ids=[q.id for q in opened.questions])
         else:
             return None
-        out.events.append(
-            pe.RequestOpened(
-                request_id=request_id,
-                node_id=node_id,
-                kind=live.kind,
-                prompt=prompt,
-                detail=detail,
-                native_ref=str(item_id or rpc_id),
-            )
-        )
+        opened.kind = live.kind
+        opened.native_ref = str(item_id or rpc_id)
+        out.events.append(opened)
         out.opened.append((request_id, live))
         return out
+
+
+def _file_edit(change: dict) -> FileEdit:
+    """A change of a fileChange item: its path, kind (add, delete, update; a move names its target) and diff."""
+    kind = change.get("kind") or {}
+    move_to = kind.get("move_path") or kind.get("movePath")
+    return FileEdit(
+        path=str(change.get("path") or ""),
+        change="move" if move_to else str(kind.get("type") or "update"),
+        diff=clipped_diff(str(change.get("diff") or "")),
+        move_to=str(move_to) if move_to else None,
+    )
 
 
 def _command_text(item: dict) -> str:
