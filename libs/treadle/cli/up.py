@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ..client import ApiError, AsyncTreadle
-from ..runtime.settings import GatewaySettings
 from .config import DEV_TENANT, DEV_USER, connect_nats, state_dir
 from .errors import UsageError, describe
 from .live import stream_run
@@ -193,6 +192,7 @@ def gateway_port_free(host: str, port: int) -> bool:
 
 async def cmd_up(args: argparse.Namespace) -> int:
     from ..ops.servers import ServerNotFound
+    from ..runtime.settings import GatewaySettings  # here, not at the top: pydantic is in the server extra
     from .stack import Stack
 
     state = state_dir(args)
