@@ -5,7 +5,6 @@ SDK or the CLI does not cover fails here."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from treadle.client import OPERATIONS, AsyncTreadle, Treadle
 from treadle.gateway.app import create_app
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
-RENAMED = {"events": "stream_events"}  # the SSE handler's first name (h-openapi names it stream_events)
 
 
 def app_operations() -> set[str]:
@@ -31,32 +29,20 @@ def app_operations() -> set[str]:
             if handler.include_in_schema is False or handler.handler_name == "options_handler":
                 continue
             name = handler.operation_id if isinstance(handler.operation_id, str) else handler.handler_name
-            names.add(RENAMED.get(name, name))
+            names.add(name)
     return names
 
 
-def schema_operations(known: set[str]) -> set[str]:
-    """The document's operation ids, as handler names: as they are, or the handler name that ends a generated
-    id (``V1ThreadsThreadIdQueueGetQueue`` → ``get_queue``)."""
-    ops = set()
-    squashed = {name.replace("_", ""): name for name in known} | {"events": "stream_events"}
-    for path in json.loads(SCHEMA.read_text())["paths"].values():
-        for op in path.values():
-            if isinstance(op, dict) and "operationId" in op:
-                op_id = op["operationId"]
-                if re.fullmatch(r"[a-z_]+", op_id):
-                    ops.add(op_id)
-                    continue
-                flat = op_id.lower()
-                matches = [name for key, name in squashed.items() if flat.endswith(key)]
-                ops.add(max(matches, key=len) if matches else op_id)
-    return ops
+def schema_operations() -> set[str]:
+    """The document's operation ids (the handler names)."""
+    paths = json.loads(SCHEMA.read_text())["paths"].values()
+    return {op["operationId"] for path in paths for op in path.values() if isinstance(op, dict) and "operationId" in op}
 
 
 def test_every_operation_of_the_app_and_the_document_has_an_sdk_method_and_a_cli_command():
     operations = app_operations()
     assert len(operations) >= 29
-    assert schema_operations(operations) == operations
+    assert schema_operations() == operations
     assert set(OPERATIONS) == operations
     for client in (AsyncTreadle, Treadle):
         missing = sorted(op for op in operations if not callable(getattr(client, op, None)))
