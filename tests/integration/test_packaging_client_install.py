@@ -121,6 +121,12 @@ def test_treadle_help_runs_on_the_client_install(client_install: ClientInstall) 
     assert "threads" in done.stdout and "send" in done.stdout and "up" in done.stdout
 
 
+def test_treadle_version_runs_on_the_client_install(client_install: ClientInstall) -> None:
+    done = client_install.run("treadle", "--version")
+    assert done.returncode == 0, done.stderr
+    assert load_pyproject()["project"]["version"] in done.stdout
+
+
 def test_a_client_command_runs_without_the_server_dependencies(client_install: ClientInstall) -> None:
     # nothing listens on port 1: the command gets as far as the network, and says so as a client would
     done = client_install.run("treadle", "threads", "list", "--api", "http://127.0.0.1:1", "--token", "t")
