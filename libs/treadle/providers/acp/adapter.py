@@ -105,7 +105,8 @@ class AcpAdapter(ProviderAdapter):
         self._cancelled = False
         self._turns = 0
         self._translator: TurnTranslator | None = None
-        self._last_turn_ref: str | None = None  # the last turn played in this process (a fork's point)
+        self._last_turn_ref: str | None = None
+        self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one  # the last turn played in this process (a fork's point)
         self._tasks: set[asyncio.Task] = set()
 
     # --- process ---------------------------------------------------------------------------------
@@ -230,6 +231,19 @@ class AcpAdapter(ProviderAdapter):
         except (RpcError, ProcessGone, TimeoutError) as exc:
             raise ResumeFailed(f"ACP agent {self.agent_name} could not resume session {native_ref}: {exc}") from exc
 
+    async def _reload_session(self, session_id: str) -> None:
+        """A fresh process on the same session (``reload_after_cancel``); a failure is a lost runtime (L9.3)."""
+        self._reload = False
+        old, self._rpc = self._rpc, None
+        if old is not None:
+            await old.close()
+        try:
+            await self._start()
+            await self._load(session_id)
+            await self._apply_settings()
+        except (ResumeFailed, RpcError, ProcessGone, TimeoutError) as exc:
+            raise RuntimeLost(f"ACP agent {self.agent_name} did not come back after a cancel: {exc}") from exc
+
     async def _apply_settings(self) -> None:
         """The thread's runtime mode and model, where the agent offers them."""
         mode = self.agent.modes.get(self._request.runtime_mode)
@@ -260,6 +274,8 @@ class AcpAdapter(ProviderAdapter):
         if self._queue is not None:
             raise RuntimeError("a turn is already playing on this session")
         session_id = self._require_session()
+        if self._reload and self._rpc is not None and not self._rpc.exited.is_set():
+            await self._reload_session(session_id)
         rpc = self._rpc
         if rpc is None or rpc.exited.is_set():
             raise RuntimeLost(rpc.describe_exit() if rpc else f"ACP agent {self.agent_name} is not running")
@@ -311,7 +327,9 @@ class AcpAdapter(ProviderAdapter):
             elif kind == "answer":
                 try:
                     result = payload.result() or {}
-                    out = translator.finish(str(result.get("stopReason") or "end_turn"))
+                    stop = str(result.get("stopReason") or "end_turn")
+                    self._reload = stop == "cancelled" and self.agent.reload_after_cancel
+                    out = translator.finish(stop)
                 except ProcessGone as exc:
                     raise RuntimeLost(str(exc)) from exc
                 except asyncio.CancelledError:

@@ -36,6 +36,9 @@ class AcpAgent(BaseModel, extra="forbid"):
     models: list[str] = []  # model ids a thread may ask for (session/set_model); empty: the agent's default only
     modes: dict[str, str] = {}  # Treadle runtime mode -> the agent's session mode id (session/set_mode)
     mcp_servers: list[dict] = []  # ACP McpServer entries passed at session start where the agent takes them
+    # Start a fresh agent process (loading the session) before the turn after a cancelled one: claude-agent-acp
+    # 0.23 answers the next prompt with the cancelled query's stale stop reason (its issue #551)
+    reload_after_cancel: bool = False
     start_timeout: float = 60.0  # spawn to an answered initialize
     request_timeout: float = 60.0  # one JSON-RPC request (session/new, session/load, ...)
 
@@ -97,6 +100,7 @@ PRESETS: dict[str, AcpAgent] = {
         },
         env_allow=["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
         modes={"approval_required": "default", "auto_accept_edits": "acceptEdits"},
+        reload_after_cancel=True,
     ),
     # Codex as an ACP agent (Zed's native binary); its model provider is written into its private CODEX_HOME
     "codex-acp": AcpAgent(

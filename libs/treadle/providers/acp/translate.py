@@ -137,7 +137,8 @@ class TurnTranslator:
     def finish(self, stop_reason: str | None, error: str | None = None) -> Outcome:
         """The prompt's answer: close what is open, then the turn's terminal status (L2.3)."""
         out = Outcome()
-        self._close_message(out)
+        if stop_reason != "cancelled":  # a cut-off message stays open: the finalization marks it incomplete
+            self._close_message(out)
         self._close_thought(out)
         for call_id, node in self._nodes.items():  # a call the agent never finished (cancelled turn)
             if not self._calls.get(call_id, {}).get("done"):
