@@ -61,7 +61,7 @@ async def test_L2_1_L2_3_a_plain_turn_on_a_real_acp_agent_completes_with_its_ans
         "structured",
         "available",
     )
-    assert caps["fork"] == ("native" if provider == "acp-claude" else "portable")  # session/fork: claude only
+    assert caps["fork"] == "portable"  # ACP forks a session only at its end: Treadle forks portably
     assert caps["rollback"] == "fresh_thread"
     [session] = doc["sessions"]
     assert session["provider"] == provider and session["capabilities"]["active_steering"] is False

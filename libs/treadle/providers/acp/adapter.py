@@ -4,7 +4,7 @@ A provider thread is an ACP session (its id is the native ref). What the agent c
 ``initialize`` answer and mapped onto Treadle's capabilities (LIFECYCLES "Capabilities and degradation"):
 ACP has no active steering (Treadle interrupts and restarts), ``session/cancel`` is the interrupt, a session
 resumes through ``session/load`` (or ``session/resume``) and only where the agent offers one (else resuming
-fails typed and L9.4's replacement runs), and forks are native only where it offers ``session/fork``.
+fails typed and L9.4's replacement runs), and forks are portable (ACP forks only at a session's end).
 Permission requests become approvals with the agent's own options; ``plan`` updates become the run's todo
 list. The agent's file reads and writes are served inside the workspace only (``files.py``).
 """
@@ -45,13 +45,14 @@ _END = object()  # queued when the process exits under a playing turn
 
 def capabilities_of(init: dict) -> ProviderCapabilities:
     """Treadle's capabilities of an agent from its ``initialize`` answer."""
-    agent = init.get("agentCapabilities") or {}
-    sessions = agent.get("sessionCapabilities") or {}
+    del init  # every ACP agent maps alike today; resume (can_resume) and MCP (session params) read it
     return ProviderCapabilities(
         create_empty_thread=True,  # session/new is an empty conversation
         read_snapshot=False,
         rollback=False,  # ACP cannot drop turns: files are restored, the next run starts a fresh thread
-        fork="fork" in sessions,
+        # session/fork (unstable, claude-agent-acp) forks a session at its end only, while Treadle forks at a
+        # run's point: every ACP fork is portable (L6.2's degradation), whatever the agent offers
+        fork=False,
         native_turn_ids=False,  # prompt turns have no ids: Treadle mints the turn refs
         interrupt=True,  # session/cancel is part of the protocol
         active_steering=False,  # no way to add to a running prompt: interrupt and restart (L3.3)
@@ -105,7 +106,6 @@ class AcpAdapter(ProviderAdapter):
         self._cancelled = False
         self._turns = 0
         self._translator: TurnTranslator | None = None
-        self._last_turn_ref: str | None = None
         self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one  # the last turn played in this process (a fork's point)
         self._tasks: set[asyncio.Task] = set()
 
@@ -260,14 +260,6 @@ class AcpAdapter(ProviderAdapter):
             raise RuntimeError("open_thread must come first")
         return self.session_id
 
-    async def fork(self, at_turn_ref: str | None) -> str:
-        if not self.capabilities.fork:
-            raise Unsupported(f"ACP agent {self.agent_name} cannot fork sessions")
-        if at_turn_ref is not None and at_turn_ref != self._last_turn_ref:
-            raise Unsupported("an ACP session forks only at its end")
-        result = await self._call("session/fork", {"sessionId": self._require_session(), **self._session_params()})
-        return str(result["sessionId"])
-
     # --- turns -------------------------------------------------------------------------------------
 
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
@@ -286,7 +278,7 @@ class AcpAdapter(ProviderAdapter):
             await sink.event(pe.TurnCompleted(status="failed", error="ACP agents take no turn options"))
             self._queue = None
             return
-        turn.native_ref = self._last_turn_ref = f"{turn.attempt_id}"
+        turn.native_ref = turn.attempt_id  # weak identity: Treadle's own name for the prompt turn
         prompt = asyncio.ensure_future(
             rpc.request(
                 "session/prompt",
