@@ -168,3 +168,19 @@ async def test_L3_3_steering_an_acp_run_interrupts_and_restarts_it_with_the_stee
     assert first["provider_thread_id"] == second["provider_thread_id"]  # the same ACP session goes on
     assert user_texts(run) == ["#slow write a long essay", "#text make it short instead"]
     assert "#text make it short instead" in assistant_texts(run)[-1]
+
+
+async def test_an_acp_agent_the_hosts_have_not_configured_fails_its_run_with_the_reason(client):
+    thread = await new_thread(client, "acp-nosuch", "unconfigured agent")
+    run = await run_to_end(client, thread, "hello")
+    assert run["status"] == "failed", run
+    assert "ACP agent 'nosuch' is not configured" in run["error"] and "acp-claude" in run["error"]
+    doc = await client.get_thread(thread)
+    assert doc["provider_threads"] == [] and doc["sessions"] == []  # nothing was started
+
+
+@pytest.mark.parametrize("name", ["acp-", "acp-../etc", "acp-UPPER", "acp-" + "x" * 41, "acp-a.b", "acpx"])
+async def test_a_malformed_acp_provider_name_is_refused_and_nothing_is_created(client, name):
+    r = await client.request("POST", "/v1/threads", json={"title": "bad", "provider": name})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_provider", r.text
+    assert "acp-<agent>" in r.json()["error"]["message"]

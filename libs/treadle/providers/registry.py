@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .base import ProviderAdapter
+from .base import ProviderAdapter, UnknownProvider
 from .protocol import PlaceSession
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the type checker holds each class of ADAPTERS to that (impo
 def adapter_class(provider: str) -> AdapterClass:
     target = ADAPTERS.get(provider) or (ACP_ADAPTER if provider.startswith(ACP_PREFIX) else None)
     if target is None:
-        raise ValueError(f"provider {provider!r} is not known to this host")
+        raise UnknownProvider(f"provider {provider!r} is not known to this host")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

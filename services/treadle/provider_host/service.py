@@ -19,7 +19,7 @@ from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
+from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
 from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
@@ -293,6 +293,8 @@ class ProviderHost:
         try:
             request = hp.place_request.decode(msg.data)
             reply = await self._place(request)
+        except UnknownProvider as exc:  # the run fails with the reason (no placement can succeed)
+            reply = hp.HostFailure(code="unknown_provider", message=str(exc))
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
         except ResumeFailed as exc:  # L9.4: the supervisor replaces the provider thread

@@ -15,13 +15,15 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..base import UnknownProvider
+
 PREFIX = "acp-"  # provider names of ACP agents: acp-<agent name>
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 # `make setup` installs the pinned agents here (Makefile target ACP_STAMP)
 TOOLS = Path(__file__).resolve().parents[4] / ".tools" / "acp"
 
 
-class AcpNotConfigured(ValueError):
+class AcpNotConfigured(UnknownProvider):
     """The provider names an ACP agent this host has no settings for (or whose command is missing)."""
 
 
