@@ -43,9 +43,31 @@ from treadle.providers.protocol import PlaceSession  # noqa: E402
 
 
 class AcpOverHttp(OverHttp):
+    """As Codex's, and a run that ends before its POST answered is not missed (an end seen early is kept)."""
+
     def __init__(self, client: TreadleClient, provider: str) -> None:
         super().__init__(client)
         self.provider = provider
+        self.ended: dict[str, tuple[str, float]] = {}
+
+    async def _follow(self, connected: asyncio.Event) -> None:
+        async for event in self.client.events(self.thread, connected=connected):
+            if event.event in ("run.completed", "run.failed"):
+                run_id = event.json()["data"]["run_id"]
+                self.ended[run_id] = (event.event, time.perf_counter())
+                future = self.waiting.get(run_id)
+                if future and not future.done():
+                    future.set_result(self.ended[run_id])
+
+    async def turn(self, text: str) -> float:
+        start = time.perf_counter()
+        sent = await self.client.send(self.thread, text)
+        future = self.waiting.setdefault(sent["run_id"], asyncio.get_running_loop().create_future())
+        if sent["run_id"] in self.ended and not future.done():
+            future.set_result(self.ended[sent["run_id"]])
+        kind, end = await asyncio.wait_for(future, 60)
+        assert kind == "run.completed", kind
+        return end - start
 
     async def open(self) -> None:
         self.thread = (await self.client.create_thread(provider=self.provider))["thread_id"]
