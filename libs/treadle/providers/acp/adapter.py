@@ -236,7 +236,7 @@ class AcpAdapter(ProviderAdapter):
         self._reload = False
         old, self._rpc = self._rpc, None
         if old is not None:
-            await old.close()
+            await old.close(grace=self.agent.close_grace)
         try:
             await self._start()
             await self._load(session_id)
@@ -440,7 +440,7 @@ class AcpAdapter(ProviderAdapter):
     async def close(self) -> None:
         rpc, self._rpc = self._rpc, None
         if rpc is not None:
-            await rpc.close()
+            await rpc.close(grace=self.agent.close_grace)
         for task in list(self._tasks):
             task.cancel()
         if self._prepared is not None:

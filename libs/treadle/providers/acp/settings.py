@@ -41,6 +41,9 @@ class AcpAgent(BaseModel, extra="forbid"):
     # Start a fresh agent process (loading the session) before the turn after a cancelled one: claude-agent-acp
     # 0.23 answers the next prompt with the cancelled query's stale stop reason (its issue #551)
     reload_after_cancel: bool = False
+    # Seconds an agent gets to exit once its stdin is closed, before it is killed (codex-acp 0.16 never exits on
+    # EOF; its session is on disk already, so a short wait keeps a host's stop quick)
+    close_grace: float = 2.0
     start_timeout: float = 60.0  # spawn to an answered initialize
     request_timeout: float = 60.0  # one JSON-RPC request (session/new, session/load, ...)
 
