@@ -8,6 +8,7 @@ import pytest
 
 from tests.codex.codex_mock import Text
 from tests.support.helpers import wait_for
+from tests.support.provider_http import user_texts
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +54,7 @@ async def test_L9_3_an_acp_session_resumes_with_its_history_after_the_provider_h
         assert last.prompt == later_text and "remember the word heron" in str(last.body["input"])
 
 
-async def test_L5_2_L5_3_switching_codex_to_an_acp_agent_and_back_hands_the_context_over(client, codex_api):
+async def test_L5_2_L5_3_switching_codex_to_an_acp_agent_and_back_hands_the_context_over(client, codex_api, claude_api):
     codex_api.on("plan the lexer", [Text("Agreed: the lexer goes first.")])
     codex_api.on("and now the parser", [Text("Parser next.")])
     thread = (await client.create_thread(title="codex then acp", provider="codex"))["thread_id"]
@@ -66,8 +67,10 @@ async def test_L5_2_L5_3_switching_codex_to_an_acp_agent_and_back_hands_the_cont
     handoff = (await client.request("GET", f"/v1/handoffs/{handoff_id}")).json()
     assert handoff["to_provider"] == "acp-claude" and handoff["covered_ordinals"] == [1]
     assert "plan the lexer" in handoff["text"] and "Agreed: the lexer goes first." in handoff["text"]
-    # the ACP agent's model got the stored handoff, then the user's message
-    assert handoff["text"] in assistant_texts(switched)[-1] or "plan the lexer" in assistant_texts(switched)[-1]
+    # L5.5: the ACP agent's model got exactly the stored handoff, then the user's message
+    told = f"{handoff['text']}\n\n---\n\n#text carry on with the lexer"
+    assert any(p.endswith(told) for p in claude_api.prompts())
+    assert user_texts(switched) == ["#text carry on with the lexer"]  # the thread shows what the user wrote
 
     back = await run_to_end(client, thread, "and now the parser", provider="codex")
     assert back["status"] == "completed" and back["provider"] == "codex", back
