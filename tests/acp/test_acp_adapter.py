@@ -80,3 +80,36 @@ async def test_L9_4_resuming_a_session_the_agent_does_not_have_fails_typed_and_n
             await adapter.respond("req_unknown", Response(decision="accept"))
     finally:
         shutil.rmtree(homes, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("provider", "models", "reason"),
+    [
+        ("acp-codex", [], "refused the thread's settings"),  # codex-acp refuses an unknown model itself
+        ("acp-claude", ["haiku"], "offers no model"),  # claude-agent-acp takes any id: the configured list decides
+    ],
+)
+async def test_a_model_the_agent_does_not_offer_fails_the_placement_typed(mocks, tmp_path, provider, models, reason):
+    claude, codex = mocks
+    homes = Path.home() / ".cache" / "treadle-test" / "acp-adapter" / uuid.uuid4().hex[:8]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    request = PlaceSession(
+        tenant="acme",
+        thread="thr",
+        provider=provider,
+        session_id="ps_1",
+        provider_thread_id="pth_1",
+        workspace=str(workspace),
+        model="no-such-model-" + "x" * 200,
+    )
+    settings = acp_settings(claude, codex, homes)
+    name = provider.removeprefix("acp-")
+    settings.agents[name] = settings.agents[name].model_copy(update={"models": models})
+    adapter = AcpAdapter(workspace, request, tmp_path / "rt" / "ps_1", settings)
+    try:
+        with pytest.raises(UnknownProvider, match=reason):
+            await adapter.open_thread(None, "unused")
+        assert adapter._rpc is None  # nothing left running
+    finally:
+        shutil.rmtree(homes, ignore_errors=True)

@@ -26,7 +26,7 @@ from ..base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, T
 from ..codex.rpc import ProcessGone, RpcError, RpcProcess
 from ..protocol import PlaceSession
 from .files import FileRefused, WorkspaceFiles
-from .settings import AcpAgent, AcpSettings
+from .settings import AcpAgent, AcpNotConfigured, AcpSettings
 from .translate import LiveRequest, Outcome, TurnTranslator
 
 log = logging.getLogger(__name__)
@@ -245,15 +245,21 @@ class AcpAdapter(ProviderAdapter):
             raise RuntimeLost(f"ACP agent {self.agent_name} did not come back after a cancel: {exc}") from exc
 
     async def _apply_settings(self) -> None:
-        """The thread's runtime mode and model, where the agent offers them."""
+        """The thread's runtime mode and model, where the agent offers them. A model or mode the agent refuses
+        is a configuration the host cannot serve: the run fails with the agent's reason (no endless retry)."""
         mode = self.agent.modes.get(self._request.runtime_mode)
-        if mode:
-            await self._call("session/set_mode", {"sessionId": self.session_id, "modeId": mode})
         model = self._request.model
-        if model:
-            if self.agent.models and model not in self.agent.models:
-                raise ValueError(f"model {model!r} is not offered by ACP agent {self.agent_name}: {self.agent.models}")
-            await self._call("session/set_model", {"sessionId": self.session_id, "modelId": model})
+        if model and self.agent.models and model not in self.agent.models:
+            raise AcpNotConfigured(
+                f"ACP agent {self.agent_name} offers no model {model!r} (offered: {self.agent.models})"
+            )
+        try:
+            if mode:
+                await self._call("session/set_mode", {"sessionId": self.session_id, "modeId": mode})
+            if model:
+                await self._call("session/set_model", {"sessionId": self.session_id, "modelId": model})
+        except RpcError as exc:
+            raise AcpNotConfigured(f"ACP agent {self.agent_name} refused the thread's settings: {exc}") from exc
 
     def _require_session(self) -> str:
         if self.session_id is None:
