@@ -51,6 +51,10 @@ def _quiet(name: str, line: str) -> None:
 async def acp_stack(tmp_path_factory, claude_api, codex_api, homes_root):
     # the native Codex provider too, on the same Responses mock: a thread switches Codex -> ACP agent -> Codex
     env = {**acp_env(claude_api, codex_api, homes_root), **codex_env(codex_api, homes_root / "codex")}
+    # An ACP session opens its agent at placement (the agent names the session): claude-agent-acp's session/new
+    # starts Claude Code, which on a loaded 2-core machine outlasts the supervisor's 5 s request timeout, and a
+    # timed-out placement is retried as another session (each one a live agent until the reaper ends it)
+    env["TREADLE_SUPERVISOR_HOST_TIMEOUT"] = "30"
     async with Stack(tmp_path_factory.mktemp("acp-stack"), env=env, on_output=_quiet) as s:
         yield s
     # Only the model APIs were ever called: no phone-home traffic reached either mock. (Claude Code 2.1.83
