@@ -262,11 +262,12 @@ class Supervisor:
                     where = start_context.placement(state, run)
                     # L9.4/L4.2: an unusable provider thread (pending live requests not_resumable, graph kept);
                     # the next placement builds a replacement from app context.
-                    failed = (
-                        recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
-                        if placed.code == "resume_failed"
-                        else start_context.fork_refused(state, run, placed.message)
-                    )
+                    if placed.code == "resume_failed":
+                        failed = recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
+                    elif placed.code == "unknown_provider":
+                        failed = [ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=placed.message)]
+                    else:
+                        failed = start_context.fork_refused(state, run, placed.message)
                     await self._append(tenant, thread, state, failed, ctx)
                     continue
                 replaced = state.live_session
@@ -409,8 +410,10 @@ class Supervisor:
         if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:
             return reply
         if isinstance(reply, hp.HostFailure):
-            if (reply.code == "unsupported" and where.fork_from is not None) or (
-                reply.code == "resume_failed" and where.native_ref is not None
+            if (
+                (reply.code == "unsupported" and where.fork_from is not None)
+                or (reply.code == "resume_failed" and where.native_ref is not None)
+                or reply.code == "unknown_provider"
             ):
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")
