@@ -62,7 +62,18 @@ $(SPECTRAL_STAMP):
 	mkdir -p .tools/spectral && npm install --prefix .tools/spectral --save-exact --no-audit --no-fund --loglevel=error @stoplight/spectral-cli@$(SPECTRAL_VERSION)
 	@touch $@
 
-setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP)
+# ACP agents (issue 22): two real Agent Client Protocol agents, pinned, for the generic ACP provider and its
+# tests; each runs offline against a mock model API (tests/acp). Node comes from the system (like npm above).
+ACP_CLAUDE_VERSION := 0.23.1
+ACP_CODEX_VERSION  := 0.16.0
+ACP_STAMP := .tools/acp/.installed-$(ACP_CLAUDE_VERSION)-$(ACP_CODEX_VERSION)
+$(ACP_STAMP):
+	@command -v npm >/dev/null || { echo "error: npm is needed to install the ACP agents" >&2; exit 1; }
+	mkdir -p .tools/acp && npm install --prefix .tools/acp --save-exact --no-audit --no-fund --loglevel=error \
+		@zed-industries/claude-agent-acp@$(ACP_CLAUDE_VERSION) @zed-industries/codex-acp@$(ACP_CODEX_VERSION)
+	@touch $@
+
+setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP) $(ACP_STAMP)
 	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
 	@path=$$(bash scripts/ensure-bubblewrap.sh); echo "bubblewrap (runtime sandbox): $$path"
 	@path=$$(bash scripts/ensure-chromium.sh); echo "chromium (console browser tests): $$path"

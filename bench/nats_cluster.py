@@ -35,7 +35,6 @@ import httpx
 import nats
 
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.core.envelope import Envelope
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
@@ -43,6 +42,7 @@ from treadle.eventlog.log import EventLog
 from treadle.eventlog.subjects import EVENTS_STREAM
 from treadle.ops.servers import NatsCluster, NatsServer
 from treadle.ops.tokens import TokenStore
+from treadle.runtime import broker_urls
 
 ROOT = Path(__file__).resolve().parent
 SCRIPT = {"steps": [{"type": "text", "text": "recovered. " * 8, "chunk": 11}]}

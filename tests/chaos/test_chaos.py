@@ -31,8 +31,8 @@ from tests.chaos.chaos import Killer, Throughput, WorkerOutput, problems, send, 
 from tests.support.api import make_api
 from tests.support.replicas import wait_caught_up
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.eventlog.log import EventLog
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

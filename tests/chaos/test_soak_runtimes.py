@@ -24,8 +24,8 @@ from tests.codex.codex_mock import MockResponses, Text
 from tests.codex.codex_support import codex_env
 from tests.support.api import make_api
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.eventlog.log import EventLog
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

@@ -160,3 +160,24 @@ async def test_a_stack_whose_state_dir_is_under_tmp_runs_codex_without_a_home_ro
     assert [m["text"] for m in run["messages"] if m["role"] == "assistant"] == ["Hi from a /tmp state dir."]
     assert list((homes_root / "xdg-cache" / "treadle" / "codex-homes").glob("*/tmpco/config.toml"))
     assert not list((tmp_path / "state").glob("provider-runtimes/*/codex-homes"))
+
+
+async def test_L9_3_a_placement_the_host_refuses_outright_fails_the_run_with_the_reason_instead_of_retrying(
+    tmp_path, mock, homes_root
+):
+    """A Codex home root under /tmp (set explicitly) is refused by the host as a bad request: no retry of the
+    same placement can change that, so the run fails naming the setting (it was retried for ever, ``starting``)."""
+    from tests.codex.codex_support import codex_env
+    from tests.support.provider_http import tenant_client
+    from treadle.cli.stack import Stack
+
+    under_tmp = tmp_path / "homes"
+    assert under_tmp.resolve().is_relative_to("/tmp")
+    env = {**codex_env(mock, homes_root), "TREADLE_CODEX_HOME_ROOT": str(under_tmp)}
+    async with Stack(tmp_path / "state", env=env) as stack, tenant_client(stack, "badhome") as client:
+        thread = (await client.create_thread(title="home under tmp", provider="codex"))["thread_id"]
+        sent = await client.send(thread, "never reaches the model")
+        run = await client.wait_run(sent["run_id"], timeout=60)
+    assert run["status"] == "failed", run
+    assert "TREADLE_CODEX_HOME_ROOT" in (run["error"] or ""), run
+    assert "never reaches the model" not in mock.prompts()

@@ -85,9 +85,9 @@ async def test_tokens_threads_send_wait_and_show(tmp_path, nats_url, redis_url):
         assert "user › write my notes" in out and f"assistant › {REPLY}" in out
         assert "notes.md added" in out
 
-        # An expected failure is one red line on stderr and exit code 1, never a traceback.
+        # An expected failure is one red line on stderr and the exit code of its kind (3: not found), never a traceback.
         code, out, err = await treadle("threads", "show", "thr_" + "0" * 26, *api, cwd=tmp_path)
-        assert code == 1
+        assert code == 3
         assert "not found" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 

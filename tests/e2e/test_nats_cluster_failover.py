@@ -19,7 +19,6 @@ from tests.support.api import Api
 from tests.support.helpers import quiet, wait_for
 from tests.support.replicas import wait_caught_up
 from treadle.cli.stack import Stack
-from treadle.client import broker_urls
 from treadle.core import events as ev
 from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
@@ -27,6 +26,7 @@ from treadle.eventlog.subjects import EVENTS_STREAM
 from treadle.ops.tokens import TokenStore
 from treadle.projections.check import check_log
 from treadle.projections.store import encode_state
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 

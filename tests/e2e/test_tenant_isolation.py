@@ -16,8 +16,8 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
-from treadle.client.tenant_events import API_PREFIX, TenantCredential, follow_tenant
 from treadle.ops import tenant_consumers
+from treadle.ops.tenant_events import API_PREFIX, TenantCredential, follow_tenant
 from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e

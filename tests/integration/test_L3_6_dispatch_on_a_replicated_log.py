@@ -19,7 +19,6 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.client import broker_urls
 from treadle.coordinator.service import Coordinator
 from treadle.core import events as ev
 from treadle.core.commands import Command
@@ -29,6 +28,7 @@ from treadle.eventlog import streams, subjects
 from treadle.eventlog.errors import Conflict, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.ops.servers import NatsCluster
+from treadle.runtime import broker_urls
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 TENANT, THREAD = "acme", "thr_race1"

@@ -12,11 +12,11 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.cli.asyncapi import event_example
-from treadle.client.tenant_events import API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential, follow_tenant
 from treadle.eventlog import streams
 from treadle.ops import tenant_consumers
 from treadle.ops.broker_auth import SERVICE_ACCOUNT, tenant_permissions
 from treadle.ops.servers import NatsServer
+from treadle.ops.tenant_events import API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential, follow_tenant
 
 STREAM = "TREADLE_EVENTS"
 

@@ -10,15 +10,14 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
-from treadle.client import broker_urls
-from treadle.client.tenant_events import TenantCredential, check_consumer
 from treadle.core import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.ops import tenant_consumers
 from treadle.ops.servers import NatsCluster
-from treadle.runtime import partitions
+from treadle.ops.tenant_events import TenantCredential, check_consumer
+from treadle.runtime import broker_urls, partitions
 
 REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
 

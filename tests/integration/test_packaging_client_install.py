@@ -121,10 +121,16 @@ def test_treadle_help_runs_on_the_client_install(client_install: ClientInstall) 
     assert "threads" in done.stdout and "send" in done.stdout and "up" in done.stdout
 
 
+def test_treadle_version_runs_on_the_client_install(client_install: ClientInstall) -> None:
+    done = client_install.run("treadle", "--version")
+    assert done.returncode == 0, done.stderr
+    assert load_pyproject()["project"]["version"] in done.stdout
+
+
 def test_a_client_command_runs_without_the_server_dependencies(client_install: ClientInstall) -> None:
     # nothing listens on port 1: the command gets as far as the network, and says so as a client would
     done = client_install.run("treadle", "threads", "list", "--api", "http://127.0.0.1:1", "--token", "t")
-    assert done.returncode == 1
+    assert done.returncode == 5  # exits.UNAVAILABLE: nothing answered
     assert "cannot reach http://127.0.0.1:1" in done.stderr
     assert "treadle[" not in done.stderr and "Traceback" not in done.stderr
 

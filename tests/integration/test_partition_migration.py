@@ -14,12 +14,12 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from tests.support.helpers import wait_for
-from treadle.client.tenant_events import TenantFollower, follow_tenant
 from treadle.core import events as ev
 from treadle.eventlog import streams, subjects
 from treadle.eventlog.log import EventLog
 from treadle.ops import tenant_consumers
 from treadle.ops.servers import NatsServer
+from treadle.ops.tenant_events import TenantFollower, follow_tenant
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork

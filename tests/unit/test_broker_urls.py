@@ -1,10 +1,10 @@
-"""A broker URL may list a cluster's nodes; its credentials become connect options (see client/broker_urls.py)."""
+"""A broker URL may list a cluster's nodes; its credentials become connect options (see ops/broker_urls.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from treadle.client import broker_urls
+from treadle.runtime import broker_urls
 
 
 def test_broker_urls_split_a_cluster_url_into_servers_and_one_set_of_credentials():

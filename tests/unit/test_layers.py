@@ -13,9 +13,9 @@ LIBS, SERVICES = ROOT / "libs" / "treadle", ROOT / "services" / "treadle"
 # A library package may import its own modules and those of strictly lower layers, never a service.
 LAYERS = {
     "core": 0,  # pure: stdlib, msgspec and itself only
-    "client": 10,
-    "sandbox": 10,
     "views": 10,
+    "client": 15,  # the SDK: decodes into the views
+    "sandbox": 10,
     "eventlog": 30,
     "runtime": 40,  # the worker kit
     "projections": 50,

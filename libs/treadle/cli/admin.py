@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from rich.markup import escape
 
 from .config import connect_nats, nats_url, setting
 from .errors import UsageError
+from .output import as_json, json_line
 from .render import console, stderr
 
 
@@ -26,6 +28,9 @@ async def cmd_tokens_create(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
     from treadle.ops.tokens import token_id
 
+    if as_json(args):
+        json_line({"token": token, "id": token_id(token), "tenant": args.tenant, "user": args.user, "role": args.role})
+        return 0
     stderr.print(
         f"[green]✓[/] token {token_id(token)} for {escape(args.tenant)}/{escape(args.user)} ({escape(args.role)}):"
     )
@@ -48,6 +53,9 @@ async def cmd_tokens_revoke(args: argparse.Namespace) -> int:
             raise UsageError(f"NATS at {url} has no treadle-tokens bucket: is Treadle running on it?") from None
         except UnknownToken as exc:
             raise UsageError(str(exc)) from None
+    if as_json(args):
+        json_line({"revoked": True, "tenant": who.tenant, "user": who.user})
+        return 0
     console.print(
         f"[green]✓[/] revoked the token of {escape(who.tenant)}/{escape(who.user)} (gateways stop "
         "accepting it within 5 s)"
@@ -69,12 +77,16 @@ async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
     redis = redis_client(redis_url)
     try:
         async with connect_nats(nats_url(args)) as nc:
-            with console.status("replaying TREADLE_EVENTS…"):
+            quiet = contextlib.nullcontext() if as_json(args) else console.status("replaying TREADLE_EVENTS…")
+            with quiet:
                 count = await rebuild(nc, ProjectionStore(redis))
     except RedisError as exc:
         raise UsageError(f"Redis at {redis_url}: {exc}") from None
     finally:
         await redis.aclose()
+    if as_json(args):
+        json_line({"rebuilt": count})
+        return 0
     console.print(f"[green]✓[/] rebuilt {count} thread projection{'s' if count != 1 else ''}")
     return 0
 
@@ -82,4 +94,11 @@ async def cmd_projections_rebuild(args: argparse.Namespace) -> int:
 async def cmd_schemas(args: argparse.Namespace) -> int:
     from . import schemas
 
-    return schemas.main(["--check"] if args.check else [])
+    if not as_json(args):
+        return schemas.main(["--check"] if args.check else [])
+    if args.check:
+        stale = schemas.check()
+        json_line({"stale": stale})
+        return 1 if stale else 0
+    json_line({"written": [str(p) for p in schemas.write()]})
+    return 0

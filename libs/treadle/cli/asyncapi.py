@@ -273,7 +273,7 @@ def asyncapi() -> str:
         "    `treadle.js.CONSUMER.<verb>.TREADLE_EVENTS.<credential>`), its acks (`$JS.ACK.TREADLE_EVENTS.<credential>.>`)",
         "    and `treadle.evt.T.>` for live subscription. It creates no consumer (a create body may set a push",
         "    deliver_subject) and publishes nothing else; answers to its requests stay in its own account, whatever",
-        "    reply subject it names. `treadle.client.tenant_events.follow_tenant` and `treadle events tail` use it.",
+        "    reply subject it names. `treadle.ops.tenant_events.follow_tenant` and `treadle events tail` use it.",
         "defaultContentType: application/json",
         "channels:",
         *_channel(

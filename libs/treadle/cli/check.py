@@ -46,6 +46,7 @@ async def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("no Redis URL: pass --redis-url, set TREADLE_REDIS_URL, or run `treadle up`")
     if args.settle < 0:
         raise UsageError("--settle must be 0 or more seconds")
+    args.json = args.json or getattr(args, "output", "text") == "json"
     redis = redis_client(redis_url)
     try:
         async with connect_nats(nats_url(args)) as nc:

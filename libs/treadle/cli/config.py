@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
-from ..client import broker_urls
-from ..client.http import TreadleClient
+from ..client import AsyncTreadle
+from ..runtime import broker_urls
 from .errors import UsageError
 
 DEFAULT_API = "http://127.0.0.1:8700"
@@ -31,7 +31,7 @@ def setting(flag: str | None, env: str, args: argparse.Namespace, file: str) -> 
     return path.read_text().strip() if path.is_file() else None
 
 
-def api_client(args: argparse.Namespace) -> TreadleClient:
+def api_client(args: argparse.Namespace) -> AsyncTreadle:
     api = setting(args.api, "TREADLE_API_URL", args, "api-url") or DEFAULT_API
     token = setting(args.token, "TREADLE_TOKEN", args, "dev-token")
     if not token:
@@ -39,7 +39,7 @@ def api_client(args: argparse.Namespace) -> TreadleClient:
             "no API token: pass --token, set TREADLE_TOKEN, or run `treadle up` (it writes "
             f"{state_dir(args) / 'dev-token'})"
         )
-    return TreadleClient(api, token)
+    return AsyncTreadle(api, token)
 
 
 def nats_url(args: argparse.Namespace) -> str:

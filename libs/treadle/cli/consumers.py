@@ -18,6 +18,7 @@ from rich.markup import escape
 from ..eventlog.subjects import EVENTS_STREAM
 from .config import connect_nats, nats_url, state_dir
 from .errors import UsageError
+from .output import as_json, json_line
 from .render import console, stderr
 
 
@@ -35,7 +36,7 @@ def _auth(args: argparse.Namespace):
 
 def _address(service_url: str) -> str:
     """The broker URL without the service user's credentials (every node of a cluster)."""
-    from treadle.client import broker_urls
+    from treadle.runtime import broker_urls
 
     try:
         return broker_urls.address(service_url)
@@ -61,8 +62,8 @@ async def _audit(args: argparse.Namespace, **record) -> None:
 
 
 async def cmd_consumers_create(args: argparse.Namespace) -> int:
-    from treadle.client.tenant_events import filters_of
     from treadle.ops import audit, tenant_consumers
+    from treadle.ops.tenant_events import filters_of
 
     auth = _auth(args)
     service_url = nats_url(args)
@@ -112,8 +113,8 @@ async def cmd_consumers_create(args: argparse.Namespace) -> int:
 async def cmd_consumers_reset(args: argparse.Namespace) -> int:
     """Recreate credentials' consumers: one at a chosen position, or (``--all``, e.g. after upgrading from
     credentials that created their own, possibly push, consumers) every one as a pull consumer where it was."""
-    from treadle.client.tenant_events import filters_of
     from treadle.ops import audit, tenant_consumers
+    from treadle.ops.tenant_events import filters_of
 
     auth = _auth(args)
     if args.all == bool(args.credential):
@@ -152,6 +153,16 @@ async def cmd_consumers_reset(args: argparse.Namespace) -> int:
                     "from_seq": str(consumer.opt_start_seq or 1),
                 },
             )
+            if as_json(args):
+                json_line(
+                    {
+                        "id": cred.id,
+                        "tenant": cred.tenant,
+                        "from_seq": consumer.opt_start_seq or 1,
+                        "filter": filters_of(consumer),
+                    }
+                )
+                continue
             console.print(
                 f"[green]✓[/] consumer of {cred.id} (tenant {escape(cred.tenant)}) now starts at stream "
                 f"sequence {consumer.opt_start_seq or 1}, filter {escape(' '.join(filters_of(consumer)))}"
@@ -174,6 +185,9 @@ async def cmd_consumers_revoke(args: argparse.Namespace) -> int:
             # Revoking must not stop between the reload and this clean-up because a node was just lost.
             await streams.settled(lambda: nc.jetstream().delete_consumer(EVENTS_STREAM, gone.consumer))
     await _audit(args, tenant=gone.tenant, action="broker_credential.revoked", target=gone.id)
+    if as_json(args):
+        json_line({"revoked": gone.id, "tenant": gone.tenant})
+        return 0
     console.print(f"[green]✓[/] revoked {gone.id} (tenant {escape(gone.tenant)}); its consumer is deleted")
     return 0
 
@@ -186,6 +200,9 @@ async def cmd_broker_init(args: argparse.Namespace) -> int:
     if args.password_env and not password:
         raise UsageError(f"${args.password_env} is empty")
     service = BrokerAuth(directory).init(password)
+    if as_json(args):
+        json_line({"auth_conf": str(directory / "auth.conf"), "user": service.user})
+        return 0
     console.print(
         f"[green]✓[/] {escape(str(directory / 'auth.conf'))} written (include it from the nats-server "
         f"config); workers connect as TREADLE_NATS_USER={service.user} with "
@@ -195,7 +212,11 @@ async def cmd_broker_init(args: argparse.Namespace) -> int:
 
 
 async def cmd_consumers_list(args: argparse.Namespace) -> int:
-    for cred in _auth(args).credentials():
+    creds = _auth(args).credentials()
+    if as_json(args):
+        json_line({"items": [{"id": c.id, "tenant": c.tenant, "created_at": c.created_at} for c in creds]})
+        return 0
+    for cred in creds:
         print(f"{cred.id}\t{cred.tenant}\t{cred.created_at}")
     return 0
 
@@ -204,7 +225,7 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
     from nats.errors import Error as NatsError
     from nats.errors import NoServersError
 
-    from treadle.client.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
+    from treadle.ops.tenant_events import TenantConsumerError, TenantCredential, TenantFollower
 
     creds_path = args.creds or os.environ.get("TREADLE_CONSUMER_CREDS")
     if not creds_path:

@@ -16,7 +16,8 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from ..client.http import TERMINAL, ApiError, SseEvent, TreadleClient
+from ..client import TERMINAL, ApiError, AsyncTreadle, MessageAccepted, SseEvent
+from . import prompt
 from .render import TODO_MARK, console, short, status_text, summarise
 
 
@@ -36,6 +37,7 @@ class RunView:
         self.done = asyncio.Event()
         self._items: dict[str, Any] = {}
         self._early: list[SseEvent] = []  # events that arrived before we knew our run id
+        self.requests: asyncio.Queue[str] = asyncio.Queue()  # ids of requests the run opened, to be answered
         self._recent: deque[str] = deque(maxlen=4)
         self._count = 0
         self._began = time.monotonic()
@@ -84,6 +86,7 @@ class RunView:
             self._items[d["node_id"]].update(status=d.get("status", "completed"), output=d.get("output"))
         elif kind == "request.opened":
             self._items[d["request_id"]] = {"kind": d["kind"], "title": d.get("prompt", ""), "status": "waiting"}
+            self.requests.put_nowait(d["request_id"])
         elif kind == "request.resolved" and d["request_id"] in self._items:
             self._items[d["request_id"]]["status"] = d.get("status", "resolved")
         elif kind == "plan.updated":
@@ -95,6 +98,10 @@ class RunView:
         elif kind.startswith("run.") and kind.split(".")[1] in TERMINAL:
             self.status, self.error = kind.split(".")[1], d.get("error")
             self.done.set()
+
+    def waiting(self, request_id: str) -> bool:
+        item = self._items.get(request_id)
+        return isinstance(item, dict) and item.get("status") == "waiting"
 
     def _item(self, key: str, factory: type) -> Any:
         return self._items.setdefault(key, factory())
@@ -154,45 +161,73 @@ class RunView:
 
 
 async def stream_run(
-    client: TreadleClient, thread_id: str, since: int, start: Callable[[], Awaitable[dict]], timeout: float
-) -> tuple[dict, RunView]:
+    client: AsyncTreadle,
+    thread_id: str,
+    since: int,
+    start: Callable[[], Awaitable[MessageAccepted]],
+    timeout: float,
+    *,
+    allow_input: bool = True,
+    show: bool = True,
+) -> tuple[MessageAccepted, RunView]:
     """Follow the thread's events after ``since``, call ``start`` (which sends the message) once the stream is
-    subscribed so no delta is missed, and render the run it returns until that run ends."""
+    subscribed so no delta is missed, and render the run it returns until that run ends (``show``: live, else
+    nothing). A runtime request the run opens is asked for on the terminal (:mod:`.prompt`); with input off
+    that raises NeedsInput. The stream resumes by itself if its connection drops."""
     view = RunView()
     connected = asyncio.Event()
 
     async def pump() -> None:
-        async with contextlib.aclosing(client.events(thread_id, since, connected=connected)) as events:
+        async with contextlib.aclosing(client.stream_events(thread_id, since, connected=connected)) as events:
             async for event in events:
                 view.add(event)
                 if view.done.is_set():
                     return
 
-    with Live(view, console=console, refresh_per_second=12, transient=False):
-        reader = asyncio.create_task(pump())
-        try:
-            opened = asyncio.create_task(connected.wait())
-            await asyncio.wait([opened, reader], return_when=asyncio.FIRST_COMPLETED)
-            opened.cancel()
-            if reader.done():
-                reader.result()  # the stream failed to open: raise why
-                raise ApiError(0, "stream_closed", "the event stream ended before it started")
-            accepted = await start()
-            view.follow_run(accepted["run_id"])  # may already end it: its events can beat the HTTP reply
-            ended = asyncio.create_task(view.done.wait())
-            try:
-                async with asyncio.timeout(timeout):
-                    await asyncio.wait([reader, ended], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                ended.cancel()
-            if not view.done.is_set():
-                reader.result()
-                raise ApiError(0, "stream_closed", "the event stream ended before the run did")
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
-    if not console.is_terminal:
+    live = Live(view, console=console, refresh_per_second=12, transient=False) if show else None
+    if live is not None:
+        live.start()
+    reader = asyncio.create_task(pump())
+    try:
+        opened = asyncio.create_task(connected.wait())
+        await asyncio.wait([opened, reader], return_when=asyncio.FIRST_COMPLETED)
+        opened.cancel()
+        if reader.done():
+            reader.result()  # the stream failed to open: raise why
+            raise ApiError(0, "stream_closed", "the event stream ended before it started")
+        accepted = await start()
+        view.follow_run(accepted.run_id)  # may already end it: its events can beat the HTTP reply
+        async with asyncio.timeout(timeout):
+            while not view.done.is_set():
+                ended = asyncio.create_task(view.done.wait())
+                asked = asyncio.create_task(view.requests.get())
+                try:
+                    await asyncio.wait([reader, ended, asked], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ended.cancel()
+                    if not asked.done():
+                        asked.cancel()
+                if asked.done() and not asked.cancelled():
+                    if not view.waiting(asked.result()):
+                        continue  # answered elsewhere already
+                    if live is not None:
+                        live.stop()  # the prompt needs the terminal's lines to itself
+                    try:
+                        await prompt.answer_pending(client, thread_id, asked.result(), allow_input=allow_input)
+                    finally:
+                        if live is not None:
+                            live.start()
+                    continue
+                if reader.done() and not view.done.is_set():
+                    reader.result()
+                    raise ApiError(0, "stream_closed", "the event stream ended before the run did")
+    finally:
+        if live is not None:
+            live.stop()
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+    if show and not console.is_terminal:
         console.print()  # rich ends the final render of a non-terminal Live without a newline
     return accepted, view
 

@@ -1,27 +1,30 @@
 """The ``treadle`` command: run the embedded stack (``treadle up``) and talk to a running one.
 
-Expected failures (the API said no, nothing is listening, bad input) end with one red line and exit code 1, never
-a traceback. The base install (``pip install treadle``) is the client: the commands that run or administer the
-server import its dependencies when they run, and without them say which extra to install.
+Expected failures (the API said no, nothing is listening, bad input) end with one red line (a JSON error with
+``--output json``) and an exit code of their kind (``exits``), never a traceback. The base install (``pip install
+treadle``) is the client: the commands that run or administer the server import its dependencies when they run,
+and without them say which extra to install.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 
 from rich.markup import escape
 
-from ..client.http import ApiError
-from . import check, consumers
+from ..client import ApiError
+from . import check, completion, consumers, exits
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
+from .output import as_json, json_line
+from .parsers import add_api_parsers, add_policy_api_parsers
 from .policy import cmd_policy_set, cmd_policy_show
 from .render import stderr
-from .threads import cmd_send, cmd_threads_create, cmd_threads_list, cmd_threads_show, cmd_watch
 from .up import cmd_up
 
 # The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
@@ -30,8 +33,26 @@ SERVER_MODULES = frozenset(
 )
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("treadle")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    state = argparse.ArgumentParser(add_help=False)
+    out = argparse.ArgumentParser(add_help=False)
+    out.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default=argparse.SUPPRESS,  # the top-level option's value stands unless given here
+        help="text for people (default) or JSON for scripts",
+    )
+    state = argparse.ArgumentParser(add_help=False, parents=[out])
     state.add_argument(
         "--state-dir", help="where `treadle up` keeps its state (default: $TREADLE_STATE_DIR or .treadle)"
     )
@@ -41,7 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     nats_ = argparse.ArgumentParser(add_help=False, parents=[state])
     nats_.add_argument("--nats-url", help="NATS URL (default: $TREADLE_NATS_URL, <state-dir>/nats-url)")
 
-    parser = argparse.ArgumentParser(prog="treadle", description="Treadle: orchestration backend for coding agents.")
+    parser = argparse.ArgumentParser(
+        prog="treadle",
+        description="Treadle: orchestration backend for coding agents.",
+        epilog="exit codes: " + "; ".join(f"{code} {what}" for code, what in exits.TABLE),
+    )
+    parser.add_argument("--version", action="version", version=f"treadle {version()}")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, six workers)")
@@ -115,39 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     pshow.add_argument("--tenant", required=True)
     pshow.set_defaults(func=cmd_policy_show)
 
-    threads = sub.add_parser("threads", help="app threads").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
-    tc = threads.add_parser("create", parents=[api], help="create a thread")
-    tc.add_argument("--title")
-    tc.add_argument("--provider", help="scripted (default), codex or claude")
-    tc.add_argument("--model")
-    tc.add_argument("--runtime-mode", choices=["approval_required", "auto_accept_edits", "full_access"])
-    tc.add_argument("--workspace", help="workspace path relative to the tenant's workspace root")
-    tc.set_defaults(func=cmd_threads_create)
-    tl = threads.add_parser("list", parents=[api], help="list threads, newest first")
-    tl.add_argument("--limit", type=int, default=50)
-    tl.set_defaults(func=cmd_threads_list)
-    ts = threads.add_parser("show", parents=[api], help="a thread's runs, messages, checkpoints and activity")
-    ts.add_argument("thread")
-    ts.add_argument("--activity", type=int, default=20, help="how many activity lines (default 20)")
-    ts.set_defaults(func=cmd_threads_show)
-
-    send = sub.add_parser("send", parents=[api], help="send a message to a thread (starts or queues a run)")
-    send.add_argument("thread")
-    send.add_argument("text")
-    send.add_argument("--mode", default="auto", help="dispatch mode (default auto)")
-    send.add_argument("--provider")
-    send.add_argument("--script", metavar="FILE.json", help="scripted-provider script ('-' for stdin)")
-    send.add_argument("--idempotency-key")
-    send.add_argument("--wait", action="store_true", help="stream the run live and wait for it to end")
-    send.add_argument("--timeout", type=float, default=300, help="seconds to wait with --wait (default 300)")
-    send.set_defaults(func=cmd_send)
-
-    watch = sub.add_parser("watch", parents=[api], help="stream a thread's events live")
-    watch.add_argument("thread")
-    watch.add_argument("--after", type=int, default=0, metavar="SEQ", help="start after this stream sequence")
-    watch.set_defaults(func=cmd_watch, interrupt_ok=True)
+    add_api_parsers(sub, api)
+    add_policy_api_parsers(policy, api)
 
     projections = sub.add_parser("projections", help="Redis read models").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -157,9 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(func=cmd_projections_rebuild)
     check.add_parser(sub, nats_)
 
-    schemas = sub.add_parser("schemas", help="regenerate schemas/ from the code")
+    schemas = sub.add_parser("schemas", parents=[out], help="regenerate schemas/ from the code")
     schemas.add_argument("--check", action="store_true", help="only report files that are out of date")
     schemas.set_defaults(func=cmd_schemas)
+    comp = sub.add_parser("completion", help='print a shell completion script: eval "$(treadle completion bash)"')
+    comp.add_argument("shell", choices=["bash", "zsh"])
+    comp.set_defaults(func=completion.cmd_completion)
     return parser
 
 
@@ -167,9 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(args.func(args))
-    except (ApiError, UsageError, TimeoutError) as exc:
-        stderr.print(f"[red]error:[/] {escape(describe(exc))}", soft_wrap=True)
-        return 1
+    except (ApiError, UsageError, TimeoutError, exits.NeedsInput, exits.RunNotCompleted) as exc:
+        code = exits.code_for(exc)
+        if as_json(args):
+            _json_error(exc, code)
+        else:
+            stderr.print(f"[red]error:[/] {escape(describe(exc))}", soft_wrap=True)
+        return code
     except ModuleNotFoundError as exc:
         extra = missing_extra(exc, args)
         if extra is None:  # not an optional dependency: a broken install or a bug, shown as such
@@ -180,13 +183,22 @@ def main(argv: list[str] | None = None) -> int:
             f"(no module named {escape(repr(exc.name))}): pip install 'treadle\\[{extra}]'",
             soft_wrap=True,
         )
-        return 1
+        return exits.FAILED
     except KeyboardInterrupt:
-        return 0 if getattr(args, "interrupt_ok", False) else 130
+        return 0 if getattr(args, "interrupt_ok", False) else exits.INTERRUPTED
     except BrokenPipeError:
         # `treadle … | head`: the reader left. Point stdout at /dev/null so the exit-time flush is quiet too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+
+
+def _json_error(exc: BaseException, code: int) -> None:
+    """The failure as one JSON line on stderr: stdout stays what a successful command prints, or nothing."""
+    error = {"code": type(exc).__name__, "message": describe(exc), "exit": code}
+    if isinstance(exc, ApiError):
+        error.update(code=exc.code, status=exc.status, message=exc.message, details=exc.details)
+    with contextlib.redirect_stdout(sys.stderr):
+        json_line({"error": error})
 
 
 def missing_extra(exc: ModuleNotFoundError, args: argparse.Namespace) -> str | None:

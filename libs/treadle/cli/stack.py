@@ -157,8 +157,8 @@ class Stack:
         same at the same moment (each would wait on the others' creations and time out)."""
         import nats
 
-        from ..client import broker_urls
         from ..eventlog import streams
+        from ..runtime import broker_urls
 
         nc = await nats.connect(**broker_urls.parse(self.nats_url).connect_options(), name="treadle-up")
         try:

@@ -1,4 +1,5 @@
-"""The API commands: create, list and show threads, send them messages, watch their events."""
+"""The thread commands: create, list and show threads, send them messages (steer, switch provider), watch their
+events. Each prints for people, or JSON with ``--output json``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..client.http import ApiError, follow
+from ..client import ApiError, AsyncTreadle, MessageAccepted
+from . import prompt
 from .config import api_client
 from .errors import UsageError
+from .exits import RunNotCompleted
 from .live import Tail, stream_run
+from .output import as_json, builtins, emit, json_line
 from .render import TODO_MARK, console, files_text, print_run, short, status_text, took, when
 
 
@@ -27,14 +31,24 @@ async def cmd_threads_create(args: argparse.Namespace) -> int:
             model=args.model,
             runtime_mode=args.runtime_mode,
             workspace=args.workspace,
+            idempotency_key=args.idempotency_key,
         )
-    console.print(Text.assemble(("✓ ", "green"), "created thread ", (created["thread_id"], "bold")))
+    emit(
+        args,
+        created,
+        lambda c: console.print(Text.assemble(("✓ ", "green"), "created thread ", (c["thread_id"], "bold"))),
+    )
     return 0
 
 
 async def cmd_threads_list(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        threads = (await client.list_threads(limit=args.limit))["items"]
+        page = await client.list_threads(limit=args.limit, cursor=args.cursor)
+        items = [t async for t in page] if args.all else page.items
+    if as_json(args):
+        json_line({"items": items, "next_cursor": None if args.all else page.next_cursor})
+        return 0
+    threads = builtins(items)
     if not threads:
         console.print("[dim]no threads yet: `treadle threads create`[/]")
         return 0
@@ -52,12 +66,18 @@ async def cmd_threads_list(args: argparse.Namespace) -> int:
             when(t.get("created_at")),
         )
     console.print(table)
+    if page.next_cursor and not args.all:
+        console.print(f"[dim]more: --cursor {page.next_cursor} (or --all)[/]")
     return 0
 
 
 async def cmd_threads_show(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        doc = await client.get_thread(args.thread)
+        view = await client.get_thread(args.thread)
+    if as_json(args):
+        json_line(view)
+        return 0
+    doc = builtins(view)
     t = doc["thread"]
     console.print(Text.assemble((t["id"], "bold"), "  ", (t.get("title") or "(untitled)", "bold cyan")))
     console.print(
@@ -156,59 +176,97 @@ def _load_script(path: str | None) -> dict | None:
     return script
 
 
-async def cmd_send(args: argparse.Namespace) -> int:
+def _send(
+    client: AsyncTreadle, args: argparse.Namespace, script: dict | None, **fixed: object
+) -> Awaitable[MessageAccepted]:
+    options = {
+        "mode": getattr(args, "mode", None),
+        "provider": getattr(args, "provider", None),
+        "model": getattr(args, "model", None),
+        "script": script,
+        "target_run_id": getattr(args, "target_run", None),
+        "clean_context": True if getattr(args, "clean_context", False) else None,
+        "merge_back_from": getattr(args, "merge_back_from", None),
+        "idempotency_key": args.idempotency_key,
+        **fixed,
+    }
+    return client.send_message(args.thread, args.text, **options)
+
+
+def _accepted(accepted: dict) -> None:
+    console.print(
+        Text.assemble(
+            ("✓ ", "green"),
+            "message ",
+            (accepted["message_id"], "bold"),
+            " → run ",
+            (accepted["run_id"], "bold"),
+            f" ({accepted['disposition']})",
+        )
+    )
+
+
+async def cmd_send(args: argparse.Namespace, **fixed: object) -> int:
+    """``send`` (and ``steer``, ``switch``: the same operation with their mode or provider fixed)."""
     script = _load_script(args.script)
     async with api_client(args) as client:
-
-        def start() -> Awaitable[dict]:
-            return client.send(
-                args.thread,
-                args.text,
-                mode=args.mode,
-                provider=args.provider,
-                script=script,
-                idempotency_key=args.idempotency_key,
-            )
-
         if not args.wait:
-            accepted = await start()
-            console.print(
-                Text.assemble(
-                    ("✓ ", "green"),
-                    "message ",
-                    (accepted["message_id"], "bold"),
-                    " → run ",
-                    (accepted["run_id"], "bold"),
-                    f" ({accepted['disposition']})",
-                )
-            )
+            emit(args, await _send(client, args, script, **fixed), _accepted)
             return 0
         doc = await client.get_thread(args.thread)
-        console.print(Text.assemble(("  you › ", "bold green"), args.text))
-        accepted, _ = await stream_run(client, args.thread, doc["seq"], start, args.timeout)
-        run = await client.wait_run(accepted["run_id"], timeout=args.timeout)
-    print_run(run)
-    if run["status"] != "completed":
-        raise UsageError(f"run {run['id']} {run['status']}" + (f": {run['error']}" if run.get("error") else ""))
+        if not as_json(args):
+            console.print(Text.assemble(("  you › ", "bold green"), args.text))
+        accepted, _ = await stream_run(
+            client,
+            args.thread,
+            doc.seq,
+            lambda: _send(client, args, script, **fixed),
+            args.timeout,
+            allow_input=not args.no_input,
+            show=not as_json(args),
+        )
+        run = await client.wait_run(accepted.run_id, timeout=args.timeout)
+    emit(args, run, print_run)
+    if run.status != "completed":
+        raise RunNotCompleted(f"run {run.id} {run.status}" + (f": {run.error}" if run.error else ""))
     return 0
+
+
+async def cmd_steer(args: argparse.Namespace) -> int:
+    """Steer the active run (L3.2/L3.3): natively when the provider can, else by restarting it."""
+    return await cmd_send(args, mode="restart_active" if args.restart else "steer_active")
+
+
+async def cmd_switch(args: argparse.Namespace) -> int:
+    """Send the next message to another provider (L5): the thread's context goes with it as a handoff."""
+    return await cmd_send(args, provider=args.to)
 
 
 async def cmd_watch(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
         await client.get_thread(args.thread)  # a clear 404 before streaming
-        console.print(f"[dim]watching {escape(args.thread)} · Ctrl-C to stop[/]")
+        quiet = as_json(args)
+        if not quiet:
+            console.print(f"[dim]watching {escape(args.thread)} · Ctrl-C to stop[/]")
         tail = Tail()
         lost = False
 
         def retrying(error: ApiError | None) -> None:
             nonlocal lost
-            if not lost:  # say it once per outage, not on every retry
+            if not lost and not quiet:  # say it once per outage, not on every retry
                 tail.note(f"stream lost ({error.message if error else 'closed by the gateway'}); reconnecting…")
             lost = True
 
-        async for event in follow(client, args.thread, args.after, live=True, on_retry=retrying):
-            if lost:
+        interactive = sys.stdin.isatty() and not args.no_input
+        stream = client.stream_events(args.thread, args.after, live=not quiet, on_retry=retrying)
+        async for event in stream:
+            if lost and not quiet:
                 tail.note("reconnected")
-                lost = False
-            tail.add(event)
+            lost = False
+            if quiet:
+                json_line({"id": event.id, "event": event.event, "data": event.json().get("data")})
+            else:
+                tail.add(event)
+            if event.event == "request.opened" and interactive:
+                await prompt.answer_pending(client, args.thread, event.json()["data"]["request_id"], allow_input=True)
     return 0

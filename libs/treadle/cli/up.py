@@ -11,13 +11,13 @@ import socket
 import time
 from pathlib import Path
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..client.http import ApiError, TreadleClient
-from ..runtime.settings import GatewaySettings
+from ..client import ApiError, AsyncTreadle
 from .config import DEV_TENANT, DEV_USER, connect_nats, state_dir
 from .errors import UsageError, describe
 from .live import stream_run
@@ -93,17 +93,21 @@ DEMO_SCRIPT = {
 async def run_demo(api_url: str, token: str, state: Path) -> str:
     """Create a thread, send one scripted message and show the run live; returns the thread id."""
     console.rule("[bold]demo")
-    async with TreadleClient(api_url, token) as client:
+    async with AsyncTreadle(api_url, token) as client:
         thread = await client.create_thread(title="Treadle demo")
-        thread_id = thread["thread_id"]
+        thread_id = thread.thread_id
         console.print(Text.assemble(("thread ", "dim"), (thread_id, "bold"), ("  (scripted provider)", "dim")))
         console.print(Text.assemble(("  you › ", "bold green"), DEMO_TEXT))
         accepted, _ = await stream_run(
-            client, thread_id, thread["seq"], lambda: client.send(thread_id, DEMO_TEXT, script=DEMO_SCRIPT), timeout=60
+            client,
+            thread_id,
+            thread.seq,
+            lambda: client.send_message(thread_id, DEMO_TEXT, script=DEMO_SCRIPT),
+            timeout=60,
         )
-        run = await client.wait_run(accepted["run_id"], timeout=30)
+        run = await client.wait_run(accepted.run_id, timeout=30)
     console.print()
-    print_run(run)
+    print_run(msgspec.to_builtins(run))
     hello = state.resolve() / "workspaces" / DEV_TENANT / "threads" / thread_id / "hello.py"
     if hello.is_file():
         console.print(Text.assemble(("workspace file ", "dim"), str(hello)), soft_wrap=True)
@@ -190,6 +194,7 @@ def gateway_port_free(host: str, port: int) -> bool:
 
 async def cmd_up(args: argparse.Namespace) -> int:
     from ..ops.servers import ServerNotFound
+    from ..runtime.settings import GatewaySettings  # here, not at the top: pydantic is in the server extra
     from .stack import Stack
 
     state = state_dir(args)

@@ -5,51 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import ApiError
+from .sse import Resume, SseEvent, SseParser
 
 if TYPE_CHECKING:
     from .http import TreadleClient
 
 
-@dataclass(frozen=True)
-class SseEvent:
-    """One Server-Sent Event. ``id`` is the stream sequence of a durable event, None for live deltas."""
-
-    id: int | None
-    event: str
-    data: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.data)
-
-
 async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """The subset of the SSE wire format the gateway speaks: id, event and (multi-line) data fields."""
-    id_: int | None = None
-    event = ""
-    data: list[str] = []
+    """SSE events from an async iterator of lines."""
+    parser = SseParser()
     async for line in lines:
-        if line == "":
-            if data:
-                yield SseEvent(id_, event or "message", "\n".join(data).encode())
-            # Only durable events carry an id, so it must not leak into the live delta that follows.
-            id_, event, data = None, "", []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-        elif name == "id":
-            id_ = int(value) if value.isdigit() else None
+        if (event := parser.feed(line)) is not None:
+            yield event
 
 
 class Follow:
@@ -66,38 +37,35 @@ class Follow:
         reconnect: bool = True,
         on_retry: Callable[[ApiError | None], None] | None = None,
     ) -> None:
-        self.client, self.thread_id, self.last_id = client, thread_id, from_seq
-        self.live, self.reconnect, self.on_retry = live, reconnect, on_retry
+        self.client, self.thread_id = client, thread_id
+        self.reconnect, self.on_retry = reconnect, on_retry
+        self._state = Resume(from_seq, live=live)  # the typed clients' bookkeeping of a resuming stream
+
+    @property
+    def last_id(self) -> int:
+        return self._state.last_id
 
     def __aiter__(self) -> AsyncGenerator[SseEvent, None]:
         return self._events()
 
     async def _events(self) -> AsyncGenerator[SseEvent, None]:
-        delay = 0.1
+        state = self._state
         while True:
             failure: ApiError | None = None
             try:
-                async with contextlib.aclosing(self.client.events(self.thread_id, self.last_id)) as events:
+                async with contextlib.aclosing(self.client.events(self.thread_id, state.last_id)) as events:
                     async for event in events:
-                        delay = 0.1
-                        if event.id is None:
-                            if self.live:
-                                yield event
-                            continue
-                        if event.id <= self.last_id:  # replayed after a reconnect
-                            continue
-                        self.last_id = event.id
-                        yield event
+                        if state.accept(event):  # none replayed twice after a reconnect
+                            yield event
             except ApiError as exc:
-                if not self.reconnect or exc.status not in (0, 502, 503, 504):
+                if not self.reconnect or not exc.retryable:
                     raise
                 failure = exc
             if not self.reconnect:
                 return
             if self.on_retry is not None:
                 self.on_retry(failure)  # None: the gateway ended the stream (shutdown, a slow reader cut off)
-            await asyncio.sleep(delay)  # a gateway restarting: back off, then resume after last_id
-            delay = min(delay * 2, 2.0)
+            await asyncio.sleep(state.backoff())  # a gateway restarting: back off, then resume after last_id
 
 
 def follow(

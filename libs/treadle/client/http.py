@@ -1,5 +1,6 @@
-"""An async client for the HTTP API v1: JSON calls, the thread's Server-Sent Events, and waiting for a run, a
-runtime request or any state of a thread.
+"""The first async client of the HTTP API v1, answering plain dicts (the tests and older callers use it; new
+code uses the typed :class:`treadle.client.AsyncTreadle` or :class:`treadle.client.Treadle`): JSON calls, the
+thread's Server-Sent Events, and waiting for a run, a runtime request or any state of a thread.
 
 Every failure the API reports comes back as an :class:`~treadle.client.errors.ApiError` (one subclass per kind,
 carrying the status and the API's own ``{"error": {code, message, details}}``); a gateway that cannot be reached
@@ -15,15 +16,12 @@ from typing import Any
 
 import httpx
 
-from treadle.core.run.model import TERMINAL_RUN_STATUSES
-
+from .calls import TERMINAL, Seen
 from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, SseEvent, follow, parse_sse, signal_first
 
 __all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
 
-TERMINAL = TERMINAL_RUN_STATUSES
-MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
 POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
 
 # The events that change a run's status: what wakes wait_run, which watches the stream instead of polling.
@@ -55,17 +53,12 @@ class TreadleClient:
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
         )
         # Reads never go back in time for this client: each thread's read asks for (``min_seq``) the highest
-        # sequence the client wrote or saw on it, and a run's read for its thread's.
-        self._seen: dict[str, int] = {}
-        self._run_thread: dict[str, str] = {}
+        # sequence the client wrote or saw on it, and a run's read for its thread's (the typed clients' Seen).
+        self.seen = Seen()
 
     def saw(self, thread_id: str, seq: int | None) -> None:
         """Record that this client has seen ``thread_id`` at ``seq`` (a write's answer, an event's id)."""
-        if seq is None:
-            return
-        if len(self._seen) >= MAX_REMEMBERED and thread_id not in self._seen:
-            self._seen.clear()  # bounded memory: forgetting only lets a read be as fresh as the projection
-        self._seen[thread_id] = max(seq, self._seen.get(thread_id, 0))
+        self.seen.saw(thread_id, seq)
 
     def _learn(self, answer: Any) -> Any:
         """Remember the thread and sequence a write answered with, and the thread of any run it names."""
@@ -75,13 +68,11 @@ class TreadleClient:
                 self.saw(thread, answer["seq"])
             run_id = answer.get("run_id") or (answer["id"] if str(answer.get("id", "")).startswith("run_") else None)
             if isinstance(run_id, str):
-                if len(self._run_thread) >= MAX_REMEMBERED:
-                    self._run_thread.clear()
-                self._run_thread[run_id] = answer["thread_id"]
+                self.seen.run_of(run_id, answer["thread_id"])
         return answer
 
     def _min_seq(self, thread_id: str | None) -> dict:
-        seq = self._seen.get(thread_id or "")
+        seq = self.seen.seq(thread_id)
         return {"min_seq": seq} if seq else {}
 
     async def aclose(self) -> None:
@@ -208,7 +199,7 @@ class TreadleClient:
         return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body, idempotency_key=idempotency_key)
 
     async def get_run(self, run_id: str) -> dict:
-        run = await self._call("GET", f"/v1/runs/{run_id}", params=self._min_seq(self._run_thread.get(run_id)))
+        run = await self._call("GET", f"/v1/runs/{run_id}", params=self._min_seq(self.seen.thread_of(run_id)))
         return self._learn(run)
 
     # --- lineage (L5-L7): fork, handoffs, the tree; merge-back and clean context are ``send_with_context`` --
@@ -305,7 +296,7 @@ class TreadleClient:
             return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
 
         async with asyncio.timeout(timeout):
-            thread_id = self._run_thread.get(run_id)
+            thread_id = self.seen.thread_of(run_id)
             if thread_id is None:  # a run this client did not start: its own read names the thread
                 run = await self._retrying(lambda: self._fresh_run(run_id))
                 if run["status"] in wanted:
@@ -407,7 +398,7 @@ class TreadleClient:
 
     async def run_diff(self, run_id: str, max_bytes: int | None = None) -> dict:
         """What a run changed: unified diff (``truncated`` when cut at ``max_bytes``) and per-file stats."""
-        params = {**_present(max_bytes=max_bytes), **self._min_seq(self._run_thread.get(run_id))}
+        params = {**_present(max_bytes=max_bytes), **self._min_seq(self.seen.thread_of(run_id))}
         return await self._call("GET", f"/v1/runs/{run_id}/diff", params=params)
 
     async def thread_diff(

@@ -41,9 +41,9 @@ import msgspec
 
 from treadle.core.ids import is_token
 
-from ..client.tenant_events import API_PREFIX, TenantCredential  # the document a tenant receives
 from ..eventlog.subjects import EVENTS_STREAM
 from ..runtime import partitions
+from .tenant_events import API_PREFIX, TenantCredential  # the document a tenant receives
 
 SERVICE_USER = "treadle"
 SERVICE_ACCOUNT = "TREADLE"  # holds JetStream and the workers; JetStream keeps its files under jetstream/TREADLE

@@ -13,8 +13,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from ..client.tenant_events import filter_type, filters_for, filters_of
 from ..eventlog.subjects import EVENTS_STREAM
+from .tenant_events import filter_type, filters_for, filters_of
 
 ACK_WAIT = 30.0  # seconds a fetched, unacked event waits before it is delivered again
 MAX_ACK_PENDING = 1024

@@ -22,6 +22,11 @@ class ResumeFailed(Exception):
     capability); orchestration continues the conversation on a replacement provider thread."""
 
 
+class UnknownProvider(ValueError):
+    """The provider is not served by this host (an ACP agent it has no settings for): the run fails with this
+    reason instead of waiting for a placement that can never succeed."""
+
+
 class RuntimeLost(Exception):
     """L9.3, from ``run_turn``: the runtime died under the turn. The host stops the session (reason
     ``provider_crashed``) instead of failing the turn, so the run is retried on a resumed provider thread."""

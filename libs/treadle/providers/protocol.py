@@ -117,7 +117,8 @@ class Summary(msgspec.Struct, kw_only=True, tag="summary"):
 
 class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
     code: str  # unknown_session | bad_request | provider_error | capacity | tenant_quota | not_active | unsupported
-    #   | resume_failed | sandbox_unavailable (the host cannot sandbox a runtime: the placement is retried, the run waits)
+    #   | resume_failed | unknown_provider (an ACP agent the host has no settings for: the run fails)
+    #   | sandbox_unavailable (the host cannot sandbox a runtime: the placement is retried, the run waits)
     message: str
     retry_after: float | None = None  # capacity, tenant_quota: seconds until room may be made (an idle session's grace)
 

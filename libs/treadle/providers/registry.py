@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .base import ProviderAdapter
+from .base import ProviderAdapter, UnknownProvider
 from .protocol import PlaceSession
 
 if TYPE_CHECKING:
@@ -20,6 +20,8 @@ ADAPTERS: dict[str, str] = {
     "codex": "treadle.providers.codex:CodexAdapter",
     "claude": "treadle.providers.claude:ClaudeAdapter",
 }
+ACP_PREFIX = "acp-"  # acp-<name>: an ACP agent configured by name (TREADLE_ACP_AGENTS), all served by one adapter
+ACP_ADAPTER = "treadle.providers.acp:AcpAdapter"
 
 
 class AdapterClass(Protocol):
@@ -32,17 +34,18 @@ class AdapterClass(Protocol):
 
 
 if TYPE_CHECKING:  # the type checker holds each class of ADAPTERS to that (imported lazily at run time)
+    from .acp import AcpAdapter
     from .claude import ClaudeAdapter
     from .codex import CodexAdapter
     from .scripted import ScriptedAdapter
 
-    _CHECKED: tuple[AdapterClass, ...] = (ScriptedAdapter, CodexAdapter, ClaudeAdapter)
+    _CHECKED: tuple[AdapterClass, ...] = (ScriptedAdapter, CodexAdapter, ClaudeAdapter, AcpAdapter)
 
 
 def adapter_class(provider: str) -> AdapterClass:
-    target = ADAPTERS.get(provider)
+    target = ADAPTERS.get(provider) or (ACP_ADAPTER if provider.startswith(ACP_PREFIX) else None)
     if target is None:
-        raise ValueError(f"provider {provider!r} is not known to this host")
+        raise UnknownProvider(f"provider {provider!r} is not known to this host")
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)
 

@@ -16,9 +16,8 @@ import uvloop
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..client import broker_urls
 from ..eventlog import streams
-from . import logs
+from . import broker_urls, logs
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
+from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
 from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
@@ -82,6 +82,9 @@ class ProviderHost:
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
+        # session id -> its placement in progress: a supervisor that gave up waiting (a runtime whose start takes
+        # longer than its request timeout) asks again, and must get that session, not a second runtime
+        self._in_flight: dict[str, asyncio.Future[None]] = {}
         self._waiting: dict[str, float] = {}  # tenant -> when a placement of it was last refused for capacity
         self._peers: list[HostRecord] = []  # the other hosts' latest heartbeats: per-tenant counts across hosts
         self._limits = capacity.Limits(
@@ -293,6 +296,8 @@ class ProviderHost:
         try:
             request = hp.place_request.decode(msg.data)
             reply = await self._place(request)
+        except UnknownProvider as exc:  # the run fails with the reason (no placement can succeed)
+            reply = hp.HostFailure(code="unknown_provider", message=str(exc))
         except (msgspec.DecodeError, ValueError) as exc:
             reply = hp.HostFailure(code="bad_request", message=str(exc))
         except ResumeFailed as exc:  # L9.4: the supervisor replaces the provider thread
@@ -306,6 +311,22 @@ class ProviderHost:
         await msg.respond(_encode(reply))
 
     async def _place(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
+        first = self._in_flight.get(request.session_id)
+        if first is not None:
+            await asyncio.shield(first)  # the first placement's outcome answers this one too
+            if request.session_id not in self._sessions:
+                return hp.HostFailure(code="provider_error", message=f"session {request.session_id} did not open")
+        elif request.session_id not in self._sessions:
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._in_flight[request.session_id] = done
+            try:
+                return await self._place_new(request)
+            finally:
+                self._in_flight.pop(request.session_id, None)
+                done.set_result(None)
+        return self._placed(request, self._sessions[request.session_id])
+
+    async def _place_new(self, request: hp.PlaceSession) -> hp.SessionPlaced | hp.HostFailure:
         session = self._sessions.get(request.session_id)
         if session is None and self._stopping:  # it would be ended at once, and its run lose an attempt
             return hp.HostFailure(code=capacity.CAPACITY, message=f"host {self.host_id} is stopping")
@@ -347,6 +368,9 @@ class ProviderHost:
                 self._opening -= 1
             LIVE_SESSIONS.set(len(self._sessions))
             await self._sync_seat()
+        return self._placed(request, session)
+
+    def _placed(self, request: hp.PlaceSession, session: Session) -> hp.SessionPlaced:
         return hp.SessionPlaced(
             host_id=self.host_id,
             boot_id=self.boot_id,

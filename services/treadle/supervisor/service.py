@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 ACTOR = "supervisor"
 MAX_PLACEMENTS = 3
 HOLD_CODES = ("capacity", "tenant_quota", "sandbox_unavailable")  # hosts' refusals a run waits out, its reason shown
+# Refusals no retry of the same placement can change (a provider no host runs, a request the host cannot take, a
+# misconfigured runtime home): the run fails with the host's reason instead of being retried for ever.
+REFUSED_CODES = ("unknown_provider", "bad_request")
 # Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
 
@@ -262,11 +265,12 @@ class Supervisor:
                     where = start_context.placement(state, run)
                     # L9.4/L4.2: an unusable provider thread (pending live requests not_resumable, graph kept);
                     # the next placement builds a replacement from app context.
-                    failed = (
-                        recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
-                        if placed.code == "resume_failed"
-                        else start_context.fork_refused(state, run, placed.message)
-                    )
+                    if placed.code == "resume_failed":
+                        failed = recovery.resume_failed(state, where.provider_thread_id or "", placed.message)
+                    elif placed.code in REFUSED_CODES:
+                        failed = [ev.RunFailed(run_id=run.id, attempt_id=run.attempt.id, error=placed.message)]
+                    else:
+                        failed = start_context.fork_refused(state, run, placed.message)
                     await self._append(tenant, thread, state, failed, ctx)
                     continue
                 replaced = state.live_session
@@ -409,8 +413,10 @@ class Supervisor:
         if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:
             return reply
         if isinstance(reply, hp.HostFailure):
-            if (reply.code == "unsupported" and where.fork_from is not None) or (
-                reply.code == "resume_failed" and where.native_ref is not None
+            if (
+                (reply.code == "unsupported" and where.fork_from is not None)
+                or (reply.code == "resume_failed" and where.native_ref is not None)
+                or reply.code in REFUSED_CODES
             ):
                 return reply
             raise Retryable(f"placement failed: {reply.code} {reply.message}")

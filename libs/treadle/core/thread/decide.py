@@ -4,6 +4,7 @@ active one, by dispatch mode) and dispatching the head of the queue."""
 from __future__ import annotations
 
 import posixpath
+import re
 from typing import get_args
 
 from treadle.core.commands import Accepted, Command
@@ -24,6 +25,15 @@ from treadle.core.view import ThreadView
 # "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
 # tests and demos without real runtimes. Orchestration treats it like any other provider.
 PROVIDERS = (*SCRIPTED_PROVIDERS, "codex", "claude")
+# acp-<name>: an ACP agent the provider hosts have configured by that name (issue 22)
+ACP_PROVIDER = re.compile(r"acp-[a-z0-9][a-z0-9_-]{0,39}")
+
+
+def known_provider(name: str) -> bool:
+    return name in PROVIDERS or ACP_PROVIDER.fullmatch(name) is not None
+
+
+PROVIDER_CHOICES = ", ".join((*PROVIDERS, "acp-<agent>"))
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 
@@ -56,9 +66,9 @@ def create_thread(state: ThreadView, command: Command, body: CreateThread, ctx: 
             return [], Accepted(seq=state.seq, thread_id=thread_id, duplicate=True)
         raise Conflict(f"thread {thread_id} already exists", code="thread_exists")
     check(
-        body.provider in PROVIDERS,
+        known_provider(body.provider),
         BadRequest,
-        f"provider must be one of {', '.join(PROVIDERS)}",
+        f"provider must be one of {PROVIDER_CHOICES}",
         code="invalid_provider",
     )
     check(
@@ -100,7 +110,7 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     check(bool(body.text.strip()), BadRequest, "text must not be empty", code="empty_text")
     check(body.mode in MODES, BadRequest, f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
     provider = body.provider or thread.provider
-    check(provider in PROVIDERS, BadRequest, f"provider must be one of {', '.join(PROVIDERS)}", code="invalid_provider")
+    check(known_provider(provider), BadRequest, f"provider must be one of {PROVIDER_CHOICES}", code="invalid_provider")
     check(body.model is None or len(body.model) > 0, BadRequest, "model must not be empty", code="invalid_model")
     if body.script is not None:
         try:

@@ -1,5 +1,5 @@
-"""A small JSON-RPC client for ``codex app-server`` over stdio: one JSON object per line, no ``jsonrpc``
-field. Server requests share the id space of client requests, so a message is routed by whether it
+"""A small JSON-RPC client for ``codex app-server`` (and ACP agents) over stdio: one JSON object per line,
+with no ``jsonrpc`` field for Codex and ``"jsonrpc": "2.0"`` for ACP. Server requests share the id space of client requests, so a message is routed by whether it
 carries a ``method`` (notification or server request) or not (the answer to one of ours)."""
 
 from __future__ import annotations
@@ -62,7 +62,16 @@ class RpcProcess:
     params)`` are called from the reader task in arrival order. The child stays in its host's process
     group and gets SIGTERM if the host dies, so a killed host leaves no writer holding its threads."""
 
-    def __init__(self, on_notification: Notify, on_request: ServerRequest) -> None:
+    def __init__(
+        self,
+        on_notification: Notify,
+        on_request: ServerRequest,
+        *,
+        runtime: str = "codex app-server",
+        jsonrpc: bool = False,
+    ) -> None:
+        self._runtime = runtime  # how errors and logs name the process
+        self._envelope: dict = {"jsonrpc": "2.0"} if jsonrpc else {}
         self._on_notification = on_notification
         self._on_request = on_request
         self._proc: asyncio.subprocess.Process | None = None
@@ -108,23 +117,23 @@ class RpcProcess:
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (method, future)
         try:
-            await self._send({"id": request_id, "method": method, "params": params or {}})
+            await self._send({**self._envelope, "id": request_id, "method": method, "params": params or {}})
             async with asyncio.timeout(timeout):
                 return await future
         finally:
             self._pending.pop(request_id, None)
 
     async def notify(self, method: str, params: dict | None = None) -> None:
-        message: dict = {"method": method}
+        message: dict = {**self._envelope, "method": method}
         if params is not None:
             message["params"] = params
         await self._send(message)
 
-    async def reply(self, request_id: int | str, result: dict) -> None:
-        await self._send({"id": request_id, "result": result})
+    async def reply(self, request_id: int | str, result: dict | None) -> None:
+        await self._send({**self._envelope, "id": request_id, "result": result})
 
     async def reply_error(self, request_id: int | str, code: int, message: str) -> None:
-        await self._send({"id": request_id, "error": {"code": code, "message": message}})
+        await self._send({**self._envelope, "id": request_id, "error": {"code": code, "message": message}})
 
     async def _send(self, message: dict) -> None:
         assert self._proc and self._proc.stdin
@@ -142,11 +151,11 @@ class RpcProcess:
                 try:
                     message = _decode(line)
                 except msgspec.DecodeError:
-                    log.warning("codex app-server wrote a line that is not JSON: %r", line[:200])
+                    log.warning("%s wrote a line that is not JSON: %r", self._runtime, line[:200])
                     continue
                 self._dispatch(message)
         except Exception:
-            log.exception("codex app-server reader failed")
+            log.exception("%s reader failed", self._runtime)
 
     async def _watch_exit(self) -> None:
         """The server is gone once its process exits: what it wrote before is read, then every waiter is told."""
@@ -187,10 +196,10 @@ class RpcProcess:
         while line := await self._proc.stderr.readline():
             text = line.decode(errors="replace").rstrip()
             self.stderr_tail.append(text)
-            log.debug("codex: %s", text)
+            log.debug("%s: %s", self._runtime, text)
 
     def describe_exit(self) -> str:
-        return exits.describe("codex app-server", self._proc.returncode if self._proc else None, self.stderr_tail)
+        return exits.describe(self._runtime, self._proc.returncode if self._proc else None, self.stderr_tail)
 
     async def close(self, grace: float = 5.0) -> None:
         """Closing stdin ends the server; a server that lingers is killed."""

@@ -2,7 +2,7 @@
 
 Other services of the platform (billing, notifications, analytics) use this instead of the HTTP API::
 
-    from treadle.client.tenant_events import TenantCredential, follow_tenant
+    from treadle.ops.tenant_events import TenantCredential, follow_tenant
 
     creds = TenantCredential.load("billing.creds.json")   # from `treadle consumers create --tenant acme`
     async with creds.connect() as nc, TenantFollower(nc, creds, types=["run.completed"]) as events:
@@ -39,7 +39,7 @@ from nats.js.errors import FetchTimeoutError, NotFoundError
 from treadle.core.envelope import PAYLOADS, Envelope
 from treadle.core.events import decode_event
 
-from . import broker_urls
+from ..runtime import broker_urls
 
 API_PREFIX = "treadle.js"  # where a credential's account imports its consumer's JetStream API
 

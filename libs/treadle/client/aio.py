@@ -1,0 +1,427 @@
+"""The async client of the HTTP API v1: one method per operation (named after its operation id), answers decoded
+into the views of :mod:`treadle.views`, lists as pages to iterate, the thread's events as a stream that resumes
+by itself, and waits for a run or a runtime request. Requests are built by :mod:`treadle.client.calls`, shared
+with the sync client :class:`treadle.client.Treadle`.
+
+Failures are :class:`~treadle.client.errors.ApiError` subclasses (a gateway that cannot be reached is
+:class:`~treadle.client.errors.Unreachable`). Writes carry an Idempotency-Key, and a call the gateway could not
+serve right now (503, 429 rate_limited, no answer) is asked again within the client's :class:`RetryPolicy`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+
+from treadle.views.checkpoints import Checkpoint, RollbackView
+from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
+from treadle.views.requests import Activity, RuntimeRequest
+from treadle.views.runs import Message, QueueView, Run
+from treadle.views.thread import RunView, ThreadSummary, ThreadView
+
+from . import calls
+from .calls import RUN_EVENTS, TERMINAL, Call, Decision, RetryPolicy, Seen, decode, keyed, retryable, unreachable
+from .errors import ApiError, NotFound, QuotaExceeded
+from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .sse import Resume, SseEvent, SseParser, stream_headers
+
+T = TypeVar("T")
+POLL = 0.5  # how often a wait reads when the tenant has no event stream left to follow
+ACCEPTED_GRACE = 5.0  # seconds a run this client started may be unknown to the read model
+
+
+class AsyncPage(Generic[T]):
+    """One page of a list (``items``, ``next_cursor``, ``seq``); ``async for item in page`` goes through its
+    items and those of every following page, fetched as needed."""
+
+    def __init__(self, client: AsyncTreadle, call: Call[Page[T]], page: Page[T]) -> None:
+        self._client, self._call = client, call
+        self.items, self.next_cursor, self.seq = page.items, page.next_cursor, page.seq
+
+    async def next_page(self) -> AsyncPage[T] | None:
+        if self.next_cursor is None:
+            return None
+        call = self._call.with_cursor(self.next_cursor)
+        return AsyncPage(self._client, call, await self._client.call(call))
+
+    async def __aiter__(self) -> AsyncIterator[T]:
+        page: AsyncPage[T] | None = self
+        while page is not None:
+            for item in page.items:
+                yield item
+            page = await page.next_page()
+
+
+class AsyncTreadle:
+    """``async with AsyncTreadle(url, token) as client: ...``"""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self.seen = Seen()
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncTreadle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def call(self, call: Call[T]) -> T:
+        """Send one operation's request (retried within the policy) and decode its answer."""
+        call = keyed(call)
+        loop = asyncio.get_running_loop()
+        began, attempt = loop.time(), 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    params={**call.params, **self.seen.min_seq(call)},
+                    json=call.body,
+                    headers=calls.headers(call),
+                )
+                result = decode(call, response)
+            except httpx.TransportError as exc:
+                error: ApiError = unreachable(self.base_url, exc)
+            except ApiError as exc:
+                error = exc
+            else:
+                self.seen.learn(call, result)
+                return result
+            wait = self.retry.delay(attempt, loop.time() - began, error)
+            if wait is None:
+                raise error
+            await asyncio.sleep(wait)
+
+    async def _page(self, call: Call[Page[T]]) -> AsyncPage[T]:
+        return AsyncPage(self, call, await self.call(call))
+
+    # --- threads, messages, runs ---------------------------------------------------------------------
+
+    async def create_thread(self, **kw: Any) -> ThreadCreated:
+        """``title``, ``provider``, ``model``, ``runtime_mode``, ``workspace``, ``idempotency_key``."""
+        return await self.call(calls.create_thread(**kw))
+
+    async def list_threads(self, *, limit: int | None = None, cursor: str | None = None) -> AsyncPage[ThreadSummary]:
+        return await self._page(calls.list_threads(limit=limit, cursor=cursor))
+
+    async def get_thread(self, thread_id: str) -> ThreadView:
+        return await self.call(calls.get_thread(thread_id))
+
+    async def send_message(self, thread_id: str, text: str, **kw: Any) -> MessageAccepted:
+        """``mode``, ``provider``, ``model``, ``script``, ``target_run_id``, ``clean_context``,
+        ``merge_back_from``, ``idempotency_key``."""
+        return await self.call(calls.send_message(thread_id, text, **kw))
+
+    async def get_run(self, run_id: str) -> RunView:
+        return await self.call(calls.get_run(run_id))
+
+    async def list_runs(self, thread_id: str, *, limit: int | None = None, cursor: str | None = None) -> AsyncPage[Run]:
+        return await self._page(calls.list_runs(thread_id, limit=limit, cursor=cursor))
+
+    async def list_messages(
+        self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[Message]:
+        return await self._page(calls.list_messages(thread_id, limit=limit, cursor=cursor))
+
+    # --- life inside a run ---------------------------------------------------------------------------
+
+    async def interrupt_run(
+        self, run_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
+    ) -> Acknowledged:
+        return await self.call(
+            calls.interrupt_run(run_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
+        )
+
+    async def interrupt_node(
+        self, node_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
+    ) -> Acknowledged:
+        return await self.call(
+            calls.interrupt_node(node_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
+        )
+
+    async def respond(
+        self,
+        request_id: str,
+        *,
+        decision: Decision | None = None,
+        answers: dict[str, str] | None = None,
+        message: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Acknowledged:
+        """Answer an approval (``decision``) or a question (``answers``, ``message``)."""
+        return await self.call(
+            calls.respond(
+                request_id, decision=decision, answers=answers, message=message, idempotency_key=idempotency_key
+            )
+        )
+
+    async def list_requests(
+        self, thread_id: str, *, status: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[RuntimeRequest]:
+        return await self._page(calls.list_requests(thread_id, status=status, limit=limit, cursor=cursor))
+
+    async def list_activity(
+        self, thread_id: str, *, run_id: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[Activity]:
+        return await self._page(calls.list_activity(thread_id, run_id=run_id, limit=limit, cursor=cursor))
+
+    async def get_queue(self, thread_id: str) -> QueueView:
+        return await self.call(calls.get_queue(thread_id))
+
+    async def reorder_queue(
+        self, thread_id: str, order: list[str], *, idempotency_key: str | None = None
+    ) -> Acknowledged:
+        return await self.call(calls.reorder_queue(thread_id, order, idempotency_key=idempotency_key))
+
+    async def edit_queued(
+        self,
+        thread_id: str,
+        run_id: str,
+        text: str,
+        *,
+        script: dict | None = None,
+        idempotency_key: str | None = None,
+    ) -> Acknowledged:
+        return await self.call(
+            calls.edit_queued(thread_id, run_id, text, script=script, idempotency_key=idempotency_key)
+        )
+
+    async def cancel_queued(self, thread_id: str, run_id: str, *, idempotency_key: str | None = None) -> Acknowledged:
+        return await self.call(calls.cancel_queued(thread_id, run_id, idempotency_key=idempotency_key))
+
+    async def implement_plan(
+        self, plan_id: str, *, as_: Literal["run", "thread"] = "run", idempotency_key: str | None = None
+    ) -> Implemented:
+        return await self.call(calls.implement_plan(plan_id, as_=as_, idempotency_key=idempotency_key))
+
+    # --- checkpoints ---------------------------------------------------------------------------------
+
+    async def list_checkpoints(
+        self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[Checkpoint]:
+        return await self._page(calls.list_checkpoints(thread_id, limit=limit, cursor=cursor))
+
+    async def run_diff(self, run_id: str, *, max_bytes: int | None = None) -> Diff:
+        return await self.call(calls.run_diff(run_id, max_bytes=max_bytes))
+
+    async def thread_diff(
+        self,
+        thread_id: str,
+        *,
+        from_ordinal: int | None = None,
+        to_ordinal: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Diff:
+        return await self.call(
+            calls.thread_diff(thread_id, from_ordinal=from_ordinal, to_ordinal=to_ordinal, max_bytes=max_bytes)
+        )
+
+    async def rollback_thread(
+        self,
+        thread_id: str,
+        to_run_ordinal: int,
+        *,
+        interrupt_active: bool = False,
+        idempotency_key: str | None = None,
+    ) -> RollbackView:
+        return await self.call(
+            calls.rollback_thread(
+                thread_id, to_run_ordinal, interrupt_active=interrupt_active, idempotency_key=idempotency_key
+            )
+        )
+
+    async def rollback_node(
+        self,
+        node_id: str,
+        checkpoint_id: str,
+        *,
+        thread_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> RollbackView:
+        return await self.call(
+            calls.rollback_node(node_id, checkpoint_id, thread_id=thread_id, idempotency_key=idempotency_key)
+        )
+
+    # --- lineage -------------------------------------------------------------------------------------
+
+    async def fork_thread(
+        self,
+        thread_id: str,
+        source_type: Literal["run", "node", "provider_thread"],
+        source_id: str,
+        **kw: Any,
+    ) -> Forked:
+        """``turn``, ``title``, ``on_active`` (latest_checkpoint, refuse), ``idempotency_key``."""
+        return await self.call(calls.fork_thread(thread_id, source_type, source_id, **kw))
+
+    async def list_handoffs(
+        self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[ContextHandoff]:
+        return await self._page(calls.list_handoffs(thread_id, limit=limit, cursor=cursor))
+
+    async def get_handoff(self, handoff_id: str) -> HandoffView:
+        return await self.call(calls.get_handoff(handoff_id))
+
+    async def get_lineage(self, thread_id: str) -> LineageView:
+        return await self.call(calls.get_lineage(thread_id))
+
+    # --- policy (admins) -----------------------------------------------------------------------------
+
+    async def get_policy(self) -> Policy:
+        return await self.call(calls.get_policy())
+
+    async def put_policy(
+        self,
+        *,
+        allowed_modes: list[str] | None = None,
+        max_threads: int | None = None,
+        max_queued_runs: int | None = None,
+    ) -> Policy:
+        return await self.call(
+            calls.put_policy(allowed_modes=allowed_modes, max_threads=max_threads, max_queued_runs=max_queued_runs)
+        )
+
+    # --- the event stream ----------------------------------------------------------------------------
+
+    async def stream_events(
+        self,
+        thread_id: str,
+        after: int | None = None,
+        *,
+        live: bool = True,
+        reconnect: bool = True,
+        connected: asyncio.Event | None = None,
+        on_retry: Callable[[ApiError | None], None] | None = None,
+    ) -> AsyncGenerator[SseEvent, None]:
+        """The thread's events after stream sequence ``after`` (from its start when None), then live until the
+        caller stops. A dropped connection, a gateway restarting or ending the stream is resumed with
+        ``Last-Event-ID`` of the last durable event handed out: none is missed and none handed out twice.
+        ``live``: the text deltas too (they carry no id and are not replayed). ``connected`` is set once the
+        gateway is subscribed (anything published after that is in the stream). ``on_retry`` hears of each
+        reconnect (None: the gateway ended the stream). Failures that retrying cannot fix are raised."""
+        state = Resume(after, live=live)
+        while True:
+            error: ApiError | None = None
+            try:
+                async with contextlib.aclosing(self._events_once(thread_id, state.last_id, connected)) as events:
+                    async for event in events:
+                        if state.accept(event):
+                            self.seen.saw(thread_id, event.id)
+                            yield event
+            except ApiError as exc:
+                if not reconnect or not retryable(exc):
+                    raise
+                error = exc
+            if not reconnect:
+                return
+            if on_retry is not None:
+                on_retry(error)
+            await asyncio.sleep(state.backoff())
+
+    async def _events_once(
+        self, thread_id: str, last_id: int, connected: asyncio.Event | None
+    ) -> AsyncGenerator[SseEvent, None]:
+        # The stream is quiet between events (keepalives every 15 s): no read timeout.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        parser = SseParser()
+        try:
+            async with self._http.stream(
+                "GET", calls.events_path(thread_id), headers=stream_headers(last_id), timeout=timeout
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise ApiError.from_response(response)
+                async for line in response.aiter_lines():
+                    if connected is not None:
+                        connected.set()
+                    if (event := parser.feed(line)) is not None:
+                        yield event
+        except httpx.TransportError as exc:
+            raise unreachable(self.base_url, exc) from None
+
+    # --- waiting -------------------------------------------------------------------------------------
+
+    async def wait_run(self, run_id: str, timeout: float | None = None, statuses: Iterable[str] = TERMINAL) -> RunView:
+        """The run once its status is one of ``statuses`` (by default, once it has ended). TimeoutError after
+        ``timeout`` seconds."""
+        wanted = frozenset(statuses)
+
+        async def read() -> RunView | None:
+            run = await self.get_run(run_id)
+            return run if run.status in wanted else None
+
+        async with asyncio.timeout(timeout):
+            run = await self._accepted_run(run_id)
+            if run.status in wanted:
+                return run
+            return await self._until(run.thread_id, read, RUN_EVENTS)
+
+    async def _accepted_run(self, run_id: str) -> RunView:
+        """The run; one this client was just told of (a send's answer) may not be in the read model's index
+        for a moment: a 404 is asked again for up to ACCEPTED_GRACE seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (ACCEPTED_GRACE if self.seen.thread_of(run_id) else 0)
+        while True:
+            try:
+                return await self.get_run(run_id)
+            except NotFound:
+                if loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(0.05)
+
+    async def wait_request(
+        self, thread_id: str, timeout: float | None = None, *, besides: Iterable[str] = ()
+    ) -> RuntimeRequest:
+        """The thread's first pending runtime request other than ``besides`` (ids), once there is one."""
+        skip = frozenset(besides)
+
+        async def read() -> RuntimeRequest | None:
+            page = await self.list_requests(thread_id, status="pending")
+            async for request in page:
+                if request.id not in skip:
+                    return request
+            return None
+
+        async with asyncio.timeout(timeout):
+            return await self._until(thread_id, read, frozenset({"request.opened"}))
+
+    async def _until(self, thread_id: str, read: Callable[[], Awaitable[T | None]], wake: frozenset[str]) -> T:
+        """``read()`` once it finds something: read again on each event of ``wake`` (on a timer when the
+        tenant has no event stream left)."""
+        doc = await self.get_thread(thread_id)  # a snapshot at doc.seq: following from there misses nothing
+        if (found := await read()) is not None:
+            return found
+        try:
+            async with contextlib.aclosing(self.stream_events(thread_id, doc.seq, live=False)) as events:
+                async for event in events:
+                    if event.event in wake and (found := await read()) is not None:
+                        return found
+        except QuotaExceeded:
+            pass
+        while True:  # no stream for this tenant now: poll
+            await asyncio.sleep(POLL)
+            if (found := await read()) is not None:
+                return found

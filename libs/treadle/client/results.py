@@ -1,0 +1,100 @@
+"""What the write routes answer and the shapes only the SDK needs (a page of a list, a diff, a policy), as
+msgspec Structs. The reads decode into the views of :mod:`treadle.views`; these mirror the gateway's own answer
+shapes, which live with its routes (a unit test keeps the two in step), so the SDK imports nothing of the server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Generic, Literal, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
+
+
+class Page(msgspec.Struct, Generic[T], kw_only=True):
+    """One page of a list: ``next_cursor`` asks for the next (None: this is the last); ``seq`` is the
+    thread's sequence the page reflects (None for lists that span threads)."""
+
+    items: list[T]
+    next_cursor: str | None = None
+    seq: int | None = None
+
+
+class ThreadCreated(msgspec.Struct, kw_only=True):
+    thread_id: str
+    seq: int
+
+
+class MessageAccepted(msgspec.Struct, kw_only=True):
+    thread_id: str
+    message_id: str
+    run_id: str
+    disposition: str
+    seq: int
+
+
+class Acknowledged(msgspec.Struct, kw_only=True):
+    """An acknowledgement, not the outcome: the run's status says when it actually ended (L8.2)."""
+
+    thread_id: str
+    run_id: str | None
+    disposition: str
+    seq: int
+
+
+class Implemented(msgspec.Struct, kw_only=True):
+    plan_id: str
+    as_: str = msgspec.field(name="as")
+    thread_id: str
+    run_id: str
+
+
+class Forked(msgspec.Struct, kw_only=True):
+    thread_id: str
+    parent_thread_id: str
+    seq: int  # of the parent's record of the fork
+
+
+class CheckpointPoint(msgspec.Struct, kw_only=True):
+    checkpoint_id: str
+    ordinal: int
+    scope: str
+    commit: str
+
+
+class FileStat(msgspec.Struct, kw_only=True):
+    path: str
+    change: str
+    added: int
+    removed: int
+    old_path: str | None = None
+    binary: bool = False
+
+
+class Diff(msgspec.Struct, kw_only=True):
+    """A unified diff (cut at ``max_bytes``: ``truncated``) and per-file stats between two checkpoints."""
+
+    thread_id: str
+    run_id: str | None = None
+    from_: CheckpointPoint | None = msgspec.field(default=None, name="from")
+    to: CheckpointPoint
+    files: list[FileStat]
+    files_total: int
+    patch: str
+    truncated: bool
+    patch_bytes: int
+
+
+RuntimeMode = Literal["approval_required", "auto_accept_edits", "full_access"]
+
+
+class Policy(msgspec.Struct, kw_only=True):
+    """The tenant's policy (admin): the runtime modes its threads may use and its quotas."""
+
+    allowed_modes: list[RuntimeMode]
+    max_threads: int | None = None
+    max_queued_runs: int | None = None
+    updated_at: datetime | None = None
+    updated_by: str | None = None
