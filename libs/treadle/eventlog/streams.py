@@ -64,6 +64,7 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-tokens", history=1),
     KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (ops/policies.py)
     KeyValueConfig(bucket="treadle-keys", history=1),  # secrets the replicas share (ops/keys.py)
+    KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
 )
 
 

@@ -13,11 +13,16 @@ from litestar.handlers import asgi
 from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from ..deps import principal
+from treadle.ops.session_credentials import SessionCredentials, is_session_credential
+from treadle.ops.tokens import Principal
+
+from ..deps import PRINCIPAL_KEY, app_state, principal
 from ..errors import ApiError, body
-from .tools import server
+from .tools import CREDENTIAL_KEY, server
 
 _manager: StreamableHTTPSessionManager | None = None
+AGENT_USER = "agent"  # who the commands of a provider session's agent are recorded as
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 @contextlib.asynccontextmanager
@@ -43,10 +48,25 @@ async def _refuse(send: Send, exc: ApiError) -> None:
     await send(end)
 
 
+async def _authenticate(request: Request) -> None:
+    """A user's token (its tenant, any tool) or a provider session's credential (its tenant, its tools), which
+    the routes the tools call then see as the request's principal."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() == "bearer" and is_session_credential(token):
+        credential = await SessionCredentials(app_state(request).nc.jetstream()).resolve(token)
+        if credential is None:
+            raise ApiError(401, "unauthorized", "unknown, expired or revoked credential", headers=CHALLENGE)
+        request.scope[PRINCIPAL_KEY] = Principal(tenant=credential.tenant, user=AGENT_USER)  # type: ignore[literal-required]
+        request.scope[CREDENTIAL_KEY] = credential  # type: ignore[literal-required]
+        return
+    await principal(request)
+
+
 @asgi("/mcp", is_mount=True, copy_scope=True)
 async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
     try:
-        await principal(Request(scope))
+        await _authenticate(Request(scope))
     except ApiError as exc:
         await _refuse(send, exc)
         return

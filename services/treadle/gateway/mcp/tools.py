@@ -25,6 +25,8 @@ from ..deps import app_state, check_message_size, check_new_thread_mode, path_id
 from ..errors import ApiError
 from .errors import invalid, tool_error
 
+CREDENTIAL_KEY = "treadle.session_credential"  # set by the mount for a provider session's credential
+
 T = TypeVar("T")
 MAX_THREADS_AT_ONCE = 20
 MAX_READ_ITEMS = 200
@@ -124,6 +126,9 @@ class _Server(MCPServer):
     """Arguments that fail their schema are a typed ``invalid_request`` too, naming the fields (not the values)."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        credential = context.request_context.request.scope.get(CREDENTIAL_KEY) if context else None  # type: ignore[union-attr]
+        if credential is not None and name not in credential.capabilities:
+            raise tool_error(name, ApiError(403, "forbidden", f"this session may not call {name}", {"tool": name}))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
