@@ -23,7 +23,7 @@ from treadle.views.thread import run_view
 from .. import control, lineage, lists
 from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal, thread_view
 from ..errors import ApiError
-from .errors import invalid, tool_error
+from .errors import KINDS, invalid, tool_error
 
 CREDENTIAL_KEY = "treadle.session_credential"  # set by the mount for a provider session's credential
 
@@ -348,3 +348,19 @@ def server() -> MCPServer:
         return await _guarded("thread_transfers", read())
 
     return mcp
+
+
+def tool_schemas() -> dict[str, Any]:
+    """Every tool's name, description and input/output JSON Schema, as ``tools/list`` answers (``make schemas``
+    writes it to ``schemas/mcp-tools.json``)."""
+    tools = server()._tool_manager.list_tools()
+    return {
+        "title": "Treadle MCP tools",
+        "description": "The tools of the orchestrator's MCP server at /mcp (issue 21); failures are is_error results "
+        "whose text is {error: {code, kind, message, details}}",
+        "kinds": list(KINDS),
+        "tools": {
+            t.name: {"description": t.description, "input_schema": t.parameters, "output_schema": t.output_schema}
+            for t in tools
+        },
+    }
