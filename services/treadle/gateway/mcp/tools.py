@@ -229,7 +229,7 @@ def server() -> MCPServer:
         async def read() -> dict[str, Any]:
             who = await principal(request)
             thread = path_id(thread_id, "thr")
-            await thread_view(request, who.tenant, thread, str(min_seq) if min_seq else None)  # 404 first
+            # a thread of no one's (or another tenant's) is a 404 from the read itself, as on the list routes
             seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit, min_seq)
             items = [msgspec.json.decode(raw) for raw in window]
             truncated = [_bounded(item, max_chars) for item in items]
