@@ -182,6 +182,8 @@ SCENARIOS: dict[str, Scenario] = {
         },
         "Todos:",
     ),
+    # issue 21: the orchestrator's MCP tool, as Claude Code names a tool of the http server "treadle"
+    "orchestrator": _tool_then_reply("mcp__treadle__capabilities", {}, "Orchestrator said:"),
     "subagent": _subagent(background=False),
     "background": _subagent(background=True),
     "sub": _sub,

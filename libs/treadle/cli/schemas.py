@@ -133,6 +133,12 @@ def openapi_schema() -> dict:
     return document(create_app())
 
 
+def mcp_tools_schema() -> dict:
+    from treadle.gateway.mcp.tools import tool_schemas
+
+    return tool_schemas()
+
+
 # --- AsyncAPI (and the internal subjects' payloads): treadle.cli.asyncapi ---------------------------------
 
 
@@ -158,6 +164,7 @@ def render() -> dict[str, str]:
         "script.json": _json(script_schema()),
         "views.json": _json(views_schema()),
         "openapi.json": _json(openapi_schema()),
+        "mcp-tools.json": _json(mcp_tools_schema()),
         "asyncapi.yaml": asyncapi(),
         "internal.json": _json(_internal()),
     }

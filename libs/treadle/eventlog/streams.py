@@ -65,6 +65,7 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-policies", history=1),  # tenant policies (ops/policies.py)
     KeyValueConfig(bucket="treadle-keys", history=1),  # secrets the replicas share (ops/keys.py)
     KeyValueConfig(bucket="treadle-web-sessions", history=1, ttl=12 * 3600.0),  # console sign-ins (gateway/sessions.py)
+    KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
 )
 
 

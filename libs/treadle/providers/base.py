@@ -12,6 +12,8 @@ from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.core.providers.model import ProviderCapabilities
 
+from .mcp_access import McpAccess
+
 
 class Unsupported(Exception):
     """The adapter lacks the capability; orchestration applies the degradation policy instead."""
@@ -71,6 +73,7 @@ class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
 class ProviderAdapter(abc.ABC):
     name: str
     capabilities: ProviderCapabilities
+    mcp_access: McpAccess | None = None  # issue 21: set by the host before the runtime starts
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace

@@ -98,6 +98,23 @@ class ProviderHostSettings(WorkerSettings):
     tenant_sessions: int = Field(default=500, ge=0)
     tenant_runs: int = Field(default=100, ge=0)
     shed_grace_seconds: float = Field(default=1.0, ge=0)
+    # Issue 21: the orchestrator's MCP server as a runtime reaches it (unset: runtimes get no MCP access); each
+    # real runtime's session gets its own credential for these tools, expiring when idle and at a lifetime.
+    mcp_url: str | None = None
+    mcp_tools: tuple[str, ...] = (
+        "capabilities",
+        "thread_start",
+        "create_threads",
+        "thread_list",
+        "thread_read",
+        "thread_send",
+        "thread_wait",
+        "thread_interrupt",
+        "thread_fork",
+        "thread_transfers",
+    )
+    mcp_idle_seconds: float = Field(default=1800.0, gt=0)
+    mcp_lifetime_seconds: float = Field(default=8 * 3600.0, gt=0)
 
 
 class CheckpointsSettings(WorkerSettings):

@@ -34,7 +34,7 @@ from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
 
-from . import checkpoints, console, control, lineage, lists, openapi, policy
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -286,8 +286,9 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *lineage.ROUTES,
             *policy.ROUTES,
             *console.ROUTES,
+            *mcp.ROUTES,
         ],
-        lifespan=[lifespan],
+        lifespan=[lifespan, mcp.lifespan],
         exception_handlers={
             ApiError: handlers.on_api_error,
             HTTPException: handlers.on_http_error,

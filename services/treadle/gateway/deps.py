@@ -38,6 +38,7 @@ MinSeq = Annotated[
 ]
 
 _view_decoder = msgspec.json.Decoder(ThreadView)
+PRINCIPAL_KEY = "treadle.principal"  # an ASGI scope key: set by server code only, never from a request
 
 
 def app_state(request: Request) -> State:
@@ -46,6 +47,8 @@ def app_state(request: Request) -> State:
 
 
 async def principal(request: Request) -> Principal:
+    if isinstance(known := request.scope.get(PRINCIPAL_KEY), Principal):  # resolved at a mount's door (``/mcp``)
+        return known
     header = request.headers.get("authorization", "")
     if not header and (sid := request.cookies.get(sessions.COOKIE)):  # a signed-in console page
         return await sessions.principal(request, sid)

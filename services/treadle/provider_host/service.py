@@ -18,8 +18,10 @@ from treadle.core import capacity
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects
+from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
+from treadle.providers.mcp_access import McpAccess
 from treadle.providers.registry import adapter_class, create_adapter
 from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
@@ -79,6 +81,7 @@ class ProviderHost:
         self._subs: list = []
         self._heartbeat: asyncio.Task | None = None
         self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
+        self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
@@ -234,6 +237,7 @@ class ProviderHost:
             return  # already ended (an idle release racing a stop)
         await cancel_and_wait(session.turns.values())
         await session.adapter.close()
+        await self._credentials.revoke_session(session_id)  # issue 21: its MCP credential dies with it
         req = session.request
         record = SessionRecord(
             tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id, boot_id=self.boot_id
@@ -343,17 +347,22 @@ class ProviderHost:
             try:
                 await self._sync_seat()
                 adapter = self._adapter(request)
+                await self._grant_mcp(adapter, request)
                 fresh_ref = f"scripted-{request.provider_thread_id}"
                 if request.fork_from is not None:
                     try:
                         native_ref, resumed = await self._open_fork(adapter, request, fresh_ref)
-                    except Unsupported as exc:
-                        return hp.HostFailure(code="unsupported", message=str(exc))
+                    except BaseException as exc:  # the session never opened: neither does its credential
+                        await self._credentials.revoke_session(request.session_id)
+                        if isinstance(exc, Unsupported):
+                            return hp.HostFailure(code="unsupported", message=str(exc))
+                        raise
                 else:
                     try:
                         native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
                     except BaseException:  # ResumeFailed becomes resume_failed (L9.4); nothing is left open
                         await adapter.close()
+                        await self._credentials.revoke_session(request.session_id)
                         raise
                 session = Session(request, adapter, native_ref, resumed, self._clock.now())
                 record = SessionRecord(
@@ -424,6 +433,21 @@ class ProviderHost:
             await adapter.close()
             raise
         return native_ref, True
+
+    async def _grant_mcp(self, adapter: ProviderAdapter, request: hp.PlaceSession) -> None:
+        """Issue 21: a real runtime's session gets its own MCP credential (scoped to its tenant, thread, session
+        and tools), injected through the sandbox's environment; only its digest is stored."""
+        if self._own.mcp_url is None or not getattr(adapter, "sandboxed", False):
+            return
+        token = await self._credentials.mint(
+            tenant=request.tenant,
+            thread=request.thread,
+            session_id=request.session_id,
+            capabilities=self._own.mcp_tools,
+            idle_seconds=self._own.mcp_idle_seconds,
+            lifetime_seconds=self._own.mcp_lifetime_seconds,
+        )
+        adapter.mcp_access = McpAccess(url=self._own.mcp_url, token=token, tools=self._own.mcp_tools)
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
         workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace

@@ -26,6 +26,7 @@ from treadle.core.providers.model import ProviderCapabilities
 from ...sandbox.host import Prepared, Sandbox
 from .. import exits
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
+from ..mcp_access import runtime_env
 from ..protocol import PlaceSession
 from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
@@ -186,6 +187,7 @@ class ClaudeAdapter(ProviderAdapter):
             can_use_tool=self._approvals.can_use_tool,
             stderr=self._on_stderr,
             cli_path=wrapper,
+            mcp=self.mcp_access,
             **where,
         )
         client = ClaudeSDKClient(options)
@@ -219,7 +221,10 @@ class ClaudeAdapter(ProviderAdapter):
             homes=[self._config_dir, home, projects],
             binaries=[cli.parent],
             argv=[str(cli)],
-            runtime_env=cli_env(self.settings, self._config_dir, self.request.runtime_mode),
+            runtime_env={
+                **cli_env(self.settings, self._config_dir, self.request.runtime_mode),
+                **runtime_env(self.mcp_access),
+            },
             model_urls=[self.settings.base_url or "https://api.anthropic.com"],
             home=home,
             inherit=SDK_SPAWN_ENV,

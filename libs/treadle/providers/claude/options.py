@@ -10,6 +10,7 @@ from pathlib import Path
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk.types import CanUseToolShadowedWarning
 
+from ..mcp_access import McpAccess, claude_allowed_tools, claude_servers, runtime_env
 from .settings import PERMISSION_MODES, ClaudeSettings
 
 # In full access the permission callback is shadowed for tool calls, and that is intended: it stays set
@@ -82,13 +83,16 @@ def session_options(
     fork: bool = False,
     resume_at: str | None = None,
     cli_path: Path | None = None,
+    mcp: McpAccess | None = None,
 ) -> ClaudeAgentOptions:
     """``cli_path``: what to spawn instead of the CLI (a sandbox's wrapper script)."""
     if runtime_mode not in PERMISSION_MODES:
         raise ValueError(f"runtime mode {runtime_mode!r} is not one of {sorted(PERMISSION_MODES)}")
     return ClaudeAgentOptions(
         cwd=str(workspace),
-        env=cli_env(settings, config_dir, runtime_mode),
+        env={**cli_env(settings, config_dir, runtime_mode), **runtime_env(mcp)},
+        mcp_servers=claude_servers(mcp),  # type: ignore[arg-type]  # the SDK's TypedDict of an http server
+        allowed_tools=claude_allowed_tools(mcp),
         cli_path=str(cli_path) if cli_path else str(settings.cli_path) if settings.cli_path else None,
         model=model or settings.model,
         permission_mode=PERMISSION_MODES[runtime_mode],

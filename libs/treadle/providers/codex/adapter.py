@@ -16,6 +16,7 @@ from treadle.core import provider_events as pe
 from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
+from .. import mcp_access
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
@@ -147,6 +148,8 @@ class CodexAdapter(ProviderAdapter):
         environment with the model key as the only secret, else the host's environment."""
         binary = self._settings.resolve_binary()
         own = {"CODEX_HOME": str(home), "HOME": str(user_home), "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
+        own.update(mcp_access.runtime_env(self.mcp_access))
+        serve = ["app-server", *mcp_access.codex_args(self.mcp_access)]
         key_env = self._settings.api_key_env
         if self._settings.api_key is not None:
             own[key_env] = self._settings.api_key.get_secret_value()
@@ -158,7 +161,7 @@ class CodexAdapter(ProviderAdapter):
                 for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
                     env[name] = self._settings.proxy
                 env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-            return [str(binary), "app-server"], env
+            return [str(binary), *serve], env
         if self._prepared is not None:
             await self._prepared.close()  # the sandbox of a process that died
         self._starts += 1
@@ -170,7 +173,7 @@ class CodexAdapter(ProviderAdapter):
             workspace=self.workspace,
             homes=[home],
             binaries=[install],
-            argv=[str(binary.resolve()), "app-server"],
+            argv=[str(binary.resolve()), *serve],
             runtime_env=own,
             model_urls=[self._settings.base_url],
             home=user_home,

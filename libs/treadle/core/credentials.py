@@ -1,0 +1,36 @@
+"""Issue 21: a provider session's MCP credential, and when it stops being valid. Pure: the store (ops) keeps
+only the credential's digest and this record, and asks :func:`refusal` with the time it read."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import msgspec
+
+IDLE = timedelta(minutes=30)  # unused this long: refused (the session is probably reaped already)
+LIFETIME = timedelta(hours=8)  # refused after this whatever its use
+TOUCH_EVERY = timedelta(minutes=1)  # how stale the recorded last use may grow before a use writes it again
+
+
+class SessionCredential(msgspec.Struct, kw_only=True, frozen=True):
+    tenant: str
+    thread: str
+    session_id: str
+    capabilities: tuple[str, ...]  # the tools it may call
+    issued_at: datetime
+    last_used_at: datetime
+    idle_seconds: float = IDLE.total_seconds()
+    lifetime_seconds: float = LIFETIME.total_seconds()
+
+
+def refusal(credential: SessionCredential, now: datetime) -> str | None:
+    """Why the credential is refused at ``now`` (``expired``, ``idle``), or None while it is valid."""
+    if now - credential.issued_at >= timedelta(seconds=credential.lifetime_seconds):
+        return "expired"
+    if now - credential.last_used_at >= timedelta(seconds=credential.idle_seconds):
+        return "idle"
+    return None
+
+
+def needs_touch(credential: SessionCredential, now: datetime) -> bool:
+    return now - credential.last_used_at >= min(TOUCH_EVERY, timedelta(seconds=credential.idle_seconds / 4))

@@ -1,0 +1,52 @@
+"""Issue 21: how a real runtime reaches the orchestrator's MCP server with its session's credential. The secret
+travels only in the runtime's environment (the sandbox's allow-listed one): Codex reads it through
+``bearer_token_env_var``, Claude Code expands ``${VAR}`` in the server's headers, so it is on no command line
+(the host's ``ps``) and in no config file."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+
+TOKEN_ENV = "ORCHESTRATOR_MCP_TOKEN"  # not TREADLE_: the sandbox refuses Treadle's own settings
+SERVER = "treadle"
+
+
+class McpAccess(msgspec.Struct, kw_only=True, frozen=True):
+    url: str
+    token: str
+    tools: tuple[str, ...]
+
+    def __repr__(self) -> str:  # never the secret, in a log line or a traceback
+        return f"McpAccess(url={self.url!r}, tools={len(self.tools)})"
+
+    __str__ = __repr__
+
+
+def runtime_env(access: McpAccess | None) -> dict[str, str]:
+    return {TOKEN_ENV: access.token} if access is not None else {}
+
+
+def codex_args(access: McpAccess | None) -> list[str]:
+    """``codex app-server`` config overrides: a Streamable HTTP server with its bearer token in a variable."""
+    if access is None:
+        return []
+    return [
+        "-c",
+        f"mcp_servers.{SERVER}.url={json.dumps(access.url)}",
+        "-c",
+        f"mcp_servers.{SERVER}.bearer_token_env_var={json.dumps(TOKEN_ENV)}",
+    ]
+
+
+def claude_servers(access: McpAccess | None) -> dict[str, dict]:
+    """``ClaudeAgentOptions.mcp_servers``: an http server whose Authorization header names the variable."""
+    if access is None:
+        return {}
+    headers = {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}
+    return {SERVER: {"type": "http", "url": access.url, "headers": headers}}
+
+
+def claude_allowed_tools(access: McpAccess | None) -> list[str]:
+    return [f"mcp__{SERVER}__{tool}" for tool in access.tools] if access is not None else []
