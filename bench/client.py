@@ -37,6 +37,7 @@ class RunObs:
     first_delta: float | None = None
     end: float | None = None
     status: str | None = None
+    run_id: str = ""
     durable: int = 0
     marks: dict[str, float] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -181,7 +182,7 @@ class ThreadClient:
         body = r.json()
         run_id = body["run_id"]
         o = self.obs(run_id)
-        o.t0, o.accepted = t0, accepted
+        o.t0, o.accepted, o.run_id = t0, accepted, run_id
         if body.get("disposition") != "started":
             self.errors[f"disposition_{body.get('disposition')}"] += 1
         self.inflight = o
