@@ -41,7 +41,9 @@ async def idle_threads(env: Env, n: int, idle_s: float = 5.0) -> dict:
         "server_ms_per_thread": r2(server_cpu / n * 1000),
         "rss_mb": {k: round(v / 2**20, 1) for k, v in rss1.items()},
         "rss_growth_mb": {k: round((v - rss0.get(k, 0)) / 2**20, 1) for k, v in rss1.items()},
-        "max_worker_rss_mb": round(max(v for k, v in rss1.items() if k not in ("nats-server", "redis-server")) / 2**20, 1),
+        "max_worker_rss_mb": round(
+            max(v for k, v in rss1.items() if k not in ("nats-server", "redis-server")) / 2**20, 1
+        ),
         "redis_bytes_per_idle_thread": (mem1 - mem0) // n,
         "errors": dict(errors),
     }
