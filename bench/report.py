@@ -48,6 +48,8 @@ def verdicts(result: dict) -> list[dict]:
                 False,
                 "ms",
             )
+    if "D" in sc:
+        check("D server CPU per run, one file written", sc["D"]["cpu"]["server_ms_per_run"], 6.0, False, "ms")
     if "F" in sc:
         check("F last 100 runs' CPU over the first 100's", sc["F"]["last_over_first"], 1.10, False, "×")
     if "E" in sc:
@@ -62,7 +64,7 @@ def print_report(result: dict) -> None:
 
     console = Console(file=sys.stdout, width=140)
     sc = result["scenarios"]
-    names = [n for n in ("A", "B") if n in sc]
+    names = [n for n in ("A", "B", "D") if n in sc]
 
     t = Table(title=f"Treadle end-to-end ({result['meta']['cpus']} CPUs, loop={result['meta']['loop']})")
     t.add_column("metric")

@@ -8,6 +8,8 @@ dir, creates a token, warms up, then measures scripted one-reply runs over HTTP/
 
 * A: one thread, runs back to back for ``--seconds``;
 * B: ``--threads`` threads concurrently, each running back to back for ``--seconds``;
+* D: ``--d-threads`` threads whose workspaces hold ``--d-files`` files, each run writing one small file: a real
+  capture on every run (``file_runs``);
 * E: ``--e-threads`` threads with one run each, then idle: RSS of every process, Redis bytes per thread
   (``idle_threads``);
 * F: one thread with ``--f-runs`` runs back to back: server CPU per run for every hundred runs, the first
@@ -51,6 +53,7 @@ from typing import Any
 
 import nats
 from client import OPEN, http_client
+from file_runs import file_runs
 from harness import TENANT, Env, Output, log
 from idle_threads import idle_threads
 from long_thread import long_thread
@@ -109,6 +112,8 @@ async def main(args: argparse.Namespace) -> int:
             result["scenarios"]["A"] = await run_scenario(env, "A", 1, args.seconds)
         if "B" in args.only.upper():
             result["scenarios"]["B"] = await run_scenario(env, "B", args.threads, args.seconds)
+        if "D" in args.only.upper():
+            result["scenarios"]["D"] = await file_runs(env, args.d_threads, args.seconds, args.d_files)
         if "F" in args.only.upper():
             result["scenarios"]["F"] = await long_thread(env, args.f_runs)
         if "E" in args.only.upper():
@@ -170,6 +175,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2_000,
         help="3-event atomic-batch decisions in the raw batch mode (default 2000)",
     )
+    p.add_argument("--d-threads", type=int, default=10, help="scenario D's threads, one workspace each (default 10)")
+    p.add_argument("--d-files", type=int, default=10_000, help="files in each of D's workspaces (default 10000)")
     p.add_argument("--f-runs", type=int, default=10_000, help="runs on scenario F's one thread (default 10000)")
     p.add_argument("--e-threads", type=int, default=1_000, help="idle threads of scenario E (default 1000)")
     p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only CF (default ABC; also D, E, F)")
