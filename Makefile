@@ -9,7 +9,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := setup
 
-.PHONY: $(VENV) setup lock run test bench bench-checkpoint soak schemas clean distclean
+.PHONY: $(VENV) setup lock run test bench bench-checkpoint bench-peer soak schemas clean distclean
 
 $(VENV): $(STAMP)
 
@@ -95,6 +95,18 @@ bench: setup
 # Checkpoint cost on a 10,000-file repository vs plain git, and CPU per unchanged capture (not in `make test`)
 bench-checkpoint: setup
 	$(BIN)/python bench/bench_checkpoint_repo.py
+
+# Treadle's scenario B and the LangGraph dev server (in-memory, the trivial graph), alternating twice (not in CI).
+# The peer lives in its own venv under the tools folder, pinned to the versions of the reference measurement.
+PEER_DIR ?= .tools/langgraph-peer
+PEER_PINS := "langgraph-cli[inmem]==0.4.40" langgraph-api==0.16.7 langgraph-runtime-inmem==0.36.7 \
+	langgraph==1.2.24 langgraph-sdk==0.4.14
+$(PEER_DIR)/venv/bin/langgraph:
+	$(PYTHON) -m venv $(PEER_DIR)/venv
+	$(PEER_DIR)/venv/bin/pip install -q $(PEER_PINS)
+
+bench-peer: setup $(PEER_DIR)/venv/bin/langgraph
+	$(BIN)/python bench/peer.py --peer-dir $(PEER_DIR)
 
 # Long chaos soak (not in CI): TREADLE_SOAK_SECONDS=600 make soak
 soak: setup

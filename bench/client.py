@@ -11,7 +11,7 @@ import httpx
 import msgspec
 
 TERMINAL = {b"run.completed", b"run.failed", b"run.interrupted", b"run.cancelled"}
-RUN_TIMEOUT = 30.0
+RUN_TIMEOUT = 120.0  # a loaded shared machine; a first capture of 10,000 files
 
 
 class _Delta(msgspec.Struct):
@@ -37,6 +37,7 @@ class RunObs:
     first_delta: float | None = None
     end: float | None = None
     status: str | None = None
+    run_id: str = ""
     durable: int = 0
     marks: dict[str, float] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -161,12 +162,13 @@ class ThreadClient:
             o.status = etype.decode()
             o.done.set()
 
-    async def run_once(self, text: str) -> RunObs | None:
+    async def run_once(self, text: str, script: dict | None = None) -> RunObs | None:
         t0 = time.perf_counter()
+        body: dict = {"text": text, "mode": "queue_after_active"}
+        if script is not None:
+            body["script"] = script
         try:
-            r = await self.http.post(
-                f"/v1/threads/{self.id}/messages", json={"text": text, "mode": "queue_after_active"}
-            )
+            r = await self.http.post(f"/v1/threads/{self.id}/messages", json=body)
         except httpx.TimeoutException:
             self.errors["post_timeout"] += 1
             return None
@@ -181,7 +183,7 @@ class ThreadClient:
         body = r.json()
         run_id = body["run_id"]
         o = self.obs(run_id)
-        o.t0, o.accepted = t0, accepted
+        o.t0, o.accepted, o.run_id = t0, accepted, run_id
         if body.get("disposition") != "started":
             self.errors[f"disposition_{body.get('disposition')}"] += 1
         self.inflight = o
@@ -198,13 +200,16 @@ class ThreadClient:
         return o
 
 
-async def create_threads(http: httpx.AsyncClient, n: int, errors: collections.Counter) -> list[str]:
+async def create_threads(
+    http: httpx.AsyncClient, n: int, errors: collections.Counter, workspaces: list[str] | None = None
+) -> list[str]:
     sem = asyncio.Semaphore(16)
 
     async def one(i: int) -> str:
+        body = {"title": f"bench {i}"} | ({"workspace": workspaces[i]} if workspaces else {})
         async with sem:
             for _ in range(5):
-                r = await http.post("/v1/threads", json={"title": f"bench {i}"})
+                r = await http.post("/v1/threads", json=body)
                 if r.status_code == 201:
                     return r.json()["thread_id"]
                 errors[f"create_http_{r.status_code}"] += 1
@@ -219,9 +224,9 @@ async def open_threads(http: httpx.AsyncClient, ids: list[str], errors: collecti
     clients = [ThreadClient(str(http.base_url), token, t, errors) for t in ids]
     for c in clients:
         c.start()
-    await asyncio.wait_for(asyncio.gather(*(c.connected.wait() for c in clients)), 30)
+    await asyncio.wait_for(asyncio.gather(*(c.connected.wait() for c in clients)), 120)  # a loaded machine
     # the ordered consumer is live once the thread's first event came through
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while any(c.last_seq == 0 for c in clients):
         if time.monotonic() > deadline:
             raise RuntimeError("SSE streams did not deliver thread.created")

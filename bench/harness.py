@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -15,6 +16,11 @@ from sampling import Procs
 from treadle.cli.stack import Stack
 
 TENANT = "bench"
+
+# One token plays every simulated UI (50 SSE streams in B): the per-token stream limit (20 by default) would
+# refuse the 21st. The workers inherit this environment.
+os.environ.setdefault("TREADLE_GATEWAY_MAX_STREAMS_PER_TOKEN", "0")
+os.environ.setdefault("TREADLE_GATEWAY_MAX_STREAMS_PER_TENANT", "0")
 
 
 def log(msg: str) -> None:

@@ -1,6 +1,7 @@
 """Where the time goes under the scenario-B load: a diagnostic companion of ``bench/run.py`` (not run by make).
 
     .venv/bin/python bench/profile.py cpu   [--threads 50] [--seconds 12] [--sample 8]
+    .venv/bin/python bench/profile.py cpu --threads 1 --grow 2000   # scenario F: one long thread
     .venv/bin/python bench/profile.py trace [--threads 50] [--seconds 6]
 
 ``cpu``: while B-style load runs, ``py-spy record`` samples every worker (needs ``pip install py-spy`` into the
@@ -73,10 +74,16 @@ async def stop(stack: Stack, env: Env | None, tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-async def load(env: Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None):
+async def load(
+    env: Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None, grow: int = 0
+):
     errors: collections.Counter[str] = collections.Counter()
     ids = await create_threads(env.http, threads, errors)
     clients = await open_threads(env.http, ids, errors)
+    for i in range(grow):  # scenario F: profile threads already this many runs long
+        await asyncio.gather(*(c.run_once("growing the thread") for c in clients))
+        if i % 500 == 499:
+            print(f"grown to {i + 1} runs", file=sys.stderr)
     if started:
         started.set()
     deadline = time.perf_counter() + seconds
@@ -154,7 +161,7 @@ async def cpu(args: argparse.Namespace) -> None:
         await warm_up(env)
         results: list = []
         started = asyncio.Event()
-        task = asyncio.create_task(load(env, args.threads, args.seconds, results, started))
+        task = asyncio.create_task(load(env, args.threads, args.seconds, results, started, args.grow))
         await started.wait()
         await asyncio.sleep(2)  # skip the ramp-up
         outdir = Path(tempfile.mkdtemp(prefix="treadle-pyspy-"))
@@ -393,6 +400,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--sample", type=int, default=8, help="cpu: seconds of py-spy/perf sampling")
     p.add_argument("--top", type=int, default=18)
+    p.add_argument("--grow", type=int, default=0, help="cpu: runs on each thread before sampling (F: --threads 1)")
     p.add_argument("--timelines", type=int, default=2, help="trace: timelines of runs from the middle")
     p.add_argument("--slowest", type=int, default=0, help="trace: also the timelines of the N slowest runs")
     args = p.parse_args()

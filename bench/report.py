@@ -48,6 +48,13 @@ def verdicts(result: dict) -> list[dict]:
                 False,
                 "ms",
             )
+    if "D" in sc:
+        check("D server CPU per run, one file written", sc["D"]["cpu"]["server_ms_per_run"], 6.0, False, "ms")
+    if "F" in sc:
+        check("F last 100 runs' CPU over the first 100's", sc["F"]["last_over_first"], 1.10, False, "×")
+    if "E" in sc:
+        check("E largest worker RSS after idle", sc["E"]["max_worker_rss_mb"], 150, False, "MB")
+        check("E Redis bytes per idle thread", sc["E"]["redis_bytes_per_idle_thread"], 20_480, False, "B")
     return out
 
 
@@ -57,7 +64,7 @@ def print_report(result: dict) -> None:
 
     console = Console(file=sys.stdout, width=140)
     sc = result["scenarios"]
-    names = [n for n in ("A", "B") if n in sc]
+    names = [n for n in ("A", "B", "D") if n in sc]
 
     t = Table(title=f"Treadle end-to-end ({result['meta']['cpus']} CPUs, loop={result['meta']['loop']})")
     t.add_column("metric")
@@ -85,7 +92,7 @@ def print_report(result: dict) -> None:
     row("durable events/run (events stream)", lambda s: s["durable_events_per_run"]["events_stream"])
     row("provider events/run (provider stream)", lambda s: s["durable_events_per_run"]["provider_stream"])
     row("server CPU ms/run (total)", lambda s: s["cpu"]["server_ms_per_run"])
-    procs = list(next(iter(sc.values()))["cpu"]["per_process_ms_per_run"]) if sc else []
+    procs = list(sc[names[0]]["cpu"]["per_process_ms_per_run"]) if names else []
     for p in procs:
         row(f"  CPU ms/run {p}", lambda s, p=p: s["cpu"]["per_process_ms_per_run"].get(p))
     row("server cores busy (avg)", lambda s: s["cpu"]["server_cores_busy"])
@@ -169,6 +176,22 @@ def print_report(result: dict) -> None:
             "28.3k (asyncio)",
         )
         console.print(rt)
+
+    if "F" in sc:
+        f = sc["F"]
+        ft = Table(title=f"F: one thread, {f['runs']} runs (server CPU per run, every hundred runs)")
+        for c in ("runs", "server CPU ms/run", "p50 ms", "runs/s"):
+            ft.add_column(c, justify="right")
+        ws = f["windows"]
+        for w in ws[:3] + ws[3:-3:10] + ws[-3:] if len(ws) > 6 else ws:
+            ft.add_row(w["runs"], str(w["server_ms_per_run"]), str(w["p50_ms"]), str(w["runs_per_s"]))
+        console.print(ft)
+        console.print(f"F reads (p50 ms) after the first 100 and at the end: {f['reads_ms']}")
+    if "E" in sc:
+        e = sc["E"]
+        console.print(
+            f"E: {e['threads']} threads idle: RSS MB {e['rss_mb']}, Redis {e['redis_bytes_per_idle_thread']} B/thread"
+        )
 
     vt = Table(title=f"Targets vs peer ({PEER['name']}: ~50 runs/s at 50 threads, ~1 s p50, 17–20 ms CPU/run)")
     vt.add_column("target")

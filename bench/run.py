@@ -8,6 +8,12 @@ dir, creates a token, warms up, then measures scripted one-reply runs over HTTP/
 
 * A: one thread, runs back to back for ``--seconds``;
 * B: ``--threads`` threads concurrently, each running back to back for ``--seconds``;
+* D: ``--d-threads`` threads whose workspaces hold ``--d-files`` files, each run writing one small file: a real
+  capture on every run (``file_runs``);
+* E: ``--e-threads`` threads with one run each, then idle: RSS of every process, Redis bytes per thread
+  (``idle_threads``);
+* F: one thread with ``--f-runs`` runs back to back: server CPU per run for every hundred runs, the first
+  hundred against the last (``long_thread``);
 * C: raw JetStream appends against the same nats-server, to a scratch stream: ``EventLog.append`` from 50
   serial OCC "actors" (single events, then 3-event decisions as atomic batches), and ``js.publish_async``
   pipelined with a window of 256.
@@ -47,7 +53,10 @@ from typing import Any
 
 import nats
 from client import OPEN, http_client
+from file_runs import file_runs
 from harness import TENANT, Env, Output, log
+from idle_threads import idle_threads
+from long_thread import long_thread
 from raw import raw_appends
 from redis.asyncio import Redis
 from report import PEER, print_report, verdicts
@@ -103,6 +112,12 @@ async def main(args: argparse.Namespace) -> int:
             result["scenarios"]["A"] = await run_scenario(env, "A", 1, args.seconds)
         if "B" in args.only.upper():
             result["scenarios"]["B"] = await run_scenario(env, "B", args.threads, args.seconds)
+        if "D" in args.only.upper():
+            result["scenarios"]["D"] = await file_runs(env, args.d_threads, args.seconds, args.d_files)
+        if "F" in args.only.upper():
+            result["scenarios"]["F"] = await long_thread(env, args.f_runs)
+        if "E" in args.only.upper():
+            result["scenarios"]["E"] = await idle_threads(env, args.e_threads)
         if not args.skip_raw and "C" in args.only.upper():
             result["raw"] = await raw_appends(env, args.raw_events, 50, args.raw_batches)
         restarts = {n: stack.processes.restarts(n) for n in WORKERS}
@@ -160,7 +175,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2_000,
         help="3-event atomic-batch decisions in the raw batch mode (default 2000)",
     )
-    p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only C (default ABC)")
+    p.add_argument("--d-threads", type=int, default=10, help="scenario D's threads, one workspace each (default 10)")
+    p.add_argument("--d-files", type=int, default=10_000, help="files in each of D's workspaces (default 10000)")
+    p.add_argument("--f-runs", type=int, default=10_000, help="runs on scenario F's one thread (default 10000)")
+    p.add_argument("--e-threads", type=int, default=1_000, help="idle threads of scenario E (default 1000)")
+    p.add_argument("--only", default="ABC", help="scenarios to run, e.g. --only CF (default ABC; also D, E, F)")
     return p.parse_args(argv)
 
 

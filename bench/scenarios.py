@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from collections.abc import Callable
 
 from client import RunObs, ThreadClient, create_threads, open_threads
 from harness import TENANT, Env, log
@@ -68,13 +69,23 @@ def metrics_delta(before: dict[str, float], after: dict[str, float], runs: int) 
     }
 
 
-async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> dict:
+async def run_scenario(
+    env: Env,
+    name: str,
+    n_threads: int,
+    seconds: float,
+    workspaces: list[str] | None = None,
+    script: Callable[[int], dict] | None = None,
+) -> dict:
+    """``workspaces``: each thread's workspace; ``script(i)``: the script of a thread's i-th run (scenario D)."""
     log(f"scenario {name}: {n_threads} thread(s), {seconds:g}s")
     errors: collections.Counter[str] = collections.Counter()
     mem0 = (await env.redis.info("memory"))["used_memory"]
     keys0 = await env.redis.dbsize()
-    ids = await create_threads(env.http, n_threads, errors)
+    ids = await create_threads(env.http, n_threads, errors, workspaces)
     clients = await open_threads(env.http, ids, errors)
+    if script is not None:  # D: the first capture of a workspace commits all of it; not what a run costs after
+        await asyncio.gather(*(c.run_once("first capture", script(0)) for c in clients))
     await asyncio.sleep(0.3)  # let the thread creations settle in the projector before the CPU window
     for c in clients:
         c.durable = 0
@@ -87,8 +98,10 @@ async def run_scenario(env: Env, name: str, n_threads: int, seconds: float) -> d
     text = "please summarise the benchmark plan in one short paragraph"
 
     async def loop(c: ThreadClient, deadline: float) -> None:
+        i = 0
         while time.perf_counter() < deadline:
-            o = await c.run_once(text)
+            i += 1
+            o = await c.run_once(text, script(i) if script else None)
             if o is not None and o.status == "run.completed":
                 results.append(o)
 

@@ -8,7 +8,8 @@ routes every event to its handler.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -18,6 +19,7 @@ from treadle.core.checkpoints.model import Checkpoint
 from treadle.core.envelope import Envelope
 from treadle.core.lineage import evolve as lineage_fold
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
+from treadle.core.lookup import Groups, Index
 from treadle.core.plans import evolve as plans_fold
 from treadle.core.plans.model import Plan
 from treadle.core.providers import evolve as providers_fold
@@ -34,6 +36,7 @@ from treadle.core.thread import evolve as thread_fold
 from treadle.core.thread.model import Message, Thread
 
 PROVIDER_CAUSE = "prov:"
+X = TypeVar("X")
 
 
 def provider_cause(seq: int, index: int = 0, attempt_id: str = "") -> str:
@@ -42,7 +45,20 @@ def provider_cause(seq: int, index: int = 0, attempt_id: str = "") -> str:
     return f"{PROVIDER_CAUSE}{seq}:{index}:{attempt_id}"
 
 
-class ThreadState(msgspec.Struct, kw_only=True):
+def _id(x: Any) -> Any:
+    return x.id
+
+
+def _command_id(m: Message) -> str | None:
+    return m.command_id
+
+
+def _run_id(x: Any) -> Any:
+    return x.run_id
+
+
+# dict=True: the lookup indexes (``_ix``) ride along as an attribute that is neither a field nor encoded.
+class ThreadState(msgspec.Struct, kw_only=True, dict=True):
     thread: Thread | None = None
     seq: int = 0
     messages: list[Message] = msgspec.field(default_factory=list)
@@ -63,29 +79,42 @@ class ThreadState(msgspec.Struct, kw_only=True):
     start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
     handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
 
-    # --- lookups (reverse scans: the newest entity is nearly always the one asked for) ---
+    # --- lookups (by index over the append-only lists, see ``lookup``; reverse scans for short lists) ---
+
+    def _index(self, name: str, make: Callable[[], X]) -> X:
+        ix: dict[str, Any] | None = self.__dict__.get("_ix")
+        if ix is None:
+            ix = self.__dict__["_ix"] = {}
+        found = ix.get(name)
+        if found is None:
+            found = ix[name] = make()
+        return found  # stored by this method under the same name
 
     def run(self, run_id: str) -> Run | None:
-        for r in reversed(self.runs):
-            if r.id == run_id:
-                return r
-        return None
+        return self._index("runs", lambda: Index[Run](_id)).find(self.runs, run_id)
+
+    def position(self, name: str, item_id: str) -> int | None:
+        """Where the run or message (``name``: "runs" or "messages") with this id is in its list."""
+        items: list[Any] = getattr(self, name)
+        return self._index(name, lambda: Index[Any](_id)).position(items, item_id)
 
     @property
     def active_run(self) -> Run | None:
         return self.run(self.active_run_id) if self.active_run_id else None
 
     def message(self, message_id: str) -> Message | None:
-        for m in reversed(self.messages):
-            if m.id == message_id:
-                return m
-        return None
+        return self._index("messages", lambda: Index[Message](_id)).find(self.messages, message_id)
 
     def message_for_command(self, command_id: str) -> Message | None:
-        for m in reversed(self.messages):
-            if m.command_id == command_id:
-                return m
-        return None
+        return self._index("message_commands", lambda: Index[Message](_command_id)).find(self.messages, command_id)
+
+    def run_messages(self, run_id: str) -> list[Message]:
+        """The messages of one run, in order."""
+        return self._index("run_messages", lambda: Groups[Message](_run_id)).of(self.messages, run_id)
+
+    def messages_moved(self) -> None:
+        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again."""
+        self.__dict__.get("_ix", {}).pop("run_messages", None)
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         for c in reversed(self.checkpoints):
@@ -112,10 +141,7 @@ class ThreadState(msgspec.Struct, kw_only=True):
         return None
 
     def request(self, request_id: str) -> RuntimeRequest | None:
-        for r in reversed(self.requests):
-            if r.id == request_id:
-                return r
-        return None
+        return self._index("requests", lambda: Index[RuntimeRequest](_id)).find(self.requests, request_id)
 
     def provider_thread_of(self, pth_id: str | None) -> ProviderThread | None:
         for p in self.provider_threads:
@@ -131,10 +157,7 @@ class ThreadState(msgspec.Struct, kw_only=True):
         return None
 
     def start_context(self, run_id: str) -> StartContext | None:
-        for c in reversed(self.start_contexts):
-            if c.run_id == run_id:
-                return c
-        return None
+        return self._index("start_contexts", lambda: Index[StartContext](_run_id)).find(self.start_contexts, run_id)
 
     def transfer(self, transfer_id: str) -> ContextTransfer | None:
         for t in self.transfers:

@@ -85,13 +85,14 @@ class Changes:
         if message_id := getattr(payload, "message_id", None):
             self.message_ids.add(message_id)
 
-    def indices(self, name: str, items: list) -> range | list[int]:
+    def indices(self, state: ThreadState, name: str, items: list) -> range | list[int]:
         if self.everything:
             return range(len(items))
         changed = set(range(self.lengths[name], len(items)))
         ids = self.run_ids if name == "runs" else self.message_ids if name == "messages" else None
-        if ids:
-            changed.update(i for i, item in enumerate(items) if item.id in ids)
+        for item_id in ids or ():
+            if (i := state.position(name, item_id)) is not None:
+                changed.add(i)
         return sorted(changed)
 
 
@@ -104,7 +105,7 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
         if name in LISTS:
             value = getattr(state, name)
             out += [f"n:{name}", len(value)]
-            for i in changes.indices(name, value):
+            for i in changes.indices(state, name, value):
                 out += [f"l:{name}:{i}", of_state.encoded_item(name, value[i])]
         else:
             out += [f"f:{name}", of_state.encoded_part(state, name)]

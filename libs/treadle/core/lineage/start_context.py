@@ -210,7 +210,8 @@ def resolve_start_context(
 
     own = [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
     if not transfers or fresh:
-        missed = [o for o in own if existing is None or o not in existing.covered_ordinals]
+        covered = set(existing.covered_ordinals) if existing is not None else set()  # a list: `in` was O(runs²)
+        missed = [o for o in own if o not in covered]
         deltas = sum(
             1
             for h in state.handoffs

@@ -34,6 +34,7 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
     steer = state.message(d.message_id)
     if steer is not None:  # a steer that came too late for its run moves to the run that supersedes it
         steer.run_id, steer.delivered = d.run_id, True
+        state.messages_moved()
     else:
         state.messages.append(
             Message(
@@ -51,6 +52,7 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
         for m in state.messages:  # every undelivered steer of the old run rides along with this one
             if m.run_id == old.id and not m.delivered:
                 m.run_id, m.delivered = d.run_id, True
+        state.messages_moved()
     run = Run(
         id=d.run_id,
         ordinal=d.ordinal,

@@ -308,8 +308,8 @@ def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
         MessageCompleted(
             message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text, status="incomplete"
         )
-        for m in state.messages
-        if m.run_id == run.id and m.attempt_id == att.id and m.status == "streaming"
+        for m in state.run_messages(run.id)
+        if m.attempt_id == att.id and m.status == "streaming"
     ]
 
 
@@ -327,7 +327,7 @@ def _close_children(state: ThreadView, run: Run) -> list[Payload]:
 
 
 def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
-    return [m for m in state.messages if m.run_id == run.id and m.steering is not None and not m.delivered]
+    return [m for m in state.run_messages(run.id) if m.steering is not None and not m.delivered]
 
 
 def turn_status(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> str:
@@ -343,10 +343,7 @@ def turn_status(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> str:
 
 def _meaningful(state: ThreadView, run: Run) -> bool:
     """L3.4: a run has answered once an assistant message of it completed with text."""
-    return any(
-        m.run_id == run.id and m.role == "assistant" and m.status == "completed" and m.text.strip()
-        for m in state.messages
-    )
+    return any(m.role == "assistant" and m.status == "completed" and m.text.strip() for m in state.run_messages(run.id))
 
 
 def restarts(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> bool:
