@@ -21,6 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..eventlog.errors import LogError
+from . import logs
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -158,6 +159,10 @@ class PullConsumer:
             self._beats.pop(id(msg)).cancel()
 
     async def _settle(self, msg: Msg) -> None:
+        with logs.bound(**logs.ids_of(msg.data)):  # every line about this message names its thread and run
+            await self._settle_bound(msg)
+
+    async def _settle_bound(self, msg: Msg) -> None:
         delay = 0.05
         failures = 0
         last: Exception | None = None
