@@ -15,7 +15,7 @@ import sys
 from rich.markup import escape
 
 from ..client.http import ApiError
-from . import check, consumers
+from . import check, consumers, dead_letters
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--id", help="the token's id (printed by `tokens create`)")
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
+    dead_letters.add_parser(sub, nats_)
 
     policy = sub.add_parser("policy", help="tenant policies").add_subparsers(
         dest="action", required=True, metavar="ACTION"
