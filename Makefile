@@ -65,6 +65,7 @@ $(SPECTRAL_STAMP):
 setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP)
 	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
 	@path=$$(bash scripts/ensure-bubblewrap.sh); echo "bubblewrap (runtime sandbox): $$path"
+	@path=$$(bash scripts/ensure-promtool.sh); echo "promtool (alert rules): $$path"
 
 run: setup
 	$(BIN)/treadle up --demo
