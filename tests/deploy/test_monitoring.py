@@ -17,20 +17,6 @@ import treadle.runtime.metrics  # noqa: F401  (registers every family)
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
-    "sum",
-    "by",
-    "rate",
-    "increase",
-    "max",
-    "count",
-    "histogram_quantile",
-    "and",
-    "on",
-    "or",
-    "vector",
-    "absent",
-    "le",
-}
 
 
 def _promtool() -> str:
