@@ -26,7 +26,10 @@ from .up import cmd_up
 
 # The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
 SERVER_MODULES = frozenset(
-    "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt".split()
+    (
+        "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt "
+        "opentelemetry"
+    ).split()
 )
 
 

@@ -23,7 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..eventlog.errors import LogError
-from . import dead_letters, logs
+from . import dead_letters, logs, tracing
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -196,8 +196,9 @@ class PullConsumer:
             self._beats.pop(id(msg)).cancel()
 
     async def _settle(self, msg: Msg) -> None:
-        with logs.bound(**logs.ids_of(msg.data)):  # every line about this message names its thread and run
-            await self._settle_bound(msg)
+        ids = logs.ids_of(msg.data)
+        with logs.bound(**ids), tracing.span(f"handle {self._durable}", msg.headers, subject=msg.subject):
+            await self._settle_bound(msg)  # every log line about this message names its thread and run
 
     async def _settle_bound(self, msg: Msg) -> None:
         delay = 0.05

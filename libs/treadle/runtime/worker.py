@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..client import broker_urls
 from ..eventlog import streams
-from . import logs, metrics
+from . import logs, metrics, tracing
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -96,11 +96,13 @@ async def serve(
 ) -> None:
     kind, name = name, shared.replica_name(name)  # "coordinator-2": one of several replicas of a kind
     logs.setup(name, shared.log_level, shared.log_format)
+    tracing.setup(kind)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(tracing.shutdown)  # last out: flushes the spans of the stop too
 
         async def start() -> Service:
             nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)

@@ -34,7 +34,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
-from treadle.runtime import partitions
+from treadle.runtime import partitions, tracing
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.mailbox import Mailboxes
@@ -141,7 +141,11 @@ class Coordinator:
         except (msgspec.DecodeError, ValueError) as exc:
             await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
             return
-        self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._handle_command(msg, command))
+        self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._traced_command(msg, command))
+
+    async def _traced_command(self, msg: Msg, command: Command) -> None:
+        with tracing.span(f"command {type(command.body).__name__}", msg.headers, tenant=command.tenant):
+            await self._handle_command(msg, command)
 
     async def _handle_command(self, msg: Msg, command: Command) -> None:
         verb = type(command.body).__name__

@@ -33,6 +33,7 @@ from treadle.projections.store import ProjectionStore
 from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
+from treadle.runtime.tracing import http_spans
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
 
@@ -303,6 +304,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         request_max_body_size=own.max_body_bytes,
         middleware=[
             http_metrics,
+            http_spans,
             DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst)),
         ],
         debug=False,
