@@ -96,7 +96,7 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_on(tmp_path)
                 def trace():
                     found = [(svc, s) for svc, s in receiver.spans if s.trace_id == send.trace_id]
                     services = {svc for svc, _ in found}
-                    wanted = {"treadle-gateway", "treadle-coordinator", "treadle-supervisor"}
+                    wanted = {"treadle-gateway", "treadle-coordinator", "treadle-supervisor", "treadle-provider-host"}
                     ids = {s.span_id for _, s in found}
                     connected = all(s.parent_span_id in ids for _, s in found if s is not send)
                     return found if wanted <= services and connected else None
@@ -112,6 +112,7 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_on(tmp_path)
     assert not send.parent_span_id
     names = {s.name for _, s in spans}
     assert "command SendMessage" in names and any(n.startswith("handle supervisor") for n in names)
+    assert "host turn.start" in names  # the provider turn, started on the host by the supervisor's dispatch
     print(
         "\n".join(
             f"{svc:22} {s.name:50} {(s.end_time_unix_nano - s.start_time_unix_nano) / 1e6:8.2f} ms" for svc, s in spans

@@ -21,6 +21,7 @@ from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
+from treadle.runtime import tracing
 from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
@@ -408,6 +409,10 @@ class ProviderHost:
         return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
 
     async def _on_verb(self, msg: Msg) -> None:
+        with tracing.span(f"host {msg.subject.split('.', 3)[-1]}", msg.headers, host=self.host_id):
+            await self._on_verb_traced(msg)
+
+    async def _on_verb_traced(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]
         kind = hp.VERB_REQUESTS.get(verb)
         try:
