@@ -20,8 +20,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event, encode_event
 
-from ..runtime import tracing
-from . import subjects
+from . import subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"

@@ -11,7 +11,7 @@ from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.runtime.consumer import Retryable
 
-from ..runtime import tracing
+from ..eventlog import tracing
 
 
 class HostUnavailable(Retryable):

@@ -22,8 +22,9 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from ..eventlog import tracing
 from ..eventlog.errors import LogError
-from . import dead_letters, logs, tracing
+from . import dead_letters, logs
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull

@@ -17,8 +17,8 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..client import broker_urls
-from ..eventlog import streams
-from . import logs, metrics, tracing
+from ..eventlog import streams, tracing
+from . import logs, metrics
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)

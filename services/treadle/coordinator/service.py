@@ -26,7 +26,7 @@ from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread
 from treadle.core.thread.decide import dispatch_next
 from treadle.core.thread.events import ThreadCreated
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
@@ -34,7 +34,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
-from treadle.runtime import partitions, tracing
+from treadle.runtime import partitions
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.mailbox import Mailboxes

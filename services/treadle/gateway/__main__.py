@@ -1,6 +1,7 @@
 import uvicorn
 
-from treadle.runtime import logs, tracing
+from treadle.eventlog import tracing
+from treadle.runtime import logs
 from treadle.runtime.settings import GatewaySettings, Shared
 
 from .app import create_app

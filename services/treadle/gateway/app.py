@@ -25,6 +25,7 @@ from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.eventlog.tracing import http_spans
 from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.tokens import TokenStore, token_id
@@ -33,7 +34,6 @@ from treadle.projections.store import ProjectionStore
 from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
-from treadle.runtime.tracing import http_spans
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
 

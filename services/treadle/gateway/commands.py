@@ -18,8 +18,7 @@ from treadle.core.commands import Accepted, Body, Command, Rejected, Reply
 from treadle.core.errors import DomainError
 from treadle.core.ids import new_id
 from treadle.core.limits import check_sizes
-from treadle.eventlog import subjects
-from treadle.runtime import tracing
+from treadle.eventlog import subjects, tracing
 
 from .errors import ApiError
 

@@ -17,11 +17,10 @@ from treadle.checkpoints.client import CheckpointClient
 from treadle.core import capacity
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, Unsupported
 from treadle.providers.registry import adapter_class, create_adapter
-from treadle.runtime import tracing
 from treadle.runtime.cancelling import cancel_and_wait
 from treadle.runtime.clock import Clock, SystemClock
 from treadle.runtime.metrics import LIVE_SESSIONS, PLACEMENTS_REFUSED, SESSIONS_RELEASED
