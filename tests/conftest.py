@@ -25,7 +25,7 @@ from tests.support import deadline
 from tests.support.helpers import wait_for
 from treadle.ops.servers import NatsServer, RedisServer, ServerNotFound
 
-NATS_IMAGE = os.environ.get("TREADLE_TEST_NATS_IMAGE", "nats:2.12")
+NATS_IMAGE = os.environ.get("TREADLE_TEST_NATS_IMAGE", "nats:2.15.1")
 REDIS_IMAGE = os.environ.get("TREADLE_TEST_REDIS_IMAGE", "redis:7")
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request buries what a failure report should show
 

@@ -55,6 +55,7 @@ class Request:
 
     def __init__(self, subject: str, data: bytes) -> None:
         self.subject, self.data = subject, data
+        self.headers: dict[str, str] | None = None  # as a NATS message without headers (the trace context rides there)
         self.reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
 
     async def respond(self, data: bytes) -> None:

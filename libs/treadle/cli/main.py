@@ -17,7 +17,7 @@ import sys
 from rich.markup import escape
 
 from ..client import ApiError
-from . import check, completion, consumers, exits
+from . import check, completion, consumers, dead_letters, exits
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
@@ -29,7 +29,10 @@ from .up import cmd_up
 
 # The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
 SERVER_MODULES = frozenset(
-    "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt mcp".split()
+    (
+        "nats redis hiredis pydantic pydantic_settings uvloop prometheus_client litestar uvicorn httptools bcrypt mcp "
+        "opentelemetry"
+    ).split()
 )
 
 
@@ -121,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--id", help="the token's id (printed by `tokens create`)")
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
+    dead_letters.add_parser(sub, nats_)
 
     policy = sub.add_parser("policy", help="tenant policies").add_subparsers(
         dest="action", required=True, metavar="ACTION"

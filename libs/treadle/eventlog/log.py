@@ -20,7 +20,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event, encode_event
 
-from . import subjects
+from . import subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
@@ -89,7 +89,7 @@ class EventLog:
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
         try:
-            msg = await self._nc.request(subject, payload, timeout=self._timeout, headers=headers)
+            msg = await self._nc.request(subject, payload, timeout=self._timeout, headers=tracing.inject(headers))
         except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise Unavailable(f"append to {subject} not acknowledged: {exc!r}") from None
         if not msg.data:
@@ -148,7 +148,7 @@ class EventLog:
             if i == 1:
                 await self._request(subject, payload, headers)  # the server replies once it opened the batch
             else:
-                await self._nc.publish(subject, payload, headers=headers)
+                await self._nc.publish(subject, payload, headers=tracing.inject(headers))
         raise AssertionError("unreachable")
 
     async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:

@@ -57,6 +57,18 @@ AUDIT = StreamConfig(
     max_msg_size=64 * 1024,
 )
 
+# What consumers gave up on, with why (ops/dead_letters.py; `treadle dead-letters`)
+DEAD_LETTERS_STREAM = "TREADLE_DEAD_LETTERS"
+DEAD_LETTERS = StreamConfig(
+    name=DEAD_LETTERS_STREAM,
+    subjects=["treadle.dlq.*"],
+    retention=RetentionPolicy.LIMITS,
+    storage=StorageType.FILE,
+    max_msg_size=1024 * 1024,
+    max_age=30 * DAY,
+    duplicate_window=120.0,
+)
+
 BUCKETS = (
     KeyValueConfig(bucket="treadle-hosts", history=1, ttl=30.0),
     KeyValueConfig(bucket="treadle-sessions", history=1),
@@ -74,7 +86,7 @@ async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0)
     busy creating what the other workers asked for at the same moment) an API request can time out or
     find nobody to answer: each step is retried until ``timeout``, and each is safe to repeat."""
     deadline = asyncio.get_running_loop().time() + timeout
-    for config in (EVENTS, PROVIDER, AUDIT):
+    for config in (EVENTS, PROVIDER, AUDIT, DEAD_LETTERS):
         await _until_done(
             deadline, functools.partial(ensure_stream, js, dataclasses.replace(config, num_replicas=replicas))
         )

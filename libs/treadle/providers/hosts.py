@@ -11,6 +11,8 @@ from treadle.eventlog import subjects
 from treadle.providers import protocol as hp
 from treadle.runtime.consumer import Retryable
 
+from ..eventlog import tracing
+
 
 class HostUnavailable(Retryable):
     pass
@@ -31,7 +33,9 @@ class HostClient:
 
     async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
         try:
-            msg = await self._nc.request(subject, payload, timeout=timeout or self._timeout)
+            msg = await self._nc.request(
+                subject, payload, timeout=timeout or self._timeout, headers=tracing.inject(None)
+            )
         except NoRespondersError:
             raise HostGone(f"no provider host listens on {subject}") from None
         except (TimeoutError, NatsTimeout) as exc:

@@ -13,14 +13,18 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from ..eventlog import tracing
 from ..eventlog.errors import LogError
+from . import dead_letters, logs
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -84,6 +88,7 @@ class PullConsumer:
         self._pull: LingeringPull | None = None
         self._stopping = False
         self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
+        self._replays: Subscription | None = None
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -96,6 +101,9 @@ class PullConsumer:
             filter_subject=self._filters[0] if len(self._filters) == 1 else None,
         )
         await self._js.add_consumer(self._stream, config)
+        self._replays = await self._js._nc.subscribe(
+            dead_letters.replay_subject(self._durable), queue="replay", cb=self._replay
+        )
         self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch)
         await self._pull.start()
         self._task = asyncio.create_task(self._loop(self._pull), name=f"consumer:{self._durable}")
@@ -112,6 +120,19 @@ class PullConsumer:
 
     async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
         DEAD_LETTERS.labels(self._durable).inc()
+        try:  # kept with its reason for `treadle dead-letters` (the log keeps the message itself anyway)
+            await dead_letters.store(
+                self._js,
+                consumer=self._durable,
+                stream=self._stream,
+                stream_seq=msg.metadata.sequence.stream,
+                subject=msg.subject,
+                reason=why,
+                failures=failures,
+                data=msg.data,
+            )
+        except Exception as exc:  # a dead letter must never stop the consumer: the log line below still says it
+            log.warning("%s: could not store the dead letter: %r", self._durable, exc)
         log.error(
             "%s: dead-lettering %s (seq %s) after %d failures: %s",
             self._durable,
@@ -121,6 +142,24 @@ class PullConsumer:
             why,
         )
         await msg.term()
+
+    async def _replay(self, request: Msg) -> None:
+        """`treadle dead-letters replay`: the dead-lettered message, read again from its stream, handled as a
+        delivery of this consumer (its ack then lands on a sequence already settled, which the broker ignores)."""
+        try:
+            asked = msgspec.json.decode(request.data, type=dict[str, str | int])
+            seq = int(asked["seq"])
+            if asked.get("stream") != self._stream or seq <= 0:
+                raise ValueError(f"not a message of {self._stream}")
+            raw = await self._js.get_msg(self._stream, seq)
+            assert raw.subject is not None
+            reply = f"$JS.ACK.{self._stream}.{self._durable}.1.{seq}.0.{time.time_ns()}.0"
+            msg = Msg(_client=self._js._nc, subject=raw.subject, reply=reply, data=raw.data or b"", headers=raw.headers)
+            self._mailboxes.submit(self._key_of(msg), functools.partial(self._process, msg))
+        except Exception as exc:
+            await request.respond(f"refused: {exc}".encode())
+            return
+        await request.respond(b"accepted")
 
     def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
         """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
@@ -158,6 +197,11 @@ class PullConsumer:
             self._beats.pop(id(msg)).cancel()
 
     async def _settle(self, msg: Msg) -> None:
+        ids = logs.ids_of(msg.data)
+        with logs.bound(**ids), tracing.span(f"handle {self._durable}", msg.headers, subject=msg.subject):
+            await self._settle_bound(msg)  # every log line about this message names its thread and run
+
+    async def _settle_bound(self, msg: Msg) -> None:
         delay = 0.05
         failures = 0
         last: Exception | None = None
@@ -207,6 +251,9 @@ class PullConsumer:
         """Stop fetching and let the handlers at work finish for up to ``timeout``, then cancel them. What was
         fetched but not started is nak'ed, what was cut short is redelivered: both go to the next owner."""
         self._stopping = True
+        if self._replays is not None:
+            with contextlib.suppress(Exception):
+                await self._replays.unsubscribe()
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

@@ -1,11 +1,78 @@
-"""Logging: one line per record, text for people or JSON for machines."""
+"""Logging: one line per record, text for people or JSON for machines.
+
+Every line carries an ISO-8601 UTC timestamp, and, while a piece of work about a run is being handled, the
+ids of what it is about (tenant, thread, run, attempt): the edges that receive work (consumer handlers, the
+gateway's requests) bind them with ``bound(...)`` in a context variable, so every log call below them,
+and every task they start, says which thread and run it is about without passing ids around."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import datetime
 import logging
 import sys
+from collections.abc import Iterator
 
 import msgspec
+
+IDS = ("tenant", "thread", "run", "attempt")
+_ids: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("treadle_log_ids", default=None)
+
+
+@contextlib.contextmanager
+def bound(**ids: str | int | None) -> Iterator[None]:
+    """Within the block, log lines carry these ids (added to those already bound; None leaves one out)."""
+    merged = {**(_ids.get() or {}), **{k: str(v) for k, v in ids.items() if v is not None and k in IDS}}
+    token = _ids.set(merged)
+    try:
+        yield
+    finally:
+        _ids.reset(token)
+
+
+class _RunIds(msgspec.Struct):
+    run_id: str | None = None
+    attempt_id: str | None = None
+
+
+class _Ids(msgspec.Struct):
+    """The ids in an event envelope or a command (JSON): whatever it lacks stays out; the rest is skipped."""
+
+    tenant: str | None = None
+    thread: str | None = None
+    thread_id: str | None = None
+    run_id: str | None = None
+    attempt_id: str | None = None
+    data: _RunIds | None = None
+
+
+_ids_decoder = msgspec.json.Decoder(_Ids)
+
+
+def ids_of(payload: bytes) -> dict[str, str | None]:
+    """The tenant/thread/run/attempt a message is about, for ``bound(**ids_of(msg.data))`` at a handler's edge."""
+    try:
+        found = _ids_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return {}
+    data = found.data or _RunIds()
+    return {
+        "tenant": found.tenant,
+        "thread": found.thread or found.thread_id,
+        "run": data.run_id or found.run_id,
+        "attempt": data.attempt_id or found.attempt_id,
+    }
+
+
+def current() -> dict[str, str]:
+    return dict(_ids.get() or {})
+
+
+def utc_iso(created: float) -> str:
+    """``2026-12-04T10:19:29.123Z``: ISO-8601, UTC, milliseconds."""
+    moment = datetime.datetime.fromtimestamp(created, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 class _JsonFormatter(logging.Formatter):
@@ -15,10 +82,11 @@ class _JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "at": self.formatTime(record),
+            "at": utc_iso(record.created),
             "level": record.levelname,
             "worker": self._worker,
             "logger": record.name,
+            **(_ids.get() or {}),
             "msg": record.getMessage(),
         }
         if record.exc_info:
@@ -26,12 +94,20 @@ class _JsonFormatter(logging.Formatter):
         return msgspec.json.encode(entry).decode()
 
 
+class _TextFormatter(logging.Formatter):
+    def __init__(self, worker: str) -> None:
+        super().__init__(f"%(at)s %(levelname)s {worker} %(name)s:%(ids)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.at = utc_iso(record.created)
+        ids = _ids.get() or {}
+        record.ids = "".join(f" {k}={ids[k]}" for k in IDS if k in ids)
+        return super().format(record)
+
+
 def setup(worker: str, level: str = "INFO", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter(worker))
-    else:
-        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {worker} %(name)s: %(message)s"))
+    handler.setFormatter(_JsonFormatter(worker) if fmt == "json" else _TextFormatter(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,6 +1,19 @@
 """Prometheus metrics. Names say what they count; the domain never imports this."""
 
-from prometheus_client import Counter, Gauge, Histogram
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ..eventlog.metrics import EVENTS_APPENDED
 
 APPEND_CONFLICTS = Counter("treadle_append_conflicts_total", "Appends fenced by optimistic concurrency", ["worker"])
 COMMANDS = Counter("treadle_commands_total", "Thread commands handled", ["verb", "outcome"])
@@ -32,3 +45,90 @@ PLACEMENTS_REFUSED = Counter(
     "treadle_placements_refused_total", "Placements and turn starts a host refused", ["reason"]
 )
 RUNS_HELD = Counter("treadle_runs_held_total", "Runs that went back to queued to wait for a provider", ["reason"])
+
+# --- what every process says about itself, and the gateway's HTTP traffic
+BUILD_INFO = Gauge("treadle_build_info", "Always 1: the version and Python this process runs", ["version", "python"])
+HTTP_REQUESTS = Counter(
+    "treadle_http_requests_total", "HTTP requests answered, by route", ["route", "method", "status"]
+)
+HTTP_DURATION = Histogram(
+    "treadle_http_request_duration_seconds",
+    "HTTP request handling time, by route",
+    ["route", "method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+
+# Each process exports only the families it can move (a gateway reporting provider sessions would say 0 where
+# it knows nothing). Families of every worker: the consumer kit's, the log's appends, build info.
+_COMMON = (BUILD_INFO, HANDLER_RETRIES, DEAD_LETTERS, EVENTS_APPENDED)
+OWN: dict[str, tuple[MetricWrapperBase, ...]] = {
+    "gateway": (HTTP_REQUESTS, HTTP_DURATION),
+    "coordinator": (APPEND_CONFLICTS, COMMANDS),
+    "supervisor": (APPEND_CONFLICTS, RUN_DURATION, CHECKPOINT_SECONDS, RUNS_HELD),
+    "projector": (PROJECTION_LAG, PROJECTION_REWINDS, PROJECTED),
+    "provider-host": (LIVE_SESSIONS, SESSIONS_RELEASED, PLACEMENTS_REFUSED),
+    "checkpoints": (),
+}
+
+
+class _Own(Collector):
+    def __init__(self, names: frozenset[str]) -> None:
+        self._names = names
+
+    def collect(self) -> Iterable[Metric]:
+        for family in REGISTRY.collect():  # the process/platform/gc collectors are every process's own
+            if not family.name.startswith("treadle_") or family.name in self._names:
+                yield family
+
+
+_registries: dict[str, CollectorRegistry] = {}
+
+
+def exposition(kind: str) -> bytes:
+    """The Prometheus text of this process: its kind's families (``OWN``) and the common ones."""
+    registry = _registries.get(kind)
+    if registry is None:
+        BUILD_INFO.labels(_version(), platform.python_version()).set(1)
+        names = frozenset(f.name for m in (*_COMMON, *OWN.get(kind, ())) for f in m.describe())
+        registry = _registries[kind] = CollectorRegistry(auto_describe=False)
+        registry.register(_Own(names))
+    return generate_latest(registry)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("treadle")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and plain ASGI types differ)
+    """ASGI middleware: each HTTP request counted and timed by its route template (``/v1/threads/{thread_id}``,
+    never the raw path, so ids do not become label values); a path no route matches is ``unmatched``."""
+
+    async def middleware(
+        scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def sending(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        finally:
+            handler = scope.get("route_handler")
+            paths = sorted(getattr(handler, "paths", ()) or ())
+            route = paths[0] if paths else "unmatched"
+            method = scope.get("method", "")
+            HTTP_REQUESTS.labels(route, method, str(status)).inc()
+            HTTP_DURATION.labels(route, method).observe(time.perf_counter() - started)
+
+    return middleware

@@ -14,10 +14,10 @@ from typing import Protocol
 import nats
 import uvloop
 from nats.aio.client import Client as NATS
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..eventlog import streams
-from . import broker_urls, logs
+from ..eventlog import streams, tracing
+from . import broker_urls, logs, metrics
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -51,14 +51,16 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
     )
 
 
-async def _health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ready: Callable[[], bool]) -> None:
+async def _health(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ready: Callable[[], bool], kind: str = ""
+) -> None:
     try:
         line = await reader.readline()
         while (await reader.readline()) not in (b"\r\n", b"\n", b""):
             pass
         path = line.split(b" ")[1] if line.count(b" ") >= 2 else b"/"
         if path == b"/metrics":
-            status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), generate_latest()
+            status, ctype, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), metrics.exposition(kind)
         elif path == b"/healthz":
             status, ctype, body = b"200 OK", b"text/plain", b"ok\n"
         elif path == b"/readyz":
@@ -91,13 +93,15 @@ async def serve(
     own: WorkerSettings,
     make: Callable[[NATS, contextlib.AsyncExitStack], Awaitable[Service]],
 ) -> None:
-    name = shared.replica_name(name)  # "coordinator-2": one of several replicas of a kind
+    kind, name = name, shared.replica_name(name)  # "coordinator-2": one of several replicas of a kind
     logs.setup(name, shared.log_level, shared.log_format)
+    tracing.setup(kind)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(tracing.shutdown)  # last out: flushes the spans of the stop too
 
         async def start() -> Service:
             nc = await connect(shared.nats_url, f"treadle-{name}", user=shared.nats_user, password=shared.nats_password)
@@ -107,7 +111,7 @@ async def serve(
             await service.start()
             if own.metrics_port:  # after start: /readyz answering means the worker is consuming
                 server = await asyncio.start_server(
-                    lambda r, w: _health(r, w, lambda: nc.is_connected), own.metrics_host, own.metrics_port
+                    lambda r, w: _health(r, w, lambda: nc.is_connected, kind), own.metrics_host, own.metrics_port
                 )
                 stack.push_async_callback(_close_server, server)
             return service

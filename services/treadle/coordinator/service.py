@@ -26,7 +26,7 @@ from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread
 from treadle.core.thread.decide import dispatch_next
 from treadle.core.thread.events import ThreadCreated
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
@@ -141,7 +141,11 @@ class Coordinator:
         except (msgspec.DecodeError, ValueError) as exc:
             await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
             return
-        self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._handle_command(msg, command))
+        self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._traced_command(msg, command))
+
+    async def _traced_command(self, msg: Msg, command: Command) -> None:
+        with tracing.span(f"command {type(command.body).__name__}", msg.headers, tenant=command.tenant):
+            await self._handle_command(msg, command)
 
     async def _handle_command(self, msg: Msg, command: Command) -> None:
         verb = type(command.body).__name__

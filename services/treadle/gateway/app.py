@@ -16,7 +16,7 @@ from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -25,11 +25,14 @@ from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
+from treadle.eventlog.tracing import http_spans
 from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
+from treadle.runtime.metrics import exposition as metrics_text
+from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, run_view
@@ -239,7 +242,7 @@ async def readyz(request: Request) -> Response:
 
 @get("/metrics", include_in_schema=False)
 async def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics_text("gateway"), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(shared: Shared | None = None, own: GatewaySettings | None = None) -> Litestar:
@@ -301,6 +304,10 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         },
         openapi_config=openapi.config(),
         request_max_body_size=own.max_body_bytes,
-        middleware=[DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst))],
+        middleware=[
+            http_metrics,
+            http_spans,
+            DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst)),
+        ],
         debug=False,
     )

@@ -18,7 +18,7 @@ from treadle.core.commands import Accepted, Body, Command, Rejected, Reply
 from treadle.core.errors import DomainError
 from treadle.core.ids import new_id
 from treadle.core.limits import check_sizes
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 
 from .errors import ApiError
 
@@ -97,7 +97,10 @@ class Commands:
             try:
                 # A retry carries the same command id: the coordinator answers it with the original receipt.
                 msg = await self._nc.request(
-                    subjects.command(tenant, verb), payload, timeout=max(0.1, min(2.0, deadline - time.monotonic()))
+                    subjects.command(tenant, verb),
+                    payload,
+                    timeout=max(0.1, min(2.0, deadline - time.monotonic())),
+                    headers=tracing.inject(None),
                 )
                 reply = _reply.decode(msg.data)
                 if isinstance(reply, Rejected):

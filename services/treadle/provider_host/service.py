@@ -17,7 +17,7 @@ from treadle.checkpoints.client import CheckpointClient
 from treadle.core import capacity
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
@@ -456,6 +456,10 @@ class ProviderHost:
         return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
 
     async def _on_verb(self, msg: Msg) -> None:
+        with tracing.span(f"host {msg.subject.split('.', 3)[-1]}", msg.headers, host=self.host_id):
+            await self._on_verb_traced(msg)
+
+    async def _on_verb_traced(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]
         kind = hp.VERB_REQUESTS.get(verb)
         try:
