@@ -190,6 +190,17 @@ class WorkerOutput:
         if self._file is not None:
             self._file.close()
 
+    def mentioning(self, *needles: str, last: int = 30) -> str:
+        """The last lines naming any of ``needles`` (a stuck run's id, its thread): the story of what each worker
+        did with it, in the failure itself (pytest keeps only its last few temporary directories)."""
+        if self._file is not None:
+            self._file.flush()
+        if not self.path.exists():
+            return ""
+        with self.path.open() as f:
+            lines = [line for line in f if any(n in line for n in needles)]
+        return "".join(lines[-last:])
+
     def __call__(self, name: str, line: str) -> None:
         if self._file is None:
             self._file = self.path.open("a", buffering=1)

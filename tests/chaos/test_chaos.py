@@ -113,10 +113,14 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
                             tail = [
                                 (e.seq, e.type, e.actor, e.causation_id) for e in await log.read(api.tenant, thread)
                             ][-8:]
-                            _, report = await treadle_check(stack, settle=5)
+                            try:  # the killer may have just taken redis-server or a NATS node down too
+                                _, report = await treadle_check(stack, settle=5)
+                                checked = "; ".join(problems(report)) or "no problems"
+                            except AssertionError as exc:
+                                checked = f"could not run ({exc})"
                             raise AssertionError(
-                                f"run {run} of {thread} stuck; its log ends {tail}; treadle check: "
-                                + ("; ".join(problems(report)) or "no problems")
+                                f"run {run} of {thread} stuck; its log ends {tail}; treadle check: {checked}\n"
+                                f"what the workers said about it:\n{output.mentioning(run, thread)}"
                             ) from None
 
             async def talkers() -> None:
