@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime
 
 from playwright.async_api import expect
 
 from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from tests.support.lineage import workspace
 from tests.support.rollbacks import run_to_end
-from tests.support.scripts import HANG, script
+from tests.support.scripts import HANG, script, text
 
 STREAMED = "Streaming into the page, four characters at a time, before the run is done."
 
@@ -325,4 +327,44 @@ async def test_L12_todo_progress_and_a_proposed_plan_implemented_from_the_page(c
     await expect(console.page.locator(".run")).to_have_count(2)
     await expect(first.locator(".plan")).to_contain_text("implemented by")
     await console.shot("plan")
+    assert console.errors == []
+
+
+async def test_the_search_box_asks_the_api_and_finds_a_thread_beyond_the_loaded_page(console, api):
+    wanted = await api.create_thread(title="Needle in the list")
+    others = [await api.create_thread(title=f"hay {i}") for i in range(25)]  # one full page, newer than it
+    await console.sign_in(api.token)
+    page = console.page
+    await expect(page.locator(f"tr[data-thread={others[-1]}]")).to_be_visible()
+    await expect(page.locator("table.threads + button")).to_be_visible()  # "More": a page is not everything
+    await expect(page.locator(f"tr[data-thread={wanted}]")).to_have_count(0)  # not loaded: the first page is full
+    await page.fill("input[type=search]", "NEEDLE")
+    row = page.locator(f"tr[data-thread={wanted}]")
+    await expect(row).to_contain_text("Needle in the list")
+    await expect(page.locator("table.threads tbody tr")).to_have_count(1)
+    await expect(page.locator("table.threads + button")).to_be_hidden()
+    await page.fill("input[type=search]", "")
+    await expect(page.locator("table.threads tbody tr")).to_have_count(25)
+    await page.click("table.threads + button")  # More, with no search: the rest of the list
+    await expect(page.locator(f"tr[data-thread={wanted}]")).to_be_visible()
+    await console.shot("search")
+    assert console.errors == []
+
+
+async def test_the_thread_list_shows_when_each_thread_last_changed(console, api):
+    thread = await api.create_thread(title="last activity")
+    await run_to_end(api, thread, "hello", script(text("hi")))
+    seq = (await api.thread(thread))["seq"]
+
+    async def listed() -> dict | None:
+        [item] = (await api.request("GET", "/v1/threads", params={"q": "last activity"})).json()["items"]
+        return item if item["seq"] == seq else None
+
+    summary = await wait_for(listed, what="the list item to reflect the run")
+    assert datetime.fromisoformat(summary["last_activity_at"]) > datetime.fromisoformat(summary["created_at"])
+    await console.sign_in(api.token)
+    cell = console.page.locator(f"tr[data-thread={thread}] td.activity")
+    shown = await console.page.evaluate("(iso) => new Date(iso).toLocaleString()", summary["last_activity_at"])
+    await expect(cell).to_have_text(shown)
+    await expect(console.page.locator("table.threads th").last).to_have_text("Last activity")
     assert console.errors == []

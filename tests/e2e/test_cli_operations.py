@@ -92,6 +92,9 @@ async def test_L3_6_L10_L6_every_operation_through_the_cli_answers_parseable_jso
     run1 = await cli.json("send", thread, "one", "--script", one, "--wait")
     assert run1["status"] == "completed" and run1["checkpoint"]["files"][0]["path"] == "one.txt"
     assert thread in [t["id"] for t in (await cli.json("threads", "list", "--all"))["items"]]
+    searched = (await cli.json("threads", "list", "--all", "--search", "CLI OPS"))["items"]
+    assert thread in [t["id"] for t in searched] and all("cli ops" in t["title"].lower() for t in searched)
+    assert (await cli.json("threads", "list", "--search", "no such title here"))["items"] == []
     assert (await cli.json("threads", "show", thread))["runs"][0]["id"] == run1["id"]
     assert (await cli.json("runs", "show", run1["id"]))["status"] == "completed"
 

@@ -12,6 +12,7 @@ import pytest
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
 from tests.support.scripts import approval, script, text, tool, write
+from treadle.client import AsyncTreadle
 
 pytestmark = pytest.mark.e2e
 
@@ -228,3 +229,95 @@ async def test_another_tenants_thread_is_a_404_and_their_cursor_a_400_with_nothi
         assert [t["id"] for t in listed["items"]] == [own]
     finally:
         await mallory.close()
+
+
+async def _searched(api, q: str, limit: int) -> list[dict]:
+    """Every page of the title search ``q``, each page only matching threads; the whole search in order."""
+    found, cursor = [], None
+    while True:
+        page = await _page(api, "/v1/threads", q=q, limit=limit, **({"cursor": cursor} if cursor else {}))
+        assert len(page["items"]) <= limit and all(q.casefold() in t["title"].casefold() for t in page["items"])
+        found += page["items"]
+        if (cursor := page["next_cursor"]) is None:
+            return found
+
+
+async def test_a_title_search_pages_through_matching_threads_and_its_cursor_serves_only_that_search(
+    stack, stack_nc, tenant
+):
+    api = await make_api(stack, stack_nc, tenant)
+    try:
+        titles = ["Alpha fix 0", "beta 0", "ALPHA FIX 1", "beta 1", "the alpha Fix 2", "beta 2", "alpha fix 3"]
+        made = [await api.create_thread(title=t) for t in titles]
+        await _listed(api, made)
+        matching = [t for t, title in zip(made, titles, strict=True) if "alpha fix" in title.lower()][::-1]
+        found = await _searched(api, "aLPHA fIX", limit=2)
+        assert [t["id"] for t in found] == matching  # newest first, each once, none of the others
+        assert all(t["last_activity_at"] for t in found)
+        assert [t["id"] for t in (await api.client.list_threads(q="alpha fix", limit=5))["items"]] == matching
+        async with AsyncTreadle(stack.api_url, api.token) as sdk:  # the typed SDK, page after page
+            assert [t.id async for t in await sdk.list_threads(q="Alpha Fix", limit=2)] == matching
+        assert await _searched(api, "no such title", limit=2) == []
+        assert await _searched(api, "%_.*[", limit=2) == []  # a substring, not a pattern
+
+        first = await _page(api, "/v1/threads", q="alpha fix", limit=1)
+        unfiltered = (await _page(api, "/v1/threads", limit=1))["next_cursor"]
+        assert first["next_cursor"] and unfiltered
+        _refused(
+            await api.request("GET", "/v1/threads", params={"q": "beta", "cursor": first["next_cursor"]}),
+            "invalid_cursor",
+        )
+        _refused(await api.request("GET", "/v1/threads", params={"cursor": first["next_cursor"]}), "invalid_cursor")
+        _refused(
+            await api.request("GET", "/v1/threads", params={"q": "alpha fix", "cursor": unfiltered}), "invalid_cursor"
+        )
+        again = await _page(api, "/v1/threads", q="ALPHA FIX", limit=1, cursor=first["next_cursor"])
+        assert [t["id"] for t in again["items"]] == matching[1:2]  # the same search, spelled in another case
+    finally:
+        await api.close()
+
+
+async def test_last_activity_of_a_listed_thread_moves_with_its_events(api):
+    thread = await api.create_thread(title="activity moves")
+    await _listed(api, [thread])
+    before = next(t for t in (await _page(api, "/v1/threads", q="activity moves"))["items"] if t["id"] == thread)
+    assert before["last_activity_at"] == before["created_at"]  # only the creation so far
+    sent = await api.send(thread, "hello", script=script(text("hi")))
+    await api.wait_run(sent["run_id"])
+    doc = await api.thread(thread)
+
+    async def moved() -> dict | None:
+        items = (await _page(api, "/v1/threads", q="activity moves"))["items"]
+        item = next(t for t in items if t["id"] == thread)
+        return item if item["seq"] == doc["seq"] else None
+
+    after = await wait_for(moved, what="the list item to reflect the run")
+    assert after["last_activity_at"] > before["last_activity_at"]
+
+
+async def test_a_hostile_search_is_a_typed_400_and_never_finds_another_tenants_threads(api, stack, stack_nc):
+    thread = await api.create_thread(title="secret-title")
+    second = await api.create_thread(title="secret two")  # so their search has a next page
+    await _listed(api, [thread, second])
+    before = await _page(api, "/v1/threads", limit=200)
+    for q in ("", "x" * 201, "é" * 201):
+        r = await api.request("GET", "/v1/threads", params={"q": q})
+        _refused(r, "invalid_parameter")
+        assert r.json()["error"]["details"]["parameter"] == "q"
+    assert await _searched(api, "é" * 200, limit=5) == []  # 200 characters is the most, in any script
+    assert [t["id"] for t in await _searched(api, "SECRET", limit=5)] == [second, thread]
+    mallory = await make_api(stack, stack_nc, api.tenant + "-other")
+    try:
+        own = await mallory.create_thread(title="mine, not secret")
+        await _listed(mallory, [own])
+        assert [t["id"] for t in await _searched(mallory, "secret", limit=5)] == [own]
+        assert await _searched(mallory, "secret-title", limit=5) == []
+        their = await _page(api, "/v1/threads", q="secret", limit=1)
+        if their["next_cursor"]:
+            _refused(
+                await mallory.request("GET", "/v1/threads", params={"q": "secret", "cursor": their}),
+                "invalid_cursor",
+            )
+    finally:
+        await mallory.close()
+    assert await _page(api, "/v1/threads", limit=200) == before  # nothing changed

@@ -131,6 +131,22 @@ async def test_pages_are_iterated_to_their_end_by_both_clients():
         assert [t.id async for t in await aclient.list_threads(limit=2)] == [f"thr_{i}" for i in range(5)]
 
 
+async def test_a_title_search_is_sent_with_every_page_by_both_clients():
+    asked: list[str | None] = []
+    pages = paged(5)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.params.get("q"))
+        return pages.handle_request(request)
+
+    transport = httpx.MockTransport(handler)
+    with Treadle("http://gw", "t", transport=transport) as client:
+        assert len(list(client.list_threads(q="Fix it", limit=2))) == 5
+    async with AsyncTreadle("http://gw", "t", transport=transport) as aclient:
+        assert len([t async for t in await aclient.list_threads(q="Fix it", limit=2)]) == 5
+    assert asked == ["Fix it"] * 6  # three pages each: the cursor continues the same search
+
+
 async def test_the_sync_and_async_clients_send_the_same_requests():
     def record(into: list):
         def handler(request: httpx.Request) -> httpx.Response:

@@ -72,7 +72,7 @@ def test_every_view_type_encodes_every_field_even_when_it_is_null_or_empty():
     assert missing == {}
 
 
-def test_the_thread_list_item_carries_active_run_id_and_last_run_status_as_null():
+def test_the_thread_list_item_carries_active_run_id_last_run_status_and_last_activity_at_as_null():
     from treadle.views.thread import ThreadSummary
 
     item = ThreadSummary(
@@ -87,4 +87,5 @@ def test_the_thread_list_item_carries_active_run_id_and_last_run_status_as_null(
         "runs": 0,
         "active_run_id": None,
         "last_run_status": None,
+        "last_activity_at": None,
     }

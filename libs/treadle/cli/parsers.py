@@ -64,6 +64,7 @@ def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
     tc.set_defaults(func=cmd_threads_create)
     tl = threads.add_parser("list", parents=[api], help="list threads, newest first")
     _paged(tl)
+    tl.add_argument("--search", help="only threads whose title contains this, ignoring case")
     tl.set_defaults(func=cmd_threads_list)
     ts = threads.add_parser("show", parents=[api], help="a thread's runs, messages, checkpoints and activity")
     ts.add_argument("thread")

@@ -43,18 +43,20 @@ async def cmd_threads_create(args: argparse.Namespace) -> int:
 
 async def cmd_threads_list(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        page = await client.list_threads(limit=args.limit, cursor=args.cursor)
+        page = await client.list_threads(limit=args.limit, cursor=args.cursor, q=args.search)
         items = [t async for t in page] if args.all else page.items
     if as_json(args):
         json_line({"items": items, "next_cursor": None if args.all else page.next_cursor})
         return 0
     threads = builtins(items)
     if not threads:
-        console.print("[dim]no threads yet: `treadle threads create`[/]")
+        console.print(
+            "[dim]no thread's title matches[/]" if args.search else "[dim]no threads yet: `treadle threads create`[/]"
+        )
         return 0
     table = Table(box=None, header_style="bold dim", pad_edge=False)
     table.add_column("thread", no_wrap=True)  # ids are for copying: never cut them
-    for col in ("title", "provider", "runs", "last run", "created"):
+    for col in ("title", "provider", "runs", "last run", "last activity"):
         table.add_column(col)
     for t in threads:
         table.add_row(
@@ -63,11 +65,12 @@ async def cmd_threads_list(args: argparse.Namespace) -> int:
             t.get("provider", ""),
             str(t.get("runs", 0)),
             status_text(t.get("last_run_status")),
-            when(t.get("created_at")),
+            when(t.get("last_activity_at") or t.get("created_at")),
         )
     console.print(table)
     if page.next_cursor and not args.all:
-        console.print(f"[dim]more: --cursor {page.next_cursor} (or --all)[/]")
+        again = " --search ..." if args.search else ""  # a cursor continues only the search it was made for
+        console.print(f"[dim]more:{again} --cursor {page.next_cursor} (or --all)[/]")
     return 0
 
 

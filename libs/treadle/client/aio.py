@@ -124,8 +124,10 @@ class AsyncTreadle:
         """``title``, ``provider``, ``model``, ``runtime_mode``, ``workspace``, ``idempotency_key``."""
         return await self.call(calls.create_thread(**kw))
 
-    async def list_threads(self, *, limit: int | None = None, cursor: str | None = None) -> AsyncPage[ThreadSummary]:
-        return await self._page(calls.list_threads(limit=limit, cursor=cursor))
+    async def list_threads(
+        self, *, limit: int | None = None, cursor: str | None = None, q: str | None = None
+    ) -> AsyncPage[ThreadSummary]:
+        return await self._page(calls.list_threads(limit=limit, cursor=cursor, q=q))
 
     async def get_thread(self, thread_id: str) -> ThreadView:
         return await self.call(calls.get_thread(thread_id))

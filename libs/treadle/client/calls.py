@@ -111,8 +111,11 @@ def create_thread(
     return Call("create_thread", "POST", "/v1/threads", ThreadCreated, body=body, idempotency_key=idempotency_key)
 
 
-def list_threads(*, limit: int | None = None, cursor: str | None = None) -> Call[Page[ThreadSummary]]:
-    return Call("list_threads", "GET", "/v1/threads", Page[ThreadSummary], params=_page(limit, cursor))
+def list_threads(
+    *, limit: int | None = None, cursor: str | None = None, q: str | None = None
+) -> Call[Page[ThreadSummary]]:
+    """``q``: only threads whose title contains it, ignoring case (the cursor continues the same search)."""
+    return Call("list_threads", "GET", "/v1/threads", Page[ThreadSummary], params=_page(limit, cursor, q=q))
 
 
 def get_thread(thread_id: str) -> Call[ThreadView]:

@@ -173,9 +173,9 @@ class TreadleClient:
             if (cursor := page["next_cursor"]) is None:
                 return items
 
-    async def list_threads(self, limit: int = 50, cursor: str | None = None) -> dict:
-        """A page of the tenant's threads, newest first."""
-        return await self.page("/v1/threads", limit=limit, cursor=cursor)
+    async def list_threads(self, limit: int = 50, cursor: str | None = None, q: str | None = None) -> dict:
+        """A page of the tenant's threads, newest first (``q``: only those whose title contains it, any case)."""
+        return await self.page("/v1/threads", limit=limit, cursor=cursor, q=q)
 
     async def get_thread(self, thread_id: str) -> dict:
         return await self._call("GET", f"/v1/threads/{thread_id}", params=self._min_seq(thread_id))

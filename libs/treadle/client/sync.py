@@ -122,8 +122,10 @@ class Treadle:
         """``title``, ``provider``, ``model``, ``runtime_mode``, ``workspace``, ``idempotency_key``."""
         return self.call(calls.create_thread(**kw))
 
-    def list_threads(self, *, limit: int | None = None, cursor: str | None = None) -> SyncPage[ThreadSummary]:
-        return self._page(calls.list_threads(limit=limit, cursor=cursor))
+    def list_threads(
+        self, *, limit: int | None = None, cursor: str | None = None, q: str | None = None
+    ) -> SyncPage[ThreadSummary]:
+        return self._page(calls.list_threads(limit=limit, cursor=cursor, q=q))
 
     def get_thread(self, thread_id: str) -> ThreadView:
         return self.call(calls.get_thread(thread_id))

@@ -9,6 +9,7 @@ routes every event to its handler.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -78,6 +79,7 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
     transfers: list[ContextTransfer] = msgspec.field(default_factory=list)  # L6/L7 context transfers
     start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
     handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
+    last_activity_at: datetime | None = None  # the ``at`` of the newest event folded in (the thread lists)
 
     # --- lookups (by index over the append-only lists, see ``lookup``; reverse scans for short lists) ---
 
@@ -178,6 +180,8 @@ def evolve(state: ThreadState, e: Envelope) -> ThreadState:
         if e.seq <= state.seq:
             return state
         state.seq = e.seq
+    if state.last_activity_at is None or e.at > state.last_activity_at:
+        state.last_activity_at = e.at
     handler = _HANDLERS.get(type(e.data))
     if handler is not None:
         handler(state, e, e.data)

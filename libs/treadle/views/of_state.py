@@ -126,6 +126,7 @@ def summary(state: ThreadState) -> ThreadSummary:
         runs=len(state.runs),
         active_run_id=state.active_run_id,
         last_run_status=last.status if last else None,
+        last_activity_at=state.last_activity_at.isoformat() if state.last_activity_at else None,
     )
 
 

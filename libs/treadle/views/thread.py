@@ -50,6 +50,7 @@ class ThreadView(View, kw_only=True):
     transfers: list[ContextTransfer] = msgspec.field(default_factory=list)  # L6/L7 context transfers
     start_contexts: list[StartContext] = msgspec.field(default_factory=list)  # how each run's context was resolved
     handoffs: list[ContextHandoff] = msgspec.field(default_factory=list)  # L5.5 handoff artifacts
+    last_activity_at: datetime | None = None  # when the newest event of the thread happened
 
     def run(self, run_id: str) -> Run | None:
         return next((r for r in reversed(self.runs) if r.id == run_id), None)
@@ -84,6 +85,7 @@ class ThreadSummary(View, kw_only=True):
     runs: int
     active_run_id: str | None = None
     last_run_status: str | None = None
+    last_activity_at: str | None = None  # ISO-8601: when the newest event of the thread happened
 
 
 class RunView(Run, kw_only=True):
@@ -107,6 +109,7 @@ def summary(view: ThreadView) -> ThreadSummary:
         runs=len(view.runs),
         active_run_id=view.active_run_id,
         last_run_status=last.status if last else None,
+        last_activity_at=view.last_activity_at.isoformat() if view.last_activity_at else None,
     )
 
 

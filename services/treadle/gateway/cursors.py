@@ -87,6 +87,6 @@ def at(list: str, thread: str, filter: str, index: int) -> Position:
     return Position(version=VERSION, list=list, thread=thread, filter=filter, index=index)
 
 
-def after_thread(score: int, thread_id: str) -> Position:
+def after_thread(score: int, thread_id: str, filter: str = "") -> Position:
     """The position in the tenant's thread list just after ``thread_id`` (created at ``score`` ms)."""
-    return Position(version=VERSION, list="threads", thread="", filter="", score=score, after_id=thread_id)
+    return Position(version=VERSION, list="threads", thread="", filter=filter, score=score, after_id=thread_id)

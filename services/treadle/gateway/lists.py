@@ -9,6 +9,7 @@ and filter. Every list reads its writes: ``min_seq`` (or ``X-Treadle-Min-Seq``) 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -48,9 +49,14 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 SCAN = 1000  # items a filtered page looks at, at most: a page may hold fewer than `limit` and still go on
 REQUEST_STATUSES = ("pending", "resolved", "not_resumable", "cancelled")
+MAX_SEARCH = 200  # characters of a thread-title search
 
 Limit = Annotated[str | None, QueryParameter(description=f"items per page, 1..{MAX_LIMIT} ({DEFAULT_LIMIT})")]
 Cursor = Annotated[str | None, QueryParameter(description="the next_cursor of the previous page")]
+Search = Annotated[
+    str | None,
+    QueryParameter(description=f"only threads whose title contains this, ignoring case (1..{MAX_SEARCH} characters)"),
+]
 CURSOR = {400: ("invalid_cursor",)}  # _position, _thread_list
 
 
@@ -62,8 +68,13 @@ class _StatusOf(msgspec.Struct):
     status: str = ""
 
 
+class _TitleOf(msgspec.Struct):
+    title: str = ""
+
+
 _run_of = msgspec.json.Decoder(_RunOf)
 _status_of = msgspec.json.Decoder(_StatusOf)
+_title_of = msgspec.json.Decoder(_TitleOf)
 _raw_items = msgspec.json.Decoder(list[msgspec.Raw])
 # The sequence and one list of a whole thread document, its items left as JSON.
 _DOCS: dict[str, Any] = {
@@ -155,9 +166,11 @@ async def _thread_list(
     tags=["threads"],
     responses=documented(ThreadPage) | errors(PARAMS, CURSOR),
 )
-async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None) -> Response:
+async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None, q: Search = None) -> Response:
     who = await principal(request)
     count = _limit(limit)
+    if q is not None:
+        return await _search_threads(request, who.tenant, _needle(q), count, cursor)
     position = _position(request, who.tenant, cursor, list="threads")
     after = (position.score, position.after_id) if position else None
     rows = await app_state(request).projections.threads(who.tenant, count + 1, after)
@@ -167,6 +180,43 @@ async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = N
         score, last, _ = page[-1]
         more = cursors.encode(app_state(request).cursor_key, who.tenant, cursors.after_thread(score, last))
     return _page([summary for _, _, summary in page if summary], more, None)
+
+
+def _needle(q: str) -> str:
+    if not 1 <= len(q) <= MAX_SEARCH:
+        raise ApiError(
+            400,
+            "invalid_parameter",
+            f"q must be 1..{MAX_SEARCH} characters",
+            {"parameter": "q", "low": 1, "high": MAX_SEARCH},
+        )
+    return q.casefold()
+
+
+async def _search_threads(request: Request, tenant: str, needle: str, count: int, cursor: str | None) -> Response:
+    """The tenant's threads whose title contains ``needle``, newest first, looking at ``SCAN`` threads at most:
+    a page may hold fewer than ``count`` and still go on. The cursor is bound to the search by a digest (a
+    search may be longer than a cursor), so it continues only the same search."""
+    bound = "q=" + hashlib.sha256(needle.encode(errors="surrogatepass")).hexdigest()[:32]
+    position = _position(request, tenant, cursor, list="threads", filter=bound)
+    after = (position.score, position.after_id) if position else None
+    rows = await app_state(request).projections.threads(tenant, SCAN + 1, after)
+    items: list[bytes] = []
+    end: tuple[int, str] | None = None
+    for i, (score, thread, summary) in enumerate(rows[:SCAN]):
+        if summary and needle in _title_of.decode(summary).title.casefold():
+            items.append(summary)
+            if len(items) == count:
+                end = (score, thread) if i + 1 < len(rows) else None
+                break
+    else:
+        end = rows[SCAN - 1][:2] if len(rows) > SCAN else None
+    more = (
+        cursors.encode(app_state(request).cursor_key, tenant, cursors.after_thread(end[0], end[1], bound))
+        if end
+        else None
+    )
+    return _page(items, more, None)
 
 
 @get(

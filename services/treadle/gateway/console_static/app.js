@@ -75,31 +75,41 @@ function statusOf(t) { return t.active_run_id ? "running" : (t.last_run_status |
 async function listScreen() {
   const rows = h("tbody");
   const more = h("button", { type: "button", hidden: true }, "More");
-  const search = h("input", { type: "search", placeholder: "Search titles", oninput: () => filter() });
+  // The API searches titles (`q`), so a search finds threads on pages not loaded yet; typing restarts the list.
+  const search = h("input", { type: "search", placeholder: "Search titles", maxLength: 200, oninput: () => restart() });
   const box = h("section.card", h("div.row", h("h1", "Threads"), h("a.button", { href: "#/new" }, "New thread"), search),
-    h("table.threads", h("thead", h("tr", ["Title", "Status", "Provider", "Runs", "Created"].map((c) => h("th", c)))), rows),
+    h("table.threads", h("thead", h("tr", ["Title", "Status", "Provider", "Runs", "Last activity"].map((c) => h("th", c)))), rows),
     more);
   main().replaceChildren(box);
-  let cursor = null;
-  const filter = () => {
-    const q = search.value.trim().toLowerCase();
-    for (const tr of rows.children) tr.hidden = q && !tr.dataset.title.toLowerCase().includes(q);
-  };
+  let cursor = null, query = "", generation = 0, timer = null;
   const page = async () => {
+    const mine = generation;
     try {
       const qs = new URLSearchParams({ limit: "25" });
+      if (query) qs.set("q", query);
       if (cursor) qs.set("cursor", cursor);
       const doc = await get("/v1/threads?" + qs);
+      if (mine !== generation) return; // the search changed while this page was on its way
       for (const t of doc.items) {
         rows.append(h("tr", { dataset: { title: t.title || t.id, thread: t.id } },
           h("td", h("a", { href: "#/t/" + t.id }, t.title || "(untitled)"), h("div.muted.small", t.id)),
-          h("td", h("span.status." + statusOf(t), statusOf(t))), h("td", t.provider), h("td", t.runs), h("td", when(t.created_at))));
+          h("td", h("span.status." + statusOf(t), statusOf(t))), h("td", t.provider), h("td", t.runs),
+          h("td.activity", { title: "created " + when(t.created_at) }, when(t.last_activity_at || t.created_at))));
       }
       cursor = doc.next_cursor;
       more.hidden = !cursor;
-      if (!doc.items.length && !rows.children.length) rows.append(h("tr", h("td", { colSpan: 5 }, "No threads yet.")));
-      filter();
-    } catch (e) { showError(box, e); }
+      if (!cursor && !rows.children.length) {
+        rows.append(h("tr", h("td", { colSpan: 5 }, query ? "No thread's title matches." : "No threads yet.")));
+      }
+    } catch (e) { if (mine === generation) showError(box, e); }
+  };
+  const restart = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      generation += 1; cursor = null; query = search.value.trim();
+      rows.replaceChildren(); more.hidden = true;
+      page();
+    }, 250); // one request per pause in typing, not per key
   };
   more.onclick = page;
   await page();
