@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import psutil
 
 from tests.support.helpers import wait_for
 from treadle.ops.processes import ProcessSupervisor
-from treadle.ops.servers import NatsServer
+from treadle.ops.servers import NatsServer, RedisServer
 
 SLEEPER = [sys.executable, "-c", "import signal; print('ready', flush=True); signal.pause()"]
 
@@ -74,6 +77,26 @@ async def test_a_killed_nats_server_restarts_on_the_same_port_with_its_streams(t
         await nc.close()
         assert info.state.messages == 1
     assert server.pid is None
+
+
+async def test_L9_1_a_supervised_server_killed_while_the_loops_threads_are_all_busy_is_restarted(tmp_path: Path):
+    """A supervised server's exit is noticed on a thread of its own. It waited on the loop's default executor
+    (six threads on 2 cores): with a test session's long-lived servers holding most of them, a redis-server
+    killed by the chaos test was never restarted and every read failed until the test gave up."""
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    busy = [loop.run_in_executor(None, release.wait) for _ in range(40)]  # more than any default executor holds
+    try:
+        async with RedisServer(tmp_path / "redis") as server:
+            server.supervise()
+            old = server.pid
+            assert old is not None
+            os.kill(old, signal.SIGKILL)
+            await wait_for(lambda: server.pid not in (None, old), timeout=30, what="redis-server restarted")
+            await wait_for(lambda: gone(old), what="the killed server reaped")
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
 
 
 async def test_supervisor_restarts_a_killed_child():

@@ -9,6 +9,7 @@ as `treadle up` runs them) is restarted with backoff whenever it exits on its ow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +116,26 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
         writer.close()
 
 
+async def exited(proc: subprocess.Popen) -> None:
+    """Until ``proc`` exits (and is reaped), waited for on a thread of its own: a server's whole life is too long to
+    hold one of the loop's default executor threads (min(32, cores + 4): six on 2 cores), where a few supervised
+    servers would starve every other ``to_thread`` — the next server's exit would then go unnoticed, never restarted."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def wake() -> None:
+        if not done.done():  # the watcher may have been cancelled meanwhile
+            done.set_result(None)
+
+    def wait() -> None:
+        proc.wait()
+        with contextlib.suppress(RuntimeError):  # the loop may have closed while the server still ran
+            loop.call_soon_threadsafe(wake)
+
+    threading.Thread(target=wait, name=f"wait-{proc.pid}", daemon=True).start()
+    await done
+
+
 class _LocalServer:
     name = "server"
 
@@ -203,7 +225,7 @@ class _LocalServer:
         while not self._held:
             proc, since = self._proc, time.monotonic()
             if proc is not None:
-                await asyncio.to_thread(proc.wait)  # reaps it too: a dead server is never left defunct
+                await exited(proc)  # reaps it too: a dead server is never left defunct
                 if self._held:
                     return
                 if time.monotonic() - since >= BACKOFF_RESET_AFTER:
