@@ -16,29 +16,13 @@ from typing import Any
 
 import httpx
 
-from .calls import TERMINAL, Seen
+from .calls import RUN_EVENTS, TERMINAL, Seen
 from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, SseEvent, follow, parse_sse, signal_first
 
 __all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
 
 POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
-
-# The events that change a run's status: what wakes wait_run, which watches the stream instead of polling.
-_RUN_EVENTS = frozenset(
-    {
-        "run.dispatched",
-        "attempt.started",
-        "run.started",
-        "request.opened",
-        "request.resolved",
-        "run.completed",
-        "run.failed",
-        "run.interrupted",
-        "run.cancelled",
-        "rollback.completed",
-    }
-)
 
 
 class TreadleClient:
@@ -302,7 +286,7 @@ class TreadleClient:
                 if run["status"] in wanted:
                     return run
                 thread_id = run["thread_id"]
-            await self._wait(thread_id, reached, wake=lambda event: event.event in _RUN_EVENTS, poll=None)
+            await self._wait(thread_id, reached, wake=lambda event: event.event in RUN_EVENTS, poll=None)
             # The thread shows the run: a 404 now is only the run's index behind (a projector restarting).
             return await self._retrying(lambda: self._fresh_run(run_id, grace=None))
 
