@@ -65,3 +65,49 @@ async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_comp
     firsts = [b.message_id for b in stored if isinstance(b, (pe.TextDelta, pe.TextCompleted))]
     assert firsts[0] == "msg_cut", stored
     assert "".join(b.text for b in stored if isinstance(b, pe.TextDelta) and b.message_id == "msg_cut") == "Drafting"
+
+
+async def test_L2_3_events_larger_than_the_broker_takes_are_stored_cut_down_and_a_huge_text_chunk_whole(nc):
+    """Issue 17: a runtime's report larger than a broker message (a command's 3 MB output, a 2 MB file a tool
+    writes, a 2 MB reply) was retried for ever by the publisher, holding its run. Each is now stored cut down
+    to fit, saying what was cut; raw text is published in pieces, so none of a streamed reply is lost."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    publisher = TurnPublisher(
+        nc,
+        tenant="acme",
+        thread="thr_huge",
+        session_id="ps_1",
+        provider_thread_id="pth_huge",
+        run_id="run_3",
+        attempt_id="att_3",
+        ids=IdFactory("att_3", 0),
+    )
+    huge_input = {"file_path": "/w/big.txt", "content": "x" * 2_000_000, "lines": ["y" * 10] * 200_000}
+    reply = "".join(f"word{i} " for i in range(300_000))  # 2.3 MB in one raw chunk
+    sent = [
+        pe.ToolStarted(node_id="node_w", title="Write", input=huge_input),
+        pe.ToolCompleted(node_id="node_w", output="\u001f" * 3_000_000),  # 6 bytes of JSON per character
+        pe.TextCompleted(message_id="msg_q", node_id="node_r", text=reply),
+    ]
+    for body in sent:
+        await asyncio.wait_for(publisher.event(body), 10)
+    await asyncio.wait_for(publisher.text("msg_r", "node_r", reply), 20)
+    await asyncio.wait_for(publisher.event(pe.TurnCompleted(status="completed")), 10)
+    publisher.close()
+    sub = await js.subscribe("treadle.prov.acme.thr_huge.>", ordered_consumer=True)
+    stored, sizes = [], []
+    while not stored or not isinstance(stored[-1], pe.TurnCompleted):
+        msg = await sub.next_msg(timeout=10)
+        sizes.append(len(msg.data))
+        stored.append(pe.provider_event_decoder.decode(msg.data).body)
+    await sub.unsubscribe()
+    assert max(sizes) <= nc.max_payload // 4 + 1024, sizes  # the body's budget and the event's own fields
+    started, completed, whole = stored[0], stored[1], stored[2]
+    assert isinstance(started, pe.ToolStarted) and started.input is not None
+    assert started.input["file_path"] == "/w/big.txt" and "more characters not stored]" in started.input["content"]
+    assert isinstance(completed, pe.ToolCompleted) and completed.output is not None
+    assert completed.output.startswith("\u001f") and "more characters not stored]" in completed.output
+    assert isinstance(whole, pe.TextCompleted) and whole.text.startswith("word0 word1 ")
+    streamed = "".join(b.text for b in stored if isinstance(b, pe.TextDelta) and b.message_id == "msg_r")
+    assert streamed == reply

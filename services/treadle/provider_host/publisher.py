@@ -13,11 +13,13 @@ from nats.errors import ConnectionClosedError
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.core.provider_events import LiveDelta
+from treadle.core.trimming import MAX_EVENT_BYTES, within
 from treadle.eventlog import subjects
 from treadle.providers.coalesce import Coalescer
 
 _encode = msgspec.json.Encoder().encode
 log = logging.getLogger(__name__)
+TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 6-byte escapes it fits
 
 
 class TurnPublisher:
@@ -64,6 +66,7 @@ class TurnPublisher:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
         self._index += 1
+        body = within(body, min(MAX_EVENT_BYTES, self._nc.max_payload // 4))
         event = pe.ProviderEvent(
             id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
         )
@@ -81,6 +84,10 @@ class TurnPublisher:
                 delay = min(delay * 2, 2.0)
 
     async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        for start in range(0, len(chunk), TEXT_PIECE_CHARS):
+            await self._text_piece(message_id, node_id, chunk[start : start + TEXT_PIECE_CHARS])
+
+    async def _text_piece(self, message_id: str, node_id: str, chunk: str) -> None:
         await self._nc.publish(
             self._live,
             _encode(

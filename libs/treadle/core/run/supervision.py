@@ -36,6 +36,7 @@ from treadle.core.run.events import (
 from treadle.core.run.model import Run
 from treadle.core.thread.events import MessageCompleted, MessageDelta
 from treadle.core.thread.model import Message
+from treadle.core.trimming import MAX_EVENT_BYTES, within
 from treadle.core.view import ThreadView
 
 MAX_RECOVERY_ATTEMPTS = 3
@@ -305,8 +306,16 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
 def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
     att = run.attempt
     return [
-        MessageCompleted(
-            message_id=m.id, run_id=run.id, attempt_id=att.id, node_id=m.node_id or "", text=m.text, status="incomplete"
+        within(
+            MessageCompleted(
+                message_id=m.id,
+                run_id=run.id,
+                attempt_id=att.id,
+                node_id=m.node_id or "",
+                text=m.text,
+                status="incomplete",
+            ),
+            MAX_EVENT_BYTES,  # the text streamed in pieces: together they can be more than one event holds
         )
         for m in state.run_messages(run.id)
         if m.attempt_id == att.id and m.status == "streaming"
