@@ -9,6 +9,7 @@ import asyncio
 import msgspec
 import nats
 import pytest
+from nats.errors import ConnectionClosedError
 
 from tests.support.helpers import wait_for
 from treadle.core import provider_events as pe
@@ -248,3 +249,19 @@ async def test_L9_3_stopping_a_session_ends_a_turn_that_swallowed_its_cancellati
         stop = hp.StopTurn(session_id=placed.session_id, attempt_id="")
         assert isinstance(await env.client.verb(placed.host_id, "session.stop", stop), hp.TurnAccepted)
         await wait_for(lambda: env.stopped(placed.session_id), what="the session stopped")
+
+
+async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_loop_running(nats_url, tmp_path):
+    """A stop that fails half-way (its connection already closed) still stops the heartbeat, the watcher and
+    the reaper: a leaked watcher logged 'host watch failed' every period for the rest of the process."""
+    nc = await nats.connect(nats_url)
+    await streams.ensure(nc.jetstream())
+    host = ProviderHost(nc, Shared(state_dir=tmp_path, volume="closing"), ProviderHostSettings(host_id="host-closing"))
+    await host.start()
+    loops = [t for t in asyncio.all_tasks() if t.get_name().startswith("host:")]
+    assert {t.get_name() for t in loops} == {"host:heartbeat", "host:watcher", "host:reaper"}
+    await nc.close()
+    with pytest.raises(ConnectionClosedError):
+        await host.stop()
+    await asyncio.wait(loops, timeout=10)
+    assert all(t.done() for t in loops)

@@ -135,14 +135,14 @@ class ProviderHost:
 
     async def stop(self) -> None:
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
+        for loop in self._loops:  # first: a stop that fails below (the broker gone) must not leave them running
+            loop.cancel()
         for sub in self._subs:
             await sub.unsubscribe()
         async with self._seat_lock:
             if self._seat is not None:
                 await self._seat.unsubscribe()
                 self._seat = None
-        for loop in self._loops:
-            loop.cancel()
         for session_id in list(self._sessions):
             await self._end_session(session_id, "host_stopping")
 
