@@ -368,3 +368,22 @@ async def test_the_thread_list_shows_when_each_thread_last_changed(console, api)
     await expect(cell).to_have_text(shown)
     await expect(console.page.locator("table.threads th").last).to_have_text("Last activity")
     assert console.errors == []
+
+
+async def test_L1_1_a_new_thread_on_an_acp_agent_is_typed_by_name_and_a_bad_name_is_refused_as_the_api_says(
+    console, api
+):
+    """The provider is a name, not a fixed list: a deployment's ACP agents are ``acp-<name>``."""
+    await console.sign_in(api.token)
+    page = console.page
+    await page.click("text=New thread")
+    await page.fill("input[name=title]", "on an agent")
+    await page.fill("input[name=provider]", "not a provider!")
+    await page.click("button[type=submit]")
+    await expect(page.locator("form .error")).to_contain_text("invalid_provider")
+    await page.fill("input[name=provider]", "acp-codex")
+    await page.click("button[type=submit]")
+    await expect(page.locator(".thread .meta")).to_contain_text("provider acp-codex")
+    thread = page.url.rsplit("/", 1)[1]
+    assert (await api.thread(thread))["thread"]["provider"] == "acp-codex"
+    assert all("400" in e for e in console.errors), console.errors

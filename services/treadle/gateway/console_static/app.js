@@ -68,6 +68,14 @@ function header() {
     } }, "Sign out"));
 }
 
+// A provider by name: the built-in ones offered, any other typed (an ACP agent a deployment configured is
+// "acp-<name>"; the API refuses a name it does not know, and the page shows that refusal).
+export function providerField(id, attrs) {
+  const input = h("input", { name: "provider", list: id, maxLength: 64, size: 12, autocomplete: "off", ...attrs });
+  const known = h("datalist", { id }, ["scripted", "codex", "claude", "acp-claude", "acp-codex"].map((p) => h("option", { value: p })));
+  return [input, known];
+}
+
 // --- thread list ---------------------------------------------------------------------------------
 
 function statusOf(t) { return t.active_run_id ? "running" : (t.last_run_status || "idle"); }
@@ -120,7 +128,7 @@ async function listScreen() {
 function newScreen() {
   const f = (name, el) => h("label", name + " ", el);
   const title = h("input", { name: "title", maxLength: 200 });
-  const provider = h("select", { name: "provider" }, ["scripted", "codex", "claude"].map((p) => h("option", p)));
+  const [provider, providers] = providerField("providers-new", { value: "scripted", required: true });
   const model = h("input", { name: "model", placeholder: "provider default", maxLength: 200 });
   const mode = h("select", { name: "runtime_mode" }, ["approval_required", "auto_accept_edits", "full_access"].map((m) => h("option", m)));
   const ws = h("input", { name: "workspace", placeholder: "(a new one for the thread)", maxLength: 255 });
@@ -134,7 +142,7 @@ function newScreen() {
       noteSeq(made.thread_id, made.seq);
       location.hash = "#/t/" + made.thread_id;
     } catch (e) { showError(form, e); }
-  } }, h("h1", "New thread"), f("Title", title), f("Provider", provider), f("Model", model), f("Runtime mode", mode),
+  } }, h("h1", "New thread"), f("Title", title), f("Provider", provider), providers, f("Model", model), f("Runtime mode", mode),
   f("Workspace", ws), h("p.muted", "Modes outside the tenant's policy are refused by the API."), h("button", { type: "submit" }, "Create"));
   main().replaceChildren(form);
 }

@@ -1,6 +1,6 @@
 // One thread: the timeline with live text, requests answered inline, the composer, queue, diffs, fork, activity.
 import { ApiError, del, get, noteSeq, patch, post, seqOf } from "./api.js";
-import { errorBox, h, main, showError, when } from "./app.js";
+import { errorBox, h, main, providerField, showError, when } from "./app.js";
 
 const MODES = ["auto", "steer_active", "queue_after_active", "restart_active", "start_immediately", "reject", "rollback_active"];
 const TERMINAL = new Set(["completed", "failed", "interrupted", "cancelled", "rolled_back", "superseded"]);
@@ -260,7 +260,7 @@ export async function threadScreen(id) {
   function buildComposer() {
     const text = h("textarea", { name: "text", rows: 3, placeholder: "Message", required: true, maxLength: 100000 });
     const mode = h("select", { name: "mode" }, MODES.map((m) => h("option", m)));
-    const provider = h("select", { name: "provider" }, h("option", { value: "" }, "same provider"), ["scripted", "codex", "claude"].map((p) => h("option", p)));
+    const [provider, providers] = providerField("providers-send", { placeholder: "same provider" });
     const model = h("input", { name: "model", placeholder: "model (optional)", maxLength: 200, size: 14 });
     const clean = h("input", { type: "checkbox", name: "clean_context" });
     const script = h("textarea.script", { name: "script", rows: 3, placeholder: 'script (scripted provider), e.g. {"steps": [...]}' });
@@ -282,7 +282,7 @@ export async function threadScreen(id) {
         text.value = "";
         await refresh();
       } catch (e) { result.replaceChildren(errorBox(e)); }
-    } }, text, h("div.row", h("label", "mode ", mode), h("label", "provider ", provider), model,
+    } }, text, h("div.row", h("label", "mode ", mode), h("label", "provider ", provider), providers, model,
       h("label", { title: "a fresh provider thread, told the thread so far in a summary" }, clean, " clean context"),
       h("button", { type: "submit" }, "Send"), composer.state),
     h("details", h("summary", "script"), script), result);
