@@ -81,7 +81,14 @@ SEND: Codes = {  # core.limits, core.thread.decide.send_message, core.lineage.co
         "invalid_id",
     ),
     404: ("run_not_found", "thread_not_found"),
-    409: ("run_active", "steering_unavailable", "rollback_in_progress", "invalid_mode", "nothing_to_merge"),
+    409: (
+        "run_active",
+        "steering_unavailable",
+        "steers_pending",
+        "rollback_in_progress",
+        "invalid_mode",
+        "nothing_to_merge",
+    ),
     422: ("steering_unavailable", "not_a_fork"),
 }
 INTERRUPT: Codes = {  # core.run.interrupts

@@ -5,10 +5,14 @@ from __future__ import annotations
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered
-from treadle.core.run.model import Attempt
+from treadle.core.run.model import Attempt, Run
 from treadle.core.thread.events import QueueReordered, RunEdited
 from treadle.core.thread.model import Message
 from treadle.core.view import Folds, ThreadView
+
+
+def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
+    return [m for m in state.run_messages(run.id) if m.steering is not None and not m.delivered]
 
 
 def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:

@@ -34,6 +34,7 @@ from treadle.core.run.events import (
     RunWarning,
 )
 from treadle.core.run.model import Run
+from treadle.core.run.steering import undelivered_steers
 from treadle.core.thread.events import MessageCompleted, MessageDelta
 from treadle.core.thread.model import Message
 from treadle.core.trimming import MAX_EVENT_BYTES, within
@@ -333,10 +334,6 @@ def _close_children(state: ThreadView, run: Run) -> list[Payload]:
         if req.run_id == run.id and req.status == "pending":
             events.append(RequestResolved(request_id=req.id, run_id=run.id, status="cancelled"))
     return events
-
-
-def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
-    return [m for m in state.run_messages(run.id) if m.steering is not None and not m.delivered]
 
 
 def turn_status(state: ThreadView, run: Run, turn: pe.TurnCompleted) -> str:

@@ -12,10 +12,12 @@ from treadle.core.ctx import Ctx
 from treadle.core.envelope import Payload
 from treadle.core.errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from treadle.core.ids import TOKEN
+from treadle.core.limits import MAX_TEXT_CHARS
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.rollback import decide as rollback
 from treadle.core.run.events import InterruptRequested, RunDispatched, RunQueued, RunSteered
 from treadle.core.run.model import Run
+from treadle.core.run.steering import undelivered_steers
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.events import ThreadCreated
 from treadle.core.thread.model import DispatchMode, RuntimeMode
@@ -140,6 +142,15 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     if steerable and body.mode in ("auto", "steer_active", "restart_active"):
         if active is not None and (target is None or target == active.id):
             steering = _steering(state, active, body.mode)
+            if steering is not None and _steers_overflow(state, active, body):
+                if body.mode != "auto":
+                    raise Conflict(
+                        f"the steers this run has not taken yet would exceed {MAX_TEXT_CHARS} characters together;"
+                        " wait for the run to take them, or queue this message",
+                        code="steers_pending",
+                        details={"active_run_id": active.id, "limit": MAX_TEXT_CHARS},
+                    )
+                steering = None  # auto: the message is queued behind the run instead
             if steering is not None:
                 message_id = ids.next("msg")
                 steered = RunSteered(
@@ -228,6 +239,13 @@ def capabilities_for(state: ThreadView, run: Run) -> ProviderCapabilities | None
     if session is not None and session.provider == run.provider and session.capabilities is not None:
         return session.capabilities
     return scripted_capabilities(run.provider, run.script)
+
+
+def _steers_overflow(state: ThreadView, run: Run, body: SendMessage) -> bool:
+    """Steers a run ended before taking become one message, the run that supersedes it (L3.4): together
+    they must be no longer than one message may be, or that run could never be stored."""
+    pending = sum(len(m.text) for m in undelivered_steers(state, run))
+    return pending + len(body.text) > MAX_TEXT_CHARS
 
 
 def _steering(state: ThreadView, run: Run, mode: str) -> str | None:

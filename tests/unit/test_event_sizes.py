@@ -1,11 +1,14 @@
-"""Issue 17: a provider event larger than a broker message is cut down to fit, keeping its shape and ids."""
+"""Issue 17: what a runtime reports or a user steers is bounded so that every event made from it can be stored."""
 
 from __future__ import annotations
 
 import msgspec
+import pytest
 
+from tests.unit.domain_helpers import send
 from tests.unit.test_L2_3_finalization_barrier_properties import World
 from treadle.core import provider_events as pe
+from treadle.core.errors import Conflict
 from treadle.core.requests.model import FileEdit
 from treadle.core.trimming import MAX_EVENT_BYTES, cut, within
 
@@ -51,3 +54,22 @@ def test_L2_3_a_run_ended_with_a_message_streamed_in_pieces_larger_than_one_even
     assert closed.id == "msg_big" and closed.status == "incomplete"
     assert closed.text.startswith("00zz") and closed.text.endswith("more characters not stored]")
     assert len(msgspec.json.encode(closed.text)) <= MAX_EVENT_BYTES
+
+
+def test_L3_4_steers_a_run_has_not_taken_are_refused_past_one_messages_length_and_auto_queues_instead():
+    """The steers a run ended before taking become one superseding run's message: twelve steers of 100,000
+    characters made a 4.2 MB event the broker refuses, and the run could never end. A steer past that length
+    is refused typed (nothing appended); ``auto`` queues the message behind the run instead."""
+    world = World("full")
+    run = world.state.active_run
+    assert run is not None
+    send(world.state, "a" * 60_000, mode="steer_active")
+    events_before = len(world.state.messages)
+    with pytest.raises(Conflict) as refused:
+        send(world.state, "b" * 60_000, mode="steer_active")
+    assert refused.value.code == "steers_pending" and len(world.state.messages) == events_before
+    _, queued = send(world.state, "c" * 60_000, mode="auto")
+    assert queued.disposition == "queued" and queued.run_id != run.id
+    world.provider(pe.TurnCompleted(status="completed"))
+    superseding = [r for r in world.state.runs if r.supersedes_run_id == run.id]
+    assert len(superseding) == 1 and len(msgspec.json.encode(superseding[0])) < MAX_EVENT_BYTES
