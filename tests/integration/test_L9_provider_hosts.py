@@ -251,17 +251,48 @@ async def test_L9_3_stopping_a_session_ends_a_turn_that_swallowed_its_cancellati
         await wait_for(lambda: env.stopped(placed.session_id), what="the session stopped")
 
 
-async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_loop_running(nats_url, tmp_path):
-    """A stop that fails half-way (its connection already closed) still stops the heartbeat, the watcher and
-    the reaper: a leaked watcher logged 'host watch failed' every period for the rest of the process."""
+async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_loop_or_turn_running(
+    nats_url, tmp_path
+):
+    """A stop that fails (its connection already closed) still stops the heartbeat, the watcher, the reaper and
+    every session's turn: a leaked watcher logged 'host watch failed' every period for the rest of the process,
+    and the sessions after the first whose report failed kept their runtimes."""
     nc = await nats.connect(nats_url)
     await streams.ensure(nc.jetstream())
     host = ProviderHost(nc, Shared(state_dir=tmp_path, volume="closing"), ProviderHostSettings(host_id="host-closing"))
     await host.start()
-    loops = [t for t in asyncio.all_tasks() if t.get_name().startswith("host:")]
-    assert {t.get_name() for t in loops} == {"host:heartbeat", "host:watcher", "host:reaper"}
+    client = HostClient(nc, volume="closing", timeout=10.0)
+    for n in (1, 2):
+        placed = await client.place(
+            hp.PlaceSession(
+                tenant="acme",
+                thread=f"thr_{n}",
+                provider="scripted",
+                session_id=f"ps_{n}",
+                provider_thread_id="pth",
+                workspace=f"w{n}",
+            )
+        )
+        assert isinstance(placed, hp.SessionPlaced), placed
+        started = await client.start_turn(
+            "host-closing",
+            hp.StartTurn(
+                session_id=f"ps_{n}",
+                tenant="acme",
+                thread=f"thr_{n}",
+                run_id=f"run_{n}",
+                attempt_id=f"att_{n}",
+                root_node_id=f"node_{n}",
+                text="hang",
+                script={"steps": [{"type": "hang"}]},
+            ),
+        )
+        assert isinstance(started, hp.TurnAccepted), started
+    running = [t for t in asyncio.all_tasks() if t.get_name().startswith(("host:", "turn:"))]
+    names = {t.get_name() for t in running}
+    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "turn:att_1", "turn:att_2"}, names
     await nc.close()
     with pytest.raises(ConnectionClosedError):
         await host.stop()
-    await asyncio.wait(loops, timeout=10)
-    assert all(t.done() for t in loops)
+    await asyncio.wait(running, timeout=10)
+    assert all(t.done() for t in running)

@@ -134,17 +134,25 @@ class ProviderHost:
         ]
 
     async def stop(self) -> None:
+        """Every step is tried even when one fails (the broker gone): the loops and every session's runtime
+        must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
-        for loop in self._loops:  # first: a stop that fails below (the broker gone) must not leave them running
+        for loop in self._loops:
             loop.cancel()
+        failures = await asyncio.gather(self._unsubscribe(), return_exceptions=True)
+        sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
+        failures += await asyncio.gather(*sessions, return_exceptions=True)
+        first = next((f for f in failures if isinstance(f, BaseException)), None)
+        if first is not None:
+            raise first
+
+    async def _unsubscribe(self) -> None:
         for sub in self._subs:
             await sub.unsubscribe()
         async with self._seat_lock:
             if self._seat is not None:
                 await self._seat.unsubscribe()
                 self._seat = None
-        for session_id in list(self._sessions):
-            await self._end_session(session_id, "host_stopping")
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
