@@ -14,9 +14,10 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from treadle.cli.asyncapi import event_example
 from treadle.eventlog import streams
 from treadle.ops import tenant_consumers
-from treadle.ops.broker_auth import SERVICE_ACCOUNT, tenant_permissions
+from treadle.ops.broker_auth import SERVICE_ACCOUNT, BrokerAuth, tenant_permissions
 from treadle.ops.servers import NatsServer
 from treadle.ops.tenant_events import API_PREFIX, CannotReposition, ConsumerMissing, TenantCredential, follow_tenant
+from treadle.runtime.partitions import PartitionsChanged
 
 STREAM = "TREADLE_EVENTS"
 
@@ -211,3 +212,23 @@ async def test_streams_written_before_accounts_survive_the_upgrade(tmp_path):
         finally:
             await nc.close()
     assert not (tmp_path / "nats" / "jetstream" / "$G").exists()
+
+
+def test_the_partition_count_is_kept_from_the_first_render_and_a_different_one_is_refused(tmp_path, monkeypatch):
+    """A render by a process without TREADLE_PARTITIONS (issuing a tenant credential) fell back to the default
+    and silently re-mapped every thread of a deployment partitioned otherwise."""
+    auth = BrokerAuth(tmp_path)
+    monkeypatch.setenv("TREADLE_PARTITIONS", "4")
+    auth.init()
+    conf = auth.server_dir / "auth.conf"
+    assert "partition(4,2)" in conf.read_text()
+    monkeypatch.delenv("TREADLE_PARTITIONS")
+    auth.issue("acme", "nats://127.0.0.1:4222")  # renders again
+    assert "partition(4,2)" in conf.read_text()
+    before = conf.read_text()
+    monkeypatch.setenv("TREADLE_PARTITIONS", "16")
+    with pytest.raises(PartitionsChanged, match="partitioned 4 ways"):
+        auth.issue("globex", "nats://127.0.0.1:4222")
+    assert conf.read_text() == before and [c.tenant for c in auth.credentials()] == ["acme"]
+    monkeypatch.setenv("TREADLE_PARTITIONS", "4")  # the same count again is fine
+    auth.render()

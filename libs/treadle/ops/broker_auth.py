@@ -183,8 +183,9 @@ class BrokerAuth:
         return msgspec.json.decode(path.read_bytes(), type=list[ConsumerCredential])
 
     def _save(self, creds: list[ConsumerCredential]) -> None:
+        conf = self._conf(creds)  # first: a config that cannot be rendered must not leave a credential half made
         _write_private(self.dir / "tenants.json", msgspec.json.encode(creds))
-        self.render()
+        _write_private(self.server_dir / CONF, conf)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -235,17 +236,23 @@ class BrokerAuth:
     # --- the server's view ----------------------------------------------------------------------
 
     def render(self) -> Path:
-        """Write ``auth.conf``: the service account (its user may use every subject of it) exporting to
-        each tenant credential's account what that credential may use. The file is what nats-server
-        includes; JSON is valid NATS config syntax."""
+        """Write ``auth.conf`` from the credentials kept."""
+        path = self.server_dir / CONF
+        _write_private(path, self._conf(self.credentials()))
+        return path
+
+    def _conf(self, creds: list[ConsumerCredential]) -> bytes:
+        """``auth.conf``: the service account (its user may use every subject of it) exporting to each tenant
+        credential's account what that credential may use. The file is what nats-server includes; JSON is
+        valid NATS config syntax."""
         service = self.service()
-        creds = self.credentials()
         accounts: dict[str, dict] = {
             SERVICE_ACCOUNT: {
                 "jetstream": "enabled",
                 "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
                 "exports": [export for cred in creds for export in service_exports(cred)],
-                "mappings": partitions.nats_mappings(),  # thread partitions of the events (runtime/partitions.py)
+                # thread partitions of the events (runtime/partitions.py), as many as when first rendered
+                "mappings": partitions.nats_mappings(partitions.pinned_count(self.dir / "partitions")),
             }
         }
         for cred in creds:
@@ -255,9 +262,7 @@ class BrokerAuth:
             + json.dumps(accounts, indent=2)
             + "\n"
         )
-        path = self.server_dir / CONF
-        _write_private(path, text.encode())
-        return path
+        return text.encode()
 
     def adopt_global_store(self, store_dir: Path | None = None) -> bool:
         """Before the first start with accounts: JetStream state the service user wrote while it lived in

@@ -8,7 +8,7 @@ inserting) the token keeps every existing reader whole: the OCC fence and the pe
 ``treadle.evt.<tenant>.>`` are unchanged. A consumer of one partition filters on the last token.
 
 The partition count is a property of the broker config (``TREADLE_PARTITIONS`` when ``auth.conf`` is
-rendered: ``treadle broker init`` or ``treadle up``). Workers never configure it: they ask the broker
+first rendered: ``treadle broker init`` or ``treadle up``; kept beside it from then on). Workers never configure it: they ask the broker
 (:func:`discover`), which answers through a mapping of a probe subject onto a literal carrying the count, so
 the two can never disagree.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
@@ -35,6 +36,30 @@ def configured_count() -> int:
     count = int(raw) if raw.strip() else DEFAULT_PARTITIONS
     if not 1 <= count <= 1024:
         raise ValueError(f"TREADLE_PARTITIONS must be between 1 and 1024, not {count}")
+    return count
+
+
+class PartitionsChanged(ValueError):
+    """``TREADLE_PARTITIONS`` differs from the count a broker's streams were first partitioned with."""
+
+
+def pinned_count(pin: Path) -> int:
+    """The partition count of a broker whose config is rendered from the directory holding ``pin``: the one
+    it was first rendered with, kept in ``pin``. A different count would send each thread's events to another
+    partition than its unacknowledged ones, and a later render by a process without the setting (issuing a
+    tenant credential) would silently fall back to the default: so a set count that differs is refused."""
+    asked = configured_count() if os.environ.get("TREADLE_PARTITIONS", "").strip() else None
+    if pin.is_file():
+        count = int(pin.read_text())
+        if asked is not None and asked != count:
+            raise PartitionsChanged(
+                f"TREADLE_PARTITIONS={asked}, but this broker's events are partitioned {count} ways ({pin}); "
+                "the count of a deployment cannot change in place"
+            )
+        return count
+    count = asked or DEFAULT_PARTITIONS
+    pin.parent.mkdir(parents=True, exist_ok=True)
+    pin.write_text(f"{count}\n")
     return count
 
 
