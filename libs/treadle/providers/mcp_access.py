@@ -24,6 +24,11 @@ class McpAccess(msgspec.Struct, kw_only=True, frozen=True):
     __str__ = __repr__
 
 
+def egress_url(access: McpAccess | None) -> str | None:
+    """The sandbox's one egress target besides the model API (that host and port only), when there is access."""
+    return access.url if access is not None else None
+
+
 def runtime_env(access: McpAccess | None) -> dict[str, str]:
     return {TOKEN_ENV: access.token} if access is not None else {}
 
@@ -37,6 +42,10 @@ def codex_args(access: McpAccess | None) -> list[str]:
         f"mcp_servers.{SERVER}.url={json.dumps(access.url)}",
         "-c",
         f"mcp_servers.{SERVER}.bearer_token_env_var={json.dumps(TOKEN_ENV)}",
+        # The credential's capabilities are the policy: Codex's own per-call prompt would only be declined
+        # ("user rejected MCP tool call"), as the app-server asks no client that can answer it.
+        "-c",
+        f'mcp_servers.{SERVER}.default_tools_approval_mode="approve"',
     ]
 
 
