@@ -102,6 +102,8 @@ def test_an_mcp_url_a_sandbox_can_reach_is_kept(url):
         ("http://10.0.0.7:8080/mcp", "plain http only on the loopback"),  # the forwarder's proxy carries https only
         ("http://gateway.example.com/mcp", "plain http only on the loopback"),
         ("http://[::1]:8000/mcp", "listens on 127.0.0.1"),
+        ("http://127.0.0.1/mcp", "cannot listen on loopback port 80"),  # the runtime would not even start
+        ("https://localhost:443/mcp", "cannot listen on loopback port 443"),
         ("http://svc:hunter2@127.0.0.1:8000/mcp", "no credentials in the URL"),
         ("ftp://127.0.0.1/mcp", "scheme must be http or https"),
         ("127.0.0.1:8000/mcp", "scheme must be http or https"),

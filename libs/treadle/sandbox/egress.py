@@ -95,9 +95,11 @@ def sandbox_reachable_url(url: str, what: str) -> str:
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:  # and the URL is not repeated: it holds them
         raise EgressTargetError(f"{what}: no credentials in the URL (the session's token is the access)")
-    host, _ = egress_target(url, what)
+    host, port = egress_target(url, what)
     if is_loopback(host) and ":" in host:
         raise EgressTargetError(f"{what} {url!r}: the sandbox's forwarder listens on 127.0.0.1, not on {host}")
+    if is_loopback(host) and port < 1024:  # the forwarder runs as the tenant's uid, which binds no such port
+        raise EgressTargetError(f"{what} {url!r}: a sandbox cannot listen on loopback port {port} (below 1024)")
     if parts.scheme.lower() == "http" and not is_loopback(host):
         raise EgressTargetError(
             f"{what} {url!r}: a sandboxed runtime reaches plain http only on the loopback (127.0.0.1); "
