@@ -6,6 +6,7 @@ travels only in the runtime's environment (the sandbox's allow-listed one): Code
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import msgspec
 
@@ -47,6 +48,16 @@ def codex_args(access: McpAccess | None) -> list[str]:
         "-c",
         f'mcp_servers.{SERVER}.default_tools_approval_mode="approve"',
     ]
+
+
+def acp_server(access: McpAccess, token_in: Literal["header", "env"]) -> dict:
+    """ACP's ``McpServer`` of the http kind, for ``session/new`` and ``session/load``. ``header``: the token is the
+    header's value, as ACP specifies (it travels on the agent's stdin; an agent that keeps MCP clients in its own
+    process, like codex-acp, never shows it). ``env``: the header names the variable, which the agent expands
+    (claude-agent-acp hands its servers to Claude Code on the command line, where a value would show)."""
+    value = f"${{{TOKEN_ENV}}}" if token_in == "env" else access.token
+    headers = [{"name": "Authorization", "value": f"Bearer {value}"}]
+    return {"type": "http", "name": SERVER, "url": access.url, "headers": headers}
 
 
 def claude_servers(access: McpAccess | None) -> dict[str, dict]:
