@@ -15,8 +15,9 @@ from tests.codex.codex_mock import MockResponses
 from treadle.core.providers.capabilities import view
 from treadle.providers.acp import AcpAdapter
 from treadle.providers.acp.adapter import can_resume, capabilities_of
-from treadle.providers.acp.settings import AcpNotConfigured, AcpSettings
+from treadle.providers.acp.settings import AcpAgent, AcpNotConfigured, AcpSettings
 from treadle.providers.base import Response, ResumeFailed, UnknownProvider, Unsupported
+from treadle.providers.mcp_access import McpAccess
 from treadle.providers.protocol import PlaceSession
 
 
@@ -113,3 +114,42 @@ async def test_a_model_the_agent_does_not_offer_fails_the_placement_typed(mocks,
         assert adapter._rpc is None  # nothing left running
     finally:
         shutil.rmtree(homes, ignore_errors=True)
+
+
+INIT_HTTP = {"agentCapabilities": {"mcpCapabilities": {"http": True, "sse": False}}}
+
+
+@pytest.mark.parametrize(
+    ("init", "token_in", "offered"),
+    [
+        (INIT_HTTP, "header", True),
+        (INIT_HTTP, "env", True),
+        ({"agentCapabilities": {"mcpCapabilities": {"sse": True}}}, "header", False),  # no http: not offered
+        ({"agentCapabilities": {}}, "header", False),  # stdio only: no bridge is offered either
+    ],
+)
+def test_the_orchestrators_server_is_passed_at_session_start_in_acps_shape_where_the_agent_takes_http(
+    tmp_path, init, token_in, offered
+):
+    access = McpAccess(url="http://127.0.0.1:8700/mcp", token="trs_secret", tools=("capabilities",))
+    agent = AcpAgent(command=["/bin/true"], mcp_token=token_in, mcp_servers=[{"name": "docs", "command": "x"}])
+    request = PlaceSession(
+        tenant="acme", thread="thr", provider="acp-x", session_id="ps_1", provider_thread_id="pth_1", workspace="w"
+    )
+    adapter = AcpAdapter(tmp_path, request, tmp_path / "rt", AcpSettings(agents={"x": agent}))
+    adapter.mcp_access, adapter._init = access, init
+    servers = adapter._session_params()["mcpServers"]
+    assert servers[0] == {"name": "docs", "command": "x"}  # the configured stdio server stays
+    assert adapter.offers_orchestrator is offered
+    if not offered:
+        assert len(servers) == 1
+        return
+    value = "Bearer ${ORCHESTRATOR_MCP_TOKEN}" if token_in == "env" else "Bearer trs_secret"
+    assert servers[1] == {
+        "type": "http",
+        "name": "treadle",
+        "url": "http://127.0.0.1:8700/mcp",
+        "headers": [{"name": "Authorization", "value": value}],
+    }
+    env = adapter._env(tmp_path / "home")
+    assert (env.get("ORCHESTRATOR_MCP_TOKEN") == "trs_secret") is (token_in == "env")  # only where it is named

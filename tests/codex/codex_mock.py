@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # --- steps of one reply -------------------------------------------------------------------------
@@ -63,6 +64,25 @@ class Ask:
 
 
 @dataclass
+class ToolSearch:
+    """A ``tool_search`` call (run by codex itself): it answers with the deferred MCP tools matching ``query``,
+    each a function inside a namespace the model then calls (``McpCall``)."""
+
+    query: str
+    limit: int = 8
+
+
+@dataclass
+class McpCall:
+    """A call of an MCP tool as Codex 0.171 expects it once ``tool_search`` loaded it: a ``function_call`` whose
+    ``namespace`` is the server's (``mcp__<server>__``) and whose ``name`` is the tool's own."""
+
+    namespace: str
+    name: str
+    args: dict
+
+
+@dataclass
 class Stall:
     """Keep the stream open without finishing it until the client goes away."""
 
@@ -83,7 +103,7 @@ class HttpError:
     message: str = "mock backend is down"
 
 
-Step = Text | Reasoning | Exec | Patch | PlanUpdate | Ask | Stall | Break | Failed | HttpError
+Step = Text | Reasoning | Exec | Patch | PlanUpdate | Ask | ToolSearch | McpCall | Stall | Break | Failed | HttpError
 
 
 @dataclass
@@ -98,7 +118,7 @@ class Seen:
 
 @dataclass
 class MockResponses:
-    scenarios: dict[str, list[list[Step]]] = field(default_factory=dict)
+    scenarios: dict[str, list] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     connects: list[str] = field(default_factory=list)
     stalled: int = 0  # streams currently held open by a Stall step
@@ -111,8 +131,10 @@ class MockResponses:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def on(self, prompt: str, *replies: list[Step]) -> None:
-        self.scenarios[prompt] = [list(r) for r in replies]
+    def on(self, prompt: str, *replies: list[Step] | Callable[[list[dict]], list[Step]]) -> None:
+        """A reply is its steps, or a function of the tool outputs so far that gives them (an id one tool
+        returned, passed to the next)."""
+        self.scenarios[prompt] = [r if callable(r) else list(r) for r in replies]
 
     def prompts(self) -> list[str]:
         return [r.prompt for r in self.requests]
@@ -167,7 +189,8 @@ class MockResponses:
         prompt, outputs = _last_prompt(request.get("input", []))
         self.requests.append(Seen(prompt=prompt, tool_outputs=outputs, body=request, headers=headers))
         replies = self.scenarios.get(prompt)
-        steps = replies[min(len(outputs), len(replies) - 1)] if replies else [Text(f"echo: {prompt}")]
+        reply = replies[min(len(outputs), len(replies) - 1)] if replies else [Text(f"echo: {prompt}")]
+        steps = reply(outputs) if callable(reply) else reply
         return await self._reply(reader, writer, steps)
 
     @staticmethod
@@ -354,23 +377,26 @@ class MockResponses:
                 "options": [{"label": o, "description": f"option {o}"} for o in step.options],
             }
             yield from self._call(n, "request_user_input", {"questions": [question]})
+        elif isinstance(step, ToolSearch):
+            search = {"query": step.query, "limit": step.limit}
+            item = {"type": "tool_search_call", "id": f"ts_{n}", "call_id": f"call_search_{n}", "execution": "client"}
+            yield ("response.output_item.done", {"output_index": 0, "item": {**item, "arguments": search}})
+        elif isinstance(step, McpCall):
+            yield from self._call(n, step.name, step.args, namespace=step.namespace)
 
     @staticmethod
-    def _call(n: int, name: str, args: dict):
-        yield (
-            "response.output_item.done",
-            {
-                "output_index": 0,
-                "item": {
-                    "type": "function_call",
-                    "id": f"fc_{n}",
-                    "call_id": f"call_{name}_{n}",
-                    "name": name,
-                    "arguments": json.dumps(args),
-                    "status": "completed",
-                },
-            },
-        )
+    def _call(n: int, name: str, args: dict, namespace: str | None = None):
+        item = {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": f"call_{name}_{n}",
+            "name": name,
+            "arguments": json.dumps(args),
+            "status": "completed",
+        }
+        if namespace is not None:
+            item["namespace"] = namespace
+        yield ("response.output_item.done", {"output_index": 0, "item": item})
 
     @staticmethod
     def _event(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
@@ -393,6 +419,6 @@ def _last_prompt(items: list[dict]) -> tuple[str, list[dict]]:
             texts = [t for t in texts if not t.lstrip().startswith("<")]
             if texts:
                 prompt, outputs = texts[-1], []
-        elif item.get("type") in ("function_call_output", "custom_tool_call_output"):
+        elif item.get("type") in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
             outputs.append(item)
     return prompt, outputs

@@ -16,6 +16,7 @@ from tests.codex.codex_support import TENANT, codex_env
 from tests.support.helpers import wait_for
 from tests.support.provider_http import api_client, tenant_token
 from treadle.cli.stack import Stack
+from treadle.ops.servers import free_port
 from treadle.ops.session_credentials import BUCKET
 from treadle.providers.mcp_access import TOKEN_ENV
 
@@ -24,12 +25,14 @@ IDLE = "2"  # the idle reaper's time: a session is released this long after its 
 
 @pytest.fixture(scope="module")
 async def mcp_stack(tmp_path_factory, mock, homes_root):
+    port = free_port()  # the stack's own gateway: a sandboxed runtime reaches its MCP URL (no lower port binds)
     env = {
         **codex_env(mock, homes_root),
-        "TREADLE_PROVIDER_HOST_MCP_URL": "http://127.0.0.1:9/mcp",
+        "TREADLE_PROVIDER_HOST_MCP_URL": f"http://127.0.0.1:{port}/mcp",
         "TREADLE_PROVIDER_HOST_IDLE_SECONDS": IDLE,
     }
-    async with Stack(tmp_path_factory.mktemp("codex-mcp-stack"), env=env, on_output=lambda *_: None) as s:
+    stack_dir = tmp_path_factory.mktemp("codex-mcp-stack")
+    async with Stack(stack_dir, gateway_port=port, env=env, on_output=lambda *_: None) as s:
         yield s
 
 

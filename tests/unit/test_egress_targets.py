@@ -1,8 +1,18 @@
 """Egress targets from model API URLs, and the CONNECT request heads the host side accepts."""
 
 import pytest
+from pydantic import ValidationError
 
-from treadle.sandbox.egress import EgressRequestError, EgressTargetError, egress_targets, parse_connect
+from treadle.runtime.settings import ProviderHostSettings
+from treadle.sandbox.egress import (
+    EgressRequestError,
+    EgressTargetError,
+    Routes,
+    egress_targets,
+    parse_connect,
+    routes,
+    sandbox_reachable_url,
+)
 
 
 def test_targets_take_the_default_port_of_their_scheme():
@@ -71,3 +81,52 @@ def test_malformed_connect_heads_are_refused_with_a_status(head, status):
     with pytest.raises(EgressRequestError) as refused:
         parse_connect(head)
     assert refused.value.status == status
+
+
+# --- issue 21: the orchestrator's MCP URL, a runtime's one egress target besides its model API ---------------
+
+MCP_SETTING = "TREADLE_PROVIDER_HOST_MCP_URL"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/mcp", "http://localhost:8000/mcp", "https://gateway.example.com/mcp"]
+)
+def test_an_mcp_url_a_sandbox_can_reach_is_kept(url):
+    assert sandbox_reachable_url(url, MCP_SETTING) == url
+    assert ProviderHostSettings(mcp_url=url).mcp_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://10.0.0.7:8080/mcp", "plain http only on the loopback"),  # the forwarder's proxy carries https only
+        ("http://gateway.example.com/mcp", "plain http only on the loopback"),
+        ("http://[::1]:8000/mcp", "listens on 127.0.0.1"),
+        ("http://127.0.0.1/mcp", "cannot listen on loopback port 80"),  # the runtime would not even start
+        ("https://localhost:443/mcp", "cannot listen on loopback port 443"),
+        ("http://svc:hunter2@127.0.0.1:8000/mcp", "no credentials in the URL"),
+        ("ftp://127.0.0.1/mcp", "scheme must be http or https"),
+        ("127.0.0.1:8000/mcp", "scheme must be http or https"),
+        ("http://127.0.0.1:99999/mcp", "bad port"),
+        ("http://exa mple/mcp", "no valid host"),
+        ("http://" + "a" * 100_000 + "/mcp", "longer than 2048 characters"),  # and not repeated in the message
+    ],
+)
+def test_an_mcp_url_no_sandbox_could_reach_stops_the_provider_host_with_the_reason(url, why):
+    with pytest.raises(EgressTargetError, match=why):
+        sandbox_reachable_url(url, MCP_SETTING)
+    with pytest.raises(ValidationError, match=MCP_SETTING) as refused:
+        ProviderHostSettings(mcp_url=url)
+    assert why in str(refused.value) and "hunter2" not in str(refused.value).split("input_value")[0]
+
+
+def test_the_mcp_url_adds_its_host_and_port_and_nothing_else():
+    model = "http://127.0.0.1:8123/v1"
+    assert routes([model]) == Routes(frozenset({("127.0.0.1", 8123)}), ((8123, "127.0.0.1", 8123),), False)
+    local = routes([model, "http://127.0.0.1:8700/mcp"])  # the gateway on the loopback: a listener of its own
+    assert local.allowed == {("127.0.0.1", 8123), ("127.0.0.1", 8700)} and not local.proxied
+    assert local.ports == ((8123, "127.0.0.1", 8123), (8700, "127.0.0.1", 8700))
+    remote = routes(["https://api.openai.com/v1", "https://gateway.example.com/mcp"])  # both over the proxy
+    assert remote == Routes(frozenset({("api.openai.com", 443), ("gateway.example.com", 443)}), (), True)
+    same = routes([model, "http://127.0.0.1:8123/mcp"])  # one server for both: one target, one listener
+    assert same.allowed == {("127.0.0.1", 8123)} and same.ports == ((8123, "127.0.0.1", 8123),)

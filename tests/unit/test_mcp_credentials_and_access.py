@@ -46,6 +46,8 @@ def test_the_secret_reaches_a_runtime_only_through_its_sandbox_environment():
         'mcp_servers.treadle.url="http://127.0.0.1:8700/mcp"',
         "-c",
         f'mcp_servers.treadle.bearer_token_env_var="{TOKEN_ENV}"',
+        "-c",
+        'mcp_servers.treadle.default_tools_approval_mode="approve"',
     ]
     servers = claude_servers(ACCESS)
     assert servers["treadle"]["type"] == "http"

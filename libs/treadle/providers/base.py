@@ -78,6 +78,11 @@ class ProviderAdapter(abc.ABC):
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
 
+    @property
+    def offers_orchestrator(self) -> bool:
+        """Issue 21: the runtime was given the orchestrator's MCP server (published as a capability)."""
+        return self.mcp_access is not None
+
     @abc.abstractmethod
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         """Resume ``native_ref`` (L9.2, required) or create a provider thread. Returns (native ref, resumed)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -115,6 +115,15 @@ class ProviderHostSettings(WorkerSettings):
     )
     mcp_idle_seconds: float = Field(default=1800.0, gt=0)
     mcp_lifetime_seconds: float = Field(default=8 * 3600.0, gt=0)
+
+    @field_validator("mcp_url")
+    @classmethod
+    def _reachable_from_a_sandbox(cls, url: str | None) -> str | None:
+        """It becomes the one egress target of a runtime besides its model API: a URL no sandbox could reach
+        stops the host at its start, not every session at its first tool call."""
+        from treadle.sandbox.egress import sandbox_reachable_url
+
+        return None if url is None else sandbox_reachable_url(url, "TREADLE_PROVIDER_HOST_MCP_URL")
 
 
 class CheckpointsSettings(WorkerSettings):

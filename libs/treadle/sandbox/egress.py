@@ -3,14 +3,16 @@
 A sandbox has its own empty network namespace; the launcher bind-mounts one directory holding this
 socket into it, and ``forward.py`` (inside) turns loopback ports into CONNECT requests over it. Each
 connection here must start with ``CONNECT host:port HTTP/1.x``; only the (host, port) pairs the runtime's
-model API URLs name are dialled, host names compared exactly as written (lowercased) and resolved only
-once allowed. Anything else is answered with an error status and never opens a connection.
+URLs name are dialled (its model API's, and the orchestrator's MCP server's when it was given a credential),
+host names compared exactly as written (lowercased) and resolved only once allowed. Anything else is answered
+with an error status and never opens a connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import re
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 FORWARD_SCRIPT = Path(__file__).with_name("forward.py")
 MAX_REQUEST_BYTES = 8 * 1024
 DEFAULT_PORTS = {"https": 443, "http": 80}
+MAX_URL_CHARS = 2048
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
 _HOST = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?|[0-9a-f:.]*:[0-9a-f:.]*")  # a name, IPv4 or bare IPv6
@@ -51,27 +54,80 @@ class EgressRequestError(Exception):
         self.status = status
 
 
+def egress_target(url: str, what: str = "model API URL") -> tuple[str, int]:
+    """The (host, port) ``url`` names; ``what`` the setting it came from, for the error."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise EgressTargetError(f"{what} {url!r}: scheme must be http or https, not {scheme or 'none'!r}")
+    host = parts.hostname  # lowercased, IPv6 brackets removed
+    if not host or not _HOST.fullmatch(host):
+        raise EgressTargetError(f"{what} {url!r}: no valid host name")
+    try:
+        port = parts.port
+    except ValueError as bad:  # non-numeric or out of range
+        raise EgressTargetError(f"{what} {url!r}: bad port ({bad})") from None
+    if port == 0:
+        raise EgressTargetError(f"{what} {url!r}: bad port 0")
+    return host, DEFAULT_PORTS[scheme] if port is None else port
+
+
 def egress_targets(urls: Iterable[str]) -> frozenset[tuple[str, int]]:
-    """The (host, port) pairs a runtime may reach: those of its model API base URLs."""
-    targets = set()
+    """The (host, port) pairs a runtime may reach: those of its URLs (model API, orchestrator)."""
+    return frozenset(egress_target(url) for url in urls)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return False
+
+
+def sandbox_reachable_url(url: str, what: str) -> str:
+    """``url`` when a sandboxed runtime can reach it, else ``EgressTargetError`` saying why (for a setting
+    checked when a worker starts). Inside, a loopback URL is served by the forwarder's listener on the same
+    port and anything else only by its CONNECT proxy, which carries https alone: a remote plain-http URL would
+    be refused on every request. No user:password either: it would be on the runtime's command line."""
+    if len(url) > MAX_URL_CHARS:  # not repeated in the message either
+        raise EgressTargetError(f"{what}: longer than {MAX_URL_CHARS} characters")
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:  # and the URL is not repeated: it holds them
+        raise EgressTargetError(f"{what}: no credentials in the URL (the session's token is the access)")
+    host, port = egress_target(url, what)
+    if is_loopback(host) and ":" in host:
+        raise EgressTargetError(f"{what} {url!r}: the sandbox's forwarder listens on 127.0.0.1, not on {host}")
+    if is_loopback(host) and port < 1024:  # the forwarder runs as the tenant's uid, which binds no such port
+        raise EgressTargetError(f"{what} {url!r}: a sandbox cannot listen on loopback port {port} (below 1024)")
+    if parts.scheme.lower() == "http" and not is_loopback(host):
+        raise EgressTargetError(
+            f"{what} {url!r}: a sandboxed runtime reaches plain http only on the loopback (127.0.0.1); "
+            "give the remote gateway's https URL"
+        )
+    return url
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """How a sandbox reaches its URLs: what the host's Egress allows, the forwarder's loopback listeners
+    (listen port, host, port), and whether anything goes through its CONNECT proxy (HTTPS_PROXY)."""
+
+    allowed: frozenset[tuple[str, int]]
+    ports: tuple[tuple[int, str, int], ...]
+    proxied: bool
+
+
+def routes(urls: Sequence[str]) -> Routes:
+    ports: dict[tuple[int, str, int], None] = {}
+    proxied = False
     for url in urls:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        if scheme not in DEFAULT_PORTS:
-            raise EgressTargetError(f"model API URL {url!r}: scheme must be http or https, not {scheme or 'none'!r}")
-        host = parts.hostname  # lowercased, IPv6 brackets removed
-        if not host or not _HOST.fullmatch(host):
-            raise EgressTargetError(f"model API URL {url!r}: no valid host name")
-        try:
-            port = parts.port
-        except ValueError as bad:  # non-numeric or out of range
-            raise EgressTargetError(f"model API URL {url!r}: bad port ({bad})") from None
-        if port == 0:
-            raise EgressTargetError(f"model API URL {url!r}: bad port 0")
-        if port is None:
-            port = DEFAULT_PORTS[scheme]
-        targets.add((host, port))
-    return frozenset(targets)
+        host, port = egress_target(url)
+        if is_loopback(host):
+            ports[(port, host, port)] = None  # the runtime keeps its URL: a listener on the same port
+        else:
+            proxied = True
+    return Routes(egress_targets(urls), tuple(ports), proxied)
 
 
 def parse_connect(head: bytes) -> tuple[str, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import ipaddress
 import json
 import logging
 import os
@@ -23,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -136,14 +134,6 @@ def probe(settings: SandboxSettings, scratch: Path) -> ProbeResult:
     return ProbeResult(tuple(missing), cgroups.detect(), bwrap, setpriv)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return False
-
-
 def _chown_tree(path: Path, ids: TenantIds) -> None:
     """Make ``path`` and everything under it the tenant's (lchown: links are never followed)."""
     st = os.lstat(path)
@@ -254,7 +244,10 @@ class Sandbox:
         model_urls: Sequence[str],
         home: Path,
         inherit: Sequence[str] = (),
+        orchestrator_url: str | None = None,
     ) -> Prepared:
+        """``orchestrator_url``: the MCP server of a runtime given a session credential, its one other egress
+        target (that host and port only)."""
         self.check()
         assert self.result is not None
         ids = await asyncio.to_thread(self.identities.ids, tenant)
@@ -262,7 +255,8 @@ class Sandbox:
         await asyncio.to_thread(self._own, ids, workspace, homes, files)
         etc = await asyncio.to_thread(self._etc, tenant, ids, home)
         env = dict(runtime_env)
-        forward, egress = await self._egress(name, ids, model_urls, env)
+        urls = [*model_urls, *([orchestrator_url] if orchestrator_url else [])]
+        forward, egress = await self._egress(name, ids, urls, env)
         spec = SandboxSpec(
             ids=ids,
             workspace=workspace,
@@ -333,24 +327,15 @@ class Sandbox:
     ) -> tuple[Forward | None, Egress | None]:
         if not urls:
             return None, None
-        from .egress import FORWARD_SCRIPT, Egress, egress_targets, sandbox_python
+        from .egress import FORWARD_SCRIPT, Egress, routes, sandbox_python
 
-        allowed = egress_targets(urls)
+        route = routes(urls)
         socket_dir = self.egress_root / hashlib.sha256(name.encode()).hexdigest()[:16]
         await asyncio.to_thread(self._socket_dir, socket_dir, ids)
         socket = socket_dir / "s"
-        egress = Egress(socket, allowed)
+        egress = Egress(socket, route.allowed)
         await egress.start()
-        ports = []
-        proxied = False  # some URL is not on the loopback: the runtime reaches it through the proxy
-        for url in urls:
-            parts = urlsplit(url)
-            if parts.hostname and _is_loopback(parts.hostname):
-                port = parts.port or (443 if parts.scheme == "https" else 80)
-                ports.append((port, parts.hostname, port))
-            else:
-                proxied = True
-        if proxied:
+        if route.proxied:  # some URL is not on the loopback: the runtime reaches it through the proxy
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
             env.update(
                 {
@@ -367,7 +352,7 @@ class Sandbox:
             python=sandbox_python(),
             script=str(FORWARD_SCRIPT),
             socket=str(socket),
-            ports=tuple(dict.fromkeys(ports)),
+            ports=route.ports,
             proxy_port=PROXY_PORT,
         )
         return forward, egress

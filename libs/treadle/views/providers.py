@@ -32,6 +32,7 @@ class ProviderCapabilities(View, kw_only=True):
     subagents: bool = False
     max_handoff_chars: int = 100_000
     identity: Literal["strong", "weak", "none"] = "strong"
+    orchestrator: bool = False  # issue 21: the session's runtime can call Treadle's MCP tools
 
 
 class ProviderSession(View, kw_only=True):
@@ -75,3 +76,4 @@ class CapabilityView(View, kw_only=True):
     rollback: Literal["native", "fresh_thread"] = "fresh_thread"
     fork: Literal["native", "portable"] = "portable"
     subagent_fork: Literal["native", "synthetic", "unavailable"] = "unavailable"
+    orchestrator: Literal["mcp", "none"] = "none"  # issue 21: the agent can call Treadle's MCP tools

@@ -396,7 +396,9 @@ class ProviderHost:
             provider_thread_id=request.provider_thread_id,
             native_ref=session.native_ref,
             resumed=session.resumed,
-            capabilities=session.adapter.capabilities,
+            capabilities=msgspec.structs.replace(
+                session.adapter.capabilities, orchestrator=session.adapter.offers_orchestrator
+            ),
         )
 
     async def _make_room(self, tenant: str) -> capacity.Admit | capacity.Refuse:

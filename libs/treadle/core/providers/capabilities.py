@@ -61,6 +61,8 @@ class CapabilityView(msgspec.Struct, kw_only=True):
     # instead of the provider's own history, a lower-fidelity fork.
     fork: Literal["native", "portable"] = "portable"
     subagent_fork: Literal["native", "synthetic", "unavailable"] = "unavailable"
+    # Issue 21: the agent can call Treadle's MCP tools (delegate, create and read threads) as the thread's tenant.
+    orchestrator: Literal["mcp", "none"] = "none"
 
 
 def fork_fidelity(caps: ProviderCapabilities) -> Literal["native", "portable"]:
@@ -89,4 +91,5 @@ def view(caps: ProviderCapabilities) -> CapabilityView:
         rollback="native" if caps.rollback else "fresh_thread",
         fork=fork_fidelity(caps),
         subagent_fork=subagent_fork_fidelity(caps),
+        orchestrator="mcp" if caps.orchestrator else "none",
     )

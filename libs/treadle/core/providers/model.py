@@ -32,6 +32,7 @@ class ProviderCapabilities(Entity, kw_only=True):
     subagents: bool = False
     max_handoff_chars: int = 100_000
     identity: Literal["strong", "weak", "none"] = "strong"
+    orchestrator: bool = False  # issue 21: the session's runtime can call Treadle's MCP tools (with its credential)
 
 
 class ProviderSession(Entity, kw_only=True):

@@ -22,6 +22,7 @@ from treadle.core.ids import is_token
 from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
+from .. import mcp_access
 from ..base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, TurnSink, Unsupported
 from ..codex.rpc import ProcessGone, RpcError, RpcProcess
 from ..protocol import PlaceSession
@@ -67,6 +68,10 @@ def capabilities_of(init: dict) -> ProviderCapabilities:
         subagents=False,
         identity="weak",
     )
+
+
+def takes_http_mcp(init: dict) -> bool:
+    return bool(((init.get("agentCapabilities") or {}).get("mcpCapabilities") or {}).get("http"))
 
 
 def can_resume(init: dict) -> bool:
@@ -132,6 +137,8 @@ class AcpAdapter(ProviderAdapter):
         env |= {k: v.replace("{home}", str(home)) for k, v in agent.env.items()}
         env |= {name: str(home) for name in agent.home_env}
         env["HOME"] = str(home / "home")
+        if agent.mcp_token == "env":
+            env |= mcp_access.runtime_env(self.mcp_access)
         return env
 
     async def _start(self) -> RpcProcess:
@@ -141,7 +148,9 @@ class AcpAdapter(ProviderAdapter):
         await asyncio.to_thread(self._write_home, home, self.agent)
         argv, env = self.agent.argv(), self._env(home)
         if self._sandbox is not None:
-            binaries = [Path(a).resolve().parent for a in argv if a.startswith("/") and Path(a).exists()]
+            # the install is bound at its real path: a path through a link (a checkout's .tools) is not inside
+            argv = [str(Path(a).resolve()) if a.startswith("/") and Path(a).exists() else a for a in argv]
+            binaries = [Path(a).parent for a in argv if a.startswith("/") and Path(a).exists()]
             if self._prepared is not None:
                 await self._prepared.close()
             self._turns += 1
@@ -155,6 +164,7 @@ class AcpAdapter(ProviderAdapter):
                 runtime_env=env,
                 model_urls=[self.agent.model_url] if self.agent.model_url else [],
                 home=home / "home",
+                orchestrator_url=mcp_access.egress_url(self.mcp_access),
             )
             self._files = WorkspaceFiles(self.workspace, (self._prepared.ids.uid, self._prepared.ids.gid))
             argv, env = self._prepared.command, {}
@@ -193,11 +203,20 @@ class AcpAdapter(ProviderAdapter):
         rpc = await self._start()
         return await rpc.request(method, params, timeout or self.agent.request_timeout) or {}
 
+    @property
+    def offers_orchestrator(self) -> bool:
+        """Issue 21: the orchestrator's MCP server (an http one) reaches only an agent that takes http servers."""
+        return self.mcp_access is not None and takes_http_mcp(self._init)
+
     def _session_params(self) -> dict:
+        """``cwd`` and ``mcpServers`` of ``session/new`` and ``session/load``: the configured servers the agent
+        takes (stdio is the baseline; http/sse where it says so), and the orchestrator's with the session's
+        credential where it takes http (no stdio bridge is offered: the credential would need a process)."""
         mcp = self.agent.mcp_servers
         accepted = (self._init.get("agentCapabilities") or {}).get("mcpCapabilities") or {}
-        # stdio servers are the baseline; http/sse only where the agent says it takes them
         servers = [s for s in mcp if s.get("type", "stdio") == "stdio" or accepted.get(s.get("type"))]
+        if self.mcp_access is not None and takes_http_mcp(self._init):
+            servers.append(mcp_access.acp_server(self.mcp_access, self.agent.mcp_token))
         return {"cwd": str(self.workspace), "mcpServers": servers}
 
     # --- provider threads --------------------------------------------------------------------------

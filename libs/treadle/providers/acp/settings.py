@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,6 +39,10 @@ class AcpAgent(BaseModel, extra="forbid"):
     models: list[str] = []  # model ids a thread may ask for (session/set_model); empty: the agent's default only
     modes: dict[str, str] = {}  # Treadle runtime mode -> the agent's session mode id (session/set_mode)
     mcp_servers: list[dict] = []  # ACP McpServer entries passed at session start where the agent takes them
+    # How the orchestrator's MCP server (issue 21) carries the session's credential to an agent that takes http
+    # servers: as the Authorization header's value (ACP's shape), or as ``${ORCHESTRATOR_MCP_TOKEN}`` there with
+    # the value in the agent's environment, for an agent that puts its servers on a command line (mcp_access.py)
+    mcp_token: Literal["header", "env"] = "header"
     # Start a fresh agent process (loading the session) before the turn after a cancelled one: claude-agent-acp
     # 0.23 answers the next prompt with the cancelled query's stale stop reason (its issue #551)
     reload_after_cancel: bool = False
@@ -106,6 +111,7 @@ PRESETS: dict[str, AcpAgent] = {
         env_allow=["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
         modes={"approval_required": "default", "auto_accept_edits": "acceptEdits"},
         reload_after_cancel=True,
+        mcp_token="env",  # Claude Code gets its MCP servers as --mcp-config JSON, and expands ${VAR} in headers
     ),
     # Codex as an ACP agent (Zed's native binary); its model provider is written into its private CODEX_HOME
     "codex-acp": AcpAgent(

@@ -26,7 +26,7 @@ from treadle.core.providers.model import ProviderCapabilities
 from ...sandbox.host import Prepared, Sandbox
 from .. import exits
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
-from ..mcp_access import runtime_env
+from ..mcp_access import egress_url, runtime_env
 from ..protocol import PlaceSession
 from .settings import PERMISSION_MODES, ClaudeSettings
 from .store import PendingFork, PendingRewind, SessionStore
@@ -227,6 +227,7 @@ class ClaudeAdapter(ProviderAdapter):
             },
             model_urls=[self.settings.base_url or "https://api.anthropic.com"],
             home=home,
+            orchestrator_url=egress_url(self.mcp_access),
             inherit=SDK_SPAWN_ENV,
         )
         return self._prepared.wrapper

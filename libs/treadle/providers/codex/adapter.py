@@ -177,6 +177,7 @@ class CodexAdapter(ProviderAdapter):
             runtime_env=own,
             model_urls=[self._settings.base_url],
             home=user_home,
+            orchestrator_url=mcp_access.egress_url(self.mcp_access),
         )
         return self._prepared.command, {}
 
