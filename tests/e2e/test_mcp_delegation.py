@@ -92,3 +92,204 @@ async def test_L5_L6_delegate_async_then_task_status_until_the_result_is_recorde
     assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
     assert len(await _types(log, api.tenant, task, ev.DelegationEnded)) == 1
     assert len([t for t in await _types(log, api.tenant, task, ev.ThreadCreated)]) == 1
+
+
+async def test_delegate_wait_answers_the_result_and_a_wait_that_times_out_never_cancels(api, log):
+    parent, _ = await _parent(api)
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        done = await call(
+            mcp, "delegate_task", parent_thread_id=parent, task="sum it", mode="wait", script=script(text("42"))
+        )
+        assert not done["timed_out"] and done["finalised"] and done["result"]["summary"] == "42"
+
+        short = await call(
+            mcp, "delegate_task", parent_thread_id=parent, task="hang", mode="wait", timeout_seconds=0.3,
+            script=script(HANG, profile="full"),
+        )  # fmt: skip
+        assert short["timed_out"] and not short["finalised"] and short["result"] is None
+        task = short["task_id"]
+        await api.wait_running(short["run_id"])
+        assert (await call(mcp, "task_status", task_id=task))["status"] == "running"  # the timeout cancelled nothing
+        assert not await _types(log, api.tenant, task, ev.InterruptRequested)
+
+        cancelled = await call(mcp, "task_cancel", task_id=task)
+        assert cancelled["run_id"] == short["run_id"] and cancelled["disposition"] == "interrupting"
+        status = await _finalised(mcp, task)
+        assert status["result"] == {"status": "interrupted", "summary": "the delegated task ended interrupted"}
+        again = await _failed(mcp, "task_cancel", task_id=task)
+        assert (again.kind, again.code) == ("not_interruptible", "run_not_active")
+    assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 2
+
+
+async def test_escalation_other_tenants_and_inactive_parents_are_typed_and_change_nothing(api, stack, stack_nc, log):
+    parent, _ = await _parent(api)
+    idle = await api.create_thread(title="idle")
+    other = await make_api(stack, stack_nc, f"{api.tenant}-other")
+    try:
+        theirs, _ = await _parent(other)
+        their_task = None
+        async with mcp_session(other.client.base_url, other.token) as mcp:
+            their_task = (await call(mcp, "delegate_task", parent_thread_id=theirs, task="x", script=script(HANG)))[
+                "task_id"
+            ]
+        before = {t: await log.last_seq(api.tenant, t) for t in (parent, idle)}
+        async with mcp_session(api.client.base_url, api.token) as mcp:
+            wider = await _failed(mcp, "delegate_task", parent_thread_id=parent, task="x", runtime_mode="full_access")
+            assert (wider.kind, wider.code) == ("mode_escalation_denied", "mode_not_allowed")
+            unknown = await _failed(mcp, "delegate_task", parent_thread_id=parent, task="x", runtime_mode="root")
+            assert unknown.kind == "invalid_request"
+            for name, args in (
+                ("delegate_task", {"parent_thread_id": theirs, "task": "x"}),
+                ("task_status", {"task_id": their_task}),
+                ("task_cancel", {"task_id": their_task}),
+                ("task_status", {"task_id": parent}),  # a thread that is not a task
+            ):
+                failed = await _failed(mcp, name, **args)
+                assert failed.kind == "not_found", (name, failed.error)
+            inactive = await _failed(mcp, "delegate_task", parent_thread_id=idle, task="x")
+            assert (inactive.kind, inactive.code) == ("parent_not_active", "parent_not_active")
+            unnamed = await _failed(mcp, "delegate_task", task="x")
+            assert unnamed.kind == "invalid_request"
+            bad = await _failed(mcp, "delegate_task", parent_thread_id="../thr_x", task="x")
+            assert bad.kind == "invalid_request"
+            huge = await _failed(mcp, "delegate_task", parent_thread_id=parent, task="x" * 100_000)
+            assert huge.kind == "invalid_request" and huge.error["details"]["fields"] == ["task"]
+        assert {t: await log.last_seq(api.tenant, t) for t in (parent, idle)} == before
+        assert (await other.thread(their_task))["runs"][0]["status"] in ("starting", "running")
+    finally:
+        await other.close()
+
+
+async def test_delegation_depth_children_per_run_and_running_children_are_quotas(api, stack, stack_nc, log):
+    admin = await _admin(api, stack, stack_nc)
+    try:
+        policy = {"max_delegation_depth": 1, "max_children_per_run": 2, "max_running_children": 2}
+        assert (await admin.request("PUT", "/v1/policy", json=policy)).status_code == 200
+        parent, _ = await _parent(api)
+        async with mcp_session(api.client.base_url, api.token) as mcp:
+            hang = script(HANG, profile="full")
+            first = await call(mcp, "delegate_task", parent_thread_id=parent, task="one", script=hang)
+            await api.wait_running(first["run_id"])
+            deeper = await _failed(mcp, "delegate_task", parent_thread_id=first["task_id"], task="deeper")
+            assert (deeper.kind, deeper.error["details"]["quota"]) == ("quota_exceeded", "delegation_depth")
+            await call(mcp, "delegate_task", parent_thread_id=parent, task="two", script=hang)
+            third = await _failed(mcp, "delegate_task", parent_thread_id=parent, task="three")
+            assert (third.kind, third.error["details"]["quota"]) == ("quota_exceeded", "children_per_run")
+
+            another, _ = await _parent(api)
+            running = await _failed(mcp, "delegate_task", parent_thread_id=another, task="four")
+            assert (running.kind, running.error["details"]) == (
+                "quota_exceeded", {"quota": "running_children", "limit": 2, "current": 2},
+            )  # fmt: skip
+            await call(mcp, "task_cancel", task_id=first["task_id"])
+            await _finalised(mcp, first["task_id"])
+            await wait_for(
+                lambda: _types(log, api.tenant, first["task_id"], ev.DelegationEnded), timeout=30, what="reported"
+            )
+            freed = await call(mcp, "delegate_task", parent_thread_id=another, task="four", script=script(text("ok")))
+            assert (await _finalised(mcp, freed["task_id"]))["result"]["summary"] == "ok"
+        assert len(await _types(log, api.tenant, parent, ev.DelegationStarted)) == 2
+    finally:
+        await admin.close()
+
+
+@pytest.mark.parametrize("cascade", [True, False])
+async def test_L8_interrupting_a_parent_run_cascades_to_its_async_tasks_when_the_setting_says_so(
+    cascade, api, stack, stack_nc, log
+):
+    admin = await _admin(api, stack, stack_nc)
+    try:
+        assert (await admin.request("PUT", "/v1/policy", json={"cascade_interrupts": cascade})).status_code == 200
+        parent, parent_run = await _parent(api)
+        async with mcp_session(api.client.base_url, api.token) as mcp:
+            made = await call(
+                mcp, "delegate_task", parent_thread_id=parent, task="t", script=script(HANG, profile="full")
+            )
+            await api.wait_running(made["run_id"])
+            later = await call(mcp, "thread_send", thread_id=parent, text="after", mode="queue")
+            await call(mcp, "thread_interrupt", run_id=parent_run)
+            await api.wait_run(parent_run, "interrupted")
+            # the queued run starts from the same reaction to the parent's end that cascades (or not)
+            await api.wait_run(later["run_id"])
+            if cascade:
+                status = await _finalised(mcp, made["task_id"])
+                assert status["result"]["status"] == "interrupted"
+                (asked,) = await _types(log, api.tenant, made["task_id"], ev.InterruptRequested)
+                assert asked.data.by == "coordinator"
+            else:
+                assert (await call(mcp, "task_status", task_id=made["task_id"]))["status"] == "running"
+                assert not await _types(log, api.tenant, made["task_id"], ev.InterruptRequested)
+                await call(mcp, "task_cancel", task_id=made["task_id"])
+                await _finalised(mcp, made["task_id"])
+    finally:
+        await admin.close()
+
+
+async def _streaming(log, tenant: str, thread: str, run_id: str) -> bool:
+    return any(isinstance(e.data, ev.MessageDelta) and e.data.run_id == run_id for e in await log.read(tenant, thread))
+
+
+async def test_L9_the_provider_host_killed_while_a_parent_waits_on_its_task_both_recover_and_finalise_once(
+    api, stack, log
+):
+    parent, parent_run = await _parent(api)
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        waiting = asyncio.create_task(
+            call(
+                mcp, "delegate_task", parent_thread_id=parent, task="stream", mode="wait", timeout_seconds=90,
+                script=script(text(SLOW, delay_ms=50, chunk=10)), client_request_id="crash-1",
+            )
+        )  # fmt: skip
+
+        async def child_streaming():
+            (started,) = await _types(log, api.tenant, parent, ev.DelegationStarted) or [None]
+            if started is None:
+                return None
+            child, run = started.data.child_thread_id, started.data.child_run_id
+            return (child, run) if await _streaming(log, api.tenant, child, run) else None
+
+        child, child_run = await wait_for(child_streaming, timeout=30, what="the task streaming")
+        restarts = stack.processes.restarts("provider-host")
+        await stack.processes.kill("provider-host")
+        await wait_for(lambda: stack.processes.restarts("provider-host") > restarts, timeout=20, what="host back")
+
+        done = await waiting
+        assert done["task_id"] == child and done["finalised"] and not done["timed_out"]
+        assert done["result"] == {"status": "completed", "summary": SLOW.strip()}
+        run = await api.wait_run(child_run)
+        assert [a["status"] for a in run["attempts"]] == ["lost", "completed"]  # the task recovered
+
+        def parent_recovered(doc):
+            (r,) = [r for r in doc["runs"] if r["id"] == parent_run]
+            return r["status"] == "running" and len(r["attempts"]) == 2
+
+        await api.wait_thread(parent, parent_recovered, "the parent's turn retried", timeout=60)
+        assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
+        (node,) = [n for r in (await api.thread(parent))["runs"] for n in r["nodes"] if n["owner"] == "app"]
+        assert (node["status"], node["output"]) == ("completed", SLOW.strip())
+        await call(mcp, "thread_interrupt", run_id=parent_run)
+
+
+async def test_L9_a_coordinator_down_when_the_task_ends_finalises_the_parent_once_it_is_back(api, stack, log):
+    parent, _ = await _parent(api)
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        made = await call(
+            mcp, "delegate_task", parent_thread_id=parent, task="stream",
+            script=script(text(SLOW, delay_ms=50, chunk=10)),
+        )  # fmt: skip
+        task, run_id = made["task_id"], made["run_id"]
+        await wait_for(lambda: _streaming(log, api.tenant, task, run_id), timeout=30, what="the task streaming")
+        await stack.processes.halt("coordinator")
+        try:
+
+            async def ended():
+                return await _types(log, api.tenant, task, ev.RunEnded)
+
+            await wait_for(ended, timeout=60, what="the task's run ended while the coordinator is down")
+            assert not await _types(log, api.tenant, parent, ev.DelegationFinished)  # nobody finalised it yet
+        finally:
+            await stack.processes.start()
+        status = await _finalised(mcp, task)
+        assert status["result"] == {"status": "completed", "summary": SLOW.strip()}
+        assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
+        assert len(await _types(log, api.tenant, task, ev.DelegationEnded)) == 1
