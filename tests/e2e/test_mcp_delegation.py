@@ -7,6 +7,7 @@ tasks when the tenant's setting says so (L8); the policy's modes only narrow and
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,6 +16,8 @@ from tests.support.helpers import wait_for
 from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import HANG, script, text
 from treadle.core import events as ev
+from treadle.core.ids import new_id
+from treadle.ops.session_credentials import SessionCredentials
 from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
@@ -293,3 +296,26 @@ async def test_L9_a_coordinator_down_when_the_task_ends_finalises_the_parent_onc
         assert status["result"] == {"status": "completed", "summary": SLOW.strip()}
         assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
         assert len(await _types(log, api.tenant, task, ev.DelegationEnded)) == 1
+
+
+async def test_a_session_credential_delegates_from_its_own_threads_active_run_and_lists_only_its_tools(
+    api, stack_nc, log
+):
+    parent, parent_run = await _parent(api)
+    elsewhere, _ = await _parent(api)
+    tools = ("delegate_task", "task_status")
+    session = new_id("ps", int(datetime.now(UTC).timestamp() * 1000))
+    token = await SessionCredentials(stack_nc.jetstream()).mint(
+        tenant=api.tenant, thread=parent, session_id=session, capabilities=tools
+    )
+    async with mcp_session(api.client.base_url, token) as mcp:
+        assert {t.name for t in (await mcp.list_tools()).tools} == set(tools)
+        made = await call(mcp, "delegate_task", task="look", script=script(text("seen")))
+        assert (made["parent_thread_id"], made["parent_run_id"]) == (parent, parent_run)
+        assert (await _finalised(mcp, made["task_id"]))["result"]["summary"] == "seen"
+        other = await _failed(mcp, "delegate_task", parent_thread_id=elsewhere, task="look")
+        assert other.kind == "capability_denied"
+        denied = await _failed(mcp, "task_cancel", task_id=made["task_id"])
+        assert denied.kind == "capability_denied"
+    assert (await api.thread(made["task_id"]))["messages"][0]["author"] == "agent"
+    assert not await _types(log, api.tenant, elsewhere, ev.DelegationStarted)

@@ -23,6 +23,13 @@ KINDS = (
     "internal",
 )
 
+# Codes only the tools answer (no HTTP route makes a delegated task); ``schemas/mcp-tools.json`` lists them.
+CODES = {
+    "parent_not_active": "delegate_task: the parent thread has no active run (or not that one) to delegate from",
+    "task_not_found": "task_status, task_cancel: the thread is not a delegated task",
+    "invalid_interaction_mode": "delegate_task: interaction_mode is not default or plan",
+}
+
 
 def kind_of(tool: str, exc: ApiError) -> str:
     if exc.code in ("idempotency_key_reused", "invalid_idempotency_key"):

@@ -35,7 +35,7 @@ from .base import (
     key,
     request_of,
 )
-from .errors import KINDS, invalid, tool_error
+from .errors import CODES, KINDS, invalid, tool_error
 
 MAX_THREADS_AT_ONCE = 20
 MAX_READ_ITEMS = 200
@@ -373,6 +373,7 @@ def tool_schemas() -> dict[str, Any]:
         "description": "The tools of the orchestrator's MCP server at /mcp (issue 21); failures are is_error results "
         "whose text is {error: {code, kind, message, details}}",
         "kinds": list(KINDS),
+        "codes": CODES,
         "tools": {
             t.name: {"description": t.description, "input_schema": t.parameters, "output_schema": t.output_schema}
             for t in tools
