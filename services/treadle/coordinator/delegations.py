@@ -10,6 +10,7 @@ tasks when the tenant's setting says so. A worker killed anywhere in between is 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -61,8 +62,11 @@ class Delegations:
 
     async def running_children(self, tenant: str) -> int:
         """The tenant's delegated tasks not yet reported to their parents, as the log has them."""
-        made = await self._admission.threads_with(tenant, "thread.delegated")
-        return max(0, made - await self._admission.threads_with(tenant, "delegation.ended"))
+        made, ended = await asyncio.gather(
+            self._admission.threads_with(tenant, "thread.delegated"),
+            self._admission.threads_with(tenant, "delegation.ended"),
+        )
+        return max(0, made - ended)
 
     async def delegate(
         self, state: ThreadState, command: Command, fence: tuple[str, int] | None
