@@ -14,7 +14,7 @@ import pytest
 from tests.support.api import Api, make_api
 from tests.support.helpers import wait_for
 from tests.support.mcp_client import ToolFailed, call, mcp_session
-from tests.support.scripts import HANG, script, text
+from tests.support.scripts import HANG, approval, script, text
 from treadle.core import events as ev
 from treadle.core.ids import new_id
 from treadle.ops.session_credentials import SessionCredentials
@@ -319,3 +319,19 @@ async def test_a_session_credential_delegates_from_its_own_threads_active_run_an
         assert denied.kind == "capability_denied"
     assert (await api.thread(made["task_id"]))["messages"][0]["author"] == "agent"
     assert not await _types(log, api.tenant, elsewhere, ev.DelegationStarted)
+
+
+async def test_an_async_task_outlives_its_parents_turn_and_finalises_the_ended_runs_node(api):
+    thread = await api.create_thread(title="parent")
+    parent_run = (await api.send(thread, "go", script=script(approval(), text("done"))))["run_id"]
+    request = await api.wait_request(thread)  # the parent's turn waits for this answer
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        made = await call(mcp, "delegate_task", parent_thread_id=thread, task="t", script=script(HANG, profile="full"))
+        await api.post(f"/v1/requests/{request['id']}/respond", {"decision": "accept"}, expect=200)
+        ended = await api.wait_run(parent_run)  # the parent's turn completes with its task still running
+        (node,) = [n for n in ended["nodes"] if n["owner"] == "app"]
+        assert node["status"] == "running"
+        await call(mcp, "task_cancel", task_id=made["task_id"])
+        assert (await _finalised(mcp, made["task_id"]))["result"]["status"] == "interrupted"
+    (node,) = [n for n in (await api.run(parent_run))["nodes"] if n["owner"] == "app"]
+    assert node["status"] == "interrupted"
