@@ -11,7 +11,8 @@ from tests.unit.domain_helpers import apply, command, new_thread, send
 from treadle.core import delegation
 from treadle.core import events as ev
 from treadle.core.errors import Conflict, Forbidden, QuotaExceeded
-from treadle.core.lineage.commands import DelegateTask
+from treadle.core.lineage.commands import DelegateTask, ForkSource, ForkThread
+from treadle.core.lineage.decide import source_point
 from treadle.core.run.supervision import _close_children
 from treadle.core.state import ThreadState
 
@@ -114,3 +115,13 @@ def test_an_interrupted_run_cascades_to_its_running_async_tasks_only():
         transfer_id="xfer_2", status="completed", summary="done",
     )])  # fmt: skip
     assert delegation.cascade_targets(state, run) == [plans[0].child_id]
+
+
+def test_L6_a_delegated_tasks_node_is_no_fork_point_its_thread_is():
+    state, run_id = _parent()
+    plan, child = _delegate(state, run_id)
+    apply(state, [delegation.started(plan, "run_child")])
+    with pytest.raises(Conflict) as refused:
+        source_point(state, ForkThread(source=ForkSource(type="node", id=plan.node_id)))
+    assert refused.value.code == "unstable_source"
+    assert refused.value.details == {"reason": "delegated_task", "node_id": plan.node_id, "thread_id": plan.child_id}
