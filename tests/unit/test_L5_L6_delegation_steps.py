@@ -114,7 +114,7 @@ def test_an_interrupted_run_cascades_to_its_running_async_tasks_only():
         run_id=run_id, node_id=plans[2].node_id, child_thread_id=plans[2].child_id, child_run_id="run_2",
         transfer_id="xfer_2", status="completed", summary="done",
     )])  # fmt: skip
-    assert delegation.cascade_targets(state, run) == [plans[0].child_id]
+    assert delegation.cascade_targets(run) == [plans[0].child_id]
 
 
 def test_L6_a_delegated_tasks_node_is_no_fork_point_its_thread_is():

@@ -263,7 +263,7 @@ def ended(child: ThreadView, run: Run) -> list[Payload]:
     return [DelegationEnded(child_run_id=run.id, status=run.status)]
 
 
-def cascade_targets(state: ThreadView, run: Run) -> list[str]:
+def cascade_targets(run: Run) -> list[str]:
     """The child threads an interrupted run's interrupt reaches: its async tasks still running."""
     return [
         n.child_thread_id

@@ -25,6 +25,7 @@ from treadle.core.events import Payload
 from treadle.core.lineage.commands import DelegateTask
 from treadle.core.policy import TenantPolicy, check_mode
 from treadle.core.run.commands import InterruptRun
+from treadle.core.run.events import RunEnded, RunInterrupted
 from treadle.core.run.model import Run
 from treadle.core.state import ThreadState
 from treadle.core.thread.decide import send_message
@@ -110,12 +111,14 @@ class Delegations:
         receipt = Accepted(seq=0, thread_id=child_id, run_id=child_run_id, disposition="delegated")
         return [delegation.started(plan, child_run_id)], receipt
 
-    async def on_run_ended(self, tenant: str, state: ThreadState, event_type: str) -> None:
+    async def on_run_ended(self, tenant: str, state: ThreadState, ended: RunEnded) -> None:
+        """``ended``: the run-ended event delivered (the task's end, or an interrupted parent run)."""
         task = delegation.task_run(state)
         if task is not None and task.terminal and "ended" not in (state.lineage.delegation or {}):  # type: ignore[union-attr]  # task_run: a subagent lineage
             await self._finish(tenant, state, task)
-        if event_type == "run.interrupted":
-            await self._cascade(tenant, state)
+        run = state.run(ended.run_id)
+        if isinstance(ended, RunInterrupted) and run is not None and delegation.cascade_targets(run):
+            await self._cascade(tenant, run)
 
     async def _finish(self, tenant: str, child: ThreadState, task: Run) -> None:
         assert child.thread is not None and child.lineage is not None and child.lineage.parent_thread_id
@@ -152,33 +155,25 @@ class Delegations:
                 child = await self._store.refresh(tenant, child.thread.id)
         raise AppendConflict(f"{child.thread.id} could not be marked reported")
 
-    async def _cascade(self, tenant: str, state: ThreadState) -> None:
+    async def _cascade(self, tenant: str, run: Run) -> None:
         """An interrupted run's async tasks are interrupted too when the tenant's setting says so (the policy's
         ``cascade_interrupts``, else ``TREADLE_COORDINATOR_DELEGATION_CASCADE_INTERRUPTS``)."""
-        runs = [r for r in state.runs if r.status == "interrupted" and delegation.cascade_targets(state, r)]
-        if not runs:
-            return
         policy = await self._admission.policy(tenant)
-        on = (
-            policy.cascade_interrupts
-            if policy.cascade_interrupts is not None
-            else self._own.delegation_cascade_interrupts
-        )
-        if not on:
+        on = policy.cascade_interrupts
+        if not (self._own.delegation_cascade_interrupts if on is None else on):
             return
-        for run in runs:
-            for child_id in delegation.cascade_targets(state, run):
-                child = await self._store.refresh(tenant, child_id)
-                task = delegation.task_run(child)
-                if task is None or task.terminal:
-                    continue
-                command = Command(
-                    id=f"cascade-{run.id}-{child_id}",
-                    tenant=tenant,
-                    user=ACTOR,
-                    thread=child_id,
-                    issued_at=run.ended_at or datetime.now(UTC),
-                    body=InterruptRun(run_id=task.id),
-                )
-                reply = await self._decide(command)
-                log.info("interrupt of %s cascaded to %s: %s", run.id, child_id, reply)
+        for child_id in delegation.cascade_targets(run):
+            child = await self._store.refresh(tenant, child_id)
+            task = delegation.task_run(child)
+            if task is None or task.terminal:
+                continue
+            command = Command(
+                id=f"cascade-{run.id}-{child_id}",
+                tenant=tenant,
+                user=ACTOR,
+                thread=child_id,
+                issued_at=run.ended_at or datetime.now(UTC),
+                body=InterruptRun(run_id=task.id),
+            )
+            reply = await self._decide(command)
+            log.info("interrupt of %s cascaded to %s: %s", run.id, child_id, reply)

@@ -16,6 +16,7 @@ from treadle.core.commands import Accepted, Command, Rejected
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
 from treadle.core.errors import DomainError
+from treadle.core.events import RunEnded, decode_event
 from treadle.core.limits import check_sizes
 from treadle.core.lineage.commands import DelegateTask, ForkThread
 from treadle.core.lineage.context_sends import wants_context
@@ -279,12 +280,14 @@ class Coordinator:
     async def _on_run_ended(self, msg: Msg) -> None:
         """L3.6: when a run ends, the next queued run of its thread starts — after the rollback that was
         waiting for this run to end (rollback_active, or a rollback asked to interrupt first)."""
-        tenant, thread, event_type = subjects.parse_event_subject(msg.subject)
+        tenant, thread, _ = subjects.parse_event_subject(msg.subject)
         seq = msg.metadata.sequence.stream
         # Not the cache alone: a command answered by another replica may have queued a run since. ``through``
         # reads the log only when the cache is not contiguous up to this event.
         state = await self._store.through(tenant, thread, msg)
-        await self._delegations.on_run_ended(tenant, state, event_type)  # a task's result, a cascade
+        ended = decode_event(msg.data, seq).data
+        if isinstance(ended, RunEnded):
+            await self._delegations.on_run_ended(tenant, state, ended)  # a task's result, a cascade
         pending = rollback.pending(state)
         if pending is not None and not rollback.waiting(state, pending):
             await self._rollbacks.carry_out(tenant, thread, state, pending)  # it dispatches the queue's head
