@@ -10,7 +10,7 @@ import pytest
 from tests.unit.domain_helpers import apply, command, new_thread, send
 from treadle.core import delegation
 from treadle.core import events as ev
-from treadle.core.errors import Conflict, Forbidden, QuotaExceeded
+from treadle.core.errors import BadRequest, Conflict, Forbidden, QuotaExceeded
 from treadle.core.lineage.commands import DelegateTask, ForkSource, ForkThread
 from treadle.core.lineage.decide import source_point
 from treadle.core.run.supervision import _close_children
@@ -48,6 +48,9 @@ def test_a_task_is_planned_from_the_active_run_with_only_its_task_and_role_and_n
     with pytest.raises(Forbidden) as wider:
         _delegate(state, run_id, runtime_mode="full_access")
     assert wider.value.code == "mode_not_allowed"
+    for bad in ({"provider": "claude", "script": {"steps": []}}, {"provider": "nobody"}):
+        with pytest.raises(BadRequest):  # before any child thread is made
+            _delegate(state, run_id, **bad)
 
 
 def test_a_planning_parent_only_delegates_planning_tasks_and_codex_children_plan_natively():

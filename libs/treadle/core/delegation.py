@@ -26,6 +26,7 @@ from treadle.core.run.model import ExecutionNode, Run
 from treadle.core.state import ThreadState
 from treadle.core.thread.decide import create_thread
 from treadle.core.thread.model import RuntimeMode
+from treadle.core.turn_options import check_turn_options
 from treadle.core.view import ThreadView
 
 MODES: tuple[str, ...] = get_args(RuntimeMode)  # least to most permissive
@@ -178,6 +179,11 @@ def plan(state: ThreadView, command: Command, bounds: DelegationBounds, running_
     script = body.script
     if interaction == "plan" and body.provider == "codex":
         script = {**(script or {}), "collaboration_mode": "plan"}
+    if script is not None:  # refused before the child exists, not by its first message after
+        try:
+            check_turn_options(body.provider, script)
+        except ValueError as exc:
+            raise BadRequest(str(exc), code="invalid_script") from None
     created = CreateThread(
         title=title, provider=body.provider, model=body.model, runtime_mode=runtime_mode, thread_id=child_id
     )
