@@ -166,6 +166,8 @@ async def test_escalation_other_tenants_and_inactive_parents_are_typed_and_chang
 async def test_delegation_depth_children_per_run_and_running_children_are_quotas(api, stack, stack_nc, log):
     admin = await _admin(api, stack, stack_nc)
     try:
+        for bad in ({"max_delegation_depth": 0}, {"max_running_children": 10**9}, {"cascade_interrupts": "yes"}):
+            assert (await admin.request("PUT", "/v1/policy", json=bad)).status_code == 400, bad
         policy = {"max_delegation_depth": 1, "max_children_per_run": 2, "max_running_children": 2}
         assert (await admin.request("PUT", "/v1/policy", json=policy)).status_code == 200
         parent, _ = await _parent(api)
