@@ -128,3 +128,16 @@ def test_L6_a_delegated_tasks_node_is_no_fork_point_its_thread_is():
         source_point(state, ForkThread(source=ForkSource(type="node", id=plan.node_id)))
     assert refused.value.code == "unstable_source"
     assert refused.value.details == {"reason": "delegated_task", "node_id": plan.node_id, "thread_id": plan.child_id}
+
+
+def test_a_retry_whose_child_exists_records_it_even_if_its_run_ended_or_a_bound_was_reached_since():
+    state, run_id = _parent()
+    cmd = command(DelegateTask(parent_run_id=run_id, task="t"), thread=state.thread.id)
+    first = delegation.plan(state, cmd, BOUNDS, running_children=0)
+    run = state.run(run_id)
+    apply(state, [ev.RunCompleted(run_id=run_id, attempt_id=run.attempt.id)])
+    full = delegation.DelegationBounds(max_running_children=1)
+    with pytest.raises(Conflict):
+        delegation.plan(state, cmd, full, running_children=1)
+    again = delegation.plan(state, cmd, full, running_children=1, admitted=True)
+    assert (again.child_id, again.node_id) == (first.child_id, first.node_id)

@@ -162,16 +162,22 @@ class Plan:
     title: str
 
 
-def plan(state: ThreadView, command: Command, bounds: DelegationBounds, running_children: int) -> Plan:
-    """Everything checked on the parent: its active run, the narrowed modes, the bounds."""
+def plan(
+    state: ThreadView, command: Command, bounds: DelegationBounds, running_children: int, *, admitted: bool = False
+) -> Plan:
+    """Everything checked on the parent: its active run, the narrowed modes, the bounds. ``admitted``: this
+    command's child exists already (an earlier try made it, then lost its append to the parent): the delegation
+    is a fact, so neither the run having ended since nor a bound reached since refuses its record."""
     body = command.body
     assert isinstance(body, DelegateTask) and state.thread is not None
     check(bool(body.task.strip()), BadRequest, "task must not be empty", code="empty_text")
-    run = parent_run(state, body.parent_run_id)
+    run = state.run(body.parent_run_id) if admitted else None
+    run = run or parent_run(state, body.parent_run_id)
     runtime_mode = narrowed_mode(state.thread.runtime_mode, body.runtime_mode)
     interaction = narrowed_interaction(interaction_of(run), body.interaction_mode)
     depth = depth_of(state) + 1
-    check_bounds(bounds, depth=depth, children_of_run=children_of(run), running_children=running_children)
+    if not admitted:
+        check_bounds(bounds, depth=depth, children_of_run=children_of(run), running_children=running_children)
     child_id = child_thread_id(command)
     node_id = Ctx.for_command(command).ids.next("node")
     title = body.title or body.task.strip().splitlines()[0][:80]

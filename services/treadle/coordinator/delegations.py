@@ -81,10 +81,14 @@ class Delegations:
             return [], Accepted(
                 seq=state.seq, thread_id=child_id, run_id=run_id, disposition="delegated", duplicate=True
             )
-        policy = await self._admission.policy(command.tenant)
-        plan = delegation.plan(state, command, self.bounds(policy), await self.running_children(command.tenant))
-        check_mode(policy, str(plan.input["runtime_mode"]), "a delegated task")
         child = await self._store.refresh(command.tenant, child_id)
+        if child.thread is not None and child.thread.command_id != command.id:
+            raise Conflict(f"thread {child_id} exists already", code="thread_exists")
+        admitted = child.thread is not None  # by an earlier try of this command, whose parent append lost a race
+        policy = await self._admission.policy(command.tenant)
+        running = 0 if admitted else await self.running_children(command.tenant)
+        plan = delegation.plan(state, command, self.bounds(policy), running, admitted=admitted)
+        check_mode(policy, str(plan.input["runtime_mode"]), "a delegated task")
         if child.thread is None:
             created = plan.create[0]
             assert isinstance(created, ThreadCreated)
@@ -95,8 +99,6 @@ class Delegations:
                 actor=ctx.actor, fence=fence,
             )  # fmt: skip
             child = await self._store.refresh(command.tenant, child_id)
-        elif child.thread.command_id != command.id:
-            raise Conflict(f"thread {child_id} exists already", code="thread_exists")
         if child.runs:
             child_run_id = child.runs[0].id
         else:
