@@ -27,6 +27,9 @@ TOOLS = {
     "thread_interrupt",
     "thread_fork",
     "thread_transfers",
+    "delegate_task",
+    "task_status",
+    "task_cancel",
 }
 
 
@@ -216,3 +219,26 @@ async def test_bad_input_escalation_and_quota_are_typed_and_change_nothing(api, 
             assert len((await call(mcp, "thread_list"))["items"]) == 2
     finally:
         await admin.close()
+
+
+async def test_thread_list_filters_by_search_status_and_provider(api):
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        done = await call(mcp, "thread_start", title="Build Docs", text="hi")
+        await call(mcp, "thread_wait", thread_id=done["thread_id"])
+        busy = await call(mcp, "thread_start", title="build tests", text="hang", script=script(HANG, profile="full"))
+        await api.wait_running(busy["message"]["run_id"])
+        idle = await call(mcp, "thread_start", title="notes", provider="scripted-b")
+
+        async def ids(**filters) -> set[str]:
+            return {t["id"] for t in (await call(mcp, "thread_list", limit=200, **filters))["items"]}
+
+        assert await ids(search="BUILD") == {done["thread_id"], busy["thread_id"]}
+        assert await ids(status="active") == {busy["thread_id"]}
+        assert await ids(status="completed") == {done["thread_id"]}
+        assert await ids(status="idle") == {idle["thread_id"]}
+        assert await ids(provider="scripted-b") == {idle["thread_id"]}
+        assert await ids(search="build", status="active") == {busy["thread_id"]}
+        assert await ids(search="nothing like it") == set()
+        bad = await _failed(mcp, "thread_list", status="sleeping")
+        assert bad.kind == "invalid_request" and bad.error["details"]["fields"] == ["status"]
+        await call(mcp, "thread_interrupt", run_id=busy["message"]["run_id"])

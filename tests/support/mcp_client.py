@@ -35,6 +35,7 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
             raise ToolFailed(json.loads(text)["error"])
         except (ValueError, KeyError):
             raise ToolFailed({"code": "untyped", "kind": None, "message": text}) from None
-    if result.structured_content is not None:
-        return result.structured_content.get("result", result.structured_content)
+    if result.structured_content is not None:  # a non-object result comes wrapped as {"result": …}
+        content = result.structured_content
+        return content["result"] if set(content) == {"result"} else content
     return json.loads(text)

@@ -96,5 +96,9 @@ class Policy(msgspec.Struct, kw_only=True):
     allowed_modes: list[RuntimeMode]
     max_threads: int | None = None
     max_queued_runs: int | None = None
+    max_delegation_depth: int | None = None  # delegated tasks (MCP delegate_task): None is the deployment's default
+    max_children_per_run: int | None = None
+    max_running_children: int | None = None
+    cascade_interrupts: bool | None = None
     updated_at: datetime | None = None
     updated_by: str | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.core.lineage.commands import DelegateTask, ForkSource, ForkThread
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback.commands import RollbackNode, RollbackThread
@@ -22,6 +22,7 @@ __all__ = [
     "CancelQueued",
     "Command",
     "CreateThread",
+    "DelegateTask",
     "EditQueued",
     "ForkSource",
     "ForkThread",
@@ -81,4 +82,5 @@ Body = (
     | RollbackThread
     | RollbackNode
     | ForkThread
+    | DelegateTask
 )

@@ -12,7 +12,7 @@ import msgspec
 
 from treadle.core.commands import Body
 from treadle.core.errors import BadRequest, check
-from treadle.core.lineage.commands import ForkThread
+from treadle.core.lineage.commands import DelegateTask, ForkThread
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback.commands import RollbackNode, RollbackThread
@@ -20,6 +20,7 @@ from treadle.core.run.commands import InterruptRun
 from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
 
 MAX_TEXT_CHARS = 100_000  # a message, an edited queued message
+MAX_ROLE_CHARS = 8_000  # a delegated task's role instruction, sent with its task as the child's first message
 MAX_ANSWER_CHARS = 20_000  # a response's answers (keys and values) and message together
 MAX_ANSWERS = 100
 MAX_TITLE_CHARS = 200
@@ -69,6 +70,14 @@ def check_sizes(body: Body) -> None:
         _at_most(body.model, MAX_MODEL_CHARS, "model", "invalid_model")
         for field in ("target_run_id", "merge_back_from"):
             _at_most(getattr(body, field), MAX_NAME_CHARS, field, "invalid_id")
+        _script(body.script)
+    elif isinstance(body, DelegateTask):
+        _at_most(body.task, MAX_TEXT_CHARS - MAX_ROLE_CHARS, "task", "text_too_long")
+        _at_most(body.role, MAX_ROLE_CHARS, "role", "text_too_long")
+        _at_most(body.title, MAX_TITLE_CHARS, "title", "invalid_title")
+        _at_most(body.model, MAX_MODEL_CHARS, "model", "invalid_model")
+        for field in ("parent_run_id", "provider", "runtime_mode", "interaction_mode"):
+            _at_most(getattr(body, field), MAX_NAME_CHARS, field, "invalid_request")
         _script(body.script)
     elif isinstance(body, EditQueued):
         _at_most(body.text, MAX_TEXT_CHARS, "text", "text_too_long")

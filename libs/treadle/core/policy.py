@@ -25,6 +25,11 @@ class TenantPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     allowed_modes: tuple[RuntimeMode, ...] = DEFAULT_MODES
     max_threads: int | None = None  # threads of the tenant (None: TREADLE_COORDINATOR_MAX_THREADS_PER_TENANT)
     max_queued_runs: int | None = None  # queued runs per thread (None: TREADLE_COORDINATOR_MAX_QUEUED_RUNS)
+    # Delegated tasks (issue 21; None: the TREADLE_COORDINATOR_DELEGATION_… settings)
+    max_delegation_depth: int | None = None
+    max_children_per_run: int | None = None
+    max_running_children: int | None = None
+    cascade_interrupts: bool | None = None  # an interrupted run interrupts its async tasks
     updated_at: datetime | None = None
     updated_by: str | None = None
 
@@ -37,7 +42,13 @@ def validated(policy: TenantPolicy) -> TenantPolicy:
         "allowed_modes names a mode twice",
         code="invalid_policy",
     )
-    for name in ("max_threads", "max_queued_runs"):
+    for name in (
+        "max_threads",
+        "max_queued_runs",
+        "max_delegation_depth",
+        "max_children_per_run",
+        "max_running_children",
+    ):
         value = getattr(policy, name)
         check(
             value is None or 0 < value <= MAX_QUOTA,

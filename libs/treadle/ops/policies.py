@@ -47,10 +47,10 @@ class PolicyStore:
             action="policy.updated",
             target=tenant,
             actor=actor,
-            details={
-                "allowed_modes": list(stored.allowed_modes),
-                "max_threads": stored.max_threads,
-                "max_queued_runs": stored.max_queued_runs,
+            details={  # what it allows: every field but the stamp
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in msgspec.structs.asdict(stored).items()
+                if k not in ("updated_at", "updated_by")
             },
         )
         return stored

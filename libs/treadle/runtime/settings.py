@@ -67,6 +67,11 @@ class CoordinatorSettings(WorkerSettings):
     max_threads_per_tenant: int = Field(default=10_000, gt=0)
     max_queued_runs: int = Field(default=100, gt=0)  # queued runs per thread
     max_thread_text_bytes: int = Field(default=16 * 1024 * 1024, gt=0)  # message texts and scripts per thread
+    # Delegated tasks (issue 21): a tenant policy's own values override these.
+    delegation_max_depth: int = Field(default=3, gt=0)
+    delegation_max_children_per_run: int = Field(default=10, gt=0)
+    delegation_max_running_children: int = Field(default=5, gt=0)  # of a tenant, at once
+    delegation_cascade_interrupts: bool = True  # an interrupted parent run interrupts its async tasks
 
 
 class SupervisorSettings(WorkerSettings):

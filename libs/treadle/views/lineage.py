@@ -16,7 +16,7 @@ class ContextTransfer(View, kw_only=True):
     ``source_point``/``base_point``: ``{"thread_id", "ordinal", "run_id"?, "node_id"?, "checkpoint_id"?}``."""
 
     id: str
-    type: Literal["fork", "merge_back"]
+    type: Literal["fork", "merge_back", "delegation_result"]
     status: Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed"] = "pending"
     source_thread_id: str
     source_point: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -25,6 +25,7 @@ class ContextTransfer(View, kw_only=True):
     run_id: str | None = None
     handoff_id: str | None = None
     error: str | None = None
+    summary: str | None = None  # a delegation result: the child's last assistant text, else its status
     created_at: datetime | None = None
 
 
@@ -55,8 +56,10 @@ class Lineage(View, kw_only=True):
 
     parent_thread_id: str | None = None
     root_thread_id: str | None = None
-    relationship: Literal["fork"] | None = None
+    relationship: Literal["fork", "subagent"] | None = None
     source_point: dict[str, Any] | None = None
+    # a delegated task's thread: {parent_run_id, parent_node_id, depth, mode, role, ended?}
+    delegation: dict[str, Any] | None = None
     children: list[dict[str, Any]] = msgspec.field(default_factory=list)  # {thread_id, transfer_id, source_point}
 
 

@@ -66,6 +66,8 @@ class ExecutionNode(View, kw_only=True):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     native_thread_ref: str | None = None  # L6.4: a subagent's own provider thread
+    owner: Literal["provider", "app"] = "provider"  # app: a delegated task (its child thread), not the runtime's
+    child_thread_id: str | None = None  # an app-owned subagent's thread
 
 
 class Progress(View, kw_only=True):

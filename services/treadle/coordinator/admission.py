@@ -9,9 +9,9 @@ from collections import defaultdict
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from treadle.core import policy, quotas
+from treadle.core import delegation, policy, quotas
 from treadle.core.commands import Command
-from treadle.core.lineage.commands import ForkThread
+from treadle.core.lineage.commands import DelegateTask, ForkThread
 from treadle.core.lineage.forks import fork_thread_id
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.policy import TenantPolicy
@@ -23,7 +23,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.ports import EventLog
 from treadle.runtime.settings import CoordinatorSettings
 
-_GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued)
+_GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued, DelegateTask)
 
 
 class Admission:
@@ -48,7 +48,7 @@ class Admission:
         return isinstance(command.body, _GUARDED)
 
     def creates_thread(self, command: Command) -> bool:
-        return isinstance(command.body, (CreateThread, ForkThread))
+        return isinstance(command.body, (CreateThread, ForkThread, DelegateTask))
 
     def creation_lock(self, tenant: str) -> asyncio.Lock:
         return self._creating[tenant]
@@ -106,12 +106,18 @@ class Admission:
         if isinstance(command.body, ForkThread):
             children = state.lineage.children if state.lineage is not None else []
             return not any(c.get("thread_id") == fork_thread_id(command) for c in children)
+        if isinstance(command.body, DelegateTask):
+            return delegation.node_of(state, delegation.child_thread_id(command)) is None
         return False
 
     async def thread_count(self, tenant: str) -> int:
-        """The tenant's threads as the log has them: distinct ``thread.created`` subjects (one per thread,
-        partitioned or from before partitions)."""
+        """The tenant's threads as the log has them: distinct ``thread.created`` subjects (one per thread)."""
+        return await self.threads_with(tenant, "thread.created")
+
+    async def threads_with(self, tenant: str, event_type: str) -> int:
+        """How many of the tenant's threads have an event of ``event_type``: its distinct subjects, partitioned or
+        from before partitions."""
         total = 0
-        for pattern in (f"treadle.evt.{tenant}.*.thread.created", f"treadle.evt.{tenant}.*.thread.created.*"):
+        for pattern in (f"treadle.evt.{tenant}.*.{event_type}", f"treadle.evt.{tenant}.*.{event_type}.*"):
             total += await self._log.subject_count(pattern)
         return total

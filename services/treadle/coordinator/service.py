@@ -16,8 +16,9 @@ from treadle.core.commands import Accepted, Command, Rejected
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
 from treadle.core.errors import DomainError
+from treadle.core.events import RunEnded, decode_event
 from treadle.core.limits import check_sizes
-from treadle.core.lineage.commands import ForkThread
+from treadle.core.lineage.commands import DelegateTask, ForkThread
 from treadle.core.lineage.context_sends import wants_context
 from treadle.core.requests import answers
 from treadle.core.requests.commands import RespondRequest
@@ -43,6 +44,7 @@ from treadle.runtime.partition_migration import Legacy, unpartitioned_event_type
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
 from .admission import Admission
+from .delegations import Delegations
 from .lineage import LineageCommands
 from .rollback import Rollbacks
 
@@ -83,6 +85,9 @@ class Coordinator:
         self._admission = Admission(
             self._js, self._store.log, own, policies
         )  # tenant policy and quotas, checked before any decision
+        self._delegations = Delegations(
+            self._store, self._checkpoints, self._admission, own, self._decide_and_append
+        )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -152,8 +157,8 @@ class Coordinator:
         try:
             if isinstance(command.body, RespondRequest):
                 reply = await self._decide_and_append(command, self._respond)
-            elif isinstance(command.body, ForkThread):
-                reply = await self._decide_and_append(command)  # decided by LineageCommands.fork, with its fence
+            elif isinstance(command.body, (ForkThread, DelegateTask)):
+                reply = await self._decide_and_append(command)  # decided by LineageCommands / Delegations, fenced
             elif wants_context(command):
                 reply = await self._decide_and_append(command, self._lineage.send)
             else:
@@ -188,6 +193,8 @@ class Coordinator:
                     fence = await self._admission.check(tenant_policy, state, command)
                 if isinstance(command.body, ForkThread):
                     events, receipt = await self._lineage.fork(state, command, fence)
+                elif isinstance(command.body, DelegateTask):
+                    events, receipt = await self._delegations.delegate(state, command, fence)
                 elif decider is not None:
                     events, receipt = await decider(state, command)
                 else:
@@ -278,6 +285,9 @@ class Coordinator:
         # Not the cache alone: a command answered by another replica may have queued a run since. ``through``
         # reads the log only when the cache is not contiguous up to this event.
         state = await self._store.through(tenant, thread, msg)
+        ended = decode_event(msg.data, seq).data
+        if isinstance(ended, RunEnded):
+            await self._delegations.on_run_ended(tenant, state, ended)  # a task's result, a cascade
         pending = rollback.pending(state)
         if pending is not None and not rollback.waiting(state, pending):
             await self._rollbacks.carry_out(tenant, thread, state, pending)  # it dispatches the queue's head

@@ -25,6 +25,10 @@ class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     )
     max_threads: int | None = None
     max_queued_runs: int | None = None
+    max_delegation_depth: int | None = None
+    max_children_per_run: int | None = None
+    max_running_children: int | None = None
+    cascade_interrupts: bool | None = None
 
 
 def as_api_error(exc: DomainError) -> ApiError:
@@ -59,9 +63,8 @@ async def get_policy(request: Request) -> TenantPolicy:
 )
 async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
     who = await admin(request)
-    wanted = TenantPolicy(
-        allowed_modes=tuple(data.allowed_modes), max_threads=data.max_threads, max_queued_runs=data.max_queued_runs
-    )
+    fields = msgspec.structs.asdict(data)
+    wanted = TenantPolicy(**{**fields, "allowed_modes": tuple(data.allowed_modes)})
     try:
         return await app_state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
     except DomainError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -22,3 +22,19 @@ class ForkThread(msgspec.Struct, kw_only=True, tag="thread.fork", forbid_unknown
     title: str = ""
     on_active: Literal["latest_checkpoint", "refuse"] = "latest_checkpoint"
     thread_id: str | None = None  # set by the coordinator from the command id
+
+
+class DelegateTask(msgspec.Struct, kw_only=True, tag="thread.delegate", forbid_unknown_fields=True):
+    """Issue 21, sent to the parent thread: a child thread (lineage ``subagent``) whose first run is ``task``,
+    shown as an app-owned node of ``parent_run_id``, which must be the parent's active run."""
+
+    parent_run_id: str
+    task: str
+    role: str = ""  # the role instruction: the child gets it and the task, nothing of the parent's history
+    title: str = ""
+    provider: str = "scripted"
+    model: str | None = None
+    runtime_mode: str | None = None  # None: the parent's; only ever narrower
+    interaction_mode: str | None = None  # default | plan; None: the parent run's; only ever narrower
+    mode: Literal["async", "wait"] = "async"
+    script: dict[str, Any] | None = None  # the child run's turn options (the scripted provider's script)

@@ -126,6 +126,13 @@ def source_point(state: ThreadView, body: ForkThread) -> tuple[dict[str, Any], s
                 continue
             if node.kind == "root_turn":
                 return _run_point(state, run, body.on_active, type="node", node_id=node.id), None
+            if node.kind == "subagent" and node.owner == "app":  # its own thread holds what it did
+                raise _unstable(
+                    "delegated_task",
+                    f"node {ident} is a delegated task: fork its thread {node.child_thread_id}",
+                    node_id=ident,
+                    thread_id=node.child_thread_id,
+                )
             if node.kind == "subagent":
                 if node.status != "completed":
                     raise _unstable("running_subagent", f"subagent {ident} is {node.status}", node_id=ident)

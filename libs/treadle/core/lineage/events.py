@@ -92,3 +92,51 @@ class TransferFailed(Payload, kw_only=True):
     transfer_id: str
     run_id: str | None = None
     error: str
+
+
+@event("thread.delegated")
+class ThreadDelegated(Payload, kw_only=True):
+    """On a delegated task's thread, right after its ``thread.created``: lineage ``subagent`` pointing at the
+    parent run's app-owned node (issue 21). Its first run is the task."""
+
+    parent_thread_id: str
+    root_thread_id: str
+    parent_run_id: str
+    parent_node_id: str
+    depth: int
+    mode: str  # async | wait: how the task was asked for (an interrupted parent cascades to async ones)
+    role: str = ""
+
+
+@event("delegation.started")
+class DelegationStarted(Payload, kw_only=True):
+    """On the parent thread: the app-owned ``subagent`` node of its run, standing for the child thread."""
+
+    run_id: str
+    attempt_id: str
+    node_id: str
+    child_thread_id: str
+    child_run_id: str
+    title: str = ""
+    input: dict[str, Any] = {}
+
+
+@event("delegation.finished")
+class DelegationFinished(Payload, kw_only=True):
+    """On the parent thread, once the child's task run ended: its node finalised and the result transfer."""
+
+    run_id: str
+    node_id: str
+    child_thread_id: str
+    child_run_id: str
+    transfer_id: str
+    status: str
+    summary: str
+
+
+@event("delegation.ended")
+class DelegationEnded(Payload, kw_only=True):
+    """On the child, after its parent recorded the result: the task no longer counts as a running child."""
+
+    child_run_id: str
+    status: str

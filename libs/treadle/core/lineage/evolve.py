@@ -9,12 +9,16 @@ from treadle.core.lineage.events import (
     ContextDelivered,
     ContextRequest,
     ContextResolved,
+    DelegationEnded,
+    DelegationFinished,
+    DelegationStarted,
     HandoffCreated,
+    ThreadDelegated,
     ThreadForked,
     TransferFailed,
 )
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
-from treadle.core.run.model import Run
+from treadle.core.run.model import ExecutionNode, Run
 from treadle.core.view import Folds, ThreadView
 
 
@@ -141,8 +145,86 @@ def _transfer_failed(state: ThreadView, e: Envelope, d: TransferFailed) -> None:
         activity.record(state, e, "transfer.failed", d.run_id, None, d.error)
 
 
+def _thread_delegated(state: ThreadView, e: Envelope, d: ThreadDelegated) -> None:
+    if state.thread is not None:
+        state.thread.parent_thread_id = d.parent_thread_id
+    lineage = state.lineage = state.lineage or Lineage()
+    lineage.parent_thread_id, lineage.root_thread_id = d.parent_thread_id, d.root_thread_id
+    lineage.relationship = "subagent"
+    lineage.source_point = {"thread_id": d.parent_thread_id, "run_id": d.parent_run_id, "node_id": d.parent_node_id}
+    lineage.delegation = {
+        "parent_run_id": d.parent_run_id,
+        "parent_node_id": d.parent_node_id,
+        "depth": d.depth,
+        "mode": d.mode,
+        "role": d.role,
+    }
+
+
+def _delegation_started(state: ThreadView, e: Envelope, d: DelegationStarted) -> None:
+    run = state.run(d.run_id)
+    if run is None or run.node(d.node_id) is not None:
+        return
+    run.nodes.append(
+        ExecutionNode(
+            id=d.node_id,
+            run_id=d.run_id,
+            attempt_id=d.attempt_id,
+            kind="subagent",
+            owner="app",
+            child_thread_id=d.child_thread_id,
+            status="running",
+            title=d.title,
+            input={**d.input, "child_run_id": d.child_run_id},
+            started_at=e.at,
+        )
+    )
+    lineage = state.lineage = state.lineage or Lineage()
+    if all(c.get("thread_id") != d.child_thread_id for c in lineage.children):
+        lineage.children.append(
+            {
+                "thread_id": d.child_thread_id,
+                "relationship": "subagent",
+                "source_point": {"run_id": d.run_id, "node_id": d.node_id},
+                "at": e.at.isoformat(),
+            }
+        )
+    activity.record(state, e, "subagent.started", d.run_id, d.node_id, d.title)
+
+
+def _delegation_finished(state: ThreadView, e: Envelope, d: DelegationFinished) -> None:
+    if state.transfer(d.transfer_id) is not None:
+        return
+    run = state.run(d.run_id)
+    node = run.node(d.node_id) if run else None
+    if node is not None:
+        node.status, node.output, node.ended_at = d.status, d.summary, e.at  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+    state.transfers.append(
+        ContextTransfer(
+            id=d.transfer_id,
+            type="delegation_result",
+            status="consumed",
+            source_thread_id=d.child_thread_id,
+            source_point={"thread_id": d.child_thread_id, "run_id": d.child_run_id},
+            run_id=d.run_id,
+            summary=d.summary,
+            created_at=e.at,
+        )
+    )
+    activity.record(state, e, f"subagent.{d.status}", d.run_id, d.node_id, d.summary[:200])
+
+
+def _delegation_ended(state: ThreadView, e: Envelope, d: DelegationEnded) -> None:
+    if state.lineage is not None and state.lineage.delegation is not None:
+        state.lineage.delegation["ended"] = d.status
+
+
 FOLDS: Folds = {
     ThreadForked: _thread_forked,
+    ThreadDelegated: _thread_delegated,
+    DelegationStarted: _delegation_started,
+    DelegationFinished: _delegation_finished,
+    DelegationEnded: _delegation_ended,
     ChildForked: _child_forked,
     HandoffCreated: _handoff_created,
     ContextResolved: _context_resolved,

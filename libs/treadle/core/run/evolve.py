@@ -196,7 +196,9 @@ def _attempt_ended(state: ThreadView, e: Envelope, d: AttemptEnded) -> None:
             att.error = d.reason
             att.ended_at = e.at
             for node in run.nodes:
-                if node.attempt_id == att.id and node.status in ("pending", "running", "waiting"):
+                # an app-owned node (a delegated task) ends with its child thread, not with the attempt
+                open_ = node.status in ("pending", "running", "waiting") and node.owner == "provider"
+                if node.attempt_id == att.id and open_:
                     node.status = "interrupted" if d.status == "interrupted" else "failed"
                     node.ended_at = e.at
     activity.record(state, e, "attempt.ended", d.run_id, None, f"attempt {d.status}: {d.reason or ''}".strip())

@@ -328,7 +328,8 @@ def _close_children(state: ThreadView, run: Run) -> list[Payload]:
     att = run.attempt
     events: list[Payload] = []
     for node in run.nodes:
-        if node.attempt_id == att.id and not node.counts_for_run and node.status in ("pending", "running", "waiting"):
+        open_ = node.status in ("pending", "running", "waiting") and node.owner == "provider"  # not a delegated task
+        if node.attempt_id == att.id and not node.counts_for_run and open_:
             events.append(NodeCompleted(node_id=node.id, run_id=run.id, status="cancelled"))
     for req in state.requests:
         if req.run_id == run.id and req.status == "pending":

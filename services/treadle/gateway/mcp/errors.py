@@ -14,6 +14,7 @@ KINDS = (
     "unauthorized",
     "mode_escalation_denied",
     "capability_denied",
+    "parent_not_active",
     "not_sendable",
     "not_interruptible",
     "conflict",
@@ -22,10 +23,19 @@ KINDS = (
     "internal",
 )
 
+# Codes only the tools answer (no HTTP route makes a delegated task); ``schemas/mcp-tools.json`` lists them.
+CODES = {
+    "parent_not_active": "delegate_task: the parent thread has no active run (or not that one) to delegate from",
+    "task_not_found": "task_status, task_cancel: the thread is not a delegated task",
+    "invalid_interaction_mode": "delegate_task: interaction_mode is not default or plan",
+}
+
 
 def kind_of(tool: str, exc: ApiError) -> str:
     if exc.code in ("idempotency_key_reused", "invalid_idempotency_key"):
         return "invalid_request"
+    if exc.code == "parent_not_active":
+        return "parent_not_active"
     if exc.status == 404:
         return "not_found"
     if exc.status == 401:
@@ -38,7 +48,7 @@ def kind_of(tool: str, exc: ApiError) -> str:
         return "unavailable"
     if exc.status >= 500:
         return "internal"
-    if exc.status in (409, 422) and tool == "thread_interrupt":
+    if exc.status in (409, 422) and tool in ("thread_interrupt", "task_cancel"):
         return "not_interruptible"
     if exc.status in (409, 422) and tool in ("thread_send", "thread_start"):
         return "not_sendable"

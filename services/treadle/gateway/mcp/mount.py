@@ -18,7 +18,8 @@ from treadle.ops.tokens import Principal
 
 from ..deps import PRINCIPAL_KEY, app_state, principal
 from ..errors import ApiError, body
-from .tools import CREDENTIAL_KEY, server
+from .base import CREDENTIAL_KEY
+from .tools import server
 
 _manager: StreamableHTTPSessionManager | None = None
 AGENT_USER = "agent"  # who the commands of a provider session's agent are recorded as

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Request
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ListToolsResult
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
@@ -23,21 +23,24 @@ from treadle.views.thread import run_view
 from .. import control, lineage, lists
 from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal, thread_view
 from ..errors import ApiError
-from .errors import KINDS, invalid, tool_error
+from . import tasks
+from .base import (
+    CREDENTIAL_KEY,
+    MAX_WAIT_SECONDS,
+    SCRIPT,
+    RequestId,
+    ThreadId,
+    builtins,
+    guarded,
+    key,
+    request_of,
+)
+from .errors import CODES, KINDS, invalid, tool_error
 
-CREDENTIAL_KEY = "treadle.session_credential"  # set by the mount for a provider session's credential
-
-T = TypeVar("T")
 MAX_THREADS_AT_ONCE = 20
 MAX_READ_ITEMS = 200
 MAX_TEXT_CHARS = 20_000  # per item of a read: an agent's context is the scarce thing, not the API's
-MAX_WAIT_SECONDS = 120.0
 SEND_MODES = {"auto": "auto", "queue": "queue_after_active", "steer": "steer_active", "restart": "restart_active"}
-RequestId = Annotated[
-    str | None, Field(default=None, min_length=1, max_length=200, description="makes the call idempotent")
-]
-SCRIPT = "the scripted provider's script for this run (tests and demos; other providers ignore it)"
-ThreadId = Annotated[str, Field(min_length=1, max_length=64, description="thr_… id")]
 
 
 class NewThread(BaseModel):
@@ -50,48 +53,28 @@ class NewThread(BaseModel):
     script: dict[str, Any] | None = Field(default=None, description=SCRIPT)
 
 
-def _request(ctx: Context) -> Request:
-    """The Litestar request of this tool call's POST (the SDK hands tools the ASGI request it came in on)."""
-    return Request(ctx.request_context.request.scope)  # type: ignore[union-attr]
-
-
-async def _guarded(tool: str, call: Awaitable[T]) -> T:
-    try:
-        return await call
-    except ApiError as exc:
-        raise tool_error(tool, exc) from None
-    except msgspec.ValidationError as exc:
-        raise invalid(tool, str(exc)) from None
-
-
-def _builtins(value: Any) -> Any:
-    if hasattr(value, "content") and isinstance(value.content, bytes):  # a route's Response of stored JSON
-        return msgspec.json.decode(value.content)
-    return msgspec.to_builtins(value)
-
-
-def _key(client_request_id: str | None, part: str) -> str | None:
-    """One call that makes several commands gives each its own key, derived from the caller's."""
-    return None if client_request_id is None else f"mcp:{client_request_id}:{part}"
-
-
-async def _create(request: Request, spec: NewThread, key: str | None) -> dict[str, Any]:
+async def _create(request: Request, spec: NewThread, request_id: str | None) -> dict[str, Any]:
     who = await principal(request)
     await check_new_thread_mode(request, who.tenant, spec.runtime_mode)
     body = CreateThread(title=spec.title, provider=spec.provider, model=spec.model, runtime_mode=spec.runtime_mode)
     accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="create", thread=None, body=body, idempotency_key=_key(key, "create")
+        tenant=who.tenant,
+        user=who.user,
+        verb="create",
+        thread=None,
+        body=body,
+        idempotency_key=key(request_id, "create"),
     )
     made: dict[str, Any] = {"thread_id": accepted.thread_id, "seq": accepted.seq}
     if spec.text is not None:
         made["message"] = await _send(
-            request, accepted.thread_id or "", spec.text, "auto", None, _key(key, "send"), script=spec.script
+            request, accepted.thread_id or "", spec.text, "auto", None, key(request_id, "send"), script=spec.script
         )
     return made
 
 
 async def _send(
-    request: Request, thread: str, text: str, mode: str, target_run_id: str | None, key: str | None, **more: Any
+    request: Request, thread: str, text: str, mode: str, target_run_id: str | None, idem: str | None, **more: Any
 ) -> dict[str, Any]:
     who = await principal(request)
     thread = path_id(thread, "thr")
@@ -100,7 +83,7 @@ async def _send(
     check_message_size(request, text, more.get("script"))
     body = SendMessage(text=text, mode=SEND_MODES[mode], target_run_id=target_run_id, **more)
     accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="send", thread=thread, body=body, idempotency_key=key
+        tenant=who.tenant, user=who.user, verb="send", thread=thread, body=body, idempotency_key=idem
     )
     return {
         "thread_id": thread,
@@ -122,8 +105,29 @@ def _bounded(item: dict[str, Any], max_chars: int) -> bool:
     return False
 
 
+ThreadStatus = Literal["active", "idle", "completed", "failed", "interrupted", "cancelled", "rolled_back"]
+
+
+def _listed(summary: dict[str, Any], status: str | None, provider: str | None) -> bool:
+    if provider is not None and summary.get("provider") != provider:
+        return False
+    if status is None:
+        return True
+    if summary.get("active_run_id"):
+        return status == "active"
+    return (summary.get("last_run_status") or "idle") == status
+
+
 class _Server(MCPServer):
-    """Arguments that fail their schema are a typed ``invalid_request`` too, naming the fields (not the values)."""
+    """Arguments that fail their schema are a typed ``invalid_request`` too, naming the fields (not the values);
+    a provider session's credential sees and calls only its own tools."""
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        credential = ctx.request.scope.get(CREDENTIAL_KEY) if ctx.request is not None else None
+        tools = await self.list_tools()
+        if credential is not None:
+            tools = [t for t in tools if t.name in credential.capabilities]
+        return ListToolsResult(tools=tools)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         credential = context.request_context.request.scope.get(CREDENTIAL_KEY) if context else None  # type: ignore[union-attr]
@@ -150,8 +154,8 @@ def server() -> MCPServer:
     @mcp.tool()
     async def capabilities(ctx: Context) -> dict[str, Any]:
         """What this caller may use: providers, runtime modes, send modes and the tools' limits."""
-        request = _request(ctx)
-        who = await _guarded("capabilities", principal(request))
+        request = request_of(ctx)
+        who = await guarded("capabilities", principal(request))
         policy = await app_state(request).policies.get(who.tenant)
         return {
             "tenant": who.tenant,
@@ -183,7 +187,7 @@ def server() -> MCPServer:
         spec = NewThread(
             title=title, provider=provider, model=model, runtime_mode=runtime_mode, text=text, script=script
         )
-        return await _guarded("thread_start", _create(_request(ctx), spec, client_request_id))
+        return await guarded("thread_start", _create(request_of(ctx), spec, client_request_id))
 
     @mcp.tool()
     async def create_threads(
@@ -192,11 +196,11 @@ def server() -> MCPServer:
         client_request_id: RequestId = None,
     ) -> dict[str, Any]:
         """Create 1–20 threads at once (each may start with a first message); in the order given."""
-        request = _request(ctx)
+        request = request_of(ctx)
         made: list[dict[str, Any]] = []
         for i, spec in enumerate(threads):
             try:
-                made.append(await _create(request, spec, _key(client_request_id, str(i))))
+                made.append(await _create(request, spec, key(client_request_id, str(i))))
             except ApiError as exc:  # those made stay made: the same client_request_id answers them again
                 exc.details = {**exc.details, "index": i, "created": made}
                 raise tool_error("create_threads", exc) from None
@@ -207,10 +211,19 @@ def server() -> MCPServer:
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=MAX_READ_ITEMS)] = 50,
         cursor: Annotated[str | None, Field(max_length=2000)] = None,
+        search: Annotated[str | None, Field(min_length=1, max_length=200, description="in the title, any case")] = None,
+        status: Annotated[
+            ThreadStatus | None, Field(description="active: a run under way; else the last run's")
+        ] = None,
+        provider: Annotated[str | None, Field(max_length=64)] = None,
     ) -> dict[str, Any]:
-        """The tenant's threads, newest first: ``{items, next_cursor, seq}``; pass ``next_cursor`` for more."""
-        page = await _guarded("thread_list", lists.list_threads.fn(_request(ctx), limit=str(limit), cursor=cursor))
-        return _builtins(page)
+        """The tenant's threads, newest first: ``{items, next_cursor, seq}``; pass ``next_cursor`` for more.
+        ``search`` is the list's own (``GET /v1/threads?q=``); ``status`` and ``provider`` filter each page,
+        so a page may hold fewer than ``limit`` and still have a ``next_cursor``."""
+        call = lists.list_threads.fn(request_of(ctx), limit=str(limit), cursor=cursor, q=search)
+        page = builtins(await guarded("thread_list", call))
+        page["items"] = [t for t in page["items"] if _listed(t, status, provider)]
+        return page
 
     @mcp.tool()
     async def thread_read(
@@ -224,7 +237,7 @@ def server() -> MCPServer:
     ) -> dict[str, Any]:
         """Messages or activity of a thread from position ``after``; read again with ``next_position`` for what
         came since. Texts longer than ``max_chars`` are cut and flagged ``truncated``."""
-        request = _request(ctx)
+        request = request_of(ctx)
 
         async def read() -> dict[str, Any]:
             who = await principal(request)
@@ -244,7 +257,7 @@ def server() -> MCPServer:
                 "seq": seq,
             }
 
-        return await _guarded("thread_read", read())
+        return await guarded("thread_read", read())
 
     @mcp.tool()
     async def thread_send(
@@ -260,17 +273,17 @@ def server() -> MCPServer:
     ) -> dict[str, Any]:
         """Send a message: starts a run, queues it, steers the active run or restarts it with this message."""
         call = _send(
-            _request(ctx),
+            request_of(ctx),
             thread_id,
             text,
             mode,
             target_run_id,
-            _key(client_request_id, "send"),
+            key(client_request_id, "send"),
             provider=provider,
             model=model,
             script=script,
         )
-        return await _guarded("thread_send", call)
+        return await guarded("thread_send", call)
 
     @mcp.tool()
     async def thread_wait(
@@ -281,7 +294,7 @@ def server() -> MCPServer:
     ) -> dict[str, Any]:
         """Wait until the run (default: the thread's latest) has ended, up to ``timeout_seconds``. A wait that
         times out changes nothing: ``timed_out`` is true and ``run`` is the run as it is now."""
-        request = _request(ctx)
+        request = request_of(ctx)
 
         async def wait() -> dict[str, Any]:
             who = await principal(request)
@@ -301,13 +314,13 @@ def server() -> MCPServer:
                 await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))  # the projection, polled
                 delay = min(delay * 2, 0.25)
 
-        return await _guarded("thread_wait", wait())
+        return await guarded("thread_wait", wait())
 
     @mcp.tool()
     async def thread_interrupt(ctx: Context, run_id: str, client_request_id: RequestId = None) -> dict[str, Any]:
         """Ask the run to stop (L8): acknowledged now; ``thread_wait`` says when it is interrupted."""
-        call = control._interrupt(_request(ctx), run_id, "run", None, _key(client_request_id, "interrupt"))
-        return _builtins(await _guarded("thread_interrupt", call))
+        call = control._interrupt(request_of(ctx), run_id, "run", None, key(client_request_id, "interrupt"))
+        return builtins(await guarded("thread_interrupt", call))
 
     @mcp.tool()
     async def thread_fork(
@@ -325,14 +338,14 @@ def server() -> MCPServer:
             source=lineage.ForkSourceBody(type=source_type, id=source_id), title=title, on_active=on_active
         )
         call = lineage.fork_thread.fn(
-            _request(ctx), thread_id=thread_id, data=body, idempotency_key=_key(client_request_id, "fork")
+            request_of(ctx), thread_id=thread_id, data=body, idempotency_key=key(client_request_id, "fork")
         )
-        return _builtins(await _guarded("thread_fork", call))
+        return builtins(await guarded("thread_fork", call))
 
     @mcp.tool()
     async def thread_transfers(ctx: Context, thread_id: ThreadId) -> dict[str, Any]:
         """The thread's context transfers (fork, merge-back), its lineage and its provider handoffs."""
-        request = _request(ctx)
+        request = request_of(ctx)
 
         async def read() -> dict[str, Any]:
             who = await principal(request)
@@ -345,8 +358,9 @@ def server() -> MCPServer:
                 "seq": view.seq,
             }
 
-        return await _guarded("thread_transfers", read())
+        return await guarded("thread_transfers", read())
 
+    tasks.register(mcp)
     return mcp
 
 
@@ -359,6 +373,7 @@ def tool_schemas() -> dict[str, Any]:
         "description": "The tools of the orchestrator's MCP server at /mcp (issue 21); failures are is_error results "
         "whose text is {error: {code, kind, message, details}}",
         "kinds": list(KINDS),
+        "codes": CODES,
         "tools": {
             t.name: {"description": t.description, "input_schema": t.parameters, "output_schema": t.output_schema}
             for t in tools
