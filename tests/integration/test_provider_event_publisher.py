@@ -36,21 +36,26 @@ async def test_a_turn_publisher_on_a_closed_connection_gives_up_instead_of_retry
     publisher.close()
 
 
+def _publisher(nc, name: str, n: int) -> TurnPublisher:
+    """A turn's publisher on thread ``thr_<name>``, with event ids of its own (the stream deduplicates by them)."""
+    return TurnPublisher(
+        nc,
+        tenant="acme",
+        thread=f"thr_{name}",
+        session_id="ps_1",
+        provider_thread_id=f"pth_{name}",
+        run_id=f"run_{n}",
+        attempt_id=f"att_{n}",
+        ids=IdFactory(f"att_{n}", 0),
+    )
+
+
 async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_completed_after_it(nc):
     """Issue 25: a message begun and cut off (a steer) and the reply that followed within the coalescing
     interval are stored in the order they happened, so the thread lists the cut-off message first."""
     js = nc.jetstream()
     await streams.ensure(js)
-    publisher = TurnPublisher(
-        nc,
-        tenant="acme",
-        thread="thr_order",
-        session_id="ps_1",
-        provider_thread_id="pth_order",
-        run_id="run_2",
-        attempt_id="att_2",
-        ids=IdFactory("att_2", 0),  # event ids of their own: the stream deduplicates by them
-    )
+    publisher = _publisher(nc, "order", 2)
     await publisher.text("msg_cut", "node_r", "Drafting")  # begun, never completed: the steer cut it off
     await publisher.text("msg_reply", "node_r", "Short notes.")
     await publisher.text_done("msg_reply", "node_r", "Short notes.")
@@ -73,16 +78,7 @@ async def test_L2_3_events_larger_than_the_broker_takes_are_stored_cut_down_and_
     to fit, saying what was cut; raw text is published in pieces, so none of a streamed reply is lost."""
     js = nc.jetstream()
     await streams.ensure(js)
-    publisher = TurnPublisher(
-        nc,
-        tenant="acme",
-        thread="thr_huge",
-        session_id="ps_1",
-        provider_thread_id="pth_huge",
-        run_id="run_3",
-        attempt_id="att_3",
-        ids=IdFactory("att_3", 0),
-    )
+    publisher = _publisher(nc, "huge", 3)
     huge_input = {"file_path": "/w/big.txt", "content": "x" * 2_000_000, "lines": ["y" * 10] * 200_000}
     reply = "".join(f"word{i} " for i in range(300_000))  # 2.3 MB in one raw chunk
     sent = [
