@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
@@ -113,6 +114,16 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
     def run_messages(self, run_id: str) -> list[Message]:
         """The messages of one run, in order."""
         return self._index("run_messages", lambda: Groups[Message](_run_id)).of(self.messages, run_id)
+
+    def run_message_positions(self, run_id: str) -> list[int]:
+        """Where the messages of one run are in ``messages``, in order."""
+        return self._index("run_messages", lambda: Groups[Message](_run_id)).positions(self.messages, run_id)
+
+    def checkpoint_positions(self, by: str, value: Any) -> list[int]:
+        """Where the checkpoints whose ``by`` ("id" or "ordinal") is ``value`` are in ``checkpoints``, in order."""
+        return self._index(f"checkpoints.{by}", lambda: Groups[Checkpoint](attrgetter(by))).positions(
+            self.checkpoints, value
+        )
 
     def messages_moved(self) -> None:
         """Messages changed runs (a steer carried over to the run that supersedes its own): index them again."""
