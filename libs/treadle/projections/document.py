@@ -85,6 +85,10 @@ class Changes:
         if message_id := getattr(payload, "message_id", None):
             self.message_ids.add(message_id)
 
+    def appended(self, state: ThreadState, name: str) -> range:
+        """Positions of the items of list ``name`` the batch added (all of them when everything changed)."""
+        return range(0 if self.everything else self.lengths[name], len(getattr(state, name)))
+
     def indices(self, state: ThreadState, name: str, items: list) -> range | list[int]:
         if self.everything:
             return range(len(items))

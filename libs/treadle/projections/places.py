@@ -32,24 +32,28 @@ def _at(state: ThreadState, name: str, item_id: str) -> int:
 
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
-    """Flat ``field, value, …`` for HSET: the places of the runs, messages and checkpoints that changed."""
+    """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never moves in its list,
+    nor changes its id or ordinal) and the messages of the runs whose messages it changed."""
     changes = changes or Changes(None)
     out: list[str | int] = []
     run_ids: set[str] = set()
-    for i in changes.indices(state, "runs", state.runs):
+    for i in changes.appended(state, "runs"):
         run_id = state.runs[i].id
         run_ids.add(run_id)
         out += [f"r:{run_id}", _at(state, "runs", run_id)]
-    for i in changes.indices(state, "messages", state.messages):
+    for i in changes.appended(state, "messages"):
         m = state.messages[i]
         out += [f"m:{m.id}", _at(state, "messages", m.id)]
         if m.run_id is not None:
             run_ids.add(m.run_id)
+    for message_id in changes.message_ids:
+        if (named := state.message(message_id)) is not None and named.run_id is not None:
+            run_ids.add(named.run_id)
     for run_id in sorted(run_ids):
         if positions := state.run_message_positions(run_id):
             out += [f"rm:{run_id}", _joined(positions)]
     ordinals: set[int] = set()
-    for i in changes.indices(state, "checkpoints", state.checkpoints):
+    for i in changes.appended(state, "checkpoints"):
         c = state.checkpoints[i]
         ordinals.add(c.ordinal)
         out += [f"c:{c.id}", state.checkpoint_positions("id", c.id)[0]]
