@@ -160,3 +160,18 @@ async def test_a_rebuild_of_another_view_version_replaces_the_places_whole(redis
     assert await redis.hget(places_key, "r:run_gone") is None
     assert await redis.hgetall(places_key) == places.stored(state)
     await _assert_reads_equal_the_whole(store, state)
+
+
+async def test_part_reads_never_answer_with_another_threads_or_tenants_items(redis):
+    """A run of one thread read through another (ids are looked up per thread), a thread read under another
+    tenant (its keys are the tenant's), and ids shaped like places or positions, all find nothing."""
+    store = ProjectionStore(redis)
+    states = await _project(store, _recorded("partshostile"), 10)
+    a, b = [s for s in states.values() if s.runs][:2]
+    run_a = a.runs[0].id
+    assert await store.read("partshostile", b.thread.id, partial(parts.run, run_id=run_a)) is None
+    assert await store.read("partshostile", b.thread.id, partial(parts.change, run_id=run_a)) is None
+    with pytest.raises(parts.Missing):
+        await store.read("partsother", a.thread.id, partial(parts.run, run_id=run_a))
+    for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
+        assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
