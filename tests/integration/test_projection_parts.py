@@ -175,3 +175,22 @@ async def test_part_reads_never_answer_with_another_threads_or_tenants_items(red
         await store.read("partsother", a.thread.id, partial(parts.run, run_id=run_a))
     for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
         assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
+
+
+async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_them(redis):
+    """A message leaves its run only when messages move (a steer carried over to the run that supersedes its
+    own): the write after it is whole, so the old run's places lose it even if the event looked local."""
+    store = ProjectionStore(redis)
+    [state] = (await _project(store, [replace(e, tenant="partsmoves") for e in thread_events(3)], 100)).values()
+    changes = Changes(state)
+    first, last = state.runs[0].id, state.runs[-1].id
+    for m in state.messages:  # as the fold of a carried-over steer does, under an event noted as local
+        if m.run_id == first:
+            m.run_id = last
+    state.messages_moved()
+    state.seq += 1  # the event that moved them
+    await store.write([(state, [], changes)])
+    assert changes.everything
+    await _assert_reads_equal_the_whole(store, state)
+    got = await store.read("partsmoves", state.thread.id, partial(parts.run, run_id=first))
+    assert got is not None and got.messages == []

@@ -126,8 +126,16 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         )
 
     def messages_moved(self) -> None:
-        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again."""
+        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again,
+        and count it (``moves``: a writer of changed parts learns that the runs' messages need placing anew)."""
         self.__dict__.get("_ix", {}).pop("run_messages", None)
+        self.__dict__["moves"] = self.moves + 1
+
+    @property
+    def moves(self) -> int:
+        """How often messages changed runs in this state's fold (not a field: never encoded)."""
+        moves: int = self.__dict__.get("moves", 0)
+        return moves
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         for c in reversed(self.checkpoints):

@@ -9,8 +9,8 @@
 
 Each place is what the state's own lookups answer (the newest run or message of an id, as the views'
 ``run``/``message`` find them; the first checkpoint of an id, as ``checkpoint_by_id``). A write of changed parts
-rewrites the places of what changed; a whole write replaces the hash (the store deletes it first), so a place
-left by a message that moved runs never survives the write that moved it (moves are never local changes).
+adds the places of what was appended; a whole write replaces the hash (the store deletes it first), so a place
+left by a message that moved runs never survives the write that moved it.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def _at(state: ThreadState, name: str, item_id: str) -> int:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
     """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never moves in its list,
-    nor changes its id or ordinal) and the messages of the runs whose messages it changed."""
+    nor changes its id or ordinal) and the messages of the runs it added messages to. A message leaves its run
+    only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
     changes = changes or Changes(None)
     out: list[str | int] = []
     run_ids: set[str] = set()
@@ -46,9 +47,6 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int
         out += [f"m:{m.id}", _at(state, "messages", m.id)]
         if m.run_id is not None:
             run_ids.add(m.run_id)
-    for message_id in changes.message_ids:
-        if (named := state.message(message_id)) is not None and named.run_id is not None:
-            run_ids.add(named.run_id)
     for run_id in sorted(run_ids):
         if positions := state.run_message_positions(run_id):
             out += [f"rm:{run_id}", _joined(positions)]

@@ -211,7 +211,7 @@ class ProjectionStore:
                 t = state.thread
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
-                whole = changes is None or changes.everything
+                whole = changes is None or changes.whole(state)
                 where = places.fields(state, changes)
                 args = [
                     state.seq,
