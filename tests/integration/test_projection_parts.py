@@ -175,6 +175,11 @@ async def test_part_reads_never_answer_with_another_threads_or_tenants_items(red
         await store.read("partsother", a.thread.id, partial(parts.run, run_id=run_a))
     for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
         assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
+    # A document with a hole (a part gone) is not answered from: the reader takes the whole path.
+    await redis.hdel(keys("partshostile", a.thread.id)[0], "f:queue", f"l:messages:{len(a.messages) - 1}")
+    for reader in (parts.queue, partial(parts.run, run_id=a.messages[-1].run_id)):
+        with pytest.raises(parts.Missing):
+            await store.read("partshostile", a.thread.id, reader)
 
 
 async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_them(redis):

@@ -86,10 +86,10 @@ class Snapshot:
             raise Missing
         return [_DECODERS[name].decode(r) for r in raw]
 
-    async def thread(self, *fields: str, where: list[str] | None = None) -> tuple[Thread, list, list]:
-        """The thread with other document fields and places; Missing when the thread is not there."""
+    async def thread(self, *fields: str, where: list[str] | None = None) -> tuple[Thread, list[bytes], list]:
+        """The thread with other document fields (Missing when one is not there) and places (None: no such)."""
         got, at = await self.get(["f:thread", *fields], where)
-        if got[0] is None or (thread := _thread.decode(got[0])) is None:
+        if any(g is None for g in got) or (thread := _thread.decode(got[0])) is None:
             raise Missing
         return thread, got[1:], at
 
@@ -118,11 +118,12 @@ async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal
     """The checkpoint of this id, after the checkpoints of run ``before_ordinal`` captured before it."""
     if checkpoint_id is None:
         return []
-    _, (at, earlier) = await snap.get([], [f"c:{checkpoint_id}", f"co:{before_ordinal}"])
+    where = [f"c:{checkpoint_id}"] + ([f"co:{before_ordinal}"] if before_ordinal is not None else [])
+    _, (at, *earlier) = await snap.get([], where)
     if at is None:
         return []
     at = int(at)
-    candidates = [i for i in places.positions(earlier) if i < at] if before_ordinal is not None else []
+    candidates = [i for i in places.positions(earlier[0]) if i < at] if earlier else []
     return await snap.items("checkpoints", [*candidates, at])
 
 
@@ -139,13 +140,13 @@ async def change(snap: Snapshot, run_id: str) -> RunChange | None:
 async def queue(snap: Snapshot) -> QueueView:
     """``/v1/threads/{id}/queue``: the queued runs with their messages' text."""
     thread, (queued, active), _ = await snap.thread("f:queue", "f:active_run_id")
-    ids = _ids.decode(queued or b"[]")
+    ids = _ids.decode(queued)
     at: list = (await snap.get([], [f"r:{i}" for i in ids]))[1] if ids else []
     runs = await snap.items("runs", [int(a) for a in at if a is not None])
     message_ids = [r.message_id for r in runs]
     at = (await snap.get([], [f"m:{i}" for i in message_ids]))[1] if message_ids else []
     messages = await snap.items("messages", sorted({int(a) for a in at if a is not None}))
-    active_run_id = _id.decode(active or b"null")
+    active_run_id = _id.decode(active)
     return queue_view(ThreadView(thread=thread, queue=ids, active_run_id=active_run_id, runs=runs, messages=messages))
 
 
@@ -154,8 +155,6 @@ async def head(snap: Snapshot) -> ThreadHead:
     thread, (lineage, transfers, runs, handoffs), _ = await snap.thread(
         "f:lineage", "f:transfers", "n:runs", "n:handoffs"
     )
-    if lineage is None or transfers is None or runs is None or handoffs is None:
-        raise Missing
     return ThreadHead(
         thread=thread,
         lineage=_lineage.decode(lineage),
