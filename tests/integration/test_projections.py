@@ -14,8 +14,8 @@ from treadle.core.state import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.projections import document
-from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state
+from treadle.projections import check, document
+from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state, keys
 from treadle.projector.service import Projector
 from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
@@ -310,7 +310,11 @@ async def test_a_projector_whose_view_version_has_no_epoch_rebuilds_every_docume
     await redis.delete(EPOCH_KEY)  # as a projector of a new version finds it: no epoch of its version yet
     key = f"treadle:{{proj}}:thread:{thread}"
     await redis.hset(key, mapping={"seq": last, "v": VIEW_VERSION - 1})
+    await redis.hset(keys("proj", thread)[4], mapping={"seq": last, "v": VIEW_VERSION - 1, "r:run_gone": "0"})
     projector = Projector(nc, redis, ProjectorSettings())
     await projector._ensure_epoch()
-    assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
+    state = fold(await log.read("proj", thread))
+    assert await store.doc("proj", thread) == encode_state(state)
+    # Its places too: of this version, exactly the replay's (nothing of the old ones left), as `treadle check` sees.
+    assert check.compare_projection(state, await check.read_stored(redis, "proj", thread, [])) == []
     assert await store.epoch() is not None

@@ -1,4 +1,5 @@
-from treadle.core.ids import IdFactory, is_token, new_id
+from treadle.core import ids
+from treadle.core.ids import IdFactory, is_id, is_token, new_id
 from treadle.providers.coalesce import Coalescer
 
 
@@ -55,3 +56,26 @@ def test_a_messages_first_text_is_durable_at_once_and_the_rest_is_coalesced():
     assert coalescer.add("ing") is None
     clock.now += 0.25
     assert coalescer.add(" notes") == "ing notes"
+
+
+def _crockford(value: int, length: int) -> str:
+    """The id format by its definition: ``length`` Crockford base32 digits, most significant first."""
+    digits = "0123456789abcdefghjkmnpqrstvwxyz"
+    return "".join(digits[(value >> (5 * i)) & 31] for i in reversed(range(length)))
+
+
+def test_ids_are_the_same_whatever_encodes_them_so_a_replayed_decision_mints_the_same():
+    f = IdFactory("cmd_golden", 1764806400123)  # minted by the loop of shifts this encoding replaced
+    assert [f.next("run"), f.next("run"), f.next("evt")] == [
+        "run_01kbkah63vq40vwd9rg0aqe44n",
+        "run_01kbkah63v78fd1fc9h844r2hv",
+        "evt_01kbkah63vp2759g0qs6q4q0ch",
+    ]
+    for ms, entropy in (
+        (0, bytes(10)),
+        (2**50 - 1, b"\xff" * 10),
+        (2**50 + 5, bytes(range(10))),
+        (1_000, b"\x80" * 10),
+    ):
+        body = _crockford(ms, 10) + _crockford(int.from_bytes(entropy, "big"), 16)
+        assert ids._mint("x", ms, entropy) == "x_" + body and is_id("x_" + body, "x")

@@ -18,7 +18,7 @@ from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
 from treadle.projections import document
 from treadle.views import of_state
-from treadle.views.thread import ThreadView, handoff_view, lineage_node, queue_view, run_view, summary
+from treadle.views.thread import ThreadView, handoff_view, lineage_node, queue_view, run_view, summary, thread_head
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -77,8 +77,12 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
         got[f"/v1/threads/{thread}/requests"] = {"requests": _json(view.requests)}
         got[f"/v1/threads/{thread}/activity"] = {"activity": _json(view.activity)}
     root, fork, other = (views[t] for t in expected["threads"])
-    tree = lineage_node(root, [lineage_node(fork, [])])
-    for view, root_view, node in ((root, root, tree), (fork, root, tree), (other, other, lineage_node(other, []))):
+    tree = lineage_node(thread_head(root), [lineage_node(thread_head(fork), [])])
+    for view, root_view, node in (
+        (root, root, tree),
+        (fork, root, tree),
+        (other, other, lineage_node(thread_head(other), [])),
+    ):
         assert root_view.thread and view.thread
         got[f"/v1/threads/{view.thread.id}/lineage"] = {
             "thread_id": view.thread.id,

@@ -20,16 +20,17 @@ PREFIXES = frozenset(
 )
 
 
-def _b32(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+# Two characters per table lookup: the 130 bits of an id's body (50 of time, 80 of entropy) in 13 lookups of
+# 10 bits instead of 26 shifts of 5 (minting the ids of every appended event was 15% of the supervisor under B;
+# base64.b32encode, pure Python in 3.11, did not pay).
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+_SHIFTS = tuple(range(120, -1, -10))
+_MS_MASK = (1 << 50) - 1  # 10 characters of time
 
 
 def _mint(prefix: str, ms: int, entropy: bytes) -> str:
-    return f"{prefix}_{_b32(ms, 10)}{_b32(int.from_bytes(entropy[:10], 'big'), 16)}"
+    body = (ms & _MS_MASK) << 80 | int.from_bytes(entropy[:10], "big")
+    return prefix + "_" + "".join([_PAIRS[(body >> shift) & 1023] for shift in _SHIFTS])
 
 
 def new_id(prefix: str, ms: int) -> str:

@@ -59,14 +59,17 @@ class Groups(Generic[T]):
         self._items: list[T] | None = None
 
     def of(self, items: list[T], value: Any) -> list[T]:
+        return [items[i] for i in self.positions(items, value)]
+
+    def positions(self, items: list[T], value: Any) -> list[int]:
         if items is not self._items or len(items) < self._seen:
             self._items, self._seen, self._at = items, 0, {}
         key, at = self._key, self._at
         for i in range(self._seen, len(items)):
             at.setdefault(key(items[i]), []).append(i)
         self._seen = len(items)
-        out = [items[i] for i in at.get(value, ())]
-        if any(self._key(item) != value for item in out):
+        out = at.get(value, [])
+        if any(key(items[i]) != value for i in out):
             self._items = None
-            return self.of(items, value)
+            return self.positions(items, value)
         return out

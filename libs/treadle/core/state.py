@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import msgspec
@@ -114,9 +115,27 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         """The messages of one run, in order."""
         return self._index("run_messages", lambda: Groups[Message](_run_id)).of(self.messages, run_id)
 
+    def run_message_positions(self, run_id: str) -> list[int]:
+        """Where the messages of one run are in ``messages``, in order."""
+        return self._index("run_messages", lambda: Groups[Message](_run_id)).positions(self.messages, run_id)
+
+    def checkpoint_positions(self, by: str, value: Any) -> list[int]:
+        """Where the checkpoints whose ``by`` ("id" or "ordinal") is ``value`` are in ``checkpoints``, in order."""
+        return self._index(f"checkpoints.{by}", lambda: Groups[Checkpoint](attrgetter(by))).positions(
+            self.checkpoints, value
+        )
+
     def messages_moved(self) -> None:
-        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again."""
+        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again,
+        and count it (``moves``: a writer of changed parts learns that the runs' messages need placing anew)."""
         self.__dict__.get("_ix", {}).pop("run_messages", None)
+        self.__dict__["moves"] = self.moves + 1
+
+    @property
+    def moves(self) -> int:
+        """How often messages changed runs in this state's fold (not a field: never encoded)."""
+        moves: int = self.__dict__.get("moves", 0)
+        return moves
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         for c in reversed(self.checkpoints):

@@ -40,7 +40,7 @@ from treadle.core import events as ev
 from treadle.core.state import ThreadState, evolve
 
 from ..eventlog import subjects
-from . import document, store
+from . import document, places, store
 
 TERMINAL = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
 _summary_encoder = msgspec.json.Encoder()
@@ -321,12 +321,13 @@ def fold_events(items: Iterable[tuple[int, str, bytes]]) -> dict[tuple[str, str]
 
 class Stored(msgspec.Struct, kw_only=True, frozen=True):
     """What Redis holds for one thread: its document (None: not wholly projected), the stream sequence it
-    reflects, its tenant-list summary and the thread its runs and requests are indexed to."""
+    reflects, its tenant-list summary, the thread its runs and requests are indexed to, and its places."""
 
     doc: bytes | None
     seq: int
     summary: bytes | None
     index: dict[str, str | None]
+    places: dict[bytes, bytes] = {}
 
 
 def _first_difference(expected: object, stored: object, path: str = "") -> str:
@@ -347,7 +348,7 @@ def _first_difference(expected: object, stored: object, path: str = "") -> str:
 
 def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
     """A thread's projection against the replay of its log: the document byte for byte (``document.encode``
-    gives exactly the bytes Redis reassembles), its summary, and the index of its runs and requests."""
+    gives exactly the bytes Redis reassembles), its places, its summary, and the index of its runs and requests."""
     t = state.thread
     if t is None:  # events of a thread that was never created: the log half reports them
         return []
@@ -373,6 +374,14 @@ def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
             problem(
                 "summary_mismatch", f"summary of {t.id} in treadle:{{{t.tenant}}}:summaries differs from the replay"
             )
+        )
+    if stored.places != (expected_places := places.stored(state)):
+        wrong = sorted(k.decode() for k in expected_places.keys() ^ stored.places.keys())
+        wrong += sorted(
+            k.decode() for k in expected_places.keys() & stored.places.keys() if expected_places[k] != stored.places[k]
+        )
+        problems.append(
+            problem("places_mismatch", f"places of {t.id} differ from the replay at {', '.join(wrong[:5])}")
         )
     for entity, thread in stored.index.items():
         if thread != t.id:
@@ -429,19 +438,21 @@ async def check_log(nc: NATS, tenant: str | None = None, until_seq: int | None =
 
 
 async def read_stored(redis: Redis, tenant: str, thread: str, ids: list[str]) -> Stored:
-    doc_key, _, summaries, index = store.keys(tenant, thread)
+    doc_key, _, summaries, index, where = store.keys(tenant, thread)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(doc_key)
+        pipe.hgetall(where)
         pipe.hget(summaries, thread)
         for id_ in ids:
             pipe.hget(index, id_)
-        parts, summary, *owners = await pipe.execute()
+        parts, stored_places, summary, *owners = await pipe.execute()
     seq = parts.get(b"seq")
     return Stored(
         doc=document.assemble(parts),
         seq=int(seq) if seq else 0,
         summary=summary,
         index={i: o.decode() if o else None for i, o in zip(ids, owners)},
+        places=stored_places,
     )
 
 

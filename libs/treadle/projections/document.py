@@ -66,10 +66,11 @@ LOCAL_EVENTS = frozenset(
 class Changes:
     """What a batch of events changed in one thread's state, noted while they are folded."""
 
-    __slots__ = ("everything", "lengths", "run_ids", "message_ids")
+    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves")
 
     def __init__(self, before: ThreadState | None) -> None:
         self.everything = before is None
+        self.moves = before.moves if before is not None else 0
         self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
         self.run_ids: set[str] = set()
         self.message_ids: set[str] = set()
@@ -84,6 +85,17 @@ class Changes:
             self.run_ids.add(run_id)
         if message_id := getattr(payload, "message_id", None):
             self.message_ids.add(message_id)
+
+    def whole(self, state: ThreadState) -> bool:
+        """Whether the write must be whole: an event changed what it does not name, or messages changed runs
+        (``ThreadState.moves``: a steer carried over, whatever event did it)."""
+        if state.moves != self.moves:
+            self.everything = True
+        return self.everything
+
+    def appended(self, state: ThreadState, name: str) -> range:
+        """Positions of the items of list ``name`` the batch added (all of them when everything changed)."""
+        return range(0 if self.everything else self.lengths[name], len(getattr(state, name)))
 
     def indices(self, state: ThreadState, name: str, items: list) -> range | list[int]:
         if self.everything:

@@ -9,8 +9,8 @@ Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -21,12 +21,14 @@ from treadle.core.state import ThreadState, fold
 
 from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
-from . import document
+from . import document, parts, places
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, n,
-# n run ids to index, then field/value pairs of the document. Changed parts on top of nothing (Redis was
-# flushed) would make a document with holes: that write is refused with -1 and the caller sends the whole
-# document. A document of another view version counts as nothing: a whole write replaces it.
+# n run ids to index, m, m elements of place field/value pairs (``places``), then field/value pairs of the
+# document. Changed parts on top of nothing (Redis was flushed, or the places are missing or out of step with
+# the document: written before places existed) would make a document with holes: that write is refused with -1
+# and the caller sends the whole document. A document of another view version counts as nothing: a whole write
+# replaces it. A whole write replaces the places too; document and places always carry the same seq.
 _WRITE = """
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and redis.call('HGET', KEYS[1], 'v') ~= ARGV[6] then
@@ -35,16 +37,26 @@ if cur and redis.call('HGET', KEYS[1], 'v') ~= ARGV[6] then
   cur = false
 end
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
-if not cur and ARGV[5] == '0' then return -1 end
+if ARGV[5] == '0' then
+  if not cur or redis.call('HGET', KEYS[5], 'seq') ~= cur then return -1 end
+else
+  redis.call('DEL', KEYS[5])
+end
 local n = tonumber(ARGV[7])
 for i = 8, 7 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
-local i = 8 + n
-while i <= #ARGV do
-  local j = math.min(i + 999, #ARGV)
-  redis.call('HSET', KEYS[1], unpack(ARGV, i, j))
-  i = j + 1
+local function hset(key, from, to)
+  local i = from
+  while i <= to do
+    local j = math.min(i + 999, to)
+    redis.call('HSET', key, unpack(ARGV, i, j))
+    i = j + 1
+  end
 end
+local m = tonumber(ARGV[8 + n])
+hset(KEYS[5], 9 + n, 8 + n + m)
+hset(KEYS[1], 9 + n + m, #ARGV)
 redis.call('HSET', KEYS[1], 'seq', ARGV[1])
+redis.call('HSET', KEYS[5], 'seq', ARGV[1], 'v', ARGV[6])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 return 1
@@ -76,6 +88,9 @@ return out
 """
 
 
+T = TypeVar("T")
+
+
 class Slice(msgspec.Struct, frozen=True):
     """Stored items of one of a thread's lists, read in one call with the list's length and the sequence."""
 
@@ -96,10 +111,11 @@ def _keys(tenant: str, thread: str) -> list[str]:
         f"treadle:{{{tenant}}}:threads",
         f"treadle:{{{tenant}}}:summaries",
         f"treadle:{{{tenant}}}:runs",
+        f"treadle:{{{tenant}}}:places:{thread}",
     ]
 
 
-keys = _keys  # document, tenant list, summaries, index: what `treadle check` reads back
+keys = _keys  # document, tenant list, summaries, index, places: what `treadle check` reads back
 
 
 summary = of_state.summary  # the thread's list item, stored beside the document
@@ -195,7 +211,8 @@ class ProjectionStore:
                 t = state.thread
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
-                whole = changes is None or changes.everything
+                whole = changes is None or changes.whole(state)
+                where = places.fields(state, changes)
                 args = [
                     state.seq,
                     t.id,
@@ -205,15 +222,23 @@ class ProjectionStore:
                     VIEW_VERSION,
                     len(run_ids),
                     *run_ids,
+                    len(where),
+                    *where,
                     *document.fields(state, changes),
                 ]
-                pipe.evalsha(self._script.sha, 4, *_keys(t.tenant, t.id), *args)
+                pipe.evalsha(self._script.sha, 5, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 
     # The client (connect.redis_client) does not decode responses: Redis replies are bytes, which its types cannot tell.
 
     async def doc(self, tenant: str, thread: str) -> bytes | None:
         return document.assemble(cast("dict[bytes, bytes]", await self._redis.hgetall(_keys(tenant, thread)[0])))
+
+    async def read(self, tenant: str, thread: str, reader: Callable[[parts.Snapshot], Awaitable[T]]) -> T:
+        """``reader`` over one snapshot of the thread's stored parts (``parts``), fetching only what it reads;
+        ``parts.Missing`` when they are not (wholly) there in this view version."""
+        k = _keys(tenant, thread)
+        return await parts.read(self._redis, k[0], k[4], reader)
 
     async def seq(self, tenant: str, thread: str) -> int:
         """The stream sequence the thread's projection reflects (0: not projected)."""

@@ -4,7 +4,7 @@ other read routes (a run, the queue, a handoff, a lineage node). Pure: views in,
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -145,6 +145,30 @@ def queue_view(view: ThreadView) -> QueueView:
     return QueueView(thread_id=view.thread.id, active_run_id=view.active_run_id, queue=items)
 
 
+class RunChange(NamedTuple):
+    """What a run's diff compares: its checkpoint (``new``) and the previous root checkpoint it started from."""
+
+    thread: Thread
+    run: Run
+    new: Checkpoint | None
+    old: Checkpoint | None
+
+
+def run_change(view: ThreadView, run_id: str) -> RunChange | None:
+    run = view.run(run_id)
+    if run is None or view.thread is None:
+        return None
+    new = view.checkpoint_by_id(run.checkpoint_id)
+    old = None
+    if new is not None and new.commit:
+        # Ordinal N-1 as captured before the run's own.
+        before = view.checkpoints[: view.checkpoints.index(new)]
+        old = next(
+            (c for c in reversed(before) if c.scope == "root" and c.ordinal == run.ordinal - 1 and c.commit), None
+        )
+    return RunChange(view.thread, run, new, old)
+
+
 def handoff_view(view: ThreadView, handoff_id: str) -> HandoffView | None:
     handoff = view.handoff(handoff_id)
     if handoff is None or view.thread is None:
@@ -155,19 +179,35 @@ def handoff_view(view: ThreadView, handoff_id: str) -> HandoffView | None:
     )
 
 
-def lineage_node(view: ThreadView, children: list[LineageNode]) -> LineageNode:
+class ThreadHead(msgspec.Struct, kw_only=True):
+    """What the lineage tree shows of a thread (``lineage_node``): its runs only counted."""
+
+    thread: Thread
+    lineage: Lineage | None
+    runs: int
+    transfers: list[ContextTransfer]
+    handoffs: list[ContextHandoff]
+
+
+def thread_head(view: ThreadView) -> ThreadHead:
     assert view.thread is not None
-    lineage = view.lineage
+    return ThreadHead(
+        thread=view.thread, lineage=view.lineage, runs=len(view.runs), transfers=view.transfers, handoffs=view.handoffs
+    )
+
+
+def lineage_node(head: ThreadHead, children: list[LineageNode]) -> LineageNode:
+    lineage = head.lineage
     return LineageNode(
-        thread_id=view.thread.id,
-        title=view.thread.title,
-        provider=view.thread.provider,
+        thread_id=head.thread.id,
+        title=head.thread.title,
+        provider=head.thread.provider,
         relationship=lineage.relationship if lineage else None,
         source_point=lineage.source_point if lineage else None,
-        runs=len(view.runs),
-        transfers=view.transfers,
+        runs=head.runs,
+        transfers=head.transfers,
         handoffs=[
-            HandoffRef(id=h.id, run_id=h.run_id, strategy=h.strategy, to_provider=h.to_provider) for h in view.handoffs
+            HandoffRef(id=h.id, run_id=h.run_id, strategy=h.strategy, to_provider=h.to_provider) for h in head.handoffs
         ],
         children=children,
     )

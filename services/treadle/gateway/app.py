@@ -29,13 +29,14 @@ from treadle.eventlog.tracing import http_spans
 from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.tokens import TokenStore, token_id
+from treadle.projections import parts
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
-from treadle.views.thread import RunView, ThreadView, run_view
+from treadle.views.thread import RunView, ThreadView, run_view, thread_head
 
 from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
 from . import errors as handlers
@@ -52,7 +53,7 @@ from .deps import (
     principal,
     thread_doc,
     thread_of,
-    thread_view,
+    thread_read,
     wanted_seq,
 )
 from .errors import ApiError
@@ -185,7 +186,9 @@ async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = Non
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     if thread is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
-    run = run_view(await thread_view(request, who.tenant, thread, min_seq), run_id)
+    run = await thread_read(
+        request, who.tenant, thread, lambda snap: parts.run(snap, run_id), lambda view: run_view(view, run_id), min_seq
+    )
     if run is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
     return run
@@ -209,7 +212,8 @@ async def stream_events(
     start = number(after, "after") or 0
     if last_event_id is not None:
         start = number(last_event_id, "Last-Event-ID", code="invalid_last_event_id") or 0
-    await thread_doc(request, who.tenant, thread)  # 404 for unknown threads and other tenants' threads
+    # 404 for unknown threads and other tenants' threads: the thread's head, not its whole document.
+    await thread_read(request, who.tenant, thread, parts.head, thread_head)
     slots: StreamSlots = app_state(request).stream_slots
     holder = getattr(request.state, "stream_holder", None) or token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read

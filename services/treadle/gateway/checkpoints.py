@@ -16,10 +16,21 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from treadle.checkpoints.client import CheckpointUnavailable
 from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
 from treadle.core.rollback.commands import RollbackNode, RollbackThread
+from treadle.projections import parts
 from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
-from treadle.views.thread import ThreadView
+from treadle.views.thread import Thread, run_change
 
-from .deps import IdempotencyKey, MinSeq, logged_view, path_id, principal, thread_of, thread_view, wanted_seq
+from .deps import (
+    IdempotencyKey,
+    MinSeq,
+    logged_view,
+    path_id,
+    principal,
+    thread_of,
+    thread_read,
+    thread_view,
+    wanted_seq,
+)
 from .errors import ApiError
 from .openapi import BODY, COMMAND, DIFF, ON_THREAD, PARAMS, PATH_ID, ROLLBACK, THREAD_READ, errors
 from .params import number
@@ -87,20 +98,19 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
 async def _diff(
     request: Request,
     tenant: str,
-    state: ThreadView,
+    thread: Thread,
     old: Checkpoint | None,
     new: Checkpoint,
     max_bytes: int,
     run_id: str | None = None,
 ) -> Diff:
-    assert state.thread is not None
     client = request.app.state.checkpoints
     try:
         got = await client.diff(
             DiffRequest(
                 tenant=tenant,
-                thread=state.thread.id,
-                workspace=state.thread.workspace,
+                thread=thread.id,
+                workspace=thread.workspace,
                 from_commit=old.commit if old else None,
                 to_commit=new.commit or "",
                 max_bytes=max_bytes,
@@ -115,7 +125,7 @@ async def _diff(
             409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code, exc.message
         ) from None
     return Diff(
-        thread_id=state.thread.id,
+        thread_id=thread.id,
         run_id=run_id,
         from_=_point(old) if old else None,
         to=_point(new),
@@ -141,15 +151,22 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
-    state = await thread_view(request, who.tenant, thread, min_seq) if thread else None
-    run = state.run(run_id) if state else None
-    if state is None or run is None:
+    change = (
+        await thread_read(
+            request,
+            who.tenant,
+            thread,
+            lambda snap: parts.change(snap, run_id),
+            lambda view: run_change(view, run_id),
+            min_seq,
+        )
+        if thread
+        else None
+    )
+    if change is None:
         raise ApiError(404, "run_not_found", f"run {run_id} not found")
-    new = _usable(state.checkpoint_by_id(run.checkpoint_id), f"run {run_id}")
-    # The previous root checkpoint this run started from: ordinal N-1 as captured before the run's own.
-    before = state.checkpoints[: state.checkpoints.index(new)]
-    old = next((c for c in reversed(before) if c.scope == "root" and c.ordinal == run.ordinal - 1 and c.commit), None)
-    return await _diff(request, who.tenant, state, old, new, limit, run_id=run_id)
+    new = _usable(change.new, f"run {run_id}")
+    return await _diff(request, who.tenant, change.thread, change.old, new, limit, run_id=run_id)
 
 
 @get(
@@ -182,7 +199,8 @@ async def thread_diff(
         raise ApiError(400, "invalid_range", "from must not be after to")
     new = _usable(state.checkpoint(to_ordinal), f"run {to_ordinal}")
     old = _usable(state.checkpoint(from_ordinal), f"run {from_ordinal}")
-    return await _diff(request, who.tenant, state, old, new, limit)
+    assert state.thread is not None
+    return await _diff(request, who.tenant, state.thread, old, new, limit)
 
 
 # --- rollbacks --------------------------------------------------------------------------------------

@@ -16,10 +16,21 @@ from treadle.core.plans.decide import implementation_text
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.run.commands import InterruptRun
 from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
+from treadle.projections import parts
 from treadle.views.runs import QueueView
 from treadle.views.thread import queue_view
 
-from .deps import IdempotencyKey, MinSeq, app_state, check_message_size, owner, path_id, principal, thread_view
+from .deps import (
+    IdempotencyKey,
+    MinSeq,
+    app_state,
+    check_message_size,
+    owner,
+    path_id,
+    principal,
+    thread_read,
+    thread_view,
+)
 from .errors import ApiError
 from .openapi import (
     ADMITTED,
@@ -154,7 +165,7 @@ async def respond(
 )
 async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
-    return queue_view(await thread_view(request, who.tenant, path_id(thread_id, "thr"), min_seq))
+    return await thread_read(request, who.tenant, path_id(thread_id, "thr"), parts.queue, queue_view, min_seq)
 
 
 @patch(

@@ -5,7 +5,8 @@ this module, never ``app.py``."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 import msgspec
 from litestar import Request, Response
@@ -18,6 +19,7 @@ from treadle.core.ids import is_id
 from treadle.core.policy import ROLES, check_mode
 from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
+from treadle.projections.parts import Missing, Snapshot
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
@@ -38,6 +40,7 @@ MinSeq = Annotated[
 ]
 
 _view_decoder = msgspec.json.Decoder(ThreadView)
+T = TypeVar("T")
 PRINCIPAL_KEY = "treadle.principal"  # an ASGI scope key: set by server code only, never from a request
 
 
@@ -120,6 +123,30 @@ async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
     if doc is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
     return doc
+
+
+async def thread_read(
+    request: Request,
+    tenant: str,
+    thread: str,
+    read: Callable[[Snapshot], Awaitable[T]],
+    whole: Callable[[ThreadView], T],
+    min_seq: str | None = None,
+    *,
+    own: bool = True,
+) -> T:
+    """A read of only the parts of the thread it answers with (``read``, see ``projections.parts``), with the
+    guarantees of ``thread_doc``: when the projection is behind ``min_seq``, or its parts are not all stored,
+    the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
+    state = app_state(request)
+    wanted = wanted_seq(request, min_seq) if own else number(min_seq, "min_seq")
+    doc = None
+    if await projected(request, tenant, thread, wanted):
+        try:
+            return await state.projections.read(tenant, thread, read)
+        except Missing:
+            doc = await state.projections.doc(tenant, thread)
+    return whole(_view_decoder.decode(doc if doc is not None else await folded_doc(request, tenant, thread)))
 
 
 async def thread_view(

@@ -9,10 +9,11 @@ from litestar import Request, get, post
 from litestar.params import FromPath, JSONBody
 
 from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.projections import parts
 from treadle.views.lineage import HandoffView, LineageNode, LineageView
-from treadle.views.thread import ThreadView, handoff_view, lineage_node
+from treadle.views.thread import ThreadHead, handoff_view, lineage_node, thread_head
 
-from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_view, wanted_seq
+from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_read, thread_view, wanted_seq
 from .errors import ApiError
 from .openapi import ADMITTED, BODY, COMMAND, FORK, ON_THREAD, PARAMS, PATH_ID, THREAD_READ, errors
 
@@ -89,31 +90,32 @@ async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinS
 async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
-    state = await thread_view(request, who.tenant, thread, min_seq)
-    root = state
+
+    async def head_of(thread: str, own: bool) -> ThreadHead:
+        return await thread_read(
+            request, who.tenant, thread, parts.head, thread_head, min_seq if own else None, own=own
+        )
+
+    root = await head_of(thread, True)
     for _ in range(MAX_DEPTH):  # up to the root
         parent = root.lineage.parent_thread_id if root.lineage else None
         if parent is None:
             break
-        root = await thread_view(request, who.tenant, parent, own=False)
+        root = await head_of(parent, False)
     seen: set[str] = set()
 
-    async def build(st: ThreadView, depth: int) -> LineageNode:
-        assert st.thread is not None
-        seen.add(st.thread.id)
+    async def build(head: ThreadHead, depth: int) -> LineageNode:
+        seen.add(head.thread.id)
         children = []
-        for child in st.lineage.children if st.lineage and depth < MAX_DEPTH else []:
+        for child in head.lineage.children if head.lineage and depth < MAX_DEPTH else []:
             if child["thread_id"] in seen or len(seen) >= MAX_NODES:
                 continue
             try:
-                children.append(
-                    await build(await thread_view(request, who.tenant, child["thread_id"], own=False), depth + 1)
-                )
+                children.append(await build(await head_of(child["thread_id"], False), depth + 1))
             except ApiError:  # a child not readable yet (being created): leave it out
                 continue
-        return lineage_node(st, children)
+        return lineage_node(head, children)
 
-    assert root.thread is not None
     return LineageView(thread_id=thread, root_thread_id=root.thread.id, tree=await build(root, 0))
 
 

@@ -1,0 +1,201 @@
+"""Reads of a thread's parts (projections/parts.py) against a real Redis: each answers byte for byte what the
+same view function answers from the whole document, however the projector wrote it (whole, or event by event
+as changed parts), and the places they go by stay exactly what a replay of the log gives after a projector
+crash mid-write and after a rebuild of another view version.
+
+The threads are those of ``fixtures/replay-events.jsonl`` (tools, a subagent, a queue, an interrupt, a plan,
+checkpoints, a fork with handoffs, a rollback) and a long thread of bench/frozen_state.py's shape."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import partial
+from pathlib import Path
+
+import msgspec
+import pytest
+from msgspec.structs import replace
+
+from treadle.core.events import Envelope, decode_event
+from treadle.core.state import ThreadState, evolve, fold
+from treadle.projections import check, parts, places
+from treadle.projections.document import Changes
+from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
+from treadle.views import VIEW_VERSION, of_state
+from treadle.views.thread import lineage_node, queue_view, run_change, run_view, thread_head
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from frozen_state import thread_events  # noqa: E402
+
+
+def _recorded(tenant: str) -> list[Envelope]:
+    """The recorded threads, under a tenant of the test's own (each test writes them afresh)."""
+    rows = [json.loads(line) for line in (FIXTURES / "replay-events.jsonl").read_text().splitlines()]
+    return [replace(decode_event(json.dumps(row["data"]).encode(), row["seq"]), tenant=tenant) for row in rows]
+
+
+def _same(a, b) -> bool:
+    return msgspec.json.encode(a) == msgspec.json.encode(b)
+
+
+async def _assert_reads_equal_the_whole(store: ProjectionStore, state: ThreadState) -> None:
+    """Every parts read of the thread answers what the view functions answer from the whole document, and
+    the stored places are exactly those of the replay."""
+    t = state.thread
+    assert t is not None
+    view = of_state.thread_view(state)
+    stored = await check.read_stored(store._redis, t.tenant, t.id, [])
+    assert check.compare_projection(state, stored) == []
+    for run_id in [r.id for r in view.runs]:
+        assert _same(await store.read(t.tenant, t.id, partial(parts.run, run_id=run_id)), run_view(view, run_id))
+        assert _same(await store.read(t.tenant, t.id, partial(parts.change, run_id=run_id)), run_change(view, run_id))
+    assert await store.read(t.tenant, t.id, lambda s: parts.run(s, "run_none")) is None
+    assert await store.read(t.tenant, t.id, lambda s: parts.change(s, "run_none")) is None
+    assert _same(await store.read(t.tenant, t.id, parts.queue), queue_view(view))
+    head = await store.read(t.tenant, t.id, parts.head)
+    assert _same(head, thread_head(view))
+    assert _same(lineage_node(head, []), lineage_node(thread_head(view), []))
+
+
+async def _project(store: ProjectionStore, events: list[Envelope], batch: int) -> dict[str, ThreadState]:
+    """Write ``events`` as the projector does: per batch and thread, the changed parts of a cached state (the
+    first write of a thread whole), the ids the batch made addressable."""
+    states: dict[str, ThreadState] = {}
+    for i in range(0, len(events), batch):
+        touched: dict[str, tuple[ThreadState, list[str], Changes]] = {}
+        for e in events[i : i + batch]:
+            state = states.setdefault(e.thread, ThreadState())
+            entry = touched.get(e.thread)
+            if entry is None:
+                entry = touched[e.thread] = (state, [], Changes(state if state.thread is not None else None))
+            evolve(state, e)
+            entry[2].note(e.data)
+            entry[1].extend(indexed(e.data))
+        await store.write(touched.values())
+    return states
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+async def test_part_reads_answer_what_the_whole_document_answers_however_it_was_written(redis, batch):
+    store = ProjectionStore(redis)
+    recorded = _recorded(f"parts{batch}")
+    # Read along the way too: a queue that fills and drains, runs before their checkpoints.
+    for upto in (30, 60, len(recorded)):
+        states = await _project(store, recorded[:upto], batch)
+        for state in states.values():
+            await _assert_reads_equal_the_whole(store, state)
+        await redis.delete(*[k for s in states.values() if s.thread for k in keys(s.thread.tenant, s.thread.id)])
+    assert len(states) == 3
+
+
+async def test_part_reads_of_a_long_thread_written_run_by_run(redis):
+    store = ProjectionStore(redis)
+    events = [replace(e, tenant="partslong") for e in thread_events(60)]
+    [state] = (await _project(store, events, 10)).values()
+    assert len(state.runs) == 60
+    await _assert_reads_equal_the_whole(store, state)
+
+
+async def test_places_stay_the_replays_after_a_projector_crash_mid_write(redis):
+    """A projector wrote one thread of its batch and died before the other's write and the ack: the next one
+    folds both threads from the log (nothing cached) and writes them whole; a places hash lost on its own
+    (or written before places existed) makes a changed-parts write refused and sent whole."""
+    store = ProjectionStore(redis)
+    recorded = _recorded("partscrash")
+    half = len(recorded) // 2
+    threads = list(dict.fromkeys(e.thread for e in recorded[: half + 20]))
+    assert len(threads) > 1
+    states = await _project(store, recorded[:half], 5)
+    # The batch after `half`: the first projector's write of the first thread landed, the second's did not.
+    after = recorded[half : half + 20]
+    first = fold([e for e in recorded[: half + 20] if e.thread == threads[0]])
+    await store.write([(first, [], Changes(None))])
+    # The next projector: every state folded from the log before the batch, written whole with the batch.
+    again: dict[str, tuple[ThreadState, list[str], Changes]] = {}
+    for e in after:
+        if e.thread not in again:
+            state = fold([x for x in recorded[:half] if x.thread == e.thread])
+            again[e.thread] = (state, all_indexed(state), Changes(None))
+        evolve(again[e.thread][0], e)
+        again[e.thread][1].extend(indexed(e.data))
+    await store.write(again.values())
+    for thread in threads:
+        await _assert_reads_equal_the_whole(store, fold([e for e in recorded[: half + 20] if e.thread == thread]))
+
+    # Places lost on their own: parts reads fall back (Missing), the next changed-parts write is sent whole.
+    state = states[threads[0]] = fold([e for e in recorded[: half + 20] if e.thread == threads[0]])
+    tenant, thread = state.thread.tenant, state.thread.id
+    await redis.delete(keys(tenant, thread)[4])
+    with pytest.raises(parts.Missing):
+        await store.read(tenant, thread, partial(parts.run, run_id=state.runs[0].id))
+    rest = [e for e in recorded[half + 20 :] if e.thread == thread]
+    for e in rest:  # a fork (a changed part), then a rollback (everything changes)
+        changes = Changes(state)
+        evolve(state, e)
+        changes.note(e.data)
+        if not changes.everything:
+            assert await store._pipeline([(state, [], changes)]) == [-1]  # refused: the write resends it whole
+        await store.write([(state, [], changes)])
+        await _assert_reads_equal_the_whole(store, state)
+
+
+async def test_a_rebuild_of_another_view_version_replaces_the_places_whole(redis):
+    """Parts of another view version read as missing (the reader takes the whole path, which folds the log),
+    changed parts are refused on top of them, and the whole write of a rebuild leaves no place behind."""
+    store = ProjectionStore(redis)
+    recorded = _recorded("partsversion")
+    states = await _project(store, recorded, 10)
+    state = next(s for s in states.values() if s.runs)
+    tenant, thread = state.thread.tenant, state.thread.id
+    doc_key, places_key = keys(tenant, thread)[0], keys(tenant, thread)[4]
+    await redis.hset(doc_key, "v", VIEW_VERSION + 1)
+    await redis.hset(places_key, mapping={"v": VIEW_VERSION + 1, "r:run_gone": "0"})
+    with pytest.raises(parts.Missing):
+        await store.read(tenant, thread, lambda s: parts.run(s, state.runs[0].id))
+    assert await store._pipeline([(state, [], Changes(state))]) == [-1]
+    await store.write([(state, all_indexed(state), None)])  # as rebuild() writes every thread
+    assert await redis.hget(places_key, "r:run_gone") is None
+    assert await redis.hgetall(places_key) == places.stored(state)
+    await _assert_reads_equal_the_whole(store, state)
+
+
+async def test_part_reads_never_answer_with_another_threads_or_tenants_items(redis):
+    """A run of one thread read through another (ids are looked up per thread), a thread read under another
+    tenant (its keys are the tenant's), and ids shaped like places or positions, all find nothing."""
+    store = ProjectionStore(redis)
+    states = await _project(store, _recorded("partshostile"), 10)
+    a, b = [s for s in states.values() if s.runs][:2]
+    run_a = a.runs[0].id
+    assert await store.read("partshostile", b.thread.id, partial(parts.run, run_id=run_a)) is None
+    assert await store.read("partshostile", b.thread.id, partial(parts.change, run_id=run_a)) is None
+    with pytest.raises(parts.Missing):
+        await store.read("partsother", a.thread.id, partial(parts.run, run_id=run_a))
+    for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
+        assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
+    # A document with a hole (a part gone) is not answered from: the reader takes the whole path.
+    await redis.hdel(keys("partshostile", a.thread.id)[0], "f:queue", f"l:messages:{len(a.messages) - 1}")
+    for reader in (parts.queue, partial(parts.run, run_id=a.messages[-1].run_id)):
+        with pytest.raises(parts.Missing):
+            await store.read("partshostile", a.thread.id, reader)
+
+
+async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_them(redis):
+    """A message leaves its run only when messages move (a steer carried over to the run that supersedes its
+    own): the write after it is whole, so the old run's places lose it even if the event looked local."""
+    store = ProjectionStore(redis)
+    [state] = (await _project(store, [replace(e, tenant="partsmoves") for e in thread_events(3)], 100)).values()
+    changes = Changes(state)
+    first, last = state.runs[0].id, state.runs[-1].id
+    for m in state.messages:  # as the fold of a carried-over steer does, under an event noted as local
+        if m.run_id == first:
+            m.run_id = last
+    state.messages_moved()
+    state.seq += 1  # the event that moved them
+    await store.write([(state, [], changes)])
+    assert changes.everything
+    await _assert_reads_equal_the_whole(store, state)
+    got = await store.read("partsmoves", state.thread.id, partial(parts.run, run_id=first))
+    assert got is not None and got.messages == []
