@@ -60,3 +60,22 @@ def create_adapter(
     if sandbox is not None and (getattr(cls, "sandboxed", False) or getattr(cls, "writes_as_tenant", False)):
         return cls(workspace, request, state_dir, sandbox=sandbox)
     return cls(workspace, request, state_dir)
+
+
+def check_model_urls() -> None:
+    """Every model API URL a sandboxed runtime is configured to call, checked as the MCP URL is when the host
+    starts: one no sandbox could reach (remote plain http, an IPv6 or privileged loopback port, a password in
+    it) would fail every session of its runtime at its first request; the host stops naming the setting."""
+    from ..sandbox.egress import sandbox_reachable_url
+    from .acp.settings import AcpSettings
+    from .claude.settings import ClaudeSettings
+    from .codex.settings import CodexSettings
+
+    urls = [
+        ("TREADLE_CODEX_BASE_URL", CodexSettings().base_url),
+        ("TREADLE_CLAUDE_BASE_URL", ClaudeSettings().base_url),
+    ]
+    urls += [(f"TREADLE_ACP_AGENTS {name}: model_url", a.model_url) for name, a in AcpSettings().agents.items()]
+    for what, url in urls:
+        if url:
+            sandbox_reachable_url(url, what)

@@ -94,7 +94,7 @@ def sandbox_reachable_url(url: str, what: str) -> str:
         raise EgressTargetError(f"{what}: longer than {MAX_URL_CHARS} characters")
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:  # and the URL is not repeated: it holds them
-        raise EgressTargetError(f"{what}: no credentials in the URL (the session's token is the access)")
+        raise EgressTargetError(f"{what}: no credentials in the URL (they would be on the runtime's command line)")
     host, port = egress_target(url, what)
     if is_loopback(host) and ":" in host:
         raise EgressTargetError(f"{what} {url!r}: the sandbox's forwarder listens on 127.0.0.1, not on {host}")

@@ -1,11 +1,15 @@
+from treadle.providers.registry import check_model_urls
 from treadle.runtime.settings import ProviderHostSettings, Shared
 from treadle.runtime.worker import run, serve
+from treadle.sandbox.host import SandboxSettings
 
 from .service import ProviderHost
 
 
 async def main() -> None:
     shared, own = Shared(), ProviderHostSettings()
+    if SandboxSettings().mode == "on":
+        check_model_urls()
 
     async def make(nc, stack):
         return ProviderHost(nc, shared, own)
