@@ -117,6 +117,9 @@ class ProviderHostSettings(WorkerSettings):
         "thread_interrupt",
         "thread_fork",
         "thread_transfers",
+        "delegate_task",
+        "task_status",
+        "task_cancel",
     )
     mcp_idle_seconds: float = Field(default=1800.0, gt=0)
     mcp_lifetime_seconds: float = Field(default=8 * 3600.0, gt=0)
