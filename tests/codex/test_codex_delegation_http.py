@@ -2,7 +2,8 @@
 tools with ``tool_search``, then calls ``delegate_task`` with ``wait``) delegates to a Claude child (the real
 Claude Code CLI against the mock Messages API), which gets only its role and task; the child's answer finalises
 the parent run's app-owned subagent node (L5 lineage ``subagent``) and comes back to Codex as the tool's output,
-which its final message uses. The provider host mints each session's credential; the parent's may delegate."""
+which its final message uses; the model's retry with the same ``client_request_id`` answers the same child. The
+provider host mints each session's credential; the parent's may delegate."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ async def test_L5_a_codex_parent_delegates_to_a_claude_child_and_waits_for_its_a
         PROMPT,
         [ToolSearch("treadle delegate a task")],
         [McpCall(MCP_NAMESPACE, "delegate_task", {**delegate, "client_request_id": "prime-1"})],
+        [McpCall(MCP_NAMESPACE, "delegate_task", {**delegate, "client_request_id": "prime-1"})],  # a retry
         _answered,
     )
     async with api_client(stack, await tenant_token(stack, TENANT)) as client:
@@ -67,9 +69,12 @@ async def test_L5_a_codex_parent_delegates_to_a_claude_child_and_waits_for_its_a
         run = await client.wait_run(run_id, timeout=180)
         assert run["status"] == "completed", run
 
-        searched, delegated = next(r.tool_outputs for r in reversed(mock.requests) if r.prompt == PROMPT)
+        searched, delegated, retried = next(r.tool_outputs for r in reversed(mock.requests) if r.prompt == PROMPT)
         assert searched["type"] == "tool_search_output"
         done = mcp_result(delegated)  # what the Codex model received as the tool's output
+        again = mcp_result(retried)  # the same client request id: the same child, not a second one
+        assert (again["task_id"], again["run_id"], again["duplicate"]) == (done["task_id"], done["run_id"], True)
+        assert again["result"] == done["result"] and not done["duplicate"]
         assert (done["finalised"], done["timed_out"], done["parent_thread_id"]) == (True, False, parent)
         assert done["result"] == {"status": "completed", "summary": ANSWER}
         assert done["parent_run_id"] == run_id
