@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import re
 import uuid
 from pathlib import Path
 
@@ -16,6 +18,20 @@ from treadle.providers.protocol import PlaceSession
 
 _turns = itertools.count(1)
 TENANT = "codexco"  # whose user alice the codex stack's API clients act as (conftest.py)
+MCP_NAMESPACE = "mcp__treadle"  # what tool_search answers for the server named "treadle" (mcp_access.SERVER)
+
+
+def mcp_output_text(output: dict) -> str:
+    """What Codex handed the model for an MCP tool call (``Wall time: …\\nOutput:\\n{…}``)."""
+    return output["output"] if isinstance(output["output"], str) else json.dumps(output["output"])
+
+
+def mcp_result(output: dict) -> dict:
+    """A tool's JSON result from Codex's function_call_output."""
+    text = mcp_output_text(output)
+    found = re.search(r"Output:\n(\{.*\})\s*$", text, re.S)
+    assert found, text
+    return json.loads(found[1])
 
 
 def codex_settings(mock: MockResponses, homes_root: Path) -> CodexSettings:

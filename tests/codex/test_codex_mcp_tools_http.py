@@ -8,17 +8,15 @@ which answers with a ``namespace`` item ``mcp__treadle`` holding the tools, then
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from tests.codex.codex_mock import McpCall, Text, ToolSearch
-from tests.codex.codex_support import TENANT, codex_env
+from tests.codex.codex_support import MCP_NAMESPACE, TENANT, codex_env, mcp_result
 from tests.support.provider_http import api_client, tenant_token
 from treadle.cli.stack import Stack
 from treadle.ops.servers import free_port
 
-NAMESPACE = "mcp__treadle"  # what tool_search answers for the server named "treadle" (mcp_access.SERVER)
 PROMPT = "orchestrate a child thread"
 CHILD_TEXT = "hello from the codex parent"
 
@@ -33,26 +31,22 @@ async def mcp_stack(tmp_path_factory, mock, homes_root):
         yield s
 
 
-def _result(output: dict) -> dict:
-    """A tool's JSON result from Codex's function_call_output (``Wall time: …\\nOutput:\\n{…}``)."""
-    text = output["output"] if isinstance(output["output"], str) else json.dumps(output["output"])
-    found = re.search(r"Output:\n(\{.*\})\s*$", text, re.S)
-    assert found, text
-    return json.loads(found[1])
-
-
 def _read_child(outputs: list[dict]) -> list:
-    started = _result(outputs[-1])
+    started = mcp_result(outputs[-1])
     args = {"thread_id": started["thread_id"], "min_seq": started["message"]["seq"]}
-    return [McpCall(NAMESPACE, "thread_read", args)]
+    return [McpCall(MCP_NAMESPACE, "thread_read", args)]
 
 
 async def test_sandboxed_codex_calls_treadles_tools_with_its_session_credential(mcp_stack, mock):
     mock.on(
         PROMPT,
         [ToolSearch("treadle thread capabilities")],
-        [McpCall(NAMESPACE, "capabilities", {})],
-        [McpCall(NAMESPACE, "thread_start", {"title": "child of codex", "provider": "scripted", "text": CHILD_TEXT})],
+        [McpCall(MCP_NAMESPACE, "capabilities", {})],
+        [
+            McpCall(
+                MCP_NAMESPACE, "thread_start", {"title": "child of codex", "provider": "scripted", "text": CHILD_TEXT}
+            )
+        ],
         _read_child,
         [Text("The child thread is started.")],
     )
@@ -65,10 +59,10 @@ async def test_sandboxed_codex_calls_treadles_tools_with_its_session_credential(
         outputs = next(r.tool_outputs for r in reversed(mock.requests) if r.prompt == PROMPT)
         searched, capabilities, started, read = outputs[:4]
         assert searched["type"] == "tool_search_output"
-        assert {t["name"] for t in searched["tools"]} == {NAMESPACE}  # one namespace, the server's tools inside
-        assert _result(capabilities)["tenant"] == TENANT  # answered as the session's tenant
-        child = _result(started)["thread_id"]
-        messages = _result(read)
+        assert {t["name"] for t in searched["tools"]} == {MCP_NAMESPACE}  # one namespace, the server's tools inside
+        assert mcp_result(capabilities)["tenant"] == TENANT  # answered as the session's tenant
+        child = mcp_result(started)["thread_id"]
+        messages = mcp_result(read)
         assert messages["thread_id"] == child and CHILD_TEXT in json.dumps(messages["items"]), messages
 
         made = await client.get_thread(child)  # an ordinary thread of the tenant, visible through the API

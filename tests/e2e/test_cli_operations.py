@@ -177,6 +177,14 @@ async def test_L3_6_L10_L6_every_operation_through_the_cli_answers_parseable_jso
     modes = ["approval_required", "auto_accept_edits"]
     put = await admin.json("policy", "put", *(f"--allow-mode={m}" for m in modes), "--max-queued-runs", "9")
     assert put["max_queued_runs"] == 9 and (await admin.json("policy", "get"))["allowed_modes"] == modes
+    delegation = ["--max-delegation-depth", "2", "--max-children-per-run", "4", "--max-running-children", "6"]
+    put = await admin.json("policy", "put", *delegation, "--no-cascade-interrupts")
+    bounds = {k: put[k] for k in ("max_delegation_depth", "max_children_per_run", "max_running_children")}
+    assert bounds == {"max_delegation_depth": 2, "max_children_per_run": 4, "max_running_children": 6}
+    assert put["cascade_interrupts"] is False and put["max_queued_runs"] is None  # the whole policy, replaced
+    refused = await admin.json("policy", "put", "--max-children-per-run", "0", code=exits.FAILED)
+    assert (refused["status"], refused["code"]) == (400, "invalid_policy")
+    assert (await admin.json("policy", "get"))["max_children_per_run"] == 4
     cli.json_commands |= admin.json_commands
 
     uncovered = set(COMMANDS.values()) - cli.json_commands

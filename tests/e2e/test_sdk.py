@@ -16,6 +16,7 @@ import uuid
 
 import pytest
 
+from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import HANG, approval, script, text, write
 from treadle.client import (
     AsyncTreadle,
@@ -122,6 +123,41 @@ async def test_errors_are_typed_per_code_and_change_nothing(sdk, stack, stack_nc
             await other.list_threads(cursor=page.next_cursor)
         assert foreign.value.code == "invalid_cursor"
     assert (await sdk.get_thread(mine)).messages == []
+
+
+async def test_an_admin_sets_the_delegation_bounds_with_both_clients_and_the_coordinator_holds_them(
+    stack, stack_nc, tenant
+):
+    admin_token = await TokenStore(stack_nc.jetstream()).create(tenant, "root", "admin")
+    bounds = {"max_delegation_depth": 2, "max_children_per_run": 1, "max_running_children": 3}
+    async with AsyncTreadle(stack.api_url, admin_token, timeout=30) as admin:
+        put = await admin.put_policy(**bounds, cascade_interrupts=False)
+        assert (put.max_delegation_depth, put.max_children_per_run, put.max_running_children) == (2, 1, 3)
+        assert put.cascade_interrupts is False  # sent: False is a setting, not "left out"
+        for bad in ({"max_children_per_run": 0}, {"max_running_children": 10**9}):
+            with pytest.raises(InvalidRequest) as refused:
+                await admin.put_policy(**bad)
+            assert refused.value.code == "invalid_policy", bad
+        assert await admin.get_policy() == put  # the refused ones changed nothing
+
+    def sync_put():
+        with Treadle(stack.api_url, admin_token, timeout=30) as client:
+            client.put_policy(**bounds, cascade_interrupts=True)
+            return client.get_policy()
+
+    got = await asyncio.to_thread(sync_put)
+    assert (got.max_children_per_run, got.cascade_interrupts) == (1, True)
+
+    token = await _token(stack_nc, tenant)
+    async with AsyncTreadle(stack.api_url, token, timeout=30) as member, mcp_session(stack.api_url, token) as mcp:
+        parent = (await member.create_thread(title="parent")).thread_id
+        run = (await member.send_message(parent, "orchestrate", script=script(HANG, profile="full"))).run_id
+        await member.wait_run(run, timeout=30, statuses={"running"})
+        await call(mcp, "delegate_task", parent_thread_id=parent, task="one", script=script(text("ok")))
+        with pytest.raises(ToolFailed) as second:  # the policy's one task per run, not the deployment's ten
+            await call(mcp, "delegate_task", parent_thread_id=parent, task="two", script=script(text("ok")))
+        assert (second.value.kind, second.value.error["details"]["quota"]) == ("quota_exceeded", "children_per_run")
+        await member.interrupt_run(run)
 
 
 class CuttableProxy:

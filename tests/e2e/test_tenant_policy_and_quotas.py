@@ -380,10 +380,22 @@ async def test_an_operator_sets_a_policy_with_the_cli_and_roles_are_checked_when
         "full_access",
         "--max-queued-runs",
         "7",
+        "--max-delegation-depth",
+        "1",
+        "--max-children-per-run",
+        "3",
+        "--max-running-children",
+        "5",
+        "--cascade-interrupts",
         *url,
     )
     assert code == 0, err
-    assert json.loads(out)["allowed_modes"] == ["approval_required", "full_access"]
+    stored = json.loads(out)
+    assert stored["allowed_modes"] == ["approval_required", "full_access"]
+    assert [stored[k] for k in ("max_delegation_depth", "max_children_per_run", "max_running_children")] == [1, 3, 5]
+    assert stored["cascade_interrupts"] is True
+    code, _, err = await _treadle("policy", "set", "--tenant", tenant.name, "--max-delegation-depth", "0", *url)
+    assert code != 0 and "max_delegation_depth is 1.." in err, err  # refused, nothing stored
     [record] = await audit_records(nc, tenant.name)
     assert record["actor"].startswith("operator:") and record["details"]["max_queued_runs"] == 7
     assert (await member.request("POST", "/v1/threads", json={"runtime_mode": "full_access"})).status_code == 201

@@ -23,7 +23,7 @@ from .config import DEFAULT_API
 from .errors import UsageError, describe
 from .output import as_json, json_line
 from .parsers import add_api_parsers, add_policy_api_parsers
-from .policy import cmd_policy_set, cmd_policy_show
+from .policy import add_policy_fields, cmd_policy_set, cmd_policy_show
 from .render import stderr
 from .up import cmd_up
 
@@ -131,16 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pset = policy.add_parser("set", parents=[nats_], help="replace a tenant's policy (audited)")
     pset.add_argument("--tenant", required=True)
-    pset.add_argument(
-        "--allow-mode",
-        action="append",
-        dest="modes",
-        metavar="MODE",
-        choices=["approval_required", "auto_accept_edits", "full_access"],
-        help="a runtime mode the tenant may use (repeat; default: approval_required, auto_accept_edits)",
-    )
-    pset.add_argument("--max-threads", type=int)
-    pset.add_argument("--max-queued-runs", type=int, help="queued runs per thread")
+    add_policy_fields(pset)
     pset.set_defaults(func=cmd_policy_set)
     pshow = policy.add_parser("show", parents=[nats_], help="a tenant's policy as JSON")
     pshow.add_argument("--tenant", required=True)

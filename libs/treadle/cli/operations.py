@@ -21,6 +21,7 @@ from .config import api_client
 from .errors import UsageError
 from .exits import RunNotCompleted
 from .output import as_json, builtins, emit, json_line
+from .policy import policy_fields
 from .render import console, files_text, print_run, short, status_text, when
 
 COMMANDS: dict[str, str] = {
@@ -418,8 +419,6 @@ async def cmd_policy_get(args: argparse.Namespace) -> int:
 async def cmd_policy_put(args: argparse.Namespace) -> int:
     return await _call(
         args,
-        lambda c: c.put_policy(
-            allowed_modes=args.modes, max_threads=args.max_threads, max_queued_runs=args.max_queued_runs
-        ),
+        lambda c: c.put_policy(allowed_modes=args.modes, **policy_fields(args)),
         _json_block,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from . import operations as ops
+from .policy import MODES, add_policy_fields
 from .threads import (
     cmd_send,
     cmd_steer,
@@ -15,8 +16,6 @@ from .threads import (
     cmd_threads_show,
     cmd_watch,
 )
-
-MODES = ["approval_required", "auto_accept_edits", "full_access"]
 
 
 def _group(sub, name: str, help: str):
@@ -226,7 +225,5 @@ def add_policy_api_parsers(policy, api: argparse.ArgumentParser) -> None:
     pg = policy.add_parser("get", parents=[api], help="your tenant's policy, through the API (admin)")
     pg.set_defaults(func=ops.cmd_policy_get)
     pp = policy.add_parser("put", parents=[api], help="replace your tenant's policy, through the API (admin)")
-    pp.add_argument("--allow-mode", action="append", dest="modes", metavar="MODE", choices=MODES)
-    pp.add_argument("--max-threads", type=int)
-    pp.add_argument("--max-queued-runs", type=int)
+    add_policy_fields(pp)
     pp.set_defaults(func=ops.cmd_policy_put)

@@ -301,9 +301,21 @@ class AsyncTreadle:
         allowed_modes: list[str] | None = None,
         max_threads: int | None = None,
         max_queued_runs: int | None = None,
+        max_delegation_depth: int | None = None,
+        max_children_per_run: int | None = None,
+        max_running_children: int | None = None,
+        cascade_interrupts: bool | None = None,
     ) -> Policy:
         return await self.call(
-            calls.put_policy(allowed_modes=allowed_modes, max_threads=max_threads, max_queued_runs=max_queued_runs)
+            calls.put_policy(
+                allowed_modes=allowed_modes,
+                max_threads=max_threads,
+                max_queued_runs=max_queued_runs,
+                max_delegation_depth=max_delegation_depth,
+                max_children_per_run=max_children_per_run,
+                max_running_children=max_running_children,
+                cascade_interrupts=cascade_interrupts,
+            )
         )
 
     # --- the event stream ----------------------------------------------------------------------------

@@ -324,9 +324,25 @@ def get_policy() -> Call[Policy]:
 
 
 def put_policy(
-    *, allowed_modes: list[str] | None = None, max_threads: int | None = None, max_queued_runs: int | None = None
+    *,
+    allowed_modes: list[str] | None = None,
+    max_threads: int | None = None,
+    max_queued_runs: int | None = None,
+    max_delegation_depth: int | None = None,
+    max_children_per_run: int | None = None,
+    max_running_children: int | None = None,
+    cascade_interrupts: bool | None = None,
 ) -> Call[Policy]:
-    body = _present(allowed_modes=allowed_modes, max_threads=max_threads, max_queued_runs=max_queued_runs)
+    """The whole policy: a field left out (None) is the deployment's default, not the stored value."""
+    body = _present(
+        allowed_modes=allowed_modes,
+        max_threads=max_threads,
+        max_queued_runs=max_queued_runs,
+        max_delegation_depth=max_delegation_depth,
+        max_children_per_run=max_children_per_run,
+        max_running_children=max_running_children,
+        cascade_interrupts=cascade_interrupts,
+    )
     return Call("put_policy", "PUT", "/v1/policy", Policy, body=body)
 
 
