@@ -18,12 +18,10 @@ from tests.codex.codex_support import MCP_NAMESPACE, TENANT, codex_env, mcp_outp
 from tests.support.provider_http import api_client, tenant_token
 from treadle.cli.stack import Stack
 from treadle.ops.servers import free_port
-from treadle.runtime.settings import ProviderHostSettings
 
 PROMPT = "ask a claude child for a prime"
 TASK, ROLE = "name one prime", "Answer in one word."
 ANSWER = f"Mock Claude heard: {ROLE}\n\n{TASK}"  # the mock's echo of the child's one prompt
-TOOLS = (*ProviderHostSettings().mcp_tools, "delegate_task", "task_status", "task_cancel")
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +37,6 @@ async def stack(tmp_path_factory, mock, homes_root, claude_api):
         **codex_env(mock, homes_root),
         **claude_env(claude_api),
         "TREADLE_PROVIDER_HOST_MCP_URL": f"http://127.0.0.1:{port}/mcp",
-        "TREADLE_PROVIDER_HOST_MCP_TOOLS": json.dumps(TOOLS),
     }
     async with Stack(tmp_path_factory.mktemp("codex-delegates"), gateway_port=port, env=env, on_output=quiet) as s:
         yield s
