@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections.document import Changes
@@ -279,7 +279,9 @@ class PartitionProjector:
             delay = 0.05
             while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
                 try:
-                    await self._p._project(self.partition, msgs)
+                    # in the trace of each run whose events the batch holds (their appends carried it)
+                    with tracing.spans_per_trace("project", (m.headers for m in msgs), partition=self.partition):
+                        await self._p._project(self.partition, msgs)
                     await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
                     self._acked = msgs[-1].metadata.sequence.stream
                     PROJECTED.inc(len(msgs))
