@@ -5,7 +5,8 @@ One run is one trace: the W3C trace context (``traceparent``) travels in the NAT
 publishes (``inject``), is stored with them in the streams, and is picked up by whoever handles it
 (``span(name, headers)``), so the HTTP request, the command, the events the coordinator appends, the
 supervisor's dispatch, the provider's turn and its events, the checkpoint capture and the projection all join
-the trace the request started. Disabled, nothing of OpenTelemetry is imported, ``inject`` returns the headers
+the trace the request started. Disabled, this module imports nothing of OpenTelemetry (its SDK and exporter
+stay unloaded; redis-py imports the API for metrics of its own it leaves off), ``inject`` returns the headers
 untouched and ``span`` starts nothing: no cost on the hot paths beyond one check."""
 
 from __future__ import annotations
