@@ -122,11 +122,13 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_to_its_proje
                     found = {s.span_id: (svc, s) for svc, s in receiver.spans if s.trace_id == send.trace_id}
                     services = {svc for svc, _ in found.values()}
                     connected = all(s.parent_span_id in found for _, s in found.values() if s is not send)
-                    # the projection of the run's end: a projection under the provider's turn
-                    projected = any(
-                        s.name == "project" and _descends(found, s, "provider turn") for _, s in found.values()
-                    )
-                    return found if WANTED <= services and connected and projected else None
+                    # each worker exports on its own schedule: wait for the last of what is asserted below, the
+                    # projection and the checkpoint of the run's end (under the provider's turn)
+                    ended = {s.name for _, s in found.values() if _descends(found, s, "provider turn")} >= {
+                        "project",
+                        "checkpoint capture",
+                    }
+                    return found if WANTED <= services and connected and ended else None
 
                 try:
                     spans = await wait_for(trace, timeout=30, what="every worker's spans in the request's trace")
