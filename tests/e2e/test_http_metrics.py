@@ -23,3 +23,31 @@ async def test_http_requests_are_counted_and_timed_by_route_and_the_gateway_expo
     assert "treadle_http_request_duration_seconds_bucket{" in text
     assert "treadle_provider_sessions_live" not in text and "treadle_projection_lag_events" not in text
     assert "treadle_build_info{" in text
+
+
+async def test_paths_no_route_matches_are_counted_as_unmatched_and_never_become_label_values(stack):
+    """A 404 is counted (Litestar's middleware runs only once a route matched: the counter sits around the
+    router), under route ``unmatched``; a hostile client sending many made-up paths and methods adds no series."""
+
+    def unmatched(text: str) -> dict[str, float]:
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("treadle_http_requests_total{") and 'route="unmatched"' in line
+        }
+
+    async with httpx.AsyncClient(base_url=stack.api_url) as client:
+        before = unmatched((await client.get("/metrics")).text)
+        made_up = [f"/nope-{i:04d}/{'x' * (i % 7) * 300}" for i in range(300)] + ["/v1/threads/th_x/hostile%22%0a}"]
+        for i, path in enumerate(made_up):
+            method = ("GET", "POST", "PROPFIND", "MKCOL", "SEARCH")[i % 5]
+            assert (await client.request(method, path)).status_code == 404
+        text = (await client.get("/metrics")).text
+    after = unmatched(text)
+    assert "nope-" not in text and "hostile" not in text  # no path became a label value
+    labels = {series.split("{", 1)[1] for series in after}
+    assert labels <= {f'method="{m}",route="unmatched",status="404"}}' for m in ("GET", "POST", "other")}, (
+        labels
+    )  # three series at most, whatever was sent
+    counted = sum(after.values()) - sum(before.values())
+    assert counted == len(made_up), (before, after)

@@ -1,13 +1,15 @@
 """Issue 23, item 3: with OTEL_EXPORTER_OTLP_ENDPOINT set, one run is one connected trace. A stack of its own
-exports to an OTLP/HTTP receiver in this process (protobuf decoded with opentelemetry-proto); the HTTP request
-that sent the message is the root, and the command, the coordinator's decision and the supervisor's dispatch
-of the events it appended are spans of the same trace, each the child of one in it (W3C trace context in the
-NATS headers)."""
+exports to an OTLP/HTTP receiver in this process (protobuf decoded with opentelemetry-proto). The HTTP request
+that sent the message is the root; under it the command (the coordinator's decision), the supervisor's dispatch
+of the run it queued, the host's turn start, one span for the provider's turn, the supervisor's handling of
+each provider event under that turn, the checkpoint captures and the projections of the events appended on
+the way (W3C trace context in the NATS headers, stored with the events)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import nats
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -17,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
+from tests.support.scripts import script, text, write
 from treadle.cli.stack import Stack
 from treadle.ops.servers import free_port
 
@@ -69,7 +72,31 @@ class OtlpReceiver:
             writer.close()
 
 
-async def test_one_run_is_one_connected_trace_from_the_http_request_on(tmp_path):
+def _parent(spans: dict[bytes, tuple[str, Any]], span: Any) -> str:
+    """The name of ``span``'s parent in the trace ('' for the root or a parent outside it)."""
+    found = spans.get(span.parent_span_id)
+    return found[1].name if found else ""
+
+
+def _descends(spans: dict[bytes, tuple[str, Any]], span: Any, name: str) -> bool:
+    while (found := spans.get(span.parent_span_id)) is not None:
+        span = found[1]
+        if span.name == name:
+            return True
+    return False
+
+
+WANTED = {
+    "treadle-gateway",
+    "treadle-coordinator",
+    "treadle-supervisor",
+    "treadle-provider-host",
+    "treadle-checkpoints",
+    "treadle-projector",
+}
+
+
+async def test_one_run_is_one_connected_trace_from_the_http_request_to_its_projection(tmp_path):
     async with OtlpReceiver() as receiver:
         env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}"}
         async with Stack(tmp_path / "stack", env=env, on_output=quiet) as stack:
@@ -77,8 +104,10 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_on(tmp_path)
             api = await make_api(stack, nc, f"traced{next(_tenants)}")
             try:
                 thread = await api.create_thread()
-                accepted = await api.send(thread, "hello")
-                await api.wait_run(accepted["run_id"])
+                # a file written: the run's end captures a checkpoint with something in it
+                accepted = await api.send(thread, "hello", script=script(write("traced.txt", "hi\n"), text("done")))
+                run = await api.wait_run(accepted["run_id"])
+                assert run["status"] == "completed", run
 
                 def root():
                     return next(
@@ -87,34 +116,50 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_on(tmp_path)
                         None,
                     )  # fmt: skip
 
-                try:
-                    send = await wait_for(root, timeout=20, what="the send request span exported")
-                except TimeoutError:
-                    print(sorted({(svc, s.name) for svc, s in receiver.spans}))
-                    raise
+                send = await wait_for(root, timeout=20, what="the send request span exported")
 
                 def trace():
-                    found = [(svc, s) for svc, s in receiver.spans if s.trace_id == send.trace_id]
-                    services = {svc for svc, _ in found}
-                    wanted = {"treadle-gateway", "treadle-coordinator", "treadle-supervisor", "treadle-provider-host"}
-                    ids = {s.span_id for _, s in found}
-                    connected = all(s.parent_span_id in ids for _, s in found if s is not send)
-                    return found if wanted <= services and connected else None
+                    found = {s.span_id: (svc, s) for svc, s in receiver.spans if s.trace_id == send.trace_id}
+                    services = {svc for svc, _ in found.values()}
+                    connected = all(s.parent_span_id in found for _, s in found.values() if s is not send)
+                    # each worker exports on its own schedule: wait for the last of what is asserted below, the
+                    # projection and the checkpoint of the run's end (under the provider's turn)
+                    ended = {s.name for _, s in found.values() if _descends(found, s, "provider turn")} >= {
+                        "project",
+                        "checkpoint capture",
+                    }
+                    return found if WANTED <= services and connected and ended else None
 
-                spans = await wait_for(
-                    trace, timeout=30, what="coordinator and supervisor spans in the request's trace"
-                )
+                try:
+                    spans = await wait_for(trace, timeout=30, what="every worker's spans in the request's trace")
+                except TimeoutError:
+                    print(sorted({(svc, s.name) for svc, s in receiver.spans if s.trace_id == send.trace_id}))
+                    raise
             finally:
                 await api.close()
                 await nc.close()
-    ids = {s.span_id for _, s in spans}
-    assert all(s.parent_span_id in ids for _, s in spans if s is not send)  # connected: one tree
-    assert not send.parent_span_id
-    names = {s.name for _, s in spans}
-    assert "command SendMessage" in names and any(n.startswith("handle supervisor") for n in names)
-    assert "host turn.start" in names  # the provider turn, started on the host by the supervisor's dispatch
-    print(
-        "\n".join(
-            f"{svc:22} {s.name:50} {(s.end_time_unix_nano - s.start_time_unix_nano) / 1e6:8.2f} ms" for svc, s in spans
-        )
+    tree = "\n".join(
+        f"{svc:22} {s.name:50} {_parent(spans, s):45} {(s.end_time_unix_nano - s.start_time_unix_nano) / 1e6:8.2f} ms"
+        for svc, s in sorted(spans.values(), key=lambda x: x[1].start_time_unix_nano)
     )
+    print(tree)
+    assert not send.parent_span_id, tree  # the request is the root, and every other span hangs under it
+    assert all(s.parent_span_id in spans for _, s in spans.values() if s is not send), tree
+
+    def named(prefix: str) -> list[Any]:
+        return [s for _, s in spans.values() if s.name.startswith(prefix)]
+
+    assert [_parent(spans, s) for s in named("command SendMessage")] == [send.name], tree
+    starts = named("host turn.start")  # a dispatch redelivered asks again (answered "already")
+    assert starts and all(_parent(spans, s).startswith("handle supervisor-dispatch") for s in starts), tree
+    assert all(_descends(spans, s, "command SendMessage") for s in starts), tree  # the run the command queued
+    # one span for the turn, not one per event
+    assert [_parent(spans, s) for s in named("provider turn")] == ["host turn.start"], tree
+    provider_events = named("handle supervisor-provider")
+    assert provider_events and all(_parent(spans, s) == "provider turn" for s in provider_events), tree
+    captures = named("checkpoint capture")  # the baseline at dispatch, the run's own at its end
+    assert all(_parent(spans, s).startswith("handle supervisor-") for s in captures), tree
+    assert any(_parent(spans, s).startswith("handle supervisor-provider") for s in captures), tree
+    projections = named("project")
+    assert projections and all(_parent(spans, s).startswith(("command ", "handle ")) for s in projections), tree
+    assert any(_descends(spans, s, "command SendMessage") for s in projections), tree  # the run.queued append

@@ -8,7 +8,7 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ..eventlog import subjects
+from ..eventlog import subjects, tracing
 from ..runtime.consumer import Retryable
 from .protocol import (
     Capture,
@@ -47,7 +47,9 @@ class CheckpointClient:
 
     async def _request(self, verb: str, payload: bytes) -> bytes:
         try:
-            msg = await self._nc.request(subjects.checkpoint(self._volume, verb), payload, timeout=self._timeout)
+            msg = await self._nc.request(
+                subjects.checkpoint(self._volume, verb), payload, timeout=self._timeout, headers=tracing.inject(None)
+            )
         except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
             raise CheckpointUnavailable(f"checkpoint service ({self._volume}) did not answer {verb}: {exc!r}") from None
         return msg.data

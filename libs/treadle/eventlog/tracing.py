@@ -2,17 +2,19 @@
 each process exports its spans there over OTLP/HTTP, as service ``treadle-<kind>``.
 
 One run is one trace: the W3C trace context (``traceparent``) travels in the NATS headers of what a span
-publishes (``inject``) and is picked up by whoever handles it (``span(name, headers)``), so the HTTP request,
-the command, the events the coordinator appends, the supervisor's dispatch, the provider's events and the
-projection all join the trace the request started. Disabled, ``inject`` returns the headers untouched and
-``span`` starts nothing: no cost on the hot paths beyond one check."""
+publishes (``inject``), is stored with them in the streams, and is picked up by whoever handles it
+(``span(name, headers)``), so the HTTP request, the command, the events the coordinator appends, the
+supervisor's dispatch, the provider's turn and its events, the checkpoint capture and the projection all join
+the trace the request started. Disabled, this module imports nothing of OpenTelemetry (its SDK and exporter
+stay unloaded; redis-py imports the API for metrics of its own it leaves off), ``inject`` returns the headers
+untouched and ``span`` starts nothing: no cost on the hot paths beyond one check."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 _provider: Any = None
@@ -79,6 +81,32 @@ def span(name: str, headers: dict[str, str] | None = None, **attributes: str | i
     finally:
         if token is not None:
             context.detach(token)
+
+
+@contextlib.contextmanager
+def spans_per_trace(name: str, carriers: Iterable[dict[str, str] | None], **attributes: str | int) -> Iterator[None]:
+    """One span per distinct trace among ``carriers`` (the headers of a batch's messages), each the child of the
+    first message of its trace: a batch that serves several runs shows in each run's trace, once. Headers
+    without a valid trace context start nothing."""
+    if _provider is None:
+        yield
+        return
+    from opentelemetry import propagate, trace
+
+    parents: dict[int, Any] = {}
+    for headers in carriers:
+        if headers and "traceparent" in headers:
+            parent = propagate.extract(headers)
+            context = trace.get_current_span(parent).get_span_context()
+            if context.is_valid:
+                parents.setdefault(context.trace_id, parent)
+    tracer = trace.get_tracer("treadle")
+    started = [tracer.start_span(name, context=parent, attributes=attributes) for parent in parents.values()]
+    try:
+        yield
+    finally:
+        for each in started:
+            each.end()
 
 
 def http_spans(app: Any) -> Any:  # ASGI in, ASGI out

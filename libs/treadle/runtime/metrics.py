@@ -31,6 +31,10 @@ PROJECTION_REWINDS = Counter(
     "Projector partitions read again from their acked floor (a delivery went astray)",
 )
 PROJECTED = Counter("treadle_projection_events_total", "Events folded into projections")
+RUN_OLDEST_ACTIVE = Gauge(
+    "treadle_run_oldest_active_seconds",
+    "Age of the oldest run not ended yet (queued or running) among the threads this projector has folded (0: none)",
+)
 LIVE_SESSIONS = Gauge("treadle_provider_sessions_live", "Provider sessions live on this host")
 CHECKPOINT_SECONDS = Histogram(
     "treadle_checkpoint_capture_seconds",
@@ -65,7 +69,7 @@ OWN: dict[str, tuple[MetricWrapperBase, ...]] = {
     "gateway": (HTTP_REQUESTS, HTTP_DURATION),
     "coordinator": (APPEND_CONFLICTS, COMMANDS),
     "supervisor": (APPEND_CONFLICTS, RUN_DURATION, CHECKPOINT_SECONDS, RUNS_HELD),
-    "projector": (PROJECTION_LAG, PROJECTION_REWINDS, PROJECTED),
+    "projector": (PROJECTION_LAG, PROJECTION_REWINDS, PROJECTED, RUN_OLDEST_ACTIVE),
     "provider-host": (LIVE_SESSIONS, SESSIONS_RELEASED, PLACEMENTS_REFUSED),
     "checkpoints": (),
 }
@@ -102,9 +106,13 @@ def _version() -> str:
         return "unknown"
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and plain ASGI types differ)
-    """ASGI middleware: each HTTP request counted and timed by its route template (``/v1/threads/{thread_id}``,
-    never the raw path, so ids do not become label values); a path no route matches is ``unmatched``."""
+    """ASGI middleware, around the router: each HTTP request counted and timed by its route template
+    (``/v1/threads/{thread_id}``, never the raw path, so ids do not become label values); a path no route matches
+    is ``unmatched`` and a method of none of ours is ``other``, so a client cannot make label values up."""
 
     async def middleware(
         scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
@@ -128,6 +136,7 @@ def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and pla
             paths = sorted(getattr(handler, "paths", ()) or ())
             route = paths[0] if paths else "unmatched"
             method = scope.get("method", "")
+            method = method if method in HTTP_METHODS else "other"
             HTTP_REQUESTS.labels(route, method, str(status)).inc()
             HTTP_DURATION.labels(route, method).observe(time.perf_counter() - started)
 

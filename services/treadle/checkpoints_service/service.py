@@ -23,7 +23,7 @@ from treadle.checkpoints.protocol import (
     decode_restore,
     encode,
 )
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.runtime.settings import CheckpointsSettings
 
 __all__ = ["CheckpointService"]
@@ -94,7 +94,8 @@ class CheckpointService:
 
     async def _handle(self, verb: str, handler: Handler, msg: Msg) -> None:
         try:
-            reply = await handler(msg.data)
+            with tracing.span(f"checkpoint {verb}", msg.headers, volume=self._volume):  # in the requester's trace
+                reply = await handler(msg.data)
         except msgspec.DecodeError as e:  # includes ValidationError
             reply = Failure(code="bad_request", message=f"invalid {verb} request: {e}")
         except CheckpointError as e:

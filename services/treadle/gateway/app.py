@@ -277,7 +277,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
                 await nc.drain()
             await redis.aclose()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             create_thread,
             get_thread,
@@ -309,9 +309,12 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         openapi_config=openapi.config(),
         request_max_body_size=own.max_body_bytes,
         middleware=[
-            http_metrics,
             http_spans,
             DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst)),
         ],
         debug=False,
     )
+    # Around the router, not among the middleware: Litestar runs those only once a route matched, so a 404
+    # would go uncounted
+    app.asgi_handler = http_metrics(app.asgi_handler)
+    return app

@@ -4,7 +4,8 @@ documents in one pipeline, then ack. A document carries its stream sequence, so 
 no-op. Each replica follows the partitions it leases (runtime/leases.py), one durable consumer per partition.
 
 The folded states live in memory only (an LRU per partition): Redis holds the public views, and a thread
-not in memory is folded again from its log."""
+not in memory is folded again from its log. Folding every event, the projector is the one that knows which
+runs have not ended: it exports the oldest one's age (the stuck-run alert's gauge)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from redis.exceptions import RedisError
 
 from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections.document import Changes
@@ -33,7 +34,7 @@ from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, all_indexed, indexed
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
-from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS
+from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS, RUN_OLDEST_ACTIVE
 from treadle.runtime.partition_migration import UNPARTITIONED_EVENTS, Legacy
 from treadle.runtime.pull import LingeringPull
 from treadle.runtime.settings import ProjectorSettings, Shared
@@ -66,6 +67,10 @@ class Projector:
         # Folded states per partition: a partition that comes back after another replica held it starts
         # empty, since that replica may have projected events this cache never saw.
         self._states: dict[int, OrderedDict[tuple[str, str], ThreadState]] = {}
+        # Per partition, the threads with a run not ended yet: when its oldest was queued (epoch seconds). Kept
+        # beside the LRU, which may drop a thread whose run is still open.
+        self._open: dict[int, dict[tuple[str, str], float]] = {}
+        RUN_OLDEST_ACTIVE.set_function(self._oldest_open_age)
         self._epoch_checked = float("-inf")
         self._epoch_lock = asyncio.Lock()
         legacy = Legacy(((subjects.EVENTS_STREAM, DURABLE),), self._unpartitioned)
@@ -80,12 +85,12 @@ class Projector:
         )
 
     def _partition(self, partition: int) -> PartitionProjector:
-        self._states[partition] = OrderedDict()
+        self._states[partition], self._open[partition] = OrderedDict(), {}
         return PartitionProjector(self, partition, f"{DURABLE}-p{partition}", partitions.events_filter(partition))
 
     def _unpartitioned(self) -> PartitionProjector:
         """The consumer of before partitions, while it holds events of before the upgrade (partition_migration)."""
-        self._states[UNPARTITIONED] = OrderedDict()
+        self._states[UNPARTITIONED], self._open[UNPARTITIONED] = OrderedDict(), {}
         return PartitionProjector(self, UNPARTITIONED, DURABLE, UNPARTITIONED_EVENTS)
 
     async def start(self) -> None:
@@ -132,6 +137,12 @@ class Projector:
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
+        open_runs = self._open.setdefault(partition, {})
+        for key, (state, _, _) in touched.items():
+            if (since := _oldest_open(state)) is None:
+                open_runs.pop(key, None)
+            else:
+                open_runs[key] = since
 
     async def _state(self, partition: int, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
         states = self._states.setdefault(partition, OrderedDict())
@@ -169,6 +180,11 @@ class Projector:
 
     def _forget_partition(self, partition: int) -> None:
         self._states.pop(partition, None)
+        self._open.pop(partition, None)
+
+    def _oldest_open_age(self) -> float:
+        oldest = min((since for runs in self._open.values() for since in runs.values()), default=None)
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest)
 
 
 class PartitionProjector:
@@ -279,7 +295,9 @@ class PartitionProjector:
             delay = 0.05
             while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
                 try:
-                    await self._p._project(self.partition, msgs)
+                    # in the trace of each run whose events the batch holds (their appends carried it)
+                    with tracing.spans_per_trace("project", (m.headers for m in msgs), partition=self.partition):
+                        await self._p._project(self.partition, msgs)
                     await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
                     self._acked = msgs[-1].metadata.sequence.stream
                     PROJECTED.inc(len(msgs))
@@ -290,6 +308,12 @@ class PartitionProjector:
                     self._p._states.get(self.partition, OrderedDict()).clear()
                     await asyncio.sleep(delay)  # backoff while Redis is away
                     delay = min(delay * 2, 5.0)
+
+
+def _oldest_open(state: ThreadState) -> float | None:
+    """When the thread's oldest run not ended yet was queued: the active one or one waiting behind it."""
+    runs = [state.active_run, *(state.run(run_id) for run_id in state.queue)]
+    return min((r.queued_at.timestamp() for r in runs if r is not None and not r.terminal), default=None)
 
 
 def _previous(msg) -> int:

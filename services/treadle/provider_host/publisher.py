@@ -1,4 +1,5 @@
-"""Reports one provider turn: normalised events to ``TREADLE_PROVIDER`` in order, raw text live."""
+"""Reports one provider turn: normalised events to ``TREADLE_PROVIDER`` in order (each carrying the turn's trace
+context), raw text live."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.core.provider_events import LiveDelta
 from treadle.core.trimming import MAX_EVENT_BYTES, within
-from treadle.eventlog import subjects
+from treadle.eventlog import subjects, tracing
 from treadle.providers.coalesce import Coalescer
 
 _encode = msgspec.json.Encoder().encode
@@ -52,6 +53,8 @@ class TurnPublisher:
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        # The turn's trace context, taken once (made inside the turn's span): every event of the turn carries it
+        self._trace = tracing.inject(None)
 
     async def event(self, body: pe.Body) -> None:
         async with self._lock:
@@ -77,6 +80,8 @@ class TurnPublisher:
             id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
         )
         payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
+        if self._trace:
+            headers.update(self._trace)
         delay = 0.1
         while True:
             try:

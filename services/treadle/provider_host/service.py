@@ -567,6 +567,12 @@ class ProviderHost:
         return hp.TurnAccepted()
 
     async def _play(self, session: Session, request: hp.StartTurn) -> None:
+        # One span for the whole turn (a child of the start that made this task); its events carry it, so the
+        # supervisor's handling of them, the checkpoint and the projection join the run's trace.
+        with tracing.span("provider turn", run=request.run_id, attempt=request.attempt_id):
+            await self._play_traced(session, request)
+
+    async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:
         ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))
         publisher = TurnPublisher(
             self._nc,
