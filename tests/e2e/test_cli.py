@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from treadle.cli.stack import Stack
+from treadle.runtime import broker_urls
 
 pytestmark = pytest.mark.e2e
 
@@ -26,14 +27,14 @@ def _quiet(name: str, line: str) -> None:
         print(f"{name} | {line}")
 
 
-async def treadle(*args: str, cwd: Path) -> tuple[int, str, str]:
-    # No TREADLE_* from the developer's shell, and a cwd without a .treadle/: only the flags count.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
+async def treadle(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    # No TREADLE_* from the developer's shell, and a cwd without a .treadle/: only the flags (and ``env``) count.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
     proc = await asyncio.create_subprocess_exec(
         str(TREADLE),
         *args,
         cwd=cwd,
-        env={**env, "COLUMNS": "200"},
+        env={**clean, "COLUMNS": "200", **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -115,3 +116,22 @@ async def test_threads_show_puts_a_pending_approvals_real_command_first_and_the_
     assert code == 0, err
     shown = " ".join(out[out.index(request["id"]) :].split())  # the request's entry, however the terminal wrapped it
     assert shown.index("Run `rm -rf ~/notes` in ") < shown.index('(the model says: "list the files")')
+
+
+async def test_tokens_create_takes_the_service_credentials_from_the_environment_as_the_workers_do(
+    tmp_path, nats_url, redis_url
+):
+    """A deployment gives the workers TREADLE_NATS_USER/_PASSWORD and a URL without them; the CLI ignored them
+    and could not connect."""
+    async with Stack(tmp_path / "stack", nats_url=nats_url, redis_url=redis_url, on_output=_quiet) as stack:
+        urls = broker_urls.parse(stack.nats_url)
+        assert urls.user is not None and urls.password is not None
+        bare = ["--nats-url", urls.address]
+        code, _, err = await treadle("tokens", "create", "--tenant", "envcreds", "--user", "u", *bare, cwd=tmp_path)
+        assert code != 0 and "cannot connect to NATS" in err and urls.password not in err
+        creds = {"TREADLE_NATS_USER": urls.user, "TREADLE_NATS_PASSWORD": urls.password}
+        code, out, err = await treadle(
+            "tokens", "create", "--tenant", "envcreds", "--user", "u", *bare, cwd=tmp_path, env=creds
+        )
+        assert code == 0, err
+        assert re.fullmatch(r"trd_[\w-]+", out.strip())

@@ -64,6 +64,8 @@ async def connect_nats(url: str):
 
     try:
         options = broker_urls.parse(url).connect_options()  # a cluster's URL lists every node
+        if user := os.environ.get("TREADLE_NATS_USER"):  # the service credentials, as the workers take them
+            options.update(user=user, password=os.environ.get("TREADLE_NATS_PASSWORD"))
         # nats-py 2.16 retries an unreachable server forever when allow_reconnect=False; one attempt fails fast.
         nc = await asyncio.wait_for(
             nats.connect(
