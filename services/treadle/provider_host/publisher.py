@@ -75,11 +75,14 @@ class TurnPublisher:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
         self._index += 1
-        body = within(body, min(MAX_EVENT_BYTES, self._nc.max_payload // 4))
         event = pe.ProviderEvent(
             id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
         )
-        payload, headers = _encode(event), {"Nats-Msg-Id": event.id}
+        payload, budget = _encode(event), min(MAX_EVENT_BYTES, self._nc.max_payload // 4)
+        if len(payload) > budget:  # its body is cut down to fit (the event's own fields are a few hundred bytes)
+            event = msgspec.structs.replace(event, body=within(body, budget))
+            payload = _encode(event)
+        headers = {"Nats-Msg-Id": event.id}
         if self._trace:
             headers.update(self._trace)
         delay = 0.1
