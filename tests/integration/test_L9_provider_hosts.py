@@ -259,6 +259,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
     and the sessions after the first whose report failed kept their runtimes."""
     nc = await nats.connect(nats_url)
     await streams.ensure(nc.jetstream())
+    before = asyncio.all_tasks()  # the suite shares one loop: other tests' tasks are not this host's
     host = ProviderHost(nc, Shared(state_dir=tmp_path, volume="closing"), ProviderHostSettings(host_id="host-closing"))
     await host.start()
     client = HostClient(nc, volume="closing", timeout=10.0)
@@ -288,7 +289,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
             ),
         )
         assert isinstance(started, hp.TurnAccepted), started
-    running = [t for t in asyncio.all_tasks() if t.get_name().startswith(("host:", "turn:"))]
+    running = [t for t in asyncio.all_tasks() - before if t.get_name().startswith(("host:", "turn:"))]
     names = {t.get_name() for t in running}
     assert names == {"host:heartbeat", "host:watcher", "host:reaper", "turn:att_1", "turn:att_2"}, names
     await nc.close()

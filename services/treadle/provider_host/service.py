@@ -137,8 +137,7 @@ class ProviderHost:
         """Every step is tried even when one fails (the broker gone): the loops and every session's runtime
         must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
-        for loop in self._loops:
-            loop.cancel()
+        await cancel_and_wait(self._loops)
         failures = await asyncio.gather(self._unsubscribe(), return_exceptions=True)
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
         failures += await asyncio.gather(*sessions, return_exceptions=True)
