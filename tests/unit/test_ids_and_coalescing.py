@@ -49,15 +49,13 @@ def test_coalescing_flushes_by_size_when_text_arrives_fast():
     assert len(flushed) == 3
 
 
-def test_a_messages_text_is_coalesced_from_its_first_delta():
-    """A short reply completes within the interval: its completed text is then its one durable event (the
-    publisher keeps messages in the order they began: tests/integration/test_provider_event_publisher.py)."""
+def test_a_messages_first_text_is_durable_at_once_and_the_rest_is_coalesced():
     clock = FakeClock()
     coalescer = Coalescer(clock=clock)
-    assert coalescer.add("Draft") is None
+    assert coalescer.add("Draft") == "Draft"  # its place in the thread is taken when it begins
     assert coalescer.add("ing") is None
     clock.now += 0.25
-    assert coalescer.add(" notes") == "Drafting notes"
+    assert coalescer.add(" notes") == "ing notes"
 
 
 def _crockford(value: int, length: int) -> str:

@@ -1,10 +1,9 @@
 """Text coalescing: raw deltas go live at once; durable deltas are at most one per message per
 ``interval`` seconds or ``max_bytes`` of text (ARCHITECTURE principle 7).
 
-A message's first text waits like the rest: most short replies complete within the interval, and their one
-durable event is then the completed text alone. A message takes its place in the thread with its first durable
-event, so the publisher (``provider_host.publisher``) stores every other message's buffered text before
-anything else it stores: what happened after a message is never listed before it."""
+A message's first text is durable at once: a message takes its place in the thread with its first durable
+event, so holding its beginning back would let whatever happened after it (a reply that completed within the
+interval, a steer) be listed before it."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ class Coalescer:
         self._clock = clock
         self._parts: list[str] = []
         self._size = 0
-        self._last = clock()  # the first text waits out the interval too
+        self._last = float("-inf")  # nothing flushed yet: the first text goes at once
 
     @property
     def pending(self) -> bool:

@@ -58,18 +58,12 @@ class TurnPublisher:
 
     async def event(self, body: pe.Body) -> None:
         async with self._lock:
-            own = body.message_id if isinstance(body, (pe.TextDelta, pe.TextCompleted)) else None
-            await self._flush_others(own)
+            if isinstance(body, pe.TurnCompleted):
+                # Text of a message the provider never completed (an interrupt cut it off) is still buffered:
+                # stored before the turn's end, so the run's end closes that message with all that streamed.
+                for message_id in list(self._buffers):
+                    await self._flush_locked(message_id)
             await self._publish(body)
-
-    async def _flush_others(self, own: str | None) -> None:
-        """Buffered text of every message but ``own`` is stored first, in the order the messages began: a
-        message takes its place in the thread with its first stored event, so nothing that happened after it
-        (a reply completing, a tool starting, the turn's end) may be stored before it. At the turn's end this
-        also stores what a message the provider never completed (an interrupt cut it off) still held."""
-        for message_id in list(self._buffers):
-            if message_id != own:
-                await self._flush_locked(message_id)
 
     async def _publish(self, body: pe.Body) -> None:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
@@ -127,12 +121,8 @@ class TurnPublisher:
         asyncio.ensure_future(self._flush(message_id))
 
     async def _flush(self, message_id: str) -> None:
-        """Its interval is over: its text is stored, after that of messages begun before it."""
         async with self._lock:
-            for begun in list(self._buffers):
-                await self._flush_locked(begun)
-                if begun == message_id:
-                    return
+            await self._flush_locked(message_id)
 
     async def _flush_locked(self, message_id: str) -> None:
         timer = self._timers.pop(message_id, None)
