@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import nats
 import pytest
 from nats.errors import ConnectionClosedError
@@ -107,3 +108,37 @@ async def test_L2_3_events_larger_than_the_broker_takes_are_stored_cut_down_and_
     assert isinstance(whole, pe.TextCompleted) and whole.text.startswith("word0 word1 ")
     streamed = "".join(b.text for b in stored if isinstance(b, pe.TextDelta) and b.message_id == "msg_r")
     assert streamed == reply
+
+
+async def test_L2_2_raw_chunks_handed_over_together_go_live_as_one_message_before_the_event_that_completes_them(nc):
+    """Issue 24: every raw chunk was one live message (a scripted reply: nine); chunks handed over in one burst
+    now go as one, in order, and always before the next durable event of the turn."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    seen: list[tuple[str, bytes]] = []
+    done = asyncio.Event()
+
+    async def on_msg(msg) -> None:  # one subscription for both, so they are seen in the order they were sent
+        if msg.subject.split(".")[3] == "thr_burst":
+            seen.append((msg.subject.split(".")[1], msg.data))
+            if b'"turn.completed"' in msg.data:
+                done.set()
+
+    tap = await nc.subscribe("treadle.*.acme.>", cb=on_msg)
+    publisher = _publisher(nc, "burst", 4)
+    chunks = ["Sc", "ripted ", "reply ", "in ", "pieces"]
+    for chunk in chunks:
+        await publisher.text("msg_a", "node_r", chunk)
+    await publisher.text("msg_b", "node_r", "next")
+    await publisher.text_done("msg_a", "node_r", "".join(chunks))
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    await asyncio.wait_for(done.wait(), 10)
+    await tap.unsubscribe()
+    lives = [msgspec.json.decode(data) for kind, data in seen if kind == "live"]
+    assert "".join(d["text"] for d in lives if d["message_id"] == "msg_a") == "".join(chunks)
+    assert [d["message_id"] for d in lives] == ["msg_a", "msg_a", "msg_b"], lives  # the first at once, the rest in one
+    kinds = [
+        kind if kind == "live" else type(pe.provider_event_decoder.decode(data).body).__name__ for kind, data in seen
+    ]
+    assert kinds.index("TextCompleted") > max(i for i, k in enumerate(kinds) if k == "live"), kinds

@@ -1,5 +1,9 @@
 """Reports one provider turn: normalised events to ``TREADLE_PROVIDER`` in order (each carrying the turn's trace
-context), raw text live."""
+context), raw text live.
+
+Raw chunks that arrive together (a runtime's burst, read in one go) go live as one message: they are queued
+and sent once the burst has been handed over, and always before the next durable event, so a UI never sees
+live text after the event that completes its message."""
 
 from __future__ import annotations
 
@@ -52,6 +56,8 @@ class TurnPublisher:
         self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
+        self._live_queue: list[LiveDelta] = []  # raw chunks not yet sent live, consecutive ones of a message merged
+        self._live_sender: asyncio.Future | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         # The turn's trace context, taken once (made inside the turn's span): every event of the turn carries it
         self._trace = tracing.inject(None)
@@ -68,6 +74,7 @@ class TurnPublisher:
     async def _publish(self, body: pe.Body) -> None:
         """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
         and the stream's dedupe window makes a resend of an event that did land harmless."""
+        await self._send_live()
         self._index += 1
         event = pe.ProviderEvent(
             id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
@@ -96,18 +103,7 @@ class TurnPublisher:
             await self._text_piece(message_id, node_id, chunk[start : start + TEXT_PIECE_CHARS])
 
     async def _text_piece(self, message_id: str, node_id: str, chunk: str) -> None:
-        await self._nc.publish(
-            self._live,
-            _encode(
-                LiveDelta(
-                    run_id=self._base["run_id"],
-                    attempt_id=self._base["attempt_id"],
-                    message_id=message_id,
-                    node_id=node_id,
-                    text=chunk,
-                )
-            ),
-        )
+        self._queue_live(message_id, node_id, chunk)
         coalescer, _ = self._buffers.setdefault(message_id, (Coalescer(), node_id))
         ready = coalescer.add(chunk)
         if ready is not None:
@@ -115,6 +111,35 @@ class TurnPublisher:
         elif message_id not in self._timers:
             loop = asyncio.get_running_loop()
             self._timers[message_id] = loop.call_later(coalescer.due_in(), self._on_timer, message_id)
+
+    def _queue_live(self, message_id: str, node_id: str, chunk: str) -> None:
+        last = self._live_queue[-1] if self._live_queue else None
+        if last and last.message_id == message_id and len(last.text) + len(chunk) <= TEXT_PIECE_CHARS:
+            self._live_queue[-1] = msgspec.structs.replace(last, text=last.text + chunk)
+        else:
+            self._live_queue.append(
+                LiveDelta(
+                    run_id=self._base["run_id"],
+                    attempt_id=self._base["attempt_id"],
+                    message_id=message_id,
+                    node_id=node_id,
+                    text=chunk,
+                )
+            )
+        if self._live_sender is None or self._live_sender.done():
+            # A task runs once the caller yields: the rest of this burst is queued by then.
+            self._live_sender = asyncio.ensure_future(self._send_live())
+
+    async def _send_live(self) -> None:
+        """Best effort, as live text is: on a failure the rest is dropped (the durable events carry the text).
+        One chunk is taken at a time, so the task and a durable event's send keep the chunks in order."""
+        while self._live_queue:
+            delta = self._live_queue.pop(0)
+            try:
+                await self._nc.publish(self._live, _encode(delta))
+            except Exception as exc:
+                log.debug("live text of %s not sent: %r", delta.message_id, exc)
+                self._live_queue.clear()
 
     def _on_timer(self, message_id: str) -> None:
         self._timers.pop(message_id, None)
