@@ -66,7 +66,10 @@ async def test_a_cluster_comes_up_and_every_stream_and_bucket_is_R3(tmp_path):
         try:
             js = nc.jetstream()
             await streams.ensure(js, 1)  # what an earlier single-replica deployment left behind
+            assert (await js.stream_info("KV_treadle-policies")).config.allow_direct  # one replica: read directly
             await streams.ensure(js, 3)  # is raised to three replicas in place
+            # Any replica answers a direct get, one behind the last put too: policies are read from the leader.
+            assert not (await js.stream_info("KV_treadle-policies")).config.allow_direct
             names = set(cluster.names)
             for stream in REPLICATED:
 

@@ -32,15 +32,21 @@ class ThreadStore:
     def cached(self, tenant: str, thread: str) -> ThreadState | None:
         return self._states.get((tenant, thread))
 
-    async def load(self, tenant: str, thread: str) -> ThreadState:
-        """The cached state (writers append fenced on it, so a stale one costs a conflict, not a wrong
-        decision); read from the log when not cached or known to be stale."""
+    def trusted(self, tenant: str, thread: str) -> ThreadState | None:
+        """The cached state unless nothing is cached or a conflict (or ``distrust``) marked it stale. It can still
+        be behind the log: what is decided on it must be appended (fenced on it) to count."""
         key = (tenant, thread)
         state = self._states.get(key)
         if state is None or state.seq == 0 or key in self._stale:
-            return await self.refresh(tenant, thread)
+            return None
         self._states.move_to_end(key)
         return state
+
+    async def load(self, tenant: str, thread: str) -> ThreadState:
+        """The cached state (writers append fenced on it, so a stale one costs a conflict, not a wrong
+        decision); read from the log when not cached or known to be stale."""
+        state = self.trusted(tenant, thread)
+        return state if state is not None else await self.refresh(tenant, thread)
 
     async def through(self, tenant: str, thread: str, msg) -> ThreadState:
         """The state up to and including ``msg``, an event of this thread delivered by a consumer. Its append

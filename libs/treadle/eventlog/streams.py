@@ -2,7 +2,7 @@
 
 Every stream and bucket gets the same replica count (``TREADLE_STREAM_REPLICAS``: 1 on a single server, 3 on
 a cluster), so no part of the state is lost with one node; ``ensure`` also raises (or lowers) the replicas of
-what an earlier deployment created.
+what an earlier deployment created, and turns direct gets of the buckets in ``DIRECT`` on or off to match.
 """
 
 from __future__ import annotations
@@ -80,6 +80,15 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
 )
 
+# Buckets read with a direct get where that reads what was last written: at one replica only. A direct get is
+# cheaper for the server than the stream API (no JSON, no advisory), but any replica of a replicated stream
+# may answer it, one that has not stored the last put yet included; there the leader answers (as before).
+DIRECT = frozenset({"treadle-policies"})
+
+
+def direct_gets(bucket: str, replicas: int) -> bool:
+    return bucket in DIRECT and replicas == 1
+
 
 async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0) -> None:
     """Create or update every stream and bucket. On a cluster that is still electing its leaders (or one
@@ -114,12 +123,13 @@ async def _until_done(deadline: float, step: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _ensure_bucket(js: JetStreamContext, bucket: KeyValueConfig, replicas: int) -> None:
+    direct = direct_gets(bucket.bucket, replicas)
     try:
         await js.key_value(bucket.bucket)
     except BucketNotFoundError:
-        await js.create_key_value(dataclasses.replace(bucket, replicas=replicas))
+        await js.create_key_value(dataclasses.replace(bucket, replicas=replicas, direct=direct))
     else:
-        await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas)
+        await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas, direct)
 
 
 async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
@@ -129,7 +139,12 @@ async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
         await js.update_stream(config)
 
 
-async def _ensure_replicas(js: JetStreamContext, stream: str, replicas: int) -> None:
+async def _ensure_replicas(js: JetStreamContext, stream: str, replicas: int, direct: bool) -> None:
     info = await js.stream_info(stream)
-    if info.config.num_replicas != replicas:
-        await js.update_stream(dataclasses.replace(info.config, num_replicas=replicas))
+    config = info.config
+    if config.num_replicas != replicas:
+        config = dataclasses.replace(config, num_replicas=replicas)
+    if bool(config.allow_direct) != direct:
+        config = dataclasses.replace(config, allow_direct=direct)
+    if config is not info.config:
+        await js.update_stream(config)

@@ -29,7 +29,8 @@ class PolicyStore:
         return self._kv
 
     async def get(self, tenant: str) -> TenantPolicy:
-        """Read on every decision that needs it (one direct get): a change applies to the next command."""
+        """Read on every decision that needs it, so a change applies to the next command: a direct get where the
+        bucket has one replica, else a read of the stream's leader (``streams.DIRECT``)."""
         try:
             entry = await (await self._bucket()).get(tenant)
         except KeyNotFoundError:

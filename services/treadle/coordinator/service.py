@@ -179,12 +179,18 @@ class Coordinator:
     async def _decide_and_append_admitted(self, command: Command, decider=None):
         tenant, thread = command.tenant, command.thread or ""
         tenant_policy = None
-        for _ in range(MAX_DECISION_TRIES):
+        # A pure decision may first be made on the cache (see ``_cached``); only one that is appended counts.
+        pure = decider is None and not isinstance(command.body, (ForkThread, DelegateTask))
+        tries = 0
+        while tries < MAX_DECISION_TRIES:
             ctx = Ctx.for_command(command)
+            state = self._cached(tenant, thread) if pure else None
+            pure = False  # once: after a conflict or an answer without an append, the log is read
+            on_cache = state is not None
+            tries += not on_cache
             try:
-                # Read the tail first: the supervisor appends to every active thread, so deciding on the cache
-                # alone would make nearly every send hit a conflict (measured: ~1 per run).
-                state = await self._store.refresh(tenant, thread)
+                if state is None:
+                    state = await self._store.refresh(tenant, thread)
                 check_sizes(command.body)  # every decider, whatever reached the broker
                 require_thread(state, command)  # before any decider: they may rely on the thread being there
                 fence = None
@@ -200,6 +206,8 @@ class Coordinator:
                 else:
                     events, receipt = decide(state, command, ctx)
                 if not events:
+                    if on_cache:
+                        continue  # an answer that appends nothing is fenced by nothing: decide it on the log
                     return await self._rollbacks.after(tenant, thread, state, command, receipt)
                 if isinstance(command.body, CreateThread):
                     created = events[0]
@@ -221,6 +229,8 @@ class Coordinator:
                 self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
+                if on_cache:
+                    continue  # a refusal is fenced by nothing either
                 return Rejected(code=exc.code, message=exc.message, status=exc.status, details=exc.details)
             except CheckpointUnavailable as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
@@ -231,6 +241,16 @@ class Coordinator:
             except LogError as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    def _cached(self, tenant: str, thread: str) -> ThreadState | None:
+        """The cached state of an idle thread, to decide a command on without reading the log first. While a run
+        is under way the supervisor appends to the thread, so its cache is behind and a send decided on it
+        would conflict; once it ended, the run-ended reaction brought the cache up to that end (``through``).
+        A cache that is behind after all (another replica appended) makes the append conflict."""
+        state = self._store.trusted(tenant, thread)
+        if state is None or state.active_run_id is not None or state.queue:
+            return None
+        return state
 
     async def _respond(self, state: ThreadState, command: Command) -> tuple[list, Accepted]:
         """L11.2/L11.3: decided by ``treadle.core.requests.answers``; this delivers the answer to the live callback on
