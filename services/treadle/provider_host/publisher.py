@@ -79,9 +79,7 @@ class TurnPublisher:
                 await self.drain()
 
     def _publish(self, body: pe.Body) -> None:
-        if self._sender is not None and self._sender.done() and not self._sender.cancelled():
-            if (failure := self._sender.exception()) is not None:
-                raise failure  # the connection closed under an earlier event: nothing more can be stored
+        self._raise_failure()  # the connection closed under an earlier event: nothing more can be stored
         self._outbox.append(body)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.ensure_future(self._send_outbox())
@@ -91,8 +89,12 @@ class TurnPublisher:
         """Wait until every event handed over is stored (raises what stopped the sending)."""
         while self._sender is not None and not self._sender.done():
             await asyncio.wait([self._sender])  # waiting is cancellable; the sending is not cut short by it
-        if self._sender is not None and not self._sender.cancelled() and self._sender.exception() is not None:
-            raise self._sender.exception()  # type: ignore[misc]
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        sender = self._sender
+        if sender is not None and sender.done() and not sender.cancelled() and (failure := sender.exception()):
+            raise failure
 
     async def _send_outbox(self) -> None:
         while self._outbox:
