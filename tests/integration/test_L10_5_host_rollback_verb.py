@@ -32,11 +32,11 @@ async def env(tmp_path):
     texts: dict[str, str] = {}
 
     async def on_event(msg) -> None:
-        event = pe.provider_event_decoder.decode(msg.data)
-        if isinstance(event.body, pe.TurnCompleted):
-            ended[event.attempt_id or ""] = event
-        elif isinstance(event.body, pe.TextCompleted):
-            texts[event.attempt_id or ""] = event.body.text
+        for event in pe.provider_event_decoder.decode(msg.data).parts():
+            if isinstance(event.body, pe.TurnCompleted):
+                ended[event.attempt_id or ""] = event
+            elif isinstance(event.body, pe.TextCompleted):
+                texts[event.attempt_id or ""] = event.body.text
 
     await nc.subscribe("treadle.prov.>", cb=on_event)
     host = ProviderHost(

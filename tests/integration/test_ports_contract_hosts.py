@@ -43,7 +43,7 @@ class RealHosts:
     async def listen(self) -> None:
         async def seen(msg) -> None:
             event = pe.provider_event_decoder.decode(msg.data)
-            self.reported[event.attempt_id or ""] = self.reported.get(event.attempt_id or "", 0) + 1
+            self.reported[event.attempt_id or ""] = self.reported.get(event.attempt_id or "", 0) + len(event.parts())
 
         await self.nc.subscribe("treadle.prov.>", cb=seen)
 

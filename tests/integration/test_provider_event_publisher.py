@@ -30,7 +30,8 @@ async def test_a_turn_publisher_on_a_closed_connection_gives_up_instead_of_retry
         attempt_id="att_1",
         ids=IdFactory("att_1", 0),
     )
-    await publisher.event(pe.TurnStarted(native_turn_ref="turn-1"))  # stored while the connection is open
+    await publisher.event(pe.TurnStarted(native_turn_ref="turn-1"))
+    await publisher.drain()  # stored while the connection is open
     await host_nc.close()
     with pytest.raises(ConnectionClosedError):
         await asyncio.wait_for(publisher.event(pe.TurnCompleted(status="completed")), 10)
@@ -66,7 +67,7 @@ async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_comp
     stored = []
     while not stored or not isinstance(stored[-1], pe.TurnCompleted):
         msg = await sub.next_msg(timeout=10)
-        stored.append(pe.provider_event_decoder.decode(msg.data).body)
+        stored += [part.body for part in pe.provider_event_decoder.decode(msg.data).parts()]
     await sub.unsubscribe()
     firsts = [b.message_id for b in stored if isinstance(b, (pe.TextDelta, pe.TextCompleted))]
     assert firsts[0] == "msg_cut", stored
@@ -97,7 +98,7 @@ async def test_L2_3_events_larger_than_the_broker_takes_are_stored_cut_down_and_
     while not stored or not isinstance(stored[-1], pe.TurnCompleted):
         msg = await sub.next_msg(timeout=10)
         sizes.append(len(msg.data))
-        stored.append(pe.provider_event_decoder.decode(msg.data).body)
+        stored += [part.body for part in pe.provider_event_decoder.decode(msg.data).parts()]
     await sub.unsubscribe()
     assert max(sizes) <= nc.max_payload // 4 + 1024, sizes  # the body's budget and the event's own fields
     started, completed, whole = stored[0], stored[1], stored[2]
@@ -110,9 +111,10 @@ async def test_L2_3_events_larger_than_the_broker_takes_are_stored_cut_down_and_
     assert streamed == reply
 
 
-async def test_L2_2_raw_chunks_handed_over_together_go_live_as_one_message_before_the_event_that_completes_them(nc):
-    """Issue 24: every raw chunk was one live message (a scripted reply: nine); chunks handed over in one burst
-    now go as one, in order, and always before the next durable event of the turn."""
+async def test_L2_2_a_burst_goes_as_one_live_message_and_one_provider_message_in_order(nc):
+    """Issue 24: every raw chunk was one live message (a scripted reply: nine) and every event one provider
+    message. What is handed over in one burst now goes as one live message per message and one provider
+    message (numbered as if sent alone), live text always before the durable event that completes it."""
     js = nc.jetstream()
     await streams.ensure(js)
     seen: list[tuple[str, bytes]] = []
@@ -127,6 +129,7 @@ async def test_L2_2_raw_chunks_handed_over_together_go_live_as_one_message_befor
     tap = await nc.subscribe("treadle.*.acme.>", cb=on_msg)
     publisher = _publisher(nc, "burst", 4)
     chunks = ["Sc", "ripted ", "reply ", "in ", "pieces"]
+    await publisher.event(pe.TurnStarted(native_turn_ref="t-1"))
     for chunk in chunks:
         await publisher.text("msg_a", "node_r", chunk)
     await publisher.text("msg_b", "node_r", "next")
@@ -136,9 +139,12 @@ async def test_L2_2_raw_chunks_handed_over_together_go_live_as_one_message_befor
     await asyncio.wait_for(done.wait(), 10)
     await tap.unsubscribe()
     lives = [msgspec.json.decode(data) for kind, data in seen if kind == "live"]
-    assert "".join(d["text"] for d in lives if d["message_id"] == "msg_a") == "".join(chunks)
-    assert [d["message_id"] for d in lives] == ["msg_a", "msg_a", "msg_b"], lives  # the first at once, the rest in one
-    kinds = [
-        kind if kind == "live" else type(pe.provider_event_decoder.decode(data).body).__name__ for kind, data in seen
-    ]
-    assert kinds.index("TextCompleted") > max(i for i, k in enumerate(kinds) if k == "live"), kinds
+    assert [(d["message_id"], d["text"]) for d in lives] == [("msg_a", "".join(chunks)), ("msg_b", "next")]
+    stored = [pe.provider_event_decoder.decode(data) for kind, data in seen if kind == "prov"]
+    assert len(stored) == 1, stored  # the whole burst, turn end included
+    parts = stored[0].parts()
+    assert [type(p.body).__name__ for p in parts] == [
+        "TurnStarted", "TextDelta", "TextDelta", "TextCompleted", "TurnCompleted"
+    ]  # fmt: skip
+    assert [p.index for p in parts] == [1, 2, 3, 4, 5] and len({p.id for p in parts}) == 5
+    assert seen[-1][0] == "prov" and all(kind == "live" for kind, _ in seen[:-1])

@@ -12,6 +12,7 @@ from treadle.core.commands import Accepted
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run.commands import InterruptRun
 from treadle.core.thread.commands import CreateThread, SendMessage
+from treadle.eventlog.errors import Unavailable
 
 THREAD = "thr_twin"
 
@@ -185,3 +186,53 @@ async def test_L3_4_a_steer_refused_by_a_turn_that_just_ended_becomes_the_next_r
     first, follow = state.runs
     assert first.status == "completed" and (follow.message_id, follow.supersedes_run_id) == (steer.message_id, first.id)
     assert tw.hosts.verbs("turn.start")[-1].attempt_id == follow.attempt.id  # on the same live session
+
+
+async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order_once_across_a_failure_between_them(
+    tmp_path,
+):
+    """Issue 24: a host sends what a runtime reported in one burst as one provider message. Each of its events
+    is folded as if sent alone; when the log fails between two of them, the message comes back and only the
+    events not yet folded are (the first is known by its index), so nothing is lost or stored twice."""
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    sent = await tw.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
+    assert isinstance(sent, Accepted), sent
+    await tw.wake(supervisor)
+    state = await tw.state(created.thread_id)
+    session, run = state.live_session, state.run(sent.run_id)
+    appends, append = 0, tw.log.append
+
+    async def failing_once(*args, **kwargs):
+        nonlocal appends
+        appends += 1
+        if appends == 2:  # after the run's start, before its first text: the broker went away
+            raise Unavailable("broker away")
+        return await append(*args, **kwargs)
+
+    tw.log.append = failing_once  # type: ignore[method-assign]
+    node = run.attempt.root_node_id
+    await tw.report(
+        supervisor,
+        created.thread_id,
+        session.id,
+        pe.TurnStarted(),
+        then=[
+            pe.TextDelta(message_id="msg_a", node_id=node, text="Hel"),
+            pe.TextCompleted(message_id="msg_a", node_id=node, text="Hello"),
+            pe.TurnCompleted(status="completed"),
+        ],
+        pth=state.session_thread(session.id).id,
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        index=1,
+    )
+    assert appends > 2  # the message was handled again after the failure
+    stored = [e.type for e in await tw.log.read(TENANT, created.thread_id)]
+    for kind in ("run.started", "message.delta", "message.completed", "run.completed"):
+        assert stored.count(kind) == 1, stored
+    state = await tw.state(created.thread_id)
+    assert state.run(run.id).status == "completed" and state.run(run.id).attempt.provider_index == 4
+    assert [m.text for m in state.run_messages(run.id) if m.id == "msg_a"] == ["Hello"]

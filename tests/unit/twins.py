@@ -129,8 +129,10 @@ class Twins:
         run_id: str | None = None,
         attempt_id: str | None = None,
         index: int = 0,
+        then: list[pe.AnyBody] | None = None,
     ) -> None:
-        """A provider event as a host publishes it, delivered to the supervisor."""
+        """A provider event as a host publishes it (``then``: what followed in the same burst), delivered to the
+        supervisor."""
         self._provider_seq += 1
         event = pe.ProviderEvent(
             id=f"pev_{self._provider_seq}",
@@ -143,6 +145,7 @@ class Twins:
             index=index,
             at=T0,
             body=body,
+            then=then or [],
         )
         subject = f"{subjects.provider(TENANT, thread, pth)}.0"
         await consume(

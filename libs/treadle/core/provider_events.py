@@ -119,6 +119,17 @@ class ProviderEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
     index: int = 0  # 1, 2, … within one play of a turn; 0: not part of a turn's sequence (session events)
     at: datetime
     body: AnyBody
+    then: list[AnyBody] = []  # what followed ``body`` in the same burst, numbered index + 1, index + 2, …
+
+    def parts(self) -> list[ProviderEvent]:
+        """One event per body, as if each had been sent alone (the first keeps this event's id)."""
+        if not self.then:
+            return [self]
+        first = msgspec.structs.replace(self, then=[])
+        return [first] + [
+            msgspec.structs.replace(first, id=f"{self.id}.{i}", index=self.index + i, body=body)
+            for i, body in enumerate(self.then, 1)
+        ]
 
 
 provider_event_decoder = msgspec.json.Decoder(ProviderEvent)

@@ -52,6 +52,9 @@ class ChildScopeSink:
     async def text_done(self, message_id: str, node_id: str, text: str) -> None:
         await self._sink.text_done(message_id, node_id, text)
 
+    async def drain(self) -> None:
+        await self._sink.drain()
+
     def close(self) -> None:
         self._sink.close()
 

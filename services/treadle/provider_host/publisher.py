@@ -1,9 +1,11 @@
 """Reports one provider turn: normalised events to ``TREADLE_PROVIDER`` in order (each carrying the turn's trace
 context), raw text live.
 
-Raw chunks that arrive together (a runtime's burst, read in one go) go live as one message: they are queued
-and sent once the burst has been handed over, and always before the next durable event, so a UI never sees
-live text after the event that completes its message."""
+What a runtime reports in one burst (read in one go) is sent together, once the burst has been handed over:
+its normalised events as one provider message (``ProviderEvent.then``; while one is being stored, the next
+collects what comes meanwhile), its raw chunks as one live message, always before the next durable one, so a
+UI never sees live text after the event that completes its message. The turn's end waits until everything
+is stored."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from treadle.providers.coalesce import Coalescer
 _encode = msgspec.json.Encoder().encode
 log = logging.getLogger(__name__)
 TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 6-byte escapes it fits
+MAX_BATCH = 64  # events in one provider message; with this many waiting, the reporting runtime waits too
 
 
 class TurnPublisher:
@@ -55,6 +58,8 @@ class TurnPublisher:
         )
         self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
+        self._outbox: list[pe.Body] = []  # events not yet sent, in order
+        self._sender: asyncio.Future | None = None
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
         self._live_queue: list[LiveDelta] = []  # raw chunks not yet sent live, consecutive ones of a message merged
         self._live_sender: asyncio.Future | None = None
@@ -69,20 +74,56 @@ class TurnPublisher:
                 # stored before the turn's end, so the run's end closes that message with all that streamed.
                 for message_id in list(self._buffers):
                     await self._flush_locked(message_id)
-            await self._publish(body)
+            self._publish(body)
+            if isinstance(body, pe.TurnCompleted) or len(self._outbox) >= MAX_BATCH:
+                await self.drain()
 
-    async def _publish(self, body: pe.Body) -> None:
-        """Publish in order, retrying until stored: a lost provider event would leave its run waiting forever,
-        and the stream's dedupe window makes a resend of an event that did land harmless."""
-        await self._send_live()
-        self._index += 1
+    def _publish(self, body: pe.Body) -> None:
+        self._raise_failure()  # the connection closed under an earlier event: nothing more can be stored
+        self._outbox.append(body)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.ensure_future(self._send_outbox())
+            self._sender.add_done_callback(_retrieved)
+
+    async def drain(self) -> None:
+        """Wait until every event handed over is stored (raises what stopped the sending)."""
+        while self._sender is not None and not self._sender.done():
+            await asyncio.wait([self._sender])  # waiting is cancellable; the sending is not cut short by it
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        sender = self._sender
+        if sender is not None and sender.done() and not sender.cancelled() and (failure := sender.exception()):
+            raise failure
+
+    async def _send_outbox(self) -> None:
+        while self._outbox:
+            await self._send_live()
+            batch, self._outbox = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:]
+            await self._store(batch)
+
+    async def _store(self, bodies: list[pe.Body]) -> None:
+        """Store ``bodies`` (in order) in as few messages as fit, retrying until stored: a lost provider event
+        would leave its run waiting forever, and the stream's dedupe window makes a resend that landed harmless."""
+        budget = min(MAX_EVENT_BYTES, self._nc.max_payload // 4)
         event = pe.ProviderEvent(
-            id=self._ids.next("evt"), index=self._index, at=datetime.now(UTC), body=body, **self._base
+            id=self._ids.next("evt"),
+            index=self._index + 1,
+            at=datetime.now(UTC),
+            body=bodies[0],
+            then=bodies[1:],
+            **self._base,
         )
-        payload, budget = _encode(event), min(MAX_EVENT_BYTES, self._nc.max_payload // 4)
+        payload = _encode(event)
+        if len(payload) > budget and len(bodies) > 1:  # too much for one message: halves, in order
+            half = len(bodies) // 2
+            await self._store(bodies[:half])
+            await self._store(bodies[half:])
+            return
         if len(payload) > budget:  # its body is cut down to fit (the event's own fields are a few hundred bytes)
-            event = msgspec.structs.replace(event, body=within(body, budget))
+            event = msgspec.structs.replace(event, body=within(bodies[0], budget))
             payload = _encode(event)
+        self._index += len(bodies)
         headers = {"Nats-Msg-Id": event.id}
         if self._trace:
             headers.update(self._trace)
@@ -159,7 +200,7 @@ class TurnPublisher:
         coalescer, node_id = entry
         text = coalescer.flush()
         if text:
-            await self._publish(pe.TextDelta(message_id=message_id, node_id=node_id, text=text))
+            self._publish(pe.TextDelta(message_id=message_id, node_id=node_id, text=text))
 
     async def text_done(self, message_id: str, node_id: str, text: str) -> None:
         """The full text supersedes whatever is still buffered, so the buffer is dropped, not flushed."""
@@ -173,3 +214,9 @@ class TurnPublisher:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+
+
+def _retrieved(sender: asyncio.Future) -> None:
+    """A sender nobody waits for any more (its turn was cancelled) must not log 'exception never retrieved'."""
+    if not sender.cancelled() and (failure := sender.exception()) is not None:
+        log.info("provider events not stored: %r", failure)

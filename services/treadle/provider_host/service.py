@@ -4,6 +4,7 @@ turns through adapters, and on boot reports the sessions of its previous life as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -605,6 +606,8 @@ class ProviderHost:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
             log.warning("runtime of session %s died under turn %s: %s", request.session_id, request.attempt_id, exc)
+            with contextlib.suppress(Exception):  # what the turn reported is stored before its session's end
+                await publisher.drain()
             ending = asyncio.create_task(self._end_session(request.session_id, "provider_crashed", str(exc) or None))
             self._background.add(ending)
             ending.add_done_callback(self._background.discard)

@@ -20,7 +20,7 @@ from treadle.core import provider_events as pe
 from treadle.core.checkpoints import child_scopes
 from treadle.core.ctx import Ctx, reaction_ctx
 from treadle.core.lineage import start_context
-from treadle.core.provider_events import provider_event_decoder
+from treadle.core.provider_events import ProviderEvent, provider_event_decoder
 from treadle.core.providers import settings as provider_settings
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run import recovery
@@ -156,11 +156,19 @@ class Supervisor:
         tenant, thread = event.tenant, event.thread
         seq = msg.metadata.sequence.stream
         state = await self._store.load(tenant, thread)
-        if seq <= state.provider_seq:
+        parts = event.parts()
+        if seq < state.provider_seq or (seq == state.provider_seq and len(parts) == 1):
             # Folded in already (a redelivery, or a retry after the hand-over below failed): only the
-            # hand-over may still be owed, e.g. a recovery attempt whose host was not back yet.
+            # hand-over may still be owed, e.g. a recovery attempt whose host was not back yet. Of a message of
+            # several events, those folded in are ignored by their index below (a crash between two of them).
             await self._hand_over(tenant, thread, state, f"prov|{seq}")
             return
+        for part in parts:
+            state = await self._fold(tenant, thread, state, seq, part)
+        await self._hand_over(tenant, thread, state, f"prov|{seq}")
+
+    async def _fold(self, tenant: str, thread: str, state: ThreadState, seq: int, event: ProviderEvent) -> ThreadState:
+        """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it."""
         ctx = reaction_ctx(event.id, datetime.now(UTC), ACTOR)
         reaction = sv.react(state, event, ctx)
         if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
@@ -191,7 +199,7 @@ class Supervisor:
             )
         if run is not None and run.ended_at is not None:
             RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
-        await self._hand_over(tenant, thread, state, f"prov|{seq}")
+        return state
 
     # --- steps -------------------------------------------------------------------------------------
 
