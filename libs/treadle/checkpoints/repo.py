@@ -14,6 +14,7 @@ from treadle.checkpoints.protocol import CheckpointError, FileStat
 from treadle.checkpoints.watcher import Watcher
 
 if TYPE_CHECKING:
+    from treadle.checkpoints.ignores import IgnoreChecker
     from treadle.checkpoints.odb import ObjectReader
     from treadle.checkpoints.runner import Launch
     from treadle.checkpoints.trees import Trees
@@ -61,12 +62,14 @@ class Repo:
     reader: ObjectReader | None = None
     packed_refs: tuple[tuple[int, int, int], bool] | None = None  # (packed-refs version, holds the thread's refs)
     pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
+    ignores: IgnoreChecker | None = None  # a running `git check-ignore` for the incremental path (ignores.py)
 
     def close(self) -> None:
         for fd in (self.lock_fd, self.stamp_fd):
             if fd is not None:
                 os.close(fd)
         self.lock_fd = self.stamp_fd = None
+        self.stop_ignores()
         if self.watcher is not None:
             self.watcher.close()
             self.watcher = None
@@ -75,8 +78,15 @@ class Repo:
         """The worktree was changed by us (a restore): no fast path may assume the last tree."""
         self.snapshot = None
         self.trees = None
+        self.stop_ignores()
         if self.watcher is not None:
             self.watcher.tree = None
+
+    def stop_ignores(self) -> None:
+        """The ignore rules may have changed: the next question goes to a new `git check-ignore`."""
+        checker, self.ignores = self.ignores, None
+        if checker is not None:
+            checker.close()
 
     @property
     def owner(self) -> tuple[int, int] | None:
