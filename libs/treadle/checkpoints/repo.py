@@ -111,7 +111,15 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     root would make us write refs into, and diff trees of, someone else's repository.
     """
     dotgit = worktree / ".git"
-    if dotgit.is_file():
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):  # a directory, no symlink, in a resolved worktree: its own resolved path
+        gitdir = dotgit
+    elif not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+        return None
+    elif dotgit.is_file():
         line = dotgit.read_text(errors="replace").strip()
         if not line.startswith("gitdir:"):
             return None
@@ -122,7 +130,7 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
         return None
     if not gitdir.is_relative_to(tenant_root) or not (common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
         raise CheckpointError("path_escape", "the workspace's .git points outside the tenant root")
-    return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
+    return gitdir if stat.S_ISDIR(mode) or gitdir.is_dir() else None  # a dangling .git file: no repository
 
 
 def common_dir(gitdir: Path) -> Path | None:
