@@ -108,7 +108,8 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     """The workspace's own git dir, if it has one (`.git` dir, or `.git` file of a linked worktree).
 
     The workspace is agent-controlled: a `.git` (or its `commondir`) pointing outside the tenant
-    root would make us write refs into, and diff trees of, someone else's repository.
+    root would make us write refs into, and diff trees of, someone else's repository. ``worktree`` is
+    resolved and inside ``tenant_root``.
     """
     dotgit = worktree / ".git"
     try:
@@ -117,6 +118,8 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
         return None
     if stat.S_ISDIR(mode):  # a directory, no symlink, in a resolved worktree: its own resolved path
         gitdir = dotgit
+        if common_dir(gitdir) is None:  # inside the worktree, which is inside the tenant root
+            return gitdir
     elif not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
         return None
     elif dotgit.is_file():
