@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_repos import TENANT, THREAD, capture, files_of
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, ckpt, files_of
 from tests.integration.checkpoint_repos import root as root  # noqa: F401  (a fixture)
 from tests.integration.test_checkpoint_capture_paths import add_all_tree
 from treadle.checkpoints.git import Workspaces
@@ -131,3 +131,22 @@ async def test_L10_2_a_check_ignore_that_died_costs_one_add_all_not_a_wrong_tree
     got = await workspaces.capture(capture(4, 3))
     assert got.tree == add_all_tree(ws, tmp_path)
     assert checker_pid(workspaces) not in (None, pid)
+
+
+async def test_L10_2_rules_in_a_configured_excludes_file_are_never_remembered(workspaces: Workspaces, root: Path):
+    """The watcher sees rule files in the worktree and the git dir, not a core.excludesFile: with one, every
+    capture is `add -A`, so a file its old rules ignored is captured once they no longer do."""
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    rules = ws / "rules.txt"
+    rules.write_text("*.a\n")
+    await workspaces.capture(capture(0, None))
+    ckpt(ws, "config", "core.excludesFile", str(rules))
+    await workspaces.capture(capture(1, 0))
+    (ws / "y.a").write_text("y\n")
+    got = await workspaces.capture(capture(2, 1))
+    assert set(files_of(ws, got.commit)) == {"rules.txt"}
+
+    rules.write_text("*.b\n")
+    got = await workspaces.capture(capture(3, 2))
+    assert set(files_of(ws, got.commit)) == {"rules.txt", "y.a"}
