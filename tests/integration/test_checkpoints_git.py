@@ -279,6 +279,32 @@ async def test_dot_git_pointing_outside_the_tenant_is_refused(workspaces: Worksp
     assert git(other, "for-each-ref") == ""
 
 
+@pytest.mark.parametrize("swapped", ["team", "team/proj", "team/proj/.git"])
+async def test_path_safety_a_directory_swapped_for_a_symlink_between_captures_is_never_followed(
+    workspaces: Workspaces, root: Path, swapped: str
+):
+    """Paths are looked up again on every request, whatever was remembered of them: a workspace (or a directory
+    above it, or its .git) that becomes a symlink to outside the tenant after captures of it is refused."""
+    outside = root.parent / "outside"
+    outside.mkdir()
+    git(outside, "init", "-q")
+    (outside / "secret.txt").write_text("secret\n")
+    await workspaces.prepare(TENANT, THREAD, "team/proj")
+    ws = root / TENANT / "team" / "proj"
+    (ws / "a.txt").write_text("a\n")
+    await workspaces.capture(capture(0, None, workspace="team/proj"))
+    await workspaces.capture(capture(1, 0, workspace="team/proj"))  # every cache warm
+
+    moved = root / TENANT / "moved"
+    (root / TENANT / swapped).rename(moved)
+    (root / TENANT / swapped).symlink_to(outside / ".git" if swapped.endswith(".git") else outside)
+    with pytest.raises(CheckpointError) as refused:
+        await workspaces.capture(capture(2, 1, workspace="team/proj"))
+
+    assert refused.value.code == "path_escape"
+    assert git(outside, "for-each-ref") == "" and sorted(p.name for p in outside.iterdir()) == [".git", "secret.txt"]
+
+
 async def test_an_orphaned_private_index_lock_does_not_block_captures_forever(workspaces: Workspaces, root: Path):
     await workspaces.prepare(TENANT, THREAD, "proj")
     ws = root / TENANT / "proj"

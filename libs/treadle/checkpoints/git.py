@@ -58,6 +58,7 @@ __all__ = ["CheckpointError", "Workspaces", "DEFAULT_MAX_FILE_BYTES"]
 
 log = logging.getLogger(__name__)
 
+_SHADOWS_KEPT = 4096
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024  # git hosts warn at 50 MB; a checkpoint is no place for build outputs
 
 
@@ -100,6 +101,7 @@ class Workspaces:
         self._launches: dict[str, Launch] = {}
         self._tenant_roots: dict[str, Path] = {}
         self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
+        self._shadows: dict[tuple[str, str, Path], Path] = {}  # (tenant, thread, resolved workspace) -> git dir
 
     def close(self) -> None:
         """Release the git worker threads (after the service has stopped sending requests)."""
@@ -197,7 +199,8 @@ class Workspaces:
             tenant_root = self._tenant_roots.get(tenant)
             if tenant_root is None:  # Treadle's own directory, not the agent's: resolved once
                 tenant_root = self._tenant_roots[tenant] = self._tenant_root(tenant)
-            path = (tenant_root / rel).resolve()  # the agent's: resolved every time (symlinks may change)
+            # The agent's: resolved every time (symlinks may change), by lstat alone while there is none.
+            path = _unlinked(tenant_root, rel) or (tenant_root / rel).resolve()
         except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
             raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
         if path == tenant_root or not path.is_relative_to(tenant_root):
@@ -269,7 +272,14 @@ class Workspaces:
 
     async def _open(self, ws: _Workspace, tenant: str, thread: str, path: Path, tenant_root: Path) -> Repo:
         # Always the service's own git dir: the workspace's .git is the agent's to write, and git would obey it.
-        shadow = checkpoint_gitdir(self._shadow_root, tenant, thread, path.relative_to(tenant_root))
+        key = (tenant, thread, path)
+        shadow = self._shadows.get(key)
+        if shadow is None:  # Treadle's own directory (a name derived from the resolved path): looked up once
+            if len(self._shadows) >= _SHADOWS_KEPT:
+                self._shadows.clear()
+            shadow = self._shadows[key] = checkpoint_gitdir(
+                self._shadow_root, tenant, thread, path.relative_to(tenant_root)
+            )
         launch = self.launch(tenant)
         user = user_gitdir(path, tenant_root)  # only read, to seed the private index from the user's HEAD
         repo = ws.repos.get(shadow)
@@ -392,3 +402,17 @@ def _harden(gitdir: Path, owner: tuple[int, int] | None) -> None:
         os.chmod(tmp, 0o444)  # the service's: git reads it, nothing else writes it
         os.rename(tmp, attributes)
     make_dirs(gitdir / "treadle", owner)
+
+
+def _unlinked(top: Path, rel: PurePosixPath) -> Path | None:
+    """``top / rel`` when every component below ``top`` (resolved) exists and none is a symlink: then it is its
+    own resolved path, found with one lstat per component. None: resolve it (a symlink, or something missing)."""
+    path = str(top)
+    for part in rel.parts:
+        path += "/" + part
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return None
+        except OSError:
+            return None
+    return Path(path)

@@ -32,7 +32,8 @@ class Unsure(Exception):
 
 
 def plain_config(config: bytes) -> bool:
-    """Does git give files here the modes this module gives them, and ids of the kind it computes?
+    """Does git give files here the modes this module gives them, and ids of the kind it computes, and are its
+    ignore rules all in files the watcher watches?
 
     ``config`` is `git config -z --list` of the repository (the service's global config included)."""
     settings: dict[bytes, bytes] = {}
@@ -42,6 +43,8 @@ def plain_config(config: bytes) -> bool:
     if settings.get(b"core.filemode", b"true") in _FALSE or settings.get(b"core.symlinks", b"true") in _FALSE:
         return False
     if settings.get(b"core.ignorecase", b"false") not in _FALSE:
+        return False
+    if b"core.excludesfile" in settings:  # rules in a file the watcher does not watch (ignores.py asks a lasting git)
         return False
     return settings.get(b"extensions.objectformat", b"sha1") == b"sha1"
 

@@ -145,8 +145,9 @@ def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = 
     except FileNotFoundError:
         return None
     names = ours(objects_dir, treadle_dir)
-    small = [n for n in names if (objects_dir / "pack" / f"{n}.pack").stat().st_size < _SMALL]
-    if len(small) < MERGE_AT:
+    sizes = {n: (objects_dir / "pack" / f"{n}.pack").stat().st_size for n in names}
+    small = _tail([n for n in names if sizes[n] < _SMALL], sizes)
+    if len(small) < 2 or len([n for n in names if sizes[n] < _SMALL]) < MERGE_AT:
         _rewrite_list(treadle_dir, names)  # forget packs a user's `git gc` took, so the cheap check holds again
         return None
     entries: dict[bytes, bytes] = {}
@@ -160,6 +161,19 @@ def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = 
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(objects_dir / "pack" / f"{n}{ext}")
     return merged
+
+
+def _tail(names: list[str], sizes: dict[str, int]) -> list[str]:
+    """The packs to merge: all but the largest ones that each hold at least twice what all smaller ones hold
+    together (they stay as they are). Merging all of them every time copied a thread's growing pack again
+    every MERGE_AT captures; this way a byte is copied a few times (log of the pack sizes) over its life."""
+    order = sorted(names, key=sizes.__getitem__, reverse=True)
+    rest = sum(sizes[n] for n in order)
+    for i, n in enumerate(order):
+        rest -= sizes[n]
+        if sizes[n] < 2 * rest:
+            return order[i:]
+    return []
 
 
 def _rewrite_list(treadle_dir: Path, names: list[str]) -> None:

@@ -14,6 +14,7 @@ from treadle.checkpoints.protocol import CheckpointError, FileStat
 from treadle.checkpoints.watcher import Watcher
 
 if TYPE_CHECKING:
+    from treadle.checkpoints.ignores import IgnoreChecker
     from treadle.checkpoints.odb import ObjectReader
     from treadle.checkpoints.runner import Launch
     from treadle.checkpoints.trees import Trees
@@ -61,12 +62,14 @@ class Repo:
     reader: ObjectReader | None = None
     packed_refs: tuple[tuple[int, int, int], bool] | None = None  # (packed-refs version, holds the thread's refs)
     pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
+    ignores: IgnoreChecker | None = None  # a running `git check-ignore` for the incremental path (ignores.py)
 
     def close(self) -> None:
         for fd in (self.lock_fd, self.stamp_fd):
             if fd is not None:
                 os.close(fd)
         self.lock_fd = self.stamp_fd = None
+        self.stop_ignores()
         if self.watcher is not None:
             self.watcher.close()
             self.watcher = None
@@ -75,8 +78,15 @@ class Repo:
         """The worktree was changed by us (a restore): no fast path may assume the last tree."""
         self.snapshot = None
         self.trees = None
+        self.stop_ignores()
         if self.watcher is not None:
             self.watcher.tree = None
+
+    def stop_ignores(self) -> None:
+        """The ignore rules may have changed: the next question goes to a new `git check-ignore`."""
+        checker, self.ignores = self.ignores, None
+        if checker is not None:
+            checker.close()
 
     @property
     def owner(self) -> tuple[int, int] | None:
@@ -98,10 +108,21 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
     """The workspace's own git dir, if it has one (`.git` dir, or `.git` file of a linked worktree).
 
     The workspace is agent-controlled: a `.git` (or its `commondir`) pointing outside the tenant
-    root would make us write refs into, and diff trees of, someone else's repository.
+    root would make us write refs into, and diff trees of, someone else's repository. ``worktree`` is
+    resolved and inside ``tenant_root``.
     """
     dotgit = worktree / ".git"
-    if dotgit.is_file():
+    try:
+        mode = os.lstat(dotgit).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode):  # a directory, no symlink, in a resolved worktree: its own resolved path
+        gitdir = dotgit
+        if common_dir(gitdir) is None:  # inside the worktree, which is inside the tenant root
+            return gitdir
+    elif not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+        return None
+    elif dotgit.is_file():
         line = dotgit.read_text(errors="replace").strip()
         if not line.startswith("gitdir:"):
             return None
@@ -112,7 +133,7 @@ def user_gitdir(worktree: Path, tenant_root: Path) -> Path | None:
         return None
     if not gitdir.is_relative_to(tenant_root) or not (common_dir(gitdir) or gitdir).is_relative_to(tenant_root):
         raise CheckpointError("path_escape", "the workspace's .git points outside the tenant root")
-    return gitdir if gitdir.is_dir() else None  # a dangling .git file: treat as no repository
+    return gitdir if stat.S_ISDIR(mode) or gitdir.is_dir() else None  # a dangling .git file: no repository
 
 
 def common_dir(gitdir: Path) -> Path | None:

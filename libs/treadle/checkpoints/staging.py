@@ -14,10 +14,13 @@ import asyncio
 import logging
 import os
 import stat
+import threading
 import zlib
+from collections import OrderedDict
 
 from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
+from treadle.checkpoints.ignores import IgnoreChecker
 from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
@@ -31,6 +34,7 @@ from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_fil
 log = logging.getLogger(__name__)
 
 INLINE_WALK_ENTRIES = 256
+MAX_IGNORE_CHECKERS = 64  # running `git check-ignore` children (one per recently captured worktree)
 
 
 class Stager:
@@ -39,8 +43,15 @@ class Stager:
         self._watch = watch  # inotify fast paths (watcher.py)
         self._inotify = Inotify()
         self.max_file_bytes = max_file_bytes  # 0: no limit
+        self._checkers: OrderedDict[int, Repo] = OrderedDict()  # id -> repo with a running check-ignore, LRU first
+        self._checkers_lock = threading.Lock()  # captures of different worktrees run on several threads
 
     def close(self) -> None:
+        with self._checkers_lock:
+            repos = list(self._checkers.values())
+            self._checkers.clear()
+        for repo in repos:
+            repo.stop_ignores()
         self._inotify.close()
 
     async def tree(self, repo: Repo, prev_tree: str | None, *, whole: bool = False) -> str:
@@ -70,6 +81,7 @@ class Stager:
                 repo.fingerprintable = False
         if fp is not None and prev_tree is not None and repo.snapshot == (fp, prev_tree):
             return prev_tree
+        repo.stop_ignores()  # `add -A` because something changed that may be an ignore rule
         await self.flush(repo)  # whatever a failed capture left: `add -A` may reuse (not rewrite) them
         tree = await self._add_all(repo)
         repo.snapshot = (fp, tree) if fp is not None else None
@@ -108,6 +120,8 @@ class Stager:
         changes = watcher.take()
         if changes is None:
             return None
+        if changes[1]:  # a new directory: rules in it may predate its watch, and git may remember its old self
+            repo.stop_ignores()
         objects: dict[bytes, tuple[int, bytes]] = {}
         before = trees.root
         try:
@@ -156,10 +170,19 @@ class Stager:
 
     def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
-        out = run_in_thread(
-            repo, "check-ignore", "--no-index", "-z", "--stdin", input=b"\0".join(paths) + b"\0", ok=(0, 1)
-        )
-        return set(filter(None, out.split(b"\0")))
+        return self._checker(repo).ignored(paths, self._git.timeout)
+
+    def _checker(self, repo: Repo) -> IgnoreChecker:
+        checker = repo.ignores
+        if checker is None:
+            checker = repo.ignores = IgnoreChecker(repo)
+        with self._checkers_lock:
+            self._checkers[id(repo)] = repo
+            self._checkers.move_to_end(id(repo))
+            evicted = [self._checkers.popitem(last=False)[1] for _ in range(len(self._checkers) - MAX_IGNORE_CHECKERS)]
+        for old in evicted:
+            old.stop_ignores()
+        return checker
 
     def _attributes(self, repo: Repo, paths: list[bytes]) -> dict[bytes, set[bytes]]:
         out = run_in_thread(
