@@ -150,6 +150,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     direct_marks: list[dict[str, float]] = []
     http_arrivals: list[list[float]] = []
     returned: list[float] = []  # wait_run's return after run.completed was seen on the SSE stream
+    walls: list[int] = []  # per turn: wall-clock ns minus perf_counter ns
     await direct.adapter.open_thread(None, "unused")
     try:
         async with Stack(work / "stack", env=env, on_output=lambda *a: None) as stack:
@@ -187,11 +188,14 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
                     await asyncio.sleep(0.1)
                     t0 = time.perf_counter()
                     k = len(arrivals.times)
+                    walls.append(time.time_ns() - int(t0 * 1e9))  # perf_counter → wall clock, as the spans are
                     sent = await client.send(thread, text.format(n))
                     f = waiting.setdefault(sent["run_id"], asyncio.get_running_loop().create_future())
                     if wait_run:  # as bench/claude_overhead.py: the SDK's wait for the run's end
                         await client.wait_run(sent["run_id"], timeout=60)
                         returned.append(time.perf_counter() - await asyncio.wait_for(f, 60))
+                    else:
+                        returned.append(0.0)
                     end = await asyncio.wait_for(f, 60)
                     marks.append((t0, end, sent["run_id"]))
                     http_arrivals.append([t - t0 for t in arrivals.times[k:]])
@@ -226,7 +230,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     print(
         f"{kind}: {len(warm)} warm turns, POST → run.completed on SSE median {statistics.median(totals) * 1000:.1f} ms"
     )
-    if returned:
+    if wait_run:
         print(
             f"wait_run returned {statistics.median(returned[2:]) * 1000:.1f} ms (median) after SSE showed run.completed"
         )
@@ -247,6 +251,77 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     if receiver is not None:
         await receiver.__aexit__(None, None, None)
         spans_of(receiver.spans, warm)
+        hop_table(receiver.spans, marks, walls, http_arrivals, returned, direct_marks)
+
+
+def hop_table(spans: list, marks: list, walls: list, arrivals: list, returned: list, direct: list) -> None:
+    """One warm turn hop by hop (medians over the warm turns, ms), from the services' spans and the bench's
+    own times (the POST, the model request reaching the mock, run.completed on the SSE stream) on one clock."""
+    by_trace: dict[bytes, list] = collections.defaultdict(list)
+    for svc, span in spans:
+        by_trace[span.trace_id].append((f"{svc}: {span.name}", span))
+    rows: dict[str, list[float]] = collections.defaultdict(list)
+    for n in range(2, len(marks)):
+        t0, end, _ = marks[n]
+        post = int(t0 * 1e9) + walls[n]
+        trace = min(
+            (t for t in by_trace.values() if len(t) >= 5),
+            key=lambda t: abs(min(s.start_time_unix_nano for _, s in t) - post),
+        )
+
+        def first(name: str, trace: list = trace) -> object:
+            return next(s for k, s in sorted(trace, key=lambda x: x[1].start_time_unix_nano) if name in k)
+
+        def last(name: str, trace: list = trace) -> object:
+            return [s for k, s in sorted(trace, key=lambda x: x[1].start_time_unix_nano) if name in k][-1]
+
+        try:
+            command, dispatch = first("command SendMessage"), first("handle supervisor-dispatch")
+            start, turn = first("host turn.start"), first("provider turn")
+            ended, capture = last("handle supervisor-provider"), last("checkpoint capture")
+        except (StopIteration, IndexError):
+            continue
+        model = post + int(arrivals[n][0] * 1e9) if arrivals[n] else None
+        sse = int(end * 1e9) + walls[n]
+        ms = 1e6
+        rows["POST → command decided, run.queued appended (gateway, coordinator)"].append(
+            (command.end_time_unix_nano - post) / ms
+        )
+        rows["→ supervisor's dispatch starts (JetStream delivery)"].append(
+            (dispatch.start_time_unix_nano - command.end_time_unix_nano) / ms
+        )
+        rows["→ host's turn.start (supervisor, request)"].append(
+            (start.start_time_unix_nano - dispatch.start_time_unix_nano) / ms
+        )
+        if model is not None:
+            rows["→ model request at the mock (host, adapter, runtime)"].append(
+                (model - start.start_time_unix_nano) / ms
+            )
+            rows["→ turn end published, acked (runtime, host)"].append((turn.end_time_unix_nano - model) / ms)
+        rows["→ supervisor handles turn.completed (JetStream delivery)"].append(
+            (ended.start_time_unix_nano - turn.end_time_unix_nano) / ms
+        )
+        rows["→ capture request at the checkpoint service"].append(
+            (capture.start_time_unix_nano - ended.start_time_unix_nano) / ms
+        )
+        rows["checkpoint capture (service)"].append((capture.end_time_unix_nano - capture.start_time_unix_nano) / ms)
+        rows["→ run.completed on the client's SSE stream (reply, append, gateway)"].append(
+            (sse - capture.end_time_unix_nano) / ms
+        )
+        if returned[n]:
+            rows["→ wait_run returns (GET run at min_seq)"].append(returned[n] * 1000)
+        rows["total HTTP (POST → SSE, + wait_run)"].append((sse - post) / ms + returned[n] * 1000)
+    print(f"\nper hop, one warm turn (median ms over {len(marks) - 2} turns):")
+    for key, v in rows.items():
+        print(f"  {statistics.median(v):7.1f}  {key}")
+    d = direct[2:]
+    calls = [m.get("model request 0 arrived") for m in d]
+    if all(c is not None for c in calls):
+        print(
+            f"  direct: call → model request {statistics.median(calls) * 1000:.1f}, "
+            f"→ TurnCompleted {statistics.median(m['TurnCompleted'] - m['model request 0 arrived'] for m in d) * 1000:.1f}, "
+            f"total {statistics.median(m['returned'] for m in d) * 1000:.1f}"
+        )
 
 
 def spans_of(spans: list, warm: list) -> None:
