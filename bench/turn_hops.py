@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import re
 import shutil
 import statistics
@@ -251,10 +252,29 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     if receiver is not None:
         await receiver.__aexit__(None, None, None)
         spans_of(receiver.spans, warm)
-        hop_table(receiver.spans, marks, walls, http_arrivals, returned, direct_marks)
+        hop_table(receiver.spans, marks, walls, http_arrivals, returned, direct_marks, records, thread)
 
 
-def hop_table(spans: list, marks: list, walls: list, arrivals: list, returned: list, direct: list) -> None:
+def provider_ats(records: list, thread: str, start: int, end: int) -> list[tuple[str, int]]:
+    """The provider events of ``thread`` made between two wall times (ns): their type and ``at`` (host clock)."""
+    import datetime as dt
+
+    out = []
+    for _, subject, _, data in records:
+        if subject.startswith("treadle.prov.") and subject.split(".")[3] == thread:
+            event = json.loads(data)
+            at = int(dt.datetime.fromisoformat(event["at"].replace("Z", "+00:00")).timestamp() * 1e9)
+            if start <= at <= end and event["body"]["type"] in ("text.delta", "text.completed", "turn.completed"):
+                out.append((event["body"]["type"], at))
+    seen: dict[str, int] = {}
+    for kind, at in out:
+        seen.setdefault(kind, at)
+    return list(seen.items())
+
+
+def hop_table(
+    spans: list, marks: list, walls: list, arrivals: list, returned: list, direct: list, records: list, thread: str
+) -> None:
     """One warm turn hop by hop (medians over the warm turns, ms), from the services' spans and the bench's
     own times (the POST, the model request reaching the mock, run.completed on the SSE stream) on one clock."""
     by_trace: dict[bytes, list] = collections.defaultdict(list)
@@ -298,6 +318,10 @@ def hop_table(spans: list, marks: list, walls: list, arrivals: list, returned: l
                 (model - start.start_time_unix_nano) / ms
             )
             rows["→ turn end published, acked (runtime, host)"].append((turn.end_time_unix_nano - model) / ms)
+        for kind, at in provider_ats(records, thread, post, sse):
+            rows[f"   host made {kind} (its 'at'), ms after the model request"].append(
+                (at - model) / ms if model else 0
+            )
         rows["→ supervisor handles turn.completed (JetStream delivery)"].append(
             (ended.start_time_unix_nano - turn.end_time_unix_nano) / ms
         )
