@@ -264,8 +264,9 @@ def provider_ats(records: list, thread: str, start: int, end: int) -> list[tuple
         if subject.startswith("treadle.prov.") and subject.split(".")[3] == thread:
             event = json.loads(data)
             at = int(dt.datetime.fromisoformat(event["at"].replace("Z", "+00:00")).timestamp() * 1e9)
-            if start <= at <= end and event["body"]["type"] in ("text.delta", "text.completed", "turn.completed"):
-                out.append((event["body"]["type"], at))
+            for body in [event["body"], *event.get("then", [])]:  # a burst is one message (``then``)
+                if start <= at <= end and body["type"] in ("text.delta", "text.completed", "turn.completed"):
+                    out.append((body["type"], at))
     seen: dict[str, int] = {}
     for kind, at in out:
         seen.setdefault(kind, at)
