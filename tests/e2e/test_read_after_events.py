@@ -52,6 +52,29 @@ async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(a
             assert doc["seq"] >= sent["seq"]
 
 
+async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_alone(api, stack):
+    """After an event of the stream, the SDK's dict client reads the run (min_seq: its sequence), not the whole
+    thread document and then the run: one read between the run's end on the stream and the answer."""
+    async with TreadleClient(stack.api_url, api.token) as client:
+        thread = (await client.create_thread())["thread_id"]
+        for i in range(3):
+            # The reply takes a moment, so the wait follows the stream rather than finding the run ended at once
+            steps = script(write(f"f{i}.txt", f"{i}\n"), text("done", delay_ms=300))
+            sent = await client.send(thread, f"round {i}", script=steps)
+            asked: list[str] = []
+
+            async def record(request, asked: list[str] = asked) -> None:
+                asked.append(f"{request.method} {request.url.path}")
+
+            client._http.event_hooks["request"] = [record]
+            run = await client.wait_run(sent["run_id"], timeout=30)
+            client._http.event_hooks["request"] = []
+            assert run["status"] == "completed" and run["checkpoint"] is not None, (i, run)
+            streamed = asked.index(f"GET /v1/threads/{thread}/events")
+            assert asked[:streamed] == [f"GET /v1/threads/{thread}"], asked
+            assert asked[streamed + 1 :] and set(asked[streamed + 1 :]) == {f"GET /v1/runs/{sent['run_id']}"}, asked
+
+
 _TERMINAL_EVENTS = {"run.completed", "run.failed", "run.interrupted", "run.cancelled"}
 
 

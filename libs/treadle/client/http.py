@@ -276,19 +276,29 @@ class TreadleClient:
         """The run once its status is one of ``statuses`` (by default, once it has ended)."""
         wanted = frozenset(statuses)
 
-        def reached(doc: dict) -> bool:
-            return any(r["id"] == run_id and r["status"] in wanted for r in doc["runs"])
+        def reached(read: dict) -> dict | None:
+            """``read``: the thread's document (the first read), or the run itself (each read after an event)."""
+            if "runs" in read:
+                return read if any(r["id"] == run_id and r["status"] in wanted for r in read["runs"]) else None
+            return read if read["status"] in wanted else None
+
+        def run() -> Awaitable[dict]:
+            # Read once the thread has shown the run: a 404 is only the run's index behind (a projector restarting)
+            return self._retrying(lambda: self._fresh_run(run_id, grace=None))
 
         async with asyncio.timeout(timeout):
             thread_id = self.seen.thread_of(run_id)
             if thread_id is None:  # a run this client did not start: its own read names the thread
-                run = await self._retrying(lambda: self._fresh_run(run_id))
-                if run["status"] in wanted:
-                    return run
-                thread_id = run["thread_id"]
-            await self._wait(thread_id, reached, wake=lambda event: event.event in RUN_EVENTS, poll=None)
-            # The thread shows the run: a 404 now is only the run's index behind (a projector restarting).
-            return await self._retrying(lambda: self._fresh_run(run_id, grace=None))
+                found = await self._retrying(lambda: self._fresh_run(run_id))
+                if found["status"] in wanted:
+                    return found
+                thread_id = found["thread_id"]
+            # After an event, the run alone is read (not the whole thread, then the run): the one read between
+            # the run's end on the stream and the answer.
+            found = await self._wait(
+                thread_id, reached, wake=lambda event: event.event in RUN_EVENTS, poll=None, then=run
+            )
+            return await run() if "runs" in found else found
 
     async def wait_thread(
         self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None, *, poll: float | None = POLL
@@ -316,9 +326,10 @@ class TreadleClient:
         read: Callable[[], Awaitable[Any]] | None = None,
         wake: Callable[[SseEvent], bool] | None = None,
         poll: float | None = POLL,
+        then: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         """``predicate(read())`` (``read`` defaults to the thread's document) once truthy; read again when an
-        event ``wake`` accepts arrives, and every ``poll`` seconds."""
+        event ``wake`` accepts arrives, and every ``poll`` seconds (with ``then`` instead of ``read`` if given)."""
         doc = await self._retrying(lambda: self.get_thread(thread_id))
         # The document is one consistent snapshot at its ``seq``: whatever changes the state later has a later
         # sequence, so following from ``seq`` misses nothing.
@@ -346,7 +357,8 @@ class TreadleClient:
                         raise failure  # the stream failed for good (the thread is gone, the token revoked)
                     poll = poll or POLL  # no stream left in the tenant's quota: read on a timer instead
                 changed.clear()
-                if found := predicate(await self._retrying(read or (lambda: self.get_thread(thread_id)))):
+                again = then or read or (lambda: self.get_thread(thread_id))
+                if found := predicate(await self._retrying(again)):
                     return found
         finally:
             watcher.cancel()

@@ -85,6 +85,10 @@ def wanted_seq(request: Request, min_seq: str | None) -> int | None:
     return max((s for s in asked if s), default=None)
 
 
+# Seconds between looks at a projection behind the read's sequence: 1.99 s in all (1.98 s before the first three)
+PROJECTION_WAITS = (0, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
+
+
 async def projected(request: Request, tenant: str, thread: str, wanted: int | None) -> bool:
     """Whether the thread's projection reflects every event of the thread up to stream sequence ``wanted``,
     waiting briefly for the projector (it writes just after the log has the event). A ``wanted`` beyond the
@@ -96,7 +100,10 @@ async def projected(request: Request, tenant: str, thread: str, wanted: int | No
     if await state.projections.seq(tenant, thread) >= wanted:
         return True
     target = min(wanted, await state.log.last_seq(tenant, thread))
-    for delay in (0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+    # The projector is usually a few ms behind an event just appended (a client that saw a run end on the stream
+    # reads it at once): look again within that, then back off. A first wait of 10 ms was most of the time
+    # between a warm run's end on the stream and its read (bench/turn_hops.py --wait-run).
+    for delay in PROJECTION_WAITS:
         await asyncio.sleep(delay)
         if await state.projections.seq(tenant, thread) >= target:
             return True
