@@ -25,10 +25,9 @@ def refuse(quota: str, limit: int, current: int, message: str) -> QuotaExceeded:
 
 
 def stored_text_bytes(state: ThreadState) -> int:
-    """What the thread's messages and run scripts hold: the part of its document that input grows."""
-    return sum(len(m.text.encode()) for m in state.messages) + sum(
-        len(_encode(r.script)) for r in state.runs if r.script is not None
-    )
+    """What the thread's messages and run scripts hold: the part of its document that input grows (the fold
+    keeps the sum)."""
+    return state.text_bytes
 
 
 def _added_bytes(command: Command) -> int:

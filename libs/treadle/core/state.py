@@ -74,6 +74,9 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
     checkpoints: list[Checkpoint] = msgspec.field(default_factory=list)
     activity: list[Activity] = msgspec.field(default_factory=list)
     provider_seq: int = 0  # last provider-stream sequence folded in (supervisor idempotency)
+    # UTF-8 bytes of every message's text and JSON bytes of every run's script (the thread-text quota), kept by
+    # the fold: summing them per command made each send cost more the longer the thread
+    text_bytes: int = 0
     capabilities: CapabilityView | None = None  # what clients can do with the live provider
     rollbacks: list[Rollback] = msgspec.field(default_factory=list)  # L10.5/L10.6, in the order requested
     lineage: Lineage | None = None  # L6: parent, root and children of a forked thread

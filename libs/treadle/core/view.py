@@ -36,6 +36,7 @@ class ThreadView(Protocol):
     checkpoints: list[Checkpoint]
     activity: list[Activity]
     provider_seq: int
+    text_bytes: int
     capabilities: CapabilityView | None
     rollbacks: list[Rollback]
     lineage: Lineage | None

@@ -25,7 +25,7 @@ from treadle.core.run.events import (
     RunStarted,
     RunWarning,
 )
-from treadle.core.run.model import Attempt, ExecutionNode, Run
+from treadle.core.run.model import Attempt, ExecutionNode, Run, script_bytes
 from treadle.core.thread.model import Message
 from treadle.core.view import Folds, ThreadView
 
@@ -36,6 +36,7 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
         steer.run_id, steer.delivered = d.run_id, True
         state.messages_moved()
     else:
+        state.text_bytes += len(d.text.encode())
         state.messages.append(
             Message(
                 id=d.message_id,
@@ -68,6 +69,7 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
     run.attempts.append(Attempt(id=d.attempt_id, run_id=d.run_id, number=1, root_node_id=d.root_node_id))
     run.nodes.append(_root_turn(d.root_node_id, d.run_id, d.attempt_id))
     state.runs.append(run)
+    state.text_bytes += script_bytes(d.script)
     if d.context is not None:
         context_requested(state, e, run, d.context)
     if d.dispatched:

@@ -108,3 +108,8 @@ class Run(Entity, kw_only=True):
 class Progress(Entity, kw_only=True):
     done: int = 0
     total: int = 0
+
+
+def script_bytes(script: dict[str, Any] | None) -> int:
+    """A run script's size as the thread-text quota counts it: its JSON."""
+    return len(msgspec.json.encode(script)) if script is not None else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from treadle.core import activity
 from treadle.core.envelope import Envelope
 from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered
-from treadle.core.run.model import Attempt, Run
+from treadle.core.run.model import Attempt, Run, script_bytes
 from treadle.core.thread.events import QueueReordered, RunEdited
 from treadle.core.thread.model import Message
 from treadle.core.view import Folds, ThreadView
@@ -16,6 +16,7 @@ def undelivered_steers(state: ThreadView, run: Run) -> list[Message]:
 
 
 def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:
+    state.text_bytes += len(d.text.encode())
     state.messages.append(
         Message(
             id=d.message_id,
@@ -66,7 +67,9 @@ def _run_edited(state: ThreadView, e: Envelope, d: RunEdited) -> None:
     if run is None:
         return
     if (m := state.message(run.message_id)) is not None:
+        state.text_bytes += len(d.text.encode()) - len(m.text.encode())
         m.text = d.text
+    state.text_bytes += script_bytes(d.script) - script_bytes(run.script)
     run.script = d.script
 
 

@@ -9,6 +9,7 @@ from treadle.core.view import Folds, ThreadView
 
 
 def _message_created(state: ThreadView, e: Envelope, d: MessageCreated) -> None:
+    state.text_bytes += len(d.text.encode())
     state.messages.append(
         Message(
             id=d.message_id,
@@ -28,12 +29,14 @@ def _message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
         m = _streamed(state, e, d)
         m.status = "streaming"
     m.text += d.text
+    state.text_bytes += len(d.text.encode())
 
 
 def _message_completed(state: ThreadView, e: Envelope, d: MessageCompleted) -> None:
     m = state.message(d.message_id)
     if m is None:
         m = _streamed(state, e, d)
+    state.text_bytes += len(d.text.encode()) - len(m.text.encode())
     m.text = d.text
     m.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
 
