@@ -181,6 +181,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
+    args.peer_dir = args.peer_dir.absolute()  # the peer runs in its app folder: `make bench-peer` passes a relative one
     rounds = []
     for i in range(args.rounds):
         print(f"[peer] round {i + 1}: Treadle B", file=sys.stderr)
