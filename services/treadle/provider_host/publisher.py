@@ -10,6 +10,7 @@ is stored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import UTC, datetime
 
@@ -56,7 +57,7 @@ class TurnPublisher:
             run_id=run_id,
             attempt_id=attempt_id,
         )
-        self._lock = asyncio.Lock()  # keeps timer flushes and step events in one order
+        self._lock = asyncio.Lock()  # other reports wait while the turn's end (or a full outbox) is being stored
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._outbox: list[pe.Body] = []  # events not yet sent, in order
         self._sender: asyncio.Future | None = None
@@ -73,7 +74,7 @@ class TurnPublisher:
                 # Text of a message the provider never completed (an interrupt cut it off) is still buffered:
                 # stored before the turn's end, so the run's end closes that message with all that streamed.
                 for message_id in list(self._buffers):
-                    await self._flush_locked(message_id)
+                    self._flush_buffer(message_id)
             self._publish(body)
             if isinstance(body, pe.TurnCompleted) or len(self._outbox) >= MAX_BATCH:
                 await self.drain()
@@ -184,13 +185,10 @@ class TurnPublisher:
 
     def _on_timer(self, message_id: str) -> None:
         self._timers.pop(message_id, None)
-        asyncio.ensure_future(self._flush(message_id))
+        with contextlib.suppress(Exception):  # a sending that failed is raised at the turn's next report
+            self._flush_buffer(message_id)
 
-    async def _flush(self, message_id: str) -> None:
-        async with self._lock:
-            await self._flush_locked(message_id)
-
-    async def _flush_locked(self, message_id: str) -> None:
+    def _flush_buffer(self, message_id: str) -> None:
         timer = self._timers.pop(message_id, None)
         if timer:
             timer.cancel()
