@@ -146,8 +146,8 @@ def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = 
         return None
     names = ours(objects_dir, treadle_dir)
     sizes = {n: (objects_dir / "pack" / f"{n}.pack").stat().st_size for n in names}
-    small = _tail([n for n in names if sizes[n] < _SMALL], sizes)
-    if len(small) < 2 or len([n for n in names if sizes[n] < _SMALL]) < MERGE_AT:
+    small = [n for n in names if sizes[n] < _SMALL]
+    if len(small) < MERGE_AT or len(small := _tail(small, sizes)) < 2:
         _rewrite_list(treadle_dir, names)  # forget packs a user's `git gc` took, so the cheap check holds again
         return None
     entries: dict[bytes, bytes] = {}

@@ -8,10 +8,9 @@ import msgspec
 from treadle.core.commands import Command
 from treadle.core.errors import QuotaExceeded
 from treadle.core.plans.commands import ImplementPlan
+from treadle.core.run.model import script_bytes
 from treadle.core.state import ThreadState
 from treadle.core.thread.commands import EditQueued, SendMessage
-
-_encode = msgspec.json.encode
 
 
 class Quotas(msgspec.Struct, kw_only=True, frozen=True):
@@ -33,7 +32,7 @@ def stored_text_bytes(state: ThreadState) -> int:
 def _added_bytes(command: Command) -> int:
     body = command.body
     if isinstance(body, (SendMessage, EditQueued)):
-        return len(body.text.encode()) + (len(_encode(body.script)) if body.script is not None else 0)
+        return len(body.text.encode()) + script_bytes(body.script)
     return 0
 
 
