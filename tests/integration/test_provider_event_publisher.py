@@ -52,6 +52,16 @@ def _publisher(nc, name: str, n: int) -> TurnPublisher:
     )
 
 
+async def _stored_parts(js, thread: str) -> list[pe.Body]:
+    sub = await js.subscribe(f"treadle.prov.acme.{thread}.>", ordered_consumer=True)
+    stored: list[pe.Body] = []
+    while not stored or not isinstance(stored[-1], pe.TurnCompleted):
+        msg = await sub.next_msg(timeout=10)
+        stored += [part.body for part in pe.provider_event_decoder.decode(msg.data).parts()]
+    await sub.unsubscribe()
+    return stored
+
+
 async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_completed_after_it(nc):
     """Issue 25: a message begun and cut off (a steer) and the reply that followed within the coalescing
     interval are stored in the order they happened, so the thread lists the cut-off message first."""
@@ -63,12 +73,7 @@ async def test_a_message_cut_off_by_a_steer_is_stored_before_the_reply_that_comp
     await publisher.text_done("msg_reply", "node_r", "Short notes.")
     await publisher.event(pe.TurnCompleted(status="completed"))
     publisher.close()
-    sub = await js.subscribe("treadle.prov.acme.thr_order.>", ordered_consumer=True)
-    stored = []
-    while not stored or not isinstance(stored[-1], pe.TurnCompleted):
-        msg = await sub.next_msg(timeout=10)
-        stored += [part.body for part in pe.provider_event_decoder.decode(msg.data).parts()]
-    await sub.unsubscribe()
+    stored = await _stored_parts(js, "thr_order")
     firsts = [b.message_id for b in stored if isinstance(b, (pe.TextDelta, pe.TextCompleted))]
     assert firsts[0] == "msg_cut", stored
     assert "".join(b.text for b in stored if isinstance(b, pe.TextDelta) and b.message_id == "msg_cut") == "Drafting"
@@ -148,3 +153,31 @@ async def test_L2_2_a_burst_goes_as_one_live_message_and_one_provider_message_in
     ]  # fmt: skip
     assert [p.index for p in parts] == [1, 2, 3, 4, 5] and len({p.id for p in parts}) == 5
     assert seen[-1][0] == "prov" and all(kind == "live" for kind, _ in seen[:-1])
+
+
+async def test_L2_2_a_reply_completed_within_its_burst_is_stored_as_its_completion_alone(nc):
+    """Issue 24: a reply whose text and completion were handed over together was stored as a delta and a
+    completion carrying the same text (two appends per reply). The completion now takes the place of the
+    unsent deltas that end the outbox; deltas followed by another event stay, so nothing is seen after a
+    message's completion that happened before it."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    publisher = _publisher(nc, "whole", 5)
+    await publisher.event(pe.TurnStarted(native_turn_ref="t-1"))
+    await publisher.text("msg_a", "node_r", "Hello ")
+    await publisher.text("msg_a", "node_r", "world")
+    await publisher.text_done("msg_a", "node_r", "Hello world")
+    await publisher.text("msg_b", "node_r", "Running")
+    await publisher.event(pe.ToolStarted(node_id="node_t", kind="command", title="ls"))
+    await publisher.text_done("msg_b", "node_r", "Running it")
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    stored = await _stored_parts(js, "thr_whole")
+    assert [(type(b).__name__, getattr(b, "text", None)) for b in stored] == [
+        ("TurnStarted", None),
+        ("TextCompleted", "Hello world"),
+        ("TextDelta", "Running"),
+        ("ToolStarted", None),
+        ("TextCompleted", "Running it"),
+        ("TurnCompleted", None),
+    ]

@@ -75,9 +75,20 @@ class TurnPublisher:
                 # stored before the turn's end, so the run's end closes that message with all that streamed.
                 for message_id in list(self._buffers):
                     self._flush_buffer(message_id)
+            if isinstance(body, pe.TextCompleted):
+                self._drop_unsent_text(body.message_id)
             self._publish(body)
             if isinstance(body, pe.TurnCompleted) or len(self._outbox) >= MAX_BATCH:
                 await self.drain()
+
+    def _drop_unsent_text(self, message_id: str) -> None:
+        """A completion carries its message's whole text: when the outbox ends with that message's unsent
+        deltas, the completion takes the place of the first (where the message begins) and the rest go. With
+        anything else after them, they stay, so no other event is seen after the message's completion."""
+        start = len(self._outbox)
+        while start and _delta_of(self._outbox[start - 1], message_id):
+            start -= 1
+        del self._outbox[start:]
 
     def _publish(self, body: pe.Body) -> None:
         self._raise_failure()  # the connection closed under an earlier event: nothing more can be stored
@@ -212,6 +223,10 @@ class TurnPublisher:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+
+
+def _delta_of(body: pe.Body, message_id: str) -> bool:
+    return isinstance(body, pe.TextDelta) and body.message_id == message_id
 
 
 def _retrieved(sender: asyncio.Future) -> None:
