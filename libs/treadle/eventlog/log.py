@@ -84,7 +84,7 @@ class EventLog:
         # instead of a subscribe/unsubscribe pair per read.
         self._inbox: str | None = None
         self._inbox_lock = asyncio.Lock()
-        self._waiting: dict[str, asyncio.Queue] = {}
+        self._waiting: dict[str, tuple[list, asyncio.Future]] = {}  # a read's answers so far, and its end
         self._tokens = itertools.count()
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
@@ -176,37 +176,45 @@ class EventLog:
         return self._inbox
 
     async def _route(self, msg) -> None:
-        queue = self._waiting.get(msg.subject.rsplit(".", 1)[1])
-        if queue is not None:  # else: the read gave up (timeout) and late answers are dropped
-            queue.put_nowait(msg)
+        read = self._waiting.get(msg.subject.rsplit(".", 1)[1])
+        if read is None:  # the read gave up (timeout) and late answers are dropped
+            return
+        answers, ended = read
+        answers.append(msg)
+        if (msg.headers or {}).get("Status") is not None and not ended.done():  # a batch ends with a status
+            ended.set_result(None)
 
     async def _direct_batch(self, filter_subject: str, start: int) -> tuple[list[Envelope], bool]:
+        """One batch of a direct get. Its answers are gathered by the inbox's callback and looked at once the
+        batch has ended (a wait per answer cost a task each); it times out only when nothing came for a while."""
         inbox = await self._reply_inbox()
         token = str(next(self._tokens))
-        queue: asyncio.Queue = asyncio.Queue()
-        self._waiting[token] = queue
+        answers: list = []
+        ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiting[token] = (answers, ended)
         try:
             request = msgspec.json.encode({"seq": start, "next_by_subj": filter_subject, "batch": READ_BATCH})
             await self._nc.publish(f"$JS.API.DIRECT.GET.{subjects.EVENTS_STREAM}", request, reply=f"{inbox}.{token}")
-            got: list[Envelope] = []
-            while True:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), self._timeout)
-                except TimeoutError:
-                    raise Unavailable(f"direct get of {filter_subject} timed out") from None
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status == "404":
-                    return got, False
-                if status == "204":  # end of batch; more may follow when we hit the batch size
-                    return got, len(got) >= READ_BATCH
-                if status is not None:
-                    raise Unavailable(
-                        f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}"
-                    )
-                got.append(decode_event(msg.data, int(headers["Nats-Sequence"])))
+            heard = -1
+            while not ended.done():
+                if len(answers) == heard:
+                    raise Unavailable(f"direct get of {filter_subject} timed out")
+                heard = len(answers)
+                await asyncio.wait([ended], timeout=self._timeout)
         finally:
             del self._waiting[token]
+        got: list[Envelope] = []
+        for msg in answers:
+            headers = msg.headers or {}
+            status = headers.get("Status")
+            if status == "404":
+                return got, False
+            if status == "204":  # end of batch; more may follow when we hit the batch size
+                return got, len(got) >= READ_BATCH
+            if status is not None:
+                raise Unavailable(f"direct get of {filter_subject}: status {status} {headers.get('Description', '')}")
+            got.append(decode_event(msg.data, int(headers["Nats-Sequence"])))
+        raise AssertionError("a direct get batch ends with a status")
 
     async def last_seq(self, tenant: str, thread: str) -> int:
         events = await self._last(subjects.thread_events(tenant, thread))
