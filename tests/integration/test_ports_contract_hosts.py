@@ -51,6 +51,11 @@ class RealHosts:
         """Until the turn's play has begun: it reported more than its start (its first text)."""
         await wait_for(lambda: self.reported.get(attempt_id, 0) >= 2, what=f"{attempt_id} playing")
 
+    async def ended(self, host_id: str, session_id: str, attempt_id: str) -> None:
+        """Until the turn has ended and its host no longer holds it among the session's turns."""
+        session = self.running[host_id]._sessions[session_id]
+        await wait_for(lambda: attempt_id not in session.turns, what=f"{attempt_id} ended")
+
     async def start(self, host_id: str, capacity: int = 4) -> None:
         host = ProviderHost(
             self.nc, self.shared, ProviderHostSettings(host_id=host_id, capacity=capacity, shed_grace_seconds=0)
@@ -78,6 +83,9 @@ class TwinHosts:
 
     async def playing(self, attempt_id: str) -> None:
         pass  # a twin's turn plays from its start
+
+    async def ended(self, host_id: str, session_id: str, attempt_id: str) -> None:
+        pass  # a twin's turn never ends on its own
 
     async def close(self) -> None:
         pass
@@ -203,6 +211,9 @@ async def test_a_sessions_verbs_answer_as_the_turn_stands(hosts):
     # the start of its turn's play may be refused (the supervisor then queues it as the next run): not raced here.
     await hosts.playing("att_1")
     assert code(await d.verb(host, "turn.steer", steer("att_1", "msg_1"))) == "TurnAccepted"
+    await hosts.ended(host, "ps_1", "att_1")
+    again = await d.start_turn(host, turn("ps_1", "att_1"))  # redelivered after its turn ended: not played again
+    assert isinstance(again, hp.TurnAccepted) and again.already
     assert code(await d.start_turn(host, turn("ps_1", "att_2"))) == "TurnAccepted"
     assert (
         code(await d.verb(host, "turn.interrupt", hp.StopTurn(session_id="ps_1", attempt_id="att_2"))) == "TurnAccepted"

@@ -51,7 +51,8 @@ class Session:
         self.adapter = adapter
         self.native_ref = native_ref
         self.resumed = resumed
-        self.turns: dict[str, asyncio.Task] = {}
+        self.turns: dict[str, asyncio.Task] = {}  # attempt id -> its turn, until the turn is done
+        self.started: set[str] = set()  # every attempt whose turn started here: a redelivered start is not played twice
         self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
         self.steered: set[str] = set()  # message ids delivered (a re-sent steer is not injected twice)
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
@@ -551,8 +552,8 @@ class ProviderHost:
 
     def _start_turn(self, session: Session, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         session.last_active = self._clock.now()
-        if request.attempt_id in session.turns:
-            return hp.TurnAccepted(already=True)  # a redelivered start: the turn is already playing
+        if request.attempt_id in session.started:
+            return hp.TurnAccepted(already=True)  # a redelivered start: the turn is playing or has played
         tenant = session.request.tenant
         # Not this session: a turn it is still closing (a steer restarting its attempt) is being replaced.
         busy_here = sum(
@@ -564,6 +565,9 @@ class ProviderHost:
             return hp.HostFailure(code=refused.reason, message=f"host {self.host_id}: {refused.message}")
         task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
         session.turns[request.attempt_id] = task
+        session.started.add(request.attempt_id)
+        # A done turn leaves: a session's turns were all kept, and every start and capacity count scanned them
+        task.add_done_callback(lambda _: session.turns.pop(request.attempt_id, None))
         return hp.TurnAccepted()
 
     async def _play(self, session: Session, request: hp.StartTurn) -> None:
