@@ -56,7 +56,8 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
         while not overflow.is_set():
             if queue.empty():
                 try:
-                    item = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                    async with asyncio.timeout(KEEPALIVE):  # a timer, not a task per wait as wait_for makes
+                        item = await queue.get()
                 except TimeoutError:
                     yield b": keepalive\n\n"
                     continue
