@@ -274,13 +274,15 @@ class MockMessagesApi:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self._one(reader, writer)
+            while await self._one(reader, writer):  # kept alive after a stream, as the real API does
+                pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the CLI hung up (an interrupt closes the stream mid-answer)
         finally:
             writer.close()
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; True when the connection stays open for the next."""
         head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
         method, target, _ = head[0].split(" ", 2)
         headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in head[1:] if ":" in h)}
@@ -305,7 +307,7 @@ class MockMessagesApi:
                 b"connection: close\r\n\r\n{}"
             )
             await writer.drain()
-            return
+            return False
         seen.conversation = conv = conversation(body)
         answer = pick(conv)
         if isinstance(answer, Failure):
@@ -316,8 +318,9 @@ class MockMessagesApi:
                 + payload
             )
             await writer.drain()
-            return
+            return False
         await self._stream(writer, body, answer)
+        return True
 
     def _cwd(self, body: dict) -> str:
         blob = json.dumps(body.get("system", "")) + json.dumps(body.get("messages", [])[:3])
@@ -327,7 +330,7 @@ class MockMessagesApi:
     async def _stream(self, writer: asyncio.StreamWriter, body: dict, answer: Stream) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-            b"connection: close\r\n\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
         )
         model = body.get("model", "claude-mock")
         usage = {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -423,10 +426,13 @@ class MockMessagesApi:
             },
         )
         await self._send(writer, "message_stop", {"type": "message_stop"})
+        writer.write(b"0\r\n\r\n")  # the stream's end; the connection stays for the next request
+        await writer.drain()
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
         if writer.is_closing():  # the CLI hung up mid-stream (an interrupt): uvloop refuses the write otherwise
             raise ConnectionResetError("the client closed the stream")
-        writer.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        event = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
         await writer.drain()

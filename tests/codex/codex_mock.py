@@ -219,7 +219,7 @@ class MockResponses:
             return True
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-            b"Connection: close\r\n\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"  # a real API keeps the connection for the next request
         )
         response_id = f"resp_{next(self._ids)}"
         self._event(writer, "response.created", {"response": {"id": response_id, "status": "in_progress"}})
@@ -248,6 +248,7 @@ class MockResponses:
                         }
                     },
                 )
+                writer.write(_LAST_CHUNK)
                 await writer.drain()
                 return False
             for name, data in self._items(step):
@@ -263,8 +264,9 @@ class MockResponses:
         self._event(
             writer, "response.completed", {"response": {"id": response_id, "status": "completed", "usage": usage}}
         )
+        writer.write(_LAST_CHUNK)
         await writer.drain()
-        return False
+        return True
 
     def _items(self, step: Step):
         n = next(self._ids)
@@ -400,7 +402,11 @@ class MockResponses:
 
     @staticmethod
     def _event(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
-        writer.write(f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode())
+        event = f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+        writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+
+
+_LAST_CHUNK = b"0\r\n\r\n"
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:
