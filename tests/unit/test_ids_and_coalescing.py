@@ -1,3 +1,5 @@
+import copy
+
 from treadle.core import ids
 from treadle.core.ids import IdFactory, is_id, is_token, new_id
 from treadle.providers.coalesce import Coalescer
@@ -79,3 +81,11 @@ def test_ids_are_the_same_whatever_encodes_them_so_a_replayed_decision_mints_the
     ):
         body = _crockford(ms, 10) + _crockford(int.from_bytes(entropy, "big"), 16)
         assert ids._mint("x", ms, entropy) == "x_" + body and is_id("x_" + body, "x")
+
+
+def test_a_copied_id_factory_mints_the_same_ids_again_on_its_own():
+    ids = IdFactory("seed", 1_000)
+    ids.next("run")
+    again = copy.copy(ids)
+    assert [again.next("hoff"), again.next("pth")] == [ids.next("hoff"), ids.next("pth")]
+    assert again.next("x") == ids.next("x") and again is not ids
