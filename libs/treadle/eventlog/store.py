@@ -24,7 +24,7 @@ from .port import EventLog
 class ThreadStore:
     def __init__(self, log: EventLog, worker: str, capacity: int = 10_000) -> None:
         self.log = log
-        self._worker = worker
+        self._appended = EVENTS_APPENDED.labels(worker)  # bound once: labels() takes a lock and a lookup per call
         self._capacity = capacity
         self._states: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
         self._stale: set[tuple[str, str]] = set()  # fenced by a conflict: read the tail before deciding
@@ -137,7 +137,7 @@ class ThreadStore:
         except Exception:
             self.forget(tenant, thread)
             raise
-        EVENTS_APPENDED.labels(self._worker).inc(len(envelopes))
+        self._appended.inc(len(envelopes))
         # An atomic batch is stored contiguously, so the sequences are last-n+1 … last.
         first = last - len(envelopes) + 1
         for i, e in enumerate(envelopes):
