@@ -124,7 +124,7 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         return self._index("run_messages", lambda: Groups[Message](_run_id)).positions(self.messages, run_id)
 
     def checkpoint_positions(self, by: str, value: Any) -> list[int]:
-        """Where the checkpoints whose ``by`` ("id", "ordinal", "run_id") is ``value`` are in ``checkpoints``, in order."""
+        """Where the checkpoints whose ``by`` ("id", "ordinal", "run_id") is ``value`` are, in order."""
         return self._index(f"checkpoints.{by}", lambda: Groups[Checkpoint](attrgetter(by))).positions(
             self.checkpoints, value
         )

@@ -140,8 +140,8 @@ class ScriptedAdapter(ProviderAdapter):
         self._starting[turn.attempt_id] = False
         self._turns += 1
         turn_ref = f"scripted-turn-{self._turns}"
-        # What a ``recall`` step will answer: the turns before this one. The list only grows by appends (a
-        # rollback makes a new one), so its length now marks them; copying them here cost every turn the thread's length.
+        # What a ``recall`` step answers: the turns before this one. The list only grows by appends (a rollback
+        # makes a new one), so its length now marks them; copying them made every turn cost the thread's length.
         conversation = self._require_conversation()
         remembered = (conversation.turns, len(conversation.turns))
         await asyncio.to_thread(conversation.add, turn_ref, turn.text)
