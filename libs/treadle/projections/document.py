@@ -63,13 +63,42 @@ LOCAL_EVENTS = frozenset(
 )
 
 
+# Events whose fold leaves the provider threads as they were: their part (whose covered ordinals grow with the
+# thread) is not even encoded for a batch of only these (a run's end, an attach, a delivered context change it).
+KEEP_PROVIDER_THREADS = frozenset(
+    {
+        ev.MessageCreated,
+        ev.MessageDelta,
+        ev.MessageCompleted,
+        ev.RunQueued,
+        ev.RunDispatched,
+        ev.RunHeld,
+        ev.RunStarted,
+        ev.AttemptStarted,
+        ev.AttemptEnded,
+        ev.NodeStarted,
+        ev.NodeCompleted,
+        ev.RunWarning,
+        ev.CheckpointCaptured,
+        ev.RequestOpened,
+        ev.RequestResolved,
+        ev.PlanUpdated,
+        ev.RunSteered,
+        ev.SteerDelivered,
+        ev.InterruptRequested,
+        ev.InterruptSent,
+    }
+)
+
+
 class Changes:
     """What a batch of events changed in one thread's state, noted while they are folded."""
 
-    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves", "base")
+    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves", "base", "provider_threads")
 
     def __init__(self, before: ThreadState | None) -> None:
         self.everything = before is None
+        self.provider_threads = False  # an event of the batch may have changed them
         self.base = before.seq if before is not None else 0  # the sequence the changes are on top of
         self.moves = before.moves if before is not None else 0
         self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
@@ -77,6 +106,8 @@ class Changes:
         self.message_ids: set[str] = set()
 
     def note(self, payload: ev.Payload) -> None:
+        if type(payload) not in KEEP_PROVIDER_THREADS:
+            self.provider_threads = True
         # A steer carried over (to a superseding run or a restart attempt) changes messages it does not name.
         moved = getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None)
         if type(payload) not in LOCAL_EVENTS or moved:
@@ -131,6 +162,8 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
             out += [f"n:{name}", len(value)]
             for i in changes.indices(state, name, value):
                 out += [f"l:{name}:{i}", of_state.encoded_item(name, value[i])]
+        elif name == "provider_threads" and name in before and not changes.provider_threads:
+            now[name] = before[name]  # as written at the base, and no event since could change it
         else:
             now[name] = part = of_state.encoded_part(state, name)
             if before.get(name) != part:
