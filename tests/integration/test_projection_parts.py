@@ -19,7 +19,7 @@ from msgspec.structs import replace
 
 from treadle.core.events import Envelope, decode_event
 from treadle.core.state import ThreadState, evolve, fold
-from treadle.projections import check, parts, places
+from treadle.projections import check, document, parts, places
 from treadle.projections.document import Changes
 from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
 from treadle.views import VIEW_VERSION, of_state
@@ -199,3 +199,47 @@ async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_th
     await _assert_reads_equal_the_whole(store, state)
     got = await store.read("partsmoves", state.thread.id, partial(parts.run, run_id=first))
     assert got is not None and got.messages == []
+
+
+async def test_small_fields_are_written_when_they_change_and_only_on_top_of_their_base(redis, monkeypatch):
+    """Issue 24: a write leaves out the small fields its state wrote last with the same JSON (a provider thread's
+    covered ordinals grow with every run), so changed parts are only written on top of the document at their
+    base: another writer's document in between (a reader's refold) makes the write go whole."""
+    carried: list[list] = []
+
+    def recording(state, changes=None):
+        carried.append(out := fields(state, changes))
+        return out
+
+    fields = document.fields
+    monkeypatch.setattr(document, "fields", recording)
+    store = ProjectionStore(redis)
+    events = [replace(e, tenant="partssmall") for e in thread_events(12)]
+    [state] = (await _project(store, events[:20], 20)).values()
+    doc_key = keys(state.thread.tenant, state.thread.id)[0]
+    seen: set[str] = set()
+    for e in events[20:]:
+        changes = Changes(state)
+        evolve(state, e)
+        changes.note(e.data)
+        await store.write([(state, [], changes)])
+        written = {str(k) for k in carried[-1][0::2] if str(k).startswith("f:")}
+        assert "f:thread" not in written  # never changes once the thread is created
+        seen |= written
+        assert document.assemble(await redis.hgetall(doc_key)) == msgspec.json.encode(of_state.thread_view(state))
+    assert {"f:provider_threads", "f:active_run_id", "f:last_activity_at"} <= seen
+    await _assert_reads_equal_the_whole(store, state)
+
+    # Another writer (a reader that folded the log further) wrote a newer document meanwhile.
+    events = [replace(e, tenant="partssmall2") for e in events]
+    cached, other = fold(events[:40]), fold(events[:45])
+    await store.write([(cached, [], None)])
+    await store.write([(other, all_indexed(other), None)])
+    changes = Changes(cached)
+    for e in events[40:50]:
+        evolve(cached, e)
+        changes.note(e.data)
+    assert changes.base < other.seq < cached.seq and not changes.everything
+    assert await store._pipeline([(cached, [], changes)]) == [-1]  # refused: the write resends it whole
+    await store.write([(cached, [], changes)])
+    await _assert_reads_equal_the_whole(store, cached)

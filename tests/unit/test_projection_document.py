@@ -1,11 +1,17 @@
 """The projection document in parts: reassembled parts are byte-identical to the JSON of the thread's view."""
 
+import json
+from pathlib import Path
+
 import msgspec
 
 from tests.unit.domain_helpers import apply, new_thread, send
 from treadle.core import events as ev
+from treadle.core.events import decode_event
+from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.state import ThreadState, evolve
 from treadle.projections import document
-from treadle.views import VIEW_VERSION
+from treadle.views import VIEW_VERSION, of_state
 from treadle.views.of_state import thread_view
 
 
@@ -82,3 +88,51 @@ def test_only_domain_types_shaped_like_their_view_are_encoded_as_they_are():
     assert not of_state._as_is(Attempt, runs.Attempt)  # provider_index stays out of the view
     assert not of_state._as_is(Run, runs.Run)  # ...and so out of the run's attempts
     assert of_state._PART_AS_IS["sessions"] and not of_state._ITEM_AS_IS["messages"]
+
+
+def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_keep_provider_threads_do():
+    """Issue 24: a provider thread's covered ordinals grow with every run; its part is written when it changes
+    (a run completed), not on every event, and not encoded for a batch of events that keep it. Over the recorded
+    log, no event of ``KEEP_PROVIDER_THREADS`` changes the provider threads."""
+    state = new_thread()
+    send(state, "one")
+    run = state.runs[-1]
+    attached = ev.ProviderAttached(
+        session_id="ps_1",
+        provider="scripted",
+        host_id="h",
+        boot_id="b",
+        provider_thread_id="pth_1",
+        native_ref="ref",
+        capabilities=ProviderCapabilities(),
+    )
+    apply(state, [attached])
+    stored = _stored(document.fields(state))
+    for payloads, changed in (
+        ([ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id="ps_1", turn_id="t")], False),
+        ([ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)], True),
+        ([ev.RunWarning(run_id=run.id, message="late")], False),
+    ):
+        changes = document.Changes(state)
+        apply(state, payloads)
+        for p in payloads:
+            changes.note(p)
+        written = document.fields(state, changes)
+        assert ("f:provider_threads" in written[0::2]) == changed, payloads
+        stored.update(_stored(written))
+        assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
+    assert state.provider_threads[0].covered_ordinals == [1]
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "replay-events.jsonl"
+    states: dict[str, ThreadState] = {}
+    kept = 0
+    for line in fixtures.read_text().splitlines():
+        row = json.loads(line)
+        e = decode_event(json.dumps(row["data"]).encode(), row["seq"])
+        s = states.setdefault(e.thread, ThreadState())
+        before = of_state.encoded_part(s, "provider_threads")
+        evolve(s, e)
+        if type(e.data) in document.KEEP_PROVIDER_THREADS:
+            kept += 1
+            assert of_state.encoded_part(s, "provider_threads") == before, row["seq"]
+    assert kept > 30

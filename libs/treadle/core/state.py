@@ -18,6 +18,7 @@ import msgspec
 from treadle.core.activity import Activity
 from treadle.core.checkpoints import evolve as checkpoints_fold
 from treadle.core.checkpoints.model import Checkpoint
+from treadle.core.coverage import Completed, Coverage
 from treadle.core.envelope import Envelope
 from treadle.core.lineage import evolve as lineage_fold
 from treadle.core.lineage.model import ContextHandoff, ContextTransfer, Lineage, StartContext
@@ -123,10 +124,14 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         return self._index("run_messages", lambda: Groups[Message](_run_id)).positions(self.messages, run_id)
 
     def checkpoint_positions(self, by: str, value: Any) -> list[int]:
-        """Where the checkpoints whose ``by`` ("id" or "ordinal") is ``value`` are in ``checkpoints``, in order."""
+        """Where the checkpoints whose ``by`` ("id", "ordinal", "run_id") is ``value`` are, in order."""
         return self._index(f"checkpoints.{by}", lambda: Groups[Checkpoint](attrgetter(by))).positions(
             self.checkpoints, value
         )
+
+    def run_checkpoints(self, run_id: str) -> list[Checkpoint]:
+        """The checkpoints captured for one run (its root and child scopes), in order."""
+        return [self.checkpoints[i] for i in self.checkpoint_positions("run_id", run_id)]
 
     def messages_moved(self) -> None:
         """Messages changed runs (a steer carried over to the run that supersedes its own): index them again,
@@ -180,6 +185,16 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
                 return p
         return None
 
+    def covers(self, pth: ProviderThread, ordinal: int) -> bool:
+        """``ordinal in pth.covered_ordinals``, without a scan."""
+        return ordinal in self._index(f"coverage:{pth.id}", Coverage).covered(pth.covered_ordinals)
+
+    def uncovered(self, pth: ProviderThread, before: int) -> bool:
+        """Whether a completed run with an ordinal below ``before`` is not in ``pth.covered_ordinals`` (L5.3)."""
+        completed = self._index("completed", Completed).current(self.runs)
+        missing = self._index(f"coverage:{pth.id}", Coverage).of(completed, pth.covered_ordinals)
+        return any(o < before for o in missing)
+
     def start_context(self, run_id: str) -> StartContext | None:
         return self._index("start_contexts", lambda: Index[StartContext](_run_id)).find(self.start_contexts, run_id)
 
@@ -207,6 +222,8 @@ def evolve(state: ThreadState, e: Envelope) -> ThreadState:
     handler = _HANDLERS.get(type(e.data))
     if handler is not None:
         handler(state, e, e.data)
+    if (completed := state.__dict__.get("_ix", {}).get("completed")) is not None:
+        completed.after(state.runs, e.data, state.run)
     if e.causation_id and e.causation_id.startswith(PROVIDER_CAUSE):
         seq, _, rest = e.causation_id[len(PROVIDER_CAUSE) :].partition(":")
         index, _, attempt_id = rest.partition(":")

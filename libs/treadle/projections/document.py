@@ -63,19 +63,51 @@ LOCAL_EVENTS = frozenset(
 )
 
 
+# Events whose fold leaves the provider threads as they were: their part (whose covered ordinals grow with the
+# thread) is not even encoded for a batch of only these (a run's end, an attach, a delivered context change it).
+KEEP_PROVIDER_THREADS = frozenset(
+    {
+        ev.MessageCreated,
+        ev.MessageDelta,
+        ev.MessageCompleted,
+        ev.RunQueued,
+        ev.RunDispatched,
+        ev.RunHeld,
+        ev.RunStarted,
+        ev.AttemptStarted,
+        ev.AttemptEnded,
+        ev.NodeStarted,
+        ev.NodeCompleted,
+        ev.RunWarning,
+        ev.CheckpointCaptured,
+        ev.RequestOpened,
+        ev.RequestResolved,
+        ev.PlanUpdated,
+        ev.RunSteered,
+        ev.SteerDelivered,
+        ev.InterruptRequested,
+        ev.InterruptSent,
+    }
+)
+
+
 class Changes:
     """What a batch of events changed in one thread's state, noted while they are folded."""
 
-    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves")
+    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves", "base", "provider_threads")
 
     def __init__(self, before: ThreadState | None) -> None:
         self.everything = before is None
+        self.provider_threads = False  # an event of the batch may have changed them
+        self.base = before.seq if before is not None else 0  # the sequence the changes are on top of
         self.moves = before.moves if before is not None else 0
         self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
         self.run_ids: set[str] = set()
         self.message_ids: set[str] = set()
 
     def note(self, payload: ev.Payload) -> None:
+        if type(payload) not in KEEP_PROVIDER_THREADS:
+            self.provider_threads = True
         # A steer carried over (to a superseding run or a restart attempt) changes messages it does not name.
         moved = getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None)
         if type(payload) not in LOCAL_EVENTS or moved:
@@ -108,10 +140,21 @@ class Changes:
         return sorted(changed)
 
 
+_WRITTEN = "written_parts"  # in the state's __dict__: (seq, the small fields' JSON as written at that seq)
+
+
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str | int]:
-    """Flat ``field, value, …`` for HSET: the view version, every small field, and the list elements that
-    changed (each converted to its view here, so a write converts only what changed)."""
+    """Flat ``field, value, …`` for HSET: the view version, the small fields that changed, and the list elements
+    that changed (each converted to its view here, so a write converts only what changed).
+
+    A small field is compared with its JSON as this state's last write had it, when that write was at the
+    changes' base: a field that grows with the thread (a provider thread's covered ordinals) was written again
+    on every event. The store writes changes only on top of a document at their base (``store._WRITE``), and a
+    document at one sequence is the same whoever wrote it, so what is left out is what Redis holds."""
     changes = changes or Changes(None)
+    last: tuple[int, dict[str, bytes]] | None = state.__dict__.get(_WRITTEN)
+    before = last[1] if last is not None and last[0] == changes.base and not changes.everything else {}
+    now: dict[str, bytes] = {}
     out: list[bytes | str | int] = ["v", VIEW_VERSION]
     for name in FIELDS:
         if name in LISTS:
@@ -119,8 +162,13 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
             out += [f"n:{name}", len(value)]
             for i in changes.indices(state, name, value):
                 out += [f"l:{name}:{i}", of_state.encoded_item(name, value[i])]
+        elif name == "provider_threads" and name in before and not changes.provider_threads:
+            now[name] = before[name]  # as written at the base, and no event since could change it
         else:
-            out += [f"f:{name}", of_state.encoded_part(state, name)]
+            now[name] = part = of_state.encoded_part(state, name)
+            if before.get(name) != part:
+                out += [f"f:{name}", part]
+    state.__dict__[_WRITTEN] = (state.seq, now)
     return out
 
 

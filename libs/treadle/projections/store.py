@@ -23,12 +23,14 @@ from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
 from . import document, parts, places
 
-# ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, n,
-# n run ids to index, m, m elements of place field/value pairs (``places``), then field/value pairs of the
-# document. Changed parts on top of nothing (Redis was flushed, or the places are missing or out of step with
-# the document: written before places existed) would make a document with holes: that write is refused with -1
-# and the caller sends the whole document. A document of another view version counts as nothing: a whole write
-# replaces it. A whole write replaces the places too; document and places always carry the same seq.
+# ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
+# (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
+# (``places``), then field/value pairs of the document. Changed parts on top of anything but the document at
+# their base (Redis was flushed, another writer wrote since, or the places are missing or out of step with the
+# document: written before places existed) would make a document with holes or stale parts: that write is
+# refused with -1 and the caller sends the whole document. A document of another view version counts as
+# nothing: a whole write replaces it. A whole write replaces the places too; document and places always carry
+# the same seq.
 _WRITE = """
 local cur = redis.call('HGET', KEYS[1], 'seq')
 if cur and redis.call('HGET', KEYS[1], 'v') ~= ARGV[6] then
@@ -38,12 +40,12 @@ if cur and redis.call('HGET', KEYS[1], 'v') ~= ARGV[6] then
 end
 if cur and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
 if ARGV[5] == '0' then
-  if not cur or redis.call('HGET', KEYS[5], 'seq') ~= cur then return -1 end
+  if not cur or tonumber(cur) ~= tonumber(ARGV[7]) or redis.call('HGET', KEYS[5], 'seq') ~= cur then return -1 end
 else
   redis.call('DEL', KEYS[5])
 end
-local n = tonumber(ARGV[7])
-for i = 8, 7 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
+local n = tonumber(ARGV[8])
+for i = 9, 8 + n do redis.call('HSET', KEYS[4], ARGV[i], ARGV[2]) end
 local function hset(key, from, to)
   local i = from
   while i <= to do
@@ -52,9 +54,9 @@ local function hset(key, from, to)
     i = j + 1
   end
 end
-local m = tonumber(ARGV[8 + n])
-hset(KEYS[5], 9 + n, 8 + n + m)
-hset(KEYS[1], 9 + n + m, #ARGV)
+local m = tonumber(ARGV[9 + n])
+hset(KEYS[5], 10 + n, 9 + n + m)
+hset(KEYS[1], 10 + n + m, #ARGV)
 redis.call('HSET', KEYS[1], 'seq', ARGV[1])
 redis.call('HSET', KEYS[5], 'seq', ARGV[1], 'v', ARGV[6])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2])
@@ -220,6 +222,7 @@ class ProjectionStore:
                     _encoder.encode(summary(state)),
                     int(whole),
                     VIEW_VERSION,
+                    changes.base if changes is not None else 0,
                     len(run_ids),
                     *run_ids,
                     len(where),

@@ -90,7 +90,8 @@ class ScriptedAdapter(ProviderAdapter):
         self._starting: dict[str, bool] = {}
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
-        self._remembered: dict[str, list[str]] = {}  # attempt id -> the earlier turns' inputs (``recall``)
+        # attempt id -> the earlier turns (``recall``): the conversation's list and how many of it came before
+        self._remembered: dict[str, tuple[list[dict], int]] = {}
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         # A scripted conversation keeps no native state, so any thread it created resumes; a ref it never
@@ -139,8 +140,11 @@ class ScriptedAdapter(ProviderAdapter):
         self._starting[turn.attempt_id] = False
         self._turns += 1
         turn_ref = f"scripted-turn-{self._turns}"
-        remembered = [t["input"] for t in self._require_conversation().turns]
-        await asyncio.to_thread(self._require_conversation().add, turn_ref, turn.text)
+        # What a ``recall`` step answers: the turns before this one. The list only grows by appends (a rollback
+        # makes a new one), so its length now marks them; copying them made every turn cost the thread's length.
+        conversation = self._require_conversation()
+        remembered = (conversation.turns, len(conversation.turns))
+        await asyncio.to_thread(conversation.add, turn_ref, turn.text)
         await sink.event(pe.TurnStarted(native_turn_ref=turn_ref))
         status, error = "completed", None
         self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
@@ -281,7 +285,8 @@ class ScriptedAdapter(ProviderAdapter):
             elif isinstance(step, sc.Echo):
                 await self._unstructured(turn, sink, node_id, step.prefix + turn.text)
             elif isinstance(step, sc.Recall):
-                remembered = self._remembered.get(turn.attempt_id, [])
+                turns, before = self._remembered.get(turn.attempt_id, ([], 0))
+                remembered = [t["input"] for t in turns[:before]]
                 await self._unstructured(turn, sink, node_id, step.prefix + json.dumps(remembered))
             elif isinstance(step, sc.Hang):
                 await self._wait(turn, None)  # only a steer, an interrupt or a crash ends this

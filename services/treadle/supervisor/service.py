@@ -523,7 +523,7 @@ class Supervisor:
         checkpoint = sv.checkpoint_captured(
             ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status, captured=captured
         )
-        checkpoint.children = child_scopes.summaries(state.checkpoints, run.id)  # L10.3
+        checkpoint.children = child_scopes.summaries(state.run_checkpoints(run.id), run.id)  # L10.3
         return checkpoint
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):

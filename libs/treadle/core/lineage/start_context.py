@@ -208,18 +208,17 @@ def resolve_start_context(
         )
         transfers[transfer.id] = "resolved_portable"
 
-    own = [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
+    own: list[int] | None = None  # the completed runs before this one: walked only when something was missed
     if not transfers or fresh:
-        covered = set(existing.covered_ordinals) if existing is not None else set()  # a list: `in` was O(runs²)
-        missed = [o for o in own if o not in covered]
-        deltas = sum(
-            1
-            for h in state.handoffs
-            if h.strategy == "delta" and existing is not None and h.provider_thread_id == existing.id and h.delivered
-        )
-        if existing is not None and missed and deltas >= MAX_DELTA_HANDOFFS:
+        if existing is not None and not state.uncovered(existing, run.ordinal):
+            missed: list[int] = []  # the provider thread saw every completed run (L4.1: the common case)
+        else:
+            own = _own(state, run)
+            covered = set(existing.covered_ordinals) if existing is not None else set()
+            missed = [o for o in own if o not in covered]
+        if existing is not None and missed and _deltas(state, existing) >= MAX_DELTA_HANDOFFS:
             existing, fresh, pth_id = None, True, ctx.ids.next("pth")
-            missed, reason = own, "repeated handoffs"
+            missed, reason = own or [], "repeated handoffs"
         elif run.clean_context:
             reason = "clean context requested"
         elif incompatible is not None:
@@ -279,7 +278,7 @@ def resolve_start_context(
 
     if not drafts and not transfers and not fresh:
         return []  # L4.1: the provider thread resumes with everything it needs
-    if not drafts and not transfers and not own:
+    if not drafts and not transfers and not (own if own is not None else _own(state, run)):
         return []  # a thread's first provider thread: nothing to hand over
     if budget <= 0:  # the target takes no context text: only a native fork could have carried this over
         for draft in drafts:
@@ -344,6 +343,16 @@ def handoff_material(
         for e in resolve_start_context(state, run, roomy, sources, ctx, reasoning)
         if isinstance(e, HandoffCreated)
     }
+
+
+def _own(state: ThreadView, run: Run) -> list[int]:
+    """The ordinals of the thread's completed runs before ``run``."""
+    return [r.ordinal for r in state.runs if r.ordinal < run.ordinal and r.status == "completed"]
+
+
+def _deltas(state: ThreadView, pth: ProviderThread) -> int:
+    """The delta handoffs delivered to ``pth`` (L5.4)."""
+    return sum(1 for h in state.handoffs if h.strategy == "delta" and h.provider_thread_id == pth.id and h.delivered)
 
 
 def _previous_provider(state: ThreadView, ordinals: list[int]) -> str | None:

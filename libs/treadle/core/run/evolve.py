@@ -160,7 +160,7 @@ def _run_ended(status: EndStatus) -> Callable[[ThreadView, Envelope, RunEnded], 
         # Coverage goes to the provider thread the run actually ran on (L5.3: switching leaves several).
         ended = next((a for a in run.attempts if a.id == d.attempt_id), None)
         pth = state.provider_thread_of(ended.provider_thread_id if ended else None) or state.provider_thread
-        if pth is not None and status == "completed" and run.ordinal not in pth.covered_ordinals:
+        if pth is not None and status == "completed" and not state.covers(pth, run.ordinal):
             pth.covered_ordinals.append(run.ordinal)
 
     return handle

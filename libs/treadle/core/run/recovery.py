@@ -27,7 +27,8 @@ def needs_context(state: ThreadView) -> bool:
     pth = state.provider_thread
     if pth is None or pth.replaces is None:
         return False
-    return not any(a.provider_thread_id == pth.id for r in state.runs for a in r.attempts)
+    # newest first: once a turn ran on it, that is one of the last runs (from the oldest, every run walked them all)
+    return not any(a.provider_thread_id == pth.id for r in reversed(state.runs) for a in r.attempts)
 
 
 def replacement_context(state: ThreadView, run: Run) -> str:
