@@ -25,6 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from ..eventlog import tracing
 from ..eventlog.errors import LogError
 from . import dead_letters, logs
+from .acks import Acks
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -89,6 +90,7 @@ class PullConsumer:
         self._stopping = False
         self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
         self._replays: Subscription | None = None
+        self._acks = Acks(js._nc)
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -208,7 +210,7 @@ class PullConsumer:
         while True:
             try:
                 await self._handle(msg)
-                await msg.ack()
+                await self._acks.ack(msg)
                 return
             except asyncio.CancelledError:
                 raise
@@ -267,6 +269,7 @@ class PullConsumer:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        self._acks.flush()  # the last acks go now, not after the window
 
 
 class PartitionConsumers:
