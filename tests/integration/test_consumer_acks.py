@@ -3,6 +3,7 @@ instead of a socket write each, and still land: with the next publish, when the 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import nats
@@ -13,6 +14,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from tests.support.helpers import wait_for
 from treadle.runtime.acks import Acks
 from treadle.runtime.consumer import PullConsumer
+from treadle.runtime.mailbox import Mailboxes
 
 
 async def _stream(js) -> tuple[str, str]:
@@ -80,3 +82,96 @@ async def test_an_ack_on_a_closed_connection_fails_as_msg_ack_does(nats_url):
     with pytest.raises(ConnectionClosedError):
         await Acks(conn).ack(msg)
     assert not msg.is_acked
+
+
+async def test_a_handler_working_past_ack_wait_keeps_its_message_from_being_redelivered(nc):
+    """The consumer tells the broker a message is still in progress while its handler works (every ack_wait/3
+    or so), so a slow handler is not handed the same message again, nor is anyone else."""
+    js = nc.jetstream()
+    name, prefix = await _stream(js)
+    deliveries: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    async def handle(msg) -> None:
+        deliveries.append(msg.metadata.num_delivered)
+        if len(deliveries) == 1:  # working for 2.5 ack_waits: without in_progress the broker redelivers twice
+            end = loop.time() + 2.5
+            await wait_for(lambda: loop.time() >= end, timeout=10, interval=0.1, what="the handler's work")
+
+    consumer = PullConsumer(js, stream=name, durable="slow", filters=[f"{prefix}.>"], handle=handle, ack_wait=1.0)
+    await consumer.start()
+    try:
+        await js.publish(f"{prefix}.t.th1.x", b"{}")
+        await wait_for(lambda: _settled(js, name, "slow"), timeout=15, interval=0.1, what="the message settled")
+    finally:
+        await consumer.stop()
+    assert deliveries == [1]
+
+
+async def test_stop_cuts_a_late_handler_short_hands_its_message_on_and_its_thread_goes_on_with_other_work(nc):
+    """stop() waits for a handler up to its timeout, then cancels it: its message is given back at once (not
+    after ack_wait), and the thread's mailbox, which other work shares, carries on with that work."""
+    js = nc.jetstream()
+    name, prefix = await _stream(js)
+    mailboxes = Mailboxes()
+    started, cancelled, after = asyncio.Event(), [], []
+
+    async def stuck(msg) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()  # never set: only stop() ends it
+        except asyncio.CancelledError:
+            cancelled.append(msg.subject)
+            raise
+
+    async def other_work() -> None:
+        after.append("done")
+
+    consumer = PullConsumer(
+        js, stream=name, durable="cut", filters=[f"{prefix}.>"], handle=stuck, mailboxes=mailboxes, ack_wait=30
+    )
+    await consumer.start()
+    await js.publish(f"{prefix}.t.th1.x", b"{}")
+    await asyncio.wait_for(started.wait(), 10)
+    mailboxes.submit("t.th1", other_work)  # queued behind the stuck handler on the same thread
+    await consumer.stop(timeout=0.2)
+    assert cancelled == [f"{prefix}.t.th1.x"]
+    await mailboxes.drain(5)
+    assert after == ["done"]
+
+    handled: list[int] = []
+
+    async def owner(msg) -> None:
+        handled.append(msg.metadata.num_delivered)
+
+    successor = PullConsumer(js, stream=name, durable="cut", filters=[f"{prefix}.>"], handle=owner, ack_wait=30)
+    await successor.start()
+    try:
+        await wait_for(lambda: handled == [2], timeout=10, what="the message handed on (nak, not ack_wait)")
+    finally:
+        await successor.stop()
+
+
+async def test_cancelling_the_mailboxes_cancels_the_handler_at_work(nc):
+    js = nc.jetstream()
+    name, prefix = await _stream(js)
+    mailboxes = Mailboxes()
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def stuck(msg) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    consumer = PullConsumer(js, stream=name, durable="c", filters=[f"{prefix}.>"], handle=stuck, mailboxes=mailboxes)
+    await consumer.start()
+    try:
+        await js.publish(f"{prefix}.t.th1.x", b"{}")
+        await asyncio.wait_for(started.wait(), 10)
+        await mailboxes.cancel()
+        await asyncio.wait_for(cancelled.wait(), 5)
+    finally:
+        await consumer.stop(timeout=1)

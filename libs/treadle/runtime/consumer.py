@@ -84,7 +84,8 @@ class PullConsumer:
         self._max_failures = max_failures
         self._max_waits = max_waits
         self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
-        self._beats: dict[int, asyncio.TimerHandle] = {}
+        self._beats: dict[int, tuple[Msg, float]] = {}  # in hand: when its next in_progress is due
+        self._sweep: asyncio.TimerHandle | None = None
         self._task: asyncio.Task | None = None
         self._pull: LingeringPull | None = None
         self._stopping = False
@@ -106,19 +107,24 @@ class PullConsumer:
         self._replays = await self._js._nc.subscribe(
             dead_letters.replay_subject(self._durable), queue="replay", cb=self._replay
         )
-        self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch)
+        self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch, sink=self._deliver)
         await self._pull.start()
         self._task = asyncio.create_task(self._loop(self._pull), name=f"consumer:{self._durable}")
 
     async def _loop(self, pull: LingeringPull) -> None:
-        while not self._stopping:
+        while not self._stopping:  # deliveries go to _deliver as they come; this keeps a request outstanding
             for msg in await pull.take():
-                try:
-                    key = self._key_of(msg)
-                except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
-                    await self._dead_letter(msg, "malformed subject", 1)
-                    continue
-                self._mailboxes.submit(key, functools.partial(self._process, msg))
+                self._deliver(msg)
+
+    def _deliver(self, msg: Msg) -> None:
+        try:
+            key = self._key_of(msg)
+        except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
+            self._mailboxes.submit(
+                ("malformed", self._durable), functools.partial(self._dead_letter, msg, "malformed subject", 1)
+            )
+            return
+        self._mailboxes.submit(key, functools.partial(self._process, msg))
 
     async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
         DEAD_LETTERS.labels(self._durable).inc()
@@ -163,23 +169,30 @@ class PullConsumer:
             return
         await request.respond(b"accepted")
 
-    def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
-        """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
-        crashed worker's messages come back in seconds, not minutes."""
-
-        def beat() -> None:
-            asyncio.ensure_future(msg.in_progress())
-            self._beats[id(msg)] = loop.call_later(self._ack_wait / 3, beat)
-
+    def _keep_alive(self) -> None:
+        """While a handler works, tell the broker so (``in_progress``) about every ``ack_wait``/3 (one sweep every
+        ``ack_wait``/6 for all messages in hand, not a timer per message): ``ack_wait`` can stay short, and a
+        crashed worker's messages come back in seconds, not minutes. The sweep runs only while work is in hand."""
+        self._sweep = None
+        if not self._beats:
+            return
         loop = asyncio.get_running_loop()
-        return loop.call_later(self._ack_wait / 3, beat)
+        now = loop.time()
+        for key, (msg, due) in list(self._beats.items()):
+            if due <= now:
+                asyncio.ensure_future(msg.in_progress())
+                self._beats[key] = (msg, now + self._ack_wait / 3)
+        self._sweep = loop.call_later(self._ack_wait / 6, self._keep_alive)
 
     async def _process(self, msg: Msg) -> None:
         if self._stopping:  # fetched, then the partition went elsewhere: hand it to the next owner now
             with contextlib.suppress(Exception):
                 await msg.nak()
             return
-        self._beats[id(msg)] = self._keep_alive(msg)
+        loop = asyncio.get_running_loop()
+        self._beats[id(msg)] = (msg, loop.time() + self._ack_wait / 3)
+        if self._sweep is None:
+            self._sweep = loop.call_later(self._ack_wait / 6, self._keep_alive)
         task = asyncio.create_task(self._settle(msg))
         self._running.add(task)
         try:
@@ -196,7 +209,7 @@ class PullConsumer:
                 await msg.nak()
         finally:
             self._running.discard(task)
-            self._beats.pop(id(msg)).cancel()
+            del self._beats[id(msg)]
 
     async def _settle(self, msg: Msg) -> None:
         ids = logs.ids_of(msg.data)
@@ -270,6 +283,9 @@ class PullConsumer:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
         self._acks.flush()  # the last acks go now, not after the window
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
 
 class PartitionConsumers:
