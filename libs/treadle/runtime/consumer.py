@@ -89,7 +89,10 @@ class PullConsumer:
         self._task: asyncio.Task | None = None
         self._pull: LingeringPull | None = None
         self._stopping = False
-        self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
+        self._running: set[asyncio.Task] = set()  # mailbox tasks at work on this consumer's messages
+        self._cut: set[asyncio.Task] = set()  # of those, the ones stop() cancelled
+        self._idle = asyncio.Event()  # set while none is
+        self._idle.set()
         self._replays: Subscription | None = None
         self._acks = Acks(js._nc)
 
@@ -193,23 +196,31 @@ class PullConsumer:
         self._beats[id(msg)] = (msg, loop.time() + self._ack_wait / 3)
         if self._sweep is None:
             self._sweep = loop.call_later(self._ack_wait / 6, self._keep_alive)
-        task = asyncio.create_task(self._settle(msg))
-        self._running.add(task)
+        # The handler runs in the mailbox's own task (a task of its own per message cost a task, a shield and a
+        # wake-up). stop() may cancel it: that cancel is taken back here and the mailbox goes on with the rest of
+        # the thread's work (commands share it); a cancel of the mailbox itself goes on up.
+        current = asyncio.current_task()
+        assert current is not None  # mailbox jobs run in the mailbox's task
+        self._running.add(current)
+        self._idle.clear()
+        cut = False
         try:
-            await asyncio.shield(task)  # stop() may cancel the handler; the mailbox only waits for it
+            await self._settle(msg)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            assert current is not None  # a coroutine awaiting a shield runs in a task
-            if current.cancelling():  # the mailbox itself is being cancelled
-                task.cancel()
+            if current not in self._cut or current.cancelling() > 1:
                 raise
-            # stop() cut the handler short: its message goes to the next owner now, and the thread's mailbox
-            # carries on with the rest of its work (commands share it)
+            cut = True
+        finally:
+            self._running.discard(current)
+            del self._beats[id(msg)]
+            if current in self._cut:
+                self._cut.discard(current)
+                current.uncancel()  # stop()'s cancel is spent here, whether the handler let it through or not
+            if not self._running:
+                self._idle.set()
+        if cut:  # stop() cut the handler short: its message goes to the next owner now
             with contextlib.suppress(Exception):
                 await msg.nak()
-        finally:
-            self._running.discard(task)
-            del self._beats[id(msg)]
 
     async def _settle(self, msg: Msg) -> None:
         ids = logs.ids_of(msg.data)
@@ -278,10 +289,12 @@ class PullConsumer:
             with contextlib.suppress(Exception):
                 await msg.nak()
         if self._running:
-            _, late = await asyncio.wait(set(self._running), timeout=timeout)
-            for task in late:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            for task in list(self._running):
+                self._cut.add(task)
                 task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            await self._idle.wait()
         self._acks.flush()  # the last acks go now, not after the window
         if self._sweep is not None:
             self._sweep.cancel()
