@@ -11,7 +11,8 @@ Printed: process CPU (``time.process_time``) and wall per message, per round, an
 Stored first (the default), deliveries come in batches of up to 256 and their acks share socket writes.
 ``--paced R`` stores them while the consumer runs instead, R per second from a publisher in another process
 (its CPU is not counted): deliveries then arrive one at a time, as a partitioned worker sees them.
-``--profile`` runs one round under cProfile and prints the top functions by own time.
+``--profile`` runs one round under cProfile and prints the top functions by own time. The consumer connects
+as a worker does (``runtime/worker.py::connect``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from nats.js.api import StreamConfig  # noqa: E402
 from treadle.ops.servers import NatsServer  # noqa: E402
 from treadle.runtime.consumer import PullConsumer  # noqa: E402
 from treadle.runtime.mailbox import Mailboxes  # noqa: E402
+from treadle.runtime.worker import connect  # noqa: E402
 
 STREAM = "BENCH_EVENTS"
 PARTITION = 3
@@ -94,7 +96,7 @@ async def publish(url: str, n: int, threads: int, first: int, rate: float) -> No
 
 
 async def consume(url: str, n: int, durable: str, profile: cProfile.Profile | None, publisher: list[str] | None):
-    nc = await nats.connect(url)
+    nc = await connect(url, "bench-consumer")  # as a worker connects
     js = nc.jetstream()
     done = asyncio.Event()
     count = 0
