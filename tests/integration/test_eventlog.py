@@ -14,7 +14,7 @@ from treadle.core.commands import Accepted, Command, Reply
 from treadle.core.state import fold
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import streams, subjects
-from treadle.eventlog.errors import Conflict, Rejected
+from treadle.eventlog.errors import Conflict, Rejected, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.runtime.settings import CoordinatorSettings, Shared
@@ -193,3 +193,19 @@ async def test_an_event_of_another_thread_is_never_appended(log):
         with pytest.raises(ValueError):
             await log.append("acme", thread, 0, [stray])
     assert await log.read("acme", thread) == []
+
+
+async def test_an_append_nobody_answers_or_nobody_hears_is_unavailable_and_the_next_one_is_answered(nc, log):
+    """Appends wait for their acknowledgement on the log's own reply inbox: silence past the timeout, or a
+    subject no stream listens on (the server's 503), is Unavailable (retryable), not a hang; the inbox goes on
+    answering the appends after them."""
+    silent = await nc.subscribe(f"silent.{next(_n)}")  # hears, never answers
+    quick = EventLog(nc, timeout=0.3)
+    with pytest.raises(Unavailable, match="timed out"):
+        await quick._request(silent.subject, b"{}", {})
+    with pytest.raises(Unavailable, match="no responders"):
+        await quick._request(f"nobody.{next(_n)}", b"{}", {})
+    await silent.unsubscribe()
+    thread = f"thr_after{next(_n)}"
+    assert await quick.append("acme", thread, 0, [note(thread, "x")]) > 0
+    assert not quick._answers  # nothing left waiting

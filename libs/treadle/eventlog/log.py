@@ -26,6 +26,7 @@ from .errors import Conflict, Rejected, Unavailable
 ELSS = "Nats-Expected-Last-Subject-Sequence"
 ELSS_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 BATCH_SEQUENCE = "Nats-Batch-Sequence"
+NO_RESPONDERS = "503"  # the status the server answers a request nobody listens to with
 MAX_BATCH = 1000
 READ_BATCH = 1000
 
@@ -76,22 +77,42 @@ def fenced_after(headers: dict | None) -> int | None:
     return int(fence) if headers.get(ELSS_SUBJECT, ".>").endswith(".>") else 0
 
 
+def _expire(answer: asyncio.Future) -> None:
+    if not answer.done():
+        answer.set_exception(TimeoutError())
+
+
 class EventLog:
     def __init__(self, nc: NATS, timeout: float = 5.0) -> None:
         self._nc = nc
         self._timeout = timeout
-        # Direct-get batches answer with many messages; one wildcard inbox routes them all by token,
-        # instead of a subscribe/unsubscribe pair per read.
+        # Direct-get batches answer with many messages, appends with one; one wildcard inbox routes them all by
+        # token, instead of a subscribe/unsubscribe pair per read.
         self._inbox: str | None = None
         self._inbox_lock = asyncio.Lock()
         self._waiting: dict[str, tuple[list, asyncio.Future]] = {}  # a read's answers so far, and its end
+        self._answers: dict[str, asyncio.Future] = {}  # appends waiting for their one reply
         self._tokens = itertools.count()
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
+        # Answered on this log's reply inbox rather than by nc.request, which costs a random token (a getrandom
+        # call), a future with a callback and asyncio.wait_for's waiter and timer for every append.
+        inbox = await self._reply_inbox()
+        token = str(next(self._tokens))
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future = loop.create_future()
+        self._answers[token] = answer
+        expiry = loop.call_later(self._timeout, _expire, answer)
         try:
-            msg = await self._nc.request(subject, payload, timeout=self._timeout, headers=tracing.inject(headers))
-        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-            raise Unavailable(f"append to {subject} not acknowledged: {exc!r}") from None
+            await self._nc.publish(subject, payload, reply=f"{inbox}.{token}", headers=tracing.inject(headers))
+            msg = await answer
+        except TimeoutError:
+            raise Unavailable(f"append to {subject} not acknowledged: timed out") from None
+        finally:
+            expiry.cancel()
+            del self._answers[token]
+        if msg.headers and msg.headers.get("Status") == NO_RESPONDERS:
+            raise Unavailable(f"append to {subject} not acknowledged: no responders") from None
         if not msg.data:
             return None  # a batch member's provisional reply
         ack = _ack_decoder.decode(msg.data)
@@ -168,6 +189,8 @@ class EventLog:
             start = last + 1
 
     async def _reply_inbox(self) -> str:
+        if self._inbox is not None:
+            return self._inbox
         async with self._inbox_lock:
             if self._inbox is None:
                 inbox = self._nc.new_inbox()
@@ -176,8 +199,13 @@ class EventLog:
         return self._inbox
 
     async def _route(self, msg) -> None:
-        read = self._waiting.get(msg.subject.rsplit(".", 1)[1])
-        if read is None:  # the read gave up (timeout) and late answers are dropped
+        token = msg.subject.rsplit(".", 1)[1]
+        if (answer := self._answers.get(token)) is not None:
+            if not answer.done():
+                answer.set_result(msg)
+            return
+        read = self._waiting.get(token)
+        if read is None:  # the read or append gave up (timeout) and late answers are dropped
             return
         answers, ended = read
         answers.append(msg)

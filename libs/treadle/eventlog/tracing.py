@@ -65,12 +65,20 @@ def inject(headers: dict[str, str] | None) -> dict[str, str] | None:
     return carrier or headers
 
 
-@contextlib.contextmanager
-def span(name: str, headers: dict[str, str] | None = None, **attributes: str | int) -> Iterator[None]:
+_OFF = contextlib.nullcontext()  # reusable: what ``span`` is while tracing is off, without a generator per call
+
+
+def span(
+    name: str, headers: dict[str, str] | None = None, **attributes: str | int
+) -> contextlib.AbstractContextManager[None]:
     """A span, child of the trace context in ``headers`` when they carry one, else of the current span."""
     if _provider is None:
-        yield
-        return
+        return _OFF
+    return _span(name, headers, attributes)
+
+
+@contextlib.contextmanager
+def _span(name: str, headers: dict[str, str] | None, attributes: dict[str, str | int]) -> Iterator[None]:
     from opentelemetry import context, propagate, trace
 
     parent = propagate.extract(headers) if headers and "traceparent" in headers else None

@@ -25,6 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from ..eventlog import tracing
 from ..eventlog.errors import LogError
 from . import dead_letters, logs
+from .acks import Acks
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -83,12 +84,17 @@ class PullConsumer:
         self._max_failures = max_failures
         self._max_waits = max_waits
         self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
-        self._beats: dict[int, asyncio.TimerHandle] = {}
+        self._beats: dict[int, tuple[Msg, float]] = {}  # in hand: when its next in_progress is due
+        self._sweep: asyncio.TimerHandle | None = None
         self._task: asyncio.Task | None = None
         self._pull: LingeringPull | None = None
         self._stopping = False
-        self._running: set[asyncio.Task] = set()  # this consumer's handlers (the mailboxes may be shared)
+        self._running: set[asyncio.Task] = set()  # mailbox tasks at work on this consumer's messages
+        self._cut: set[asyncio.Task] = set()  # of those, the ones stop() cancelled
+        self._idle = asyncio.Event()  # set while none is
+        self._idle.set()
         self._replays: Subscription | None = None
+        self._acks = Acks(js._nc)
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -104,19 +110,24 @@ class PullConsumer:
         self._replays = await self._js._nc.subscribe(
             dead_letters.replay_subject(self._durable), queue="replay", cb=self._replay
         )
-        self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch)
+        self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch, sink=self._deliver)
         await self._pull.start()
         self._task = asyncio.create_task(self._loop(self._pull), name=f"consumer:{self._durable}")
 
     async def _loop(self, pull: LingeringPull) -> None:
-        while not self._stopping:
+        while not self._stopping:  # deliveries go to _deliver as they come; this keeps a request outstanding
             for msg in await pull.take():
-                try:
-                    key = self._key_of(msg)
-                except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
-                    await self._dead_letter(msg, "malformed subject", 1)
-                    continue
-                self._mailboxes.submit(key, functools.partial(self._process, msg))
+                self._deliver(msg)
+
+    def _deliver(self, msg: Msg) -> None:
+        try:
+            key = self._key_of(msg)
+        except (IndexError, ValueError):  # a subject of the wrong shape: it can never be handled
+            self._mailboxes.submit(
+                ("malformed", self._durable), functools.partial(self._dead_letter, msg, "malformed subject", 1)
+            )
+            return
+        self._mailboxes.submit(key, functools.partial(self._process, msg))
 
     async def _dead_letter(self, msg: Msg, why: str, failures: int) -> None:
         DEAD_LETTERS.labels(self._durable).inc()
@@ -161,40 +172,55 @@ class PullConsumer:
             return
         await request.respond(b"accepted")
 
-    def _keep_alive(self, msg: Msg) -> asyncio.TimerHandle:
-        """While a handler works, tell the broker so (``in_progress``): ``ack_wait`` can stay short, and a
-        crashed worker's messages come back in seconds, not minutes."""
-
-        def beat() -> None:
-            asyncio.ensure_future(msg.in_progress())
-            self._beats[id(msg)] = loop.call_later(self._ack_wait / 3, beat)
-
+    def _keep_alive(self) -> None:
+        """While a handler works, tell the broker so (``in_progress``) about every ``ack_wait``/3 (one sweep every
+        ``ack_wait``/6 for all messages in hand, not a timer per message): ``ack_wait`` can stay short, and a
+        crashed worker's messages come back in seconds, not minutes. The sweep runs only while work is in hand."""
+        self._sweep = None
+        if not self._beats:
+            return
         loop = asyncio.get_running_loop()
-        return loop.call_later(self._ack_wait / 3, beat)
+        now = loop.time()
+        for key, (msg, due) in list(self._beats.items()):
+            if due <= now:
+                asyncio.ensure_future(msg.in_progress())
+                self._beats[key] = (msg, now + self._ack_wait / 3)
+        self._sweep = loop.call_later(self._ack_wait / 6, self._keep_alive)
 
     async def _process(self, msg: Msg) -> None:
         if self._stopping:  # fetched, then the partition went elsewhere: hand it to the next owner now
             with contextlib.suppress(Exception):
                 await msg.nak()
             return
-        self._beats[id(msg)] = self._keep_alive(msg)
-        task = asyncio.create_task(self._settle(msg))
-        self._running.add(task)
+        loop = asyncio.get_running_loop()
+        self._beats[id(msg)] = (msg, loop.time() + self._ack_wait / 3)
+        if self._sweep is None:
+            self._sweep = loop.call_later(self._ack_wait / 6, self._keep_alive)
+        # The handler runs in the mailbox's own task (a task of its own per message cost a task, a shield and a
+        # wake-up). stop() may cancel it: that cancel is taken back here and the mailbox goes on with the rest of
+        # the thread's work (commands share it); a cancel of the mailbox itself goes on up.
+        current = asyncio.current_task()
+        assert current is not None  # mailbox jobs run in the mailbox's task
+        self._running.add(current)
+        self._idle.clear()
+        cut = False
         try:
-            await asyncio.shield(task)  # stop() may cancel the handler; the mailbox only waits for it
+            await self._settle(msg)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            assert current is not None  # a coroutine awaiting a shield runs in a task
-            if current.cancelling():  # the mailbox itself is being cancelled
-                task.cancel()
+            if current not in self._cut or current.cancelling() > 1:
                 raise
-            # stop() cut the handler short: its message goes to the next owner now, and the thread's mailbox
-            # carries on with the rest of its work (commands share it)
+            cut = True
+        finally:
+            self._running.discard(current)
+            del self._beats[id(msg)]
+            if current in self._cut:
+                self._cut.discard(current)
+                current.uncancel()  # stop()'s cancel is spent here, whether the handler let it through or not
+            if not self._running:
+                self._idle.set()
+        if cut:  # stop() cut the handler short: its message goes to the next owner now
             with contextlib.suppress(Exception):
                 await msg.nak()
-        finally:
-            self._running.discard(task)
-            self._beats.pop(id(msg)).cancel()
 
     async def _settle(self, msg: Msg) -> None:
         ids = logs.ids_of(msg.data)
@@ -208,7 +234,7 @@ class PullConsumer:
         while True:
             try:
                 await self._handle(msg)
-                await msg.ack()
+                await self._acks.ack(msg)
                 return
             except asyncio.CancelledError:
                 raise
@@ -263,10 +289,16 @@ class PullConsumer:
             with contextlib.suppress(Exception):
                 await msg.nak()
         if self._running:
-            _, late = await asyncio.wait(set(self._running), timeout=timeout)
-            for task in late:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            for task in list(self._running):
+                self._cut.add(task)
                 task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+            await self._idle.wait()
+        self._acks.flush()  # the last acks go now, not after the window
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
 
 class PartitionConsumers:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -32,10 +33,18 @@ _HEARTBEAT, _EXPIRED = "100", "408"
 
 class LingeringPull:
     """The deliveries of one durable pull consumer. :meth:`take` waits for deliveries and returns all that
-    have arrived since it was last called, in delivery order."""
+    have arrived since it was last called, in delivery order; with a ``sink``, each delivery goes to it the
+    moment it arrives instead (one task wake-up less per message), and :meth:`take` only keeps the request
+    outstanding (it returns what arrives once :meth:`close` began)."""
 
     def __init__(
-        self, js: JetStreamContext, stream: str, durable: str, batch: int = 256, expires: float = IDLE_WAIT
+        self,
+        js: JetStreamContext,
+        stream: str,
+        durable: str,
+        batch: int = 256,
+        expires: float = IDLE_WAIT,
+        sink: Callable[[Msg], None] | None = None,
     ) -> None:
         self._nc = js._nc  # nats-py keeps the connection and API prefix of a context private
         self._subject = f"{js._prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
@@ -48,6 +57,7 @@ class LingeringPull:
         self._retry_after = 0.0  # >0: the last request failed or was refused; ask again after this long
         self._lapse: asyncio.TimerHandle | None = None
         self._sub: Subscription | None = None
+        self._sink = sink
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
@@ -72,8 +82,11 @@ class LingeringPull:
     async def _on_msg(self, msg: Msg) -> None:
         status = JetStreamContext.is_status_msg(msg)
         if status is None:
-            self._ready.append(msg)
-            self._wake.set()
+            if self._sink is not None:
+                self._sink(msg)
+            else:
+                self._ready.append(msg)
+                self._wake.set()
             self._left -= 1
             if self._left <= 0:
                 await self._request()
@@ -114,6 +127,7 @@ class LingeringPull:
     async def close(self, timeout: float = 2.0) -> list[Msg]:
         """Stop asking and take in what is already on its way: returns the deliveries nobody took, which the
         caller gives back (or leaves unacknowledged) for the next owner."""
+        self._sink = None  # what the drain brings in is returned, not handed on
         if self._lapse is not None:
             self._lapse.cancel()
         if self._sub is not None:

@@ -17,7 +17,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..eventlog import streams, tracing
-from . import broker_urls, logs, metrics, nats_headers
+from . import broker_urls, logs, metrics, nats_headers, nats_metadata
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
     a cluster (comma-separated): the client fails over to whichever answers. ``user``/``password`` are the
     service credentials (``TREADLE_NATS_USER``/``_PASSWORD``); they may also come in the URL."""
     nats_headers.install()
+    nats_metadata.install()
     options = broker_urls.parse(url).connect_options()
     if user:
         options.update(user=user, password=password)

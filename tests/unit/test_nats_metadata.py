@@ -1,0 +1,44 @@
+"""The metadata parser the workers install gives what nats-py's own gives, for real ack subjects and arbitrary
+ones (the same object, or the same kind of refusal)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from treadle.runtime import nats_metadata
+
+
+def _outcome(parse, reply: str):
+    try:
+        return repr(parse(reply))
+    except Exception as exc:
+        return type(exc)
+
+
+tokens = st.one_of(
+    st.integers(min_value=0, max_value=2**63).map(str),
+    st.sampled_from(["_", "", "x", "TREADLE_EVENTS", "-1", "1.5", "supervisor-dispatch-p3"]),
+)
+
+
+@given(st.lists(tokens, min_size=5, max_size=14), st.sampled_from(["$JS.ACK", "$JS.NAK", "_INBOX"]))
+@settings(max_examples=3000)
+def test_ack_subjects_parse_as_nats_py_parses_them(rest: list[str], prefix: str) -> None:
+    reply = ".".join([prefix, *rest])
+    assert _outcome(nats_metadata.metadata_from_reply, reply) == _outcome(nats_metadata.original, reply)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.TREADLE_EVENTS.supervisor-dispatch-p3.2.123456.7890.1733300000000000000.12",
+        "$JS.ACK.hub.ACC.TREADLE_EVENTS.projector.1.5.6.1733300000000000000.0.r4nd",
+        "$JS.ACK._.ACC.S.c.1.5.6.1733300000000000000.0",
+    ],
+)
+def test_a_deliverys_metadata_equals_nats_pys(reply: str) -> None:
+    ours, theirs = nats_metadata.metadata_from_reply(reply), nats_metadata.original(reply)
+    assert ours == theirs and repr(ours) == repr(theirs) and hash(ours) == hash(theirs)
+    assert ours.sequence.stream == theirs.sequence.stream
