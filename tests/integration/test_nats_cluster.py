@@ -166,4 +166,7 @@ async def test_a_tenant_credential_works_on_every_node_and_every_node_reloads_au
             for node in cluster.nodes:
                 assert await _refused(node.address, creds), node.address
         finally:
+            # Closed while reconnecting (it may have been on the killed node), nats-py writes what it buffered
+            # meanwhile to the transport it lost and raises: close it once it is back on a node.
+            await wait_for(lambda: service.is_connected, what="the service connection back on a node")
             await service.close()
