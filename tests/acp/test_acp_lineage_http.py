@@ -4,6 +4,9 @@ thread. Real workers, real agents in the sandbox, mocks of the model APIs on 127
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.codex.codex_mock import Text
@@ -18,6 +21,13 @@ def assistant_texts(run: dict) -> list[str]:
     return [m["text"] for m in run["messages"] if m["role"] == "assistant" and m["text"]]
 
 
+def saved_session(homes_root: Path, native_ref: str, text: str) -> list[Path]:
+    """The agent's own session files (Claude Code's transcript, Codex's rollout) under the test's agent homes
+    that name the session and hold ``text``."""
+    needle = json.dumps(text, ensure_ascii=False)[1:-1]  # as it stands inside a JSON line
+    return [p for p in homes_root.rglob(f"*{native_ref}*.jsonl") if needle in p.read_text(errors="replace")]
+
+
 async def run_to_end(client: TreadleClient, thread: str, text: str, **kw) -> dict:
     sent = await client.send(thread, text, **kw)
     return await client.wait_run(sent["run_id"], timeout=120)
@@ -25,7 +35,7 @@ async def run_to_end(client: TreadleClient, thread: str, text: str, **kw) -> dic
 
 @pytest.mark.parametrize("provider", ["acp-claude", "acp-codex"])
 async def test_L9_3_an_acp_session_resumes_with_its_history_after_the_provider_host_is_killed(
-    client, acp_stack, claude_api, codex_api, provider
+    client, acp_stack, claude_api, codex_api, homes_root, provider
 ):
     first_text = "#text remember the word heron" if provider == "acp-claude" else "remember the word heron"
     later_text = "#text which word was it" if provider == "acp-claude" else "which word was it"
@@ -33,6 +43,11 @@ async def test_L9_3_an_acp_session_resumes_with_its_history_after_the_provider_h
     first = await run_to_end(client, thread, first_text)
     assert first["status"] == "completed", first
     [before] = (await client.get_thread(thread))["provider_threads"]
+    # The agents write their sessions after answering (Claude Code flushes its transcript on a 100 ms timer): a
+    # host killed before that loses the session, and the next run correctly gets a replacement with a handoff.
+    # This test is about a session that was saved, so it kills the host once the agent's file holds the reply.
+    [reply] = assistant_texts(first)
+    await wait_for(lambda: saved_session(homes_root, before["native_ref"], reply), timeout=30, what="session saved")
 
     restarts = acp_stack.processes.restarts("provider-host")
     await acp_stack.processes.kill("provider-host")
