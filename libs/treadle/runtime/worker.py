@@ -17,7 +17,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..eventlog import streams, tracing
-from . import broker_urls, logs, metrics, nats_headers, nats_metadata
+from . import broker_urls, logs, metrics, nats_headers, nats_metadata, nats_writes
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
     service credentials (``TREADLE_NATS_USER``/``_PASSWORD``); they may also come in the URL."""
     nats_headers.install()
     nats_metadata.install()
+    nats_writes.install()
     options = broker_urls.parse(url).connect_options()
     if user:
         options.update(user=user, password=password)

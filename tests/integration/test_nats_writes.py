@@ -1,0 +1,112 @@
+"""Publishes written at the end of the loop turn (runtime/nats_writes.py) on a real broker: the same messages in
+the same order as nats-py's flusher sends, back-pressure from a broker that stops reading, and the writes held
+over a broker restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from tests.support.helpers import wait_for
+from treadle.ops.servers import NatsServer
+from treadle.runtime import nats_writes
+
+
+@pytest.fixture
+def turn_end_writes():
+    before = Client._flush_pending
+    nats_writes.install()
+    yield
+    Client._flush_pending = before  # type: ignore[method-assign]
+
+
+async def collect(nc, subject: str) -> list[bytes]:
+    seen: list[bytes] = []
+
+    async def keep(msg) -> None:
+        seen.append(msg.data)
+
+    await nc.subscribe(subject, cb=keep)
+    await nc.flush()
+    return seen
+
+
+async def test_publishes_requests_and_replies_keep_their_order(nats_url, turn_end_writes):
+    nc = await nats.connect(nats_url)
+    try:
+        seen = await collect(nc, "writes.order")
+
+        async def answer(msg) -> None:
+            await msg.respond(b"ok:" + msg.data)
+
+        await nc.subscribe("writes.ask", cb=answer)
+        for i in range(3000):
+            await nc.publish("writes.order", str(i).encode())
+            if i % 7 == 0:
+                await asyncio.sleep(0)  # some turns end after one publish, others after several
+            if i % 100 == 0:
+                assert (await nc.request("writes.ask", str(i).encode(), timeout=5)).data == f"ok:{i}".encode()
+        await nc.flush()
+        await wait_for(lambda: len(seen) == 3000, what="every publish delivered")
+        assert seen == [str(i).encode() for i in range(3000)]
+    finally:
+        await nc.close()
+
+
+async def test_a_broker_that_stops_reading_holds_the_writes_in_the_pending_buffer(tmp_path, turn_end_writes):
+    """The socket's buffers fill, then the transport's up to HIGH_WATER, then nats-py's pending buffer, where a
+    publish waits: memory stays bounded. Once the broker reads again, every message arrives in order."""
+    payload = b"x" * 1000
+    count = 20_000  # 20 MB: more than loopback's socket buffers, the high-water mark and the pending buffer
+    async with NatsServer(tmp_path / "nats") as server:
+        receiver = await nats.connect(server.url)
+        nc = await nats.connect(server.url, pending_size=512 * 1024)
+        try:
+            seen = await collect(receiver, "writes.held")
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+
+                async def publish_all() -> None:
+                    for i in range(count):
+                        await nc.publish("writes.held", b"%d:" % i + payload)
+                        await asyncio.sleep(0)  # a worker's case: one write per loop turn
+
+                publishing = asyncio.create_task(publish_all())
+                await wait_for(
+                    lambda: nc._pending_data_size > 256 * 1024, timeout=60, what="writes held in the pending buffer"
+                )
+                unsent = nc._transport._io_writer.transport.get_write_buffer_size()
+                assert unsent <= nats_writes.HIGH_WATER + 64 * 1024, unsent
+                assert not publishing.done()
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            await publishing
+            await nc.flush()
+            await wait_for(lambda: len(seen) == count, timeout=60, what="every held message delivered")
+            assert [m.split(b":", 1)[0] for m in seen] == [b"%d" % i for i in range(count)]
+        finally:
+            await nc.close()
+            await receiver.close()
+
+
+async def test_writes_queued_while_the_broker_restarts_go_out_after_the_reconnect(tmp_path, turn_end_writes):
+    async with NatsServer(tmp_path / "nats") as server:
+        nc = await nats.connect(server.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
+        try:
+            seen = await collect(nc, "writes.later")  # resubscribed on reconnect, before the pending writes go
+            await server.stop()
+            await wait_for(lambda: nc.is_reconnecting, what="client reconnecting")
+            for i in range(10):
+                await nc.publish("writes.later", str(i).encode())  # held in the pending buffer meanwhile
+            await server.start()
+            await wait_for(lambda: nc.is_connected, timeout=30, what="client reconnected")
+            await nc.flush()
+            assert seen == [str(i).encode() for i in range(10)]
+        finally:
+            await nc.close()
