@@ -20,7 +20,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event, encode_event
 
-from . import subjects, tracing
+from . import nats_direct, subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
@@ -194,11 +194,11 @@ class EventLog:
         async with self._inbox_lock:
             if self._inbox is None:
                 inbox = self._nc.new_inbox()
-                await self._nc.subscribe(inbox + ".*", cb=self._route)
+                await nats_direct.subscribe(self._nc, inbox + ".*", self._route)
                 self._inbox = inbox
         return self._inbox
 
-    async def _route(self, msg) -> None:
+    def _route(self, msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
         if (answer := self._answers.get(token)) is not None:
             if not answer.done():

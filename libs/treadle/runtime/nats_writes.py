@@ -4,7 +4,7 @@ nats-py 2.16 (pinned in pyproject.toml) queues a future for its flusher task at 
 flusher idle, and the flusher wakes, writes and awaits ``drain``: a future, a queue hand-over and a task step
 per write. A worker at low load writes one message at a time (an append, a reply, a request), so it paid that
 for each. Here the first publish of a loop turn schedules one callback that writes whatever the turn queued:
-the same bytes in the same order, written as soon (bench/nats_writes.py: client CPU per publish and delivery).
+the same bytes in the same order, written as soon (bench/nats_client.py).
 
 The flusher keeps what it was for. When the broker reads slower than we write (the transport holds more than
 ``HIGH_WATER`` unsent), the callback hands the writing back to it, and it awaits ``drain``: the pending buffer

@@ -21,6 +21,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from ..eventlog import nats_direct
+
 log = logging.getLogger(__name__)
 
 # How long one request waits at the server. Messages are delivered the moment they arrive either way; this only
@@ -56,19 +58,30 @@ class LingeringPull:
         self._left = 0  # deliveries the outstanding request may still bring; 0: none outstanding
         self._retry_after = 0.0  # >0: the last request failed or was refused; ask again after this long
         self._lapse: asyncio.TimerHandle | None = None
+        self._asking: asyncio.Future | None = None  # the publish of the last request
         self._sub: Subscription | None = None
         self._sink = sink
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg)
+        self._sub = await nats_direct.subscribe(self._nc, self._inbox, self._on_msg)
         await self._request()
 
     async def _request(self) -> None:
+        self._ask()
+        if self._asking is not None:
+            await self._asking
+
+    def _ask(self) -> None:
+        """Send the next request: counted as outstanding at once, published by a task of its own (the
+        deliveries' handler runs in the connection's read loop, which must not wait)."""
         if self._lapse is not None:
             self._lapse.cancel()
         self._left = self._batch
         self._lapse = asyncio.get_running_loop().call_later(self._expires + LAPSE_GRACE, self._lapsed)
+        self._asking = asyncio.ensure_future(self._publish_request())
+
+    async def _publish_request(self) -> None:
         try:
             await self._nc.publish(self._subject, self._request_body, reply=self._inbox)
         except Exception as exc:  # the connection is closed or its buffer full: the lapse asks again
@@ -79,7 +92,7 @@ class LingeringPull:
         self._left = 0
         self._wake.set()
 
-    async def _on_msg(self, msg: Msg) -> None:
+    def _on_msg(self, msg: Msg) -> None:
         status = JetStreamContext.is_status_msg(msg)
         if status is None:
             if self._sink is not None:
@@ -89,7 +102,7 @@ class LingeringPull:
                 self._wake.set()
             self._left -= 1
             if self._left <= 0:
-                await self._request()
+                self._ask()
             return
         if status == _HEARTBEAT:
             return
@@ -101,7 +114,7 @@ class LingeringPull:
             self._left = 0
             self._wake.set()
             return
-        await self._request()
+        self._ask()
 
     async def take(self, timeout: float | None = None) -> list[Msg]:
         """Wait for at least one delivery, or ``timeout`` (then ``[]``); return everything delivered so far."""

@@ -16,7 +16,7 @@ import uvloop
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..eventlog import streams, tracing
+from ..eventlog import nats_direct, streams, tracing
 from . import broker_urls, logs, metrics, nats_headers, nats_metadata, nats_writes
 from .settings import Shared, WorkerSettings
 
@@ -35,6 +35,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
     nats_headers.install()
     nats_metadata.install()
     nats_writes.install()
+    nats_direct.install()
     options = broker_urls.parse(url).connect_options()
     if user:
         options.update(user=user, password=password)

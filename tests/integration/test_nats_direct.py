@@ -1,0 +1,87 @@
+"""Subscriptions handled by the read loop (eventlog/nats_direct.py) on a real broker: order, a handler that
+raises, unsubscribe and drain, and ``request`` replies after a reconnect."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+from nats.aio.client import Client
+
+from tests.support.helpers import wait_for
+from treadle.eventlog import nats_direct
+from treadle.ops.servers import NatsServer
+
+
+@pytest.fixture
+def direct_requests():
+    before = Client._init_request_sub
+    nats_direct.install()
+    yield
+    Client._init_request_sub = before  # type: ignore[method-assign]
+
+
+async def test_messages_reach_the_handler_in_order_and_a_failing_handler_drops_only_its_message(nats_url, caplog):
+    nc = await nats.connect(nats_url)
+    try:
+        seen: list[bytes] = []
+
+        def keep(msg) -> None:
+            if msg.data == b"13":
+                raise ValueError("unlucky")
+            seen.append(msg.data)
+
+        sub = await nats_direct.subscribe(nc, "direct.order", keep)
+        for i in range(2000):
+            await nc.publish("direct.order", str(i).encode())
+        await nc.flush()
+        await wait_for(lambda: len(seen) == 1999, what="every message handled")
+        assert seen == [str(i).encode() for i in range(2000) if i != 13]
+        assert "handler of direct.order failed" in caplog.text
+        assert sub.pending_msgs == 0 and sub.pending_bytes == 0  # nothing counted as waiting: no slow consumer
+
+        await sub.unsubscribe()
+        await nc.publish("direct.order", b"after")
+        await nc.flush()
+        assert seen[-1] == b"1999"
+    finally:
+        await nc.close()
+
+
+async def test_a_drained_subscription_handles_what_was_sent_before_and_nothing_after(nats_url):
+    nc = await nats.connect(nats_url)
+    try:
+        seen: list[bytes] = []
+        sub = await nats_direct.subscribe(nc, "direct.drain", lambda msg: seen.append(msg.data))
+        for i in range(100):
+            await nc.publish("direct.drain", str(i).encode())
+        await sub.drain()
+        assert seen == [str(i).encode() for i in range(100)]
+        await nc.publish("direct.drain", b"after")
+        await nc.flush()
+        assert len(seen) == 100
+    finally:
+        await nc.close()
+
+
+async def test_requests_take_their_replies_from_the_read_loop_across_a_broker_restart(tmp_path, direct_requests):
+    async with NatsServer(tmp_path / "nats") as server:
+        nc = await nats.connect(server.url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
+        try:
+
+            async def answer(msg) -> None:
+                await msg.respond(b"re:" + msg.data)
+
+            await nc.subscribe("direct.ask", cb=answer)
+            assert [(await nc.request("direct.ask", b"%d" % i, timeout=5)).data for i in range(50)] == [
+                b"re:%d" % i for i in range(50)
+            ]
+            [mux] = [s for s in nc._subs.values() if s.subject.endswith(".*")]
+            assert isinstance(mux._pending_queue, nats_direct._Direct)
+
+            await server.stop()
+            await wait_for(lambda: nc.is_reconnecting, what="client reconnecting")
+            await server.start()
+            await wait_for(lambda: nc.is_connected, timeout=30, what="client reconnected")
+            assert (await nc.request("direct.ask", b"again", timeout=5)).data == b"re:again"
+        finally:
+            await nc.close()
