@@ -8,10 +8,10 @@
 venv; it is not a project dependency) and ``perf record`` samples nats-server if perf is installed. Prints the
 top functions per process, by own time and by inclusive time.
 
-``trace``: a wiretap subscribed to ``>`` on the stack's NATS records every message with a timestamp; for a few
-runs in the middle of the load it prints the message timeline of the run's thread (commands, JetStream API
-calls, appends, pull requests, deliveries, acks, replies) relative to the POST, and a per-hop latency summary
-over all runs.
+``trace``: a wiretap subscribed to ``>`` on the stack's NATS (``bench/wiretap.py``, a process of its own) records
+every message with a timestamp; for a few runs in the middle of the load it prints the message timeline of the run's
+thread (commands, JetStream API calls, appends, pull requests, deliveries, acks, replies) relative to the POST, and a
+per-hop latency summary over all runs.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from harness import TENANT, Env, Output  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 from sampling import Procs  # noqa: E402
 from scenarios import warm_up  # noqa: E402
+from wiretap import Wiretap  # noqa: E402
 
 from treadle.cli.stack import WORKERS, Stack  # noqa: E402
 from treadle.ops.tokens import TokenStore  # noqa: E402
@@ -278,16 +279,11 @@ async def trace(args: argparse.Namespace) -> None:
     tap = None
     try:
         await warm_up(env)
-        tap = await nats.connect(stack.nats_url, name="treadle-wiretap", pending_size=512 * 1024 * 1024)
-        records: list[tuple[float, str, str | None, bytes, dict | None]] = []
-
-        async def on_msg(msg) -> None:
-            records.append((time.perf_counter(), msg.subject, msg.reply or None, msg.data, msg.headers))
-
-        await tap.subscribe(">", cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**31)
+        tap = await Wiretap.start(stack.nats_url)  # a process of its own: its times are not the bench loop's
         results: list = []
         elapsed, errors = await load(env, args.threads, args.seconds, results)
-        await asyncio.sleep(0.5)  # let the tap drain
+        records = await tap.stop()
+        tap = None
         done = [(t, o) for t, o in results if o.status == "run.completed"]
         print(
             f"\nload: {len(done)} runs in {elapsed:.1f}s = {len(done) / elapsed:.1f} runs/s; {len(records)} NATS messages "
@@ -389,7 +385,7 @@ async def trace(args: argparse.Namespace) -> None:
     finally:
         if tap is not None:
             with contextlib.suppress(Exception):
-                await tap.close()
+                await tap.stop(0)
         await stop(stack, env, tmp)
 
 

@@ -1,7 +1,7 @@
 """Where a warm turn's time goes over the HTTP path: one thread, sequential turns on a private stack with
 real workers (the setup of ``bench/codex_overhead.py`` / ``bench/claude_overhead.py``), a wiretap on ``>``
-recording every NATS message with a time. Prints the median time from the POST to the first message of each
-kind for the thread, and one warm turn's full timeline.
+(``bench/wiretap.py``, a process of its own) recording every NATS message with a time. Prints the median time from
+the POST to the first message of each kind for the thread, and one warm turn's full timeline.
 
     scripts/loopback-only.sh .venv/bin/python bench/turn_hops.py codex [--turns 12]
     scripts/loopback-only.sh .venv/bin/python bench/turn_hops.py claude [--turns 12]
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests" / "codex"))
 sys.path.insert(0, str(ROOT / "tests" / "claude"))
 
 import nats  # noqa: E402
+from wiretap import Wiretap  # noqa: E402
 
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
@@ -158,12 +159,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
             nc = await nats.connect(stack.nats_url)
             token = await TokenStore(nc.jetstream()).create("bench", "alice")
             await nc.close()
-            tap = await nats.connect(stack.nats_url, name="wiretap", pending_size=512 * 1024 * 1024)
-
-            async def on_msg(msg) -> None:
-                records.append((time.perf_counter(), msg.subject, msg.reply or None, msg.data))
-
-            await tap.subscribe(">", cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**31)
+            tap = await Wiretap.start(stack.nats_url)  # a process of its own: its times are not the bench loop's
             async with TreadleClient(stack.api_url, token, timeout=30) as client:
                 thread = (await client.create_thread(provider=kind))["thread_id"]
                 waiting: dict[str, asyncio.Future] = {}
@@ -202,8 +198,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
                     http_arrivals.append([t - t0 for t in arrivals.times[k:]])
                     await asyncio.sleep(0.2)  # a quiet gap, so a turn's tail is not the next one's head
                 follower.cancel()
-            await asyncio.sleep(0.3)
-            await tap.close()
+            records.extend(r[:4] for r in await tap.stop(0.3))
     finally:
         await direct.adapter.close()
         await (mock.stop() if kind == "codex" else mock.__aexit__(None, None, None))
