@@ -2,7 +2,9 @@
 host is up gets its recovery attempt handed over as soon as a host comes back; a run handed to a session whose
 host is dead (nobody listens on its subjects any more, and the host watcher has not reported it yet) is placed
 again on a live host at once; a run another replica moved to a new session behind this supervisor's cached
-thread still completes (its provider events are checked against the log, not dropped)."""
+thread still completes (its provider events are checked against the log, not dropped); a host killed after its
+turn ended costs the run no attempt, even when its restart's report reaches a restarted supervisor before that
+turn's end does."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run import supervision as sv
 from treadle.core.state import ThreadState, fold
 from treadle.eventlog import subjects
+from treadle.provider_host.registry import Registry, SessionRecord
 from treadle.provider_host.service import ProviderHost
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
@@ -254,3 +257,93 @@ async def test_L9_3_a_recovery_attempt_started_behind_the_supervisors_cache_is_f
             ("lost", "ps_1"),
             ("completed", "ps_2"),
         ]
+
+
+def said_by_ps_1(index: int, body: pe.AnyBody) -> bytes:
+    """Event ``index`` of att_1's play on session ps_1 (host-1), as the host publishes it."""
+    return msgspec.json.encode(
+        pe.ProviderEvent(
+            id=f"evt_ps1_{index}",
+            tenant=TENANT,
+            thread=THREAD,
+            session_id="ps_1",
+            provider_thread_id="pth_1",
+            run_id="run_1",
+            attempt_id="att_1",
+            index=index,
+            at=T0,
+            body=body,
+        )
+    )
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    want, got = pattern.split("."), subject.split(".")
+    if want[-1] == ">":
+        return len(got) >= len(want) and all(w in ("*", g) for w, g in zip(want[:-1], got))
+    return len(want) == len(got) and all(w in ("*", g) for w, g in zip(want, got))
+
+
+async def test_L9_3_a_host_killed_after_its_turn_ended_costs_no_attempt_when_its_stop_comes_first(tmp_path):
+    """host-1 plays att_1 to its end and is killed -9; the supervisor that had the turn's last events in hand
+    (finalizing, the checkpoint service away) is killed too, so the broker gives those back only once their ack
+    wait ends, while host-1's restart reports ps_1 stopped: the restarted supervisor gets the stop first. The
+    turn ended before its host died: the run completes with that attempt and its reply, not a recovery attempt
+    (three such false losses failed runs of `make soak` with "provider lost 3 times: host_restarted")."""
+    async with thread_with_history(
+        tmp_path, [envelope(i, p) for i, p in enumerate(handed_to("ps_1", "host-1"))]
+    ) as world:
+        js, subject = world.nc.jetstream(), subjects.provider(TENANT, THREAD, "pth_1")
+        accepted = asyncio.Event()
+
+        async def host_1(msg) -> None:  # host-1 as it was before the kill: it takes the turn
+            accepted.set()
+            await msg.respond(hp.encode(hp.TurnAccepted()))
+
+        stand_in = await world.nc.subscribe(subjects.host("host-1", "turn.start"), cb=host_1)
+        before = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
+        await before.start()
+        await asyncio.wait_for(accepted.wait(), 30)
+        await js.publish(subject, said_by_ps_1(1, pe.TurnStarted(native_turn_ref="turn-1")))
+
+        async def running():
+            return fold(await world.log.read(TENANT, THREAD)).run("run_1").attempt.status == "running"
+
+        await wait_for(running, what="the turn's start folded")
+        await before.stop()
+        # The turn's end, then host-1's kill: nothing more from ps_1.
+        await js.publish(subject, said_by_ps_1(2, pe.TextCompleted(message_id="msg_a", node_id="node_1", text="done")))
+        await js.publish(subject, said_by_ps_1(3, pe.TurnCompleted()))
+        await stand_in.unsubscribe()
+        # The supervisor that took those two dies with them in hand: its consumer gives them back only later.
+        stored = (await js.get_last_msg(subjects.PROVIDER_STREAM, f"{subject}.>")).subject or subject
+        [durable] = [
+            c.name
+            for c in await js.consumers_info(subjects.PROVIDER_STREAM)
+            if any(_matches(f, stored) for f in (c.config.filter_subjects or [c.config.filter_subject or ">"]))
+        ]
+        held = await js.pull_subscribe_bind(durable, stream=subjects.PROVIDER_STREAM)
+        in_hand = await held.fetch(2, timeout=10)
+        assert [pe.provider_event_decoder.decode(m.data).index for m in in_hand] == [2, 3]
+        for m in in_hand:
+            await m.nak(delay=120)
+        # host-1 comes back (a new boot, same host id) and reports the session of its earlier life stopped.
+        registry = await Registry.open(js)
+        await registry.record_session(
+            "host-1", "ps_1", SessionRecord(tenant=TENANT, thread=THREAD, provider_thread_id="pth_1", boot_id="gone")
+        )
+        host = ProviderHost(world.nc, world.shared, ProviderHostSettings(host_id="host-1"))
+        await host.start()
+        after = Supervisor(world.nc, world.shared, SupervisorSettings(host_timeout=0.5))
+        await after.start()
+        try:
+            state = await completed(world.log)
+            run = state.run("run_1")
+            assert [(a.status, a.session_id) for a in run.attempts] == [("completed", "ps_1")]
+            assert [m.text for m in state.run_messages("run_1") if m.role == "assistant"] == ["done"]
+            stops = [e.data for e in await world.log.read(TENANT, THREAD) if isinstance(e.data, ev.ProviderStopped)]
+            assert [(s.session_id, s.reason) for s in stops] == [("ps_1", "host_restarted")]
+        finally:
+            await held.unsubscribe()
+            await after.stop()
+            await host.stop()

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient
@@ -53,6 +55,7 @@ HOLD_CODES = ("capacity", "tenant_quota", "sandbox_unavailable")  # hosts' refus
 # Refusals no retry of the same placement can change (a provider no host runs, a request the host cannot take, a
 # misconfigured runtime home): the run fails with the host's reason instead of being retried for ever.
 REFUSED_CODES = ("unknown_provider", "bad_request")
+LAST_WORDS = 64  # at most this many earlier messages of a provider thread read back before judging a stop
 # Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
 
@@ -163,9 +166,49 @@ class Supervisor:
             # several events, those folded in are ignored by their index below (a crash between two of them).
             await self._hand_over(tenant, thread, state, f"prov|{seq}")
             return
+        if isinstance(event.body, pe.SessionStopped):
+            state = await self._fold_last_words(tenant, thread, state, msg.subject, seq, event.session_id)
         for part in parts:
             state = await self._fold(tenant, thread, state, seq, part)
         await self._hand_over(tenant, thread, state, f"prov|{seq}")
+
+    async def _fold_last_words(
+        self, tenant: str, thread: str, state: ThreadState, subject: str, seq: int, session_id: str
+    ) -> ThreadState:
+        """L9.3: a stop is judged after what its session said before it. After a supervisor crash the stop can
+        come before the session's earlier events (the crashed one had those in hand, unacknowledged: they come
+        back only once their ack wait ends). Judged first, a turn that ended before its host died counted as a
+        lost attempt, its end was then dropped as folded, and the run played again (3 such: the run failed). So
+        the stopped session's events still unfolded ahead of the stop are read from the stream and folded first."""
+        run = state.active_run
+        if run is None or run.terminal or run.attempt.status != "running" or run.attempt.session_id != session_id:
+            return state  # the stop costs no attempt: nothing to settle first
+        start = state.provider_seq + 1
+        if start >= seq:
+            return state  # it follows the last message folded: nothing can lie between
+        for _ in range(LAST_WORDS):
+            try:
+                raw = await self._js.get_msg(subjects.PROVIDER_STREAM, start, subject=subject, next=True)
+            except NotFoundError:
+                break
+            except NatsError as exc:
+                raise Retryable(f"could not read the provider thread before a stop: {exc!r}") from exc
+            if raw.seq is None or raw.seq >= seq:
+                break
+            earlier = provider_event_decoder.decode(raw.data or b"")
+            if (
+                earlier.session_id == session_id
+                and earlier.index
+                and earlier.tenant == tenant
+                and earlier.thread == thread
+            ):
+                try:
+                    for part in earlier.parts():
+                        state = await self._fold(tenant, thread, state, raw.seq, part)
+                except Later:  # it waits for an earlier one still: the stop is judged on what is folded
+                    break
+            start = raw.seq + 1
+        return state
 
     async def _fold(self, tenant: str, thread: str, state: ThreadState, seq: int, event: ProviderEvent) -> ThreadState:
         """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it."""
