@@ -41,6 +41,9 @@ from .watcher import HOST_RESTARTED, HostWatcher, report_all
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 ROLLBACK_SETTLE_SECONDS = 5.0  # how long a rollback waits for a turn that has ended to close
+# How long a turn's start waits for the session's earlier turn to close. Past it the adapter's own guard refuses
+# the turn, and the supervisor settles the attempt that never started (supervision.never_started).
+TURN_SETTLE_SECONDS = 30.0
 
 
 class Session:
@@ -563,14 +566,22 @@ class ProviderHost:
         if refused is not None:
             PLACEMENTS_REFUSED.labels(refused.reason).inc()
             return hp.HostFailure(code=refused.reason, message=f"host {self.host_id}: {refused.message}")
-        task = asyncio.create_task(self._play(session, request), name=f"turn:{request.attempt_id}")
+        earlier = [t for t in session.turns.values() if not t.done()]  # started before this one, still closing
+        task = asyncio.create_task(self._play(session, request, earlier), name=f"turn:{request.attempt_id}")
         session.turns[request.attempt_id] = task
         session.started.add(request.attempt_id)
         # A done turn leaves: a session's turns were all kept, and every start and capacity count scanned them
         task.add_done_callback(lambda _: session.turns.pop(request.attempt_id, None))
         return hp.TurnAccepted()
 
-    async def _play(self, session: Session, request: hp.StartTurn) -> None:
+    async def _play(self, session: Session, request: hp.StartTurn, earlier: list[asyncio.Task]) -> None:
+        # A turn reports its end before its adapter's run_turn has returned (it still closes the turn), and the
+        # supervisor starts the next run on that report: a runtime plays one turn at a time, and its adapter
+        # refuses a turn that comes while the last one closes, so this one waits for the earlier ones to end.
+        if earlier:
+            _, closing = await asyncio.wait(earlier, timeout=TURN_SETTLE_SECONDS)
+            if closing:
+                log.warning("turn %s starts while an earlier turn of its session has not ended", request.attempt_id)
         # One span for the whole turn (a child of the start that made this task); its events carry it, so the
         # supervisor's handling of them, the checkpoint and the projection join the run's trace.
         with tracing.span("provider turn", run=request.run_id, attempt=request.attempt_id):

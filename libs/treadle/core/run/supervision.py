@@ -218,10 +218,13 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
         )
     if att.session_id != event.session_id:
         live = state.live_session
-        if att.status == "pending" and live is not None and live.id == event.session_id and event.index > 1:
-            # L9.3: the play's start is not folded yet (a crashed supervisor's unacknowledged start comes back
-            # after the play's later events): ignoring these would lose them and leave the run waiting forever
-            return WAIT
+        if att.status == "pending" and live is not None and live.id == event.session_id:
+            if event.index > 1:
+                # L9.3: the play's start is not folded yet (a crashed supervisor's unacknowledged start comes back
+                # after the play's later events): ignoring these would lose them and leave the run waiting forever
+                return WAIT
+            if isinstance(body, pe.TurnCompleted):
+                return never_started(state, run, body, ctx)
         return IGNORE  # from a session this attempt no longer runs on (it was handed over again)
     if event.index:
         # After a crash a consumer gets new messages before the unacknowledged ones come back: fold a play's
@@ -302,6 +305,33 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     if isinstance(body, pe.TurnCompleted):
         return Reaction(finalize=body, run_id=run.id)
     return IGNORE
+
+
+def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx) -> Reaction:
+    """The attempt's turn ended as the first thing its play reported: the provider refused or failed it before it
+    started. Ignored, it left the attempt pending for ever (nothing else reports on it). A failed one is tried
+    again in a new attempt, as a lost one is (L9.3: nothing of it ran, so nothing is played twice), and fails
+    the run once the run has had its attempts (L2.5); any other end finalizes the run as reported (an interrupt
+    that came first, L8.2)."""
+    att = run.attempt
+    if turn.status != "failed":
+        return Reaction(finalize=turn, run_id=run.id)
+    if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
+        error = f"the provider did not start the turn ({len(run.attempts)} attempts): {turn.error or 'no reason'}"
+        return Reaction(finalize=pe.TurnCompleted(status="failed", error=error), run_id=run.id)
+    return Reaction(
+        [
+            AttemptEnded(run_id=run.id, attempt_id=att.id, status="failed", reason=turn.error or "not started"),
+            AttemptStarted(
+                run_id=run.id,
+                attempt_id=ctx.ids.next("att"),
+                root_node_id=ctx.ids.next("node"),
+                reason="retry",
+                message_ids=list(att.message_ids),
+                script=att.script,
+            ),
+        ]
+    )
 
 
 def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
