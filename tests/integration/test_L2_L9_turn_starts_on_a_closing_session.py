@@ -2,9 +2,10 @@
 has returned (Codex and ACP still close the turn), the supervisor finishes that run and starts the next one on the
 same session, and the adapter refused the start that came in between ("a turn is already playing on this
 session"). The host reported that turn failed without a start, the supervisor ignored it, and the attempt stayed
-pending. Now the host starts a session's next turn once the earlier one has closed (L2.2), and an attempt whose
-turn ends before it started is settled: tried again in a new attempt, and failed once the run has had its
-attempts (L2.5, L9.3). Real broker, host and supervisor; test adapters stand in for the runtimes."""
+pending. Now the host starts a session's next turn once the earlier one has closed (L2.2; an interrupt meanwhile
+ends it unplayed, L8.2), and an attempt whose turn ends before it started is settled: tried again in a new
+attempt, and failed once the run has had its attempts (L2.5, L9.3). Real broker, host and supervisor; test
+adapters stand in for the runtimes."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from treadle.core import events as ev
 from treadle.core.run import supervision as sv
 from treadle.core.state import fold
 from treadle.provider_host.service import ProviderHost
+from treadle.providers import protocol as hp
 from treadle.providers import registry
 from treadle.providers.base import Turn, TurnSink
+from treadle.providers.hosts import HostClient
 from treadle.providers.scripted import ScriptedAdapter
 from treadle.runtime.settings import ProviderHostSettings, SupervisorSettings
 from treadle.supervisor.service import Supervisor
@@ -37,6 +40,7 @@ class ClosingAdapter(ScriptedAdapter):
 
     closed: asyncio.Event
     refused: list[str]
+    played: list[str]
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -47,6 +51,7 @@ class ClosingAdapter(ScriptedAdapter):
             ClosingAdapter.refused.append(turn.attempt_id)
             raise RuntimeError("a turn is already playing on this session")
         self._playing = True
+        ClosingAdapter.played.append(turn.attempt_id)
         try:
             await super().run_turn(turn, sink)  # reports the turn's end
             await ClosingAdapter.closed.wait()
@@ -112,26 +117,48 @@ async def ended(world: World, run_id: str):
     return await wait_for(check, timeout=30, what=f"{run_id} ended")
 
 
-async def test_L2_2_the_next_run_starts_on_its_session_once_the_previous_turn_has_closed(tmp_path, monkeypatch):
-    ClosingAdapter.closed, ClosingAdapter.refused = asyncio.Event(), []
-    async with served(tmp_path, "closing", monkeypatch) as (world, host):
-        state = await ended(world, "run_1")  # its turn ended; its run_turn has not returned
-        assert state.run("run_1").status == "completed"
-        session = state.live_session
-        assert session is not None and host._sessions[session.id].busy
-        run_2 = envelope(10, queued("run_2", 2, "closing"))
-        await world.log.append(TENANT, THREAD, state.seq, [run_2])
+async def next_run_in_the_gap(world: World, host: ProviderHost) -> str:
+    """run_1 ends (its run_turn held open), then run_2 is sent; returns the session once run_2's start is on
+    the host. The turn task exists from the start (made before the host answers), so whatever it does first
+    runs before anything the test does after."""
+    state = await ended(world, "run_1")  # its turn ended; its run_turn has not returned
+    assert state.run("run_1").status == "completed"
+    session = state.live_session
+    assert session is not None and host._sessions[session.id].busy
+    await world.log.append(TENANT, THREAD, state.seq, [envelope(10, queued("run_2", 2, "closing"))])
+    await wait_for(lambda: "att_run_2" in host._sessions[session.id].started, what="run_2's start on the host")
+    return session.id
 
-        # The start reached the host inside the gap: the turn task exists from the start (made before the host
-        # answers), so whatever it does first runs before what the release below wakes.
-        await wait_for(lambda: "att_run_2" in host._sessions[session.id].started, what="run_2's start on the host")
+
+async def test_L2_2_the_next_run_starts_on_its_session_once_the_previous_turn_has_closed(tmp_path, monkeypatch):
+    ClosingAdapter.closed, ClosingAdapter.refused, ClosingAdapter.played = asyncio.Event(), [], []
+    async with served(tmp_path, "closing", monkeypatch) as (world, host):
+        session = await next_run_in_the_gap(world, host)
         ClosingAdapter.closed.set()
 
         state = await ended(world, "run_2")
         run = state.run("run_2")
         assert (run.status, [a.status for a in run.attempts]) == ("completed", ["completed"])
         assert ClosingAdapter.refused == []  # the turn waited for the earlier one instead of racing into it
-        assert state.live_session is not None and state.live_session.id == session.id
+        assert ClosingAdapter.played == ["att_run_1", "att_run_2"]
+        assert state.live_session is not None and state.live_session.id == session
+
+
+async def test_L8_2_a_turn_interrupted_while_it_waits_for_the_previous_one_ends_interrupted_unplayed(
+    tmp_path, monkeypatch
+):
+    ClosingAdapter.closed, ClosingAdapter.refused, ClosingAdapter.played = asyncio.Event(), [], []
+    async with served(tmp_path, "closing", monkeypatch) as (world, host):
+        session = await next_run_in_the_gap(world, host)
+        reply = await HostClient(world.nc, timeout=5.0).verb(
+            "host-1", "turn.interrupt", hp.StopTurn(session_id=session, attempt_id="att_run_2")
+        )
+        assert isinstance(reply, hp.TurnAccepted), reply  # not "not_active": the interrupt is not lost
+        ClosingAdapter.closed.set()
+
+        state = await ended(world, "run_2")
+        assert state.run("run_2").status == "interrupted"
+        assert ClosingAdapter.played == ["att_run_1"] and ClosingAdapter.refused == []
 
 
 async def test_L9_3_a_turn_the_provider_ends_before_it_started_is_tried_again_in_a_new_attempt(tmp_path, monkeypatch):

@@ -57,6 +57,7 @@ class Session:
         self.turns: dict[str, asyncio.Task] = {}  # attempt id -> its turn, until the turn is done
         self.started: set[str] = set()  # every attempt whose turn started here: a redelivered start is not played twice
         self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
+        self.interrupted_early: set[str] = set()  # attempts interrupted while their turn waited for an earlier one
         self.steered: set[str] = set()  # message ids delivered (a re-sent steer is not injected twice)
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
         self.rolled_back: dict[str, hp.RolledBack] = {}  # rollback id -> what it dropped (never dropped twice)
@@ -521,6 +522,9 @@ class ProviderHost:
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()
         turn = session.playing.get(request.attempt_id)
+        if turn is None and verb == "turn.interrupt" and request.attempt_id in session.turns:
+            session.interrupted_early.add(request.attempt_id)  # waiting for an earlier turn: it ends before playing
+            return hp.TurnAccepted()
         if turn is None:
             return hp.HostFailure(code="not_active", message=f"attempt {request.attempt_id} is not playing here")
         if verb == "turn.interrupt":
@@ -616,7 +620,10 @@ class ProviderHost:
         )
         session.playing[request.attempt_id] = turn
         try:
-            await session.adapter.run_turn(turn, publisher)
+            if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
+                await publisher.event(pe.TurnCompleted(status="interrupted"))
+            else:
+                await session.adapter.run_turn(turn, publisher)
         except asyncio.CancelledError:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
@@ -631,6 +638,7 @@ class ProviderHost:
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
         finally:
             session.playing.pop(request.attempt_id, None)
+            session.interrupted_early.discard(request.attempt_id)
             session.last_active = self._clock.now()
             publisher.close()
             freed = asyncio.create_task(self._freed(request.tenant))  # a turn ended: its tenant may start another
