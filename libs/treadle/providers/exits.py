@@ -32,11 +32,18 @@ def relevant_line(lines: Iterable[str]) -> str | None:
     return found
 
 
+def signal_of(returncode: int | None) -> int | None:
+    """The signal that ended a process: asyncio reports it as ``-N``, a shell (the sandbox's wrapper) as 128+N."""
+    if returncode is None:
+        return None
+    return -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 160 else None
+
+
 def exit_status(returncode: int | None) -> str:
-    """``exited with code 1``, ``was killed by SIGKILL`` (asyncio reports a signal as ``-N``; a shell as 128+N)."""
+    """``exited with code 1``, ``was killed by SIGKILL``."""
     if returncode is None:
         return "exited"
-    signum = -returncode if returncode < 0 else returncode - 128 if 128 < returncode < 160 else None
+    signum = signal_of(returncode)
     if signum is not None:
         try:
             return f"was killed by {signal.Signals(signum).name}"

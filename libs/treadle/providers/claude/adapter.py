@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import re
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -58,6 +59,9 @@ CAPABILITIES = ProviderCapabilities(
     subagents=True,
     identity="weak",
 )
+
+
+_EXIT_CODE = re.compile(r"exit code:? (-?\d+)")
 
 
 class ClaudeUnavailable(Exception):
@@ -195,6 +199,10 @@ class ClaudeAdapter(ProviderAdapter):
             async with asyncio.timeout(self.settings.connect_timeout):
                 await client.connect()
         except Exception as exc:
+            if exits.signal_of(code := _exit_code(exc)) is not None:
+                # Killed as it started (a kill, the OOM killer): a lost runtime (L9.3), which the host retries on a
+                # new session within the run's budget; a CLI that exits by itself fails the turn (it would again).
+                raise RuntimeLost(f"Claude Code {exits.exit_status(code)} as it started") from exc
             raise ClaudeUnavailable(f"Claude Code did not start: {exc}{self._stderr_tail()}") from exc
         self._client = client
         self._mode_changed = False
@@ -460,3 +468,16 @@ class ClaudeAdapter(ProviderAdapter):
     @property
     def pending_requests(self) -> list[str]:
         return self._approvals.pending if self._approvals else []
+
+
+def _exit_code(exc: BaseException) -> int | None:
+    """The CLI's exit status as the SDK's failed connect reports it: a ``ProcessError``'s ``exit_code``, or the
+    ``(exit code: N)`` of its ``CLIConnectionError`` (the SDK drops its process object when a connect fails)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(code := getattr(seen, "exit_code", None), int):
+            return code
+        if found := _EXIT_CODE.search(str(seen)):
+            return int(found.group(1))
+        seen = seen.__cause__ or seen.__context__
+    return None
