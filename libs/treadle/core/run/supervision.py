@@ -307,6 +307,13 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
     return IGNORE
 
 
+def recovery_spent(run: Run) -> int:
+    """What the recovery budget has counted, the current attempt included: it and the earlier attempts the
+    provider lost or did not start. An attempt a steer restarted (L3.3) is the user's doing and costs nothing: a
+    run steered twice still has its recoveries."""
+    return 1 + sum(1 for a in run.attempts if a is not run.attempt and a.status in ("lost", "failed"))
+
+
 def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx) -> Reaction:
     """The attempt's turn ended as the first thing its play reported: the provider refused or failed it before it
     started. Ignored, it left the attempt pending for ever (nothing else reports on it). A failed one is tried
@@ -316,8 +323,8 @@ def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx)
     att = run.attempt
     if turn.status != "failed":
         return Reaction(finalize=turn, run_id=run.id)
-    if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
-        error = f"the provider did not start the turn ({len(run.attempts)} attempts): {turn.error or 'no reason'}"
+    if (spent := recovery_spent(run)) >= MAX_RECOVERY_ATTEMPTS:
+        error = f"the provider did not start the turn ({spent} attempts): {turn.error or 'no reason'}"
         return Reaction(finalize=pe.TurnCompleted(status="failed", error=error), run_id=run.id)
     return Reaction(
         [
@@ -474,7 +481,7 @@ def session_stopped(state: ThreadView, session_id: str, reason: str, ctx: Ctx, d
             events.append(RequestResolved(request_id=req.id, run_id=run.id, status="not_resumable"))
     events.append(AttemptEnded(run_id=run.id, attempt_id=att.id, status="lost", reason=reason))
     events += _close_messages(state, run)
-    if len(run.attempts) >= MAX_RECOVERY_ATTEMPTS:
+    if (spent := recovery_spent(run)) >= MAX_RECOVERY_ATTEMPTS:
         # L10.4: a provider that may still be writing makes the files unsafe to capture: a missing summary.
         missing = CheckpointCaptured(
             checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal, status="missing"
@@ -484,7 +491,7 @@ def session_stopped(state: ThreadView, session_id: str, reason: str, ctx: Ctx, d
                 run_id=run.id,
                 attempt_id=att.id,
                 checkpoint=missing,
-                error=f"provider lost {len(run.attempts)} times: {reason}" + (f" ({detail})" if detail else ""),
+                error=f"provider lost {spent} times: {reason}" + (f" ({detail})" if detail else ""),
             )
         )
     else:
