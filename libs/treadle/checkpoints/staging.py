@@ -21,7 +21,15 @@ from collections import OrderedDict
 from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints.ignores import IgnoreChecker
-from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
+from treadle.checkpoints.incremental import (
+    CONVERTING,
+    EOL,
+    Unsure,
+    apply,
+    attribute_sources,
+    exclude_sources,
+    plain_config,
+)
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
 from treadle.checkpoints.protocol import CheckpointError, Skipped
@@ -131,7 +139,7 @@ class Stager:
                 watcher,
                 *changes,
                 self.max_file_bytes,
-                lambda paths: self._ignored(repo, paths),
+                lambda paths: self._ignored(repo, watcher, paths),
                 objects,
                 (lambda paths: self._attributes(repo, paths)) if repo.attributes else None,
             )
@@ -168,7 +176,11 @@ class Stager:
         repo.pending = {}
         packs.merge(objects_dir, treadle_dir, owner=repo.owner)
 
-    def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
+    def _ignored(self, repo: Repo, watcher: Watcher, paths: list[bytes]) -> set[bytes]:
+        if not repo.excludes and not watcher.rule_files:
+            # No rule anywhere, so git ignores nothing: asking it cost a round trip to the check-ignore child
+            # (~0.3 ms of CPU, both sides). A rule file made since is an event, and the next capture `add -A`.
+            return set()
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
         return self._checker(repo).ignored(paths, self._git.timeout)
 
@@ -211,6 +223,7 @@ class Stager:
         # The git dir's own info/attributes neutralises every converting attribute of the worktree: none applies.
         neutral = (repo.gitdir / "info" / "attributes").read_bytes() == NEUTRAL_ATTRIBUTES
         repo.attributes = not neutral and attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
+        repo.excludes = exclude_sources(repo.gitdir, repo.env)
 
     # -- the whole worktree ------------------------------------------------------------------
 
