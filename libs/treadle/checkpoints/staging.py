@@ -189,8 +189,8 @@ class Stager:
 
     def _ignored(self, repo: Repo, watcher: Watcher, paths: list[bytes]) -> set[bytes]:
         if not repo.excludes and not watcher.rule_files:
-            # No rule anywhere, so git ignores nothing: asking it cost a round trip to the check-ignore child
-            # (~0.3 ms of CPU, both sides). A rule file made since is an event, and the next capture `add -A`.
+            # No rule anywhere, so git ignores nothing: asking it cost a pipe round trip to the check-ignore
+            # child on every capture that adds a file. A rule file made since is an event: the next is `add -A`.
             return set()
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
         return self._checker(repo).ignored(paths, self._git.timeout)
