@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_repos import TENANT, THREAD, capture, ckpt, files_of
+from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, files_of
 from tests.integration.checkpoint_repos import root as root  # noqa: F401  (a fixture)
 from tests.integration.test_checkpoint_capture_paths import add_all_tree
 from treadle.checkpoints.git import Workspaces
@@ -66,6 +66,7 @@ async def test_L10_2_one_check_ignore_serves_many_captures_and_a_changed_rule_st
     ws = root / TENANT / "proj"
     await workspaces.prepare(TENANT, THREAD, "proj")
     (ws / "out").mkdir()
+    (ws / "out" / ".gitignore").write_text("*.log\n")
     await workspaces.capture(capture(0, None))
     await workspaces.capture(capture(1, 0))
     (ws / "out" / "run_2.txt").write_text("2\n")
@@ -150,3 +151,56 @@ async def test_L10_2_rules_in_a_configured_excludes_file_are_never_remembered(wo
     rules.write_text("*.b\n")
     got = await workspaces.capture(capture(3, 2))
     assert set(files_of(ws, got.commit)) == {"rules.txt", "y.a"}
+
+
+async def test_L10_2_without_any_rule_file_no_git_is_asked_and_one_that_ignores_itself_still_counts(
+    workspaces: Workspaces, root: Path, tmp_path: Path
+):
+    """No `.gitignore` anywhere and no exclude file: git ignores nothing, and new files are taken without asking it.
+    A rule file is seen even where the tree cannot show it (one that ignores itself)."""
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "out").mkdir()
+    await workspaces.capture(capture(0, None))
+    await workspaces.capture(capture(1, 0))
+    for n, name in enumerate(["out/run_2.txt", "a.log", "out/b.tmp"], 2):
+        (ws / name).write_text(f"{name}\n")
+        got = await workspaces.capture(capture(n, n - 1))
+        assert got.tree == add_all_tree(ws, tmp_path) and name in files_of(ws, got.commit)
+    assert checker_pid(workspaces) is None  # no `git check-ignore` started
+
+    (ws / ".gitignore").write_text(".gitignore\n*.log\n")
+    (ws / "b.log").write_text("b\n")
+    got = await workspaces.capture(capture(5, 4))  # a rule file: `add -A`
+    assert ".gitignore" not in files_of(ws, got.commit) and "b.log" not in files_of(ws, got.commit)
+    (ws / "c.log").write_text("c\n")
+    (ws / "c.txt").write_text("c\n")
+    got = await workspaces.capture(capture(6, 5))
+    assert got.tree == add_all_tree(ws, tmp_path)
+    assert "c.txt" in files_of(ws, got.commit) and "c.log" not in files_of(ws, got.commit)
+
+
+async def test_L10_2_rules_in_a_new_directory_or_the_git_dirs_exclude_file_count_from_the_first_capture(
+    workspaces: Workspaces, root: Path, tmp_path: Path
+):
+    ws = root / TENANT / "proj"
+    await workspaces.prepare(TENANT, THREAD, "proj")
+    (ws / "a.txt").write_text("a\n")
+    await workspaces.capture(capture(0, None))
+    await workspaces.capture(capture(1, 0))
+    (ws / "new").mkdir()  # made, filled and given rules before any watch is on it
+    (ws / "new" / ".gitignore").write_text("*.tmp\n")
+    (ws / "new" / "x.tmp").write_text("x\n")
+    (ws / "new" / "y.txt").write_text("y\n")
+    got = await workspaces.capture(capture(2, 1))
+    assert got.tree == add_all_tree(ws, tmp_path)
+    assert set(files_of(ws, got.commit)) == {"a.txt", "new/.gitignore", "new/y.txt"}
+
+    shutil.rmtree(ws / "new")
+    got = await workspaces.capture(capture(3, 2))
+    (checkpoint_dir(ws) / "info" / "exclude").write_text("*.ex\n")
+    got = await workspaces.capture(capture(4, 3))
+    (ws / "q.ex").write_text("q\n")
+    (ws / "q.txt").write_text("q\n")
+    got = await workspaces.capture(capture(5, 4))
+    assert set(files_of(ws, got.commit)) == {"a.txt", "q.txt"}

@@ -43,10 +43,14 @@ async def capture(git: GitRunner, stager: Stager, repo: Repo, req: Capture, ref:
             repo.remember(ref, tip)
             return _captured(req, ref, tip, prev, [], skipped)
         commit = await _commit(git, stager, repo, req, tree, prev)
-        (ok, failure), files = await asyncio.gather(
-            create_ref(git, repo, ref, commit, prev_ref, prev),
-            diff_stats(git, repo, prev.tree, tree) if prev else _no_files(),
-        )
+        staged = _staged(repo, prev.tree, tree) if prev else []
+        if prev is not None and staged is None:  # git counts them, while the ref is written
+            (ok, failure), files = await asyncio.gather(
+                create_ref(git, repo, ref, commit, prev_ref, prev), diff_stats(git, repo, prev.tree, tree)
+            )
+        else:
+            files = staged or []
+            ok, failure = await create_ref(git, repo, ref, commit, prev_ref, prev)
         if ok:
             repo.remember(ref, Tip(commit, tree))
             return _captured(req, ref, Tip(commit, tree), prev, files, skipped)
@@ -75,10 +79,18 @@ async def _commit(git: GitRunner, stager: Stager, repo: Repo, req: Capture, tree
     return (await git.check(repo, "commit-tree", tree, *parent, "-m", message)).decode().strip()
 
 
-async def diff_stats(git: GitRunner, repo: Repo, old: str, new: str) -> list[FileStat]:
+def _staged(repo: Repo, old: str, new: str) -> list[FileStat] | None:
+    """The stats the incremental path counted for this change (stats.py), if it did."""
     staged = repo.staged_stats
-    if staged is not None and staged[0] == old and staged[1] == new and staged[2] is not None:
-        return staged[2]  # the incremental path counted them (stats.py)
+    if staged is not None and staged[0] == old and staged[1] == new:
+        return staged[2]
+    return None
+
+
+async def diff_stats(git: GitRunner, repo: Repo, old: str, new: str) -> list[FileStat]:
+    staged = _staged(repo, old, new)
+    if staged is not None:
+        return staged
     out = await git.check(repo, "diff-tree", "-r", "-z", "-M", "--raw", "--numstat", *NO_DRIVERS, old, new)
     return parse_diff(out)
 
@@ -93,7 +105,3 @@ def _captured(
         status=req.status, unchanged=prev is not None and prev.tree == tip.tree, files=files[:MAX_FILES],
         previous_commit=prev.commit if prev else None, files_total=len(files), skipped=skipped[:MAX_FILES],
     )  # fmt: skip
-
-
-async def _no_files() -> list[FileStat]:
-    return []

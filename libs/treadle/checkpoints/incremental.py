@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from treadle.checkpoints.packs import BLOB, COMMIT, object_id
-from treadle.checkpoints.repo import Repo
+from treadle.checkpoints.repo import Repo, common_dir
 from treadle.checkpoints.trees import Trees
 from treadle.checkpoints.watcher import Watcher
 
@@ -57,6 +57,21 @@ def attribute_sources(config: bytes, gitdir: Path, home: str | None, trees: Tree
         return True
     xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
     return bool(xdg and os.path.exists(os.path.join(xdg, "git", "attributes")))
+
+
+def exclude_sources(gitdir: Path, env: dict[str, str]) -> bool:
+    """May ignore rules apply from elsewhere than a `.gitignore` of the worktree: the git dir's `info/exclude`, or
+    git's default global excludes file? (A configured core.excludesFile makes :func:`plain_config` false.)"""
+    dirs = {gitdir, common_dir(gitdir) or gitdir}
+    if any((d / "info" / "exclude").exists() for d in dirs):
+        return True
+    home = env.get("HOME")
+    xdgs = {
+        env.get("XDG_CONFIG_HOME"),
+        os.environ.get("XDG_CONFIG_HOME"),
+        os.path.join(home, ".config") if home else None,
+    }
+    return any(os.path.lexists(os.path.join(x, "git", "ignore")) for x in xdgs if x)
 
 
 # Attributes under which `git add` stores other bytes than the file's (always, or when it has CRs).

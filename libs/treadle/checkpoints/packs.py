@@ -22,6 +22,7 @@ _TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob"}
 MERGE_AT = 16  # packs of ours; `git gc --auto` repacks everything at 50 (gc.autoPackLimit)
 _SMALL = 8 << 20  # only packs below this are merged: merging never copies the big ones over and over
 _LIST = "packs"  # in <gitdir>/treadle: the packs this module wrote, one name a line
+_LINE = len("pack-") + 40 + 1  # every line of the list: its size counts them without reading it
 
 
 def object_id(kind: int, data: bytes) -> bytes:
@@ -69,9 +70,9 @@ def _deflate(data: bytes, compress: bool) -> bytes:
 def _write_pack(
     objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes], owner: tuple[int, int] | None = None
 ) -> str:
-    pack_dir = objects_dir / "pack"
-    if not pack_dir.is_dir():
-        pack_dir.mkdir(parents=True, exist_ok=True)
+    pack_dir = f"{objects_dir}/pack"
+    if not os.path.isdir(pack_dir):
+        os.makedirs(pack_dir, exist_ok=True)
         if owner is not None:
             os.chown(pack_dir, *owner, follow_symlinks=False)
     body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
@@ -105,22 +106,34 @@ def _write_pack(
     idx += pack_sum
     idx += hashlib.sha1(idx).digest()
     # git finds packs by their .idx: the .pack must be complete before its .idx appears.
-    _put(pack_dir / f"{name}.pack", bytes(body), owner)
-    _put(pack_dir / f"{name}.idx", bytes(idx), owner)
-    with open(treadle_dir / _LIST, "a") as f:
-        f.write(name + "\n")
+    _put(pack_dir, f"{name}.pack", body, owner)
+    _put(pack_dir, f"{name}.idx", idx, owner)
+    fd = os.open(f"{treadle_dir}/{_LIST}", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, f"{name}\n".encode())
+    finally:
+        os.close(fd)
     return name
 
 
-def _put(path: Path, data: bytes, owner: tuple[int, int] | None = None) -> None:
-    if path.exists():  # the same objects written before: same name, same bytes
+def _put(where: str, name: str, data: bytes | bytearray, owner: tuple[int, int] | None = None) -> None:
+    # Plain os calls: a capture writes two of these, and each file is most of what writing a pack costs.
+    path = f"{where}/{name}"
+    if os.path.exists(path):  # the same objects written before: same name, same bytes
         return
-    tmp = path.with_name(f"tmp_{path.name}_{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
+    tmp = f"{where}/tmp_{name}_{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a killed writer's (read-only by now, perhaps)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         if owner is not None:
-            os.fchown(f.fileno(), *owner)
-    os.chmod(tmp, 0o444)
+            os.fchown(fd, *owner)
+        os.fchmod(fd, 0o444)  # whatever the umask
+    finally:
+        os.close(fd)
     os.rename(tmp, path)
 
 
@@ -137,12 +150,17 @@ def ours(objects_dir: Path, treadle_dir: Path) -> list[str]:
     return list(seen)
 
 
+def due(treadle_dir: Path) -> bool:
+    """Are there :data:`MERGE_AT` packs of ours, or about (a stat: the cheap check, every capture)?"""
+    try:
+        return os.stat(f"{treadle_dir}/{_LIST}").st_size >= MERGE_AT * _LINE
+    except FileNotFoundError:
+        return False
+
+
 def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = None) -> str | None:
     """Merge our small packs into one when there are :data:`MERGE_AT` of them (call under the git dir lock)."""
-    try:
-        if (treadle_dir / _LIST).read_bytes().count(b"\n") < MERGE_AT:  # the cheap check, every capture
-            return None
-    except FileNotFoundError:
+    if not due(treadle_dir):
         return None
     names = ours(objects_dir, treadle_dir)
     sizes = {n: (objects_dir / "pack" / f"{n}.pack").stat().st_size for n in names}

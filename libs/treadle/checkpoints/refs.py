@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from treadle.checkpoints.repo import Repo, Tip, common_dir
@@ -73,24 +75,28 @@ def _create_loose(repo: Repo, ref: str, commit: str, prev_ref: str | None, prev:
     so a git updating the same ref at the same time fails one of the two), checked, renamed into place.
     Only called under the git dir lock, which every Treadle writer of these refs holds."""
     base = common_dir(repo.gitdir) or repo.gitdir
-    path = base / ref
-    lock = path.with_name(path.name + ".lock")
+    path = f"{base}/{ref}"  # plain strings and os calls: this is on every capture that changed something
+    lock = path + ".lock"
     try:
-        make_dirs(path.parent, repo.owner)  # the tenant's git children rename and delete refs in them
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            make_dirs(Path(parent), repo.owner)  # the tenant's git children rename and delete refs in them
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         if repo.owner is not None:
             os.fchown(fd, *repo.owner)
     except OSError as e:
         if "fd" in locals():
             os.close(fd)
-            lock.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
         return False, f"cannot lock ref '{ref}': {e}".encode()
     try:
-        if path.exists():
+        if os.path.exists(path):
             return False, f"cannot lock ref '{ref}': reference already exists".encode()
         if prev_ref and prev and prev.written:
             try:
-                held = (base / prev_ref).read_bytes().strip().decode()
+                with open(f"{base}/{prev_ref}", "rb", buffering=0) as f:
+                    held = f.read(4096).strip().decode()
             except (OSError, UnicodeDecodeError):
                 held = None
             if held != prev.commit:
@@ -103,7 +109,8 @@ def _create_loose(repo: Repo, ref: str, commit: str, prev_ref: str | None, prev:
     finally:
         if fd >= 0:
             os.close(fd)
-            lock.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
 
 
 def ref_mtime(repo: Repo, name: str) -> float:

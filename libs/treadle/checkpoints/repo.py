@@ -54,6 +54,7 @@ class Repo:
     trees: Trees | None = None  # the last tree, per directory, while the watcher vouches for it (incremental.py)
     plain: bool | None = None  # git's modes and object ids are those incremental.py computes; None: not read yet
     attributes: bool = True  # git attributes may apply (incremental captures then ask `git check-attr`)
+    excludes: bool = True  # ignore rules may apply from outside the worktree (incremental.exclude_sources)
     gitlinks: set[bytes] = field(default_factory=set)  # submodules of the last tree
     nested: bool = True  # the last size walk found a repository inside the worktree (or there was none)
     too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size

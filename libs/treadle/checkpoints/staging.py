@@ -17,11 +17,20 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict
+from pathlib import Path
 
 from treadle.checkpoints import packs
 from treadle.checkpoints.fingerprint import TooLarge, fingerprint
 from treadle.checkpoints.ignores import IgnoreChecker
-from treadle.checkpoints.incremental import CONVERTING, EOL, Unsure, apply, attribute_sources, plain_config
+from treadle.checkpoints.incremental import (
+    CONVERTING,
+    EOL,
+    Unsure,
+    apply,
+    attribute_sources,
+    exclude_sources,
+    plain_config,
+)
 from treadle.checkpoints.locks import clear_stale_lock
 from treadle.checkpoints.odb import ObjectReader
 from treadle.checkpoints.protocol import CheckpointError, Skipped
@@ -34,6 +43,7 @@ from treadle.checkpoints.watcher import Inotify, Unwatchable, Watcher, local_fil
 log = logging.getLogger(__name__)
 
 INLINE_WALK_ENTRIES = 256
+INLINE_PACK_BYTES = 64 << 10  # objects written on the event loop at most (compressing more takes a while)
 MAX_IGNORE_CHECKERS = 64  # running `git check-ignore` children (one per recently captured worktree)
 
 
@@ -131,7 +141,7 @@ class Stager:
                 watcher,
                 *changes,
                 self.max_file_bytes,
-                lambda paths: self._ignored(repo, paths),
+                lambda paths: self._ignored(repo, watcher, paths),
                 objects,
                 (lambda paths: self._attributes(repo, paths)) if repo.attributes else None,
             )
@@ -157,18 +167,31 @@ class Stager:
         """Write the objects the incremental path made (and ``extra``, e.g. the commit) as one pack."""
         if extra:
             repo.pending.update(extra)
-        if repo.pending:
+        if not repo.pending:
+            return
+        if sum(len(data) for _, data in repo.pending.values()) > INLINE_PACK_BYTES:
             await self._git.in_thread(self._write_pending, repo)
+            return
+        # A small pack (a run's few files and the trees above them) is written here: a hop to a worker thread
+        # and back cost more CPU than writing it, and the GIL handoffs more again while other captures run.
+        objects_dir, treadle_dir = _pack_dirs(repo)
+        packs.write(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
+        repo.pending = {}
+        if packs.due(treadle_dir):  # every MERGE_AT captures: that one reads and writes them all
+            await self._git.in_thread(packs.merge, objects_dir, treadle_dir, repo.owner)
 
     @staticmethod
     def _write_pending(repo: Repo) -> None:
-        objects_dir = (common_dir(repo.gitdir) or repo.gitdir) / "objects"
-        treadle_dir = repo.gitdir / "treadle"
+        objects_dir, treadle_dir = _pack_dirs(repo)
         packs.write(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
         repo.pending = {}
         packs.merge(objects_dir, treadle_dir, owner=repo.owner)
 
-    def _ignored(self, repo: Repo, paths: list[bytes]) -> set[bytes]:
+    def _ignored(self, repo: Repo, watcher: Watcher, paths: list[bytes]) -> set[bytes]:
+        if not repo.excludes and not watcher.rule_files:
+            # No rule anywhere, so git ignores nothing: asking it cost a pipe round trip to the check-ignore
+            # child on every capture that adds a file. A rule file made since is an event: the next is `add -A`.
+            return set()
         # --no-index: the private index is not kept up to date by this path; the trees say what is tracked.
         return self._checker(repo).ignored(paths, self._git.timeout)
 
@@ -211,6 +234,7 @@ class Stager:
         # The git dir's own info/attributes neutralises every converting attribute of the worktree: none applies.
         neutral = (repo.gitdir / "info" / "attributes").read_bytes() == NEUTRAL_ATTRIBUTES
         repo.attributes = not neutral and attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
+        repo.excludes = exclude_sources(repo.gitdir, repo.env)
 
     # -- the whole worktree ------------------------------------------------------------------
 
@@ -278,6 +302,10 @@ class Stager:
         return (
             await asyncio.to_thread(fingerprint, repo) if repo.walk_entries > INLINE_WALK_ENTRIES else fingerprint(repo)
         )
+
+
+def _pack_dirs(repo: Repo) -> tuple[Path, Path]:
+    return (common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle"
 
 
 def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:

@@ -166,6 +166,9 @@ class Watcher:
         self.new_dirs: set[bytes] = set()  # created or moved in since armed: not watched yet
         self.full = True  # something changed that only a whole `add -A` can account for
         self.tree: str | None = None  # what the worktree's tree was when the watcher was last armed
+        # A `.gitignore` (of any kind) was in a directory when its watch was added since the last arm: False means
+        # no rule file anywhere in the worktree, as one made later is an event that makes the watcher ``full``.
+        self.rule_files = True
 
     __hash__ = object.__hash__
 
@@ -226,6 +229,7 @@ class Watcher:
             self.new_dirs.clear()
         old = set(self.wds)
         self._dirs, self._extra_wds = {}, set()
+        self.rule_files = False
         self.watch_tree(b"")
         for d in self._extra:
             if os.path.isdir(d):
@@ -235,7 +239,8 @@ class Watcher:
             self._inotify.release(self, stale)
 
     def watch_tree(self, rel: bytes) -> None:
-        """Watch a directory below the worktree and every directory in it (before reading what is in them)."""
+        """Watch a directory below the worktree and every directory in it (before reading what is in them), noting
+        any rule file in them."""
         count = len(self._dirs)
         stack = [rel]
         while stack:
@@ -246,6 +251,8 @@ class Watcher:
                 raise Unwatchable(0, "too many directories to watch")
             with os.scandir(os.path.join(self._top, d) if d else self._top) as it:
                 for e in it:
+                    if e.name == b".gitignore":
+                        self.rule_files = True
                     if e.is_dir(follow_symlinks=False) and not (not d and e.name == b".git"):
                         stack.append(d + b"/" + e.name if d else e.name)
 
