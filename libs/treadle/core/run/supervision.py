@@ -6,7 +6,7 @@ what happened into thread events.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from treadle.core import provider_events as pe
 from treadle.core.checkpoints.events import CheckpointCaptured
@@ -314,6 +314,19 @@ def recovery_spent(run: Run) -> int:
     return 1 + sum(1 for a in run.attempts if a is not run.attempt and a.status in ("lost", "failed"))
 
 
+def _again(run: Run, ctx: Ctx, reason: Literal["retry", "provider_recovery"]) -> AttemptStarted:
+    """A new attempt at the run's current one, with the same input."""
+    att = run.attempt
+    return AttemptStarted(
+        run_id=run.id,
+        attempt_id=ctx.ids.next("att"),
+        root_node_id=ctx.ids.next("node"),
+        reason=reason,
+        message_ids=list(att.message_ids),
+        script=att.script,
+    )
+
+
 def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx) -> Reaction:
     """The attempt's turn ended as the first thing its play reported: the provider refused or failed it before it
     started. Ignored, it left the attempt pending for ever (nothing else reports on it). A failed one is tried
@@ -329,14 +342,7 @@ def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx)
     return Reaction(
         [
             AttemptEnded(run_id=run.id, attempt_id=att.id, status="failed", reason=turn.error or "not started"),
-            AttemptStarted(
-                run_id=run.id,
-                attempt_id=ctx.ids.next("att"),
-                root_node_id=ctx.ids.next("node"),
-                reason="retry",
-                message_ids=list(att.message_ids),
-                script=att.script,
-            ),
+            _again(run, ctx, "retry"),
         ]
     )
 
@@ -495,14 +501,5 @@ def session_stopped(state: ThreadView, session_id: str, reason: str, ctx: Ctx, d
             )
         )
     else:
-        events.append(
-            AttemptStarted(
-                run_id=run.id,
-                attempt_id=ctx.ids.next("att"),
-                root_node_id=ctx.ids.next("node"),
-                reason="provider_recovery",
-                message_ids=list(att.message_ids),
-                script=att.script,
-            )
-        )
+        events.append(_again(run, ctx, "provider_recovery"))
     return Reaction(events)
