@@ -17,13 +17,13 @@ import msgspec
 import pytest
 from msgspec.structs import replace
 
-from treadle.core.events import Envelope, decode_event
+from treadle.core.events import Envelope, ThreadCreated, decode_event
 from treadle.core.state import ThreadState, evolve, fold
 from treadle.projections import check, document, parts, places
 from treadle.projections.document import Changes
 from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
 from treadle.views import VIEW_VERSION, of_state
-from treadle.views.thread import lineage_node, queue_view, run_change, run_view, thread_head
+from treadle.views.thread import ThreadView, lineage_node, queue_view, run_change, run_view, thread_head
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -53,6 +53,16 @@ async def _assert_reads_equal_the_whole(store: ProjectionStore, state: ThreadSta
         assert _same(await store.read(t.tenant, t.id, partial(parts.run, run_id=run_id)), run_view(view, run_id))
         assert _same(await store.read(t.tenant, t.id, partial(parts.change, run_id=run_id)), run_change(view, run_id))
     assert await store.read(t.tenant, t.id, lambda s: parts.run(s, "run_none")) is None
+    latest = run_view(view, view.runs[-1].id) if view.runs else None
+    assert _same(await store.read(t.tenant, t.id, parts.latest_run), latest)
+    # the delegation tools' small views hold the whole document's values of the fields they read
+    small = partial(ThreadView, thread=view.thread, seq=view.seq)
+    assert _same(await store.read(t.tenant, t.id, parts.active_run), small(active_run_id=view.active_run_id))
+    assert _same(await store.read(t.tenant, t.id, parts.first_run), small(lineage=view.lineage, runs=view.runs[:1]))
+    for run in [*view.runs, None]:
+        read = partial(parts.run_and_transfers, run_id=run.id if run else "run_none")
+        runs = [r for r in view.runs if r.id == run.id][-1:] if run else []
+        assert _same(await store.read(t.tenant, t.id, read), small(transfers=view.transfers, runs=runs))
     assert await store.read(t.tenant, t.id, lambda s: parts.change(s, "run_none")) is None
     assert _same(await store.read(t.tenant, t.id, parts.queue), queue_view(view))
     head = await store.read(t.tenant, t.id, parts.head)
@@ -243,3 +253,11 @@ async def test_small_fields_are_written_when_they_change_and_only_on_top_of_thei
     assert await store._pipeline([(cached, [], changes)]) == [-1]  # refused: the write resends it whole
     await store.write([(cached, [], changes)])
     await _assert_reads_equal_the_whole(store, cached)
+
+
+async def test_a_thread_without_runs_has_no_latest_run(redis):
+    store = ProjectionStore(redis)
+    created = next(e for e in _recorded("partsempty") if isinstance(e.data, ThreadCreated))
+    [state] = (await _project(store, [created], 1)).values()
+    assert state.thread is not None and not state.runs
+    assert await store.read(state.thread.tenant, state.thread.id, parts.latest_run) is None

@@ -216,13 +216,13 @@ async def cmd_send(args: argparse.Namespace, **fixed: object) -> int:
         if not args.wait:
             emit(args, await _send(client, args, script, **fixed), _accepted)
             return 0
-        doc = await client.get_thread(args.thread)
+        seq = (await client.list_runs(args.thread, limit=1)).seq or 0  # not the whole thread: it costs its length
         if not as_json(args):
             console.print(Text.assemble(("  you › ", "bold green"), args.text))
         accepted, _ = await stream_run(
             client,
             args.thread,
-            doc.seq,
+            seq,
             lambda: _send(client, args, script, **fixed),
             args.timeout,
             allow_input=not args.no_input,
@@ -247,7 +247,7 @@ async def cmd_switch(args: argparse.Namespace) -> int:
 
 async def cmd_watch(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        await client.get_thread(args.thread)  # a clear 404 before streaming
+        await client.list_runs(args.thread, limit=1)  # a clear 404 before streaming
         quiet = as_json(args)
         if not quiet:
             console.print(f"[dim]watching {escape(args.thread)} · Ctrl-C to stop[/]")

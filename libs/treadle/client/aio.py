@@ -425,11 +425,13 @@ class AsyncTreadle:
     async def _until(self, thread_id: str, read: Callable[[], Awaitable[T | None]], wake: frozenset[str]) -> T:
         """``read()`` once it finds something: read again on each event of ``wake`` (on a timer when the
         tenant has no event stream left)."""
-        doc = await self.get_thread(thread_id)  # a snapshot at doc.seq: following from there misses nothing
+        # The thread's sequence from a one-item page (its whole document costs the thread's length): what is
+        # read next reflects at least that much, and following from there misses nothing.
+        seq = (await self.list_runs(thread_id, limit=1)).seq
         if (found := await read()) is not None:
             return found
         try:
-            async with contextlib.aclosing(self.stream_events(thread_id, doc.seq, live=False)) as events:
+            async with contextlib.aclosing(self.stream_events(thread_id, seq, live=False)) as events:
                 async for event in events:
                     if event.event in wake and (found := await read()) is not None:
                         return found

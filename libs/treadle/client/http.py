@@ -276,11 +276,8 @@ class TreadleClient:
         """The run once its status is one of ``statuses`` (by default, once it has ended)."""
         wanted = frozenset(statuses)
 
-        def reached(read: dict) -> dict | None:
-            """``read``: the thread's document (the first read), or the run itself (each read after an event)."""
-            if "runs" in read:
-                return read if any(r["id"] == run_id and r["status"] in wanted for r in read["runs"]) else None
-            return read if read["status"] in wanted else None
+        def reached(run: dict) -> dict | None:
+            return run if run["status"] in wanted else None
 
         def run() -> Awaitable[dict]:
             # Read once the thread has shown the run: a 404 is only the run's index behind (a projector restarting)
@@ -293,12 +290,10 @@ class TreadleClient:
                 if found["status"] in wanted:
                     return found
                 thread_id = found["thread_id"]
-            # After an event, the run alone is read (not the whole thread, then the run): the one read between
-            # the run's end on the stream and the answer.
-            found = await self._wait(
-                thread_id, reached, wake=lambda event: event.event in RUN_EVENTS, poll=None, then=run
+            # The run alone is read, first and after each event: never the whole thread, whose cost is its length.
+            return await self._wait(
+                thread_id, reached, read=run, wake=lambda event: event.event in RUN_EVENTS, poll=None
             )
-            return await run() if "runs" in found else found
 
     async def wait_thread(
         self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None, *, poll: float | None = POLL
@@ -326,20 +321,26 @@ class TreadleClient:
         read: Callable[[], Awaitable[Any]] | None = None,
         wake: Callable[[SseEvent], bool] | None = None,
         poll: float | None = POLL,
-        then: Callable[[], Awaitable[Any]] | None = None,
     ) -> Any:
         """``predicate(read())`` (``read`` defaults to the thread's document) once truthy; read again when an
-        event ``wake`` accepts arrives, and every ``poll`` seconds (with ``then`` instead of ``read`` if given)."""
-        doc = await self._retrying(lambda: self.get_thread(thread_id))
-        # The document is one consistent snapshot at its ``seq``: whatever changes the state later has a later
-        # sequence, so following from ``seq`` misses nothing.
-        if found := predicate(doc if read is None else await self._retrying(read)):
+        event ``wake`` accepts arrives, and every ``poll`` seconds."""
+        if read is None:
+            # The document is one consistent snapshot at its ``seq``: whatever changes the state later has a later
+            # sequence, so following from ``seq`` misses nothing.
+            doc = await self._retrying(lambda: self.get_thread(thread_id))
+            seq, first = doc["seq"], doc
+        else:
+            # The sequence from a one-item page (the whole document costs the thread's length): what ``read`` finds
+            # next reflects at least that much, so following from it misses nothing as well.
+            seq = (await self._retrying(lambda: self._first_run_page(thread_id)))["seq"]
+            first = await self._retrying(read)
+        if found := predicate(first):
             return found
         changed = asyncio.Event()
 
         async def watch() -> None:
             try:
-                async with contextlib.aclosing(aiter(follow(self, thread_id, doc["seq"]))) as events:
+                async with contextlib.aclosing(aiter(follow(self, thread_id, seq))) as events:
                     async for event in events:
                         if wake is None or wake(event):
                             changed.set()  # the client saw its sequence: the next read reflects it
@@ -357,12 +358,15 @@ class TreadleClient:
                         raise failure  # the stream failed for good (the thread is gone, the token revoked)
                     poll = poll or POLL  # no stream left in the tenant's quota: read on a timer instead
                 changed.clear()
-                again = then or read or (lambda: self.get_thread(thread_id))
+                again = read or (lambda: self.get_thread(thread_id))
                 if found := predicate(await self._retrying(again)):
                     return found
         finally:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)  # its failure, if any, is reported above
+
+    async def _first_run_page(self, thread_id: str) -> dict:
+        return await self._call("GET", f"/v1/threads/{thread_id}/runs", params={"limit": 1, **self._min_seq(thread_id)})
 
     async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
         """``call()``, asked again while the gateway is unreachable or unavailable (restarting, overloaded)."""

@@ -424,11 +424,13 @@ class Treadle:
     def _until(self, thread_id: str, read: Callable[[], T | None], wake: frozenset[str], deadline: float | None) -> T:
         """``read()`` once it finds something: read again on each event of ``wake`` (on a timer when the
         tenant has no event stream left); TimeoutError past ``deadline``."""
-        doc = self.get_thread(thread_id)  # a snapshot at doc.seq: following from there misses nothing
+        # The thread's sequence from a one-item page (its whole document costs the thread's length): what is
+        # read next reflects at least that much, and following from there misses nothing.
+        seq = self.list_runs(thread_id, limit=1).seq
         if (found := read()) is not None:
             return found
         try:
-            events = self.stream_events(thread_id, doc.seq, live=False, deadline=deadline)
+            events = self.stream_events(thread_id, seq, live=False, deadline=deadline)
             with contextlib.closing(events):
                 for event in events:
                     if event.event in wake and (found := read()) is not None:

@@ -56,6 +56,12 @@ class Snapshot:
         self._keys = doc_key, places_key
         self.seq: bytes | None = None
 
+    @property
+    def sequence(self) -> int:
+        """The stream sequence every read of this snapshot reflects (known once it has read anything)."""
+        assert self.seq is not None
+        return int(self.seq)
+
     def _checked(self, got: list[bytes | None]) -> list[bytes | None]:
         seq, version = got[:2]
         if seq is None or version != document.VERSION:
@@ -109,9 +115,23 @@ async def run(snap: Snapshot, run_id: str) -> RunView | None:
     if at is None:
         return None
     [found] = await snap.items("runs", [int(at)])
-    messages = await snap.items("messages", places.positions(mine))
+    return await _run_view(snap, thread, found, places.positions(mine))
+
+
+async def latest_run(snap: Snapshot) -> RunView | None:
+    """The thread's newest run as ``run`` answers it (what a wait for "the latest run" reads); None: no run yet."""
+    thread, (count,), _ = await snap.thread("n:runs")
+    if not int(count):
+        return None
+    [found] = await snap.items("runs", [int(count) - 1])
+    _, (mine,) = await snap.get([], [f"rm:{found.id}"])
+    return await _run_view(snap, thread, found, places.positions(mine))
+
+
+async def _run_view(snap: Snapshot, thread: Thread, found: Run, message_positions: list[int]) -> RunView | None:
+    messages = await snap.items("messages", message_positions)
     checkpoints = await _checkpoints(snap, found.checkpoint_id)
-    return run_view(ThreadView(thread=thread, runs=[found], messages=messages, checkpoints=checkpoints), run_id)
+    return run_view(ThreadView(thread=thread, runs=[found], messages=messages, checkpoints=checkpoints), found.id)
 
 
 async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal: int | None = None) -> list:
@@ -162,3 +182,27 @@ async def head(snap: Snapshot) -> ThreadHead:
         transfers=_transfers.decode(transfers),
         handoffs=await snap.items("handoffs", list(range(int(handoffs)))),
     )
+
+
+# What the delegation tools read of a parent and a child thread (``task_status`` polls them): small views holding
+# only those fields, which the tools read as they would the whole documents.
+
+
+async def active_run(snap: Snapshot) -> ThreadView:
+    """A delegation's parent: its active run's id."""
+    thread, (active,), _ = await snap.thread("f:active_run_id")
+    return ThreadView(thread=thread, seq=snap.sequence, active_run_id=_id.decode(active))
+
+
+async def first_run(snap: Snapshot) -> ThreadView:
+    """A delegated task's child thread: its lineage and its first run (if any yet)."""
+    thread, (lineage, count), _ = await snap.thread("f:lineage", "n:runs")
+    runs = await snap.items("runs", [0]) if int(count) else []
+    return ThreadView(thread=thread, seq=snap.sequence, lineage=_lineage.decode(lineage), runs=runs)
+
+
+async def run_and_transfers(snap: Snapshot, run_id: str) -> ThreadView:
+    """A delegation's parent: the delegating run (if the thread has it) and the thread's context transfers."""
+    thread, (transfers,), (at,) = await snap.thread("f:transfers", where=[f"r:{run_id}"])
+    runs = await snap.items("runs", [int(at)]) if at is not None else []
+    return ThreadView(thread=thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)

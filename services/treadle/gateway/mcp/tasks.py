@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Annotated, Any, Literal
 
 from litestar import Request
@@ -17,13 +18,20 @@ from pydantic import Field
 from treadle.core.delegation import task_key
 from treadle.core.lineage.commands import DelegateTask
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
+from treadle.projections import parts
+from treadle.views.thread import ThreadView
 
 from .. import control
-from ..deps import app_state, path_id, principal, thread_view
+from ..deps import app_state, path_id, principal, thread_read
 from ..errors import ApiError
 from .base import MAX_WAIT_SECONDS, SCRIPT, RequestId, ThreadId, credential_of, guarded, key, request_of
 
 WaitSeconds = Annotated[float, Field(gt=0, le=MAX_WAIT_SECONDS)]
+
+
+def _whole(view: ThreadView) -> ThreadView:
+    """A thread not (wholly) projected yet is read whole: its document has every field the parts reads give."""
+    return view
 
 
 async def _parent(request: Request, tenant: str, named: str | None) -> tuple[str, str]:
@@ -38,7 +46,7 @@ async def _parent(request: Request, tenant: str, named: str | None) -> tuple[str
             400, "bad_request", "parent_thread_id is required with a user token", {"fields": ["parent_thread_id"]}
         )
     thread = path_id(named, "thr")
-    view = await thread_view(request, tenant, thread)
+    view = await thread_read(request, tenant, thread, parts.active_run, _whole)
     if view.active_run_id is None:
         raise ApiError(
             409, "parent_not_active", f"thread {thread} has no active run to delegate from", {"thread_id": thread}
@@ -48,12 +56,14 @@ async def _parent(request: Request, tenant: str, named: str | None) -> tuple[str
 
 async def status_of(request: Request, tenant: str, task_id: str) -> dict[str, Any]:
     """A task as its child thread and its parent's record have it; ``finalised`` once the parent's node is."""
-    child = await thread_view(request, tenant, path_id(task_id, "thr"))
+    # Only the fields it answers with, from the stored parts: a poll costs the same however long the threads are.
+    child = await thread_read(request, tenant, path_id(task_id, "thr"), parts.first_run, _whole)
     delegation = child.lineage.delegation if child.lineage is not None else None
     if child.lineage is None or delegation is None or not child.lineage.parent_thread_id:
         raise ApiError(404, "task_not_found", f"thread {task_id} is not a delegated task")
     run = child.runs[0] if child.runs else None
-    parent = await thread_view(request, tenant, child.lineage.parent_thread_id)
+    read_parent = partial(parts.run_and_transfers, run_id=delegation["parent_run_id"])
+    parent = await thread_read(request, tenant, child.lineage.parent_thread_id, read_parent, _whole)
     transfer = next(
         (t for t in parent.transfers if t.type == "delegation_result" and t.source_thread_id == task_id), None
     )

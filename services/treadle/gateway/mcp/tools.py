@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -18,9 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.decide import PROVIDERS
-from treadle.views.thread import run_view
+from treadle.projections import parts
+from treadle.views.thread import RunView, ThreadView, run_view
 
-from .. import control, lineage, lists
+from .. import control, deps, lineage, lists
 from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal, thread_view
 from ..errors import ApiError
 from . import tasks
@@ -142,6 +144,18 @@ class _Server(MCPServer):
             if isinstance(exc.__cause__, ToolError):  # ours, which the SDK prefixed: the JSON alone, parseable
                 raise exc.__cause__ from None
             raise
+
+
+async def _waited_run(run_id: str | None, snap: parts.Snapshot) -> tuple[RunView | None, int]:
+    """``thread_wait``'s read: the run (the thread's newest without an id) and the sequence it reflects."""
+    run = await (parts.run(snap, run_id) if run_id is not None else parts.latest_run(snap))
+    return run, snap.sequence
+
+
+def _run_of(run_id: str | None, view: ThreadView) -> tuple[RunView | None, int]:
+    """The same answer from the whole document (a thread not wholly projected yet)."""
+    target = run_id or (view.runs[-1].id if view.runs else None)
+    return (run_view(view, target) if target else None), view.seq
 
 
 def server() -> MCPServer:
@@ -303,14 +317,15 @@ def server() -> MCPServer:
             deadline = time.monotonic() + timeout_seconds
             delay = 0.02
             while True:
-                view = await thread_view(request, who.tenant, thread)
-                target = wanted or (view.runs[-1].id if view.runs else None)
-                run = run_view(view, target) if target else None
-                if target is not None and run is None:
-                    raise ApiError(404, "run_not_found", f"run {target} not found")
+                # The run alone, read from its stored parts: a poll costs the same however long the thread is
+                run, seq = await deps.thread_read(
+                    request, who.tenant, thread, partial(_waited_run, wanted), partial(_run_of, wanted)
+                )
+                if wanted is not None and run is None:
+                    raise ApiError(404, "run_not_found", f"run {wanted} not found")
                 ended = run is None or run.status in TERMINAL_RUN_STATUSES
                 if ended or time.monotonic() >= deadline:
-                    return {"timed_out": not ended, "run": msgspec.to_builtins(run) if run else None, "seq": view.seq}
+                    return {"timed_out": not ended, "run": msgspec.to_builtins(run) if run else None, "seq": seq}
                 await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))  # the projection, polled
                 delay = min(delay * 2, 0.25)
 
