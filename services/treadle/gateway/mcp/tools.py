@@ -20,10 +20,10 @@ from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.decide import PROVIDERS
 from treadle.projections import parts
-from treadle.views.thread import RunView, ThreadView, run_view
+from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
 
 from .. import control, deps, lineage, lists
-from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal, thread_view
+from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal
 from ..errors import ApiError
 from . import tasks
 from .base import (
@@ -156,6 +156,15 @@ def _run_of(run_id: str | None, view: ThreadView) -> tuple[RunView | None, int]:
     """The same answer from the whole document (a thread not wholly projected yet)."""
     target = run_id or (view.runs[-1].id if view.runs else None)
     return (run_view(view, target) if target else None), view.seq
+
+
+async def _head(snap: parts.Snapshot) -> tuple[ThreadHead, int]:
+    """``thread_transfers``' read: the thread's lineage, transfers and handoffs, without its runs."""
+    return await parts.head(snap), snap.sequence
+
+
+def _head_of(view: ThreadView) -> tuple[ThreadHead, int]:
+    return thread_head(view), view.seq
 
 
 def server() -> MCPServer:
@@ -364,13 +373,13 @@ def server() -> MCPServer:
 
         async def read() -> dict[str, Any]:
             who = await principal(request)
-            view = await thread_view(request, who.tenant, path_id(thread_id, "thr"))
+            head, seq = await deps.thread_read(request, who.tenant, path_id(thread_id, "thr"), _head, _head_of)
             return {
                 "thread_id": thread_id,
-                "transfers": msgspec.to_builtins(view.transfers),
-                "lineage": msgspec.to_builtins(view.lineage),
-                "handoffs": msgspec.to_builtins(view.handoffs),
-                "seq": view.seq,
+                "transfers": msgspec.to_builtins(head.transfers),
+                "lineage": msgspec.to_builtins(head.lineage),
+                "handoffs": msgspec.to_builtins(head.handoffs),
+                "seq": seq,
             }
 
         return await guarded("thread_transfers", read())
