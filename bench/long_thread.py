@@ -16,8 +16,8 @@ WINDOW = 100
 
 async def _read_ms(c: ThreadClient, paths: list[str], reps: int = 5) -> dict[str, float | None]:
     """Median latency of public reads of the long thread: its whole document (which costs its length), then reads
-    that fetch only their parts: a run, the queue, the lineage, a diff, and the one-item page that the waits of
-    the SDKs and the CLI read the thread's sequence from."""
+    that fetch only their parts: a run, the queue, the lineage, a diff, the one-item page that the waits of the
+    SDKs and the CLI read the thread's sequence from, and the last 200 runs (the console's read)."""
     out: dict[str, float | None] = {}
     for path in paths:
         lat = []
@@ -68,6 +68,7 @@ async def long_thread(env: Env, runs: int) -> dict:
         if done == WINDOW or done == runs:
             paths = [f"/v1/threads/{tid}", f"/v1/runs/{last_run}", f"/v1/threads/{tid}/queue"]
             paths += [f"/v1/threads/{tid}/lineage", f"/v1/runs/{last_run}/diff", f"/v1/threads/{tid}/runs?limit=1"]
+            paths += [f"/v1/threads/{tid}?runs=200"]  # what the console reads on each event
             reads[str(done)] = await _read_ms(c, paths)
         if done % 1000 == 0 or done == runs:
             w = windows[-1]

@@ -387,3 +387,21 @@ async def test_L1_1_a_new_thread_on_an_acp_agent_is_typed_by_name_and_a_bad_name
     thread = page.url.rsplit("/", 1)[1]
     assert (await api.thread(thread))["thread"]["provider"] == "acp-codex"
     assert all("400" in e for e in console.errors), console.errors
+
+
+async def test_a_thread_page_reads_only_its_last_runs_on_each_event(console, api):
+    """Issue 24: the page reads the thread again on each event; it asks for its last runs (``?runs=``), a read
+    that costs the same on a thread's 10,000th run as on its first, never for the whole document."""
+    thread = await api.create_thread(title="long lived")
+    for n in range(3):
+        await run_to_end(api, thread, f"run {n}", script(text(f"reply {n}")))
+    reads: list[str] = []
+    doc_path = f"/v1/threads/{thread}"
+    console.page.on("request", lambda r: reads.append(r.url) if r.url.split("?")[0].endswith(doc_path) else None)
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    await send_from_composer(console, "one more")
+    await expect(console.page.locator(".run[data-status=completed]")).to_have_count(4)
+    assert len(reads) >= 2 and all(url.endswith(f"{doc_path}?runs=200") for url in reads), reads
+    await expect(console.page.locator(".earlier")).to_have_count(0)  # all its runs are on the page
+    assert console.errors == []

@@ -3,7 +3,8 @@ and sync, and the dict client), of ``treadle send --wait`` and of the MCP ``thre
 one-item page for the thread's sequence, and never the whole thread document, which costs the thread's length
 (260 ms at 10,000 runs: bench/run.py scenario F). The whole document is the one read that asks Redis for HGETALL
 (``ProjectionStore.doc``): none may be asked while they wait, on a run still playing or on one that has ended,
-nor by the delegation tools (``delegate_task``, ``task_status``, ``thread_transfers``) on threads projected already."""
+nor by the delegation tools (``delegate_task``, ``task_status``, ``thread_transfers``) on threads projected already,
+nor by the thread's last runs (``?runs=``)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ async def test_waits_on_a_playing_and_an_ended_run_read_no_whole_thread_document
                 transfers = await call(mcp, "thread_transfers", thread_id=task["task_id"])
                 assert transfers["lineage"]["parent_thread_id"] == thread and transfers["seq"] > 0
                 assert (await call(mcp, "delegate_task", parent_thread_id=thread, task="again"))["run_id"]
+                assert [r.id for r in (await sdk.get_thread(thread, runs=1)).runs] == [run]  # what the console reads
                 playing = asyncio.create_task(_every_wait(api, mcp, sdk, sync, thread, run))
                 await api.post(f"/v1/runs/{run}/interrupt", expect=202)
                 assert await playing == ["interrupted"] * 5

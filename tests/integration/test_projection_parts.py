@@ -23,7 +23,15 @@ from treadle.projections import check, document, parts, places
 from treadle.projections.document import Changes
 from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
 from treadle.views import VIEW_VERSION, of_state
-from treadle.views.thread import ThreadView, lineage_node, queue_view, run_change, run_view, thread_head
+from treadle.views.thread import (
+    ThreadView,
+    lineage_node,
+    queue_view,
+    recent,
+    run_change,
+    run_view,
+    thread_head,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -53,6 +61,8 @@ async def _assert_reads_equal_the_whole(store: ProjectionStore, state: ThreadSta
         assert _same(await store.read(t.tenant, t.id, partial(parts.run, run_id=run_id)), run_view(view, run_id))
         assert _same(await store.read(t.tenant, t.id, partial(parts.change, run_id=run_id)), run_change(view, run_id))
     assert await store.read(t.tenant, t.id, lambda s: parts.run(s, "run_none")) is None
+    for runs in (1, 2, 5, len(view.runs) + 1):
+        assert _same(await store.read(t.tenant, t.id, partial(parts.recent, runs=runs)), recent(view, runs))
     latest = run_view(view, view.runs[-1].id) if view.runs else None
     assert _same(await store.read(t.tenant, t.id, parts.latest_run), latest)
     # the delegation tools' small views hold the whole document's values of the fields they read
@@ -261,3 +271,5 @@ async def test_a_thread_without_runs_has_no_latest_run(redis):
     [state] = (await _project(store, [created], 1)).values()
     assert state.thread is not None and not state.runs
     assert await store.read(state.thread.tenant, state.thread.id, parts.latest_run) is None
+    alone = await store.read(state.thread.tenant, state.thread.id, partial(parts.recent, runs=3))
+    assert _same(alone, recent(of_state.thread_view(state), 3))

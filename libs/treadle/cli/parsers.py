@@ -68,6 +68,7 @@ def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
     ts = threads.add_parser("show", parents=[api], help="a thread's runs, messages, checkpoints and activity")
     ts.add_argument("thread")
     ts.add_argument("--activity", type=int, default=20, help="how many activity lines (default 20)")
+    ts.add_argument("--runs", type=int, metavar="N", help="only the last N runs (all by default)")
     ts.set_defaults(func=cmd_threads_show)
 
     send = sub.add_parser("send", parents=[api], help="send a message to a thread (starts or queues a run)")

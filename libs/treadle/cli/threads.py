@@ -76,7 +76,7 @@ async def cmd_threads_list(args: argparse.Namespace) -> int:
 
 async def cmd_threads_show(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        view = await client.get_thread(args.thread)
+        view = await client.get_thread(args.thread, runs=args.runs)
     if as_json(args):
         json_line(view)
         return 0

@@ -129,8 +129,9 @@ class AsyncTreadle:
     ) -> AsyncPage[ThreadSummary]:
         return await self._page(calls.list_threads(limit=limit, cursor=cursor, q=q))
 
-    async def get_thread(self, thread_id: str) -> ThreadView:
-        return await self.call(calls.get_thread(thread_id))
+    async def get_thread(self, thread_id: str, *, runs: int | None = None) -> ThreadView:
+        """The thread's document; with ``runs``, only its last N runs (see ``calls.get_thread``)."""
+        return await self.call(calls.get_thread(thread_id, runs=runs))
 
     async def send_message(self, thread_id: str, text: str, **kw: Any) -> MessageAccepted:
         """``mode``, ``provider``, ``model``, ``script``, ``target_run_id``, ``clean_context``,

@@ -118,8 +118,11 @@ def list_threads(
     return Call("list_threads", "GET", "/v1/threads", Page[ThreadSummary], params=_page(limit, cursor, q=q))
 
 
-def get_thread(thread_id: str) -> Call[ThreadView]:
-    return Call("get_thread", "GET", f"/v1/threads/{_p(thread_id)}", ThreadView, thread=thread_id)
+def get_thread(thread_id: str, *, runs: int | None = None) -> Call[ThreadView]:
+    """``runs``: only the last N runs with their messages, activity and checkpoints (a read that costs the same
+    however long the thread is); every other field whole."""
+    path = f"/v1/threads/{_p(thread_id)}"
+    return Call("get_thread", "GET", path, ThreadView, params=_present(runs=runs), thread=thread_id)
 
 
 def send_message(

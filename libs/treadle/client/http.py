@@ -161,8 +161,9 @@ class TreadleClient:
         """A page of the tenant's threads, newest first (``q``: only those whose title contains it, any case)."""
         return await self.page("/v1/threads", limit=limit, cursor=cursor, q=q)
 
-    async def get_thread(self, thread_id: str) -> dict:
-        return await self._call("GET", f"/v1/threads/{thread_id}", params=self._min_seq(thread_id))
+    async def get_thread(self, thread_id: str, runs: int | None = None) -> dict:
+        params = {**_present(runs=runs), **self._min_seq(thread_id)}
+        return await self._call("GET", f"/v1/threads/{thread_id}", params=params)
 
     async def send(
         self,

@@ -127,8 +127,9 @@ class Treadle:
     ) -> SyncPage[ThreadSummary]:
         return self._page(calls.list_threads(limit=limit, cursor=cursor, q=q))
 
-    def get_thread(self, thread_id: str) -> ThreadView:
-        return self.call(calls.get_thread(thread_id))
+    def get_thread(self, thread_id: str, *, runs: int | None = None) -> ThreadView:
+        """The thread's document; with ``runs``, only its last N runs (see ``calls.get_thread``)."""
+        return self.call(calls.get_thread(thread_id, runs=runs))
 
     def send_message(self, thread_id: str, text: str, **kw: Any) -> MessageAccepted:
         """``mode``, ``provider``, ``model``, ``script``, ``target_run_id``, ``clean_context``,

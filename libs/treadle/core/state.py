@@ -123,6 +123,12 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         """Where the messages of one run are in ``messages``, in order."""
         return self._index("run_messages", lambda: Groups[Message](_run_id)).positions(self.messages, run_id)
 
+    def run_activity_positions(self, run_id: str) -> list[int]:
+        """Where the activity of one run is in ``activity``, in order."""
+        return self._index("run_activity", lambda: Groups[Activity](attrgetter("run_id"))).positions(
+            self.activity, run_id
+        )
+
     def checkpoint_positions(self, by: str, value: Any) -> list[int]:
         """Where the checkpoints whose ``by`` ("id", "ordinal", "run_id") is ``value`` are, in order."""
         return self._index(f"checkpoints.{by}", lambda: Groups[Checkpoint](attrgetter(by))).positions(

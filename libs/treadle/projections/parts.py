@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 from ..views.checkpoints import Checkpoint
 from ..views.lineage import ContextHandoff, ContextTransfer, Lineage
+from ..views.requests import Activity
 from ..views.runs import Message, QueueView, Run
 from ..views.thread import RunChange, RunView, Thread, ThreadHead, ThreadView, queue_view, run_change, run_view
 from . import document, places
@@ -45,6 +46,7 @@ _DECODERS: dict[str, Any] = {
     "messages": msgspec.json.Decoder(Message),
     "checkpoints": msgspec.json.Decoder(Checkpoint),
     "handoffs": msgspec.json.Decoder(ContextHandoff),
+    "activity": msgspec.json.Decoder(Activity),
 }
 
 
@@ -206,3 +208,34 @@ async def run_and_transfers(snap: Snapshot, run_id: str) -> ThreadView:
     thread, (transfers,), (at,) = await snap.thread("f:transfers", where=[f"r:{run_id}"])
     runs = await snap.items("runs", [int(at)]) if at is not None else []
     return ThreadView(thread=thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)
+
+
+_SMALL = [name for name in document.FIELDS if name not in document.LISTS]
+_view = msgspec.json.Decoder(ThreadView)
+
+
+async def recent(snap: Snapshot, runs: int) -> ThreadView:
+    """``/v1/threads/{id}?runs=N`` (``views.thread.recent``): the small fields and the handoffs whole, the last
+    ``runs`` runs with the messages, activity and checkpoints their places name."""
+    got, _ = await snap.get([f"f:{name}" for name in _SMALL] + [f"n:{name}" for name in document.LISTS])
+    if any(g is None for g in got):
+        raise Missing
+    small, counts = got[: len(_SMALL)], dict(zip(document.LISTS, map(int, cast("list[bytes]", got[len(_SMALL) :]))))
+    view = _view.decode(b"{" + b",".join(b'"%s":%s' % (n.encode(), v) for n, v in zip(_SMALL, small)) + b"}")
+    kept = await snap.items("runs", list(range(max(0, counts["runs"] - runs), counts["runs"])))
+    ordinals = sorted({r.ordinal for r in kept} | {(kept[0].ordinal if kept else 1) - 1})
+    where = [f"rm:{r.id}" for r in kept] + [f"ra:{r.id}" for r in kept] + [f"co:{o}" for o in ordinals]
+    _, at = await snap.get([], where)
+    k = len(kept)
+
+    def union(found: list) -> list[int]:
+        return sorted({i for raw in found for i in places.positions(raw)})
+
+    return msgspec.structs.replace(
+        view,
+        runs=kept,
+        messages=await snap.items("messages", union(at[:k])),
+        activity=await snap.items("activity", union(at[k : 2 * k])),
+        checkpoints=await snap.items("checkpoints", union(at[2 * k :])),
+        handoffs=await snap.items("handoffs", list(range(counts["handoffs"]))),
+    )

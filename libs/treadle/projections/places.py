@@ -4,6 +4,7 @@
     r:<run id>         the run's position in ``runs``
     m:<message id>     the message's position in ``messages``
     rm:<run id>        the positions of the run's messages, in order ("3,4,7")
+    ra:<run id>        the positions of the run's activity, in order
     c:<checkpoint id>  the checkpoint's position in ``checkpoints``
     co:<ordinal>       the positions of the checkpoints of that run ordinal, in order
 
@@ -33,8 +34,8 @@ def _at(state: ThreadState, name: str, item_id: str) -> int:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
     """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never moves in its list,
-    nor changes its id or ordinal) and the messages of the runs it added messages to. A message leaves its run
-    only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
+    nor changes its id or ordinal) and the messages and activity of the runs it added them to. A message leaves
+    its run only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
     changes = changes or Changes(None)
     out: list[str | int] = []
     run_ids: set[str] = set()
@@ -50,6 +51,8 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int
     for run_id in sorted(run_ids):
         if positions := state.run_message_positions(run_id):
             out += [f"rm:{run_id}", _joined(positions)]
+    for run_id in sorted({state.activity[i].run_id for i in changes.appended(state, "activity")}):
+        out += [f"ra:{run_id}", _joined(state.run_activity_positions(run_id))]
     ordinals: set[int] = set()
     for i in changes.appended(state, "checkpoints"):
         c = state.checkpoints[i]

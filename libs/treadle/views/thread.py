@@ -125,6 +125,22 @@ def run_view(view: ThreadView, run_id: str) -> RunView | None:
     )
 
 
+def recent(view: ThreadView, runs: int) -> ThreadView:
+    """The thread with only its last ``runs`` runs (``/v1/threads/{id}?runs=N``, what a page showing the thread
+    reads on each of its events): their messages and activity, the checkpoints of their ordinals and of the one
+    before the first (where its diff starts); every other field whole. ``parts.recent`` reads just that."""
+    kept = view.runs[-runs:]
+    ids = {r.id for r in kept}
+    ordinals = {r.ordinal for r in kept} | {(kept[0].ordinal if kept else 1) - 1}
+    return msgspec.structs.replace(
+        view,
+        runs=kept,
+        messages=[m for m in view.messages if m.run_id in ids],
+        activity=[a for a in view.activity if a.run_id in ids],
+        checkpoints=[c for c in view.checkpoints if c.ordinal in ordinals],
+    )
+
+
 def queue_view(view: ThreadView) -> QueueView:
     assert view.thread is not None
     items = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated
 
 import msgspec
@@ -36,7 +37,7 @@ from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
-from treadle.views.thread import RunView, ThreadView, run_view, thread_head
+from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
 from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
 from . import errors as handlers
@@ -76,6 +77,19 @@ from .sse import thread_events
 from .stream_slots import StreamSlots
 
 # --- request and response shapes (the OpenAPI document is generated from these) --------------------
+
+MAX_RECENT_RUNS = 1000
+Runs = Annotated[
+    str | None,
+    QueryParameter(
+        description=(
+            f"only the last N runs (1..{MAX_RECENT_RUNS}) with their messages, activity and checkpoints (and the "
+            "checkpoint before the first), every other field whole: a read that costs the same however long the "
+            "thread is. The runs before are listed by /v1/threads/{thread_id}/runs"
+        )
+    ),
+]
+_encode = msgspec.json.Encoder().encode
 
 
 class CreateThreadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -138,9 +152,16 @@ async def create_thread(
     tags=["threads"],
     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
 )
-async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> Response:
+async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None) -> Response:
     who = await principal(request)
-    return json_response(await thread_doc(request, who.tenant, path_id(thread_id, "thr"), min_seq))
+    thread = path_id(thread_id, "thr")
+    window = number(runs, "runs", low=1, high=MAX_RECENT_RUNS)
+    if window is None:
+        return json_response(await thread_doc(request, who.tenant, thread, min_seq))
+    view = await thread_read(
+        request, who.tenant, thread, partial(parts.recent, runs=window), partial(recent, runs=window), min_seq
+    )
+    return json_response(_encode(view))
 
 
 @post(

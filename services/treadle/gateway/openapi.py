@@ -253,7 +253,18 @@ PATH_IDS = {"thread": "thr", "run": "run", "node": "node", "request": "req", "pl
 
 
 # Numbers in query strings and headers are strings of ASCII digits (params.number), read as such
-DIGITS = {"min_seq", "X-Treadle-Min-Seq", "after", "limit", "offset", "max_bytes", "from", "to", "Last-Event-ID"}
+DIGITS = {
+    "min_seq",
+    "X-Treadle-Min-Seq",
+    "after",
+    "limit",
+    "offset",
+    "max_bytes",
+    "from",
+    "to",
+    "runs",
+    "Last-Event-ID",
+}
 
 
 def _describe(parameter: dict[str, Any]) -> None:

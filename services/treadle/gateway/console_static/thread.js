@@ -4,6 +4,9 @@ import { errorBox, h, main, providerField, showError, when } from "./app.js";
 
 const MODES = ["auto", "steer_active", "queue_after_active", "restart_active", "start_immediately", "reject", "rollback_active"];
 const TERMINAL = new Set(["completed", "failed", "interrupted", "cancelled", "rolled_back", "superseded"]);
+// The page reads the thread's last runs only (?runs=): a read, on each of its events, that costs the same however
+// long the thread is. More than a thread may hold queued by default (100), so the queue is always in it.
+const RECENT_RUNS = 200;
 
 export async function threadScreen(id) {
   const root = h("div.thread");
@@ -18,7 +21,7 @@ export async function threadScreen(id) {
   let again = false;
 
   try {
-    doc = await get(`/v1/threads/${encodeURIComponent(id)}`, id);
+    doc = await get(`/v1/threads/${encodeURIComponent(id)}?runs=${RECENT_RUNS}`, id);
   } catch (e) {
     if (e instanceof ApiError && e.status === 404) {
       root.append(h("section.card.notfound", h("h1", "Thread not found"), errorBox(e), h("a", { href: "#/" }, "All threads")));
@@ -37,7 +40,7 @@ export async function threadScreen(id) {
     fetching = (async () => {
       do {
         again = false;
-        try { doc = await get(`/v1/threads/${encodeURIComponent(id)}`, id); render(); } catch (e) { showError(view.header, e); }
+        try { doc = await get(`/v1/threads/${encodeURIComponent(id)}?runs=${RECENT_RUNS}`, id); render(); } catch (e) { showError(view.header, e); }
       } while (again && !closed);
       fetching = null;
     })();
@@ -76,7 +79,9 @@ export async function threadScreen(id) {
         t.parent_thread_id ? h("span", " · forked from ", h("a", { href: "#/t/" + t.parent_thread_id }, t.parent_thread_id)) : null),
       caps.steering ? h("div.muted.small", `steering ${caps.steering} · interrupt ${caps.interrupt ?? "?"} · fork ${caps.fork ?? "?"}`) : null,
     );
-    view.runs.replaceChildren(...doc.runs.map(runCard));
+    const full = doc.runs.length >= RECENT_RUNS; // earlier runs may exist: say so rather than count them
+    view.runs.replaceChildren(full ? h("p.muted.earlier", `Only the last ${RECENT_RUNS} runs are shown.`) : "",
+      ...doc.runs.map(runCard));
     for (const [mid, text] of live) {
       const m = doc.messages.find((x) => x.id === mid);
       if (m && m.status !== "streaming") live.delete(mid);
