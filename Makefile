@@ -89,13 +89,14 @@ test: setup
 	$(SPECTRAL) lint --quiet --fail-severity=warn --ruleset .spectral.yaml schemas/openapi.json
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Benchmarks run in a loopback-only network namespace too: nothing they start can reach beyond this machine.
 bench: setup
-	$(BIN)/python bench/run.py
+	scripts/loopback-only.sh $(BIN)/python bench/run.py
 	$(MAKE) bench-checkpoint
 
 # Checkpoint cost on a 10,000-file repository vs plain git, and CPU per unchanged capture (not in `make test`)
 bench-checkpoint: setup
-	$(BIN)/python bench/bench_checkpoint_repo.py
+	scripts/loopback-only.sh $(BIN)/python bench/bench_checkpoint_repo.py
 
 # Treadle's scenario B and the LangGraph dev server (in-memory, the trivial graph), alternating twice (not in CI).
 # The peer lives in its own venv under the tools folder, pinned to the versions of the reference measurement.
@@ -107,7 +108,7 @@ $(PEER_DIR)/venv/bin/langgraph:
 	$(PEER_DIR)/venv/bin/pip install -q $(PEER_PINS)
 
 bench-peer: setup $(PEER_DIR)/venv/bin/langgraph
-	$(BIN)/python bench/peer.py --peer-dir $(PEER_DIR)
+	scripts/loopback-only.sh $(BIN)/python bench/peer.py --peer-dir $(PEER_DIR)
 
 # Long chaos soak (not in CI): TREADLE_SOAK_SECONDS=600 make soak
 soak: setup
