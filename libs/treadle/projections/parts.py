@@ -48,6 +48,8 @@ _DECODERS: dict[str, Any] = {
     "handoffs": msgspec.json.Decoder(ContextHandoff),
     "activity": msgspec.json.Decoder(Activity),
 }
+_SMALL = [name for name in document.FIELDS if name not in document.LISTS]  # stored whole, each as one field
+_view = msgspec.json.Decoder(ThreadView)
 
 
 class Snapshot:
@@ -208,10 +210,6 @@ async def run_and_transfers(snap: Snapshot, run_id: str) -> ThreadView:
     thread, (transfers,), (at,) = await snap.thread("f:transfers", where=[f"r:{run_id}"])
     runs = await snap.items("runs", [int(at)]) if at is not None else []
     return ThreadView(thread=thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)
-
-
-_SMALL = [name for name in document.FIELDS if name not in document.LISTS]
-_view = msgspec.json.Decoder(ThreadView)
 
 
 async def recent(snap: Snapshot, runs: int) -> ThreadView:
