@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.eventlog import subjects
+from treadle.runtime.nats_metadata import stream_sequence
 
 KEEPALIVE = 15.0
 BACKLOG = 10_000
@@ -22,7 +23,7 @@ BACKLOG = 10_000
 def _frame(kind: str, msg: Msg) -> bytes:
     if kind == "live":
         return b"event: live.delta\ndata: %s\n\n" % msg.data
-    seq = msg.metadata.sequence.stream
+    seq = stream_sequence(msg.reply)
     type_ = subjects.parse_event_subject(msg.subject)[2]  # the stored subject ends in the partition token
     data = msg.data
     if data.endswith(b"}"):  # the envelope's `seq` (stored without it): a client may pass it on as min_seq
