@@ -114,6 +114,8 @@ def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and pla
     (``/v1/threads/{thread_id}``, never the raw path, so ids do not become label values); a path no route matches
     is ``unmatched`` and a method of none of ours is ``other``, so a client cannot make label values up."""
 
+    series: dict[tuple[str, str, int], tuple[Any, Any]] = {}  # the children of both families, as labels() finds them
+
     async def middleware(
         scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
     ) -> None:
@@ -123,11 +125,11 @@ def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and pla
         status = 500
         started = time.perf_counter()
 
-        async def sending(message: Any) -> None:
+        def sending(message: Any) -> Awaitable[None]:  # send's own awaitable: no coroutine of ours per SSE frame
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            await send(message)
+            return send(message)
 
         try:
             await app(scope, receive, sending)
@@ -137,7 +139,13 @@ def http_metrics(app: Any) -> Any:  # ASGI in, ASGI out (Any: Litestar's and pla
             route = paths[0] if paths else "unmatched"
             method = scope.get("method", "")
             method = method if method in HTTP_METHODS else "other"
-            HTTP_REQUESTS.labels(route, method, str(status)).inc()
-            HTTP_DURATION.labels(route, method).observe(time.perf_counter() - started)
+            key = (route, method, status)
+            if (children := series.get(key)) is None:
+                children = series[key] = (
+                    HTTP_REQUESTS.labels(route, method, str(status)),
+                    HTTP_DURATION.labels(route, method),
+                )
+            children[0].inc()
+            children[1].observe(time.perf_counter() - started)
 
     return middleware

@@ -43,6 +43,13 @@ def metadata_from_reply(reply: str) -> Msg.Metadata:
     return meta
 
 
+def stream_sequence(reply: str) -> int:
+    """A delivery's stream sequence alone, from the tokens :func:`metadata_from_reply` takes it from (an SSE frame
+    needs nothing else of the metadata)."""
+    tokens = Msg.Metadata._get_metadata_fields(reply)
+    return int(tokens[5 if len(tokens) == _V1_TOKENS else 7])
+
+
 def install() -> None:
     """Make every message of this process parse its metadata with :func:`metadata_from_reply`."""
     Msg.Metadata._from_reply = classmethod(lambda _cls, reply: metadata_from_reply(reply))  # type: ignore[method-assign,assignment]

@@ -1,7 +1,7 @@
 import uvicorn
 
 from treadle.eventlog import tracing
-from treadle.runtime import logs
+from treadle.runtime import heap, logs
 from treadle.runtime.settings import GatewaySettings, Shared
 
 from .app import create_app
@@ -11,9 +11,11 @@ def main() -> None:
     shared, own = Shared(), GatewaySettings()
     logs.setup("gateway", shared.log_level, shared.log_format)
     tracing.setup("gateway")
+    app = create_app(shared, own)
+    app.on_startup.append(heap.settle)  # the process's, not the factory's: tests make many apps in one process
     # uvicorn owns SIGTERM here: it stops accepting, finishes in-flight requests, then runs the lifespan exit.
     uvicorn.run(
-        create_app(shared, own),
+        app,
         host=own.host,
         port=own.port,
         loop="uvloop",
