@@ -17,7 +17,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..eventlog import nats_direct, streams, tracing
-from . import broker_urls, logs, metrics, nats_headers, nats_metadata, nats_writes
+from . import broker_urls, heap, logs, metrics, nats_headers, nats_metadata, nats_writes
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,7 @@ async def serve(
             log.info("%s stopped while starting", name)
             return
         service = starting.result()
+        heap.settle()
         log.info("%s started", name)
         await stopping
         log.info("%s stopping", name)
