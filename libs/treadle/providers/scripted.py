@@ -21,6 +21,10 @@ from .protocol import PlaceSession
 # Without a profile in its script the scripted provider behaves like Claude Code: no active steering.
 DEFAULT_CAPABILITIES = PROFILES["no_steering"]
 
+# write_file steps up to this size are written on the event loop: for a small file the hop to a worker thread
+# and back cost more CPU than the write (as for the checkpoint service's small packs).
+INLINE_WRITE_CHARS = 16 << 10
+
 
 class ScriptFailed(Exception):
     pass
@@ -40,12 +44,23 @@ class Conversation:
             self.turns = [json.loads(line) for line in self._path.read_text().splitlines() if line.strip()]
 
     def add(self, turn_ref: str, text: str) -> None:
+        """Remember a turn: one small append, made on the caller's thread (the event loop: a hop to a worker
+        thread and back cost more CPU than the append)."""
         entry = {"turn": turn_ref, "input": text}
         self.turns.append(entry)
-        if self._path is not None:
+        if self._path is None:
+            return
+        line = (json.dumps(entry) + "\n").encode()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(self._path, flags, 0o644)
+        except FileNotFoundError:  # the first turn of this host's threads: their directory is made once
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            with self._path.open("a") as f:
-                f.write(json.dumps(entry) + "\n")
+            fd = os.open(self._path, flags, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def drop_last(self, turns: int) -> None:
         self.turns = self.turns[: len(self.turns) - turns]
@@ -144,7 +159,7 @@ class ScriptedAdapter(ProviderAdapter):
         # makes a new one), so its length now marks them; copying them made every turn cost the thread's length.
         conversation = self._require_conversation()
         remembered = (conversation.turns, len(conversation.turns))
-        await asyncio.to_thread(conversation.add, turn_ref, turn.text)
+        conversation.add(turn_ref, turn.text)
         await sink.event(pe.TurnStarted(native_turn_ref=turn_ref))
         status, error = "completed", None
         self._steers[turn.attempt_id], self._woken[turn.attempt_id] = [], asyncio.Event()
@@ -240,7 +255,10 @@ class ScriptedAdapter(ProviderAdapter):
                         node_id=tool, parent_id=node_id, title=f"write {step.path}", input={"path": step.path}
                     )
                 )
-                await asyncio.to_thread(self._write, step.path, step.content)
+                if len(step.content) <= INLINE_WRITE_CHARS:
+                    self._write(step.path, step.content)
+                else:
+                    await asyncio.to_thread(self._write, step.path, step.content)
                 await sink.event(pe.ToolCompleted(node_id=tool, output=f"wrote {len(step.content)} characters"))
             elif isinstance(step, sc.Delay):
                 await self._wait(turn, step.ms / 1000)
@@ -348,18 +366,20 @@ class ScriptedAdapter(ProviderAdapter):
         if not parts or Path(relative).is_absolute() or ".." in parts:
             raise ScriptFailed(f"write_file outside the workspace: {relative}")
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        self.workspace.mkdir(parents=True, exist_ok=True)  # Treadle's own path (the checkpoint service makes it)
-        current = os.open(self.workspace.resolve(), flags)
+        # The workspace is Treadle's own path (the checkpoint service makes it), opened as resolve() would find it.
+        try:
+            current = os.open(self.workspace, flags & ~os.O_NOFOLLOW)
+        except FileNotFoundError:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+            current = os.open(self.workspace, flags & ~os.O_NOFOLLOW)
         try:
             for part in parts[:-1]:
                 try:
-                    os.mkdir(part, 0o755, dir_fd=current)
-                    if self._owner is not None:
-                        os.chown(part, self._owner.uid, self._owner.gid, dir_fd=current, follow_symlinks=False)
-                except FileExistsError:
-                    pass
-                try:
-                    following = os.open(part, flags, dir_fd=current)
+                    try:
+                        following = os.open(part, flags, dir_fd=current)
+                    except FileNotFoundError:  # made here (most runs write into directories that exist)
+                        self._make_dir(part, current)
+                        following = os.open(part, flags, dir_fd=current)
                 except OSError as exc:  # ELOOP / ENOTDIR: a link or a file where a directory should be
                     raise ScriptFailed(f"write_file {relative}: {part} is not a directory of the workspace") from exc
                 os.close(current)
@@ -381,7 +401,16 @@ class ScriptedAdapter(ProviderAdapter):
                     raise ScriptFailed(f"write_file {relative}: not a plain file of the workspace")
                 if self._owner is not None and (st.st_uid, st.st_gid) != (self._owner.uid, self._owner.gid):
                     os.fchown(fd, self._owner.uid, self._owner.gid)
-                os.ftruncate(fd, 0)
+                if st.st_size:  # a truncation, even of an empty file, makes ext4 write the data back at close
+                    os.ftruncate(fd, 0)
                 f.write(content)
         finally:
             os.close(current)
+
+    def _make_dir(self, name: str, parent: int) -> None:
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent)
+        except FileExistsError:  # made meanwhile (or a link: the caller's O_NOFOLLOW open refuses it)
+            return
+        if self._owner is not None:
+            os.chown(name, self._owner.uid, self._owner.gid, dir_fd=parent, follow_symlinks=False)
