@@ -27,7 +27,9 @@ async def _read_ms(c: ThreadClient, paths: list[str], reps: int = 5) -> dict[str
             lat.append(time.perf_counter() - t0)
             if r.status_code != 200:
                 c.errors[f"read_http_{r.status_code}"] += 1
-        out["/".join(p if not p.startswith(("thr_", "run_")) else "{id}" for p in path.split("/"))] = ms(pct(lat, 0.5))
+        route, query = path.split("?") if "?" in path else (path, "")
+        name = "/".join(p if not p.startswith(("thr_", "run_")) else "{id}" for p in route.split("/"))
+        out[name + (f"?{query}" if query else "")] = ms(pct(lat, 0.5))
     return out
 
 
