@@ -53,8 +53,9 @@ async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(a
 
 
 async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_alone(api, stack):
-    """After an event of the stream, the SDK's dict client reads the run (min_seq: its sequence), not the whole
-    thread document and then the run: one read between the run's end on the stream and the answer."""
+    """The SDK's dict client reads the run (min_seq: its sequence), before following the stream and after each of
+    its events, and never the whole thread document (it costs the thread's length): one read between the run's
+    end on the stream and the answer. The thread's sequence comes from a one-item runs page, read once."""
     async with TreadleClient(stack.api_url, api.token) as client:
         thread = (await client.create_thread())["thread_id"]
         for i in range(3):
@@ -71,7 +72,7 @@ async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_al
             client._http.event_hooks["request"] = []
             assert run["status"] == "completed" and run["checkpoint"] is not None, (i, run)
             streamed = asked.index(f"GET /v1/threads/{thread}/events")
-            assert asked[:streamed] == [f"GET /v1/threads/{thread}"], asked
+            assert asked[:streamed] == [f"GET /v1/threads/{thread}/runs", f"GET /v1/runs/{sent['run_id']}"], asked
             assert asked[streamed + 1 :] and set(asked[streamed + 1 :]) == {f"GET /v1/runs/{sent['run_id']}"}, asked
 
 

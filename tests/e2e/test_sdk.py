@@ -116,7 +116,11 @@ async def test_errors_are_typed_per_code_and_change_nothing(sdk, stack, stack_nc
             await other.send_message(mine, "not yours")
         with pytest.raises(NotFound):
             await other.list_runs(mine)
-        await sdk.create_thread()
+        second = (await sdk.create_thread()).thread_id
+        # The tenant's list has no read-your-writes of its own, but a thread's entry is written with its document:
+        # once both documents read (at their creation's seq), both entries are listed.
+        for thread in (mine, second):
+            await sdk.get_thread(thread, runs=1)
         page = await sdk.list_threads(limit=1)
         assert page.next_cursor is not None
         with pytest.raises(InvalidRequest) as foreign:  # a cursor is the tenant's own: another's use is refused
