@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import nats
 import pytest
+from nats.js.errors import ServiceUnavailableError
 
 from tests.support.helpers import wait_for
 from treadle.coordinator.service import Coordinator
@@ -100,11 +101,14 @@ async def test_L3_6_a_queued_run_starts_after_its_dispatch_lost_a_race_with_an_a
                 TENANT, THREAD, state.seq, [envelope(1, ev.RunCompleted(run_id=first, attempt_id=attempt))]
             )
             ended = await js.pull_subscribe(f"treadle.evt.{TENANT}.{THREAD}.>", stream=subjects.EVENTS_STREAM)
-            (msg,) = [
-                m
-                for m in await ended.fetch(completed, timeout=5)  # as the coordinator's consumer gets it
-                if m.metadata.sequence.stream == completed
-            ]
+
+            async def fetched() -> list:
+                try:
+                    return await ended.fetch(completed, timeout=5)  # as the coordinator's consumer gets it
+                except ServiceUnavailableError:  # a new replicated consumer answers once its leader is elected
+                    return []
+
+            (msg,) = [m for m in await wait_for(fetched, timeout=30) if m.metadata.sequence.stream == completed]
 
             for node in cluster.nodes:
                 if node is not leader:

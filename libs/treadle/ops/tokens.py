@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from treadle.core.ids import is_token
@@ -82,7 +83,7 @@ class TokenStore:
         else:
             if not id or len(id) < 8 or any(c not in "0123456789abcdef" for c in id):
                 raise UnknownToken(f"{id!r} is not a token id (hex digits, at least 8)")
-            keys = [k for k in await _keys(kv) if k.startswith(id)]
+            keys = [k for k in await _keys(self._js) if k.startswith(id)]
             if len(keys) != 1:
                 raise UnknownToken(f"no token with id {id}" if not keys else f"token id {id} is ambiguous")
             key = keys[0]
@@ -121,8 +122,25 @@ class TokenStore:
         return principal
 
 
-async def _keys(kv) -> list[str]:
+async def _keys(js: JetStreamContext) -> list[str]:
+    """The bucket's live keys. Not ``KeyValue.keys()``: its watcher may signal the end before the entries it was
+    delivered (it compares the consumer's pending count with what has reached the client), and then lists none:
+    a token made a moment before could not be revoked by its id. A pull consumer is read until it has no more."""
+    stream, prefix = f"KV_{BUCKET}", f"$KV.{BUCKET}."
+    config = ConsumerConfig(
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.NONE,
+        headers_only=True,
+        inactive_threshold=30,
+    )
+    sub = await js.pull_subscribe(prefix + ">", stream=stream, config=config)
     try:
-        return await kv.keys()
-    except NoKeysError:
-        return []
+        keys, pending = [], (await sub.consumer_info()).num_pending
+        while pending:
+            for msg in await sub.fetch(min(pending, 256), timeout=5):
+                pending = msg.metadata.num_pending
+                if (msg.headers or {}).get("KV-Operation") not in ("DEL", "PURGE"):
+                    keys.append(msg.subject[len(prefix) :])
+        return keys
+    finally:
+        await sub.unsubscribe()
