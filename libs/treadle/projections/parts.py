@@ -21,7 +21,17 @@ from ..views.checkpoints import Checkpoint
 from ..views.lineage import ContextHandoff, ContextTransfer, Lineage
 from ..views.requests import Activity
 from ..views.runs import Message, QueueView, Run
-from ..views.thread import RunChange, RunView, Thread, ThreadHead, ThreadView, queue_view, run_change, run_view
+from ..views.thread import (
+    RunChange,
+    RunView,
+    Thread,
+    ThreadHead,
+    ThreadView,
+    queue_view,
+    recent_ordinals,
+    run_change,
+    run_view,
+)
 from . import document, places
 
 T = TypeVar("T")
@@ -221,7 +231,7 @@ async def recent(snap: Snapshot, runs: int) -> ThreadView:
     small, counts = got[: len(_SMALL)], dict(zip(document.LISTS, map(int, cast("list[bytes]", got[len(_SMALL) :]))))
     view = _view.decode(b"{" + b",".join(b'"%s":%s' % (n.encode(), v) for n, v in zip(_SMALL, small)) + b"}")
     kept = await snap.items("runs", list(range(max(0, counts["runs"] - runs), counts["runs"])))
-    ordinals = sorted({r.ordinal for r in kept} | {(kept[0].ordinal if kept else 1) - 1})
+    ordinals = sorted(recent_ordinals(kept))
     where = [f"rm:{r.id}" for r in kept] + [f"ra:{r.id}" for r in kept] + [f"co:{o}" for o in ordinals]
     _, at = await snap.get([], where)
     k = len(kept)

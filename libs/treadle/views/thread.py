@@ -130,8 +130,7 @@ def recent(view: ThreadView, runs: int) -> ThreadView:
     reads on each of its events): their messages and activity, the checkpoints of their ordinals and of the one
     before the first (where its diff starts); every other field whole. ``parts.recent`` reads just that."""
     kept = view.runs[-runs:]
-    ids = {r.id for r in kept}
-    ordinals = {r.ordinal for r in kept} | {(kept[0].ordinal if kept else 1) - 1}
+    ids, ordinals = {r.id for r in kept}, recent_ordinals(kept)
     return msgspec.structs.replace(
         view,
         runs=kept,
@@ -139,6 +138,11 @@ def recent(view: ThreadView, runs: int) -> ThreadView:
         activity=[a for a in view.activity if a.run_id in ids],
         checkpoints=[c for c in view.checkpoints if c.ordinal in ordinals],
     )
+
+
+def recent_ordinals(kept: list[Run]) -> set[int]:
+    """The run ordinals whose checkpoints go with ``kept`` runs: theirs and the one before the first."""
+    return {r.ordinal for r in kept} | {(kept[0].ordinal if kept else 1) - 1}
 
 
 def queue_view(view: ThreadView) -> QueueView:
