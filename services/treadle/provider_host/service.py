@@ -112,6 +112,11 @@ class ProviderHost:
         # Known before the first placement: a full host that knows no peer refuses without a hint to ask again
         # elsewhere, and the run waits out the supervisor's recheck.
         await self._learn_peers()
+        # After the beat that names this boot (from then on the gateway refuses an earlier life's credentials),
+        # before any placement: the MCP credentials of this host's earlier lives are deleted.
+        swept = await self._credentials.sweep_host(self.host_id, self.boot_id)
+        if swept:
+            log.info("revoked %d MCP credentials of this host's earlier lives", swept)
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
         self._subs.append(
             await self._nc.subscribe(
@@ -180,6 +185,7 @@ class ProviderHost:
             tenants=tenants,
             busy=busy,
             idle=len(self._sessions) - sum(busy.values()),
+            mcp_tools=self._own.mcp_tools,
         )
 
     async def _beat(self) -> None:
@@ -225,6 +231,9 @@ class ProviderHost:
     async def _publish_stopped(
         self, session_id: str, record: SessionRecord, reason: str, detail: str | None = None
     ) -> None:
+        # Every path that reports a session stopped comes here (its own end, a host found lost by a watcher, an
+        # earlier life found at start): its MCP credential is revoked before the stop is said.
+        await self._credentials.revoke_session(session_id)
         # The id names the session's boot, not the reporter: a watcher and the restarted host reporting the
         # same dead session produce one event.
         event = pe.ProviderEvent(
@@ -250,7 +259,6 @@ class ProviderHost:
             return  # already ended (an idle release racing a stop)
         await cancel_and_wait(session.turns.values())
         await session.adapter.close()
-        await self._credentials.revoke_session(session_id)  # issue 21: its MCP credential dies with it
         req = session.request
         record = SessionRecord(
             tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id, boot_id=self.boot_id
@@ -459,6 +467,8 @@ class ProviderHost:
             thread=request.thread,
             session_id=request.session_id,
             capabilities=self._own.mcp_tools,
+            host_id=self.host_id,
+            boot_id=self.boot_id,
             idle_seconds=self._own.mcp_idle_seconds,
             lifetime_seconds=self._own.mcp_lifetime_seconds,
         )
