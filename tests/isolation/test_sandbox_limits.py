@@ -62,3 +62,43 @@ async def test_a_sandbox_cannot_use_more_memory_than_its_limit(world):
     )
     assert "gotit" not in out and "rc=137" in out, out  # killed by the OOM killer of its own group
     assert all(not Path(p).parent.exists() for p in prepared._cgroup.procs)  # removed with the runtime
+
+
+async def test_a_restarted_host_sweeps_the_cgroups_and_processes_its_killed_life_left(world):
+    """Issue 36, finding 6a: a host killed with its runtimes running closes none of their groups; its next life
+    (same runtime dir) ends what still runs in them and removes them, and leaves another host's groups alone."""
+    crashed_dir, other_dir = world.root / "provider-runtimes" / "host-crashed", world.root / "provider-runtimes" / "h2"
+    lives = [Sandbox(SandboxSettings(mode="on"), world.sandbox.identities, d) for d in (crashed_dir, other_dir)]
+    running = []
+    for sandbox in lives:
+        sandbox.start()
+        home = sandbox.runtime_dir / "home"
+        prepared = await sandbox.prepare(
+            tenant=TENANT,
+            name=f"left-{uuid.uuid4().hex[:8]}",
+            workspace=world.workspace(TENANT),
+            homes=[home],
+            binaries=[],
+            argv=["/bin/bash", "-c", "echo up; sleep 600"],
+            runtime_env={},
+            model_urls=[],
+            home=home,
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *prepared.command, env={}, cwd=world.workspace(TENANT), stdout=asyncio.subprocess.PIPE
+        )
+        assert (await asyncio.wait_for(proc.stdout.readline(), 60)).strip() == b"up"
+        running.append((prepared, proc))
+    (left, killed), (kept, alive) = running
+    assert all(Path(p).exists() for p in left._cgroup.procs + kept._cgroup.procs)
+
+    # The crashed host's next life: same runtime dir, a new Sandbox (nothing of the old one's state)
+    swept = Sandbox(SandboxSettings(mode="on"), world.sandbox.identities, crashed_dir)
+    await asyncio.to_thread(swept.host_start, world.workspaces)
+    assert await asyncio.wait_for(killed.wait(), 30) == -9  # what ran in the groups was ended
+    assert all(not Path(p).parent.exists() for p in left._cgroup.procs)
+    assert alive.returncode is None and all(Path(p).exists() for p in kept._cgroup.procs)
+    alive.kill()
+    await alive.wait()
+    await kept.close()
+    assert all(not Path(p).parent.exists() for p in kept._cgroup.procs)

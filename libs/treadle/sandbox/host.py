@@ -42,13 +42,24 @@ EGRESS_ROOT = Path("/run/treadle-egress")  # short paths: a Unix socket's path h
 STAGE = Path("/run/treadle-sandbox")  # an empty dir; each runtime mounts its own tmpfs on it (enter.py)
 
 
+def default_cpus() -> float:
+    """Half the CPUs this process may run on, at least 0.5 (the default CPU limit of one runtime)."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    return max(0.5, available / 2)
+
+
 class SandboxSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_SANDBOX_", extra="ignore", populate_by_name=True)
 
     mode: Literal["on", "off"] = Field(default="on", validation_alias=AliasChoices("TREADLE_SANDBOX", "mode"))
     memory_mb: int | None = 4096  # per runtime; 0 or unset in env "0": no limit
     pids: int | None = 512
-    cpus: float | None = 2.0
+    # Half the CPUs this process may run on, at least 0.5: one runtime can never take the whole host (2.0 was
+    # every core of a 2-core host, and a busy runtime starved the host and the other tenants)
+    cpus: float | None = Field(default_factory=default_cpus)
     tmp_mb: int | None = 1024
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
@@ -209,15 +220,25 @@ class Sandbox:
         return self.result
 
     @property
+    def host_key(self) -> str:
+        """Names this host's own egress dir and cgroup (its runtime dir: one per provider host on a machine)."""
+        return hashlib.sha256(str(self.runtime_dir).encode()).hexdigest()[:16]
+
+    @property
     def egress_root(self) -> Path:
         """This host's egress sockets: one dir per host (its runtime dir), one per runtime below it."""
-        return EGRESS_ROOT / hashlib.sha256(str(self.runtime_dir).encode()).hexdigest()[:16]
+        return EGRESS_ROOT / self.host_key
 
     def host_start(self, workspaces: Path) -> ProbeResult:
-        """At the provider host's start: probe (and log what the sandbox will be), and remove the egress
-        sockets an earlier life of this host left behind (a killed host closes none)."""
+        """At the provider host's start: probe (and log what the sandbox will be), and remove what an earlier
+        life of this host left behind (a killed host closes nothing): its egress sockets, and its runtimes'
+        cgroups with whatever still runs in them."""
         shutil.rmtree(self.egress_root, ignore_errors=True)
-        return self.start()
+        result = self.start()
+        swept = cgroups.sweep(result.cgroups, self.host_key)
+        if swept:
+            log.warning("swept the cgroups of %d runtimes an earlier life of this host left: %s", len(swept), swept)
+        return result
 
     def check(self) -> None:
         if not self.enabled:
@@ -273,7 +294,7 @@ class Sandbox:
         )
         launch = build(spec, list(argv))
         try:
-            group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits)
+            group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits, self.host_key)
         except OSError as exc:
             log.warning("no cgroup for %s (%r): RLIMIT_NPROC only", name, exc)
             group = cgroups.SessionCgroup()
