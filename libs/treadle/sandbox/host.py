@@ -277,7 +277,7 @@ class Sandbox:
         etc = await asyncio.to_thread(self._etc, tenant, ids, home)
         env = dict(runtime_env)
         urls = [*model_urls, *([orchestrator_url] if orchestrator_url else [])]
-        forward, egress = await self._egress(name, ids, urls, env)
+        forward, egress = await self._egress(name, ids, urls, env, orchestrator_url)
         spec = SandboxSpec(
             ids=ids,
             workspace=workspace,
@@ -344,17 +344,17 @@ class Sandbox:
         return out
 
     async def _egress(
-        self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str]
+        self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str], orchestrator_url: str | None
     ) -> tuple[Forward | None, Egress | None]:
         if not urls:
             return None, None
-        from .egress import FORWARD_SCRIPT, Egress, routes, sandbox_python
+        from .egress import FORWARD_SCRIPT, Egress, mcp_paths, routes, sandbox_python
 
         route = routes(urls)
         socket_dir = self.egress_root / hashlib.sha256(name.encode()).hexdigest()[:16]
         await asyncio.to_thread(self._socket_dir, socket_dir, ids)
         socket = socket_dir / "s"
-        egress = Egress(socket, route.allowed)
+        egress = Egress(socket, route.allowed, paths=mcp_paths(orchestrator_url, urls))
         await egress.start()
         if route.proxied:  # some URL is not on the loopback: the runtime reaches it through the proxy
             proxy = f"http://127.0.0.1:{PROXY_PORT}"
