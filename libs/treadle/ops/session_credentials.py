@@ -2,8 +2,9 @@
 thread, session, tools), refused when idle or past their lifetime, deleted whenever the session is reported
 stopped, and valid only while the host life that minted them is the host's current one (its heartbeat record
 names its boot and its tool setting, read at each call: a restart or a narrower setting ends or narrows every
-credential of the host at once, whichever gateway replica answers). Only the SHA-256 digest of a credential is a key; the secret itself is returned once, to the host that
-injects it into the runtime's environment, and never stored or logged."""
+credential of the host at once, whichever gateway replica answers). Only the SHA-256 digest of a credential
+is a key; the secret itself is returned once, to the host that injects it into the runtime's environment, and
+never stored or logged."""
 
 from __future__ import annotations
 
