@@ -4,12 +4,14 @@ the runtime sandbox, offline against a mock of its model API on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.acp.acp_support import TENANT
 from tests.codex.codex_mock import Exec, PlanUpdate, Stall, Text
 from tests.support.helpers import wait_for
-from tests.support.provider_http import pending_request, respond, user_texts, workspace_of
+from tests.support.provider_http import pending_request, request_status, respond, user_texts, workspace_of
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -81,11 +83,15 @@ async def test_L11_1_L11_2_an_acp_permission_request_approved_runs_and_declined_
     thread = await new_thread(client, provider, f"{provider} approvals")
     sent = await client.send(thread, prompts[0])
     request = await pending_request(client, thread)
-    # The exact action first (issue 25's shape), the model's words as the description, the agent's own options
+    # The one request shape of every runtime: the exact command and its cwd (relative to the workspace, never
+    # the host's path), the model's words as the description, the agent's own options in detail
     assert request["kind"] == "command"
-    assert request["detail"]["command"].startswith(f"echo hi > {written}")
-    assert request["prompt"] == f"Run `{request['detail']['command']}` in {request['detail']['cwd']}"
-    assert request["detail"]["description"]
+    assert request["command"].startswith(f"echo hi > {written}")
+    assert request["cwd"] == "."
+    assert request["prompt"] == f"Run `{request['command']}`"
+    assert request["description"]
+    assert str(acp_stack.state_dir) not in json.dumps(request)
+    assert request["detail"]["title"] and request["detail"]["tool"] == "execute"
     kinds = {o["kind"] for o in request["detail"]["options"]}
     assert {"allow_once", "reject_once"} <= kinds
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
@@ -103,10 +109,19 @@ async def test_L11_1_L11_2_an_acp_permission_request_approved_runs_and_declined_
     (workspace / written).unlink()
     sent = await client.send(thread, prompts[1])
     request = await pending_request(client, thread, besides=(request["id"],))
-    # an option the agent did not offer is refused, and the request still waits
+    # an option the agent did not offer is refused (typed, naming the offered ones), and the request still waits
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"option": "nope"}})
-    assert bad.status_code == 400, bad.text
-    assert (await respond(client, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response", bad.text
+    offered = request["detail"]["options"]
+    assert bad.json()["error"]["details"]["options"] == [o["id"] for o in offered]
+    # answered by the id of the agent's own reject option, as the README documents
+    reject = next(o["id"] for o in offered if o["kind"] == "reject_once")
+    assert (await respond(client, request["id"], {"answers": {"option": reject}}))["disposition"] == "resolved"
+
+    async def recorded():
+        return (await request_status(client, thread, request["id"]))["response"] == {"answers": {"option": reject}}
+
+    await wait_for(recorded, timeout=30, what="the option answer recorded")
     run = await client.wait_run(sent["run_id"], timeout=90)
     # codex-acp's only reject option is "abort", which ends Codex's turn; Claude's "reject" lets the model go on
     assert run["status"] == ("completed" if provider == "acp-claude" else "interrupted"), run

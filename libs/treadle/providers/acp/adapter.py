@@ -28,7 +28,7 @@ from ..codex.rpc import ProcessGone, RpcError, RpcProcess
 from ..protocol import PlaceSession
 from .files import FileRefused, WorkspaceFiles
 from .settings import AcpAgent, AcpNotConfigured, AcpSettings
-from .translate import LiveRequest, Outcome, TurnTranslator
+from .translate import LiveRequest, Outcome, TurnTranslator, mcp_call_of, offered_options
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +216,8 @@ class AcpAdapter(ProviderAdapter):
         accepted = (self._init.get("agentCapabilities") or {}).get("mcpCapabilities") or {}
         servers = [s for s in mcp if s.get("type", "stdio") == "stdio" or accepted.get(s.get("type"))]
         if self.mcp_access is not None and takes_http_mcp(self._init):
+            # the orchestrator's name is its own: its calls are allowed by the credential (_allowed_by_credential)
+            servers = [s for s in servers if s.get("name") != mcp_access.SERVER]
             servers.append(mcp_access.acp_server(self.mcp_access, self.agent.mcp_token))
         return {"cwd": str(self.workspace), "mcpServers": servers}
 
@@ -340,6 +342,10 @@ class AcpAdapter(ProviderAdapter):
                 if self._cancelled:
                     self._background(self._answer(rpc_id, {"outcome": {"outcome": "cancelled"}}))
                     continue
+                allowed = self._allowed_by_credential(params)
+                if allowed is not None:
+                    self._background(self._answer(rpc_id, {"outcome": {"outcome": "selected", "optionId": allowed}}))
+                    continue
                 await self._report(translator.permission(rpc_id, params), root, sink)
             elif kind == "answer":
                 try:
@@ -355,6 +361,18 @@ class AcpAdapter(ProviderAdapter):
                     out = translator.finish(None, error=f"ACP agent {self.agent_name}: {exc}")
                 await self._report(out, root, sink)
                 return
+
+    def _allowed_by_credential(self, params: dict) -> str | None:
+        """The agent's allow-once option when the request is a call of one of Treadle's own MCP tools that the
+        session's credential grants: those are allowed by the credential's tool list, as for native Codex and
+        Claude (the gateway checks the credential on every call), not asked of the user. None: ask."""
+        call = mcp_call_of(params)
+        if call is None or self.mcp_access is None or not self.offers_orchestrator:
+            return None
+        server, tool = call
+        if server != mcp_access.SERVER or tool not in self.mcp_access.tools:
+            return None
+        return next((o["id"] for o in offered_options(params) if o.get("kind") == "allow_once"), None)
 
     async def _report(self, outcome: Outcome, root: str, sink: TurnSink) -> None:
         for request_id, live in outcome.opened:
