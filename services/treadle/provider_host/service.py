@@ -248,6 +248,8 @@ class ProviderHost:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
+        if reason == "host_stopping":  # L9.3: its turns are retried elsewhere, not ended by the user
+            await session.adapter.abandon()
         await cancel_and_wait(session.turns.values())
         await session.adapter.close()
         await self._credentials.revoke_session(session_id)  # issue 21: its MCP credential dies with it
@@ -617,6 +619,7 @@ class ProviderHost:
             text=request.text,
             script=request.script,
             ids=ids,
+            recovery=request.recovery,
         )
         session.playing[request.attempt_id] = turn
         try:

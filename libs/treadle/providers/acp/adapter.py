@@ -111,7 +111,10 @@ class AcpAdapter(ProviderAdapter):
         self._cancelled = False
         self._turns = 0
         self._translator: TurnTranslator | None = None
-        self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one  # the last turn played in this process (a fork's point)
+        self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one
+        # a loaded session's replay: the text of its last user message, and whether that message is still arriving
+        self._replayed: tuple[str, bool] | None = None
+        self._loading: str | None = None  # the session whose replay is arriving
         self._tasks: set[asyncio.Task] = set()
 
     # --- process ---------------------------------------------------------------------------------
@@ -247,10 +250,13 @@ class AcpAdapter(ProviderAdapter):
         if not can_resume(self._init):
             raise ResumeFailed(f"ACP agent {self.agent_name} cannot load or resume sessions (no session/load)")
         method = "session/load" if agent.get("loadSession") else "session/resume"
+        self._replayed, self._loading = None, native_ref
         try:
             await self._call(method, {"sessionId": native_ref, **self._session_params()})
         except (RpcError, ProcessGone, TimeoutError) as exc:
             raise ResumeFailed(f"ACP agent {self.agent_name} could not resume session {native_ref}: {exc}") from exc
+        finally:
+            self._loading = None
 
     async def _reload_session(self, session_id: str) -> None:
         """A fresh process on the same session (``reload_after_cancel``); a failure is a lost runtime (L9.3)."""
@@ -306,10 +312,13 @@ class AcpAdapter(ProviderAdapter):
             self._queue = None
             return
         turn.native_ref = turn.attempt_id  # weak identity: Treadle's own name for the prompt turn
+        # L9.3: a loaded session holds the prompt a failure cut off (the agent keeps it from the turn's start)
+        held, self._replayed = self._replayed, None
+        text = turn.prompt_after(held[0] if held else None)
         prompt = asyncio.ensure_future(
             rpc.request(
                 "session/prompt",
-                {"sessionId": session_id, "prompt": [{"type": "text", "text": turn.text}]},
+                {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]},
                 TURN_TIMEOUT,
             )
         )
@@ -387,11 +396,23 @@ class AcpAdapter(ProviderAdapter):
     # --- what the agent sends ----------------------------------------------------------------------
 
     def _on_notification(self, method: str, params: dict) -> None:
-        if method != "session/update" or params.get("sessionId") != self.session_id:
+        if method != "session/update" or params.get("sessionId") not in (self.session_id, self._loading):
             return
-        if self._queue is not None:
-            self._queue.put_nowait(("update", params.get("update") or {}))
-        # between turns (a loaded session's replay, command lists): nothing to report
+        update = params.get("update") or {}
+        if self._queue is not None and params.get("sessionId") == self.session_id:
+            self._queue.put_nowait(("update", update))
+        else:  # between turns (a loaded session's replay, command lists): nothing to report
+            self._replay(update)
+
+    def _replay(self, update: dict) -> None:
+        """Follow a loaded session's replay to its last user message (L9.3: a recovery must not send the
+        prompt the session already holds)."""
+        kind = update.get("sessionUpdate")
+        if kind == "user_message_chunk":
+            text = self._replayed[0] if self._replayed and self._replayed[1] else ""
+            self._replayed = (text + _chunk_text(update.get("content")), True)
+        elif self._replayed is not None:  # anything else ends the user message
+            self._replayed = (self._replayed[0], False)
 
     def _on_request(self, rpc_id: int | str, method: str, params: dict) -> None:
         if params.get("sessionId") != self.session_id:
@@ -480,6 +501,12 @@ class AcpAdapter(ProviderAdapter):
             with contextlib.suppress(Unsupported):
                 await self.interrupt(self._translator.turn if self._translator else None)  # type: ignore[arg-type]  # interrupt ignores the turn
 
+    async def abandon(self) -> None:
+        """SIGKILL, as a crash: asked to stop, an agent cancels its turn as the user's (codex-acp's Codex then
+        tells the model "The user interrupted the previous turn on purpose"), which a retry must not read."""
+        if self._rpc is not None:
+            await self._rpc.kill()
+
     async def close(self) -> None:
         rpc, self._rpc = self._rpc, None
         if rpc is not None:
@@ -488,6 +515,10 @@ class AcpAdapter(ProviderAdapter):
             task.cancel()
         if self._prepared is not None:
             await self._prepared.close()
+
+
+def _chunk_text(content: object) -> str:
+    return str(content.get("text") or "") if isinstance(content, dict) and content.get("type") == "text" else ""
 
 
 def _install_roots(dirs: list[Path]) -> list[Path]:
