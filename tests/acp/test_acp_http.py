@@ -13,6 +13,7 @@ from tests.codex.codex_mock import Exec, PlanUpdate, Stall, Text
 from tests.support.helpers import wait_for
 from tests.support.provider_http import pending_request, request_status, respond, user_texts, workspace_of
 from treadle.client.http import TreadleClient
+from treadle.providers.base import RECOVERY_NOTE
 
 pytestmark = pytest.mark.e2e
 
@@ -199,3 +200,39 @@ async def test_a_malformed_acp_provider_name_is_refused_and_nothing_is_created(c
     r = await client.request("POST", "/v1/threads", json={"title": "bad", "provider": name})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_provider", r.text
     assert "acp-<agent>" in r.json()["error"]["message"]
+
+
+# what each agent's model is asked when the host dies under the turn: a stream that does not end by itself
+CUT_OFF = {"acp-codex": "count slowly to three", "acp-claude": "#slow count slowly to three"}
+
+
+@pytest.mark.parametrize("provider", ["acp-codex", "acp-claude"])
+async def test_L9_3_a_turn_a_host_kill_cut_off_is_retried_on_the_loaded_session_without_its_prompt_twice(
+    client, acp_stack, codex_api, claude_api, provider
+):
+    """Issue 36 (9e): the agent keeps a prompt from its turn's start, and its loaded session replays it; the
+    retry sends Treadle's recovery note instead of the prompt again, so the model sees the request once."""
+    prompt = CUT_OFF[provider]
+    codex_api.on(prompt, [Text("One, two"), Stall()])
+    thread = await new_thread(client, provider, f"{provider} host kill")
+    sent = await client.send(thread, prompt)
+    await streaming(client, thread, sent["run_id"])
+    codex_api.on(prompt, [Text("One, two, three.")])  # the mock plays the request the note points back to
+    since = len(codex_api.requests) if provider == "acp-codex" else len(claude_api.seen)
+    await acp_stack.processes.kill("provider-host")
+
+    run = await client.wait_run(sent["run_id"], timeout=180)
+    assert run["status"] == "completed", run
+    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+        ("lost", "initial"),
+        ("completed", "provider_recovery"),
+    ]
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1  # the same ACP session, loaded
+    if provider == "acp-codex":
+        told = json.dumps(next(r.body["input"] for r in codex_api.requests[since:] if r.prompt == prompt))
+    else:
+        told = json.dumps([s.body.get("messages") for s in claude_api.seen[since:] if s.conversation][-1])
+    assert told.count(prompt) == 1, told
+    assert told.count(json.dumps(RECOVERY_NOTE)[1:-1]) == 1, told
+    assert "interrupted the previous turn on purpose" not in told, told

@@ -66,10 +66,12 @@ class Turn:
         self.native_ref: str | None = None  # the runtime's own turn id, once the adapter knows it
 
     def prompt_after(self, held: str | None) -> str:
-        """What to send, ``held`` being the prompt of the provider thread's last, unfinished turn: a recovery
-        whose cut-off prompt the thread already holds sends ``RECOVERY_NOTE`` instead, so the model sees the
-        request once and is told what happened (a failure, not the user)."""
-        return RECOVERY_NOTE if self.recovery and held is not None and held == self.text else self.text
+        """What to send, ``held`` being the last user message the provider thread holds: a recovery whose
+        cut-off prompt the thread already holds sends ``RECOVERY_NOTE`` instead, so the model sees the request
+        once and is told what happened (a failure, not the user). A runtime may put its own context before the
+        prompt in the same message (Claude Code's local commands): the message ends with the prompt."""
+        held_it = held is not None and bool(self.text) and held.endswith(self.text)
+        return RECOVERY_NOTE if self.recovery and held_it else self.text
 
 
 # L9.3: what the model is told when the turn a failure cut off is retried on its own provider thread
