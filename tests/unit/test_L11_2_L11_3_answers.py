@@ -159,3 +159,25 @@ def test_L11_3_a_callback_the_host_no_longer_holds_is_not_resumable(message):
     assert settled.events == [] and not settled.delivered
     assert settled.refusal is not None and settled.refusal.error.code == "not_resumable"
     assert settled.refusal.events == [ev.RequestResolved(request_id="q1", run_id="r1", status="not_resumable")]
+
+
+def test_L11_2_an_approval_offering_options_is_answered_by_option_id_and_an_unknown_id_is_refused():
+    """An ACP agent's approval carries its own options (``detail.options``): ``answers={"option": <id>}``
+    picks one, as the README documents; an id it did not offer is a typed 400 and nothing is delivered."""
+    offered = {
+        "options": [{"id": "allow", "label": "Allow", "kind": "allow_once"}, {"id": "reject", "label": "Reject"}]
+    }
+    state = waiting(
+        ev.RequestOpened(request_id="q3", run_id="r1", node_id="nq3", attempt_id="a1", kind="command", detail=offered)
+    )
+    decision = answers.decide(state, answer("q3", answers={"option": "reject"}))
+    [deliver] = decision.effects
+    assert (deliver.request_id, deliver.answers, deliver.decision) == ("q3", {"option": "reject"}, None)
+    for bad, field in (({"option": "nope"}, "answers.option"), ({"option": "allow", "x": "y"}, "answers")):
+        with pytest.raises(BadRequest) as refused:
+            answers.decide(state, answer("q3", answers=bad))
+        assert refused.value.code == "invalid_response" and refused.value.details["field"] == field
+        assert refused.value.details["options"] == ["allow", "reject"]
+    # an approval without options still takes a decision only
+    with pytest.raises(BadRequest):
+        answers.decide(state, answer("q1", answers={"option": "allow"}))

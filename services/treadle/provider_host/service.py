@@ -257,6 +257,8 @@ class ProviderHost:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
+        if reason == "host_stopping":  # L9.3: its turns are retried elsewhere, not ended by the user
+            await session.adapter.abandon()
         await cancel_and_wait(session.turns.values())
         await session.adapter.close()
         req = session.request
@@ -627,6 +629,7 @@ class ProviderHost:
             text=request.text,
             script=request.script,
             ids=ids,
+            recovery=request.recovery,
         )
         session.playing[request.attempt_id] = turn
         try:

@@ -20,6 +20,7 @@ from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.decide import PROVIDERS
 from treadle.projections import parts
+from treadle.providers.acp.settings import configured_providers as acp_providers
 from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
 
 from .. import control, deps, lineage, lists
@@ -183,7 +184,7 @@ def server() -> MCPServer:
         return {
             "tenant": who.tenant,
             "user": who.user,
-            "providers": list(PROVIDERS),
+            "providers": [*PROVIDERS, *acp_providers()],
             "runtime_modes": list(policy.allowed_modes),
             "send_modes": list(SEND_MODES),
             "limits": {
