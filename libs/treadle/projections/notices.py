@@ -27,7 +27,9 @@ async def announce(nc: NATS, written: Iterable[tuple[str, str, int]]) -> None:
         await nc.publish(subjects.projected(tenant, thread), str(seq).encode())
 
 
-async def reached(nc: NATS, store: ProjectionStore, tenant: str, thread: str, target: int, timeout: float) -> bool:
+async def reached(
+    nc: NATS, store: ProjectionStore, tenant: str, thread: str, target: int, timeout: float, recheck: float = RECHECK
+) -> bool:
     """Whether the thread's projection reflects stream sequence ``target`` within ``timeout`` seconds. The
     first look costs one Redis read; only a projection behind ``target`` subscribes to the thread's notices."""
     if await store.seq(tenant, thread) >= target:
@@ -53,7 +55,7 @@ async def reached(nc: NATS, store: ProjectionStore, tenant: str, thread: str, ta
             if left <= 0:
                 return False
             try:
-                await asyncio.wait_for(woken.wait(), min(left, RECHECK))
+                await asyncio.wait_for(woken.wait(), min(left, recheck))
             except TimeoutError:
                 pass
     finally:
