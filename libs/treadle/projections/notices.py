@@ -22,9 +22,12 @@ RECHECK = 0.25  # seconds between looks at Redis without a notice (a lost one co
 
 
 async def announce(nc: NATS, written: Iterable[tuple[str, str, int]]) -> None:
-    """After a write: (tenant, thread, seq) of each thread written. Buffered publishes, no round trip."""
-    for tenant, thread, seq in written:
-        await nc.publish(subjects.projected(tenant, thread), str(seq).encode())
+    """After a write: (tenant, thread, seq) of each thread written. Buffered publishes, no round trip; a notice
+    that cannot be sent (the connection is closing, or its buffer is full while it reconnects) is skipped: the
+    write stands, and a read waiting for it finds it on its next look."""
+    with contextlib.suppress(NatsError):
+        for tenant, thread, seq in written:
+            await nc.publish(subjects.projected(tenant, thread), str(seq).encode())
 
 
 async def reached(
@@ -59,4 +62,5 @@ async def reached(
             except TimeoutError:
                 pass
     finally:
-        await sub.unsubscribe()
+        with contextlib.suppress(NatsError):  # a connection closed meanwhile has dropped it already
+            await sub.unsubscribe()
