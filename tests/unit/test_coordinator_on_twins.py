@@ -192,6 +192,8 @@ async def test_L11_2_an_answer_whose_record_conflicts_is_decided_again_recorded_
     assert len(tw.hosts.verbs("request.respond")) == 1  # this replica knows the provider has it: not asked again
     other = tw.coordinator()  # another replica does not: it offers the same answer, which the host takes as once
     assert (await tw.command(other, answer, thread=thread, command_id="cmd_answer")).duplicate
+    assert len(tw.hosts.verbs("request.respond")) == 2
+    assert list(tw.hosts.session((await tw.state(thread)).live_session.id).answered) == ["req_1"]
     resolved = [e for e in await tw.log.read(TENANT, thread) if e.type == "request.resolved"]
     assert [e.data.status for e in resolved] == ["resolved"]  # recorded once
 
