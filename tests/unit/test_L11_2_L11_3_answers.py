@@ -116,21 +116,24 @@ def test_L11_2_content_the_provider_refuses_is_invalid_response_and_the_request_
     assert reopen == [ev.RequestResolved(request_id="q2", run_id="r1", status="pending")]
     apply(state, reopen, cmd.id)
     req = state.request("q2")
-    assert (req.status, req.response, req.command_id) == ("pending", None, None)
+    assert (req.status, req.response, req.command_id) == ("pending", None, "cmd_answer")
     assert state.run("r1").node("nq2").status == "waiting" and state.run("r1").status == "waiting"
     assert answers.decide(state, answer("q2", id="cmd_again", answers={"0": "x"})).effects  # answerable again
-    assert answers.decide(state, cmd).effects  # the same command, retried, is decided afresh
+    with pytest.raises(BadRequest) as retried:  # the refused command itself, retried: refused again, nothing done
+        answers.decide(state, cmd)
+    assert retried.value.code == "invalid_response"
 
 
-def test_L11_2_a_provider_that_failed_to_take_the_answer_is_retried_then_the_request_pends_again():
+def test_L11_2_an_answer_the_provider_failed_to_take_stays_recorded_and_the_retry_delivers_it_again():
     state, cmd = waiting(), answer()
-    apply(state, answers.decide(state, cmd).events, cmd.id)
+    first = answers.decide(state, cmd)
+    apply(state, first.events, cmd.id)
     failed = answers.Delivered(status="failed", message="boom")
     settled = answers.settle(failed, again=False)
     assert settled.error is None and settled.retry == "the provider failed to take the answer: boom"
-    assert answers.after(state, cmd, failed, again=False) == [
-        ev.RequestResolved(request_id="q1", run_id="r1", status="pending")
-    ]
+    assert answers.after(state, cmd, failed, again=False) == []
+    again = answers.decide(state, cmd)
+    assert again.events == [] and again.effects == first.effects and again.receipt.duplicate
 
 
 def test_L11_2_a_record_closed_since_another_way_is_left_as_it_is():

@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 _command_decoder = msgspec.json.Decoder(Command)
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
-DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the request reopens
+DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
 REMEMBERED_ANSWERS = 10_000  # a retry on another replica (or after a restart) asks the host, which takes it as once
 RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
 RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
@@ -274,9 +274,7 @@ class Coordinator:
             self._delivered[command.id] = None
             while len(self._delivered) > REMEMBERED_ANSWERS:
                 del self._delivered[next(iter(self._delivered))]
-        if (settled.error is not None or settled.retry is not None) and (
-            failed := await self._record_after(command, outcome, again)
-        ) is not None:
+        if settled.error is not None and (failed := await self._record_after(command, outcome, again)) is not None:
             return failed
         if settled.retry is not None:
             return Rejected(code="unavailable", message=settled.retry, status=503)

@@ -7,6 +7,7 @@ the ``DeliverAnswer`` effect the worker carries out once the record is stored; `
 reply means for the command and ``after`` what is recorded after it: nothing when it took the answer,
 ``not_resumable`` when nobody holds the callback any more (then the command is refused), the request pending
 again when the provider refused the answer's content (its callback still waits: the user may answer again).
+A provider that failed to take it leaves the record standing: the command's retry delivers it again.
 
 """
 
@@ -24,6 +25,7 @@ from treadle.core.requests import decide as requests
 from treadle.core.view import ThreadView
 
 GONE_MESSAGE = "the provider callback for this request is gone"
+REFUSED_MESSAGE = "the provider refused this answer; the request waits for another"
 
 
 class DeliverAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,6 +108,8 @@ def decide(state: ThreadView, command: Command) -> Decision:
         receipt.run_id, receipt.duplicate = known.run_id, True
         if known.status == "not_resumable":
             raise Conflict(GONE_MESSAGE, code="not_resumable")
+        if known.status == "pending":  # this very answer was refused by the provider, and the request reopened
+            raise BadRequest(REFUSED_MESSAGE, code="invalid_response")
         session = requests.holder(state, known) if known.status == "resolved" else None
         effects = [] if session is None else [_delivery(session.host_id, session.id, known.id, body)]
         return Decision(events=[], receipt=receipt, effects=effects)
@@ -131,14 +135,16 @@ def settle(outcome: Delivered, *, again: bool) -> Settled:
 
 def after(state: ThreadView, command: Command, outcome: Delivered, *, again: bool) -> list[ev.Payload]:
     """The events recorded after a delivery that did not land, on the thread as it is now: the request pending
-    again when the provider refused the answer or kept failing to take it (the user may answer again), and
-    ``not_resumable`` when nobody holds its callback. Nothing once the record is no longer this command's."""
+    again when the provider refused the answer (the user may answer again; this command, retried, is refused
+    the same way), and ``not_resumable`` when nobody holds its callback. A provider that failed to take the
+    answer leaves the record as it is: the command's retry delivers it again. Nothing once the record is no
+    longer this command's."""
     body = command.body
     assert isinstance(body, RespondRequest)
     req = state.request(body.request_id)
     if req is None or req.status != "resolved" or req.command_id != command.id:
         return []
-    if outcome.status in ("refused", "failed"):
+    if outcome.status == "refused":
         return [ev.RequestResolved(request_id=req.id, run_id=req.run_id, status="pending")]
     if outcome.status == "gone" and not again:
         return _gone(req.id, req.run_id).events

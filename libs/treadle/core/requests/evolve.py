@@ -56,7 +56,7 @@ def _request_resolved(state: ThreadView, e: Envelope, d: RequestResolved) -> Non
     reopened = d.status == "pending"
     req.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     req.response = d.response
-    req.command_id = None if reopened else e.command_id
+    req.command_id = e.command_id  # reopened: the refused answer's command, refused again if retried
     run = state.run(d.run_id)
     if run is not None:
         node = run.node(req.node_id)
