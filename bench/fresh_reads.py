@@ -102,6 +102,7 @@ async def stack_reads(reads: int, runs: int) -> dict:
 
 async def direct_gets(events: int, threads: int, repeat: int) -> dict:
     from treadle.projections import notices  # this change's: part 3 runs on the tree after it only
+
     with tempfile.TemporaryDirectory() as tmp:
         async with NatsServer(Path(tmp) / "nats") as server, RedisServer(Path(tmp) / "redis") as redis_server:
             nc = await nats.connect(server.url)
