@@ -98,7 +98,11 @@ async def projected(request: Request, tenant: str, thread: str) -> bool:
     for no more than that (a larger one is another thread's sequence: the thread's last event is all it can
     mean). False: the projector is further behind; read the log instead."""
     state = app_state(request)
-    target = await state.log.last_seq(tenant, thread)  # one direct get: the thread's last sequence right now
+    # One direct get (the thread's last sequence right now) beside one look at the projection: one round trip's
+    # time for a projection that has it, as nearly every read's is
+    target, have = await asyncio.gather(state.log.last_seq(tenant, thread), state.projections.seq(tenant, thread))
+    if have >= target:
+        return True
     return await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT)
 
 
