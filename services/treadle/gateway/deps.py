@@ -147,8 +147,8 @@ async def thread_read(
     own: bool = True,
 ) -> T:
     """A read of only the parts of the thread it answers with (``read``, see ``projections.parts``), with the
-    guarantees of ``thread_doc``: when the projection is behind the thread's last event, or its parts are not all stored,
-    the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
+    guarantees of ``thread_doc``: when the projection is behind the thread's last event, or its parts are not
+    all stored, the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
     state = app_state(request)
     _check_min_seq(request, min_seq, own=own)
     doc = None
