@@ -267,7 +267,8 @@ def server() -> MCPServer:
             who = await principal(request)
             thread = path_id(thread_id, "thr")
             # a thread of no one's (or another tenant's) is a 404 from the read itself, as on the list routes
-            seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit, min_seq)
+            # every read reflects the thread's last event when it came: ``min_seq`` (still accepted) asks no more
+            seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit)
             items = [msgspec.json.decode(raw) for raw in window]
             truncated = [_bounded(item, max_chars) for item in items]
             end = min(after, total) + len(items)
