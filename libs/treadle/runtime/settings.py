@@ -98,6 +98,9 @@ class ProviderHostSettings(WorkerSettings):
     heartbeat_seconds: float = 2.0
     host_expiry_seconds: float = 10.0  # a host whose heartbeat stood still this long is dead (L9.3)
     idle_seconds: float = 900.0  # the idle reaper releases a session unused this long (L9.3)
+    # ... and one whose playing turn has reported nothing (waiting for no answer) this long: its runtime is
+    # wedged (provider_host/reaper.py); 0: never
+    unresponsive_seconds: float = Field(default=3600.0, ge=0)
     # Fair share (core/capacity.py): per-tenant limits across hosts (0: none), and how recently a session may
     # have been used and still be released to make room on a full host.
     tenant_sessions: int = Field(default=500, ge=0)

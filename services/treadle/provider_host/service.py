@@ -62,10 +62,39 @@ class Session:
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
         self.rolled_back: dict[str, hp.RolledBack] = {}  # rollback id -> what it dropped (never dropped twice)
         self.last_active = now  # on the host's clock: the idle reaper releases sessions unused for long
+        self.heard = now  # the last event a turn of it reported
+        self.awaiting: set[str] = set()  # requests its turns opened that wait for an answer
 
     @property
     def busy(self) -> bool:
         return any(not task.done() for task in self.turns.values())
+
+    @property
+    def quiet_since(self) -> float | None:
+        if self.awaiting or not self.busy:
+            return None
+        return max(self.heard, self.last_active)
+
+
+class _Heard:
+    """A turn sink that notes when the session last heard from its runtime, and which requests wait."""
+
+    def __init__(self, sink, session: Session, clock: Clock) -> None:
+        self._sink, self._session, self._clock = sink, session, clock
+
+    async def event(self, body: pe.Body) -> None:
+        self._session.heard = self._clock.now()
+        if isinstance(body, pe.RequestOpened):
+            self._session.awaiting.add(body.request_id)
+        await self._sink.event(body)
+
+    async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        self._session.heard = self._clock.now()
+        await self._sink.text(message_id, node_id, chunk)
+
+    async def text_done(self, message_id: str, node_id: str, text: str) -> None:
+        self._session.heard = self._clock.now()
+        await self._sink.text_done(message_id, node_id, text)
 
 
 class ProviderHost:
@@ -133,7 +162,13 @@ class ProviderHost:
             self._own.heartbeat_seconds,
             self._publish_stopped,
         )
-        reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
+        reaper = IdleReaper(
+            self._sessions,
+            self._clock,
+            self._own.idle_seconds,
+            self._end_session,
+            unresponsive_seconds=self._own.unresponsive_seconds,
+        )
         self._loops = [
             asyncio.create_task(loop, name=f"host:{name}")
             for name, loop in (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))
@@ -513,6 +548,7 @@ class ProviderHost:
                 return hp.HostFailure(code="not_active", message=f"request {request.request_id} was answered already")
             await session.adapter.respond(request.request_id, request.response)
             session.answered[request.request_id] = answer
+            session.awaiting.discard(request.request_id)
             return hp.TurnAccepted()
         if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
@@ -623,7 +659,7 @@ class ProviderHost:
             if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
                 await publisher.event(pe.TurnCompleted(status="interrupted"))
             else:
-                await session.adapter.run_turn(turn, publisher)
+                await session.adapter.run_turn(turn, _Heard(publisher, session, self._clock))
         except asyncio.CancelledError:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
@@ -638,6 +674,8 @@ class ProviderHost:
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
         finally:
             session.playing.pop(request.attempt_id, None)
+            if not session.playing:
+                session.awaiting.clear()  # what no turn plays for waits for nothing
             session.interrupted_early.discard(request.attempt_id)
             session.last_active = self._clock.now()
             publisher.close()
