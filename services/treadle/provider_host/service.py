@@ -17,8 +17,10 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.core import capacity
 from treadle.core import provider_events as pe
+from treadle.core.disk import DiskBudget, budget_for
 from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects, tracing
+from treadle.ops.policies import PolicyStore
 from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
@@ -33,6 +35,7 @@ from treadle.sandbox.identity import TenantIdentities
 
 from . import summaries
 from .child_scopes import ChildScopeSink
+from .disk_watch import DiskWatch
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
@@ -64,6 +67,10 @@ class Session:
         self.last_active = now  # on the host's clock: the idle reaper releases sessions unused for long
         self.heard = now  # the last event a turn of it reported
         self.awaiting: set[str] = set()  # requests its turns opened that wait for an answer
+
+    @property
+    def tenant(self) -> str:
+        return self.request.tenant
 
     @property
     def busy(self) -> bool:
@@ -117,6 +124,11 @@ class ProviderHost:
         self._heartbeat: asyncio.Task | None = None
         self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
         self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
+        self._policies = PolicyStore(self._js)
+        self._budgets: dict[str, tuple[float, DiskBudget]] = {}  # tenant -> (when read, its disk budget)
+        self._disk = DiskWatch(
+            self._sessions, self._clock, self._disk_roots, self._disk_budget, self._end_session, own.disk_check_seconds
+        )
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
@@ -179,6 +191,7 @@ class ProviderHost:
         must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         await cancel_and_wait(self._loops)
+        await self._disk.close()
         failures = await asyncio.gather(self._unsubscribe(), return_exceptions=True)
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
         failures += await asyncio.gather(*sessions, return_exceptions=True)
@@ -425,7 +438,35 @@ class ProviderHost:
                 self._opening -= 1
             LIVE_SESSIONS.set(len(self._sessions))
             await self._sync_seat()
+            await self._disk_begin(request.tenant)
         return self._placed(request, session)
+
+    # --- disk budget (issue 36, disk_watch.py) --------------------------------------------------------
+
+    def _disk_roots(self, tenant: str) -> list[Path]:
+        return [self._workspaces / subjects.token(tenant, "tenant"), *self._sandbox.homes.get(tenant, ())]
+
+    async def _disk_budget(self, tenant: str) -> DiskBudget:
+        """The tenant's budget, its policy read at most once per check interval (not on every turn's start)."""
+        now = self._clock.now()
+        known = self._budgets.get(tenant)
+        if known is not None and now - known[0] < self._own.disk_check_seconds:
+            return known[1]
+        default = DiskBudget(bytes=self._own.disk_budget_bytes, files=self._own.disk_budget_files)
+        try:
+            policy = await self._policies.get(tenant)
+        except Exception as exc:  # the broker busy: the deployment's budget meanwhile
+            log.info("no policy of tenant %s for its disk budget: %r", tenant, exc)
+            return default
+        budget = budget_for(default, policy.max_disk_bytes, policy.max_disk_files)
+        self._budgets[tenant] = (now, budget)
+        return budget
+
+    async def _disk_begin(self, tenant: str) -> None:
+        try:
+            await self._disk.begin(tenant)
+        except Exception:  # never a reason to refuse a session or a turn: the watch checks again
+            log.exception("disk check of tenant %s failed", tenant)
 
     def _placed(self, request: hp.PlaceSession, session: Session) -> hp.SessionPlaced:
         return hp.SessionPlaced(
@@ -654,6 +695,7 @@ class ProviderHost:
             script=request.script,
             ids=ids,
         )
+        await self._disk_begin(request.tenant)  # what the tenant holds now over its budget may stay, not grow
         session.playing[request.attempt_id] = turn
         try:
             if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
