@@ -14,13 +14,17 @@ TENANT = "limited"
 
 
 async def _run(world: World, settings: SandboxSettings, script: str) -> tuple[int, str, object]:
+    return await _run_in(world, settings, script, world.workspace(TENANT))
+
+
+async def _run_in(world: World, settings: SandboxSettings, script: str, workspace: Path) -> tuple[int, str, object]:
     sandbox = Sandbox(settings, world.sandbox.identities, world.runtime_dir)
     sandbox.start()
     home = world.runtime_dir / "limits-home"
     prepared = await sandbox.prepare(
         tenant=TENANT,
         name=f"lim-{uuid.uuid4().hex[:8]}",
-        workspace=world.workspace(TENANT),
+        workspace=workspace,
         homes=[home],
         binaries=[],
         argv=["/bin/bash", "-c", script],
@@ -32,7 +36,7 @@ async def _run(world: World, settings: SandboxSettings, script: str) -> tuple[in
         proc = await asyncio.create_subprocess_exec(
             *prepared.command,
             env={},
-            cwd=world.workspace(TENANT),
+            cwd=workspace,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -136,3 +140,23 @@ async def test_issue36_a_fork_bomb_leaves_the_sandbox_its_way_to_the_model_api(w
     assert lines[0] == "before:answer", (lines, err.decode()[-2000:])
     assert lines[1].startswith("full after "), lines
     assert lines[2:] == ["during:answer"] * 3, (lines, err.decode()[-2000:])
+
+
+async def test_issue36_the_disk_budget_counts_what_a_sandboxed_command_really_wrote(world):
+    """A real command in the sandbox writes a 3 GiB sparse file and a 32 MiB dense one: the tenant's usage
+    (what the disk budget compares) is the dense file's, and its ceiling is passed only by it."""
+    from treadle.core.disk import DiskBudget, over
+    from treadle.sandbox.disk import measure
+
+    workspace = world.workspace(TENANT, f"disk-{uuid.uuid4().hex[:6]}")
+    code, out, _ = await _run_in(
+        world,
+        SandboxSettings(mode="on"),
+        "truncate -s 3G sparse.bin && head -c 33554432 /dev/urandom > dense.bin && echo wrote",
+        workspace,
+    )
+    assert code == 0 and "wrote" in out, out
+    used = measure([workspace])
+    assert (workspace / "sparse.bin").stat().st_size == 3 << 30
+    assert 32 << 20 <= used.bytes < 33 << 20, used
+    assert over(used, DiskBudget(bytes=16 << 20)) is not None and over(used, DiskBudget(bytes=64 << 20)) is None
