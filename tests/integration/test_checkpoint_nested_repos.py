@@ -133,3 +133,19 @@ async def test_a_directory_that_becomes_a_repository_leaves_the_trees_and_restor
     assert (ws / "top.txt").read_text() == "1\n"
     assert (ws / "sub" / "x.txt").read_text() == "the repository's now\n"
     assert [(s.path, s.reason) for s in done.skipped] == [("sub", "submodule")]
+
+
+async def test_a_submodule_of_the_users_head_not_checked_out_leaves_no_gitlink(root: Path):
+    ws = repository_with_submodule(root)
+    lib = ws / "vendor" / "lib"
+    for p in sorted(lib.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() or p.is_symlink() else p.rmdir()
+    (ws / "top.txt").write_text("top\n")
+    workspaces = Workspaces(root, root.parent / "state" / "shadow", watch=False)
+    try:
+        c0 = await workspaces.capture(capture(0, None))
+    finally:
+        workspaces.close()
+    entries = "\n".join(tree_entries(ws, c0.commit))
+    assert "160000" not in entries and "top.txt" in entries and ".gitmodules" in entries
+    assert c0.skipped == [Skipped(path="vendor/lib", reason="submodule")]

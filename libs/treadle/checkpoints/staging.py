@@ -97,8 +97,8 @@ class Stager:
         repo.stop_ignores()  # `add -A` because something changed that may be an ignore rule
         await self.flush(repo)  # whatever a failed capture left: `add -A` may reuse (not rewrite) them
         tree = await self._add_all(repo)
-        # A repository made between the walk and `add -A` is a gitlink now: out of the index and the tree again.
-        # (Watched, the tree is parsed anyway; else one `ls-tree`.)
+        # A gitlink in the tree (a repository made between the walk and `add -A`, a submodule of the user's HEAD
+        # that is not checked out): out of the index and the tree again. (Watched, the tree is parsed anyway.)
         if watcher is not None:
             await self._git.in_thread(self._load_trees, repo, tree)
             assert repo.trees is not None
@@ -108,7 +108,7 @@ class Stager:
             out = await self._git.check(repo, "ls-tree", "-r", "-z", tree)
             raced = {e.split(b"\t", 1)[1] for e in out.split(b"\0") if e.startswith(b"160000 ")}
         if raced:
-            log.warning("a repository appeared in %s while it was captured: left out", repo.worktree)
+            log.info("gitlinks left out of the checkpoint of %s: %s", repo.worktree, sorted(raced))
             await self._forget(repo, raced)
             tree = (await self._git.check(repo, "write-tree")).decode().strip()
             repo.nested |= raced
