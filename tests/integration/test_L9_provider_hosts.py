@@ -23,7 +23,7 @@ from treadle.runtime.clock import ManualClock
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
-LOOPS_PER_HOST = 3  # heartbeat, host watcher, idle reaper: all parked on the clock between ticks
+LOOPS_PER_HOST = 4  # heartbeat, host watcher, idle reaper, disk budget: all parked on the clock between ticks
 
 
 class Hosts:
@@ -326,7 +326,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
         assert isinstance(started, hp.TurnAccepted), started
     running = [t for t in asyncio.all_tasks() - before if t.get_name().startswith(("host:", "turn:"))]
     names = {t.get_name() for t in running}
-    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "turn:att_1", "turn:att_2"}, names
+    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "host:disk", "turn:att_1", "turn:att_2"}, names
     await nc.close()
     with pytest.raises(ConnectionClosedError):
         await host.stop()

@@ -183,7 +183,12 @@ class ProviderHost:
         )
         self._loops = [
             asyncio.create_task(loop, name=f"host:{name}")
-            for name, loop in (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))
+            for name, loop in (
+                ("heartbeat", self._beat()),
+                ("watcher", watcher.run()),
+                ("reaper", reaper.run()),
+                ("disk", self._disk.run()),
+            )
         ]
 
     async def stop(self) -> None:
@@ -191,7 +196,6 @@ class ProviderHost:
         must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         await cancel_and_wait(self._loops)
-        await self._disk.close()
         failures = await asyncio.gather(self._unsubscribe(), return_exceptions=True)
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
         failures += await asyncio.gather(*sessions, return_exceptions=True)
