@@ -448,7 +448,10 @@ class ProviderHost:
     # --- disk budget (issue 36, disk_watch.py) --------------------------------------------------------
 
     def _disk_roots(self, tenant: str) -> list[Path]:
-        return [self._workspaces / subjects.token(tenant, "tenant"), *self._sandbox.homes.get(tenant, ())]
+        """The tenant's workspaces and the homes its runtimes had here (those removed since are forgotten)."""
+        homes = self._sandbox.homes.get(tenant, set())
+        homes.difference_update([h for h in homes if not h.exists()])
+        return [self._workspaces / subjects.token(tenant, "tenant"), *homes]
 
     async def _disk_budget(self, tenant: str) -> DiskBudget:
         """The tenant's budget, its policy read at most once per check interval: the checks keep it fresh, so a
