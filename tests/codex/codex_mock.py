@@ -146,6 +146,11 @@ class MockResponses:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
+    def drop_connections(self) -> None:
+        """Close every open connection, as a real API does with idle ones: the next request needs a new one."""
+        for writer in list(self._open):
+            writer.transport.abort()
+
     async def stop(self) -> None:
         for writer in list(self._open):
             writer.transport.abort()

@@ -200,6 +200,7 @@ class Sandbox:
     runtime_dir: Path
     result: ProbeResult | None = None
     _etc_written: set = field(default_factory=set)
+    homes: dict[str, set[Path]] = field(default_factory=dict)  # tenant -> its runtimes' homes (the disk budget's)
 
     @property
     def enabled(self) -> bool:
@@ -272,6 +273,7 @@ class Sandbox:
         self.check()
         assert self.result is not None
         ids = await asyncio.to_thread(self.identities.ids, tenant)
+        self.homes.setdefault(tenant, set()).update(Path(h) for h in homes)
         files = self.runtime_dir / "sandbox"
         await asyncio.to_thread(self._own, ids, workspace, homes, files)
         etc = await asyncio.to_thread(self._etc, tenant, ids, home)
