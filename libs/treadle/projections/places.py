@@ -34,8 +34,8 @@ def _at(state: ThreadState, name: str, item_id: str) -> int:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
     """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never changes its id or
-    ordinal) and the messages and activity of the runs it added them to. A message leaves
-    its run or place only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
+    ordinal) and the messages and activity of the runs it added them to. A message leaves its run or its place
+    only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
     changes = changes or Changes(None)
     out: list[str | int] = []
     run_ids: set[str] = set()
