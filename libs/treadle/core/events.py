@@ -45,6 +45,7 @@ from treadle.core.run.events import (
     RunSteered,
     RunWarning,
     SteerDelivered,
+    SteerJoined,
 )
 from treadle.core.thread.events import (
     MessageCompleted,
@@ -103,6 +104,7 @@ __all__ = [
     "RunWarning",
     "SCHEMA_VERSION",
     "SteerDelivered",
+    "SteerJoined",
     "ThreadCreated",
     "ThreadDelegated",
     "ThreadForked",

@@ -116,8 +116,10 @@ class ProviderAdapter(abc.ABC):
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         """Play one turn to its end, reporting through ``sink``; ends with ``TurnCompleted``."""
 
-    async def steer(self, turn: Turn, text: str) -> None:
-        """L3.2: add ``text`` to the playing ``turn`` natively. Called only when ``active_steering``."""
+    async def steer(self, turn: Turn, text: str, message_id: str | None = None) -> None:
+        """L3.2: add ``text`` (Treadle's message ``message_id``) to the playing ``turn`` natively. Called only when
+        ``active_steering``. A runtime that says where the steer joined its conversation reports
+        ``SteerJoined(message_id)`` there, so the steer is listed after what the runtime said before it."""
         raise Unsupported("this provider cannot steer an active turn")
 
     async def interrupt(self, turn: Turn) -> None:

@@ -629,7 +629,7 @@ class ProviderHost:
             return hp.TurnAccepted()
         if request.message_id in session.steered:
             return hp.TurnAccepted(already=True)
-        await session.adapter.steer(turn, request.text)
+        await session.adapter.steer(turn, request.text, request.message_id)
         session.steered.add(request.message_id)
         return hp.TurnAccepted()
 

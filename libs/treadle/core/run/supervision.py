@@ -33,6 +33,7 @@ from treadle.core.run.events import (
     RunQueued,
     RunStarted,
     RunWarning,
+    SteerJoined,
 )
 from treadle.core.run.model import Run
 from treadle.core.run.steering import undelivered_steers
@@ -250,6 +251,10 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
                 )
             ]
         )
+    if isinstance(body, pe.SteerJoined):
+        # Recorded even when it names no steer of this run (its fold then changes nothing): the play's next
+        # events wait for this one to be folded.
+        return Reaction([SteerJoined(run_id=run.id, attempt_id=att.id, message_id=body.message_id)])
     if isinstance(body, pe.ToolStarted):
         return Reaction(
             [

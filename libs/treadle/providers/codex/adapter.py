@@ -448,14 +448,15 @@ class CodexAdapter(ProviderAdapter):
         else:
             self._background(self._refuse(rpc_id, method))
 
-    async def steer(self, turn: Turn, text: str) -> None:
-        """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call."""
+    async def steer(self, turn: Turn, text: str, message_id: str | None = None) -> None:
+        """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call. Its user
+        message item carries ``message_id`` back (``clientId``) where the steer joined the turn."""
         await self._wait_turn_known()
+        params = {"threadId": self._require_thread(), "input": [_text_input(text)], "expectedTurnId": turn.native_ref}
+        if message_id:
+            params["clientUserMessageId"] = message_id
         try:
-            await self._call(
-                "turn/steer",
-                {"threadId": self._require_thread(), "input": [_text_input(text)], "expectedTurnId": turn.native_ref},
-            )
+            await self._call("turn/steer", params)
         except RpcError as exc:
             raise Unsupported(f"codex cannot steer this turn now: {exc.message}") from exc
 
