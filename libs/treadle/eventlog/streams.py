@@ -19,6 +19,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
+from ..checkpoints.archive import BUCKET as CHECKPOINTS_BUCKET
+from ..checkpoints.archive import OBJECTS
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
 
 DAY = 86_400.0
@@ -101,6 +103,7 @@ async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0)
         )
     for bucket in BUCKETS:
         await _until_done(deadline, functools.partial(_ensure_bucket, js, bucket, replicas))
+    await _until_done(deadline, functools.partial(_ensure_objects, js, replicas))
 
 
 async def settled(step: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
@@ -130,6 +133,16 @@ async def _ensure_bucket(js: JetStreamContext, bucket: KeyValueConfig, replicas:
         await js.create_key_value(dataclasses.replace(bucket, replicas=replicas, direct=direct))
     else:
         await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas, direct)
+
+
+async def _ensure_objects(js: JetStreamContext, replicas: int) -> None:
+    """The checkpoint archive's Object Store bucket (checkpoints/archive.py), at the same replica count."""
+    try:
+        await js.object_store(CHECKPOINTS_BUCKET)
+    except BucketNotFoundError:
+        await js.create_object_store(CHECKPOINTS_BUCKET, dataclasses.replace(OBJECTS, replicas=replicas))
+    else:
+        await _ensure_replicas(js, f"OBJ_{CHECKPOINTS_BUCKET}", replicas, direct=True)
 
 
 async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:

@@ -1,6 +1,8 @@
 """The ports the coordinator and the supervisor work through: the event log, the checkpoint store and the
-provider host directory (the event log's is defined beside its implementation, in ``eventlog.port``). Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``,
-``checkpoints.client.CheckpointClient``, ``providers.hosts.HostClient``) and an in-memory twin
+provider host directory (the event log's is defined beside its implementation, in ``eventlog.port``), and the
+one the checkpoint service keeps checkpoints off the node through, the checkpoint archive. Each is a Protocol
+with a broker-backed implementation (``eventlog.log.EventLog``, ``checkpoints.client.CheckpointClient``,
+``providers.hosts.HostClient``, ``checkpoints.archive.JetStreamArchive``) and an in-memory twin
 (``treadle.memory``); one contract suite per port runs against both. Only what the services call is here.
 """
 
@@ -13,7 +15,7 @@ from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffRes
 from treadle.eventlog.port import EventLog
 from treadle.providers import protocol as hp
 
-__all__ = ["CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
+__all__ = ["CheckpointArchive", "CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
 
 # What the verbs of ``protocol.VERB_REQUESTS`` carry.
 HostRequest: TypeAlias = hp.StartTurn | hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns
@@ -33,6 +35,20 @@ class CheckpointStore(Protocol):
 
     async def materialize(self, request: Materialize) -> Materialized:
         """L6.5: a fork's workspace made from a checkpoint commit of its source (idempotent)."""
+        ...
+
+
+class CheckpointArchive(Protocol):
+    """Named blobs off the node (git packs and manifests of checkpoints): as durable as the event log. Writes
+    are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
+    answer raises ``ArchiveUnavailable``."""
+
+    async def put(self, name: str, data: bytes) -> None: ...
+
+    async def get(self, name: str) -> bytes | None: ...
+
+    async def delete(self, name: str) -> None:
+        """Idempotent: deleting a name that is not there is no error."""
         ...
 
 

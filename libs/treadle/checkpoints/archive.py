@@ -1,0 +1,71 @@
+"""Checkpoints off the node: a JetStream Object Store bucket holding each thread's packs and manifest
+(``ports.CheckpointArchive``). Its bucket is created with the streams (``eventlog.streams.ensure``), at the
+shared replica count, so a checkpoint is as durable as the event log that records it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.api import ObjectStoreConfig, StorageType
+from nats.js.errors import ObjectDeletedError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
+
+__all__ = ["BUCKET", "ArchiveUnavailable", "JetStreamArchive", "OBJECTS"]
+
+BUCKET = "treadle-checkpoints"
+OBJECTS = ObjectStoreConfig(bucket=BUCKET, storage=StorageType.FILE, description="workspace checkpoints (git packs)")
+
+
+class ArchiveUnavailable(Exception):
+    """The archive did not answer, or refused: nothing can be made durable (or read back) now."""
+
+
+class JetStreamArchive:
+    """Named blobs in one Object Store bucket. Names are plain strings (`<tenant>/<workspace key>/<thread>/…`);
+    every call is bounded by ``timeout`` and fails as ``ArchiveUnavailable``."""
+
+    def __init__(self, js: JetStreamContext, bucket: str = BUCKET, timeout: float = 30.0) -> None:
+        self._js = js
+        self._name = bucket
+        self._timeout = timeout
+        self._bucket: ObjectStore | None = None
+
+    async def put(self, name: str, data: bytes) -> None:
+        async def put() -> None:
+            await (await self._store()).put(name, data)
+
+        await self._bounded("put", name, put())
+
+    async def get(self, name: str) -> bytes | None:
+        async def get() -> bytes | None:
+            try:
+                got = await (await self._store()).get(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return None
+            return bytes(got.data or b"")
+
+        return await self._bounded("get", name, get())
+
+    async def delete(self, name: str) -> None:
+        async def delete() -> None:
+            try:
+                await (await self._store()).delete(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return
+
+        await self._bounded("delete", name, delete())
+
+    async def _store(self) -> ObjectStore:
+        if self._bucket is None:
+            self._bucket = await self._js.object_store(self._name)
+        return self._bucket
+
+    async def _bounded(self, verb, name, step):
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await step
+        except (TimeoutError, NatsError, OSError) as exc:  # nats.errors.Error: every client and API error
+            self._bucket = None  # looked up again next time (the bucket may be re-created)
+            raise ArchiveUnavailable(f"checkpoint archive {self._name}: {verb} {name} failed: {exc!r}") from None
