@@ -48,6 +48,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     head_tree: str | None = None
     ids: dict[str, str] = {}  # checkpoint id (ckpt_…) -> commit, for the checkpoints whose id was given
     packs: list[str] = []  # every pack written and not deleted (what compaction may delete)
+    # Commits whose parents the archive may lack (retention repacked them without their history): a git dir
+    # made from the archive lists them in its `shallow` file, so no git walks past them.
+    shallow: list[str] = []
 
     def packs_of(self, commit: str) -> list[str] | None:
         for entry in self.refs.values():
@@ -157,7 +160,8 @@ class Durable:
             commits = sorted({e.commit for e in manifest.refs.values()} | ({manifest.head} if manifest.head else set()))
             if commits:
                 base = "base-" + hashlib.sha256(" ".join(commits).encode()).hexdigest()[:40]
-                await self.archive.put(where.pack(base), await self._pack(repo, commits, []))
+                await self.archive.put(where.pack(base), await self._snapshot(repo, commits))
+                manifest.shallow = commits
                 manifest.refs = {n: Entry(commit=e.commit, tree=e.tree, packs=[base]) for n, e in manifest.refs.items()}
                 kept = [base]
             else:
@@ -214,6 +218,14 @@ class Durable:
         if commit not in manifest.packs:
             manifest.packs.append(commit)
         return list(dict.fromkeys(needed))
+
+    async def _snapshot(self, repo: Repo, commits: list[str]) -> bytes:
+        """One pack of ``commits`` and their trees and blobs, without their history (what retention keeps)."""
+        listed = await self._git.check(repo, "rev-list", "--objects", "--no-walk", *commits)
+        rc, out, err = await self._git.run(repo, "pack-objects", "--stdout", "-q", input=listed)
+        if rc != 0:
+            raise CheckpointError("git_error", f"git pack-objects failed: {tail(err)}")
+        return out
 
     async def _pack(self, repo: Repo, tips: list[str], bases: list[str]) -> bytes:
         """One pack of the objects reachable from ``tips`` and not from ``bases`` (full objects or deltas

@@ -94,22 +94,35 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
     relative = path.relative_to(tenant_root)
     where = Where(req.tenant, workspace_key(relative.as_posix()), req.thread)
     async with ws._locked(path) as slot:
-        manifest, commit, tree = _target(await durable.load_typed(where), req)
-        shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} is not a directory")
         if path.is_dir() and any(os.scandir(path)):
-            repo = await ws._open(slot, req.tenant, req.thread, path, tenant_root)
-            async with exclusive(repo):
-                rc, _, _ = await ws.git.run(repo, "cat-file", "-e", f"{commit}^{{commit}}")
-            if rc != 0:
-                raise CheckpointError("bad_request", f"workspace {req.workspace!r} exists and holds other checkpoints")
-            return Hydrated(
-                checkpoint_id=req.checkpoint_id, files=0, commit=commit, tree=tree, path=str(path), created=False
-            )
+            return await _present(ws, durable, slot, req, path, tenant_root, where)
+        manifest, commit, tree = _target(await durable.load_typed(where), req)
+        shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
             stale.close()
         return await _build(ws, durable, where, manifest, req, path, shadow, (commit, tree))
+
+
+async def _present(
+    ws: Workspaces, durable: Durable, slot, req: Hydrate, path: Path, tenant_root: Path, where: Where
+) -> Hydrated:
+    """The workspace is there: done if its git dir holds the checkpoint (the archive is asked only when this
+    process has not seen the commit), refused otherwise: it is never overwritten."""
+    repo = await ws._open(slot, req.tenant, req.thread, path, tenant_root)
+    known = {tip.commit: tip.tree for tip in repo.tips.values()}  # what this process captured or read here
+    commit = req.commit
+    if commit is None or commit not in known:
+        _, commit, tree = _target(await durable.load_typed(where), req)  # unknown to the archive: unknown_commit
+        async with exclusive(repo):
+            rc, out, _ = await ws.git.run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
+        if rc != 0:
+            raise CheckpointError("bad_request", f"workspace {req.workspace!r} exists and holds other checkpoints")
+        known[commit] = out.decode().strip()
+    return Hydrated(
+        checkpoint_id=req.checkpoint_id, files=0, commit=commit, tree=known[commit], path=str(path), created=False
+    )
 
 
 def _target(manifest: Manifest | None, req: Hydrate) -> tuple[Manifest, str, str]:
@@ -185,6 +198,14 @@ async def _objects(ws: Workspaces, durable: Durable, repo: Repo, where: Where, m
     for name in missing:
         data = await durable.fetch(where, name)
         await ws.git.check(repo, "index-pack", "--stdin", input=data)
+    if missing and manifest.shallow:  # retention left these commits without their history: git stops at them
+        for commit in manifest.shallow:
+            check_commit(commit, "commit")
+        shallow = repo.gitdir / "shallow"
+        had = set(shallow.read_text().split()) if shallow.is_file() and not shallow.is_symlink() else set()
+        shallow.unlink(missing_ok=True)
+        shallow.write_text("".join(f"{c}\n" for c in sorted(had | set(manifest.shallow))))
+        give(shallow, repo.owner)
     return len(missing)
 
 
