@@ -1,25 +1,39 @@
-"""Checkpoints off the node: a JetStream Object Store bucket holding each thread's packs and manifest
-(``ports.CheckpointArchive``). Its bucket is created with the streams (``eventlog.streams.ensure``), at the
-shared replica count, so a checkpoint is as durable as the event log that records it."""
+"""Checkpoints off the node: the port (``CheckpointArchive``, exported by ``treadle.ports``) and its JetStream
+implementation, an Object Store bucket holding each thread's packs and manifest. The bucket is created with
+the streams (``eventlog.streams.ensure``), at the shared replica count, so a checkpoint is as durable as the
+event log that records it; the in-memory twin is ``memory.MemoryArchive``."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import ObjectDeletedError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
-__all__ = ["BUCKET", "ArchiveUnavailable", "JetStreamArchive", "OBJECTS"]
+from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
 
-BUCKET = "treadle-checkpoints"
-OBJECTS = ObjectStoreConfig(bucket=BUCKET, storage=StorageType.FILE, description="workspace checkpoints (git packs)")
+__all__ = ["BUCKET", "ArchiveUnavailable", "CheckpointArchive", "JetStreamArchive"]
 
 
 class ArchiveUnavailable(Exception):
     """The archive did not answer, or refused: nothing can be made durable (or read back) now."""
+
+
+class CheckpointArchive(Protocol):
+    """Named blobs off the node (git packs and manifests of checkpoints): as durable as the event log. Writes
+    are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
+    answer raises ``ArchiveUnavailable``."""
+
+    async def put(self, name: str, data: bytes) -> None: ...
+
+    async def get(self, name: str) -> bytes | None: ...
+
+    async def delete(self, name: str) -> None:
+        """Idempotent: deleting a name that is not there is no error."""
+        ...
 
 
 class JetStreamArchive:

@@ -29,7 +29,7 @@ from treadle.checkpoints.repo import Repo
 from treadle.checkpoints.runner import GitRunner, tail
 
 if TYPE_CHECKING:
-    from treadle.ports import CheckpointArchive
+    from treadle.checkpoints.archive import CheckpointArchive
 
 __all__ = ["Durable", "Entry", "Manifest", "Where"]
 

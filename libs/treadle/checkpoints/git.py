@@ -57,8 +57,8 @@ from treadle.checkpoints.validation import check_capture, check_scope, check_tok
 from treadle.sandbox.identity import TenantIdentities
 
 if TYPE_CHECKING:
+    from treadle.checkpoints.archive import CheckpointArchive
     from treadle.checkpoints.hydrate import Hydrate, Hydrated
-    from treadle.ports import CheckpointArchive
 
 __all__ = ["CheckpointError", "Workspaces", "DEFAULT_MAX_FILE_BYTES"]
 

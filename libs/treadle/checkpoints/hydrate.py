@@ -88,8 +88,6 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
         check_token("checkpoint_id", req.checkpoint_id)
     check_commit(req.commit, "commit")
     durable = ws.durable
-    if durable is None:
-        raise CheckpointError("bad_request", "this checkpoint service keeps no durable copies (no archive)")
     path, tenant_root = ws._resolve(req.tenant, req.workspace)  # prepare's checks: no escape, no symlink out
     relative = path.relative_to(tenant_root)
     where = Where(req.tenant, workspace_key(relative.as_posix()), req.thread)
@@ -98,6 +96,10 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} is not a directory")
         if path.is_dir() and any(os.scandir(path)):
             return await _present(ws, durable, slot, req, path, tenant_root, where)
+        if durable is None:
+            raise CheckpointError(
+                "workspace_missing", f"workspace {req.workspace!r} is missing and there is no archive"
+            )
         manifest, commit, tree = _target(await durable.load_typed(where), req)
         shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
@@ -106,7 +108,7 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
 
 
 async def _present(
-    ws: Workspaces, durable: Durable, slot, req: Hydrate, path: Path, tenant_root: Path, where: Where
+    ws: Workspaces, durable: Durable | None, slot, req: Hydrate, path: Path, tenant_root: Path, where: Where
 ) -> Hydrated:
     """The workspace is there: done if its git dir holds the checkpoint (the archive is asked only when this
     process has not seen the commit), refused otherwise: it is never overwritten."""
@@ -114,7 +116,10 @@ async def _present(
     known = {tip.commit: tip.tree for tip in repo.tips.values()}  # what this process captured or read here
     commit = req.commit
     if commit is None or commit not in known:
-        _, commit, tree = _target(await durable.load_typed(where), req)  # unknown to the archive: unknown_commit
+        if durable is not None:
+            _, commit, _ = _target(await durable.load_typed(where), req)  # unknown to the archive: unknown_commit
+        elif commit is None:
+            raise CheckpointError("bad_request", "without an archive, hydrate needs the checkpoint's commit")
         async with exclusive(repo):
             rc, out, _ = await ws.git.run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
         if rc != 0:

@@ -16,11 +16,9 @@ from typing import TypeVar
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, KeyValueConfig, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
-from ..checkpoints.archive import BUCKET as CHECKPOINTS_BUCKET
-from ..checkpoints.archive import OBJECTS
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
 
 DAY = 86_400.0
@@ -82,6 +80,12 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
 )
 
+# Workspace checkpoints off the node (git packs and manifests; checkpoints/archive.py, durable.py).
+CHECKPOINTS_BUCKET = "treadle-checkpoints"
+CHECKPOINTS = ObjectStoreConfig(
+    bucket=CHECKPOINTS_BUCKET, storage=StorageType.FILE, description="workspace checkpoints (git packs)"
+)
+
 # Buckets read with a direct get where that reads what was last written: at one replica only. A direct get is
 # cheaper for the server than the stream API (no JSON, no advisory), but any replica of a replicated stream
 # may answer it, one that has not stored the last put yet included; there the leader answers (as before).
@@ -140,7 +144,7 @@ async def _ensure_objects(js: JetStreamContext, replicas: int) -> None:
     try:
         await js.object_store(CHECKPOINTS_BUCKET)
     except BucketNotFoundError:
-        await js.create_object_store(CHECKPOINTS_BUCKET, dataclasses.replace(OBJECTS, replicas=replicas))
+        await js.create_object_store(CHECKPOINTS_BUCKET, dataclasses.replace(CHECKPOINTS, replicas=replicas))
     else:
         await _ensure_replicas(js, f"OBJ_{CHECKPOINTS_BUCKET}", replicas, direct=True)
 

@@ -1,7 +1,7 @@
 """The ports the coordinator and the supervisor work through: the event log, the checkpoint store and the
-provider host directory (the event log's is defined beside its implementation, in ``eventlog.port``), and the
-one the checkpoint service keeps checkpoints off the node through, the checkpoint archive. Each is a Protocol
-with a broker-backed implementation (``eventlog.log.EventLog``, ``checkpoints.client.CheckpointClient``,
+provider host directory, and the one the checkpoint service keeps checkpoints off the node through, the
+checkpoint archive (the event log's and the archive's are defined beside their implementations, in
+``eventlog.port`` and ``checkpoints.archive``). Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``, ``checkpoints.client.CheckpointClient``,
 ``providers.hosts.HostClient``, ``checkpoints.archive.JetStreamArchive``) and an in-memory twin
 (``treadle.memory``); one contract suite per port runs against both. Only what the services call is here.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, TypeAlias
 
+from treadle.checkpoints.archive import CheckpointArchive
+from treadle.checkpoints.hydrate import Hydrate, Hydrated
 from treadle.checkpoints.materialize import Materialize, Materialized
 from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffResult, Restore, Restored, WorkspaceReady
 from treadle.eventlog.port import EventLog
@@ -37,18 +39,9 @@ class CheckpointStore(Protocol):
         """L6.5: a fork's workspace made from a checkpoint commit of its source (idempotent)."""
         ...
 
-
-class CheckpointArchive(Protocol):
-    """Named blobs off the node (git packs and manifests of checkpoints): as durable as the event log. Writes
-    are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
-    answer raises ``ArchiveUnavailable``."""
-
-    async def put(self, name: str, data: bytes) -> None: ...
-
-    async def get(self, name: str) -> bytes | None: ...
-
-    async def delete(self, name: str) -> None:
-        """Idempotent: deleting a name that is not there is no error."""
+    async def hydrate(self, request: Hydrate) -> Hydrated:
+        """A missing or empty workspace made from the checkpoint archive; one that holds the checkpoint is left
+        as it is (idempotent)."""
         ...
 
 
