@@ -252,14 +252,14 @@ async def test_retention_deletes_in_the_archive_too(volume: Volume):
             (await volume.capture(n, n - 1 if n else None, status="baseline" if n == 0 else "completed")).commit
         )
     before = await volume.manifest()
-    assert set(before.packs) == set(commits)
+    assert set(before.packs()) == set(commits)
     last = volume.read()
 
     pruned = await volume.client.prune(Prune(tenant=TENANT, workspace=WS, idle_seconds=0, keep_latest=1))
     assert len(pruned.deleted) == 4
     after = await volume.manifest()
     assert list(after.refs) == [f"refs/treadle/checkpoints/{volume.thread}/root/4"]
-    assert len(after.packs) == 1 and after.packs[0].startswith("base-")
+    assert len(after.packs()) == 1 and after.packs()[0].startswith("base-")
     for commit in commits:  # every pack of before is deleted from the archive
         assert await volume.archive.get(f"{TENANT}/{_key()}/{volume.thread}/packs/{commit}") is None
 

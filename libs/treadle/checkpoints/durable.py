@@ -37,26 +37,41 @@ _BASES = 16  # earlier checkpoints a new pack is cut against: more costs rev-lis
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
+    """A checkpoint ref's commit."""
+
     commit: str
     tree: str
-    packs: list[str]  # together they hold every object reachable from ``commit``
+
+
+class Stored(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a commit's objects are: its pack holds those that none of ``after`` (commits stored before it)
+    reaches; theirs hold the rest."""
+
+    pack: str
+    after: list[str] = []
 
 
 class Manifest(msgspec.Struct, kw_only=True):
     refs: dict[str, Entry] = {}
+    stored: dict[str, Stored] = {}  # commit -> its pack, in the order stored (the newest last)
     head: str | None = None  # the commit the workspace was last left at (None: never captured)
     head_tree: str | None = None
     ids: dict[str, str] = {}  # checkpoint id (ckpt_…) -> commit, for the checkpoints whose id was given
-    packs: list[str] = []  # every pack written and not deleted (what compaction may delete)
     # Commits whose parents the archive may lack (retention repacked them without their history): a git dir
     # made from the archive lists them in its `shallow` file, so no git walks past them.
     shallow: list[str] = []
 
-    def packs_of(self, commit: str) -> list[str] | None:
-        for entry in self.refs.values():
-            if entry.commit == commit:
-                return entry.packs
-        return None
+    def packs(self, commits: list[str] | None = None) -> list[str]:
+        """The packs holding every object ``commits`` (default: every ref's and the head) reach, oldest first."""
+        todo = list(commits if commits is not None else [*(e.commit for e in self.refs.values()), self.head or ""])
+        seen: set[str] = set()
+        while todo:
+            commit = todo.pop()
+            if commit in seen or commit not in self.stored:
+                continue
+            seen.add(commit)
+            todo += self.stored[commit].after
+        return list(dict.fromkeys(s.pack for c, s in self.stored.items() if c in seen))
 
 
 _decode = msgspec.json.Decoder(Manifest)
@@ -112,10 +127,9 @@ class Durable:
             return
         async with _unavailable_is_typed():
             manifest = await self.load(where) or Manifest()
-            if not _holds(manifest, ref, commit) and (own or manifest.packs_of(commit) is None):
-                manifest.refs[ref] = Entry(
-                    commit=commit, tree=tree, packs=await self._packs(repo, where, manifest, commit)
-                )
+            if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
+                await self._store(repo, where, manifest, commit)
+                manifest.refs[ref] = Entry(commit=commit, tree=tree)
             manifest.head, manifest.head_tree = commit, tree
             if checkpoint_id is not None:
                 manifest.ids[checkpoint_id] = commit
@@ -136,10 +150,11 @@ class Durable:
                 changed = True
             for name, (commit, tree) in refs.items():
                 if not _holds(manifest, name, commit):
-                    packs = await self._packs(repo, where, manifest, commit)
-                    manifest.refs[name] = Entry(commit=commit, tree=tree, packs=packs)
+                    await self._store(repo, where, manifest, commit)
+                    manifest.refs[name] = Entry(commit=commit, tree=tree)
                     changed = True
             if head is not None and manifest.head != head[0]:
+                await self._store(repo, where, manifest, head[0])
                 manifest.head, manifest.head_tree = head
                 changed = True
             if changed:
@@ -158,17 +173,15 @@ class Durable:
             return []
         async with _unavailable_is_typed():
             commits = sorted({e.commit for e in manifest.refs.values()} | ({manifest.head} if manifest.head else set()))
+            before_packs = {s.pack for s in manifest.stored.values()}
+            manifest.stored = {}
             if commits:
                 base = "base-" + hashlib.sha256(" ".join(commits).encode()).hexdigest()[:40]
                 await self.archive.put(where.pack(base), await self._snapshot(repo, commits))
+                manifest.stored = {c: Stored(pack=base) for c in commits}
                 manifest.shallow = commits
-                manifest.refs = {n: Entry(commit=e.commit, tree=e.tree, packs=[base]) for n, e in manifest.refs.items()}
-                kept = [base]
-            else:
-                kept = []
-            gone = [p for p in manifest.packs if p not in kept]
-            manifest.packs = kept
-            manifest.ids = {i: c for i, c in manifest.ids.items() if c in commits}
+            gone = sorted(before_packs - {s.pack for s in manifest.stored.values()})
+            manifest.ids = {i: c for i, c in manifest.ids.items() if c in manifest.stored}
             await self._save(where, manifest)
             for name in gone:
                 await self.archive.delete(where.pack(name))
@@ -201,23 +214,14 @@ class Durable:
         await self.archive.put(where.manifest, _encode.encode(manifest))
         self._known[where] = manifest
 
-    async def _packs(self, repo: Repo, where: Where, manifest: Manifest, commit: str) -> list[str]:
-        """The packs holding everything ``commit`` reaches: those of a checkpoint with the same commit, or the
-        new objects' own pack plus the packs of the earlier checkpoints it was cut against."""
-        same = manifest.packs_of(commit)
-        if same is not None:
-            return list(same)
-        bases: dict[str, list[str]] = {}
-        for entry in reversed(manifest.refs.values()):  # the newest first (insertion order)
-            if len(bases) >= _BASES:
-                break
-            bases.setdefault(entry.commit, entry.packs)
-        data = await self._pack(repo, [commit], list(bases))
-        await self.archive.put(where.pack(commit), data)
-        needed = [p for packs in bases.values() for p in packs] + [commit]
-        if commit not in manifest.packs:
-            manifest.packs.append(commit)
-        return list(dict.fromkeys(needed))
+    async def _store(self, repo: Repo, where: Where, manifest: Manifest, commit: str) -> None:
+        """``commit``'s objects in the archive: a pack of those no commit stored before reaches (cut against the
+        newest few; their packs hold the rest), written before the manifest names it."""
+        if commit in manifest.stored:
+            return
+        after = list(manifest.stored)[-_BASES:]
+        await self.archive.put(where.pack(commit), await self._pack(repo, [commit], after))
+        manifest.stored[commit] = Stored(pack=commit, after=after)
 
     async def _snapshot(self, repo: Repo, commits: list[str]) -> bytes:
         """One pack of ``commits`` and their trees and blobs, without their history (what retention keeps)."""

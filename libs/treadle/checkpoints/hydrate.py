@@ -194,12 +194,12 @@ async def _build(
 
 async def _objects(ws: Workspaces, durable: Durable, repo: Repo, where: Where, manifest: Manifest) -> int:
     """Index the packs of every checkpoint the git dir lacks (all of them, for a lost git dir)."""
-    wanted = [e for e in manifest.refs.values()]
-    missing: list[str] = []
-    for entry in wanted:
-        rc, _, _ = await ws.git.run(repo, "cat-file", "-e", f"{entry.commit}^{{commit}}")
-        if rc != 0:
-            missing += [p for p in entry.packs if p not in missing]
+    wanted = [c for c in dict.fromkeys([*(e.commit for e in manifest.refs.values()), manifest.head or ""]) if c]
+    for commit in wanted:
+        check_commit(commit, "commit")
+    out = await ws.git.check(repo, "cat-file", "--batch-check", input="".join(f"{c}\n" for c in wanted).encode())
+    lacking = [line.split()[0] for line in out.decode().splitlines() if line.endswith(" missing")]
+    missing = manifest.packs(lacking) if lacking else []
     for name in missing:
         data = await durable.fetch(where, name)
         await ws.git.check(repo, "index-pack", "--stdin", input=data)
