@@ -94,6 +94,9 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
     async with ws._locked(path) as slot:
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} is not a directory")
+        shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
+        if shadow in slot.repos and not (path.is_dir() and shadow.is_dir()):  # deleted under it: tips of the old one
+            slot.repos.pop(shadow).close()
         if path.is_dir() and any(os.scandir(path)):
             return await _present(ws, durable, slot, req, path, tenant_root, where)
         if durable is None:
@@ -101,7 +104,6 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
                 "workspace_missing", f"workspace {req.workspace!r} is missing and there is no archive"
             )
         manifest, commit, tree = _target(await durable.load_typed(where), req)
-        shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
             stale.close()
         return await _build(ws, durable, where, manifest, req, path, shadow, (commit, tree))
@@ -110,19 +112,21 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
 async def _present(
     ws: Workspaces, durable: Durable | None, slot, req: Hydrate, path: Path, tenant_root: Path, where: Where
 ) -> Hydrated:
-    """The workspace is there: done if its git dir holds the checkpoint (the archive is asked only when this
-    process has not seen the commit), refused otherwise: it is never overwritten."""
+    """The workspace is there: done if its git dir holds the checkpoint, refused otherwise (it is never
+    overwritten). The archive is asked only for a request that names no commit, or one the git dir lacks."""
     repo = await ws._open(slot, req.tenant, req.thread, path, tenant_root)
     known = {tip.commit: tip.tree for tip in repo.tips.values()}  # what this process captured or read here
     commit = req.commit
-    if commit is None or commit not in known:
-        if durable is not None:
-            _, commit, _ = _target(await durable.load_typed(where), req)  # unknown to the archive: unknown_commit
-        elif commit is None:
+    if commit is None:
+        if durable is None:
             raise CheckpointError("bad_request", "without an archive, hydrate needs the checkpoint's commit")
+        _, commit, _ = _target(await durable.load_typed(where), req)
+    if commit not in known:
         async with exclusive(repo):
             rc, out, _ = await ws.git.run(repo, "rev-parse", "--verify", "-q", f"{commit}^{{tree}}")
         if rc != 0:
+            if durable is not None:
+                _target(await durable.load_typed(where), req)  # unknown to the archive too: unknown_commit
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} exists and holds other checkpoints")
         known[commit] = out.decode().strip()
     return Hydrated(
