@@ -17,7 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from treadle.checkpoints.archive import JetStreamArchive
+from treadle.checkpoints.archive import ArchiveUnavailable, JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.durable import Manifest
 from treadle.checkpoints.git import Workspaces
@@ -49,6 +49,9 @@ class Counting:
     async def delete(self, name: str) -> None:
         await self.inner.delete(name)
         self.deletes.append(name)
+
+    async def digest(self, name: str) -> str | None:
+        return await self.inner.digest(name)
 
 
 @dataclass
@@ -308,6 +311,39 @@ async def test_an_archive_that_does_not_answer_fails_the_capture_typed(nats_url,
         await nc.close()
         await store_nc.close()
         await server.stop()
+
+
+class FailingManifestWrite(MemoryArchive):
+    """The twin, whose next manifest write fails (after the pack landed): the worst moment for an outage."""
+
+    fail_next_manifest = False
+
+    async def put(self, name: str, data: bytes) -> None:
+        if self.fail_next_manifest and name.endswith("/manifest"):
+            self.fail_next_manifest = False
+            raise ArchiveUnavailable(f"put {name}: unavailable")
+        await super().put(name, data)
+
+
+async def test_a_manifest_write_that_failed_leaves_the_checkpoint_to_the_retry(nats_url, tmp_path):
+    nc = await nats.connect(nats_url)
+    twin = FailingManifestWrite()
+    try:
+        async for volume in _volume(nc, tmp_path, twin):
+            await volume.client.prepare(TENANT, volume.thread, WS)
+            volume.write({"a.txt": "one\n"})
+            base = await volume.capture(0, None, status="baseline")
+            volume.write({"a.txt": "two\n"})
+            twin.fail_next_manifest = True
+            with pytest.raises(CheckpointError) as failed:
+                await volume.capture(1, 0)
+            assert failed.value.code == "store_unavailable"
+            assert (await volume.manifest()).head == base.commit
+            run1 = await volume.capture(1, 0)  # the retry finds the ref made: its checkpoint is archived now
+            manifest = await volume.manifest()
+            assert manifest.head == run1.commit and manifest.refs[run1.ref].commit == run1.commit
+    finally:
+        await nc.close()
 
 
 async def test_a_capture_retried_after_an_outage_sends_what_the_archive_lacks(nats_url, tmp_path):

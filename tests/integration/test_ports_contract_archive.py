@@ -4,6 +4,7 @@ name reads as None, deletes are idempotent, and a store that does not answer fai
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -65,6 +66,17 @@ async def test_whole_writes_read_back_and_the_last_write_wins(store):
     assert await store.archive.get(first) == b""
 
 
+async def test_a_digest_names_the_content_without_reading_it(store):
+    held = name()
+    assert await store.archive.digest(held) is None
+    await store.archive.put(held, b"manifest v1")
+    assert await store.archive.digest(held) == hashlib.sha256(b"manifest v1").hexdigest()
+    await store.archive.put(held, b"manifest v2")
+    assert await store.archive.digest(held) == hashlib.sha256(b"manifest v2").hexdigest()
+    await store.archive.delete(held)
+    assert await store.archive.digest(held) is None
+
+
 async def test_deletes_are_idempotent_and_deleted_names_read_as_none(store):
     gone = name()
     await store.archive.put(gone, b"pack")
@@ -80,7 +92,13 @@ async def test_a_store_that_does_not_answer_fails_typed(store):
     kept = name()
     await store.archive.put(kept, b"x")
     await store.down()
-    for call in (store.archive.put(kept, b"y"), store.archive.get(kept), store.archive.delete(kept)):
+    calls = (
+        store.archive.put(kept, b"y"),
+        store.archive.get(kept),
+        store.archive.delete(kept),
+        store.archive.digest(kept),
+    )
+    for call in calls:
         with pytest.raises(ArchiveUnavailable):
             await call
 

@@ -6,6 +6,7 @@ event log that records it; the in-memory twin is ``memory.MemoryArchive``."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Protocol
 
 from nats.errors import Error as NatsError
@@ -33,6 +34,11 @@ class CheckpointArchive(Protocol):
 
     async def delete(self, name: str) -> None:
         """Idempotent: deleting a name that is not there is no error."""
+        ...
+
+    async def digest(self, name: str) -> str | None:
+        """The SHA-256 (hex) of what ``name`` holds (None: nothing), without reading it: a cached copy is
+        checked with this."""
         ...
 
 
@@ -70,6 +76,18 @@ class JetStreamArchive:
                 return
 
         await self._bounded("delete", name, delete())
+
+    async def digest(self, name: str) -> str | None:
+        async def digest() -> str | None:
+            try:
+                info = await (await self._store()).get_info(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return None
+            if info.deleted or not info.digest:
+                return None
+            return base64.urlsafe_b64decode(info.digest.removeprefix("SHA-256=")).hex()  # the Object Store's
+
+        return await self._bounded("digest", name, digest())
 
     async def _store(self) -> ObjectStore:
         if self._bucket is None:

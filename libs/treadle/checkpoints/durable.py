@@ -101,7 +101,9 @@ class Durable:
     def __init__(self, archive: CheckpointArchive, git: GitRunner) -> None:
         self.archive = archive
         self._git = git
-        self._known: dict[Where, Manifest] = {}  # the manifest as last written or read by this process
+        # The manifest as this process last wrote or read it, with its SHA-256: checked against the archive's
+        # digest (no read) before it is used for a write, since another process may have written since.
+        self._known: dict[Where, tuple[str, Manifest]] = {}
 
     async def keep(
         self,
@@ -117,7 +119,7 @@ class Durable:
         """A capture's checkpoint (``ref`` holds ``commit``) in the archive before the capture answers; a
         commit the archive already holds costs no request (the unchanged capture, ``own`` False: most).
         An unchanged capture writes no ref: its commit is recorded under its holder only if the archive lacks it."""
-        known = self._known.get(where)
+        known = self._known.get(where, (None, None))[1]
         if (
             known is not None
             and known.head == commit
@@ -126,7 +128,7 @@ class Durable:
         ):
             return
         async with _unavailable_is_typed():
-            manifest = await self.load(where) or Manifest()
+            manifest = await self._fresh(where) or Manifest()
             if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
                 await self._store(repo, where, manifest, commit)
                 manifest.refs[ref] = Entry(commit=commit, tree=tree)
@@ -143,7 +145,7 @@ class Durable:
         )
         refs = {name: (commit, tree) for name, commit, tree in (line.split("\0") for line in out.decode().splitlines())}
         async with _unavailable_is_typed():
-            manifest = await self.load(where) or Manifest()
+            manifest = await self._fresh(where) or Manifest()
             changed = False
             for name in [n for n in manifest.refs if n not in refs]:
                 del manifest.refs[name]
@@ -192,8 +194,16 @@ class Durable:
         if data is None:
             self._known.pop(where, None)
             return None
-        manifest = self._known[where] = _decode.decode(data)
-        return manifest
+        manifest = _decode.decode(data)
+        self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
+        return _copy(manifest)
+
+    async def _fresh(self, where: Where) -> Manifest | None:
+        """The manifest, from this process's copy when the archive still holds that (one small request)."""
+        known = self._known.get(where)
+        if known is not None and await self.archive.digest(where.manifest) == known[0]:
+            return _copy(known[1])
+        return await self.load(where)
 
     async def load_typed(self, where: Where) -> Manifest | None:
         async with _unavailable_is_typed():
@@ -211,8 +221,10 @@ class Durable:
         self._known.pop(where, None)
 
     async def _save(self, where: Where, manifest: Manifest) -> None:
-        await self.archive.put(where.manifest, _encode.encode(manifest))
-        self._known[where] = manifest
+        data = _encode.encode(manifest)
+        self._known.pop(where, None)  # unknown until the write is known to have landed
+        await self.archive.put(where.manifest, data)
+        self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
 
     async def _store(self, repo: Repo, where: Where, manifest: Manifest, commit: str) -> None:
         """``commit``'s objects in the archive: a pack of those no commit stored before reaches (cut against the
@@ -243,6 +255,11 @@ class Durable:
         if rc != 0:
             raise CheckpointError("git_error", f"git pack-objects failed: {tail(err)}")
         return out
+
+
+def _copy(manifest: Manifest) -> Manifest:
+    """A manifest to change without changing the cached one (a write that fails leaves the cache as it was)."""
+    return _decode.decode(_encode.encode(manifest))
 
 
 def _holds(manifest: Manifest, ref: str, commit: str) -> bool:

@@ -4,6 +4,8 @@ asserts on (what was sent), and an outage switch (``available``) that fails ever
 
 from __future__ import annotations
 
+import hashlib
+
 from treadle.checkpoints.archive import ArchiveUnavailable
 
 
@@ -27,6 +29,11 @@ class MemoryArchive:
     async def delete(self, name: str) -> None:
         self._up("delete", name)
         self.blobs.pop(name, None)
+
+    async def digest(self, name: str) -> str | None:
+        self._up("digest", name)
+        data = self.blobs.get(name)
+        return hashlib.sha256(data).hexdigest() if data is not None else None
 
     def _up(self, verb: str, name: str) -> None:
         if not self.available:
