@@ -224,7 +224,7 @@ class Durable:
         data = _encode.encode(manifest)
         self._known.pop(where, None)  # unknown until the write is known to have landed
         await self.archive.put(where.manifest, data)
-        self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
+        self._known[where] = (hashlib.sha256(data).hexdigest(), _decode.decode(data))  # not the caller's to change
 
     async def _store(self, repo: Repo, where: Where, manifest: Manifest, commit: str) -> None:
         """``commit``'s objects in the archive: a pack of those no commit stored before reaches (cut against the
