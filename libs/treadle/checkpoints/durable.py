@@ -247,9 +247,13 @@ class Durable:
         """One pack of the objects reachable from ``tips`` and not from ``bases`` (full objects or deltas
         within the pack, never against an object outside it: any git can index it alone)."""
         revs = "".join(f"{t}\n" for t in tips)
+        # No delta search against the bases: a changed file's previous version is outside this pack, so the
+        # search finds nothing and costs most of the git time of a capture's copy (measured 0.10 vs 0.03 s).
+        window = ("--window=0",) if bases else ()
         rc, out, err = await self._git.run(
-            repo, "pack-objects", "--revs", "--stdout", "-q", input=(revs + "".join(f"^{b}\n" for b in bases)).encode()
-        )
+            repo, "pack-objects", "--revs", "--stdout", "-q", *window,
+            input=(revs + "".join(f"^{b}\n" for b in bases)).encode(),
+        )  # fmt: skip
         if rc != 0 and bases:  # a base this git dir lacks (pruned and collected): send everything instead
             rc, out, err = await self._git.run(repo, "pack-objects", "--revs", "--stdout", "-q", input=revs.encode())
         if rc != 0:
