@@ -353,12 +353,18 @@ async def test_a_capture_retried_after_an_outage_sends_what_the_archive_lacks(na
         async for volume in _volume(nc, tmp_path, twin):
             await volume.client.prepare(TENANT, volume.thread, WS)
             volume.write({"a.txt": "one\n"})
-            await volume.capture(0, None, status="baseline")
+            base = await volume.capture(0, None, status="baseline")
             twin.available = False
             volume.write({"a.txt": "two\n"})
             with pytest.raises(CheckpointError) as failed:
                 await volume.capture(1, 0)
             assert failed.value.code == "store_unavailable"
+            before = volume.read()
+            with pytest.raises(CheckpointError) as refused:  # a restore is refused before any file moves
+                await volume.client.restore(
+                    Restore(tenant=TENANT, thread=volume.thread, workspace=WS, restore_id="rbk_1", commit=base.commit)
+                )
+            assert refused.value.code == "store_unavailable" and volume.read() == before
             twin.available = True
             run1 = await volume.capture(1, 0)  # the ref was made: the retry finds it and sends its pack
             assert f"{TENANT}/{_key()}/{volume.thread}/packs/{run1.commit}" in twin.blobs

@@ -189,6 +189,11 @@ class Durable:
                 await self.archive.delete(where.pack(name))
         return gone
 
+    async def reachable(self, where: Where) -> None:
+        """A typed ``store_unavailable`` now, rather than after a change the archive must follow."""
+        async with _unavailable_is_typed():
+            await self.archive.digest(where.manifest)
+
     async def load(self, where: Where) -> Manifest | None:
         data = await self.archive.get(where.manifest)
         if data is None:

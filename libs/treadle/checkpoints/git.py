@@ -172,11 +172,12 @@ class Workspaces:
             if r.ordinal < 0:
                 raise CheckpointError("bad_request", "ordinals must be >= 0")
         async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
+            where = self.where(req.tenant, req.thread, repo)
+            if self.durable is not None:  # an archive that does not answer fails the restore before any file moves
+                await self.durable.reachable(where)
             restored = await ops.restore(self, repo, req)
             if self.durable is not None:  # the undo point, the retired refs and where the workspace now is
-                await self.durable.sync(
-                    repo, self.where(req.tenant, req.thread, repo), (restored.commit, restored.tree)
-                )
+                await self.durable.sync(repo, where, (restored.commit, restored.tree))
             return restored
 
     async def prune(self, req: Prune, thread: str = "retention") -> Pruned:
