@@ -395,3 +395,18 @@ async def test_a_rollback_s_retired_checkpoints_do_not_come_back(volume: Volume)
     volume.write({"a.txt": "again\n"})
     fresh = await volume.capture(1, 0)  # ordinal 1 was retired: captured afresh, not the old one replayed
     assert fresh.previous_commit == base.commit and not fresh.unchanged
+
+
+async def test_a_checkpoint_is_found_by_the_id_its_capture_was_given(volume: Volume):
+    await volume.client.prepare(TENANT, volume.thread, WS)
+    volume.write({"a.txt": "one\n"})
+    first = await volume.capture(0, None, status="baseline", checkpoint_id="ckpt_first")
+    volume.write({"a.txt": "two\n"})
+    await volume.capture(1, 0, checkpoint_id="ckpt_second")
+    volume.lose_disk()
+    made = await volume.hydrate(checkpoint_id="ckpt_first")
+    assert made.created and made.commit == first.commit and made.checkpoint_id == "ckpt_first"
+    assert volume.read() == {"a.txt": "one\n"}
+    with pytest.raises(CheckpointError) as bad:
+        await volume.capture(2, 1, checkpoint_id="ckpt first")
+    assert bad.value.code == "bad_request"
