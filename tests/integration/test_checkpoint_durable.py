@@ -160,6 +160,11 @@ async def test_a_capture_sends_only_the_objects_the_archive_lacks(volume: Volume
     assert unchanged.unchanged and volume.archive.puts == []
     replay = await volume.capture(1, 0)  # a retried capture: the archive has it, nothing is sent
     assert replay.commit == run1.commit and volume.archive.puts == []
+    for n in range(3, 13):  # a long thread: each manifest entry names one or two earlier commits, not all of them
+        volume.write({f"d{n % 10}/f{n}.txt": f"run {n}\n"})
+        await volume.capture(n, n - 1)
+    stored = (await volume.manifest()).stored
+    assert len(stored) == 12 and all(len(s.after) <= 2 for s in stored.values())
 
 
 async def test_a_lost_disk_is_hydrated_with_every_checkpoint(volume: Volume):

@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Durable", "Entry", "Manifest", "Where"]
 
-_BASES = 16  # earlier checkpoints a new pack is cut against: more costs rev-list time, fewer re-sends objects
-
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
     """A checkpoint ref's commit."""
@@ -43,7 +41,7 @@ class Entry(msgspec.Struct, frozen=True, kw_only=True):
     tree: str
 
 
-class Stored(msgspec.Struct, frozen=True, kw_only=True):
+class Stored(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Where a commit's objects are: its pack holds those that none of ``after`` (commits stored before it)
     reaches; theirs hold the rest."""
 
@@ -236,7 +234,12 @@ class Durable:
         newest few; their packs hold the rest), written before the manifest names it."""
         if commit in manifest.stored:
             return
-        after = list(manifest.stored)[-_BASES:]
+        # Cut against where the workspace was (the new commit's parent, as a rule) and the newest commit stored:
+        # one or two names a manifest entry, whatever the thread's length. An object only an older checkpoint
+        # reaches (a file put back as it was long ago) is sent again: rarer and cheaper than a long list here.
+        after = list(
+            dict.fromkeys(c for c in (manifest.head, next(reversed(manifest.stored), None)) if c in manifest.stored)
+        )
         await self.archive.put(where.pack(commit), await self._pack(repo, [commit], after))
         manifest.stored[commit] = Stored(pack=commit, after=after)
 
