@@ -574,7 +574,8 @@ class Supervisor:
     async def _hydrate(self, state: ThreadState, run: Run) -> None:
         """Before a provider works in the workspace it must hold the run's previous checkpoint: a workspace this
         volume lost (its disk, an eviction) is made from the checkpoint archive. A no-op (answered from the
-        checkpoint service's memory) when it is there; an archive that does not answer retries the message."""
+        checkpoint service's memory) when it is there. A service or archive that does not answer retries the
+        message (a long hydrate still running is then waited for, and found done)."""
         before = state.checkpoint(run.ordinal - 1)
         if state.thread is None or before is None or before.commit is None:
             return
