@@ -10,6 +10,8 @@ Per run, 1% of the files are appended to; then
 All are timed as wall clock and CPU (this process, its threads and its git children); medians over the
 runs. The ratios are Treadle / plain git. Also: CPU per capture of an unchanged workspace, for this
 repository and for a small (50-file) one. `--no-watch` measures the path without inotify (`add -A`).
+`--archive`: every capture is also copied to a JetStream Object Store (a nats-server this script starts; its
+CPU is not counted), and at the end the workspace and its git dir are deleted and hydrated back (timed).
 Writes bench/results/checkpoint.json (or the file named by --out).
 """
 
@@ -28,8 +30,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import nats
+
+from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.hydrate import Hydrate
 from treadle.checkpoints.protocol import Capture, DiffRequest
+from treadle.eventlog import streams
+from treadle.ops.servers import NatsServer
 
 TENANT, THREAD = "bench", "thr_bench"
 
@@ -89,7 +97,14 @@ async def main(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o711)  # reachable by tenant uids: as root, git runs as the tenant, as deployed (issue 16)
         root = Path(tmp) / "workspaces"
-        ws = Workspaces(root, Path(tmp) / "shadow", watch=args.watch, run_as_tenant=args.run_as_tenant)
+        archive = None
+        if args.archive:
+            server = NatsServer(Path(tmp) / "nats", auth=False)
+            await server.start()
+            nc = await nats.connect(server.url)
+            await streams.ensure(nc.jetstream())
+            archive = JetStreamArchive(nc.jetstream())
+        ws = Workspaces(root, Path(tmp) / "shadow", watch=args.watch, run_as_tenant=args.run_as_tenant, archive=archive)
         await ws.prepare(TENANT, THREAD, "big")
         big = root / TENANT / "big"
         names = generate(big, args.files)
@@ -144,6 +159,16 @@ async def main(args: argparse.Namespace) -> dict:
         await ws.capture(Capture(tenant=TENANT, thread="thr_small", workspace="small", ordinal=0))
         await ws.capture(Capture(tenant=TENANT, thread="thr_small", workspace="small", ordinal=1, previous_ordinal=0))
         unchanged_small = await unchanged_cpu(ws, "small", "thr_small", 2, 500)
+        hydrated = None
+        if args.archive:
+            before = {p: (big / p).read_bytes() for p in names}
+            shutil.rmtree(big)
+            shutil.rmtree(Path(tmp) / "shadow" / TENANT / "workspaces")
+            made, hyd_wall, hyd_cpu = await atimed(ws.hydrate(Hydrate(tenant=TENANT, thread=THREAD, workspace="big")))
+            assert made.created and all((big / p).read_bytes() == data for p, data in before.items())
+            hydrated = (made.files, hyd_wall, hyd_cpu)
+            await nc.close()
+            await server.stop()
         ws.close()
 
     med = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
@@ -166,7 +191,12 @@ async def main(args: argparse.Namespace) -> dict:
         "ratio_cpu": round(med(1) / med(3), 2),
         "unchanged_capture_cpu_ms_10k_files": round(unchanged_big, 2),
         "unchanged_capture_cpu_ms_50_files": round(unchanged_small, 3),
+        "archive": args.archive,
     }
+    if hydrated is not None:
+        result.update(
+            hydrate_files=hydrated[0], hydrate_wall_ms=round(hydrated[1], 1), hydrate_cpu_ms=round(hydrated[2], 1)
+        )
     return result
 
 
@@ -184,6 +214,7 @@ if __name__ == "__main__":
         default=None,
         help="git children as this process's user even when root (default: as the tenant's uid)",
     )
+    parser.add_argument("--archive", action="store_true", help="copy every checkpoint to an Object Store, then hydrate")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "checkpoint.json")
     args = parser.parse_args()
     out = asyncio.run(main(args))

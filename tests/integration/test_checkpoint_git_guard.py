@@ -12,6 +12,7 @@ free of the service's secrets (a wrapper `git` records each call).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -21,8 +22,10 @@ import pytest
 from tests.integration.checkpoint_repos import TENANT, THREAD, capture, checkpoint_dir, ckpt, git, restore, root  # noqa: F401
 from treadle.checkpoints import packs
 from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.hydrate import Hydrate
 from treadle.checkpoints.materialize import Materialize, MaterializeHandler
 from treadle.checkpoints.protocol import DiffRequest, Prune, encode
+from treadle.memory import MemoryArchive
 from treadle.sandbox.identity import TenantIdentities
 
 FOREIGN = "FOREIGN-TENANT-SECRET-7f3a"
@@ -328,5 +331,39 @@ async def test_without_tenant_uids_the_hardened_git_still_runs_nothing_planted(r
         assert ckpt(ws, "rev-parse", f"{c0.commit}:loot.txt").strip() == blob_id(RAW)
         assert_nothing_ran(ws, world)
         assert_calls_confined(world, None)
+    finally:
+        workspaces.close()
+
+
+async def test_hydrate_runs_git_as_the_tenant_and_hands_the_workspace_to_it(root: Path, world):
+    """Issue 35: a workspace made from the checkpoint archive is made as prepare makes one: every git as the
+    tenant's uid with the hardened environment, every file and git dir the tenant's, the tenant root 0700."""
+    archive = MemoryArchive()
+    workspaces = Workspaces(root, root.parent / "state" / "shadow", git=world["git"], archive=archive)
+    ids = TenantIdentities(root).ids(TENANT)
+    try:
+        ready = await workspaces.prepare(TENANT, THREAD, "threads/t1")
+        (Path(ready.path) / "src").mkdir()
+        (Path(ready.path) / "src" / "a.txt").write_text("a\n")
+        c0 = await workspaces.capture(capture(0, None, workspace="threads/t1"))
+    finally:
+        workspaces.close()
+    shutil.rmtree(root / TENANT)  # the volume is gone: the tenant root, the workspace, the git dirs
+    shutil.rmtree(root.parent / "state" / "shadow" / TENANT)
+    for call in world["calls"].iterdir():
+        call.unlink()
+    workspaces = Workspaces(root, root.parent / "state" / "shadow", git=world["git"], archive=archive)
+    try:
+        made = await workspaces.hydrate(Hydrate(tenant=TENANT, thread=THREAD, workspace="threads/t1"))
+        assert made.created and made.commit == c0.commit
+        assert_calls_confined(world, ids.uid)
+        top = os.lstat(root / TENANT)
+        assert (top.st_uid, stat.S_IMODE(top.st_mode)) == (ids.uid, 0o700)
+        for path in (Path(made.path), Path(made.path) / ".git", Path(made.path) / "src" / "a.txt"):
+            assert os.lstat(path).st_uid == ids.uid, path
+        gitdir = checkpoint_dir(Path(made.path))
+        # The service's own files in it (as in every git dir it serves): the neutral attributes and the lock.
+        theirs = [p for p in [gitdir, *gitdir.rglob("*")] if p.name not in ("attributes", "lock")]
+        assert {os.lstat(p).st_uid for p in theirs} == {ids.uid}
     finally:
         workspaces.close()

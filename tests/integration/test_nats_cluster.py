@@ -10,6 +10,7 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
+from treadle.checkpoints.archive import BUCKET as CHECKPOINTS_BUCKET
 from treadle.core import events as ev
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Conflict
@@ -19,7 +20,9 @@ from treadle.ops.servers import NatsCluster
 from treadle.ops.tenant_events import TenantCredential, check_consumer
 from treadle.runtime import broker_urls, partitions
 
-REPLICATED = ["TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", *(f"KV_{b.bucket}" for b in streams.BUCKETS)]
+REPLICATED = [
+    "TREADLE_EVENTS", "TREADLE_PROVIDER", "TREADLE_AUDIT", f"OBJ_{CHECKPOINTS_BUCKET}", *(f"KV_{b.bucket}" for b in streams.BUCKETS)
+]  # fmt: skip
 
 
 async def _service(cluster: NatsCluster):

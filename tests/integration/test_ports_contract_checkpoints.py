@@ -5,6 +5,7 @@ with their undo point and retired refs, forks made from a commit, and the failur
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,8 +13,10 @@ from pathlib import Path
 import nats
 import pytest
 
+from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.git import Workspaces
+from treadle.checkpoints.hydrate import Hydrate
 from treadle.checkpoints.materialize import Materialize
 from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, RefName, Restore
 from treadle.checkpoints_service.service import CheckpointService
@@ -30,7 +33,8 @@ class RealStore:
         self.volume = f"v{uuid.uuid4().hex[:8]}"
         self.root = tmp_path / "workspaces"
         self.root.mkdir()
-        self.workspaces = Workspaces(self.root, tmp_path / "shadow")
+        self.shadow = tmp_path / "shadow"
+        self.workspaces = Workspaces(self.root, self.shadow, archive=JetStreamArchive(nc.jetstream()))
         self.service = CheckpointService(nc, self.workspaces, self.volume)
         self.store = CheckpointClient(nc, self.volume, timeout=30.0)
 
@@ -42,6 +46,11 @@ class RealStore:
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
+
+    def lose(self, workspace: str) -> None:
+        """The volume's disk is gone: the workspace and the tenant's git dirs."""
+        shutil.rmtree(self.root / TENANT / workspace)
+        shutil.rmtree(self.shadow / TENANT)
 
     def read(self, workspace: str) -> dict[str, str]:
         base = self.root / TENANT / workspace
@@ -63,6 +72,9 @@ class TwinStore:
                 del held[path]
             else:
                 held[path] = text
+
+    def lose(self, workspace: str) -> None:
+        self.store.lose(TENANT, workspace)
 
     def read(self, workspace: str) -> dict[str, str]:
         return dict(self.store.files(TENANT, workspace))
@@ -224,3 +236,28 @@ async def test_a_fork_workspace_is_made_from_a_checkpoint_once(ckpt):
     assert not (await ckpt.store.materialize(fork(base.commit))).created
     assert await failure(ckpt.store.materialize(fork(run1.commit))) == "bad_request"  # made from another point
     assert await failure(ckpt.store.materialize(fork("HEAD"))) == "bad_request"
+
+
+async def test_a_lost_workspace_is_hydrated_from_the_archive_once(ckpt):
+    def hydrate(commit: str | None = None, workspace: str = WS) -> Hydrate:
+        return Hydrate(tenant=TENANT, thread=THREAD, workspace=workspace, commit=commit)
+
+    assert await failure(ckpt.store.hydrate(hydrate(workspace="threads/never"))) == "workspace_missing"
+    await prepared(ckpt)
+    base = await ckpt.store.capture(capture(0, None))
+    first = ckpt.read(WS)
+    ckpt.write(WS, {"a.txt": "later\n"})
+    run1 = await ckpt.store.capture(capture(1, 0))
+    later = ckpt.read(WS)
+    held = await ckpt.store.hydrate(hydrate())  # it is there: nothing to do
+    assert not held.created and held.commit == run1.commit and ckpt.read(WS) == later
+    ckpt.lose(WS)
+    assert await failure(ckpt.store.capture(capture(2, 1))) == "workspace_missing"
+    assert await failure(ckpt.store.hydrate(hydrate("0" * 40))) == "unknown_commit"
+    assert await failure(ckpt.store.hydrate(hydrate("HEAD"))) == "bad_request"
+    made = await ckpt.store.hydrate(hydrate())  # the latest: where the workspace was left
+    assert made.created and (made.commit, made.tree) == (run1.commit, run1.tree) and ckpt.read(WS) == later
+    assert not (await ckpt.store.hydrate(hydrate(base.commit))).created  # it holds every checkpoint again
+    assert (await ckpt.store.capture(capture(2, 1))).unchanged
+    await ckpt.store.restore(restore(base.commit, "rbk_1"))
+    assert ckpt.read(WS) == first

@@ -236,3 +236,32 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
     state = await tw.state(created.thread_id)
     assert state.run(run.id).status == "completed" and state.run(run.id).attempt.provider_index == 4
     assert [m.text for m in state.run_messages(run.id) if m.id == "msg_a"] == ["Hello"]
+
+
+async def test_a_workspace_the_volume_lost_is_hydrated_before_the_next_run_starts(tmp_path):
+    """Issue 35: a workspace evicted or lost with its disk between two runs comes back from the checkpoint archive
+    at the run's previous checkpoint before the run's turn is handed to a provider."""
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    created = await tw.command(coordinator, CreateThread(title="t"))
+    thread = created.thread_id
+    first = await tw.command(coordinator, SendMessage(text="one"), thread=thread)
+    await tw.wake(supervisor)
+    await tw.play(supervisor, thread, first.run_id, {"a.txt": "one\n"})
+    await tw.run_ended(coordinator)
+    state = await tw.state(thread)
+    workspace = state.thread.workspace
+    assert state.run(first.run_id).status == "completed"
+
+    tw.checkpoints.lose(TENANT, workspace)
+    second = await tw.command(coordinator, SendMessage(text="two"), thread=thread)
+    assert isinstance(second, Accepted), second
+    await tw.wake(supervisor)
+    assert tw.checkpoints.files(TENANT, workspace) == {"a.txt": "one\n"}
+    run = (await tw.state(thread)).run(second.run_id)
+    assert tw.hosts.verbs("turn.start")[-1].attempt_id == run.attempt.id
+    await tw.play(supervisor, thread, second.run_id, {"b.txt": "two\n"})
+    state = await tw.state(thread)
+    checkpoint = state.checkpoint(state.run(second.run_id).ordinal)
+    assert [(f.path, f.change) for f in checkpoint.files] == [("b.txt", "added")]  # run one's file was there

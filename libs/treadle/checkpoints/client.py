@@ -32,6 +32,7 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
+    from .hydrate import Hydrate, Hydrated
     from .materialize import Materialize, Materialized
 
 
@@ -82,6 +83,12 @@ class CheckpointClient:
         from .materialize import request_materialize  # it imports this module
 
         return await request_materialize(self._nc, self._volume, request, self._timeout)
+
+    async def hydrate(self, request: Hydrate) -> Hydrated:
+        """The workspace made from the checkpoint archive when this volume lost it (idempotent)."""
+        from .hydrate import request_hydrate  # it imports this module
+
+        return await request_hydrate(self._nc, self._volume, request, max(self._timeout, 60.0))
 
 
 def _ok(reply):

@@ -31,9 +31,11 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from treadle.checkpoints import capture as captures
 from treadle.checkpoints import restore as ops
+from treadle.checkpoints.durable import Durable, Where
 from treadle.checkpoints.locks import exclusive
 from treadle.checkpoints.protocol import (
     Capture,
@@ -48,11 +50,15 @@ from treadle.checkpoints.protocol import (
     WorkspaceReady,
 )
 from treadle.checkpoints.refs import checkpoint_ref
-from treadle.checkpoints.repo import Repo, checkpoint_gitdir, common_dir, user_gitdir
+from treadle.checkpoints.repo import Repo, checkpoint_gitdir, common_dir, user_gitdir, workspace_key
 from treadle.checkpoints.runner import NEUTRAL_ATTRIBUTES, GitRunner, Launch, give, make_dirs, own_tree, repo_env
 from treadle.checkpoints.staging import Stager
 from treadle.checkpoints.validation import check_capture, check_scope, check_token
 from treadle.sandbox.identity import TenantIdentities
+
+if TYPE_CHECKING:
+    from treadle.checkpoints.archive import CheckpointArchive
+    from treadle.checkpoints.hydrate import Hydrate, Hydrated
 
 __all__ = ["CheckpointError", "Workspaces", "DEFAULT_MAX_FILE_BYTES"]
 
@@ -84,9 +90,12 @@ class Workspaces:
         watch: bool = True,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
         run_as_tenant: bool | None = None,
+        archive: CheckpointArchive | None = None,
     ) -> None:
         """``run_as_tenant``: git children run as the tenant's uid (True: required, an error when impossible;
-        None: when the service is root and the tenant's uid can reach both roots; False: as the service)."""
+        None: when the service is root and the tenant's uid can reach both roots; False: as the service).
+        ``archive``: where every checkpoint is copied before its capture answers (durable.py); None: kept on
+        this node only."""
         if max_file_bytes < 0:
             raise ValueError("max_file_bytes must be >= 0 (0: no limit)")
         self._root = Path(root)
@@ -98,6 +107,7 @@ class Workspaces:
         self.git = GitRunner(git, timeout, max_processes, home=str(home))
         self.stager = Stager(self.git, watch=watch, max_file_bytes=max_file_bytes)
         self.identities = self._identities(run_as_tenant)
+        self.durable = Durable(archive, self.git) if archive is not None else None
         self._launches: dict[str, Launch] = {}
         self._tenant_roots: dict[str, Path] = {}
         self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
@@ -133,14 +143,21 @@ class Workspaces:
             prev_ref = checkpoint_ref(req.thread, req.previous_scope or req.scope, req.previous_ordinal)
         async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
             try:
-                return await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
+                captured = await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
             except CheckpointError as exc:
                 # A file the tenant's git cannot read (written by another uid, mode 0600): the workspace is the
                 # tenant's, so it is handed to the tenant and the capture tried once more.
                 if exc.code != "git_error" or "Permission denied" not in str(exc) or repo.owner is None:
                     raise
                 await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
-                return await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
+                captured = await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
+            if self.durable is not None:  # off the node before the capture answers (a retry sends what is missing)
+                where = self.where(req.tenant, req.thread, repo)
+                await self.durable.keep(
+                    repo, where, captured.ref, captured.commit, captured.tree, own=not captured.unchanged,
+                    checkpoint_id=req.checkpoint_id,
+                )  # fmt: skip
+            return captured
 
     async def diff(self, req: DiffRequest) -> DiffResult:
         """Unified diff (cut at ``max_bytes``) and per-file stats between two checkpoint commits."""
@@ -155,14 +172,22 @@ class Workspaces:
             if r.ordinal < 0:
                 raise CheckpointError("bad_request", "ordinals must be >= 0")
         async with self._repo_for(req.tenant, req.thread, req.workspace) as repo:
-            return await ops.restore(self, repo, req)
+            where = self.where(req.tenant, req.thread, repo)
+            if self.durable is not None:  # an archive that does not answer fails the restore before any file moves
+                await self.durable.reachable(where)
+            restored = await ops.restore(self, repo, req)
+            if self.durable is not None:  # the undo point, the retired refs and where the workspace now is
+                await self.durable.sync(repo, where, (restored.commit, restored.tree))
+            return restored
 
     async def prune(self, req: Prune, thread: str = "retention") -> Pruned:
         """Retention for the git dir of one workspace (every thread checkpointed in it)."""
         if req.keep_latest < 1 or req.idle_seconds < 0:
             raise CheckpointError("bad_request", "keep_latest must be >= 1 and idle_seconds >= 0")
         async with self._repo_for(req.tenant, thread, req.workspace) as repo:
-            return await ops.prune(self, repo, req, req.now if req.now is not None else time.time())
+            pruned = await ops.prune(self, repo, req, req.now if req.now is not None else time.time())
+            await self._compact(req.tenant, repo, pruned.deleted)
+            return pruned
 
     async def sweep(self, idle_seconds: float, keep_latest: int, now: float | None = None) -> list[str]:
         """Retention over every git dir this process has served: prune idle threads' refs, keep the newest."""
@@ -172,10 +197,30 @@ class Workspaces:
             for repo in list(ws.repos.values()):
                 try:
                     async with self._locked(path), exclusive(repo):
-                        deleted += (await ops.prune(self, repo, req, now if now is not None else time.time())).deleted
+                        pruned = await ops.prune(self, repo, req, now if now is not None else time.time())
+                        deleted += pruned.deleted
+                        await self._compact(repo.gitdir.relative_to(self._shadow_root).parts[0], repo, pruned.deleted)
                 except (CheckpointError, OSError) as exc:  # a workspace deleted since: nothing to keep
                     log.warning("retention of %s skipped: %s", repo.gitdir, exc)
         return deleted
+
+    async def hydrate(self, req: Hydrate) -> Hydrated:
+        """A thread's workspace on this volume made from the archive (hydrate.py)."""
+        from treadle.checkpoints import hydrate
+
+        return await hydrate.hydrate(self, req)
+
+    def where(self, tenant: str, thread: str, repo: Repo) -> Where:
+        """Where the archive keeps ``thread``'s checkpoints of the workspace ``repo`` serves."""
+        return Where(tenant, workspace_key(repo.worktree.relative_to(self.tenant_root(tenant)).as_posix()), thread)
+
+    async def _compact(self, tenant: str, repo: Repo, deleted: list[str]) -> None:
+        """Retention in the archive: each thread that lost refs here loses them (and the packs only they needed)
+        there too."""
+        if self.durable is None:
+            return
+        for thread in sorted({name.split("/")[3] for name in deleted}):
+            await self.durable.compact(repo, self.where(tenant, thread, repo))
 
     @contextlib.asynccontextmanager
     async def _repo_for(self, tenant: str, thread: str, workspace: str):

@@ -37,7 +37,11 @@ __all__ = [
 # message (1 MiB) and a thread event. The whole list is always available from the diff API.
 MAX_FILES = 1000
 
-FailureCode = Literal["bad_request", "workspace_missing", "path_escape", "unknown_commit", "git_error", "internal"]
+# store_unavailable: the checkpoint archive (off the node) did not answer; the checkpoint is not durable, so
+# the request failed (retrying it sends what the archive lacks).
+FailureCode = Literal[
+    "bad_request", "workspace_missing", "path_escape", "unknown_commit", "git_error", "internal", "store_unavailable"
+]
 Change = Literal["added", "modified", "deleted", "renamed"]
 
 
@@ -71,6 +75,9 @@ class Capture(_Message, frozen=True, kw_only=True):
     previous_commit: str | None = None
     previous_tree: str | None = None
     previous_ref: str | None = None
+    # The id the caller's event gives this checkpoint (ckpt_…), when known before the capture: the archive
+    # then finds it by that id (hydrate.Hydrate.checkpoint_id).
+    checkpoint_id: str | None = None
 
 
 class FileStat(_Message, frozen=True, kw_only=True):

@@ -34,6 +34,8 @@ def check_capture(req: Capture) -> None:
     check_token("tenant", req.tenant)
     check_token("thread", req.thread)
     check_scope(req.scope)
+    if req.checkpoint_id is not None:
+        check_token("checkpoint_id", req.checkpoint_id)
     if req.previous_scope is not None:
         check_scope(req.previous_scope)
     if not _STATUS.fullmatch(req.status):

@@ -16,7 +16,7 @@ from typing import TypeVar
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, KeyValueConfig, ObjectStoreConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, BucketNotFoundError, NoStreamResponseError, ServiceUnavailableError
 
 from .subjects import EVENTS_ALL, EVENTS_STREAM, PROVIDER_ALL, PROVIDER_STREAM
@@ -80,6 +80,12 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
 )
 
+# Workspace checkpoints off the node (git packs and manifests; checkpoints/archive.py, durable.py).
+CHECKPOINTS_BUCKET = "treadle-checkpoints"
+CHECKPOINTS = ObjectStoreConfig(
+    bucket=CHECKPOINTS_BUCKET, storage=StorageType.FILE, description="workspace checkpoints (git packs)"
+)
+
 # Buckets read with a direct get where that reads what was last written: at one replica only. A direct get is
 # cheaper for the server than the stream API (no JSON, no advisory), but any replica of a replicated stream
 # may answer it, one that has not stored the last put yet included; there the leader answers (as before).
@@ -101,6 +107,7 @@ async def ensure(js: JetStreamContext, replicas: int = 1, timeout: float = 60.0)
         )
     for bucket in BUCKETS:
         await _until_done(deadline, functools.partial(_ensure_bucket, js, bucket, replicas))
+    await _until_done(deadline, functools.partial(_ensure_objects, js, replicas))
 
 
 async def settled(step: Callable[[], Awaitable[T]], timeout: float = 30.0) -> T:
@@ -130,6 +137,16 @@ async def _ensure_bucket(js: JetStreamContext, bucket: KeyValueConfig, replicas:
         await js.create_key_value(dataclasses.replace(bucket, replicas=replicas, direct=direct))
     else:
         await _ensure_replicas(js, f"KV_{bucket.bucket}", replicas, direct)
+
+
+async def _ensure_objects(js: JetStreamContext, replicas: int) -> None:
+    """The checkpoint archive's Object Store bucket (checkpoints/archive.py), at the same replica count."""
+    try:
+        await js.object_store(CHECKPOINTS_BUCKET)
+    except BucketNotFoundError:
+        await js.create_object_store(CHECKPOINTS_BUCKET, dataclasses.replace(CHECKPOINTS, replicas=replicas))
+    else:
+        await _ensure_replicas(js, f"OBJ_{CHECKPOINTS_BUCKET}", replicas, direct=True)
 
 
 async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:

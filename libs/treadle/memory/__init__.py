@@ -2,8 +2,9 @@
 no broker, git or provider host. Each keeps the behaviours callers rely on; the contract suites
 (``tests/integration/test_ports_contract_*.py``) run the same checks on a twin and on the real thing."""
 
+from .archive import MemoryArchive
 from .checkpoints import MemoryCheckpoints
 from .eventlog import MemoryEventLog, StoredMessage, subject_matches
 from .hosts import MemoryHosts
 
-__all__ = ["MemoryCheckpoints", "MemoryEventLog", "MemoryHosts", "StoredMessage", "subject_matches"]
+__all__ = ["MemoryArchive", "MemoryCheckpoints", "MemoryEventLog", "MemoryHosts", "StoredMessage", "subject_matches"]

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from treadle.checkpoints.hydrate import Hydrate, Hydrated
 from treadle.checkpoints.materialize import Materialize, Materialized
 from treadle.checkpoints.protocol import (
     MAX_FILES,
@@ -48,6 +49,7 @@ class _Workspace:
     commits: dict[str, tuple[str, Files]] = field(default_factory=dict)  # commit -> (tree, files)
     refs: dict[str, _Tip] = field(default_factory=dict)
     made_from: str | None = None  # a fork's workspace: the commit it was materialised from
+    head: str | None = None  # the commit the workspace was last left at (a capture's or a restore's)
 
 
 def _hash(*parts: str) -> str:
@@ -107,12 +109,17 @@ class MemoryCheckpoints:
     def __init__(self, root: str = "/memory") -> None:
         self._root = root
         self.workspaces: dict[tuple[str, str], _Workspace] = {}
+        self.archived: dict[tuple[str, str], _Workspace] = {}  # every workspace's checkpoints, off the "disk"
 
     # --- the test's side ---------------------------------------------------------------------------
 
     def files(self, tenant: str, workspace: str) -> Files:
         """The workspace's files, for the test (or the agent) to read and write; it must exist."""
         return self._workspace(tenant, workspace).files
+
+    def lose(self, tenant: str, workspace: str) -> None:
+        """The volume lost the workspace (a disk, an eviction): only its archived checkpoints are left."""
+        self.workspaces.pop((tenant, self._path(workspace)))
 
     # --- the port ----------------------------------------------------------------------------------
 
@@ -121,7 +128,7 @@ class MemoryCheckpoints:
         check_token("thread", thread)
         key = (tenant, self._path(workspace))
         created = key not in self.workspaces
-        self.workspaces.setdefault(key, _Workspace())
+        self.archived.setdefault(key, self.workspaces.setdefault(key, _Workspace()))
         return WorkspaceReady(path=self._where(*key), git=True, created=created)
 
     async def capture(self, req: Capture) -> Captured:
@@ -160,6 +167,7 @@ class MemoryCheckpoints:
                 ws.commits[commit] = (tree, files)
                 tip = _Tip(commit, tree)
             ws.refs[ref] = tip
+        ws.head = tip.commit
         changed = stats(ws.commits[prev.commit][1], ws.commits[tip.commit][1]) if prev and prev.tree != tip.tree else []
         return Captured(
             ref=tip.holder or ref,
@@ -212,6 +220,7 @@ class MemoryCheckpoints:
         changed = stats(ws.commits[before.commit][1], target)
         ws.files.clear()
         ws.files.update(target)
+        ws.head = req.commit
         retired = []
         for r in req.retire:
             name = checkpoint_ref(req.thread, r.scope, r.ordinal)
@@ -252,6 +261,32 @@ class MemoryCheckpoints:
             raise CheckpointError("git_error", f"git read-tree failed: {request.commit} is not a commit of the source")
         self.workspaces[key] = _Workspace(files=dict(source.commits[request.commit][1]), made_from=request.commit)
         return Materialized(path=self._where(*key), commit=request.commit, created=True)
+
+    async def hydrate(self, request: Hydrate) -> Hydrated:
+        check_token("tenant", request.tenant)
+        check_token("thread", request.thread)
+        check_commit(request.commit, "commit")
+        key = (request.tenant, self._path(request.workspace))
+        here, kept = self.workspaces.get(key), self.archived.get(key)
+        source = here or kept
+        commit = request.commit or (source.head if source else None)
+        if source is None or commit is None:
+            raise CheckpointError("workspace_missing", f"no checkpoint of {request.workspace!r} is archived")
+        if commit not in source.commits:
+            raise CheckpointError("unknown_commit" if here is None else "bad_request", f"{commit} is not held")
+        tree, files = source.commits[commit]
+        if here is None:
+            here = self.workspaces[key] = _Workspace(files=dict(files), commits=source.commits, refs=source.refs)
+            here.head = commit
+            self.archived[key] = here
+        return Hydrated(
+            checkpoint_id=request.checkpoint_id,
+            files=len(files) if here is not source else 0,
+            commit=commit,
+            tree=tree,
+            path=self._where(*key),
+            created=here is not source,
+        )
 
     # --- helpers -----------------------------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """The ports the coordinator and the supervisor work through: the event log, the checkpoint store and the
-provider host directory (the event log's is defined beside its implementation, in ``eventlog.port``). Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``,
-``checkpoints.client.CheckpointClient``, ``providers.hosts.HostClient``) and an in-memory twin
+provider host directory, and the one the checkpoint service keeps checkpoints off the node through, the
+checkpoint archive (the event log's and the archive's are defined beside their implementations, in
+``eventlog.port`` and ``checkpoints.archive``). Each is a Protocol with a broker-backed implementation (``eventlog.log.EventLog``, ``checkpoints.client.CheckpointClient``,
+``providers.hosts.HostClient``, ``checkpoints.archive.JetStreamArchive``) and an in-memory twin
 (``treadle.memory``); one contract suite per port runs against both. Only what the services call is here.
 """
 
@@ -8,12 +10,14 @@ from __future__ import annotations
 
 from typing import Protocol, TypeAlias
 
+from treadle.checkpoints.archive import CheckpointArchive
+from treadle.checkpoints.hydrate import Hydrate, Hydrated
 from treadle.checkpoints.materialize import Materialize, Materialized
 from treadle.checkpoints.protocol import Capture, Captured, DiffRequest, DiffResult, Restore, Restored, WorkspaceReady
 from treadle.eventlog.port import EventLog
 from treadle.providers import protocol as hp
 
-__all__ = ["CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
+__all__ = ["CheckpointArchive", "CheckpointStore", "EventLog", "HostDirectory", "HostRequest"]
 
 # What the verbs of ``protocol.VERB_REQUESTS`` carry.
 HostRequest: TypeAlias = hp.StartTurn | hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns
@@ -33,6 +37,11 @@ class CheckpointStore(Protocol):
 
     async def materialize(self, request: Materialize) -> Materialized:
         """L6.5: a fork's workspace made from a checkpoint commit of its source (idempotent)."""
+        ...
+
+    async def hydrate(self, request: Hydrate) -> Hydrated:
+        """A missing or empty workspace made from the checkpoint archive; one that holds the checkpoint is left
+        as it is (idempotent)."""
         ...
 
 

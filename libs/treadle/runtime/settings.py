@@ -154,6 +154,10 @@ class CheckpointsSettings(WorkerSettings):
     # Git children as the tenant's uid: unset = when the service is root and the uids can reach the
     # workspaces; true = required (the service refuses to start otherwise); false = as the service's user.
     run_as_tenant: bool | None = None
+    # Every checkpoint copied to the broker's Object Store before its capture answers (checkpoints/durable.py);
+    # false: checkpoints live on this node's disk only. Archive requests time out after archive_timeout.
+    durable: bool = True
+    archive_timeout: float = Field(default=30.0, gt=0)
 
 
 class ProjectorSettings(WorkerSettings):

@@ -1,3 +1,4 @@
+from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.git import Workspaces
 from treadle.runtime.settings import CheckpointsSettings, Shared
 from treadle.runtime.worker import run, serve
@@ -15,6 +16,7 @@ async def main() -> None:
             watch=own.watch,
             max_file_bytes=own.max_file_bytes,
             run_as_tenant=own.run_as_tenant,
+            archive=JetStreamArchive(nc.jetstream(), timeout=own.archive_timeout) if own.durable else None,
         )
         return CheckpointService(nc, workspaces, shared.volume, retention=own)
 

@@ -1,4 +1,5 @@
-"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture,diff,restore,prune}` over core NATS request/reply."""
+"""Checkpoint service: `treadle.ckpt.<volume>.{prepare,capture,diff,restore,prune,materialize,hydrate}` over core
+NATS request/reply."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from treadle.checkpoints import materialize
+from treadle.checkpoints import hydrate, materialize
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import (
     CheckpointError,
@@ -62,6 +63,7 @@ class CheckpointService:
             "restore": self._restore,
             "prune": self._prune,
             materialize.VERB: materialize.MaterializeHandler.serving(self._workspaces),  # L6.5: a fork's workspace
+            hydrate.VERB: self._hydrate,  # a thread's workspace made from the archive (off the node)
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(
@@ -133,6 +135,9 @@ class CheckpointService:
 
     async def _restore(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.restore(decode_restore(data))
+
+    async def _hydrate(self, data: bytes) -> msgspec.Struct:
+        return await self._workspaces.hydrate(hydrate.decode(data))
 
     async def _prune(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.prune(decode_prune(data))

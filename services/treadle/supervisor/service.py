@@ -15,7 +15,8 @@ from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from treadle import ports
-from treadle.checkpoints.client import CheckpointClient
+from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
+from treadle.checkpoints.hydrate import Hydrate
 from treadle.checkpoints.protocol import Capture, CheckpointError
 from treadle.core import events as ev
 from treadle.core import provider_events as pe
@@ -299,6 +300,7 @@ class Supervisor:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
+            await self._hydrate(state, run)
             ticket = self._freed.ticket(tenant)
             if not start_context.session_fits(state, run):
                 if self._closing.is_set():
@@ -569,6 +571,33 @@ class Supervisor:
         )
         checkpoint.children = child_scopes.summaries(state.run_checkpoints(run.id), run.id)  # L10.3
         return checkpoint
+
+    async def _hydrate(self, state: ThreadState, run: Run) -> None:
+        """Before a provider works in the workspace it must hold the run's previous checkpoint: a workspace this
+        volume lost (its disk, an eviction) is made from the checkpoint archive. A no-op (answered from the
+        checkpoint service's memory) when it is there. A service or archive that does not answer retries the
+        message (a long hydrate still running is then waited for, and found done)."""
+        before = state.checkpoint(run.ordinal - 1)
+        if state.thread is None or before is None or before.commit is None:
+            return
+        request = Hydrate(
+            tenant=state.thread.tenant,
+            thread=state.thread.id,
+            workspace=state.thread.workspace,
+            checkpoint_id=before.id,
+            commit=before.commit,
+        )
+        try:
+            made = await self._checkpoints.hydrate(request)
+        except CheckpointError as exc:
+            if exc.code == "store_unavailable":
+                raise CheckpointUnavailable(exc.message) from None
+            log.warning("workspace of %s not hydrated: %s", state.thread.id, exc)
+            return
+        if made.created:
+            log.info(
+                "workspace of %s hydrated from the archive at %s (%d files)", state.thread.id, made.commit, made.files
+            )
 
     async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
         assert state.thread is not None

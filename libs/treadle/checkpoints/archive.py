@@ -1,0 +1,103 @@
+"""Checkpoints off the node: the port (``CheckpointArchive``, exported by ``treadle.ports``) and its JetStream
+implementation, an Object Store bucket holding each thread's packs and manifest. The bucket is created with
+the streams (``eventlog.streams.ensure``), at the shared replica count, so a checkpoint is as durable as the
+event log that records it; the in-memory twin is ``memory.MemoryArchive``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Protocol
+
+from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
+from nats.js.errors import ObjectDeletedError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
+
+from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
+
+__all__ = ["BUCKET", "ArchiveUnavailable", "CheckpointArchive", "JetStreamArchive"]
+
+
+class ArchiveUnavailable(Exception):
+    """The archive did not answer, or refused: nothing can be made durable (or read back) now."""
+
+
+class CheckpointArchive(Protocol):
+    """Named blobs off the node (git packs and manifests of checkpoints): as durable as the event log. Writes
+    are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
+    answer raises ``ArchiveUnavailable``."""
+
+    async def put(self, name: str, data: bytes) -> None: ...
+
+    async def get(self, name: str) -> bytes | None: ...
+
+    async def delete(self, name: str) -> None:
+        """Idempotent: deleting a name that is not there is no error."""
+        ...
+
+    async def digest(self, name: str) -> str | None:
+        """The SHA-256 (hex) of what ``name`` holds (None: nothing), without reading it: a cached copy is
+        checked with this."""
+        ...
+
+
+class JetStreamArchive:
+    """Named blobs in one Object Store bucket. Names are plain strings (`<tenant>/<workspace key>/<thread>/…`);
+    every call is bounded by ``timeout`` and fails as ``ArchiveUnavailable``."""
+
+    def __init__(self, js: JetStreamContext, bucket: str = BUCKET, timeout: float = 30.0) -> None:
+        self._js = js
+        self._name = bucket
+        self._timeout = timeout
+        self._bucket: ObjectStore | None = None
+
+    async def put(self, name: str, data: bytes) -> None:
+        async def put() -> None:
+            await (await self._store()).put(name, data)
+
+        await self._bounded("put", name, put())
+
+    async def get(self, name: str) -> bytes | None:
+        async def get() -> bytes | None:
+            try:
+                got = await (await self._store()).get(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return None
+            return bytes(got.data or b"")
+
+        return await self._bounded("get", name, get())
+
+    async def delete(self, name: str) -> None:
+        async def delete() -> None:
+            try:
+                await (await self._store()).delete(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return
+
+        await self._bounded("delete", name, delete())
+
+    async def digest(self, name: str) -> str | None:
+        async def digest() -> str | None:
+            try:
+                info = await (await self._store()).get_info(name)
+            except (ObjectNotFoundError, ObjectDeletedError):
+                return None
+            if info.deleted or not info.digest:
+                return None
+            return base64.urlsafe_b64decode(info.digest.removeprefix("SHA-256=")).hex()  # the Object Store's
+
+        return await self._bounded("digest", name, digest())
+
+    async def _store(self) -> ObjectStore:
+        if self._bucket is None:
+            self._bucket = await self._js.object_store(self._name)
+        return self._bucket
+
+    async def _bounded(self, verb, name, step):
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await step
+        except (TimeoutError, NatsError, OSError) as exc:  # nats.errors.Error: every client and API error
+            self._bucket = None  # looked up again next time (the bucket may be re-created)
+            raise ArchiveUnavailable(f"checkpoint archive {self._name}: {verb} {name} failed: {exc!r}") from None

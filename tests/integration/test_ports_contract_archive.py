@@ -1,0 +1,114 @@
+"""The checkpoint archive port's contract (``ports.CheckpointArchive``), run on the JetStream Object Store (a real
+broker) and on the in-memory twin: whole writes read back byte for byte, last write wins, a missing or deleted
+name reads as None, deletes are idempotent, and a store that does not answer fails as ``ArchiveUnavailable``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import nats
+import pytest
+
+from treadle.checkpoints.archive import BUCKET, ArchiveUnavailable, JetStreamArchive
+from treadle.eventlog import streams
+from treadle.memory import MemoryArchive
+from treadle.ops.servers import NatsServer
+
+
+class Outage:
+    """An archive, and a way to make it stop answering."""
+
+    def __init__(self, archive, down) -> None:
+        self.archive = archive
+        self.down = down
+
+
+@pytest.fixture(params=["jetstream", "memory"])
+async def store(request, tmp_path) -> AsyncIterator[Outage]:
+    if request.param == "memory":
+        twin = MemoryArchive()
+
+        async def twin_down() -> None:
+            twin.available = False
+
+        yield Outage(twin, twin_down)
+        return
+    # A broker of the test's own: stopping it is the outage.
+    server = NatsServer(tmp_path / "nats", auth=False)
+    await server.start()
+    nc = await nats.connect(server.url, max_reconnect_attempts=1, reconnect_time_wait=0.1)
+    try:
+        await streams.ensure(nc.jetstream())
+        yield Outage(JetStreamArchive(nc.jetstream(), timeout=5.0), server.stop)
+    finally:
+        await nc.close()
+        await server.stop()
+
+
+def name() -> str:
+    return f"acme/{uuid.uuid4().hex[:8]}/thr_1/packs/{uuid.uuid4().hex}"
+
+
+async def test_whole_writes_read_back_and_the_last_write_wins(store):
+    first, big = name(), name()
+    assert await store.archive.get(first) is None
+    await store.archive.put(first, b"one")
+    assert await store.archive.get(first) == b"one"
+    await store.archive.put(first, b"two")  # a retried capture writes the same name again
+    assert await store.archive.get(first) == b"two"
+    payload = os.urandom(3 * 1024 * 1024 + 17)  # several chunks of the Object Store
+    await store.archive.put(big, payload)
+    assert await store.archive.get(big) == payload
+    await store.archive.put(first, b"")
+    assert await store.archive.get(first) == b""
+
+
+async def test_a_digest_names_the_content_without_reading_it(store):
+    held = name()
+    assert await store.archive.digest(held) is None
+    await store.archive.put(held, b"manifest v1")
+    assert await store.archive.digest(held) == hashlib.sha256(b"manifest v1").hexdigest()
+    await store.archive.put(held, b"manifest v2")
+    assert await store.archive.digest(held) == hashlib.sha256(b"manifest v2").hexdigest()
+    await store.archive.delete(held)
+    assert await store.archive.digest(held) is None
+
+
+async def test_deletes_are_idempotent_and_deleted_names_read_as_none(store):
+    gone = name()
+    await store.archive.put(gone, b"pack")
+    await store.archive.delete(gone)
+    assert await store.archive.get(gone) is None
+    await store.archive.delete(gone)  # again: no error
+    await store.archive.delete(name())  # never written: no error
+    await store.archive.put(gone, b"back")  # a name deleted may be written again
+    assert await store.archive.get(gone) == b"back"
+
+
+async def test_a_store_that_does_not_answer_fails_typed(store):
+    kept = name()
+    await store.archive.put(kept, b"x")
+    await store.down()
+    calls = (
+        store.archive.put(kept, b"y"),
+        store.archive.get(kept),
+        store.archive.delete(kept),
+        store.archive.digest(kept),
+    )
+    for call in calls:
+        with pytest.raises(ArchiveUnavailable):
+            await call
+
+
+async def test_the_bucket_is_made_with_the_streams_at_the_shared_replicas(nats_url):
+    nc = await nats.connect(nats_url)
+    try:
+        await streams.ensure(nc.jetstream())
+        await streams.ensure(nc.jetstream())  # idempotent
+        info = await nc.jetstream().stream_info(f"OBJ_{BUCKET}")
+        assert info.config.num_replicas == 1
+    finally:
+        await nc.close()
