@@ -53,6 +53,7 @@ from treadle.core.thread.events import (
     QueueReordered,
     RunEdited,
     ThreadCreated,
+    ThreadMoved,
 )
 
 __all__ = [
@@ -106,6 +107,7 @@ __all__ = [
     "ThreadCreated",
     "ThreadDelegated",
     "ThreadForked",
+    "ThreadMoved",
     "TransferFailed",
     "UnknownEvent",
     "decode_event",
