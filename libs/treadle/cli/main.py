@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)",
     )
     up.add_argument(
+        "--workspace-nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N workspace nodes (volumes node-1..node-N, each its own directory, checkpoint service and "
+        "provider hosts); new threads are placed across them (default 1: volume local)",
+    )
+    up.add_argument(
         "--nats-cluster",
         type=int,
         default=1,

@@ -5,5 +5,6 @@ no broker, git or provider host. Each keeps the behaviours callers rely on; the 
 from .checkpoints import MemoryCheckpoints
 from .eventlog import MemoryEventLog, StoredMessage, subject_matches
 from .hosts import MemoryHosts
+from .volumes import MemoryVolumes
 
-__all__ = ["MemoryCheckpoints", "MemoryEventLog", "MemoryHosts", "StoredMessage", "subject_matches"]
+__all__ = ["MemoryCheckpoints", "MemoryEventLog", "MemoryHosts", "MemoryVolumes", "StoredMessage", "subject_matches"]

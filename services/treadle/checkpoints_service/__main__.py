@@ -16,7 +16,7 @@ async def main() -> None:
             max_file_bytes=own.max_file_bytes,
             run_as_tenant=own.run_as_tenant,
         )
-        return CheckpointService(nc, workspaces, shared.volume, retention=own)
+        return CheckpointService(nc, workspaces, shared.volume, retention=own, announce=shared.workspaces)
 
     await serve("checkpoints", shared, own, make)
 
