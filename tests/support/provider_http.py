@@ -49,7 +49,7 @@ async def tenant_client(stack: Stack, tenant: str) -> AsyncIterator[TreadleClien
 
 
 def workspace_of(stack: Stack, tenant: str, thread: str) -> Path:
-    return stack.state_dir / "workspaces" / tenant / "threads" / thread
+    return stack.workspace_of(tenant, thread)  # on the node that holds it
 
 
 def history(doc: dict) -> list[tuple]:
@@ -100,7 +100,7 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thre
 
 def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path: str) -> str:
     """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it, read from the checkpoint service's git dir."""
-    return checkpoint_git(stack.state_dir, tenant, thread, "show", f"{checkpoint['ref']}:{path}")
+    return checkpoint_git(stack.node_dir_of(tenant, thread), tenant, thread, "show", f"{checkpoint['ref']}:{path}")
 
 
 async def answered_once(client: TreadleClient, thread: str, request: dict, response: dict) -> None:

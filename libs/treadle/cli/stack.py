@@ -95,6 +95,15 @@ class Stack:
         """The workspace root of ``volume`` (a workspace node's, or the state dir's on one node)."""
         return self.nodes[volume] / "workspaces"
 
+    def node_dir_of(self, tenant: str, thread: str) -> Path:
+        """The state dir of the node holding the thread's own workspace (``threads/<thread>``): its workspace
+        root and its checkpoint service's shadow repositories are there (the first node when none holds it)."""
+        held = [d for d in self.nodes.values() if (d / "workspaces" / tenant / "threads" / thread).is_dir()]
+        return held[0] if held else next(iter(self.nodes.values()))
+
+    def workspace_of(self, tenant: str, thread: str) -> Path:
+        return self.node_dir_of(tenant, thread) / "workspaces" / tenant / "threads" / thread
+
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}"

@@ -129,14 +129,17 @@ class Announcer:
 
 
 class Volumes:
-    """The live volumes, read at most every ``cache_seconds``. Threads placed here since a read count at once
-    (until their volume's next heartbeats have them), so creations in a burst spread too."""
+    """The live volumes, read at most every ``cache_seconds``. A thread placed here counts on its volume at once:
+    until the volume's heartbeats have it, the count is at least what it was when placed plus what was placed
+    since (a maximum, not a sum: once a heartbeat has it, it is not counted twice), so creations in a burst
+    spread too."""
 
     def __init__(self, js: JetStreamContext, cache_seconds: float = 1.0) -> None:
         self._js = js
         self._cache_seconds = cache_seconds
         self._read: tuple[float, list[Volume], dict[str, dict[str, int]]] | None = None
-        self._pending: list[tuple[float, str, str]] = []  # (when, volume, tenant)
+        # (volume, tenant or "") -> [when last placed, count announced when first placed, placed since]
+        self._placed: dict[tuple[str, str], list[float | int]] = {}
 
     async def read(self) -> tuple[list[Volume], dict[str, dict[str, int]]]:
         """Every volume announced now, placeable or not, and its workspaces per tenant (uncached)."""
@@ -176,18 +179,32 @@ class Volumes:
             volumes, tenants = await self.read()
             self._read = (now, volumes, tenants)
         _, volumes, tenants = self._read
-        self._pending = [p for p in self._pending if now - p[0] < TTL_SECONDS]
-        extra: dict[str, int] = {}
+        self._placed = {k: v for k, v in self._placed.items() if now - v[0] < TTL_SECONDS}
         counts = {name: dict(per) for name, per in tenants.items()}
-        for _, volume, tenant in self._pending:
-            extra[volume] = extra.get(volume, 0) + 1
-            per = counts.setdefault(volume, {})
-            per[tenant] = per.get(tenant, 0) + 1
-        volumes = [msgspec.structs.replace(v, workspaces=v.workspaces + extra.get(v.name, 0)) for v in volumes]
+        for (volume, tenant), (_, base, since) in self._placed.items():
+            if tenant:
+                per = counts.setdefault(volume, {})
+                per[tenant] = max(per.get(tenant, 0), int(base + since))
+        totals = {
+            v.name: max(v.workspaces, int(self._placed[(v.name, "")][1] + self._placed[(v.name, "")][2]))
+            if (v.name, "") in self._placed
+            else v.workspaces
+            for v in volumes
+        }
+        volumes = [msgspec.structs.replace(v, workspaces=totals[v.name]) for v in volumes]
         return Snapshot(volumes=volumes, tenants=counts)
 
     def placed(self, volume: str, tenant: str) -> None:
-        self._pending.append((time.monotonic(), volume, tenant))
+        now = time.monotonic()
+        read = self._read
+        announced = {v.name: v.workspaces for v in read[1]} if read else {}
+        per = read[2].get(volume, {}) if read else {}
+        for key, base in (((volume, tenant), per.get(tenant, 0)), ((volume, ""), announced.get(volume, 0))):
+            entry = self._placed.get(key)
+            if entry is None:
+                self._placed[key] = [now, base, 1]
+            else:
+                entry[0], entry[2] = now, entry[2] + 1
 
 
 async def drain(js: JetStreamContext, volume: str, draining: bool = True) -> None:
