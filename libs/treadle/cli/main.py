@@ -17,7 +17,7 @@ import sys
 from rich.markup import escape
 
 from ..client import ApiError
-from . import check, completion, consumers, dead_letters, exits
+from . import check, completion, consumers, dead_letters, exits, volumes
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
     dead_letters.add_parser(sub, nats_)
+    volumes.add_parser(sub, nats_)
 
     policy = sub.add_parser("policy", help="tenant policies").add_subparsers(
         dest="action", required=True, metavar="ACTION"
