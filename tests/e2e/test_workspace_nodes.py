@@ -57,6 +57,8 @@ async def stack_nc(stack):
 
 
 async def test_threads_are_spread_over_the_nodes_and_each_workspace_is_on_its_home_only(api, stack):
+    chosen = await api.request("POST", "/v1/threads", json={"title": "mine", "volume": "node-1"})
+    assert chosen.status_code == 400, chosen.text  # a tenant does not choose where its threads live
     threads = [await api.create_thread(title=f"t{n}") for n in range(6)]
     homes = {t: (await api.thread(t))["thread"]["volume"] for t in threads}
     assert sorted(homes.values()) == sorted(NODES * 2)  # one tenant's threads, evenly
