@@ -37,8 +37,11 @@ from tests.e2e.test_walking_skeleton import (  # noqa: F401
     test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git,
 )
 from tests.support.helpers import quiet, wait_for
+from tests.support.provider_http import TreadleUp
 from tests.support.scripts import script, write
+from treadle.cli.config import DEV_TENANT
 from treadle.cli.stack import Stack
+from treadle.client import TreadleClient
 
 NODES = ("node-1", "node-2", "node-3")
 
@@ -143,3 +146,25 @@ async def _drained(stack, tmp_path) -> bool:
 async def _gone(stack, tmp_path, volume: str) -> bool:
     found = (await _volumes(stack, tmp_path)).get(volume)
     return found is None or not found["checkpoints"]
+
+
+async def test_treadle_up_runs_the_workspace_nodes_asked_for(tmp_path):
+    """``treadle up --workspace-nodes 2``: volumes node-1 and node-2, each in its own directory, both used."""
+    refused = await treadle(
+        "up", "--workspace-nodes", "0", "--no-demo", "--state-dir", str(tmp_path / "x"), cwd=tmp_path
+    )
+    assert refused[0] != 0 and "--workspace-nodes must be at least 1" in refused[2], refused
+    up = TreadleUp(tmp_path / "up", {}, args=("--workspace-nodes", "2"))
+    await up.start()
+    try:
+        async with TreadleClient(up.api_url, up.token, timeout=30) as client:
+            threads = [(await client.create_thread(title=f"n{n}"))["thread_id"] for n in range(2)]
+            for thread in threads:
+                sent = await client.send(thread, "hello")
+                assert (await client.wait_run(sent["run_id"], timeout=60))["status"] == "completed"
+            homes = {thread: (await client.get_thread(thread))["thread"]["volume"] for thread in threads}
+        assert sorted(homes.values()) == ["node-1", "node-2"]
+        for thread, home in homes.items():
+            assert (tmp_path / "up" / "nodes" / home / "workspaces" / DEV_TENANT / "threads" / thread).is_dir()
+    finally:
+        assert await up.stop() == 0

@@ -150,8 +150,9 @@ class TreadleUp:
     """``treadle up`` in a process of its own, as an operator runs it, stopped the way a service manager stops
     it: SIGTERM to that process. Restarted on the same state dir and port."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str], demo: bool = False) -> None:
+    def __init__(self, state_dir: Path, env: dict[str, str], demo: bool = False, args: tuple[str, ...] = ()) -> None:
         self.state_dir, self.env, self.port, self.demo = state_dir, env, free_port(), demo
+        self.args = args  # more flags of `treadle up`
         self.log = state_dir.parent / f"{state_dir.name}-up.log"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -176,6 +177,7 @@ class TreadleUp:
                 "--port",
                 str(self.port),
                 "--demo" if self.demo else "--no-demo",
+                *self.args,
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
