@@ -37,6 +37,7 @@ from tests.e2e.test_walking_skeleton import (  # noqa: F401
     test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git,
 )
 from tests.support.helpers import quiet, wait_for
+from tests.support.lineage import assert_projection_is_the_fold
 from tests.support.provider_http import TreadleUp
 from tests.support.scripts import script, write
 from treadle.cli.config import DEV_TENANT
@@ -82,7 +83,7 @@ async def _volumes(stack, tmp_path) -> dict[str, dict]:
     return {v["name"]: v for v in json.loads(out)}
 
 
-async def test_a_drained_volume_takes_no_new_thread_and_a_forgotten_ones_threads_move(api, stack, tmp_path):
+async def test_a_drained_volume_takes_no_new_thread_and_a_forgotten_ones_threads_move(api, stack, log, tmp_path):
     """``treadle volumes``: drain keeps new threads off a node; once a node is lost, forget moves its threads to
     the live ones (thread.moved, naming the checkpoint to restore from) and they run there."""
     assert all(v["placeable"] for v in (await _volumes(stack, tmp_path)).values())
@@ -131,6 +132,7 @@ async def test_a_drained_volume_takes_no_new_thread_and_a_forgotten_ones_threads
         )
         again = await api.send(lost, "after the move", script=script(write("new.txt", "v2")))
         await api.wait_run(again["run_id"])  # placed, captured and answered on the new home
+        await assert_projection_is_the_fold(api, log, lost)  # thread.moved projected as a replay folds it
         assert (stack.workspaces(moved[lost]["to_volume"]) / api.tenant / "threads" / lost / "new.txt").exists()
         code, out, err = await treadle("volumes", "forget", "node-3", "--nats-url", stack.nats_url, cwd=tmp_path)
         assert code == 0 and out == "", out + err  # nothing left there: run twice, each thread moves once

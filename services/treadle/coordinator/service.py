@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
@@ -190,9 +191,9 @@ class Coordinator:
         # A pure decision may first be made on the cache (see ``_cached``); only one that is appended counts.
         pure = decider is None and not isinstance(command.body, (ForkThread, DelegateTask))
         tries = 0
+        home: str | None = None  # a new thread's volume, placed once: a try after a conflict keeps the workspace
         while tries < MAX_DECISION_TRIES:
             ctx = Ctx.for_command(command)
-            home: str | None = None
             state = self._cached(tenant, thread) if pure else None
             pure = False  # once: after a conflict or an answer without an append, the log is read
             on_cache = state is not None
@@ -207,7 +208,7 @@ class Coordinator:
                     tenant_policy = tenant_policy or await self._admission.policy(tenant)
                     fence = await self._admission.check(tenant_policy, state, command)
                 if isinstance(command.body, CreateThread) and state.thread is None:
-                    ctx.home = home = await self._place(tenant)
+                    ctx.home = home = home or await self._place(tenant)
                 if isinstance(command.body, ForkThread):
                     events, receipt = await self._lineage.fork(state, command, fence)
                 elif isinstance(command.body, DelegateTask):
@@ -237,7 +238,7 @@ class Coordinator:
                 )
                 if fence is not None and isinstance(command.body, CreateThread):
                     self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
-                if home is not None:
+                if home is not None and isinstance(command.body, CreateThread):
                     self._volumes.placed(home, tenant)
                 self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
@@ -260,7 +261,10 @@ class Coordinator:
     async def _place(self, tenant: str) -> str:
         """The home of a new thread of ``tenant``: a live volume with room, the tenant's threads spread
         (core/placement.py, on what the volumes announce: runtime/volumes.py)."""
-        snapshot = await self._volumes.snapshot()
+        try:
+            snapshot = await self._volumes.snapshot()
+        except (NatsError, TimeoutError) as exc:  # the broker away a moment: retryable, like a silent service
+            raise CheckpointUnavailable(f"the workspace volumes could not be read: {exc!r}") from None
         home = placement.place(snapshot.volumes, snapshot.tenant_threads(tenant))
         if home is None:
             raise NoVolume(
