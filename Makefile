@@ -74,10 +74,10 @@ $(ACP_STAMP):
 	@touch $@
 
 setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP) $(ACP_STAMP)
-	@path=$$(bash scripts/ensure-redis.sh); echo "redis-server: $$path"
-	@path=$$(bash scripts/ensure-bubblewrap.sh); echo "bubblewrap (runtime sandbox): $$path"
-	@path=$$(bash scripts/ensure-chromium.sh); echo "chromium (console browser tests): $$path"
-	@path=$$(bash scripts/ensure-promtool.sh); echo "promtool (alert rules): $$path"
+	@path=$$(bash scripts/ensure-redis.sh) && echo "redis-server: $$path"
+	@path=$$(bash scripts/ensure-bubblewrap.sh) && echo "bubblewrap (runtime sandbox): $$path"
+	@path=$$(bash scripts/ensure-chromium.sh) && echo "chromium (console browser tests): $$path"
+	@path=$$(bash scripts/ensure-promtool.sh) && echo "promtool (alert rules): $$path"
 
 run: setup
 	$(BIN)/treadle up --demo

@@ -11,7 +11,7 @@ work=$(mktemp -d) && chmod 755 "$work"
 trap 'rm -rf "$work"' EXIT
 if command -v apt-get >/dev/null; then
     ( cd "$work" && { apt-get download -q "prometheus=$VERSION" >&2 ||
-        { apt-get update -q >&2 && apt-get download -q "prometheus=$VERSION" >&2; }; } ) &&
+        { apt-get -o DPkg::Lock::Timeout="${TREADLE_APT_LOCK_TIMEOUT:-600}" update -q >&2 && apt-get download -q "prometheus=$VERSION" >&2; }; } ) &&
         mkdir -p "$DEST" && dpkg-deb -x "$work"/prometheus_*.deb "$work/x" &&
         install -D -m 755 "$work/x/usr/bin/promtool" "$BIN" && { echo "$BIN"; exit 0; }
 fi

@@ -38,8 +38,7 @@ if [ ! -e "$POLICY" ]; then
     trap '"${SUDO[@]}" rm -f "$POLICY"' EXIT
 fi
 
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >&2
+bash "$(dirname "$0")/apt-install.sh" --no-install-recommends redis-server
 
 if ! find_redis; then
     echo "error: redis-server still not found after installing the package" >&2

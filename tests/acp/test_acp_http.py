@@ -4,13 +4,16 @@ the runtime sandbox, offline against a mock of its model API on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.acp.acp_support import TENANT
 from tests.codex.codex_mock import Exec, PlanUpdate, Stall, Text
 from tests.support.helpers import wait_for
-from tests.support.provider_http import pending_request, respond, user_texts, workspace_of
+from tests.support.provider_http import pending_request, request_status, respond, user_texts, workspace_of
 from treadle.client.http import TreadleClient
+from treadle.providers.base import RECOVERY_NOTE
 
 pytestmark = pytest.mark.e2e
 
@@ -81,11 +84,15 @@ async def test_L11_1_L11_2_an_acp_permission_request_approved_runs_and_declined_
     thread = await new_thread(client, provider, f"{provider} approvals")
     sent = await client.send(thread, prompts[0])
     request = await pending_request(client, thread)
-    # The exact action first (issue 25's shape), the model's words as the description, the agent's own options
+    # The one request shape of every runtime: the exact command and its cwd (relative to the workspace, never
+    # the host's path), the model's words as the description, the agent's own options in detail
     assert request["kind"] == "command"
-    assert request["detail"]["command"].startswith(f"echo hi > {written}")
-    assert request["prompt"] == f"Run `{request['detail']['command']}` in {request['detail']['cwd']}"
-    assert request["detail"]["description"]
+    assert request["command"].startswith(f"echo hi > {written}")
+    assert request["cwd"] == "."
+    assert request["prompt"] == f"Run `{request['command']}`"
+    assert request["description"]
+    assert str(acp_stack.state_dir) not in json.dumps(request)
+    assert request["detail"]["title"] and request["detail"]["tool"] == "execute"
     kinds = {o["kind"] for o in request["detail"]["options"]}
     assert {"allow_once", "reject_once"} <= kinds
     assert (await client.get_run(sent["run_id"]))["status"] == "waiting"
@@ -103,10 +110,19 @@ async def test_L11_1_L11_2_an_acp_permission_request_approved_runs_and_declined_
     (workspace / written).unlink()
     sent = await client.send(thread, prompts[1])
     request = await pending_request(client, thread, besides=(request["id"],))
-    # an option the agent did not offer is refused, and the request still waits
+    # an option the agent did not offer is refused (typed, naming the offered ones), and the request still waits
     bad = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"answers": {"option": "nope"}})
-    assert bad.status_code == 400, bad.text
-    assert (await respond(client, request["id"], {"decision": "decline"}))["disposition"] == "resolved"
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response", bad.text
+    offered = request["detail"]["options"]
+    assert bad.json()["error"]["details"]["options"] == [o["id"] for o in offered]
+    # answered by the id of the agent's own reject option, as the README documents
+    reject = next(o["id"] for o in offered if o["kind"] == "reject_once")
+    assert (await respond(client, request["id"], {"answers": {"option": reject}}))["disposition"] == "resolved"
+
+    async def recorded():
+        return (await request_status(client, thread, request["id"]))["response"] == {"answers": {"option": reject}}
+
+    await wait_for(recorded, timeout=30, what="the option answer recorded")
     run = await client.wait_run(sent["run_id"], timeout=90)
     # codex-acp's only reject option is "abort", which ends Codex's turn; Claude's "reject" lets the model go on
     assert run["status"] == ("completed" if provider == "acp-claude" else "interrupted"), run
@@ -184,3 +200,39 @@ async def test_a_malformed_acp_provider_name_is_refused_and_nothing_is_created(c
     r = await client.request("POST", "/v1/threads", json={"title": "bad", "provider": name})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_provider", r.text
     assert "acp-<agent>" in r.json()["error"]["message"]
+
+
+# what each agent's model is asked when the host dies under the turn: a stream that does not end by itself
+CUT_OFF = {"acp-codex": "count slowly to three", "acp-claude": "#slow count slowly to three"}
+
+
+@pytest.mark.parametrize("provider", ["acp-codex", "acp-claude"])
+async def test_L9_3_a_turn_a_host_kill_cut_off_is_retried_on_the_loaded_session_without_its_prompt_twice(
+    client, acp_stack, codex_api, claude_api, provider
+):
+    """Issue 36 (9e): the agent keeps a prompt from its turn's start, and its loaded session replays it; the
+    retry sends Treadle's recovery note instead of the prompt again, so the model sees the request once."""
+    prompt = CUT_OFF[provider]
+    codex_api.on(prompt, [Text("One, two"), Stall()])
+    thread = await new_thread(client, provider, f"{provider} host kill")
+    sent = await client.send(thread, prompt)
+    await streaming(client, thread, sent["run_id"])
+    codex_api.on(prompt, [Text("One, two, three.")])  # the mock plays the request the note points back to
+    since = len(codex_api.requests) if provider == "acp-codex" else len(claude_api.seen)
+    await acp_stack.processes.kill("provider-host")
+
+    run = await client.wait_run(sent["run_id"], timeout=180)
+    assert run["status"] == "completed", run
+    assert [(a["status"], a["reason"]) for a in run["attempts"]] == [
+        ("lost", "initial"),
+        ("completed", "provider_recovery"),
+    ]
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1  # the same ACP session, loaded
+    if provider == "acp-codex":
+        told = json.dumps(next(r.body["input"] for r in codex_api.requests[since:] if r.prompt == prompt))
+    else:
+        told = json.dumps([s.body.get("messages") for s in claude_api.seen[since:] if s.conversation][-1])
+    assert told.count(prompt) == 1, told
+    assert told.count(json.dumps(RECOVERY_NOTE)[1:-1]) == 1, told
+    assert "interrupted the previous turn on purpose" not in told, told

@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from treadle.providers.base import RECOVERY_NOTE
+
 # --- steps of one reply -------------------------------------------------------------------------
 
 
@@ -143,6 +145,11 @@ class MockResponses:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=64 * 1024 * 1024)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    def drop_connections(self) -> None:
+        """Close every open connection, as a real API does with idle ones: the next request needs a new one."""
+        for writer in list(self._open):
+            writer.transport.abort()
 
     async def stop(self) -> None:
         for writer in list(self._open):
@@ -417,14 +424,15 @@ async def _until_closed(reader: asyncio.StreamReader) -> None:
 
 
 def _last_prompt(items: list[dict]) -> tuple[str, list[dict]]:
-    """The text of the last user message (skipping codex's own context blocks) and the tool outputs after it."""
+    """The text of the last user message (skipping codex's own context blocks) and the tool outputs after it.
+    Treadle's recovery note asks to carry on with the request before it: the mock plays that request again."""
     prompt, outputs = "", []
     for item in items:
         if item.get("type") == "message" and item.get("role") == "user":
             texts = [c.get("text", "") for c in item.get("content") or [] if c.get("type") == "input_text"]
             texts = [t for t in texts if not t.lstrip().startswith("<")]
             if texts:
-                prompt, outputs = texts[-1], []
+                prompt, outputs = (prompt if texts[-1] == RECOVERY_NOTE else texts[-1]), []
         elif item.get("type") in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
             outputs.append(item)
     return prompt, outputs

@@ -61,16 +61,20 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[pe.Body] = []
+        self.said: list[pe.Body | str] = []  # events and the ids of messages as their text began, in order
         self.chunks: dict[str, list[str]] = {}
         self.texts: dict[str, str] = {}
         self.ended = asyncio.Event()
 
     async def event(self, body: pe.Body) -> None:
         self.events.append(body)
+        self.said.append(body)
         if isinstance(body, pe.TurnCompleted):
             self.ended.set()
 
     async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        if message_id not in self.chunks:
+            self.said.append(message_id)
         self.chunks.setdefault(message_id, []).append(chunk)
 
     async def text_done(self, message_id: str, node_id: str, text: str) -> None:

@@ -174,6 +174,22 @@ async def test_L3_2_steer_joins_the_running_turn_natively(open_driver, mock):
     assert [t["id"] for t in snapshot["turns"]][-1] == turn.native_ref
 
 
+async def test_L3_2_a_codex_steer_reports_where_it_joined_the_turn(open_driver, mock):
+    """Issue 25: Codex hands back the id a steer was sent with (the ``clientId`` of the user message it makes of
+    it) where the steer joined the turn: after the text streamed before it, before the reply to it."""
+    mock.on("outline the talk", [Text("Outlining"), Stall()])
+    mock.on("only three points", [Text("Three points it is.")])
+    driver = await open_driver()
+    turn, sink, task = driver.start("outline the talk")
+    await wait_for(lambda: mock.stalled, timeout=30, what="the model stream to stall")
+    await driver.adapter.steer(turn, "only three points", "msg_steer1")  # at once: the text may not be reported yet
+    assert (await ended(task, sink)).status == "completed"
+    said = [sink.texts[x] if isinstance(x, str) else x for x in sink.said]
+    joined = said.index(pe.SteerJoined(message_id="msg_steer1"))
+    assert "Outlining" in said[:joined] and "Three points it is." in said[joined:], said
+    assert sink.of(pe.SteerJoined) == [pe.SteerJoined(message_id="msg_steer1")]  # the turn's own prompt: none
+
+
 async def test_L3_2_steer_without_a_playing_turn_is_unsupported(open_driver, mock):
     driver = await open_driver()
     await driver.play("just answer")

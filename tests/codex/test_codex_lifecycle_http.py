@@ -372,9 +372,11 @@ async def test_L3_2_two_quick_steers_on_codex_both_join_the_one_attempt(client, 
 
 
 async def test_L3_2_a_steered_codex_run_lists_its_messages_in_the_order_they_happened(client, mock):
-    """Issue 25: the message the steer cut off comes before the reply that followed it, in the run's and the
-    thread's ``messages`` as listed (not sorted by a client). The reply can complete within the coalescing
-    interval of the cut-off text: the deterministic case is tests/integration/test_provider_event_publisher.py."""
+    """Issue 25: the message the steer cut off comes before the steer and the reply that followed it, in the run's
+    and the thread's ``messages`` as listed (not sorted by a client). Steered at once, the steer is stored before
+    the cut-off text is (it is still on its way from Codex): Codex's report of where the steer joined the turn
+    puts it back in place (tests/unit/test_L3_2_steer_joins_where_the_runtime_took_it.py). The reply can complete
+    within the coalescing interval of the cut-off text: tests/integration/test_provider_event_publisher.py."""
     mock.on("outline the talk", [Text("Outlining"), Stall()])
     mock.on("only three points", [Text("Three points it is.")])
     thread = (await client.create_thread(title="codex steer order", provider="codex"))["thread_id"]

@@ -3,6 +3,8 @@ retried like a lost host; a graceful stop of the whole stack hands its runs over
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.codex.codex_mock import Exec, Stall, Text
@@ -11,6 +13,7 @@ from tests.support.helpers import wait_for
 from tests.support.provider_http import TreadleUp, kill_the_runtime, pending_request
 from treadle.cli.config import DEV_TENANT
 from treadle.client.http import TreadleClient
+from treadle.providers.base import RECOVERY_NOTE
 
 pytestmark = pytest.mark.e2e
 
@@ -21,6 +24,19 @@ async def stalled_on(mock, prompt: str) -> None:
         timeout=60,
         what=f"the model stream of {prompt!r} to stall",
     )
+
+
+def told_after_recovery(mock, prompt: str, since: int) -> str:
+    """What the model was sent when ``prompt``'s turn was retried (the first request for it after ``since``)."""
+    return json.dumps(next(r.body["input"] for r in mock.requests[since:] if r.prompt == prompt))
+
+
+def assert_told_a_failure_once(told: str, prompt: str) -> None:
+    """L9.3: the retried turn tells the model that a failure cut the turn off, not the user, and the model sees
+    the request once (the provider thread holds it from the cut-off turn)."""
+    assert "interrupted the previous turn on purpose" not in told and "aborted by user" not in told, told
+    assert told.count(json.dumps(RECOVERY_NOTE)) == 1, told
+    assert told.count(json.dumps(prompt)) == 1, told
 
 
 def assistant_texts(run: dict) -> list[str]:
@@ -35,6 +51,7 @@ async def test_L9_3_kill_9_of_the_codex_app_server_under_a_turn_is_a_lost_attemp
     sent = await client.send(thread, "count to three")
     await stalled_on(mock, "count to three")
     mock.on("count to three", [Text("One, two, three.")])  # what the retried attempt hears
+    since = len(mock.requests)
     await kill_the_runtime(codex_stack, "app-server")
 
     run = await client.wait_run(sent["run_id"], timeout=90)
@@ -44,6 +61,7 @@ async def test_L9_3_kill_9_of_the_codex_app_server_under_a_turn_is_a_lost_attemp
         ("completed", "provider_recovery"),
     ]
     assert assistant_texts(run)[-1] == "One, two, three."
+    assert_told_a_failure_once(told_after_recovery(mock, "count to three", since), "count to three")
     doc = await client.get_thread(thread)
     first, second = doc["sessions"]
     assert (first["status"], first["reason"]) == ("stopped", "provider_crashed")  # no longer shown live
@@ -70,6 +88,7 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
             asked = await pending_request(client, waiting)
             mock.on("stream until the stop", [Text("Streamed after the restart.")])
 
+        since = len(mock.requests)
         done = await up.restart_and_finish(waiting, asked, runs)
     finally:
         if up.proc is not None and up.proc.returncode is None:
@@ -82,6 +101,11 @@ async def test_L9_3_a_graceful_stop_of_the_whole_stack_hands_streaming_and_waiti
         ]
     assert assistant_texts(done[streaming])[-1] == "Streamed after the restart."
     assert (workspace_of_dev(up, waiting) / "handed.txt").read_text() == "handed\n"
+    # Issue 36 (10): a stop of the host cut both turns off as a crash would. Asked to stop, Codex had recorded
+    # "The user interrupted the previous turn on purpose" and the waiting command "aborted by user", and a real
+    # model then did not ask for the command again (restart_and_finish answered the approval asked again)
+    for prompt in ("stream until the stop", "write handed.txt"):
+        assert_told_a_failure_once(told_after_recovery(mock, prompt, since), prompt)
 
 
 def workspace_of_dev(up: TreadleUp, thread: str):

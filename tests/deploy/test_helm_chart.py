@@ -136,3 +136,19 @@ def test_without_a_nats_password_or_secret_the_chart_refuses_to_render():
         _render({"image": {"tag": "x"}})
     docs = _render({"secrets": {"existingSecret": "mine"}})
     assert "Secret" not in {d["kind"] for d in docs}
+
+
+def test_issue36_the_broker_store_is_its_own_volume_apart_from_the_workspaces():
+    """A tenant filling the workspaces' disk must not take the broker's: JetStream's store_dir is a volume of its
+    own per NATS pod (a PVC), never the workspace nodes' volume."""
+    docs = _render()
+    sets = _of(docs, "StatefulSet")
+    nats = next(s for name, s in sets.items() if name.endswith("nats"))
+    conf = _of(docs, "ConfigMap")["t-treadle-nats"]["data"]["nats-server.conf"]
+    assert "store_dir: /data/jetstream" in conf
+    mounts = {m["mountPath"]: m["name"] for c in _containers(nats) for m in c.get("volumeMounts", [])}
+    claims = {t["metadata"]["name"] for t in nats["spec"].get("volumeClaimTemplates", [])}
+    assert mounts["/data/jetstream"] in claims
+    # the workspace nodes keep their disk in claims of their own StatefulSet (PVCs are never shared across sets)
+    workspaces = [s for s in sets.values() if s is not nats]
+    assert workspaces and all(s["spec"].get("volumeClaimTemplates") for s in workspaces)

@@ -126,6 +126,24 @@ async def test_L11_4_a_structured_question_is_answered_and_the_run_resumes(api):
     await api.wait_run(sent["run_id"])
 
 
+async def test_L11_4_a_question_whose_turn_ends_right_after_its_answer_is_answered_in_the_feed_never_cancelled(api):
+    """Issue 36, finding 8: the scripted turn ends as soon as the answer reaches it, and the run's end closes the
+    requests still pending as cancelled. The answer is recorded before it is delivered, so the feed and the node
+    tree say answered (``resolved``), never ``cancelled``. Here the race is rarely lost even before the fix (the
+    coordinator's record usually beats the turn's end); test_coordinator_on_twins makes it lose every time."""
+    thread = await api.create_thread()
+    for i in range(10):
+        sent = await api.send(thread, f"ask {i}", script=script(question("which db?", ["pg", "sqlite"])))
+        request = await api.wait_request(thread)
+        await api.post(f"/v1/requests/{request['id']}/respond", {"answers": {"0": "pg"}}, expect=200)
+        await api.wait_run(sent["run_id"])
+        feed = (await api.request("GET", f"/v1/threads/{thread}/activity?run_id={sent['run_id']}")).json()["items"]
+        assert [a["summary"] for a in feed if a["kind"] == "request.resolved"] == ["resolved"], (i, feed)
+        run = await api.run(sent["run_id"])
+        asked = next(n for n in run["nodes"] if n["id"] == request["node_id"])
+        assert asked["kind"] == "user_input" and asked["status"] == "completed", (i, asked)
+
+
 async def test_L11_4_without_structured_questions_the_question_is_only_a_message(api):
     thread = await api.create_thread()
     sent = await api.send(thread, "ask", script=script(question("which db?"), profile="no_plans"))

@@ -76,3 +76,43 @@ async def test_another_tenants_session_credential_finds_nothing_here(api, stack,
         assert failed.value.kind == "not_found"
         assert (await call(mcp, "thread_list"))["items"] == []
     assert await log.last_seq(api.tenant, thread) == before
+
+
+async def test_issue36_a_credential_has_the_tools_its_minting_host_life_allows_now_and_none_after_it(
+    api, stack, stack_nc
+):
+    """Each call reads the minting host's heartbeat record: its current tool setting narrows the credential's
+    tools, and a record of another boot (the host restarted) or none (the host is gone) refuses it."""
+    thread = await api.create_thread(title="narrowed")
+    hosts = await stack_nc.jetstream().key_value("treadle-hosts")
+    host_id = f"host-{new_id('x', 1)[-8:].lower()}"
+
+    async def life(boot: str, tools: tuple[str, ...]) -> None:
+        record = {
+            "host_id": host_id,
+            "boot_id": boot,
+            "volume": "elsewhere",
+            "capacity": 1,
+            "live": 1,
+            "heartbeat_seconds": 1.0,
+            "at": datetime.now(UTC).isoformat(),
+            "mcp_tools": list(tools),
+        }
+        await hosts.put(host_id, msgspec.json.encode(record))
+
+    await life("boot1", ("capabilities", "thread_read", "thread_list"))
+    _, token = await _mint(stack_nc, api.tenant, thread, host_id=host_id, boot_id="boot1")
+    async with mcp_session(stack.api_url, token) as mcp:
+        assert (await call(mcp, "thread_read", thread_id=thread))["items"] == []
+        await life("boot1", ("capabilities",))  # the operator narrowed the setting the credential was minted by
+        assert [t.name for t in (await mcp.list_tools()).tools] == ["capabilities"]
+        with pytest.raises(ToolFailed) as denied:
+            await call(mcp, "thread_read", thread_id=thread)
+        assert denied.value.kind == "capability_denied"
+    await life("boot2", ("capabilities", "thread_read", "thread_list"))  # the host's next life
+    assert await _status(stack.api_url, token) == 401
+    await hosts.delete(host_id)  # the host is gone
+    await life("boot1", ("capabilities",))
+    assert await _status(stack.api_url, token) == 200
+    await hosts.delete(host_id)
+    assert await _status(stack.api_url, token) == 401

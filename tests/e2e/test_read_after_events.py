@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from tests.support.scripts import script, text, write
+from tests.support.scripts import question, script, text, write
 from treadle.client.http import TreadleClient
 
 pytestmark = pytest.mark.e2e
@@ -148,5 +148,77 @@ async def test_L2_3_reads_at_a_clients_sequence_never_go_back_in_time_while_the_
         assert run["status"] == "completed" and run["checkpoint"] and run["checkpoint"]["commit"], run
         runs = (await api.request("GET", f"/v1/threads/{thread}/runs", headers={"X-Treadle-Min-Seq": str(seq)})).json()
         assert runs["seq"] >= seq and [r["status"] for r in runs["items"]] == ["completed", "completed"], runs
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+# Issue 36, finding 7: without ``min_seq`` (any HTTP client, not only the SDK) a read right after a run's terminal
+# SSE event showed the run still running, with no checkpoint, in 3-7 of 40 runs. Every read now reflects the
+# thread's last event in the log when it came.
+
+
+async def test_L2_3_a_plain_read_right_after_each_terminal_sse_event_shows_the_run_ended(api):
+    thread = await api.create_thread()
+    for i in range(ROUNDS):
+        sent = await api.send(thread, f"round {i}", script=script(write(f"p{i}.txt", f"{i}\n"), text("done")))
+        _, seq = await _terminal_event(api, thread, sent["run_id"], sent["seq"])
+        run = (await api.request("GET", f"/v1/runs/{sent['run_id']}")).json()
+        assert run["status"] == "completed" and run["checkpoint"] and run["checkpoint"]["commit"], (i, run)
+        assert all(a["status"] != "running" for a in run["attempts"]), (i, run["attempts"])
+        runs = (await api.request("GET", f"/v1/threads/{thread}/runs", params={"limit": 1})).json()
+        assert runs["seq"] >= seq and runs["items"][0]["status"] == "completed", (i, runs)
+
+
+async def _stopped_projector(stack) -> int:
+    pid = stack.processes.pid("projector")
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+async def test_L2_3_L11_plain_reads_after_the_stream_shows_an_answered_turn_end_never_show_the_thread_before_it(
+    api, stack
+):
+    """Deterministic: the projector is stopped (a real pause) while the question is answered and the run ends, so
+    the projection is surely behind the stream; every plain read still shows the end (from the log, after its
+    bounded wait), and once the projector goes on a read waiting for it is woken by its notice."""
+    thread = await api.create_thread()
+    sent = await api.send(thread, "ask", script=script(question("which db?", ["pg", "sqlite"]), text("using it")))
+    request = await api.wait_request(thread)
+    pid = await _stopped_projector(stack)
+    try:
+        await api.post(f"/v1/requests/{request['id']}/respond", {"answers": {"0": "pg"}}, expect=200)
+        _, seq = await _terminal_event(api, thread, sent["run_id"], sent["seq"])
+        run = (await api.request("GET", f"/v1/runs/{sent['run_id']}")).json()
+        assert run["status"] == "completed" and run["checkpoint"] and run["checkpoint"]["commit"], run
+        doc = (await api.request("GET", f"/v1/threads/{thread}")).json()
+        assert doc["seq"] >= seq and [r["status"] for r in doc["requests"]] == ["resolved"], doc["requests"]
+        requests = (await api.request("GET", f"/v1/threads/{thread}/requests")).json()
+        assert requests["seq"] >= seq and [r["status"] for r in requests["items"]] == ["resolved"], requests
+        checkpoints = (await api.request("GET", f"/v1/threads/{thread}/checkpoints")).json()
+        assert checkpoints["seq"] >= seq and run["checkpoint"]["id"] in [c["id"] for c in checkpoints["items"]]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    again = await api.send(thread, "more", script=script(text("done")))
+    _, seq = await _terminal_event(api, thread, again["run_id"], again["seq"])
+    run = (await api.request("GET", f"/v1/runs/{again['run_id']}")).json()
+    assert run["status"] == "completed", run
+
+
+async def test_L8_L11_a_plain_read_after_run_interrupted_on_the_stream_shows_its_request_cancelled(api, stack):
+    """A question pending when its run is interrupted: once the stream says ``run.interrupted``, a read without
+    ``min_seq`` never shows the request still pending (the projector is stopped meanwhile, as above)."""
+    thread = await api.create_thread()
+    sent = await api.send(thread, "ask me", script=script(question("which db?", ["pg", "sqlite"]), profile="full"))
+    request = await api.wait_request(thread)
+    pid = await _stopped_projector(stack)
+    try:
+        await api.post(f"/v1/runs/{sent['run_id']}/interrupt", expect=202)
+        kind, seq = await _terminal_event(api, thread, sent["run_id"], sent["seq"])
+        assert kind == "run.interrupted"
+        requests = (await api.request("GET", f"/v1/threads/{thread}/requests")).json()
+        assert [(r["id"], r["status"]) for r in requests["items"]] == [(request["id"], "cancelled")], requests
+        run = (await api.request("GET", f"/v1/runs/{sent['run_id']}")).json()
+        assert run["status"] == "interrupted", run
     finally:
         os.kill(pid, signal.SIGCONT)

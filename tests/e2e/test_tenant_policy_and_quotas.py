@@ -24,6 +24,7 @@ from tests.support.helpers import wait_for
 from tests.support.scripts import HANG, script
 from treadle.cli.stack import Stack
 from treadle.eventlog.log import EventLog
+from treadle.ops.session_credentials import SessionCredentials
 from treadle.ops.tokens import Principal, TokenStore, digest
 
 pytestmark = pytest.mark.e2e
@@ -346,6 +347,46 @@ async def test_garbage_authorization_headers_share_the_address_bucket_and_tokens
         refill = (time.monotonic() - started) * float(LIMITS["TREADLE_GATEWAY_RATE_LIMIT"]) + 1
         assert more.count(401) <= refill and more.count(429) >= 50 - refill, (more, refill)
     assert (await member.request("GET", "/v1/threads")).status_code == 200  # a real token has its own bucket
+
+
+async def _until_limited(send, attempts: int = 2000) -> tuple[list[int], httpx.Response]:
+    """Statuses of ``send()`` until the first 429 (the one answer returned), at most ``attempts`` calls."""
+    statuses = []
+    for i in range(attempts):
+        r = await send(i)
+        statuses.append(r.status_code)
+        if r.status_code == 429:
+            return statuses, r
+    raise AssertionError(f"no 429 in {attempts} calls: {sorted(set(statuses))}")
+
+
+async def test_issue36_mcp_calls_session_credentials_and_sign_ins_are_rate_limited(tenant, limited_stack, nc):
+    """Found by the hostile-tenant run: 300 fast calls at 20/s on ``/mcp`` (a live credential, or unknown ones)
+    and at the console's sign-in answered 300 x 200/401 and never 429."""
+    member = await tenant.client("alice")
+    thread = await member.create_thread(title="limited mcp")
+    store = SessionCredentials(nc.jetstream())
+    live, other = [
+        await store.mint(
+            tenant=tenant.name, thread=thread, session_id=f"ps_{n}_{tenant.name}", capabilities=("capabilities",)
+        )
+        for n in ("a", "b")
+    ]
+    probe = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with httpx.AsyncClient(base_url=limited_stack.api_url) as http:
+
+        def mcp(token: str):
+            return http.post("/mcp", json=probe, headers={"Authorization": f"Bearer {token}"})
+
+        statuses, first = await _until_limited(lambda _: mcp(live))  # the live credential's own bucket
+        assert len(statuses) > 1 and set(statuses[:-1]) == {200}, statuses[-3:]
+        # Guessed credentials and wrong sign-ins share the address's bucket (other tests here drain it too)
+        guessed, second = await _until_limited(lambda i: mcp(f"trs_guessed-{i}"))
+        signed, third = await _until_limited(lambda i: http.post("/console/session", json={"token": f"trd_x{i}"}))
+        assert set(guessed[:-1]) <= {401} and set(signed[:-1]) <= {401}, (guessed[-3:], signed[-3:])
+        for refused in (first, second, third):
+            assert refused.headers["retry-after"].isdigit() and error(refused)["code"] == "rate_limited"
+        assert (await mcp(other)).status_code == 200  # another session's credential has its own bucket
 
 
 # --- the operator's CLI and tokens from before roles were checked ----------------------------------------

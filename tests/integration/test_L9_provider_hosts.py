@@ -24,7 +24,7 @@ from treadle.runtime.clock import ManualClock
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
-LOOPS_PER_HOST = 3  # heartbeat, host watcher, idle reaper: all parked on the clock between ticks
+LOOPS_PER_HOST = 4  # heartbeat, host watcher, idle reaper, disk budget: all parked on the clock between ticks
 
 
 class Hosts:
@@ -165,6 +165,41 @@ async def test_L9_5_idle_reaper_releases_only_idle_sessions_and_the_thread_resum
         assert (again.native_ref, again.resumed) == (idle.native_ref, True)
 
 
+async def test_issue36_a_turn_silent_past_unresponsive_seconds_has_its_session_released(tmp_path):
+    """A wedged runtime (every model request hangs) is not left playing forever: its session is stopped as
+    ``unresponsive``; a turn waiting for the user's answer is not wedged, however long it waits."""
+    clock = ManualClock()
+    async with Hosts(tmp_path) as env:
+        await env.host("h1", clock, idle_seconds=3600, unresponsive_seconds=120, heartbeat_seconds=5)
+        hung, asking = await env.place("hung"), await env.place("asking")
+        for placed, steps in ((hung, [{"type": "hang"}]), (asking, [{"type": "approval", "prompt": "ok?"}])):
+            thread = placed.session_id.split("_")[1]
+            started = await env.client.start_turn(
+                "h1",
+                hp.StartTurn(
+                    session_id=placed.session_id,
+                    tenant=TENANT,
+                    thread=thread,
+                    run_id=f"run_{thread}",
+                    attempt_id=f"att_{thread}",
+                    root_node_id=f"node_{thread}",
+                    text="go",
+                    script={"steps": steps},
+                ),
+            )
+            assert isinstance(started, hp.TurnAccepted)
+        host = env.hosts[0]
+        await wait_for(lambda: host._sessions[asking.session_id].awaiting, what="the approval asked")
+
+        await tick(clock, 119, LOOPS_PER_HOST)
+        assert env.stopped(hung.session_id) == []
+        await tick(clock, 61, LOOPS_PER_HOST)
+        await wait_for(lambda: env.stopped(hung.session_id), what="the wedged session reported stopped")
+        assert env.stopped(hung.session_id) == ["unresponsive"]
+        await tick(clock, 1800, LOOPS_PER_HOST)
+        assert env.stopped(asking.session_id) == [] and asking.session_id in host._sessions
+
+
 async def test_L9_3_a_host_whose_heartbeat_stands_still_has_its_sessions_reported_stopped(tmp_path):
     dying, watching = ManualClock(), ManualClock()
     async with Hosts(tmp_path) as env:
@@ -292,7 +327,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
         assert isinstance(started, hp.TurnAccepted), started
     running = [t for t in asyncio.all_tasks() - before if t.get_name().startswith(("host:", "turn:"))]
     names = {t.get_name() for t in running}
-    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "turn:att_1", "turn:att_2"}, names
+    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "host:disk", "turn:att_1", "turn:att_2"}, names
     await nc.close()
     with pytest.raises(ConnectionClosedError):
         await host.stop()

@@ -231,7 +231,7 @@ async def test_path_safety_restore_diff_and_prune_refuse_paths_outside_the_tenan
     assert list(outside.iterdir()) == []
 
 
-async def test_submodules_are_recorded_as_pointers_and_left_alone_by_restore(workspaces: Workspaces, root: Path):
+async def test_submodules_are_skipped_and_left_alone_by_restore(workspaces: Workspaces, root: Path):
     ws = repository_with_submodule(root)
     c1 = await workspaces.capture(capture(0, None))
     (ws / "vendor" / "lib" / "l.txt").write_text("changed inside the submodule\n")

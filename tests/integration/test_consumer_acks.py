@@ -23,16 +23,19 @@ async def _stream(js) -> tuple[str, str]:
     return name, prefix
 
 
-async def _settled(js, stream: str, durable: str) -> bool:
+async def _settled(js, stream: str, durable: str, last: int) -> bool:
+    """Every message up to stream sequence ``last`` acknowledged. Not "nothing pending": the broker counts a new
+    message towards a consumer's pending after it has answered the publish (a signal queue of its own), so for a
+    moment just after the publish the consumer looks settled without having seen the message."""
     info = await js.consumer_info(stream, durable)
-    return info.num_pending == 0 and info.num_ack_pending == 0
+    return info.ack_floor.stream_seq >= last and info.num_ack_pending == 0
 
 
 async def test_an_ack_held_for_its_window_goes_out_with_the_connections_next_write(nc, nats_url):
     js = nc.jetstream()
     name, prefix = await _stream(js)
     await js.add_consumer(name, ConsumerConfig(durable_name="r", ack_policy=AckPolicy.EXPLICIT))
-    await js.publish(f"{prefix}.a", b"1")
+    sent = await js.publish(f"{prefix}.a", b"1")
     [msg] = await (await js.pull_subscribe_bind("r", name)).fetch(1)
     acks = Acks(nc, window=600)  # nothing but the next write can carry it within the test
     await acks.ack(msg)
@@ -42,7 +45,7 @@ async def test_an_ack_held_for_its_window_goes_out_with_the_connections_next_wri
     await nc.publish(f"elsewhere.{prefix}", b"")  # any write of this connection
     observer = await nats.connect(nats_url)
     try:
-        await wait_for(lambda: _settled(observer.jetstream(), name, "r"), timeout=5, what="the ack to land")
+        await wait_for(lambda: _settled(observer.jetstream(), name, "r", sent.seq), timeout=5, what="the ack to land")
     finally:
         await observer.close()
         acks.flush()
@@ -62,10 +65,12 @@ async def test_acks_of_messages_handled_one_at_a_time_all_land_and_stop_sends_th
     observer = await nats.connect(nats_url)
     try:
         for i in range(20):
-            await js.publish(f"{prefix}.t.th{i % 3}.x", str(i).encode())
+            sent = await js.publish(f"{prefix}.t.th{i % 3}.x", str(i).encode())
             await wait_for(lambda i=i: len(handled) > i, timeout=5, what=f"message {i} handled")
         await consumer.stop()
-        await wait_for(lambda: _settled(observer.jetstream(), name, "one"), timeout=5, what="every ack to land")
+        await wait_for(
+            lambda: _settled(observer.jetstream(), name, "one", sent.seq), timeout=5, what="every ack to land"
+        )
     finally:
         await observer.close()
     assert handled == [str(i).encode() for i in range(20)]
@@ -101,8 +106,10 @@ async def test_a_handler_working_past_ack_wait_keeps_its_message_from_being_rede
     consumer = PullConsumer(js, stream=name, durable="slow", filters=[f"{prefix}.>"], handle=handle, ack_wait=1.0)
     await consumer.start()
     try:
-        await js.publish(f"{prefix}.t.th1.x", b"{}")
-        await wait_for(lambda: _settled(js, name, "slow"), timeout=15, interval=0.1, what="the message settled")
+        sent = await js.publish(f"{prefix}.t.th1.x", b"{}")
+        await wait_for(
+            lambda: _settled(js, name, "slow", sent.seq), timeout=15, interval=0.1, what="the message settled"
+        )
     finally:
         await consumer.stop()
     assert deliveries == [1]

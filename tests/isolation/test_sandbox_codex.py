@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ async def mock():
     await server.stop()
 
 
-def _adapter(world: World, mock: MockResponses, runtime_mode: str) -> CodexAdapter:
+def _adapter(world: World, mock: MockResponses, runtime_mode: str, sandbox=None) -> CodexAdapter:
     session = f"ps_{uuid.uuid4().hex[:8]}"
     request = PlaceSession(
         tenant=TENANT,
@@ -47,7 +48,9 @@ def _adapter(world: World, mock: MockResponses, runtime_mode: str) -> CodexAdapt
         home_root=world.runtime_dir / "codex-homes",
         request_timeout=30,
     )
-    return CodexAdapter(world.workspace(TENANT), request, world.runtime_dir / session, settings, sandbox=world.sandbox)
+    return CodexAdapter(
+        world.workspace(TENANT), request, world.runtime_dir / session, settings, sandbox=sandbox or world.sandbox
+    )
 
 
 async def _play_attack(world: World, mock: MockResponses, runtime_mode: str, marker_dir) -> tuple[str, object]:
@@ -89,3 +92,45 @@ async def test_codex_shell_command_cannot_reach_outside_its_sandbox(world, mock,
     # Codex kept its files in the tenant's home, owned by the tenant
     home = world.runtime_dir / "codex-homes" / TENANT
     assert os.stat(home).st_uid == uid and os.stat(home).st_mode & 0o077 == 0
+
+
+async def test_issue36_after_a_fork_bomb_in_the_sandbox_the_next_turn_on_the_thread_completes(world, mock):
+    """The agent's command fills the sandbox's pids limit with a fork bomb that outlives the command (its own
+    session, so Codex's cleanup of the command's process group misses it); the runtime still reaches its model
+    API over new connections (the forwarder starts nothing per connection), so this turn and the next one on
+    the same runtime complete. (Before: "stream disconnected before completion" on the bomb's own turn.)"""
+    from treadle.sandbox.host import Sandbox, SandboxSettings
+
+    bombed = f"bomb {uuid.uuid4().hex[:6]}"
+    after = f"after {uuid.uuid4().hex[:6]}"
+    mock.on(
+        bombed, [Exec("setsid bash -c ':(){ :|: & wait; };:' </dev/null >/dev/null 2>&1 & echo lit")], [Text("lit it")]
+    )
+    mock.on(after, [Text("still here")])
+    sandbox = Sandbox(SandboxSettings(mode="on", pids=96), world.sandbox.identities, world.runtime_dir)
+    assert sandbox.start().ok and "pids" in sandbox.result.cgroups.covers()
+    adapter = _adapter(world, mock, "full_access", sandbox)
+    try:
+        await adapter.open_thread(None, "unused")
+        driver = Driver(adapter)
+        first = await driver.play(bombed, timeout=120)
+        assert first.completed.status == "completed", first.completed
+        pids = [p for p in adapter._prepared._cgroup.dirs if (p / "pids.max").exists()]
+        assert pids, adapter._prepared._cgroup.dirs
+        # the bomb has hit the limit (the kernel counts the refused forks), and goes on
+        await wait_for(lambda: _refused_forks(pids[0]) > 0, timeout=30, what="the fork bomb at the pids limit")
+        assert int((pids[0] / "pids.current").read_text()) >= 90  # held: its processes wait, and never exit
+        mock.drop_connections()  # the API closed its idle connection: the next turn must open a new one
+        second = await driver.play(after, timeout=120)
+        assert second.completed.status == "completed", second.completed
+        assert second.reply == "still here"
+    finally:
+        await adapter.close()
+
+
+def _refused_forks(group: Path) -> int:
+    for line in (group / "pids.events").read_text().splitlines():
+        name, _, count = line.partition(" ")
+        if name == "max":
+            return int(count)
+    return 0

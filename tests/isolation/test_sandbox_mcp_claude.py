@@ -1,8 +1,8 @@
 """Issue 21 in the sandbox: the real Claude Code CLI, run in its tenant's sandbox with a session credential, calls
 the orchestrator's tool through the real gateway of a real stack. What makes that possible (the MCP URL as an
-egress target) grants the gateway's host:port and nothing more: the same runtime's Bash still reaches neither
-the stack's NATS nor its Redis (directly or through the forwarder's proxy), and on the gateway's other paths
-its session credential is refused (only ``/mcp`` accepts one)."""
+egress target) grants the gateway's MCP path and nothing more: the same runtime's Bash still reaches neither
+the stack's NATS nor its Redis (directly or through the forwarder's proxy), and the gateway's other paths are
+refused by the egress before the gateway sees them (issue 36)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ async def test_sandboxed_claude_calls_the_orchestrators_tool_and_reaches_nothing
     v1 = f"GET /v1/threads HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nAuthorization: Bearer ${TOKEN_ENV}\\r\\n\\r\\n"
     probes = [
         f'echo "token held: ${{#{TOKEN_ENV}}} chars"',
-        _reach(gateway, v1),  # the allowed target, whose API refuses the session credential
+        _reach(gateway, v1),  # the allowed target's port, whose other paths the egress refuses
         _reach(broker),
         _reach(redis),
         _via_proxy(broker),
@@ -123,7 +123,8 @@ async def test_sandboxed_claude_calls_the_orchestrators_tool_and_reaches_nothing
     )
     world.assert_clean(output, marker_dir)
     assert END in output and f"token held: {len(token)} chars" in output, output
-    assert f"CONNECTED-{gateway}" in output and "HTTP/1.1 401" in output, output  # reached, and refused there
+    assert f"CONNECTED-{gateway}" in output and "HTTP/1.1 401" not in output, output  # reached, refused before
     for closed in (broker, redis):
         assert f"CONNECTED-{closed}" not in output, output  # nothing listens on them inside the sandbox
-    assert output.count("403 Forbidden") == 4  # the proxy refused the stack's NATS and Redis, and the world's
+    # the egress refused /v1/threads; the proxy the stack's NATS and Redis, and the world's
+    assert output.count("403 Forbidden") == 5

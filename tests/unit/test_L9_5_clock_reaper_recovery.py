@@ -21,10 +21,16 @@ T0 = datetime(2026, 12, 3, tzinfo=UTC)
 class FakeSession:
     last_active: float
     playing: bool = False
+    heard: float = 0.0
+    awaiting: bool = False
 
     @property
     def busy(self) -> bool:
         return self.playing
+
+    @property
+    def quiet_since(self) -> float | None:
+        return None if self.awaiting or not self.playing else max(self.heard, self.last_active)
 
 
 async def settle() -> None:
@@ -78,6 +84,40 @@ async def test_L9_5_idle_reaper_releases_idle_sessions_once_and_never_busy_ones(
         clock.advance(3600)
         await settle()
         assert list(sessions) == ["busy"]
+    finally:
+        loop.cancel()
+
+
+async def test_issue36_a_playing_turn_heard_from_for_too_long_releases_its_session_as_unresponsive():
+    clock = ManualClock(start=0)
+    sessions = {
+        "wedged": FakeSession(0, playing=True),
+        "talking": FakeSession(0, playing=True),
+        "asking": FakeSession(0, playing=True, awaiting=True),  # waits for the user's answer: never wedged
+        "idle": FakeSession(0),
+    }
+    released: list[tuple[str, str]] = []
+
+    async def release(session_id: str, reason: str) -> None:
+        released.append((session_id, reason))
+        sessions.pop(session_id)
+
+    reaper = IdleReaper(sessions, clock, idle_seconds=3600, release=release, unresponsive_seconds=600)
+    loop = asyncio.create_task(reaper.run())
+    try:
+        await settle()
+        clock.advance(300)
+        await settle()
+        sessions["talking"].heard = 300  # an event: its quiet time starts over
+        clock.advance(300)  # t=600
+        await settle()
+        assert released == [("wedged", "unresponsive")]
+        clock.advance(600)  # t=1200: "talking" quiet for 900s now
+        await settle()
+        assert released == [("wedged", "unresponsive"), ("talking", "unresponsive")]
+        clock.advance(3600)
+        await settle()
+        assert released[2:] == [("idle", "idle")] and list(sessions) == ["asking"]
     finally:
         loop.cancel()
 

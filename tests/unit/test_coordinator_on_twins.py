@@ -152,24 +152,29 @@ async def test_L11_an_answer_reaches_the_session_that_asked_once_and_a_gone_one_
     assert (await tw.state(thread)).request("req_2").status == "not_resumable"
 
 
-async def test_L11_2_an_answer_the_host_took_is_recorded_after_an_append_conflict_without_asking_again(tmp_path):
-    tw = Twins(tmp_path)
-    tw.hosts.add("host-1")
-    coordinator, supervisor = tw.coordinator(), tw.supervisor()
-    thread, sent = await started_thread(tw, coordinator, supervisor)
+async def _asking(tw: Twins, supervisor, thread: str, run_id: str, request_id: str, kind: str = "command") -> None:
+    """The session of ``run_id`` asks ``request_id`` (its callback waits on the host)."""
     state = await tw.state(thread)
-    session, run = state.live_session, state.run(sent.run_id)
-    tw.hosts.ask(session.id, "req_1")
+    session, run = state.live_session, state.run(run_id)
+    tw.hosts.ask(session.id, request_id)
     await tw.report(
         supervisor,
         thread,
         session.id,
-        pe.RequestOpened(request_id="req_1", node_id=run.attempt.root_node_id, kind="command", prompt="rm?"),
+        pe.RequestOpened(request_id=request_id, node_id=run.attempt.root_node_id, kind=kind, prompt="rm?"),
         pth=state.session_thread(session.id).id,
         run_id=run.id,
         attempt_id=run.attempt.id,
         index=2,
     )
+
+
+async def test_L11_2_an_answer_whose_record_conflicts_is_decided_again_recorded_once_and_delivered_once(tmp_path):
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, sent = await started_thread(tw, coordinator, supervisor)
+    await _asking(tw, supervisor, thread, sent.run_id, "req_1")
     refused = conflict_once(coordinator, lambda _t, events: isinstance(events[0], ev.RequestResolved))
     answer = RespondRequest(request_id="req_1", decision="decline", message="no")
     got = await tw.command(coordinator, answer, thread=thread, command_id="cmd_answer")
@@ -182,7 +187,58 @@ async def test_L11_2_an_answer_the_host_took_is_recorded_after_an_append_conflic
         {"decision": "decline", "message": "no"},
         "cmd_answer",
     )
-    assert coordinator._delivered == set()  # recorded: nothing left to remember
+    again = await tw.command(coordinator, answer, thread=thread, command_id="cmd_answer")
+    assert isinstance(again, Accepted) and again.duplicate, again
+    assert len(tw.hosts.verbs("request.respond")) == 1  # this replica knows the provider has it: not asked again
+    other = tw.coordinator()  # another replica does not: it offers the same answer, which the host takes as once
+    assert (await tw.command(other, answer, thread=thread, command_id="cmd_answer")).duplicate
+    assert len(tw.hosts.verbs("request.respond")) == 2
+    assert list(tw.hosts.session((await tw.state(thread)).live_session.id).answered) == ["req_1"]
+    resolved = [e for e in await tw.log.read(TENANT, thread) if e.type == "request.resolved"]
+    assert [e.data.status for e in resolved] == ["resolved"]  # recorded once
+
+
+async def test_L11_2_a_question_whose_turn_ends_as_soon_as_it_is_answered_is_recorded_answered_never_cancelled(
+    tmp_path,
+):
+    """Issue 36, finding 8: the provider takes the answer and finishes its turn at once; the run's end closes the
+    requests still pending (as cancelled). The answer was recorded after its delivery, so it was one of them: the
+    feed and the node tree said ``user_input`` cancelled for a question the user answered."""
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread, sent = await started_thread(tw, coordinator, supervisor)
+    await _asking(tw, supervisor, thread, sent.run_id, "req_q", kind="user_input")
+    state = await tw.state(thread)
+    session, run = state.live_session, state.run(sent.run_id)
+    verb = tw.hosts.verb
+
+    async def answered_then_turn_ends(host_id, name, request):
+        reply = await verb(host_id, name, request)  # the provider has the answer ...
+        if name == "request.respond":  # ... and ends its turn before the host's reply reaches the coordinator
+            await tw.report(
+                supervisor,
+                thread,
+                session.id,
+                pe.TurnCompleted(status="completed"),
+                pth=state.session_thread(session.id).id,
+                run_id=run.id,
+                attempt_id=run.attempt.id,
+                index=3,
+            )
+        return reply
+
+    tw.hosts.verb = answered_then_turn_ends
+    got = await tw.command(coordinator, RespondRequest(request_id="req_q", answers={"0": "pg"}), thread=thread)
+    assert isinstance(got, Accepted) and not got.duplicate, got
+    after = await tw.state(thread)
+    assert after.run(sent.run_id).status == "completed"
+    req = after.request("req_q")
+    assert (req.status, req.response) == ("resolved", {"answers": {"0": "pg"}})
+    assert after.run(sent.run_id).node(req.node_id).status == "completed"
+    resolved = [e.data.status for e in await tw.log.read(TENANT, thread) if e.type == "request.resolved"]
+    assert resolved == ["resolved"]  # never cancelled, not even on the way
+    assert [a.summary for a in after.activity if a.kind == "request.resolved"] == ["resolved"]
 
 
 async def test_L6_1_L6_5_a_fork_gets_the_files_of_its_point_and_a_retry_after_a_conflict_redoes_nothing(tmp_path):

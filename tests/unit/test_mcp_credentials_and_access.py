@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from treadle.core.credentials import SessionCredential, needs_touch, refusal
+from treadle.core.credentials import MintingHost, SessionCredential, in_force, needs_touch, refusal
 from treadle.providers.mcp_access import (
     TOKEN_ENV,
     McpAccess,
@@ -24,8 +24,8 @@ ACCESS = McpAccess(url="http://127.0.0.1:8700/mcp", token=SECRET, tools=("thread
 
 
 def _credential(**kw) -> SessionCredential:
-    base = {"tenant": "t", "thread": "thr_x", "session_id": "ps_x", "capabilities": ("thread_read",)}
-    return SessionCredential(**base, issued_at=T0, last_used_at=T0, **kw)
+    base = {"tenant": "t", "thread": "thr_x", "session_id": "ps_x", "capabilities": ("thread_read",)} | kw
+    return SessionCredential(**base, issued_at=T0, last_used_at=T0)
 
 
 def test_a_credential_is_refused_when_idle_or_past_its_lifetime_whatever_its_use():
@@ -57,3 +57,14 @@ def test_the_secret_reaches_a_runtime_only_through_its_sandbox_environment():
     env = sandbox_env("/home/t", runtime_env(ACCESS), host={"TREADLE_NATS_URL": "nats://x", "LANG": "C"})
     assert env[TOKEN_ENV] == SECRET and not any(k.startswith("TREADLE_") for k in env)
     assert codex_args(None) == [] and claude_servers(None) == {} and runtime_env(None) == {}
+
+
+def test_issue36_a_credential_is_in_force_only_for_its_minting_host_life_and_its_current_tools():
+    minted = _credential(host_id="h1", boot_id="b1", capabilities=("thread_read", "thread_start"))
+    assert in_force(minted, MintingHost(boot_id="b1", mcp_tools=("thread_read", "thread_start"))) == minted
+    narrowed = in_force(minted, MintingHost(boot_id="b1", mcp_tools=("thread_read", "capabilities")))
+    assert narrowed is not None and narrowed.capabilities == ("thread_read",)  # never widened either
+    assert in_force(minted, MintingHost(boot_id="b2", mcp_tools=("thread_read",))) is None  # the host restarted
+    assert in_force(minted, None) is None  # the host is gone
+    unnamed = _credential()
+    assert in_force(unnamed, None) == unnamed  # minted outside a host: its own limits only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,15 @@ def test_reowning_a_workspace_never_follows_its_links(tmp_path):
     assert (ws / "sub" / "mine.txt").stat().st_uid == 200_123 and ws.stat().st_mode & 0o777 == 0o700
     assert (ws / "link").lstat().st_uid == 200_123  # the link itself, not what it points at
     assert (outside / "host.txt").stat().st_uid == 0 and outside.stat().st_uid == 0
+
+
+def test_the_default_cpu_limit_leaves_the_host_cpus_of_its_own(monkeypatch):
+    """Issue 36, finding 6d: the default was 2.0 cores, the whole of a 2-core host."""
+    from treadle.sandbox.host import SandboxSettings
+
+    monkeypatch.delenv("TREADLE_SANDBOX_CPUS", raising=False)
+    for cpus, limit in ((1, 0.5), (2, 1.0), (3, 1.5), (16, 8.0)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
+        assert SandboxSettings().cpus == limit
+    monkeypatch.setenv("TREADLE_SANDBOX_CPUS", "3")
+    assert SandboxSettings().cpus == 3.0  # the operator's choice stands

@@ -55,8 +55,8 @@ class Repo:
     plain: bool | None = None  # git's modes and object ids are those incremental.py computes; None: not read yet
     attributes: bool = True  # git attributes may apply (incremental captures then ask `git check-attr`)
     excludes: bool = True  # ignore rules may apply from outside the worktree (incremental.exclude_sources)
-    gitlinks: set[bytes] = field(default_factory=set)  # submodules of the last tree
-    nested: bool = True  # the last size walk found a repository inside the worktree (or there was none)
+    gitlinks: set[bytes] = field(default_factory=set)  # repositories left out of the last tree, not ignored
+    nested: set[bytes] = field(default_factory=set)  # every directory holding a repository (last `add -A` walk)
     too_large: dict[bytes, int] = field(default_factory=dict)  # left out of the last tree: path -> size
     # Per-file stats of the last incremental capture: (tree before, tree after, stats or None: ask git).
     staged_stats: tuple[str, str, list[FileStat] | None] | None = None

@@ -6,7 +6,8 @@ are never read for writing. Files are changed only by git's own checkout machine
 which never writes through a symlink: a leading path that is a symlink is replaced, not followed.
 
 A file left out of the current state because it is over the size limit was never captured, so no
-restore may overwrite or delete it: it is kept out of the tree being checked out, and reported.
+restore may overwrite or delete it: it is kept out of the tree being checked out, and reported. So is a
+repository inside the worktree (never captured, see staging.py), and the gitlinks of older checkpoints.
 """
 
 from __future__ import annotations
@@ -136,7 +137,11 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
         before = repo.tips.get(undo_ref) or Tip(commit, current)
         repo.remember(undo_ref, before)
     repo.forget_tree()  # the worktree is about to change under the fast paths
-    applied = await _without(ws, repo, target, kept) if kept else target
+    # A repository inside the worktree is left alone, even where the checkpoint had plain files.
+    listed = (await ws.git.check(repo, "ls-tree", "-r", "-z", target)).split(b"\0")
+    gitlinks = {e.split(b"\t", 1)[1] for e in listed if e.startswith(b"160000 ")}
+    inside = [p for e in listed if e and _below(p := e.split(b"\t", 1)[1], repo.nested)] + sorted(gitlinks)
+    applied = await _without(ws, repo, target, [*kept, *inside]) if kept or inside else target
     if current != applied:
         # --reset -u: the private index (== the worktree after `add -A`) becomes the checkpoint's tree and
         # git rewrites or removes exactly the paths that differ; ignored and untracked-by-checkpoint files stay.
@@ -159,15 +164,26 @@ async def restore(ws: Workspaces, repo: Repo, req: Restore) -> Restored:
         files=files[:MAX_FILES],
         files_total=len(files),
         retired=retired,
-        skipped=await submodules(ws, repo, target) + _too_large(kept),
+        skipped=[
+            Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(gitlinks | repo.gitlinks)
+        ]
+        + _too_large(kept),
     )
+
+
+def _below(path: bytes, dirs: set[bytes]) -> bool:
+    while b"/" in path:
+        path = path.rpartition(b"/")[0]
+        if path in dirs:
+            return True
+    return False
 
 
 def _too_large(kept: dict[bytes, int]) -> list[Skipped]:
     return [Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n) for p, n in sorted(kept.items())]
 
 
-async def _without(ws: Workspaces, repo: Repo, tree: str, paths: dict[bytes, int]) -> str:
+async def _without(ws: Workspaces, repo: Repo, tree: str, paths: list[bytes]) -> str:
     """``tree`` minus ``paths`` (built in a throwaway index: the private one must stay == the worktree)."""
     # In the git dir (the tenant's git children write this index; /tmp may not even be reachable to them).
     with tempfile.TemporaryDirectory(prefix="scratch-", dir=repo.gitdir / "treadle") as tmp:
@@ -214,16 +230,6 @@ async def _retire(ws: Workspaces, repo: Repo, req: Restore) -> list[str]:
                 "git_error", f"cannot retire stale checkpoints: {err.decode(errors='replace')[-300:]}"
             )
     return moved
-
-
-async def submodules(ws: Workspaces, repo: Repo, tree: str) -> list[Skipped]:
-    """Submodules are recorded as the commit they point at; their own files are never captured or restored."""
-    out = await ws.git.check(repo, "ls-tree", "-r", "-z", tree)
-    return [
-        Skipped(path=entry.split(b"\t", 1)[1].decode("utf-8", "replace"), reason="submodule")
-        for entry in out.split(b"\0")
-        if entry.startswith(b"160000 ")
-    ]
 
 
 async def prune(ws: Workspaces, repo: Repo, req: Prune, now: float) -> Pruned:

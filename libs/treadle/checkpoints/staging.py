@@ -5,7 +5,10 @@ worktrees); only the paths the watcher saw changed (incremental.py, objects in o
 `add -A` into the private index. Each fast path is armed *before* the work it vouches for, so a
 change racing a capture shows next time: a fast path can only ever be too cautious.
 
-Files over the size limit are left out on every path and listed in ``repo.too_large``.
+Files over the size limit are left out on every path and listed in ``repo.too_large``. A repository below
+the root (a directory holding a `.git` entry, file or directory) is left out whole and listed as a submodule:
+git never opens it, because a `.git` file may name any repository the tenant's uid can read (a host's), whose
+HEAD would become a gitlink in the tenant's diff; with no gitlink, `.gitmodules` is never read either.
 """
 
 from __future__ import annotations
@@ -94,28 +97,38 @@ class Stager:
         repo.stop_ignores()  # `add -A` because something changed that may be an ignore rule
         await self.flush(repo)  # whatever a failed capture left: `add -A` may reuse (not rewrite) them
         tree = await self._add_all(repo)
+        # A gitlink in the tree (a repository made between the walk and `add -A`, a submodule of the user's HEAD
+        # that is not checked out): out of the index and the tree again. (Watched, the tree is parsed anyway.)
+        if watcher is not None:
+            await self._git.in_thread(self._load_trees, repo, tree)
+            assert repo.trees is not None
+            raced = set(repo.trees.gitlinks)
+        else:
+            repo.trees = None
+            out = await self._git.check(repo, "ls-tree", "-r", "-z", tree)
+            raced = {e.split(b"\t", 1)[1] for e in out.split(b"\0") if e.startswith(b"160000 ")}
+        if raced:
+            log.info("gitlinks left out of the checkpoint of %s: %s", repo.worktree, sorted(raced))
+            await self._forget(repo, raced)
+            tree = (await self._git.check(repo, "write-tree")).decode().strip()
+            repo.nested |= raced
+            repo.gitlinks |= raced
+            if watcher is not None:
+                await self._git.in_thread(self._load_trees, repo, tree)
+        if repo.trees is not None:
+            repo.trees.gitlinks = set(repo.nested)  # a change below one of them is left to `add -A` (Unsure)
         repo.snapshot = (fp, tree) if fp is not None else None
         if watcher is not None:
             watcher.tree = tree
-            await self._git.in_thread(self._load_trees, repo, tree)
-        else:
-            repo.trees = None
-            # Submodules for the summary: only where the size walk saw a repository inside (or did not walk).
-            if repo.nested or not self.max_file_bytes:
-                out = await self._git.check(repo, "ls-tree", "-r", "-z", tree)
-                repo.gitlinks = {e.split(b"\t", 1)[1] for e in out.split(b"\0") if e.startswith(b"160000 ")}
-            else:
-                repo.gitlinks = set()
         return tree
 
     def skipped(self, repo: Repo) -> list[Skipped]:
-        """What the last tree left out: files over the size limit, and submodules' own files."""
+        """What the last tree left out: files over the size limit, and the repositories inside (submodules)."""
         out = [
             Skipped(path=p.decode("utf-8", "replace"), reason="too_large", size=n)
             for p, n in sorted(repo.too_large.items())
         ]
-        gitlinks = repo.trees.gitlinks if repo.trees is not None else repo.gitlinks
-        out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(gitlinks)]
+        out += [Skipped(path=p.decode("utf-8", "replace"), reason="submodule") for p in sorted(repo.gitlinks)]
         return out
 
     # -- the incremental path ----------------------------------------------------------------
@@ -230,7 +243,6 @@ class Stager:
         repo.plain = plain_config(config)
         if repo.trees is None or repo.trees.root != tree:
             repo.trees = Trees.parse(tree, run_in_thread(repo, "ls-tree", "-r", "-t", "-z", "--full-tree", tree))
-        repo.gitlinks = set(repo.trees.gitlinks)
         # The git dir's own info/attributes neutralises every converting attribute of the worktree: none applies.
         neutral = (repo.gitdir / "info" / "attributes").read_bytes() == NEUTRAL_ATTRIBUTES
         repo.attributes = not neutral and attribute_sources(config, repo.gitdir, repo.env.get("HOME"), repo.trees)
@@ -252,29 +264,40 @@ class Stager:
                 objects = (common_dir(repo.user_gitdir) or repo.user_gitdir) / "objects"
                 seeding = dict(repo.env, GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
                 await self._git.run(repo, "read-tree", head, env=seeding)
-        too_large = await self._too_large(repo)
-        if too_large:
-            # Out of the index (a smaller version may be in it), then out of `add -A`'s reach.
-            await self._git.run(
-                repo, "update-index", "--force-remove", "-z", "--stdin", input=b"".join(p + b"\0" for p in too_large)
+        too_large = await self._left_out(repo)
+        if too_large or repo.nested:
+            # Out of the index (a smaller version may be in it; a seeded gitlink, files of a directory that has
+            # become a repository), then out of `add -A`'s reach: git never even looks into an excluded path.
+            await self._forget(repo, set(too_large) | repo.nested)
+            spec = b"\0".join([b".", *(b":(exclude,literal)" + p for p in sorted(too_large.keys() | repo.nested))])
+            await self._git.check(
+                repo, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", input=spec + b"\0"
             )
-            spec = b"\0".join([b".", *(b":(exclude,literal)" + p for p in too_large)]) + b"\0"
-            await self._git.check(repo, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", input=spec)
         else:
             await self._git.check(repo, "add", "-A")
         return (await self._git.check(repo, "write-tree")).decode().strip()
 
-    async def _too_large(self, repo: Repo) -> dict[bytes, int]:
-        """Files over the limit that `add -A` would take (not ignored, or tracked)."""
-        repo.too_large = {}
-        if not self.max_file_bytes:
-            return {}
-        big, repo.nested = await asyncio.to_thread(_large_files, os.fsencode(repo.worktree), self.max_file_bytes)
-        if big:
+    async def _forget(self, repo: Repo, paths: set[bytes]) -> None:
+        """The index entries at or below ``paths`` removed (`ls-files` reads the index only, never the worktree)."""
+        listed = (await self._git.check(repo, "ls-files", "-z")).split(b"\0")
+        doomed = [p for p in listed if p and (p in paths or any(d in paths for d in _parents(p)))]
+        if doomed:
+            await self._git.check(
+                repo, "update-index", "--force-remove", "-z", "--stdin", input=b"".join(p + b"\0" for p in doomed)
+            )
+
+    async def _left_out(self, repo: Repo) -> dict[bytes, int]:
+        """Files over the limit that `add -A` would take (not ignored, or tracked), and, in ``repo.nested`` and
+        (those not ignored) ``repo.gitlinks``, the repositories inside the worktree."""
+        big, nested = await asyncio.to_thread(_walk, os.fsencode(repo.worktree), self.max_file_bytes)
+        repo.too_large, repo.nested, repo.gitlinks = {}, nested, set()
+        if big or nested:
             # With the private index: a tracked file is never ignored (git would update it).
-            rc, out, _ = await self._git.run(repo, "check-ignore", "-z", "--stdin", input=b"\0".join(big) + b"\0")
+            asked = b"".join(p + b"\0" for p in [*big, *sorted(nested)])
+            rc, out, _ = await self._git.run(repo, "check-ignore", "-z", "--stdin", input=asked)
             ignored = set(out.split(b"\0")) if rc == 0 else set()
             repo.too_large = {p: n for p, n in big.items() if p not in ignored}
+            repo.gitlinks = nested - ignored
         return repo.too_large
 
     # -- watchers and fingerprints -----------------------------------------------------------
@@ -308,21 +331,30 @@ def _pack_dirs(repo: Repo) -> tuple[Path, Path]:
     return (common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle"
 
 
-def _large_files(top: bytes, limit: int) -> tuple[dict[bytes, int], bool]:
-    """Regular files over ``limit`` below ``top``, relative, and whether a repository (a submodule) is inside:
-    those are not entered. Directories are opened one by one relative to their parent and never through a
-    symlink (os.fwalk), so a directory swapped for a symlink mid-walk lists nothing outside the workspace."""
+def _parents(path: bytes):
+    while b"/" in path:
+        path = path.rpartition(b"/")[0]
+        yield path
+
+
+def _walk(top: bytes, limit: int) -> tuple[dict[bytes, int], set[bytes]]:
+    """Regular files over ``limit`` (0: none) below ``top``, relative, and the directories that hold a
+    repository (a `.git` entry of any kind, never read): those are not entered. Directories are opened one by
+    one relative to their parent and never through a symlink (os.fwalk), so a directory swapped for a symlink
+    mid-walk lists nothing outside the workspace."""
     out: dict[bytes, int] = {}
-    nested = False
+    nested: set[bytes] = set()
     for d, dirs, files, dirfd in os.fwalk(top, follow_symlinks=False):
         rel = os.path.relpath(d, top)
         rel = b"" if rel == b"." else rel
         if rel and (b".git" in dirs or b".git" in files):
-            nested = True
+            nested.add(rel)
             dirs[:] = []
             continue
         if not rel and b".git" in dirs:
             dirs.remove(b".git")
+        if not limit:
+            continue
         for name in files:
             if not rel and name == b".git":
                 continue

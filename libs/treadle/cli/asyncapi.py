@@ -291,7 +291,9 @@ def asyncapi() -> str:
             "Durable events, stream TREADLE_EVENTS; {aggregate}.{event} is the envelope's type. The broker "
             "stores each with its thread's partition appended (a subject mapping: "
             "treadle.evt.{tenant}.{thread}.{aggregate}.{event}.{partition}), so a filter on one type ends "
-            "in `.*`. Tenant consumer credentials may read their tenant's part.",
+            "in `.*`. Tenant consumer credentials may read their tenant's part. Internal: the projector "
+            "announces each write of a thread's views on core NATS treadle.projected.{tenant}.{thread} (the body "
+            "is the sequence written, ASCII digits); a gateway read waiting for the projection wakes on it.",
             {
                 "tenant": tenant,
                 "thread": thread,

@@ -11,7 +11,15 @@ from .errors import UsageError
 from .render import stderr
 
 MODES = ["approval_required", "auto_accept_edits", "full_access"]
-QUOTAS = ("max_threads", "max_queued_runs", "max_delegation_depth", "max_children_per_run", "max_running_children")
+QUOTAS = (
+    "max_threads",
+    "max_queued_runs",
+    "max_delegation_depth",
+    "max_children_per_run",
+    "max_running_children",
+    "max_disk_bytes",
+    "max_disk_files",
+)
 
 
 def add_policy_fields(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +38,8 @@ def add_policy_fields(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-delegation-depth", type=int, help="how deep a delegated task's own task may go")
     parser.add_argument("--max-children-per-run", type=int, help="tasks one run may delegate")
     parser.add_argument("--max-running-children", type=int, help="the tenant's delegated tasks not yet finished")
+    parser.add_argument("--max-disk-bytes", type=int, help="what its workspaces and runtime homes may hold")
+    parser.add_argument("--max-disk-files", type=int, help="files (inodes) its workspaces and runtime homes may hold")
     parser.add_argument(
         "--cascade-interrupts",
         action=argparse.BooleanOptionalAction,

@@ -306,6 +306,8 @@ class AsyncTreadle:
         max_children_per_run: int | None = None,
         max_running_children: int | None = None,
         cascade_interrupts: bool | None = None,
+        max_disk_bytes: int | None = None,
+        max_disk_files: int | None = None,
     ) -> Policy:
         return await self.call(
             calls.put_policy(
@@ -316,6 +318,8 @@ class AsyncTreadle:
                 max_children_per_run=max_children_per_run,
                 max_running_children=max_running_children,
                 cascade_interrupts=cascade_interrupts,
+                max_disk_bytes=max_disk_bytes,
+                max_disk_files=max_disk_files,
             )
         )
 

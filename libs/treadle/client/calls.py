@@ -335,6 +335,8 @@ def put_policy(
     max_children_per_run: int | None = None,
     max_running_children: int | None = None,
     cascade_interrupts: bool | None = None,
+    max_disk_bytes: int | None = None,
+    max_disk_files: int | None = None,
 ) -> Call[Policy]:
     """The whole policy: a field left out (None) is the deployment's default, not the stored value."""
     body = _present(
@@ -345,6 +347,8 @@ def put_policy(
         max_children_per_run=max_children_per_run,
         max_running_children=max_running_children,
         cascade_interrupts=cascade_interrupts,
+        max_disk_bytes=max_disk_bytes,
+        max_disk_files=max_disk_files,
     )
     return Call("put_policy", "PUT", "/v1/policy", Policy, body=body)
 

@@ -100,5 +100,7 @@ class Policy(msgspec.Struct, kw_only=True):
     max_children_per_run: int | None = None
     max_running_children: int | None = None
     cascade_interrupts: bool | None = None
+    max_disk_bytes: int | None = None  # disk budget of its workspaces and runtime homes; None: the deployment's
+    max_disk_files: int | None = None
     updated_at: datetime | None = None
     updated_by: str | None = None

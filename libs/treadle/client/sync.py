@@ -300,6 +300,8 @@ class Treadle:
         max_children_per_run: int | None = None,
         max_running_children: int | None = None,
         cascade_interrupts: bool | None = None,
+        max_disk_bytes: int | None = None,
+        max_disk_files: int | None = None,
     ) -> Policy:
         return self.call(
             calls.put_policy(
@@ -310,6 +312,8 @@ class Treadle:
                 max_children_per_run=max_children_per_run,
                 max_running_children=max_running_children,
                 cascade_interrupts=cascade_interrupts,
+                max_disk_bytes=max_disk_bytes,
+                max_disk_files=max_disk_files,
             )
         )
 

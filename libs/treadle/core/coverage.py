@@ -37,6 +37,7 @@ from treadle.core.run.events import (
     RunSteered,
     RunWarning,
     SteerDelivered,
+    SteerJoined,
 )
 from treadle.core.run.model import Run
 from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated
@@ -63,6 +64,7 @@ NAMED: frozenset[type] = frozenset(
         RunWarning,
         RunSteered,
         SteerDelivered,
+        SteerJoined,
         InterruptRequested,
         InterruptSent,
         ProviderAttached,

@@ -21,6 +21,31 @@ class SessionCredential(msgspec.Struct, kw_only=True, frozen=True):
     last_used_at: datetime
     idle_seconds: float = IDLE.total_seconds()
     lifetime_seconds: float = LIFETIME.total_seconds()
+    # The provider host life that minted it (None: minted outside a host). It is valid only while that life is
+    # the host's current one, and for the tools that life's setting still allows (see in_force).
+    host_id: str | None = None
+    boot_id: str | None = None
+
+
+class MintingHost(msgspec.Struct, kw_only=True, frozen=True):
+    """What the minting host publishes of itself in its heartbeat record, read at each call."""
+
+    boot_id: str
+    mcp_tools: tuple[str, ...] | None = None  # None: a host that publishes no tool setting
+
+
+def in_force(credential: SessionCredential, host: MintingHost | None) -> SessionCredential | None:
+    """The credential as its minting host's current setting allows it, or None when that life is over (the host
+    restarted or is gone): a credential outlives no host life, and an operator's narrower tool setting applies
+    to the next call, not only to the sessions opened after it."""
+    if credential.host_id is None:
+        return credential
+    if host is None or host.boot_id != credential.boot_id:
+        return None
+    if host.mcp_tools is None:
+        return credential
+    allowed = tuple(tool for tool in credential.capabilities if tool in host.mcp_tools)
+    return msgspec.structs.replace(credential, capabilities=allowed)
 
 
 def refusal(credential: SessionCredential, now: datetime) -> str | None:

@@ -45,6 +45,7 @@ from treadle.core.run.events import (
     RunSteered,
     RunWarning,
     SteerDelivered,
+    SteerJoined,
 )
 from treadle.core.thread.events import (
     MessageCompleted,
@@ -104,6 +105,7 @@ __all__ = [
     "RunWarning",
     "SCHEMA_VERSION",
     "SteerDelivered",
+    "SteerJoined",
     "ThreadCreated",
     "ThreadDelegated",
     "ThreadForked",

@@ -19,6 +19,7 @@ from treadle.core.thread.model import RuntimeMode
 ROLES = ("admin", "member")  # admin: tokens, consumers, policy; member: threads
 DEFAULT_MODES: tuple[RuntimeMode, ...] = ("approval_required", "auto_accept_edits")  # full_access only when allowed
 MAX_QUOTA = 1_000_000
+MAX_DISK_BYTES = 1 << 50  # 1 PiB
 
 
 class TenantPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -30,6 +31,9 @@ class TenantPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     max_children_per_run: int | None = None
     max_running_children: int | None = None
     cascade_interrupts: bool | None = None  # an interrupted run interrupts its async tasks
+    # Disk budget of its workspaces and runtime homes (issue 36; None: TREADLE_PROVIDER_HOST_DISK_BUDGET_…)
+    max_disk_bytes: int | None = None
+    max_disk_files: int | None = None
     updated_at: datetime | None = None
     updated_by: str | None = None
 
@@ -56,6 +60,9 @@ def validated(policy: TenantPolicy) -> TenantPolicy:
             f"{name} is 1..{MAX_QUOTA} or null",
             code="invalid_policy",
         )
+    for name, most in (("max_disk_bytes", MAX_DISK_BYTES), ("max_disk_files", MAX_QUOTA * 100)):
+        value = getattr(policy, name)
+        check(value is None or 0 < value <= most, BadRequest, f"{name} is 1..{most} or null", code="invalid_policy")
     return policy
 
 

@@ -35,6 +35,13 @@ class TextCompleted(Body, kw_only=True, tag="text.completed"):
     text: str
 
 
+class SteerJoined(Body, kw_only=True, tag="steer.joined"):
+    """L3.2: the runtime took the steer ``message_id`` (Treadle's id, which it was given) into its conversation
+    here: what it reported before comes before the steer."""
+
+    message_id: str
+
+
 class ToolStarted(Body, kw_only=True, tag="tool.started"):
     node_id: str
     parent_id: str | None = None
@@ -98,6 +105,7 @@ AnyBody = (
     TurnStarted
     | TextDelta
     | TextCompleted
+    | SteerJoined
     | ToolStarted
     | ToolCompleted
     | RequestOpened

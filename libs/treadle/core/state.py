@@ -140,9 +140,11 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         return [self.checkpoints[i] for i in self.checkpoint_positions("run_id", run_id)]
 
     def messages_moved(self) -> None:
-        """Messages changed runs (a steer carried over to the run that supersedes its own): index them again,
-        and count it (``moves``: a writer of changed parts learns that the runs' messages need placing anew)."""
-        self.__dict__.get("_ix", {}).pop("run_messages", None)
+        """Messages changed runs (a steer carried over to the run that supersedes its own) or places (a steer
+        joining where its runtime took it in): index them again, and count it (``moves``: a writer of changed
+        parts learns that the messages need placing anew)."""
+        for name in ("messages", "message_commands", "run_messages"):
+            self.__dict__.get("_ix", {}).pop(name, None)
         self.__dict__["moves"] = self.moves + 1
 
     @property

@@ -23,7 +23,8 @@ class Latest(msgspec.Struct, frozen=True):
     revision: int  # the stream sequence of the value: it moves on every put
 
 
-async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
+async def latest(js: JetStreamContext, bucket: str, keys: str = ">") -> dict[str, Latest]:
+    """``keys``: a subject filter of the keys to read (``h.host-1.>``), all of them by default."""
     prefix = f"$KV.{bucket}."
     config = api.ConsumerConfig(
         deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
@@ -32,7 +33,7 @@ async def latest(js: JetStreamContext, bucket: str) -> dict[str, Latest]:
         mem_storage=True,
     )
     stream = f"KV_{bucket}"
-    sub = await js.pull_subscribe(f"{prefix}>", stream=stream, config=config)
+    sub = await js.pull_subscribe(prefix + keys, stream=stream, config=config)
     found: dict[str, Latest] = {}
     info = None
     try:

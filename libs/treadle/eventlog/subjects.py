@@ -47,6 +47,11 @@ def live(tenant: str, thread: str) -> str:
     return f"treadle.live.{token(tenant, 'tenant')}.{token(thread, 'thread')}"
 
 
+def projected(tenant: str, thread: str) -> str:
+    """The projector wrote the thread's document (its sequence is the payload): a read waiting for it looks again."""
+    return f"treadle.projected.{token(tenant, 'tenant')}.{token(thread, 'thread')}"
+
+
 def provider(tenant: str, thread: str, provider_thread: str) -> str:
     return (
         f"treadle.prov.{token(tenant, 'tenant')}.{token(thread, 'thread')}.{token(provider_thread, 'provider thread')}"

@@ -99,6 +99,7 @@ class _Thread:
     sessions: dict[str, str] = field(default_factory=dict)  # attempt id -> its provider session
     stopped: set[str] = field(default_factory=set)  # provider sessions that are gone
     pending: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # request -> (seq, run, attempt)
+    opened: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # every request, for one reopened
     dispatched: set[str] = field(default_factory=set)  # runs that left the queue (dispatched)
     rollbacks: dict[str, list[str]] = field(default_factory=dict)  # open rollback -> the runs it rolls back
     rolled_back: set[str] = field(default_factory=set)
@@ -197,9 +198,11 @@ class _Checker:
         elif isinstance(d, ev.ProviderStopped):
             t.stopped.add(d.session_id)
         elif isinstance(d, ev.RequestOpened):
-            t.pending[d.request_id] = (seq, d.run_id, d.attempt_id)
+            t.pending[d.request_id] = t.opened[d.request_id] = (seq, d.run_id, d.attempt_id)
         elif isinstance(d, ev.RequestResolved):
             t.pending.pop(d.request_id, None)
+            if d.status == "pending" and d.request_id in t.opened:  # an answer the provider refused: it waits again
+                t.pending[d.request_id] = t.opened[d.request_id]
         elif isinstance(d, ev.CheckpointCaptured):
             if d.run_id and d.scope == "root":
                 t.checkpointed.add(d.run_id)

@@ -86,6 +86,7 @@ KEEP_PROVIDER_THREADS = frozenset(
         ev.PlanUpdated,
         ev.RunSteered,
         ev.SteerDelivered,
+        ev.SteerJoined,
         ev.InterruptRequested,
         ev.InterruptSent,
     }

@@ -11,7 +11,7 @@
 Each place is what the state's own lookups answer (the newest run or message of an id, as the views'
 ``run``/``message`` find them; the first checkpoint of an id, as ``checkpoint_by_id``). A write of changed parts
 adds the places of what was appended; a whole write replaces the hash (the store deletes it first), so a place
-left by a message that moved runs never survives the write that moved it.
+left by a message that moved (runs, or its place when a steer joins) never survives the write that moved it.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def _at(state: ThreadState, name: str, item_id: str) -> int:
 
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
-    """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never moves in its list,
-    nor changes its id or ordinal) and the messages and activity of the runs it added them to. A message leaves
-    its run only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
+    """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never changes its id or
+    ordinal) and the messages and activity of the runs it added them to. A message leaves its run or its place
+    only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
     changes = changes or Changes(None)
     out: list[str | int] = []
     run_ids: set[str] = set()

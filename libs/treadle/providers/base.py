@@ -46,7 +46,15 @@ class Turn:
     """One provider turn as an adapter sees it."""
 
     def __init__(
-        self, *, run_id: str, attempt_id: str, root_node_id: str, text: str, script: dict | None, ids: IdFactory
+        self,
+        *,
+        run_id: str,
+        attempt_id: str,
+        root_node_id: str,
+        text: str,
+        script: dict | None,
+        ids: IdFactory,
+        recovery: bool = False,
     ) -> None:
         self.run_id = run_id
         self.attempt_id = attempt_id
@@ -54,7 +62,24 @@ class Turn:
         self.text = text
         self.script = script
         self.ids = ids
+        self.recovery = recovery  # L9.3: the retry of a turn a failure cut off
         self.native_ref: str | None = None  # the runtime's own turn id, once the adapter knows it
+
+    def prompt_after(self, held: str | None) -> str:
+        """What to send, ``held`` being the last user message the provider thread holds: a recovery whose
+        cut-off prompt the thread already holds sends ``RECOVERY_NOTE`` instead, so the model sees the request
+        once and is told what happened (a failure, not the user). A runtime may put its own context before the
+        prompt in the same message (Claude Code's local commands): the message ends with the prompt."""
+        held_it = held is not None and bool(self.text) and held.endswith(self.text)
+        return RECOVERY_NOTE if self.recovery and held_it else self.text
+
+
+# L9.3: what the model is told when the turn a failure cut off is retried on its own provider thread
+RECOVERY_NOTE = (
+    "[Treadle] Your previous turn on the request above was cut off by a failure (its runtime or host stopped), "
+    "not by the user, and is being retried now. Carry on with that request; some of its actions may have run "
+    "already, so check the current state before repeating them."
+)
 
 
 class Response(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -91,8 +116,10 @@ class ProviderAdapter(abc.ABC):
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         """Play one turn to its end, reporting through ``sink``; ends with ``TurnCompleted``."""
 
-    async def steer(self, turn: Turn, text: str) -> None:
-        """L3.2: add ``text`` to the playing ``turn`` natively. Called only when ``active_steering``."""
+    async def steer(self, turn: Turn, text: str, message_id: str | None = None) -> None:
+        """L3.2: add ``text`` (Treadle's message ``message_id``) to the playing ``turn`` natively. Called only when
+        ``active_steering``. A runtime that says where the steer joined its conversation reports
+        ``SteerJoined(message_id)`` there, so the steer is listed after what the runtime said before it."""
         raise Unsupported("this provider cannot steer an active turn")
 
     async def interrupt(self, turn: Turn) -> None:
@@ -118,6 +145,12 @@ class ProviderAdapter(abc.ABC):
     async def snapshot(self) -> dict:
         """The provider's own view of the open thread (capability ``read_snapshot``)."""
         raise Unsupported("this provider has no readable snapshot")
+
+    async def abandon(self) -> None:
+        """The host lets go of the session without anyone asking (it is stopping; L9.3 retries its turns on
+        another host): a runtime that would record its cancelled turn as the user's interruption is stopped as
+        a crash stops it. ``close`` follows. Default: nothing to do."""
+        return None
 
     async def close(self) -> None:
         """Release the runtime (idle reaper, host stop). The provider thread survives (L9.3)."""

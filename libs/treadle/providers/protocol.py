@@ -35,6 +35,7 @@ class StartTurn(msgspec.Struct, kw_only=True):
     root_node_id: str
     text: str
     script: dict | None = None
+    recovery: bool = False  # L9.3: the retry of a turn a failure cut off (the provider thread may hold its prompt)
 
 
 class SteerTurn(msgspec.Struct, kw_only=True):

@@ -193,7 +193,7 @@ class ScriptedAdapter(ProviderAdapter):
         elif turn.attempt_id in self._starting:
             self._starting[turn.attempt_id] = True
 
-    async def steer(self, turn: Turn, text: str) -> None:
+    async def steer(self, turn: Turn, text: str, message_id: str | None = None) -> None:
         """A native steer replaces what was left of the script: the turn answers the steer and ends."""
         if not self.capabilities.active_steering:
             raise Unsupported("this profile cannot steer an active turn")

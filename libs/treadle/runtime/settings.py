@@ -98,6 +98,14 @@ class ProviderHostSettings(WorkerSettings):
     heartbeat_seconds: float = 2.0
     host_expiry_seconds: float = 10.0  # a host whose heartbeat stood still this long is dead (L9.3)
     idle_seconds: float = 900.0  # the idle reaper releases a session unused this long (L9.3)
+    # ... and one whose playing turn has reported nothing (waiting for no answer) this long: its runtime is
+    # wedged (provider_host/reaper.py); 0: never
+    unresponsive_seconds: float = Field(default=3600.0, ge=0)
+    # Issue 36: what a tenant's workspaces and runtime homes may hold (core/disk.py; 0: no limit), and how often
+    # at most the usage of a tenant with a live session is measured (less often where the scan takes long).
+    disk_budget_bytes: int = Field(default=20 << 30, ge=0)
+    disk_budget_files: int = Field(default=500_000, ge=0)
+    disk_check_seconds: float = Field(default=10.0, gt=0)
     # Fair share (core/capacity.py): per-tenant limits across hosts (0: none), and how recently a session may
     # have been used and still be released to make room on a full host.
     tenant_sessions: int = Field(default=500, ge=0)

@@ -2,7 +2,9 @@
 the cgroup v1 hierarchies that exist (memory, pids, cpu), else ``setrlimit`` (RLIMIT_NPROC per tenant uid).
 
 Groups are made under the host process's own group of each hierarchy (``/proc/self/cgroup``), so a
-runtime never escapes a limit its host is under, and are removed when the runtime has exited.
+runtime never escapes a limit its host is under, in a group of the provider host's own
+(``treadle-sandbox/<host>/<runtime>``), and are removed when the runtime has exited; a host killed before
+that leaves them, with whatever still runs in them, and its next start sweeps them (``sweep``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,19 +109,29 @@ class SessionCgroup:
                     if time.monotonic() >= deadline:
                         break
                     time.sleep(0.02)
-            with contextlib.suppress(OSError):
-                path.parent.rmdir()  # the treadle-sandbox group itself, once no runtime is left in it
+            for parent in path.parents:  # the host's group, then treadle-sandbox, once no runtime is left in them
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+                if parent.name == GROUP:
+                    break
 
 
-def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
-    if not _NAME.match(name):
-        raise ValueError(f"bad cgroup name {name!r}")
+def _hosts_groups(support: CgroupSupport, host: str) -> list[Path]:
+    """The provider host's group in each hierarchy (``host`` "": runtimes directly under treadle-sandbox)."""
+    bases = [support.v2] if support.v2 is not None else list(support.v1.values())
+    return [base / GROUP / host if host else base / GROUP for base in bases]
+
+
+def create(support: CgroupSupport, name: str, limits: Limits, host: str = "") -> SessionCgroup:
+    """``host``: the provider host's own group under treadle-sandbox (its next life sweeps it)."""
+    if not _NAME.match(name) or (host and not _NAME.match(host)):
+        raise ValueError(f"bad cgroup name {host!r}/{name!r}")
     group = SessionCgroup()
     if support.v2 is not None:
-        parent = support.v2 / GROUP
-        parent.mkdir(exist_ok=True)
+        parent = _hosts_groups(support, host)[0]
+        parent.mkdir(parents=True, exist_ok=True)
         enable = " ".join(f"+{c}" for c in sorted(support.v2_controllers))
-        for at in (support.v2, parent):
+        for at in (support.v2, support.v2 / GROUP, parent):
             with contextlib.suppress(OSError):
                 (at / "cgroup.subtree_control").write_text(enable)
         path = parent / name
@@ -140,7 +153,7 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
             or (controller == "cpu" and not limits.cpus)
         ):
             continue
-        path = base / GROUP / name
+        path = (base / GROUP / host if host else base / GROUP) / name
         path.mkdir(parents=True, exist_ok=True)
         group.dirs.append(path)
         if controller == "memory":
@@ -160,6 +173,42 @@ def create(support: CgroupSupport, name: str, limits: Limits) -> SessionCgroup:
             _set(path, "cpu.cfs_quota_us", int(limits.cpus * CFS_PERIOD_US), True)
         group.procs.append(str(path / "cgroup.procs"))
     return group
+
+
+def sweep(support: CgroupSupport, host: str, wait: float = 5.0) -> list[str]:
+    """At a provider host's start: end what an earlier life of it left running in its runtimes' groups (their
+    sessions were reported stopped) and remove the groups. Returns the runtimes' group names swept."""
+    swept: set[str] = set()
+    for hosts_group in _hosts_groups(support, host) if host else []:
+        try:
+            groups = [p for p in hosts_group.iterdir() if p.is_dir()]
+        except OSError:
+            continue
+        for path in groups:
+            _kill_all(path, wait)
+            SessionCgroup(dirs=[path]).remove(wait)
+            swept.add(path.name)
+    return sorted(swept)
+
+
+def _kill_all(path: Path, wait: float) -> None:
+    """SIGKILL every process of the group until none is left (a process may fork while it is being killed)."""
+    kill = path / "cgroup.kill"  # cgroup v2 (Linux 5.14): the kernel kills the whole group at once
+    if kill.exists():
+        with contextlib.suppress(OSError):
+            kill.write_text("1")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
 
 
 def _set(path: Path, name: str, value, wanted: bool) -> None:

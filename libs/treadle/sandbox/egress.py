@@ -5,7 +5,8 @@ socket into it, and ``forward.py`` (inside) turns loopback ports into CONNECT re
 connection here must start with ``CONNECT host:port HTTP/1.x``; only the (host, port) pairs the runtime's
 URLs name are dialled (its model API's, and the orchestrator's MCP server's when it was given a credential),
 host names compared exactly as written (lowercased) and resolved only once allowed. Anything else is answered
-with an error status and never opens a connection.
+with an error status and never opens a connection. On the orchestrator's plain-http target the tunnel carries
+only requests for its MCP path (``http_filter.py``): the rest of the gateway is not the runtime's.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
-from treadle.sandbox.tunnel import TunnelEnd, join
+from treadle.sandbox.http_filter import McpRequests, Refused
+from treadle.sandbox.tunnel import Blocked, TunnelEnd, join
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +132,18 @@ def routes(urls: Sequence[str]) -> Routes:
     return Routes(egress_targets(urls), tuple(ports), proxied)
 
 
+def mcp_paths(orchestrator_url: str | None, urls: Sequence[str]) -> dict[tuple[str, int], str]:
+    """The orchestrator's plain-http target and its MCP path, the one path its tunnel carries (an https one is
+    not readable on the way; a target that is also a model API's is left whole, as that API needs it)."""
+    if orchestrator_url is None or urlsplit(orchestrator_url).scheme.lower() != "http":
+        return {}
+    target = egress_target(orchestrator_url, "MCP URL")
+    if any(egress_target(url) == target for url in urls if url != orchestrator_url):
+        log.warning("the MCP URL %s shares its host:port with a model API: its tunnel is not limited", target)
+        return {}
+    return {target: urlsplit(orchestrator_url).path or "/"}
+
+
 def parse_connect(head: bytes) -> tuple[str, int]:
     """The target of a CONNECT request head (request line, headers, blank line).
 
@@ -191,11 +205,14 @@ class Egress:
         max_connections: int = 64,
         request_timeout: float = 5.0,
         connect_timeout: float = 10.0,
+        paths: Mapping[tuple[str, int], str] | None = None,
     ) -> None:
+        """``paths``: targets whose tunnel carries only HTTP requests for that path (the MCP server's)."""
         if len(os.fsencode(socket_path)) > UNIX_PATH_MAX:
             raise EgressError(f"socket path {socket_path} is longer than {UNIX_PATH_MAX} bytes")
         self.socket_path = Path(socket_path)
         self.allowed = frozenset((host.lower(), port) for host, port in allowed)
+        self.paths = {(host.lower(), port): path for (host, port), path in (paths or {}).items()}
         self.max_connections = max_connections
         self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
         self.counts = EgressCounts()
@@ -263,8 +280,13 @@ class Egress:
                 host, port = parse_connect(head)
                 if (host, port) not in self.allowed:
                     raise EgressRequestError(403, f"{host}:{port} is not an allowed target")
+                path = self.paths.get((host, port))
+                requests = McpRequests(path) if path is not None else None
+                early = requests(early) if requests is not None else early
                 upstream = await self._dial(host, port)
-            except EgressRequestError as refused:
+                if requests is not None:
+                    client.inspect = self._blocking(requests)
+            except (EgressRequestError, Refused) as refused:
                 client.refuse(self._refusal(refused.status, str(refused)), linger=self.request_timeout)
                 await client.lost  # the slot stays taken until the client has gone
                 return
@@ -277,6 +299,17 @@ class Egress:
             if upstream is not None:
                 upstream.abort()
             raise
+
+    def _blocking(self, requests: McpRequests) -> Callable[[bytes], bytes]:
+        """``requests`` as a joined tunnel's inspector: a refused request ends the tunnel with the refusal."""
+
+        def inspect(data: bytes) -> bytes:
+            try:
+                return requests(data)
+            except Refused as refused:
+                raise Blocked(self._refusal(refused.status, str(refused))) from None
+
+        return inspect
 
     async def _read_head(self, client: TunnelEnd) -> tuple[bytes, bytes]:
         """The request head and whatever came right behind it; the head never longer than the bound."""

@@ -16,6 +16,7 @@ status 125 (126/127 when ARGV cannot be executed / is not found).
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import socket
 import stat
@@ -27,6 +28,7 @@ import time
 FAILED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
 MAX_HEAD_BYTES = 8 * 1024
 ANSWER_TIMEOUT = 30.0  # seconds the host may take to dial the target and answer a CONNECT
+CONNECT_TIMEOUT = 2.0  # seconds the relay may wait for the host's socket (every connection waits meanwhile)
 CHUNK = 64 * 1024
 MAX_CONNECTIONS = 256  # per forwarder; the host bounds what it accepts as well
 
@@ -42,11 +44,11 @@ def main(args: list[str]) -> int:
             raise UsageError(f"{unix_path} is not a socket")
         listeners: list[tuple[socket.socket, str | None]] = [(bind(listen), target) for listen, target in ports]
         listeners += [(bind(listen), None) for listen in proxy_ports]
-    except (UsageError, OSError) as failed:
+        # The one thread that serves every connection, started before the child exists: a child that uses up
+        # its pids limit (a fork bomb) leaves the forwarder nothing to start, and it needs nothing.
+        threading.Thread(target=Relay(listeners, unix_path).run, daemon=True).start()
+    except (UsageError, OSError, RuntimeError) as failed:
         return fail(str(failed))
-    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-    for listener, target in listeners:
-        threading.Thread(target=accept_loop, args=(listener, unix_path, target, slots), daemon=True).start()
     return run_child(argv)
 
 
@@ -98,80 +100,194 @@ def bind(port: int) -> socket.socket:
     return listener
 
 
-def accept_loop(listener: socket.socket, unix_path: str, target: str | None, slots: threading.BoundedSemaphore) -> None:
-    while True:
+class Connection:
+    """A client and its upstream on the host's socket: first the CONNECT answer is awaited (a ``--port``
+    connection), then bytes are copied both ways; an end of stream is passed on as a half-close."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket, target: str | None) -> None:
+        self.client, self.upstream, self.target = client, upstream, target
+        self.answer: bytearray | None = bytearray() if target is not None else None  # the host's, while awaited
+        self.deadline = time.monotonic() + ANSWER_TIMEOUT
+        # per direction (from client, from upstream): bytes not yet written on, and whether its source ended
+        self.pending = {client: bytearray(), upstream: bytearray()}
+        self.ended = {client: False, upstream: False}
+        self.shut: set[socket.socket] = set()  # half-closed already
+
+    def other(self, sock: socket.socket) -> socket.socket:
+        return self.upstream if sock is self.client else self.client
+
+    def sockets(self) -> tuple[socket.socket, socket.socket]:
+        return self.client, self.upstream
+
+    def done(self) -> bool:
+        return all(self.ended[s] and not self.pending[s] for s in self.sockets())
+
+
+class Relay:
+    """Every listener and connection on one selector, in one thread: no thread or process is started per
+    connection, so a sandbox at its pids limit still reaches its model API, and no error ends the loop."""
+
+    def __init__(self, listeners: list[tuple[socket.socket, str | None]], unix_path: str) -> None:
+        self.unix_path = unix_path
+        self.selector = selectors.DefaultSelector()
+        self.listeners = {listener: target for listener, target in listeners}
+        self.paused: dict[socket.socket, float] = {}  # listener -> when to accept again (after EMFILE and such)
+        self.connections: dict[socket.socket, Connection] = {}  # both sockets of each
+        for listener in self.listeners:
+            listener.setblocking(False)
+            self.selector.register(listener, selectors.EVENT_READ)
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.tick()
+            except Exception as failed:  # a bug must not end every connection of the sandbox for good
+                warn(f"relay: {failed!r}")
+                time.sleep(0.05)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        waits = [at - now for at in self.paused.values()]
+        waits += [c.deadline - now for c in set(self.connections.values()) if c.answer is not None]
+        ready = self.selector.select(max(0.0, min(waits)) if waits else None)
+        for key, _ in ready:
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            if sock in self.listeners:
+                self.accept(sock)
+            elif (conn := self.connections.get(sock)) is not None:
+                try:
+                    self.serve(conn, sock)
+                except OSError as failed:
+                    warn(f"connection to {conn.target or 'proxy'} failed: {failed}")
+                    self.close(conn)
+        now = time.monotonic()
+        for listener, at in list(self.paused.items()):
+            if at <= now:
+                del self.paused[listener]
+                self.selector.register(listener, selectors.EVENT_READ)
+        for conn in {c for c in self.connections.values() if c.answer is not None and c.deadline <= now}:
+            warn(f"egress did not answer for {conn.target}")
+            self.close(conn)
+
+    def accept(self, listener: socket.socket) -> None:
         try:
             client, _ = listener.accept()
-        except OSError:
-            time.sleep(0.05)  # out of file descriptors or an aborted handshake: retry, without spinning
-            continue
-        if not slots.acquire(blocking=False):
-            client.close()
-            continue
-        threading.Thread(target=serve, args=(client, unix_path, target, slots), daemon=True).start()
-
-
-def serve(client: socket.socket, unix_path: str, target: str | None, slots: threading.BoundedSemaphore) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        upstream.connect(unix_path)
-        if target is not None and not open_tunnel(upstream, client, target):
+        except (BlockingIOError, InterruptedError):
             return
-        # A proxy client's CONNECT goes through unchanged, and the host's answer comes back the same way.
-        pipe(client, upstream)
-    except OSError as failed:
-        warn(f"connection to {target or 'proxy'} failed: {failed}")
-    finally:
-        client.close()
-        upstream.close()
-        slots.release()
+        except OSError:  # out of file descriptors, an aborted handshake: accept again a little later
+            self.selector.unregister(listener)
+            self.paused[listener] = time.monotonic() + 0.05
+            return
+        if len(self.connections) >= 2 * MAX_CONNECTIONS:
+            client.close()
+            return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        upstream.settimeout(CONNECT_TIMEOUT)  # the host's socket answers at once unless its backlog is full
+        try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            upstream.connect(self.unix_path)  # a local socket: connected at once, or refused at once
+            target = self.listeners[listener]
+            if target is not None:
+                upstream.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+        except OSError as failed:
+            warn(f"connection to {self.listeners[listener] or 'proxy'} failed: {failed}")
+            client.close()
+            upstream.close()
+            return
+        conn = Connection(client, upstream, target)
+        for sock in conn.sockets():
+            sock.setblocking(False)
+            self.connections[sock] = conn
+        self.watch(conn)
 
-
-def open_tunnel(upstream: socket.socket, client: socket.socket, target: str) -> bool:
-    """Ask the host for ``target``; on its 200 pass on any bytes that came after the answer."""
-    upstream.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
-    upstream.settimeout(ANSWER_TIMEOUT)
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        data = upstream.recv(MAX_HEAD_BYTES)
-        if not data or len(answer) + len(data) > MAX_HEAD_BYTES:
-            warn(f"egress closed or garbled its answer for {target}")
-            return False
-        answer += data
-    upstream.settimeout(None)
-    head, _, early = answer.partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0]
-    if status_line.split(b" ")[1:2] != [b"200"]:
-        warn(f"egress refused {target}: {status_line.decode('ascii', 'replace')}")
-        return False
-    if early:
-        client.sendall(early)
-    return True
-
-
-def pipe(a: socket.socket, b: socket.socket) -> None:
-    """Copy both ways until both directions ended; end-of-stream is passed on as a half-close."""
-    other = threading.Thread(target=pump, args=(b, a), daemon=True)
-    other.start()
-    pump(a, b)
-    other.join()
-
-
-def pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while True:
-            data = source.recv(CHUNK)
-            if not data:
-                break
-            sink.sendall(data)
-        sink.shutdown(socket.SHUT_WR)
-    except OSError:
-        for s in (source, sink):  # wakes the other direction's thread up
+    def serve(self, conn: Connection, sock: socket.socket) -> None:
+        """``sock`` is readable or writable: read into its buffer towards its peer, write what waits."""
+        if conn.answer is not None:
+            if sock is conn.upstream:
+                self.read_answer(conn)
+            return
+        if not conn.ended[sock] and len(conn.pending[sock]) < CHUNK:
             try:
-                s.shutdown(socket.SHUT_RDWR)
+                data = sock.recv(CHUNK)
+            except (BlockingIOError, InterruptedError):  # only writable
+                data = None
+            if data == b"":
+                conn.ended[sock] = True
+            elif data:
+                conn.pending[sock] += data
+        for source in conn.sockets():
+            self.flush(conn, source)
+        if conn.done():
+            self.close(conn)
+        else:
+            self.watch(conn)
+
+    def flush(self, conn: Connection, source: socket.socket) -> None:
+        """Write what came from ``source`` to its peer; once the source ended and all is written, half-close."""
+        sink, pending = conn.other(source), conn.pending[source]
+        if pending:
+            try:
+                sent = sink.send(pending)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            del pending[:sent]
+        if conn.ended[source] and not pending and sink not in conn.shut:
+            conn.shut.add(sink)
+            try:
+                sink.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
+
+    def read_answer(self, conn: Connection) -> None:
+        """The host's answer to CONNECT: on its 200 the bytes after it go to the client, else it is closed."""
+        assert conn.answer is not None
+        try:
+            data = conn.upstream.recv(MAX_HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not data or len(conn.answer) + len(data) > MAX_HEAD_BYTES:
+            warn(f"egress closed or garbled its answer for {conn.target}")
+            self.close(conn)
+            return
+        conn.answer += data
+        if b"\r\n\r\n" not in conn.answer:
+            return
+        head, _, early = bytes(conn.answer).partition(b"\r\n\r\n")
+        status_line = head.split(b"\r\n", 1)[0]
+        if status_line.split(b" ")[1:2] != [b"200"]:
+            warn(f"egress refused {conn.target}: {status_line.decode('ascii', 'replace')}")
+            self.close(conn)
+            return
+        conn.answer = None
+        conn.pending[conn.upstream] += early
+        self.flush(conn, conn.upstream)
+        self.watch(conn)
+
+    def watch(self, conn: Connection) -> None:
+        """Each socket: readable while its buffer has room (and it has not ended), writable while its peer's
+        bytes wait for it. While the CONNECT answer is awaited, only the upstream is read."""
+        for sock in conn.sockets():
+            if conn.answer is not None:
+                events = selectors.EVENT_READ if sock is conn.upstream else 0
+            else:
+                events = selectors.EVENT_READ if not conn.ended[sock] and len(conn.pending[sock]) < CHUNK else 0
+                if conn.pending[conn.other(sock)]:
+                    events |= selectors.EVENT_WRITE
+            registered = sock in self.selector.get_map()
+            if events and registered:
+                self.selector.modify(sock, events)
+            elif events:
+                self.selector.register(sock, events)
+            elif registered:
+                self.selector.unregister(sock)
+
+    def close(self, conn: Connection) -> None:
+        for sock in conn.sockets():
+            self.connections.pop(sock, None)
+            if sock in self.selector.get_map():
+                self.selector.unregister(sock)
+            sock.close()
 
 
 def run_child(argv: list[str]) -> int:

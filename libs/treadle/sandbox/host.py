@@ -42,13 +42,24 @@ EGRESS_ROOT = Path("/run/treadle-egress")  # short paths: a Unix socket's path h
 STAGE = Path("/run/treadle-sandbox")  # an empty dir; each runtime mounts its own tmpfs on it (enter.py)
 
 
+def default_cpus() -> float:
+    """Half the CPUs this process may run on, at least 0.5 (the default CPU limit of one runtime)."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    return max(0.5, available / 2)
+
+
 class SandboxSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_SANDBOX_", extra="ignore", populate_by_name=True)
 
     mode: Literal["on", "off"] = Field(default="on", validation_alias=AliasChoices("TREADLE_SANDBOX", "mode"))
     memory_mb: int | None = 4096  # per runtime; 0 or unset in env "0": no limit
     pids: int | None = 512
-    cpus: float | None = 2.0
+    # Half the CPUs this process may run on, at least 0.5: one runtime can never take the whole host (2.0 was
+    # every core of a 2-core host, and a busy runtime starved the host and the other tenants)
+    cpus: float | None = Field(default_factory=default_cpus)
     tmp_mb: int | None = 1024
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
@@ -189,6 +200,7 @@ class Sandbox:
     runtime_dir: Path
     result: ProbeResult | None = None
     _etc_written: set = field(default_factory=set)
+    homes: dict[str, set[Path]] = field(default_factory=dict)  # tenant -> its runtimes' homes (the disk budget's)
 
     @property
     def enabled(self) -> bool:
@@ -209,15 +221,25 @@ class Sandbox:
         return self.result
 
     @property
+    def host_key(self) -> str:
+        """Names this host's own egress dir and cgroup (its runtime dir: one per provider host on a machine)."""
+        return hashlib.sha256(str(self.runtime_dir).encode()).hexdigest()[:16]
+
+    @property
     def egress_root(self) -> Path:
         """This host's egress sockets: one dir per host (its runtime dir), one per runtime below it."""
-        return EGRESS_ROOT / hashlib.sha256(str(self.runtime_dir).encode()).hexdigest()[:16]
+        return EGRESS_ROOT / self.host_key
 
     def host_start(self, workspaces: Path) -> ProbeResult:
-        """At the provider host's start: probe (and log what the sandbox will be), and remove the egress
-        sockets an earlier life of this host left behind (a killed host closes none)."""
+        """At the provider host's start: probe (and log what the sandbox will be), and remove what an earlier
+        life of this host left behind (a killed host closes nothing): its egress sockets, and its runtimes'
+        cgroups with whatever still runs in them."""
         shutil.rmtree(self.egress_root, ignore_errors=True)
-        return self.start()
+        result = self.start()
+        swept = cgroups.sweep(result.cgroups, self.host_key)
+        if swept:
+            log.warning("swept the cgroups of %d runtimes an earlier life of this host left: %s", len(swept), swept)
+        return result
 
     def check(self) -> None:
         if not self.enabled:
@@ -251,12 +273,13 @@ class Sandbox:
         self.check()
         assert self.result is not None
         ids = await asyncio.to_thread(self.identities.ids, tenant)
+        self.homes.setdefault(tenant, set()).update(Path(h) for h in homes)
         files = self.runtime_dir / "sandbox"
         await asyncio.to_thread(self._own, ids, workspace, homes, files)
         etc = await asyncio.to_thread(self._etc, tenant, ids, home)
         env = dict(runtime_env)
         urls = [*model_urls, *([orchestrator_url] if orchestrator_url else [])]
-        forward, egress = await self._egress(name, ids, urls, env)
+        forward, egress = await self._egress(name, ids, urls, env, orchestrator_url)
         spec = SandboxSpec(
             ids=ids,
             workspace=workspace,
@@ -273,7 +296,7 @@ class Sandbox:
         )
         launch = build(spec, list(argv))
         try:
-            group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits)
+            group = await asyncio.to_thread(cgroups.create, self.result.cgroups, name, spec.limits, self.host_key)
         except OSError as exc:
             log.warning("no cgroup for %s (%r): RLIMIT_NPROC only", name, exc)
             group = cgroups.SessionCgroup()
@@ -323,17 +346,17 @@ class Sandbox:
         return out
 
     async def _egress(
-        self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str]
+        self, name: str, ids: TenantIds, urls: Sequence[str], env: dict[str, str], orchestrator_url: str | None
     ) -> tuple[Forward | None, Egress | None]:
         if not urls:
             return None, None
-        from .egress import FORWARD_SCRIPT, Egress, routes, sandbox_python
+        from .egress import FORWARD_SCRIPT, Egress, mcp_paths, routes, sandbox_python
 
         route = routes(urls)
         socket_dir = self.egress_root / hashlib.sha256(name.encode()).hexdigest()[:16]
         await asyncio.to_thread(self._socket_dir, socket_dir, ids)
         socket = socket_dir / "s"
-        egress = Egress(socket, route.allowed)
+        egress = Egress(socket, route.allowed, paths=mcp_paths(orchestrator_url, urls))
         await egress.start()
         if route.proxied:  # some URL is not on the loopback: the runtime reaches it through the proxy
             proxy = f"http://127.0.0.1:{PROXY_PORT}"

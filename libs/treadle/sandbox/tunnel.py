@@ -13,6 +13,14 @@ from collections.abc import Callable
 from typing import cast
 
 
+class Blocked(Exception):
+    """Raised by an end's ``inspect``: the tunnel ends, once ``answer`` is sent to that end's own party."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__()
+        self.answer = answer
+
+
 class TunnelEnd(asyncio.Protocol):
     # Set by connection_made, which the loop calls first and before the end is handed to anyone (on_connect,
     # or create_connection's return): every method but abort runs after it.
@@ -27,6 +35,8 @@ class TunnelEnd(asyncio.Protocol):
         self.eof = False  # the other party will send nothing more (end of stream or connection lost)
         self.changed = asyncio.Event()  # set on every arrival, end of stream or loss before joining
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # What this end receives passes through it before its peer gets it (None: straight through)
+        self.inspect: Callable[[bytes], bytes] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream protocol gets a stream transport; uvloop's are not asyncio.Transport subclasses
@@ -36,6 +46,12 @@ class TunnelEnd(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self.peer is not None:
+            if self.inspect is not None:
+                try:
+                    data = self.inspect(data)
+                except Blocked as blocked:
+                    self._block(blocked.answer)
+                    return
             self.peer.transport.write(data)
             return
         if self.refused:
@@ -85,6 +101,16 @@ class TunnelEnd(asyncio.Protocol):
         self.transport.resume_reading()
         timer = asyncio.get_running_loop().call_later(linger, self.transport.abort)
         self.lost.add_done_callback(lambda _: timer.cancel())
+
+    def _block(self, answer: bytes) -> None:
+        """Drop the peer at once (nothing more reaches it) and close this end once ``answer`` is flushed."""
+        peer, self.peer = self.peer, None
+        self.refused = True
+        if peer is not None:
+            peer.peer = None
+            peer.transport.abort()
+        self.transport.write(answer)
+        self.transport.close()
 
     def abort(self) -> None:
         if hasattr(self, "transport"):  # not connected yet: nothing to drop

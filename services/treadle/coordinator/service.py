@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from functools import partial
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 _command_decoder = msgspec.json.Decoder(Command)
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
+DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
+REMEMBERED_ANSWERS = 10_000  # a retry on another replica (or after a restart) asks the host, which takes it as once
 RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
 RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
 
@@ -89,7 +92,7 @@ class Coordinator:
         self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout)
         self._volumes = volumes if volumes is not None else Volumes(self._js)  # where new threads go
         self._lineage = LineageCommands(self._store, self._checkpoints)  # L6, L7
-        self._delivered: set[str] = set()  # answer commands the provider took whose record is not stored yet
+        self._delivered: dict[str, None] = {}  # recent answer commands the provider took: a retry asks nothing
         self._rollbacks = Rollbacks(self._store, self._checkpoints, self._hosts)  # L10.5/L10.6 (rollback.py)
         self._admission = Admission(
             self._js, self._store.log, own, policies
@@ -165,7 +168,7 @@ class Coordinator:
         verb = type(command.body).__name__
         try:
             if isinstance(command.body, RespondRequest):
-                reply = await self._decide_and_append(command, self._respond)
+                reply = await self._answer(command)
             elif isinstance(command.body, (ForkThread, DelegateTask)):
                 reply = await self._decide_and_append(command)  # decided by LineageCommands / Delegations, fenced
             elif wants_context(command):
@@ -240,7 +243,6 @@ class Coordinator:
                     self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
                 if home is not None and isinstance(command.body, CreateThread):
                     self._volumes.placed(home, tenant)
-                self._delivered.discard(command.id)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
                 if on_cache:
@@ -283,20 +285,62 @@ class Coordinator:
             return None
         return state
 
-    async def _respond(self, state: ThreadState, command: Command) -> tuple[list, Accepted]:
-        """L11.2/L11.3: decided by ``treadle.core.requests.answers``; this delivers the answer to the live callback on
-        the host holding the session, then records what the host's reply settles. A callback that is gone
-        makes the request ``not_resumable`` (recorded, then refused)."""
-        decision = answers.decide(state, command, delivered=command.id in self._delivered)
-        events, refusal = decision.events, decision.refusal
-        for effect in decision.effects:
-            settled = answers.settle(state, command, await self._deliver(effect))
-            if settled.retry is not None:
-                raise Unavailable(settled.retry)
-            if settled.delivered:
-                self._delivered.add(command.id)  # until recorded: a retry after a conflict must not ask again
-            events, refusal = settled.events, settled.refusal
-        if refusal is not None:
+    async def _answer(self, command: Command) -> Accepted | Rejected:
+        """L11.2/L11.3: decided by ``treadle.core.requests.answers``. The answer is recorded first, then delivered to
+        the live callback on the host holding the session: a provider that ends its turn as soon as it has the
+        answer must find the request answered, not close it as cancelled. What the host's reply leaves to record
+        (the request pending again, or ``not_resumable``) is recorded after it, then the command refused."""
+        effects: list[answers.DeliverAnswer] = []
+        reply = await self._decide_and_append(command, partial(self._record_answer, effects))
+        if isinstance(reply, Rejected) or not effects or command.id in self._delivered:
+            return reply
+        again = reply.duplicate
+        for _ in range(DELIVERY_TRIES):
+            outcome = await self._deliver(effects[0])
+            settled = answers.settle(outcome, again=again)
+            if settled.retry is None:
+                break
+            log.warning("answer %s: %s", command.id, settled.retry)
+        if outcome.status == "accepted":
+            self._delivered[command.id] = None
+            while len(self._delivered) > REMEMBERED_ANSWERS:
+                del self._delivered[next(iter(self._delivered))]
+        if settled.error is not None and (failed := await self._record_after(command, outcome, again)) is not None:
+            return failed
+        if settled.retry is not None:
+            return Rejected(code="unavailable", message=settled.retry, status=503)
+        if (error := settled.error) is not None:
+            return Rejected(code=error.code, message=error.message, status=error.status, details=error.details)
+        return reply
+
+    async def _record_after(self, command: Command, outcome: answers.Delivered, again: bool) -> Rejected | None:
+        """Append what the host's reply leaves to record (``answers.after``) on the thread as it is now. Its ids
+        are seeded apart from the answer's record, which took the command's (the log drops an event id twice)."""
+        tenant, thread = command.tenant, command.thread or ""
+        ctx = reaction_ctx(f"{command.id}|delivery", command.issued_at, "coordinator")
+        for _ in range(MAX_DECISION_TRIES):
+            try:
+                state = await self._store.refresh(tenant, thread)
+                events = answers.after(state, command, outcome, again=again)
+                if events:
+                    await self._store.append(
+                        tenant, thread, state, events, ids=ctx.ids, at=ctx.now, command_id=command.id, actor=ctx.actor
+                    )
+                return None
+            except Conflict:
+                APPEND_CONFLICTS.labels("coordinator").inc()
+            except (Unavailable, LogError) as exc:
+                return Rejected(code="unavailable", message=str(exc), status=503)
+        return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    async def _record_answer(
+        self, effects: list[answers.DeliverAnswer], state: ThreadState, command: Command
+    ) -> tuple[list, Accepted]:
+        """The decider of an answer: its record (appended by the caller) and, in ``effects``, its delivery. A
+        request whose callback is gone is recorded ``not_resumable`` here, then refused."""
+        decision = answers.decide(state, command)
+        effects[:] = decision.effects  # decided again after an append conflict: the last decision counts
+        if (refusal := decision.refusal) is not None:
             assert state.thread is not None
             await self._store.append(
                 command.tenant,
@@ -309,7 +353,7 @@ class Coordinator:
                 actor=refusal.actor,
             )
             raise refusal.error
-        return events, decision.receipt
+        return decision.events, decision.receipt
 
     async def _deliver(self, effect: answers.DeliverAnswer) -> answers.Delivered:
         response = Response(decision=effect.decision, answers=effect.answers, message=effect.message)  # type: ignore[arg-type]  # requests.answerable checked it is one of the four

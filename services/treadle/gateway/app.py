@@ -58,6 +58,7 @@ from .deps import (
     wanted_seq,
 )
 from .errors import ApiError
+from .headers import nosniff
 from .limits import RateLimitMiddleware, TokenBuckets, bearer
 from .openapi import (
     ADMITTED,
@@ -337,5 +338,5 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
     )
     # Around the router, not among the middleware: Litestar runs those only once a route matched, so a 404
     # would go uncounted
-    app.asgi_handler = http_metrics(app.asgi_handler)
+    app.asgi_handler = nosniff(http_metrics(app.asgi_handler))
     return app

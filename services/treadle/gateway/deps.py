@@ -19,6 +19,7 @@ from treadle.core.ids import is_id
 from treadle.core.policy import ROLES, check_mode
 from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
+from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
@@ -33,8 +34,9 @@ MinSeq = Annotated[
     str | None,
     QueryParameter(
         description=(
-            "read your writes: wait (up to 2 s) until the projection reflects this stream sequence, e.g. the `seq` "
-            "a write answered with or an SSE event's id (ASCII digits)"
+            "a stream sequence the client has seen, e.g. the `seq` a write answered with or an SSE event's id "
+            "(ASCII digits): finds the thread of an id the index does not know yet. Every read reflects the "
+            "thread's last event when it came, with or without it"
         )
     ),
 ]
@@ -85,41 +87,43 @@ def wanted_seq(request: Request, min_seq: str | None) -> int | None:
     return max((s for s in asked if s), default=None)
 
 
-# Seconds between looks at a projection behind the read's sequence: 1.99 s in all (1.98 s before the first three)
-PROJECTION_WAITS = (0, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
+PROJECTION_WAIT = 2.0  # seconds a read waits for the projector before it folds the thread's log itself
 
 
-async def projected(request: Request, tenant: str, thread: str, wanted: int | None) -> bool:
-    """Whether the thread's projection reflects every event of the thread up to stream sequence ``wanted``,
-    waiting briefly for the projector (it writes just after the log has the event). A ``wanted`` beyond the
-    thread's last event (another thread's sequence) asks for that last event only. False: the projector is
-    further behind; read the log instead."""
-    if not wanted:
-        return True
+async def projected(request: Request, tenant: str, thread: str) -> bool:
+    """Whether the thread's projection reflects every event of the thread the stream held when the read came,
+    waiting up to ``PROJECTION_WAIT`` for the projector (it writes a few ms after the log has an event) and
+    waking on its notice. By default, not only with the client's ``min_seq``: a client that saw a run end on
+    the stream and reads it at once must see it ended, with or without the SDK. The client's ``min_seq`` asks
+    for no more than that (a larger one is another thread's sequence: the thread's last event is all it can
+    mean). False: the projector is further behind; read the log instead."""
     state = app_state(request)
-    if await state.projections.seq(tenant, thread) >= wanted:
+    # One direct get (the thread's last sequence right now) beside one look at the projection: one round trip's
+    # time for a projection that has it, as nearly every read's is
+    target, have = await asyncio.gather(state.log.last_seq(tenant, thread), state.projections.seq(tenant, thread))
+    if have >= target:
         return True
-    target = min(wanted, await state.log.last_seq(tenant, thread))
-    # The projector is usually a few ms behind an event just appended (a client that saw a run end on the stream
-    # reads it at once): look again within that, then back off. A first wait of 10 ms was most of the time
-    # between a warm run's end on the stream and its read (bench/turn_hops.py --wait-run).
-    for delay in PROJECTION_WAITS:
-        await asyncio.sleep(delay)
-        if await state.projections.seq(tenant, thread) >= target:
-            return True
-    return False
+    return await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT)
+
+
+def _check_min_seq(request: Request, min_seq: str | None, *, own: bool) -> None:
+    """A malformed ``min_seq`` (or header) is still a 400, though every read now waits for the thread's last event."""
+    if own:
+        wanted_seq(request, min_seq)
+    else:
+        number(min_seq, "min_seq")
 
 
 async def thread_doc(
     request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> bytes:
     """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
-    With ``min_seq`` (or its header) the read waits briefly for the projector to reach that sequence, and
-    folds the log itself when the projector is further behind: such a read never goes back in time.
+    The read waits briefly for the projector to reach the thread's last event (``projected``), and folds the log
+    itself when the projector is further behind: a read never goes back in time.
     ``own=False``: a thread the request does not name (a lineage's parent), which the header does not concern."""
     state = app_state(request)
-    wanted = wanted_seq(request, min_seq) if own else number(min_seq, "min_seq")
-    doc = await state.projections.doc(tenant, thread) if await projected(request, tenant, thread, wanted) else None
+    _check_min_seq(request, min_seq, own=own)
+    doc = await state.projections.doc(tenant, thread) if await projected(request, tenant, thread) else None
     return doc if doc is not None else await folded_doc(request, tenant, thread)
 
 
@@ -143,12 +147,12 @@ async def thread_read(
     own: bool = True,
 ) -> T:
     """A read of only the parts of the thread it answers with (``read``, see ``projections.parts``), with the
-    guarantees of ``thread_doc``: when the projection is behind ``min_seq``, or its parts are not all stored,
-    the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
+    guarantees of ``thread_doc``: when the projection is behind the thread's last event, or its parts are not
+    all stored, the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
     state = app_state(request)
-    wanted = wanted_seq(request, min_seq) if own else number(min_seq, "min_seq")
+    _check_min_seq(request, min_seq, own=own)
     doc = None
-    if await projected(request, tenant, thread, wanted):
+    if await projected(request, tenant, thread):
         try:
             return await state.projections.read(tenant, thread, read)
         except Missing:

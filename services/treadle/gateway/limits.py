@@ -1,11 +1,13 @@
-"""Per-token rate limits for the HTTP API: a token bucket per authenticated token (keyed by its token id),
-and one per client address for every request without a token that resolves (no header, a malformed one,
-an unknown or revoked token), answered with 429 and ``Retry-After`` when empty. Garbage Authorization
-headers therefore share their address's bucket instead of minting a fresh one each.
+"""Per-token rate limits for every route that takes a credential or a sign-in (``/v1/``, ``/mcp``, the
+console's ``/console/session``): a token bucket per credential that resolves (a user token by its id, a
+provider session's MCP credential by its digest), and one per client address for everything else (no header,
+a malformed one, an unknown, revoked or expired token, every console sign-in, whose token is in the body),
+answered with 429 and ``Retry-After`` when empty. Guessed tokens and sign-ins therefore share their address's
+bucket instead of minting a fresh one each.
 
 Buckets live in the gateway process (each replica limits on its own, so the effective limit is the
-replica count times this one); keys are token ids, so no token is kept in memory in the clear. Health,
-metrics and the OpenAPI document are not limited.
+replica count times this one); keys are token ids and digests, so no token is kept in memory in the clear.
+Health, metrics and the OpenAPI document are not limited.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import msgspec
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 
-from treadle.ops.tokens import TokenStore, token_id
+from treadle.ops.session_credentials import SessionCredentials, is_session_credential
+from treadle.ops.tokens import TokenStore, digest, token_id
 
 from .errors import body
 
-LIMITED_PREFIX = "/v1/"
+SIGN_IN = "/console/session"
+MCP = "/mcp"
 MAX_BUCKETS = 100_000
 
 
@@ -54,13 +58,36 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
-async def bucket_key(scope: Scope, tokens: TokenStore | None) -> str:
-    """The token's id once it resolves to a principal (a cached lookup the route repeats), else the address."""
-    token = bearer(scope)
-    if token is not None and tokens is not None and await tokens.resolve(token) is not None:
-        return "t:" + token_id(token)
+def route(scope: Scope) -> str:
+    """The matched route's path (a mount sees its own remainder in ``scope["path"]``: ``/`` for ``/mcp``)."""
+    handler = scope.get("route_handler")
+    return next(iter(getattr(handler, "paths", None) or ()), scope["path"])
+
+
+def limited(path: str) -> bool:
+    return path.startswith("/v1/") or path in (MCP, SIGN_IN)
+
+
+async def bucket_key(scope: Scope, tokens: TokenStore | None, credentials: SessionCredentials | None = None) -> str:
+    """The credential's id once it resolves (a lookup the route repeats; only ``/mcp`` takes a session's
+    credential), else the address."""
+    token, path = bearer(scope), route(scope)
+    if token is not None and path != SIGN_IN:
+        if is_session_credential(token):
+            if path == MCP and credentials is not None and await credentials.resolve(token) is not None:
+                return "s:" + digest(token)
+        elif tokens is not None and await tokens.resolve(token) is not None:
+            return "t:" + token_id(token)
     client = scope.get("client") or ("?", 0)
     return f"a:{client[0]}"
+
+
+def session_credentials(state) -> SessionCredentials | None:
+    """The app's one store of session credentials (its bucket handle is looked up once, not per request)."""
+    store = getattr(state, "session_credentials", None)
+    if store is None and getattr(state, "nc", None) is not None:
+        store = state.session_credentials = SessionCredentials(state.nc.jetstream())
+    return store
 
 
 class RateLimitMiddleware:
@@ -68,15 +95,16 @@ class RateLimitMiddleware:
         self.app, self.buckets = app, buckets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == ScopeType.HTTP and scope["path"].startswith(LIMITED_PREFIX) and self.buckets.rate > 0:
-            tokens = getattr(scope["app"].state, "tokens", None)
-            wait = self.buckets.take(await bucket_key(scope, tokens))
+        if scope["type"] == ScopeType.HTTP and limited(route(scope)) and self.buckets.rate > 0:
+            state = scope["app"].state
+            key = await bucket_key(scope, getattr(state, "tokens", None), session_credentials(state))
+            wait = self.buckets.take(key)
             if wait:
                 retry = str(max(1, math.ceil(wait)))
                 payload = msgspec.json.encode(
                     body(
                         "rate_limited",
-                        "too many requests for this token; retry later",
+                        "too many requests for this credential or client; retry later",
                         {"retry_after_seconds": int(retry)},
                     )
                 )

@@ -102,13 +102,13 @@ def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Respo
 
 
 async def _items(
-    request: Request, tenant: str, thread: str, name: str, start: int, count: int, wanted: int | None
+    request: Request, tenant: str, thread: str, name: str, start: int, count: int
 ) -> tuple[int, int, list[bytes]]:
-    """(seq, total, items start..start+count) of the thread's list ``name``, reflecting ``wanted`` at least:
+    """(seq, total, items start..start+count) of the thread's list ``name``, reflecting its last event at least:
     from the stored items when the projection has them, else from the whole document (folded from the log
     when the projection is behind or missing, as every read does)."""
     store = app_state(request).projections
-    if await projected(request, tenant, thread, wanted):
+    if await projected(request, tenant, thread):
         if name == "requests":  # a short list stored whole, not item by item
             if (part := await store.part(tenant, thread, name)) is not None:
                 every = _raw_items.decode(part[1])
@@ -139,11 +139,11 @@ async def _thread_list(
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     count = _limit(limit)
-    wanted = wanted_seq(request, min_seq)
+    wanted_seq(request, min_seq)  # validated: a malformed one is a 400 (every list waits for the last event)
     position = _position(request, who.tenant, cursor, list=name, thread=thread, filter=filter)
     start = position.index if position else 0
     seq, total, window = await _items(
-        request, who.tenant, thread, name, start, count if keep is None else max(count, SCAN), wanted
+        request, who.tenant, thread, name, start, count if keep is None else max(count, SCAN)
     )
     if start > total:
         raise ApiError(400, "invalid_cursor", "cursor: beyond the end of the list", {"parameter": "cursor"})

@@ -29,6 +29,8 @@ class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_children_per_run: int | None = None
     max_running_children: int | None = None
     cascade_interrupts: bool | None = None
+    max_disk_bytes: int | None = None  # the tenant's workspaces and runtime homes (issue 36)
+    max_disk_files: int | None = None
 
 
 def as_api_error(exc: DomainError) -> ApiError:

@@ -29,6 +29,7 @@ from treadle.core.state import ThreadState, evolve
 from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
+from treadle.projections import notices
 from treadle.projections.document import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, all_indexed, indexed
@@ -137,6 +138,9 @@ class Projector:
             entry[2].note(e.data)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
+        await notices.announce(
+            self._nc, ((tenant, thread, state.seq) for (tenant, thread), (state, _, _) in touched.items())
+        )
         open_runs = self._open.setdefault(partition, {})
         for key, (state, _, _) in touched.items():
             if (since := _oldest_open(state)) is None:

@@ -34,6 +34,9 @@ class HostRecord(msgspec.Struct, kw_only=True):
     tenants: dict[str, int] = {}  # live sessions per tenant (fair share across hosts, core/capacity.py)
     busy: dict[str, int] = {}  # sessions with a turn playing, per tenant
     idle: int = 0  # sessions with no turn playing (another host may release one to make room)
+    # The MCP tools its sessions' credentials may call now: the gateway checks each call against the minting
+    # host's current record (ops/session_credentials.py), so a narrower setting applies to live credentials too
+    mcp_tools: tuple[str, ...] = ()
 
 
 class SessionRecord(msgspec.Struct, kw_only=True):

@@ -17,8 +17,10 @@ from nats.aio.msg import Msg
 from treadle.checkpoints.client import CheckpointClient
 from treadle.core import capacity
 from treadle.core import provider_events as pe
+from treadle.core.disk import DiskBudget, budget_for
 from treadle.core.ids import IdFactory
 from treadle.eventlog import subjects, tracing
+from treadle.ops.policies import PolicyStore
 from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
@@ -33,6 +35,7 @@ from treadle.sandbox.identity import TenantIdentities
 
 from . import summaries
 from .child_scopes import ChildScopeSink
+from .disk_watch import DiskWatch
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
@@ -62,10 +65,43 @@ class Session:
         self.answered: dict[str, bytes] = {}  # request id -> the answer given (a retried answer is not an error)
         self.rolled_back: dict[str, hp.RolledBack] = {}  # rollback id -> what it dropped (never dropped twice)
         self.last_active = now  # on the host's clock: the idle reaper releases sessions unused for long
+        self.heard = now  # the last event a turn of it reported
+        self.awaiting: set[str] = set()  # requests its turns opened that wait for an answer
+
+    @property
+    def tenant(self) -> str:
+        return self.request.tenant
 
     @property
     def busy(self) -> bool:
         return any(not task.done() for task in self.turns.values())
+
+    @property
+    def quiet_since(self) -> float | None:
+        if self.awaiting or not self.busy:
+            return None
+        return max(self.heard, self.last_active)
+
+
+class _Heard:
+    """A turn sink that notes when the session last heard from its runtime, and which requests wait."""
+
+    def __init__(self, sink, session: Session, clock: Clock) -> None:
+        self._sink, self._session, self._clock = sink, session, clock
+
+    async def event(self, body: pe.Body) -> None:
+        self._session.heard = self._clock.now()
+        if isinstance(body, pe.RequestOpened):
+            self._session.awaiting.add(body.request_id)
+        await self._sink.event(body)
+
+    async def text(self, message_id: str, node_id: str, chunk: str) -> None:
+        self._session.heard = self._clock.now()
+        await self._sink.text(message_id, node_id, chunk)
+
+    async def text_done(self, message_id: str, node_id: str, text: str) -> None:
+        self._session.heard = self._clock.now()
+        await self._sink.text_done(message_id, node_id, text)
 
 
 class ProviderHost:
@@ -88,6 +124,11 @@ class ProviderHost:
         self._heartbeat: asyncio.Task | None = None
         self._checkpoints = CheckpointClient(nc, timeout=10.0)  # child scopes (child_scopes.py), on self._volume
         self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
+        self._policies = PolicyStore(self._js)
+        self._budgets: dict[str, tuple[float, DiskBudget]] = {}  # tenant -> (when read, its disk budget)
+        self._disk = DiskWatch(
+            self._sessions, self._clock, self._disk_roots, self._disk_budget, self._end_session, own.disk_check_seconds
+        )
         self._seat = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
@@ -112,6 +153,11 @@ class ProviderHost:
         # Known before the first placement: a full host that knows no peer refuses without a hint to ask again
         # elsewhere, and the run waits out the supervisor's recheck.
         await self._learn_peers()
+        # After the beat that names this boot (from then on the gateway refuses an earlier life's credentials),
+        # before any placement: the MCP credentials of this host's earlier lives are deleted.
+        swept = await self._credentials.sweep_host(self.host_id, self.boot_id)
+        if swept:
+            log.info("revoked %d MCP credentials of this host's earlier lives", swept)
         self._subs.append(await self._nc.subscribe(subjects.host(self.host_id, ">"), cb=self._on_verb))
         self._subs.append(
             await self._nc.subscribe(
@@ -133,10 +179,21 @@ class ProviderHost:
             self._own.heartbeat_seconds,
             self._publish_stopped,
         )
-        reaper = IdleReaper(self._sessions, self._clock, self._own.idle_seconds, self._end_session)
+        reaper = IdleReaper(
+            self._sessions,
+            self._clock,
+            self._own.idle_seconds,
+            self._end_session,
+            unresponsive_seconds=self._own.unresponsive_seconds,
+        )
         self._loops = [
             asyncio.create_task(loop, name=f"host:{name}")
-            for name, loop in (("heartbeat", self._beat()), ("watcher", watcher.run()), ("reaper", reaper.run()))
+            for name, loop in (
+                ("heartbeat", self._beat()),
+                ("watcher", watcher.run()),
+                ("reaper", reaper.run()),
+                ("disk", self._disk.run()),
+            )
         ]
 
     async def stop(self) -> None:
@@ -180,6 +237,7 @@ class ProviderHost:
             tenants=tenants,
             busy=busy,
             idle=len(self._sessions) - sum(busy.values()),
+            mcp_tools=self._own.mcp_tools,
         )
 
     async def _beat(self) -> None:
@@ -225,6 +283,9 @@ class ProviderHost:
     async def _publish_stopped(
         self, session_id: str, record: SessionRecord, reason: str, detail: str | None = None
     ) -> None:
+        # Every path that reports a session stopped comes here (its own end, a host found lost by a watcher, an
+        # earlier life found at start): its MCP credential is revoked before the stop is said.
+        await self._credentials.revoke_session(session_id)
         # The id names the session's boot, not the reporter: a watcher and the restarted host reporting the
         # same dead session produce one event.
         event = pe.ProviderEvent(
@@ -248,9 +309,10 @@ class ProviderHost:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return  # already ended (an idle release racing a stop)
+        if reason == "host_stopping":  # L9.3: its turns are retried elsewhere, not ended by the user
+            await session.adapter.abandon()
         await cancel_and_wait(session.turns.values())
         await session.adapter.close()
-        await self._credentials.revoke_session(session_id)  # issue 21: its MCP credential dies with it
         req = session.request
         record = SessionRecord(
             tenant=req.tenant, thread=req.thread, provider_thread_id=req.provider_thread_id, boot_id=self.boot_id
@@ -390,7 +452,39 @@ class ProviderHost:
                 self._opening -= 1
             LIVE_SESSIONS.set(len(self._sessions))
             await self._sync_seat()
+            await self._disk_begin(request.tenant)
         return self._placed(request, session)
+
+    # --- disk budget (issue 36, disk_watch.py) --------------------------------------------------------
+
+    def _disk_roots(self, tenant: str) -> list[Path]:
+        """The tenant's workspaces and the homes its runtimes had here (those removed since are forgotten)."""
+        homes = self._sandbox.homes.get(tenant, set())
+        homes.difference_update([h for h in homes if not h.exists()])
+        return [self._workspaces / subjects.token(tenant, "tenant"), *homes]
+
+    async def _disk_budget(self, tenant: str) -> DiskBudget:
+        """The tenant's budget, its policy read at most once per check interval: the checks keep it fresh, so a
+        turn's start does not wait for the broker."""
+        now = self._clock.now()
+        known = self._budgets.get(tenant)
+        if known is not None and now - known[0] < 2 * self._own.disk_check_seconds:
+            return known[1]
+        default = DiskBudget(bytes=self._own.disk_budget_bytes, files=self._own.disk_budget_files)
+        try:
+            policy = await self._policies.get(tenant)
+        except Exception as exc:  # the broker busy: the deployment's budget meanwhile
+            log.info("no policy of tenant %s for its disk budget: %r", tenant, exc)
+            return default
+        budget = budget_for(default, policy.max_disk_bytes, policy.max_disk_files)
+        self._budgets[tenant] = (now, budget)
+        return budget
+
+    async def _disk_begin(self, tenant: str) -> None:
+        try:
+            await self._disk.begin(tenant)
+        except Exception:  # never a reason to refuse a session or a turn: the watch checks again
+            log.exception("disk check of tenant %s failed", tenant)
 
     def _placed(self, request: hp.PlaceSession, session: Session) -> hp.SessionPlaced:
         return hp.SessionPlaced(
@@ -459,6 +553,8 @@ class ProviderHost:
             thread=request.thread,
             session_id=request.session_id,
             capabilities=self._own.mcp_tools,
+            host_id=self.host_id,
+            boot_id=self.boot_id,
             idle_seconds=self._own.mcp_idle_seconds,
             lifetime_seconds=self._own.mcp_lifetime_seconds,
         )
@@ -513,6 +609,7 @@ class ProviderHost:
                 return hp.HostFailure(code="not_active", message=f"request {request.request_id} was answered already")
             await session.adapter.respond(request.request_id, request.response)
             session.answered[request.request_id] = answer
+            session.awaiting.discard(request.request_id)
             return hp.TurnAccepted()
         if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
@@ -532,7 +629,7 @@ class ProviderHost:
             return hp.TurnAccepted()
         if request.message_id in session.steered:
             return hp.TurnAccepted(already=True)
-        await session.adapter.steer(turn, request.text)
+        await session.adapter.steer(turn, request.text, request.message_id)
         session.steered.add(request.message_id)
         return hp.TurnAccepted()
 
@@ -618,13 +715,15 @@ class ProviderHost:
             text=request.text,
             script=request.script,
             ids=ids,
+            recovery=request.recovery,
         )
+        await self._disk_begin(request.tenant)  # what the tenant holds now over its budget may stay, not grow
         session.playing[request.attempt_id] = turn
         try:
             if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
                 await publisher.event(pe.TurnCompleted(status="interrupted"))
             else:
-                await session.adapter.run_turn(turn, publisher)
+                await session.adapter.run_turn(turn, _Heard(publisher, session, self._clock))
         except asyncio.CancelledError:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
@@ -639,6 +738,8 @@ class ProviderHost:
             await publisher.event(pe.TurnCompleted(status="failed", error=f"provider error: {exc!r}"))
         finally:
             session.playing.pop(request.attempt_id, None)
+            if not session.playing:
+                session.awaiting.clear()  # what no turn plays for waits for nothing
             session.interrupted_early.discard(request.attempt_id)
             session.last_active = self._clock.now()
             publisher.close()

@@ -351,6 +351,7 @@ class Supervisor:
                         root_node_id=att.root_node_id,
                         text=text,
                         script=att.script if att.message_ids else run.script,
+                        recovery=att.reason == "provider_recovery",
                     ),
                 )
             except HostGone:

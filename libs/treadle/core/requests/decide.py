@@ -40,6 +40,8 @@ def answerable(state: ThreadView, body: RespondRequest) -> RuntimeRequest:
             "a question needs answers or a message",
             code="invalid_response",
         )
+    elif body.answers is not None and offered_options(req):
+        _check_option(req, body)
     else:
         check(
             body.decision in DECISIONS,
@@ -49,6 +51,41 @@ def answerable(state: ThreadView, body: RespondRequest) -> RuntimeRequest:
         )
         check(body.answers is None, BadRequest, "an approval takes a decision, not answers", code="invalid_response")
     return req
+
+
+def offered_options(req: RuntimeRequest) -> list[str]:
+    """The ids of the options an approval offers (an ACP agent's own), in ``detail.options``."""
+    options = (req.detail or {}).get("options")
+    if not isinstance(options, list):
+        return []
+    return [str(o["id"]) for o in options if isinstance(o, dict) and o.get("id") is not None]
+
+
+def _check_option(req: RuntimeRequest, body: RespondRequest) -> None:
+    """An approval that offers options is answered ``answers={"option": <id>}`` (a decision may ride along):
+    the id must be one the request offered."""
+    offered = offered_options(req)
+    check(
+        set(body.answers or {}) == {"option"},
+        BadRequest,
+        'an approval takes a decision, or answers {"option": <id>} naming one of its options',
+        code="invalid_response",
+        details={"field": "answers", "options": offered},
+    )
+    check(
+        body.decision is None or body.decision in DECISIONS,
+        BadRequest,
+        f"an approval's decision is one of {', '.join(DECISIONS)}",
+        code="invalid_response",
+    )
+    chosen = (body.answers or {})["option"]
+    check(
+        chosen in offered,
+        BadRequest,
+        f"no such option: {chosen!r} (offered: {', '.join(offered)})",
+        code="invalid_response",
+        details={"field": "answers.option", "options": offered},
+    )
 
 
 def holder(state: ThreadView, req: RuntimeRequest) -> ProviderSession | None:

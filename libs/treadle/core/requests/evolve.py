@@ -48,21 +48,26 @@ def _request_opened(state: ThreadView, e: Envelope, d: RequestOpened) -> None:
 
 
 def _request_resolved(state: ThreadView, e: Envelope, d: RequestResolved) -> None:
+    """Resolved (answered), cancelled or not_resumable; or ``pending`` again: the answer recorded before its
+    delivery was refused by the provider, whose callback still waits (``answers``)."""
     req = state.request(d.request_id)
     if req is None:
         return
+    reopened = d.status == "pending"
     req.status = d.status  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
     req.response = d.response
-    req.command_id = e.command_id
+    req.command_id = e.command_id  # reopened: the refused answer's command, refused again if retried
     run = state.run(d.run_id)
     if run is not None:
         node = run.node(req.node_id)
         if node is not None:
-            node.status = "completed" if d.status == "resolved" else "cancelled"
-            node.ended_at = e.at
+            node.status = "waiting" if reopened else "completed" if d.status == "resolved" else "cancelled"
+            node.ended_at = None if reopened else e.at
+        if reopened and run.status == "running":
+            run.status = "waiting"
         if run.status == "waiting" and not any(r.status == "pending" and r.run_id == run.id for r in state.requests):
             run.status = "running"
-    activity.record(state, e, "request.resolved", d.run_id, req.node_id, d.status)
+    activity.record(state, e, "request.resolved", d.run_id, req.node_id, "reopened" if reopened else d.status)
 
 
 FOLDS: Folds = {RequestOpened: _request_opened, RequestResolved: _request_resolved}

@@ -160,6 +160,17 @@ class SteerDelivered(Payload, kw_only=True):
     message_id: str
 
 
+@event("steer.joined")
+class SteerJoined(Payload, kw_only=True):
+    """The runtime reported where a native steer joined its conversation (L3.2): the steer takes its place in
+    the thread's messages here, after what the runtime reported before it. The steer is appended when the user
+    sends it, and what the runtime said before taking it in (text already streamed) can be stored later."""
+
+    run_id: str
+    attempt_id: str
+    message_id: str
+
+
 @event("interrupt.requested")
 class InterruptRequested(Payload, kw_only=True):
     """L8.1: someone asked; the run ends only when the provider says so (L8.2)."""

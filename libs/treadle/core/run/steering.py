@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from treadle.core import activity
 from treadle.core.envelope import Envelope
-from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered
+from treadle.core.run.events import InterruptRequested, InterruptSent, RunSteered, SteerDelivered, SteerJoined
 from treadle.core.run.model import Attempt, Run, script_bytes
 from treadle.core.thread.events import QueueReordered, RunEdited
 from treadle.core.thread.model import Message
@@ -37,6 +37,17 @@ def _run_steered(state: ThreadView, e: Envelope, d: RunSteered) -> None:
 def _steer_delivered(state: ThreadView, e: Envelope, d: SteerDelivered) -> None:
     if (m := state.message(d.message_id)) is not None:
         m.delivered = True
+
+
+def _steer_joined(state: ThreadView, e: Envelope, d: SteerJoined) -> None:
+    """The steer moves to where the runtime took it in: after the text the runtime streamed before it, which may
+    have been stored after the steer was accepted (issue 25). Its delivery stays ``steer.delivered``'s to record."""
+    m = state.message(d.message_id)
+    if m is None or m.steering is None or m.run_id != d.run_id or state.messages[-1] is m:
+        return
+    at = next(i for i in range(len(state.messages) - 1, -1, -1) if state.messages[i] is m)  # a recent message
+    state.messages.append(state.messages.pop(at))
+    state.messages_moved()
 
 
 def _attempt_of(state: ThreadView, run_id: str, attempt_id: str) -> Attempt | None:
@@ -76,6 +87,7 @@ def _run_edited(state: ThreadView, e: Envelope, d: RunEdited) -> None:
 FOLDS: Folds = {
     RunSteered: _run_steered,
     SteerDelivered: _steer_delivered,
+    SteerJoined: _steer_joined,
     InterruptRequested: _interrupt_requested,
     InterruptSent: _interrupt_sent,
     QueueReordered: _queue_reordered,

@@ -13,6 +13,7 @@ from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.checkpoints.model import FileChange
 from treadle.core.checkpoints.results import Captured
 from treadle.core.ctx import Ctx
+from treadle.core.disk import DISK_QUOTA
 from treadle.core.envelope import Payload
 from treadle.core.plans.events import PlanUpdated
 from treadle.core.providers.events import ProviderAttached, ProviderStopped
@@ -32,6 +33,7 @@ from treadle.core.run.events import (
     RunQueued,
     RunStarted,
     RunWarning,
+    SteerJoined,
 )
 from treadle.core.run.model import Run
 from treadle.core.run.steering import undelivered_steers
@@ -249,6 +251,10 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
                 )
             ]
         )
+    if isinstance(body, pe.SteerJoined):
+        # Recorded even when it names no steer of this run (its fold then changes nothing): the play's next
+        # events wait for this one to be folded.
+        return Reaction([SteerJoined(run_id=run.id, attempt_id=att.id, message_id=body.message_id)])
     if isinstance(body, pe.ToolStarted):
         return Reaction(
             [
@@ -487,7 +493,13 @@ def session_stopped(state: ThreadView, session_id: str, reason: str, ctx: Ctx, d
             events.append(RequestResolved(request_id=req.id, run_id=run.id, status="not_resumable"))
     events.append(AttemptEnded(run_id=run.id, attempt_id=att.id, status="lost", reason=reason))
     events += _close_messages(state, run)
-    if (spent := recovery_spent(run)) >= MAX_RECOVERY_ATTEMPTS:
+    if reason == DISK_QUOTA:  # ended for writing past the tenant's disk budget: a retry would write it again
+        missing = CheckpointCaptured(
+            checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal, status="missing"
+        )
+        error = f"{DISK_QUOTA}: " + (detail or "over the tenant's disk budget")
+        events.append(RunFailed(run_id=run.id, attempt_id=att.id, checkpoint=missing, error=error))
+    elif (spent := recovery_spent(run)) >= MAX_RECOVERY_ATTEMPTS:
         # L10.4: a provider that may still be writing makes the files unsafe to capture: a missing summary.
         missing = CheckpointCaptured(
             checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, ordinal=run.ordinal, status="missing"

@@ -28,7 +28,7 @@ from ..codex.rpc import ProcessGone, RpcError, RpcProcess
 from ..protocol import PlaceSession
 from .files import FileRefused, WorkspaceFiles
 from .settings import AcpAgent, AcpNotConfigured, AcpSettings
-from .translate import LiveRequest, Outcome, TurnTranslator
+from .translate import LiveRequest, Outcome, TurnTranslator, mcp_call_of, offered_options
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,10 @@ class AcpAdapter(ProviderAdapter):
         self._cancelled = False
         self._turns = 0
         self._translator: TurnTranslator | None = None
-        self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one  # the last turn played in this process (a fork's point)
+        self._reload = False  # the last turn was cancelled on an agent that must be reloaded after one
+        # a loaded session's replay: the text of its last user message, and whether that message is still arriving
+        self._replayed: tuple[str, bool] | None = None
+        self._loading: str | None = None  # the session whose replay is arriving
         self._tasks: set[asyncio.Task] = set()
 
     # --- process ---------------------------------------------------------------------------------
@@ -216,6 +219,8 @@ class AcpAdapter(ProviderAdapter):
         accepted = (self._init.get("agentCapabilities") or {}).get("mcpCapabilities") or {}
         servers = [s for s in mcp if s.get("type", "stdio") == "stdio" or accepted.get(s.get("type"))]
         if self.mcp_access is not None and takes_http_mcp(self._init):
+            # the orchestrator's name is its own: its calls are allowed by the credential (_allowed_by_credential)
+            servers = [s for s in servers if s.get("name") != mcp_access.SERVER]
             servers.append(mcp_access.acp_server(self.mcp_access, self.agent.mcp_token))
         return {"cwd": str(self.workspace), "mcpServers": servers}
 
@@ -245,10 +250,13 @@ class AcpAdapter(ProviderAdapter):
         if not can_resume(self._init):
             raise ResumeFailed(f"ACP agent {self.agent_name} cannot load or resume sessions (no session/load)")
         method = "session/load" if agent.get("loadSession") else "session/resume"
+        self._replayed, self._loading = None, native_ref
         try:
             await self._call(method, {"sessionId": native_ref, **self._session_params()})
         except (RpcError, ProcessGone, TimeoutError) as exc:
             raise ResumeFailed(f"ACP agent {self.agent_name} could not resume session {native_ref}: {exc}") from exc
+        finally:
+            self._loading = None
 
     async def _reload_session(self, session_id: str) -> None:
         """A fresh process on the same session (``reload_after_cancel``); a failure is a lost runtime (L9.3)."""
@@ -304,10 +312,13 @@ class AcpAdapter(ProviderAdapter):
             self._queue = None
             return
         turn.native_ref = turn.attempt_id  # weak identity: Treadle's own name for the prompt turn
+        # L9.3: a loaded session holds the prompt a failure cut off (the agent keeps it from the turn's start)
+        held, self._replayed = self._replayed, None
+        text = turn.prompt_after(held[0] if held else None)
         prompt = asyncio.ensure_future(
             rpc.request(
                 "session/prompt",
-                {"sessionId": session_id, "prompt": [{"type": "text", "text": turn.text}]},
+                {"sessionId": session_id, "prompt": [{"type": "text", "text": text}]},
                 TURN_TIMEOUT,
             )
         )
@@ -340,6 +351,10 @@ class AcpAdapter(ProviderAdapter):
                 if self._cancelled:
                     self._background(self._answer(rpc_id, {"outcome": {"outcome": "cancelled"}}))
                     continue
+                allowed = self._allowed_by_credential(params)
+                if allowed is not None:
+                    self._background(self._answer(rpc_id, {"outcome": {"outcome": "selected", "optionId": allowed}}))
+                    continue
                 await self._report(translator.permission(rpc_id, params), root, sink)
             elif kind == "answer":
                 try:
@@ -356,6 +371,18 @@ class AcpAdapter(ProviderAdapter):
                 await self._report(out, root, sink)
                 return
 
+    def _allowed_by_credential(self, params: dict) -> str | None:
+        """The agent's allow-once option when the request is a call of one of Treadle's own MCP tools that the
+        session's credential grants: those are allowed by the credential's tool list, as for native Codex and
+        Claude (the gateway checks the credential on every call), not asked of the user. None: ask."""
+        call = mcp_call_of(params)
+        if call is None or self.mcp_access is None or not self.offers_orchestrator:
+            return None
+        server, tool = call
+        if server != mcp_access.SERVER or tool not in self.mcp_access.tools:
+            return None
+        return next((o["id"] for o in offered_options(params) if o.get("kind") == "allow_once"), None)
+
     async def _report(self, outcome: Outcome, root: str, sink: TurnSink) -> None:
         for request_id, live in outcome.opened:
             self._live[request_id] = live
@@ -369,11 +396,23 @@ class AcpAdapter(ProviderAdapter):
     # --- what the agent sends ----------------------------------------------------------------------
 
     def _on_notification(self, method: str, params: dict) -> None:
-        if method != "session/update" or params.get("sessionId") != self.session_id:
+        if method != "session/update" or params.get("sessionId") not in (self.session_id, self._loading):
             return
-        if self._queue is not None:
-            self._queue.put_nowait(("update", params.get("update") or {}))
-        # between turns (a loaded session's replay, command lists): nothing to report
+        update = params.get("update") or {}
+        if self._queue is not None and params.get("sessionId") == self.session_id:
+            self._queue.put_nowait(("update", update))
+        else:  # between turns (a loaded session's replay, command lists): nothing to report
+            self._replay(update)
+
+    def _replay(self, update: dict) -> None:
+        """Follow a loaded session's replay to its last user message (L9.3: a recovery must not send the
+        prompt the session already holds)."""
+        kind = update.get("sessionUpdate")
+        if kind == "user_message_chunk":
+            text = self._replayed[0] if self._replayed and self._replayed[1] else ""
+            self._replayed = (text + _chunk_text(update.get("content")), True)
+        elif self._replayed is not None:  # anything else ends the user message
+            self._replayed = (self._replayed[0], False)
 
     def _on_request(self, rpc_id: int | str, method: str, params: dict) -> None:
         if params.get("sessionId") != self.session_id:
@@ -462,6 +501,12 @@ class AcpAdapter(ProviderAdapter):
             with contextlib.suppress(Unsupported):
                 await self.interrupt(self._translator.turn if self._translator else None)  # type: ignore[arg-type]  # interrupt ignores the turn
 
+    async def abandon(self) -> None:
+        """SIGKILL, as a crash: asked to stop, an agent cancels its turn as the user's (codex-acp's Codex then
+        tells the model "The user interrupted the previous turn on purpose"), which a retry must not read."""
+        if self._rpc is not None:
+            await self._rpc.kill()
+
     async def close(self) -> None:
         rpc, self._rpc = self._rpc, None
         if rpc is not None:
@@ -470,6 +515,10 @@ class AcpAdapter(ProviderAdapter):
             task.cancel()
         if self._prepared is not None:
             await self._prepared.close()
+
+
+def _chunk_text(content: object) -> str:
+    return str(content.get("text") or "") if isinstance(content, dict) and content.get("type") == "text" else ""
 
 
 def _install_roots(dirs: list[Path]) -> list[Path]:

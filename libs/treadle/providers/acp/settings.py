@@ -143,3 +143,8 @@ class AcpSettings(BaseSettings):
             known = ", ".join(PREFIX + n for n in sorted(self.agents)) or "none"
             raise AcpNotConfigured(f"ACP agent {name!r} is not configured on this host (configured: {known})")
         return name, entry.resolved()
+
+
+def configured_providers() -> list[str]:
+    """The provider names of the ACP agents configured here (``TREADLE_ACP_AGENTS``), as a caller names them."""
+    return [PREFIX + name for name in sorted(AcpSettings().agents) if NAME.fullmatch(name)]

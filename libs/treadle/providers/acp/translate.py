@@ -5,12 +5,16 @@ the open assistant message) and nothing else; it never talks to the process."""
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from treadle.core import provider_events as pe
 from treadle.core.plans.model import TodoItem
+from treadle.core.requests.model import FileEdit, action_prompt, clipped_diff
 
 from ..base import Turn
 
@@ -22,6 +26,7 @@ _TODO: dict[str, Literal["pending", "in_progress", "completed"]] = {
 # ACP tool kinds -> Treadle approval kinds
 _REQUEST_KIND = {"execute": "command", "edit": "file_change", "delete": "file_change", "move": "file_change"}
 _READS = {"read", "search", "fetch"}
+MAX_PROMPT_CHARS = 2000
 _STOPS = {
     "end_turn": "completed",
     "cancelled": "interrupted",
@@ -157,50 +162,96 @@ class TurnTranslator:
     # --- session/request_permission ---------------------------------------------------------------
 
     def permission(self, rpc_id: int | str, params: dict) -> Outcome:
-        """A permission request as a Treadle approval: the exact action first, the model's words as
-        ``description``, the agent's options as they were offered."""
+        """A permission request as a Treadle approval in the one request shape: the exact ``command`` and its
+        ``cwd``, or the ``files`` with a diff each (paths relative to the workspace: the host's own path is
+        never shown), the model's words as ``description``, and the agent's options as they were offered."""
         out = Outcome()
         call = dict(params.get("toolCall") or {})
         call_id = str(call.get("toolCallId") or "")
         known = {**self._calls.get(call_id, {}), **{k: v for k, v in call.items() if v not in (None, [], {})}}
-        options = [
-            {"id": str(o.get("optionId")), "label": str(o.get("name") or o.get("optionId")), "kind": o.get("kind")}
-            for o in params.get("options") or []
-            if isinstance(o, dict) and o.get("optionId") is not None
-        ]
+        options = offered_options(params)
         acp_kind = known.get("kind") or "other"
         kind = _REQUEST_KIND.get(acp_kind, "file_read" if acp_kind in _READS else "command")
         given = known.get("rawInput")
         raw: dict = given if isinstance(given, dict) else {}
-        detail: dict = {"tool": acp_kind, "options": options, "description": _description(known, raw)}
+        title = str(known.get("title") or "")
+        detail: dict = {"tool": acp_kind, "title": title, "options": options}
         if call_id in self._nodes:
             detail["tool_node_id"] = self._nodes[call_id]
-        command = _command(raw)
-        paths, diff = _changes(known, raw)
-        if command is not None:
-            detail |= {"command": command, "cwd": str(raw.get("cwd") or self.cwd)}
-            prompt = f"Run `{command}` in {detail['cwd']}"
-        elif paths:
-            detail["paths"] = paths
-            if diff:
-                detail["diff"] = diff
-            verb = "Change" if kind == "file_change" else "Read"
-            prompt = f"{verb} {', '.join(paths)}"
-        else:
-            prompt = str(known.get("title") or "Allow the agent's tool call?")
-        request_id = self.turn.ids.next("req")
-        out.events.append(
-            pe.RequestOpened(
-                request_id=request_id,
-                node_id=self.turn.ids.next("node"),
-                kind=kind,
-                prompt=prompt,
-                detail=detail,
-                native_ref=call_id or str(rpc_id),
-            )
+        opened = pe.RequestOpened(
+            request_id=self.turn.ids.next("req"),
+            node_id=self.turn.ids.next("node"),
+            kind=kind,
+            detail=detail,
+            native_ref=call_id or str(rpc_id),
+            description=_description(known, raw),
         )
-        out.opened.append((request_id, LiveRequest(rpc_id=rpc_id, options=options)))
+        command = _command(raw) if acp_kind == "execute" or kind == "command" else None
+        paths, diffs = _changes(known, raw, self._shown)
+        if command is not None:
+            opened.command = command
+            opened.cwd = self._shown(str(raw.get("cwd") or self.cwd))
+            opened.prompt = action_prompt(command=command, cwd=None if opened.cwd == "." else opened.cwd)
+        elif paths:
+            if kind == "file_change":
+                opened.files = [FileEdit(path=p, diff=clipped_diff(diffs.get(p, ""))) for p in paths]
+                opened.prompt = action_prompt(files=opened.files)
+            else:
+                detail["paths"] = paths
+                opened.prompt = _clip("Read " + ", ".join(paths))
+        else:  # an agent's own tool (an MCP tool, a fetch): the tool and what it acts on
+            opened.prompt = _clip(" ".join(filter(None, [title or acp_kind, _target(raw)])) or "tool call")
+        out.events.append(opened)
+        out.opened.append((opened.request_id, LiveRequest(rpc_id=rpc_id, options=options)))
         return out
+
+    def _shown(self, path: str) -> str:
+        """``path`` relative to the workspace (``.`` for the workspace itself); a path outside it whole, without
+        ``..`` (what it names, not how the model spelt it)."""
+        if not path.startswith("/"):
+            return path
+        whole = os.path.normpath(path)
+        rel = os.path.relpath(whole, self.cwd)
+        return whole if rel == ".." or rel.startswith("../") else rel
+
+
+_CODEX_MCP_ASK = re.compile(r'Allow the (.+) MCP server to run tool "(.+)"\?')
+
+
+def mcp_call_of(params: dict) -> tuple[str, str] | None:
+    """(server, tool) when a permission request asks to call an MCP tool, as the agent names them; None for
+    any other call. Read from what the agent itself writes, never from the model's words: claude-agent-acp
+    titles the call with Claude Code's tool name ``mcp__<server>__<tool>`` (kind ``other``: a command's or a
+    task's title is the model's text, and has another kind); codex-acp asks as Codex's MCP tool-call
+    elicitation, the server in ``server_name`` and the tool in Codex's own question."""
+    call = _dict(params.get("toolCall"))
+    raw = _dict(call.get("rawInput"))
+    request = _dict(raw.get("request"))
+    meta = _dict(request.get("_meta"))
+    if meta.get("codex_approval_kind") == "mcp_tool_call" and isinstance(raw.get("server_name"), str):
+        asked = _CODEX_MCP_ASK.fullmatch(str(request.get("message") or ""))
+        if asked and asked.group(1) == raw["server_name"]:
+            return raw["server_name"], asked.group(2)
+        return None
+    title = str(call.get("title") or "")
+    if call.get("kind") == "other" and title.startswith("mcp__"):
+        server, sep, tool = title.removeprefix("mcp__").partition("__")
+        if sep and server and tool:
+            return server, tool
+    return None
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def offered_options(params: dict) -> list[dict]:
+    """The options of a permission request: ``{id, label, kind}`` each, as the agent offered them."""
+    return [
+        {"id": str(o.get("optionId")), "label": str(o.get("name") or o.get("optionId")), "kind": o.get("kind")}
+        for o in params.get("options") or []
+        if isinstance(o, dict) and o.get("optionId") is not None
+    ]
 
 
 def _text(content: object) -> str:
@@ -249,22 +300,37 @@ def _command(raw: dict) -> str | None:
     return None
 
 
-def _changes(call: dict, raw: dict) -> tuple[list[str], str]:
+def _changes(call: dict, raw: dict, shown: Callable[[str], str]) -> tuple[list[str], dict[str, str]]:
+    """The paths a call touches as ``shown`` writes them, and the diff of each the agent showed."""
     paths: list[str] = []
-    diffs: list[str] = []
+    diffs: dict[str, str] = {}
     for item in call.get("content") or []:
         if isinstance(item, dict) and item.get("type") == "diff" and item.get("path"):
-            paths.append(str(item["path"]))
-            diffs.append(_diff(item))
+            path = shown(str(item["path"]))
+            if path not in paths:
+                paths.append(path)
+            diffs[path] = diffs.get(path, "") + _diff({**item, "path": path})
     for loc in call.get("locations") or []:
-        if isinstance(loc, dict) and loc.get("path") and str(loc["path"]) not in paths:
-            paths.append(str(loc["path"]))
+        if isinstance(loc, dict) and loc.get("path") and shown(str(loc["path"])) not in paths:
+            paths.append(shown(str(loc["path"])))
     for key in ("file_path", "path", "notebook_path"):
-        if isinstance(raw.get(key), str) and raw[key] not in paths:
-            paths.append(raw[key])
+        if isinstance(raw.get(key), str) and raw[key] and shown(raw[key]) not in paths:
+            paths.append(shown(raw[key]))
     if not diffs and isinstance(raw.get("content"), str) and paths:
-        diffs.append(_diff({"path": paths[0], "oldText": None, "newText": raw["content"]}))
-    return paths, "\n".join(d for d in diffs if d)
+        diffs[paths[0]] = _diff({"path": paths[0], "oldText": None, "newText": raw["content"]})
+    return paths, diffs
+
+
+def _target(raw: dict) -> str:
+    """What a tool that is neither a command nor a file acts on, from its input."""
+    for key in ("url", "query", "pattern"):
+        if isinstance(raw.get(key), str) and raw[key]:
+            return raw[key]
+    return ""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_PROMPT_CHARS else text[: MAX_PROMPT_CHARS - 1] + "…"
 
 
 def _diff(item: dict) -> str:

@@ -299,7 +299,6 @@ class CodexAdapter(ProviderAdapter):
         self._translator, self._queue = translator, asyncio.Queue()
         self._turn_known.clear()
         try:
-            params = {"threadId": thread_id, "input": [_text_input(turn.text)]}
             try:
                 mode = self._requested_mode(turn.script)
             except ValueError as exc:
@@ -307,6 +306,8 @@ class CodexAdapter(ProviderAdapter):
                 return
             try:
                 await self._ensure_process()  # a restarted process resumes the thread first: mode unknown then
+                text = turn.prompt_after(await self._cut_off_prompt(thread_id)) if turn.recovery else turn.text
+                params = {"threadId": thread_id, "input": [_text_input(text)]}
                 if mode != self._mode:
                     params |= self._mode_option(mode)
                 result = await self._call("turn/start", params)
@@ -328,6 +329,28 @@ class CodexAdapter(ProviderAdapter):
             self._queue = self._translator = None
             self._turn_known.clear()
             self._live.clear()  # L11.3: a request outlives its turn only as not resumable
+
+    async def _cut_off_prompt(self, thread_id: str) -> str | None:
+        """The prompt of the thread's newest turn when a failure cut it off (it did not complete): Codex keeps
+        the user message of a turn from its start, so a recovery must not send it again."""
+        try:
+            listed = await self._call("thread/turns/list", {"threadId": thread_id, "limit": 1, "sortDirection": "desc"})
+        except RpcError:
+            return None  # not known: the prompt is sent (at worst twice, as before)
+        newest = (listed.get("data") or [None])[0]
+        if not isinstance(newest, dict) or newest.get("status") == "completed":
+            return None
+        for item in newest.get("items") or []:
+            if isinstance(item, dict) and item.get("type") == "userMessage":
+                return "".join(c.get("text", "") for c in item.get("content") or [] if c.get("type") == "text")
+        return None
+
+    async def abandon(self) -> None:
+        """SIGKILL, as a crash: asked to stop (``turn/interrupt``, or its stdin closed) Codex records the turn
+        as the user's interruption ("The user interrupted the previous turn on purpose", a pending command
+        "aborted by user"), which the retried turn would read as the user's will and not run again."""
+        if self._rpc is not None:
+            await self._rpc.kill()
 
     async def _quietly_interrupt(self, rpc: RpcProcess, thread_id: str, turn_id: str) -> None:
         with contextlib.suppress(Exception):
@@ -425,14 +448,15 @@ class CodexAdapter(ProviderAdapter):
         else:
             self._background(self._refuse(rpc_id, method))
 
-    async def steer(self, turn: Turn, text: str) -> None:
-        """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call."""
+    async def steer(self, turn: Turn, text: str, message_id: str | None = None) -> None:
+        """L3.2: Codex adds the text to the running turn (same turn id) and restarts its model call. Its user
+        message item carries ``message_id`` back (``clientId``) where the steer joined the turn."""
         await self._wait_turn_known()
+        params = {"threadId": self._require_thread(), "input": [_text_input(text)], "expectedTurnId": turn.native_ref}
+        if message_id:
+            params["clientUserMessageId"] = message_id
         try:
-            await self._call(
-                "turn/steer",
-                {"threadId": self._require_thread(), "input": [_text_input(text)], "expectedTurnId": turn.native_ref},
-            )
+            await self._call("turn/steer", params)
         except RpcError as exc:
             raise Unsupported(f"codex cannot steer this turn now: {exc.message}") from exc
 

@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,9 @@ ServerRequest = Callable[[int | str, str, dict], None]
 class RpcProcess:
     """One ``codex app-server`` child. ``on_notification(method, params)`` and ``on_request(id, method,
     params)`` are called from the reader task in arrival order. The child stays in its host's process
-    group and gets SIGTERM if the host dies, so a killed host leaves no writer holding its threads."""
+    group and gets SIGKILL if the host dies, so a killed host leaves no writer holding its threads, and its
+    turn is cut off as by a crash (a runtime that is asked to stop records its turn as the user's interruption,
+    which the retried turn must not be told; L9.3)."""
 
     def __init__(
         self,
@@ -101,7 +104,7 @@ class RpcProcess:
             stderr=pipe,
             env=env,
             cwd=str(cwd),
-            preexec_fn=die_with_parent(),
+            preexec_fn=die_with_parent(signal.SIGKILL),
         )
         self._transport = transport
         self._proc = asyncio.subprocess.Process(transport, protocol, loop)
@@ -200,6 +203,13 @@ class RpcProcess:
 
     def describe_exit(self) -> str:
         return exits.describe(self._runtime, self._proc.returncode if self._proc else None, self.stderr_tail)
+
+    async def kill(self) -> None:
+        """SIGKILL, as a crash ends the process: it records nothing of the turn it was playing (L9.3)."""
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+            await self.exited.wait()
 
     async def close(self, grace: float = 5.0) -> None:
         """Closing stdin ends the server; a server that lingers is killed."""

@@ -47,6 +47,7 @@ class TurnTranslator:
         self.native_turn_id: str | None = None
         self._messages: dict[str, str] = {}  # codex item id -> Treadle message id
         self._streamed: set[str] = set()
+        self._joined: set[str] = set()  # steers (Treadle message ids) whose place in the turn was reported
         self._nodes: dict[str, str] = {}  # codex item id -> Treadle node id
         self._changes: dict[str, list[dict]] = {}  # fileChange item id -> its changes, for its approval prompt
         self._edits: dict[str, list[FileEdit]] = {}  # fileChange item id -> the files it changes, with diffs
@@ -115,8 +116,14 @@ class TurnTranslator:
         kind, item_id = item.get("type"), item.get("id", "")
         if kind == "agentMessage":
             self._messages[item_id] = self.turn.ids.next("msg")
-        elif kind in ("userMessage", "plan", "hookPrompt", "functionCallOutput"):
-            return  # the user's own text; a proposed plan is reported whole when it completes
+        elif kind == "userMessage":
+            # The user's own text: a steer's (it carries the id Treadle gave it) says where it joined the turn
+            steer = item.get("clientId")
+            if isinstance(steer, str) and steer and steer not in self._joined:
+                self._joined.add(steer)
+                out.events.append(pe.SteerJoined(message_id=steer))
+        elif kind in ("plan", "hookPrompt", "functionCallOutput"):
+            return  # a proposed plan is reported whole when it completes
         elif kind == "commandExecution":
             command = _command_text(item)
             self._commands[item_id] = command

@@ -308,6 +308,6 @@ const EVENT_TYPES = [
   "request.resolved", "request.cancelled", "request.closed", "rollback.completed", "rollback.failed",
   "rollback.provider_requested", "rollback.started", "run.cancelled", "run.completed", "run.dispatched",
   "run.edited", "run.failed", "run.held", "run.interrupted", "run.queued", "run.started", "run.steered",
-  "run.warning", "run.superseded", "session.started", "session.stopped", "thread.child_forked", "thread.created",
-  "thread.forked", "transfer.consumed", "transfer.failed",
+  "run.warning", "run.superseded", "session.started", "session.stopped", "steer.joined", "thread.child_forked",
+  "thread.created", "thread.forked", "transfer.consumed", "transfer.failed",
 ];

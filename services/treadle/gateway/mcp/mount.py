@@ -13,11 +13,12 @@ from litestar.handlers import asgi
 from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-from treadle.ops.session_credentials import SessionCredentials, is_session_credential
+from treadle.ops.session_credentials import is_session_credential
 from treadle.ops.tokens import Principal
 
 from ..deps import PRINCIPAL_KEY, app_state, principal
 from ..errors import ApiError, body
+from ..limits import session_credentials
 from .base import CREDENTIAL_KEY
 from .tools import server
 
@@ -55,7 +56,8 @@ async def _authenticate(request: Request) -> None:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() == "bearer" and is_session_credential(token):
-        credential = await SessionCredentials(app_state(request).nc.jetstream()).resolve(token)
+        store = session_credentials(app_state(request))
+        credential = await store.resolve(token) if store is not None else None
         if credential is None:
             raise ApiError(401, "unauthorized", "unknown, expired or revoked credential", headers=CHALLENGE)
         request.scope[PRINCIPAL_KEY] = Principal(tenant=credential.tenant, user=AGENT_USER)  # type: ignore[literal-required]

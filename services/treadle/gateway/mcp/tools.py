@@ -20,6 +20,7 @@ from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.decide import PROVIDERS
 from treadle.projections import parts
+from treadle.providers.acp.settings import configured_providers as acp_providers
 from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
 
 from .. import control, deps, lineage, lists
@@ -183,7 +184,7 @@ def server() -> MCPServer:
         return {
             "tenant": who.tenant,
             "user": who.user,
-            "providers": list(PROVIDERS),
+            "providers": [*PROVIDERS, *acp_providers()],
             "runtime_modes": list(policy.allowed_modes),
             "send_modes": list(SEND_MODES),
             "limits": {
@@ -266,7 +267,8 @@ def server() -> MCPServer:
             who = await principal(request)
             thread = path_id(thread_id, "thr")
             # a thread of no one's (or another tenant's) is a 404 from the read itself, as on the list routes
-            seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit, min_seq)
+            # every read reflects the thread's last event when it came: ``min_seq`` (still accepted) asks no more
+            seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit)
             items = [msgspec.json.decode(raw) for raw in window]
             truncated = [_bounded(item, max_chars) for item in items]
             end = min(after, total) + len(items)
