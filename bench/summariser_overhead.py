@@ -79,7 +79,7 @@ async def main(n: int, provider: str) -> dict:
         try:
             for _ in range(n):
                 started = time.perf_counter()
-                [out] = await summariser.apply("bench", [handoff], {"hoff_1": MATERIAL}, 4000)
+                [out] = await summariser.apply("bench", "local", [handoff], {"hoff_1": MATERIAL}, 4000)
                 provided.append((time.perf_counter() - started) * 1000)
                 assert out.summariser == f"provider:{provider}", out.fallback
         finally:

@@ -78,7 +78,7 @@ compose up -d --no-build >"$work/up.log" 2>&1
 api=http://127.0.0.1:8700
 ready() {  # every worker's /readyz answers 200 (the gateway on its port, the others on 9100 inside)
     curl -sf "$api/readyz" >/dev/null || return 1
-    for w in coordinator supervisor projector checkpoints provider-host; do
+    for w in coordinator supervisor projector checkpoints-1 checkpoints-2 provider-host-1 provider-host-2; do
         podman exec "${project}_${w}_1" python -c \
             "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9100/readyz', timeout=2)" \
             >/dev/null 2>&1 || return 1

@@ -4,12 +4,14 @@ field that differs from the log's replay, and the command exits non-zero."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from redis.asyncio import Redis
 
 from tests.e2e.test_cli import treadle
 from tests.support.scripts import script, text, write
+from treadle.core import events as ev
 
 pytestmark = pytest.mark.e2e
 
@@ -75,3 +77,21 @@ async def test_check_reports_a_document_the_log_does_not_know(api, stack, tmp_pa
         assert [p["kind"] for p in json.loads(out)["problems"]] == ["projection_orphan"]
     finally:
         await redis.delete(ghost)
+
+
+async def test_check_reports_a_thread_whose_home_is_not_a_live_volume(api, stack, log, tmp_path):
+    """Issue 35: a thread living on a volume no checkpoint service announces (a node lost) is named."""
+    await _two_runs(api)  # on "local", which the stack's checkpoint service announces
+    stranded = "thr_stranded"
+    created = ev.ThreadCreated(thread_id=stranded, workspace=f"threads/{stranded}", created_by="u", volume="gone-node")
+    envelope = ev.Envelope(
+        id=f"evt_{api.tenant}_stranded", type=ev.ThreadCreated.TYPE, tenant=api.tenant, thread=stranded,
+        at=datetime.now(UTC), command_id="cmd_stranded", actor="test", data=created,
+    )  # fmt: skip
+    await log.append(api.tenant, stranded, 0, [envelope])
+    code, out, err = await _check(stack, api.tenant, tmp_path, "--json")
+    problems = json.loads(out)["problems"]
+    assert code == 1 and [(p["kind"], p["subject"]) for p in problems] == [
+        ("home_not_live", f"treadle.evt.{api.tenant}.{stranded}")
+    ], out + err
+    assert "gone-node" in problems[0]["detail"]

@@ -35,7 +35,7 @@ def run_git(workspace: Path, *args: str) -> str:
 
 async def test_L10_5_three_runs_rolled_back_to_run_1_then_continued_gives_run_4_on_run_1_files(api, stack):
     thread = await api.create_thread(title="rollback")
-    workspace = stack.state_dir / "workspaces" / api.tenant / "threads" / thread
+    workspace = stack.workspace_of(api.tenant, thread)
     await run_to_end(
         api,
         thread,

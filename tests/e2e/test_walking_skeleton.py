@@ -87,7 +87,7 @@ async def test_L2_1_send_streams_deltas_and_completes_with_a_checkpoint_in_git(a
     assert checkpoint["status"] == "completed" and checkpoint["ordinal"] == 1
     assert [(f["path"], f["change"]) for f in checkpoint["files"]] == [("hello.py", "added")]
     tree = checkpoint_git(
-        stack.state_dir, api.tenant, thread, "ls-tree", "-r", "--name-only", checkpoint["ref"]
+        stack.node_dir_of(api.tenant, thread), api.tenant, thread, "ls-tree", "-r", "--name-only", checkpoint["ref"]
     ).split()
     assert tree == ["hello.py"]
     thread_doc = (await api.request("GET", f"/v1/threads/{thread}")).json()

@@ -60,7 +60,8 @@ async def place(client: HostClient, session_id: str, native_ref: str | None, pro
             native_ref=native_ref,
             workspace="w",
             capabilities=PROFILES[profile],
-        )
+        ),
+        volume="local",  # the host's (Shared's default)
     )
     assert isinstance(reply, hp.SessionPlaced), reply
     return reply

@@ -53,9 +53,9 @@ async def summarised(
     nc, steps: list[dict] | None, budget: int = 10_000, provider: str = "scripted", volume: str = "local"
 ) -> ev.HandoffCreated:
     summariser = ProviderSummariser(
-        HostClient(nc, 2.0, volume), provider, script={"steps": steps} if steps is not None else None, timeout=10
+        HostClient(nc, 2.0), provider, script={"steps": steps} if steps is not None else None, timeout=10
     )
-    [out] = await summariser.apply("acme", [handoff()], {"hoff_1": MATERIAL}, budget)
+    [out] = await summariser.apply("acme", volume, [handoff()], {"hoff_1": MATERIAL}, budget)
     return out
 
 

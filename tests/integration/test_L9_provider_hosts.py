@@ -12,6 +12,7 @@ import pytest
 from nats.errors import ConnectionClosedError
 
 from tests.support.helpers import wait_for
+from tests.support.volumes import OnVolume
 from treadle.core import provider_events as pe
 from treadle.eventlog import streams
 from treadle.ops.servers import NatsServer
@@ -39,7 +40,7 @@ class Hosts:
         await self.server.start()
         self.nc = await nats.connect(self.server.url)
         await streams.ensure(self.nc.jetstream())
-        self.client = HostClient(self.nc, timeout=2.0)
+        self.client = OnVolume(HostClient(self.nc, timeout=2.0), "local")  # the hosts' volume (Shared's default)
 
         async def on_event(msg) -> None:
             event = pe.provider_event_decoder.decode(msg.data)
@@ -297,7 +298,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
     before = asyncio.all_tasks()  # the suite shares one loop: other tests' tasks are not this host's
     host = ProviderHost(nc, Shared(state_dir=tmp_path, volume="closing"), ProviderHostSettings(host_id="host-closing"))
     await host.start()
-    client = HostClient(nc, volume="closing", timeout=10.0)
+    client = OnVolume(HostClient(nc, timeout=10.0), "closing")
     for n in (1, 2):
         placed = await client.place(
             hp.PlaceSession(

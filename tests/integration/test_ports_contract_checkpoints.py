@@ -13,6 +13,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from tests.support.volumes import OnVolume
 from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.git import Workspaces
@@ -36,7 +37,7 @@ class RealStore:
         self.shadow = tmp_path / "shadow"
         self.workspaces = Workspaces(self.root, self.shadow, archive=JetStreamArchive(nc.jetstream()))
         self.service = CheckpointService(nc, self.workspaces, self.volume)
-        self.store = CheckpointClient(nc, self.volume, timeout=30.0)
+        self.store = OnVolume(CheckpointClient(nc, timeout=30.0), self.volume)
 
     def write(self, workspace: str, files: dict[str, str | None]) -> None:
         for path, text in files.items():
@@ -63,7 +64,7 @@ class RealStore:
 
 class TwinStore:
     def __init__(self) -> None:
-        self.store = MemoryCheckpoints()
+        self.store = OnVolume(MemoryCheckpoints(), "local")
 
     def write(self, workspace: str, files: dict[str, str | None]) -> None:
         held = self.store.files(TENANT, workspace)

@@ -13,6 +13,7 @@ import nats
 import pytest
 
 from tests.support.helpers import wait_for
+from tests.support.volumes import OnVolume
 from treadle.core import provider_events as pe
 from treadle.core.providers.capabilities import PROFILES
 from treadle.eventlog import streams
@@ -37,7 +38,7 @@ class RealHosts:
         self.volume = f"v{uuid.uuid4().hex[:8]}"
         self.shared = Shared(state_dir=tmp_path, nats_url=url, volume=self.volume)
         self.nc, self.running = nc, {}
-        self.directory = HostClient(nc, timeout=5.0, volume=self.volume)
+        self.directory = OnVolume(HostClient(nc, timeout=5.0), self.volume)
         self.reported: dict[str, int] = {}  # attempt id -> provider events seen
 
     async def listen(self) -> None:
@@ -73,7 +74,7 @@ class RealHosts:
 
 class TwinHosts:
     def __init__(self) -> None:
-        self.directory = MemoryHosts()
+        self.directory = OnVolume(MemoryHosts(), "local")
 
     async def start(self, host_id: str, capacity: int = 4) -> None:
         self.directory.add(host_id, capacity)

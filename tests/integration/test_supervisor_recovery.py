@@ -180,7 +180,8 @@ async def moved_behind_the_cache(world: World, decided: list[ev.Payload], attemp
             provider_thread_id="pth_1",
             native_ref="scripted-pth_1",
             workspace="w",
-        )
+        ),
+        volume=world.shared.volume,
     )
     assert isinstance(placed, hp.SessionPlaced), placed
     state = fold(await world.log.read(TENANT, THREAD))

@@ -50,7 +50,7 @@ async def test_the_host_refuses_runtime_sessions_it_cannot_sandbox(tmp_path, mon
     host = ProviderHost(nc, Shared(state_dir=tmp_path, volume=volume), ProviderHostSettings(host_id=f"host-{volume}"))
     await host.start()
     try:
-        reply = await HostClient(nc, volume=volume, timeout=10.0).place(
+        reply = await HostClient(nc, timeout=10.0).place(
             hp.PlaceSession(
                 tenant="acme",
                 thread="thr_1",
@@ -58,7 +58,8 @@ async def test_the_host_refuses_runtime_sessions_it_cannot_sandbox(tmp_path, mon
                 session_id=f"ps_{provider}",
                 provider_thread_id="pth_1",
                 workspace="w",
-            )
+            ),
+            volume=volume,
         )
     finally:
         await host.stop()

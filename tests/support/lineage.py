@@ -48,7 +48,7 @@ async def assert_projection_is_the_fold(api, log, thread: str) -> None:
 
 
 def workspace(stack, tenant: str, thread: str) -> Path:
-    return Path(stack.state_dir) / "workspaces" / tenant / "threads" / thread
+    return stack.workspace_of(tenant, thread)  # on the node that holds it
 
 
 async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dict:

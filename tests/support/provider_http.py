@@ -49,7 +49,7 @@ async def tenant_client(stack: Stack, tenant: str) -> AsyncIterator[TreadleClien
 
 
 def workspace_of(stack: Stack, tenant: str, thread: str) -> Path:
-    return stack.state_dir / "workspaces" / tenant / "threads" / thread
+    return stack.workspace_of(tenant, thread)  # on the node that holds it
 
 
 def history(doc: dict) -> list[tuple]:
@@ -100,7 +100,7 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thre
 
 def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path: str) -> str:
     """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it, read from the checkpoint service's git dir."""
-    return checkpoint_git(stack.state_dir, tenant, thread, "show", f"{checkpoint['ref']}:{path}")
+    return checkpoint_git(stack.node_dir_of(tenant, thread), tenant, thread, "show", f"{checkpoint['ref']}:{path}")
 
 
 async def answered_once(client: TreadleClient, thread: str, request: dict, response: dict) -> None:
@@ -150,8 +150,9 @@ class TreadleUp:
     """``treadle up`` in a process of its own, as an operator runs it, stopped the way a service manager stops
     it: SIGTERM to that process. Restarted on the same state dir and port."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str], demo: bool = False) -> None:
+    def __init__(self, state_dir: Path, env: dict[str, str], demo: bool = False, args: tuple[str, ...] = ()) -> None:
         self.state_dir, self.env, self.port, self.demo = state_dir, env, free_port(), demo
+        self.args = args  # more flags of `treadle up`
         self.log = state_dir.parent / f"{state_dir.name}-up.log"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -176,6 +177,7 @@ class TreadleUp:
                 "--port",
                 str(self.port),
                 "--demo" if self.demo else "--no-demo",
+                *self.args,
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,

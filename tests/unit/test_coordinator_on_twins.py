@@ -256,9 +256,9 @@ async def test_L6_1_L6_5_a_fork_gets_the_files_of_its_point_and_a_retry_after_a_
     made = []
     materialize = tw.checkpoints.materialize
 
-    async def materializing(request):
+    async def materializing(request, *, volume):
         made.append(request.thread)
-        return await materialize(request)
+        return await materialize(request, volume=volume)
 
     tw.checkpoints.materialize = materializing
     # the child is created, then the source's record of it conflicts: decided again, the child is found made

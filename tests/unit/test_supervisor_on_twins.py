@@ -68,7 +68,7 @@ def envelope(i: int, data: ev.Payload) -> ev.Envelope:
 
 async def test_L9_3_a_turn_handed_to_a_session_on_a_dead_host_is_placed_again_on_a_live_one(tmp_path):
     tw = Twins(tmp_path)
-    await tw.checkpoints.prepare(TENANT, THREAD, "w")
+    await tw.checkpoints.prepare(TENANT, THREAD, "w", volume="local")
     history = [
         ev.ThreadCreated(thread_id=THREAD, workspace="w", created_by="u"),
         ev.RunQueued(

@@ -18,7 +18,7 @@ from treadle.core.policy import TenantPolicy
 from treadle.core.state import ThreadState, fold
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import LogError
-from treadle.memory import MemoryCheckpoints, MemoryEventLog, MemoryHosts, StoredMessage
+from treadle.memory import MemoryCheckpoints, MemoryEventLog, MemoryHosts, MemoryVolumes, StoredMessage
 from treadle.runtime.consumer import Retryable
 from treadle.runtime.settings import CoordinatorSettings, Shared, SupervisorSettings
 from treadle.supervisor.service import WAKE_EVENTS, Supervisor
@@ -65,6 +65,7 @@ class Request:
 class Twins:
     def __init__(self, tmp_path: Path) -> None:
         self.log, self.checkpoints, self.hosts = MemoryEventLog(), MemoryCheckpoints(), MemoryHosts()
+        self.volumes = MemoryVolumes()
         self.shared = Shared(state_dir=tmp_path)
         self._ids = itertools.count(1)
         self._cursors: dict[tuple[int, str], int] = {}  # a worker's handler -> the last sequence it was given
@@ -79,6 +80,7 @@ class Twins:
             checkpoints=self.checkpoints,
             hosts=self.hosts,
             policies=DefaultPolicies(),
+            volumes=self.volumes,
         )
 
     def supervisor(self, **settings) -> Supervisor:

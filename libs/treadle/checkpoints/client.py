@@ -1,4 +1,5 @@
-"""The checkpoint service as seen by other workers: request/reply on ``treadle.ckpt.<volume>.<verb>``."""
+"""The checkpoint service as seen by other workers: request/reply on ``treadle.ckpt.<volume>.<verb>``. Every
+request names the volume: the thread's home (``Thread.volume``), never the asking process's own."""
 
 from __future__ import annotations
 
@@ -41,54 +42,52 @@ class CheckpointUnavailable(Retryable):
 
 
 class CheckpointClient:
-    def __init__(self, nc: NATS, volume: str, timeout: float = 30.0) -> None:
+    def __init__(self, nc: NATS, timeout: float = 30.0) -> None:
         self._nc = nc
-        self._volume = volume
         self._timeout = timeout
 
-    async def _request(self, verb: str, payload: bytes) -> bytes:
+    async def _request(self, volume: str, verb: str, payload: bytes) -> bytes:
         try:
             msg = await self._nc.request(
-                subjects.checkpoint(self._volume, verb), payload, timeout=self._timeout, headers=tracing.inject(None)
+                subjects.checkpoint(volume, verb), payload, timeout=self._timeout, headers=tracing.inject(None)
             )
         except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-            raise CheckpointUnavailable(f"checkpoint service ({self._volume}) did not answer {verb}: {exc!r}") from None
+            raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {verb}: {exc!r}") from None
         return msg.data
 
-    async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
-        reply = decode_prepare_reply(
-            await self._request("prepare", encode(PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace)))
-        )
+    async def prepare(self, tenant: str, thread: str, workspace: str, *, volume: str) -> WorkspaceReady:
+        request = encode(PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace))
+        reply = decode_prepare_reply(await self._request(volume, "prepare", request))
         if isinstance(reply, Failure):
             raise CheckpointError(reply.code, reply.message)
         return reply
 
-    async def capture(self, request: Capture) -> Captured:
-        reply = decode_capture_reply(await self._request("capture", encode(request)))
+    async def capture(self, request: Capture, *, volume: str) -> Captured:
+        reply = decode_capture_reply(await self._request(volume, "capture", encode(request)))
         if isinstance(reply, Failure):
             raise CheckpointError(reply.code, reply.message)
         return reply
 
-    async def diff(self, request: DiffRequest) -> DiffResult:
-        return _ok(decode_diff_reply(await self._request("diff", encode(request))))
+    async def diff(self, request: DiffRequest, *, volume: str) -> DiffResult:
+        return _ok(decode_diff_reply(await self._request(volume, "diff", encode(request))))
 
-    async def restore(self, request: Restore) -> Restored:
-        return _ok(decode_restore_reply(await self._request("restore", encode(request))))
+    async def restore(self, request: Restore, *, volume: str) -> Restored:
+        return _ok(decode_restore_reply(await self._request(volume, "restore", encode(request))))
 
-    async def prune(self, request: Prune) -> Pruned:
-        return _ok(decode_prune_reply(await self._request("prune", encode(request))))
+    async def prune(self, request: Prune, *, volume: str) -> Pruned:
+        return _ok(decode_prune_reply(await self._request(volume, "prune", encode(request))))
 
-    async def materialize(self, request: Materialize) -> Materialized:
+    async def materialize(self, request: Materialize, *, volume: str) -> Materialized:
         """L6.5: a fork's workspace checked out from a checkpoint commit of its source (idempotent)."""
         from .materialize import request_materialize  # it imports this module
 
-        return await request_materialize(self._nc, self._volume, request, self._timeout)
+        return await request_materialize(self._nc, volume, request, self._timeout)
 
-    async def hydrate(self, request: Hydrate) -> Hydrated:
-        """The workspace made from the checkpoint archive when this volume lost it (idempotent)."""
+    async def hydrate(self, request: Hydrate, *, volume: str) -> Hydrated:
+        """The workspace made from the checkpoint archive when the volume lost it (idempotent)."""
         from .hydrate import request_hydrate  # it imports this module
 
-        return await request_hydrate(self._nc, self._volume, request, max(self._timeout, 60.0))
+        return await request_hydrate(self._nc, volume, request, max(self._timeout, 60.0))
 
 
 def _ok(reply):

@@ -323,7 +323,9 @@ def asyncapi() -> str:
             "treadle.place.{volume}",
             "Internal: place a provider session, request/reply to the queue group of the provider hosts that "
             "mount the volume and have room.",
-            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            {
+                "volume": "workspace volume: the thread's home (its thread.created or thread.moved), served by the node with that TREADLE_VOLUME"
+            },
             ["PlaceSession", "HostReply"],
         ),
         *_channel(
@@ -333,7 +335,9 @@ def asyncapi() -> str:
             "the queue group of all its hosts: the one asked releases an idle session of the busiest tenant, or "
             "refuses (capacity, tenant_quota) and the run waits. Hosts announce freed room on core NATS "
             "treadle.freed.{volume} (the body is the tenant concerned, or empty).",
-            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            {
+                "volume": "workspace volume: the thread's home (its thread.created or thread.moved), served by the node with that TREADLE_VOLUME"
+            },
             ["PlaceSession", "HostReply"],
         ),
         *_channel(
@@ -348,21 +352,26 @@ def asyncapi() -> str:
             "treadle.summarise.{volume}",
             "Internal: a provider-backed handoff summary (L5.5), request/reply to the queue group of every "
             "provider host of the volume.",
-            {"volume": "workspace volume (TREADLE_VOLUME)"},
+            {
+                "volume": "workspace volume: the thread's home (its thread.created or thread.moved), served by the node with that TREADLE_VOLUME"
+            },
             ["Summarise", "SummaryReply"],
         ),
         *_channel(
             "checkpoints",
             "treadle.ckpt.{volume}.{verb}",
             "Internal: the checkpoint service of one workspace volume, request/reply.",
-            {"volume": "workspace volume (TREADLE_VOLUME)", "verb": ("the request", ["prepare", "capture"])},
+            {
+                "volume": "workspace volume: the thread's home (its thread.created or thread.moved), served by the node with that TREADLE_VOLUME",
+                "verb": ("the request", ["prepare", "capture"]),
+            },
             ["PrepareWorkspace", "Capture", "CheckpointReply"],
         ),
         *_channel(
             "audit",
             "treadle.audit.{tenant}.{action}",
             "Audit trail, stream TREADLE_AUDIT: API tokens and broker credentials created and revoked. "
-            "Service credentials only. (KV buckets treadle-hosts, -sessions, -idempotency and -tokens are "
+            "Service credentials only. (KV buckets treadle-hosts, -sessions, -volumes, -idempotency and -tokens are "
             "internal state, on $KV.<bucket>.>, and never reachable by tenants.)",
             {"tenant": tenant, "action": ("what happened", list(ACTIONS))},
             ["AuditRecord"],

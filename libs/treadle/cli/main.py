@@ -17,7 +17,7 @@ import sys
 from rich.markup import escape
 
 from ..client import ApiError
-from . import check, completion, consumers, dead_letters, exits
+from . import check, completion, consumers, dead_letters, exits, volumes
 from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
 from .config import DEFAULT_API
 from .errors import UsageError, describe
@@ -91,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N provider hosts (host-1..host-N) sharing the placement queue group (default 1)",
     )
     up.add_argument(
+        "--workspace-nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N workspace nodes (volumes node-1..node-N, each its own directory, checkpoint service and "
+        "provider hosts); new threads are placed across them (default 1: volume local)",
+    )
+    up.add_argument(
         "--nats-cluster",
         type=int,
         default=1,
@@ -125,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.set_defaults(func=cmd_tokens_revoke)
     consumers.add_parsers(sub, nats_)
     dead_letters.add_parser(sub, nats_)
+    volumes.add_parser(sub, nats_)
 
     policy = sub.add_parser("policy", help="tenant policies").add_subparsers(
         dest="action", required=True, metavar="ACTION"

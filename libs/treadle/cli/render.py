@@ -67,6 +67,8 @@ def summarise(event: str, data: dict) -> str:
     match event:
         case "thread.created":
             return f"{d.get('title') or '(untitled)'} · {d.get('provider')} · workspace {d.get('workspace')}"
+        case "thread.moved":
+            return f"{d.get('from_volume')} → {d.get('to_volume')} ({d.get('reason')})"
         case "message.created":
             return f"{d.get('role')}: {short(d.get('text', ''), 60)}"
         case "message.delta" | "message.completed":

@@ -45,12 +45,18 @@ class Stack:
         provider_hosts: int = 1,
         nats_cluster: int = 1,
         replicas: int = 1,
+        workspace_nodes: int = 1,
     ) -> None:
         """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
         cluster of that many nodes, with every stream and bucket replicated on 3 of them. ``replicas``: how many
-        of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease."""
+        of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease.
+        ``workspace_nodes``: 1 keeps every workspace on volume "local" in the state dir; N runs N workspace nodes
+        on this machine, volumes node-1..node-N, each with its own directory (``nodes/node-<i>``: workspaces,
+        checkpoints, runtimes), checkpoint service and ``provider_hosts`` provider hosts."""
         if nats_cluster != 1 and nats_cluster < 3:
             raise ValueError("nats_cluster is 1 (one server) or at least 3 nodes")
+        if workspace_nodes < 1:
+            raise ValueError("workspace_nodes must be at least 1")
         self.state_dir = Path(state_dir).resolve()
         self.nats_cluster = nats_cluster
         self._nats_url, self._redis_url = nats_url, redis_url
@@ -60,16 +66,43 @@ class Stack:
         self.redis: RedisServer | None = None
         self.processes = ProcessSupervisor(on_output=on_output)
         self.health_ports: dict[str, int] = {}
-        # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>.
-        self.host_processes = {
-            f"host-{n}": "provider-host" if n == 1 else f"provider-host-{n}" for n in range(1, provider_hosts + 1)
-        }
+        # Workspace nodes: volume -> its directory. One node is the state dir itself, volume "local" (as always).
+        self.nodes = (
+            {"local": self.state_dir}
+            if workspace_nodes == 1
+            else {f"node-{i}": self.state_dir / "nodes" / f"node-{i}" for i in range(1, workspace_nodes + 1)}
+        )
+        # Provider hosts: "provider-host" is host-1; more run as "provider-host-<n>" with host id host-<n>. On
+        # several nodes each node's are "provider-host-node-<i>[-<n>]", host ids "node-<i>-host-<n>".
+        self.host_processes: dict[str, str] = {}
+        self.volume_of: dict[str, str] = {}  # process name of a node's worker -> its volume
+        for volume in self.nodes:
+            suffix = "" if workspace_nodes == 1 else f"-{volume}"
+            for n in range(1, provider_hosts + 1):
+                host_id = f"host-{n}" if workspace_nodes == 1 else f"{volume}-host-{n}"
+                name = f"provider-host{suffix}" if n == 1 else f"provider-host{suffix}-{n}"
+                self.host_processes[host_id] = name
+                self.volume_of[name] = volume
+            self.volume_of[f"checkpoints{suffix}"] = volume
         # Replicated workers: "coordinator" is the first replica, then "coordinator-2", … (the replica name).
         if replicas < 1:
             raise ValueError("replicas must be at least 1")
         self.replicas = {
             kind: [kind if n == 1 else f"{kind}-{n}" for n in range(1, replicas + 1)] for kind in REPLICATED
         }
+
+    def workspaces(self, volume: str = "local") -> Path:
+        """The workspace root of ``volume`` (a workspace node's, or the state dir's on one node)."""
+        return self.nodes[volume] / "workspaces"
+
+    def node_dir_of(self, tenant: str, thread: str) -> Path:
+        """The state dir of the node holding the thread's own workspace (``threads/<thread>``): its workspace
+        root and its checkpoint service's shadow repositories are there (the first node when none holds it)."""
+        held = [d for d in self.nodes.values() if (d / "workspaces" / tenant / "threads" / thread).is_dir()]
+        return held[0] if held else next(iter(self.nodes.values()))
+
+    def workspace_of(self, tenant: str, thread: str) -> Path:
+        return self.node_dir_of(tenant, thread) / "workspaces" / tenant / "threads" / thread
 
     @property
     def api_url(self) -> str:
@@ -135,12 +168,18 @@ class Stack:
             hosts: list[tuple[str | None, str]]  # (host id, process name)
             if kind == "provider-host":
                 hosts = list(self.host_processes.items())
+            elif kind == "checkpoints":
+                hosts = [(None, name) for name, volume in self.volume_of.items() if name.startswith("checkpoints")]
             else:
                 hosts = [(None, name) for name in self.replicas.get(kind, [kind])]
             for host_id, name in hosts:
                 env = dict(base)
                 if host_id is not None and len(self.host_processes) > 1:
                     env["TREADLE_PROVIDER_HOST_HOST_ID"] = host_id
+                if len(self.nodes) > 1 and name in self.volume_of:  # a workspace node's own volume and directory
+                    volume = self.volume_of[name]
+                    env["TREADLE_VOLUME"] = volume
+                    env["TREADLE_STATE_DIR"] = str(self.nodes[volume])
                 if kind in self.replicas:
                     env["TREADLE_REPLICA"] = name
                 if name == "gateway":

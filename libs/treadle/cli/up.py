@@ -212,6 +212,8 @@ async def cmd_up(args: argparse.Namespace) -> int:
         raise UsageError("--nats-cluster is 1 (one server) or at least 3 nodes (a quorum must survive a loss)")
     if args.replicas < 1:
         raise UsageError("--replicas must be at least 1")
+    if args.workspace_nodes < 1:
+        raise UsageError("--workspace-nodes must be at least 1")
     stack = Stack(
         state,
         gateway_port=args.port,
@@ -219,6 +221,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
         provider_hosts=args.provider_hosts,
         nats_cluster=args.nats_cluster,
         replicas=args.replicas,
+        workspace_nodes=args.workspace_nodes,
     )
     began = time.monotonic()
     try:

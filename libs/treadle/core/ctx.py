@@ -16,6 +16,9 @@ class Ctx(msgspec.Struct, kw_only=True):
     now: datetime
     ids: IdFactory
     actor: str
+    # The volume a thread this decision creates lives on: placement (core/placement.py) is made by the worker
+    # before deciding, from what the volumes announce, so the decision itself stays pure. None: "local".
+    home: str | None = None
 
     @classmethod
     def for_command(cls, command: Command) -> Ctx:

@@ -193,7 +193,10 @@ def plan(
     created = CreateThread(
         title=title, provider=body.provider, model=body.model, runtime_mode=runtime_mode, thread_id=child_id
     )
-    events, _ = create_thread(ThreadState(), command, created, Ctx.for_command(command))  # the child's own checks
+    # The child lives on its parent's home: a subagent works in a scope the parent's volume holds. Until
+    # checkpoints are durable off the volume, nothing could bring its results back from another one.
+    ctx = msgspec.structs.replace(Ctx.for_command(command), home=state.thread.volume)
+    events, _ = create_thread(ThreadState(), command, created, ctx)  # the child's own checks
     delegated = ThreadDelegated(
         parent_thread_id=state.thread.id,
         root_thread_id=root,

@@ -54,6 +54,7 @@ from treadle.core.thread.events import (
     QueueReordered,
     RunEdited,
     ThreadCreated,
+    ThreadMoved,
 )
 
 __all__ = [
@@ -108,6 +109,7 @@ __all__ = [
     "ThreadCreated",
     "ThreadDelegated",
     "ThreadForked",
+    "ThreadMoved",
     "TransferFailed",
     "UnknownEvent",
     "decode_event",

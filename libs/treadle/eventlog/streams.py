@@ -78,6 +78,9 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-keys", history=1),  # secrets the replicas share (ops/keys.py)
     KeyValueConfig(bucket="treadle-web-sessions", history=1, ttl=12 * 3600.0),  # console sign-ins (gateway/sessions.py)
     KeyValueConfig(bucket="treadle-mcp-credentials", history=1, ttl=DAY),  # per-session MCP credentials (ops)
+    # Workspace volumes' heartbeats (checkpoint services) and operators' drain marks (runtime/volumes.py)
+    KeyValueConfig(bucket="treadle-volumes", history=1, ttl=10.0),
+    KeyValueConfig(bucket="treadle-volume-drains", history=1),
 )
 
 # Workspace checkpoints off the node (git packs and manifests; checkpoints/archive.py, durable.py).

@@ -75,6 +75,9 @@ def host_freed(volume: str) -> str:
     return f"treadle.freed.{token(volume, 'volume')}"
 
 
+HOST_FREED_ALL = "treadle.freed.*"  # every volume's announcements (the supervisor serves threads on all)
+
+
 def host_summarise(volume: str) -> str:
     """L5.5: provider-backed handoff summaries; any host of the volume answers (queue group)."""
     return f"treadle.summarise.{token(volume, 'volume')}"

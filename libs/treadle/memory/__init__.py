@@ -6,5 +6,14 @@ from .archive import MemoryArchive
 from .checkpoints import MemoryCheckpoints
 from .eventlog import MemoryEventLog, StoredMessage, subject_matches
 from .hosts import MemoryHosts
+from .volumes import MemoryVolumes
 
-__all__ = ["MemoryArchive", "MemoryCheckpoints", "MemoryEventLog", "MemoryHosts", "StoredMessage", "subject_matches"]
+__all__ = [
+    "MemoryArchive",
+    "MemoryCheckpoints",
+    "MemoryEventLog",
+    "MemoryHosts",
+    "MemoryVolumes",
+    "StoredMessage",
+    "subject_matches",
+]

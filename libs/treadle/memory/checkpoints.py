@@ -110,6 +110,7 @@ class MemoryCheckpoints:
         self._root = root
         self.workspaces: dict[tuple[str, str], _Workspace] = {}
         self.archived: dict[tuple[str, str], _Workspace] = {}  # every workspace's checkpoints, off the "disk"
+        self.volumes: list[str] = []  # the volume each request was addressed to (one volume here)
 
     # --- the test's side ---------------------------------------------------------------------------
 
@@ -123,7 +124,8 @@ class MemoryCheckpoints:
 
     # --- the port ----------------------------------------------------------------------------------
 
-    async def prepare(self, tenant: str, thread: str, workspace: str) -> WorkspaceReady:
+    async def prepare(self, tenant: str, thread: str, workspace: str, *, volume: str) -> WorkspaceReady:
+        self.volumes.append(volume)
         check_token("tenant", tenant)
         check_token("thread", thread)
         key = (tenant, self._path(workspace))
@@ -131,7 +133,8 @@ class MemoryCheckpoints:
         self.archived.setdefault(key, self.workspaces.setdefault(key, _Workspace()))
         return WorkspaceReady(path=self._where(*key), git=True, created=created)
 
-    async def capture(self, req: Capture) -> Captured:
+    async def capture(self, req: Capture, *, volume: str) -> Captured:
+        self.volumes.append(volume)
         check_capture(req)
         ws = self._workspace(req.tenant, req.workspace)
         ref = checkpoint_ref(req.thread, req.scope, req.ordinal)
@@ -182,7 +185,8 @@ class MemoryCheckpoints:
             files_total=len(changed),
         )
 
-    async def diff(self, req: DiffRequest) -> DiffResult:
+    async def diff(self, req: DiffRequest, *, volume: str) -> DiffResult:
+        self.volumes.append(volume)
         check_token("tenant", req.tenant)
         check_token("thread", req.thread)
         check_commit(req.from_commit, "from_commit")
@@ -201,7 +205,8 @@ class MemoryCheckpoints:
             patch_bytes=len(patch),
         )
 
-    async def restore(self, req: Restore) -> Restored:
+    async def restore(self, req: Restore, *, volume: str) -> Restored:
+        self.volumes.append(volume)
         check_token("restore_id", req.restore_id)
         for r in req.retire:
             check_scope(r.scope)
@@ -239,7 +244,8 @@ class MemoryCheckpoints:
             retired=retired,
         )
 
-    async def materialize(self, request: Materialize) -> Materialized:
+    async def materialize(self, request: Materialize, *, volume: str) -> Materialized:
+        self.volumes.append(volume)
         for name, value in (
             ("tenant", request.tenant),
             ("thread", request.thread),
@@ -262,7 +268,8 @@ class MemoryCheckpoints:
         self.workspaces[key] = _Workspace(files=dict(source.commits[request.commit][1]), made_from=request.commit)
         return Materialized(path=self._where(*key), commit=request.commit, created=True)
 
-    async def hydrate(self, request: Hydrate) -> Hydrated:
+    async def hydrate(self, request: Hydrate, *, volume: str) -> Hydrated:
+        self.volumes.append(volume)
         check_token("tenant", request.tenant)
         check_token("thread", request.thread)
         check_commit(request.commit, "commit")

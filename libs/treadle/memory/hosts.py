@@ -59,6 +59,7 @@ class MemoryHosts:
             tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]
         ] = []  # (host id or "", verb, request)
         self.summaries: list[str] = []  # what summarise answers, in order (empty: no host answers)
+        self.volumes: list[str] = []  # the volume each placement or summary was addressed to (one volume here)
 
     # --- the test's side ---------------------------------------------------------------------------
 
@@ -94,8 +95,9 @@ class MemoryHosts:
     # --- the port ----------------------------------------------------------------------------------
 
     async def place(
-        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False
+        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False, *, volume: str
     ) -> hp.SessionPlaced | hp.HostFailure:
+        self.volumes.append(volume)
         self.calls.append(("", "shed" if full else "place", request))
         host = next((h for h in self.hosts.values() if request.session_id in h.sessions), None)
         if host is None:
@@ -163,7 +165,8 @@ class MemoryHosts:
         assert isinstance(reply, (hp.RolledBack, hp.HostFailure))
         return reply
 
-    async def summarise(self, request: hp.Summarise) -> hp.Summary | hp.HostFailure:
+    async def summarise(self, request: hp.Summarise, *, volume: str) -> hp.Summary | hp.HostFailure:
+        self.volumes.append(volume)
         self.calls.append(("", "summarise", request))
         if not self.hosts or not self.summaries:
             raise HostUnavailable("no provider host answered the summary request")

@@ -40,6 +40,7 @@ from treadle.core import events as ev
 from treadle.core.state import ThreadState, evolve
 
 from ..eventlog import subjects
+from ..runtime.volumes import Volumes
 from . import document, places, store
 
 TERMINAL = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
@@ -497,5 +498,22 @@ async def check_projections(nc: NATS, redis: Redis, tenant: str | None = None, s
             break
         await asyncio.sleep(0.2)  # the projector is catching up: look again (bounded by `settle`)
     report.projections = len(folded)
-    report.problems = report.problems + problems
+    report.problems = report.problems + problems + await homes_not_live(nc, folded)
     return report
+
+
+async def homes_not_live(nc: NATS, folded: dict[tuple[str, str], ThreadState]) -> list[Problem]:
+    """Threads whose home volume has no live checkpoint service: nothing can prepare, capture or restore their
+    workspace until the volume is back or the thread is moved (``treadle volumes forget``)."""
+    volumes, _ = await Volumes(nc.jetstream()).read()
+    live = {v.name for v in volumes if v.checkpoints}
+    return [
+        Problem(
+            seq=state.seq,
+            subject=f"treadle.evt.{tenant}.{thread}",
+            kind="home_not_live",
+            detail=f"{tenant}/{thread} lives on volume {state.thread.volume!r}, which no checkpoint service announces",
+        )
+        for (tenant, thread), state in sorted(folded.items())
+        if state.thread is not None and state.thread.volume not in live
+    ]

@@ -26,6 +26,7 @@ _encode = msgspec.json.Encoder().encode
 LOCAL_EVENTS = frozenset(
     {
         ev.ThreadCreated,
+        ev.ThreadMoved,
         ev.MessageCreated,
         ev.MessageDelta,
         ev.MessageCompleted,

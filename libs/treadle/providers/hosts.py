@@ -24,12 +24,12 @@ class HostGone(HostUnavailable):
 
 
 class HostClient:
-    def __init__(self, nc: NATS, timeout: float, volume: str = "local") -> None:
+    """Placement, shedding and summaries go to the hosts of a volume, named on each call (the thread's home);
+    the other verbs to the host that holds the session."""
+
+    def __init__(self, nc: NATS, timeout: float) -> None:
         self._nc = nc
         self._timeout = timeout
-        self._place = subjects.host_place(volume)
-        self._shed = subjects.host_shed(volume)
-        self._summarise = subjects.host_summarise(volume)
 
     async def _request(self, subject: str, payload: bytes, timeout: float | None = None) -> bytes:
         try:
@@ -43,10 +43,11 @@ class HostClient:
         return msg.data
 
     async def place(
-        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False
+        self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False, *, volume: str
     ) -> hp.SessionPlaced | hp.HostFailure:
-        """On a host with room; ``full``: on any host, which releases an idle session to make room (L9.3)."""
-        subject = self._shed if full else self._place
+        """On a host of ``volume`` with room; ``full``: on any of its hosts, which releases an idle session to make
+        room (L9.3)."""
+        subject = subjects.host_shed(volume) if full else subjects.host_place(volume)
         return hp.place_reply.decode(await self._request(subject, hp.encode(request), timeout))
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
@@ -56,10 +57,10 @@ class HostClient:
         """One of ``protocol.VERB_REQUESTS`` on the host that holds the session."""
         return hp.turn_reply.decode(await self._request(subjects.host(host_id, verb), hp.encode(request)))
 
-    async def summarise(self, request: hp.Summarise) -> hp.Summary | hp.HostFailure:
+    async def summarise(self, request: hp.Summarise, *, volume: str) -> hp.Summary | hp.HostFailure:
         """L5.5: a handoff summary from a provider, on any host of the volume. Waits as long as the turn may
         take (plus a margin for the host to start and end it), not the usual request timeout."""
-        subject = self._summarise
+        subject = subjects.host_summarise(volume)
         try:
             msg = await self._nc.request(subject, hp.encode(request), timeout=request.timeout + self._timeout)
         except (TimeoutError, NatsTimeout, NoRespondersError) as exc:

@@ -16,6 +16,16 @@ from .requests import Activity, Plan, RuntimeRequest
 from .runs import Message, QueuedRun, QueueView, Run
 
 
+class Move(View, kw_only=True):
+    """A change of the thread's home volume."""
+
+    from_volume: str
+    to_volume: str
+    reason: str
+    checkpoint_id: str | None = None
+    at: datetime
+
+
 class Thread(View, kw_only=True):
     id: str
     tenant: str
@@ -27,6 +37,8 @@ class Thread(View, kw_only=True):
     created_by: str
     created_at: datetime
     parent_thread_id: str | None = None
+    volume: str = "local"  # its home: the workspace volume its workspace and provider sessions are on
+    moves: list[Move] = msgspec.field(default_factory=list)
 
 
 class ThreadView(View, kw_only=True):

@@ -18,7 +18,7 @@ async def main() -> None:
             run_as_tenant=own.run_as_tenant,
             archive=JetStreamArchive(nc.jetstream(), timeout=own.archive_timeout) if own.durable else None,
         )
-        return CheckpointService(nc, workspaces, shared.volume, retention=own)
+        return CheckpointService(nc, workspaces, shared.volume, retention=own, announce=shared.workspaces)
 
     await serve("checkpoints", shared, own, make)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -26,6 +27,7 @@ from treadle.checkpoints.protocol import (
 )
 from treadle.eventlog import subjects, tracing
 from treadle.runtime.settings import CheckpointsSettings
+from treadle.runtime.volumes import Announcer
 
 __all__ = ["CheckpointService"]
 
@@ -45,8 +47,15 @@ class CheckpointService:
     """
 
     def __init__(
-        self, nc: NATS, workspaces: Workspaces, volume: str, retention: CheckpointsSettings | None = None
+        self,
+        nc: NATS,
+        workspaces: Workspaces,
+        volume: str,
+        retention: CheckpointsSettings | None = None,
+        announce: Path | None = None,
     ) -> None:
+        """``announce``: the volume's workspace root; given, the service heartbeats its volume (runtime/volumes.py)
+        so threads are placed on it."""
         self._nc = nc
         self._retention = retention
         self._sweeper: asyncio.Task[None] | None = None
@@ -54,6 +63,7 @@ class CheckpointService:
         self._volume = subjects.token(volume, "volume")
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._announcer = Announcer(nc.jetstream(), self._volume, announce) if announce is not None else None
 
     async def start(self) -> None:
         handlers: dict[str, Handler] = {
@@ -72,9 +82,13 @@ class CheckpointService:
             self._subs.append(sub)
         if self._retention is not None and self._retention.retention_idle_days > 0:
             self._sweeper = asyncio.create_task(self._sweep(self._retention), name="ckpt-retention")
+        if self._announcer is not None:
+            await self._announcer.start()  # once it answers: placed threads find it
 
     async def stop(self) -> None:
         """Stop taking requests, then let the ones in flight finish and reply."""
+        if self._announcer is not None:
+            await self._announcer.stop()  # no new thread is placed here from now on
         if self._sweeper is not None:
             self._sweeper.cancel()
         subs, self._subs = self._subs, []

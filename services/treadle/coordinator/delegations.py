@@ -92,7 +92,9 @@ class Delegations:
         if child.thread is None:
             created = plan.create[0]
             assert isinstance(created, ThreadCreated)
-            await self._checkpoints.prepare(command.tenant, child_id, created.workspace)
+            # On the parent's home (delegation.plan): until checkpoints are durable off the volume, the child's
+            # results could not be brought back from another one.
+            await self._checkpoints.prepare(command.tenant, child_id, created.workspace, volume=created.volume)
             ctx = reaction_ctx(f"{command.id}|delegate-child", command.issued_at, f"user:{command.user}")
             await self._store.append(
                 command.tenant, child_id, child, plan.create, ids=ctx.ids, at=ctx.now, command_id=command.id,

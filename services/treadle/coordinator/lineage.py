@@ -32,12 +32,14 @@ class LineageCommands:
         child = await self._store.refresh(command.tenant, fork.plan.child_id)
         for effect in forks.decide(state, command, fork, child, fence).effects:
             if isinstance(effect, forks.MaterializeWorkspace):
-                await self._materialize(effect)
+                assert state.thread is not None
+                # The fork lives on its source's home (forks.fork): materialised there from the source's checkpoint.
+                await self._materialize(effect, state.thread.volume)
             else:
                 child = await self._create_child(effect, child)
         return forks.settle(fork, child), fork.receipt
 
-    async def _materialize(self, effect: forks.MaterializeWorkspace) -> None:
+    async def _materialize(self, effect: forks.MaterializeWorkspace, volume: str) -> None:
         try:
             await self._checkpoints.materialize(
                 Materialize(
@@ -47,7 +49,8 @@ class LineageCommands:
                     commit=effect.commit,
                     thread=effect.thread,
                     workspace=effect.workspace,
-                )
+                ),
+                volume=volume,
             )
         except CheckpointError as exc:
             raise forks.workspace_unavailable(exc.code, exc.message) from None

@@ -86,7 +86,7 @@ class Rollbacks:
         )
         ctx = reaction_ctx(f"rollback|{rb.id}", datetime.now(UTC), ACTOR)
         try:
-            restored = await self._checkpoints.restore(request)  # CheckpointUnavailable: left in progress, retried
+            restored = await self._checkpoints.restore(request, volume=home(state))  # unavailable: retried later
         except CheckpointError as exc:
             log.warning("rollback %s of %s failed: %s", rb.id, thread, exc)
             outcome: ev.Payload = steps.restore_failed(rb, exc.code, exc.message)
@@ -104,7 +104,7 @@ class Rollbacks:
         step = steps.provider_step(state, tenant, thread, rb, hosts=self._hosts is not None)
         resumed_here = step.resume is not None
         if step.resume is not None:
-            placed, error = await self._resume(step.resume)
+            placed, error = await self._resume(step.resume, home(state))
             resumed = steps.resumed(step, rb, placed, error)
             if resumed.release is not None:
                 await self._release(resumed.release)
@@ -153,7 +153,7 @@ class Rollbacks:
             return steps.Dropped(error=f"{reply.code}: {reply.message}")
         return steps.Dropped(turns_dropped=reply.turns_dropped)
 
-    async def _resume(self, resume: steps.ResumeProvider) -> tuple[hp.SessionPlaced | None, str | None]:
+    async def _resume(self, resume: steps.ResumeProvider, volume: str) -> tuple[hp.SessionPlaced | None, str | None]:
         """No session holds the provider thread: resume it on a host (as the next run would) and keep that
         session live for the next run. Returns the placement, or why there is none."""
         assert self._hosts is not None
@@ -170,7 +170,7 @@ class Rollbacks:
             capabilities=resume.capabilities,
         )
         try:
-            placed = await self._hosts.place(request, timeout=self._provider_timeout)
+            placed = await self._hosts.place(request, timeout=self._provider_timeout, volume=volume)
         except HostUnavailable as exc:
             return None, str(exc)
         if isinstance(placed, hp.HostFailure):
@@ -186,3 +186,9 @@ class Rollbacks:
             )
         except HostUnavailable as exc:
             log.info("could not release session %s: %s", release.session_id, exc)
+
+
+def home(state: ThreadState) -> str:
+    """The volume the thread's workspace and sessions are on."""
+    assert state.thread is not None
+    return state.thread.volume

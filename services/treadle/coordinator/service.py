@@ -10,9 +10,11 @@ from functools import partial
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
+from treadle.core import placement
 from treadle.core.commands import Accepted, Command, Rejected
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
@@ -43,6 +45,7 @@ from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
 from treadle.runtime.settings import CoordinatorSettings, Shared
+from treadle.runtime.volumes import Volumes
 
 from .admission import Admission
 from .delegations import Delegations
@@ -60,6 +63,10 @@ RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
 RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
 
 
+class NoVolume(Exception):
+    """No volume can take a new thread: the creation is refused (503 ``no_volume``), nothing appended."""
+
+
 class Coordinator:
     """``log``, ``checkpoints``, ``hosts`` and ``policies``: the ports it works through, over ``nc`` unless
     given (tests pass the in-memory twins of ``treadle.memory``)."""
@@ -74,14 +81,16 @@ class Coordinator:
         checkpoints: ports.CheckpointStore | None = None,
         hosts: ports.HostDirectory | None = None,
         policies: PolicyStore | None = None,
+        volumes: ports.VolumeDirectory | None = None,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._store = ThreadStore(log if log is not None else EventLog(nc), "coordinator", own.cache_threads)
-        self._checkpoints = (
-            checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        )
-        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
+        # Addressed per request to the thread's home volume (its thread.created, thread.moved), never to a volume
+        # of this process: the coordinator serves every volume.
+        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, own.checkpoint_timeout)
+        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout)
+        self._volumes = volumes if volumes is not None else Volumes(self._js)  # where new threads go
         self._lineage = LineageCommands(self._store, self._checkpoints)  # L6, L7
         self._delivered: dict[str, None] = {}  # recent answer commands the provider took: a retry asks nothing
         self._rollbacks = Rollbacks(self._store, self._checkpoints, self._hosts)  # L10.5/L10.6 (rollback.py)
@@ -185,6 +194,7 @@ class Coordinator:
         # A pure decision may first be made on the cache (see ``_cached``); only one that is appended counts.
         pure = decider is None and not isinstance(command.body, (ForkThread, DelegateTask))
         tries = 0
+        home: str | None = None  # a new thread's volume, placed once: a try after a conflict keeps the workspace
         while tries < MAX_DECISION_TRIES:
             ctx = Ctx.for_command(command)
             state = self._cached(tenant, thread) if pure else None
@@ -200,6 +210,8 @@ class Coordinator:
                 if self._admission.guards(command):
                     tenant_policy = tenant_policy or await self._admission.policy(tenant)
                     fence = await self._admission.check(tenant_policy, state, command)
+                if isinstance(command.body, CreateThread) and state.thread is None:
+                    ctx.home = home = home or await self._place(tenant)
                 if isinstance(command.body, ForkThread):
                     events, receipt = await self._lineage.fork(state, command, fence)
                 elif isinstance(command.body, DelegateTask):
@@ -215,7 +227,7 @@ class Coordinator:
                 if isinstance(command.body, CreateThread):
                     created = events[0]
                     assert isinstance(created, ThreadCreated)  # a thread's creation is its first event
-                    await self._checkpoints.prepare(tenant, thread, created.workspace)
+                    await self._checkpoints.prepare(tenant, thread, created.workspace, volume=created.volume)
                 receipt.seq = await self._store.append(
                     tenant,
                     thread,
@@ -229,6 +241,8 @@ class Coordinator:
                 )
                 if fence is not None and isinstance(command.body, CreateThread):
                     self._admission.created(tenant, fence, receipt.seq)  # its one event: the new last creation
+                if home is not None and isinstance(command.body, CreateThread):
+                    self._volumes.placed(home, tenant)
                 return await self._rollbacks.after(tenant, thread, state, command, receipt)
             except DomainError as exc:
                 if on_cache:
@@ -236,6 +250,8 @@ class Coordinator:
                 return Rejected(code=exc.code, message=exc.message, status=exc.status, details=exc.details)
             except CheckpointUnavailable as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
+            except NoVolume as exc:
+                return Rejected(code="no_volume", message=str(exc), status=503)
             except Conflict:
                 APPEND_CONFLICTS.labels("coordinator").inc()  # stale cache or a retried command: reload, decide again
             except Unavailable as exc:
@@ -243,6 +259,21 @@ class Coordinator:
             except LogError as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    async def _place(self, tenant: str) -> str:
+        """The home of a new thread of ``tenant``: a live volume with room, the tenant's threads spread
+        (core/placement.py, on what the volumes announce: runtime/volumes.py)."""
+        try:
+            snapshot = await self._volumes.snapshot()
+        except (NatsError, TimeoutError) as exc:  # the broker away a moment: retryable, like a silent service
+            raise CheckpointUnavailable(f"the workspace volumes could not be read: {exc!r}") from None
+        home = placement.place(snapshot.volumes, snapshot.tenant_threads(tenant))
+        if home is None:
+            raise NoVolume(
+                "no workspace volume can take a new thread now (none has a live checkpoint service and provider "
+                "host, or every one is draining); retry once a workspace node is up"
+            )
+        return home
 
     def _cached(self, tenant: str, thread: str) -> ThreadState | None:
         """The cached state of an idle thread, to decide a command on without reading the log first. While a run

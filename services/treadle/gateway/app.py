@@ -290,7 +290,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.tokens = TokenStore(nc.jetstream())
         app.state.policies = PolicyStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
-        app.state.checkpoints = CheckpointClient(nc, shared.volume)
+        app.state.checkpoints = CheckpointClient(nc)  # each diff goes to its thread's home volume
         app.state.cursor_key = await shared_key(nc.jetstream(), "page-cursors")
         try:
             yield

@@ -114,7 +114,8 @@ async def _diff(
                 from_commit=old.commit if old else None,
                 to_commit=new.commit or "",
                 max_bytes=max_bytes,
-            )
+            ),
+            volume=thread.volume,
         )
     except CheckpointUnavailable:
         raise ApiError(

@@ -22,9 +22,12 @@ log = logging.getLogger(__name__)
 class ChildScopeSink:
     """A turn sink that captures a subagent's scope around its start and end, then passes the event on."""
 
-    def __init__(self, sink, checkpoints: CheckpointClient, *, tenant: str, thread: str, workspace: str) -> None:
+    def __init__(
+        self, sink, checkpoints: CheckpointClient, *, tenant: str, thread: str, workspace: str, volume: str
+    ) -> None:
         self._sink = sink
         self._checkpoints = checkpoints
+        self._volume = volume
         self._base = dict(tenant=tenant, thread=thread, workspace=workspace)
         self._scopes: dict[str, str] = {}  # open subagent node -> its scope
 
@@ -60,6 +63,6 @@ class ChildScopeSink:
 
     async def _capture(self, request: Capture) -> None:
         try:
-            await self._checkpoints.capture(request)
+            await self._checkpoints.capture(request, volume=self._volume)
         except Exception as exc:  # the supervisor's own request for this checkpoint decides what is recorded
             log.warning("child checkpoint %s/%s not taken at the source: %r", request.scope, request.ordinal, exc)

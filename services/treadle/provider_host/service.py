@@ -122,7 +122,7 @@ class ProviderHost:
         self._background: set[asyncio.Task] = set()  # placements and session ends running on their own
         self._subs: list = []
         self._heartbeat: asyncio.Task | None = None
-        self._checkpoints = CheckpointClient(nc, shared.volume, timeout=10.0)  # child scopes (child_scopes.py)
+        self._checkpoints = CheckpointClient(nc, timeout=10.0)  # child scopes (child_scopes.py), on self._volume
         self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
         self._policies = PolicyStore(self._js)
         self._budgets: dict[str, tuple[float, DiskBudget]] = {}  # tenant -> (when read, its disk budget)
@@ -706,6 +706,7 @@ class ProviderHost:
             tenant=request.tenant,
             thread=request.thread,
             workspace=session.request.workspace,
+            volume=self._volume,  # the session's workspace is on this host's volume: it was placed here
         )
         turn = Turn(
             run_id=request.run_id,

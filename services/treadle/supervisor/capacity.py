@@ -1,5 +1,6 @@
 """Freed provider capacity, as the supervisor hears it. Hosts announce on ``treadle.freed.<volume>`` (with
-the tenant concerned) when a session or a turn ends or a host starts; runs held (L9.3) try again at once:
+the tenant concerned) when a session or a turn ends or a host starts; the supervisor hears every volume and
+wakes the runs held on that one (a run's thread lives on one volume). Runs held (L9.3) try again at once:
 for ``tenant_quota`` on their own tenant's announcements, for any other reason (``capacity``,
 ``sandbox_unavailable``: a host that can sandbox may start) on any."""
 
@@ -21,11 +22,12 @@ class Ticket:
 
 
 class FreedCapacity:
-    def __init__(self, nc: NATS, volume: str) -> None:
+    def __init__(self, nc: NATS) -> None:
         self._nc = nc
-        self._subject = subjects.host_freed(volume)
-        self._any = asyncio.Event()
-        self._tenants: dict[str, asyncio.Event] = {}  # only tenants with a run waiting since the last announcement
+        self._subject = subjects.HOST_FREED_ALL
+        self._any: dict[str, asyncio.Event] = {}  # per volume, only volumes with a run waiting since it was set
+        # (volume, tenant) -> set at that tenant's next announcement on that volume
+        self._tenants: dict[tuple[str, str], asyncio.Event] = {}
         self._sub = None
 
     async def start(self) -> None:
@@ -38,14 +40,18 @@ class FreedCapacity:
             self._sub = None
 
     async def _on_freed(self, msg) -> None:
-        self._any.set()
-        self._any = asyncio.Event()
-        tenant = self._tenants.pop(msg.data.decode(errors="replace"), None)
+        volume = msg.subject.rsplit(".", 1)[-1]
+        room = self._any.pop(volume, None)
+        if room is not None:
+            room.set()
+        tenant = self._tenants.pop((volume, msg.data.decode(errors="replace")), None)
         if tenant is not None:
             tenant.set()
 
-    def ticket(self, tenant: str) -> Ticket:
-        return Ticket(self._any, self._tenants.setdefault(tenant, asyncio.Event()))
+    def ticket(self, volume: str, tenant: str) -> Ticket:
+        return Ticket(
+            self._any.setdefault(volume, asyncio.Event()), self._tenants.setdefault((volume, tenant), asyncio.Event())
+        )
 
     @staticmethod
     async def wait(ticket: Ticket, reason: str, timeout: float, also: tuple[asyncio.Event, ...] = ()) -> None:

@@ -56,7 +56,8 @@ async def _capture(
         checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, scope=scope, ordinal=ordinal, kind=kind, node_id=node_id
     )
     try:
-        got = await client.capture(request)  # CheckpointUnavailable propagates: the provider event is retried
+        # CheckpointUnavailable propagates: the provider event is retried
+        got = await client.capture(request, volume=state.thread.volume)
     except CheckpointError as exc:  # L10.4: an error summary instead of a checkpoint
         log.warning("child checkpoint %s/%s of %s failed: %s", scope, ordinal, state.thread.id, exc)
         return ev.CheckpointCaptured(**base, status="error")

@@ -77,13 +77,13 @@ class Supervisor:
     ) -> None:
         js = nc.jetstream()
         self._store = ThreadStore(log if log is not None else EventLog(nc), ACTOR, own.cache_threads)
-        self._checkpoints = (
-            checkpoints if checkpoints is not None else CheckpointClient(nc, shared.volume, own.checkpoint_timeout)
-        )
-        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout, shared.volume)
+        # Addressed per request to the thread's home volume (``Thread.volume``, folded from its own events, so a
+        # replica that takes a thread over after a crash addresses the same volume): the supervisor serves all.
+        self._checkpoints = checkpoints if checkpoints is not None else CheckpointClient(nc, own.checkpoint_timeout)
+        self._hosts = hosts if hosts is not None else HostClient(nc, own.host_timeout)
         self._summariser = ProviderSummariser.configured(self._hosts, own)  # L5.5; None: the local one alone
         self._handoff_reasoning = own.handoff_reasoning  # whether handoffs carry the models' reasoning
-        self._freed = FreedCapacity(nc, shared.volume)
+        self._freed = FreedCapacity(nc)
         self._recheck = own.capacity_recheck_seconds
         self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
         self._js = js
@@ -301,7 +301,7 @@ class Supervisor:
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
             await self._hydrate(state, run)
-            ticket = self._freed.ticket(tenant)
+            ticket = self._freed.ticket(state.thread.volume, tenant)
             if not start_context.session_fits(state, run):
                 if self._closing.is_set():
                     # The whole stack may be stopping: a session placed now lands on a host about to stop, and
@@ -452,7 +452,7 @@ class Supervisor:
             capabilities=scripted_capabilities(run.provider, run.script),
         )
         try:
-            reply = await self._hosts.place(request)
+            reply = await self._hosts.place(request, volume=state.thread.volume)
         except HostGone:
             reply = None  # no host has room
         # No host with room, or the tenant is at its session limit with idle sessions it may release soon, maybe on
@@ -461,7 +461,7 @@ class Supervisor:
             isinstance(reply, hp.HostFailure) and reply.code == "tenant_quota" and reply.retry_after is not None
         ):
             try:
-                reply = await self._hosts.place(request, full=True)
+                reply = await self._hosts.place(request, full=True, volume=state.thread.volume)
             except HostGone:
                 reply = reply or hp.HostFailure(code="capacity", message="no provider host serves this volume")
         if isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES:
@@ -553,7 +553,8 @@ class Supervisor:
         again = Ctx(now=ctx.now, ids=ids, actor=ctx.actor)
         material = start_context.handoff_material(state, run, target, sources, again, reasoning=reasoning)
         budget = (target or ProviderCapabilities()).max_handoff_chars
-        return await self._summariser.apply(state.thread.tenant if state.thread else tenant, events, material, budget)
+        assert state.thread is not None
+        return await self._summariser.apply(state.thread.tenant, state.thread.volume, events, material, budget)
 
     async def _capture_baseline(self, state: ThreadState, run: Run, ordinal: int, ctx: Ctx) -> ev.CheckpointCaptured:
         captured = await self._capture_or_none(state, ordinal, "baseline", previous=None)
@@ -588,7 +589,7 @@ class Supervisor:
             commit=before.commit,
         )
         try:
-            made = await self._checkpoints.hydrate(request)
+            made = await self._checkpoints.hydrate(request, volume=state.thread.volume)
         except CheckpointError as exc:
             if exc.code == "store_unavailable":
                 raise CheckpointUnavailable(exc.message) from None
@@ -615,7 +616,7 @@ class Supervisor:
         )
         try:
             with CHECKPOINT_SECONDS.time():
-                return await self._checkpoints.capture(request)
+                return await self._checkpoints.capture(request, volume=state.thread.volume)
         except CheckpointError as exc:  # L10.4: record the failure instead of a checkpoint
             log.warning("checkpoint %s/%s of %s failed: %s", "root", ordinal, state.thread.id, exc)
             return None

@@ -59,19 +59,22 @@ class ProviderSummariser:
         return cls(hosts, provider, model=own.summariser_model, script=script, timeout=own.summariser_timeout)
 
     async def apply(
-        self, tenant: str, events: list[ev.Payload], material: Mapping[str, str], budget: int
+        self, tenant: str, volume: str, events: list[ev.Payload], material: Mapping[str, str], budget: int
     ) -> list[ev.Payload]:
-        """``events`` with each handoff's text written by the provider where it can be."""
+        """``events`` with each handoff's text written by the provider where it can be: by a host of ``volume``, the
+        thread's home."""
         handoffs = sum(isinstance(e, ev.HandoffCreated) for e in events)
         share = max(1, budget // max(1, handoffs))  # the pure hook splits the budget the same way
         return [
-            await self._one(tenant, e, material.get(e.handoff_id, e.text), share)
+            await self._one(tenant, volume, e, material.get(e.handoff_id, e.text), share)
             if isinstance(e, ev.HandoffCreated)
             else e
             for e in events
         ]
 
-    async def _one(self, tenant: str, handoff: ev.HandoffCreated, material: str, budget: int) -> ev.HandoffCreated:
+    async def _one(
+        self, tenant: str, volume: str, handoff: ev.HandoffCreated, material: str, budget: int
+    ) -> ev.HandoffCreated:
         heading, _ = sm.split_heading(handoff.text)
         _, body = sm.split_heading(material)
         room = budget - len(heading) - 2
@@ -86,7 +89,7 @@ class ProviderSummariser:
             timeout=self._timeout,
         )
         try:
-            reply = await self._hosts.summarise(request)
+            reply = await self._hosts.summarise(request, volume=volume)
         except HostUnavailable as exc:
             return self._fallback(handoff, str(exc))
         if isinstance(reply, hp.HostFailure):

@@ -182,6 +182,9 @@ def fork(state: ThreadView, command: Command, body: ForkThread, ctx: Ctx) -> For
         runtime_mode=source.runtime_mode,
         workspace=f"threads/{child}",
         created_by=command.user,
+        # On its source's home: its workspace is materialised from a checkpoint the source's volume holds. Until
+        # checkpoints are durable off the volume (a store every volume can restore from), that is the only place.
+        volume=source.volume,
     )
     forked = ThreadForked(
         parent_thread_id=source.id, root_thread_id=root, transfer_id=transfer_id, source_point=point, fidelity=fidelity

@@ -40,6 +40,7 @@ MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 
 Decision = tuple[list[Payload], Accepted]
+DEFAULT_VOLUME = "local"  # the one volume of a deployment that places nothing (and of threads made before homes)
 
 
 def normalise_workspace(path: str) -> str:
@@ -88,6 +89,7 @@ def create_thread(state: ThreadView, command: Command, body: CreateThread, ctx: 
         runtime_mode=body.runtime_mode,
         workspace=workspace,
         created_by=command.user,
+        volume=ctx.home or DEFAULT_VOLUME,
     )
     return [created], Accepted(seq=0, thread_id=thread_id)
 

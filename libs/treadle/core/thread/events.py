@@ -16,6 +16,20 @@ class ThreadCreated(Payload, kw_only=True):
     runtime_mode: str = "approval_required"
     workspace: str
     created_by: str
+    # The workspace volume the thread lives on (its home): every request about its workspace or its provider
+    # sessions goes there. Threads stored before homes existed lived on the one volume, "local".
+    volume: str = "local"
+
+
+@event("thread.moved")
+class ThreadMoved(Payload, kw_only=True):
+    """The thread's home changed (a volume forgotten, an operator's move): its workspace is restored on
+    ``to_volume`` from ``checkpoint_id`` (None: its last durable checkpoint, or empty when it has none)."""
+
+    from_volume: str
+    to_volume: str
+    reason: str
+    checkpoint_id: str | None = None
 
 
 @event("message.created")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from treadle.core.envelope import Envelope
-from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated
-from treadle.core.thread.model import Message, Thread
+from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated, ThreadMoved
+from treadle.core.thread.model import Message, Move, Thread
 from treadle.core.view import Folds, ThreadView
 
 
@@ -63,11 +63,22 @@ def _thread_created(state: ThreadView, e: Envelope, d: ThreadCreated) -> None:
         created_by=d.created_by,
         created_at=e.at,
         command_id=e.command_id,
+        volume=d.volume,
+    )
+
+
+def _thread_moved(state: ThreadView, e: Envelope, d: ThreadMoved) -> None:
+    if state.thread is None:
+        return
+    state.thread.volume = d.to_volume
+    state.thread.moves.append(
+        Move(from_volume=d.from_volume, to_volume=d.to_volume, reason=d.reason, checkpoint_id=d.checkpoint_id, at=e.at)
     )
 
 
 FOLDS: Folds = {
     ThreadCreated: _thread_created,
+    ThreadMoved: _thread_moved,
     MessageCreated: _message_created,
     MessageDelta: _message_delta,
     MessageCompleted: _message_completed,

@@ -18,6 +18,16 @@ DispatchMode = Literal[
 ]
 
 
+class Move(Entity, kw_only=True):
+    """A change of the thread's home volume (``thread.moved``)."""
+
+    from_volume: str
+    to_volume: str
+    reason: str
+    checkpoint_id: str | None = None
+    at: datetime
+
+
 class Thread(Entity, kw_only=True):
     id: str
     tenant: str
@@ -30,6 +40,8 @@ class Thread(Entity, kw_only=True):
     created_at: datetime
     command_id: str
     parent_thread_id: str | None = None
+    volume: str = "local"  # its home: the workspace volume every workspace and session request goes to
+    moves: list[Move] = []  # how it got there, oldest first
 
 
 class Message(Entity, kw_only=True):
