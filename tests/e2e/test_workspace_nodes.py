@@ -7,6 +7,7 @@ sessions must reach the right one."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import nats
 import pytest
@@ -113,7 +114,8 @@ async def test_a_drained_volume_takes_no_new_thread_and_a_forgotten_ones_threads
 
     node = [name for name, volume in stack.volume_of.items() if volume == "node-3"]
     for name in node:
-        await stack.processes.halt(name)  # the node's machine is lost
+        await stack.processes.halt(name)  # the node's machine is lost, and its disk with it
+    shutil.rmtree(stack.workspaces("node-3"))
     try:
         await wait_for(
             lambda: _gone(stack, tmp_path, "node-3"), timeout=60, interval=0.5, what="node-3's heartbeat expiring"
@@ -130,8 +132,11 @@ async def test_a_drained_volume_takes_no_new_thread_and_a_forgotten_ones_threads
             moved[lost]["to_volume"],
             "forgotten",
         )
+        home = stack.workspaces(moved[lost]["to_volume"]) / api.tenant / "threads" / lost
+        assert (home / "kept.txt").read_text() == "v1"  # hydrated from the archive before the move was recorded
         again = await api.send(lost, "after the move", script=script(write("new.txt", "v2")))
         await api.wait_run(again["run_id"])  # placed, captured and answered on the new home
+        assert (home / "kept.txt").read_text() == "v1"
         await assert_projection_is_the_fold(api, log, lost)  # thread.moved projected as a replay folds it
         assert (stack.workspaces(moved[lost]["to_volume"]) / api.tenant / "threads" / lost / "new.txt").exists()
         code, out, err = await treadle("volumes", "forget", "node-3", "--nats-url", stack.nats_url, cwd=tmp_path)

@@ -1,9 +1,9 @@
 """Moving threads off a workspace volume that is gone (``treadle volumes forget``, issue 35).
 
 Each thread whose home is the volume gets a ``thread.moved`` to a volume placed as a new thread would be
-(``core.placement``, never the forgotten one), naming the checkpoint its workspace is to be restored from: its
-newest root checkpoint with files. The workspace is prepared on the new home first, empty: restoring it from
-that checkpoint needs checkpoints that outlive their volume (a durable store), which this version does not have.
+(``core.placement``, never the forgotten one), naming the checkpoint its workspace is restored from: its newest
+root checkpoint with files. The workspace is hydrated on the new home from the checkpoint archive before the move
+is recorded (prepared empty when the thread has no such checkpoint), so the thread's next run finds its files.
 Appends are fenced on the thread's last event (another writer first: read again, decide again), so a forget run
 twice moves each thread once.
 """
@@ -17,8 +17,10 @@ import msgspec
 from nats.aio.client import Client as NATS
 
 from treadle.checkpoints.client import CheckpointClient
+from treadle.checkpoints.hydrate import Hydrate
 from treadle.core import events as ev
 from treadle.core import placement
+from treadle.core.checkpoints.model import Checkpoint
 from treadle.core.state import ThreadState, fold
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
@@ -54,10 +56,10 @@ async def homes(log: EventLog) -> dict[tuple[str, str], str]:
     return found
 
 
-def restore_point(state: ThreadState) -> str | None:
+def restore_point(state: ThreadState) -> Checkpoint | None:
     """The checkpoint a moved workspace is restored from: the newest root checkpoint with files."""
     usable = [c for c in state.checkpoints if c.scope == "root" and c.commit is not None and not c.stale]
-    return max(usable, key=lambda c: c.ordinal).id if usable else None
+    return max(usable, key=lambda c: c.ordinal) if usable else None
 
 
 async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved]:
@@ -79,7 +81,14 @@ async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved
             if to is None:
                 raise NoVolumeLeft(f"no live volume other than {volume} can take its threads")
             point = restore_point(state)
-            await checkpoints.prepare(tenant, thread, state.thread.workspace, volume=to)
+            workspace, point_id = state.thread.workspace, point.id if point else None
+            if point is None:
+                await checkpoints.prepare(tenant, thread, workspace, volume=to)
+            else:
+                made = Hydrate(
+                    tenant=tenant, thread=thread, workspace=workspace, checkpoint_id=point.id, commit=point.commit
+                )
+                await checkpoints.hydrate(made, volume=to)
             event = ev.Envelope(
                 id=f"evt_{uuid.uuid4().hex}",
                 type=ev.ThreadMoved.TYPE,
@@ -88,7 +97,7 @@ async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved
                 at=datetime.now(UTC),
                 command_id=f"forget-{volume}-{thread}",
                 actor="operator",
-                data=ev.ThreadMoved(from_volume=volume, to_volume=to, reason=reason, checkpoint_id=point),
+                data=ev.ThreadMoved(from_volume=volume, to_volume=to, reason=reason, checkpoint_id=point_id),
             )
             try:
                 await log.append(tenant, thread, state.seq, [event])
@@ -96,6 +105,6 @@ async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved
                 continue  # the thread moved on: read it again
             volumes.placed(to, tenant)
             snapshot = await volumes.snapshot()
-            moved.append(Moved(tenant=tenant, thread=thread, to_volume=to, checkpoint_id=point))
+            moved.append(Moved(tenant=tenant, thread=thread, to_volume=to, checkpoint_id=point_id))
             break
     return moved
