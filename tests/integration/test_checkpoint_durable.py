@@ -17,6 +17,7 @@ from pathlib import Path
 import nats
 import pytest
 
+from tests.support.volumes import OnVolume
 from treadle.checkpoints.archive import ArchiveUnavailable, JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.durable import Manifest
@@ -116,7 +117,9 @@ async def _volume(nc, tmp_path: Path, archive) -> AsyncIterator[Volume]:
     service = CheckpointService(nc, workspaces, name)
     await service.start()
     try:
-        yield Volume(root, shadow, counting, CheckpointClient(nc, name), nc, name, f"thr_{uuid.uuid4().hex[:8]}")
+        yield Volume(
+            root, shadow, counting, OnVolume(CheckpointClient(nc), name), nc, name, f"thr_{uuid.uuid4().hex[:8]}"
+        )
     finally:
         await service.stop()
         workspaces.close()

@@ -392,6 +392,7 @@ def test_L2_3_every_in_turn_provider_event_becomes_a_thread_fact():
         pe.PlanUpdated: pe.PlanUpdated(plan_id="plan_1", kind="todo_list"),
         pe.Warning: pe.Warning(message="w"),
         pe.TurnCompleted: pe.TurnCompleted(),
+        pe.SteerJoined: pe.SteerJoined(message_id="m"),
     }
     in_turn = set(get_args(pe.AnyBody)) - {pe.TurnStarted, pe.SessionStopped}  # those two are handled before
     assert set(samples) == in_turn, "a new provider event body needs a mapping in supervision.react"

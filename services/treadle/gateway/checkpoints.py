@@ -122,6 +122,8 @@ async def _diff(
             503, "unavailable", "the checkpoint service did not answer; retry", headers={"Retry-After": "1"}
         ) from None
     except CheckpointError as exc:
+        if exc.code == "store_unavailable":  # the checkpoint archive, behind the service: retryable like it
+            raise ApiError(503, exc.code, exc.message, headers={"Retry-After": "1"}) from None
         raise ApiError(
             409 if exc.code in ("unknown_commit", "workspace_missing") else 400, exc.code, exc.message
         ) from None

@@ -120,6 +120,7 @@ ROLLBACK: Codes = {  # core.rollback.decide; checkpoints._outcome
 DIFF: Codes = {
     400: ("bad_request", "path_escape", "git_error", "internal"),
     409: ("checkpoint_unavailable", "unknown_commit", "workspace_missing"),
+    503: ("store_unavailable",),
 }
 
 _EXAMPLE_MESSAGES = {
