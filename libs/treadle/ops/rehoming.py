@@ -62,8 +62,9 @@ def restore_point(state: ThreadState) -> Checkpoint | None:
     return max(usable, key=lambda c: c.ordinal) if usable else None
 
 
-async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved]:
-    """Move every thread living on ``volume`` to a placed live volume; what was moved, in thread order."""
+async def forget(nc: NATS, volume: str, reason: str = "forgotten", actor: str = "operator") -> list[Moved]:
+    """Move every thread living on ``volume`` to a placed live volume; what was moved, in thread order. ``actor``:
+    who decided it (the operator's command, or the coordinator's watch of lost volumes)."""
     log, volumes, checkpoints = EventLog(nc), Volumes(nc.jetstream(), cache_seconds=0), CheckpointClient(nc)
     snapshot = await volumes.snapshot()
     if any(v.name == volume and v.checkpoints for v in snapshot.volumes):
@@ -96,7 +97,7 @@ async def forget(nc: NATS, volume: str, reason: str = "forgotten") -> list[Moved
                 thread=thread,
                 at=datetime.now(UTC),
                 command_id=f"forget-{volume}-{thread}",
-                actor="operator",
+                actor=actor,
                 data=ev.ThreadMoved(from_volume=volume, to_volume=to, reason=reason, checkpoint_id=point_id),
             )
             try:

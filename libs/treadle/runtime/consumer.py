@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import msgspec
 from nats.aio.msg import Msg
@@ -301,10 +302,17 @@ class PullConsumer:
             self._sweep = None
 
 
-class PartitionConsumers:
-    """The consumers of one leased partition, started and stopped together (runtime/leases.py)."""
+class Work(Protocol):
+    """Anything a partition's lease licenses besides its consumers (the coordinator's watch of lost volumes)."""
 
-    def __init__(self, consumers: list[PullConsumer]) -> None:
+    async def start(self) -> None: ...
+    async def stop(self, timeout: float) -> None: ...
+
+
+class PartitionConsumers:
+    """The consumers (and other work) of one leased partition, started and stopped together (runtime/leases.py)."""
+
+    def __init__(self, consumers: list[PullConsumer | Work]) -> None:
         self.consumers = consumers
 
     async def start(self) -> None:

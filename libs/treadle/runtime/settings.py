@@ -72,6 +72,9 @@ class CoordinatorSettings(WorkerSettings):
     delegation_max_children_per_run: int = Field(default=10, gt=0)
     delegation_max_running_children: int = Field(default=5, gt=0)  # of a tenant, at once
     delegation_cascade_interrupts: bool = True  # an interrupted parent run interrupts its async tasks
+    # A workspace volume that announced nothing this long (and whose record the KV TTL swept) is lost: its threads
+    # move to live volumes by themselves (coordinator/volume_loss.py).
+    volume_lost_seconds: float = Field(default=60.0, gt=0)
 
 
 class SupervisorSettings(WorkerSettings):

@@ -39,7 +39,7 @@ from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
 from treadle.runtime import partitions
-from treadle.runtime.consumer import PullConsumer
+from treadle.runtime.consumer import PartitionConsumers, PullConsumer
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.mailbox import Mailboxes
 from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
@@ -51,6 +51,7 @@ from .admission import Admission
 from .delegations import Delegations
 from .lineage import LineageCommands
 from .rollback import Rollbacks
+from .volume_loss import WATCHER_PARTITION, VolumeLoss
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class Coordinator:
             self._store, self._checkpoints, self._admission, own, self._decide_and_append
         )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
+        self._volume_lost_seconds = own.volume_lost_seconds
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
         legacy = Legacy(
@@ -127,10 +129,14 @@ class Coordinator:
             mailboxes=self._mailboxes,
         )
 
-    def _partition(self, partition: int) -> PullConsumer:
-        return self._run_ended(
+    def _partition(self, partition: int) -> PartitionConsumers | PullConsumer:
+        consumer = self._run_ended(
             f"{RUN_ENDED_DURABLE}-p{partition}", partitions.event_types_filters(RUN_ENDED, partition)
         )
+        if partition != WATCHER_PARTITION:
+            return consumer
+        # One replica at a time watches for lost volumes: the holder of this partition's lease.
+        return PartitionConsumers([consumer, VolumeLoss(self._nc, self._volume_lost_seconds)])
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)

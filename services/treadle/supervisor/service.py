@@ -57,8 +57,9 @@ HOLD_CODES = ("capacity", "tenant_quota", "sandbox_unavailable")  # hosts' refus
 # misconfigured runtime home): the run fails with the host's reason instead of being retried for ever.
 REFUSED_CODES = ("unknown_provider", "bad_request")
 LAST_WORDS = 64  # at most this many earlier messages of a provider thread read back before judging a stop
-# Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send.
-WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested")
+# Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send,
+# a run held on a lost volume to place on the thread's new home (thread.moved).
+WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested", "thread.moved")
 
 
 class Supervisor:
@@ -300,8 +301,18 @@ class Supervisor:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
-            await self._hydrate(state, run)
             ticket = self._freed.ticket(state.thread.volume, tenant)
+            try:
+                await self._hydrate(state, run)
+            except CheckpointUnavailable as exc:
+                # The home's checkpoint service does not answer (its node lost?): the run waits like one no host
+                # can take, woken by the node's return (its hosts' freed signal) or by the thread's move elsewhere.
+                gone = hp.HostFailure(code="capacity", message=f"the workspace volume does not answer: {exc}")
+                state = await self._hold(tenant, thread, state, run, gone, ticket, ctx)
+                if state is None:
+                    return
+                placement, holds = placement - 1, holds + 1
+                continue
             if not start_context.session_fits(state, run):
                 if self._closing.is_set():
                     # The whole stack may be stopping: a session placed now lands on a host about to stop, and
