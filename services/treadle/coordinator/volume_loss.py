@@ -1,8 +1,8 @@
 """Threads of a lost workspace volume go on elsewhere by themselves (issue 35).
 
-A volume whose checkpoint service has announced nothing for ``volume_lost_seconds`` (its ``treadle-volumes``
-record unchanged that long, and swept by the bucket's TTL: a record still there is a node that may be alive) is
-lost: its threads are moved as ``treadle volumes forget`` moves them (``ops.rehoming``, reason ``lost``), each
+A volume whose ``treadle-volumes`` record has been gone for ``volume_lost_seconds`` (swept by the bucket's TTL
+after its checkpoint service's last beat: a record still there is a node that may be alive), or that threads
+live on and this watcher has never seen announced, is lost: its threads are moved as ``treadle volumes forget`` moves them (``ops.rehoming``, reason ``lost``), each
 workspace hydrated on its new home from the checkpoint archive first. One coordinator replica watches at a time:
 the holder of partition 0's lease, as part of that partition's work, so a replica that loses the lease stops
 watching before another starts; the moves are fenced on each thread's last event anyway.
@@ -35,7 +35,8 @@ class VolumeLoss:
         self._nc, self._lost, self._clock = nc, lost_seconds, clock
         self.period = max(0.2, min(lost_seconds / 4, 5.0))
         self._task: asyncio.Task[None] | None = None
-        # volume -> (its record's revision, None when absent; when this watcher first saw it so)
+        self._looked = False
+        # volume -> (its record's revision, None when gone; when this watcher first saw it so)
         self._seen: dict[str, tuple[int | None, float]] = {}
 
     async def start(self) -> None:
@@ -58,9 +59,10 @@ class VolumeLoss:
     async def tick(self) -> list[rehoming.Moved]:
         """Look at the volumes once; move the threads of those silent past the bound. What was moved."""
         now = self._clock()
-        if not self._seen:  # first look: the volumes threads live on count even if silent since before
+        if not self._looked:  # first look: the volumes threads live on count even if silent since before
             for volume in set((await rehoming.homes(EventLog(self._nc))).values()):
                 self._seen[volume] = (None, now)
+            self._looked = True
         records = await latest(self._nc.jetstream(), BUCKET)
         revisions = {key: entry.revision for key, entry in records.items()}
         for volume in set(self._seen) | set(revisions):
@@ -72,12 +74,13 @@ class VolumeLoss:
             if revision is not None or now - since < self._lost:
                 continue
             try:
-                moved += await rehoming.forget(self._nc, volume, reason="lost", actor="coordinator")
+                done = await rehoming.forget(self._nc, volume, reason="lost", actor="coordinator")
             except rehoming.StillLive:
                 continue  # it announced itself again meanwhile
             except rehoming.NoVolumeLeft as exc:
                 log.warning("volume %s is lost and its threads wait: %s", volume, exc)
                 continue
-            log.warning("volume %s announced nothing for %.0f s: its threads moved", volume, now - since)
+            log.warning("volume %s gone for %.0f s: %d threads moved", volume, now - since, len(done))
+            moved += done
             del self._seen[volume]  # its threads are elsewhere; should it come back, it is a new volume
         return moved
