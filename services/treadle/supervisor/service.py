@@ -602,8 +602,8 @@ class Supervisor:
         try:
             made = await self._checkpoints.hydrate(request, volume=state.thread.volume)
         except CheckpointError as exc:
-            if exc.code == "store_unavailable":
-                raise CheckpointUnavailable(exc.message) from None
+            if exc.code == "store_unavailable":  # the archive, not the volume: retried in place (not a hold)
+                raise Retryable(exc.message) from None
             log.warning("workspace of %s not hydrated: %s", state.thread.id, exc)
             return
         if made.created:
