@@ -1,0 +1,42 @@
+"""Issue 35 with the real ``codex app-server``: a thread's rollout is kept off the node after each turn, so a
+provider host that lost its disk (the tenant's CODEX_HOME gone) still resumes the Codex thread natively."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.codex.codex_mock import Text
+from tests.codex.codex_support import TENANT
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_L9_2_a_codex_thread_resumes_natively_after_its_host_lost_the_codex_home(
+    client, codex_stack, mock, homes_root
+):
+    mock.on("remember the word kumquat", [Text("Remembered: kumquat.")])
+    mock.on("which word did I ask you to remember", [Text("You asked me to remember kumquat.")])
+    thread = (await client.create_thread(title="native state", provider="codex"))["thread_id"]
+    first = await client.send(thread, "remember the word kumquat")
+    assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
+
+    # The node is lost: its host and runtime die at once and its disk goes with them (the tenant's homes)
+    await codex_stack.processes.halt("provider-host")
+    shutil.rmtree(homes_root / TENANT)
+    await codex_stack.processes.start()
+    await codex_stack.wait_ready(names=["provider-host"])
+
+    since = len(mock.requests)
+    second = await client.send(thread, "which word did I ask you to remember")
+    run = await client.wait_run(second["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1, doc["provider_threads"]  # resumed, not replaced (L4.2/L9.4)
+    assert [s["status"] for s in doc["sessions"]][-1] == "live"
+    # The model sees the earlier conversation as Codex's own items (a replacement would restate it as text)
+    told = next(r.body["input"] for r in mock.requests[since:] if "which word" in r.prompt)
+    said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
+    assert "Remembered: kumquat." in json.dumps(said), json.dumps(told)
