@@ -10,6 +10,7 @@ import pytest
 
 from tests.codex.codex_mock import Text
 from tests.codex.codex_support import TENANT
+from tests.support.native_states import kept
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +23,8 @@ async def test_L9_2_a_codex_thread_resumes_natively_after_its_host_lost_the_code
     thread = (await client.create_thread(title="native state", provider="codex"))["thread_id"]
     first = await client.send(thread, "remember the word kumquat")
     assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
+    pth = (await client.get_thread(thread))["provider_threads"][0]["id"]
+    await kept(codex_stack, TENANT, "codex", pth, "Remembered: kumquat.")
 
     # The node is lost: its host and runtime die at once and its disk goes with them (the tenant's homes)
     await codex_stack.processes.halt("provider-host")
