@@ -23,7 +23,10 @@ from treadle.eventlog import streams
 from treadle.eventlog.subjects import InvalidToken
 from treadle.ops.servers import NatsServer
 from treadle.provider_host.native_states import NativeStates, object_name
+from treadle.providers.acp import AcpAdapter, AcpAgent, AcpSettings
 from treadle.providers.base import ProviderAdapter, Turn, TurnSink
+from treadle.providers.claude import ClaudeAdapter
+from treadle.providers.claude.settings import ClaudeSettings
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.native_state import NativeStateRefused, members, pack, restore, walk
 from treadle.providers.protocol import PlaceSession
@@ -246,3 +249,49 @@ async def test_state_is_stored_when_it_changed_and_an_outage_does_not_fail_the_t
     finally:
         await nc.close()
         await server.stop()
+
+
+# --- Claude Code and ACP agents -----------------------------------------------------------------------------
+
+SESSION = "5b0c9a36-3f43-4d0e-9a43-4f0d8d1f2a11"
+TRANSCRIPT = f"projects/-srv-ws-acme-thr_1/{SESSION}.jsonl"
+
+
+def claude(workspace: Path, threads: Path) -> ClaudeAdapter:
+    request = PlaceSession(
+        tenant="acme", thread="thr_1", provider="claude", session_id="ps_1", provider_thread_id="pth_1",
+        native_ref=SESSION, workspace=str(workspace),
+    )  # fmt: skip
+    return ClaudeAdapter(workspace, request, workspace / "runtime" / "ps_1", ClaudeSettings(threads_dir=threads))
+
+
+async def test_claude_restores_only_the_sessions_transcript_and_records(tmp_path):
+    adapter = claude(tmp_path, tmp_path / "threads")
+    other = TRANSCRIPT.replace(SESSION, str(uuid.uuid4()))
+    for stray in (other, "forks/other.json", "projects/../x.jsonl", "settings.json", f"forks/{SESSION}.json"):
+        with pytest.raises((NativeStateRefused, ValueError)):
+            await adapter.restore_native_state(SESSION, fetching(tar_of(member(TRANSCRIPT), member(stray))))
+    with pytest.raises(NativeStateRefused):  # records without a transcript resume nothing
+        await adapter.restore_native_state(SESSION, fetching(tar_of(member(f"forks/{SESSION}.ended.json"))))
+    assert walk(tmp_path / "threads") == []
+    kept = tar_of(member(TRANSCRIPT), member(f"forks/{SESSION}.ended.json"), data=b"{}")
+    assert await adapter.restore_native_state(SESSION, fetching(kept)) is True
+    assert sorted(walk(tmp_path / "threads" / "acme")) == [f"forks/{SESSION}.ended.json", TRANSCRIPT]
+    assert await adapter.restore_native_state(SESSION, fetching(kept)) is False  # the node has it now
+    adapter.session_id = SESSION
+    assert sorted(members(await adapter.native_state() or b"")) == [f"forks/{SESSION}.ended.json", TRANSCRIPT]
+
+
+async def test_an_acp_home_is_restored_only_where_there_is_none_and_never_outside_it(tmp_path):
+    settings = AcpSettings(agents={"agent": AcpAgent(command=["/bin/true"])}, home_root=tmp_path / "homes")
+    request = PlaceSession(
+        tenant="acme", thread="thr_1", provider="acp-agent", session_id="ps_1", provider_thread_id="pth_1",
+        native_ref="sess-1", workspace=str(tmp_path),
+    )  # fmt: skip
+    adapter = AcpAdapter(tmp_path, request, tmp_path / "runtime" / "ps_1", settings)
+    with pytest.raises(NativeStateRefused):
+        await adapter.restore_native_state("sess-1", fetching(tar_of(member("ok.json"), member("../../escaped"))))
+    assert not (tmp_path / "escaped").exists() and not adapter.home().exists()
+    assert await adapter.restore_native_state("sess-1", fetching(tar_of(member("sessions/s.json")))) is True
+    assert (adapter.home() / "sessions" / "s.json").read_bytes() == b"x"
+    assert await adapter.restore_native_state("sess-1", fetching(tar_of(member("sessions/t.json")))) is False
