@@ -618,7 +618,10 @@ class ProviderHost:
         if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
         if verb == "thread.rollback":
-            return await self._roll_back(session, request)
+            rolled = await self._roll_back(session, request)
+            if isinstance(rolled, hp.RolledBack) and not rolled.already:  # kept as the conversation now ends
+                await self._native.keep(session.request, session.adapter)
+            return rolled
         if verb == "session.stop":
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()
