@@ -43,3 +43,34 @@ async def test_L9_2_a_codex_thread_resumes_natively_after_its_host_lost_the_code
     told = next(r.body["input"] for r in mock.requests[since:] if "which word" in r.prompt)
     said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
     assert "Remembered: kumquat." in json.dumps(said), json.dumps(told)
+
+
+async def test_L9_2_a_codex_thread_resumes_natively_on_a_node_whose_home_never_held_it(
+    client, codex_stack, mock, homes_root
+):
+    """Re-homed: the tenant's CODEX_HOME is there (with codex's own index of its other threads) but this
+    thread's rollout is not."""
+    mock.on("remember the number 417", [Text("Remembered: 417.")])
+    mock.on("which number did I give you", [Text("You gave me 417.")])
+    thread = (await client.create_thread(title="re-homed", provider="codex"))["thread_id"]
+    first = await client.send(thread, "remember the number 417")
+    assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
+    pth = (await client.get_thread(thread))["provider_threads"][0]
+    await kept(codex_stack, TENANT, "codex", pth["id"], "Remembered: 417.")
+
+    await codex_stack.processes.halt("provider-host")
+    rollouts = list((homes_root / TENANT / "sessions").rglob(f"rollout-*-{pth['native_ref']}.jsonl"))
+    assert len(rollouts) == 1
+    rollouts[0].unlink()
+    await codex_stack.processes.start()
+    await codex_stack.wait_ready(names=["provider-host"])
+
+    since = len(mock.requests)
+    second = await client.send(thread, "which number did I give you")
+    run = await client.wait_run(second["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1, doc["provider_threads"]
+    told = next(r.body["input"] for r in mock.requests[since:] if "which number" in r.prompt)
+    said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
+    assert "Remembered: 417." in json.dumps(said), json.dumps(told)
