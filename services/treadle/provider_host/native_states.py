@@ -59,6 +59,9 @@ class NativeStates:
         except (ArchiveUnavailable, NativeStateRefused, ValueError, OSError) as exc:
             NATIVE_STATE.labels("store_failed").inc()
             log.warning("native state of provider thread %s not stored: %s", request.provider_thread_id, exc)
+        except Exception:  # an adapter's own failure: still never the turn's
+            NATIVE_STATE.labels("store_failed").inc()
+            log.exception("native state of provider thread %s not stored", request.provider_thread_id)
 
     async def restore(self, request: PlaceSession, adapter: ProviderAdapter) -> None:
         """Before ``open_thread(request.native_ref)``: the adapter fetches the kept state only when it lacks its

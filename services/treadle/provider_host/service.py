@@ -725,12 +725,13 @@ class ProviderHost:
         )
         await self._disk_begin(request.tenant)  # what the tenant holds now over its budget may stay, not grow
         session.playing[request.attempt_id] = turn
+        played = False
         try:
             if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
                 await publisher.event(pe.TurnCompleted(status="interrupted"))
             else:
                 await session.adapter.run_turn(turn, _Heard(publisher, session, self._clock))
-                await self._native.keep(session.request, session.adapter)  # the turn has reported its end
+                played = True
         except asyncio.CancelledError:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
@@ -753,3 +754,5 @@ class ProviderHost:
             freed = asyncio.create_task(self._freed(request.tenant))  # a turn ended: its tenant may start another
             self._background.add(freed)
             freed.add_done_callback(self._background.discard)
+        if played:  # issue 35: the session's next turn waits for this (it starts once this task is done)
+            await self._native.keep(session.request, session.adapter)
