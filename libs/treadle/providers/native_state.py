@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 MAX_BYTES = 64 * 1024 * 1024  # what one provider thread may keep off the node, unpacked
 MAX_MEMBERS = 10_000
+COMPRESS_LEVEL = 3  # a 10 MB JSONL: 1.3 MB in 0.1 s here (level 9: 1.0 MB in 3 s, after every turn)
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -123,7 +124,7 @@ def pack(root: Path, files: Iterable[str], max_bytes: int = MAX_BYTES) -> bytes:
                 tar.addfile(info, io.BytesIO(data))
     finally:
         os.close(root_fd)
-    return gzip.compress(out.getvalue(), mtime=0)
+    return gzip.compress(out.getvalue(), compresslevel=COMPRESS_LEVEL, mtime=0)
 
 
 def members(data: bytes, max_bytes: int = MAX_BYTES) -> dict[str, bytes]:
