@@ -75,6 +75,10 @@ class NativeStates:
             NATIVE_STATE.labels("restore_failed").inc()
             log.warning("native state of provider thread %s not restored: %s", request.provider_thread_id, exc)
             return
+        except Exception:  # an adapter's own failure: the open goes on as without the state
+            NATIVE_STATE.labels("restore_failed").inc()
+            log.exception("native state of provider thread %s not restored", request.provider_thread_id)
+            return
         if restored:
             NATIVE_STATE.labels("restored").inc()
             log.info("restored the native state of provider thread %s", request.provider_thread_id)
