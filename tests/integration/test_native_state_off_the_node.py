@@ -295,3 +295,32 @@ async def test_an_acp_home_is_restored_only_where_there_is_none_and_never_outsid
     assert await adapter.restore_native_state("sess-1", fetching(tar_of(member("sessions/s.json")))) is True
     assert (adapter.home() / "sessions" / "s.json").read_bytes() == b"x"
     assert await adapter.restore_native_state("sess-1", fetching(tar_of(member("sessions/t.json")))) is False
+
+
+async def test_a_state_grown_past_its_bound_drops_the_kept_one_so_no_older_conversation_is_resumed(tmp_path):
+    server = NatsServer(tmp_path / "nats", auth=False)
+    await server.start()
+    nc = await nats.connect(server.url)
+    try:
+        await streams.ensure(nc.jetstream())
+        archive = JetStreamArchive(nc.jetstream(), timeout=5.0)
+        request = PlaceSession(
+            tenant="acme", thread="thr_1", provider="codex", session_id="ps_1", provider_thread_id="pth_1",
+            workspace="ws",
+        )  # fmt: skip
+        (tmp_path / "home").mkdir()
+        (tmp_path / "home" / "state").write_bytes(b"0" * 1024)
+
+        class Growing(Holding):
+            async def native_state(self) -> bytes | None:
+                return pack(tmp_path / "home", ["state"], max_bytes=2048)
+
+        keeper = NativeStates(archive)
+        await keeper.keep(request, Growing())
+        assert await archive.get(object_name("acme", "codex", "pth_1")) is not None
+        (tmp_path / "home" / "state").write_bytes(b"0" * 4096)
+        await keeper.keep(request, Growing())  # refused as too large: never raised
+        assert await archive.get(object_name("acme", "codex", "pth_1")) is None
+    finally:
+        await nc.close()
+        await server.stop()

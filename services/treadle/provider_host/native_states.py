@@ -41,9 +41,15 @@ class NativeStates:
         """After a turn: store the adapter's state when it differs from what the archive holds."""
         if request.ephemeral:
             return
+        name = object_name(request.tenant, request.provider, request.provider_thread_id)
         try:
-            name = object_name(request.tenant, request.provider, request.provider_thread_id)
-            data = await adapter.native_state()
+            try:
+                data = await adapter.native_state()
+            except NativeStateRefused:
+                # Grown past the bound: an earlier, shorter conversation must not be resumed as if it were this one
+                await self._archive.delete(name)
+                self._stored[name] = ""
+                raise
             if data is None:
                 return
             digest = hashlib.sha256(data).hexdigest()
