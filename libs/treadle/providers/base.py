@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -145,6 +146,18 @@ class ProviderAdapter(abc.ABC):
     async def snapshot(self) -> dict:
         """The provider's own view of the open thread (capability ``read_snapshot``)."""
         raise Unsupported("this provider has no readable snapshot")
+
+    async def native_state(self) -> bytes | None:
+        """Issue 35: what the runtime needs to resume the open provider thread natively, packed (see
+        ``native_state.pack``), for the host to keep off the node after each turn; None: nothing to keep."""
+        return None
+
+    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+        """Issue 35, before ``open_thread(native_ref)``: when the runtime's own state of ``native_ref`` is missing
+        here (another node, a lost disk), put back what ``fetch`` returns (the kept bytes, None when none were
+        kept). True when it restored something; raises ``native_state.NativeStateRefused`` for bytes it will not
+        write (the resume then fails over to the replacement path as without them)."""
+        return False
 
     async def abandon(self) -> None:
         """The host lets go of the session without anyone asking (it is stopping; L9.3 retries its turns on

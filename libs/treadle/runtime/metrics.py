@@ -48,6 +48,11 @@ SESSIONS_RELEASED = Counter(
 PLACEMENTS_REFUSED = Counter(
     "treadle_placements_refused_total", "Placements and turn starts a host refused", ["reason"]
 )
+NATIVE_STATE = Counter(
+    "treadle_native_state_total",
+    "Provider resume states kept off the node: stored, unchanged, restored, store_failed, restore_failed",
+    ["outcome"],
+)
 RUNS_HELD = Counter("treadle_runs_held_total", "Runs that went back to queued to wait for a provider", ["reason"])
 
 # --- what every process says about itself, and the gateway's HTTP traffic

@@ -14,6 +14,7 @@ import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
 from treadle.core import capacity
 from treadle.core import provider_events as pe
@@ -36,6 +37,7 @@ from treadle.sandbox.identity import TenantIdentities
 from . import summaries
 from .child_scopes import ChildScopeSink
 from .disk_watch import DiskWatch
+from .native_states import NativeStates
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
@@ -125,6 +127,7 @@ class ProviderHost:
         self._checkpoints = CheckpointClient(nc, timeout=10.0)  # child scopes (child_scopes.py), on self._volume
         self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
         self._policies = PolicyStore(self._js)
+        self._native = NativeStates(JetStreamArchive(self._js, timeout=10.0))  # issue 35: resume state off the node
         self._budgets: dict[str, tuple[float, DiskBudget]] = {}  # tenant -> (when read, its disk budget)
         self._disk = DiskWatch(
             self._sessions, self._clock, self._disk_roots, self._disk_budget, self._end_session, own.disk_check_seconds
@@ -434,6 +437,7 @@ class ProviderHost:
                         raise
                 else:
                     try:
+                        await self._native.restore(request, adapter)
                         native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
                     except BaseException:  # ResumeFailed becomes resume_failed (L9.4); nothing is left open
                         await adapter.close()
@@ -614,7 +618,10 @@ class ProviderHost:
         if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
         if verb == "thread.rollback":
-            return await self._roll_back(session, request)
+            rolled = await self._roll_back(session, request)
+            if isinstance(rolled, hp.RolledBack) and not rolled.already:  # kept as the conversation now ends
+                await self._native.keep(session.request, session.adapter)
+            return rolled
         if verb == "session.stop":
             await self._end_session(request.session_id, "interrupted")
             return hp.TurnAccepted()
@@ -719,11 +726,13 @@ class ProviderHost:
         )
         await self._disk_begin(request.tenant)  # what the tenant holds now over its budget may stay, not grow
         session.playing[request.attempt_id] = turn
+        played = False
         try:
             if request.attempt_id in session.interrupted_early:  # L8.2: it ends interrupted, never having played
                 await publisher.event(pe.TurnCompleted(status="interrupted"))
             else:
                 await session.adapter.run_turn(turn, _Heard(publisher, session, self._clock))
+                played = True
         except asyncio.CancelledError:
             raise
         except RuntimeLost as exc:  # L9.3: the same path as a lost host; the run gets a recovery attempt
@@ -746,3 +755,5 @@ class ProviderHost:
             freed = asyncio.create_task(self._freed(request.tenant))  # a turn ended: its tenant may start another
             self._background.add(freed)
             freed.add_done_callback(self._background.discard)
+        if played:  # issue 35: the session's next turn waits for this (it starts once this task is done)
+            await self._native.keep(session.request, session.adapter)

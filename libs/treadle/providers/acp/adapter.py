@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from treadle.core import provider_events as pe
@@ -22,7 +23,7 @@ from treadle.core.ids import is_token
 from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
-from .. import mcp_access
+from .. import mcp_access, native_state
 from ..base import ProviderAdapter, Response, ResumeFailed, RuntimeLost, Turn, TurnSink, Unsupported
 from ..codex.rpc import ProcessGone, RpcError, RpcProcess
 from ..protocol import PlaceSession
@@ -123,6 +124,31 @@ class AcpAdapter(ProviderAdapter):
         """The agent's private per-tenant home (its sessions live there, so a later process resumes them)."""
         root = self._settings.home_root or self._state_dir.parent / "acp-homes"
         return Path(root) / self.agent_name / self._request.tenant
+
+    async def native_state(self) -> bytes | None:
+        """Issue 35: the agent's whole home (its session storage is its own affair), bounded by ``native_state``."""
+        if self.session_id is None or self._request.ephemeral:
+            return None
+        home = self.home()
+
+        def packed() -> bytes | None:
+            files = native_state.walk(home)
+            return native_state.pack(home, files) if files else None
+
+        return await asyncio.to_thread(packed)
+
+    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+        """Before ``session/load``: only into a home that is not there at all (a new node, a lost disk), since
+        what an agent keeps of one session cannot be told apart in a home it shares with the tenant's others."""
+        home = self.home()
+        if await asyncio.to_thread(home.exists):
+            return False
+        data = await fetch()
+        if data is None:
+            return False
+        files = await asyncio.to_thread(native_state.members, data)
+        await asyncio.to_thread(native_state.restore, home, files)
+        return True
 
     def _write_home(self, home: Path, agent: AcpAgent) -> None:
         (home / "home").mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import logging
 import re
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from treadle.core.ids import is_token
 from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
-from .. import exits
+from .. import exits, native_state
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..mcp_access import egress_url, runtime_env
 from ..protocol import PlaceSession
@@ -161,6 +161,36 @@ class ClaudeAdapter(ProviderAdapter):
         (self._config_dir.parent / "home").mkdir(parents=True, exist_ok=True)
         self.store.link_into(self._config_dir)
         return self.store.transcript(session_id) is not None or self.store.pending_fork(session_id) is not None
+
+    async def native_state(self) -> bytes | None:
+        """Issue 35: the session's transcript and Treadle's records of where it ends (``store.resume_files``)."""
+        if self.session_id is None or self.request.ephemeral:
+            return None
+        session_id = self.session_id
+
+        def packed() -> bytes | None:
+            files = self.store.resume_files(session_id)
+            return native_state.pack(self.store.root, files) if files else None
+
+        return await asyncio.to_thread(packed)
+
+    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+        """Before ``open_thread``, so ``_prepare`` finds the transcript (and ``resume_point`` the records)."""
+        session_id = _valid_session_id(native_ref)
+        await asyncio.to_thread(self.store.ensure)
+        if await asyncio.to_thread(self.store.transcript, session_id) is not None:
+            return False  # this node still has it
+        data = await fetch()
+        if data is None:
+            return False
+        files = await asyncio.to_thread(native_state.members, data)
+        strays = [name for name in files if not self.store.resume_file_of(name, session_id)]
+        if strays or not any(name.startswith("projects/") for name in files):
+            raise native_state.NativeStateRefused(
+                f"claude native state of {session_id} holds {strays or 'no transcript'}"
+            )
+        await asyncio.to_thread(native_state.restore, self.store.root, files)
+        return True
 
     async def _open(self, session_id: str) -> None:
         """Start the CLI on ``session_id``: resume it, materialise it as a recorded fork, or begin it."""

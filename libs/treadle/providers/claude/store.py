@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import msgspec
@@ -35,6 +36,9 @@ class PendingRewind(msgspec.Struct, kw_only=True):
     at: str
 
 
+_TRANSCRIPT = re.compile(r"projects/(?P<key>[A-Za-z0-9._-]{1,200})/(?P<session>[0-9a-f-]{36})\.jsonl")
+
+
 class SessionStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -57,6 +61,24 @@ class SessionStore:
 
     def transcript(self, session_id: str) -> Path | None:
         return next(iter(self.projects.glob(f"*/{session_id}.jsonl")), None)
+
+    def resume_files(self, session_id: str) -> list[str]:
+        """Issue 35: what a resume of ``session_id`` reads here (relative to the store's root): its transcript
+        and Treadle's records of where the conversation now ends. Empty when nothing was written yet."""
+        transcript = self.transcript(session_id)
+        if transcript is None or transcript.is_symlink():
+            return []
+        records = [f"forks/{session_id}.{suffix}" for suffix in ("ended.json", "rewind.json")]
+        kept = [f"projects/{transcript.parent.name}/{transcript.name}"]
+        return kept + [r for r in records if (self.root / r).is_file()]
+
+    @staticmethod
+    def resume_file_of(name: str, session_id: str) -> bool:
+        """Whether ``name`` (from a kept state) is one of ``resume_files(session_id)``'s kinds."""
+        if name in (f"forks/{session_id}.ended.json", f"forks/{session_id}.rewind.json"):
+            return True
+        found = _TRANSCRIPT.fullmatch(name)
+        return found is not None and found["session"] == session_id and found["key"] not in (".", "..")
 
     def record_fork(self, session_id: str, fork: PendingFork) -> None:
         self._write(self._forks / f"{session_id}.json", msgspec.json.encode(fork))

@@ -10,13 +10,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
+import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from treadle.core import provider_events as pe
 from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
-from .. import mcp_access
+from .. import mcp_access, native_state
 from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
@@ -231,6 +234,42 @@ class CodexAdapter(ProviderAdapter):
                     raise ResumeFailed(f"codex could not resume thread {native_ref}: {exc.message}") from exc
             await asyncio.sleep(delay)  # backoff while the old writer exits
             delay = min(delay * 2, 1.0)
+
+    # --- native state off the node (issue 35) ---------------------------------------------------
+
+    def _rollouts(self, home: Path, thread_id: str) -> list[str]:
+        """The thread's rollout files in ``home`` (``sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl``)."""
+        return [
+            f"sessions/{p}" for p in native_state.walk(home / "sessions") if _rollout_of(f"sessions/{p}", thread_id)
+        ]
+
+    async def native_state(self) -> bytes | None:
+        """The open thread's rollout: all Codex needs to resume it (its sqlite state is an index it rebuilds)."""
+        if self._thread_id is None or self._request.ephemeral:
+            return None
+        thread_id = self._thread_id
+        home = prepare_home(self._home_root(), self._request.tenant, self._settings)
+
+        def packed() -> bytes | None:
+            found = self._rollouts(home, thread_id)
+            return native_state.pack(home, found) if found else None
+
+        return await asyncio.to_thread(packed)
+
+    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+        thread_id = _valid_thread_id(native_ref)
+        home = prepare_home(self._home_root(), self._request.tenant, self._settings)
+        if await asyncio.to_thread(self._rollouts, home, thread_id):
+            return False  # this node still has it
+        data = await fetch()
+        if data is None:
+            return False
+        files = await asyncio.to_thread(native_state.members, data)
+        strays = [name for name in files if not _rollout_of(name, thread_id)]
+        if strays or not files:
+            raise native_state.NativeStateRefused(f"codex native state of {thread_id} holds {strays or 'nothing'}")
+        await asyncio.to_thread(native_state.restore, home, files)
+        return True
 
     def _require_thread(self) -> str:
         if self._thread_id is None:
@@ -500,6 +539,24 @@ class CodexAdapter(ProviderAdapter):
                 await self._exit_watch
         if self._prepared is not None:
             await self._prepared.close()
+
+
+_ROLLOUT = re.compile(r"sessions/\d{4}/\d{2}/\d{2}/rollout-[0-9T:.-]{1,40}-(?P<thread>[0-9a-f-]{36})\.jsonl")
+
+
+def _rollout_of(name: str, thread_id: str) -> bool:
+    found = _ROLLOUT.fullmatch(name)
+    return found is not None and found["thread"] == thread_id
+
+
+def _valid_thread_id(value: str) -> str:
+    try:
+        canonical = str(uuid.UUID(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a Codex thread id (a UUID)") from None
+    if canonical != value:
+        raise ValueError(f"{value!r} is not a Codex thread id in its own spelling")
+    return value
 
 
 def _text_input(text: str) -> dict:

@@ -1,0 +1,76 @@
+"""Issue 35 with the real ``codex app-server``: a thread's rollout is kept off the node after each turn, so a
+provider host that lost its disk (the tenant's CODEX_HOME gone) still resumes the Codex thread natively."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.codex.codex_mock import Text
+from tests.codex.codex_support import TENANT
+from tests.support.native_states import kept
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_L9_2_a_codex_thread_resumes_natively_after_its_host_lost_the_codex_home(
+    client, codex_stack, mock, homes_root
+):
+    mock.on("remember the word kumquat", [Text("Remembered: kumquat.")])
+    mock.on("which word did I ask you to remember", [Text("You asked me to remember kumquat.")])
+    thread = (await client.create_thread(title="native state", provider="codex"))["thread_id"]
+    first = await client.send(thread, "remember the word kumquat")
+    assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
+    pth = (await client.get_thread(thread))["provider_threads"][0]["id"]
+    await kept(codex_stack, TENANT, "codex", pth, "Remembered: kumquat.")
+
+    # The node is lost: its host and runtime die at once and its disk goes with them (the tenant's homes)
+    await codex_stack.processes.halt("provider-host")
+    shutil.rmtree(homes_root / TENANT)
+    await codex_stack.processes.start()
+    await codex_stack.wait_ready(names=["provider-host"])
+
+    since = len(mock.requests)
+    second = await client.send(thread, "which word did I ask you to remember")
+    run = await client.wait_run(second["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1, doc["provider_threads"]  # resumed, not replaced (L4.2/L9.4)
+    assert [s["status"] for s in doc["sessions"]][-1] == "live"
+    # The model sees the earlier conversation as Codex's own items (a replacement would restate it as text)
+    told = next(r.body["input"] for r in mock.requests[since:] if "which word" in r.prompt)
+    said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
+    assert "Remembered: kumquat." in json.dumps(said), json.dumps(told)
+
+
+async def test_L9_2_a_codex_thread_resumes_natively_on_a_node_whose_home_never_held_it(
+    client, codex_stack, mock, homes_root
+):
+    """Re-homed: the tenant's CODEX_HOME is there (with codex's own index of its other threads) but this
+    thread's rollout is not."""
+    mock.on("remember the number 417", [Text("Remembered: 417.")])
+    mock.on("which number did I give you", [Text("You gave me 417.")])
+    thread = (await client.create_thread(title="re-homed", provider="codex"))["thread_id"]
+    first = await client.send(thread, "remember the number 417")
+    assert (await client.wait_run(first["run_id"], timeout=90))["status"] == "completed"
+    pth = (await client.get_thread(thread))["provider_threads"][0]
+    await kept(codex_stack, TENANT, "codex", pth["id"], "Remembered: 417.")
+
+    await codex_stack.processes.halt("provider-host")
+    rollouts = list((homes_root / TENANT / "sessions").rglob(f"rollout-*-{pth['native_ref']}.jsonl"))
+    assert len(rollouts) == 1
+    rollouts[0].unlink()
+    await codex_stack.processes.start()
+    await codex_stack.wait_ready(names=["provider-host"])
+
+    since = len(mock.requests)
+    second = await client.send(thread, "which number did I give you")
+    run = await client.wait_run(second["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1, doc["provider_threads"]
+    told = next(r.body["input"] for r in mock.requests[since:] if "which number" in r.prompt)
+    said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
+    assert "Remembered: 417." in json.dumps(said), json.dumps(told)
