@@ -3,9 +3,11 @@ before its capture answers, so the workspace on disk is a cache of what the arch
 
 Per thread and workspace the archive holds, under ``<tenant>/<workspace key>/<thread>/``:
 - ``packs/<commit>``: a git pack of the objects reachable from ``commit`` and from no checkpoint the archive
-  held before (``pack-objects --revs <commit> ^<earlier>…``): a capture that changed one file sends that
-  file's blob, the trees above it and the commit. Named by the commit, so a retried capture writes the same
-  name again and the archive never holds two copies.
+  held before: a capture that changed one file sends that file's blob, the trees above it and the commit.
+  An incremental capture (incremental.py) already wrote exactly those as a pack of its own, cut against its
+  parent: when the archive holds the parent, those bytes are sent as they are (no git process); otherwise
+  ``pack-objects --revs <commit> ^<earlier>…`` cuts it. Named by the commit, so a retried capture writes the
+  same name again and the archive never holds two copies.
 - ``manifest``: every checkpoint ref of the thread with its commit, tree and the packs that together hold all
   of its objects, and the commit the workspace was last left at (``head``: a capture's, or a restore's).
 
