@@ -12,7 +12,7 @@ import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
@@ -132,7 +132,11 @@ async def _put(js: JetStreamContext, store: ObjectStore, bucket: str, name: str,
         return -(-len(data) // _CHUNK)
 
     try:
-        old, count = await asyncio.gather(previous(), send())
+        results = await asyncio.gather(previous(), send(), return_exceptions=True)  # both done, then any error
+        for failed in results:
+            if isinstance(failed, BaseException):
+                raise failed
+        old, count = cast(tuple[str | None, int], tuple(results))
         info = api.ObjectInfo(
             name=name,
             bucket=bucket,

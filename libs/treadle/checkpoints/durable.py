@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
@@ -133,8 +133,14 @@ class Durable:
             if fresh is not None and known is not None and fresh.parent in known.stored and commit not in known.stored:
                 # The pack as the capture wrote it goes while the cached manifest is checked: what the manifest
                 # will name is stored before the manifest is written, as always.
-                manifest, _ = await asyncio.gather(self._fresh(where), self.archive.put(where.pack(commit), fresh.data))
-                manifest = manifest or Manifest()
+                # Both finish before either's failure is raised: no write of this capture outlives it.
+                got, put = await asyncio.gather(
+                    self._fresh(where), self.archive.put(where.pack(commit), fresh.data), return_exceptions=True
+                )
+                for failed in (got, put):
+                    if isinstance(failed, BaseException):
+                        raise failed
+                manifest = cast(Manifest | None, got) or Manifest()
                 if commit in manifest.stored:  # another writer stored it since: that entry's pack was just replaced
                     del manifest.stored[commit]
                 await self._store(repo, where, manifest, commit, sent=fresh)
