@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -418,3 +419,110 @@ async def test_a_checkpoint_is_found_by_the_id_its_capture_was_given(volume: Vol
     with pytest.raises(CheckpointError) as bad:
         await volume.capture(2, 1, checkpoint_id="ckpt first")
     assert bad.value.code == "bad_request"
+
+
+def _packs_on_disk(volume: Volume) -> set[bytes]:
+    return {p.read_bytes() for p in volume.shadow.rglob("*.pack")}
+
+
+async def _stored_pack(volume: Volume, commit: str) -> bytes:
+    data = await volume.archive.get(f"{TENANT}/{_key()}/{volume.thread}/packs/{commit}")
+    assert data is not None
+    return data
+
+
+async def _lacks(volume: Volume, commit: str, scratch: Path) -> list[str]:
+    """The objects of ``commit`` that the packs the manifest names for it do not hold (in a git dir of those alone)."""
+    manifest = await volume.manifest()
+    subprocess.run(["git", "init", "-q", "--bare", str(scratch)], check=True)
+    for name in manifest.packs([commit]):
+        pack = await _stored_pack(volume, name)
+        subprocess.run(
+            ["git", "-C", str(scratch), "index-pack", "--stdin"], input=pack, check=True, capture_output=True
+        )
+    listed = subprocess.run(
+        ["git", "-C", str(scratch), "rev-list", "--objects", "--missing=print", commit],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return [line for line in listed.splitlines() if line.startswith("?")]
+
+
+def _diffs(volume: Volume, checkpoints) -> list[DiffRequest]:
+    return [
+        DiffRequest(tenant=TENANT, thread=volume.thread, workspace=WS, from_commit=a.commit, to_commit=b.commit)
+        for a in checkpoints
+        for b in checkpoints
+    ]
+
+
+async def test_L9_an_incremental_capture_stores_its_own_pack_and_hydrates_from_it(volume: Volume, tmp_path):
+    """The pack the incremental path wrote is what the archive stores (no git pack-objects), cut against the
+    parent; a lost disk comes back from those packs with every checkpoint's files."""
+    await volume.client.prepare(TENANT, volume.thread, WS)
+    volume.write({f"d{i % 5}/f{i}.txt": f"file {i}\n" for i in range(200)})
+    checkpoints = [await volume.capture(0, None, status="baseline")]  # the first capture: `add -A`
+    states = [volume.read()]
+    changes = (
+        {"d1/f1.txt": "changed\n"},
+        {"new/deep/g.txt": "new dir\n", "d2/f2.txt": None},
+        {"d0/f0.txt": "again\n", "new/deep/g.txt": "changed too\n", "top.txt": "top\n"},
+    )
+    for n, change in enumerate(changes, start=1):
+        volume.write(change)
+        checkpoints.append(await volume.capture(n, n - 1))
+        states.append(volume.read())
+        stored = await _stored_pack(volume, checkpoints[-1].commit)
+        assert stored in _packs_on_disk(volume)  # the capture's own pack, byte for byte
+        assert (await volume.manifest()).stored[checkpoints[-1].commit].after == [checkpoints[-2].commit]
+        assert await _lacks(volume, checkpoints[-1].commit, tmp_path / f"alone{n}") == []
+    diffs = [(await volume.client.diff(d)).patch for d in _diffs(volume, checkpoints)]
+
+    volume.lose_disk()
+    made = await volume.hydrate()
+    assert made.created and made.commit == checkpoints[-1].commit and volume.read() == states[-1]
+    assert [(await volume.client.diff(d)).patch for d in _diffs(volume, checkpoints)] == diffs
+    await volume.client.restore(
+        Restore(tenant=TENANT, thread=volume.thread, workspace=WS, restore_id="rbk_1", commit=checkpoints[1].commit)
+    )
+    assert volume.read() == states[1]
+
+
+async def test_L9_captures_after_a_full_capture_or_off_the_watched_tree_store_everything(volume: Volume, tmp_path):
+    """A capture on the `add -A` path, and one whose previous checkpoint is not the tree the watcher was at,
+    are cut by git; the incremental capture after a full one is its own pack. Each hydrates complete."""
+    await volume.client.prepare(TENANT, volume.thread, WS)
+    volume.write({"a.txt": "one\n", "b/c.txt": "deep\n"})
+    checkpoints = [await volume.capture(0, None, status="baseline")]
+    states = [volume.read()]
+
+    def checkpointed() -> dict[str, str]:
+        return {p: text for p, text in volume.read().items() if not p.endswith(".log")}
+
+    async def step(n: int, previous: int, change: dict[str, str | None]) -> None:
+        volume.write(change)
+        checkpoints.append(await volume.capture(n, previous))
+        states.append(checkpointed())
+
+    await step(1, 0, {"a.txt": "two\n"})
+    await step(2, 1, {".gitignore": "*.log\n", "b/x.log": "ignored\n", "b/d.txt": "full\n"})  # a rule: `add -A`
+    assert "b/x.log" not in (await volume.client.diff(_diffs(volume, checkpoints[1:])[1])).patch
+    await step(3, 2, {"c3.txt": "made in 3\n"})  # the first incremental capture after the full one
+    assert await _stored_pack(volume, checkpoints[3].commit) in _packs_on_disk(volume)
+    # On checkpoint 2, not 3 where the workspace was: the new pack alone lacks c3.txt, which 2 does not hold.
+    await step(4, 2, {"a.txt": "four\n"})
+    for n, checkpoint in enumerate(checkpoints):  # the packs the manifest names for each hold all of it
+        assert await _lacks(volume, checkpoint.commit, tmp_path / f"alone{n}") == []
+    diffs = [(await volume.client.diff(d)).patch for d in _diffs(volume, checkpoints)]
+
+    volume.lose_disk()
+    made = await volume.hydrate()
+    assert made.commit == checkpoints[4].commit and volume.read() == states[4]
+    assert "c3.txt" in states[4]
+    assert [(await volume.client.diff(d)).patch for d in _diffs(volume, checkpoints)] == diffs
+    for n in (3, 2):
+        await volume.client.restore(
+            Restore(
+                tenant=TENANT, thread=volume.thread, workspace=WS, restore_id=f"rbk_{n}", commit=checkpoints[n].commit
+            )
+        )
+        assert checkpointed() == states[n]

@@ -112,3 +112,29 @@ async def test_the_bucket_is_made_with_the_streams_at_the_shared_replicas(nats_u
         assert info.config.num_replicas == 1
     finally:
         await nc.close()
+
+
+async def test_an_overwrite_leaves_no_chunks_of_the_version_before(nats_url):
+    """A manifest is written again on every capture: the chunks of each earlier version go (the stream holds the
+    latest version's chunks and meta only), and the version read back is whole."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await streams.ensure(js)
+        archive = JetStreamArchive(js, timeout=5.0)
+        held = name()
+
+        async def chunks() -> int:
+            info = await js.stream_info(f"OBJ_{BUCKET}", subjects_filter=f"$O.{BUCKET}.C.>")
+            return sum((info.state.subjects or {}).values())
+
+        before = await chunks()
+        await archive.put(held, os.urandom(300 * 1024))  # three chunks
+        assert await chunks() == before + 3
+        for n in range(3):
+            await archive.put(held, b"v%d" % n)
+        assert await chunks() == before + 1 and await archive.get(held) == b"v2"
+        await archive.put(held, b"")  # no chunk at all
+        assert await chunks() == before and await archive.get(held) == b""
+    finally:
+        await nc.close()

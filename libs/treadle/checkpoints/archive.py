@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Protocol
+import contextlib
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Protocol, cast
 
 from nats.errors import Error as NatsError
-from nats.js import JetStreamContext
+from nats.js import JetStreamContext, api
 from nats.js.errors import ObjectDeletedError, ObjectNotFoundError
+from nats.js.kv import MSG_ROLLUP_SUBJECT
 from nats.js.object_store import ObjectStore
 
 from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
@@ -54,7 +60,7 @@ class JetStreamArchive:
 
     async def put(self, name: str, data: bytes) -> None:
         async def put() -> None:
-            await (await self._store()).put(name, data)
+            await _put(self._js, await self._store(), self._name, name, data)
 
         await self._bounded("put", name, put())
 
@@ -101,3 +107,51 @@ class JetStreamArchive:
         except (TimeoutError, NatsError, OSError) as exc:  # nats.errors.Error: every client and API error
             self._bucket = None  # looked up again next time (the bucket may be re-created)
             raise ArchiveUnavailable(f"checkpoint archive {self._name}: {verb} {name} failed: {exc!r}") from None
+
+
+_CHUNK = 128 * 1024  # the Object Store's default chunk size, as nats-py writes it
+
+
+async def _put(js: JetStreamContext, store: ObjectStore, bucket: str, name: str, data: bytes) -> None:
+    """An Object Store write as nats-py's ``put`` makes it (chunks on a new subject, then the meta message, then
+    the chunks a previous version left are purged), with the look-up of that previous version sent while the
+    chunks are: one round trip less per write, two per capture (its pack and the manifest)."""
+    stream, nuid = f"OBJ_{bucket}", uuid.uuid4().hex
+    chunks = f"$O.{bucket}.C.{nuid}"
+
+    async def previous() -> str | None:
+        try:
+            info = await store.get_info(name)
+        except (ObjectNotFoundError, ObjectDeletedError):
+            return None
+        return None if info.deleted else info.nuid
+
+    async def send() -> int:
+        for at in range(0, len(data), _CHUNK):
+            await js.publish(chunks, data[at : at + _CHUNK])
+        return -(-len(data) // _CHUNK)
+
+    try:
+        results = await asyncio.gather(previous(), send(), return_exceptions=True)  # both done, then any error
+        for failed in results:
+            if isinstance(failed, BaseException):
+                raise failed
+        old, count = cast(tuple[str | None, int], tuple(results))
+        info = api.ObjectInfo(
+            name=name,
+            bucket=bucket,
+            nuid=nuid,
+            size=len(data),
+            chunks=count,
+            mtime=datetime.now(UTC).isoformat(),
+            digest="SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode(),
+            options=api.ObjectMetaOptions(max_chunk_size=_CHUNK),
+        )
+        meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+        await js.publish(meta, json.dumps(info.as_dict()).encode(), headers={api.Header.ROLLUP: MSG_ROLLUP_SUBJECT})
+    except BaseException:
+        with contextlib.suppress(Exception):  # best effort: the broker may be what failed
+            await js.purge_stream(stream, subject=chunks)
+        raise
+    if old is not None and old != nuid:
+        await js.purge_stream(stream, subject=f"$O.{bucket}.C.{old}")

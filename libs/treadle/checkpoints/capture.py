@@ -15,7 +15,7 @@ from treadle.checkpoints.locks import clear_ref_locks
 from treadle.checkpoints.packs import COMMIT
 from treadle.checkpoints.protocol import MAX_FILES, Capture, Captured, CheckpointError, FileStat, Skipped
 from treadle.checkpoints.refs import create_ref, load_tips
-from treadle.checkpoints.repo import Repo, Tip
+from treadle.checkpoints.repo import FreshPack, Repo, Tip
 from treadle.checkpoints.runner import IDENTITY, NO_DRIVERS, GitRunner, tail
 from treadle.checkpoints.staging import Stager
 
@@ -70,10 +70,15 @@ async def _existing(git: GitRunner, repo: Repo, req: Capture, ref: str, prev_ref
 
 async def _commit(git: GitRunner, stager: Stager, repo: Repo, req: Capture, tree: str, prev: Tip | None) -> str:
     message = f"treadle checkpoint {req.thread} {req.scope} #{req.ordinal} ({req.status})"
+    repo.fresh = None
     if repo.pending:  # the incremental path: the commit joins its trees and blobs in one pack
         data = commit_object(tree, prev.commit if prev else None, message, IDENTITY)
         oid = commit_id(data)
-        await stager.flush(repo, {oid: (COMMIT, data)})
+        base = repo.pending_base
+        written = await stager.flush(repo, {oid: (COMMIT, data)})
+        if written is not None and prev is not None and base == prev.tree:
+            # Every object of this commit that its parent lacks: what the archive needs when it holds the parent.
+            repo.fresh = FreshPack(commit=oid.hex(), parent=prev.commit, data=written.body)
         return oid.hex()
     parent = ("-p", prev.commit) if prev else ()
     return (await git.check(repo, "commit-tree", tree, *parent, "-m", message)).decode().strip()

@@ -3,9 +3,11 @@ before its capture answers, so the workspace on disk is a cache of what the arch
 
 Per thread and workspace the archive holds, under ``<tenant>/<workspace key>/<thread>/``:
 - ``packs/<commit>``: a git pack of the objects reachable from ``commit`` and from no checkpoint the archive
-  held before (``pack-objects --revs <commit> ^<earlier>…``): a capture that changed one file sends that
-  file's blob, the trees above it and the commit. Named by the commit, so a retried capture writes the same
-  name again and the archive never holds two copies.
+  held before: a capture that changed one file sends that file's blob, the trees above it and the commit.
+  An incremental capture (incremental.py) already wrote exactly those as a pack of its own, cut against its
+  parent: when the archive holds the parent, those bytes are sent as they are (no git process); otherwise
+  ``pack-objects --revs <commit> ^<earlier>…`` cuts it. Named by the commit, so a retried capture writes the
+  same name again and the archive never holds two copies.
 - ``manifest``: every checkpoint ref of the thread with its commit, tree and the packs that together hold all
   of its objects, and the commit the workspace was last left at (``head``: a capture's, or a restore's).
 
@@ -16,16 +18,17 @@ every kept checkpoint and deletes the packs before it. Git runs as every checkpo
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import msgspec
 
 from treadle.checkpoints.archive import ArchiveUnavailable
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.refs import thread_prefix
-from treadle.checkpoints.repo import Repo
+from treadle.checkpoints.repo import FreshPack, Repo
 from treadle.checkpoints.runner import GitRunner, tail
 
 if TYPE_CHECKING:
@@ -125,11 +128,28 @@ class Durable:
             and (checkpoint_id is None or known.ids.get(checkpoint_id) == commit)
         ):
             return
+        fresh = repo.fresh if own and repo.fresh is not None and repo.fresh.commit == commit else None
         async with _unavailable_is_typed():
-            manifest = await self._fresh(where) or Manifest()
-            if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
-                await self._store(repo, where, manifest, commit)
+            if fresh is not None and known is not None and fresh.parent in known.stored and commit not in known.stored:
+                # The pack as the capture wrote it goes while the cached manifest is checked: what the manifest
+                # will name is stored before the manifest is written, as always.
+                # Both finish before either's failure is raised: no write of this capture outlives it.
+                got, put = await asyncio.gather(
+                    self._fresh(where), self.archive.put(where.pack(commit), fresh.data), return_exceptions=True
+                )
+                for failed in (got, put):
+                    if isinstance(failed, BaseException):
+                        raise failed
+                manifest = cast(Manifest | None, got) or Manifest()
+                if commit in manifest.stored:  # another writer stored it since: that entry's pack was just replaced
+                    del manifest.stored[commit]
+                await self._store(repo, where, manifest, commit, sent=fresh)
                 manifest.refs[ref] = Entry(commit=commit, tree=tree)
+            else:
+                manifest = await self._fresh(where) or Manifest()
+                if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
+                    await self._store(repo, where, manifest, commit)
+                    manifest.refs[ref] = Entry(commit=commit, tree=tree)
             manifest.head, manifest.head_tree = commit, tree
             if checkpoint_id is not None:
                 manifest.ids[checkpoint_id] = commit
@@ -229,10 +249,21 @@ class Durable:
         await self.archive.put(where.manifest, data)
         self._known[where] = (hashlib.sha256(data).hexdigest(), _decode.decode(data))  # not the caller's to change
 
-    async def _store(self, repo: Repo, where: Where, manifest: Manifest, commit: str) -> None:
+    async def _store(
+        self, repo: Repo, where: Where, manifest: Manifest, commit: str, *, sent: FreshPack | None = None
+    ) -> None:
         """``commit``'s objects in the archive: a pack of those no commit stored before reaches (cut against the
-        newest few; their packs hold the rest), written before the manifest names it."""
+        newest few; their packs hold the rest), written before the manifest names it. ``sent``: the capture's
+        own pack, already stored under ``commit``'s name."""
         if commit in manifest.stored:
+            return
+        fresh = sent or (repo.fresh if repo.fresh is not None and repo.fresh.commit == commit else None)
+        if fresh is not None and fresh.parent in manifest.stored:
+            # The incremental capture's pack holds every object of ``commit`` its parent lacks, and the archive
+            # holds the parent's: no git process, the bytes as they are on disk.
+            if sent is None:
+                await self.archive.put(where.pack(commit), fresh.data)
+            manifest.stored[commit] = Stored(pack=commit, after=[fresh.parent])
             return
         # Cut against where the workspace was (the new commit's parent, as a rule) and the newest commit stored:
         # one or two names a manifest entry, whatever the thread's length. An object only an older checkpoint

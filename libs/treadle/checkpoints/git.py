@@ -151,12 +151,15 @@ class Workspaces:
                     raise
                 await asyncio.to_thread(own_tree, repo.worktree, repo.owner)
                 captured = await captures.capture(self.git, self.stager, repo, req, ref, prev_ref)
-            if self.durable is not None:  # off the node before the capture answers (a retry sends what is missing)
-                where = self.where(req.tenant, req.thread, repo)
-                await self.durable.keep(
-                    repo, where, captured.ref, captured.commit, captured.tree, own=not captured.unchanged,
-                    checkpoint_id=req.checkpoint_id,
-                )  # fmt: skip
+            try:
+                if self.durable is not None:  # off the node before the capture answers (a retry sends what is missing)
+                    where = self.where(req.tenant, req.thread, repo)
+                    await self.durable.keep(
+                        repo, where, captured.ref, captured.commit, captured.tree, own=not captured.unchanged,
+                        checkpoint_id=req.checkpoint_id,
+                    )  # fmt: skip
+            finally:
+                repo.fresh = None  # its bytes are not kept past the capture (a retry cuts a pack with git)
             return captured
 
     async def diff(self, req: DiffRequest) -> DiffResult:

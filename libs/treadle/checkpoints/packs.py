@@ -15,6 +15,7 @@ import hashlib
 import os
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 COMMIT, TREE, BLOB = 1, 2, 3
@@ -41,11 +42,28 @@ def _entry_header(kind: int, size: int) -> bytes:
     return bytes(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Pack:
+    """A pack as written: ``body`` is a whole pack file (any git can `index-pack` it alone), ``idx`` its index."""
+
+    name: str
+    body: bytes
+    idx: bytes
+
+
 def write(
     objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, bytes]], owner: tuple[int, int] | None = None
 ) -> str | None:
     """Write ``objects`` (raw id -> (kind, data)) as one pack; returns its name (None when empty). ``owner``:
     who the new files belong to (the tenant whose git children use the git dir)."""
+    written = write_pack(objects_dir, treadle_dir, objects, owner)
+    return written.name if written is not None else None
+
+
+def write_pack(
+    objects_dir: Path, treadle_dir: Path, objects: dict[bytes, tuple[int, bytes]], owner: tuple[int, int] | None = None
+) -> Pack | None:
+    """:func:`write`, returning the pack's bytes as well (the archive stores them as they are: durable.py)."""
     if not objects:
         return None
     entries = {
@@ -69,7 +87,7 @@ def _deflate(data: bytes, compress: bool) -> bytes:
 
 def _write_pack(
     objects_dir: Path, treadle_dir: Path, entries: dict[bytes, bytes], owner: tuple[int, int] | None = None
-) -> str:
+) -> Pack:
     pack_dir = f"{objects_dir}/pack"
     if not os.path.isdir(pack_dir):
         os.makedirs(pack_dir, exist_ok=True)
@@ -113,7 +131,7 @@ def _write_pack(
         os.write(fd, f"{name}\n".encode())
     finally:
         os.close(fd)
-    return name
+    return Pack(name, bytes(body), bytes(idx))
 
 
 def _put(where: str, name: str, data: bytes | bytearray, owner: tuple[int, int] | None = None) -> None:
@@ -171,7 +189,7 @@ def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = 
     entries: dict[bytes, bytes] = {}
     for n in small:
         entries.update(_read_entries(objects_dir / "pack" / n))
-    merged = _write_pack(objects_dir, treadle_dir, entries, owner)
+    merged = _write_pack(objects_dir, treadle_dir, entries, owner).name
     _rewrite_list(treadle_dir, [n for n in names if n not in small] + [merged])
     for n in small:
         if n != merged:  # git re-reads the pack directory when an object it expected is gone

@@ -33,6 +33,16 @@ class Tip:
         return self.holder is None
 
 
+@dataclass(frozen=True, slots=True)
+class FreshPack:
+    """A capture's pack, made on the incremental path: ``commit``, and every object its tree has that the tree
+    of ``parent`` lacks. With ``parent`` in the archive, this pack is all the archive lacks of ``commit``."""
+
+    commit: str
+    parent: str
+    data: bytes
+
+
 @dataclass(slots=True)
 class Repo:
     """The service-owned git dir (``<shadow_root>/<tenant>/<thread>.git``) serving one worktree."""
@@ -63,6 +73,10 @@ class Repo:
     reader: ObjectReader | None = None
     packed_refs: tuple[tuple[int, int, int], bool] | None = None  # (packed-refs version, holds the thread's refs)
     pending: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)  # objects of the last tree not yet written
+    # The tree ``pending`` started from: the pending objects are every object of the new tree that it lacks.
+    pending_base: str | None = None
+    # The pack the last incremental capture wrote, while its capture is copied to the archive (durable.py).
+    fresh: FreshPack | None = None
     ignores: IgnoreChecker | None = None  # a running `git check-ignore` for the incremental path (ignores.py)
 
     def close(self) -> None:

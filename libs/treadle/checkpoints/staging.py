@@ -162,6 +162,8 @@ class Stager:
             log.debug("incremental capture of %s falls back to add -A: %r", repo.worktree, exc)
             repo.trees = None
             return None
+        if not repo.pending:
+            repo.pending_base = before
         repo.pending.update(objects)  # written with the commit, in one pack (see flush)
         watcher.tree = tree
         if repo.reader is None:
@@ -176,29 +178,31 @@ class Stager:
         repo.staged_stats = (before, tree, stats)
         return tree
 
-    async def flush(self, repo: Repo, extra: dict[bytes, tuple[int, bytes]] | None = None) -> None:
-        """Write the objects the incremental path made (and ``extra``, e.g. the commit) as one pack."""
+    async def flush(self, repo: Repo, extra: dict[bytes, tuple[int, bytes]] | None = None) -> packs.Pack | None:
+        """Write the objects the incremental path made (and ``extra``, e.g. the commit) as one pack; returns it
+        (None: nothing to write). It holds every object the new tree has that ``repo.pending_base`` lacks."""
         if extra:
             repo.pending.update(extra)
         if not repo.pending:
-            return
+            return None
         if sum(len(data) for _, data in repo.pending.values()) > INLINE_PACK_BYTES:
-            await self._git.in_thread(self._write_pending, repo)
-            return
+            return await self._git.in_thread(self._write_pending, repo)
         # A small pack (a run's few files and the trees above them) is written here: a hop to a worker thread
         # and back cost more CPU than writing it, and the GIL handoffs more again while other captures run.
         objects_dir, treadle_dir = _pack_dirs(repo)
-        packs.write(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
-        repo.pending = {}
+        written = packs.write_pack(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
+        repo.pending, repo.pending_base = {}, None
         if packs.due(treadle_dir):  # every MERGE_AT captures: that one reads and writes them all
             await self._git.in_thread(packs.merge, objects_dir, treadle_dir, repo.owner)
+        return written
 
     @staticmethod
-    def _write_pending(repo: Repo) -> None:
+    def _write_pending(repo: Repo) -> packs.Pack | None:
         objects_dir, treadle_dir = _pack_dirs(repo)
-        packs.write(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
-        repo.pending = {}
+        written = packs.write_pack(objects_dir, treadle_dir, repo.pending, owner=repo.owner)
+        repo.pending, repo.pending_base = {}, None
         packs.merge(objects_dir, treadle_dir, owner=repo.owner)
+        return written
 
     def _ignored(self, repo: Repo, watcher: Watcher, paths: list[bytes]) -> set[bytes]:
         if not repo.excludes and not watcher.rule_files:
