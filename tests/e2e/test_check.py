@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from redis.asyncio import Redis
 
@@ -88,10 +89,15 @@ async def test_check_reports_a_thread_whose_home_is_not_a_live_volume(api, stack
         id=f"evt_{api.tenant}_stranded", type=ev.ThreadCreated.TYPE, tenant=api.tenant, thread=stranded,
         at=datetime.now(UTC), command_id="cmd_stranded", actor="test", data=created,
     )  # fmt: skip
-    await log.append(api.tenant, stranded, 0, [envelope])
-    code, out, err = await _check(stack, api.tenant, tmp_path, "--json")
-    problems = json.loads(out)["problems"]
-    assert code == 1 and [(p["kind"], p["subject"]) for p in problems] == [
-        ("home_not_live", f"treadle.evt.{api.tenant}.{stranded}")
-    ], out + err
-    assert "gone-node" in problems[0]["detail"]
+    seq = await log.append(api.tenant, stranded, 0, [envelope])
+    try:
+        code, out, err = await _check(stack, api.tenant, tmp_path, "--json")
+        problems = json.loads(out)["problems"]
+        assert code == 1 and [(p["kind"], p["subject"]) for p in problems] == [
+            ("home_not_live", f"treadle.evt.{api.tenant}.{stranded}")
+        ], out + err
+        assert "gone-node" in problems[0]["detail"]
+    finally:  # the stack is shared: later checks of the whole log must find every home live
+        moved = ev.ThreadMoved(from_volume="gone-node", to_volume="local", reason="test")
+        home = msgspec.structs.replace(envelope, id=f"evt_{api.tenant}_rehomed", type=ev.ThreadMoved.TYPE, data=moved)
+        await log.append(api.tenant, stranded, seq, [msgspec.structs.replace(home, command_id="cmd_rehomed")])
