@@ -47,13 +47,7 @@ class CheckpointClient:
         self._timeout = timeout
 
     async def _request(self, volume: str, verb: str, payload: bytes) -> bytes:
-        try:
-            msg = await self._nc.request(
-                subjects.checkpoint(volume, verb), payload, timeout=self._timeout, headers=tracing.inject(None)
-            )
-        except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-            raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {verb}: {exc!r}") from None
-        return msg.data
+        return await request(self._nc, volume, verb, payload, self._timeout)
 
     async def prepare(self, tenant: str, thread: str, workspace: str, *, volume: str) -> WorkspaceReady:
         request = encode(PrepareWorkspace(tenant=tenant, thread=thread, workspace=workspace))
@@ -69,13 +63,13 @@ class CheckpointClient:
         return reply
 
     async def diff(self, request: DiffRequest, *, volume: str) -> DiffResult:
-        return _ok(decode_diff_reply(await self._request(volume, "diff", encode(request))))
+        return ok(decode_diff_reply(await self._request(volume, "diff", encode(request))))
 
     async def restore(self, request: Restore, *, volume: str) -> Restored:
-        return _ok(decode_restore_reply(await self._request(volume, "restore", encode(request))))
+        return ok(decode_restore_reply(await self._request(volume, "restore", encode(request))))
 
     async def prune(self, request: Prune, *, volume: str) -> Pruned:
-        return _ok(decode_prune_reply(await self._request(volume, "prune", encode(request))))
+        return ok(decode_prune_reply(await self._request(volume, "prune", encode(request))))
 
     async def materialize(self, request: Materialize, *, volume: str) -> Materialized:
         """L6.5: a fork's workspace checked out from a checkpoint commit of its source (idempotent)."""
@@ -90,7 +84,19 @@ class CheckpointClient:
         return await request_hydrate(self._nc, volume, request, max(self._timeout, 60.0))
 
 
-def _ok(reply):
+async def request(nc: NATS, volume: str, verb: str, payload: bytes, timeout: float) -> bytes:
+    """One request to the checkpoint service of ``volume``; no answer in time is ``CheckpointUnavailable``."""
+    try:
+        msg = await nc.request(
+            subjects.checkpoint(volume, verb), payload, timeout=timeout, headers=tracing.inject(None)
+        )
+    except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
+        raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {verb}: {exc!r}") from None
+    return msg.data
+
+
+def ok(reply):
+    """The service's answer, or its failure raised as ``CheckpointError``."""
     if isinstance(reply, Failure):
         raise CheckpointError(reply.code, reply.message)
     return reply

@@ -22,11 +22,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
-from ..eventlog import subjects
-from .client import CheckpointUnavailable
+from .client import ok, request
 from .durable import Manifest, Where
 from .locks import exclusive
 from .protocol import CheckpointError, Failure, encode
@@ -71,14 +68,7 @@ def decode(data: bytes) -> Hydrate:
 
 
 async def request_hydrate(nc: NATS, volume: str, req: Hydrate, timeout: float = 60.0) -> Hydrated:
-    try:
-        msg = await nc.request(subjects.checkpoint(volume, VERB), encode(req), timeout=timeout)
-    except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-        raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {VERB}: {exc!r}") from None
-    reply = _reply.decode(msg.data)
-    if isinstance(reply, Failure):
-        raise CheckpointError(reply.code, reply.message)
-    return reply
+    return ok(_reply.decode(await request(nc, volume, VERB, encode(req), timeout)))
 
 
 async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:

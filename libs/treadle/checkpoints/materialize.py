@@ -18,13 +18,10 @@ from pathlib import Path, PurePosixPath
 
 import msgspec
 from nats.aio.client import Client as NATS
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
 
 from treadle.core.ids import is_token
 
-from ..eventlog import subjects
-from .client import CheckpointUnavailable
+from .client import ok, request
 from .protocol import CheckpointError, Failure, encode
 from .repo import checkpoint_gitdir
 from .runner import SERVICE, Launch, base_env, give, make_dirs, run_git
@@ -148,11 +145,4 @@ class MaterializeHandler:
 
 
 async def request_materialize(nc: NATS, volume: str, req: Materialize, timeout: float = 30.0) -> Materialized:
-    try:
-        msg = await nc.request(subjects.checkpoint(volume, VERB), encode(req), timeout=timeout)
-    except (TimeoutError, NatsTimeout, NoRespondersError) as exc:
-        raise CheckpointUnavailable(f"checkpoint service ({volume}) did not answer {VERB}: {exc!r}") from None
-    reply = _reply.decode(msg.data)
-    if isinstance(reply, Failure):
-        raise CheckpointError(reply.code, reply.message)
-    return reply
+    return ok(_reply.decode(await request(nc, volume, VERB, encode(req), timeout)))
