@@ -67,6 +67,11 @@ async def status_of(request: Request, tenant: str, task_id: str) -> dict[str, An
     transfer = next(
         (t for t in parent.transfers if t.type == "delegation_result" and t.source_thread_id == task_id), None
     )
+    if transfer is not None and (run is None or run.status not in TERMINAL_RUN_STATUSES):
+        # The parent records the result after the child's run ended, so a child read before that record may be
+        # older than it: read the child again, never answer "finalised" beside a running child.
+        again = await thread_read(request, tenant, path_id(task_id, "thr"), parts.first_run, _whole)
+        run = again.runs[0] if again.runs else None
     node_id = delegation["parent_node_id"]
     parent_run = next((r for r in parent.runs if r.id == delegation["parent_run_id"]), None)
     node = next((n for n in parent_run.nodes if n.id == node_id), None) if parent_run else None
