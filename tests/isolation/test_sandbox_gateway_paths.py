@@ -14,6 +14,7 @@ import pytest
 import uvicorn
 
 from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
+from tests.support.helpers import wait_for
 from treadle.ops.servers import free_port
 
 TENANT = "pathprober"
@@ -88,8 +89,7 @@ async def gateway():
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), http="httptools", log_level="warning")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)  # uvicorn signals its start only through this flag
+    await wait_for(lambda: server.started, timeout=30, what="uvicorn started")  # its only start signal
     yield app, config.port
     server.should_exit = True
     await task
