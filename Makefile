@@ -85,7 +85,7 @@ run: setup
 test: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
-	$(BIN)/mypy -p treadle
+	$(BIN)/mypy
 	$(SPECTRAL) lint --quiet --fail-severity=warn --ruleset .spectral.yaml schemas/openapi.json
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

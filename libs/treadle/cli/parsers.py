@@ -18,7 +18,9 @@ from .threads import (
 )
 
 
-def _group(sub, name: str, help: str):
+def _group(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     return sub.add_parser(name, help=help).add_subparsers(dest="action", required=True, metavar="ACTION")
 
 
@@ -51,7 +53,7 @@ def _message(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     )
 
 
-def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
+def add_api_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], api: argparse.ArgumentParser) -> None:
     threads = _group(sub, "threads", "app threads")
     tc = threads.add_parser("create", parents=[api], help="create a thread")
     tc.add_argument("--title")
@@ -220,7 +222,9 @@ def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
     hs.set_defaults(func=ops.cmd_handoffs_show)
 
 
-def add_policy_api_parsers(policy, api: argparse.ArgumentParser) -> None:
+def add_policy_api_parsers(
+    policy: argparse._SubParsersAction[argparse.ArgumentParser], api: argparse.ArgumentParser
+) -> None:
     """``policy get|put``: the tenant's own policy through the API, for its admins (``set``/``show`` are the
     operator's, straight in NATS)."""
     pg = policy.add_parser("get", parents=[api], help="your tenant's policy, through the API (admin)")

@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -170,7 +171,7 @@ async def _dev_token(nats_url: str, state: Path) -> tuple[str, bool]:
     return token, False
 
 
-def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     # Ctrl-C during start-up cancels Stack.wait_ready's wait_for(gather(...)), and Python 3.11 then reports the
     # gather's CancelledError as "never retrieved": noise, not news.
     if not isinstance(context.get("exception"), asyncio.CancelledError):

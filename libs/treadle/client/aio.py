@@ -205,7 +205,7 @@ class AsyncTreadle:
         run_id: str,
         text: str,
         *,
-        script: dict | None = None,
+        script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Acknowledged:
         return await self.call(

@@ -201,7 +201,7 @@ class Treadle:
         run_id: str,
         text: str,
         *,
-        script: dict | None = None,
+        script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Acknowledged:
         return self.call(calls.edit_queued(thread_id, run_id, text, script=script, idempotency_key=idempotency_key))

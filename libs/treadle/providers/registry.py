@@ -47,7 +47,8 @@ def adapter_class(provider: str) -> AdapterClass:
     if target is None:
         raise UnknownProvider(f"provider {provider!r} is not known to this host")
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    adapter: AdapterClass = getattr(importlib.import_module(module), cls)
+    return adapter
 
 
 def create_adapter(

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.msg import Msg
@@ -87,11 +87,11 @@ class PullConsumer:
         self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
         self._beats: dict[int, tuple[Msg, float]] = {}  # in hand: when its next in_progress is due
         self._sweep: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._pull: LingeringPull | None = None
         self._stopping = False
-        self._running: set[asyncio.Task] = set()  # mailbox tasks at work on this consumer's messages
-        self._cut: set[asyncio.Task] = set()  # of those, the ones stop() cancelled
+        self._running: set[asyncio.Task[Any]] = set()  # mailbox tasks at work on this consumer's messages
+        self._cut: set[asyncio.Task[Any]] = set()  # of those, the ones stop() cancelled
         self._idle = asyncio.Event()  # set while none is
         self._idle.set()
         self._replays: Subscription | None = None

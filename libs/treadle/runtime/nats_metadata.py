@@ -57,4 +57,5 @@ def install() -> None:
 
 def original(reply: str) -> Msg.Metadata:
     """nats-py's own parser (for the test that the two agree)."""
-    return _ORIGINAL.__func__(Msg.Metadata, reply)
+    parsed: Msg.Metadata = _ORIGINAL.__func__(Msg.Metadata, reply)
+    return parsed

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 DEFAULT_PARTITIONS = 8
 PROBE = "treadle.partitions.probe"
@@ -103,7 +104,7 @@ async def discover(nc: NATS, timeout: float = 5.0) -> int:
     unmapped (or not at all)."""
     answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-    async def on_probe(msg) -> None:
+    async def on_probe(msg: Msg) -> None:
         if not answer.done():
             answer.set_result(msg.subject)
 

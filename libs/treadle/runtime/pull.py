@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -58,7 +59,7 @@ class LingeringPull:
         self._left = 0  # deliveries the outstanding request may still bring; 0: none outstanding
         self._retry_after = 0.0  # >0: the last request failed or was refused; ask again after this long
         self._lapse: asyncio.TimerHandle | None = None
-        self._asking: asyncio.Future | None = None  # the publish of the last request
+        self._asking: asyncio.Future[Any] | None = None  # the publish of the last request
         self._sub: Subscription | None = None
         self._sink = sink
 

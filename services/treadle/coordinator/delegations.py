@@ -128,6 +128,7 @@ class Delegations:
         assert child.thread is not None and child.lineage is not None and child.lineage.parent_thread_id
         at = task.ended_at or datetime.now(UTC)  # the envelope ids of a redelivered reaction are the same ones
         parent_id = child.lineage.parent_thread_id
+        child_id = child.thread.id  # a refreshed child is the same thread: its id does not change
         for _ in range(MAX_TRIES):
             parent = await self._store.refresh(tenant, parent_id)
             events = delegation.finish(parent, child, task) if parent.thread is not None else []
@@ -143,7 +144,7 @@ class Delegations:
             except AppendConflict:
                 continue  # the parent moved on (its run streams): read it again, maybe recorded by another try
         else:
-            raise AppendConflict(f"the result of {child.thread.id} could not be recorded on {parent_id}")
+            raise AppendConflict(None, f"the result of {child_id} could not be recorded on {parent_id}")
         for _ in range(MAX_TRIES):
             events = delegation.ended(child, task)
             if not events:
@@ -156,8 +157,8 @@ class Delegations:
                 )  # fmt: skip
                 return
             except AppendConflict:
-                child = await self._store.refresh(tenant, child.thread.id)
-        raise AppendConflict(f"{child.thread.id} could not be marked reported")
+                child = await self._store.refresh(tenant, child_id)
+        raise AppendConflict(None, f"{child_id} could not be marked reported")
 
     async def _cascade(self, tenant: str, run: Run) -> None:
         """An interrupted run's async tasks are interrupted too when the tenant's setting says so (the policy's

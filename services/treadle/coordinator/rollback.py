@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
 from treadle.core import events as ev
@@ -127,7 +128,7 @@ class Rollbacks:
         return outcome
 
     async def _append(
-        self, tenant: str, thread: str, state: ThreadState, events: list, ctx: Ctx, rb: Rollback, step: str
+        self, tenant: str, thread: str, state: ThreadState, events: list[Any], ctx: Ctx, rb: Rollback, step: str
     ) -> None:
         await self._store.append(
             tenant,

@@ -4,8 +4,10 @@ starts; the run supervisor decides *how*."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -54,6 +56,8 @@ from .rollback import Rollbacks
 from .volume_loss import WATCHER_PARTITION, VolumeLoss
 
 log = logging.getLogger(__name__)
+# A decision made outside the pure core (lineage, answers): the events to append and the receipt.
+Decider = Callable[[ThreadState, Command], Awaitable[tuple[list[Any], Accepted]]]
 
 _command_decoder = msgspec.json.Decoder(Command)
 _encode = msgspec.json.encode
@@ -188,13 +192,15 @@ class Coordinator:
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()
         await msg.respond(_encode(reply))
 
-    async def _decide_and_append(self, command: Command, decider=None):
+    async def _decide_and_append(self, command: Command, decider: Decider | None = None) -> Accepted | Rejected:
         if not self._admission.creates_thread(command):
             return await self._decide_and_append_admitted(command, decider)
         async with self._admission.creation_lock(command.tenant):  # counted and appended one at a time
             return await self._decide_and_append_admitted(command, decider)
 
-    async def _decide_and_append_admitted(self, command: Command, decider=None):
+    async def _decide_and_append_admitted(
+        self, command: Command, decider: Decider | None = None
+    ) -> Accepted | Rejected:
         tenant, thread = command.tenant, command.thread or ""
         tenant_policy = None
         # A pure decision may first be made on the cache (see ``_cached``); only one that is appended counts.
@@ -341,7 +347,7 @@ class Coordinator:
 
     async def _record_answer(
         self, effects: list[answers.DeliverAnswer], state: ThreadState, command: Command
-    ) -> tuple[list, Accepted]:
+    ) -> tuple[list[Any], Accepted]:
         """The decider of an answer: its record (appended by the caller) and, in ``effects``, its delivery. A
         request whose callback is gone is recorded ``not_resumable`` here, then refused."""
         decision = answers.decide(state, command)

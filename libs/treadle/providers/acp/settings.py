@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,7 +38,7 @@ class AcpAgent(BaseModel, extra="forbid"):
     model_url: str | None = None  # the model API the agent calls: its sandbox's only egress
     models: list[str] = []  # model ids a thread may ask for (session/set_model); empty: the agent's default only
     modes: dict[str, str] = {}  # Treadle runtime mode -> the agent's session mode id (session/set_mode)
-    mcp_servers: list[dict] = []  # ACP McpServer entries passed at session start where the agent takes them
+    mcp_servers: list[dict[str, Any]] = []  # ACP McpServer entries passed at session start where the agent takes them
     # How the orchestrator's MCP server (issue 21) carries the session's credential to an agent that takes http
     # servers: as the Authorization header's value (ACP's shape), or as ``${ORCHESTRATOR_MCP_TOKEN}`` there with
     # the value in the agent's environment, for an agent that puts its servers on a command line (mcp_access.py)

@@ -56,7 +56,7 @@ class NewThread(BaseModel):
     script: dict[str, Any] | None = Field(default=None, description=SCRIPT)
 
 
-async def _create(request: Request, spec: NewThread, request_id: str | None) -> dict[str, Any]:
+async def _create(request: Request[Any, Any, Any], spec: NewThread, request_id: str | None) -> dict[str, Any]:
     who = await principal(request)
     await check_new_thread_mode(request, who.tenant, spec.runtime_mode)
     body = CreateThread(title=spec.title, provider=spec.provider, model=spec.model, runtime_mode=spec.runtime_mode)
@@ -77,7 +77,13 @@ async def _create(request: Request, spec: NewThread, request_id: str | None) -> 
 
 
 async def _send(
-    request: Request, thread: str, text: str, mode: str, target_run_id: str | None, idem: str | None, **more: Any
+    request: Request[Any, Any, Any],
+    thread: str,
+    text: str,
+    mode: str,
+    target_run_id: str | None,
+    idem: str | None,
+    **more: Any,
 ) -> dict[str, Any]:
     who = await principal(request)
     thread = path_id(thread, "thr")
