@@ -33,6 +33,7 @@ from treadle.core.thread.events import ThreadCreated
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime.settings import CoordinatorSettings
 
 from .admission import Admission
@@ -87,7 +88,7 @@ class Delegations:
         admitted = child.thread is not None  # by an earlier try of this command, whose parent append lost a race
         policy = await self._admission.policy(command.tenant)
         running = 0 if admitted else await self.running_children(command.tenant)
-        plan = delegation.plan(state, command, self.bounds(policy), running, admitted=admitted)
+        plan = delegation.plan(state, command, self.bounds(policy), running, CATALOGUE, admitted=admitted)
         check_mode(policy, str(plan.input["runtime_mode"]), "a delegated task")
         if child.thread is None:
             created = plan.create[0]
@@ -104,7 +105,7 @@ class Delegations:
         if child.runs:
             child_run_id = child.runs[0].id
         else:
-            ctx = reaction_ctx(f"{command.id}|delegate-task", command.issued_at, f"user:{command.user}")
+            ctx = reaction_ctx(f"{command.id}|delegate-task", command.issued_at, f"user:{command.user}", CATALOGUE)
             task = msgspec.structs.replace(command, thread=child_id, body=plan.first_message)
             events, sent = send_message(child, task, plan.first_message, ctx)
             await self._store.append(

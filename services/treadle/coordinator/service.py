@@ -40,6 +40,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PartitionConsumers, PullConsumer
 from treadle.runtime.leases import PartitionedWork
@@ -208,7 +209,7 @@ class Coordinator:
         tries = 0
         home: str | None = None  # a new thread's volume, placed once: a try after a conflict keeps the workspace
         while tries < MAX_DECISION_TRIES:
-            ctx = Ctx.for_command(command)
+            ctx = Ctx.for_command(command, CATALOGUE)
             state = self._cached(tenant, thread) if pure else None
             pure = False  # once: after a conflict or an answer without an append, the log is read
             on_cache = state is not None

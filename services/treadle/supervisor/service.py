@@ -30,13 +30,13 @@ from treadle.core.run import recovery
 from treadle.core.run import supervision as sv
 from treadle.core.run.model import Run
 from treadle.core.state import ThreadState, provider_cause
-from treadle.core.turn_options import scripted_capabilities
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient, HostGone
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime import partitions
 from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Retryable
 from treadle.runtime.leases import PartitionedWork
@@ -464,7 +464,7 @@ class Supervisor:
             workspace=state.thread.workspace,
             runtime_mode=state.thread.runtime_mode,
             model=run.model,
-            capabilities=scripted_capabilities(run.provider, run.script),
+            capabilities=CATALOGUE.script_capabilities(run.provider, run.script),
         )
         try:
             reply = await self._hosts.place(request, volume=state.thread.volume)
@@ -559,7 +559,9 @@ class Supervisor:
             source = await self._store.refresh(tenant, source_id)
             if source.thread is not None:
                 sources[source_id] = source
-        target = start_context.target_capabilities(state, run, scripted_capabilities(run.provider, run.script), sources)
+        target = start_context.target_capabilities(
+            state, run, CATALOGUE.script_capabilities(run.provider, run.script), sources
+        )
         ids = copy.copy(ctx.ids)  # the same ids again, for the provider summariser's material
         reasoning = self._handoff_reasoning
         events = start_context.resolve_start_context(state, run, target, sources, ctx, reasoning)

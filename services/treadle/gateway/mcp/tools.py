@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
-from treadle.core.thread.decide import PROVIDERS
 from treadle.projections import parts
-from treadle.providers.acp.settings import configured_providers as acp_providers
+from treadle.providers.registry import offered
 from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
 
 from .. import control, deps, lineage, lists
@@ -190,7 +189,7 @@ def server() -> MCPServer:
         return {
             "tenant": who.tenant,
             "user": who.user,
-            "providers": [*PROVIDERS, *acp_providers()],
+            "providers": offered(),
             "runtime_modes": list(policy.allowed_modes),
             "send_modes": list(SEND_MODES),
             "limits": {
