@@ -22,7 +22,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event, encode_event
 
-from . import nats_direct, subjects, tracing
+from . import nats_patches, subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
@@ -196,7 +196,7 @@ class EventLog:
         async with self._inbox_lock:
             if self._inbox is None:
                 inbox = self._nc.new_inbox()
-                await nats_direct.subscribe(self._nc, inbox + ".*", self._route)
+                await nats_patches.subscribe(self._nc, inbox + ".*", self._route)
                 self._inbox = inbox
         return self._inbox
 

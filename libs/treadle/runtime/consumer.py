@@ -25,8 +25,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..eventlog import tracing
 from ..eventlog.errors import LogError
+from ..eventlog.nats_patches import Acks, connection_of
 from . import dead_letters, logs
-from .acks import Acks
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -95,7 +95,7 @@ class PullConsumer:
         self._idle = asyncio.Event()  # set while none is
         self._idle.set()
         self._replays: Subscription | None = None
-        self._acks = Acks(js._nc)
+        self._acks = Acks(connection_of(js))
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -108,7 +108,7 @@ class PullConsumer:
             filter_subject=self._filters[0] if len(self._filters) == 1 else None,
         )
         await self._js.add_consumer(self._stream, config)
-        self._replays = await self._js._nc.subscribe(
+        self._replays = await connection_of(self._js).subscribe(
             dead_letters.replay_subject(self._durable), queue="replay", cb=self._replay
         )
         self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch, sink=self._deliver)
@@ -166,7 +166,13 @@ class PullConsumer:
             raw = await self._js.get_msg(self._stream, seq)
             assert raw.subject is not None
             reply = f"$JS.ACK.{self._stream}.{self._durable}.1.{seq}.0.{time.time_ns()}.0"
-            msg = Msg(_client=self._js._nc, subject=raw.subject, reply=reply, data=raw.data or b"", headers=raw.headers)
+            msg = Msg(
+                _client=connection_of(self._js),
+                subject=raw.subject,
+                reply=reply,
+                data=raw.data or b"",
+                headers=raw.headers,
+            )
             self._mailboxes.submit(self._key_of(msg), functools.partial(self._process, msg))
         except Exception as exc:
             await request.respond(f"refused: {exc}".encode())
