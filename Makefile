@@ -20,8 +20,10 @@ PACKAGES := $(wildcard libs/treadle/*/__init__.py services/treadle/*/__init__.py
 #   dev.lock  what `make setup` installs (pyproject.toml's dev extra, which holds all the others, and setuptools)
 #   all.lock  what the container image and `make providers` install (the all extra: server, claude, embedded)
 #   run.lock  what `make run` installs (the embedded extra: the stack on one machine, no runtime, no test tool)
+#   bootstrap.lock  uv, the installer `make run` and `make providers` use (the same pin as in dev.lock)
 #   base.lock the client alone (no extra): its wheels go to the wheelhouse the packaging test installs from offline
-LOCKS     := requirements/dev.lock requirements/all.lock requirements/run.lock requirements/base.lock
+LOCKS     := requirements/dev.lock requirements/all.lock requirements/run.lock requirements/base.lock \
+	requirements/bootstrap.lock
 WHEELHOUSE := $(VENV)/wheelhouse
 
 PYTHON_CHECK = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -46,6 +48,7 @@ lock: $(STAMP)
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra dev -o requirements/dev.lock
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra all -c requirements/dev.lock -o requirements/all.lock
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra embedded -c requirements/dev.lock -o requirements/run.lock
+	$(UV_COMPILE) requirements/bootstrap.in -c requirements/dev.lock -o requirements/bootstrap.lock
 	$(UV_COMPILE) pyproject.toml -c requirements/dev.lock -o requirements/base.lock
 	$(MAKE) $(STAMP)
 
@@ -85,12 +88,15 @@ setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP) $(ACP_STAMP)
 
 # `make run` is light: the embedded stack and its scripted demo (run.lock), no npm, browser or test tool; about
 # a minute from a fresh clone. The real runtimes are `make providers` away; `make test` keeps the full setup.
+# pip bootstraps uv alone (one wheel, hash-checked); uv installs the rest in parallel, hashes checked too.
 RUN_STAMP := $(VENV)/.installed-run
-$(RUN_STAMP): pyproject.toml requirements/run.lock $(PACKAGES)
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python
+$(RUN_STAMP): pyproject.toml requirements/run.lock requirements/bootstrap.lock $(PACKAGES)
 	$(PYTHON_CHECK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --require-hashes -r requirements/run.lock
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements/bootstrap.lock
+	$(UV_INSTALL) --require-hashes -r requirements/run.lock
+	$(UV_INSTALL) --no-deps --no-build-isolation -e .
 	@touch $@
 
 run: $(RUN_STAMP)
@@ -101,7 +107,7 @@ run: $(RUN_STAMP)
 # agents (npm) and bubblewrap for the runtime sandbox. A model key then picks the runtime (docs/providers.md).
 PROVIDERS_STAMP := $(VENV)/.installed-providers
 $(PROVIDERS_STAMP): $(RUN_STAMP) requirements/all.lock
-	$(BIN)/pip install -q --require-hashes -r requirements/all.lock
+	$(UV_INSTALL) --require-hashes -r requirements/all.lock
 	@touch $@
 
 providers: $(PROVIDERS_STAMP) $(CODEX_STAMP) $(ACP_STAMP)
