@@ -133,7 +133,7 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
     grid.add_column(style="dim")
     grid.add_column()
     grid.add_row("API", Text(api, style="bold"))
-    grid.add_row("OpenAPI", f"{api}/schema/openapi.json")
+    grid.add_row("OpenAPI", f"{api}/schema/openapi.json  (interactive: {api}/schema/reference)")
     console_url = f"{api}/#/t/{thread_id}" if thread_id else f"{api}/"
     grid.add_row("console", Text.assemble((console_url, "bold"), ("  (sign in with the dev token)", "dim")))
     grid.add_row(
