@@ -88,9 +88,10 @@ setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP) $(ACP_STAMP)
 
 # `make run` is light: the embedded stack and its scripted demo (run.lock), no npm, browser or test tool; about
 # a minute from a fresh clone. The real runtimes are `make providers` away; `make test` keeps the full setup.
-# pip bootstraps uv alone (one wheel, hash-checked); uv installs the rest in parallel, hashes checked too.
+# pip bootstraps uv alone (one wheel, hash-checked); uv installs the rest in parallel, hashes checked too, and
+# compiles the bytecode once (else the six workers of the first `treadle up` each compile the same modules).
 RUN_STAMP := $(VENV)/.installed-run
-UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
 $(RUN_STAMP): pyproject.toml requirements/run.lock requirements/bootstrap.lock $(PACKAGES)
 	$(PYTHON_CHECK)
 	$(PYTHON) -m venv $(VENV)
