@@ -160,7 +160,10 @@ def test_mypy_reads_the_sdk_types_from_the_client_install(client_install: Client
     """py.typed ships with the SDK: a user's mypy checks calls against its types (without the marker the import
     is `import-not-found` and every client is Any, so the wrong return type below would pass unseen)."""
     with zipfile.ZipFile(client_install.wheel) as wheel:
-        assert {"treadle/client/py.typed", "treadle/views/py.typed"} <= set(wheel.namelist())
+        names = set(wheel.namelist())
+    assert {"treadle/client/py.typed", "treadle/views/py.typed", "treadle/core/py.typed"} <= names
+    # the gateway's API reference page ships with it, as the console does
+    assert {"treadle/gateway/api_static/index.html", "treadle/gateway/api_static/reference.js"} <= names
     (tmp_path / "use.py").write_text(
         "from treadle.client import Treadle\n\n\ndef url(client: Treadle) -> int:\n    return client.base_url\n"
     )
