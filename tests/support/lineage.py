@@ -45,7 +45,7 @@ def history(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 async def assert_projection_is_the_fold(api: Api, log: EventLog, thread: str) -> None:
-    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
+    """The read model (Redis) equals the fold of the thread's events (docs/concepts.md principle 1)."""
     folded = fold(await log.read(api.tenant, thread))
     r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
     assert r.json() == json.loads(encode_state(folded))

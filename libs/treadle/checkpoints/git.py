@@ -1,4 +1,4 @@
-"""Workspace checkpoints as git hidden refs (ARCHITECTURE "Checkpoints", LIFECYCLES L10).
+"""Workspace checkpoints as git hidden refs (docs/concepts.md "Checkpoints", requirements L10).
 
 A capture never touches the user's branch, HEAD, index or stash: it stages into a Treadle-private
 index (`<gitdir>/treadle/index`) or, for a watched worktree, into the private tree model of

@@ -261,7 +261,7 @@ def asyncapi() -> str:
         "  version: 1.0.0",
         f"  x-schema-version: {events.SCHEMA_VERSION}",
         "  description: >-",
-        '    NATS subjects of Treadle (ARCHITECTURE.md, "Subjects and streams"). Payloads are msgspec JSON;',
+        '    NATS subjects of Treadle (docs/concepts.md, "Subjects and streams"). Payloads are msgspec JSON;',
         "    their JSON Schemas are the files next to this one.",
         "",
         f"    Versioning: {COMPATIBILITY}",

@@ -57,7 +57,7 @@ def add_api_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], ap
     threads = _group(sub, "threads", "app threads")
     tc = threads.add_parser("create", parents=[api], help="create a thread")
     tc.add_argument("--title")
-    tc.add_argument("--provider", help="scripted (default), codex or claude")
+    tc.add_argument("--provider", help="scripted (default), codex, claude or acp-<name>")
     tc.add_argument("--model")
     tc.add_argument("--runtime-mode", choices=MODES)
     tc.add_argument("--workspace", help="workspace path relative to the tenant's workspace root")
@@ -85,7 +85,12 @@ def add_api_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], ap
     steer.set_defaults(func=cmd_steer)
     switch = sub.add_parser("switch", parents=[api], help="send the next message to another provider (L5)")
     _message(switch)
-    switch.add_argument("--to", required=True, metavar="PROVIDER", help="scripted, codex or claude")
+    switch.add_argument(
+        "--to",
+        required=True,
+        metavar="PROVIDER",
+        help="scripted, codex, claude or acp-<name> (an agent of TREADLE_ACP_AGENTS)",
+    )
     switch.set_defaults(func=cmd_switch)
 
     watch = sub.add_parser("watch", parents=[api], help="stream a thread's events live (resumes by itself)")

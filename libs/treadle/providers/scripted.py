@@ -1,4 +1,4 @@
-"""The scripted provider: plays a script (README "Scripted provider") deterministically, with the capability
+"""The scripted provider: plays a script (docs/providers.md, "The scripted provider") deterministically, with the capability
 profile the script asks for, so every lifecycle and degradation path can be driven from a test."""
 
 from __future__ import annotations

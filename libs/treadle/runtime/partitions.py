@@ -1,4 +1,4 @@
-"""Thread-keyed work is spread over a fixed number of partitions (ARCHITECTURE "Scaling out").
+"""Thread-keyed work is spread over a fixed number of partitions (docs/concepts.md "Scaling out").
 
 The broker, not Python, assigns the partition: a subject mapping of the service account (``auth.conf``)
 appends ``{{partition(N, 2)}}`` of the thread-id token to every event and provider-event subject, so

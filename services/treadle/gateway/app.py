@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
+from litestar.config.cors import CORSConfig
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
@@ -39,7 +40,7 @@ from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -273,6 +274,25 @@ async def metrics() -> Response[Any]:
     return Response(metrics_text("gateway"), media_type=CONTENT_TYPE_LATEST)
 
 
+# What a browser on an allowed origin may send and read: the API's own request and answer headers.
+CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "X-Treadle-Min-Seq"]
+CORS_ANSWER_HEADERS = ["Retry-After", "WWW-Authenticate"]
+
+
+def cors(origins: tuple[str, ...]) -> CORSConfig | None:
+    """None (no CORS headers at all: same origin only) unless origins are configured. Never with credentials:
+    the console's cookie stays same-site, a cross-origin client sends its bearer token."""
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        allow_headers=CORS_REQUEST_HEADERS,
+        allow_credentials=False,
+        expose_headers=CORS_ANSWER_HEADERS,
+    )
+
+
 def create_app(shared: Shared | None = None, own: GatewaySettings | None = None) -> Litestar:
     shared = shared or Shared()
     own = own or GatewaySettings()
@@ -317,6 +337,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *lineage.ROUTES,
             *policy.ROUTES,
             *console.ROUTES,
+            *reference.ROUTES,
             *mcp.ROUTES,
         ],
         lifespan=[lifespan, mcp.lifespan],
@@ -331,6 +352,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             Exception: handlers.on_unexpected,
         },
         openapi_config=openapi.config(),
+        cors_config=cors(own.cors_origins),
         request_max_body_size=own.max_body_bytes,
         middleware=[
             http_spans,

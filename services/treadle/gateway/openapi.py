@@ -379,7 +379,9 @@ def config() -> OpenAPIConfig:
         security=[{"bearer": []}],
         components=Components(
             security_schemes={
-                "bearer": SecurityScheme(type="http", scheme="bearer", description="an API token (`treadle token`)")
+                "bearer": SecurityScheme(
+                    type="http", scheme="bearer", description="an API token (`treadle tokens create`)"
+                )
             }
         ),
         tags=[Tag(name=name, description=text) for name, text in sorted(TAGS.items())],

@@ -1,7 +1,7 @@
 """The generic ACP adapter: one Agent Client Protocol agent process per provider session, JSON-RPC over stdio.
 
 A provider thread is an ACP session (its id is the native ref). What the agent can do is read from its
-``initialize`` answer and mapped onto Treadle's capabilities (LIFECYCLES "Capabilities and degradation"):
+``initialize`` answer and mapped onto Treadle's capabilities (docs/requirements.md "Capabilities"):
 ACP has no active steering (Treadle interrupts and restarts), ``session/cancel`` is the interrupt, a session
 resumes through ``session/load`` (or ``session/resume``) and only where the agent offers one (else resuming
 fails typed and L9.4's replacement runs), and forks are portable (ACP forks only at a session's end).

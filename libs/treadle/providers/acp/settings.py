@@ -1,7 +1,7 @@
 """Settings of the generic ACP provider (``TREADLE_ACP_*``): agent instances configured by name.
 
 ``TREADLE_ACP_AGENTS`` is a JSON object, agent name -> ``AcpAgent``; agent ``claude`` is the provider
-``acp-claude``. A preset fills in the command and private home of an agent ``make setup`` installs; anything
+``acp-claude``. A preset fills in the command and private home of an agent ``make providers`` (and ``make setup``) installs; anything
 the entry sets itself wins. Only the variables the entry names reach the agent: ``env`` (fixed values) and
 ``env_allow`` (copied from the host's environment when set there).
 """
@@ -71,7 +71,7 @@ class AcpAgent(BaseModel, extra="forbid"):
         first = self.command[0]
         found = first if "/" in first else shutil.which(first)
         if found is None or not Path(found).exists():
-            raise AcpNotConfigured(f"the ACP agent's command {first!r} is not installed (run `make setup`)")
+            raise AcpNotConfigured(f"the ACP agent's command {first!r} is not installed (run `make providers`)")
         return [found, *self.command[1:]]
 
 

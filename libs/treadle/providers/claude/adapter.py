@@ -86,7 +86,7 @@ def _import_runtime() -> None:
             raise
         raise ClaudeUnavailable(
             "the Claude runtime (claude-agent-sdk) is not installed on this provider host: "
-            "pip install 'treadle[claude]'"
+            "`make providers` in a checkout, else pip install 'treadle[claude]'"
         ) from exc
 
 
