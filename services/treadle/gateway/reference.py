@@ -17,7 +17,7 @@ STATIC = Path(__file__).with_name("api_static")
 
 
 @get("/schema/reference", include_in_schema=False)
-async def reference_page() -> Response:
+async def reference_page() -> Response[bytes]:
     return Response((STATIC / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
 
 
