@@ -14,7 +14,8 @@ LIBS, SERVICES = ROOT / "libs" / "treadle", ROOT / "services" / "treadle"
 LAYERS = {
     "core": 0,  # pure: stdlib, msgspec and itself only
     "views": 10,
-    "client": 15,  # the SDK: decodes into the views
+    "api": 12,  # the public contract: request bodies and receipts, their limits the core's field types
+    "client": 15,  # the SDK: decodes into the views and the contract's receipts
     "sandbox": 10,
     "eventlog": 30,
     "runtime": 40,  # the worker kit
@@ -22,6 +23,7 @@ LAYERS = {
     "checkpoints": 50,
     "providers": 50,
     "ports": 55,
+    "usecases": 58,  # what HTTP routes and MCP tools both call: the caller and the ports as arguments
     "memory": 60,  # Protocols and their in-memory twins (may reuse real types below)
     "ops": 70,  # operator tools: servers, processes, broker auth, tokens, audit
     "cli": 80,

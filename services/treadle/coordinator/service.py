@@ -16,6 +16,7 @@ from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.core import placement
 from treadle.core.commands import Accepted, Command, Rejected
+from treadle.core.constraints import violation
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
 from treadle.core.errors import DomainError
@@ -56,6 +57,24 @@ from .volume_loss import WATCHER_PARTITION, VolumeLoss
 log = logging.getLogger(__name__)
 
 _command_decoder = msgspec.json.Decoder(Command)
+
+
+class _Tagged(msgspec.Struct):
+    type: str = ""
+
+
+class _Wrapped(msgspec.Struct):
+    body: _Tagged = msgspec.field(default_factory=_Tagged)
+
+
+def _body_tag(data: bytes) -> str | None:
+    """The body's tag of a command that failed to decode: which member of ``Body`` its path goes through."""
+    try:
+        return msgspec.json.decode(data, type=_Wrapped).body.type or None
+    except msgspec.DecodeError:
+        return None
+
+
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
@@ -161,6 +180,11 @@ class Coordinator:
             if isinstance(command.body, CreateThread):
                 command.thread = command.thread or thread_id_for(command.id, command.issued_at)
             subjects.token(command.thread or "", "thread")
+        except msgspec.ValidationError as exc:  # a field over its limit is refused with its own code
+            refused = violation(exc, Command, tag=_body_tag(msg.data))
+            reply = Rejected(code=refused.code, message=refused.message, details=refused.details) if refused else None
+            await msg.respond(_encode(reply or Rejected(code="bad_request", message=str(exc))))
+            return
         except (msgspec.DecodeError, ValueError) as exc:
             await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
             return

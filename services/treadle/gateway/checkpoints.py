@@ -23,9 +23,9 @@ from treadle.views.thread import Thread, run_change
 from .deps import (
     IdempotencyKey,
     MinSeq,
+    Who,
     logged_view,
     path_id,
-    principal,
     thread_of,
     thread_read,
     thread_view,
@@ -149,8 +149,9 @@ async def _diff(
     tags=["checkpoints"],
     responses=errors(PARAMS, PATH_ID, DIFF, {404: ("run_not_found",)}),
 )
-async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
-    who = await principal(request)
+async def run_diff(
+    request: Request, who: Who, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None
+) -> Diff:
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
@@ -180,13 +181,13 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
 )
 async def thread_diff(
     request: Request,
+    who: Who,
     thread_id: FromPath[str],
     from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
     to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
     max_bytes: MaxBytes = None,
     min_seq: MinSeq = None,
 ) -> Diff:
-    who = await principal(request)
     thread = path_id(thread_id, "thr")
     from_ordinal, to_ordinal = number(from_, "from", high=MAX_ORDINAL), number(to, "to", high=MAX_ORDINAL)
     limit = _max_bytes(max_bytes)
@@ -238,9 +239,12 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {400: ("invalid_ordinal",), 409: ("run_active",)}),
 )
 async def rollback_thread(
-    request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest], idempotency_key: IdempotencyKey = None
+    request: Request,
+    who: Who,
+    thread_id: FromPath[str],
+    data: JSONBody[RollbackRequest],
+    idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    who = await principal(request)
     thread = path_id(thread_id, "thr")
     body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
     accepted = await request.app.state.commands.send(
@@ -258,11 +262,11 @@ async def rollback_thread(
 )
 async def rollback_node(
     request: Request,
+    who: Who,
     node_id: FromPath[str],
     data: JSONBody[NodeRollbackRequest],
     idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    who = await principal(request)
     node_id = path_id(node_id, "node")
     path_id(data.checkpoint_id, "ckpt")
     thread = path_id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)

@@ -11,17 +11,19 @@ from typing import Annotated, TypeVar
 import msgspec
 from litestar import Request, Response
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, QueryParameter
 
-from treadle.core.errors import DomainError
 from treadle.core.ids import is_id
-from treadle.core.policy import ROLES, check_mode
+from treadle.core.policy import ROLES
 from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
 from treadle.runtime.settings import GatewaySettings
+from treadle.usecases.messages import MessageLimits
+from treadle.usecases.ports import ThreadReads
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
 
@@ -29,6 +31,10 @@ from . import sessions
 from .errors import ApiError
 from .params import number
 
+# The dependencies every route may ask for by name (``create_app`` provides them): the caller, resolved from its
+# bearer token, session cookie or the ``/mcp`` door; and the thread reads the use cases work through.
+Who = NamedDependency[Principal]
+Reads = NamedDependency[ThreadReads]
 IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 MinSeq = Annotated[
     str | None,
@@ -197,31 +203,10 @@ async def owner(request: Request, tenant: str, entity_id: str, prefix: str, miss
     return thread
 
 
-async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> None:
-    """Early refusal at the door; the coordinator decides it again for every path that makes a thread."""
-    try:
-        check_mode(await app_state(request).policies.get(tenant), mode, "a new thread")
-    except DomainError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
-
-
-def check_message_size(request: Request, text: str, script: dict | None) -> None:
-    """400 before anything reaches the broker: a message's text and its script each have a limit."""
+def message_limits(request: Request) -> MessageLimits:
+    """This deployment's limits of a message (``GatewaySettings``), within the contract's."""
     own: GatewaySettings = app_state(request).settings
-    if len(text) > own.max_text_chars:
-        raise ApiError(
-            400,
-            "text_too_long",
-            f"text is at most {own.max_text_chars} characters",
-            {"field": "text", "limit": own.max_text_chars, "size": len(text)},
-        )
-    if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
-        raise ApiError(
-            400,
-            "script_too_large",
-            f"script is at most {own.max_script_bytes} bytes as JSON",
-            {"field": "script", "limit": own.max_script_bytes, "size": size},
-        )
+    return MessageLimits(text_chars=own.max_text_chars, script_bytes=own.max_script_bytes)
 
 
 def json_response(content: bytes, status: int = 200) -> Response:

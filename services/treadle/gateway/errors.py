@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+
+from treadle.core.constraints import violation
+from treadle.core.errors import BadRequest, DomainError
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,11 @@ def on_api_error(request: Request, exc: ApiError) -> Response:
     return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=headers)
 
 
+def on_domain_error(request: Request, exc: DomainError) -> Response:
+    """A use case's refusal (``treadle.usecases``): the same shape as the gateway's own."""
+    return on_api_error(request, ApiError(exc.status, exc.code, exc.message, exc.details))
+
+
 _CODES = {
     400: "bad_request",
     401: "unauthorized",
@@ -44,6 +53,8 @@ _CODES = {
 
 
 def on_http_error(request: Request, exc: HTTPException) -> Response:
+    if isinstance(exc, ValidationException) and (refused := refusal(request, exc)) is not None:
+        return on_domain_error(request, refused)
     details = {}
     if isinstance(exc, ValidationException) and exc.extra:
         details = {"problems": exc.extra}
@@ -83,3 +94,13 @@ def on_store_unavailable(request: Request, exc: Exception) -> Response:
 def on_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(body("internal", "internal error"), status_code=500)
+
+
+def refusal(request: Request, exc: ValidationException) -> BadRequest | None:
+    """A body field over its limit (a constraint of its ``treadle.api`` type): the field's own typed 400."""
+    cause, handler = exc.__cause__, request.scope.get("route_handler")
+    data = handler.parsed_fn_signature.parameters.get("data") if handler is not None else None
+    if not isinstance(cause, msgspec.ValidationError) or data is None:
+        return None
+    body = next((t for t in data.inner_types if t.is_subclass_of(msgspec.Struct)), data) if data.is_optional else data
+    return violation(cause, body.annotation, skip=1)  # the path starts at the handler's ``data``

@@ -14,7 +14,7 @@ from treadle.core.policy import DEFAULT_MODES, TenantPolicy, require_role
 from treadle.core.thread.model import RuntimeMode
 from treadle.ops.tokens import Principal
 
-from .deps import app_state, principal
+from .deps import Who, app_state
 from .errors import ApiError
 from .openapi import BODY, errors
 
@@ -37,8 +37,7 @@ def as_api_error(exc: DomainError) -> ApiError:
     return ApiError(exc.status, exc.code, exc.message, exc.details)
 
 
-async def admin(request: Request) -> Principal:
-    who = await principal(request)
+def admin(request: Request, who: Who) -> Principal:
     try:
         require_role(who.role, "admin", f"{request.method} {request.url.path}")
     except DomainError as exc:
@@ -52,8 +51,8 @@ async def admin(request: Request) -> Principal:
     tags=["policy"],
     responses=errors(),
 )
-async def get_policy(request: Request) -> TenantPolicy:
-    who = await admin(request)
+async def get_policy(request: Request, who: Who) -> TenantPolicy:
+    admin(request, who)
     return await app_state(request).policies.get(who.tenant)
 
 
@@ -63,8 +62,8 @@ async def get_policy(request: Request) -> TenantPolicy:
     tags=["policy"],
     responses=errors(BODY, {400: ("invalid_policy",)}),
 )
-async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
-    who = await admin(request)
+async def put_policy(request: Request, who: Who, data: JSONBody[PolicyBody]) -> TenantPolicy:
+    admin(request, who)
     fields = msgspec.structs.asdict(data)
     wanted = TenantPolicy(**{**fields, "allowed_modes": tuple(data.allowed_modes)})
     try:
