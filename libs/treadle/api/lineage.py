@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from treadle.core.limits import Id, Title, TurnRef
+from treadle.api.limits import Id, Title, TurnRef
 
 SourceType = Literal["run", "node", "provider_thread"]
 OnActive = Literal["latest_checkpoint", "refuse"]

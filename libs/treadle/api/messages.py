@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 import msgspec
 
-from treadle.core.constraints import coded
-from treadle.core.limits import Id, Model, Provider, Text
-from treadle.core.thread.model import DispatchMode
+from treadle.api.constraints import coded
+from treadle.api.limits import Id, Model, Provider, Text
+from treadle.api.modes import DispatchMode
 
 SendMode = Annotated[DispatchMode, coded("invalid_mode")]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from treadle.core.limits import QueueOrder, Text
+from treadle.api.limits import QueueOrder, Text
 
 
 class ReorderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from treadle.core.constraints import coded
-from treadle.core.limits import Answers, ResponseText
+from treadle.api.constraints import coded
+from treadle.api.limits import Answers, ResponseText
 
 Decision = Annotated[Literal["accept", "accept_for_session", "decline", "cancel"], coded("invalid_response")]
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import msgspec
 
-from treadle.core.constraints import coded
-from treadle.core.limits import Model, Provider, Title, Workspace
-from treadle.core.thread.model import RuntimeMode
+from treadle.api.constraints import coded
+from treadle.api.limits import Model, Provider, Title, Workspace
+from treadle.api.modes import RuntimeMode
 
 RuntimeModeChoice = Annotated[RuntimeMode, coded("invalid_runtime_mode")]
 

@@ -1,49 +1,100 @@
-"""Size limits of every command field, declared once as the types of the fields (``core.constraints``): the
-API's request bodies and the commands use these types, so msgspec checks them wherever either is decoded,
-and ``check_sizes`` checks a command built in code the same way before it is sent or decided. They add up
-within one broker message: a command, and each event made from it, is one NATS message (``max_payload``,
-1 MiB by default), and JSON may spend 6 bytes on one character (``\\u001f``). The largest command, a message
-with text and a script, is at most 6 * (100,000 + 200 + 3 * 64 + 64) + 256 KiB + envelope < 900 KB."""
+"""The size checks of a command built in code (the gateway's, the coordinator's own): the constraints of its
+field types (``treadle.api.limits``, where every limit is declared) checked as if it had been decoded, then the
+two budgets no one field's constraint says. The gateway checks before anything is sent on the broker, the
+deciders again."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
-from treadle.core.constraints import limited, violation
+from treadle.api.constraints import violation
+from treadle.api.limits import (
+    MAX_ANSWER_CHARS as MAX_ANSWER_CHARS,
+)
+from treadle.api.limits import (
+    MAX_ANSWERS as MAX_ANSWERS,
+)
+from treadle.api.limits import (
+    MAX_MODEL_CHARS as MAX_MODEL_CHARS,
+)
+from treadle.api.limits import (
+    MAX_NAME_CHARS as MAX_NAME_CHARS,
+)
+from treadle.api.limits import (
+    MAX_QUEUE_ORDER as MAX_QUEUE_ORDER,
+)
+from treadle.api.limits import (
+    MAX_ROLE_CHARS as MAX_ROLE_CHARS,
+)
+from treadle.api.limits import (
+    MAX_SCRIPT_BYTES as MAX_SCRIPT_BYTES,
+)
+from treadle.api.limits import (
+    MAX_TEXT_CHARS as MAX_TEXT_CHARS,
+)
+from treadle.api.limits import (
+    MAX_TITLE_CHARS as MAX_TITLE_CHARS,
+)
+from treadle.api.limits import (
+    MAX_TURN_REF_CHARS as MAX_TURN_REF_CHARS,
+)
+from treadle.api.limits import (
+    MAX_WORKSPACE_CHARS as MAX_WORKSPACE_CHARS,
+)
+from treadle.api.limits import (
+    WORST_JSON_BYTES_PER_CHAR as WORST_JSON_BYTES_PER_CHAR,
+)
+from treadle.api.limits import (
+    Answers as Answers,
+)
+from treadle.api.limits import (
+    Id as Id,
+)
+from treadle.api.limits import (
+    Model as Model,
+)
+from treadle.api.limits import (
+    ModeName as ModeName,
+)
+from treadle.api.limits import (
+    Name as Name,
+)
+from treadle.api.limits import (
+    Provider as Provider,
+)
+from treadle.api.limits import (
+    QueueOrder as QueueOrder,
+)
+from treadle.api.limits import (
+    ResponseName as ResponseName,
+)
+from treadle.api.limits import (
+    ResponseText as ResponseText,
+)
+from treadle.api.limits import (
+    Role as Role,
+)
+from treadle.api.limits import (
+    RuntimeModeName as RuntimeModeName,
+)
+from treadle.api.limits import (
+    Task as Task,
+)
+from treadle.api.limits import (
+    Text as Text,
+)
+from treadle.api.limits import (
+    Title as Title,
+)
+from treadle.api.limits import (
+    TurnRef as TurnRef,
+)
+from treadle.api.limits import (
+    Workspace as Workspace,
+)
 from treadle.core.errors import BadRequest, check
-
-MAX_TEXT_CHARS = 100_000  # a message, an edited queued message
-MAX_ROLE_CHARS = 8_000  # a delegated task's role instruction, sent with its task as the child's first message
-MAX_ANSWER_CHARS = 20_000  # a response's answers (keys and values) and message together
-MAX_ANSWERS = 100
-MAX_TITLE_CHARS = 200
-MAX_MODEL_CHARS = 200
-MAX_SCRIPT_BYTES = 256 * 1024  # as JSON
-MAX_NAME_CHARS = 64  # provider, mode, runtime mode, decision, ids
-MAX_WORKSPACE_CHARS = 255
-MAX_TURN_REF_CHARS = 256
-MAX_QUEUE_ORDER = 1_000
-WORST_JSON_BYTES_PER_CHAR = 6
-
-# --- the field types: a limit and the code a value over it is refused with ------------------------------
-Text = Annotated[str, limited(MAX_TEXT_CHARS, "text_too_long")]
-Task = Annotated[str, limited(MAX_TEXT_CHARS - MAX_ROLE_CHARS, "text_too_long")]
-Role = Annotated[str, limited(MAX_ROLE_CHARS, "text_too_long")]
-Title = Annotated[str, limited(MAX_TITLE_CHARS, "invalid_title")]
-Model = Annotated[str, limited(MAX_MODEL_CHARS, "invalid_model")]
-Provider = Annotated[str, limited(MAX_NAME_CHARS, "invalid_provider")]
-RuntimeModeName = Annotated[str, limited(MAX_NAME_CHARS, "invalid_runtime_mode")]
-ModeName = Annotated[str, limited(MAX_NAME_CHARS, "invalid_mode")]
-Workspace = Annotated[str, limited(MAX_WORKSPACE_CHARS, "invalid_workspace")]
-Id = Annotated[str, limited(MAX_NAME_CHARS, "invalid_id")]
-TurnRef = Annotated[str, limited(MAX_TURN_REF_CHARS, "invalid_id")]
-Name = Annotated[str, limited(MAX_NAME_CHARS, "invalid_request")]  # a delegated task's names
-ResponseName = Annotated[str, limited(MAX_NAME_CHARS, "invalid_response")]
-Answers = Annotated[dict[str, str], limited(MAX_ANSWERS, "invalid_response")]
-ResponseText = Annotated[str, limited(MAX_ANSWER_CHARS, "invalid_response")]
-QueueOrder = Annotated[list[Id], limited(MAX_QUEUE_ORDER, "invalid_order")]
 
 
 def check_script(script: dict[str, Any] | None, limit: int = MAX_SCRIPT_BYTES) -> None:
@@ -75,7 +126,10 @@ def check_sizes(body: msgspec.Struct) -> None:
     try:
         msgspec.convert(msgspec.to_builtins(body), type(body))
     except msgspec.ValidationError as exc:
-        raise violation(exc, type(body)) or BadRequest(str(exc)) from None
+        found = violation(exc, type(body))
+        raise (
+            BadRequest(found.message, code=found.code, details=found.details) if found else BadRequest(str(exc))
+        ) from None
     check_script(getattr(body, "script", None))
     if hasattr(body, "answers"):
         check_answers(body.answers, getattr(body, "message", None))

@@ -13,10 +13,10 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from treadle import ports
+from treadle.api.constraints import violation
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.core import placement
 from treadle.core.commands import Accepted, Command, Rejected
-from treadle.core.constraints import violation
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
 from treadle.core.errors import DomainError

@@ -8,7 +8,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from treadle.core.constraints import violation
+from treadle.api.constraints import violation
 from treadle.core.errors import BadRequest, DomainError
 
 log = logging.getLogger(__name__)
@@ -103,4 +103,5 @@ def refusal(request: Request, exc: ValidationException) -> BadRequest | None:
     if not isinstance(cause, msgspec.ValidationError) or data is None:
         return None
     body = next((t for t in data.inner_types if t.is_subclass_of(msgspec.Struct)), data) if data.is_optional else data
-    return violation(cause, body.annotation, skip=1)  # the path starts at the handler's ``data``
+    found = violation(cause, body.annotation, skip=1)  # the path starts at the handler's ``data``
+    return BadRequest(found.message, code=found.code, details=found.details) if found else None

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from treadle.core.limits import Id, Model, Name, Role, Task, Title, TurnRef
+from treadle.api.limits import Id, Model, Name, Role, Task, Title, TurnRef
 
 
 class ForkSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

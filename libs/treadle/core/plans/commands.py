@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from treadle.core.limits import Id
+from treadle.api.limits import Id
 
 
 class ImplementPlan(msgspec.Struct, kw_only=True, tag="plan.implement", forbid_unknown_fields=True):

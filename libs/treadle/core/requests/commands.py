@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from treadle.core.limits import Answers, Id, ResponseName, ResponseText
+from treadle.api.limits import Answers, Id, ResponseName, ResponseText
 
 
 class RespondRequest(msgspec.Struct, kw_only=True, tag="request.respond", forbid_unknown_fields=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from treadle.core.limits import Id
+from treadle.api.limits import Id
 
 
 class RollbackThread(msgspec.Struct, kw_only=True, tag="thread.rollback", forbid_unknown_fields=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from treadle.core.limits import Id
+from treadle.api.limits import Id
 
 
 class InterruptRun(msgspec.Struct, kw_only=True, tag="run.interrupt", forbid_unknown_fields=True):

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from treadle.core.limits import Id, Model, ModeName, Provider, QueueOrder, RuntimeModeName, Text, Title, Workspace
+from treadle.api.limits import Id, Model, ModeName, Provider, QueueOrder, RuntimeModeName, Text, Title, Workspace
 
 
 class CreateThread(msgspec.Struct, kw_only=True, tag="thread.create", forbid_unknown_fields=True):

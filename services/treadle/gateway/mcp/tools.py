@@ -1,5 +1,5 @@
 """The thread tools: each one is an adapter over the use case the HTTP route calls (``treadle.usecases``), with
-the caller's bearer token and tenant; arguments become the contract's types (``treadle.api.parse``: the same
+the caller's bearer token and tenant; arguments become the contract's types (``usecases.arguments.parse``: the same
 limits, the same typed refusals), results are the public views, failures typed (:mod:`.errors`). A
 ``client_request_id`` is the route's ``Idempotency-Key``, so a retried call is the same call."""
 
@@ -13,12 +13,13 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListToolsResult
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest, parse
+from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest
 from treadle.core.errors import DomainError
 from treadle.core.thread.decide import PROVIDERS
 from treadle.providers.acp.settings import configured_providers as acp_providers
 from treadle.usecases import lineage, messages, runs
 from treadle.usecases import threads as thread_cases
+from treadle.usecases.arguments import parse
 
 from ..errors import ApiError
 from . import tasks

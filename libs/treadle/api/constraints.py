@@ -1,7 +1,8 @@
 """A field's limit is declared once, on its type: a msgspec constraint (``Meta(max_length=…)``, a ``Literal``)
 carrying the API's error code in ``extra``. msgspec enforces it wherever the type is decoded (the gateway's
 bodies, the MCP tools' arguments, the coordinator's commands) and says which path broke it; ``violation`` turns
-that into the typed ``BadRequest`` clients branch on: ``{code, message, details: {field, limit}}``."""
+that into the typed refusal clients branch on: ``{code, message, details: {field, limit}}`` (each side raises
+it as its own error: the core's ``BadRequest``, the gateway's ``ApiError``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,17 @@ from typing import Any
 import msgspec
 from msgspec import inspect as mi
 
-from treadle.core.errors import BadRequest
-
 _PATH = re.compile(r" - at `\$([^`]*)`$")
 _STEP = re.compile(r"\.([A-Za-z_]\w*)|\[([^\]]*)\]")
 _LENGTH = re.compile(r"^Expected `(\w+)` of length <= (\d+)")
 _ENUM = re.compile(r"^Invalid enum value ")
 _UNITS = {"str": "characters", "array": "items", "object": "entries"}
+
+
+class Violation(msgspec.Struct, frozen=True, kw_only=True):
+    code: str
+    message: str
+    details: dict[str, Any]
 
 
 def limited(max_length: int, code: str) -> msgspec.Meta:
@@ -59,7 +64,7 @@ def _step(info: mi.Type, name: str | None, tag: str | None) -> mi.Type | None:
     return None
 
 
-def violation(exc: msgspec.ValidationError, root: Any, *, skip: int = 0, tag: str | None = None) -> BadRequest | None:
+def violation(exc: msgspec.ValidationError, root: Any, *, skip: int = 0, tag: str | None = None) -> Violation | None:
     """The typed refusal for a broken constraint of ``root`` (a type), or None when ``exc`` is not one of ours
     (a wrong type, a missing field: the caller's generic 400). ``skip`` drops leading path steps that are not
     ``root``'s (a framework's wrapper); ``tag`` picks the member of a tagged union the path goes through."""
@@ -85,8 +90,10 @@ def violation(exc: msgspec.ValidationError, root: Any, *, skip: int = 0, tag: st
     if length is not None:
         limit = int(length.group(2))
         unit = _UNITS.get(length.group(1), "items")
-        return BadRequest(f"{field} is at most {limit} {unit}", code=code, details={"field": field, "limit": limit})
+        return Violation(
+            code=code, message=f"{field} is at most {limit} {unit}", details={"field": field, "limit": limit}
+        )
     allowed = [str(v) for v in info.values] if isinstance(info, mi.LiteralType) else []
-    return BadRequest(
-        f"{field} must be one of {', '.join(allowed)}", code=code, details={"field": field, "allowed": allowed}
+    return Violation(
+        code=code, message=f"{field} must be one of {', '.join(allowed)}", details={"field": field, "allowed": allowed}
     )

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from treadle.core.constraints import violation
+from treadle.api.constraints import violation
 from treadle.core.errors import BadRequest
 
 T = TypeVar("T")
@@ -18,4 +18,7 @@ def parse(kind: type[T], data: dict[str, Any]) -> T:
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:
-        raise violation(exc, kind) or BadRequest(str(exc)) from None
+        found = violation(exc, kind)
+        raise (
+            BadRequest(found.message, code=found.code, details=found.details) if found else BadRequest(str(exc))
+        ) from None
