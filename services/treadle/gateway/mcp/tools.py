@@ -43,14 +43,17 @@ class NewThread(BaseModel):
 
 
 async def _create(call: Ports, spec: NewThread, request_id: str | None) -> dict[str, Any]:
-    fields = spec.model_dump(exclude={"text", "script"})
-    made = await thread_cases.create(
-        call.who, call.commands, call.policies, parse(CreateThreadRequest, fields), key(request_id, "create")
-    )
+    """A thread and, with a text, its first message: both checked before either is made (bad input changes
+    nothing)."""
+    thread = parse(CreateThreadRequest, spec.model_dump(exclude={"text", "script"}))
+    first = parse(SendMessageRequest, {"text": spec.text, "script": spec.script}) if spec.text is not None else None
+    if first is not None:
+        messages.within(call.limits, first.text, first.script)
+    made = await thread_cases.create(call.who, call.commands, call.policies, thread, key(request_id, "create"))
     answer: dict[str, Any] = msgspec.to_builtins(made)
-    if spec.text is not None:
-        first = parse(SendMessageRequest, {"text": spec.text, "script": spec.script})
-        sent = await messages.send(call.who, call.commands, call.limits, made.thread_id, first, key(request_id, "send"))
+    if first is not None:
+        idem = key(request_id, "send")
+        sent = await messages.send(call.who, call.commands, call.limits, made.thread_id, first, idem)
         answer["message"] = msgspec.to_builtins(sent)
     return answer
 
