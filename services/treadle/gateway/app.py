@@ -10,7 +10,7 @@ from functools import partial
 from typing import Annotated
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Response, get, post
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
@@ -46,6 +46,7 @@ from . import checkpoints, console, control, lineage, lists, mcp, openapi, polic
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
+    HttpRequest,
     IdempotencyKey,
     MinSeq,
     Who,
@@ -108,7 +109,7 @@ _encode = msgspec.json.Encoder().encode
     responses=errors(BODY, COMMAND, ADMITTED, CREATE),
 )
 async def create_thread(
-    request: Request, who: Who, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
+    request: HttpRequest, who: Who, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
 ) -> ThreadCreated:
     state = app_state(request)
     return await threads.create(who, state.commands, state.policies, data, idempotency_key)
@@ -121,8 +122,8 @@ async def create_thread(
     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
 )
 async def get_thread(
-    request: Request, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None
-) -> Response:
+    request: HttpRequest, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None
+) -> Response[bytes]:
     thread = path_id(thread_id, "thr")
     window = number(runs, "runs", low=1, high=MAX_RECENT_RUNS)
     if window is None:
@@ -141,7 +142,7 @@ async def get_thread(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, SEND),
 )
 async def send_message(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     data: JSONBody[SendMessageRequest],
@@ -157,7 +158,7 @@ async def send_message(
     tags=["runs"],
     responses=errors(PARAMS, PATH_ID, {404: ("run_not_found",)}),
 )
-async def get_run(request: Request, who: Who, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
+async def get_run(request: HttpRequest, who: Who, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     run_id = path_id(run_id, "run")
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     if thread is None:
@@ -178,7 +179,7 @@ async def get_run(request: Request, who: Who, run_id: FromPath[str], min_seq: Mi
     | errors(PARAMS, PATH_ID, THREAD_READ, {400: ("invalid_last_event_id",), 429: ("quota_exceeded",)}),
 )
 async def stream_events(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
@@ -203,12 +204,12 @@ READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly canno
 
 
 @get("/healthz", include_in_schema=False)
-async def healthz() -> dict:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> Response:
+async def readyz(request: HttpRequest) -> Response[dict[str, str]]:
     """Ready when both of what every request needs answer: the broker and the projection store."""
     state = app_state(request)
     if not state.nc.is_connected:
@@ -221,7 +222,7 @@ async def readyz(request: Request) -> Response:
 
 
 @get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics() -> Response[bytes]:
     return Response(metrics_text("gateway"), media_type=CONTENT_TYPE_LATEST)
 
 

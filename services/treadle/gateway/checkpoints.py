@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from treadle.checkpoints.client import CheckpointUnavailable
@@ -21,6 +21,7 @@ from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
 from treadle.views.thread import Thread, run_change
 
 from .deps import (
+    HttpRequest,
     IdempotencyKey,
     MinSeq,
     Who,
@@ -96,7 +97,7 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
 
 
 async def _diff(
-    request: Request,
+    request: HttpRequest,
     tenant: str,
     thread: Thread,
     old: Checkpoint | None,
@@ -150,7 +151,7 @@ async def _diff(
     responses=errors(PARAMS, PATH_ID, DIFF, {404: ("run_not_found",)}),
 )
 async def run_diff(
-    request: Request, who: Who, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None
+    request: HttpRequest, who: Who, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None
 ) -> Diff:
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
@@ -180,7 +181,7 @@ async def run_diff(
     responses=errors(PARAMS, PATH_ID, THREAD_READ, DIFF, {400: ("invalid_range",)}),
 )
 async def thread_diff(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
@@ -210,7 +211,7 @@ async def thread_diff(
 # --- rollbacks --------------------------------------------------------------------------------------
 
 
-async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
+async def _outcome(request: HttpRequest, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
     """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
     state = await logged_view(request, tenant, thread)
     record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
@@ -239,7 +240,7 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {400: ("invalid_ordinal",), 409: ("run_active",)}),
 )
 async def rollback_thread(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     data: JSONBody[RollbackRequest],
@@ -261,7 +262,7 @@ async def rollback_thread(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {404: ("node_not_found", "checkpoint_not_found")}),
 )
 async def rollback_node(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     node_id: FromPath[str],
     data: JSONBody[NodeRollbackRequest],
@@ -282,7 +283,7 @@ async def rollback_node(
     return await _outcome(request, who.tenant, thread, accepted.rollback_id)
 
 
-async def _thread_of_node(request: Request, tenant: str, node_id: str) -> str:
+async def _thread_of_node(request: HttpRequest, tenant: str, node_id: str) -> str:
     thread = await thread_of(request, tenant, node_id)
     if thread is None:
         raise ApiError(404, "node_not_found", f"node {node_id} not found")

@@ -4,14 +4,14 @@ never need the thread id."""
 
 from __future__ import annotations
 
-from litestar import Request, delete, get, patch, post
+from litestar import delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
 from treadle.api import Acknowledged, EditBody, ImplementBody, Implemented, InterruptRequest, ReorderBody, RespondBody
 from treadle.usecases import plans, queue, requests, runs
 from treadle.views.runs import QueueView
 
-from .deps import IdempotencyKey, MinSeq, Reads, Who, app_state, message_limits, wanted_seq
+from .deps import HttpRequest, IdempotencyKey, MinSeq, Reads, Who, app_state, message_limits, wanted_seq
 from .openapi import (
     ADMITTED,
     BODY,
@@ -38,7 +38,7 @@ from .openapi import (
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_run(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     run_id: FromPath[str],
@@ -58,7 +58,7 @@ async def interrupt_run(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_node(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     node_id: FromPath[str],
@@ -78,7 +78,7 @@ async def interrupt_node(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, RESPOND),
 )
 async def respond(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     request_id: FromPath[str],
@@ -95,7 +95,7 @@ async def respond(
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
 async def get_queue(
-    request: Request, who: Who, reads: Reads, thread_id: FromPath[str], min_seq: MinSeq = None
+    request: HttpRequest, who: Who, reads: Reads, thread_id: FromPath[str], min_seq: MinSeq = None
 ) -> QueueView:
     wanted_seq(request, min_seq)  # validated: every read reflects the thread's last event when it came
     return await queue.read(who, reads, thread_id)
@@ -108,7 +108,7 @@ async def get_queue(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, REORDER),
 )
 async def reorder_queue(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     data: JSONBody[ReorderBody],
@@ -124,7 +124,7 @@ async def reorder_queue(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, QUEUED_RUN, EDIT, {429: ("quota_exceeded",)}),
 )
 async def edit_queued(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     run_id: FromPath[str],
@@ -143,7 +143,7 @@ async def edit_queued(
     responses=errors(PATH_ID, COMMAND, ON_THREAD, QUEUED_RUN),
 )
 async def cancel_queued(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     run_id: FromPath[str],
@@ -163,7 +163,7 @@ async def cancel_queued(
     ),
 )
 async def implement_plan(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     plan_id: FromPath[str],

@@ -3,7 +3,7 @@ lineage tree."""
 
 from __future__ import annotations
 
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.params import FromPath, JSONBody
 
 from treadle.api import ForkBody, Forked
@@ -13,6 +13,7 @@ from treadle.views.lineage import HandoffView, LineageNode, LineageView
 from treadle.views.thread import ThreadHead, handoff_view, lineage_node, thread_head
 
 from .deps import (
+    HttpRequest,
     IdempotencyKey,
     MinSeq,
     Who,
@@ -38,7 +39,7 @@ MAX_NODES = 500
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, FORK),
 )
 async def fork_thread(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     thread_id: FromPath[str],
     data: JSONBody[ForkBody],
@@ -53,7 +54,7 @@ async def fork_thread(
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, {404: ("handoff_not_found",)}),
 )
-async def get_handoff(request: Request, who: Who, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
+async def get_handoff(request: HttpRequest, who: Who, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     handoff_id = path_id(handoff_id, "hoff")
     thread = await thread_of(request, who.tenant, handoff_id, wanted_seq(request, min_seq))
     view = handoff_view(await thread_view(request, who.tenant, thread, min_seq), handoff_id) if thread else None
@@ -68,7 +69,7 @@ async def get_handoff(request: Request, who: Who, handoff_id: FromPath[str], min
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
-async def get_lineage(request: Request, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
+async def get_lineage(request: HttpRequest, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     thread = path_id(thread_id, "thr")
 
     async def head_of(thread: str, own: bool) -> ThreadHead:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 from litestar.params import FromPath, QueryParameter
 
 from treadle.usecases import messages, threads
@@ -30,6 +30,7 @@ from treadle.views.pages import (
 
 from . import cursors
 from .deps import (
+    HttpRequest,
     MinSeq,
     MinSeqHeader,
     Reads,
@@ -89,7 +90,7 @@ def _limit(value: str | None) -> int:
     return number(value, "limit", low=1, high=MAX_LIMIT) or DEFAULT_LIMIT
 
 
-def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
+def _position(request: HttpRequest, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
     if cursor is None:
         return None
     try:
@@ -98,13 +99,13 @@ def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -
         raise ApiError(400, "invalid_cursor", f"cursor: {exc}", {"parameter": "cursor"}) from None
 
 
-def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response:
+def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response[bytes]:
     tail = msgspec.json.encode({"next_cursor": next_cursor, "seq": seq})
     return json_response(b'{"items":[' + b",".join(items) + b"]," + tail[1:])
 
 
 async def items(
-    request: Request, tenant: str, thread: str, name: str, start: int, count: int
+    request: HttpRequest, tenant: str, thread: str, name: str, start: int, count: int
 ) -> tuple[int, int, list[bytes]]:
     """(seq, total, items start..start+count) of the thread's list ``name``, reflecting its last event at least:
     from the stored items when the projection has them, else from the whole document (folded from the log
@@ -126,7 +127,7 @@ async def items(
 
 
 async def _thread_list(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: str,
@@ -137,7 +138,7 @@ async def _thread_list(
     *,
     keep: Callable[[bytes], bool] | None = None,
     filter: str = "",
-) -> Response:
+) -> Response[bytes]:
     """One page of a thread's list ``name``; with ``keep``, only the items it accepts (a filter, named by
     ``filter`` in the cursor), looking at ``SCAN`` items at most."""
     thread = path_id(thread_id, "thr")
@@ -171,13 +172,13 @@ async def _thread_list(
 )
 async def list_threads(
     who: Who, reads: Reads, limit: Limit = None, cursor: Cursor = None, q: Search = None
-) -> Response:
+) -> Response[bytes]:
     found, more = await threads.page(who, reads, _limit(limit), cursor, q)
     return _page(found, more, None)
 
 
 async def threads_page(
-    request: Request, tenant: str, count: int, cursor: str | None, q: str | None
+    request: HttpRequest, tenant: str, count: int, cursor: str | None, q: str | None
 ) -> tuple[list[bytes], str | None]:
     """A page of the tenant's thread summaries, newest first, and the next page's cursor (None: the last)."""
     if q is not None:
@@ -205,7 +206,7 @@ def _needle(q: str) -> str:
 
 
 async def _search_threads(
-    request: Request, tenant: str, needle: str, count: int, cursor: str | None
+    request: HttpRequest, tenant: str, needle: str, count: int, cursor: str | None
 ) -> tuple[list[bytes], str | None]:
     """The tenant's threads whose title contains ``needle``, newest first, looking at ``SCAN`` threads at most:
     a page may hold fewer than ``count`` and still go on. The cursor is bound to the search by a digest (a
@@ -239,7 +240,7 @@ async def _search_threads(
     responses=documented(RunPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_runs(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -247,7 +248,7 @@ async def list_runs(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     return await _thread_list(request, who, reads, thread_id, "runs", limit, cursor, min_seq)
 
 
@@ -258,7 +259,7 @@ async def list_runs(
     responses=documented(MessagePage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_messages(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -266,7 +267,7 @@ async def list_messages(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     return await _thread_list(request, who, reads, thread_id, "messages", limit, cursor, min_seq)
 
 
@@ -277,7 +278,7 @@ async def list_messages(
     responses=documented(ActivityPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_activity(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -286,7 +287,7 @@ async def list_activity(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     if run_id is None:
         return await _thread_list(request, who, reads, thread_id, "activity", limit, cursor, min_seq)
     wanted_run = path_id(run_id, "run")
@@ -311,7 +312,7 @@ async def list_activity(
     responses=documented(RequestPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_requests(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -320,7 +321,7 @@ async def list_requests(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     if status is None:
         return await _thread_list(request, who, reads, thread_id, "requests", limit, cursor, min_seq)
     if status not in REQUEST_STATUSES:
@@ -351,7 +352,7 @@ async def list_requests(
     responses=documented(CheckpointPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_checkpoints(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -359,7 +360,7 @@ async def list_checkpoints(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     return await _thread_list(request, who, reads, thread_id, "checkpoints", limit, cursor, min_seq)
 
 
@@ -370,7 +371,7 @@ async def list_checkpoints(
     responses=documented(HandoffPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_handoffs(
-    request: Request,
+    request: HttpRequest,
     who: Who,
     reads: Reads,
     thread_id: FromPath[str],
@@ -378,7 +379,7 @@ async def list_handoffs(
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     return await _thread_list(request, who, reads, thread_id, "handoffs", limit, cursor, min_seq)
 
 

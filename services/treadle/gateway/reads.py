@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from functools import partial
 
-from litestar import Request
-
 from treadle.projections import parts
 from treadle.views.runs import QueueView
 from treadle.views.thread import RunView, ThreadHead, ThreadView, queue_view, run_view, thread_head
@@ -40,7 +38,7 @@ def _head_of(view: ThreadView) -> tuple[ThreadHead, int]:
 
 
 class GatewayReads:
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: deps.HttpRequest) -> None:
         self._request = request
 
     async def thread_of(self, tenant: str, entity_id: str) -> str | None:
@@ -77,6 +75,6 @@ class GatewayReads:
         return await lists.threads_page(self._request, tenant, count, cursor, search)
 
 
-def reads_of(request: Request) -> GatewayReads:
+def reads_of(request: deps.HttpRequest) -> GatewayReads:
     """A route's ``reads`` dependency."""
     return GatewayReads(request)

@@ -18,7 +18,7 @@ from treadle.ops.tokens import Principal
 from treadle.usecases.messages import MessageLimits
 from treadle.usecases.ports import CommandBus, PolicyBook, ThreadReads
 
-from ..deps import app_state, message_limits, principal
+from ..deps import HttpRequest, app_state, message_limits, principal
 from ..errors import ApiError
 from ..reads import GatewayReads
 from .errors import invalid, tool_error
@@ -33,12 +33,12 @@ ThreadId = Annotated[str, Field(min_length=1, max_length=64, description="thr_â€
 T = TypeVar("T")
 
 
-def request_of(ctx: Context) -> Request:
+def request_of(ctx: Context) -> HttpRequest:
     """The Litestar request of this tool call's POST (the SDK hands tools the ASGI request it came in on)."""
     return Request(ctx.request_context.request.scope)  # type: ignore[union-attr]
 
 
-def credential_of(request: Request) -> SessionCredential | None:
+def credential_of(request: HttpRequest) -> SessionCredential | None:
     """The provider session's credential the call was made with; None for a user's token."""
     return request.scope.get(CREDENTIAL_KEY)  # type: ignore[return-value]
 

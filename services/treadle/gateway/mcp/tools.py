@@ -248,9 +248,9 @@ def server() -> MCPServer:
             fields = {"text": text, "mode": SEND_MODES[mode], "target_run_id": target_run_id}
             message = parse(SendMessageRequest, {**fields, "provider": provider, "model": model, "script": script})
             idem = key(client_request_id, "send")
-            return msgspec.to_builtins(
-                await messages.send(call.who, call.commands, call.limits, thread_id, message, idem)
-            )
+            sent = await messages.send(call.who, call.commands, call.limits, thread_id, message, idem)
+            answer: dict[str, Any] = msgspec.to_builtins(sent)
+            return answer
 
         return await guarded("thread_send", send())
 
@@ -278,7 +278,9 @@ def server() -> MCPServer:
         async def interrupt() -> dict[str, Any]:
             call = await ports(ctx)
             idem = key(client_request_id, "interrupt")
-            return msgspec.to_builtins(await runs.interrupt(call.who, call.commands, call.reads, run_id, "run", idem))
+            acknowledged = await runs.interrupt(call.who, call.commands, call.reads, run_id, "run", idem)
+            answer: dict[str, Any] = msgspec.to_builtins(acknowledged)
+            return answer
 
         return await guarded("thread_interrupt", interrupt())
 
@@ -300,7 +302,9 @@ def server() -> MCPServer:
             source = {"type": source_type, "id": source_id}
             body = parse(ForkBody, {"source": source, "title": title, "on_active": on_active})
             idem = key(client_request_id, "fork")
-            return msgspec.to_builtins(await lineage.fork(call.who, call.commands, thread_id, body, idem))
+            forked = await lineage.fork(call.who, call.commands, thread_id, body, idem)
+            answer: dict[str, Any] = msgspec.to_builtins(forked)
+            return answer
 
         return await guarded("thread_fork", fork())
 
