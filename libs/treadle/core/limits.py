@@ -11,90 +11,38 @@ import msgspec
 
 from treadle.api.constraints import violation
 from treadle.api.limits import (
-    MAX_ANSWER_CHARS as MAX_ANSWER_CHARS,
-)
-from treadle.api.limits import (
-    MAX_ANSWERS as MAX_ANSWERS,
-)
-from treadle.api.limits import (
-    MAX_MODEL_CHARS as MAX_MODEL_CHARS,
-)
-from treadle.api.limits import (
-    MAX_NAME_CHARS as MAX_NAME_CHARS,
-)
-from treadle.api.limits import (
-    MAX_QUEUE_ORDER as MAX_QUEUE_ORDER,
-)
-from treadle.api.limits import (
-    MAX_ROLE_CHARS as MAX_ROLE_CHARS,
-)
-from treadle.api.limits import (
-    MAX_SCRIPT_BYTES as MAX_SCRIPT_BYTES,
-)
-from treadle.api.limits import (
-    MAX_TEXT_CHARS as MAX_TEXT_CHARS,
-)
-from treadle.api.limits import (
-    MAX_TITLE_CHARS as MAX_TITLE_CHARS,
-)
-from treadle.api.limits import (
-    MAX_TURN_REF_CHARS as MAX_TURN_REF_CHARS,
-)
-from treadle.api.limits import (
-    MAX_WORKSPACE_CHARS as MAX_WORKSPACE_CHARS,
-)
-from treadle.api.limits import (
-    WORST_JSON_BYTES_PER_CHAR as WORST_JSON_BYTES_PER_CHAR,
-)
-from treadle.api.limits import (
-    Answers as Answers,
-)
-from treadle.api.limits import (
-    Id as Id,
-)
-from treadle.api.limits import (
-    Model as Model,
-)
-from treadle.api.limits import (
-    ModeName as ModeName,
-)
-from treadle.api.limits import (
-    Name as Name,
-)
-from treadle.api.limits import (
-    Provider as Provider,
-)
-from treadle.api.limits import (
-    QueueOrder as QueueOrder,
-)
-from treadle.api.limits import (
-    ResponseName as ResponseName,
-)
-from treadle.api.limits import (
-    ResponseText as ResponseText,
-)
-from treadle.api.limits import (
-    Role as Role,
-)
-from treadle.api.limits import (
-    RuntimeModeName as RuntimeModeName,
-)
-from treadle.api.limits import (
-    Task as Task,
-)
-from treadle.api.limits import (
-    Text as Text,
-)
-from treadle.api.limits import (
-    Title as Title,
-)
-from treadle.api.limits import (
-    TurnRef as TurnRef,
-)
-from treadle.api.limits import (
-    Workspace as Workspace,
+    MAX_ANSWER_CHARS,
+    MAX_ANSWERS,
+    MAX_MODEL_CHARS,
+    MAX_NAME_CHARS,
+    MAX_QUEUE_ORDER,
+    MAX_ROLE_CHARS,
+    MAX_SCRIPT_BYTES,
+    MAX_TEXT_CHARS,
+    MAX_TITLE_CHARS,
+    MAX_TURN_REF_CHARS,
+    MAX_WORKSPACE_CHARS,
+    WORST_JSON_BYTES_PER_CHAR,
 )
 from treadle.core.errors import BadRequest, check
+
+__all__ = [  # the constants, for the core's and the tests' use
+    "MAX_ANSWER_CHARS",
+    "MAX_ANSWERS",
+    "MAX_MODEL_CHARS",
+    "MAX_NAME_CHARS",
+    "MAX_QUEUE_ORDER",
+    "MAX_ROLE_CHARS",
+    "MAX_SCRIPT_BYTES",
+    "MAX_TEXT_CHARS",
+    "MAX_TITLE_CHARS",
+    "MAX_TURN_REF_CHARS",
+    "MAX_WORKSPACE_CHARS",
+    "WORST_JSON_BYTES_PER_CHAR",
+    "check_answers",
+    "check_script",
+    "check_sizes",
+]
 
 
 def check_script(script: dict[str, Any] | None, limit: int = MAX_SCRIPT_BYTES) -> None:
