@@ -17,6 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
+from treadle.api.lineage import SourceType
 from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
 from treadle.views.requests import Activity, RuntimeRequest
@@ -273,7 +274,7 @@ class AsyncTreadle:
     async def fork_thread(
         self,
         thread_id: str,
-        source_type: Literal["run", "node", "provider_thread"],
+        source_type: SourceType,
         source_id: str,
         **kw: Any,
     ) -> Forked:
