@@ -139,6 +139,7 @@ def _constraints(info: mi.Type, seen: set[type]) -> list[mi.Metadata]:
         api.ReorderBody,
         api.RespondBody,
         api.ForkBody,
+        api.NodeRollbackRequest,
         commands.Command,
     ],
 )

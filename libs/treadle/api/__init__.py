@@ -10,6 +10,7 @@ from treadle.api.messages import MessageAccepted, SendMessageRequest
 from treadle.api.plans import ImplementBody, Implemented
 from treadle.api.queue import EditBody, ReorderBody
 from treadle.api.requests import RespondBody
+from treadle.api.rollbacks import NodeRollbackRequest, RollbackRequest
 from treadle.api.runs import Acknowledged, InterruptRequest
 from treadle.api.threads import CreateThreadRequest, ThreadCreated
 
@@ -24,8 +25,10 @@ __all__ = [
     "Implemented",
     "InterruptRequest",
     "MessageAccepted",
+    "NodeRollbackRequest",
     "ReorderBody",
     "RespondBody",
+    "RollbackRequest",
     "SendMessageRequest",
     "ThreadCreated",
 ]

@@ -47,6 +47,10 @@ class ThreadReads(Protocol):
         """The whole thread."""
         ...
 
+    async def logged(self, tenant: str, thread: str) -> ThreadView | None:
+        """The thread folded from its log right now, not from the projection (which may lag behind it)."""
+        ...
+
     async def head(self, tenant: str, thread: str) -> tuple[ThreadHead, int]:
         """The thread without its runs, and the sequence it reflects."""
         ...

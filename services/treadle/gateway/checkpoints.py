@@ -13,19 +13,21 @@ import msgspec
 from litestar import get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
+from treadle.api.rollbacks import NodeRollbackRequest, RollbackRequest
 from treadle.checkpoints.client import CheckpointUnavailable
 from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
-from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.projections import parts
-from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
+from treadle.usecases import rollbacks
+from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.thread import Thread, run_change
 
 from .deps import (
     HttpRequest,
     IdempotencyKey,
     MinSeq,
+    Reads,
     Who,
-    logged_view,
+    app_state,
     path_id,
     thread_of,
     thread_read,
@@ -63,16 +65,6 @@ class Diff(msgspec.Struct, kw_only=True):
     patch: str
     truncated: bool
     patch_bytes: int
-
-
-class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    to_run_ordinal: int
-    interrupt_active: bool = False
-
-
-class NodeRollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    checkpoint_id: str
-    thread_id: str | None = None  # optional: saves looking the node up among the tenant's recent threads
 
 
 MaxBytes = Annotated[str | None, QueryParameter(description=f"1..{MAX_DIFF_BYTES}, {DEFAULT_DIFF_BYTES}")]
@@ -211,27 +203,6 @@ async def thread_diff(
 # --- rollbacks --------------------------------------------------------------------------------------
 
 
-async def _outcome(request: HttpRequest, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
-    """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
-    state = await logged_view(request, tenant, thread)
-    record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
-    if state is None or record is None:
-        raise ApiError(
-            503,
-            "unavailable",
-            "the rollback was accepted but its record is not readable yet; retry",
-            headers={"Retry-After": "1"},
-        )
-    if record.status == "failed":
-        raise ApiError(
-            409,
-            "rollback_failed",
-            record.error or "the restore failed",
-            details={"rollback": msgspec.to_builtins(record)},
-        )
-    return rollback_view(record, thread, state.seq)
-
-
 @post(
     "/v1/threads/{thread_id:str}/rollback",
     status_code=200,
@@ -242,16 +213,12 @@ async def _outcome(request: HttpRequest, tenant: str, thread: str, rollback_id: 
 async def rollback_thread(
     request: HttpRequest,
     who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     data: JSONBody[RollbackRequest],
     idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    thread = path_id(thread_id, "thr")
-    body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
-    accepted = await request.app.state.commands.send(
-        tenant=who.tenant, user=who.user, verb="rollback", thread=thread, body=body, idempotency_key=idempotency_key
-    )
-    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
+    return await rollbacks.thread(who, app_state(request).commands, reads, thread_id, data, idempotency_key)
 
 
 @post(
@@ -264,30 +231,12 @@ async def rollback_thread(
 async def rollback_node(
     request: HttpRequest,
     who: Who,
+    reads: Reads,
     node_id: FromPath[str],
     data: JSONBody[NodeRollbackRequest],
     idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    node_id = path_id(node_id, "node")
-    path_id(data.checkpoint_id, "ckpt")
-    thread = path_id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
-    body = RollbackNode(node_id=node_id, checkpoint_id=data.checkpoint_id)
-    accepted = await request.app.state.commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="node-rollback",
-        thread=thread,
-        body=body,
-        idempotency_key=idempotency_key,
-    )
-    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
-
-
-async def _thread_of_node(request: HttpRequest, tenant: str, node_id: str) -> str:
-    thread = await thread_of(request, tenant, node_id)
-    if thread is None:
-        raise ApiError(404, "node_not_found", f"node {node_id} not found")
-    return thread
+    return await rollbacks.node(who, app_state(request).commands, reads, node_id, data, idempotency_key)
 
 
 ROUTES = [run_diff, thread_diff, rollback_thread, rollback_node]

@@ -47,6 +47,9 @@ class GatewayReads:
     async def view(self, tenant: str, thread: str) -> ThreadView:
         return await deps.thread_view(self._request, tenant, thread)
 
+    async def logged(self, tenant: str, thread: str) -> ThreadView | None:
+        return await deps.logged_view(self._request, tenant, thread)
+
     async def head(self, tenant: str, thread: str) -> tuple[ThreadHead, int]:
         return await deps.thread_read(self._request, tenant, thread, _head, _head_of)
 
