@@ -22,6 +22,7 @@ from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
 from treadle.runtime.settings import GatewaySettings
+from treadle.usecases.ids import checked
 from treadle.usecases.messages import MessageLimits
 from treadle.usecases.ports import ThreadReads
 from treadle.views.of_state import replay
@@ -77,10 +78,9 @@ async def principal(request: HttpRequest) -> Principal:
 
 
 def path_id(value: str, prefix: str) -> str:
-    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key."""
-    if not is_id(value, prefix):
-        raise ApiError(400, "invalid_id", f"{value!r} is not a valid {prefix} id")
-    return value
+    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key: the
+    use cases' rule (``usecases.ids.checked``), a typed 400 ``invalid_id``."""
+    return checked(value, prefix)
 
 
 MIN_SEQ_HEADER = "X-Treadle-Min-Seq"  # the same as ``min_seq``, for clients that set it once for every read
@@ -197,14 +197,6 @@ async def thread_of(request: HttpRequest, tenant: str, entity_id: str, wanted: i
         if owner_tenant == tenant and is_id(thread, "thr"):
             return thread
     return None
-
-
-async def owner(request: HttpRequest, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
-    """The thread of a path id of this tenant, or a typed 404 (``missing``)."""
-    thread = await thread_of(request, tenant, path_id(entity_id, prefix))
-    if thread is None:
-        raise ApiError(404, missing, f"{entity_id} not found")
-    return thread
 
 
 def message_limits(request: HttpRequest) -> MessageLimits:
