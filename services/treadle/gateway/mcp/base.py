@@ -12,6 +12,7 @@ from litestar import Request
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
+from treadle.api.limits import MAX_NAME_CHARS
 from treadle.core.credentials import SessionCredential
 from treadle.core.errors import DomainError
 from treadle.ops.tokens import Principal
@@ -29,7 +30,7 @@ SCRIPT = "the scripted provider's script for this run (tests and demos; other pr
 RequestId = Annotated[
     str | None, Field(default=None, min_length=1, max_length=200, description="makes the call idempotent")
 ]
-ThreadId = Annotated[str, Field(min_length=1, max_length=64, description="thr_… id")]
+ThreadId = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, description="thr_… id")]
 T = TypeVar("T")
 
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
+from treadle.api.limits import MAX_NAME_CHARS, MAX_ROLE_CHARS, MAX_TEXT_CHARS, MAX_TITLE_CHARS
 from treadle.core.lineage.commands import DelegateTask
 from treadle.usecases import tasks
 
@@ -22,17 +23,18 @@ def register(mcp: MCPServer) -> None:
     @mcp.tool()
     async def delegate_task(
         ctx: Context,
-        task: Annotated[str, Field(min_length=1, max_length=92_000)],
+        task: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS - MAX_ROLE_CHARS)],
         provider: str = "scripted",
         model: str | None = None,
-        role: Annotated[str, Field(max_length=8000, description="role instruction given to the child")] = "",
-        title: Annotated[str, Field(max_length=200)] = "",
+        role: Annotated[str, Field(max_length=MAX_ROLE_CHARS, description="role instruction given to the child")] = "",
+        title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] = "",
         mode: Literal["async", "wait"] = "async",
         timeout_seconds: WaitSeconds = 30.0,
         runtime_mode: str | None = None,
         interaction_mode: Literal["default", "plan"] | None = None,
         parent_thread_id: Annotated[
-            str | None, Field(max_length=64, description="required with a user token; a session's own thread")
+            str | None,
+            Field(max_length=MAX_NAME_CHARS, description="required with a user token; a session's own thread"),
         ] = None,
         script: Annotated[dict[str, Any] | None, Field(description=SCRIPT)] = None,
         client_request_id: RequestId = None,

@@ -14,6 +14,7 @@ from mcp.types import ListToolsResult
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest
+from treadle.api.limits import MAX_NAME_CHARS, MAX_TITLE_CHARS
 from treadle.core.errors import DomainError
 from treadle.core.thread.decide import PROVIDERS
 from treadle.providers.acp.settings import configured_providers as acp_providers
@@ -34,7 +35,7 @@ SEND_MODES = {"auto": "auto", "queue": "queue_after_active", "steer": "steer_act
 
 class NewThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(default="", max_length=200)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     provider: str = "scripted"
     model: str | None = None
     runtime_mode: str = "approval_required"
@@ -138,7 +139,7 @@ def server() -> MCPServer:
     @mcp.tool()
     async def thread_start(
         ctx: Context,
-        title: Annotated[str, Field(max_length=200)] = "",
+        title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] = "",
         provider: str = "scripted",
         model: str | None = None,
         runtime_mode: str = "approval_required",
@@ -182,7 +183,7 @@ def server() -> MCPServer:
         status: Annotated[
             ThreadStatus | None, Field(description="active: a run under way; else the last run's")
         ] = None,
-        provider: Annotated[str | None, Field(max_length=64)] = None,
+        provider: Annotated[str | None, Field(max_length=MAX_NAME_CHARS)] = None,
     ) -> dict[str, Any]:
         """The tenant's threads, newest first: ``{items, next_cursor, seq}``; pass ``next_cursor`` for more.
         ``search`` is the list's own (``GET /v1/threads?q=``); ``status`` and ``provider`` filter each page,
@@ -290,7 +291,7 @@ def server() -> MCPServer:
         thread_id: ThreadId,
         source_type: Literal["run", "node", "provider_thread"],
         source_id: str,
-        title: Annotated[str, Field(max_length=200)] = "",
+        title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] = "",
         on_active: Literal["latest_checkpoint", "refuse"] = "latest_checkpoint",
         client_request_id: RequestId = None,
     ) -> dict[str, Any]:
