@@ -17,6 +17,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
+from treadle.api.lineage import SourceType
+from treadle.api.requests import Decision
 from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
 from treadle.views.requests import Activity, RuntimeRequest
@@ -24,7 +26,7 @@ from treadle.views.runs import Message, QueueView, Run
 from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
 from . import calls
-from .calls import RUN_EVENTS, TERMINAL, Call, Decision, RetryPolicy, Seen, decode, keyed, retryable, unreachable
+from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
 from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
 from .settings import resolve
@@ -275,7 +277,7 @@ class AsyncTreadle:
     async def fork_thread(
         self,
         thread_id: str,
-        source_type: Literal["run", "node", "provider_thread"],
+        source_type: SourceType,
         source_id: str,
         **kw: Any,
     ) -> Forked:

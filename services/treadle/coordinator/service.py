@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from treadle import ports
+from treadle.api.constraints import violation
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.core import placement
 from treadle.core.commands import Accepted, Command, Rejected
@@ -61,6 +62,24 @@ log = logging.getLogger(__name__)
 Decider = Callable[[ThreadState, Command], Awaitable[tuple[list[Any], Accepted]]]
 
 _command_decoder = msgspec.json.Decoder(Command)
+
+
+class _Tagged(msgspec.Struct):
+    type: str = ""
+
+
+class _Wrapped(msgspec.Struct):
+    body: _Tagged = msgspec.field(default_factory=_Tagged)
+
+
+def _body_tag(data: bytes) -> str | None:
+    """The body's tag of a command that failed to decode: which member of ``Body`` its path goes through."""
+    try:
+        return msgspec.json.decode(data, type=_Wrapped).body.type or None
+    except msgspec.DecodeError:
+        return None
+
+
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
@@ -166,6 +185,11 @@ class Coordinator:
             if isinstance(command.body, CreateThread):
                 command.thread = command.thread or thread_id_for(command.id, command.issued_at)
             subjects.token(command.thread or "", "thread")
+        except msgspec.ValidationError as exc:  # a field over its limit is refused with its own code
+            refused = violation(exc, Command, tag=_body_tag(msg.data))
+            reply = Rejected(code=refused.code, message=refused.message, details=refused.details) if refused else None
+            await msg.respond(_encode(reply or Rejected(code="bad_request", message=str(exc))))
+            return
         except (msgspec.DecodeError, ValueError) as exc:
             await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
             return
