@@ -56,6 +56,7 @@ class GatewaySettings(WorkerSettings):
     max_script_bytes: int = Field(default=256 * 1024, gt=0)  # a message's script as JSON
     max_streams_per_token: int = Field(default=20, ge=0)  # open SSE streams, per replica (0: no limit)
     max_streams_per_tenant: int = Field(default=200, ge=0)
+    access_log: bool = True  # one INFO line per request (runtime/access_log.py); off: TREADLE_GATEWAY_ACCESS_LOG=false
 
 
 class CoordinatorSettings(WorkerSettings):

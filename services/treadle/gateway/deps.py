@@ -21,6 +21,7 @@ from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
+from treadle.runtime.access_log import TENANT_KEY
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
@@ -52,6 +53,12 @@ def app_state(request: Request) -> State:
 
 
 async def principal(request: Request) -> Principal:
+    found = await _principal(request)
+    request.scope[TENANT_KEY] = found.tenant  # type: ignore[literal-required]  # the access log's tenant
+    return found
+
+
+async def _principal(request: Request) -> Principal:
     if isinstance(known := request.scope.get(PRINCIPAL_KEY), Principal):  # resolved at a mount's door (``/mcp``)
         return known
     header = request.headers.get("authorization", "")
