@@ -13,9 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from treadle.core.envelope import Envelope
-from treadle.runtime import logs
 
 log = logging.getLogger("treadle.runs")
+# The ``extra=`` key of a line's named fields, which runtime/logs.py's formatters write (ids among them go
+# where bound ids go): this layer is below the worker kit's logging, so it names the key and the kit reads it.
+FIELDS_KEY = "treadle_fields"
 
 Fields = dict[str, str | int | None]
 
@@ -77,6 +79,7 @@ def tell(events: Iterable[Envelope]) -> None:
         if (said := line(e)) is None:
             continue
         sentence, fields = said
-        run, attempt = getattr(e.data, "run_id", None), getattr(e.data, "attempt_id", None)
-        with logs.bound(tenant=e.tenant, thread=e.thread, run=run, attempt=attempt):
-            log.info(sentence, extra=logs.fields(event=e.type, seq=e.seq, **fields))
+        ids = {"tenant": e.tenant, "thread": e.thread, "run": getattr(e.data, "run_id", None)}
+        ids["attempt"] = getattr(e.data, "attempt_id", None)
+        named = {**ids, "event": e.type, "seq": e.seq, **fields}
+        log.info(sentence, extra={FIELDS_KEY: {k: v for k, v in named.items() if v is not None}})

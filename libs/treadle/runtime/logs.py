@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 
 from ..eventlog import tracing
+from ..eventlog.story import FIELDS_KEY
 
 IDS = ("tenant", "thread", "run", "attempt")
 BOUND = (*IDS, "request")  # the gateway binds the request id too
-FIELDS_KEY = "treadle_fields"
 _ids: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("treadle_log_ids", default=None)
 
 
@@ -80,9 +80,12 @@ def fields(**named: str | int | float | None) -> dict[str, Any]:
     return {FIELDS_KEY: {k: v for k, v in named.items() if v is not None}}
 
 
-def _fields(record: logging.LogRecord) -> dict[str, Any]:
+def _fields(record: logging.LogRecord) -> tuple[dict[str, str], dict[str, Any]]:
+    """The ids of a line (those bound, then those it names itself) and its other named fields."""
     found = getattr(record, FIELDS_KEY, None)
-    return found if isinstance(found, dict) else {}
+    named = found if isinstance(found, dict) else {}
+    ids = {**(_ids.get() or {}), **{k: str(v) for k, v in named.items() if k in BOUND}}
+    return ids, {k: v for k, v in named.items() if k not in BOUND}
 
 
 def current() -> dict[str, str]:
@@ -101,14 +104,15 @@ class _JsonFormatter(logging.Formatter):
         self._worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
+        ids, extra = _fields(record)
         entry = {
             "at": utc_iso(record.created),
             "level": record.levelname,
             "worker": self._worker,
             "logger": record.name,
-            **(_ids.get() or {}),
+            **ids,
             **tracing.current_ids(),
-            **_fields(record),
+            **extra,
             "msg": record.getMessage(),
         }
         if record.exc_info:
@@ -122,11 +126,11 @@ class _TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.at = utc_iso(record.created)
-        ids = _ids.get() or {}
+        ids, extra = _fields(record)
         named = {**{k: ids[k] for k in BOUND if k in ids}, **tracing.current_ids()}
         record.ids = "".join(f" {k}={v}" for k, v in named.items())
         line = super().format(record)
-        if extra := _fields(record):
+        if extra:
             line += " |" + "".join(f" {k}={v}" for k, v in extra.items())
         return line
 
