@@ -56,7 +56,6 @@ EVERYTHING = {
     "prometheusRule": {"enabled": True},
     "dashboards": {"enabled": True},
     "gateway": {"ingress": {"enabled": True, "className": "nginx", "tls": [{"secretName": "t", "hosts": ["a.b"]}]}},
-    "workspaceNodes": {"hostUsers": False},
     "tracing": {"otlpEndpoint": "http://c:4317", "protocol": "grpc", "headersSecretKey": "OTLP_HEADERS"},
 }
 
@@ -232,7 +231,7 @@ def test_issue41_no_pod_mounts_an_api_token_and_nats_and_replicas_spread_over_no
         assert all(c["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == name for c in spread)
 
 
-def test_issue41_optional_ingress_alert_rules_dashboards_and_user_namespaces():
+def test_issue41_optional_ingress_alert_rules_and_dashboards():
     docs = _render(EVERYTHING)
     (ingress,) = _of(docs, "Ingress").values()
     backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
@@ -249,9 +248,6 @@ def test_issue41_optional_ingress_alert_rules_dashboards_and_user_namespaces():
     assert (
         dashboards["data"]["treadle.json"] == (CHART.parents[1] / "monitoring" / "grafana-dashboard.json").read_text()
     )
-    nodes = _of(docs, "StatefulSet")["t-treadle-workspace"]["spec"]["template"]["spec"]
-    assert nodes["hostUsers"] is False
-    assert "hostUsers" not in _of(_render(), "StatefulSet")["t-treadle-workspace"]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in _containers(_of(docs, "Deployment")["t-treadle-gateway"])[0]["env"]}
     assert (
         env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "grpc" and env["TREADLE_GATEWAY_ACCESS_LOG"]["value"] == "true"
