@@ -106,6 +106,7 @@ async def test_a_runs_story_reads_back_from_json_logs_by_its_id_with_its_trace_o
     sends = [e for e in access if e["route"] == "/v1/threads/{thread_id:str}/messages" and e["method"] == "POST"]
     assert sends and all(e["status"] == 202 and e["tenant"] == "storyteller" for e in sends), sends
     assert all(isinstance(e["duration_ms"], float) and len(e["request"]) == 32 for e in sends), sends
+    assert not [e for e in access if e["route"] in ("/readyz", "/healthz")]  # probes that succeed: DEBUG
     assert mine.headers["x-request-id"] == "req-41.a"
     assert any(e.get("request") == "req-41.a" and e["status"] == 200 for e in access)
     assert hostile.headers["x-request-id"] != "a b\tc" * 40 and len(hostile.headers["x-request-id"]) == 32

@@ -1,5 +1,6 @@
-"""The gateway's access log: one INFO line per HTTP request once its response ended, with its method, route
-template (never the raw path: ids stay out of what is aggregated), status, duration, tenant and request id.
+"""The gateway's access log: one INFO line per HTTP request once its response ended (health probes and scrapes
+that succeed at DEBUG), with its method, route template (never the raw path: ids stay out of what is
+aggregated), status, duration, tenant and request id.
 
 The request id is the client's ``X-Request-Id`` when it is a plain token (at most 128 of ``A-Za-z0-9._:-``),
 else a new one; it is bound for every log line the request causes and answered in the ``X-Request-Id`` header,
@@ -20,6 +21,8 @@ from . import logs
 log = logging.getLogger("treadle.access")
 TENANT_KEY = "treadle.tenant"  # an ASGI scope key: set by server code only, never from a request
 REQUEST_ID_HEADER = b"x-request-id"
+# what orchestrators and scrapers ask every few seconds: at DEBUG, so they do not drown the requests of people
+PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 _TOKEN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -61,8 +64,10 @@ def access_log(app: Any) -> Any:  # ASGI in, ASGI out (as runtime/metrics.http_m
                 method = str(scope.get("method", ""))
                 millis = round((time.perf_counter() - started) * 1000, 2)
                 tenant = str(scope.get(TENANT_KEY) or "")
+                level = logging.DEBUG if route in PROBES and status < 400 else logging.INFO
                 with logs.bound(tenant=tenant or None):
-                    log.info(
+                    log.log(
+                        level,
                         "%s %s %d %.2f ms",
                         method,
                         route,
