@@ -271,3 +271,52 @@ def test_issue41_optional_ingress_alert_rules_and_dashboards():
 def test_issue41_the_values_schema_refuses_what_the_chart_cannot_mean(bad):
     with pytest.raises(HelmError):
         _render({**VALUES, **bad})
+
+
+# Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards): what "restricted" checks
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}  # fmt: skip
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}  # fmt: skip
+
+
+def _violations(workload: dict[str, Any]) -> set[str]:
+    """The Pod Security rules a workload's pods break, as the rules' short names ('' for none)."""
+    pod = workload["spec"]["template"]["spec"]
+    found: set[str] = set()
+    if any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")):
+        found.add("host-namespaces")
+    if any(not (set(v) - {"name"}) <= RESTRICTED_VOLUMES for v in pod.get("volumes", [])):
+        found.add("volume-types")
+    for c in _containers(workload):
+        sc = {**pod.get("securityContext", {}), **c.get("securityContext", {})}  # the container's wins
+        if sc.get("privileged"):
+            found.add("privileged")
+        added = set(sc.get("capabilities", {}).get("add", []))
+        if added - BASELINE_CAPABILITIES:
+            found.add("capabilities-baseline")
+        if added - {"NET_BIND_SERVICE"} or "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            found.add("capabilities-restricted")
+        if sc.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            found.add("seccomp")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            found.add("privilege-escalation")
+        if sc.get("runAsNonRoot") is not True or sc.get("runAsUser") == 0:
+            found.add("run-as-non-root")
+    return found
+
+
+def test_issue41_every_pod_but_the_workspace_nodes_meets_restricted_and_those_need_privileged_for_two_reasons():
+    """docs/operations.md, Pod Security: the workspace nodes' provider host needs SYS_ADMIN and seccomp
+    Unconfined (beyond baseline: level privileged) and runs as uid 0; it is no privileged container and uses
+    no host namespace or host path. Every other pod meets restricted."""
+    docs = _render(EVERYTHING)
+    workloads = {**_of(docs, "Deployment"), **_of(docs, "StatefulSet")}
+    breaking = {name: _violations(w) for name, w in workloads.items()}
+    assert breaking.pop("t-treadle-workspace") == {
+        "capabilities-baseline",  # SYS_ADMIN: why the level is privileged
+        "seccomp",  # Unconfined: likewise
+        "capabilities-restricted",
+        "run-as-non-root",
+    }
+    assert breaking == {name: set() for name in breaking}, breaking
