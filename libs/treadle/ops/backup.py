@@ -112,9 +112,11 @@ async def _snapshot(nc: NATS, stream: str, path: Path) -> tuple[dict[str, Any], 
         with path.open("wb") as out:
             while True:
                 msg = await asyncio.wait_for(chunks.get(), timeout=60)
-                if msg.headers and msg.headers.get("Status"):  # the server gave up on the snapshot
-                    raise BackupError(f"snapshot of {stream} failed: {msg.headers.get('Description', '')}")
-                if not msg.data:  # the end
+                status = (msg.headers or {}).get("Status", "")
+                if status not in ("", "204"):  # the server gave up on the snapshot
+                    detail = (msg.headers or {}).get("Description", "")
+                    raise BackupError(f"snapshot of {stream} failed: {status} {detail}".rstrip())
+                if not msg.data:  # the end (status 204, or none from older servers)
                     break
                 out.write(msg.data)
                 size += len(msg.data)
