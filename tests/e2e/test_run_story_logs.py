@@ -13,6 +13,7 @@ import nats
 
 from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
+from tests.support.mcp_client import call, mcp_session
 from tests.support.otlp import GrpcReceiver, value
 from tests.support.scripts import approval, script, text
 from treadle.cli.stack import WORKERS, Stack
@@ -64,6 +65,8 @@ async def test_a_runs_story_reads_back_from_json_logs_by_its_id_with_its_trace_o
                 # a request id the client chose comes back and is logged; a hostile one is replaced
                 mine = await api.request("GET", f"/v1/threads/{thread}", headers={"X-Request-Id": "req-41.a"})
                 hostile = await api.request("GET", f"/v1/threads/{thread}", headers={"X-Request-Id": "a b\tc" * 40})
+                async with mcp_session(stack.api_url, api.token) as mcp:  # a mounted app's requests name theirs too
+                    await call(mcp, "capabilities")
             finally:
                 await api.close()
                 await nc.close()
@@ -110,6 +113,8 @@ async def test_a_runs_story_reads_back_from_json_logs_by_its_id_with_its_trace_o
     assert mine.headers["x-request-id"] == "req-41.a"
     assert any(e.get("request") == "req-41.a" and e["status"] == 200 for e in access)
     assert hostile.headers["x-request-id"] != "a b\tc" * 40 and len(hostile.headers["x-request-id"]) == 32
+    mcp_lines = [e for e in access if e["route"] == "/mcp"]
+    assert mcp_lines and all(e["tenant"] == "storyteller" for e in mcp_lines), mcp_lines
 
     # the trace of the run, over gRPC: services as named, resource attributes, semantic conventions' names
     trace_id = bytes.fromhex(next(e for e in ours if e["event"] == "run.queued")["trace_id"])

@@ -4,8 +4,8 @@ aggregated), status, duration, tenant and request id.
 
 The request id is the client's ``X-Request-Id`` when it is a plain token (at most 128 of ``A-Za-z0-9._:-``),
 else a new one; it is bound for every log line the request causes and answered in the ``X-Request-Id`` header,
-so a client's report and the server's lines meet. The tenant is what authentication found (``TENANT_KEY`` in the
-ASGI scope, set by the gateway's principal dependency), empty for a request that had none."""
+so a client's report and the server's lines meet. The tenant is what authentication found (``note_tenant``,
+called by the gateway's principal dependency and the MCP mount's door), empty for a request that had none."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from typing import Any
 from . import logs
 
 log = logging.getLogger("treadle.access")
-TENANT_KEY = "treadle.tenant"  # an ASGI scope key: set by server code only, never from a request
+# An ASGI scope key holding this request's notes: a dict, shared by the copies of the scope a mount makes, so
+# what a mounted app notes reaches the line. Set by server code only, never from a request.
+NOTES_KEY = "treadle.access"
 REQUEST_ID_HEADER = b"x-request-id"
 # what orchestrators and scrapers ask every few seconds: at DEBUG, so they do not drown the requests of people
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -35,6 +37,13 @@ def request_id(offered: bytes | None) -> str:
     return uuid.uuid4().hex
 
 
+def note_tenant(scope: Any, tenant: str) -> None:
+    """The request's tenant, for its access line (nothing when the access log is off)."""
+    notes = scope.get(NOTES_KEY)
+    if isinstance(notes, dict):
+        notes["tenant"] = tenant
+
+
 def access_log(app: Any) -> Any:  # ASGI in, ASGI out (as runtime/metrics.http_metrics)
     async def middleware(
         scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
@@ -46,6 +55,8 @@ def access_log(app: Any) -> Any:  # ASGI in, ASGI out (as runtime/metrics.http_m
         rid = request_id(offered)
         status = 500
         started = time.perf_counter()
+        notes: dict[str, str] = {}
+        scope[NOTES_KEY] = notes
 
         def sending(message: Any) -> Awaitable[None]:
             nonlocal status
@@ -63,7 +74,7 @@ def access_log(app: Any) -> Any:  # ASGI in, ASGI out (as runtime/metrics.http_m
                 route = paths[0] if paths else "unmatched"
                 method = str(scope.get("method", ""))
                 millis = round((time.perf_counter() - started) * 1000, 2)
-                tenant = str(scope.get(TENANT_KEY) or "")
+                tenant = notes.get("tenant", "")
                 level = logging.DEBUG if route in PROBES and status < 400 else logging.INFO
                 with logs.bound(tenant=tenant or None):
                     log.log(

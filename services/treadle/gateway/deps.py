@@ -21,7 +21,7 @@ from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
-from treadle.runtime.access_log import TENANT_KEY
+from treadle.runtime.access_log import note_tenant
 from treadle.runtime.settings import GatewaySettings
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
@@ -54,7 +54,7 @@ def app_state(request: Request) -> State:
 
 async def principal(request: Request) -> Principal:
     found = await _principal(request)
-    request.scope[TENANT_KEY] = found.tenant  # type: ignore[literal-required]  # the access log's tenant
+    note_tenant(request.scope, found.tenant)
     return found
 
 
