@@ -143,9 +143,9 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     receiver = None
     if otel:  # the e2e test's in-process OTLP receiver: every service's spans, with their times
         sys.path.insert(0, str(ROOT))
-        from tests.e2e.test_tracing import OtlpReceiver
+        from tests.support.otlp import HttpReceiver
 
-        receiver = await OtlpReceiver().__aenter__()
+        receiver = await HttpReceiver().__aenter__()
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{receiver.port}"
     records: list[tuple[float, str, str | None, bytes]] = []
     marks: list[tuple[float, float, str]] = []

@@ -55,7 +55,8 @@ say "building $tag"
 podman build --network host -f deploy/Dockerfile -t "$tag" \
     --build-arg PYTHON_IMAGE=localhost/python-base:bookworm --build-arg NODE_IMAGE=localhost/node-base:bookworm \
     . >"$work/build.log"
-printf 'FROM localhost/debian-base:bookworm\nCOPY --from=%s /opt/treadle/bin/nats-server /usr/local/bin/\nENTRYPOINT ["nats-server"]\n' \
+# wget: compose's healthcheck of the NATS nodes asks /healthz with it (as the nats alpine image has it)
+printf 'FROM localhost/debian-base:bookworm\nRUN apt-get update && apt-get install -y --no-install-recommends wget && rm -rf /var/lib/apt/lists/*\nCOPY --from=%s /opt/treadle/bin/nats-server /usr/local/bin/\nENTRYPOINT ["nats-server"]\n' \
     "$tag" >"$work/ctx/nats.Containerfile"
 podman build -q -f "$work/ctx/nats.Containerfile" -t localhost/nats-local:2.15.1 "$work/ctx" >/dev/null
 
@@ -69,7 +70,8 @@ services:
 EOF
 compose() { podman-compose -p "$project" -f deploy/compose.yaml -f "$work/local-images.yaml" "$@"; }
 TREADLE_NATS_PASSWORD=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export TREADLE_NATS_PASSWORD
+REDIS_PASSWORD=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export TREADLE_NATS_PASSWORD REDIS_PASSWORD
 down() { compose down -v >"$work/down.log" 2>&1 || true; }
 trap down EXIT
 down

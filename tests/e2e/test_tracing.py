@@ -1,5 +1,5 @@
-"""Issue 23, item 3: with OTEL_EXPORTER_OTLP_ENDPOINT set, one run is one connected trace. A stack of its own
-exports to an OTLP/HTTP receiver in this process (protobuf decoded with opentelemetry-proto). The HTTP request
+"""Issue 23, item 3 (and 41, item 2): with an OTLP endpoint set, one run is one connected trace. A stack of its
+own exports to an OTLP/HTTP receiver in this process (protobuf decoded with opentelemetry-proto). The HTTP request
 that sent the message is the root; under it the command (the coordinator's decision), the supervisor's dispatch
 of the run it queued, the host's turn start, one span for the provider's turn, the supervisor's handling of
 each provider event under that turn, the checkpoint captures and the projections of the events appended on
@@ -7,69 +7,18 @@ the way (W3C trace context in the NATS headers, stored with the events)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from typing import Any
 
 import nats
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 
 from tests.support.api import make_api
 from tests.support.helpers import quiet, wait_for
+from tests.support.otlp import HttpReceiver, value
 from tests.support.scripts import script, text, write
 from treadle.cli.stack import Stack
-from treadle.ops.servers import free_port
 
 _tenants = itertools.count()
-
-
-class OtlpReceiver:
-    """Just enough of an OTLP/HTTP collector: POST /v1/traces with a protobuf body, answered 200."""
-
-    def __init__(self) -> None:
-        self.spans: list[tuple[str, object]] = []  # (service.name, Span)
-        self.port = free_port()
-
-    async def __aenter__(self) -> OtlpReceiver:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                request = await reader.readline()
-                if not request:
-                    return
-                length = 0
-                while (line := await reader.readline()) not in (b"\r\n", b""):
-                    name, _, value = line.decode().partition(":")
-                    if name.strip().lower() == "content-length":
-                        length = int(value)
-                body = await reader.readexactly(length)
-                export = ExportTraceServiceRequest.FromString(body)
-                for resource_spans in export.resource_spans:
-                    attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                    for scope in resource_spans.scope_spans:
-                        self.spans.extend((attrs.get("service.name", ""), s) for s in scope.spans)
-                answer = ExportTraceServiceResponse().SerializeToString()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: "
-                    + str(len(answer)).encode()
-                    + b"\r\n\r\n"
-                    + answer
-                )
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            writer.close()
 
 
 def _parent(spans: dict[bytes, tuple[str, Any]], span: Any) -> str:
@@ -97,8 +46,14 @@ WANTED = {
 
 
 async def test_one_run_is_one_connected_trace_from_the_http_request_to_its_projection(tmp_path):
-    async with OtlpReceiver() as receiver:
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}"}
+    async with HttpReceiver() as receiver:
+        # the traces' own endpoint, taken as it is (no /v1/traces appended), and the protocol named
+        env = {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{receiver.port}/collect/traces",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "1.0",
+        }
         async with Stack(tmp_path / "stack", env=env, on_output=quiet) as stack:
             nc = await nats.connect(stack.nats_url)
             api = await make_api(stack, nc, f"traced{next(_tenants)}")
@@ -111,7 +66,7 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_to_its_proje
 
                 def root():
                     return next(
-                        (s for svc, s in receiver.spans if svc == "treadle-gateway" and s.name.startswith("HTTP POST")
+                        (s for svc, s in receiver.spans if svc == "treadle-gateway" and s.name.startswith("POST ")
                          and s.name.endswith("/messages")),
                         None,
                     )  # fmt: skip
@@ -161,5 +116,13 @@ async def test_one_run_is_one_connected_trace_from_the_http_request_to_its_proje
     assert all(_parent(spans, s).startswith("handle supervisor-") for s in captures), tree
     assert any(_parent(spans, s).startswith("handle supervisor-provider") for s in captures), tree
     projections = named("project")
-    assert projections and all(_parent(spans, s).startswith(("command ", "handle ")) for s in projections), tree
+    assert projections and all(_parent(spans, s).startswith("append ") for s in projections), tree
     assert any(_descends(spans, s, "command SendMessage") for s in projections), tree  # the run.queued append
+    assert receiver.paths == {"/collect/traces"}, receiver.paths
+    # the semantic conventions' names: HTTP server, messaging (NATS); the resource's process attributes
+    attrs = {s.name: {a.key: value(a.value) for a in s.attributes} for _, s in spans.values()}
+    assert attrs[send.name]["http.route"] == "/v1/threads/{thread_id:str}/messages", attrs[send.name]
+    assert attrs[send.name]["http.response.status_code"] == 202 and send.kind == send.SPAN_KIND_SERVER
+    (queued,) = [s for _, s in spans.values() if s.name == "append run.queued"]
+    assert queued.kind == queued.SPAN_KIND_PRODUCER and attrs[queued.name]["messaging.system"] == "nats"
+    assert {k for k in receiver.resources["treadle-coordinator"] if k.startswith("process.")} >= {"process.pid"}

@@ -46,7 +46,7 @@ one, two = "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "00-" + "c" * 32 + "-" + "
 batch = [None, {}, {"traceparent": "garbage"}, {"traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"},
          {"traceparent": "x" * 1_000_000}, {"traceparent": one}, {"traceparent": one.replace("b", "e")},
          {"traceparent": two}] + [{"traceparent": "00-%032x-%016x-01" % (0, i)} for i in range(1, 1000)]
-with tracing.spans_per_trace("project", batch, partition=3):
+with tracing.spans_per_trace("project", batch, {"treadle.partition": 3}):
     pass
 spans = exported.get_finished_spans()
 print(json.dumps(sorted("%032x/%016x" % (s.context.trace_id, s.parent.span_id) for s in spans)))
@@ -69,3 +69,45 @@ def test_a_projected_batch_joins_each_valid_trace_once_and_ignores_hostile_conte
     # nothing listens on port 9 of loopback: the batch exporter's last flush is refused at once
     spans = json.loads(_run(ON, OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"))
     assert spans == ["a" * 32 + "/" + "b" * 16, "c" * 32 + "/" + "d" * 16]
+
+
+SETTINGS = """
+import json
+from treadle.eventlog import tracing
+try:
+    tracing.setup("unit")
+except tracing.TracingSettingsError as exc:
+    print(json.dumps({"error": str(exc), "enabled": tracing.enabled()}))
+else:
+    from opentelemetry import trace
+    provider = trace.get_tracer_provider()
+    resource = dict(provider.resource.attributes) if tracing.enabled() else {}
+    sampler = provider.sampler.get_description() if tracing.enabled() else ""
+    print(json.dumps({"enabled": tracing.enabled(), "service": resource.get("service.name"), "sampler": sampler}))
+"""
+
+
+def test_the_standard_otel_variables_choose_service_sampler_and_protocol_and_a_bad_protocol_is_refused():
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    assert json.loads(_run(SETTINGS, **endpoint)) == {
+        "enabled": True,
+        "service": "treadle-unit",
+        "sampler": "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,localParentNotSampled:AlwaysOffSampler}",
+    }
+    named = json.loads(
+        _run(
+            SETTINGS,
+            **endpoint,
+            OTEL_SERVICE_NAME="ops-gw",
+            OTEL_TRACES_SAMPLER="traceidratio",
+            OTEL_TRACES_SAMPLER_ARG="0.25",
+        )
+    )
+    assert named["service"] == "ops-gw" and named["sampler"] == "TraceIdRatioBased{0.25}", named
+    by_attributes = json.loads(_run(SETTINGS, **endpoint, OTEL_RESOURCE_ATTRIBUTES="service.name=from-attrs"))
+    assert by_attributes["service"] == "from-attrs"
+    only_traces = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/v1/traces"}
+    assert json.loads(_run(SETTINGS, **only_traces, OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="grpc"))["enabled"] is True
+    assert json.loads(_run(SETTINGS, **endpoint, OTEL_TRACES_EXPORTER="none"))["enabled"] is False
+    refused = json.loads(_run(SETTINGS, **endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="http/json\n" + "x" * 500))
+    assert refused["enabled"] is False and "not supported" in refused["error"] and len(refused["error"]) < 200

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rich.markup import escape
 
@@ -101,4 +103,43 @@ async def cmd_schemas(args: argparse.Namespace) -> int:
         json_line({"stale": stale})
         return 1 if stale else 0
     json_line({"written": [str(p) for p in schemas.write()]})
+    return 0
+
+
+async def cmd_backup(args: argparse.Namespace) -> int:
+    from treadle.ops.backup import BackupError, backup
+
+    return await _copy(args, backup, BackupError, "backed up")
+
+
+async def cmd_restore(args: argparse.Namespace) -> int:
+    from treadle.ops.backup import BackupError, restore
+
+    return await _copy(args, restore, BackupError, "restored")
+
+
+async def _copy(
+    args: argparse.Namespace, step: Callable[..., Awaitable[Any]], error: type[Exception], done: str
+) -> int:
+    import time
+    from pathlib import Path
+
+    started = time.perf_counter()
+    async with connect_nats(nats_url(args)) as nc:
+        try:
+            copied = await step(nc, Path(args.directory))
+        except error as exc:
+            raise UsageError(str(exc)) from None
+    seconds = round(time.perf_counter() - started, 3)
+    rows = [
+        {"stream": c.stream, "bytes": c.bytes, "messages": c.messages, "seconds": round(c.seconds, 3)} for c in copied
+    ]
+    if as_json(args):
+        json_line({"directory": args.directory, "seconds": seconds, "streams": rows})
+        return 0
+    for row in rows:
+        console.print(
+            f"  {escape(row['stream']):34} {row['messages']:>9} msgs {row['bytes']:>12} bytes {row['seconds']:>7.3f} s"
+        )
+    console.print(f"[green]✓[/] {done} {len(rows)} streams in {seconds:.3f} s: {escape(args.directory)}")
     return 0

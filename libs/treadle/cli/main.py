@@ -18,7 +18,14 @@ from rich.markup import escape
 
 from ..client import ApiError
 from . import check, completion, consumers, dead_letters, exits, volumes
-from .admin import cmd_projections_rebuild, cmd_schemas, cmd_tokens_create, cmd_tokens_revoke
+from .admin import (
+    cmd_backup,
+    cmd_projections_rebuild,
+    cmd_restore,
+    cmd_schemas,
+    cmd_tokens_create,
+    cmd_tokens_revoke,
+)
 from .config import DEFAULT_API
 from .errors import UsageError, describe
 from .output import as_json, json_line
@@ -156,6 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--redis-url", help="Redis URL (default: $TREADLE_REDIS_URL, <state-dir>/redis-url)")
     rebuild.set_defaults(func=cmd_projections_rebuild)
     check.add_parser(sub, nats_)
+
+    # the durable state (docs/operations.md): JetStream's snapshots of every stream, KV bucket and object store
+    bk = sub.add_parser("backup", parents=[nats_], help="snapshot the event log, KV buckets and object store")
+    bk.add_argument("directory", help="a new or empty directory")
+    bk.set_defaults(func=cmd_backup)
+    rs = sub.add_parser("restore", parents=[nats_], help="restore a backup into a broker that has none of it")
+    rs.add_argument("directory", help="what `treadle backup` wrote")
+    rs.set_defaults(func=cmd_restore)
 
     schemas = sub.add_parser("schemas", parents=[out], help="regenerate schemas/ from the code")
     schemas.add_argument("--check", action="store_true", help="only report files that are out of date")

@@ -17,6 +17,7 @@ from treadle.core.events import decode_event
 from treadle.core.ids import IdFactory
 from treadle.core.state import ThreadState, evolve
 
+from . import story, subjects, tracing
 from .errors import Conflict, Unavailable
 from .log import fenced_after
 from .metrics import EVENTS_APPENDED
@@ -131,19 +132,26 @@ class ThreadStore:
             )
             for p in payloads
         ]
-        try:
-            last = await self.log.append(tenant, thread, state.seq, envelopes, fence)
-        except Conflict:
-            self._stale.add((tenant, thread))
-            raise
-        except Exception:
-            self.forget(tenant, thread)
-            raise
+        # one producer span per decision: its trace context goes out with the events, and the story's lines of
+        # what was appended carry its ids
+        attributes = tracing.nats_attributes(
+            subjects.thread_events(tenant, thread), "send", batch_message_count=len(envelopes)
+        )
+        with tracing.span(f"append {envelopes[0].type}", attributes=attributes, kind="producer"):
+            try:
+                last = await self.log.append(tenant, thread, state.seq, envelopes, fence)
+            except Conflict:
+                self._stale.add((tenant, thread))
+                raise
+            except Exception:
+                self.forget(tenant, thread)
+                raise
+            first = last - len(envelopes) + 1  # an atomic batch is stored contiguously: last-n+1 … last
+            for i, e in enumerate(envelopes):
+                e.seq = first + i
+            story.tell(envelopes)
         self._appended.inc(len(envelopes))
-        # An atomic batch is stored contiguously, so the sequences are last-n+1 … last.
-        first = last - len(envelopes) + 1
-        for i, e in enumerate(envelopes):
-            e.seq = first + i
+        for e in envelopes:
             evolve(state, e)
         self._remember((tenant, thread), state)
         return last

@@ -231,7 +231,15 @@ class PullConsumer:
 
     async def _settle(self, msg: Msg) -> None:
         ids = logs.ids_of(msg.data)
-        with logs.bound(**ids), tracing.span(f"handle {self._durable}", msg.headers, subject=msg.subject):
+        with (
+            logs.bound(**ids),
+            tracing.span(
+                f"handle {self._durable}",
+                msg.headers,
+                tracing.nats_attributes(msg.subject, "process", consumer_group_name=self._durable),
+                kind="consumer",
+            ),
+        ):
             await self._settle_bound(msg)  # every log line about this message names its thread and run
 
     async def _settle_bound(self, msg: Msg) -> None:

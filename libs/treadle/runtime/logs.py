@@ -3,7 +3,12 @@
 Every line carries an ISO-8601 UTC timestamp, and, while a piece of work about a run is being handled, the
 ids of what it is about (tenant, thread, run, attempt): the edges that receive work (consumer handlers, the
 gateway's requests) bind them with ``bound(...)`` in a context variable, so every log call below them,
-and every task they start, says which thread and run it is about without passing ids around."""
+and every task they start, says which thread and run it is about without passing ids around. While tracing is
+on, a line written under a span carries its trace and span ids too. A line may add named fields of its own
+(``extra=fields(...)``: the access log's status and duration, a run transition's event and reason).
+
+Every library's lines (uvicorn, mcp, nats, redis, …) go through the one handler on the root logger, in the same
+format: ``setup`` takes the handlers other code installed off their loggers, so nothing prints on its own."""
 
 from __future__ import annotations
 
@@ -13,17 +18,22 @@ import datetime
 import logging
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 
+from ..eventlog import tracing
+from ..eventlog.story import FIELDS_KEY
+
 IDS = ("tenant", "thread", "run", "attempt")
+BOUND = (*IDS, "request")  # the gateway binds the request id too
 _ids: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("treadle_log_ids", default=None)
 
 
 @contextlib.contextmanager
 def bound(**ids: str | int | None) -> Iterator[None]:
     """Within the block, log lines carry these ids (added to those already bound; None leaves one out)."""
-    merged = {**(_ids.get() or {}), **{k: str(v) for k, v in ids.items() if v is not None and k in IDS}}
+    merged = {**(_ids.get() or {}), **{k: str(v) for k, v in ids.items() if v is not None and k in BOUND}}
     token = _ids.set(merged)
     try:
         yield
@@ -65,6 +75,19 @@ def ids_of(payload: bytes) -> dict[str, str | None]:
     }
 
 
+def fields(**named: str | int | float | None) -> dict[str, Any]:
+    """``extra=`` for a log call: named fields the line carries (None leaves one out)."""
+    return {FIELDS_KEY: {k: v for k, v in named.items() if v is not None}}
+
+
+def _fields(record: logging.LogRecord) -> tuple[dict[str, str], dict[str, Any]]:
+    """The ids of a line (those bound, then those it names itself) and its other named fields."""
+    found = getattr(record, FIELDS_KEY, None)
+    named = found if isinstance(found, dict) else {}
+    ids = {**(_ids.get() or {}), **{k: str(v) for k, v in named.items() if k in BOUND}}
+    return ids, {k: v for k, v in named.items() if k not in BOUND}
+
+
 def current() -> dict[str, str]:
     return dict(_ids.get() or {})
 
@@ -81,12 +104,15 @@ class _JsonFormatter(logging.Formatter):
         self._worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
+        ids, extra = _fields(record)
         entry = {
             "at": utc_iso(record.created),
             "level": record.levelname,
             "worker": self._worker,
             "logger": record.name,
-            **(_ids.get() or {}),
+            **ids,
+            **tracing.current_ids(),
+            **extra,
             "msg": record.getMessage(),
         }
         if record.exc_info:
@@ -100,9 +126,13 @@ class _TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.at = utc_iso(record.created)
-        ids = _ids.get() or {}
-        record.ids = "".join(f" {k}={ids[k]}" for k in IDS if k in ids)
-        return super().format(record)
+        ids, extra = _fields(record)
+        named = {**{k: ids[k] for k in BOUND if k in ids}, **tracing.current_ids()}
+        record.ids = "".join(f" {k}={v}" for k, v in named.items())
+        line = super().format(record)
+        if extra:
+            line += " |" + "".join(f" {k}={v}" for k, v in extra.items())
+        return line
 
 
 def setup(worker: str, level: str = "INFO", fmt: str = "text") -> None:
@@ -112,3 +142,13 @@ def setup(worker: str, level: str = "INFO", fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("nats").setLevel(logging.WARNING)
+    adopt_library_loggers()
+
+
+def adopt_library_loggers() -> None:
+    """Every logger but the root loses the handlers a library gave it and passes its lines up to the root's one
+    handler, in this module's format (uvicorn's own config is not loaded: the gateway passes it none)."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger) and logger.handlers:
+            logger.handlers.clear()
+            logger.propagate = True

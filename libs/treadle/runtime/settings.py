@@ -67,6 +67,8 @@ class GatewaySettings(WorkerSettings):
 
         return tuple(check_origin(origin) for origin in origins)
 
+    access_log: bool = True  # one INFO line per request (runtime/access_log.py); off: TREADLE_GATEWAY_ACCESS_LOG=false
+
 
 class CoordinatorSettings(WorkerSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_COORDINATOR_", extra="ignore")

@@ -110,7 +110,12 @@ class CheckpointService:
 
     async def _handle(self, verb: str, handler: Handler, msg: Msg) -> None:
         try:
-            with tracing.span(f"checkpoint {verb}", msg.headers, volume=self._volume):  # in the requester's trace
+            with tracing.span(
+                f"checkpoint {verb}",
+                msg.headers,
+                tracing.nats_attributes(msg.subject, "process") | {"treadle.volume": self._volume},
+                kind="server",
+            ):  # in the requester's trace
                 reply = await handler(msg.data)
         except msgspec.DecodeError as e:  # includes ValidationError
             reply = Failure(code="bad_request", message=f"invalid {verb} request: {e}")

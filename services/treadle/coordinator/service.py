@@ -196,7 +196,12 @@ class Coordinator:
         self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._traced_command(msg, command))
 
     async def _traced_command(self, msg: Msg, command: Command) -> None:
-        with tracing.span(f"command {type(command.body).__name__}", msg.headers, tenant=command.tenant):
+        with tracing.span(
+            f"command {type(command.body).__name__}",
+            msg.headers,
+            tracing.nats_attributes(msg.subject, "process") | {"treadle.tenant": command.tenant},
+            kind="server",
+        ):
             await self._handle_command(msg, command)
 
     async def _handle_command(self, msg: Msg, command: Command) -> None:

@@ -21,7 +21,8 @@ def main() -> None:
         loop="uvloop",
         http="httptools",
         log_level="warning",
-        access_log=False,
+        access_log=False,  # ours (runtime/access_log.py) names the route template, tenant and request id
+        log_config=None,  # uvicorn's lines go through the root handler, in our format (runtime/logs.py)
         timeout_graceful_shutdown=5,
     )
     tracing.shutdown()

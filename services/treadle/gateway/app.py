@@ -36,6 +36,7 @@ from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections import parts
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
+from treadle.runtime.access_log import access_log
 from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
@@ -310,12 +311,14 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         cors_config=cors(own.cors_origins),
         request_max_body_size=own.max_body_bytes,
         middleware=[
-            http_spans,
             DefineMiddleware(RateLimitMiddleware, buckets=TokenBuckets(own.rate_limit, own.rate_burst)),
         ],
         debug=False,
+        logging_config=None,  # Litestar's own would replace the root handler: its lines are in ours (runtime/logs.py)
     )
     # Around the router, not among the middleware: Litestar runs those only once a route matched, so a 404
     # would go uncounted
-    app.asgi_handler = nosniff(http_metrics(app.asgi_handler))
+    # (the server span and the access log too, the log inside the span: its line carries the request's trace id)
+    handler = access_log(app.asgi_handler) if own.access_log else app.asgi_handler
+    app.asgi_handler = nosniff(http_metrics(http_spans(handler)))
     return app

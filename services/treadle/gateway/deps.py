@@ -21,6 +21,7 @@ from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
+from treadle.runtime.access_log import note_tenant
 from treadle.runtime.settings import GatewaySettings
 from treadle.usecases.ids import checked
 from treadle.usecases.messages import MessageLimits
@@ -61,6 +62,12 @@ def app_state(request: HttpRequest) -> State:
 
 
 async def principal(request: HttpRequest) -> Principal:
+    found = await _principal(request)
+    note_tenant(request.scope, found.tenant)
+    return found
+
+
+async def _principal(request: HttpRequest) -> Principal:
     if isinstance(known := request.scope.get(PRINCIPAL_KEY), Principal):  # resolved at a mount's door (``/mcp``)
         return known
     header = request.headers.get("authorization", "")

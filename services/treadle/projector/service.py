@@ -43,6 +43,7 @@ from treadle.runtime.pull import LingeringPull
 from treadle.runtime.settings import ProjectorSettings, Shared
 
 log = logging.getLogger(__name__)
+_PROJECT = {"messaging.system": "nats", "messaging.operation.type": "process"}  # a projected batch's span
 DURABLE = "projector"  # one per partition: "projector-p3"
 UNPARTITIONED = -1  # the key of the old single consumer's folded states while it drains
 CACHE = 20_000
@@ -303,7 +304,9 @@ class PartitionProjector:
             while not self._stopping or delay == 0.05:  # when stopping, one more try, then leave it unacked
                 try:
                     # in the trace of each run whose events the batch holds (their appends carried it)
-                    with tracing.spans_per_trace("project", (m.headers for m in msgs), partition=self.partition):
+                    batch: dict[str, str | int] = {**_PROJECT, "messaging.batch.message_count": len(msgs)}
+                    batch["treadle.partition"] = self.partition
+                    with tracing.spans_per_trace("project", (m.headers for m in msgs), batch):
                         await self._p._project(self.partition, msgs)
                     await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
                     self._acked = msgs[-1].metadata.sequence.stream

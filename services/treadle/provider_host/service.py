@@ -581,7 +581,12 @@ class ProviderHost:
         return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
 
     async def _on_verb(self, msg: Msg) -> None:
-        with tracing.span(f"host {msg.subject.split('.', 3)[-1]}", msg.headers, host=self.host_id):
+        with tracing.span(
+            f"host {msg.subject.split('.', 3)[-1]}",
+            msg.headers,
+            tracing.nats_attributes(msg.subject, "process") | {"treadle.host": self.host_id},
+            kind="server",
+        ):
             await self._on_verb_traced(msg)
 
     async def _on_verb_traced(self, msg: Msg) -> None:
@@ -708,7 +713,9 @@ class ProviderHost:
                 log.warning("turn %s starts while an earlier turn of its session has not ended", request.attempt_id)
         # One span for the whole turn (a child of the start that made this task); its events carry it, so the
         # supervisor's handling of them, the checkpoint and the projection join the run's trace.
-        with tracing.span("provider turn", run=request.run_id, attempt=request.attempt_id):
+        with tracing.span(
+            "provider turn", attributes={"treadle.run.id": request.run_id, "treadle.attempt.id": request.attempt_id}
+        ):
             await self._play_traced(session, request)
 
     async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:

@@ -25,8 +25,22 @@ app.kubernetes.io/component: {{ .component }}
 - {name: TREADLE_PROVIDER_HOST_HOST_EXPIRY_SECONDS, value: "20"}
 - {name: TREADLE_LOG_FORMAT, value: {{ .Values.logFormat | quote }}}
 - {name: TREADLE_LOG_LEVEL, value: {{ .Values.logLevel | quote }}}
-{{- if .Values.tracing.otlpEndpoint }}
-- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ .Values.tracing.otlpEndpoint | quote }}}
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+- {name: OTEL_EXPORTER_OTLP_ENDPOINT, value: {{ .otlpEndpoint | quote }}}
+- {name: OTEL_EXPORTER_OTLP_PROTOCOL, value: {{ .protocol | quote }}}
+- {name: OTEL_TRACES_SAMPLER, value: {{ .sampler | quote }}}
+{{- with .samplerArg }}
+- {name: OTEL_TRACES_SAMPLER_ARG, value: {{ . | quote }}}
+{{- end }}
+{{- with .resourceAttributes }}
+- {name: OTEL_RESOURCE_ATTRIBUTES, value: {{ . | quote }}}
+{{- end }}
+{{- with .headersSecretKey }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom: {secretKeyRef: {name: {{ include "treadle.secret" $ }}, key: {{ . }}}}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}
 {{- define "treadle.natsUrls" -}}
@@ -56,4 +70,27 @@ ports: [{name: metrics, containerPort: {{ .port }}}]
 startupProbe: {httpGet: {path: /readyz, port: metrics}, periodSeconds: 2, failureThreshold: 60}
 readinessProbe: {httpGet: {path: /readyz, port: metrics}, periodSeconds: 5}
 livenessProbe: {httpGet: {path: /healthz, port: metrics}, periodSeconds: 10, failureThreshold: 3}
+{{- end -}}
+{{- define "treadle.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "treadle.fullname" .) -}}
+{{- end -}}
+{{/* What every pod spec of the release shares: its ServiceAccount, without the API token (no worker calls the
+Kubernetes API), and its spread over nodes and zones. Called with (dict "root" $ "component" name). */}}
+{{- define "treadle.podIdentity" -}}
+serviceAccountName: {{ include "treadle.serviceAccountName" .root }}
+automountServiceAccountToken: false
+{{- end -}}
+{{- define "treadle.spread" -}}
+topologySpreadConstraints:
+{{- range $key := .root.Values.spread.topologyKeys }}
+  - maxSkew: 1
+    topologyKey: {{ $key }}
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels: {{- include "treadle.selector" $ | nindent 8 }}
+{{- end }}
+{{- end -}}
+{{/* the pods of one or more components of this release, as a NetworkPolicyPeer */}}
+{{- define "treadle.peer" -}}
+{podSelector: {matchLabels: {app.kubernetes.io/instance: {{ .release }}}, matchExpressions: [{key: app.kubernetes.io/component, operator: In, values: {{ .components | toJson }}}]}}
 {{- end -}}

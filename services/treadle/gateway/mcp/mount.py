@@ -15,6 +15,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from treadle.ops.session_credentials import is_session_credential
 from treadle.ops.tokens import Principal
+from treadle.runtime.access_log import note_tenant
 
 from ..deps import PRINCIPAL_KEY, HttpRequest, app_state, principal
 from ..errors import ApiError, body
@@ -62,6 +63,7 @@ async def _authenticate(request: HttpRequest) -> None:
             raise ApiError(401, "unauthorized", "unknown, expired or revoked credential", headers=CHALLENGE)
         request.scope[PRINCIPAL_KEY] = Principal(tenant=credential.tenant, user=AGENT_USER)  # type: ignore[literal-required]
         request.scope[CREDENTIAL_KEY] = credential  # type: ignore[literal-required]
+        note_tenant(request.scope, credential.tenant)
         return
     await principal(request)
 
