@@ -4,6 +4,7 @@ Playwright: Debian's /usr/bin/chromium (scripts/ensure-chromium.sh), never a dow
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,17 @@ class ConsolePage:
         await self.page.click("button[type=submit]")
         await self.page.wait_for_selector("table.threads")
 
+    async def text_nulls(self) -> list[str]:
+        """Lines of the visible page that say ``null`` (with their neighbours): a value not put in words."""
+        lines = (await self.page.evaluate("document.body.innerText")).splitlines()
+        return [
+            " | ".join(lines[max(0, i - 1) : i + 2]) for i, line in enumerate(lines) if re.search(r"\bnull\b", line)
+        ]
+
+    async def overflow(self) -> int:
+        """How far the page is wider than the window (0: no horizontal scrolling)."""
+        return await self.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
     async def shot(self, name: str) -> Path:
         path = self.out / f"{name}.png"
         await self.page.screenshot(path=str(path), full_page=True)
@@ -56,6 +68,21 @@ async def console(browser, stack, tmp_path):
     cp = ConsolePage(page, stack.api_url.rstrip("/"), tmp_path)
     yield cp
     await context.close()
+
+
+@pytest.fixture
+async def console_at(browser, stack, tmp_path):
+    """A console page at a given width and colour scheme (each its own browser context)."""
+    contexts = []
+
+    async def make(width: int = 1280, height: int = 860, color_scheme: str = "light") -> ConsolePage:
+        context = await browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme)
+        contexts.append(context)
+        return ConsolePage(await context.new_page(), stack.api_url.rstrip("/"), tmp_path)
+
+    yield make
+    for context in contexts:
+        await context.close()
 
 
 @pytest.fixture

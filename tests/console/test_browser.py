@@ -5,7 +5,6 @@ any console error."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import datetime
 
@@ -88,13 +87,16 @@ async def test_L11_an_approval_answered_by_a_click_lets_the_run_finish(console, 
     await open_thread(console, thread)
     request = console.page.locator(".request.pending")
     await expect(request.locator("code.command")).to_have_text("rm -rf build")  # the exact command, not the words
-    await expect(request.locator("code.cwd")).to_contain_text(thread)
+    # the workspace's own path, not the host's (.../workspaces/<tenant>/threads/<id>)
+    await expect(request.locator("code.cwd")).to_have_text(".")
+    await expect(console.page.locator("main")).not_to_contain_text("/workspaces/")
     await expect(request.locator(".model")).to_contain_text("tidy the folder")
     await console.shot("approval")
     await request.locator("button.approve").click()
     run = console.page.locator(f".run[data-run={sent['run_id']}]")
     await expect(run).to_have_attribute("data-status", "completed")
     await expect(run.locator(".msg.assistant").last).to_contain_text("All done.")
+    await expect(run.locator(".request .answer")).to_have_text("Approved")  # in words, not {"decision": ...}
     assert (await api.run(sent["run_id"]))["status"] == "completed"
     await console.shot("approved")
     assert console.errors == []
@@ -128,6 +130,7 @@ async def test_L3_6_a_queue_reorder_and_a_steer_behave_as_the_api_says(console, 
     await open_thread(console, thread)
     items = console.page.locator(".queue li")
     await expect(items).to_have_count(2)
+    await expect(console.page.locator(".run")).to_have_count(1)  # queued runs are drawn once: in the queue
     await expect(items.first).to_contain_text("first queued")
     await items.first.locator("button[title=down]").click()
     await expect(items.first).to_contain_text("second queued")
@@ -153,11 +156,21 @@ async def test_L10_5_a_rollback_from_the_diff_view_restores_the_file(console, ap
     await open_thread(console, thread)
     run1 = console.page.locator(".run").first
     await run1.locator("button", has_text="Changes").click()
-    await expect(run1.locator(".diffbox .files")).to_contain_text("notes.txt")
-    await expect(run1.locator(".diffbox pre.patch")).to_contain_text("+one")
+    await expect(run1.locator(".diffbox .dfile summary")).to_contain_text("notes.txt")
+    await expect(run1.locator(".diffbox .diffview .dl.add")).to_contain_text(["+one"])
     await console.shot("diff")
+    # Rollback asks first, naming what it undoes; "Keep them" changes nothing.
     await run1.locator("button.rollback").click()
-    await expect(console.page.locator(".notice .ok")).to_contain_text("Rolled back to run 1")
+    confirm = run1.locator(".confirm")
+    await expect(confirm).to_contain_text("This undoes 1 run")
+    await expect(confirm.locator("ul.undone li")).to_have_text(["Run 2 (completed) “write two”"])
+    await console.shot("rollback-confirm")
+    await confirm.locator("button", has_text="Keep them").click()
+    await expect(confirm).to_have_count(0)
+    assert path.read_text() == "two\n"
+    await run1.locator("button.rollback").click()
+    await run1.locator(".confirm button.confirm-rollback").click()
+    await expect(console.page.locator(".notice .ok")).to_contain_text("Rolled back to run 1's files; undid run 2.")
     assert path.read_text() == "one\n"
     await expect(console.page.locator(".run").nth(1)).to_have_attribute("data-status", "rolled_back")
     assert console.errors == []
@@ -227,9 +240,15 @@ async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
     await expect(items).to_have_count(3)
     await items.nth(2).drag_to(items.nth(0))
     await expect(items.nth(0)).to_contain_text("gamma")
-    console.page.once("dialog", lambda d: asyncio.ensure_future(d.accept("alpha, edited")))
+    # edited inline (no window.prompt): Enter saves, as in the composer
     await console.page.locator(f".queue li[data-queued={a['run_id']}] button", has_text="Edit").click()
-    await expect(console.page.locator(f".queue li[data-queued={a['run_id']}]")).to_contain_text("alpha, edited")
+    field = console.page.locator(f".queue li[data-queued={a['run_id']}] textarea.qedit")
+    await expect(field).to_be_focused()
+    await expect(field).to_have_value("alpha")
+    await field.fill("alpha, edited")
+    await console.shot("queue-editing")
+    await field.press("Enter")
+    await expect(console.page.locator(f".queue li[data-queued={a['run_id']}] .qtext")).to_have_text("alpha, edited")
     await console.page.locator(f".queue li[data-queued={b['run_id']}] button", has_text="Cancel").click()
     await expect(items).to_have_count(2)
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
@@ -336,16 +355,16 @@ async def test_the_search_box_asks_the_api_and_finds_a_thread_beyond_the_loaded_
     await console.sign_in(api.token)
     page = console.page
     await expect(page.locator(f"tr[data-thread={others[-1]}]")).to_be_visible()
-    await expect(page.locator("table.threads + button")).to_be_visible()  # "More": a page is not everything
+    await expect(page.locator(".tablewrap + button")).to_be_visible()  # "More": a page is not everything
     await expect(page.locator(f"tr[data-thread={wanted}]")).to_have_count(0)  # not loaded: the first page is full
-    await page.fill("input[type=search]", "NEEDLE")
+    await page.fill("main input[type=search]", "NEEDLE")
     row = page.locator(f"tr[data-thread={wanted}]")
     await expect(row).to_contain_text("Needle in the list")
     await expect(page.locator("table.threads tbody tr")).to_have_count(1)
-    await expect(page.locator("table.threads + button")).to_be_hidden()
-    await page.fill("input[type=search]", "")
+    await expect(page.locator(".tablewrap + button")).to_be_hidden()
+    await page.fill("main input[type=search]", "")
     await expect(page.locator("table.threads tbody tr")).to_have_count(25)
-    await page.click("table.threads + button")  # More, with no search: the rest of the list
+    await page.click(".tablewrap + button")  # More, with no search: the rest of the list
     await expect(page.locator(f"tr[data-thread={wanted}]")).to_be_visible()
     await console.shot("search")
     assert console.errors == []

@@ -13,6 +13,9 @@ from litestar.params import JSONBody
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
 
+from treadle.core.thread.decide import PROVIDERS
+from treadle.providers.acp.settings import configured_providers
+
 from . import sessions
 from .errors import ApiError
 
@@ -40,6 +43,13 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     role: str
     csrf_token: str
     expires_at: float
+    # What the composer offers: the built-in providers and this deployment's ACP agents, as the MCP
+    # ``capabilities`` tool lists them (the API still decides; a name typed by hand is checked the same way).
+    providers: list[str] = msgspec.field(default_factory=list)
+
+
+def offered_providers() -> list[str]:
+    return [*PROVIDERS, *configured_providers()]
 
 
 @get("/", include_in_schema=False)
@@ -68,6 +78,7 @@ async def sign_in(request: Request, data: JSONBody[SignIn]) -> Response:
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid),
         expires_at=expires,
+        providers=offered_providers(),
     )
     return Response(
         info, status_code=201, cookies=[_cookie(request, sid, sessions.LIFETIME_SECONDS)], headers=PAGE_HEADERS
@@ -96,6 +107,7 @@ async def current(request: Request) -> Response:
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid or ""),
         expires_at=record.expires_at,
+        providers=offered_providers(),
     )
     return Response(info, headers=PAGE_HEADERS)
 
