@@ -64,6 +64,7 @@ async def test_L11_the_sidebar_shows_where_you_are_needed_and_switching_keeps_on
     await expect(page).to_have_title(re.compile(r"^\(1\) "))
     assert "circle" in await page.locator("link#favicon").get_attribute("href")
     await console.shot("sidebar")
+    assert await console.accessibility() == []
     # Switch back and forth from the sidebar: one stream open at a time, on the thread shown.
     for thread, title in [
         (quiet, "quiet one"),
@@ -77,6 +78,7 @@ async def test_L11_the_sidebar_shows_where_you_are_needed_and_switching_keeps_on
         assert page.url.endswith(f"#/t/{thread}")
         await expect(side.locator("li.current")).to_have_attribute("data-thread", thread)
     assert await page.evaluate(OPEN_STREAMS) == 1
+    assert await console.accessibility() == []  # a thread with a pending approval
     await expect(page).to_have_title("(1) waits for you · Treadle")
     # The stream of the thread switched to still works: the approval's answer ends the run on the page.
     await page.locator(".request.pending button.approve").click()
@@ -115,6 +117,7 @@ async def test_a_markdown_reply_renders_code_blocks_and_its_html_stays_inert(con
     assert await md.locator("a").nth(1).get_attribute("rel") == "noopener noreferrer"
     assert await console.page.evaluate("window.__pwned") is None
     await console.shot("markdown")
+    assert await console.accessibility() == []
     assert console.errors == []  # nothing the CSP had to refuse
 
 
@@ -146,6 +149,7 @@ async def test_L10_the_diff_is_coloured_and_folds_per_file(console, api):
     await expect(added).to_be_hidden()
     await expect(files.nth(1).locator(".dl.add")).to_be_visible()
     await console.shot("diff-folded")
+    assert await console.accessibility() == []
     assert console.errors == []
 
 
@@ -184,11 +188,13 @@ async def test_at_390_px_nothing_scrolls_sideways(console_at, api):
     await console.sign_in(api.token)
     assert await console.overflow() <= 0
     await console.shot("phone-list")
+    assert await console.accessibility() == []
     await open_thread(console, thread)
     await expect(console.page.locator(".request.pending code.command")).to_have_text(long_command)
     assert await console.page.evaluate("document.documentElement.scrollWidth") <= 390
     await expect(console.page.locator("nav#sidebar")).to_be_hidden()  # folded behind the Threads button
     await console.shot("phone-thread")
+    assert await console.accessibility() == []
     await console.page.click("#navtoggle")
     await expect(console.page.locator(f"nav#sidebar li[data-thread={thread}] .badge")).to_have_text("1")
     assert await console.page.evaluate("document.documentElement.scrollWidth") <= 390
@@ -205,6 +211,7 @@ async def test_the_dark_scheme_follows_the_system_and_the_toggle_overrides_it(co
     background = "getComputedStyle(document.body).backgroundColor"
     assert await console.page.evaluate(background) == "rgb(18, 21, 27)"
     await console.shot("thread-dark")
+    assert await console.accessibility() == []
     toggle = console.page.locator("#theme")
     await toggle.click()  # system -> light
     await expect(toggle).to_have_text("Theme: light")

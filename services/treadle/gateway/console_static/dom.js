@@ -9,6 +9,7 @@ export function h(spec, attrs, ...kids) {
   const [tag, ...classes] = spec.split(".");
   const el = document.createElement(tag || "div");
   if (classes.length) el.className = classes.join(" ");
+  if (el.tagName === "PRE") el.tabIndex = 0; // it may scroll sideways: a keyboard can then scroll it too
   if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) { kids.unshift(attrs); attrs = null; }
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;

@@ -27,5 +27,7 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
 });
 
 export function markdown(text) {
-  return DOMPurify.sanitize(parser.parse(text || ""), POLICY);
+  const fragment = DOMPurify.sanitize(parser.parse(text || ""), POLICY);
+  for (const pre of fragment.querySelectorAll("pre")) pre.tabIndex = 0; // it may scroll: reachable by keyboard
+  return fragment;
 }
