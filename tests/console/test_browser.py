@@ -176,9 +176,16 @@ async def test_L10_5_a_rollback_from_the_diff_view_restores_the_file(console, ap
     await expect(confirm).to_have_count(0)
     assert path.read_text() == "two\n"
     await run1.locator("button.rollback").click()
+    await expect(confirm.locator(".files")).to_contain_text("notes.txt")  # the files it puts back, named
+    await confirm.locator("input[name=keep_copy]").check()  # the way back: the undone work, forked first
     await run1.locator(".confirm button.confirm-rollback").click()
-    await expect(console.page.locator(".notice .ok")).to_contain_text("Rolled back to run 1's files; undid run 2.")
+    notice = console.page.locator(".notice .ok")
+    await expect(notice).to_contain_text("Rolled back to run 1's files; undid run 2.")
     assert path.read_text() == "one\n"
+    kept = (await notice.locator("a.kept").get_attribute("href")).removeprefix("#/t/")
+    assert (await api.thread(kept))["thread"]["parent_thread_id"] == thread
+    copy = lambda: workspace(stack, api.tenant, kept) / "notes.txt"  # noqa: E731
+    await wait_for(lambda: copy().is_file() and copy().read_text() == "two\n", what="the fork's copy of notes.txt")
     await expect(console.page.locator(".run").nth(1)).to_have_attribute("data-status", "rolled_back")
     assert console.errors == []
 

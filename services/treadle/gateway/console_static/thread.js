@@ -292,20 +292,38 @@ export async function threadScreen(id, isCurrent = () => true) {
     const first = (r) => { const m = doc.messages.find((x) => x.id === r.message_id); return m ? ` “${m.text.slice(0, 60)}${m.text.length > 60 ? "…" : ""}”` : ""; };
     const where = pane.querySelector(".confirmbox");
     const words = undone.length === 1 ? "1 run" : `${undone.length} runs`;
+    // The way back: a rolled-back run cannot be forked, so a copy of the undone work is forked first.
+    const last = undone.filter((r) => TERMINAL.has(r.status)).at(-1);
+    const keep = h("input", { type: "checkbox", name: "keep_copy" });
+    const files = h("div.files.muted.small");
     where.replaceChildren(h("div.confirm", { role: "alertdialog", "aria-label": "Confirm the rollback" },
       h("p", h("b", `Roll back to run ${run.ordinal}? `), undone.length
         ? `This undoes ${words} and their file changes:` : "No later run is undone; the files go back to run " + run.ordinal + "'s."),
       undone.length ? h("ul.undone", undone.map((r) => h("li", `Run ${r.ordinal} (${r.status})${first(r)}`))) : null,
+      files,
+      last ? h("label.keep", keep, ` Keep the undone work in a new thread (a fork from run ${last.ordinal}, made first)`) : null,
       h("div.actions",
         h("button.danger.confirm-rollback", { type: "button", onclick: (e) => act(e, async () => {
+          const copy = keep.checked && last ? await post(`/v1/threads/${id}/fork`, { source: { type: "run", id: last.id } }) : null;
+          if (copy) noteSeq(copy.thread_id, copy.seq);
           const r = await post(`/v1/threads/${id}/rollback`, { to_run_ordinal: run.ordinal }, id);
           where.replaceChildren();
           view.notice.replaceChildren(h("div.ok.card", `Rolled back to run ${run.ordinal}'s files` +
-            (undone.length ? `; undid ${undone.map((x) => "run " + x.ordinal).join(", ")}.` : ".")));
+            (undone.length ? `; undid ${undone.map((x) => "run " + x.ordinal).join(", ")}.` : "."),
+            copy ? h("span", " The undone work is kept in ", h("a.kept", { href: "#/t/" + copy.thread_id }, "its fork"), ".") : ""));
+          if (copy) refreshSidebar();
           return r;
         }) }, undone.length ? `Undo ${words}` : "Roll back"),
         h("button", { type: "button", onclick: () => where.replaceChildren() }, "Keep them"))));
     where.querySelector(".confirm-rollback").focus();
+    // The files those runs changed, named from the diff between the two checkpoints (a name list, not the patch).
+    const newest = undone.filter((r) => r.checkpoint_id).at(-1);
+    if (newest) {
+      get(`/v1/threads/${id}/diff?from=${run.ordinal}&to=${newest.ordinal}&max_bytes=1024`, id).then((d) => {
+        const names = d.files.slice(0, 20).map((f) => `${f.path} (${f.change})`);
+        files.textContent = names.length ? `Files put back: ${names.join(", ")}${d.files.length > 20 ? ` and ${d.files.length - 20} more` : ""}.` : "No file changes to undo.";
+      }).catch(() => { files.textContent = ""; });
+    }
   }
 
   async function fork(ev, run) {
