@@ -11,7 +11,7 @@ import re
 from playwright.async_api import expect
 
 from tests.support.rollbacks import run_to_end
-from tests.support.scripts import script
+from tests.support.scripts import HANG, script
 
 # Counts the page's EventSources, so a test can tell an open stream from a leaked one.
 COUNT_STREAMS = """(() => {
@@ -150,6 +150,15 @@ async def test_L10_the_diff_is_coloured_and_folds_per_file(console, api):
     await expect(files.nth(1).locator(".dl.add")).to_be_visible()
     await console.shot("diff-folded")
     assert await console.accessibility() == []
+    # Side by side: b.txt's new line on the right, nothing on the left; and back to one column.
+    await run.locator(".diffview button.layout").click()
+    row = files.nth(1).locator(".dsplit .srow", has=console.page.locator(".sc.add"))
+    await expect(row.locator(".sc")).to_have_text([" ", "+beta"])
+    await expect(row.locator(".sc.empty")).to_have_count(1)
+    await console.shot("diff-split")
+    assert await console.accessibility() == []
+    await run.locator(".diffview button.layout", has_text="Unified view").click()
+    await expect(files.nth(1).locator(".dl.add")).to_have_text(["+beta"])
     assert console.errors == []
 
 
@@ -169,6 +178,20 @@ async def test_L2_enter_sends_and_shift_enter_is_a_new_line(console, api):
     await expect(user).to_have_count(1)
     assert await user.evaluate("e => e.textContent") == "line one\nline two"
     await expect(box).to_have_value("")
+    assert console.errors == []
+
+
+async def test_L8_escape_in_the_composer_interrupts_the_active_run(console, api):
+    thread = await api.create_thread(title="escape")
+    sent = await api.send(thread, "hold", script=script(HANG, profile="full"))
+    await api.wait_running(sent["run_id"])
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    await console.page.locator(".composer textarea[name=text]").press("Escape")
+    await expect(console.page.locator(f".run[data-run={sent['run_id']}]")).to_have_attribute(
+        "data-status", "interrupted"
+    )
+    assert (await api.run(sent["run_id"]))["status"] == "interrupted"
     assert console.errors == []
 
 
@@ -199,6 +222,8 @@ async def test_at_390_px_nothing_scrolls_sideways(console_at, api):
     await expect(console.page.locator(f"nav#sidebar li[data-thread={thread}] .badge")).to_have_text("1")
     assert await console.page.evaluate("document.documentElement.scrollWidth") <= 390
     await console.shot("phone-sidebar")
+    await console.page.set_viewport_size({"width": 360, "height": 740})  # the narrowest phone the issue names
+    assert await console.overflow() <= 0
     assert console.errors == []
 
 
