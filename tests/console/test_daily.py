@@ -91,6 +91,13 @@ async def test_L11_the_sidebar_shows_where_you_are_needed_and_switching_keeps_on
     # The URL is the thread's: a reload opens it again.
     await page.reload()
     await expect(page.locator(".thread h1")).to_have_text("waits for you")
+    # A thread seen before that moved since is marked unread until opened again.
+    await expect(side.locator(f"li[data-thread={quiet}] .unread")).to_have_count(0)
+    await run_to_end(api, quiet, "more", script({"type": "text", "text": "news"}))
+    await expect(side.locator(f"li[data-thread={quiet}] .unread")).to_have_count(1, timeout=15_000)  # next poll
+    await side.locator(f"li[data-thread={quiet}] a").click()
+    await expect(page.locator(".run")).to_have_count(2)
+    await expect(side.locator(f"li[data-thread={quiet}] .unread")).to_have_count(0)
     # Arrow keys move through the sidebar.
     links = side.locator("li a")
     await links.first.focus()
