@@ -47,10 +47,12 @@ class ConsolePage:
         await self.page.wait_for_selector("table.threads")
 
     async def text_nulls(self) -> list[str]:
-        """Lines of the visible page that say ``null`` (with their neighbours): a value not put in words."""
+        """Lines of the page saying ``null`` (not ``/dev/null``), with their neighbours: a value not in words."""
         lines = (await self.page.evaluate("document.body.innerText")).splitlines()
         return [
-            " | ".join(lines[max(0, i - 1) : i + 2]) for i, line in enumerate(lines) if re.search(r"\bnull\b", line)
+            " | ".join(lines[max(0, i - 1) : i + 2])
+            for i, line in enumerate(lines)
+            if re.search(r"(?<![/\w])null\b", line)
         ]
 
     async def overflow(self) -> int:

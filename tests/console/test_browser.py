@@ -42,7 +42,7 @@ async def test_sign_in_shows_the_tenants_threads(console, api):
     await expect(row).to_contain_text("scripted")
     await expect(console.page.locator("#who")).to_contain_text(api.tenant)
     await console.shot("threads")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert await console.page.evaluate("document.cookie") == ""  # HttpOnly: the page cannot read its session
     assert console.errors == []
 
@@ -69,7 +69,7 @@ async def test_L2_1_a_scripted_reply_streams_into_the_page_before_the_run_comple
     await expect(console.page.locator(".msg.assistant .text").first).to_have_text(STREAMED)
     await expect(run).not_to_have_attribute("data-status", "completed")
     await console.shot("streaming")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -94,7 +94,7 @@ async def test_L11_an_approval_answered_by_a_click_lets_the_run_finish(console, 
     await expect(console.page.locator("main")).not_to_contain_text("/workspaces/")
     await expect(request.locator(".model")).to_contain_text("tidy the folder")
     await console.shot("approval")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await request.locator("button.approve").click()
     run = console.page.locator(f".run[data-run={sent['run_id']}]")
     await expect(run).to_have_attribute("data-status", "completed")
@@ -117,7 +117,7 @@ async def test_another_tenants_thread_in_the_url_is_not_found(console, api, stac
     await expect(console.page.locator(".notfound .error")).to_contain_text("thread_not_found")
     await expect(console.page.locator("body")).not_to_contain_text("not yours")
     await console.shot("not-found")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await console.page.goto(f"{console.base}/#/t/thr_NOT*AN*ID")  # not an id at all
     await expect(console.page.locator(".thread .error")).to_contain_text("invalid_id")
     # the 404 and 400 of the reads are the expected answers, and the only things the browser reports
@@ -141,7 +141,7 @@ async def test_L3_6_a_queue_reorder_and_a_steer_behave_as_the_api_says(console, 
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
     assert [q["run_id"] for q in queue["queue"]] == [second["run_id"], first["run_id"]]
     await console.shot("queue")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await send_from_composer(console, "change course", mode="steer_active")
     await expect(console.page.locator(".disposition .disp")).to_have_text("steered")
     await expect(console.page.locator(f".run[data-run={active['run_id']}] .msg.user")).to_contain_text(
@@ -164,14 +164,14 @@ async def test_L10_5_a_rollback_from_the_diff_view_restores_the_file(console, ap
     await expect(run1.locator(".diffbox .dfile summary")).to_contain_text("notes.txt")
     await expect(run1.locator(".diffbox .diffview .dl.add")).to_contain_text(["+one"])
     await console.shot("diff")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     # Rollback asks first, naming what it undoes; "Keep them" changes nothing.
     await run1.locator("button.rollback").click()
     confirm = run1.locator(".confirm")
     await expect(confirm).to_contain_text("This undoes 1 run")
     await expect(confirm.locator("ul.undone li")).to_have_text(["Run 2 (completed) “write two”"])
     await console.shot("rollback-confirm")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await confirm.locator("button", has_text="Keep them").click()
     await expect(confirm).to_have_count(0)
     assert path.read_text() == "two\n"
@@ -201,7 +201,7 @@ async def test_L6_a_fork_from_a_run_opens_the_new_thread(console, api):
     )
     await expect(console.page.locator(".thread .meta")).to_contain_text(f"forked from {thread}")
     await console.shot("fork")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -262,7 +262,7 @@ async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
     await expect(field).to_have_value("alpha")
     await field.fill("alpha, edited")
     await console.shot("queue-editing")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await field.press("Enter")
     await expect(console.page.locator(f".queue li[data-queued={a['run_id']}] .qtext")).to_have_text("alpha, edited")
     await console.page.locator(f".queue li[data-queued={b['run_id']}] button", has_text="Cancel").click()
@@ -288,7 +288,7 @@ async def test_L5_4_a_clean_context_run_shows_its_handoff(console, api):
     await handoff.locator("summary").click()
     await expect(handoff.locator("pre")).to_contain_text("remember the colour blue")
     await console.shot("handoff")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -301,7 +301,7 @@ async def test_L1_1_a_new_thread_from_the_form_and_a_refused_mode_shown_as_the_a
     await page.click("button[type=submit]")
     await expect(page.locator("form .error")).to_contain_text("mode_not_allowed")
     await console.shot("new-thread-refused")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert (await (await api.request("GET", "/v1/threads")).aread()).count(b"made in the browser") == 0
     await page.select_option("select[name=runtime_mode]", "approval_required")
     await page.click("button[type=submit]")
@@ -319,7 +319,7 @@ async def test_L1_1_a_new_thread_from_the_form_and_a_refused_mode_shown_as_the_a
     await run.locator("details.graphbox > summary").click()
     await expect(run.locator("ul.graph li li li", has_text="grep")).to_have_count(1)
     await console.shot("run-graph")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     # the 403 of the refused create is the expected answer, and the only thing the browser reports
     assert all("403" in e for e in console.errors), console.errors
 
@@ -339,7 +339,7 @@ async def test_sign_out_ends_the_session_and_a_reload_asks_for_the_token_again(c
     )
     assert r.status_code == 401  # the old cookie is dead on the server, not only forgotten by the browser
     await console.shot("signed-out")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -366,7 +366,7 @@ async def test_L12_todo_progress_and_a_proposed_plan_implemented_from_the_page(c
     await expect(console.page.locator(".run")).to_have_count(2)
     await expect(first.locator(".plan")).to_contain_text("implemented by")
     await console.shot("plan")
-    assert await console.accessibility() == []
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
