@@ -2,7 +2,6 @@
 import { call, del, get, noteSeq, post, setCsrf } from "./api.js";
 import { h, main, providerField, setProviders, showError, skeleton, when } from "./dom.js";
 import { readWaiting, refreshSidebar, setCurrent, setTitle, startSidebar, statusLabel, statusOf, stopSidebar } from "./sidebar.js";
-import { threadScreen } from "./thread.js";
 
 let session = null;
 
@@ -139,6 +138,11 @@ let routing = 0; // which navigation is the latest: an older one that finishes l
 
 export async function route() {
   const mine = ++routing;
+  const path = location.hash.replace(/^#/, "") || "/";
+  const m = path.match(/^\/t\/([^/]+)$/);
+  // A thread's code (with the Markdown renderer) loads on the first thread opened, alongside the session probe:
+  // the sign-in page and the list never fetch it.
+  const threadModule = m ? import("./thread.js") : null;
   if (leave) { leave(); leave = null; }
   document.body.classList.remove("nav-open");
   if (!session) {
@@ -160,12 +164,11 @@ export async function route() {
   header();
   const nav = document.getElementById("sidebar");
   if (nav.hidden) startSidebar(nav); else refreshSidebar();
-  const path = location.hash.replace(/^#/, "") || "/";
-  const m = path.match(/^\/t\/([^/]+)$/);
   document.body.dataset.screen = m ? "thread" : path === "/new" ? "new" : "list";
   setCurrent(m ? decodeURIComponent(m[1]) : null);
   if (m) {
     main().replaceChildren(skeleton());
+    const { threadScreen } = await threadModule;
     const cleanup = await threadScreen(decodeURIComponent(m[1]), () => mine === routing);
     if (mine === routing) leave = cleanup; else cleanup();
   } else if (path === "/new") newScreen();
