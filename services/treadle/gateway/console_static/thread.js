@@ -298,7 +298,7 @@ export async function threadScreen(id, isCurrent = () => true) {
     const files = h("div.files.muted.small");
     where.replaceChildren(h("div.confirm", { role: "alertdialog", "aria-label": "Confirm the rollback" },
       h("p", h("b", `Roll back to run ${run.ordinal}? `), undone.length
-        ? `This undoes ${words} and their file changes:` : "No later run is undone; the files go back to run " + run.ordinal + "'s."),
+        ? `This undoes ${words} and ${undone.length === 1 ? "its" : "their"} file changes:` : "No later run is undone; the files go back to run " + run.ordinal + "'s."),
       undone.length ? h("ul.undone", undone.map((r) => h("li", `Run ${r.ordinal} (${r.status})${first(r)}`))) : null,
       files,
       last ? h("label.keep", keep, ` Keep the undone work in a new thread (a fork from run ${last.ordinal}, made first)`) : null,
