@@ -265,7 +265,13 @@ async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
     assert await console.accessibility() == [] and await console.text_nulls() == []
     await field.press("Enter")
     await expect(console.page.locator(f".queue li[data-queued={a['run_id']}] .qtext")).to_have_text("alpha, edited")
-    await console.page.locator(f".queue li[data-queued={b['run_id']}] button", has_text="Cancel").click()
+    beta = console.page.locator(f".queue li[data-queued={b['run_id']}]")
+    await beta.locator("button", has_text="Cancel").click()  # asks first, quoting the message
+    await expect(beta.locator(".confirm")).to_contain_text("“beta” will not run")
+    await beta.locator(".confirm button", has_text="Keep it").click()
+    await expect(beta.locator(".confirm")).to_have_count(0)
+    await beta.locator("button", has_text="Cancel").click()
+    await beta.locator(".confirm button.confirm-drop").click()
     await expect(items).to_have_count(2)
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
     assert [(q["run_id"], q["text"]) for q in queue] == [(c["run_id"], "gamma"), (a["run_id"], "alpha, edited")]

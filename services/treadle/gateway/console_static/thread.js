@@ -55,6 +55,8 @@ export async function threadScreen(id, isCurrent = () => true) {
   const opened = new Map(); // run id -> its diff view, kept across re-renders while the thread moves on
   const graphs = new Set(); // run ids whose graph is unfolded
   const editing = new Map(); // queued run id -> the draft being edited inline
+  const dropping = new Set(); // queued run ids whose cancellation waits for a confirmation
+  const rendered = new Map(); // message id -> [its text, its Markdown element]: parsed once, not on every event
   let doc = null;
   let source = null;
   let closed = false;
@@ -78,6 +80,7 @@ export async function threadScreen(id, isCurrent = () => true) {
 
   if (!isCurrent()) return () => {}; // another thread was opened while this one loaded
   main().replaceChildren(root);
+  lastActive = doc.active_run_id;
   const view = {
     header: h("section.card.thead"), notice: h("div.notice", { role: "status" }), runs: h("section.runs"),
     queue: h("div"), handoffs: h("div"), activity: h("div"), composer: h("section.card.composer"),
@@ -143,6 +146,7 @@ export async function threadScreen(id, isCurrent = () => true) {
       else if (!m) { const s = streamingBox({ message_id: mid }); s.querySelector(".text").textContent = text; }
     }
     for (const rid of [...editing.keys()]) if (!doc.queue.includes(rid)) editing.delete(rid);
+    for (const rid of [...dropping]) if (!doc.queue.includes(rid)) dropping.delete(rid);
     if (doc.active_run_id !== lastActive) { lastActive = doc.active_run_id; refreshSidebar(); } // its status changed
     // A queued message being edited keeps its field (and focus) while the thread moves on around it.
     if (!editing.size || !view.queue.firstChild) view.queue.replaceChildren(queueCard());
@@ -160,7 +164,12 @@ export async function threadScreen(id, isCurrent = () => true) {
   function messageEl(m) {
     const text = m.status === "streaming" && (live.get(m.id) || "").length > m.text.length ? live.get(m.id) : m.text;
     // A finished reply is Markdown; while it streams (and a user's own words) it is plain text.
-    const body = m.role === "assistant" && m.status !== "streaming" ? h("div.text.md", markdown(text)) : h("div.text", text || "");
+    let body;
+    if (m.role === "assistant" && m.status !== "streaming") {
+      const [was, el] = rendered.get(m.id) || [];
+      body = was === text ? el : h("div.text.md", markdown(text));
+      rendered.set(m.id, [text, body]);
+    } else body = h("div.text", text || "");
     return h(`div.msg.${m.role}${m.status === "streaming" ? ".streaming" : ""}`, { dataset: { message: m.id } },
       h("div.who", m.role + (m.steering ? ` · steer (${m.steering})` : "")), body);
   }
@@ -369,10 +378,22 @@ export async function threadScreen(id, isCurrent = () => true) {
         h("button.small", { type: "button", disabled: i === 0, title: "up", "aria-label": "Move up", onclick: () => move(i - 1) }, "↑"),
         h("button.small", { type: "button", disabled: i === queued.length - 1, title: "down", "aria-label": "Move down", onclick: () => move(i + 1) }, "↓"),
         h("button.small", { type: "button", onclick: () => { editing.set(r.id, msg ? msg.text : ""); view.queue.replaceChildren(queueCard()); view.queue.querySelector("textarea.qedit")?.focus(); } }, "Edit"),
-        h("button.small", { type: "button", onclick: (ev) => act(ev, () => del(`/v1/threads/${id}/queue/${r.id}`, id)) }, "Cancel")));
+        h("button.small", { type: "button", onclick: () => { dropping.add(r.id); view.queue.replaceChildren(queueCard()); view.queue.querySelector(".confirm-drop")?.focus(); } }, "Cancel"),
+        dropping.has(r.id) ? dropConfirm(r, msg) : ""));
     });
     card.append(queued.length ? list : h("p.muted", "Nothing queued."));
     return card;
+  }
+
+  // Cancelling a queued run drops its message for good: the item asks first, quoting it (kept across re-renders).
+  function dropConfirm(r, msg) {
+    const words = msg ? msg.text.slice(0, 80) + (msg.text.length > 80 ? "…" : "") : r.id;
+    const close = () => { dropping.delete(r.id); view.queue.replaceChildren(queueCard()); };
+    return h("div.confirm", { role: "alertdialog", "aria-label": "Confirm cancelling the queued message" },
+      h("p", `Cancel this queued message? “${words}” will not run.`),
+      h("div.actions",
+        h("button.danger.confirm-drop", { type: "button", onclick: (ev) => { dropping.delete(r.id); act(ev, () => del(`/v1/threads/${id}/queue/${r.id}`, id)); } }, "Cancel the message"),
+        h("button", { type: "button", onclick: close }, "Keep it")));
   }
 
   function handoffCard() {
