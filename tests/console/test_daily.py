@@ -231,6 +231,10 @@ async def test_at_390_px_nothing_scrolls_sideways(console_at, api):
     await console.shot("phone-sidebar")
     await console.page.set_viewport_size({"width": 360, "height": 740})  # the narrowest phone the issue names
     assert await console.overflow() <= 0
+    await console.page.goto(f"{console.base}/#/new")
+    await expect(console.page.locator("form.newthread")).to_be_visible()
+    assert await console.overflow() <= 0
+    assert await console.accessibility() == []
     assert console.errors == []
 
 
@@ -239,6 +243,8 @@ async def test_the_dark_scheme_follows_the_system_and_the_toggle_overrides_it(co
     await run_to_end(api, thread, "hello", script({"type": "text", "text": "hi in the dark"}))
     console = await console_at(color_scheme="dark")
     await console.sign_in(api.token)
+    await console.shot("threads-dark")
+    assert await console.accessibility() == []
     await open_thread(console, thread)
     background = "getComputedStyle(document.body).backgroundColor"
     assert await console.page.evaluate(background) == "rgb(18, 21, 27)"
@@ -252,6 +258,14 @@ async def test_the_dark_scheme_follows_the_system_and_the_toggle_overrides_it(co
     await expect(console.page.locator(".thread h1")).to_have_text("dark")
     assert await console.page.evaluate(background) == "rgb(244, 245, 248)"
     assert console.errors == []
+    phone = await console_at(width=390, height=844, color_scheme="dark")  # dark at phone width
+    await phone.sign_in(api.token)
+    await open_thread(phone, thread)
+    assert await phone.page.evaluate(background) == "rgb(18, 21, 27)"
+    assert await phone.overflow() <= 0
+    assert await phone.accessibility() == []
+    await phone.shot("phone-dark")
+    assert phone.errors == []
 
 
 async def test_a_thread_shows_a_skeleton_while_it_loads(console, api):
