@@ -367,7 +367,7 @@ async def test_L12_todo_progress_and_a_proposed_plan_implemented_from_the_page(c
     first = console.page.locator(".run").first
     await expect(first.locator(".todo")).to_contain_text("write")
     await expect(first).to_contain_text("todo 1/2")
-    await expect(first.locator(".plan pre")).to_have_text("1. add notes.txt")
+    await expect(first.locator(".plan .md li")).to_have_text(["add notes.txt"])  # a plan is Markdown too
     await first.locator(".plan button", has_text="Implement here").click()
     await expect(console.page.locator(".run")).to_have_count(2)
     await expect(first.locator(".plan")).to_contain_text("implemented by")

@@ -185,6 +185,10 @@ async def test_L2_enter_sends_and_shift_enter_is_a_new_line(console, api):
     await expect(user).to_have_count(1)
     assert await user.evaluate("e => e.textContent") == "line one\nline two"
     await expect(box).to_have_value("")
+    await box.fill("sent with ctrl")  # Ctrl+Enter sends as well
+    await box.press("Control+Enter")
+    await expect(user).to_have_count(2)
+    await expect(user.nth(1)).to_have_text("sent with ctrl")
     assert console.errors == []
 
 

@@ -3,7 +3,7 @@
 // on someone is read from that thread's pending requests, for the active threads only. The tab's title and
 // favicon count the threads that wait.
 import { get } from "./api.js";
-import { h } from "./dom.js";
+import { h, skeleton } from "./dom.js";
 
 const POLL_MS = 4000;
 const LIMIT = 50;
@@ -58,7 +58,7 @@ function unread(t) {
 export function startSidebar(nav) {
   stopSidebar();
   const search = h("input", { type: "search", placeholder: "Search threads", "aria-label": "Search threads", maxLength: 200 });
-  const list = h("ul.tlist", { role: "list" });
+  const list = h("ul.tlist", { role: "list" }, h("li", skeleton(4))); // until the first read answers
   state = { nav, search, list, items: [], query: "", timer: null, typing: null, generation: 0, current: null };
   search.addEventListener("input", () => {
     clearTimeout(state.typing);

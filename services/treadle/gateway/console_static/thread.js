@@ -265,7 +265,7 @@ export async function threadScreen(id, isCurrent = () => true) {
     if (p.kind === "todo_list") {
       return h("div.todo", h("b", "Todo"), h("ul", p.items.map((i) => h(`li.${i.status}`, `${i.status === "completed" ? "☑" : i.status === "in_progress" ? "◐" : "☐"} ${i.text}`))));
     }
-    return h("div.plan", h("b", "Proposed plan "), h(`span.status.${p.status}`, p.status), h("pre", p.text),
+    return h("div.plan", h("b", "Proposed plan "), h(`span.status.${p.status}`, p.status), h("div.md.plantext", markdown(p.text || "")),
       p.status !== "implemented" ? h("div.actions",
         h("button", { onclick: (ev) => act(ev, () => post(`/v1/plans/${p.id}/implement`, { as: "run" }, id)) }, "Implement here"),
         h("button", { onclick: (ev) => act(ev, async () => { const r = await post(`/v1/plans/${p.id}/implement`, { as: "thread" }); location.hash = "#/t/" + r.thread_id; }) }, "Implement as new thread"))
