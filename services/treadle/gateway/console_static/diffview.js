@@ -7,16 +7,25 @@ const OPEN_LINES = 400;
 export function splitFiles(patch) {
   const files = [];
   let cur = null;
+  let inHunk = false; // "--- x" inside a hunk is a removed line "-- x", not a file header
   for (const line of (patch || "").split("\n")) {
+    if (line === "") continue; // the patch's final newline (an empty context line is " ")
     if (line.startsWith("diff --git ") || !cur) {
-      cur = { header: line, lines: [], path: pathOf(line), added: 0, removed: 0 };
+      cur = { lines: [], path: pathOf(line), added: 0, removed: 0 };
       files.push(cur);
+      inHunk = false;
       if (line.startsWith("diff --git ")) continue;
     }
-    if (line.startsWith("+++ ") || line.startsWith("--- ")) { cur.lines.push(["meta", line]); if (line.startsWith("+++ b/")) cur.path = line.slice(6); continue; }
-    if (line.startsWith("+")) { cur.added += 1; cur.lines.push(["add", line]); } else if (line.startsWith("-")) { cur.removed += 1; cur.lines.push(["del", line]); } else if (line.startsWith("@@")) cur.lines.push(["hunk", line]); else cur.lines.push([/^(index |new file|deleted file|similarity|rename |old mode|new mode|Binary)/.test(line) ? "meta" : "ctx", line]);
+    if (!inHunk && (line.startsWith("+++ ") || line.startsWith("--- "))) {
+      cur.lines.push(["meta", line]);
+      if (line.startsWith("+++ b/")) cur.path = line.slice(6);
+      else if (line.startsWith("--- a/") && !cur.path) cur.path = line.slice(6);
+    } else if (line.startsWith("@@")) { inHunk = true; cur.lines.push(["hunk", line]); }
+    else if (inHunk && line.startsWith("+")) { cur.added += 1; cur.lines.push(["add", line]); }
+    else if (inHunk && line.startsWith("-")) { cur.removed += 1; cur.lines.push(["del", line]); }
+    else cur.lines.push([inHunk ? "ctx" : "meta", line]);
   }
-  return files.filter((f) => f.lines.some(([, l]) => l !== ""));
+  return files;
 }
 
 function pathOf(header) {
