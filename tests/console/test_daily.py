@@ -169,6 +169,23 @@ async def test_L10_the_diff_is_coloured_and_folds_per_file(console, api):
     assert console.errors == []
 
 
+async def test_L10_a_removed_sql_comment_is_a_removed_line_not_a_file_header(console, api):
+    """``--- old`` inside a hunk is the line ``-- old`` removed; only before the first hunk is it a header."""
+    thread = await api.create_thread(title="sql diff")
+    write = lambda content: script({"type": "write_file", "path": "q.sql", "content": content})  # noqa: E731
+    await run_to_end(api, thread, "first", write("-- old\nselect 1;\n"))
+    await run_to_end(api, thread, "second", write("-- new\nselect 1;\n"))
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    run = console.page.locator(".run").nth(1)
+    await run.locator("button", has_text="Changes").click()
+    file = run.locator(".diffview details.dfile")
+    await expect(file.locator("summary")).to_contain_text("q.sql +1 −1")
+    await expect(file.locator(".dl.del")).to_have_text(["--- old"])
+    await expect(file.locator(".dl.add")).to_have_text(["+-- new"])
+    assert console.errors == []
+
+
 async def test_L2_enter_sends_and_shift_enter_is_a_new_line(console, api):
     thread = await api.create_thread(title="keys")
     await console.sign_in(api.token)
