@@ -308,6 +308,31 @@ async def test_a_thread_shows_a_skeleton_while_it_loads(console, api):
     assert console.errors == []
 
 
+async def test_a_refused_event_stream_is_subscribed_again(console, api):
+    """The browser gives up on a stream the server refused (an error status): the page reads the thread again
+    and opens a new stream after what it read, and that stream carries the thread's next events."""
+    thread = await api.create_thread(title="subscribed again")
+    await console.sign_in(api.token)
+    refused: list[str] = []
+
+    async def refuse_once(route):
+        if refused:
+            await route.continue_()
+        else:
+            refused.append(route.request.url)
+            await route.fulfill(status=503, body="busy")
+
+    await console.page.route(re.compile(rf"/v1/threads/{thread}/events"), refuse_once)
+    await console.page.goto(f"{console.base}/#/t/{thread}")
+    await console.page.wait_for_selector(".thread[data-stream=open]")
+    assert len(refused) == 1
+    await api.send(thread, "from elsewhere", script=script({"type": "text", "text": "seen through the new stream"}))
+    # sent by another client: only the stream can tell the page
+    await expect(console.page.locator(".run").first).to_have_attribute("data-status", "completed")
+    await expect(console.page.locator(".msg.assistant .text")).to_have_text(["seen through the new stream"])
+    assert all("503" in e for e in console.errors), console.errors  # the refusal, and nothing else
+
+
 async def test_no_page_says_null_new_thread_question_and_fork(console, api):
     await console.sign_in(api.token)
     page = console.page

@@ -63,6 +63,8 @@ export async function threadScreen(id, isCurrent = () => true) {
   let fetching = null;
   let again = false;
   let lastActive;
+  let retry = null; // the timer of a re-subscription after the server refused the stream
+  let backoff = 1000;
 
   try {
     doc = await get(`/v1/threads/${encodeURIComponent(id)}?runs=${RECENT_RUNS}`, id);
@@ -110,8 +112,16 @@ export async function threadScreen(id, isCurrent = () => true) {
       if (el) el.textContent = live.get(d.message_id);
       else { const s = streamingBox(d); s.querySelector(".text").textContent = live.get(d.message_id); }
     });
-    source.onopen = () => { root.dataset.stream = "open"; };
-    source.onerror = () => { root.dataset.stream = "reconnecting"; };
+    source.onopen = () => { root.dataset.stream = "open"; backoff = 1000; };
+    // The browser retries a dropped stream by itself (with Last-Event-ID); a refused one (an error status) it
+    // gives up on: read the thread again and subscribe anew after what that read saw, backing off to 30 s.
+    source.onerror = () => {
+      root.dataset.stream = "reconnecting";
+      if (source.readyState !== EventSource.CLOSED || closed) return;
+      source.close();
+      retry = setTimeout(async () => { await refresh(); if (!closed) openStream(); }, backoff);
+      backoff = Math.min(backoff * 2, 30000);
+    };
     source.onmessage = () => refresh();
     const durable = (ev) => { noteSeq(id, Number(ev.lastEventId)); refresh(); };
     for (const t of EVENT_TYPES) source.addEventListener(t, durable);
@@ -453,7 +463,7 @@ export async function threadScreen(id, isCurrent = () => true) {
   buildComposer();
   render();
   openStream();
-  return () => { closed = true; if (source) source.close(); source = null; };
+  return () => { closed = true; clearTimeout(retry); if (source) source.close(); source = null; };
 }
 
 // Durable event types the console reacts to by reading the thread again (any `event:` name works as well).
