@@ -132,7 +132,7 @@ def send_message(
     mode: str | None = None,
     provider: str | None = None,
     model: str | None = None,
-    script: dict | None = None,
+    script: dict[str, Any] | None = None,
     target_run_id: str | None = None,
     clean_context: bool | None = None,
     merge_back_from: str | None = None,
@@ -226,7 +226,7 @@ def reorder_queue(thread_id: str, order: list[str], *, idempotency_key: str | No
 
 
 def edit_queued(
-    thread_id: str, run_id: str, text: str, *, script: dict | None = None, idempotency_key: str | None = None
+    thread_id: str, run_id: str, text: str, *, script: dict[str, Any] | None = None, idempotency_key: str | None = None
 ) -> Call[Acknowledged]:
     path = f"/v1/threads/{_p(thread_id)}/queue/{_p(run_id)}"
     body = {"text": text, **_present(script=script)}
@@ -495,7 +495,8 @@ def decode(call: Call[T], response: httpx.Response) -> T:
     if response.status_code >= 400:
         raise ApiError.from_response(response)
     try:
-        return msgspec.json.decode(response.content, type=call.result)
+        decoded: T = msgspec.json.decode(response.content, type=call.result)
+        return decoded
     except msgspec.DecodeError as exc:  # not the API's answer (a proxy's page): say so, typed
         raise ApiError(response.status_code, "invalid_answer", f"{call.op}: {exc}") from None
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
+from litestar.config.cors import CORSConfig
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
@@ -39,7 +40,7 @@ from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -112,7 +113,7 @@ class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     target_run_id: str | None = None
     provider: str | None = None
     model: str | None = None  # L5.4: this run's model; a provider thread started under another is not resumed
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     clean_context: bool = False  # L5.4: start a fresh provider thread with a full summary
     merge_back_from: str | None = None  # L7: a fork of this thread whose results this message brings home
 
@@ -136,7 +137,7 @@ class MessageAccepted(msgspec.Struct, kw_only=True):
     responses=errors(BODY, COMMAND, ADMITTED, CREATE),
 )
 async def create_thread(
-    request: Request, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any], data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
 ) -> ThreadCreated:
     who = await principal(request)
     await check_new_thread_mode(request, who.tenant, data.runtime_mode)
@@ -153,7 +154,9 @@ async def create_thread(
     tags=["threads"],
     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
 )
-async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None) -> Response:
+async def get_thread(
+    request: Request[Any, Any, Any], thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None
+) -> Response[Any]:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
     window = number(runs, "runs", low=1, high=MAX_RECENT_RUNS)
@@ -173,7 +176,7 @@ async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, SEND),
 )
 async def send_message(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     data: JSONBody[SendMessageRequest],
     idempotency_key: IdempotencyKey = None,
@@ -202,7 +205,7 @@ async def send_message(
     tags=["runs"],
     responses=errors(PARAMS, PATH_ID, {404: ("run_not_found",)}),
 )
-async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
+async def get_run(request: Request[Any, Any, Any], run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     who = await principal(request)
     run_id = path_id(run_id, "run")
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
@@ -224,7 +227,7 @@ async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = Non
     | errors(PARAMS, PATH_ID, THREAD_READ, {400: ("invalid_last_event_id",), 429: ("quota_exceeded",)}),
 )
 async def stream_events(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
     after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None,
@@ -249,12 +252,12 @@ READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly canno
 
 
 @get("/healthz", include_in_schema=False)
-async def healthz() -> dict:
+async def healthz() -> dict[str, Any]:
     return {"status": "ok"}
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> Response:
+async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     """Ready when both of what every request needs answer: the broker and the projection store."""
     state = app_state(request)
     if not state.nc.is_connected:
@@ -267,8 +270,27 @@ async def readyz(request: Request) -> Response:
 
 
 @get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics() -> Response[Any]:
     return Response(metrics_text("gateway"), media_type=CONTENT_TYPE_LATEST)
+
+
+# What a browser on an allowed origin may send and read: the API's own request and answer headers.
+CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "X-Treadle-Min-Seq"]
+CORS_ANSWER_HEADERS = ["Retry-After", "WWW-Authenticate"]
+
+
+def cors(origins: tuple[str, ...]) -> CORSConfig | None:
+    """None (no CORS headers at all: same origin only) unless origins are configured. Never with credentials:
+    the console's cookie stays same-site, a cross-origin client sends its bearer token."""
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        allow_headers=CORS_REQUEST_HEADERS,
+        allow_credentials=False,
+        expose_headers=CORS_ANSWER_HEADERS,
+    )
 
 
 def create_app(shared: Shared | None = None, own: GatewaySettings | None = None) -> Litestar:
@@ -315,6 +337,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *lineage.ROUTES,
             *policy.ROUTES,
             *console.ROUTES,
+            *reference.ROUTES,
             *mcp.ROUTES,
         ],
         lifespan=[lifespan, mcp.lifespan],
@@ -329,6 +352,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             Exception: handlers.on_unexpected,
         },
         openapi_config=openapi.config(),
+        cors_config=cors(own.cors_origins),
         request_max_body_size=own.max_body_bytes,
         middleware=[
             http_spans,

@@ -7,7 +7,7 @@ thread's log, so the answer is the audited record, not a guess.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, post
@@ -96,7 +96,7 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
 
 
 async def _diff(
-    request: Request,
+    request: Request[Any, Any, Any],
     tenant: str,
     thread: Thread,
     old: Checkpoint | None,
@@ -149,7 +149,9 @@ async def _diff(
     tags=["checkpoints"],
     responses=errors(PARAMS, PATH_ID, DIFF, {404: ("run_not_found",)}),
 )
-async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
+async def run_diff(
+    request: Request[Any, Any, Any], run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None
+) -> Diff:
     who = await principal(request)
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
@@ -179,7 +181,7 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     responses=errors(PARAMS, PATH_ID, THREAD_READ, DIFF, {400: ("invalid_range",)}),
 )
 async def thread_diff(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
     to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
@@ -209,7 +211,7 @@ async def thread_diff(
 # --- rollbacks --------------------------------------------------------------------------------------
 
 
-async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
+async def _outcome(request: Request[Any, Any, Any], tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
     """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
     state = await logged_view(request, tenant, thread)
     record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
@@ -238,7 +240,10 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {400: ("invalid_ordinal",), 409: ("run_active",)}),
 )
 async def rollback_thread(
-    request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    thread_id: FromPath[str],
+    data: JSONBody[RollbackRequest],
+    idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
@@ -257,7 +262,7 @@ async def rollback_thread(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {404: ("node_not_found", "checkpoint_not_found")}),
 )
 async def rollback_node(
-    request: Request,
+    request: Request[Any, Any, Any],
     node_id: FromPath[str],
     data: JSONBody[NodeRollbackRequest],
     idempotency_key: IdempotencyKey = None,
@@ -278,7 +283,7 @@ async def rollback_node(
     return await _outcome(request, who.tenant, thread, accepted.rollback_id)
 
 
-async def _thread_of_node(request: Request, tenant: str, node_id: str) -> str:
+async def _thread_of_node(request: Request[Any, Any, Any], tenant: str, node_id: str) -> str:
     thread = await thread_of(request, tenant, node_id)
     if thread is None:
         raise ApiError(404, "node_not_found", f"node {node_id} not found")

@@ -5,12 +5,13 @@ Ids in paths resolve to their thread through the projection's index, so clients 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from litestar import Request, delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
+from treadle.core.commands import Body
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.plans.decide import implementation_text
 from treadle.core.requests.commands import RespondRequest
@@ -75,7 +76,7 @@ class ReorderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class EditBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     text: str
-    script: dict | None = None
+    script: dict[str, Any] | None = None
 
 
 class ImplementBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -89,7 +90,7 @@ class Implemented(msgspec.Struct, kw_only=True):
     run_id: str
 
 
-async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
+async def _send(request: Request[Any, Any, Any], verb: str, thread: str, body: Body, key: str | None) -> Acknowledged:
     who = await principal(request)
     accepted = await app_state(request).commands.send(
         tenant=who.tenant, user=who.user, verb=verb, thread=thread, body=body, idempotency_key=key
@@ -100,7 +101,7 @@ async def _send(request: Request, verb: str, thread: str, body, key: str | None)
 
 
 async def _interrupt(
-    request: Request, entity_id: str, prefix: str, data: InterruptRequest | None, key: str | None
+    request: Request[Any, Any, Any], entity_id: str, prefix: str, data: InterruptRequest | None, key: str | None
 ) -> Acknowledged:
     who = await principal(request)
     thread = await owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
@@ -117,7 +118,7 @@ async def _interrupt(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_run(
-    request: Request,
+    request: Request[Any, Any, Any],
     run_id: FromPath[str],
     data: JSONBody[InterruptRequest | None] = None,
     idempotency_key: IdempotencyKey = None,
@@ -133,7 +134,7 @@ async def interrupt_run(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_node(
-    request: Request,
+    request: Request[Any, Any, Any],
     node_id: FromPath[str],
     data: JSONBody[InterruptRequest | None] = None,
     idempotency_key: IdempotencyKey = None,
@@ -149,7 +150,10 @@ async def interrupt_node(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, RESPOND),
 )
 async def respond(
-    request: Request, request_id: FromPath[str], data: JSONBody[RespondBody], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    request_id: FromPath[str],
+    data: JSONBody[RespondBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
     who = await principal(request)
     thread = await owner(request, who.tenant, request_id, "req", "request_not_found")
@@ -163,7 +167,7 @@ async def respond(
     tags=["queue"],
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
-async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
+async def get_queue(request: Request[Any, Any, Any], thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
     who = await principal(request)
     return await thread_read(request, who.tenant, path_id(thread_id, "thr"), parts.queue, queue_view, min_seq)
 
@@ -175,7 +179,10 @@ async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, REORDER),
 )
 async def reorder_queue(
-    request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    thread_id: FromPath[str],
+    data: JSONBody[ReorderBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
     thread = path_id(thread_id, "thr")
     for run_id in data.order:
@@ -190,7 +197,7 @@ async def reorder_queue(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, QUEUED_RUN, EDIT, {429: ("quota_exceeded",)}),
 )
 async def edit_queued(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     run_id: FromPath[str],
     data: JSONBody[EditBody],
@@ -209,7 +216,10 @@ async def edit_queued(
     responses=errors(PATH_ID, COMMAND, ON_THREAD, QUEUED_RUN),
 )
 async def cancel_queued(
-    request: Request, thread_id: FromPath[str], run_id: FromPath[str], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    thread_id: FromPath[str],
+    run_id: FromPath[str],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
     body = CancelQueued(run_id=path_id(run_id, "run"))
     return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
@@ -226,7 +236,10 @@ async def cancel_queued(
     ),
 )
 async def implement_plan(
-    request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    plan_id: FromPath[str],
+    data: JSONBody[ImplementBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Implemented:
     who = await principal(request)
     thread = await owner(request, who.tenant, plan_id, "plan", "plan_not_found")

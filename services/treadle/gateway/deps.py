@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar, cast
 
 import msgspec
 from litestar import Request, Response
-from litestar.datastructures import State
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, QueryParameter
 
@@ -26,6 +25,18 @@ from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
 
 from . import sessions
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+
+    from treadle.checkpoints.client import CheckpointClient
+    from treadle.eventlog.log import EventLog
+    from treadle.ops.policies import PolicyStore
+    from treadle.ops.tokens import TokenStore
+    from treadle.projections.store import ProjectionStore
+
+    from .commands import Commands
+    from .stream_slots import StreamSlots
 from .errors import ApiError
 from .params import number
 
@@ -46,12 +57,27 @@ T = TypeVar("T")
 PRINCIPAL_KEY = "treadle.principal"  # an ASGI scope key: set by server code only, never from a request
 
 
-def app_state(request: Request) -> State:
+class Handles(Protocol):
+    """What the app's lifespan puts on ``app.state`` (app.py), typed for the routes that read it."""
+
+    settings: GatewaySettings
+    stream_slots: StreamSlots
+    nc: NATS
+    log: EventLog
+    commands: Commands
+    tokens: TokenStore
+    policies: PolicyStore
+    projections: ProjectionStore
+    checkpoints: CheckpointClient
+    cursor_key: bytes
+
+
+def app_state(request: Request[Any, Any, Any]) -> Handles:
     """The handles the app's lifespan opened: nc, log, commands, tokens, policies, projections, checkpoints."""
-    return request.app.state
+    return cast(Handles, request.app.state)
 
 
-async def principal(request: Request) -> Principal:
+async def principal(request: Request[Any, Any, Any]) -> Principal:
     if isinstance(known := request.scope.get(PRINCIPAL_KEY), Principal):  # resolved at a mount's door (``/mcp``)
         return known
     header = request.headers.get("authorization", "")
@@ -81,7 +107,7 @@ MinSeqHeader = Annotated[
 ]
 
 
-def wanted_seq(request: Request, min_seq: str | None) -> int | None:
+def wanted_seq(request: Request[Any, Any, Any], min_seq: str | None) -> int | None:
     """The stream sequence a read must reflect: the highest of ``min_seq`` and the ``X-Treadle-Min-Seq`` header."""
     asked = [number(min_seq, "min_seq"), number(request.headers.get(MIN_SEQ_HEADER), MIN_SEQ_HEADER)]
     return max((s for s in asked if s), default=None)
@@ -90,7 +116,7 @@ def wanted_seq(request: Request, min_seq: str | None) -> int | None:
 PROJECTION_WAIT = 2.0  # seconds a read waits for the projector before it folds the thread's log itself
 
 
-async def projected(request: Request, tenant: str, thread: str) -> bool:
+async def projected(request: Request[Any, Any, Any], tenant: str, thread: str) -> bool:
     """Whether the thread's projection reflects every event of the thread the stream held when the read came,
     waiting up to ``PROJECTION_WAIT`` for the projector (it writes a few ms after the log has an event) and
     waking on its notice. By default, not only with the client's ``min_seq``: a client that saw a run end on
@@ -106,7 +132,7 @@ async def projected(request: Request, tenant: str, thread: str) -> bool:
     return await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT)
 
 
-def _check_min_seq(request: Request, min_seq: str | None, *, own: bool) -> None:
+def _check_min_seq(request: Request[Any, Any, Any], min_seq: str | None, *, own: bool) -> None:
     """A malformed ``min_seq`` (or header) is still a 400, though every read now waits for the thread's last event."""
     if own:
         wanted_seq(request, min_seq)
@@ -115,7 +141,7 @@ def _check_min_seq(request: Request, min_seq: str | None, *, own: bool) -> None:
 
 
 async def thread_doc(
-    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+    request: Request[Any, Any, Any], tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> bytes:
     """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
     The read waits briefly for the projector to reach the thread's last event (``projected``), and folds the log
@@ -127,7 +153,7 @@ async def thread_doc(
     return doc if doc is not None else await folded_doc(request, tenant, thread)
 
 
-async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
+async def folded_doc(request: Request[Any, Any, Any], tenant: str, thread: str) -> bytes:
     """The thread's document folded from its log now (and stored, for the reads after it); 404 when none."""
     state = app_state(request)
     doc = await state.projections.refold(await state.log.read(tenant, thread))
@@ -137,7 +163,7 @@ async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
 
 
 async def thread_read(
-    request: Request,
+    request: Request[Any, Any, Any],
     tenant: str,
     thread: str,
     read: Callable[[Snapshot], Awaitable[T]],
@@ -161,17 +187,19 @@ async def thread_read(
 
 
 async def thread_view(
-    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+    request: Request[Any, Any, Any], tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> ThreadView:
     return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq, own=own))
 
 
-async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView | None:
+async def logged_view(request: Request[Any, Any, Any], tenant: str, thread: str) -> ThreadView | None:
     """The thread's views folded from its log right now, not from the projection (which may lag behind it)."""
     return replay(await app_state(request).log.read(tenant, thread))
 
 
-async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int | None = None) -> str | None:
+async def thread_of(
+    request: Request[Any, Any, Any], tenant: str, entity_id: str, wanted: int | None = None
+) -> str | None:
     """The thread of a run, node, request or plan. The index is written by the projector just after the event
     is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
     looked up again for up to a second before it counts as unknown. A client that says which sequence it has
@@ -189,7 +217,7 @@ async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int |
     return None
 
 
-async def owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
+async def owner(request: Request[Any, Any, Any], tenant: str, entity_id: str, prefix: str, missing: str) -> str:
     """The thread of a path id of this tenant, or a typed 404 (``missing``)."""
     thread = await thread_of(request, tenant, path_id(entity_id, prefix))
     if thread is None:
@@ -197,7 +225,7 @@ async def owner(request: Request, tenant: str, entity_id: str, prefix: str, miss
     return thread
 
 
-async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> None:
+async def check_new_thread_mode(request: Request[Any, Any, Any], tenant: str, mode: str) -> None:
     """Early refusal at the door; the coordinator decides it again for every path that makes a thread."""
     try:
         check_mode(await app_state(request).policies.get(tenant), mode, "a new thread")
@@ -205,7 +233,7 @@ async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> Non
         raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
 
 
-def check_message_size(request: Request, text: str, script: dict | None) -> None:
+def check_message_size(request: Request[Any, Any, Any], text: str, script: dict[str, Any] | None) -> None:
     """400 before anything reaches the broker: a message's text and its script each have a limit."""
     own: GatewaySettings = app_state(request).settings
     if len(text) > own.max_text_chars:
@@ -224,10 +252,10 @@ def check_message_size(request: Request, text: str, script: dict | None) -> None
         )
 
 
-def json_response(content: bytes, status: int = 200) -> Response:
+def json_response(content: bytes, status: int = 200) -> Response[Any]:
     return Response(content=content, media_type="application/json", status_code=status)
 
 
-def documented(model: type) -> dict:
+def documented(model: type) -> dict[int, ResponseSpec]:
     """For routes that pass stored JSON through untouched: the OpenAPI document still names its shape."""
     return {200: ResponseSpec(data_container=model, description="OK", generate_examples=False)}

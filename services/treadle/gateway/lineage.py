@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from litestar import Request, get, post
@@ -50,7 +50,10 @@ _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, FORK),
 )
 async def fork_thread(
-    request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody], idempotency_key: IdempotencyKey = None
+    request: Request[Any, Any, Any],
+    thread_id: FromPath[str],
+    data: JSONBody[ForkBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Forked:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
@@ -71,7 +74,9 @@ async def fork_thread(
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, {404: ("handoff_not_found",)}),
 )
-async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
+async def get_handoff(
+    request: Request[Any, Any, Any], handoff_id: FromPath[str], min_seq: MinSeq = None
+) -> HandoffView:
     who = await principal(request)
     handoff_id = path_id(handoff_id, "hoff")
     thread = await thread_of(request, who.tenant, handoff_id, wanted_seq(request, min_seq))
@@ -87,7 +92,7 @@ async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinS
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
-async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
+async def get_lineage(request: Request[Any, Any, Any], thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     who = await principal(request)
     thread = path_id(thread_id, "thr")
 

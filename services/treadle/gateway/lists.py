@@ -87,7 +87,9 @@ def _limit(value: str | None) -> int:
     return number(value, "limit", low=1, high=MAX_LIMIT) or DEFAULT_LIMIT
 
 
-def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
+def _position(
+    request: Request[Any, Any, Any], tenant: str, cursor: str | None, **bound: str
+) -> cursors.Position | None:
     if cursor is None:
         return None
     try:
@@ -96,13 +98,13 @@ def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -
         raise ApiError(400, "invalid_cursor", f"cursor: {exc}", {"parameter": "cursor"}) from None
 
 
-def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response:
+def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response[Any]:
     tail = msgspec.json.encode({"next_cursor": next_cursor, "seq": seq})
     return json_response(b'{"items":[' + b",".join(items) + b"]," + tail[1:])
 
 
 async def _items(
-    request: Request, tenant: str, thread: str, name: str, start: int, count: int
+    request: Request[Any, Any, Any], tenant: str, thread: str, name: str, start: int, count: int
 ) -> tuple[int, int, list[bytes]]:
     """(seq, total, items start..start+count) of the thread's list ``name``, reflecting its last event at least:
     from the stored items when the projection has them, else from the whole document (folded from the log
@@ -124,7 +126,7 @@ async def _items(
 
 
 async def _thread_list(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: str,
     name: str,
     limit: str | None,
@@ -133,7 +135,7 @@ async def _thread_list(
     *,
     keep: Callable[[bytes], bool] | None = None,
     filter: str = "",
-) -> Response:
+) -> Response[Any]:
     """One page of a thread's list ``name``; with ``keep``, only the items it accepts (a filter, named by
     ``filter`` in the cursor), looking at ``SCAN`` items at most."""
     who = await principal(request)
@@ -166,7 +168,9 @@ async def _thread_list(
     tags=["threads"],
     responses=documented(ThreadPage) | errors(PARAMS, CURSOR),
 )
-async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None, q: Search = None) -> Response:
+async def list_threads(
+    request: Request[Any, Any, Any], limit: Limit = None, cursor: Cursor = None, q: Search = None
+) -> Response[Any]:
     who = await principal(request)
     count = _limit(limit)
     if q is not None:
@@ -193,7 +197,9 @@ def _needle(q: str) -> str:
     return q.casefold()
 
 
-async def _search_threads(request: Request, tenant: str, needle: str, count: int, cursor: str | None) -> Response:
+async def _search_threads(
+    request: Request[Any, Any, Any], tenant: str, needle: str, count: int, cursor: str | None
+) -> Response[Any]:
     """The tenant's threads whose title contains ``needle``, newest first, looking at ``SCAN`` threads at most:
     a page may hold fewer than ``count`` and still go on. The cursor is bound to the search by a digest (a
     search may be longer than a cursor), so it continues only the same search."""
@@ -226,13 +232,13 @@ async def _search_threads(request: Request, tenant: str, needle: str, count: int
     responses=documented(RunPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_runs(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     return await _thread_list(request, thread_id, "runs", limit, cursor, min_seq)
 
 
@@ -243,13 +249,13 @@ async def list_runs(
     responses=documented(MessagePage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_messages(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     return await _thread_list(request, thread_id, "messages", limit, cursor, min_seq)
 
 
@@ -260,14 +266,14 @@ async def list_messages(
     responses=documented(ActivityPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_activity(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     run_id: Annotated[str | None, QueryParameter(description="only this run's activity")] = None,
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     if run_id is None:
         return await _thread_list(request, thread_id, "activity", limit, cursor, min_seq)
     wanted_run = path_id(run_id, "run")
@@ -290,14 +296,14 @@ async def list_activity(
     responses=documented(RequestPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_requests(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     status: Annotated[str | None, QueryParameter(description=", ".join(REQUEST_STATUSES))] = None,
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     if status is None:
         return await _thread_list(request, thread_id, "requests", limit, cursor, min_seq)
     if status not in REQUEST_STATUSES:
@@ -326,13 +332,13 @@ async def list_requests(
     responses=documented(CheckpointPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_checkpoints(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     return await _thread_list(request, thread_id, "checkpoints", limit, cursor, min_seq)
 
 
@@ -343,13 +349,13 @@ async def list_checkpoints(
     responses=documented(HandoffPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_handoffs(
-    request: Request,
+    request: Request[Any, Any, Any],
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[Any]:
     return await _thread_list(request, thread_id, "handoffs", limit, cursor, min_seq)
 
 

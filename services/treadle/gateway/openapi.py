@@ -361,7 +361,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
 class _FinishedJson(JsonRenderPlugin):
     """Serves the finished document (rendered once, like Litestar's own)."""
 
-    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
         if getattr(self, "_bytes", None) is None:
             self._bytes = self.render_json(request, finish(msgspec.json.decode(msgspec.json.encode(openapi_schema))))
         return self._bytes
@@ -379,7 +379,9 @@ def config() -> OpenAPIConfig:
         security=[{"bearer": []}],
         components=Components(
             security_schemes={
-                "bearer": SecurityScheme(type="http", scheme="bearer", description="an API token (`treadle token`)")
+                "bearer": SecurityScheme(
+                    type="http", scheme="bearer", description="an API token (`treadle tokens create`)"
+                )
             }
         ),
         tags=[Tag(name=name, description=text) for name, text in sorted(TAGS.items())],

@@ -3,7 +3,7 @@ quotas. The coordinator enforces it on every command; the gateway checks a new t
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get, put
@@ -37,7 +37,7 @@ def as_api_error(exc: DomainError) -> ApiError:
     return ApiError(exc.status, exc.code, exc.message, exc.details)
 
 
-async def admin(request: Request) -> Principal:
+async def admin(request: Request[Any, Any, Any]) -> Principal:
     who = await principal(request)
     try:
         require_role(who.role, "admin", f"{request.method} {request.url.path}")
@@ -52,7 +52,7 @@ async def admin(request: Request) -> Principal:
     tags=["policy"],
     responses=errors(),
 )
-async def get_policy(request: Request) -> TenantPolicy:
+async def get_policy(request: Request[Any, Any, Any]) -> TenantPolicy:
     who = await admin(request)
     return await app_state(request).policies.get(who.tenant)
 
@@ -63,7 +63,7 @@ async def get_policy(request: Request) -> TenantPolicy:
     tags=["policy"],
     responses=errors(BODY, {400: ("invalid_policy",)}),
 )
-async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
+async def put_policy(request: Request[Any, Any, Any], data: JSONBody[PolicyBody]) -> TenantPolicy:
     who = await admin(request)
     fields = msgspec.structs.asdict(data)
     wanted = TenantPolicy(**{**fields, "allowed_modes": tuple(data.allowed_modes)})

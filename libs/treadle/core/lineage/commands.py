@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from treadle.core.thread.events import DEFAULT_PROVIDER
+
 
 class ForkSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """L6.3: a run, a node (root turn or completed subagent) or a provider thread (optionally at a turn)."""
@@ -32,9 +34,9 @@ class DelegateTask(msgspec.Struct, kw_only=True, tag="thread.delegate", forbid_u
     task: str
     role: str = ""  # the role instruction: the child gets it and the task, nothing of the parent's history
     title: str = ""
-    provider: str = "scripted"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     runtime_mode: str | None = None  # None: the parent's; only ever narrower
     interaction_mode: str | None = None  # default | plan; None: the parent run's; only ever narrower
     mode: Literal["async", "wait"] = "async"
-    script: dict[str, Any] | None = None  # the child run's turn options (the scripted provider's script)
+    script: dict[str, Any] | None = None  # the child run's turn options (a script to play, for some providers)

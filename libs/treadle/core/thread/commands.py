@@ -6,10 +6,12 @@ from typing import Any
 
 import msgspec
 
+from treadle.core.thread.events import DEFAULT_PROVIDER
+
 
 class CreateThread(msgspec.Struct, kw_only=True, tag="thread.create", forbid_unknown_fields=True):
     title: str = ""
-    provider: str = "scripted"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     runtime_mode: str = "approval_required"
     workspace: str | None = None

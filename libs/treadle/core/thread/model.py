@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from treadle.core.entity import Entity
+from treadle.core.thread.events import DEFAULT_PROVIDER
 
 MessageStatus = Literal["streaming", "completed", "incomplete"]
 
@@ -32,7 +33,7 @@ class Thread(Entity, kw_only=True):
     id: str
     tenant: str
     title: str = ""
-    provider: str = "scripted"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     runtime_mode: RuntimeMode = "approval_required"
     workspace: str

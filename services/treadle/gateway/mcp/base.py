@@ -26,12 +26,12 @@ ThreadId = Annotated[str, Field(min_length=1, max_length=64, description="thr_â€
 T = TypeVar("T")
 
 
-def request_of(ctx: Context) -> Request:
+def request_of(ctx: Context) -> Request[Any, Any, Any]:
     """The Litestar request of this tool call's POST (the SDK hands tools the ASGI request it came in on)."""
     return Request(ctx.request_context.request.scope)  # type: ignore[union-attr]
 
 
-def credential_of(request: Request) -> SessionCredential | None:
+def credential_of(request: Request[Any, Any, Any]) -> SessionCredential | None:
     """The provider session's credential the call was made with; None for a user's token."""
     return request.scope.get(CREDENTIAL_KEY)  # type: ignore[return-value]
 
@@ -45,10 +45,13 @@ async def guarded(tool: str, call: Awaitable[T]) -> T:
         raise invalid(tool, str(exc)) from None
 
 
-def builtins(value: Any) -> Any:
+def builtins(value: Any) -> dict[str, Any]:
+    """A route's answer as the JSON object a tool returns (every route called here answers an object)."""
     if hasattr(value, "content") and isinstance(value.content, bytes):  # a route's Response of stored JSON
-        return msgspec.json.decode(value.content)
-    return msgspec.to_builtins(value)
+        decoded: dict[str, Any] = msgspec.json.decode(value.content)
+    else:
+        decoded = msgspec.to_builtins(value)
+    return decoded
 
 
 def key(client_request_id: str | None, part: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 from litestar import Litestar, Request
@@ -50,7 +51,7 @@ async def _refuse(send: Send, exc: ApiError) -> None:
     await send(end)
 
 
-async def _authenticate(request: Request) -> None:
+async def _authenticate(request: Request[Any, Any, Any]) -> None:
     """A user's token (its tenant, any tool) or a provider session's credential (its tenant, its tools), which
     the routes the tools call then see as the request's principal."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")

@@ -34,7 +34,7 @@ def _whole(view: ThreadView) -> ThreadView:
     return view
 
 
-async def _parent(request: Request, tenant: str, named: str | None) -> tuple[str, str]:
+async def _parent(request: Request[Any, Any, Any], tenant: str, named: str | None) -> tuple[str, str]:
     """The parent thread and its active run."""
     credential = credential_of(request)
     if credential is not None:
@@ -54,7 +54,7 @@ async def _parent(request: Request, tenant: str, named: str | None) -> tuple[str
     return thread, view.active_run_id
 
 
-async def status_of(request: Request, tenant: str, task_id: str) -> dict[str, Any]:
+async def status_of(request: Request[Any, Any, Any], tenant: str, task_id: str) -> dict[str, Any]:
     """A task as its child thread and its parent's record have it; ``finalised`` once the parent's node is."""
     # Only the fields it answers with, from the stored parts: a poll costs the same however long the threads are.
     child = await thread_read(request, tenant, path_id(task_id, "thr"), parts.first_run, _whole)
@@ -92,7 +92,7 @@ async def status_of(request: Request, tenant: str, task_id: str) -> dict[str, An
     }
 
 
-async def wait_for(request: Request, tenant: str, task_id: str, timeout: float) -> dict[str, Any]:
+async def wait_for(request: Request[Any, Any, Any], tenant: str, task_id: str, timeout: float) -> dict[str, Any]:
     """Until the parent's node is finalised or ``timeout`` passes (the projections, polled); never cancels."""
     deadline = time.monotonic() + timeout
     delay = 0.02

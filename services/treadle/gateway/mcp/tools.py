@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.core.thread.commands import CreateThread, SendMessage
-from treadle.core.thread.decide import PROVIDERS
 from treadle.projections import parts
-from treadle.providers.acp.settings import configured_providers as acp_providers
+from treadle.providers.registry import offered
 from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
 
 from .. import control, deps, lineage, lists
@@ -56,7 +55,7 @@ class NewThread(BaseModel):
     script: dict[str, Any] | None = Field(default=None, description=SCRIPT)
 
 
-async def _create(request: Request, spec: NewThread, request_id: str | None) -> dict[str, Any]:
+async def _create(request: Request[Any, Any, Any], spec: NewThread, request_id: str | None) -> dict[str, Any]:
     who = await principal(request)
     await check_new_thread_mode(request, who.tenant, spec.runtime_mode)
     body = CreateThread(title=spec.title, provider=spec.provider, model=spec.model, runtime_mode=spec.runtime_mode)
@@ -77,7 +76,13 @@ async def _create(request: Request, spec: NewThread, request_id: str | None) -> 
 
 
 async def _send(
-    request: Request, thread: str, text: str, mode: str, target_run_id: str | None, idem: str | None, **more: Any
+    request: Request[Any, Any, Any],
+    thread: str,
+    text: str,
+    mode: str,
+    target_run_id: str | None,
+    idem: str | None,
+    **more: Any,
 ) -> dict[str, Any]:
     who = await principal(request)
     thread = path_id(thread, "thr")
@@ -184,7 +189,7 @@ def server() -> MCPServer:
         return {
             "tenant": who.tenant,
             "user": who.user,
-            "providers": [*PROVIDERS, *acp_providers()],
+            "providers": offered(),
             "runtime_modes": list(policy.allowed_modes),
             "send_modes": list(SEND_MODES),
             "limits": {
