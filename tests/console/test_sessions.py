@@ -12,9 +12,9 @@ import msgspec
 
 from tests.support.api import make_api
 from tests.support.helpers import wait_for
-from treadle.core.thread.decide import PROVIDERS
-from treadle.gateway import console, sessions
+from treadle.gateway import sessions
 from treadle.ops.tokens import digest
+from treadle.providers.registry import ADAPTERS, offered
 
 COOKIE = sessions.COOKIE
 
@@ -160,7 +160,7 @@ async def test_the_session_lists_the_providers_the_composer_offers(http, api):
     sid, _ = await sign_in(http, api.token)
     r = await http.get("/console/session", headers=cookie(sid))
     assert r.status_code == 200
-    assert r.json()["providers"] == list(PROVIDERS)  # no ACP agent is configured on this stack
+    assert r.json()["providers"] == list(ADAPTERS)  # no ACP agent is configured on this stack
 
 
 def test_the_offered_providers_include_the_configured_acp_agents(monkeypatch):
@@ -168,4 +168,4 @@ def test_the_offered_providers_include_the_configured_acp_agents(monkeypatch):
     capabilities tool lists them; a name the registry would refuse is not offered."""
     agents = {"mine": {"preset": "codex-acp"}, "Bad Name": {"preset": "codex-acp"}}
     monkeypatch.setenv("TREADLE_ACP_AGENTS", json.dumps(agents))
-    assert console.offered_providers() == [*PROVIDERS, "acp-mine"]
+    assert offered() == [*ADAPTERS, "acp-mine"]

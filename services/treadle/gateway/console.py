@@ -14,8 +14,7 @@ from litestar.params import JSONBody
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
 
-from treadle.core.thread.decide import PROVIDERS
-from treadle.providers.acp.settings import configured_providers
+from treadle.providers.registry import offered
 
 from . import sessions
 from .errors import ApiError
@@ -49,10 +48,6 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     providers: list[str] = msgspec.field(default_factory=list)
 
 
-def offered_providers() -> list[str]:
-    return [*PROVIDERS, *configured_providers()]
-
-
 @get("/", include_in_schema=False)
 async def page() -> Response[Any]:
     return Response((STATIC / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
@@ -79,7 +74,7 @@ async def sign_in(request: Request[Any, Any, Any], data: JSONBody[SignIn]) -> Re
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid),
         expires_at=expires,
-        providers=offered_providers(),
+        providers=offered(),
     )
     return Response(
         info, status_code=201, cookies=[_cookie(request, sid, sessions.LIFETIME_SECONDS)], headers=PAGE_HEADERS
@@ -108,7 +103,7 @@ async def current(request: Request[Any, Any, Any]) -> Response[Any]:
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid or ""),
         expires_at=record.expires_at,
-        providers=offered_providers(),
+        providers=offered(),
     )
     return Response(info, headers=PAGE_HEADERS)
 
