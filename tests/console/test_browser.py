@@ -5,7 +5,6 @@ any console error."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import datetime
 
@@ -43,6 +42,7 @@ async def test_sign_in_shows_the_tenants_threads(console, api):
     await expect(row).to_contain_text("scripted")
     await expect(console.page.locator("#who")).to_contain_text(api.tenant)
     await console.shot("threads")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert await console.page.evaluate("document.cookie") == ""  # HttpOnly: the page cannot read its session
     assert console.errors == []
 
@@ -69,6 +69,7 @@ async def test_L2_1_a_scripted_reply_streams_into_the_page_before_the_run_comple
     await expect(console.page.locator(".msg.assistant .text").first).to_have_text(STREAMED)
     await expect(run).not_to_have_attribute("data-status", "completed")
     await console.shot("streaming")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -88,13 +89,17 @@ async def test_L11_an_approval_answered_by_a_click_lets_the_run_finish(console, 
     await open_thread(console, thread)
     request = console.page.locator(".request.pending")
     await expect(request.locator("code.command")).to_have_text("rm -rf build")  # the exact command, not the words
-    await expect(request.locator("code.cwd")).to_contain_text(thread)
+    # the workspace's own path, not the host's (.../workspaces/<tenant>/threads/<id>)
+    await expect(request.locator("code.cwd")).to_have_text(".")
+    await expect(console.page.locator("main")).not_to_contain_text("/workspaces/")
     await expect(request.locator(".model")).to_contain_text("tidy the folder")
     await console.shot("approval")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await request.locator("button.approve").click()
     run = console.page.locator(f".run[data-run={sent['run_id']}]")
     await expect(run).to_have_attribute("data-status", "completed")
     await expect(run.locator(".msg.assistant").last).to_contain_text("All done.")
+    await expect(run.locator(".request .answer")).to_have_text("Approved")  # in words, not {"decision": ...}
     assert (await api.run(sent["run_id"]))["status"] == "completed"
     await console.shot("approved")
     assert console.errors == []
@@ -112,6 +117,7 @@ async def test_another_tenants_thread_in_the_url_is_not_found(console, api, stac
     await expect(console.page.locator(".notfound .error")).to_contain_text("thread_not_found")
     await expect(console.page.locator("body")).not_to_contain_text("not yours")
     await console.shot("not-found")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await console.page.goto(f"{console.base}/#/t/thr_NOT*AN*ID")  # not an id at all
     await expect(console.page.locator(".thread .error")).to_contain_text("invalid_id")
     # the 404 and 400 of the reads are the expected answers, and the only things the browser reports
@@ -128,12 +134,14 @@ async def test_L3_6_a_queue_reorder_and_a_steer_behave_as_the_api_says(console, 
     await open_thread(console, thread)
     items = console.page.locator(".queue li")
     await expect(items).to_have_count(2)
+    await expect(console.page.locator(".run")).to_have_count(1)  # queued runs are drawn once: in the queue
     await expect(items.first).to_contain_text("first queued")
     await items.first.locator("button[title=down]").click()
     await expect(items.first).to_contain_text("second queued")
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()
     assert [q["run_id"] for q in queue["queue"]] == [second["run_id"], first["run_id"]]
     await console.shot("queue")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     await send_from_composer(console, "change course", mode="steer_active")
     await expect(console.page.locator(".disposition .disp")).to_have_text("steered")
     await expect(console.page.locator(f".run[data-run={active['run_id']}] .msg.user")).to_contain_text(
@@ -153,12 +161,31 @@ async def test_L10_5_a_rollback_from_the_diff_view_restores_the_file(console, ap
     await open_thread(console, thread)
     run1 = console.page.locator(".run").first
     await run1.locator("button", has_text="Changes").click()
-    await expect(run1.locator(".diffbox .files")).to_contain_text("notes.txt")
-    await expect(run1.locator(".diffbox pre.patch")).to_contain_text("+one")
+    await expect(run1.locator(".diffbox .dfile summary")).to_contain_text("notes.txt")
+    await expect(run1.locator(".diffbox .diffview .dl.add")).to_contain_text(["+one"])
     await console.shot("diff")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
+    # Rollback asks first, naming what it undoes; "Keep them" changes nothing.
     await run1.locator("button.rollback").click()
-    await expect(console.page.locator(".notice .ok")).to_contain_text("Rolled back to run 1")
+    confirm = run1.locator(".confirm")
+    await expect(confirm).to_contain_text("This undoes 1 run")
+    await expect(confirm.locator("ul.undone li")).to_have_text(["Run 2 (completed) “write two”"])
+    await console.shot("rollback-confirm")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
+    await confirm.locator("button", has_text="Keep them").click()
+    await expect(confirm).to_have_count(0)
+    assert path.read_text() == "two\n"
+    await run1.locator("button.rollback").click()
+    await expect(confirm.locator(".files")).to_contain_text("notes.txt")  # the files it puts back, named
+    await confirm.locator("input[name=keep_copy]").check()  # the way back: the undone work, forked first
+    await run1.locator(".confirm button.confirm-rollback").click()
+    notice = console.page.locator(".notice .ok")
+    await expect(notice).to_contain_text("Rolled back to run 1's files; undid run 2.")
     assert path.read_text() == "one\n"
+    kept = (await notice.locator("a.kept").get_attribute("href")).removeprefix("#/t/")
+    assert (await api.thread(kept))["thread"]["parent_thread_id"] == thread
+    copy = lambda: workspace(stack, api.tenant, kept) / "notes.txt"  # noqa: E731
+    await wait_for(lambda: copy().is_file() and copy().read_text() == "two\n", what="the fork's copy of notes.txt")
     await expect(console.page.locator(".run").nth(1)).to_have_attribute("data-status", "rolled_back")
     assert console.errors == []
 
@@ -174,6 +201,7 @@ async def test_L6_a_fork_from_a_run_opens_the_new_thread(console, api):
     )
     await expect(console.page.locator(".thread .meta")).to_contain_text(f"forked from {thread}")
     await console.shot("fork")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -227,10 +255,23 @@ async def test_L3_6_queue_edit_cancel_and_drag_reorder(console, api):
     await expect(items).to_have_count(3)
     await items.nth(2).drag_to(items.nth(0))
     await expect(items.nth(0)).to_contain_text("gamma")
-    console.page.once("dialog", lambda d: asyncio.ensure_future(d.accept("alpha, edited")))
+    # edited inline (no window.prompt): Enter saves, as in the composer
     await console.page.locator(f".queue li[data-queued={a['run_id']}] button", has_text="Edit").click()
-    await expect(console.page.locator(f".queue li[data-queued={a['run_id']}]")).to_contain_text("alpha, edited")
-    await console.page.locator(f".queue li[data-queued={b['run_id']}] button", has_text="Cancel").click()
+    field = console.page.locator(f".queue li[data-queued={a['run_id']}] textarea.qedit")
+    await expect(field).to_be_focused()
+    await expect(field).to_have_value("alpha")
+    await field.fill("alpha, edited")
+    await console.shot("queue-editing")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
+    await field.press("Enter")
+    await expect(console.page.locator(f".queue li[data-queued={a['run_id']}] .qtext")).to_have_text("alpha, edited")
+    beta = console.page.locator(f".queue li[data-queued={b['run_id']}]")
+    await beta.locator("button", has_text="Cancel").click()  # asks first, quoting the message
+    await expect(beta.locator(".confirm")).to_contain_text("“beta” will not run")
+    await beta.locator(".confirm button", has_text="Keep it").click()
+    await expect(beta.locator(".confirm")).to_have_count(0)
+    await beta.locator("button", has_text="Cancel").click()
+    await beta.locator(".confirm button.confirm-drop").click()
     await expect(items).to_have_count(2)
     queue = (await api.request("GET", f"/v1/threads/{thread}/queue")).json()["queue"]
     assert [(q["run_id"], q["text"]) for q in queue] == [(c["run_id"], "gamma"), (a["run_id"], "alpha, edited")]
@@ -253,6 +294,7 @@ async def test_L5_4_a_clean_context_run_shows_its_handoff(console, api):
     await handoff.locator("summary").click()
     await expect(handoff.locator("pre")).to_contain_text("remember the colour blue")
     await console.shot("handoff")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -265,6 +307,7 @@ async def test_L1_1_a_new_thread_from_the_form_and_a_refused_mode_shown_as_the_a
     await page.click("button[type=submit]")
     await expect(page.locator("form .error")).to_contain_text("mode_not_allowed")
     await console.shot("new-thread-refused")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert (await (await api.request("GET", "/v1/threads")).aread()).count(b"made in the browser") == 0
     await page.select_option("select[name=runtime_mode]", "approval_required")
     await page.click("button[type=submit]")
@@ -282,6 +325,7 @@ async def test_L1_1_a_new_thread_from_the_form_and_a_refused_mode_shown_as_the_a
     await run.locator("details.graphbox > summary").click()
     await expect(run.locator("ul.graph li li li", has_text="grep")).to_have_count(1)
     await console.shot("run-graph")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     # the 403 of the refused create is the expected answer, and the only thing the browser reports
     assert all("403" in e for e in console.errors), console.errors
 
@@ -301,6 +345,7 @@ async def test_sign_out_ends_the_session_and_a_reload_asks_for_the_token_again(c
     )
     assert r.status_code == 401  # the old cookie is dead on the server, not only forgotten by the browser
     await console.shot("signed-out")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -322,11 +367,12 @@ async def test_L12_todo_progress_and_a_proposed_plan_implemented_from_the_page(c
     first = console.page.locator(".run").first
     await expect(first.locator(".todo")).to_contain_text("write")
     await expect(first).to_contain_text("todo 1/2")
-    await expect(first.locator(".plan pre")).to_have_text("1. add notes.txt")
+    await expect(first.locator(".plan .md li")).to_have_text(["add notes.txt"])  # a plan is Markdown too
     await first.locator(".plan button", has_text="Implement here").click()
     await expect(console.page.locator(".run")).to_have_count(2)
     await expect(first.locator(".plan")).to_contain_text("implemented by")
     await console.shot("plan")
+    assert await console.accessibility() == [] and await console.text_nulls() == []
     assert console.errors == []
 
 
@@ -336,16 +382,16 @@ async def test_the_search_box_asks_the_api_and_finds_a_thread_beyond_the_loaded_
     await console.sign_in(api.token)
     page = console.page
     await expect(page.locator(f"tr[data-thread={others[-1]}]")).to_be_visible()
-    await expect(page.locator("table.threads + button")).to_be_visible()  # "More": a page is not everything
+    await expect(page.locator(".tablewrap + button")).to_be_visible()  # "More": a page is not everything
     await expect(page.locator(f"tr[data-thread={wanted}]")).to_have_count(0)  # not loaded: the first page is full
-    await page.fill("input[type=search]", "NEEDLE")
+    await page.fill("main input[type=search]", "NEEDLE")
     row = page.locator(f"tr[data-thread={wanted}]")
     await expect(row).to_contain_text("Needle in the list")
     await expect(page.locator("table.threads tbody tr")).to_have_count(1)
-    await expect(page.locator("table.threads + button")).to_be_hidden()
-    await page.fill("input[type=search]", "")
+    await expect(page.locator(".tablewrap + button")).to_be_hidden()
+    await page.fill("main input[type=search]", "")
     await expect(page.locator("table.threads tbody tr")).to_have_count(25)
-    await page.click("table.threads + button")  # More, with no search: the rest of the list
+    await page.click(".tablewrap + button")  # More, with no search: the rest of the list
     await expect(page.locator(f"tr[data-thread={wanted}]")).to_be_visible()
     await console.shot("search")
     assert console.errors == []

@@ -4,6 +4,8 @@ typed error and change nothing. Bearer clients are unaffected."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 
 import msgspec
@@ -12,6 +14,7 @@ from tests.support.api import make_api
 from tests.support.helpers import wait_for
 from treadle.gateway import sessions
 from treadle.ops.tokens import digest
+from treadle.providers.registry import ADAPTERS, offered
 
 COOKIE = sessions.COOKIE
 
@@ -145,5 +148,24 @@ async def test_the_page_is_served_with_a_strict_content_security_policy(http):
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in r.headers["content-security-policy"]
     assert "http" not in r.text.replace("http-equiv", "")  # every asset from this origin: no CDN
-    for asset in ("app.js", "api.js", "thread.js", "console.css"):
-        assert (await http.get(f"/console/static/{asset}")).status_code == 200
+    for asset in ("app.js", "api.js", "thread.js", "console.css", "marked.esm.js", "purify.es.js"):
+        r = await http.get(f"/console/static/{asset}")
+        assert r.status_code == 200
+        if asset.endswith(".js"):  # module scripts need a script type, and nothing they import is remote
+            assert "javascript" in r.headers["content-type"]
+            assert not re.search(r"""import[^;]*from\s*["']https?:""", r.text)
+
+
+async def test_the_session_lists_the_providers_the_composer_offers(http, api):
+    sid, _ = await sign_in(http, api.token)
+    r = await http.get("/console/session", headers=cookie(sid))
+    assert r.status_code == 200
+    assert r.json()["providers"] == list(ADAPTERS)  # no ACP agent is configured on this stack
+
+
+def test_the_offered_providers_include_the_configured_acp_agents(monkeypatch):
+    """The composer offers a deployment's ACP agents by the name a caller uses (acp-<name>), as the MCP
+    capabilities tool lists them; a name the registry would refuse is not offered."""
+    agents = {"mine": {"preset": "codex-acp"}, "Bad Name": {"preset": "codex-acp"}}
+    monkeypatch.setenv("TREADLE_ACP_AGENTS", json.dumps(agents))
+    assert offered() == [*ADAPTERS, "acp-mine"]

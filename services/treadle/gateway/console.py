@@ -14,6 +14,8 @@ from litestar.params import JSONBody
 from litestar.static_files import create_static_files_router
 from litestar.types import ControllerRouterHandler
 
+from treadle.providers.registry import offered
+
 from . import sessions
 from .errors import ApiError
 
@@ -41,6 +43,9 @@ class SessionInfo(msgspec.Struct, kw_only=True):
     role: str
     csrf_token: str
     expires_at: float
+    # What the composer offers: the built-in providers and this deployment's ACP agents, as the MCP
+    # ``capabilities`` tool lists them (the API still decides; a name typed by hand is checked the same way).
+    providers: list[str] = msgspec.field(default_factory=list)
 
 
 @get("/", include_in_schema=False)
@@ -69,6 +74,7 @@ async def sign_in(request: Request[Any, Any, Any], data: JSONBody[SignIn]) -> Re
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid),
         expires_at=expires,
+        providers=offered(),
     )
     return Response(
         info, status_code=201, cookies=[_cookie(request, sid, sessions.LIFETIME_SECONDS)], headers=PAGE_HEADERS
@@ -97,6 +103,7 @@ async def current(request: Request[Any, Any, Any]) -> Response[Any]:
         role=who.role,
         csrf_token=await sessions.csrf_token(request, sid or ""),
         expires_at=record.expires_at,
+        providers=offered(),
     )
     return Response(info, headers=PAGE_HEADERS)
 

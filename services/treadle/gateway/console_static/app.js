@@ -1,44 +1,7 @@
 // Treadle console: plain ES modules, no framework. Every screen reads and writes the public /v1 API.
-import { ApiError, call, del, get, noteSeq, patch, post, setCsrf } from "./api.js";
-import { threadScreen } from "./thread.js";
-
-export const main = () => document.getElementById("main");
-
-// h("div.cls", {attrs}, children...): elements built from text only (never innerHTML), so no reply can inject markup.
-export function h(spec, attrs, ...kids) {
-  const [tag, ...classes] = spec.split(".");
-  const el = document.createElement(tag || "div");
-  if (classes.length) el.className = classes.join(" ");
-  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) { kids.unshift(attrs); attrs = null; }
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else if (k === "dataset") Object.assign(el.dataset, v);
-    else if (k in el && k !== "list") el[k] = v;
-    else el.setAttribute(k, v === true ? "" : v);
-  }
-  for (const kid of kids.flat(Infinity)) {
-    if (kid === null || kid === undefined || kid === false) continue;
-    el.append(kid instanceof Node ? kid : String(kid));
-  }
-  return el;
-}
-
-// An error exactly as the API stated it: code, message, details.
-export function errorBox(err) {
-  if (err instanceof ApiError) {
-    return h("div.error", { role: "alert" }, h("b", err.code), " ", err.message,
-      Object.keys(err.details).length ? h("code", " " + JSON.stringify(err.details)) : null);
-  }
-  return h("div.error", { role: "alert" }, String(err && err.message ? err.message : err));
-}
-
-export function showError(where, err) {
-  where.querySelectorAll(":scope > .error").forEach((e) => e.remove());
-  where.prepend(errorBox(err));
-}
-
-export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+import { call, del, get, noteSeq, post, setCsrf } from "./api.js";
+import { h, main, providerField, setProviders, showError, skeleton, when } from "./dom.js";
+import { readWaiting, refreshSidebar, setCurrent, setTitle, startSidebar, statusLabel, statusOf, stopSidebar } from "./sidebar.js";
 
 let session = null;
 
@@ -46,9 +9,12 @@ async function signIn(token) {
   const info = await call("POST", "/console/session", { token });
   session = info;
   setCsrf(info.csrf_token);
+  setProviders(info.providers);
 }
 
 function signInScreen(err) {
+  stopSidebar();
+  setTitle("Sign in · Treadle console");
   const input = h("input", { type: "password", name: "token", placeholder: "trd_…", autocomplete: "off", required: true });
   const form = h("form.card.signin", { onsubmit: async (ev) => {
     ev.preventDefault();
@@ -62,31 +28,45 @@ function signInScreen(err) {
 function header() {
   const who = document.getElementById("who");
   if (!session) { who.replaceChildren(); return; }
-  who.replaceChildren(h("span.muted", `${session.user} @ ${session.tenant}`), " ",
-    h("button.link", { onclick: async () => {
+  who.replaceChildren(h("span.muted.whoami", `${session.user} @ ${session.tenant}`), " ",
+    h("button.link", { type: "button", onclick: async () => {
       try { await del("/console/session"); } finally { session = null; setCsrf(""); location.hash = "#/"; route(); }
     } }, "Sign out"));
 }
 
-// A provider by name: the built-in ones offered, any other typed (an ACP agent a deployment configured is
-// "acp-<name>"; the API refuses a name it does not know, and the page shows that refusal).
-export function providerField(id, attrs) {
-  const input = h("input", { name: "provider", list: id, maxLength: 64, size: 12, autocomplete: "off", ...attrs });
-  const known = h("datalist", { id }, ["scripted", "codex", "claude", "acp-claude", "acp-codex"].map((p) => h("option", { value: p })));
-  return [input, known];
+// --- theme: the system's setting unless the user picked one here --------------------------------
+
+const THEMES = ["system", "light", "dark"];
+function applyTheme(theme) {
+  if (theme === "light" || theme === "dark") document.documentElement.dataset.theme = theme;
+  else delete document.documentElement.dataset.theme;
+  const b = document.getElementById("theme");
+  if (b) { b.textContent = `Theme: ${theme}`; b.setAttribute("aria-label", `Colour theme: ${theme} (change)`); }
+}
+function storedTheme() { try { return localStorage.getItem("treadle.theme") || "system"; } catch { return "system"; } }
+function setupChrome() {
+  applyTheme(storedTheme());
+  document.getElementById("theme").addEventListener("click", () => {
+    const next = THEMES[(THEMES.indexOf(storedTheme()) + 1) % THEMES.length];
+    try { localStorage.setItem("treadle.theme", next); } catch { /* private mode: this page only */ }
+    applyTheme(next);
+  });
+  document.getElementById("navtoggle").addEventListener("click", () => {
+    const open = document.body.classList.toggle("nav-open");
+    document.getElementById("navtoggle").setAttribute("aria-expanded", String(open));
+  });
 }
 
 // --- thread list ---------------------------------------------------------------------------------
 
-function statusOf(t) { return t.active_run_id ? "running" : (t.last_run_status || "idle"); }
-
 async function listScreen() {
+  setTitle("Threads · Treadle console");
   const rows = h("tbody");
   const more = h("button", { type: "button", hidden: true }, "More");
   // The API searches titles (`q`), so a search finds threads on pages not loaded yet; typing restarts the list.
-  const search = h("input", { type: "search", placeholder: "Search titles", maxLength: 200, oninput: () => restart() });
+  const search = h("input", { type: "search", placeholder: "Search titles", "aria-label": "Search titles", maxLength: 200, oninput: () => restart() });
   const box = h("section.card", h("div.row", h("h1", "Threads"), h("a.button", { href: "#/new" }, "New thread"), search),
-    h("table.threads", h("thead", h("tr", ["Title", "Status", "Provider", "Runs", "Last activity"].map((c) => h("th", c)))), rows),
+    h("div.tablewrap", h("table.threads", h("thead", h("tr", ["Title", "Status", "Provider", "Runs", "Last activity"].map((c) => h("th", c)))), rows)),
     more);
   main().replaceChildren(box);
   let cursor = null, query = "", generation = 0, timer = null;
@@ -97,11 +77,13 @@ async function listScreen() {
       if (query) qs.set("q", query);
       if (cursor) qs.set("cursor", cursor);
       const doc = await get("/v1/threads?" + qs);
+      await readWaiting(doc.items);
       if (mine !== generation) return; // the search changed while this page was on its way
       for (const t of doc.items) {
+        const st = statusOf(t);
         rows.append(h("tr", { dataset: { title: t.title || t.id, thread: t.id } },
-          h("td", h("a", { href: "#/t/" + t.id }, t.title || "(untitled)"), h("div.muted.small", t.id)),
-          h("td", h("span.status." + statusOf(t), statusOf(t))), h("td", t.provider), h("td", t.runs),
+          h("td.title", h("a", { href: "#/t/" + t.id }, t.title || "(untitled)"), h("div.muted.small.tid", t.id)),
+          h("td", h("span.status." + st, statusLabel(st))), h("td", t.provider), h("td", t.runs),
           h("td.activity", { title: "created " + when(t.created_at) }, when(t.last_activity_at || t.created_at))));
       }
       cursor = doc.next_cursor;
@@ -126,13 +108,14 @@ async function listScreen() {
 // --- new thread ----------------------------------------------------------------------------------
 
 function newScreen() {
+  setTitle("New thread · Treadle console");
   const f = (name, el) => h("label", name + " ", el);
   const title = h("input", { name: "title", maxLength: 200 });
   const [provider, providers] = providerField("providers-new", { value: "scripted", required: true });
   const model = h("input", { name: "model", placeholder: "provider default", maxLength: 200 });
   const mode = h("select", { name: "runtime_mode" }, ["approval_required", "auto_accept_edits", "full_access"].map((m) => h("option", m)));
   const ws = h("input", { name: "workspace", placeholder: "(a new one for the thread)", maxLength: 255 });
-  const form = h("form.card", { onsubmit: async (ev) => {
+  const form = h("form.card.newthread", { onsubmit: async (ev) => {
     ev.preventDefault();
     const body = { title: title.value, provider: provider.value, runtime_mode: mode.value };
     if (model.value) body.model = model.value;
@@ -141,6 +124,7 @@ function newScreen() {
       const made = await post("/v1/threads", body);
       noteSeq(made.thread_id, made.seq);
       location.hash = "#/t/" + made.thread_id;
+      refreshSidebar();
     } catch (e) { showError(form, e); }
   } }, h("h1", "New thread"), f("Title", title), f("Provider", provider), providers, f("Model", model), f("Runtime mode", mode),
   f("Workspace", ws), h("p.muted", "Modes outside the tenant's policy are refused by the API."), h("button", { type: "submit" }, "Create"));
@@ -150,31 +134,48 @@ function newScreen() {
 // --- routing -------------------------------------------------------------------------------------
 
 let leave = null; // the current screen's cleanup (closes its event stream)
+let routing = 0; // which navigation is the latest: an older one that finishes late cleans up after itself
 
 export async function route() {
+  const mine = ++routing;
+  const path = location.hash.replace(/^#/, "") || "/";
+  const m = path.match(/^\/t\/([^/]+)$/);
+  // A thread's code (with the Markdown renderer) loads on the first thread opened, alongside the session probe:
+  // the sign-in page and the list never fetch it.
+  const threadModule = m ? import("./thread.js") : null;
   if (leave) { leave(); leave = null; }
+  document.body.classList.remove("nav-open");
   if (!session) {
     try {
       const probe = await get("/console/session");
+      if (mine !== routing) return;
       if (probe.signed_in === false) {
         header();
         return signInScreen(probe.reason === "not signed in" ? null : new Error(probe.reason));
       }
       session = probe;
       setCsrf(session.csrf_token);
+      setProviders(session.providers);
     } catch (e) {
       header();
       return signInScreen(e);
     }
   }
   header();
-  const path = location.hash.replace(/^#/, "") || "/";
-  const m = path.match(/^\/t\/([^/]+)$/);
-  if (m) leave = await threadScreen(decodeURIComponent(m[1]));
-  else if (path === "/new") newScreen();
+  const nav = document.getElementById("sidebar");
+  if (nav.hidden) startSidebar(nav); else refreshSidebar();
+  document.body.dataset.screen = m ? "thread" : path === "/new" ? "new" : "list";
+  setCurrent(m ? decodeURIComponent(m[1]) : null);
+  if (m) {
+    main().replaceChildren(skeleton());
+    const { threadScreen } = await threadModule;
+    const cleanup = await threadScreen(decodeURIComponent(m[1]), () => mine === routing);
+    if (mine === routing) leave = cleanup; else cleanup();
+  } else if (path === "/new") newScreen();
   else await listScreen();
 }
 
+setupChrome();
 window.addEventListener("hashchange", route);
 // A session that expired or was signed out elsewhere: back to the sign-in form, on the same URL.
 window.addEventListener("treadle:signed-out", () => { if (session) { session = null; setCsrf(""); route(); } });
