@@ -43,7 +43,7 @@ from ..eventlog import subjects
 from ..runtime.volumes import Volumes
 from . import document, places, store
 
-TERMINAL = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+TERMINAL = ev.RUN_ENDING
 _summary_encoder = msgspec.json.Encoder()
 
 

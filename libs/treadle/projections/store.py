@@ -123,21 +123,7 @@ keys = _keys  # document, tenant list, summaries, index, places: what `treadle c
 summary = of_state.summary  # the thread's list item, stored beside the document
 
 
-def indexed(payload) -> list[str]:
-    """Ids an event makes addressable on their own (``/v1/runs/{id}``, ``/v1/requests/{id}``, …)."""
-    if isinstance(payload, ev.RunQueued):
-        return [payload.run_id, payload.root_node_id]
-    if isinstance(payload, ev.AttemptStarted):
-        return [payload.root_node_id]
-    if isinstance(payload, ev.NodeStarted):
-        return [payload.node_id]
-    if isinstance(payload, ev.RequestOpened):
-        return [payload.request_id, payload.node_id]
-    if isinstance(payload, ev.PlanUpdated):
-        return [payload.plan_id]
-    if isinstance(payload, ev.HandoffCreated):
-        return [payload.handoff_id]
-    return []
+indexed = ev.indexed  # the ids an event makes addressable alone: its trait ``indexes``
 
 
 def all_indexed(state: ThreadState) -> list[str]:
