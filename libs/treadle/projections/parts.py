@@ -30,9 +30,8 @@ from ..views.thread import (
     queue_view,
     recent_ordinals,
     run_change,
-    run_view,
 )
-from . import document, places
+from . import document, places, questions
 
 T = TypeVar("T")
 TRIES = 3  # snapshots tried before giving up to the whole document (a thread written to on every read)
@@ -60,6 +59,15 @@ _DECODERS: dict[str, Any] = {
 }
 _SMALL = [name for name in document.FIELDS if name not in document.LISTS]  # stored whole, each as one field
 _view = msgspec.json.Decoder(ThreadView)
+_run = msgspec.json.Decoder(RunView)
+
+# The thread's seq and view version, and the answer of its newest run (``questions``; false: no run yet).
+_LATEST_RUN = f"""
+local got = redis.call('HMGET', KEYS[1], 'seq', 'v', '{questions.LATEST_RUN}')
+local answer = false
+if got[3] then answer = redis.call('HGET', KEYS[1], '{questions.RUN}' .. got[3]) end
+return {{got[1], got[2], answer}}
+"""
 
 
 class Snapshot:
@@ -97,6 +105,13 @@ class Snapshot:
             doc, at = await pipe.execute()
         return self._checked(doc), self._checked(at)
 
+    async def latest_run(self) -> RunView | None:
+        """The answer of the thread's newest run, read in one script (``LATEST_RUN``)."""
+        got = cast("list[bytes | None]", await self._redis.eval(_LATEST_RUN, 1, self._keys[0]))
+        got += [None] * (3 - len(got))  # a nil at the end of a Lua array shortens the reply
+        (raw,) = self._checked(got)
+        return _run.decode(raw) if raw is not None else None
+
     async def items(self, name: str, positions: list[int]) -> list:
         """Items of the list ``name`` at ``positions``, decoded to their views."""
         if not positions:
@@ -124,28 +139,15 @@ async def read(redis: Redis, doc_key: str, places_key: str, reader: Callable[[Sn
 
 
 async def run(snap: Snapshot, run_id: str) -> RunView | None:
-    """``/v1/runs/{id}``: the run, its messages and its checkpoint."""
-    thread, _, (at, mine) = await snap.thread(where=[f"r:{run_id}", f"rm:{run_id}"])
-    if at is None:
-        return None
-    [found] = await snap.items("runs", [int(at)])
-    return await _run_view(snap, thread, found, places.positions(mine))
+    """``/v1/runs/{id}``: the run, its messages and its checkpoint, stored whole (``questions``): one HMGET."""
+    (raw,), _ = await snap.get([questions.RUN + run_id])
+    return _run.decode(raw) if raw is not None else None
 
 
 async def latest_run(snap: Snapshot) -> RunView | None:
-    """The thread's newest run as ``run`` answers it (what a wait for "the latest run" reads); None: no run yet."""
-    thread, (count,), _ = await snap.thread("n:runs")
-    if not int(count):
-        return None
-    [found] = await snap.items("runs", [int(count) - 1])
-    _, (mine,) = await snap.get([], [f"rm:{found.id}"])
-    return await _run_view(snap, thread, found, places.positions(mine))
-
-
-async def _run_view(snap: Snapshot, thread: Thread, found: Run, message_positions: list[int]) -> RunView | None:
-    messages = await snap.items("messages", message_positions)
-    checkpoints = await _checkpoints(snap, found.checkpoint_id)
-    return run_view(ThreadView(thread=thread, runs=[found], messages=messages, checkpoints=checkpoints), found.id)
+    """The thread's newest run as ``run`` answers it (what a wait for "the latest run" reads); None: no run yet.
+    One script reads the newest run's id and its answer together, so the two never reflect two sequences."""
+    return await snap.latest_run()
 
 
 async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal: int | None = None) -> list:

@@ -21,7 +21,7 @@ from treadle.core.state import ThreadState, fold
 
 from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
-from . import document, parts, places
+from . import document, parts, places, questions
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
 # (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
@@ -214,6 +214,7 @@ class ProjectionStore:
                     len(where),
                     *where,
                     *document.fields(state, changes),
+                    *questions.fields(state, changes),
                 ]
                 pipe.evalsha(self._script.sha, 5, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()

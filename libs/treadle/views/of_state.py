@@ -20,7 +20,7 @@ from msgspec import inspect as mi
 from treadle.core import events as ev
 from treadle.core.state import ThreadState, fold
 
-from .thread import ThreadSummary, ThreadView
+from .thread import RunView, ThreadSummary, ThreadView
 
 _PART_TYPES: dict[str, Any] = get_type_hints(ThreadView)
 _ITEM_TYPES: dict[str, Any] = {
@@ -134,3 +134,20 @@ def replay(events: Iterable[ev.Envelope]) -> ThreadView | None:
     """The views of a thread folded from its events (None: the log has no such thread)."""
     state = fold(events)
     return thread_view(state) if state.thread is not None else None
+
+
+def run_view(state: ThreadState, run_id: str) -> RunView | None:
+    """``/v1/runs/{id}`` from the state: the run, its messages and its checkpoint (what ``thread.run_view``
+    shapes from the thread's views), converting only what it holds."""
+    run, t = state.run(run_id), state.thread
+    if run is None or t is None:
+        return None
+    checkpoint = None
+    if run.checkpoint_id and (at := state.checkpoint_positions("id", run.checkpoint_id)):
+        checkpoint = item("checkpoints", state.checkpoints[at[0]])
+    return RunView(
+        **msgspec.structs.asdict(item("runs", run)),
+        thread_id=t.id,
+        messages=[item("messages", m) for m in state.run_messages(run_id)],
+        checkpoint=checkpoint,
+    )
