@@ -145,13 +145,13 @@ async def test_places_stay_the_replays_after_a_projector_crash_mid_write(redis):
     for thread in threads:
         await _assert_reads_equal_the_whole(store, fold([e for e in recorded[: half + 20] if e.thread == thread]))
 
-    # Places lost on their own: reads by places fall back (Missing), a run's answer stored whole does not need
-    # them; the next changed-parts write is sent whole.
+    # Places lost on their own: the read by places falls back (Missing), a run's answer stored whole does not
+    # need them; the next changed-parts write is sent whole.
     state = states[threads[0]] = fold([e for e in recorded[: half + 20] if e.thread == threads[0]])
     tenant, thread = state.thread.tenant, state.thread.id
     await redis.delete(keys(tenant, thread)[4])
     with pytest.raises(parts.Missing):
-        await store.read(tenant, thread, partial(parts.change, run_id=state.runs[0].id))
+        await store.read(tenant, thread, partial(parts.recent, runs=3))
     assert _same(
         await store.read(tenant, thread, partial(parts.run, run_id=state.runs[0].id)),
         run_view(of_state.thread_view(state), state.runs[0].id),
@@ -201,7 +201,7 @@ async def test_part_reads_never_answer_with_another_threads_or_tenants_items(red
     for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
         assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
     # A document with a hole (a part gone) is not answered from: the reader takes the whole path.
-    await redis.hdel(keys("partshostile", a.thread.id)[0], "f:queue", f"l:messages:{len(a.messages) - 1}")
+    await redis.hdel(keys("partshostile", a.thread.id)[0], "q:queue", f"l:messages:{len(a.messages) - 1}")
     for reader in (parts.queue, partial(parts.recent, runs=3)):
         with pytest.raises(parts.Missing):
             await store.read("partshostile", a.thread.id, reader)

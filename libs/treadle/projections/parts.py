@@ -1,12 +1,12 @@
-"""Reads of one thread that fetch from Redis only the parts they answer with: a run, its messages and
-checkpoint, the queue, what a run's diff compares, a lineage node. Each costs the same on the thousandth run as
-on the first (reading the whole document cost 200–560 ms at 2,000 runs: bench/long_thread.py).
+"""Reads of one thread that fetch from Redis only what they answer with, each costing the same on the
+thousandth run as on the first (reading the whole document cost 200–560 ms at 2,000 runs: bench/long_thread.py).
 
-A read goes by the thread's places (``places``) in a few round trips, each reading the thread's ``seq`` and
-``v`` along, and is one snapshot: when the projector wrote in between (another seq), it starts again; when
-the parts are not (wholly) there in this view version, it raises ``Missing`` and the caller reads the whole
-document as before. Every answer is shaped by the same view functions as from the whole document, over a
-small ``ThreadView`` holding just the items found, so it is the same answer byte for byte.
+A question with an answer stored whole (``questions``: a run, the latest run, a run's diff, the queue, a
+lineage node, what the delegation tools poll) is one HMGET of the thread's hash with its ``seq`` and ``v``.
+The thread's last runs (``recent``) go by the thread's places (``places``) in a few round trips and are one
+snapshot: when the projector wrote in between (another seq), the read starts again. When the thread is not
+(wholly) there in this view version, a read raises ``Missing`` and the caller folds the log. Every answer is
+the one the view functions shape from the whole document, byte for byte (tests/integration/test_projection_parts.py).
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from ..views.requests import Activity
 from ..views.runs import Message, QueueView, Run
 from ..views.thread import (
     RunChange,
+    RunCheckpoints,
     RunView,
     Thread,
     ThreadHead,
     ThreadView,
-    queue_view,
     recent_ordinals,
-    run_change,
 )
 from . import document, places, questions
 
@@ -60,6 +59,10 @@ _DECODERS: dict[str, Any] = {
 _SMALL = [name for name in document.FIELDS if name not in document.LISTS]  # stored whole, each as one field
 _view = msgspec.json.Decoder(ThreadView)
 _run = msgspec.json.Decoder(RunView)
+_run_of_view = msgspec.json.Decoder(Run)  # the run of a stored RunView (its other fields are left out)
+_run_checkpoints = msgspec.json.Decoder(RunCheckpoints)
+_queue = msgspec.json.Decoder(QueueView)
+_handoffs = msgspec.json.Decoder(list[ContextHandoff])
 
 # The thread's seq and view version, and the answer of its newest run (``questions``; false: no run yet).
 _LATEST_RUN = f"""
@@ -121,10 +124,17 @@ class Snapshot:
             raise Missing
         return [_DECODERS[name].decode(r) for r in raw]
 
-    async def thread(self, *fields: str, where: list[str] | None = None) -> tuple[Thread, list[bytes], list]:
-        """The thread with other document fields (Missing when one is not there) and places (None: no such)."""
+    async def thread(
+        self, *fields: str, where: list[str] | None = None, answers: bool = False
+    ) -> tuple[Thread, list, list]:
+        """The thread with other document fields (Missing when one is not there; with ``answers``, None when an
+        answer or item the thread may not have is not there) and places (None: no such)."""
         got, at = await self.get(["f:thread", *fields], where)
-        if any(g is None for g in got) or (thread := _thread.decode(got[0])) is None:
+        if (
+            got[0] is None
+            or (not answers and any(g is None for g in got))
+            or (thread := _thread.decode(got[0])) is None
+        ):
             raise Missing
         return thread, got[1:], at
 
@@ -150,53 +160,34 @@ async def latest_run(snap: Snapshot) -> RunView | None:
     return await snap.latest_run()
 
 
-async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal: int | None = None) -> list:
-    """The checkpoint of this id, after the checkpoints of run ``before_ordinal`` captured before it."""
-    if checkpoint_id is None:
-        return []
-    where = [f"c:{checkpoint_id}"] + ([f"co:{before_ordinal}"] if before_ordinal is not None else [])
-    _, (at, *earlier) = await snap.get([], where)
-    if at is None:
-        return []
-    at = int(at)
-    candidates = [i for i in places.positions(earlier[0]) if i < at] if earlier else []
-    return await snap.items("checkpoints", [*candidates, at])
-
-
 async def change(snap: Snapshot, run_id: str) -> RunChange | None:
-    """``/v1/runs/{id}/diff``: the run, its checkpoint and the one it started from."""
-    thread, _, (at,) = await snap.thread(where=[f"r:{run_id}"])
-    if at is None:
+    """``/v1/runs/{id}/diff``: the run, its checkpoint and the one it started from (``questions``): one HMGET."""
+    thread, (run_raw, compared), _ = await snap.thread(questions.RUN + run_id, questions.CHANGE + run_id, answers=True)
+    if run_raw is None or compared is None:
         return None
-    [found] = await snap.items("runs", [int(at)])
-    checkpoints = await _checkpoints(snap, found.checkpoint_id, found.ordinal - 1)
-    return run_change(ThreadView(thread=thread, runs=[found], checkpoints=checkpoints), run_id)
+    checkpoints = _run_checkpoints.decode(compared)
+    return RunChange(thread, _run_of_view.decode(run_raw), checkpoints.new, checkpoints.old)
 
 
 async def queue(snap: Snapshot) -> QueueView:
-    """``/v1/threads/{id}/queue``: the queued runs with their messages' text."""
-    thread, (queued, active), _ = await snap.thread("f:queue", "f:active_run_id")
-    ids = _ids.decode(queued)
-    at: list = (await snap.get([], [f"r:{i}" for i in ids]))[1] if ids else []
-    runs = await snap.items("runs", [int(a) for a in at if a is not None])
-    message_ids = [r.message_id for r in runs]
-    at = (await snap.get([], [f"m:{i}" for i in message_ids]))[1] if message_ids else []
-    messages = await snap.items("messages", sorted({int(a) for a in at if a is not None}))
-    active_run_id = _id.decode(active)
-    return queue_view(ThreadView(thread=thread, queue=ids, active_run_id=active_run_id, runs=runs, messages=messages))
+    """``/v1/threads/{id}/queue``: the queued runs with their messages' text, stored whole: one HMGET."""
+    (raw,), _ = await snap.get([questions.QUEUE])
+    if raw is None:
+        raise Missing
+    return _queue.decode(raw)
 
 
 async def head(snap: Snapshot) -> ThreadHead:
-    """What a lineage node shows of a thread: no run but their count, every handoff."""
+    """What a lineage node shows of a thread: no run but their count, every handoff: one HMGET."""
     thread, (lineage, transfers, runs, handoffs), _ = await snap.thread(
-        "f:lineage", "f:transfers", "n:runs", "n:handoffs"
+        "f:lineage", "f:transfers", "n:runs", questions.HANDOFFS
     )
     return ThreadHead(
         thread=thread,
         lineage=_lineage.decode(lineage),
         runs=int(runs),
         transfers=_transfers.decode(transfers),
-        handoffs=await snap.items("handoffs", list(range(int(handoffs)))),
+        handoffs=_handoffs.decode(handoffs),
     )
 
 
@@ -211,16 +202,16 @@ async def active_run(snap: Snapshot) -> ThreadView:
 
 
 async def first_run(snap: Snapshot) -> ThreadView:
-    """A delegated task's child thread: its lineage and its first run (if any yet)."""
-    thread, (lineage, count), _ = await snap.thread("f:lineage", "n:runs")
-    runs = await snap.items("runs", [0]) if int(count) else []
+    """A delegated task's child thread: its lineage and its first run (if any yet): one HMGET."""
+    thread, (lineage, first), _ = await snap.thread("f:lineage", "l:runs:0", answers=True)
+    runs = [_DECODERS["runs"].decode(first)] if first is not None else []
     return ThreadView(thread=thread, seq=snap.sequence, lineage=_lineage.decode(lineage), runs=runs)
 
 
 async def run_and_transfers(snap: Snapshot, run_id: str) -> ThreadView:
     """A delegation's parent: the delegating run (if the thread has it) and the thread's context transfers."""
-    thread, (transfers,), (at,) = await snap.thread("f:transfers", where=[f"r:{run_id}"])
-    runs = await snap.items("runs", [int(at)]) if at is not None else []
+    thread, (transfers, run_raw), _ = await snap.thread("f:transfers", questions.RUN + run_id, answers=True)
+    runs = [_run_of_view.decode(run_raw)] if run_raw is not None else []
     return ThreadView(thread=thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)
 
 

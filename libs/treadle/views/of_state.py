@@ -20,7 +20,8 @@ from msgspec import inspect as mi
 from treadle.core import events as ev
 from treadle.core.state import ThreadState, fold
 
-from .thread import RunView, ThreadSummary, ThreadView
+from .runs import QueuedRun, QueueView
+from .thread import RunCheckpoints, RunView, ThreadSummary, ThreadView
 
 _PART_TYPES: dict[str, Any] = get_type_hints(ThreadView)
 _ITEM_TYPES: dict[str, Any] = {
@@ -151,3 +152,41 @@ def run_view(state: ThreadState, run_id: str) -> RunView | None:
         messages=[item("messages", m) for m in state.run_messages(run_id)],
         checkpoint=checkpoint,
     )
+
+
+def run_checkpoints(state: ThreadState, run_id: str) -> RunCheckpoints | None:
+    """What ``/v1/runs/{id}/diff`` compares (``thread.run_change``): the run's checkpoint and the root checkpoint
+    of the ordinal before it captured before it; None: no such run."""
+    run = state.run(run_id)
+    if run is None:
+        return None
+    found = state.checkpoint_positions("id", run.checkpoint_id) if run.checkpoint_id else []
+    if not found:
+        return RunCheckpoints(new=None, old=None)
+    new = state.checkpoints[found[0]]
+    old = None
+    if new.commit:
+        earlier = (i for i in reversed(state.checkpoint_positions("ordinal", run.ordinal - 1)) if i < found[0])
+        old = next((c for i in earlier if (c := state.checkpoints[i]).scope == "root" and c.commit), None)
+    return RunCheckpoints(new=item("checkpoints", new), old=item("checkpoints", old) if old is not None else None)
+
+
+def queue_view(state: ThreadState) -> QueueView:
+    """``/v1/threads/{id}/queue`` from the state (``thread.queue_view`` from the views)."""
+    t = state.thread
+    assert t is not None
+    items = []
+    for run_id in state.queue:
+        if (run := state.run(run_id)) is not None:
+            message = state.message(run.message_id)
+            items.append(
+                QueuedRun(
+                    run_id=run.id,
+                    ordinal=run.ordinal,
+                    message_id=run.message_id,
+                    text=message.text if message else "",
+                    mode=run.mode,
+                    queued_at=run.queued_at.isoformat(),
+                )
+            )
+    return QueueView(thread_id=t.id, active_run_id=state.active_run_id, queue=items)
