@@ -265,9 +265,9 @@ def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
     assert [p.kind for p in compare_projection(state, _stored(state, seq=3))] == ["projection_stale"]
     assert [p.kind for p in compare_projection(state, _stored(state, summary=b"{}"))] == ["summary_mismatch"]
     assert [p.kind for p in compare_projection(state, _stored(state, index={"r1": None}))] == ["index_mismatch"]
-    moved = _stored(state, places={**places.stored(state), b"r:r1": b"7"})
+    moved = _stored(state, places={**places.stored(state), b"rm:r1": b"7"})
     [p] = compare_projection(state, moved)
-    assert p.kind == "places_mismatch" and "r:r1" in p.detail
+    assert p.kind == "places_mismatch" and "rm:r1" in p.detail
     [p] = compare_projection(state, _stored(state, answers={}))
     assert p.kind == "answers_mismatch" and "q:run:r1" in p.detail
 
