@@ -98,14 +98,3 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
     for path in docs:
         assert json.dumps(_ordered(got[path])) == json.dumps(_ordered(docs[path])), path  # in the same order too
 
-
-def test_a_runs_answer_from_the_state_is_the_one_shaped_from_the_whole_views():
-    """``/v1/runs/{id}`` is stored whole per run (``projections.questions``), converted from the state: the same
-    bytes as the run shaped from the thread's whole views, for every run of the recorded log."""
-    runs = 0
-    for state in _folded().values():
-        whole = of_state.thread_view(state)
-        for run in state.runs:
-            assert msgspec.json.encode(of_state.run_view(state, run.id)) == msgspec.json.encode(run_view(whole, run.id))
-            runs += 1
-    assert runs > 5

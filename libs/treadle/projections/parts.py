@@ -13,7 +13,7 @@ answer is the one the view functions shape from the whole document, byte for byt
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -22,7 +22,7 @@ from ..views.checkpoints import Checkpoint
 from ..views.lineage import ContextHandoff, ContextTransfer, Lineage
 from ..views.requests import Activity
 from ..views.runs import Message, QueueView, Run
-from ..views.thread import RunChange, RunCheckpoints, RunView, Thread, ThreadHead, ThreadView
+from ..views.thread import RunChange, RunView, Thread, ThreadHead, ThreadView, run_change, run_view
 from . import document, questions
 
 T = TypeVar("T")
@@ -45,18 +45,38 @@ _DECODERS: dict[str, Any] = {
 }
 _SMALL = [name for name in document.FIELDS if name not in document.LISTS]  # stored whole, each as one field
 _view = msgspec.json.Decoder(ThreadView)
-_run = msgspec.json.Decoder(RunView)
-_run_of_view = msgspec.json.Decoder(Run)  # the run of a stored RunView (its other fields are left out)
-_run_checkpoints = msgspec.json.Decoder(RunCheckpoints)
 _queue = msgspec.json.Decoder(QueueView)
-_handoffs = msgspec.json.Decoder(list[ContextHandoff])
 
-# The thread's seq and view version, and the answer of its newest run (``questions``; false: no run yet).
-_LATEST_RUN = f"""
-local got = redis.call('HMGET', KEYS[1], 'seq', 'v', '{questions.LATEST_RUN}')
-local answer = false
-if got[3] then answer = redis.call('HGET', KEYS[1], '{questions.RUN}' .. got[3]) end
-return {{got[1], got[2], answer}}
+# A run and what its answers name (``questions``), read at once: the run of id ARGV[1] (the newest run when
+# ARGV[1] is empty), with the thread's seq, v, f:thread and the fields ARGV[2..], then the run's item, its
+# messages' items, its checkpoint's and the one its diff starts from (false: not there, or no such run).
+_RUN = f"""
+local doc = KEYS[1]
+local id = ARGV[1]
+if id == '' then id = redis.call('HGET', doc, '{questions.LATEST_RUN}') or '' end
+local head = redis.call('HMGET', doc, 'seq', 'v', 'f:thread', unpack(ARGV, 2))
+local at = id ~= '' and redis.call('HGET', doc, '{questions.RUN}' .. id)
+if not at then return {{head, false, {{}}, false, false}} end
+local run, messages, new, old = string.match(at, '^(%d+);([%d,]*);(%d*);(%d*)$')
+local function item(name, p)
+  if not p or p == '' then return false end
+  return redis.call('HGET', doc, 'l:' .. name .. ':' .. p) or false
+end
+local found = {{}}
+for p in string.gmatch(messages or '', '%d+') do found[#found + 1] = item('messages', p) end
+return {{head, item('runs', run), found, item('checkpoints', new), item('checkpoints', old)}}
+"""
+
+# A lineage node's head (``views.thread.ThreadHead``): the thread's seq, v, f:thread, f:lineage, f:transfers,
+# n:runs, then every handoff's item.
+_HEAD = """
+local doc = KEYS[1]
+local head = redis.call('HMGET', doc, 'seq', 'v', 'f:thread', 'f:lineage', 'f:transfers', 'n:runs')
+local handoffs = {}
+for i = 0, tonumber(redis.call('HGET', doc, 'n:handoffs') or '0') - 1 do
+  handoffs[#handoffs + 1] = redis.call('HGET', doc, 'l:handoffs:' .. i) or false
+end
+return {head, handoffs}
 """
 
 # The thread's last ARGV[1] runs (``views.thread.recent``), read at once: the document's seq and v, the places'
@@ -149,28 +169,56 @@ async def read(redis: Redis, doc_key: str, places_key: str, reader: Callable[[Sn
     return await reader(Snapshot(redis, doc_key, places_key))
 
 
+class _Found(NamedTuple):
+    thread: Thread
+    fields: list  # the fields asked along, as stored
+    run: Run | None
+    messages: list[Message]
+    checkpoints: list[Checkpoint]  # the one its diff starts from (if any), then its own (if any)
+
+
+async def _run(snap: Snapshot, run_id: str, *fields: str) -> _Found:
+    """A run (the newest with ``run_id`` empty) with what its answer names, and ``fields``, in one script."""
+    head, run, messages, new, old = await snap.script(_RUN, run_id, *fields)
+    head += [None] * (3 + len(fields) - len(head))  # a nil at the end of a Lua array shortens the reply
+    thread_raw, *got = snap._checked(head)
+    if thread_raw is None or (thread := _thread.decode(thread_raw)) is None:
+        raise Missing
+    if run is None:
+        return _Found(thread, got, None, [], [])
+    if any(m is None for m in messages):
+        raise Missing  # a part is not there
+    checkpoints = [_DECODERS["checkpoints"].decode(c) for c in (old, new) if c is not None]
+    return _Found(
+        thread, got, _DECODERS["runs"].decode(run), [_DECODERS["messages"].decode(m) for m in messages], checkpoints
+    )
+
+
+def _run_view(found: _Found) -> RunView | None:
+    if found.run is None:
+        return None
+    view = ThreadView(thread=found.thread, runs=[found.run], messages=found.messages, checkpoints=found.checkpoints)
+    return run_view(view, found.run.id)
+
+
 async def run(snap: Snapshot, run_id: str) -> RunView | None:
-    """``/v1/runs/{id}``: the run, its messages and its checkpoint, stored whole (``questions``): one HMGET."""
-    (raw,) = await snap.get([questions.RUN + run_id])
-    return _run.decode(raw) if raw is not None else None
+    """``/v1/runs/{id}``: the run, its messages and its checkpoint, where its answer (``questions``) says."""
+    return _run_view(await _run(snap, run_id)) if run_id else None
 
 
 async def latest_run(snap: Snapshot) -> RunView | None:
-    """The thread's newest run as ``run`` answers it (what a wait for "the latest run" reads); None: no run yet.
-    One script reads the newest run's id and its answer together."""
-    got = await snap.script(_LATEST_RUN)
-    got += [None] * (3 - len(got))  # a nil at the end of a Lua array shortens the reply
-    (raw,) = snap._checked(got)
-    return _run.decode(raw) if raw is not None else None
+    """The thread's newest run as ``run`` answers it (what a wait for "the latest run" reads); None: no run yet."""
+    return _run_view(await _run(snap, ""))
 
 
 async def change(snap: Snapshot, run_id: str) -> RunChange | None:
-    """``/v1/runs/{id}/diff``: the run, its checkpoint and the one it started from (``questions``): one HMGET."""
-    thread, (run_raw, compared) = await snap.thread(questions.RUN + run_id, questions.CHANGE + run_id, answers=True)
-    if run_raw is None or compared is None:
+    """``/v1/runs/{id}/diff``: the run, its checkpoint and the one it started from."""
+    if not run_id:
         return None
-    checkpoints = _run_checkpoints.decode(compared)
-    return RunChange(thread, _run_of_view.decode(run_raw), checkpoints.new, checkpoints.old)
+    found = await _run(snap, run_id)
+    if found.run is None:
+        return None
+    return run_change(ThreadView(thread=found.thread, runs=[found.run], checkpoints=found.checkpoints), run_id)
 
 
 async def queue(snap: Snapshot) -> QueueView:
@@ -182,16 +230,19 @@ async def queue(snap: Snapshot) -> QueueView:
 
 
 async def head(snap: Snapshot) -> ThreadHead:
-    """What a lineage node shows of a thread: no run but their count, every handoff: one HMGET."""
-    thread, (lineage, transfers, runs, handoffs) = await snap.thread(
-        "f:lineage", "f:transfers", "n:runs", questions.HANDOFFS
-    )
+    """What a lineage node shows of a thread: no run but their count, every handoff: one script."""
+    got, handoffs = await snap.script(_HEAD)
+    thread, lineage, transfers, runs = snap._checked(got + [None] * (6 - len(got)))
+    if thread is None or lineage is None or transfers is None or runs is None or None in handoffs:
+        raise Missing
+    if (t := _thread.decode(thread)) is None:
+        raise Missing
     return ThreadHead(
-        thread=thread,
+        thread=t,
         lineage=_lineage.decode(lineage),
         runs=int(runs),
         transfers=_transfers.decode(transfers),
-        handoffs=_handoffs.decode(handoffs),
+        handoffs=[_DECODERS["handoffs"].decode(h) for h in handoffs],
     )
 
 
@@ -216,11 +267,12 @@ async def first_run(snap: Snapshot) -> ThreadView:
 
 async def run_and_transfers(snap: Snapshot, run_id: str) -> ThreadView:
     """A delegation's parent: the delegating run (if the thread has it) and the thread's context transfers."""
-    thread, (transfers, run_raw) = await snap.thread("f:transfers", questions.RUN + run_id, answers=True)
+    found = await _run(snap, run_id or "none", "f:transfers")
+    (transfers,) = found.fields
     if transfers is None:
         raise Missing
-    runs = [_run_of_view.decode(run_raw)] if run_raw is not None else []
-    return ThreadView(thread=thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)
+    runs = [found.run] if found.run is not None else []
+    return ThreadView(thread=found.thread, seq=snap.sequence, transfers=_transfers.decode(transfers), runs=runs)
 
 
 async def recent(snap: Snapshot, runs: int) -> ThreadView:

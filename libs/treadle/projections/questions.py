@@ -1,16 +1,17 @@
-"""Answers stored whole, keyed by the question they answer, beside the thread's document in its hash and
-written in the same call under the same sequence guard: a read of one is one HMGET of values that never
-reflect two sequences, whatever the thread's length.
+"""Answers keyed by the question they answer, beside the thread's document in its hash and written in the same
+call under the same sequence guard, so a read of one is one call to Redis (``parts``) that reflects one
+sequence, whatever the thread's length:
 
-    q:run:<run id>      ``/v1/runs/{id}``: the run with its messages and checkpoint (``of_state.run_view``)
-    q:change:<run id>   what ``/v1/runs/{id}/diff`` compares: its checkpoint and the one it started from
-    q:latest_run        the id of the thread's newest run (a wait for "the latest run" reads it, then its q:run)
-    q:queue             ``/v1/threads/{id}/queue``: the queued runs with their messages' text
-    q:handoffs          every handoff of the thread (the lineage tree shows them with the thread's head)
+    q:run:<run id>   where ``/v1/runs/{id}`` and its diff find their items: "<run>;<its messages>;<its
+                     checkpoint>;<the checkpoint its diff starts from>", positions in ``runs``, ``messages`` and
+                     ``checkpoints`` ("12;24,25;12;11"; a checkpoint not there is empty)
+    q:latest_run     the id of the thread's newest run (what a wait for "the latest run" reads)
+    q:queue          ``/v1/threads/{id}/queue``: the queued runs with their messages' text, stored whole
 
-A batch writes the answers it changed: those of the runs it named or appended and of the runs of the messages
-and checkpoints it changed, the queue when the queue, the active run or a queued run changed, the handoffs
-when one was appended. A write of everything (``Changes.whole``) writes every answer.
+A run's answer points at the items instead of holding them: a copy of every run, its messages and
+checkpoints would double what Redis holds for a thread. A batch writes the answers it changed: those of the
+runs it named or appended and of the runs of the messages and checkpoints it changed, the queue when the
+queue, the active run or a queued run changed. A write of everything (``Changes.whole``) writes every answer.
 """
 
 from __future__ import annotations
@@ -26,10 +27,8 @@ from .document import Changes
 
 _encode = msgspec.json.Encoder().encode
 RUN = "q:run:"
-CHANGE = "q:change:"
 LATEST_RUN = "q:latest_run"
 QUEUE = "q:queue"
-HANDOFFS = "q:handoffs"
 _WRITTEN = "written_queue"  # in the state's __dict__: (seq, the queue and active run as last written)
 
 
@@ -40,15 +39,31 @@ def _changed_runs(state: ThreadState, changes: Changes) -> Iterable[str]:
     return sorted(ids)
 
 
+def run_places(state: ThreadState, run_id: str) -> str | None:
+    """A run's answer: where its item, its messages, its checkpoint (``views.thread.run_view``: the first of
+    its id) and the root checkpoint of the ordinal before it, captured before its own, with a commit
+    (``views.thread.run_change``) are; None: no such run."""
+    at = state.position("runs", run_id)
+    if at is None:
+        return None
+    run = state.runs[at]
+    messages = ",".join(map(str, state.run_message_positions(run_id)))
+    found = state.checkpoint_positions("id", run.checkpoint_id) if run.checkpoint_id else []
+    new = found[0] if found else None
+    old = None
+    if new is not None and state.checkpoints[new].commit:
+        earlier = (i for i in reversed(state.checkpoint_positions("ordinal", run.ordinal - 1)) if i < new)
+        old = next((i for i in earlier if (c := state.checkpoints[i]).scope == "root" and c.commit), None)
+    return f"{at};{messages};{'' if new is None else new};{'' if old is None else old}"
+
+
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str]:
     """Flat ``field, value, …`` for HSET: the answers this batch changed."""
     everything = changes is None or changes.whole(state)
     out: list[bytes | str] = []
     for run_id in [r.id for r in state.runs] if everything or changes is None else _changed_runs(state, changes):
-        if (view := of_state.run_view(state, run_id)) is not None:
-            out += [RUN + run_id, _encode(view)]
-        if (compared := of_state.run_checkpoints(state, run_id)) is not None:
-            out += [CHANGE + run_id, _encode(compared)]
+        if (where := run_places(state, run_id)) is not None:
+            out += [RUN + run_id, where]
     if state.runs and (everything or changes is None or changes.appended(state, "runs")):
         out += [LATEST_RUN, state.runs[-1].id]
     queue = (tuple(state.queue), state.active_run_id)
@@ -63,8 +78,6 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
     ):
         out += [QUEUE, _encode(of_state.queue_view(state))]
     state.__dict__[_WRITTEN] = (state.seq, queue)
-    if everything or changes is None or changes.appended(state, "handoffs"):
-        out += [HANDOFFS, of_state.encoded_part(state, "handoffs")]
     return out
 
 

@@ -21,7 +21,7 @@ from treadle.core import events as ev
 from treadle.core.state import ThreadState, fold
 
 from .runs import QueuedRun, QueueView
-from .thread import RunCheckpoints, RunView, ThreadSummary, ThreadView
+from .thread import ThreadSummary, ThreadView
 
 _PART_TYPES: dict[str, Any] = get_type_hints(ThreadView)
 _ITEM_TYPES: dict[str, Any] = {
@@ -135,40 +135,6 @@ def replay(events: Iterable[ev.Envelope]) -> ThreadView | None:
     """The views of a thread folded from its events (None: the log has no such thread)."""
     state = fold(events)
     return thread_view(state) if state.thread is not None else None
-
-
-def run_view(state: ThreadState, run_id: str) -> RunView | None:
-    """``/v1/runs/{id}`` from the state: the run, its messages and its checkpoint (what ``thread.run_view``
-    shapes from the thread's views), converting only what it holds."""
-    run, t = state.run(run_id), state.thread
-    if run is None or t is None:
-        return None
-    checkpoint = None
-    if run.checkpoint_id and (at := state.checkpoint_positions("id", run.checkpoint_id)):
-        checkpoint = item("checkpoints", state.checkpoints[at[0]])
-    return RunView(
-        **msgspec.structs.asdict(item("runs", run)),
-        thread_id=t.id,
-        messages=[item("messages", m) for m in state.run_messages(run_id)],
-        checkpoint=checkpoint,
-    )
-
-
-def run_checkpoints(state: ThreadState, run_id: str) -> RunCheckpoints | None:
-    """What ``/v1/runs/{id}/diff`` compares (``thread.run_change``): the run's checkpoint and the root checkpoint
-    of the ordinal before it captured before it; None: no such run."""
-    run = state.run(run_id)
-    if run is None:
-        return None
-    found = state.checkpoint_positions("id", run.checkpoint_id) if run.checkpoint_id else []
-    if not found:
-        return RunCheckpoints(new=None, old=None)
-    new = state.checkpoints[found[0]]
-    old = None
-    if new.commit:
-        earlier = (i for i in reversed(state.checkpoint_positions("ordinal", run.ordinal - 1)) if i < found[0])
-        old = next((c for i in earlier if (c := state.checkpoints[i]).scope == "root" and c.commit), None)
-    return RunCheckpoints(new=item("checkpoints", new), old=item("checkpoints", old) if old is not None else None)
 
 
 def queue_view(state: ThreadState) -> QueueView:

@@ -177,13 +177,6 @@ def queue_view(view: ThreadView) -> QueueView:
     return QueueView(thread_id=view.thread.id, active_run_id=view.active_run_id, queue=items)
 
 
-class RunCheckpoints(View, kw_only=True):
-    """The checkpoints a run's diff compares (``RunChange`` less the thread and the run), stored per run."""
-
-    new: Checkpoint | None
-    old: Checkpoint | None
-
-
 class RunChange(NamedTuple):
     """What a run's diff compares: its checkpoint (``new``) and the previous root checkpoint it started from."""
 
