@@ -97,4 +97,3 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
     assert sorted(got) == sorted(docs)
     for path in docs:
         assert json.dumps(_ordered(got[path])) == json.dumps(_ordered(docs[path])), path  # in the same order too
-
