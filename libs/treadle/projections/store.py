@@ -1,6 +1,7 @@
-"""Redis read models. Each thread's document (its view's changed parts, see ``document``) is written
-together with the stream sequence it reflects, its view version, its tenant-list entry and its run index in
-one Lua call, and only if it is newer: a redelivered or replayed event can never move a projection backwards.
+"""Redis read models. Each thread's document (its view's changed parts, see ``document``) and the answers
+kept per question (``questions``) are written together with the stream sequence they reflect, the view
+version, the thread's tenant-list entry and its run index in one Lua call, and only if it is newer: a
+redelivered or replayed event can never move a projection backwards.
 Readers get views (``treadle.views``), never the domain's state.
 
 Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster slot.
@@ -25,7 +26,7 @@ from . import document, parts, places, questions
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
 # (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
-# (``places``), then field/value pairs of the document. Changed parts on top of anything but the document at
+# (``places``), then field/value pairs of the document and of its answers (``questions``). Changed parts on top of anything but the document at
 # their base (Redis was flushed, another writer wrote since, or the places are missing or out of step with the
 # document: written before places existed) would make a document with holes or stale parts: that write is
 # refused with -1 and the caller sends the whole document. A document of another view version counts as
