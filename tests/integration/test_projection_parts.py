@@ -278,3 +278,13 @@ async def test_a_thread_without_runs_has_no_latest_run(redis):
     assert await store.read(state.thread.tenant, state.thread.id, parts.latest_run) is None
     alone = await store.read(state.thread.tenant, state.thread.id, partial(parts.recent, runs=3))
     assert _same(alone, recent(of_state.thread_view(state), 3))
+
+
+async def test_reads_by_script_survive_a_redis_that_lost_its_scripts(redis):
+    """The reads that follow an answer to its items are sent by their SHA: a Redis restarted or flushed of its
+    scripts gets them again, and the answer is the same."""
+    store = ProjectionStore(redis)
+    [state] = (await _project(store, [replace(e, tenant="partsflush") for e in thread_events(3)], 100)).values()
+    await _assert_reads_equal_the_whole(store, state)
+    await redis.script_flush()
+    await _assert_reads_equal_the_whole(store, state)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from ..views.checkpoints import Checkpoint
 from ..views.lineage import ContextHandoff, ContextTransfer, Lineage
@@ -123,6 +124,9 @@ return {head, at, runs, items('messages', messages), items('activity', activity)
 """
 
 
+_SCRIPTS: dict[str, AsyncScript] = {}  # by source: the script objects know their SHA
+
+
 class Snapshot:
     """Reads of one thread's hash (``questions``, ``document``), each one call that reflects one sequence."""
 
@@ -161,8 +165,12 @@ class Snapshot:
         return thread, got[1:]
 
     async def script(self, source: str, *args: int | str) -> list:
-        """A read script over the thread's hash and places (its reply as Redis gives it)."""
-        return cast("list", await self._redis.eval(source, 2, *self._keys, *args))
+        """A read script over the thread's hash and places (its reply as Redis gives it), sent by its SHA (the
+        client loads it again when Redis has lost it)."""
+        script = _SCRIPTS.get(source)
+        if script is None:
+            script = _SCRIPTS[source] = AsyncScript(self._redis, source)
+        return cast("list", await script(keys=list(self._keys), args=list(args), client=self._redis))
 
 
 async def read(redis: Redis, doc_key: str, places_key: str, reader: Callable[[Snapshot], Awaitable[T]]) -> T:
