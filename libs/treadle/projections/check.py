@@ -468,8 +468,8 @@ async def read_stored(redis: Redis, tenant: str, thread: str, ids: list[str]) ->
         seq=int(seq) if seq else 0,
         summary=summary,
         index={i: o.decode() if o else None for i, o in zip(ids, owners)},
-        places=stored_places,
-        answers={k: v for k, v in parts.items() if k.startswith(b"q:")},
+        places={k: v for k, v in stored_places.items() if not k.startswith(b"q:")},
+        answers={k: v for k, v in stored_places.items() if k.startswith(b"q:")},
     )
 
 

@@ -48,16 +48,18 @@ _SMALL = [name for name in document.FIELDS if name not in document.LISTS]  # sto
 _view = msgspec.json.Decoder(ThreadView)
 _queue = msgspec.json.Decoder(QueueView)
 
-# A run and what its answers name (``questions``), read at once: the run of id ARGV[1] (the newest run when
-# ARGV[1] is empty), with the thread's seq, v, f:thread and the fields ARGV[2..], then the run's item, its
-# messages' items, its checkpoint's and the one its diff starts from (false: not there, or no such run).
+# A run and what its answer names (``questions``, in the places' hash), read at once: the run of id ARGV[1]
+# (the newest run when ARGV[1] is empty), with the thread's seq, v, f:thread and the fields ARGV[2..], the
+# places' seq and v, then the run's item, its messages' items, its checkpoint's and the one its diff starts
+# from (false: not there, or no such run).
 _RUN = f"""
-local doc = KEYS[1]
+local doc, places = KEYS[1], KEYS[2]
 local id = ARGV[1]
-if id == '' then id = redis.call('HGET', doc, '{questions.LATEST_RUN}') or '' end
+if id == '' then id = redis.call('HGET', places, '{questions.LATEST_RUN}') or '' end
 local head = redis.call('HMGET', doc, 'seq', 'v', 'f:thread', unpack(ARGV, 2))
-local at = id ~= '' and redis.call('HGET', doc, '{questions.RUN}' .. id)
-if not at then return {{head, false, {{}}, false, false}} end
+local where = redis.call('HMGET', places, 'seq', 'v')
+local at = id ~= '' and redis.call('HGET', places, '{questions.RUN}' .. id)
+if not at then return {{head, where, false, {{}}, false, false}} end
 local run, messages, new, old = string.match(at, '^(%d+);([%d,]*);(%d*);(%d*)$')
 local function item(name, p)
   if not p or p == '' then return false end
@@ -65,7 +67,7 @@ local function item(name, p)
 end
 local found = {{}}
 for p in string.gmatch(messages or '', '%d+') do found[#found + 1] = item('messages', p) end
-return {{head, item('runs', run), found, item('checkpoints', new), item('checkpoints', old)}}
+return {{head, where, item('runs', run), found, item('checkpoints', new), item('checkpoints', old)}}
 """
 
 # A lineage node's head (``views.thread.ThreadHead``): the thread's seq, v, f:thread, f:lineage, f:transfers,
@@ -148,9 +150,10 @@ class Snapshot:
         self.seq = seq
         return got[2:]
 
-    async def get(self, fields: list[str]) -> list[bytes | None]:
-        """Fields of the thread's hash (None where one is not there)."""
-        return self._checked(cast("list[bytes | None]", await self._redis.hmget(self._keys[0], ["seq", "v", *fields])))
+    async def get(self, fields: list[str], answers: bool = False) -> list[bytes | None]:
+        """Fields of the thread's hash, or with ``answers`` of its places' hash (None where one is not there)."""
+        key = self._keys[1] if answers else self._keys[0]
+        return self._checked(cast("list[bytes | None]", await self._redis.hmget(key, ["seq", "v", *fields])))
 
     async def thread(self, *fields: str, answers: bool = False) -> tuple[Thread, list]:
         """The thread with other fields of its hash: Missing when one is not there, unless ``answers`` (then
@@ -187,8 +190,10 @@ class _Found(NamedTuple):
 
 async def _run(snap: Snapshot, run_id: str, *fields: str) -> _Found:
     """A run (the newest with ``run_id`` empty) with what its answer names, and ``fields``, in one script."""
-    head, run, messages, new, old = await snap.script(_RUN, run_id, *fields)
+    head, where, run, messages, new, old = await snap.script(_RUN, run_id, *fields)
     head += [None] * (3 + len(fields) - len(head))  # a nil at the end of a Lua array shortens the reply
+    if where[:2] != head[:2]:
+        raise Missing  # the places are not the document's
     thread_raw, *got = snap._checked(head)
     if thread_raw is None or (thread := _thread.decode(thread_raw)) is None:
         raise Missing
@@ -231,7 +236,7 @@ async def change(snap: Snapshot, run_id: str) -> RunChange | None:
 
 async def queue(snap: Snapshot) -> QueueView:
     """``/v1/threads/{id}/queue``: the queued runs with their messages' text, stored whole: one HMGET."""
-    (raw,) = await snap.get([questions.QUEUE])
+    (raw,) = await snap.get([questions.QUEUE], answers=True)
     if raw is None:
         raise Missing
     return _queue.decode(raw)

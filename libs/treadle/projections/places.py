@@ -1,7 +1,7 @@
 """Where the items of the thread's last runs are in its stored lists, so the read of its last runs
 (``parts.recent``) fetches those items and nothing else: a hash beside the document, written in the same Lua
-call and carrying the same ``seq`` and ``v``. (A read of one run, its diff or the queue reads its answer stored
-whole instead: ``questions``.)
+call and carrying the same ``seq`` and ``v``. The answers a read of one run, its diff or the queue follows
+(``questions``) share the hash.
 
     rm:<run id>        the positions of the run's messages in ``messages``, in order ("3,4,7")
     ra:<run id>        the positions of the run's activity in ``activity``, in order

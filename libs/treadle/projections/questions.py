@@ -1,5 +1,6 @@
-"""Answers keyed by the question they answer, beside the thread's document in its hash and written in the same
-call under the same sequence guard, so a read of one is one call to Redis (``parts``) that reflects one
+"""Answers keyed by the question they answer, in the hash of the thread's places (``places``: it carries the
+document's seq and v, and the whole document read does not fetch it), written in the same call as the
+document under the same sequence guard, so a read of one is one call to Redis (``parts``) that reflects one
 sequence, whatever the thread's length:
 
     q:run:<run id>   where ``/v1/runs/{id}`` and its diff find their items: "<run>;<its messages>;<its

@@ -26,7 +26,7 @@ from . import document, parts, places, questions
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
 # (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
-# (``places``), then field/value pairs of the document and of its answers (``questions``). Changed parts on top of anything but the document at
+# (``places`` and ``questions``: they share the places' hash), then field/value pairs of the document. Changed parts on top of anything but the document at
 # their base (Redis was flushed, another writer wrote since, or the places are missing or out of step with the
 # document: written before places existed) would make a document with holes or stale parts: that write is
 # refused with -1 and the caller sends the whole document. A document of another view version counts as
@@ -201,7 +201,8 @@ class ProjectionStore:
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
                 whole = changes is None or changes.whole(state)
-                where = places.fields(state, changes)
+                # the places and the answers share their hash (its seq and v): what a read by id follows
+                where = [*places.fields(state, changes), *questions.fields(state, changes)]
                 args = [
                     state.seq,
                     t.id,
@@ -215,7 +216,6 @@ class ProjectionStore:
                     len(where),
                     *where,
                     *document.fields(state, changes),
-                    *questions.fields(state, changes),
                 ]
                 pipe.evalsha(self._script.sha, 5, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
