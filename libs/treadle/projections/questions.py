@@ -24,6 +24,8 @@ import msgspec
 from treadle.core.state import ThreadState
 
 from ..views import of_state
+from ..views.runs import QueueView
+from ..views.thread import ThreadView, queue_view
 from .document import Changes
 
 _encode = msgspec.json.Encoder().encode
@@ -58,6 +60,21 @@ def run_places(state: ThreadState, run_id: str) -> str | None:
     return f"{at};{messages};{'' if new is None else new};{'' if old is None else old}"
 
 
+def _queue(state: ThreadState) -> QueueView:
+    """``/v1/threads/{id}/queue``, shaped by the views' own function over the queued runs and their messages."""
+    runs = [r for run_id in state.queue if (r := state.run(run_id)) is not None]
+    messages = [m for r in runs if (m := state.message(r.message_id)) is not None]
+    return queue_view(
+        ThreadView(
+            thread=of_state.part(state, "thread"),
+            queue=list(state.queue),
+            active_run_id=state.active_run_id,
+            runs=[of_state.item("runs", r) for r in runs],
+            messages=[of_state.item("messages", m) for m in messages],
+        )
+    )
+
+
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str]:
     """Flat ``field, value, …`` for HSET: the answers this batch changed."""
     everything = changes is None or changes.whole(state)
@@ -77,7 +94,7 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
         or last[1] != queue
         or not changes.run_ids.isdisjoint(state.queue)
     ):
-        out += [QUEUE, _encode(of_state.queue_view(state))]
+        out += [QUEUE, _encode(_queue(state))]
     state.__dict__[_WRITTEN] = (state.seq, queue)
     return out
 

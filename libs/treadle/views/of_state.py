@@ -20,7 +20,6 @@ from msgspec import inspect as mi
 from treadle.core import events as ev
 from treadle.core.state import ThreadState, fold
 
-from .runs import QueuedRun, QueueView
 from .thread import ThreadSummary, ThreadView
 
 _PART_TYPES: dict[str, Any] = get_type_hints(ThreadView)
@@ -135,24 +134,3 @@ def replay(events: Iterable[ev.Envelope]) -> ThreadView | None:
     """The views of a thread folded from its events (None: the log has no such thread)."""
     state = fold(events)
     return thread_view(state) if state.thread is not None else None
-
-
-def queue_view(state: ThreadState) -> QueueView:
-    """``/v1/threads/{id}/queue`` from the state (``thread.queue_view`` from the views)."""
-    t = state.thread
-    assert t is not None
-    items = []
-    for run_id in state.queue:
-        if (run := state.run(run_id)) is not None:
-            message = state.message(run.message_id)
-            items.append(
-                QueuedRun(
-                    run_id=run.id,
-                    ordinal=run.ordinal,
-                    message_id=run.message_id,
-                    text=message.text if message else "",
-                    mode=run.mode,
-                    queued_at=run.queued_at.isoformat(),
-                )
-            )
-    return QueueView(thread_id=t.id, active_run_id=state.active_run_id, queue=items)
