@@ -1,7 +1,7 @@
 """Reads of a thread's parts (projections/parts.py) against a real Redis: each answers byte for byte what the
 same view function answers from the whole document, however the projector wrote it (whole, or event by event
-as changed parts), and the places they go by stay exactly what a replay of the log gives after a projector
-crash mid-write and after a rebuild of another view version.
+as changed parts), and the places and answers they go by (projections/places.py, questions.py) stay exactly
+what a replay of the log gives after a projector crash mid-write and after a rebuild of another view version.
 
 The threads are those of ``fixtures/replay-events.jsonl`` (tools, a subagent, a queue, an interrupt, a plan,
 checkpoints, a fork with handoffs, a rollback) and a long thread of bench/frozen_state.py's shape."""
