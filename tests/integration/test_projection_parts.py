@@ -20,7 +20,7 @@ from msgspec.structs import replace
 from treadle.core.events import Envelope, ThreadCreated, decode_event
 from treadle.core.state import ThreadState, evolve, fold
 from treadle.projections import check, document, parts, places, questions
-from treadle.projections.document import Changes
+from treadle.projections.changes import Changes
 from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
 from treadle.views import VIEW_VERSION, of_state
 from treadle.views.thread import (
@@ -91,8 +91,7 @@ async def _project(store: ProjectionStore, events: list[Envelope], batch: int) -
             entry = touched.get(e.thread)
             if entry is None:
                 entry = touched[e.thread] = (state, [], Changes(state if state.thread is not None else None))
-            evolve(state, e)
-            entry[2].note(e.data)
+            entry[2].fold(state, e)
             entry[1].extend(indexed(e.data))
         await store.write(touched.values())
     return states
@@ -203,6 +202,40 @@ async def test_part_reads_never_answer_with_another_threads_or_tenants_items(red
     for reader in (parts.queue, partial(parts.recent, runs=3)):
         with pytest.raises(parts.Missing):
             await store.read("partshostile", a.thread.id, reader)
+
+
+async def test_events_that_change_what_they_do_not_name_write_only_what_changed(redis, monkeypatch):
+    """A rollback (runs rolled back, checkpoints gone stale) and a context delivery are not local: their writes
+    carry the items whose JSON they changed, found by comparing the lists before and after, never the whole
+    thread; reads, places and answers stay the replay's."""
+    written: list[list] = []
+
+    def recording(state, changes=None):
+        written.append(out := fields(state, changes))
+        return out
+
+    fields = document.fields
+    monkeypatch.setattr(document, "fields", recording)
+    store = ProjectionStore(redis)
+    recorded = _recorded("partsunnamed")
+    states: dict[str, ThreadState] = {}
+    unnamed = 0
+    for e in recorded:
+        state = states.setdefault(e.thread, ThreadState())
+        changes = Changes(state if state.thread is not None else None)
+        changes.fold(state, e)
+        await store.write([(state, list(indexed(e.data)), changes)])
+        if e.data.TRAITS.local or changes.everything:
+            continue
+        unnamed += 1
+        assert changes.compared and not changes.whole(state)
+        items = [str(k) for k in written[-1][0::2] if str(k).startswith("l:")]
+        assert len(items) < sum(len(getattr(state, n)) for n in document.LISTS), e.type
+        assert "l:messages:0" not in items
+        await _assert_reads_equal_the_whole(store, state)
+    assert unnamed >= 3  # the rollback's two events and the context deliveries
+    for state in states.values():
+        await _assert_reads_equal_the_whole(store, state)
 
 
 async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_them(redis):

@@ -14,7 +14,8 @@ from treadle.core.state import ThreadState, fold
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
-from treadle.projections import check, document
+from treadle.projections import changes as changes_
+from treadle.projections import check
 from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state, keys
 from treadle.projector.service import Projector
 from treadle.runtime import partitions
@@ -294,7 +295,7 @@ async def test_a_document_of_another_view_version_is_missing_to_readers_and_repl
     key = f"treadle:{{proj}}:thread:{state.thread.id}"
     await redis.hset(key, mapping={"v": VIEW_VERSION + 1, "f:left_over": "1"})
     assert await store.doc("proj", state.thread.id) is None
-    changes = document.Changes(state)
+    changes = changes_.Changes(state)
     assert await store._pipeline([(state, [], changes)]) == [-1]
     assert await store._pipeline([(state, [], None)]) == [1]
     assert await store.doc("proj", state.thread.id) == encode_state(state)

@@ -10,6 +10,7 @@ from treadle.core import events as ev
 from treadle.core.events import decode_event
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.state import ThreadState, evolve
+from treadle.projections import changes as changes_
 from treadle.projections import document
 from treadle.views import VIEW_VERSION, of_state
 from treadle.views.of_state import thread_view
@@ -37,7 +38,7 @@ def test_a_batch_rewrites_only_the_parts_it_changed():
         run = state.active_run or state.runs[-1]
         apply(state, [ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)])
     stored = _stored(document.fields(state))
-    changes = document.Changes(state)
+    changes = changes_.Changes(state)
     last = state.runs[-1]
     delta = ev.RunWarning(run_id=last.id, message="slow")
     apply(state, [delta])
@@ -53,7 +54,7 @@ def test_a_batch_rewrites_only_the_parts_it_changed():
 def test_an_event_the_document_does_not_know_rewrites_everything():
     state = new_thread()
     send(state, "x")
-    changes = document.Changes(state)
+    changes = changes_.Changes(state)
     changes.note(ev.UnknownEvent(raw={"a": 1}))
     keys = document.fields(state, changes)[0::2]
     assert "l:messages:0" in keys and "l:runs:0" in keys
@@ -113,7 +114,7 @@ def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_ke
         ([ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)], True),
         ([ev.RunWarning(run_id=run.id, message="late")], False),
     ):
-        changes = document.Changes(state)
+        changes = changes_.Changes(state)
         apply(state, payloads)
         for p in payloads:
             changes.note(p)

@@ -9,69 +9,17 @@ can be compared byte for byte with a replay of the log; parts of another view ve
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
-from treadle.core import events as ev
 from treadle.core.state import ThreadState
 
 from ..views import VIEW_VERSION, of_state
+from .changes import LISTS as LISTS
+from .changes import Changes
 
 FIELDS: tuple[str, ...] = of_state.FIELDS
 VERSION = str(VIEW_VERSION).encode()
-LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 _encode = msgspec.json.Encoder().encode
-
-
-class Changes:
-    """What a batch of events changed in one thread's state, noted while they are folded."""
-
-    __slots__ = ("everything", "lengths", "run_ids", "message_ids", "moves", "base", "provider_threads")
-
-    def __init__(self, before: ThreadState | None) -> None:
-        self.everything = before is None
-        self.provider_threads = False  # an event of the batch may have changed them
-        self.base = before.seq if before is not None else 0  # the sequence the changes are on top of
-        self.moves = before.moves if before is not None else 0
-        self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
-        self.run_ids: set[str] = set()
-        self.message_ids: set[str] = set()
-
-    def note(self, payload: ev.Payload) -> None:
-        traits = payload.TRAITS  # what the event's fold may change (``core.envelope.Traits``)
-        if traits.provider_threads:
-            self.provider_threads = True
-        # A steer carried over (to a superseding run or a restart attempt) changes messages it does not name.
-        moved = getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None)
-        if not traits.local or moved:
-            self.everything = True
-            return
-        if run_id := getattr(payload, "run_id", None):
-            self.run_ids.add(run_id)
-        if message_id := getattr(payload, "message_id", None):
-            self.message_ids.add(message_id)
-
-    def whole(self, state: ThreadState) -> bool:
-        """Whether the write must be whole: an event changed what it does not name, or messages changed runs
-        (``ThreadState.moves``: a steer carried over, whatever event did it)."""
-        if state.moves != self.moves:
-            self.everything = True
-        return self.everything
-
-    def appended(self, state: ThreadState, name: str) -> range:
-        """Positions of the items of list ``name`` the batch added (all of them when everything changed)."""
-        return range(0 if self.everything else self.lengths[name], len(getattr(state, name)))
-
-    def indices(self, state: ThreadState, name: str, items: list[Any]) -> range | list[int]:
-        if self.everything:
-            return range(len(items))
-        changed = set(range(self.lengths[name], len(items)))
-        ids = self.run_ids if name == "runs" else self.message_ids if name == "messages" else None
-        for item_id in ids or ():
-            if (i := state.position(name, item_id)) is not None:
-                changed.add(i)
-        return sorted(changed)
 
 
 _WRITTEN = "written_parts"  # in the state's __dict__: (seq, the small fields' JSON as written at that seq)

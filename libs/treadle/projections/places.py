@@ -7,9 +7,9 @@ call and carrying the same ``seq`` and ``v``. The answers a read of one run, its
     ra:<run id>        the positions of the run's activity in ``activity``, in order
     co:<ordinal>       the positions of the checkpoints of that run ordinal in ``checkpoints``, in order
 
-A write of changed parts adds the places of what was appended; a whole write replaces the hash (the store
-deletes it first), so a place left by a message that moved (runs, or its place when a steer joins) never
-survives the write that moved it.
+A write of changed parts writes the places of what it appended or rewrote (``changes``: a message that moved,
+to another run or to another place when a steer joins, is rewritten, and so are its old run's places); a whole
+write replaces the hash (the store deletes it first).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from treadle.core.state import ThreadState
 
 from ..views import VIEW_VERSION
-from .document import Changes
+from .changes import Changes
 
 
 def _joined(positions: list[int]) -> str:
@@ -26,20 +26,24 @@ def _joined(positions: list[int]) -> str:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
     """Flat ``field, value, …`` for HSET: the places of the messages, activity and checkpoints a batch appended
-    (an item never changes its run or ordinal) and the runs it added. A message leaves its run or its place only
-    when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
+    or rewrote, of the runs and ordinals they belonged to before (an item changes its run or place only when
+    messages move, ``ThreadState.moves``) and of the runs it added. A place left empty is written as "" (the
+    store deletes it); a whole write leaves it out."""
     changes = changes or Changes(None)
     out: list[str | int] = []
-    run_ids = {state.runs[i].id for i in changes.appended(state, "runs")}
-    for i in changes.appended(state, "messages"):
+    run_ids = {state.runs[i].id for i in changes.appended(state, "runs")} | changes.former_owners(state, "messages")
+    for i in [*changes.appended(state, "messages"), *changes.diffed(state, "messages")]:
         if (run_id := state.messages[i].run_id) is not None:
             run_ids.add(run_id)
     for run_id in sorted(run_ids):
-        if positions := state.run_message_positions(run_id):
+        if (positions := state.run_message_positions(run_id)) or not changes.everything:
             out += [f"rm:{run_id}", _joined(positions)]
-    for run_id in sorted({state.activity[i].run_id for i in changes.appended(state, "activity")}):
+    activity = [*changes.appended(state, "activity"), *changes.diffed(state, "activity")]
+    for run_id in sorted({state.activity[i].run_id for i in activity} | changes.former_owners(state, "activity")):
         out += [f"ra:{run_id}", _joined(state.run_activity_positions(run_id))]
-    for ordinal in sorted({state.checkpoints[i].ordinal for i in changes.appended(state, "checkpoints")}):
+    checkpoints = [*changes.appended(state, "checkpoints"), *changes.diffed(state, "checkpoints")]
+    ordinals = {state.checkpoints[i].ordinal for i in checkpoints} | changes.former_owners(state, "checkpoints")
+    for ordinal in sorted(ordinals):
         out += [f"co:{ordinal}", _joined(state.checkpoint_positions("ordinal", ordinal))]
     return out
 

@@ -27,7 +27,7 @@ from treadle.core.state import ThreadState
 from ..views import of_state
 from ..views.runs import QueueView
 from ..views.thread import ThreadView, queue_view
-from .document import Changes
+from .changes import Changes
 
 _encode = msgspec.json.Encoder().encode
 RUN = "q:run:"
@@ -39,7 +39,9 @@ _WRITTEN = "written_queue"  # in the state's __dict__: (seq, the queue and activ
 def _changed_runs(state: ThreadState, changes: Changes) -> Iterable[str]:
     ids = {state.runs[i].id for i in changes.indices(state, "runs", state.runs)}
     ids |= {m.run_id for i in changes.indices(state, "messages", state.messages) if (m := state.messages[i]).run_id}
-    ids |= {c.run_id for i in changes.appended(state, "checkpoints") if (c := state.checkpoints[i]).run_id}
+    ids |= changes.former_owners(state, "messages") | changes.former_checkpoint_runs(state)
+    checkpoints = [*changes.appended(state, "checkpoints"), *changes.diffed(state, "checkpoints")]
+    ids |= {c.run_id for i in checkpoints if (c := state.checkpoints[i]).run_id}
     return sorted(ids)
 
 
@@ -94,6 +96,7 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
         or last[0] != changes.base
         or last[1] != queue
         or not changes.run_ids.isdisjoint(state.queue)
+        or changes.compared
     ):
         out += [QUEUE, _encode(_queue(state))]
     state.__dict__[_WRITTEN] = (state.seq, queue)

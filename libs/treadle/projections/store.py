@@ -23,10 +23,12 @@ from treadle.core.state import ThreadState, fold
 from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
 from . import document, parts, places, questions
+from .changes import Changes
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
 # (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
-# (``places`` and ``questions``: they share the places' hash), then field/value pairs of the document. Changed parts on top of anything but the document at
+# (``places`` and ``questions``: they share the places' hash; an empty value deletes its field), then
+# field/value pairs of the document. Changed parts on top of anything but the document at
 # their base (Redis was flushed, another writer wrote since, or the places are missing or out of step with the
 # document: written before places existed) would make a document with holes or stale parts: that write is
 # refused with -1 and the caller sends the whole document. A document of another view version counts as
@@ -56,7 +58,12 @@ local function hset(key, from, to)
   end
 end
 local m = tonumber(ARGV[9 + n])
+local gone = {}
+for i = 10 + n, 9 + n + m, 2 do
+  if ARGV[i + 1] == '' then gone[#gone + 1] = ARGV[i] end
+end
 hset(KEYS[5], 10 + n, 9 + n + m)
+if #gone > 0 then redis.call('HDEL', KEYS[5], unpack(gone)) end
 hset(KEYS[1], 10 + n + m, #ARGV)
 redis.call('HSET', KEYS[1], 'seq', ARGV[1])
 redis.call('HSET', KEYS[5], 'seq', ARGV[1], 'v', ARGV[6])
@@ -137,7 +144,7 @@ def encode_state(state: ThreadState) -> bytes:
     return document.encode(state)
 
 
-Item = tuple[ThreadState, list[str], document.Changes | None]  # state, new ids to index, changes (None: all)
+Item = tuple[ThreadState, list[str], Changes | None]  # state, new ids to index, changes (None: all)
 
 
 class ProjectionStore:

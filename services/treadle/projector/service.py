@@ -32,7 +32,7 @@ from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import LogError, Unavailable
 from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections import notices
-from treadle.projections.document import Changes
+from treadle.projections.changes import Changes
 from treadle.projections.rebuild import rebuild
 from treadle.projections.store import ProjectionStore, all_indexed, indexed
 from treadle.runtime import partitions
@@ -137,8 +137,7 @@ class Projector:
                 entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
             if entry[0].seq < (previous := _previous(msg)):
                 await self._catch_up(key, entry, previous, e.seq or 0)
-            evolve(entry[0], e)
-            entry[2].note(e.data)
+            entry[2].fold(entry[0], e)
             entry[1].extend(indexed(e.data))
         await self._store.write(touched.values())
         await notices.announce(
@@ -177,8 +176,7 @@ class Projector:
         for e in await self._log.read(*key, after=state.seq):
             if e.seq is not None and e.seq >= seq:
                 break
-            evolve(state, e)
-            changes.note(e.data)
+            changes.fold(state, e)
             ids.extend(indexed(e.data))
         if state.seq < previous:
             # Any replica answers a direct get, and one catching up (a restarted node) may not have stored
