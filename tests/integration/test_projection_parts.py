@@ -17,6 +17,7 @@ import msgspec
 import pytest
 from msgspec.structs import replace
 
+from treadle.core import events as ev
 from treadle.core.events import Envelope, ThreadCreated, decode_event
 from treadle.core.state import ThreadState, evolve, fold
 from treadle.projections import check, document, parts, places, questions
@@ -236,6 +237,48 @@ async def test_events_that_change_what_they_do_not_name_write_only_what_changed(
     assert unnamed >= 3  # the rollback's two events and the context deliveries
     for state in states.values():
         await _assert_reads_equal_the_whole(store, state)
+
+
+async def test_steers_that_move_are_written_by_comparing_and_placed_anew(redis):
+    """L3: a steer joining where its runtime took it in (later messages shift), a late steer queued as its own
+    run, and undelivered steers carried over to the run that supersedes theirs move messages their events do
+    not all name: each write carries what moved and re-places the runs it left, never the whole thread."""
+    store = ProjectionStore(redis)
+    events = [replace(e, tenant="partssteers") for e in thread_events(3)]
+    [state] = (await _project(store, events, 100)).values()
+    last = events[-1]
+
+    def queued(n: int, message: str, **kw) -> ev.RunQueued:
+        return ev.RunQueued(
+            run_id=f"run_{n}",
+            ordinal=n,
+            message_id=message,
+            text=f"request {n}",
+            root_node_id=f"nod_{n}",
+            attempt_id=f"att_{n}",
+            mode="auto",
+            disposition="queued",
+            provider="scripted",
+            **kw,
+        )
+
+    payloads: list[ev.Payload] = [
+        queued(4, "msg_4"),
+        ev.RunSteered(run_id="run_4", message_id="msg_s1", text="first", steering="native"),
+        ev.RunSteered(run_id="run_4", message_id="msg_s2", text="second", steering="native"),
+        ev.SteerJoined(run_id="run_4", attempt_id="att_4", message_id="msg_s1"),
+        queued(5, "msg_s2"),
+        queued(6, "msg_6", supersedes_run_id="run_4"),
+        queued(7, "msg_s2"),  # run 5 is left without a message: its place goes
+    ]
+    for i, p in enumerate(payloads, 1):
+        changes = Changes(state)
+        changes.fold(state, replace(last, id=f"evt_steer{i}", type=p.TYPE, seq=last.seq + i, data=p))
+        await store.write([(state, list(indexed(p)), changes)])
+        assert not changes.everything, p.TYPE
+        await _assert_reads_equal_the_whole(store, state)
+    assert state.moves == 4 and state.run_message_positions("run_5") == []
+    assert [m.run_id for m in state.messages if m.id in ("msg_s1", "msg_s2")] == ["run_7", "run_6"]
 
 
 async def test_messages_that_change_runs_are_placed_anew_whatever_event_moved_them(redis):
