@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from treadle.core import events as ev
 from treadle.core.state import ThreadState, evolve
 
-from ..views import of_state
-
 LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
+# The domain's own JSON, not the view's: it changes whenever the view's does (the view is a part of it), and
+# encoding a domain value costs a fraction of converting it to its view first.
+_encode = msgspec.json.Encoder().encode
 
 
 def _owner(name: str, item: Any) -> Any:
@@ -34,7 +37,7 @@ class _Before:
     __slots__ = ("items", "owners", "runs")
 
     def __init__(self, state: ThreadState) -> None:
-        self.items = {name: [of_state.encoded_item(name, v) for v in getattr(state, name)] for name in LISTS}
+        self.items = {name: [_encode(v) for v in getattr(state, name)] for name in LISTS}
         self.owners = {name: [_owner(name, v) for v in getattr(state, name)] for name in LISTS}
         self.runs = [r.run_id for r in state.checkpoints]  # a checkpoint's run (its answer names it)
 
@@ -113,7 +116,7 @@ class Changes:
         if self._diffed is None:
             before = self._before.items
             self._diffed = {
-                n: [i for i, old in enumerate(before[n]) if of_state.encoded_item(n, getattr(state, n)[i]) != old]
+                n: [i for i, (old, now) in enumerate(zip(before[n], getattr(state, n))) if _encode(now) != old]
                 for n in LISTS
             }
         return self._diffed[name]
