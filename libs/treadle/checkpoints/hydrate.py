@@ -82,13 +82,15 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
     relative = path.relative_to(tenant_root)
     where = Where(req.tenant, workspace_key(relative.as_posix()), req.thread)
     async with ws._locked(path) as slot:
+        revived = await revive(ws, slot, req.tenant, path, tenant_root)  # evicted: back as it was left, then looked at
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} is not a directory")
         shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         if shadow in slot.repos and not (path.is_dir() and shadow.is_dir()):  # deleted under it: tips of the old one
             slot.repos.pop(shadow).close()
         if path.is_dir() and any(os.scandir(path)):
-            return await _present(ws, durable, slot, req, path, tenant_root, where)
+            present = await _present(ws, durable, slot, req, path, tenant_root, where)
+            return msgspec.structs.replace(present, created=True) if revived else present
         if durable is None:
             raise CheckpointError(
                 "workspace_missing", f"workspace {req.workspace!r} is missing and there is no archive"
@@ -97,6 +99,12 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
             stale.close()
         return await _build(ws, durable, where, manifest, req, path, shadow, (commit, tree))
+
+
+async def revive(ws: Workspaces, slot, tenant: str, path: Path, tenant_root: Path) -> bool:
+    from .eviction import revive  # it builds with this module
+
+    return await revive(ws, slot, tenant, path, tenant_root)
 
 
 async def _present(
