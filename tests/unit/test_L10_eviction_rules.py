@@ -41,5 +41,9 @@ def test_L10_a_thread_in_use_elsewhere_or_without_a_checkpoint_keeps_its_workspa
     assert refusal(_idle(active_run_id="run_1"), "node-1", NOW, 3600) == "a run is playing or queued"
     assert refusal(_idle(queue=["run_2"]), "node-1", NOW, 3600) == "a run is playing or queued"
     assert refusal(_idle(last_activity_at=NOW - timedelta(minutes=5)), "node-1", NOW, 3600) == "active recently"
-    assert refusal(_idle(checkpoints=[]), "node-1", NOW, 3600) == "no checkpoint with files"
+    assert refusal(_idle(checkpoints=[]), "node-1", NOW, 3600) == "its last checkpoint failed"
+    failed = Checkpoint(id="ckpt_2", ordinal=1, status="error", created_at=LONG_AGO)
+    state = _idle()
+    state.checkpoints.append(failed)
+    assert refusal(state, "node-1", NOW, 3600) == "its last checkpoint failed"
     assert refusal(ThreadState(), "node-1", NOW, 3600) == "no such thread"

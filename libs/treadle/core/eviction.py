@@ -37,6 +37,7 @@ def refusal(state: ThreadState, volume: str, now: datetime, idle_seconds: float)
     last = state.last_activity_at
     if last is None or now - last < timedelta(seconds=idle_seconds):
         return "active recently"
-    if not any(c.scope == "root" and c.commit is not None and not c.stale for c in state.checkpoints):
-        return "no checkpoint with files"
+    roots = [c for c in state.checkpoints if c.scope == "root" and not c.stale]
+    if not roots or max(roots, key=lambda c: c.ordinal).commit is None:
+        return "its last checkpoint failed"  # what the disk holds may be all there is of that run's files
     return None
