@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -234,3 +235,24 @@ async def test_L10_an_evicted_thread_comes_back_in_its_own_tenant_only(node: Nod
     assert not node.workspace.exists()  # nothing came back or changed
     assert await node.workspaces.revive(TENANT, node.ws)
     assert node.read() == {"a.txt": "two\n", "src/b.txt": "deep\n", "new.txt": "new\n"}
+
+
+async def test_L9_3_a_workspace_prepared_empty_by_an_earlier_move_is_hydrated_not_refused(node: Node):
+    """A move tried while the thread had no checkpoint prepared its workspace; once it has one, the hydrate of the
+    next try makes the workspace from it instead of refusing "exists and holds other checkpoints"."""
+    _, second = await _two_checkpoints(node)
+    files = node.read()
+    shutil.rmtree(node.workspace)
+    shutil.rmtree(node.shadow / TENANT)
+    await node.client.prepare(TENANT, node.thread, node.ws)  # as a move of a thread without a checkpoint does
+    made = await request_hydrate(
+        node.nc, node.name, Hydrate(tenant=TENANT, thread=node.thread, workspace=node.ws, commit=second.commit)
+    )
+    assert made.created and node.read() == files
+    node.write({"mine.txt": "a user's file\n"})  # anything else in it: refused as before, nothing changed
+    shutil.rmtree(node.shadow / TENANT)
+    with pytest.raises(CheckpointError) as refused:
+        await request_hydrate(
+            node.nc, node.name, Hydrate(tenant=TENANT, thread=node.thread, workspace=node.ws, commit=second.commit)
+        )
+    assert refused.value.code == "bad_request" and node.read() == {**files, "mine.txt": "a user's file\n"}

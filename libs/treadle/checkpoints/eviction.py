@@ -28,7 +28,7 @@ import msgspec
 from treadle.core.eviction import own_workspace
 
 from .durable import Where
-from .hydrate import Hydrate, _build
+from .hydrate import Hydrate, _build, pristine
 from .locks import exclusive
 from .protocol import CheckpointError
 from .refs import thread_prefix
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .git import Workspaces
 
 TOMBSTONES = "evicted"  # <shadow root>/<tenant>/evicted/<workspace key>
-_MAIN = b"ref: refs/heads/main\n"  # what `git init -b main` leaves in HEAD, as hydrate makes it again
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,29 +148,9 @@ async def _reproducible(
     others = await ws.git.check(repo, "ls-files", "-z", "--others", "--directory")
     if others:
         return "it holds files checkpoints leave out"
-    if not await asyncio.to_thread(_pristine, repo.worktree / ".git"):
+    if not await asyncio.to_thread(pristine, repo.worktree / ".git"):
         return "its own repository has commits or staged files"
     return manifest.head, manifest.head_tree
-
-
-def _pristine(dotgit: Path) -> bool:
-    """The workspace's `.git` holds nothing that `git init -b main` (what hydrate runs) would not make again."""
-    if not os.path.lexists(dotgit):
-        return True
-    if dotgit.is_symlink() or not dotgit.is_dir():
-        return False
-    if os.path.lexists(dotgit / "index") or os.path.lexists(dotgit / "packed-refs"):
-        return False
-    try:
-        if (dotgit / "HEAD").read_bytes() != _MAIN:
-            return False
-    except OSError:
-        return False
-    for sub in ("refs", "objects"):
-        for _, _, names in os.walk(dotgit / sub):
-            if names:
-                return False
-    return True
 
 
 def _usage(*tops: Path) -> tuple[int, int]:

@@ -88,7 +88,8 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
         shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         if shadow in slot.repos and not (path.is_dir() and shadow.is_dir()):  # deleted under it: tips of the old one
             slot.repos.pop(shadow).close()
-        if path.is_dir() and any(os.scandir(path)):
+        unused = path.is_dir() and await asyncio.to_thread(_unused, path, shadow)
+        if path.is_dir() and any(os.scandir(path)) and not unused:
             present = await _present(ws, durable, slot, req, path, tenant_root, where)
             return msgspec.structs.replace(present, created=True) if revived else present
         if durable is None:
@@ -96,9 +97,41 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
                 "workspace_missing", f"workspace {req.workspace!r} is missing and there is no archive"
             )
         manifest, commit, tree = _target(await durable.load_typed(where), req)
+        if unused:
+            await asyncio.to_thread(shutil.rmtree, path / ".git")  # the build is renamed over an empty directory
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
             stale.close()
         return await _build(ws, durable, where, manifest, req, path, shadow, (commit, tree))
+
+
+_MAIN = b"ref: refs/heads/main\n"  # what `git init -b main` leaves in HEAD
+
+
+def pristine(dotgit: Path) -> bool:
+    """A workspace's `.git` holds nothing that `git init -b main` (what prepare and hydrate run) would not make."""
+    if not os.path.lexists(dotgit):
+        return True
+    if dotgit.is_symlink() or not dotgit.is_dir():
+        return False
+    if os.path.lexists(dotgit / "index") or os.path.lexists(dotgit / "packed-refs"):
+        return False
+    try:
+        if (dotgit / "HEAD").read_bytes() != _MAIN:
+            return False
+    except OSError:
+        return False
+    return not any(names for sub in ("refs", "objects") for _, _, names in os.walk(dotgit / sub))
+
+
+def _unused(path: Path, shadow: Path) -> bool:
+    """A workspace as prepare made it and nothing touched since (no file, a pristine `.git`, no checkpoint): a
+    move tried before prepared it for a thread that had no checkpoint yet. It is made anew, not refused."""
+    if {e.name for e in os.scandir(path)} != {".git"} or not pristine(path / ".git"):
+        return False
+    refs = shadow / "refs" / "treadle"
+    if (shadow / "packed-refs").exists() or any(names for _, _, names in os.walk(refs)):
+        return False
+    return True
 
 
 async def revive(ws: Workspaces, slot, tenant: str, path: Path, tenant_root: Path) -> bool:
