@@ -98,7 +98,8 @@ class IdleEviction:
                 if not is_token(tenant.name) or not tenant.is_dir(follow_symlinks=False):
                     continue
                 threads = os.path.join(tenant.path, "threads")
-                for gone in eviction.leftovers(Path(threads)):
+                gitdirs = self._ws._shadow_root / tenant.name / "workspaces"
+                for gone in eviction.leftovers(Path(threads)) + eviction.leftovers(gitdirs):
                     shutil.rmtree(gone, ignore_errors=True)
                 with contextlib.suppress(FileNotFoundError, NotADirectoryError):
                     for entry in os.scandir(threads):
