@@ -9,7 +9,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := setup
 
-.PHONY: $(VENV) setup lock run test bench bench-checkpoint bench-peer soak schemas clean distclean
+.PHONY: $(VENV) setup lock run providers docs test bench bench-checkpoint bench-peer soak schemas clean distclean
 
 $(VENV): $(STAMP)
 
@@ -18,14 +18,19 @@ PACKAGES := $(wildcard libs/treadle/*/__init__.py services/treadle/*/__init__.py
 
 # The whole dependency tree, pinned with hashes (for CPython 3.11 on linux x86_64) and compiled by `make lock`:
 #   dev.lock  what `make setup` installs (pyproject.toml's dev extra, which holds all the others, and setuptools)
-#   all.lock  what the container image installs (the all extra: server, claude, embedded)
+#   all.lock  what the container image and `make providers` install (the all extra: server, claude, embedded)
+#   run.lock  what `make run` installs (the embedded extra: the stack on one machine, no runtime, no test tool)
+#   bootstrap.lock  uv, the installer `make run` and `make providers` use (the same pin as in dev.lock)
 #   base.lock the client alone (no extra): its wheels go to the wheelhouse the packaging test installs from offline
-LOCKS     := requirements/dev.lock requirements/all.lock requirements/base.lock
+LOCKS     := requirements/dev.lock requirements/all.lock requirements/run.lock requirements/base.lock \
+	requirements/bootstrap.lock
 WHEELHOUSE := $(VENV)/wheelhouse
 
-$(STAMP): pyproject.toml $(LOCKS) $(PACKAGES)
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+PYTHON_CHECK = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "error: Treadle needs Python >= 3.11 (PYTHON=$(PYTHON))" >&2; exit 1; }
+
+$(STAMP): pyproject.toml $(LOCKS) $(PACKAGES)
+	$(PYTHON_CHECK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q --require-hashes -r requirements/dev.lock
@@ -42,6 +47,8 @@ UV_COMPILE = $(BIN)/uv pip compile --quiet --generate-hashes --python-version 3.
 lock: $(STAMP)
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra dev -o requirements/dev.lock
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra all -c requirements/dev.lock -o requirements/all.lock
+	$(UV_COMPILE) pyproject.toml requirements/build.in --extra embedded -c requirements/dev.lock -o requirements/run.lock
+	$(UV_COMPILE) requirements/bootstrap.in -c requirements/dev.lock -o requirements/bootstrap.lock
 	$(UV_COMPILE) pyproject.toml -c requirements/dev.lock -o requirements/base.lock
 	$(MAKE) $(STAMP)
 
@@ -79,13 +86,49 @@ setup: $(STAMP) $(CODEX_STAMP) $(SPECTRAL_STAMP) $(ACP_STAMP)
 	@path=$$(bash scripts/ensure-chromium.sh) && echo "chromium (console browser tests): $$path"
 	@path=$$(bash scripts/ensure-promtool.sh) && echo "promtool (alert rules): $$path"
 
-run: setup
+# `make run` is light: the embedded stack and its scripted demo (run.lock), no npm, browser or test tool; about
+# a minute from a fresh clone. The real runtimes are `make providers` away; `make test` keeps the full setup.
+# pip bootstraps uv alone (one wheel, hash-checked); uv installs the rest in parallel, hashes checked too, and
+# compiles the bytecode once (else the six workers of the first `treadle up` each compile the same modules).
+RUN_STAMP := $(VENV)/.installed-run
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+# The venv gets no pip of its own when this Python's pip can install into it (`pip --python`, pip >= 22.3):
+# ensurepip costs 3-4 s of CPU, half a minute on a busy machine. `make setup` adds pip to the same venv later.
+$(RUN_STAMP): pyproject.toml requirements/run.lock requirements/bootstrap.lock $(PACKAGES)
+	$(PYTHON_CHECK)
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python install -q --disable-pip-version-check --require-hashes \
+		-r requirements/bootstrap.lock 2>/dev/null || { $(PYTHON) -m venv $(VENV) \
+		&& $(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements/bootstrap.lock; }
+	$(UV_INSTALL) --require-hashes -r requirements/run.lock
+	$(UV_INSTALL) --no-deps --no-build-isolation -e .
+	@touch $@
+
+run: $(RUN_STAMP)
+	@path=$$(bash scripts/ensure-redis.sh) && echo "redis-server: $$path"
 	$(BIN)/treadle up --demo
+
+# The real runtimes for `make run`: Claude Code (the claude extra, all.lock), the pinned Codex CLI, the two ACP
+# agents (npm) and bubblewrap for the runtime sandbox. A model key then picks the runtime (docs/providers.md).
+PROVIDERS_STAMP := $(VENV)/.installed-providers
+$(PROVIDERS_STAMP): $(RUN_STAMP) requirements/all.lock
+	$(UV_INSTALL) --require-hashes -r requirements/all.lock
+	@touch $@
+
+providers: $(PROVIDERS_STAMP) $(CODEX_STAMP) $(ACP_STAMP)
+	@path=$$(bash scripts/ensure-bubblewrap.sh) && echo "bubblewrap (runtime sandbox): $$path"
+
+# The documentation site in build/docs (strict: a broken link or a page outside the site fails; the suite builds
+# it too, tests/unit/test_docs_site.py), after regenerating the configuration reference from the settings.
+docs: $(STAMP)
+	$(BIN)/python -m treadle.cli.config_reference
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
 
 test: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
-	$(BIN)/mypy -p treadle
+	$(BIN)/mypy
 	$(SPECTRAL) lint --quiet --fail-severity=warn --ruleset .spectral.yaml schemas/openapi.json
 	@TIMEFORMAT='wall time: %1Rs'; time scripts/loopback-only.sh $(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -128,15 +128,15 @@ async def main() -> None:
         await codex.stop()
         shutil.rmtree(homes, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
-    d, h = summary(direct_times), summary(http_times)
+    direct_summary, http_summary = summary(direct_times), summary(http_times)
     paired = sorted((b - a) * 1000 for a, b in zip(direct_times, http_times, strict=True))
     print(
         json.dumps(
             {
                 "agent": provider,
-                "direct_adapter": d,
-                "http_api": h,
-                "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
+                "direct_adapter": direct_summary,
+                "http_api": http_summary,
+                "overhead_median_ms": round(http_summary["median_ms"] - direct_summary["median_ms"], 1),
                 "overhead_paired_median_ms": round(statistics.median(paired), 1),
                 "first_turn": first,
                 "sandbox": os.environ.get("TREADLE_SANDBOX", "on"),

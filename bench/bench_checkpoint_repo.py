@@ -70,6 +70,11 @@ def plain_git(path: Path, *args: str) -> None:
     )
 
 
+def plain_commit(path: Path, message: str) -> None:
+    plain_git(path, "add", "-A")
+    plain_git(path, "commit", "-q", "-m", message)
+
+
 def timed(fn):
     c0, w0 = cpu_ms(), time.perf_counter()
     result = fn()
@@ -145,9 +150,7 @@ async def main(args: argparse.Namespace) -> dict:
             assert not diff.truncated
             previous = got.commit
             message = f"run {run}"
-            _, git_wall, git_cpu = timed(
-                lambda: (plain_git(copy, "add", "-A"), plain_git(copy, "commit", "-q", "-m", message))  # noqa: B023 (called at once)
-            )
+            _, git_wall, git_cpu = timed(lambda: plain_commit(copy, message))  # noqa: B023 (called at once)
             rows.append(
                 (cap_wall + diff_wall, cap_cpu + diff_cpu, git_wall, git_cpu, cap_wall, diff_wall, cap_cpu, diff_cpu)
             )

@@ -27,11 +27,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "claude"))
+sys.path.insert(0, str(ROOT))  # tests.claude.mock_api
 
 import nats  # noqa: E402
-from mock_api import MockMessagesApi  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
 
+from tests.claude.mock_api import MockMessagesApi  # noqa: E402
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
 from treadle.core.ids import IdFactory  # noqa: E402
@@ -82,7 +83,7 @@ class Direct:
             workspace,
             request,
             root / "direct-state" / "hosts" / "ps_bench",
-            settings=ClaudeSettings(base_url=api.url, api_key="sk-ant-mock", max_retries=0),
+            settings=ClaudeSettings(base_url=api.url, api_key=SecretStr("sk-ant-mock"), max_retries=0),
         )
         self._turns = 0
 

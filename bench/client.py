@@ -139,10 +139,9 @@ class ThreadClient:
             elif line.startswith(b": connected"):
                 self.connected.set()
         if etype == b"live.delta":
-            run_id = _delta_decoder.decode(data).run_id
-            o = self.obs(run_id)
-            if o.first_delta is None:
-                o.first_delta = now
+            delta = self.obs(_delta_decoder.decode(data).run_id)
+            if delta.first_delta is None:
+                delta.first_delta = now
             return
         if not seq:
             return

@@ -27,11 +27,12 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "codex"))
+sys.path.insert(0, str(ROOT))  # tests.codex.codex_mock
 
 import nats  # noqa: E402
-from codex_mock import MockResponses, Text  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
 
+from tests.codex.codex_mock import MockResponses, Text  # noqa: E402
 from treadle.cli.stack import Stack  # noqa: E402
 from treadle.client.http import TreadleClient  # noqa: E402
 from treadle.core import provider_events as pe  # noqa: E402
@@ -73,7 +74,7 @@ class Direct:
         workspace = work / "direct-ws"
         workspace.mkdir()
         settings = CodexSettings(
-            base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key="sk-mock", home_root=homes
+            base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key=SecretStr("sk-mock"), home_root=homes
         )
         request = PlaceSession(
             tenant="bench",

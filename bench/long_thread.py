@@ -50,7 +50,7 @@ async def long_thread(env: Env, runs: int) -> dict:
         lat = []
         for _ in range(n):
             o = await c.run_once(text)
-            if o is not None:
+            if o is not None and o.end is not None:
                 lat.append(o.end - o.t0)
                 last_run = o.run_id
         await wait_projected(env.redis, [c])

@@ -1,6 +1,6 @@
 """Client CPU per message of a worker at low load, which writes and receives one message per loop turn:
 nats-py as it is ("stock") against the connection ``runtime.worker.connect`` makes ("treadle": writes at the end
-of the turn, ``runtime/nats_writes.py``; replies taken by the read loop, ``eventlog/nats_direct.py``).
+of the turn and replies taken by the read loop, ``eventlog/nats_patches.py``).
 
 - ``publish``: publish one message per turn to a subject this client subscribes to (a plain callback in both
   modes), until all came back: the cost of writing.
@@ -29,9 +29,8 @@ sys.path[:0] = [str(ROOT / "libs"), str(ROOT / "services")]
 import nats  # noqa: E402
 import uvloop  # noqa: E402
 
-from treadle.eventlog import nats_direct  # noqa: E402
+from treadle.eventlog import nats_patches  # noqa: E402
 from treadle.ops.servers import NatsServer  # noqa: E402
-from treadle.runtime import nats_writes  # noqa: E402
 
 MODES = ("stock", "treadle")
 
@@ -61,8 +60,7 @@ async def requests(nc, n: int) -> None:
 async def one(url: str, mode: str, kind: str, n: int) -> float:
     """µs of this process's CPU per message (``kind``: publishes or requests)."""
     if mode == "treadle":
-        nats_writes.install()
-        nats_direct.install()
+        nats_patches.install()
     nc = await nats.connect(url)
     started = time.process_time()
     await (publishes if kind == "publish" else requests)(nc, n)

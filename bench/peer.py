@@ -3,9 +3,9 @@ side on this machine, alternating (Treadle, peer, Treadle, peer), same concurren
 
     .venv/bin/python bench/peer.py [--peer-dir .tools/langgraph-peer] [--threads 50] [--seconds 20] [--rounds 2]
 
-The peer runs from its own virtualenv (``make bench-peer`` installs it, pinned, under the tools folder; see
-``../shared/reference/langgraph-peer.md``) serving the trivial graph: one async node that appends a fixed
-AIMessage. Each of ``--threads`` threads calls ``POST /threads/{id}/runs/wait`` back to back for ``--seconds``;
+The peer runs from its own virtualenv (``make bench-peer`` installs it, pinned, under the tools folder,
+at the versions of the reference measurement in docs/benchmarks.md) serving the trivial graph: one async node
+that appends a fixed AIMessage. Each of ``--threads`` threads calls ``POST /threads/{id}/runs/wait`` back to back for ``--seconds``;
 CPU is the server process's (and its children's) user+system. Treadle's round is ``bench/run.py --only B``.
 Both servers listen on 127.0.0.1 only. Prints the table with the ratios and writes bench/results/peer.json.
 """

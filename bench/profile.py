@@ -344,12 +344,13 @@ async def trace(args: argparse.Namespace) -> None:
                 hop[k].append(v)
             samples += bool(seen)
         print(f"\nmedian ms from POST until the first NATS message of each kind for the run's thread ({samples} runs):")
-        for k, v in sorted(hop.items(), key=lambda kv: statistics.median(kv[1])):
-            if len(v) < samples / 3:
+        for hop_name, times in sorted(hop.items(), key=lambda kv: statistics.median(kv[1])):
+            if len(times) < samples / 3:
                 continue
-            v.sort()
+            times.sort()
             print(
-                f"  {statistics.median(v) * 1000:8.1f}  p90 {v[int(0.9 * (len(v) - 1))] * 1000:7.1f}   {k}  (n={len(v)})"
+                f"  {statistics.median(times) * 1000:8.1f}  p90 {times[int(0.9 * (len(times) - 1))] * 1000:7.1f}"
+                f"   {hop_name}  (n={len(times)})"
             )
 
         # full timelines of a few runs in the middle, with the replies to each request

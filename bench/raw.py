@@ -56,8 +56,8 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
             thread_events=lambda t, th: f"{SCRATCH_PREFIX}.evt.{t}.{th}.>",
             EVENTS_STREAM=SCRATCH_STREAM,
         )
-        original = eventlog_module.subjects
-        eventlog_module.subjects = scratch  # type: ignore[assignment]  # a stand-in module: scratch subjects
+        original = eventlog_module.subjects  # type: ignore[attr-defined]  # the module log.py imports
+        eventlog_module.subjects = scratch  # type: ignore[assignment,attr-defined]  # a stand-in module: scratch subjects
         try:
             elog = EventLog(env.nc)
             per_actor = total // actors
@@ -115,7 +115,7 @@ async def raw_appends(env: Env, total: int, actors: int, batches: int) -> dict:
                 "client_cpu_us_per_decision": round((cpu1["bench-client"] - cpu0["bench-client"]) / decisions * 1e6, 1),
             }
         finally:
-            eventlog_module.subjects = original  # type: ignore[assignment]  # the module put back
+            eventlog_module.subjects = original  # type: ignore[attr-defined]  # the module put back
 
         payload = msgspec.json.encode(envelope("thr_pipe", 0))
         pjs = env.nc.jetstream(publish_async_max_pending=256)

@@ -10,6 +10,7 @@ import httpx
 import psutil
 
 from treadle.cli.stack import WORKERS, Stack
+from treadle.ops.servers import NatsServer
 
 
 class Procs:
@@ -21,7 +22,7 @@ class Procs:
             pid = stack.processes.pid(name)
             if pid is not None:
                 self.pids[name] = pid
-        if stack.nats is not None and stack.nats.pid:
+        if isinstance(stack.nats, NatsServer) and stack.nats.pid:  # a cluster's nodes are not sampled
             self.pids["nats-server"] = stack.nats.pid
         if stack.redis is not None and stack.redis.pid:
             self.pids["redis-server"] = stack.redis.pid

@@ -21,11 +21,12 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "codex"), str(ROOT / "tests" / "claude")]
+sys.path.insert(0, str(ROOT))  # tests.codex.codex_mock, tests.claude.mock_api
 
-from codex_mock import MockResponses  # noqa: E402
-from mock_api import MockMessagesApi  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
 
+from tests.claude.mock_api import MockMessagesApi  # noqa: E402
+from tests.codex.codex_mock import MockResponses  # noqa: E402
 from treadle.core import provider_events as pe  # noqa: E402
 from treadle.core.ids import IdFactory  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
@@ -88,12 +89,12 @@ def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api)
         settings = CodexSettings(
             base_url=codex_mock.base_url,
             api_key_env="BENCH_MODEL_KEY",
-            api_key="sk-mock",
+            api_key=SecretStr("sk-mock"),
             home_root=root / "codex-homes",
         )
         return CodexAdapter(workspace, request, state, settings, sandbox=sandbox)
-    settings = ClaudeSettings(base_url=claude_api.url, api_key="sk-ant-mock", max_retries=0)
-    return ClaudeAdapter(workspace, request, state, settings=settings, sandbox=sandbox)
+    claude = ClaudeSettings(base_url=claude_api.url, api_key=SecretStr("sk-ant-mock"), max_retries=0)
+    return ClaudeAdapter(workspace, request, state, settings=claude, sandbox=sandbox)
 
 
 async def main() -> None:
@@ -113,7 +114,7 @@ async def main() -> None:
     try:
         async with MockMessagesApi() as claude_api:
             for kind in [args.only] if args.only else ["codex", "claude"]:
-                times = {mode: {"start": [], "warm": []} for mode in ("off", "on")}
+                times: dict[str, dict[str, list[float]]] = {mode: {"start": [], "warm": []} for mode in ("off", "on")}
                 for r in range(args.rounds):
                     for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
                         adapter = make(kind, root, sandbox if mode == "on" else None, codex_mock, claude_api)

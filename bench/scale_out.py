@@ -27,9 +27,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 
 from treadle.cli.stack import Stack
 from treadle.client import TreadleClient
@@ -65,7 +68,7 @@ def write_files(workspace: Path, n: int) -> None:
         (d / f"f{i}.txt").write_text(f"file {i} " + "x" * 90 + "\n")
 
 
-def one_write(name: str) -> dict:
+def one_write(name: str) -> dict[str, Any]:
     return {"steps": [{"type": "write_file", "path": name, "content": name}, {"type": "text", "text": "ok"}]}
 
 
@@ -73,10 +76,11 @@ class Bench:
     def __init__(self, stack: Stack, client: TreadleClient) -> None:
         self.stack, self.client = stack, client
 
-    async def get(self, path: str) -> dict:
+    async def get(self, path: str) -> dict[str, Any]:
         r = await self.client.request("GET", path)
         r.raise_for_status()
-        return r.json()
+        doc: dict[str, Any] = r.json()
+        return doc
 
     async def run(self, thread: str, name: str) -> float:
         """Seconds from the POST to the run's completion."""
@@ -94,7 +98,7 @@ class Bench:
                 raise RuntimeError(f"run {run_id} ended {status}")
             await asyncio.sleep(0.02)  # polling period
 
-    async def until(self, predicate, what: str, timeout: float = 300.0) -> None:
+    async def until(self, predicate: Callable[[], Awaitable[bool]], what: str, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
         while not await predicate():
             if time.monotonic() > deadline:
@@ -124,7 +128,7 @@ class Bench:
         top = self.stack.nodes[home] / "shadow" / TENANT / "workspaces"
         return sorted(top.iterdir()) if top.is_dir() else []
 
-    async def evict_cycle(self, files: int) -> dict:
+    async def evict_cycle(self, files: int) -> dict[str, Any]:
         thread, home, workspace = await self.thread_with(files)
         await self.idle(thread)
         t0 = time.monotonic()
@@ -149,7 +153,7 @@ class Bench:
             "idle_s": waited,
         }
 
-    async def rehome(self, files: int, nc) -> dict:
+    async def rehome(self, files: int, nc: NATS) -> dict[str, Any]:
         """The node holding a new thread of ``files`` files is lost (SIGKILL, its directory deleted); the time
         ``rehoming.forget`` takes to move its threads (the node's earlier threads were moved off it before)."""
         thread, home, _ = await self.thread_with(files)
@@ -171,7 +175,7 @@ class Bench:
 
 async def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="treadle-scale-out-"))
-    out: dict = {"evict_idle_seconds": EVICT_IDLE, "sizes": {}}
+    out: dict[str, Any] = {"evict_idle_seconds": EVICT_IDLE, "sizes": {}}
     try:
         lines = open(args.log, "w") if args.log else None  # noqa: SIM115  (open for the stack's whole life)
 
@@ -203,8 +207,8 @@ async def main(args: argparse.Namespace) -> int:
     for files, got in out["sizes"].items():
         c = got["cycles"]
 
-        def med(key: str, c=c) -> float:
-            return statistics.median(x[key] for x in c)
+        def med(key: str, c: list[dict[str, Any]] = c) -> float:
+            return float(statistics.median(x[key] for x in c))
 
         print(
             f"{files:>7} {med('resident_s'):>11.2f} {med('evicted_s'):>10.2f} {med('disk_before') / 1024:>10.0f}KB"

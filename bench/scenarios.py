@@ -6,6 +6,7 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
+from typing import Any
 
 from client import RunObs, ThreadClient, create_threads, open_threads
 from harness import TENANT, Env, log
@@ -126,7 +127,7 @@ async def run_scenario(
         await c.close()
 
     n = len(results)
-    lat = [o.end - o.t0 for o in results]
+    lat = [o.end - o.t0 for o in results if o.end is not None]  # results holds ended runs only
     post = [o.accepted - o.t0 for o in results if o.accepted]
     first = [o.first_delta - o.t0 for o in results if o.first_delta is not None]
     marks: dict[str, list[float]] = collections.defaultdict(list)
@@ -139,7 +140,7 @@ async def run_scenario(
     def per_run(v: float) -> float | None:
         return v / n * 1000 if n else None
 
-    out = {
+    out: dict[str, Any] = {
         "threads": n_threads,
         "seconds": round(elapsed, 2),
         "completed_runs": n,
@@ -153,7 +154,9 @@ async def run_scenario(
         },
         "first_delta_ms": {"p50": ms(pct(first, 0.5)), "p99": ms(pct(first, 0.99)), "runs_with_delta": len(first)},
         "post_202_ms": {"p50": ms(pct(post, 0.5)), "p99": ms(pct(post, 0.99))},
-        "event_seen_p50_ms": {k: ms(pct(v, 0.5)) for k, v in sorted(marks.items(), key=lambda kv: pct(kv[1], 0.5))},
+        "event_seen_p50_ms": {
+            k: ms(pct(v, 0.5)) for k, v in sorted(marks.items(), key=lambda kv: pct(kv[1], 0.5) or 0.0)
+        },
         "event_seen_runs": {k: len(v) for k, v in marks.items()},  # events that only some runs have (first run)
         "durable_events_per_run": {
             "sse": r2(sse_durable / n if n else None),

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "claude"))
+sys.path.insert(0, str(ROOT))  # tests.claude.mock_api
 
 import nats  # noqa: E402
 
@@ -60,7 +60,7 @@ async def main(n: int, provider: str) -> dict:
         if provider == "claude":
             import os
 
-            from mock_api import MockMessagesApi
+            from tests.claude.mock_api import MockMessagesApi
 
             mock = await MockMessagesApi().__aenter__()
             os.environ.update(
@@ -81,7 +81,7 @@ async def main(n: int, provider: str) -> dict:
                 started = time.perf_counter()
                 [out] = await summariser.apply("bench", "local", [handoff], {"hoff_1": MATERIAL}, 4000)
                 provided.append((time.perf_counter() - started) * 1000)
-                assert out.summariser == f"provider:{provider}", out.fallback
+                assert isinstance(out, ev.HandoffCreated) and out.summariser == f"provider:{provider}", out
         finally:
             await host.stop()
             await nc.close()

@@ -21,11 +21,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "codex"))
-sys.path.insert(0, str(ROOT / "tests" / "claude"))
+sys.path.insert(0, str(ROOT))  # tests.codex.codex_mock, tests.claude.mock_api
 
 import nats  # noqa: E402
 from wiretap import Wiretap  # noqa: E402
@@ -109,7 +109,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="turn-hops-"))
     homes = ROOT / ".tools" / "bench-homes" / uuid.uuid4().hex[:8]
     if kind == "codex":
-        from codex_mock import MockResponses, Text
+        from tests.codex.codex_mock import MockResponses, Text
 
         mock = await MockResponses().start()
         mock.requests = arrivals = Arrivals()
@@ -124,21 +124,21 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
         text = "bench {}"
         import codex_overhead
 
-        direct = codex_overhead.Direct(mock, homes, work)
+        direct: codex_overhead.Direct | claude_overhead.Direct = codex_overhead.Direct(mock, homes, work)
     else:
-        from mock_api import MockMessagesApi
+        from tests.claude.mock_api import MockMessagesApi
 
-        mock = await MockMessagesApi().__aenter__()
-        mock.seen = arrivals = Arrivals()
+        claude_mock = await MockMessagesApi().__aenter__()
+        claude_mock.seen = arrivals = Arrivals()
         env = {
-            "TREADLE_CLAUDE_BASE_URL": mock.url,
+            "TREADLE_CLAUDE_BASE_URL": claude_mock.url,
             "TREADLE_CLAUDE_API_KEY": "sk-ant-mock",
             "TREADLE_CLAUDE_MAX_RETRIES": "0",
         }
         text = "#text ping {}"
         import claude_overhead
 
-        direct = claude_overhead.Direct(mock, work)
+        direct = claude_overhead.Direct(claude_mock, work)
     env["TREADLE_LOG_LEVEL"] = "WARNING"
     receiver = None
     if otel:  # the e2e test's in-process OTLP receiver: every service's spans, with their times
@@ -201,7 +201,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
             records.extend(r[:4] for r in await tap.stop(0.3))
     finally:
         await direct.adapter.close()
-        await (mock.stop() if kind == "codex" else mock.__aexit__(None, None, None))
+        await (mock.stop() if kind == "codex" else claude_mock.__aexit__(None, None, None))
         shutil.rmtree(homes, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
@@ -219,8 +219,8 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
             if name:
                 seen.setdefault(name, t - t0)
                 lines.append((t - t0, name))
-        for k, v in seen.items():
-            hop[k].append(v)
+        for hop_name, after in seen.items():
+            hop[hop_name].append(after)
         timelines.append((end - t0, lines))
     totals = sorted(e - t for t, e, _ in warm)
     print(
@@ -231,15 +231,16 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
             f"wait_run returned {statistics.median(returned[2:]) * 1000:.1f} ms (median) after SSE showed run.completed"
         )
     print("median ms from POST to the first message of each kind:")
-    for k, v in sorted(hop.items(), key=lambda kv: statistics.median(kv[1])):
-        if len(v) >= len(warm) / 2:
-            print(f"  {statistics.median(v) * 1000:8.1f}   {k}  (n={len(v)})")
+    for hop_name, times in sorted(hop.items(), key=lambda kv: statistics.median(kv[1])):
+        if len(times) >= len(warm) / 2:
+            print(f"  {statistics.median(times) * 1000:8.1f}   {hop_name}  (n={len(times)})")
     for i in range(max(len(a) for a in http_arrivals[2:])):
-        v = [a[i] for a in http_arrivals[2:] if len(a) > i]
-        print(f"  {statistics.median(v) * 1000:8.1f}   model request {i} arrived (n={len(v)})")
+        arrived = [a[i] for a in http_arrivals[2:] if len(a) > i]
+        print(f"  {statistics.median(arrived) * 1000:8.1f}   model request {i} arrived (n={len(arrived)})")
     print("direct adapter, median ms from the call:")
-    for k in sorted(direct_marks[-1], key=direct_marks[-1].get):
-        print(f"  {statistics.median(m[k] for m in direct_marks[2:]) * 1000:8.1f}   {k}")
+    last = direct_marks[-1]
+    for mark in sorted(last, key=lambda name: last[name]):
+        print(f"  {statistics.median(m[mark] for m in direct_marks[2:]) * 1000:8.1f}   {mark}")
     total, lines = sorted(timelines)[len(timelines) // 2]
     print(f"\n--- the median turn's timeline (run.completed on SSE at {total * 1000:.1f} ms)")
     for t, name in lines:
@@ -285,10 +286,10 @@ def hop_table(
             key=lambda t: abs(min(s.start_time_unix_nano for _, s in t) - post),
         )
 
-        def first(name: str, trace: list = trace) -> object:
+        def first(name: str, trace: list = trace) -> Any:  # an OTLP protobuf Span
             return next(s for k, s in sorted(trace, key=lambda x: x[1].start_time_unix_nano) if name in k)
 
-        def last(name: str, trace: list = trace) -> object:
+        def last(name: str, trace: list = trace) -> Any:
             return [s for k, s in sorted(trace, key=lambda x: x[1].start_time_unix_nano) if name in k][-1]
 
         try:

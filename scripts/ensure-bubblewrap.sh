@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Print the path of bwrap (bubblewrap), installing Debian's bubblewrap package when it is missing and this
 # runs as root. Provider hosts run every runtime (Codex, Claude Code) in a bubblewrap sandbox and refuse to
-# start runtime sessions without one unless TREADLE_SANDBOX=off (README, "Security: the runtime sandbox").
+# start runtime sessions without one unless TREADLE_SANDBOX=off (docs/security.md, "The runtime sandbox").
 # Without root it says what is missing (exit 0); an install that fails exits non-zero, saying why.
 set -uo pipefail
 

@@ -115,7 +115,7 @@ async def test_L11_1_L11_2_an_acp_permission_request_approved_runs_and_declined_
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_response", bad.text
     offered = request["detail"]["options"]
     assert bad.json()["error"]["details"]["options"] == [o["id"] for o in offered]
-    # answered by the id of the agent's own reject option, as the README documents
+    # answered by the id of the agent's own reject option, as docs/providers.md documents
     reject = next(o["id"] for o in offered if o["kind"] == "reject_once")
     assert (await respond(client, request["id"], {"answers": {"option": reject}}))["disposition"] == "resolved"
 

@@ -20,7 +20,7 @@ from typing import Any
 class Stream:
     """One streamed assistant message made of content blocks (text, thinking, tool_use dicts)."""
 
-    blocks: list[dict]
+    blocks: list[dict[str, Any]]
     delay: float = 0.0  # pause between text words (a slow stream)
 
 
@@ -35,10 +35,10 @@ class Failure:
 class Conversation:
     """What a scenario sees of one request."""
 
-    body: dict
+    body: dict[str, Any]
     prompt: str  # text of the latest user prompt (not a tool result)
     step: int  # assistant messages since that prompt
-    tool_results: list[dict]  # tool_result blocks of the last user message
+    tool_results: list[dict[str, Any]]  # tool_result blocks of the last user message
     last_text: str = ""  # every text of the last user message, system reminders included
 
     def result_text(self) -> str:
@@ -55,15 +55,15 @@ class Conversation:
 Scenario = Callable[[Conversation], Stream | Failure]
 
 
-def text(t: str) -> dict:
+def text(t: str) -> dict[str, Any]:
     return {"type": "text", "text": t}
 
 
-def tool(name: str, tool_input: dict, call_id: str) -> dict:
+def tool(name: str, tool_input: dict[str, Any], call_id: str) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": tool_input}
 
 
-def _tool_then_reply(name: str, tool_input: dict, reply: str) -> Scenario:
+def _tool_then_reply(name: str, tool_input: dict[str, Any], reply: str) -> Scenario:
     def play(conv: Conversation) -> Stream:
         if conv.step == 0:
             return Stream(
@@ -206,7 +206,7 @@ def _said_by_user(text: str) -> bool:
     return bool(text) and not text.startswith(("<system-reminder>", "[Request interrupted"))
 
 
-def _is_prompt(message: dict) -> bool:
+def _is_prompt(message: dict[str, Any]) -> bool:
     """A user message with the user's own text. The CLI merges a prompt into the message that carries the
     tool result of an interrupted call, so a tool result alone does not make it a tool loop step."""
     content = message["content"]
@@ -215,7 +215,7 @@ def _is_prompt(message: dict) -> bool:
     return any(_said_by_user(t) for t in _texts(content))
 
 
-def conversation(body: dict) -> Conversation:
+def conversation(body: dict[str, Any]) -> Conversation:
     messages = body.get("messages", [])
     prompt_at = max((i for i, m in enumerate(messages) if m.get("role") == "user" and _is_prompt(m)), default=0)
     prompt_msg = messages[prompt_at] if messages else {"content": ""}
@@ -242,7 +242,7 @@ class Seen:
     method: str
     path: str
     headers: dict[str, str]
-    body: dict | None
+    body: dict[str, Any] | None
     conversation: Conversation | None = None
 
 
@@ -322,12 +322,12 @@ class MockMessagesApi:
         await self._stream(writer, body, answer)
         return True
 
-    def _cwd(self, body: dict) -> str:
+    def _cwd(self, body: dict[str, Any]) -> str:
         blob = json.dumps(body.get("system", "")) + json.dumps(body.get("messages", [])[:3])
         found = _CWD.search(blob)
         return found.group(1).rstrip(",.") if found else self.cwd_hint
 
-    async def _stream(self, writer: asyncio.StreamWriter, body: dict, answer: Stream) -> None:
+    async def _stream(self, writer: asyncio.StreamWriter, body: dict[str, Any], answer: Stream) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
@@ -430,7 +430,7 @@ class MockMessagesApi:
         await writer.drain()
 
     @staticmethod
-    async def _send(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
+    async def _send(writer: asyncio.StreamWriter, name: str, data: dict[str, Any]) -> None:
         if writer.is_closing():  # the CLI hung up mid-stream (an interrupt): uvloop refuses the write otherwise
             raise ConnectionResetError("the client closed the stream")
         event = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()

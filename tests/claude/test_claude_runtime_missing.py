@@ -27,7 +27,7 @@ async def test_a_host_without_the_claude_extra_fails_the_turn_naming_it(claude, 
     assert sink.completed == pe.TurnCompleted(
         status="failed",
         error="the Claude runtime (claude-agent-sdk) is not installed on this provider host: "
-        "pip install 'treadle[claude]'",
+        "`make providers` in a checkout, else pip install 'treadle[claude]'",
     )
     assert claude.api.seen == []  # no CLI started, nothing reached the model API
     assert turn.native_ref is not None  # the turn was begun and ended, not left open

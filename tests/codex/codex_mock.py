@@ -15,6 +15,7 @@ import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from treadle.providers.base import RECOVERY_NOTE
 
@@ -81,7 +82,7 @@ class McpCall:
 
     namespace: str
     name: str
-    args: dict
+    args: dict[str, Any]
 
 
 @dataclass
@@ -113,27 +114,27 @@ class Seen:
     """One request as the mock received it."""
 
     prompt: str
-    tool_outputs: list[dict]
-    body: dict
+    tool_outputs: list[dict[str, Any]]
+    body: dict[str, Any]
     headers: dict[str, str]
 
 
 @dataclass
 class MockResponses:
-    scenarios: dict[str, list] = field(default_factory=dict)
+    scenarios: dict[str, list[Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     connects: list[str] = field(default_factory=list)
     stalled: int = 0  # streams currently held open by a Stall step
     _server: asyncio.AbstractServer | None = None
-    _ids: itertools.count = field(default_factory=itertools.count)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
     port: int = 0
-    _open: set = field(default_factory=set)
+    _open: set[Any] = field(default_factory=set)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def on(self, prompt: str, *replies: list[Step] | Callable[[list[dict]], list[Step]]) -> None:
+    def on(self, prompt: str, *replies: list[Step] | Callable[[list[dict[str, Any]]], list[Step]]) -> None:
         """A reply is its steps, or a function of the tool outputs so far that gives them (an id one tool
         returned, passed to the next)."""
         self.scenarios[prompt] = [r if callable(r) else list(r) for r in replies]
@@ -348,7 +349,7 @@ class MockResponses:
                 },
             )
         elif isinstance(step, Exec):
-            args: dict = {"cmd": step.cmd}
+            args: dict[str, Any] = {"cmd": step.cmd}
             if step.escalate:
                 args |= {
                     "sandbox_permissions": "require_escalated",
@@ -394,7 +395,7 @@ class MockResponses:
             yield from self._call(n, step.name, step.args, namespace=step.namespace)
 
     @staticmethod
-    def _call(n: int, name: str, args: dict, namespace: str | None = None):
+    def _call(n: int, name: str, args: dict[str, Any], namespace: str | None = None):
         item = {
             "type": "function_call",
             "id": f"fc_{n}",
@@ -408,7 +409,7 @@ class MockResponses:
         yield ("response.output_item.done", {"output_index": 0, "item": item})
 
     @staticmethod
-    def _event(writer: asyncio.StreamWriter, name: str, data: dict) -> None:
+    def _event(writer: asyncio.StreamWriter, name: str, data: dict[str, Any]) -> None:
         event = f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
         writer.write(b"%x\r\n%s\r\n" % (len(event), event))
 
@@ -423,7 +424,7 @@ async def _until_closed(reader: asyncio.StreamReader) -> None:
             pass
 
 
-def _last_prompt(items: list[dict]) -> tuple[str, list[dict]]:
+def _last_prompt(items: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """The text of the last user message (skipping codex's own context blocks) and the tool outputs after it.
     Treadle's recovery note asks to carry on with the request before it: the mock plays that request again."""
     prompt, outputs = "", []

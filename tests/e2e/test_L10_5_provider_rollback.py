@@ -1,4 +1,4 @@
-"""Provider-native rollback over HTTP through real worker processes (LIFECYCLES L10.5, issue #7/#8).
+"""Provider-native rollback over HTTP through real worker processes (requirements L10.5, issue #7/#8).
 
 The scripted provider remembers the input of each turn of its provider thread; its ``recall`` step answers
 with that memory, so a test can read which turns a provider conversation still holds after a rollback.

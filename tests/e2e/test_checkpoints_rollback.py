@@ -1,4 +1,4 @@
-"""Checkpoints, diffs and rollbacks over HTTP through real worker processes (LIFECYCLES L10; issue 9 item 6)."""
+"""Checkpoints, diffs and rollbacks over HTTP through real worker processes (requirements L10; issue 9 item 6)."""
 
 from __future__ import annotations
 

@@ -208,6 +208,19 @@ async def test_bad_input_escalation_and_quota_are_typed_and_change_nothing(api, 
             ):
                 failed = await _failed(mcp, name, **args)
                 assert failed.kind == "invalid_request", (name, failed.error)
+            for name, args, code in (  # the contract's limits (treadle.api), as on the HTTP routes
+                ("thread_send", {"thread_id": "thr_" + "0" * 26, "text": "x" * 100_001}, "text_too_long"),
+                ("thread_send", {"thread_id": "thr_" + "0" * 26, "text": "x", "model": "m" * 201}, "invalid_model"),
+                ("thread_start", {"runtime_mode": "yolo"}, "invalid_runtime_mode"),
+                ("thread_start", {"text": "x" * 100_001}, "text_too_long"),
+                (
+                    "thread_fork",
+                    {"thread_id": "thr_" + "0" * 26, "source_type": "run", "source_id": "r" * 65},
+                    "invalid_id",
+                ),
+            ):
+                failed = await _failed(mcp, name, **args)
+                assert (failed.kind, failed.code) == ("invalid_request", code), (name, failed.error)
             escalated = await _failed(mcp, "thread_start", runtime_mode="full_access")
             assert (escalated.kind, escalated.code) == ("mode_escalation_denied", "mode_not_allowed")
             assert (await call(mcp, "thread_list"))["items"] == []

@@ -46,6 +46,7 @@ async def test_L3_6_every_write_route_refuses_each_field_over_its_limit_and_chan
     queued = await api.send(thread, "later", mode="queue_after_active")
     before = await api.thread(thread)
     over_text, over_title = "x" * (lim.MAX_TEXT_CHARS + 1), "t" * (lim.MAX_TITLE_CHARS + 1)
+    over_id, too_many_answers = "r" * (lim.MAX_NAME_CHARS + 1), {str(i): "a" for i in range(lim.MAX_ANSWERS + 1)}
     cases = [
         ("POST", "/v1/threads", {"title": over_title}, "invalid_title"),
         ("POST", "/v1/threads", {"model": "m" * (lim.MAX_MODEL_CHARS + 1)}, "invalid_model"),
@@ -85,10 +86,24 @@ async def test_L3_6_every_write_route_refuses_each_field_over_its_limit_and_chan
             {"source": {"type": "run", "id": first["run_id"]}, "title": over_title},
             "invalid_title",
         ),
+        # the choices and the nested and listed fields (treadle.api: Literals, constraints of items)
+        ("POST", "/v1/threads", {"runtime_mode": "yolo"}, "invalid_runtime_mode"),
+        ("POST", f"/v1/threads/{thread}/messages", {"text": "x", "target_run_id": over_id}, "invalid_id"),
+        ("PATCH", f"/v1/threads/{thread}/queue", {"order": [over_id]}, "invalid_id"),
+        ("POST", f"/v1/requests/{request['id']}/respond", {"decision": "maybe"}, "invalid_response"),
+        ("POST", f"/v1/requests/{request['id']}/respond", {"answers": too_many_answers}, "invalid_response"),
+        ("POST", f"/v1/threads/{thread}/fork", {"source": {"type": "run", "id": over_id}}, "invalid_id"),
+        (
+            "POST",
+            f"/v1/threads/{thread}/fork",
+            {"source": {"type": "provider_thread", "id": "pth_x", "turn": "t" * (lim.MAX_TURN_REF_CHARS + 1)}},
+            "invalid_id",
+        ),
     ]
     for method, path, body, code in cases:
         r = await api.request(method, path, json=body)
         _refused(r, code)
+        assert len(r.content) < 2000  # the refusal names the field and its limit, never the value
     after = await api.thread(thread)
     assert after["seq"] == before["seq"] and [r["status"] for r in after["requests"]] == ["pending"]
 

@@ -1,5 +1,5 @@
 """The incremental capture path, the file size limit and submodules, on real git repos in tmp_path
-(LIFECYCLES L10.2; issue 4 "Cost", items 1 and 6)."""
+(requirements L10.2; issue 4 "Cost", items 1 and 6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Incremental captures ask a long-running `git check-ignore` which new files git ignores (ignores.py): it must
-answer as `add -A` decides, and never from rules it read before they changed (LIFECYCLES L10.2)."""
+answer as `add -A` decides, and never from rules it read before they changed (requirements L10.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Restores, diffs, retention and path safety of workspace checkpoints, on real git repos in tmp_path
-(LIFECYCLES L10.5, L10.6; issue 4 "Diffs", "Retention"; issue 9 item 6 "Path safety")."""
+(requirements L10.5, L10.6; issue 4 "Diffs", "Retention"; issue 9 item 6 "Path safety")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workspace checkpoints against real git in tmp_path (LIFECYCLES L10; ARCHITECTURE "Checkpoints")."""
+"""Workspace checkpoints against real git in tmp_path (requirements L10; docs/concepts.md "Checkpoints")."""
 
 from __future__ import annotations
 

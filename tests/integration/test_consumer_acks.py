@@ -1,4 +1,4 @@
-"""runtime/acks.py: a consumer's acks wait in the connection's buffer for its next write (or a short window)
+"""Deferred acks (eventlog/nats_patches.py, patch 5): a consumer's acks wait in the connection's buffer for its next write (or a short window)
 instead of a socket write each, and still land: with the next publish, when the window ends, and at stop()."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from nats.errors import ConnectionClosedError, MsgAlreadyAckdError
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from tests.support.helpers import wait_for
-from treadle.runtime.acks import Acks
+from treadle.eventlog.nats_patches import Acks
 from treadle.runtime.consumer import PullConsumer
 from treadle.runtime.mailbox import Mailboxes
 

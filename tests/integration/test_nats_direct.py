@@ -1,23 +1,21 @@
-"""Subscriptions handled by the read loop (eventlog/nats_direct.py) on a real broker: order, a handler that
+"""Subscriptions handled by the read loop (eventlog/nats_patches.py, patch 4) on a real broker: order, a handler that
 raises, unsubscribe and drain, and ``request`` replies after a reconnect."""
 
 from __future__ import annotations
 
 import nats
 import pytest
-from nats.aio.client import Client
 
 from tests.support.helpers import wait_for
-from treadle.eventlog import nats_direct
+from treadle.eventlog import nats_patches
 from treadle.ops.servers import NatsServer
 
 
 @pytest.fixture
 def direct_requests():
-    before = Client._init_request_sub
-    nats_direct.install()
+    assert nats_patches.install()
     yield
-    Client._init_request_sub = before  # type: ignore[method-assign]
+    nats_patches.uninstall()
 
 
 async def test_messages_reach_the_handler_in_order_and_a_failing_handler_drops_only_its_message(nats_url, caplog):
@@ -30,7 +28,7 @@ async def test_messages_reach_the_handler_in_order_and_a_failing_handler_drops_o
                 raise ValueError("unlucky")
             seen.append(msg.data)
 
-        sub = await nats_direct.subscribe(nc, "direct.order", keep)
+        sub = await nats_patches.subscribe(nc, "direct.order", keep)
         for i in range(2000):
             await nc.publish("direct.order", str(i).encode())
         await nc.flush()
@@ -51,7 +49,7 @@ async def test_a_drained_subscription_ends_and_handles_nothing_after(nats_url):
     nc = await nats.connect(nats_url)
     try:
         seen: list[bytes] = []
-        sub = await nats_direct.subscribe(nc, "direct.drain", lambda msg: seen.append(msg.data))
+        sub = await nats_patches.subscribe(nc, "direct.drain", lambda msg: seen.append(msg.data))
         for i in range(100):
             await nc.publish("direct.drain", str(i).encode())
         await nc.flush()
@@ -77,8 +75,8 @@ async def test_requests_take_their_replies_from_the_read_loop_across_a_broker_re
             assert [(await nc.request("direct.ask", b"%d" % i, timeout=5)).data for i in range(50)] == [
                 b"re:%d" % i for i in range(50)
             ]
-            [mux] = [s for s in nc._subs.values() if s.subject.endswith(".*")]
-            assert isinstance(mux._pending_queue, nats_direct._Direct)
+            mux = nats_patches.request_subscription(nc)
+            assert mux is not None and nats_patches.is_direct(mux)
 
             await server.stop()
             await wait_for(lambda: nc.is_reconnecting, what="client reconnecting")

@@ -1,4 +1,4 @@
-"""Publishes written at the end of the loop turn (runtime/nats_writes.py) on a real broker: the same messages in
+"""Publishes written at the end of the loop turn (eventlog/nats_patches.py, patch 3) on a real broker: the same messages in
 the same order as nats-py's flusher sends, back-pressure from a broker that stops reading, and the writes held
 over a broker restart."""
 
@@ -10,19 +10,17 @@ import signal
 
 import nats
 import pytest
-from nats.aio.client import Client
 
 from tests.support.helpers import wait_for
+from treadle.eventlog import nats_patches
 from treadle.ops.servers import NatsServer
-from treadle.runtime import nats_writes
 
 
 @pytest.fixture
 def turn_end_writes():
-    before = Client._flush_pending
-    nats_writes.install()
+    assert nats_patches.install()
     yield
-    Client._flush_pending = before  # type: ignore[method-assign]
+    nats_patches.uninstall()
 
 
 async def collect(nc, subject: str) -> list[bytes]:
@@ -79,10 +77,12 @@ async def test_a_broker_that_stops_reading_holds_the_writes_in_the_pending_buffe
 
                 publishing = asyncio.create_task(publish_all())
                 await wait_for(
-                    lambda: nc._pending_data_size > 256 * 1024, timeout=60, what="writes held in the pending buffer"
+                    lambda: nats_patches.pending_bytes(nc) > 256 * 1024,
+                    timeout=60,
+                    what="writes held in the pending buffer",
                 )
-                unsent = nc._transport._io_writer.transport.get_write_buffer_size()
-                assert unsent <= nats_writes.HIGH_WATER + 64 * 1024, unsent
+                unsent = nats_patches.unsent_bytes(nc)
+                assert unsent <= nats_patches.HIGH_WATER + 64 * 1024, unsent
                 assert not publishing.done()
             finally:
                 os.kill(server.pid, signal.SIGCONT)

@@ -76,7 +76,7 @@ def test_the_wheel_requires_only_the_client_dependencies_and_offers_the_server_a
     base = sorted(canonicalize_name(r.name) for r in requires if r.marker is None)
     assert base == ["httpx", "msgspec", "rich"]
     extras = {line.partition(": ")[2] for line in lines if line.startswith("Provides-Extra: ")}
-    assert extras == {"server", "claude", "embedded", "all", "dev"}
+    assert extras == {"server", "claude", "embedded", "all", "docs", "dev"}
 
     def needs(package: str) -> set[str]:
         return {
@@ -154,3 +154,26 @@ def test_a_server_command_names_the_extra_it_needs(
     assert f"pip install 'treadle[{extra}]'" in done.stderr
     assert "Traceback" not in done.stderr
     assert not state.exists()  # it stopped before doing anything
+
+
+def test_mypy_reads_the_sdk_types_from_the_client_install(client_install: ClientInstall, tmp_path: Path) -> None:
+    """py.typed ships with the SDK: a user's mypy checks calls against its types (without the marker the import
+    is `import-not-found` and every client is Any, so the wrong return type below would pass unseen)."""
+    with zipfile.ZipFile(client_install.wheel) as wheel:
+        names = set(wheel.namelist())
+    assert {"treadle/client/py.typed", "treadle/views/py.typed", "treadle/core/py.typed"} <= names
+    # the gateway's API reference page ships with it, as the console does
+    assert {"treadle/gateway/api_static/index.html", "treadle/gateway/api_static/reference.js"} <= names
+    (tmp_path / "use.py").write_text(
+        "from treadle.client import Treadle\n\n\ndef url(client: Treadle) -> int:\n    return client.base_url\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "", "--python-executable", str(client_install.bin / "python")]
+        + ["--cache-dir", str(tmp_path / "cache"), "use.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "import-not-found" not in done.stdout and "import-untyped" not in done.stdout, done.stdout
+    assert 'Incompatible return value type (got "str", expected "int")' in done.stdout, done.stdout

@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+from nats.aio.client import Client as NATS
 
 from tests.support.helpers import wait_for
+from treadle.cli.stack import Stack
 from treadle.client import TERMINAL, SseEvent, TreadleClient, Unreachable
 from treadle.ops.tokens import TokenStore
 
@@ -45,28 +47,28 @@ class Api:
         assert r.status_code == 201, r.text
         return r.json()["thread_id"]
 
-    async def send(self, thread: str, text: str, **body: Any) -> dict:
+    async def send(self, thread: str, text: str, **body: Any) -> dict[str, Any]:
         r = await self.request("POST", f"/v1/threads/{thread}/messages", json={"text": text, **body})
         assert r.status_code == 202, r.text
         return r.json()
 
-    async def post(self, path: str, body: dict | None = None, expect: int | None = None) -> dict:
+    async def post(self, path: str, body: dict[str, Any] | None = None, expect: int | None = None) -> dict[str, Any]:
         r = await self.request("POST", path, json=body or {})
         if expect is not None:
             assert r.status_code == expect, r.text
         return r.json()
 
-    async def run(self, run_id: str) -> dict:
+    async def run(self, run_id: str) -> dict[str, Any]:
         return await self._reconnecting(lambda: self.client.get_run(run_id))
 
-    async def thread(self, thread: str) -> dict:
+    async def thread(self, thread: str) -> dict[str, Any]:
         return await self._reconnecting(lambda: self.client.get_thread(thread))
 
     def events(self, thread: str, last_event_id: int | None = None) -> AsyncIterator[SseEvent]:
         """The thread's events (the SDK's stream): after ``last_event_id``, then live."""
         return self.client.events(thread, last_event_id)
 
-    async def wait_run(self, run_id: str, status: str = "completed", timeout: float = 30) -> dict:
+    async def wait_run(self, run_id: str, status: str = "completed", timeout: float = 30) -> dict[str, Any]:
         """The run once it is ``status``; a run that ends otherwise fails the test at once (a rolled-back run is
         interrupted first, so waiting for ``rolled_back`` waits past the other ends)."""
         statuses = {status} if status == "rolled_back" else {status, *TERMINAL}
@@ -77,24 +79,26 @@ class Api:
         assert run["status"] == status, f"run {run_id} is {run['status']}, not {status}: {run}"
         return run
 
-    async def wait_running(self, run_id: str, timeout: float = 30) -> dict:
+    async def wait_running(self, run_id: str, timeout: float = 30) -> dict[str, Any]:
         """The run once it is running or waiting for an answer."""
         try:
             return await self.client.wait_run(run_id, timeout, ("running", "waiting"))
         except TimeoutError:
             raise TimeoutError(f"run {run_id} not running after {timeout}s") from None
 
-    async def wait_thread(self, thread: str, predicate: Callable[[dict], Any], what: str, timeout: float = 30) -> Any:
+    async def wait_thread(
+        self, thread: str, predicate: Callable[[dict[str, Any]], Any], what: str, timeout: float = 30
+    ) -> Any:
         """``predicate(the thread's document)`` once it is truthy."""
         try:
             return await self.client.wait_thread(thread, predicate, timeout)
         except TimeoutError:
             raise TimeoutError(f"{what}: still false after {timeout}s") from None
 
-    async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict:
+    async def wait_request(self, thread: str, status: str = "pending", timeout: float = 30) -> dict[str, Any]:
         """The thread's first runtime request in ``status``, as its document shows it."""
 
-        def found(doc: dict) -> dict | None:
+        def found(doc: dict[str, Any]) -> dict[str, Any] | None:
             return next((r for r in doc["requests"] if r["status"] == status), None)
 
         return await self.wait_thread(thread, found, f"a {status} request on {thread}", timeout)
@@ -109,7 +113,7 @@ class Api:
         return await wait_for(attempt, timeout=RESTART, interval=0.05, what="the gateway answering")
 
 
-async def make_api(stack, stack_nc, tenant: str) -> Api:
+async def make_api(stack: Stack, stack_nc: NATS, tenant: str) -> Api:
     """An Api acting as ``tenant``'s user alice, with a fresh token."""
     token = await TokenStore(stack_nc.jetstream()).create(tenant, "alice")
     return Api(stack.api_url, token, tenant)

@@ -47,7 +47,7 @@ def quiet(name: str, line: str) -> None:
         print(f"{name} | {line}")
 
 
-def checkpoint_git(state_dir, tenant: str, thread: str, *args: str) -> str:
+def checkpoint_git(state_dir: str | os.PathLike[str], tenant: str, thread: str, *args: str) -> str:
     """git on the checkpoints of a thread's own workspace (``threads/<thread>``): they live in the checkpoint
     service's git dir, never in the workspace's ``.git`` (which the agent writes)."""
     import subprocess

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+from tests.support.api import Api
+from treadle.cli.stack import Stack
 from treadle.core.state import fold
+from treadle.eventlog.log import EventLog
 from treadle.projections.store import encode_state
 
 ECHO = {"type": "echo"}
@@ -16,42 +20,42 @@ ECHO = {"type": "echo"}
 NOISE = re.compile(r"\b(?:node|att|evt|pth|ps|msg|req|turn|cmd|run|xfer|hoff)_[0-9a-z]{10}|scripted-turn|native")
 
 
-def reply(run: dict) -> str:
+def reply(run: dict[str, Any]) -> str:
     return "\n".join(m["text"] for m in run["messages"] if m["role"] == "assistant" and m["status"] == "completed")
 
 
-def pth_of(run: dict) -> str:
+def pth_of(run: dict[str, Any]) -> str:
     return run["attempts"][-1]["provider_thread_id"]
 
 
-async def send_done(api, thread: str, message: str, **body) -> dict:
+async def send_done(api: Api, thread: str, message: str, **body: Any) -> dict[str, Any]:
     sent = await api.send(thread, message, **body)
     return await api.wait_run(sent["run_id"])
 
 
-async def handoff(api, handoff_id: str) -> dict:
+async def handoff(api: Api, handoff_id: str) -> dict[str, Any]:
     r = await api.request("GET", f"/v1/handoffs/{handoff_id}")
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def history(doc: dict) -> dict:
+def history(doc: dict[str, Any]) -> dict[str, Any]:
     """What a fork, switch or merge must never rewrite on a thread: its runs, messages and checkpoints."""
     return {"runs": doc["runs"], "messages": doc["messages"], "checkpoints": doc["checkpoints"]}
 
 
-async def assert_projection_is_the_fold(api, log, thread: str) -> None:
-    """The read model (Redis) equals the fold of the thread's events (ARCHITECTURE principle 1)."""
+async def assert_projection_is_the_fold(api: Api, log: EventLog, thread: str) -> None:
+    """The read model (Redis) equals the fold of the thread's events (docs/concepts.md principle 1)."""
     folded = fold(await log.read(api.tenant, thread))
     r = await api.request("GET", f"/v1/threads/{thread}", params={"min_seq": folded.seq})
     assert r.json() == json.loads(encode_state(folded))
 
 
-def workspace(stack, tenant: str, thread: str) -> Path:
+def workspace(stack: Stack, tenant: str, thread: str) -> Path:
     return stack.workspace_of(tenant, thread)  # on the node that holds it
 
 
-async def fork(api, thread: str, source: dict, expect: int = 201, **body) -> dict:
+async def fork(api: Api, thread: str, source: dict[str, Any], expect: int = 201, **body: Any) -> dict[str, Any]:
     r = await api.request("POST", f"/v1/threads/{thread}/fork", json={"source": source, **body})
     assert r.status_code == expect, r.text
     return r.json()

@@ -7,6 +7,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -43,7 +44,7 @@ def read_lock(text: str) -> dict[str, Pin]:
     return pins
 
 
-def requirements(pyproject: dict, group: str) -> list[Requirement]:
+def requirements(pyproject: dict[str, Any], group: str) -> list[Requirement]:
     """The requirements of one install: "base", an extra's name (self-references such as treadle[server]
     expanded), or "build" (the build backend)."""
     if group == "build":
@@ -78,7 +79,7 @@ def lock_problems(reqs: list[Requirement], pins: dict[str, Pin]) -> list[str]:
     return problems
 
 
-def load_pyproject() -> dict:
+def load_pyproject() -> dict[str, Any]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import nats
 import psutil
@@ -52,7 +52,7 @@ def workspace_of(stack: Stack, tenant: str, thread: str) -> Path:
     return stack.workspace_of(tenant, thread)  # on the node that holds it
 
 
-def history(doc: dict) -> list[tuple]:
+def history(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
     """What a thread's history is made of: its runs with their status and messages, and its provider threads."""
     return (
         [(r["id"], r["status"]) for r in doc["runs"]]
@@ -61,27 +61,29 @@ def history(doc: dict) -> list[tuple]:
     )
 
 
-def user_texts(run: dict) -> list[str]:
+def user_texts(run: dict[str, Any]) -> list[str]:
     return [m["text"] for m in run["messages"] if m["role"] == "user"]
 
 
-async def pending_request(client: TreadleClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict:
+async def pending_request(client: TreadleClient, thread: str, *, besides: tuple[str, ...] = ()) -> dict[str, Any]:
     """The thread's one pending request (other than ``besides``), as the pending-request projection lists it
     (L11.1)."""
     return await client.wait_request(thread, 60, besides=besides)
 
 
-async def respond(client: TreadleClient, request_id: str, body: dict) -> dict:
+async def respond(client: TreadleClient, request_id: str, body: dict[str, Any]) -> dict[str, Any]:
     r = await client.request("POST", f"/v1/requests/{request_id}/respond", json=body)
     assert r.status_code == 200, r.text
     return r.json()
 
 
-async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict:
+async def request_status(client: TreadleClient, thread: str, request_id: str) -> dict[str, Any]:
     return next(r for r in (await client.get_thread(thread))["requests"] if r["id"] == request_id)
 
 
-async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thread: str, request: dict) -> None:
+async def kill_the_provider_host_under(
+    stack: Stack, client: TreadleClient, thread: str, request: dict[str, Any]
+) -> None:
     """L11.3: the provider host dies while ``request`` is pending. Answering it then is refused as
     not_resumable, which the thread's projection shows; returns once the host has been restarted."""
     restarts = stack.processes.restarts("provider-host")
@@ -89,7 +91,7 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thre
     gone = await client.request("POST", f"/v1/requests/{request['id']}/respond", json={"decision": "accept"})
     assert gone.status_code == 409 and gone.json()["error"]["code"] == "not_resumable"
 
-    async def marked():  # the projection follows the 409's record a moment later
+    async def marked() -> bool:  # the projection follows the 409's record a moment later
         return (await request_status(client, thread, request["id"]))["status"] == "not_resumable"
 
     await wait_for(marked, timeout=10, what="the request marked not_resumable")
@@ -98,12 +100,12 @@ async def kill_the_provider_host_under(stack: Stack, client: TreadleClient, thre
     )
 
 
-def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict, path: str) -> str:
+def checkpointed(stack: Stack, tenant: str, thread: str, checkpoint: dict[str, Any], path: str) -> str:
     """``path`` as ``checkpoint`` (a run's, as the API shows it) holds it, read from the checkpoint service's git dir."""
     return checkpoint_git(stack.node_dir_of(tenant, thread), tenant, thread, "show", f"{checkpoint['ref']}:{path}")
 
 
-async def answered_once(client: TreadleClient, thread: str, request: dict, response: dict) -> None:
+async def answered_once(client: TreadleClient, thread: str, request: dict[str, Any], response: dict[str, Any]) -> None:
     """``request`` is resolved with ``response``; answering it again is refused (its callback is used up)."""
     answered = await request_status(client, thread, request["id"])
     assert answered["status"] == "resolved" and answered["response"] == response
@@ -111,7 +113,9 @@ async def answered_once(client: TreadleClient, thread: str, request: dict, respo
     assert again.status_code == 409
 
 
-def native_fork_thread(fork: dict, source_run: dict, source_pth: dict, provider: str) -> dict:
+def native_fork_thread(
+    fork: dict[str, Any], source_run: dict[str, Any], source_pth: dict[str, Any], provider: str
+) -> dict[str, Any]:
     """L6.2: the fork (its thread document) was started natively from ``source_run`` of the source's provider
     thread ``source_pth``, on a provider thread of its own, which is returned."""
     [transfer] = fork["transfers"]
@@ -199,7 +203,9 @@ class TreadleUp:
         async with asyncio.timeout(timeout):
             return await self.proc.wait()
 
-    async def restart_and_finish(self, waiting: str, asked: dict, runs: dict[str, str]) -> dict[str, dict]:
+    async def restart_and_finish(
+        self, waiting: str, asked: dict[str, Any], runs: dict[str, str]
+    ) -> dict[str, dict[str, Any]]:
         """Stop gracefully and start again; accept the request the ``waiting`` thread asks again (``asked`` was
         the one before the stop), and return each of ``runs`` (thread -> run id) once it has ended."""
         assert await self.stop() == 0

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+from tests.support.api import Api
 from tests.support.scripts import script
 
 DONE = {"type": "text", "text": "done"}
 
 
-def replying(*steps: dict, profile: str | None = None) -> dict:
+def replying(*steps: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
     """``steps``, then the reply "done"."""
     return script(*steps, DONE, profile=profile)
 
 
-async def run_to_end(api, thread: str, text: str, body: dict) -> dict:
+async def run_to_end(api: Api, thread: str, text: str, body: dict[str, Any]) -> dict[str, Any]:
     """The run of ``text`` with the script ``body``, once completed."""
     sent = await api.send(thread, text, script=body)
     return await api.wait_run(sent["run_id"])

@@ -9,8 +9,10 @@ from treadle.core import events as ev
 from treadle.core.commands import Command
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide
+from treadle.core.providers.catalogue import Catalogue
 from treadle.core.state import ThreadState, evolve
 from treadle.core.thread.commands import CreateThread, SendMessage
+from treadle.providers.registry import CATALOGUE
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 _n = count(1)
@@ -41,8 +43,8 @@ def apply(state: ThreadState, payloads, command_id: str = "cmd_x", causation: st
     return state
 
 
-def run_command(state: ThreadState, cmd: Command):
-    events, receipt = decide(state, cmd, Ctx.for_command(cmd))
+def run_command(state: ThreadState, cmd: Command, providers: Catalogue = CATALOGUE):
+    events, receipt = decide(state, cmd, Ctx.for_command(cmd, providers))
     apply(state, events, cmd.id)
     return events, receipt
 

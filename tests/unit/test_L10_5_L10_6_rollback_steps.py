@@ -13,6 +13,7 @@ from treadle.core import events as ev
 from treadle.core.rollback import decide as rollback
 from treadle.core.rollback import steps
 from treadle.core.rollback.decide import ProviderOutcome
+from treadle.providers.registry import CATALOGUE
 
 
 def placed(session_id: str, native_ref: str = "scripted-pth_a", resumed: bool = True):
@@ -43,7 +44,7 @@ def test_L10_5_the_files_are_restored_to_the_target_and_later_checkpoints_retire
 def test_L10_5_a_live_session_that_can_roll_back_is_recorded_as_asked_then_asked_to_drop_the_turns():
     state = three_runs()
     rb = start_rollback(state, 1)
-    step = steps.provider_step(state, "acme", state.thread.id, rb)
+    step = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert step.outcome is None and step.resume is None
     [requested] = step.requested
     assert isinstance(requested, ev.RollbackProviderRequested)
@@ -64,13 +65,13 @@ def test_L10_5_a_live_session_that_can_roll_back_is_recorded_as_asked_then_asked
 def test_L10_5_asked_before_a_crash_the_same_session_is_asked_again_and_a_gone_one_leaves_it_unknown():
     state = three_runs()
     rb = start_rollback(state, 1)
-    apply(state, steps.provider_step(state, "acme", state.thread.id, rb).requested)
+    apply(state, steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE).requested)
     rb = rollback.pending(state)
-    again = steps.provider_step(state, "acme", state.thread.id, rb)
+    again = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert again.requested == [] and again.resume is None  # never a second session, never recorded twice
     assert (again.drop.session_id, again.drop.turns, again.drop.rollback_id) == ("ps_1", 2, rb.id)
     apply(state, [ev.ProviderStopped(session_id="ps_1", reason="host_lost")])
-    gone = steps.provider_step(state, "acme", state.thread.id, rb)
+    gone = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert gone.drop is None and gone.outcome.context == "divergent"
     assert gone.outcome.error == "the provider session asked to roll back is gone; whether it did is unknown"
 
@@ -78,17 +79,19 @@ def test_L10_5_asked_before_a_crash_the_same_session_is_asked_again_and_a_gone_o
 def test_L10_5_without_the_capability_or_hosts_the_provider_thread_diverges_without_asking():
     state = three_runs(caps=WITHOUT)
     rb = start_rollback(state, 1)
-    step = steps.provider_step(state, "acme", state.thread.id, rb)
+    step = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert step.outcome == ProviderOutcome(context="divergent") and step.drop is None and step.resume is None
     state = three_runs()
     rb = start_rollback(state, 1)
-    assert steps.provider_step(state, "acme", state.thread.id, rb, hosts=False).outcome.context == "divergent"
+    assert (
+        steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE, hosts=False).outcome.context == "divergent"
+    )
 
 
 def test_L10_5_no_rollback_to_the_last_run_keeps_the_provider_context():
     state = three_runs()
     rb = start_rollback(state, 3)
-    step = steps.provider_step(state, "acme", state.thread.id, rb)
+    step = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert step.outcome is not None and step.outcome.context == "kept" and step.drop is None
 
 
@@ -96,7 +99,7 @@ def test_L10_5_a_provider_thread_no_session_holds_is_resumed_first_then_asked_an
     state = three_runs()
     apply(state, [ev.ProviderStopped(session_id="ps_1", reason="idle")])
     rb = start_rollback(state, 1)
-    step = steps.provider_step(state, "acme", state.thread.id, rb)
+    step = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     assert step.drop is None and step.requested == []
     resume = step.resume
     assert resume is not None and resume.session_id == steps.resume_session_id(rb)
@@ -120,7 +123,7 @@ def test_L10_5_a_provider_thread_that_cannot_be_resumed_diverges_and_a_wrong_ses
     state = three_runs()
     apply(state, [ev.ProviderStopped(session_id="ps_1", reason="idle")])
     rb = start_rollback(state, 1)
-    step = steps.provider_step(state, "acme", state.thread.id, rb)
+    step = steps.provider_step(state, "acme", state.thread.id, rb, CATALOGUE)
     failed = steps.resumed(step, rb, error="capacity: full")
     assert failed.step is None and failed.release is None and failed.events == []
     assert failed.outcome == ProviderOutcome(

@@ -191,7 +191,7 @@ def test_L11_3_a_callback_the_host_no_longer_holds_is_not_resumable(message):
 
 def test_L11_2_an_approval_offering_options_is_answered_by_option_id_and_an_unknown_id_is_refused():
     """An ACP agent's approval carries its own options (``detail.options``): ``answers={"option": <id>}``
-    picks one, as the README documents; an id it did not offer is a typed 400 and nothing is delivered."""
+    picks one, as docs/providers.md documents; an id it did not offer is a typed 400 and nothing is delivered."""
     offered = {
         "options": [{"id": "allow", "label": "Allow", "kind": "allow_once"}, {"id": "reject", "label": "Reject"}]
     }

@@ -12,6 +12,7 @@ from treadle.core.run import supervision as sv
 from treadle.core.state import ThreadState, provider_cause
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.decide import dispatch_next
+from treadle.providers.registry import CATALOGUE
 
 
 def test_L1_1_thread_create_creates_only_the_thread():
@@ -25,7 +26,7 @@ def test_L1_1_retried_create_returns_the_original_receipt():
     state = ThreadState()
     cmd = command(CreateThread(title="t"), thread="thr_a")
     events, first = run_command(state, cmd)
-    again, second = decide(state, cmd, __import__("treadle.core.ctx", fromlist=["Ctx"]).Ctx.for_command(cmd))
+    again, second = decide(state, cmd, __import__("treadle.core.ctx", fromlist=["Ctx"]).Ctx.for_command(cmd, CATALOGUE))
     assert again == [] and second.duplicate and second.thread_id == first.thread_id
 
 

@@ -13,6 +13,7 @@ from treadle.core.errors import Conflict, NotFound
 from treadle.core.lineage import context_sends
 from treadle.core.state import ThreadState
 from treadle.core.thread.commands import SendMessage
+from treadle.providers.registry import CATALOGUE
 
 
 def message(state: ThreadState, **kw):
@@ -25,11 +26,11 @@ def test_L5_4_a_clean_context_message_queues_a_run_of_its_own_with_the_request()
     cmd, fork = context_sends.check(message(state, clean_context=True))
     assert fork is None and cmd.body.mode == "queue_after_active"
     assert context_sends.wants_context(cmd)
-    events, receipt = context_sends.decide(state, cmd, None, Ctx.for_command(cmd))
+    events, receipt = context_sends.decide(state, cmd, None, Ctx.for_command(cmd, CATALOGUE))
     [queued] = [e for e in events if isinstance(e, ev.RunQueued)]
     assert queued.context == ev.ContextRequest(clean_context=True) and receipt.disposition == "queued"
     apply(state, events, cmd.id)
-    again, receipt = context_sends.decide(state, cmd, None, Ctx.for_command(cmd))
+    again, receipt = context_sends.decide(state, cmd, None, Ctx.for_command(cmd, CATALOGUE))
     assert again == [] and receipt.duplicate
 
 
@@ -49,5 +50,5 @@ def test_L7_1_a_merge_back_from_a_thread_that_is_not_there_is_thread_not_found()
     state = new_thread()
     cmd, fork = context_sends.check(message(state, merge_back_from="thr_01JABCDEFGHJKMNPQRSTVWXYZ0"))
     with pytest.raises(NotFound) as missing:
-        context_sends.decide(state, cmd, ThreadState(), Ctx.for_command(cmd))
+        context_sends.decide(state, cmd, ThreadState(), Ctx.for_command(cmd, CATALOGUE))
     assert missing.value.code == "thread_not_found"

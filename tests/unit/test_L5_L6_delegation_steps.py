@@ -15,6 +15,7 @@ from treadle.core.lineage.commands import DelegateTask, ForkSource, ForkThread
 from treadle.core.lineage.decide import source_point
 from treadle.core.run.supervision import _close_children
 from treadle.core.state import ThreadState
+from treadle.providers.registry import CATALOGUE
 
 BOUNDS = delegation.DelegationBounds()
 
@@ -29,7 +30,7 @@ def _parent(**kw) -> tuple[ThreadState, str]:
 
 def _delegate(state: ThreadState, run_id: str, **kw) -> tuple[delegation.Plan, ThreadState]:
     cmd = command(DelegateTask(parent_run_id=run_id, task="count the files", **kw), thread=state.thread.id)
-    plan = delegation.plan(state, cmd, BOUNDS, running_children=0)
+    plan = delegation.plan(state, cmd, BOUNDS, running_children=0, providers=CATALOGUE)
     child = apply(ThreadState(), plan.create, cmd.id)
     return plan, child
 
@@ -75,11 +76,13 @@ def test_only_an_active_run_delegates_and_the_bounds_hold():
     apply(deep, [ev.RunStarted(run_id=deep_run, attempt_id=deep.run(deep_run).attempt.id, session_id="s", turn_id="t")])
     cmd = command(DelegateTask(parent_run_id=deep_run, task="deeper"), thread=deep.thread.id)
     with pytest.raises(QuotaExceeded) as refused:
-        delegation.plan(deep, cmd, delegation.DelegationBounds(max_depth=1), running_children=0)
+        delegation.plan(deep, cmd, delegation.DelegationBounds(max_depth=1), running_children=0, providers=CATALOGUE)
     assert refused.value.details["quota"] == "delegation_depth"
     cmd = command(DelegateTask(parent_run_id=run_id, task="again"), thread=state.thread.id)
     with pytest.raises(QuotaExceeded) as per_run:
-        delegation.plan(state, cmd, delegation.DelegationBounds(max_children_per_run=1), running_children=0)
+        delegation.plan(
+            state, cmd, delegation.DelegationBounds(max_children_per_run=1), running_children=0, providers=CATALOGUE
+        )
     assert per_run.value.details["quota"] == "children_per_run"
 
 
@@ -133,11 +136,11 @@ def test_L6_a_delegated_tasks_node_is_no_fork_point_its_thread_is():
 def test_a_retry_whose_child_exists_records_it_even_if_its_run_ended_or_a_bound_was_reached_since():
     state, run_id = _parent()
     cmd = command(DelegateTask(parent_run_id=run_id, task="t"), thread=state.thread.id)
-    first = delegation.plan(state, cmd, BOUNDS, running_children=0)
+    first = delegation.plan(state, cmd, BOUNDS, running_children=0, providers=CATALOGUE)
     run = state.run(run_id)
     apply(state, [ev.RunCompleted(run_id=run_id, attempt_id=run.attempt.id)])
     full = delegation.DelegationBounds(max_running_children=1)
     with pytest.raises(Conflict):
-        delegation.plan(state, cmd, full, running_children=1)
-    again = delegation.plan(state, cmd, full, running_children=1, admitted=True)
+        delegation.plan(state, cmd, full, running_children=1, providers=CATALOGUE)
+    again = delegation.plan(state, cmd, full, running_children=1, providers=CATALOGUE, admitted=True)
     assert (again.child_id, again.node_id) == (first.child_id, first.node_id)

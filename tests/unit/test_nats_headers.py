@@ -7,7 +7,7 @@ import random
 
 from nats.aio.client import Client
 
-from treadle.runtime import nats_headers
+from treadle.eventlog import nats_patches
 
 REAL = (
     b"Nats-Stream: TREADLE_EVENTS\r\nNats-Subject: treadle.evt.acme.thr_1.run.completed.7\r\n"
@@ -34,7 +34,7 @@ EDGES = [
 
 def test_real_and_edge_header_blocks_parse_as_nats_py_parses_them():
     for raw in [REAL, *EDGES]:
-        assert nats_headers.parse_header_lines(raw) == nats_headers.original(raw), raw
+        assert nats_patches.parse_header_lines(raw) == nats_patches.original_header_lines(raw), raw
 
 
 def test_arbitrary_bytes_parse_as_nats_py_parses_them():
@@ -42,10 +42,14 @@ def test_arbitrary_bytes_parse_as_nats_py_parses_them():
     rng = random.Random(24)
     for _ in range(20_000):
         raw = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
-        assert nats_headers.parse_header_lines(raw) == nats_headers.original(raw), raw
+        assert nats_patches.parse_header_lines(raw) == nats_patches.original_header_lines(raw), raw
 
 
 def test_install_makes_clients_use_it():
-    nats_headers.install()
-    assert Client._parse_header_lines(REAL) == nats_headers.original(REAL)
-    assert Client._parse_header_lines is nats_headers.parse_header_lines
+    assert nats_patches.install()
+    try:
+        assert Client._parse_header_lines(REAL) == nats_patches.original_header_lines(REAL)
+        assert Client._parse_header_lines is nats_patches.parse_header_lines
+    finally:
+        nats_patches.uninstall()
+    assert Client._parse_header_lines is not nats_patches.parse_header_lines

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from treadle.runtime import nats_metadata
+from treadle.eventlog import nats_patches
 
 
 def _outcome(parse, reply: str):
@@ -27,7 +27,7 @@ tokens = st.one_of(
 @settings(max_examples=3000)
 def test_ack_subjects_parse_as_nats_py_parses_them(rest: list[str], prefix: str) -> None:
     reply = ".".join([prefix, *rest])
-    assert _outcome(nats_metadata.metadata_from_reply, reply) == _outcome(nats_metadata.original, reply)
+    assert _outcome(nats_patches.metadata_from_reply, reply) == _outcome(nats_patches.original_metadata, reply)
 
 
 @given(st.lists(tokens, min_size=5, max_size=14), st.sampled_from(["$JS.ACK", "$JS.NAK", "_INBOX"]))
@@ -35,10 +35,10 @@ def test_ack_subjects_parse_as_nats_py_parses_them(rest: list[str], prefix: str)
 def test_the_stream_sequence_alone_is_the_one_nats_py_parses(rest: list[str], prefix: str) -> None:
     reply = ".".join([prefix, *rest])
     try:
-        theirs = nats_metadata.original(reply).sequence.stream
+        theirs = nats_patches.original_metadata(reply).sequence.stream
     except Exception:
         return  # not a delivery nats-py reads (the SSE frames' ack subjects all are)
-    assert nats_metadata.stream_sequence(reply) == theirs
+    assert nats_patches.stream_sequence(reply) == theirs
 
 
 @pytest.mark.parametrize(
@@ -50,6 +50,6 @@ def test_the_stream_sequence_alone_is_the_one_nats_py_parses(rest: list[str], pr
     ],
 )
 def test_a_deliverys_metadata_equals_nats_pys(reply: str) -> None:
-    ours, theirs = nats_metadata.metadata_from_reply(reply), nats_metadata.original(reply)
+    ours, theirs = nats_patches.metadata_from_reply(reply), nats_patches.original_metadata(reply)
     assert ours == theirs and repr(ours) == repr(theirs) and hash(ours) == hash(theirs)
-    assert ours.sequence.stream == theirs.sequence.stream == nats_metadata.stream_sequence(reply)
+    assert ours.sequence.stream == theirs.sequence.stream == nats_patches.stream_sequence(reply)

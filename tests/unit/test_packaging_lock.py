@@ -34,6 +34,19 @@ def test_image_lock_pins_the_all_extra_and_no_test_tool() -> None:
     assert [tool for tool in TEST_TOOLS if tool in pins] == []
 
 
+def test_run_lock_pins_the_embedded_stack_and_no_test_tool_or_runtime() -> None:
+    """requirements/run.lock is what `make run` installs: the embedded stack alone, no Claude runtime (385 MB),
+    no test tools, no docs generator."""
+    pyproject = load_pyproject()
+    pins = load_lock("run")
+    assert lock_problems(requirements(pyproject, "embedded") + requirements(pyproject, "build"), pins) == [], RELOCK
+    assert [tool for tool in [*TEST_TOOLS, "claude-agent-sdk", "sphinx", "playwright"] if tool in pins] == []
+
+
+def test_bootstrap_lock_is_uv_alone() -> None:
+    assert list(load_lock("bootstrap")) == ["uv"]
+
+
 def test_client_lock_has_the_base_dependencies_and_nothing_of_the_server() -> None:
     pyproject = load_pyproject()
     pins = load_lock("base")
@@ -44,7 +57,7 @@ def test_client_lock_has_the_base_dependencies_and_nothing_of_the_server() -> No
 
 
 def test_every_lock_pins_a_package_at_one_version_with_the_same_hashes() -> None:
-    locks = {name: load_lock(name) for name in ("dev", "all", "base")}
+    locks = {name: load_lock(name) for name in ("dev", "all", "base", "run", "bootstrap")}
     for name, pins in locks.items():
         for package, pin in pins.items():
             assert locks["dev"][package] == pin, f"{package} in {name}.lock differs from dev.lock: {RELOCK}"

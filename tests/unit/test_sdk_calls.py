@@ -10,6 +10,7 @@ import httpx
 import msgspec
 import pytest
 
+from treadle import api
 from treadle.checkpoints.protocol import FileStat as GatewayFileStat
 from treadle.client import (
     AsyncTreadle,
@@ -23,7 +24,7 @@ from treadle.client.calls import TERMINAL, retryable
 from treadle.client.errors import ApiError
 from treadle.core.policy import TenantPolicy
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
-from treadle.gateway import app, checkpoints, control, lineage
+from treadle.gateway import checkpoints
 
 FAST = RetryPolicy(attempts=4, total=5, max_delay=0.01, first_delay=0.001)
 CREATED = {"thread_id": "thr_1", "seq": 3}
@@ -36,11 +37,11 @@ def fields(struct: type) -> set[str]:
 @pytest.mark.parametrize(
     "mine, gateways",
     [
-        (results.ThreadCreated, app.ThreadCreated),
-        (results.MessageAccepted, app.MessageAccepted),
-        (results.Acknowledged, control.Acknowledged),
-        (results.Implemented, control.Implemented),
-        (results.Forked, lineage.Forked),
+        (results.ThreadCreated, api.ThreadCreated),
+        (results.MessageAccepted, api.MessageAccepted),
+        (results.Acknowledged, api.Acknowledged),
+        (results.Implemented, api.Implemented),
+        (results.Forked, api.Forked),
         (results.Diff, checkpoints.Diff),
         (results.CheckpointPoint, checkpoints.CheckpointPoint),
         (results.FileStat, GatewayFileStat),

@@ -13,6 +13,7 @@ from treadle.core.ctx import Ctx, thread_id_for
 from treadle.core.decide import decide
 from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread
+from treadle.providers.registry import CATALOGUE
 from treadle.views import of_state
 
 
@@ -20,7 +21,7 @@ def created_on(home: str | None) -> ThreadState:
     state = ThreadState()
     cmd = command(CreateThread(title="t"))
     cmd.thread = thread_id_for(cmd.id, cmd.issued_at)
-    ctx = msgspec.structs.replace(Ctx.for_command(cmd), home=home)
+    ctx = msgspec.structs.replace(Ctx.for_command(cmd, CATALOGUE), home=home)
     events, _ = decide(state, cmd, ctx)
     apply(state, events, cmd.id)
     return state

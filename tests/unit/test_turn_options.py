@@ -8,6 +8,7 @@ from tests.unit.domain_helpers import command, new_thread, run_command, send
 from treadle.core.errors import BadRequest
 from treadle.core.thread.commands import SendMessage
 from treadle.core.thread.decide import capabilities_for
+from treadle.providers.registry import CATALOGUE
 
 
 def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():
@@ -15,7 +16,7 @@ def test_L2_1_a_codex_message_carries_plan_mode_to_its_run():
     events, receipt = send(state, "design it", script={"collaboration_mode": "plan"})
     run = state.runs[0]
     assert run.provider == "codex" and run.script == {"collaboration_mode": "plan"}
-    assert capabilities_for(state, run) is None  # turn options say nothing about capabilities
+    assert capabilities_for(state, run, CATALOGUE) is None  # turn options say nothing about capabilities
 
 
 @pytest.mark.parametrize(

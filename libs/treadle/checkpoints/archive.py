@@ -11,8 +11,9 @@ import contextlib
 import hashlib
 import json
 import uuid
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
@@ -23,6 +24,9 @@ from nats.js.object_store import ObjectStore
 from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
 
 __all__ = ["BUCKET", "ArchiveUnavailable", "CheckpointArchive", "JetStreamArchive"]
+
+
+T = TypeVar("T")
 
 
 class ArchiveUnavailable(Exception):
@@ -100,7 +104,7 @@ class JetStreamArchive:
             self._bucket = await self._js.object_store(self._name)
         return self._bucket
 
-    async def _bounded(self, verb, name, step):
+    async def _bounded(self, verb: str, name: str, step: Awaitable[T]) -> T:
         try:
             async with asyncio.timeout(self._timeout):
                 return await step

@@ -3,7 +3,7 @@ request names the volume: the thread's home (``Thread.volume``), never the askin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
@@ -35,6 +35,8 @@ from .protocol import (
 if TYPE_CHECKING:
     from .hydrate import Hydrate, Hydrated
     from .materialize import Materialize, Materialized
+
+T = TypeVar("T")
 
 
 class CheckpointUnavailable(Retryable):
@@ -95,7 +97,7 @@ async def request(nc: NATS, volume: str, verb: str, payload: bytes, timeout: flo
     return msg.data
 
 
-def ok(reply):
+def ok(reply: T | Failure) -> T:
     """The service's answer, or its failure raised as ``CheckpointError``."""
     if isinstance(reply, Failure):
         raise CheckpointError(reply.code, reply.message)

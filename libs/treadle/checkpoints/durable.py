@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, cast
 
 import msgspec
@@ -317,7 +318,9 @@ class _unavailable_is_typed:
     async def __aenter__(self) -> None:
         return None
 
-    async def __aexit__(self, kind, exc, tb) -> bool:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         if isinstance(exc, ArchiveUnavailable):
             raise CheckpointError("store_unavailable", str(exc)) from None
         return False

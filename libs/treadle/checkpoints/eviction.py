@@ -37,7 +37,7 @@ from .validation import check_token
 
 if TYPE_CHECKING:
     from .durable import Durable
-    from .git import Workspaces
+    from .git import Workspaces, _Workspace
 
 TOMBSTONES = "evicted"  # <shadow root>/<tenant>/evicted/<workspace key>
 
@@ -101,7 +101,7 @@ async def evict(
     return Evicted(tenant=tenant, thread=thread, commit=commit, bytes=held[0], files=held[1])
 
 
-async def revive(ws: Workspaces, slot, tenant: str, path: Path, tenant_root: Path) -> bool:
+async def revive(ws: Workspaces, slot: _Workspace, tenant: str, path: Path, tenant_root: Path) -> bool:
     """Under the workspace's lock: an evicted workspace is rebuilt from the archive as it was left. True when it
     was; False when it was not evicted (one stat)."""
     relative = path.relative_to(tenant_root).as_posix()

@@ -1,4 +1,4 @@
-"""Workspace checkpoints as git hidden refs (ARCHITECTURE "Checkpoints", LIFECYCLES L10).
+"""Workspace checkpoints as git hidden refs (docs/concepts.md "Checkpoints", requirements L10).
 
 A capture never touches the user's branch, HEAD, index or stash: it stages into a Treadle-private
 index (`<gitdir>/treadle/index`) or, for a watched worktree, into the private tree model of
@@ -29,6 +29,7 @@ import stat
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -241,7 +242,7 @@ class Workspaces:
             await self.durable.compact(repo, self.where(tenant, thread, repo))
 
     @contextlib.asynccontextmanager
-    async def _repo_for(self, tenant: str, thread: str, workspace: str):
+    async def _repo_for(self, tenant: str, thread: str, workspace: str) -> AsyncIterator[Repo]:
         check_token("tenant", tenant)
         check_token("thread", thread)
         path, tenant_root = self._resolve(tenant, workspace)
@@ -383,7 +384,7 @@ class Workspaces:
                 raise
 
     @contextlib.asynccontextmanager
-    async def _locked(self, path: Path, *, touch: bool = True):
+    async def _locked(self, path: Path, *, touch: bool = True) -> AsyncIterator[_Workspace]:
         """The workspace's lock in this process; ``touch``: a request's use (False: eviction's own look)."""
         ws = self._workspaces.get(path)
         if ws is None:

@@ -34,7 +34,7 @@ from .validation import check_commit, check_token
 
 if TYPE_CHECKING:
     from .durable import Durable
-    from .git import Workspaces
+    from .git import Workspaces, _Workspace
 
 VERB = "hydrate"
 _REF = re.compile(r"refs/treadle/checkpoints/[A-Za-z0-9._-]{1,128}(/[A-Za-z0-9._-]{1,128}){1,12}")
@@ -134,14 +134,14 @@ def _unused(path: Path, shadow: Path) -> bool:
     return True
 
 
-async def revive(ws: Workspaces, slot, tenant: str, path: Path, tenant_root: Path) -> bool:
+async def revive(ws: Workspaces, slot: _Workspace, tenant: str, path: Path, tenant_root: Path) -> bool:
     from .eviction import revive  # it builds with this module
 
     return await revive(ws, slot, tenant, path, tenant_root)
 
 
 async def _present(
-    ws: Workspaces, durable: Durable | None, slot, req: Hydrate, path: Path, tenant_root: Path, where: Where
+    ws: Workspaces, durable: Durable | None, slot: _Workspace, req: Hydrate, path: Path, tenant_root: Path, where: Where
 ) -> Hydrated:
     """The workspace is there: done if its git dir holds the checkpoint, refused otherwise (it is never
     overwritten). The archive is asked only for a request that names no commit, or one the git dir lacks."""

@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from treadle.checkpoints.refs import thread_prefix
@@ -14,7 +15,7 @@ from treadle.checkpoints.repo import Repo, common_dir
 
 
 @contextlib.asynccontextmanager
-async def exclusive(repo: Repo):
+async def exclusive(repo: Repo) -> AsyncIterator[None]:
     """The git dir's lock across processes (replicas, and a restarted service vs the git children of a killed
     one, which inherit it). Whoever holds it is the only writer of the private index and of Treadle's refs,
     so lock files found under it are orphans of a git killed with SIGKILL and are removed."""

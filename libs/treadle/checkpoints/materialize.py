@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -25,6 +26,9 @@ from .client import ok, request
 from .protocol import CheckpointError, Failure, encode
 from .repo import checkpoint_gitdir
 from .runner import SERVICE, Launch, base_env, give, make_dirs, run_git
+
+if TYPE_CHECKING:
+    from .git import Workspaces
 
 VERB = "materialize"
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -122,12 +126,12 @@ def materialize(
 class MaterializeHandler:
     """The checkpoint service's ``materialize`` verb (git runs on a worker thread)."""
 
-    def __init__(self, root: Path, shadow_root: Path, workspaces=None) -> None:
+    def __init__(self, root: Path, shadow_root: Path, workspaces: Workspaces | None = None) -> None:
         self._root, self._shadow_root = Path(root), Path(shadow_root).resolve()
         self._workspaces = workspaces
 
     @classmethod
-    def serving(cls, workspaces) -> MaterializeHandler:
+    def serving(cls, workspaces: Workspaces) -> MaterializeHandler:
         """For the workspaces a checkpoint service serves (same roots, same volume, same tenant uids)."""
         return cls(workspaces._root, workspaces._shadow_root, workspaces)
 

@@ -1,4 +1,4 @@
-"""Restores, diffs and retention on checkpoint refs (LIFECYCLES L10.5, L10.6).
+"""Restores, diffs and retention on checkpoint refs (requirements L10.5, L10.6).
 
 Everything here runs under the workspace lock of :class:`treadle.checkpoints.git.Workspaces`, with the
 same Treadle-private index and git environment as a capture, so the user's HEAD, branch, index and stash

@@ -7,14 +7,18 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple
 
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.repo import Repo
 from treadle.sandbox.identity import TenantIds
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 # Every git process a service runs sees only these settings besides its git dir's own config, which is
 # Treadle's (a service-owned git dir, never the workspace's `.git`): no hooks (update-ref runs the
@@ -145,7 +149,7 @@ class GitRunner:
             repo.launch or self.launch(None), env or repo.env, repo.worktree, *args, input=input, hold=hold
         )
 
-    async def in_thread(self, fn, *args):
+    async def in_thread(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run ``fn`` on the git pool (in-process git work counts against the same bound as git processes)."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 

@@ -20,6 +20,7 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 from treadle.checkpoints import packs
@@ -335,7 +336,7 @@ def _pack_dirs(repo: Repo) -> tuple[Path, Path]:
     return (common_dir(repo.gitdir) or repo.gitdir) / "objects", repo.gitdir / "treadle"
 
 
-def _parents(path: bytes):
+def _parents(path: bytes) -> Iterator[bytes]:
     while b"/" in path:
         path = path.rpartition(b"/")[0]
         yield path

@@ -55,7 +55,9 @@ def file_stats(
     return out
 
 
-def _content(entry: Entry | None, blob: Callable[[bytes], bytes | None], new_blobs) -> bytes | None:
+def _content(
+    entry: Entry | None, blob: Callable[[bytes], bytes | None], new_blobs: dict[bytes, tuple[int, bytes]]
+) -> bytes | None:
     if entry is None:
         return b""
     made = new_blobs.get(entry[1])

@@ -128,7 +128,7 @@ class Inotify:
             self._add(watcher, d)
 
     def _add(self, watcher: Watcher, d: bytes) -> int:
-        wd = _libc.inotify_add_watch(self._fd, d, _MASK)
+        wd: int = _libc.inotify_add_watch(self._fd, d, _MASK)
         if wd < 0:
             raise Unwatchable(ctypes.get_errno(), f"cannot watch {d!r}")
         self._owners.setdefault(wd, set()).add(watcher)

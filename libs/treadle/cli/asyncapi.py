@@ -113,7 +113,7 @@ def _is_struct(tp: Any) -> bool:
     return any(isinstance(a, type) and issubclass(a, msgspec.Struct) for a in (tp, *typing.get_args(tp)))
 
 
-def example(cls: type[msgspec.Struct], **override: Any) -> dict:
+def example(cls: type[msgspec.Struct], **override: Any) -> dict[str, Any]:
     """A plausible instance of ``cls`` as JSON builtins: defaults where there are any, made-up values else."""
     out: dict[str, Any] = {}
     hints = typing.get_type_hints(cls)
@@ -133,7 +133,7 @@ def example(cls: type[msgspec.Struct], **override: Any) -> dict:
     return out
 
 
-def event_example(type_: str) -> dict:
+def event_example(type_: str) -> dict[str, Any]:
     payload = events.PAYLOADS[type_]
     return {
         "id": "evt_01m8xb0000000000000000000",
@@ -148,7 +148,7 @@ def event_example(type_: str) -> dict:
     }
 
 
-def _checked(cls: Any, doc: dict) -> dict:
+def _checked(cls: Any, doc: dict[str, Any]) -> dict[str, Any]:
     """Every example must decode as what it illustrates, so a stale example fails generation."""
     msgspec.convert(doc, cls, strict=False)
     return doc
@@ -157,7 +157,7 @@ def _checked(cls: Any, doc: dict) -> dict:
 # --- internal payload schemas ---------------------------------------------------------------------------
 
 
-def internal_schema() -> dict:
+def internal_schema() -> dict[str, Any]:
     ref = "#/$defs/{name}"
     kinds = [
         hosts.PlaceSession,
@@ -212,7 +212,7 @@ def _channel(
     return out
 
 
-def _message(name: str, title: str, payload_ref: str, example_payload: dict, summary: str = "") -> list[str]:
+def _message(name: str, title: str, payload_ref: str, example_payload: dict[str, Any], summary: str = "") -> list[str]:
     out = [
         f"    {name}:",
         f"      name: {_q(name)}",
@@ -261,7 +261,7 @@ def asyncapi() -> str:
         "  version: 1.0.0",
         f"  x-schema-version: {events.SCHEMA_VERSION}",
         "  description: >-",
-        '    NATS subjects of Treadle (ARCHITECTURE.md, "Subjects and streams"). Payloads are msgspec JSON;',
+        '    NATS subjects of Treadle (docs/concepts.md, "Subjects and streams"). Payloads are msgspec JSON;',
         "    their JSON Schemas are the files next to this one.",
         "",
         f"    Versioning: {COMPATIBILITY}",
@@ -479,7 +479,7 @@ def asyncapi() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _event_checked(type_: str) -> dict:
+def _event_checked(type_: str) -> dict[str, Any]:
     doc = event_example(type_)
     decoded = events.decode_event(msgspec.json.encode(doc))
     assert decoded.type == type_ and not isinstance(decoded.data, events.UnknownEvent)

@@ -17,7 +17,7 @@ from .errors import UsageError
 from .render import console
 
 
-def add_parser(sub, nats_: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_: argparse.ArgumentParser) -> None:
     check = sub.add_parser(
         "check", parents=[nats_], help="verify the event log's invariants and that Redis matches a replay of it"
     )

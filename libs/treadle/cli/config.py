@@ -8,7 +8,12 @@ import asyncio
 import contextlib
 import os
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
 
 from ..client import AsyncTreadle
 from ..runtime import broker_urls
@@ -56,7 +61,7 @@ def _redacted(url: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def connect_nats(url: str):
+async def connect_nats(url: str) -> AsyncIterator[NATS]:
     import nats
 
     async def quiet(exc: Exception) -> None:  # connect() raises; no need to also log every attempt

@@ -11,18 +11,22 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from rich.markup import escape
 
 from ..eventlog.subjects import EVENTS_STREAM
+
+if TYPE_CHECKING:
+    from treadle.ops.broker_auth import BrokerAuth
 from .config import connect_nats, nats_url, state_dir
 from .errors import UsageError
 from .output import as_json, json_line
 from .render import console, stderr
 
 
-def _auth(args: argparse.Namespace):
+def _auth(args: argparse.Namespace) -> BrokerAuth:
     from treadle.ops.broker_auth import BrokerAuth
 
     directory = Path(args.nats_dir) if args.nats_dir else state_dir(args) / "nats"
@@ -44,7 +48,7 @@ def _address(service_url: str) -> str:
         raise UsageError(str(exc)) from None
 
 
-async def _reload(auth, args: argparse.Namespace) -> None:
+async def _reload(auth: BrokerAuth, args: argparse.Namespace) -> None:
     if args.no_reload:
         stderr.print("[yellow]not reloaded:[/] the server applies it at its next reload")
         return
@@ -54,7 +58,7 @@ async def _reload(auth, args: argparse.Namespace) -> None:
         raise UsageError(f"could not reload nats-server: {exc}") from None
 
 
-async def _audit(args: argparse.Namespace, **record) -> None:
+async def _audit(args: argparse.Namespace, **record: Any) -> None:
     from treadle.ops import audit
 
     async with connect_nats(nats_url(args)) as nc:
@@ -273,7 +277,7 @@ async def cmd_events_tail(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub, nats_: argparse.ArgumentParser) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_: argparse.ArgumentParser) -> None:
     """Register ``consumers`` and ``events`` on the ``treadle`` parser."""
     broker = argparse.ArgumentParser(add_help=False, parents=[nats_])
     broker.add_argument("--nats-dir", help="the nats-server's directory (default: <state-dir>/nats)")

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from treadle.runtime.dead_letters import DeadLetter
 
 import msgspec
 
@@ -18,7 +22,7 @@ def _seq(text: str) -> int:
     return int(text)
 
 
-def _record(letter, with_data: bool) -> dict:
+def _record(letter: DeadLetter, with_data: bool) -> dict[str, Any]:
     out = {
         "seq": letter.seq,
         "at": letter.at,
@@ -78,7 +82,7 @@ async def cmd_drop(args: argparse.Namespace) -> int:
     return await _one(args, "drop")
 
 
-def add_parser(sub, nats_: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_: argparse.ArgumentParser) -> None:
     letters = sub.add_parser("dead-letters", help="messages consumers gave up on").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )

@@ -1,4 +1,4 @@
-"""The exit codes of ``treadle``, one per kind of outcome a script can act on (documented in the README)."""
+"""The exit codes of ``treadle``, one per kind of outcome a script can act on (documented in docs/cli.md)."""
 
 from __future__ import annotations
 

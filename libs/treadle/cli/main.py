@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(args.func(args))
+        code: int = asyncio.run(args.func(args))
+        return code
     except (ApiError, UsageError, TimeoutError, exits.NeedsInput, exits.RunNotCompleted) as exc:
         code = exits.code_for(exc)
         if as_json(args):

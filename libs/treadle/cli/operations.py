@@ -69,7 +69,7 @@ async def _list(
     args: argparse.Namespace,
     do: Callable[[AsyncTreadle], Awaitable[AsyncPage[Any]]],
     columns: tuple[str, ...],
-    row: Callable[[dict], tuple[Any, ...]],
+    row: Callable[[dict[str, Any]], tuple[Any, ...]],
 ) -> int:
     """A list command: one page (``--limit``, ``--cursor``) or every page (``--all``), as a table or JSON."""
     async with api_client(args) as client:
@@ -97,15 +97,15 @@ def _page(args: argparse.Namespace) -> dict[str, Any]:
     return {"limit": args.limit, "cursor": args.cursor}
 
 
-def _ack(what: str) -> Callable[[dict], None]:
-    def show(ack: dict) -> None:
+def _ack(what: str) -> Callable[[dict[str, Any]], None]:
+    def show(ack: dict[str, Any]) -> None:
         run = f" run {ack['run_id']}" if ack.get("run_id") else ""
         console.print(Text.assemble(("✓ ", "green"), what, run, (f" ({ack.get('disposition') or 'accepted'})", "dim")))
 
     return show
 
 
-def _json_block(value: dict) -> None:
+def _json_block(value: dict[str, Any]) -> None:
     import json
 
     console.print_json(json.dumps(value, default=str))
@@ -156,7 +156,7 @@ async def cmd_nodes_interrupt(args: argparse.Namespace) -> int:
     )
 
 
-def _print_diff(diff: dict) -> None:
+def _print_diff(diff: dict[str, Any]) -> None:
     point = diff.get("from")
     console.print(
         f"[dim]{diff['thread_id']}[/] {point['scope'] + '/' + str(point['ordinal']) if point else 'empty'} → "
@@ -182,7 +182,7 @@ async def cmd_diff(args: argparse.Namespace) -> int:
     )
 
 
-def _print_rollback(rb: dict) -> None:
+def _print_rollback(rb: dict[str, Any]) -> None:
     target = f"run {rb['to_run_ordinal']}" if rb["kind"] == "thread" else f"node {rb['node_id']}"
     mark = ("✓ ", "green") if rb["status"] == "completed" else ("… ", "yellow")
     console.print(Text.assemble(mark, f"rollback {rb['id']} to {target}: ", status_text(rb["status"])))
@@ -274,7 +274,7 @@ async def cmd_activity(args: argparse.Namespace) -> int:
 # --- the queue and plans ------------------------------------------------------------------------------
 
 
-def _print_queue(queue: dict) -> None:
+def _print_queue(queue: dict[str, Any]) -> None:
     console.print(f"[dim]active[/] {queue['active_run_id'] or '-'}")
     if not queue["queue"]:
         console.print("[dim]nothing queued[/]")
@@ -314,7 +314,7 @@ async def cmd_queue_cancel(args: argparse.Namespace) -> int:
 
 
 async def cmd_plans_implement(args: argparse.Namespace) -> int:
-    def show(done: dict) -> None:
+    def show(done: dict[str, Any]) -> None:
         console.print(
             Text.assemble(
                 ("✓ ", "green"), f"plan {done['plan_id']} → run ", (done["run_id"], "bold"), f" of {done['thread_id']}"
@@ -352,7 +352,7 @@ async def cmd_fork(args: argparse.Namespace) -> int:
         raise UsageError("fork from exactly one of --run, --node, --provider-thread")
     (kind, source), *_ = chosen
 
-    def show(forked: dict) -> None:
+    def show(forked: dict[str, Any]) -> None:
         console.print(
             Text.assemble(
                 ("✓ ", "green"), "forked ", (forked["thread_id"], "bold"), f" from {forked['parent_thread_id']}"
@@ -374,8 +374,8 @@ async def cmd_fork(args: argparse.Namespace) -> int:
     )
 
 
-def _print_lineage(view: dict) -> None:
-    def node(n: dict, depth: int) -> None:
+def _print_lineage(view: dict[str, Any]) -> None:
+    def node(n: dict[str, Any], depth: int) -> None:
         mark = "→ " if n["thread_id"] == view["thread_id"] else "  "
         console.print(
             f"{'  ' * depth}{mark}[bold]{n['thread_id']}[/] {escape(n['title'] or '')} [dim]{n['provider']} · {n['runs']} run(s)[/]"
@@ -400,7 +400,7 @@ async def cmd_handoffs_list(args: argparse.Namespace) -> int:
 
 
 async def cmd_handoffs_show(args: argparse.Namespace) -> int:
-    def show(h: dict) -> None:
+    def show(h: dict[str, Any]) -> None:
         console.print(
             f"[bold]{h['id']}[/] {h['strategy']} → {h['to_provider']} [dim]run {h['run_id']} #{h.get('run_ordinal')}[/]"
         )

@@ -18,7 +18,9 @@ from .threads import (
 )
 
 
-def _group(sub, name: str, help: str):
+def _group(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     return sub.add_parser(name, help=help).add_subparsers(dest="action", required=True, metavar="ACTION")
 
 
@@ -51,11 +53,11 @@ def _message(parser: argparse.ArgumentParser, *, mode: bool = True) -> None:
     )
 
 
-def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
+def add_api_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], api: argparse.ArgumentParser) -> None:
     threads = _group(sub, "threads", "app threads")
     tc = threads.add_parser("create", parents=[api], help="create a thread")
     tc.add_argument("--title")
-    tc.add_argument("--provider", help="scripted (default), codex or claude")
+    tc.add_argument("--provider", help="scripted (default), codex, claude or acp-<name>")
     tc.add_argument("--model")
     tc.add_argument("--runtime-mode", choices=MODES)
     tc.add_argument("--workspace", help="workspace path relative to the tenant's workspace root")
@@ -83,7 +85,12 @@ def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
     steer.set_defaults(func=cmd_steer)
     switch = sub.add_parser("switch", parents=[api], help="send the next message to another provider (L5)")
     _message(switch)
-    switch.add_argument("--to", required=True, metavar="PROVIDER", help="scripted, codex or claude")
+    switch.add_argument(
+        "--to",
+        required=True,
+        metavar="PROVIDER",
+        help="scripted, codex, claude or acp-<name> (an agent of TREADLE_ACP_AGENTS)",
+    )
     switch.set_defaults(func=cmd_switch)
 
     watch = sub.add_parser("watch", parents=[api], help="stream a thread's events live (resumes by itself)")
@@ -220,7 +227,9 @@ def add_api_parsers(sub, api: argparse.ArgumentParser) -> None:
     hs.set_defaults(func=ops.cmd_handoffs_show)
 
 
-def add_policy_api_parsers(policy, api: argparse.ArgumentParser) -> None:
+def add_policy_api_parsers(
+    policy: argparse._SubParsersAction[argparse.ArgumentParser], api: argparse.ArgumentParser
+) -> None:
     """``policy get|put``: the tenant's own policy through the API, for its admins (``set``/``show`` are the
     operator's, straight in NATS)."""
     pg = policy.add_parser("get", parents=[api], help="your tenant's policy, through the API (admin)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import msgspec
 
@@ -47,7 +48,7 @@ def add_policy_fields(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def policy_fields(args: argparse.Namespace) -> dict:
+def policy_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The quotas and the cascade setting as given (None: not given)."""
     return {name: getattr(args, name) for name in (*QUOTAS, "cascade_interrupts")}
 

@@ -21,7 +21,7 @@ DECISIONS = {"a": "accept", "s": "accept_for_session", "d": "decline", "c": "can
 TRIES = 3  # unreadable answers before giving up on a non-terminal stdin
 
 
-def how_to_answer(request: dict) -> str:
+def how_to_answer(request: dict[str, Any]) -> str:
     if request["kind"] == "user_input":
         hint = " ".join(f"--answer {q['id']}=TEXT" for q in request.get("questions") or []) or "--message TEXT"
     else:
@@ -39,7 +39,7 @@ def parse_decision(line: str) -> str | None:
     return DECISIONS.get(text[:1]) if text else None
 
 
-def parse_choice(question: dict, line: str) -> str | None:
+def parse_choice(question: dict[str, Any], line: str) -> str | None:
     """A question's answer: an option's label by its number, or the text as typed (None: nothing typed)."""
     text = line.strip()
     options = question.get("options") or []
@@ -49,7 +49,7 @@ def parse_choice(question: dict, line: str) -> str | None:
     return text or None
 
 
-def _approval(request: dict) -> str:
+def _approval(request: dict[str, Any]) -> str:
     lines = [f"[yellow]?[/] [bold]{escape(request['kind'])}[/] {escape(request['id'])}: {escape(request['prompt'])}"]
     if request.get("description"):
         lines.append(f"  [dim](the model says: {escape(request['description'])!s})[/]")
@@ -57,7 +57,7 @@ def _approval(request: dict) -> str:
     return "\n".join(lines)
 
 
-def _question(request: dict, question: dict) -> str:
+def _question(request: dict[str, Any], question: dict[str, Any]) -> str:
     head = f"[yellow]?[/] [bold]question[/] {escape(request['id'])}: {escape(question['question'])}"
     listed = "".join(
         f"\n  {i}) {escape(o['label'] if isinstance(o, dict) else str(o))}"
@@ -67,7 +67,7 @@ def _question(request: dict, question: dict) -> str:
     return head + listed + "\n  your answer › "
 
 
-async def _ask(request: dict, text: str, parse: Any) -> Any:
+async def _ask(request: dict[str, Any], text: str, parse: Any) -> Any:
     """One answer read from stdin after showing ``text``; asked again while it is not an answer."""
     for _ in range(TRIES if not sys.stdin.isatty() else 1_000):
         stderr.print(text, end="", soft_wrap=True)
@@ -81,7 +81,7 @@ async def _ask(request: dict, text: str, parse: Any) -> Any:
     raise NeedsInput(how_to_answer(request) + " (no answer understood)")
 
 
-async def answer(client: AsyncTreadle, request: dict, *, allow_input: bool) -> dict | None:
+async def answer(client: AsyncTreadle, request: dict[str, Any], *, allow_input: bool) -> dict[str, Any] | None:
     """Ask for and send the answer to ``request`` (a RuntimeRequest as JSON); the answer sent, or None when
     someone else answered it first. Raises NeedsInput when it may not or cannot ask."""
     if not allow_input:
@@ -108,7 +108,9 @@ async def answer(client: AsyncTreadle, request: dict, *, allow_input: bool) -> d
     return {"request_id": request["id"], **body, "seq": ack.seq}
 
 
-async def answer_pending(client: AsyncTreadle, thread: str, request_id: str, *, allow_input: bool) -> dict | None:
+async def answer_pending(
+    client: AsyncTreadle, thread: str, request_id: str, *, allow_input: bool
+) -> dict[str, Any] | None:
     """Answer a request an event named, if it still waits for an answer (a stream replays old ones too)."""
     page = await client.list_requests(thread, status="pending")
     pending = [r async for r in page if r.id == request_id]

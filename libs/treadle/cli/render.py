@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -51,7 +52,7 @@ def short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def files_text(files: list[dict]) -> Text:
+def files_text(files: list[dict[str, Any]]) -> Text:
     out = Text()
     for i, f in enumerate(files):
         if i:
@@ -61,7 +62,7 @@ def files_text(files: list[dict]) -> Text:
     return out or Text("no changes", style="dim")
 
 
-def summarise(event: str, data: dict) -> str:
+def summarise(event: str, data: dict[str, Any]) -> str:
     """One line about a durable event, for humans."""
     d = data
     match event:
@@ -91,12 +92,12 @@ def summarise(event: str, data: dict) -> str:
         case "request.opened":
             return f"{d.get('kind')}: {short(d.get('prompt', ''), 60)}"
         case "run.warning":
-            return d.get("message", "")
+            return str(d.get("message", ""))
         case _:
             return " ".join(str(d[k]) for k in ("run_id", "status", "reason", "error") if d.get(k))
 
 
-def print_run(run: dict) -> None:
+def print_run(run: dict[str, Any]) -> None:
     table = Table.grid(padding=(0, 2))
     table.add_column(style="dim")
     table.add_column()

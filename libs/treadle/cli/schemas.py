@@ -22,7 +22,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 REF = "#/$defs/{name}"
 
 
-def _components(types: list, title: str, description: str, root: str | None = None) -> dict:
+def _components(types: list[Any], title: str, description: str, root: str | None = None) -> dict[str, Any]:
     _, defs = msgspec.json.schema_components(types, ref_template=REF)
     doc: dict[str, Any] = {"$schema": DIALECT, "title": title, "description": description, "$defs": defs}
     if root:
@@ -34,7 +34,7 @@ def _event_def(type_: str) -> str:
     return events.PAYLOADS[type_].__name__ + "Event"
 
 
-def events_schema() -> dict:
+def events_schema() -> dict[str, Any]:
     from treadle.core.provider_events import LiveDelta
 
     payloads = [events.PAYLOADS[t] for t in sorted(events.PAYLOADS)]
@@ -64,7 +64,7 @@ def events_schema() -> dict:
     return doc
 
 
-def commands_schema() -> dict:
+def commands_schema() -> dict[str, Any]:
     doc = _components(
         [commands.Command, commands.CreateThread, commands.SendMessage, commands.Accepted, commands.Rejected],
         "Treadle commands",
@@ -76,7 +76,7 @@ def commands_schema() -> dict:
     return doc
 
 
-def provider_events_schema() -> dict:
+def provider_events_schema() -> dict[str, Any]:
     return _components(
         [provider_events.ProviderEvent],
         "Treadle provider events",
@@ -85,7 +85,7 @@ def provider_events_schema() -> dict:
     )
 
 
-def script_schema() -> dict:
+def script_schema() -> dict[str, Any]:
     return _components(
         [script.Script],
         "Scripted provider script",
@@ -94,7 +94,7 @@ def script_schema() -> dict:
     )
 
 
-def views_schema() -> dict:
+def views_schema() -> dict[str, Any]:
     from treadle.views import VIEW_VERSION
     from treadle.views.checkpoints import RollbackView
     from treadle.views.lineage import HandoffView, LineageView
@@ -120,20 +120,20 @@ def views_schema() -> dict:
     )
 
 
-def _internal() -> dict:
+def _internal() -> dict[str, Any]:
     from .asyncapi import internal_schema
 
     return internal_schema()
 
 
-def openapi_schema() -> dict:
+def openapi_schema() -> dict[str, Any]:
     from treadle.gateway.app import create_app
     from treadle.gateway.openapi import document
 
     return document(create_app())
 
 
-def mcp_tools_schema() -> dict:
+def mcp_tools_schema() -> dict[str, Any]:
     from treadle.gateway.mcp.tools import tool_schemas
 
     return tool_schemas()
@@ -151,7 +151,7 @@ def asyncapi() -> str:
 # --- files --------------------------------------------------------------------------------------------
 
 
-def _json(doc: dict) -> str:
+def _json(doc: dict[str, Any]) -> str:
     return json.dumps(msgspec.to_builtins(doc), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

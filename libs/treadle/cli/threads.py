@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -164,7 +165,7 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_script(path: str | None) -> dict | None:
+def _load_script(path: str | None) -> dict[str, Any] | None:
     if path is None:
         return None
     try:
@@ -180,7 +181,7 @@ def _load_script(path: str | None) -> dict | None:
 
 
 def _send(
-    client: AsyncTreadle, args: argparse.Namespace, script: dict | None, **fixed: object
+    client: AsyncTreadle, args: argparse.Namespace, script: dict[str, Any] | None, **fixed: object
 ) -> Awaitable[MessageAccepted]:
     options = {
         "mode": getattr(args, "mode", None),
@@ -196,7 +197,7 @@ def _send(
     return client.send_message(args.thread, args.text, **options)
 
 
-def _accepted(accepted: dict) -> None:
+def _accepted(accepted: dict[str, Any]) -> None:
     console.print(
         Text.assemble(
             ("✓ ", "green"),

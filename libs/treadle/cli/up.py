@@ -6,10 +6,13 @@ import argparse
 import asyncio
 import contextlib
 import re
+import shutil
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from rich.console import Console
@@ -115,13 +118,23 @@ async def run_demo(api_url: str, token: str, state: Path) -> str:
     return thread_id
 
 
+def cli_command(executable: Path, path_finds: str | None, cwd: Path) -> str:
+    """How another shell calls this ``treadle``: its bare name when that shell's PATH finds this very one, else
+    its path (relative when under the working directory: ``.venv/bin/treadle`` after ``make run``)."""
+    here = executable.parent / "treadle"
+    if path_finds is not None and Path(path_finds).resolve() == here.resolve():
+        return "treadle"
+    absolute = here.absolute()
+    return str(absolute.relative_to(cwd)) if absolute.is_relative_to(cwd) else str(absolute)
+
+
 def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> None:
     console.print()
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
     grid.add_column()
     grid.add_row("API", Text(api, style="bold"))
-    grid.add_row("OpenAPI", f"{api}/schema/openapi.json")
+    grid.add_row("OpenAPI", f"{api}/schema/openapi.json  (interactive: {api}/schema/reference)")
     console_url = f"{api}/#/t/{thread_id}" if thread_id else f"{api}/"
     grid.add_row("console", Text.assemble((console_url, "bold"), ("  (sign in with the dev token)", "dim")))
     grid.add_row(
@@ -138,6 +151,8 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
             f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"title\": \"first\"}}' {api}/v1/threads"
         ]
     )
+    cwd = Path.cwd()
+    treadle = cli_command(Path(sys.executable), shutil.which("treadle"), cwd)
     console.print("\n[dim]try:[/]")
     for line in (
         f"export TREADLE_TOKEN={token}",
@@ -146,10 +161,16 @@ def _print_access(api: str, token: str, state: Path, thread_id: str | None) -> N
         f"curl -s -X POST {auth} -H 'Content-Type: application/json' -d '{{\"text\": \"hello\"}}' "
         f"{api}/v1/threads/{thread}/messages",
         f"curl -sN {auth} {api}/v1/threads/{thread}/events",
-        f"treadle threads show {thread}{here}",
-        f"treadle send {thread} 'hello again' --wait{here}",
+        f"{treadle} threads show {thread}{here}",
+        f"{treadle} send {thread} 'hello again' --wait{here}",
     ):
         console.print("  " + escape(line), soft_wrap=True)
+    activate = Path(treadle).parent / "activate"
+    console.print(
+        f"\n[dim]the CLI from another shell, in {escape(str(cwd))}:[/] {escape(treadle)} threads list"
+        + (f"  [dim](or first[/] source {escape(str(activate))}[dim])[/]" if treadle != "treadle" else ""),
+        soft_wrap=True,
+    )
 
 
 async def _dev_token(nats_url: str, state: Path) -> tuple[str, bool]:
@@ -170,7 +191,7 @@ async def _dev_token(nats_url: str, state: Path) -> tuple[str, bool]:
     return token, False
 
 
-def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+def _ignore_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     # Ctrl-C during start-up cancels Stack.wait_ready's wait_for(gather(...)), and Python 3.11 then reports the
     # gather's CancelledError as "never retrieved": noise, not news.
     if not isinstance(context.get("exception"), asyncio.CancelledError):

@@ -62,7 +62,7 @@ async def cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub, nats_: argparse.ArgumentParser) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], nats_: argparse.ArgumentParser) -> None:
     volumes = sub.add_parser("volumes", help="workspace volumes (nodes) threads live on").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )

@@ -1,5 +1,6 @@
 """Python SDK of the Treadle HTTP API v1: :class:`AsyncTreadle` (asyncio) and :class:`Treadle` (sync), one
-method per operation of the OpenAPI document, named after its operation id. Installs without the server:
+method per operation of the OpenAPI document, named after its operation id. Without a URL and token they
+read ``TREADLE_API_URL`` and ``TREADLE_TOKEN``. Installs without the server:
 it imports only httpx, msgspec, the read views (:mod:`treadle.views`) and itself.
 
 :class:`TreadleClient` is the first, dict-answering async client, kept for its callers."""
@@ -37,11 +38,15 @@ from .results import (
     Policy,
     ThreadCreated,
 )
+from .settings import API_URL_ENV, TOKEN_ENV, ClientConfigError
 from .sse import SseEvent
 from .sync import SyncPage, Treadle
 
 __all__ = [
+    "API_URL_ENV",
     "OPERATIONS",
+    "TOKEN_ENV",
+    "ClientConfigError",
     "TERMINAL",
     "Acknowledged",
     "ApiError",

@@ -17,6 +17,9 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from treadle.api.lineage import OnActive, SourceType
+from treadle.api.modes import DispatchMode, RuntimeMode
+from treadle.api.requests import Decision
 from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
 from treadle.views.requests import Activity, RuntimeRequest
@@ -57,7 +60,6 @@ RUN_EVENTS = frozenset(
     }
 )
 MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
-Decision = Literal["accept", "accept_for_session", "decline", "cancel"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def create_thread(
     title: str | None = None,
     provider: str | None = None,
     model: str | None = None,
-    runtime_mode: str | None = None,
+    runtime_mode: RuntimeMode | None = None,
     workspace: str | None = None,
     idempotency_key: str | None = None,
 ) -> Call[ThreadCreated]:
@@ -129,10 +131,10 @@ def send_message(
     thread_id: str,
     text: str,
     *,
-    mode: str | None = None,
+    mode: DispatchMode | None = None,
     provider: str | None = None,
     model: str | None = None,
-    script: dict | None = None,
+    script: dict[str, Any] | None = None,
     target_run_id: str | None = None,
     clean_context: bool | None = None,
     merge_back_from: str | None = None,
@@ -226,7 +228,7 @@ def reorder_queue(thread_id: str, order: list[str], *, idempotency_key: str | No
 
 
 def edit_queued(
-    thread_id: str, run_id: str, text: str, *, script: dict | None = None, idempotency_key: str | None = None
+    thread_id: str, run_id: str, text: str, *, script: dict[str, Any] | None = None, idempotency_key: str | None = None
 ) -> Call[Acknowledged]:
     path = f"/v1/threads/{_p(thread_id)}/queue/{_p(run_id)}"
     body = {"text": text, **_present(script=script)}
@@ -290,12 +292,12 @@ def rollback_node(
 
 def fork_thread(
     thread_id: str,
-    source_type: Literal["run", "node", "provider_thread"],
+    source_type: SourceType,
     source_id: str,
     *,
     turn: str | None = None,
     title: str | None = None,
-    on_active: Literal["latest_checkpoint", "refuse"] | None = None,
+    on_active: OnActive | None = None,
     idempotency_key: str | None = None,
 ) -> Call[Forked]:
     body = {
@@ -495,7 +497,8 @@ def decode(call: Call[T], response: httpx.Response) -> T:
     if response.status_code >= 400:
         raise ApiError.from_response(response)
     try:
-        return msgspec.json.decode(response.content, type=call.result)
+        decoded: T = msgspec.json.decode(response.content, type=call.result)
+        return decoded
     except msgspec.DecodeError as exc:  # not the API's answer (a proxy's page): say so, typed
         raise ApiError(response.status_code, "invalid_answer", f"{call.op}: {exc}") from None
 

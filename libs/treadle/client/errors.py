@@ -7,6 +7,8 @@ exception type and branch on the class or on ``code``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 
 
@@ -15,14 +17,19 @@ class ApiError(Exception):
     ``details`` object; ``retry_after`` the seconds its ``Retry-After`` header asked for (None: none sent)."""
 
     def __init__(
-        self, status: int, code: str, message: str, details: dict | None = None, retry_after: float | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}" if code else message)
         self.status, self.code, self.message, self.details = status, code, message, details or {}
         self.retry_after = retry_after
 
     @property
-    def detail(self) -> dict:
+    def detail(self) -> dict[str, Any]:
         return self.details
 
     @property

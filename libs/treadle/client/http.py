@@ -12,16 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from .calls import RUN_EVENTS, TERMINAL, Seen
 from .errors import ApiError, RateLimited, Unreachable
-from .events import Follow, SseEvent, follow, parse_sse, signal_first
+from .events import Follow, follow, parse_sse, signal_first
+from .sse import SseEvent
 
 __all__ = ["TERMINAL", "ApiError", "Follow", "SseEvent", "TreadleClient", "follow", "parse_sse"]
 
+T = TypeVar("T")
 POLL = 0.5  # how often a wait reads again when no event has woken it (a state no event of the thread moves)
 
 
@@ -44,7 +46,7 @@ class TreadleClient:
         """Record that this client has seen ``thread_id`` at ``seq`` (a write's answer, an event's id)."""
         self.seen.saw(thread_id, seq)
 
-    def _learn(self, answer: Any) -> Any:
+    def _learn(self, answer: T) -> T:
         """Remember the thread and sequence a write answered with, and the thread of any run it names."""
         if isinstance(answer, dict) and isinstance(answer.get("thread_id"), str):
             thread = answer.get("parent_thread_id") or answer["thread_id"]  # a fork's seq is its parent's
@@ -55,7 +57,7 @@ class TreadleClient:
                 self.seen.run_of(run_id, answer["thread_id"])
         return answer
 
-    def _min_seq(self, thread_id: str | None) -> dict:
+    def _min_seq(self, thread_id: str | None) -> dict[str, Any]:
         seq = self.seen.seq(thread_id)
         return {"min_seq": seq} if seq else {}
 
@@ -74,8 +76,8 @@ class TreadleClient:
         path: str,
         *,
         json: Any = None,
-        params: dict | None = None,
-        headers: dict | None = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, Any] | None = None,
         content: bytes | None = None,
         timeout: float | httpx.Timeout | None = None,
     ) -> httpx.Response:
@@ -110,15 +112,17 @@ class TreadleClient:
         method: str,
         path: str,
         *,
-        body: dict | None = None,
+        body: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-        params: dict | None = None,
-    ) -> Any:
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Every endpoint answers a JSON object (a resource, a page, a receipt)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         response = await self.request(method, path, json=body, headers=headers, params=params)
         if response.status_code >= 400:
             raise ApiError.from_response(response)
-        return response.json()
+        answer: dict[str, Any] = response.json()
+        return answer
 
     def _unreachable(self, exc: Exception) -> Unreachable:
         return Unreachable(0, "unreachable", f"cannot reach {self.base_url}: {exc or exc.__class__.__name__}")
@@ -133,11 +137,13 @@ class TreadleClient:
         runtime_mode: str | None = None,
         workspace: str | None = None,
         idempotency_key: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         body = _present(title=title, provider=provider, model=model, runtime_mode=runtime_mode, workspace=workspace)
         return await self._call("POST", "/v1/threads", body=body, idempotency_key=idempotency_key)
 
-    async def page(self, path: str, *, limit: int | None = None, cursor: str | None = None, **params: Any) -> dict:
+    async def page(
+        self, path: str, *, limit: int | None = None, cursor: str | None = None, **params: Any
+    ) -> dict[str, Any]:
         """One page of a list (``{"items", "next_cursor", "seq"}``); a thread's list asks for what this client
         has seen of the thread (``min_seq``). Pass the page's ``next_cursor`` back as ``cursor`` for the next."""
         thread_id = path.split("/")[3] if path.startswith("/v1/threads/") else None
@@ -147,9 +153,9 @@ class TreadleClient:
             self.saw(thread_id, page.get("seq"))
         return page
 
-    async def every(self, path: str, **params: Any) -> list[dict]:
+    async def every(self, path: str, **params: Any) -> list[dict[str, Any]]:
         """Every item of a list, page after page (for short lists: a thread's requests, checkpoints)."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         cursor = None
         while True:
             page = await self.page(path, limit=200, cursor=cursor, **params)
@@ -157,11 +163,11 @@ class TreadleClient:
             if (cursor := page["next_cursor"]) is None:
                 return items
 
-    async def list_threads(self, limit: int = 50, cursor: str | None = None, q: str | None = None) -> dict:
+    async def list_threads(self, limit: int = 50, cursor: str | None = None, q: str | None = None) -> dict[str, Any]:
         """A page of the tenant's threads, newest first (``q``: only those whose title contains it, any case)."""
         return await self.page("/v1/threads", limit=limit, cursor=cursor, q=q)
 
-    async def get_thread(self, thread_id: str, runs: int | None = None) -> dict:
+    async def get_thread(self, thread_id: str, runs: int | None = None) -> dict[str, Any]:
         params = {**_present(runs=runs), **self._min_seq(thread_id)}
         return await self._call("GET", f"/v1/threads/{thread_id}", params=params)
 
@@ -171,11 +177,11 @@ class TreadleClient:
         text: str,
         mode: str = "auto",
         provider: str | None = None,
-        script: dict | None = None,
+        script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
         target_run_id: str | None = None,
         model: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         body = {
             "text": text,
             "mode": mode,
@@ -183,7 +189,7 @@ class TreadleClient:
         }
         return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body, idempotency_key=idempotency_key)
 
-    async def get_run(self, run_id: str) -> dict:
+    async def get_run(self, run_id: str) -> dict[str, Any]:
         run = await self._call("GET", f"/v1/runs/{run_id}", params=self._min_seq(self.seen.thread_of(run_id)))
         return self._learn(run)
 
@@ -199,7 +205,7 @@ class TreadleClient:
         title: str | None = None,
         on_active: str | None = None,
         idempotency_key: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         body = {
             "source": {"type": source_type, "id": source_id, **_present(turn=turn)},
             **_present(title=title, on_active=on_active),
@@ -215,17 +221,17 @@ class TreadleClient:
         clean_context: bool = False,
         provider: str | None = None,
         idempotency_key: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         body = {
             "text": text,
             **_present(merge_back_from=merge_back_from, provider=provider, clean_context=clean_context or None),
         }
         return await self._call("POST", f"/v1/threads/{thread_id}/messages", body=body, idempotency_key=idempotency_key)
 
-    async def get_handoff(self, handoff_id: str) -> dict:
+    async def get_handoff(self, handoff_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/handoffs/{handoff_id}")
 
-    async def lineage(self, thread_id: str) -> dict:
+    async def lineage(self, thread_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/threads/{thread_id}/lineage", params=self._min_seq(thread_id))
 
     # --- events -----------------------------------------------------------------------------------
@@ -258,11 +264,13 @@ class TreadleClient:
 
     # --- runtime requests (L11) ------------------------------------------------------------------
 
-    async def list_requests(self, thread_id: str, status: str | None = None) -> list[dict]:
+    async def list_requests(self, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
         """The thread's runtime requests (``status="pending"``: those waiting for an answer)."""
         return await self.every(f"/v1/threads/{thread_id}/requests", **_present(status=status))
 
-    async def respond(self, request_id: str, response: dict, idempotency_key: str | None = None) -> dict:
+    async def respond(
+        self, request_id: str, response: dict[str, Any], idempotency_key: str | None = None
+    ) -> dict[str, Any]:
         """Answer a runtime request (an approval's ``{"decision": …}``, a question's answer)."""
         return await self._call(
             "POST", f"/v1/requests/{request_id}/respond", body=response, idempotency_key=idempotency_key
@@ -273,14 +281,14 @@ class TreadleClient:
     # again when one arrives; the reads ask for what this client has seen (min_seq), so none goes back in time.
     # A gateway restarting meanwhile is waited out. All raise TimeoutError after ``timeout`` seconds.
 
-    async def wait_run(self, run_id: str, timeout: float | None, statuses: Iterable[str] = TERMINAL) -> dict:
+    async def wait_run(self, run_id: str, timeout: float | None, statuses: Iterable[str] = TERMINAL) -> dict[str, Any]:
         """The run once its status is one of ``statuses`` (by default, once it has ended)."""
         wanted = frozenset(statuses)
 
-        def reached(run: dict) -> dict | None:
+        def reached(run: dict[str, Any]) -> dict[str, Any] | None:
             return run if run["status"] in wanted else None
 
-        def run() -> Awaitable[dict]:
+        def run() -> Awaitable[dict[str, Any]]:
             # Read once the thread has shown the run: a 404 is only the run's index behind (a projector restarting)
             return self._retrying(lambda: self._fresh_run(run_id, grace=None))
 
@@ -297,18 +305,25 @@ class TreadleClient:
             )
 
     async def wait_thread(
-        self, thread_id: str, predicate: Callable[[dict], Any], timeout: float | None, *, poll: float | None = POLL
+        self,
+        thread_id: str,
+        predicate: Callable[[dict[str, Any]], Any],
+        timeout: float | None,
+        *,
+        poll: float | None = POLL,
     ) -> Any:
         """``predicate(thread document)`` once it is truthy. The document is read again on each new event of
         the thread and, for states no event of the thread moves, every ``poll`` seconds."""
         async with asyncio.timeout(timeout):
             return await self._wait(thread_id, predicate, poll=poll)
 
-    async def wait_request(self, thread_id: str, timeout: float | None, *, besides: Iterable[str] = ()) -> dict:
+    async def wait_request(
+        self, thread_id: str, timeout: float | None, *, besides: Iterable[str] = ()
+    ) -> dict[str, Any]:
         """The thread's first pending runtime request other than ``besides`` (ids), once there is one."""
         skip = frozenset(besides)
 
-        def fresh(requests: list[dict]) -> dict | None:
+        def fresh(requests: list[dict[str, Any]]) -> dict[str, Any] | None:
             return next((r for r in requests if r["id"] not in skip), None)
 
         async with asyncio.timeout(timeout):
@@ -317,12 +332,12 @@ class TreadleClient:
     async def _wait(
         self,
         thread_id: str,
-        predicate: Callable[[Any], Any],
+        predicate: Callable[[Any], T | None],
         *,
         read: Callable[[], Awaitable[Any]] | None = None,
         wake: Callable[[SseEvent], bool] | None = None,
         poll: float | None = POLL,
-    ) -> Any:
+    ) -> T:
         """``predicate(read())`` (``read`` defaults to the thread's document) once truthy; read again when an
         event ``wake`` accepts arrives, and every ``poll`` seconds."""
         if read is None:
@@ -366,10 +381,10 @@ class TreadleClient:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)  # its failure, if any, is reported above
 
-    async def _first_run_page(self, thread_id: str) -> dict:
+    async def _first_run_page(self, thread_id: str) -> dict[str, Any]:
         return await self._call("GET", f"/v1/threads/{thread_id}/runs", params={"limit": 1, **self._min_seq(thread_id)})
 
-    async def _retrying(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``, asked again while the gateway is unreachable or unavailable (restarting, overloaded)."""
         delay = 0.05
         while True:
@@ -381,7 +396,7 @@ class TreadleClient:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _fresh_run(self, run_id: str, grace: float | None = 5.0) -> dict:
+    async def _fresh_run(self, run_id: str, grace: float | None = 5.0) -> dict[str, Any]:
         """The run, allowing for a run accepted a moment ago that the read model does not show yet (for up to
         ``grace`` seconds; None: for as long as the caller waits)."""
         deadline = asyncio.get_running_loop().time() + (grace if grace is not None else float("inf"))
@@ -397,7 +412,7 @@ class TreadleClient:
 
     # --- checkpoints: diffs and rollbacks (L10) ----------------------------------------------------
 
-    async def run_diff(self, run_id: str, max_bytes: int | None = None) -> dict:
+    async def run_diff(self, run_id: str, max_bytes: int | None = None) -> dict[str, Any]:
         """What a run changed: unified diff (``truncated`` when cut at ``max_bytes``) and per-file stats."""
         params = {**_present(max_bytes=max_bytes), **self._min_seq(self.seen.thread_of(run_id))}
         return await self._call("GET", f"/v1/runs/{run_id}/diff", params=params)
@@ -408,7 +423,7 @@ class TreadleClient:
         from_ordinal: int | None = None,
         to_ordinal: int | None = None,
         max_bytes: int | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         params = {
             **_present(max_bytes=max_bytes, **{"from": from_ordinal, "to": to_ordinal}),
             **self._min_seq(thread_id),
@@ -417,18 +432,18 @@ class TreadleClient:
 
     async def rollback(
         self, thread_id: str, to_run_ordinal: int, interrupt_active: bool = False, idempotency_key: str | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """L10.5: restore run ``to_run_ordinal``'s files; later runs become ``rolled_back``."""
         body = {"to_run_ordinal": to_run_ordinal, "interrupt_active": interrupt_active}
         return await self._call("POST", f"/v1/threads/{thread_id}/rollback", body=body, idempotency_key=idempotency_key)
 
     async def rollback_node(
         self, node_id: str, checkpoint_id: str, thread_id: str | None = None, idempotency_key: str | None = None
-    ) -> dict:
+    ) -> dict[str, Any]:
         """L10.6: restore a child node's checkpoint; the answer says whether the parent's workspace is touched."""
         body = {"checkpoint_id": checkpoint_id, **_present(thread_id=thread_id)}
         return await self._call("POST", f"/v1/nodes/{node_id}/rollback", body=body, idempotency_key=idempotency_key)
 
 
-def _present(**fields: Any) -> dict:
+def _present(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}

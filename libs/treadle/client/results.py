@@ -1,6 +1,7 @@
 """What the write routes answer and the shapes only the SDK needs (a page of a list, a diff, a policy), as
-msgspec Structs. The reads decode into the views of :mod:`treadle.views`; these mirror the gateway's own answer
-shapes, which live with its routes (a unit test keeps the two in step), so the SDK imports nothing of the server.
+msgspec Structs. The receipts of the writes are the contract's own (:mod:`treadle.api`), the reads decode into
+the views of :mod:`treadle.views`; the rest mirror the gateway's answer shapes (a unit test keeps the two in
+step), so the SDK imports nothing of the server.
 """
 
 from __future__ import annotations
@@ -9,6 +10,21 @@ from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
 import msgspec
+
+from treadle.api import Acknowledged, Forked, Implemented, MessageAccepted, ThreadCreated
+
+__all__ = [
+    "Acknowledged",
+    "CheckpointPoint",
+    "Diff",
+    "FileStat",
+    "Forked",
+    "Implemented",
+    "MessageAccepted",
+    "Page",
+    "Policy",
+    "ThreadCreated",
+]
 
 T = TypeVar("T")
 
@@ -20,41 +36,6 @@ class Page(msgspec.Struct, Generic[T], kw_only=True):
     items: list[T]
     next_cursor: str | None = None
     seq: int | None = None
-
-
-class ThreadCreated(msgspec.Struct, kw_only=True):
-    thread_id: str
-    seq: int
-
-
-class MessageAccepted(msgspec.Struct, kw_only=True):
-    thread_id: str
-    message_id: str
-    run_id: str
-    disposition: str
-    seq: int
-
-
-class Acknowledged(msgspec.Struct, kw_only=True):
-    """An acknowledgement, not the outcome: the run's status says when it actually ended (L8.2)."""
-
-    thread_id: str
-    run_id: str | None
-    disposition: str
-    seq: int
-
-
-class Implemented(msgspec.Struct, kw_only=True):
-    plan_id: str
-    as_: str = msgspec.field(name="as")
-    thread_id: str
-    run_id: str
-
-
-class Forked(msgspec.Struct, kw_only=True):
-    thread_id: str
-    parent_thread_id: str
-    seq: int  # of the parent's record of the fork
 
 
 class CheckpointPoint(msgspec.Struct, kw_only=True):

@@ -17,6 +17,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 import httpx
 
+from treadle.api.lineage import SourceType
+from treadle.api.requests import Decision
 from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
 from treadle.views.requests import Activity, RuntimeRequest
@@ -24,9 +26,10 @@ from treadle.views.runs import Message, QueueView, Run
 from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
 from . import calls
-from .calls import RUN_EVENTS, TERMINAL, Call, Decision, RetryPolicy, Seen, decode, keyed, retryable, unreachable
+from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
 from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
 
 T = TypeVar("T")
@@ -56,18 +59,18 @@ class SyncPage(Generic[T]):
 
 
 class Treadle:
-    """``with Treadle(url, token) as client: ...``"""
+    """``with Treadle(url, token) as client: ...``; ``Treadle()`` reads TREADLE_API_URL and TREADLE_TOKEN."""
 
     def __init__(
         self,
-        base_url: str,
-        token: str,
+        base_url: str | None = None,
+        token: str | None = None,
         *,
         timeout: float = 10,
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url, token = resolve(base_url, token)  # unnamed: TREADLE_API_URL, TREADLE_TOKEN
         self.retry = retry or RetryPolicy()
         self.seen = Seen()
         self._http = httpx.Client(
@@ -201,7 +204,7 @@ class Treadle:
         run_id: str,
         text: str,
         *,
-        script: dict | None = None,
+        script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Acknowledged:
         return self.call(calls.edit_queued(thread_id, run_id, text, script=script, idempotency_key=idempotency_key))
@@ -267,7 +270,7 @@ class Treadle:
     def fork_thread(
         self,
         thread_id: str,
-        source_type: Literal["run", "node", "provider_thread"],
+        source_type: SourceType,
         source_id: str,
         **kw: Any,
     ) -> Forked:

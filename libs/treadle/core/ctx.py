@@ -1,4 +1,5 @@
-"""The context of a decision: everything non-deterministic it may use (time, ids, the actor)."""
+"""The context of a decision: everything non-deterministic it may use (time, ids, the actor), and what the
+deployment tells it as data (where a new thread lives, which providers there are)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import msgspec
 
 from treadle.core.commands import Command
 from treadle.core.ids import IdFactory
+from treadle.core.providers.catalogue import Catalogue
 
 
 class Ctx(msgspec.Struct, kw_only=True):
@@ -19,11 +21,18 @@ class Ctx(msgspec.Struct, kw_only=True):
     # The volume a thread this decision creates lives on: placement (core/placement.py) is made by the worker
     # before deciding, from what the volumes announce, so the decision itself stays pure. None: "local".
     home: str | None = None
+    # The providers a decision may name, declared by the providers package (treadle.providers.registry).
+    providers: Catalogue = msgspec.field(default_factory=Catalogue)
 
     @classmethod
-    def for_command(cls, command: Command) -> Ctx:
+    def for_command(cls, command: Command, providers: Catalogue | None = None) -> Ctx:
         ms = int(command.issued_at.timestamp() * 1000)
-        return cls(now=command.issued_at, ids=IdFactory(command.id, ms), actor=f"user:{command.user}")
+        return cls(
+            now=command.issued_at,
+            ids=IdFactory(command.id, ms),
+            actor=f"user:{command.user}",
+            providers=providers or Catalogue(),
+        )
 
 
 def thread_id_for(command_id: str, issued_at: datetime) -> str:
@@ -31,6 +40,8 @@ def thread_id_for(command_id: str, issued_at: datetime) -> str:
     return IdFactory(f"{command_id}|thread", int(issued_at.timestamp() * 1000)).next("thr")
 
 
-def reaction_ctx(seed: str, now: datetime, actor: str) -> Ctx:
+def reaction_ctx(seed: str, now: datetime, actor: str, providers: Catalogue | None = None) -> Ctx:
     """The context of a worker's reaction to an event: ids seeded by what triggered it."""
-    return Ctx(now=now, ids=IdFactory(seed, int(now.timestamp() * 1000)), actor=actor)
+    return Ctx(
+        now=now, ids=IdFactory(seed, int(now.timestamp() * 1000)), actor=actor, providers=providers or Catalogue()
+    )

@@ -49,14 +49,15 @@ def decide(state: ThreadView, command: Command, ctx: Ctx) -> Decision:
     receipt = Accepted(seq=0, thread_id=thread.id)
     if isinstance(body, InterruptRun):
         run = interrupts.target(state, body)
-        events, receipt.disposition = interrupts.interrupt(state, body, capabilities_for(state, run), command.user)
+        caps = capabilities_for(state, run, ctx.providers)
+        events, receipt.disposition = interrupts.interrupt(state, body, caps, command.user)
         receipt.run_id = run.id
         return events, receipt
     if isinstance(body, ReorderQueue):
         return queue.reorder(state, body), receipt
     if isinstance(body, EditQueued):
         receipt.run_id = body.run_id
-        return queue.edit(state, body), receipt
+        return queue.edit(state, body, ctx.providers), receipt
     if isinstance(body, CancelQueued):
         receipt.run_id = body.run_id
         return queue.cancel(state, body), receipt

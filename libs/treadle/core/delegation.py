@@ -22,11 +22,11 @@ from treadle.core.errors import BadRequest, Conflict, Forbidden, QuotaExceeded, 
 from treadle.core.ids import IdFactory
 from treadle.core.lineage.commands import DelegateTask
 from treadle.core.lineage.events import DelegationEnded, DelegationFinished, DelegationStarted, ThreadDelegated
+from treadle.core.providers.catalogue import Catalogue
 from treadle.core.run.model import ExecutionNode, Run
 from treadle.core.state import ThreadState
 from treadle.core.thread.decide import create_thread
 from treadle.core.thread.model import RuntimeMode
-from treadle.core.turn_options import check_turn_options
 from treadle.core.view import ThreadView
 
 MODES: tuple[str, ...] = get_args(RuntimeMode)  # least to most permissive
@@ -163,7 +163,13 @@ class Plan:
 
 
 def plan(
-    state: ThreadView, command: Command, bounds: DelegationBounds, running_children: int, *, admitted: bool = False
+    state: ThreadView,
+    command: Command,
+    bounds: DelegationBounds,
+    running_children: int,
+    providers: Catalogue,
+    *,
+    admitted: bool = False,
 ) -> Plan:
     """Everything checked on the parent: its active run, the narrowed modes, the bounds. ``admitted``: this
     command's child exists already (an earlier try made it, then lost its append to the parent): the delegation
@@ -183,11 +189,11 @@ def plan(
     title = body.title or body.task.strip().splitlines()[0][:80]
     root = (state.lineage.root_thread_id if state.lineage else None) or state.thread.id
     script = body.script
-    if interaction == "plan" and body.provider == "codex":
-        script = {**(script or {}), "collaboration_mode": "plan"}
+    if interaction == "plan" and (planning := providers.plan_options(body.provider)):
+        script = {**(script or {}), **planning}
     if script is not None:  # refused before the child exists, not by its first message after
         try:
-            check_turn_options(body.provider, script)
+            providers.check_turn_options(body.provider, script)
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
     created = CreateThread(
@@ -195,7 +201,7 @@ def plan(
     )
     # The child lives on its parent's home: a subagent works in a scope the parent's volume holds. Until
     # checkpoints are durable off the volume, nothing could bring its results back from another one.
-    ctx = msgspec.structs.replace(Ctx.for_command(command), home=state.thread.volume)
+    ctx = msgspec.structs.replace(Ctx.for_command(command, providers), home=state.thread.volume)
     events, _ = create_thread(ThreadState(), command, created, ctx)  # the child's own checks
     delegated = ThreadDelegated(
         parent_thread_id=state.thread.id,

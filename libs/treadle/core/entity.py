@@ -1,4 +1,4 @@
-"""The base of every entity: the nouns of LIFECYCLES.md as msgspec Structs, folded from events.
+"""The base of every entity: the nouns of docs/requirements.md as msgspec Structs, folded from events.
 
 Entities are mutated only by the fold (``treadle.core.state.evolve``, in place); everything else treats
 them as read-only values."""

@@ -1,4 +1,4 @@
-"""Events: past-tense facts with stable type tags, wrapped in the envelope of ARCHITECTURE.md.
+"""Events: past-tense facts with stable type tags, wrapped in the envelope of docs/concepts.md.
 
 The payload base and its registry live here; each concept declares its events in its own ``events``
 module. The type tag doubles as the last two tokens of the subject

@@ -2,7 +2,7 @@
 
 An id is ``<prefix>_<10 chars of millisecond time><16 chars of entropy>`` in Crockford base32, so ids of
 one kind sort by creation time. Ids minted while deciding a command come from an :class:`IdFactory`
-seeded by the command, so replaying the same decision yields the same ids (ARCHITECTURE principle 6).
+seeded by the command, so replaying the same decision yields the same ids (docs/concepts.md principle 6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The scripted provider's script format (documented in the README).
+"""The scripted provider's script format (documented in docs/providers.md).
 
 A script is data, so it lives in the core: the coordinator validates it when a message is sent and the
 scripted adapter plays it. Every step is a tagged object; unknown fields are rejected so typos fail loudly.

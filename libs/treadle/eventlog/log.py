@@ -10,9 +10,11 @@ import asyncio
 import itertools
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -20,7 +22,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event, encode_event
 
-from . import nats_direct, subjects, tracing
+from . import nats_patches, subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
@@ -67,7 +69,7 @@ def _raise_for(err: _ApiError) -> None:
     raise Rejected(err.err_code or err.code, err.description)
 
 
-def fenced_after(headers: dict | None) -> int | None:
+def fenced_after(headers: dict[str, Any] | None) -> int | None:
     """The thread's previous stream sequence as a stored event's fence says (None: it carried no fence). A fence
     wider than its thread (a new thread fenced on its tenant's creations) is only ever its thread's first
     append: nothing of the thread came before it."""
@@ -77,7 +79,7 @@ def fenced_after(headers: dict | None) -> int | None:
     return int(fence) if headers.get(ELSS_SUBJECT, ".>").endswith(".>") else 0
 
 
-def _expire(answer: asyncio.Future) -> None:
+def _expire(answer: asyncio.Future[Any]) -> None:
     if not answer.done():
         answer.set_exception(TimeoutError())
 
@@ -90,8 +92,8 @@ class EventLog:
         # token, instead of a subscribe/unsubscribe pair per read.
         self._inbox: str | None = None
         self._inbox_lock = asyncio.Lock()
-        self._waiting: dict[str, tuple[list, asyncio.Future]] = {}  # a read's answers so far, and its end
-        self._answers: dict[str, asyncio.Future] = {}  # appends waiting for their one reply
+        self._waiting: dict[str, tuple[list[Any], asyncio.Future[Any]]] = {}  # a read's answers so far, and its end
+        self._answers: dict[str, asyncio.Future[Any]] = {}  # appends waiting for their one reply
         self._tokens = itertools.count()
 
     async def _request(self, subject: str, payload: bytes, headers: dict[str, str]) -> _PubAck | None:
@@ -100,7 +102,7 @@ class EventLog:
         inbox = await self._reply_inbox()
         token = str(next(self._tokens))
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future = loop.create_future()
+        answer: asyncio.Future[Any] = loop.create_future()
         self._answers[token] = answer
         expiry = loop.call_later(self._timeout, _expire, answer)
         try:
@@ -194,11 +196,11 @@ class EventLog:
         async with self._inbox_lock:
             if self._inbox is None:
                 inbox = self._nc.new_inbox()
-                await nats_direct.subscribe(self._nc, inbox + ".*", self._route)
+                await nats_patches.subscribe(self._nc, inbox + ".*", self._route)
                 self._inbox = inbox
         return self._inbox
 
-    def _route(self, msg) -> None:
+    def _route(self, msg: Msg) -> None:
         token = msg.subject.rsplit(".", 1)[1]
         if (answer := self._answers.get(token)) is not None:
             if not answer.done():
@@ -217,8 +219,8 @@ class EventLog:
         batch has ended (a wait per answer cost a task each); it times out only when nothing came for a while."""
         inbox = await self._reply_inbox()
         token = str(next(self._tokens))
-        answers: list = []
-        ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        answers: list[Any] = []
+        ended: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[token] = (answers, ended)
         try:
             request = msgspec.json.encode({"seq": start, "next_by_subj": filter_subject, "batch": READ_BATCH})

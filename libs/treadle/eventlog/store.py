@@ -10,6 +10,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from nats.aio.msg import Msg
+
 from treadle.core.envelope import Envelope, Payload
 from treadle.core.events import decode_event
 from treadle.core.ids import IdFactory
@@ -48,7 +50,7 @@ class ThreadStore:
         state = self.trusted(tenant, thread)
         return state if state is not None else await self.refresh(tenant, thread)
 
-    async def through(self, tenant: str, thread: str, msg) -> ThreadState:
+    async def through(self, tenant: str, thread: str, msg: Msg) -> ThreadState:
         """The state up to and including ``msg``, an event of this thread delivered by a consumer. Its append
         was fenced on the thread's previous sequence, and the stored message still carries that header: when
         the cache ends exactly there, the event is folded in directly instead of rereading the log."""

@@ -1,4 +1,4 @@
-"""The subject contract (ARCHITECTURE "Subjects and streams"). Nothing user-supplied reaches a subject
+"""The subject contract (docs/concepts.md "Subjects and streams"). Nothing user-supplied reaches a subject
 without passing :func:`token`."""
 
 from __future__ import annotations

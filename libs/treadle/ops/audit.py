@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -39,7 +40,7 @@ class AuditRecord(msgspec.Struct, kw_only=True):
     action: str
     actor: str
     target: str
-    details: dict = {}
+    details: dict[str, Any] = {}
 
 
 def subject(tenant: str, action: str) -> str:
@@ -64,7 +65,7 @@ async def record(
     action: str,
     target: str,
     actor: str | None = None,
-    details: dict | None = None,
+    details: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """Append one record (after making sure the stream exists; audited operations are rare)."""
     await streams.settled(lambda: ensure(js))

@@ -33,8 +33,10 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 import msgspec
@@ -91,7 +93,7 @@ def _local_api(subject: str) -> str:
     return API_PREFIX + subject.removeprefix("$JS.API")
 
 
-def tenant_permissions(tenant: str, consumer: str) -> dict:
+def tenant_permissions(tenant: str, consumer: str) -> dict[str, Any]:
     """Inside the credential's own account: pull from, inspect and ack its one consumer, and subscribe to
     ``treadle.evt.<tenant>.>`` and its own inboxes. Everything not allowed is denied (an allow list)."""
     return {
@@ -106,7 +108,7 @@ def tenant_permissions(tenant: str, consumer: str) -> dict:
     }
 
 
-def service_exports(cred: ConsumerCredential) -> list[dict]:
+def service_exports(cred: ConsumerCredential) -> list[dict[str, Any]]:
     """What the service account offers one credential's account, and nobody else."""
     only = [cred.id]
     return [
@@ -118,10 +120,10 @@ def service_exports(cred: ConsumerCredential) -> list[dict]:
     ]
 
 
-def tenant_account(cred: ConsumerCredential) -> dict:
+def tenant_account(cred: ConsumerCredential) -> dict[str, Any]:
     """The credential's account: its one user and the imports matching :func:`service_exports`."""
     source = {"account": SERVICE_ACCOUNT}
-    imports: list[dict] = [
+    imports: list[dict[str, Any]] = [
         {
             "service": {**source, "subject": _consumer_api(verb, cred.consumer)},
             "to": _local_api(_consumer_api(verb, cred.consumer)),
@@ -188,7 +190,7 @@ class BrokerAuth:
         _write_private(self.server_dir / CONF, conf)
 
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         """One writer at a time (two operators issuing at once must not lose a credential)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "lock", "a") as lock:
@@ -246,7 +248,7 @@ class BrokerAuth:
         credential's account what that credential may use. The file is what nats-server includes; JSON is
         valid NATS config syntax."""
         service = self.service()
-        accounts: dict[str, dict] = {
+        accounts: dict[str, dict[str, Any]] = {
             SERVICE_ACCOUNT: {
                 "jetstream": "enabled",
                 "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Self
 from urllib.parse import quote
 
 from ..runtime.children import die_with_parent
@@ -67,7 +68,8 @@ def free_port() -> int:
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        free: int = s.getsockname()[1]
+        return free
 
 
 def find_nats_server() -> str:
@@ -116,7 +118,7 @@ async def _probe(port: int, send: bytes, expect: bytes) -> bool:
         writer.close()
 
 
-async def exited(proc: subprocess.Popen) -> None:
+async def exited(proc: subprocess.Popen[bytes]) -> None:
     """Until ``proc`` exits (and is reaped), waited for on a thread of its own: a server's whole life is too long to
     hold one of the loop's default executor threads (min(32, cores + 4): six on 2 cores), where a few supervised
     servers would starve every other ``to_thread`` — the next server's exit would then go unnoticed, never restarted."""
@@ -149,7 +151,7 @@ class _LocalServer:
         self._started_once = False
         self._supervised = False
         self._held = False  # stopped or killed on purpose: left down until the next start()
-        self._watch: asyncio.Task | None = None
+        self._watch: asyncio.Task[Any] | None = None
 
     @property
     def url(self) -> str:
@@ -242,7 +244,7 @@ class _LocalServer:
             except (OSError, RuntimeError, TimeoutError) as exc:
                 log.warning("could not restart %s: %s; retrying", self.name, exc)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import nats
@@ -74,7 +75,7 @@ class TenantCredential(msgspec.Struct, kw_only=True):
         return msgspec.json.decode(Path(path).read_bytes(), type=cls)
 
     @contextlib.asynccontextmanager
-    async def connect(self, **options) -> AsyncIterator[NATS]:
+    async def connect(self, **options: Any) -> AsyncIterator[NATS]:
         """A connection as this credential (its own inbox prefix: the only inboxes it may read)."""
         servers = broker_urls.parse(self.url).servers  # a cluster's URL lists every node: any of them will do
         nc = await nats.connect(
@@ -124,7 +125,7 @@ async def check_consumer(
     what the operator has to do. Changes nothing."""
     js = nc.jetstream(prefix=creds.api_prefix)
     try:
-        info = await js.consumer_info(creds.stream, creds.consumer)
+        info: ConsumerInfo = await js.consumer_info(creds.stream, creds.consumer)
     except NotFoundError:
         raise ConsumerMissing(
             f"credential {creds.user} has no consumer on {creds.stream}: the operator creates it "

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
@@ -422,7 +423,7 @@ async def read_events(
     out: list[tuple[int, str, bytes]] = []
     done = asyncio.Event()
 
-    async def on_msg(msg) -> None:
+    async def on_msg(msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         if seq <= last:
             out.append((seq, msg.subject, msg.data))

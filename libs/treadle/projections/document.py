@@ -9,6 +9,8 @@ can be compared byte for byte with a replay of the log; parts of another view ve
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from treadle.core import events as ev
@@ -131,7 +133,7 @@ class Changes:
         """Positions of the items of list ``name`` the batch added (all of them when everything changed)."""
         return range(0 if self.everything else self.lengths[name], len(getattr(state, name)))
 
-    def indices(self, state: ThreadState, name: str, items: list) -> range | list[int]:
+    def indices(self, state: ThreadState, name: str, items: list[Any]) -> range | list[int]:
         if self.everything:
             return range(len(items))
         changed = set(range(self.lengths[name], len(items)))

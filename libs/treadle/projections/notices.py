@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from treadle.eventlog import nats_direct, subjects
+from treadle.eventlog import nats_patches, subjects
 
 from .store import ProjectionStore
 
@@ -45,7 +45,7 @@ async def reached(
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    sub = await nats_direct.subscribe(nc, subjects.projected(tenant, thread), notice)
+    sub = await nats_patches.subscribe(nc, subjects.projected(tenant, thread), notice)
     try:
         # the server has the interest once this returns: a write after the look below wakes this read
         with contextlib.suppress(NatsError, TimeoutError):

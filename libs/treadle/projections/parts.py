@@ -86,7 +86,7 @@ class Snapshot:
             raise _Moved
         return got[2:]
 
-    async def get(self, fields: list[str], where: list[str] | None = None) -> tuple[list, list]:
+    async def get(self, fields: list[str], where: list[str] | None = None) -> tuple[list[Any], list[Any]]:
         """Document fields and places, in one round trip."""
         head = ["seq", "v"]
         if not where:
@@ -97,7 +97,7 @@ class Snapshot:
             doc, at = await pipe.execute()
         return self._checked(doc), self._checked(at)
 
-    async def items(self, name: str, positions: list[int]) -> list:
+    async def items(self, name: str, positions: list[int]) -> list[Any]:
         """Items of the list ``name`` at ``positions``, decoded to their views."""
         if not positions:
             return []
@@ -106,7 +106,7 @@ class Snapshot:
             raise Missing
         return [_DECODERS[name].decode(r) for r in raw]
 
-    async def thread(self, *fields: str, where: list[str] | None = None) -> tuple[Thread, list[bytes], list]:
+    async def thread(self, *fields: str, where: list[str] | None = None) -> tuple[Thread, list[bytes], list[Any]]:
         """The thread with other document fields (Missing when one is not there) and places (None: no such)."""
         got, at = await self.get(["f:thread", *fields], where)
         if any(g is None for g in got) or (thread := _thread.decode(got[0])) is None:
@@ -148,7 +148,7 @@ async def _run_view(snap: Snapshot, thread: Thread, found: Run, message_position
     return run_view(ThreadView(thread=thread, runs=[found], messages=messages, checkpoints=checkpoints), found.id)
 
 
-async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal: int | None = None) -> list:
+async def _checkpoints(snap: Snapshot, checkpoint_id: str | None, before_ordinal: int | None = None) -> list[Any]:
     """The checkpoint of this id, after the checkpoints of run ``before_ordinal`` captured before it."""
     if checkpoint_id is None:
         return []
@@ -175,7 +175,7 @@ async def queue(snap: Snapshot) -> QueueView:
     """``/v1/threads/{id}/queue``: the queued runs with their messages' text."""
     thread, (queued, active), _ = await snap.thread("f:queue", "f:active_run_id")
     ids = _ids.decode(queued)
-    at: list = (await snap.get([], [f"r:{i}" for i in ids]))[1] if ids else []
+    at: list[Any] = (await snap.get([], [f"r:{i}" for i in ids]))[1] if ids else []
     runs = await snap.items("runs", [int(a) for a in at if a is not None])
     message_ids = [r.message_id for r in runs]
     at = (await snap.get([], [f"m:{i}" for i in message_ids]))[1] if message_ids else []
@@ -236,7 +236,7 @@ async def recent(snap: Snapshot, runs: int) -> ThreadView:
     _, at = await snap.get([], where)
     k = len(kept)
 
-    def union(found: list) -> list[int]:
+    def union(found: list[Any]) -> list[int]:
         return sorted({i for raw in found for i in places.positions(raw)})
 
     return msgspec.structs.replace(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from treadle.core.events import decode_event
@@ -24,7 +25,7 @@ async def fold_all(nc: NATS, until_seq: int | None = None) -> dict[tuple[str, st
         return folded
     done = asyncio.Event()
 
-    async def on_msg(msg) -> None:
+    async def on_msg(msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         if seq <= last:
             e = decode_event(msg.data, seq)

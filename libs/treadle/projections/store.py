@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 from redis.asyncio import Redis
@@ -123,7 +123,7 @@ keys = _keys  # document, tenant list, summaries, index, places: what `treadle c
 summary = of_state.summary  # the thread's list item, stored beside the document
 
 
-def indexed(payload) -> list[str]:
+def indexed(payload: ev.Payload) -> list[str]:
     """Ids an event makes addressable on their own (``/v1/runs/{id}``, ``/v1/requests/{id}``, …)."""
     if isinstance(payload, ev.RunQueued):
         return [payload.run_id, payload.root_node_id]
@@ -163,7 +163,7 @@ class ProjectionStore:
         self._script = redis.register_script(_WRITE)  # only for its sha: sent with EVALSHA below
         self._threads_page = redis.register_script(_THREADS_PAGE)
         self._queued: list[tuple[list[Item], asyncio.Future[None]]] = []
-        self._writer: asyncio.Task | None = None
+        self._writer: asyncio.Task[Any] | None = None
 
     async def write(self, items: Iterable[Item]) -> None:
         """Write each item; stale writes are dropped by the script, and changes refused for lack of a base are
@@ -196,7 +196,7 @@ class ProjectionStore:
         if again:
             await self._pipeline(again)
 
-    async def _pipeline(self, items: list[Item]) -> list:
+    async def _pipeline(self, items: list[Item]) -> list[Any]:
         if not items:
             return []
         try:
@@ -205,7 +205,7 @@ class ProjectionStore:
             await self._redis.script_load(_WRITE)
             return await self._send(items)
 
-    async def _send(self, items: list[Item]) -> list:
+    async def _send(self, items: list[Item]) -> list[Any]:
         # EVALSHA on its own: a registered script would make every pipeline ask SCRIPT EXISTS first, one more
         # round trip per write.
         async with self._redis.pipeline(transaction=False) as pipe:

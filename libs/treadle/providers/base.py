@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -38,7 +38,7 @@ class RuntimeLost(Exception):
 class TurnSink(Protocol):
     """Where an adapter reports a turn: normalised events (durable) and raw text (live)."""
 
-    async def event(self, body: pe.Body) -> None: ...
+    async def event(self, body: pe.AnyBody) -> None: ...
     async def text(self, message_id: str, node_id: str, chunk: str) -> None: ...
     async def text_done(self, message_id: str, node_id: str, text: str) -> None: ...
 
@@ -53,7 +53,7 @@ class Turn:
         attempt_id: str,
         root_node_id: str,
         text: str,
-        script: dict | None,
+        script: dict[str, Any] | None,
         ids: IdFactory,
         recovery: bool = False,
     ) -> None:
@@ -138,12 +138,12 @@ class ProviderAdapter(abc.ABC):
         new thread's native ref, which a later ``open_thread`` resumes."""
         raise Unsupported("this provider cannot fork natively")
 
-    async def rollback(self, turns: int) -> dict | None:
+    async def rollback(self, turns: int) -> dict[str, Any] | None:
         """L10.5: drop the last ``turns`` turns of the open provider thread; returns the provider's
         snapshot of what remains when it gives one."""
         raise Unsupported("this provider cannot roll its conversation back")
 
-    async def snapshot(self) -> dict:
+    async def snapshot(self) -> dict[str, Any]:
         """The provider's own view of the open thread (capability ``read_snapshot``)."""
         raise Unsupported("this provider has no readable snapshot")
 

@@ -1,5 +1,5 @@
 """Text coalescing: raw deltas go live at once; durable deltas are at most one per message per
-``interval`` seconds or ``max_bytes`` of text (ARCHITECTURE principle 7).
+``interval`` seconds or ``max_bytes`` of text (docs/concepts.md principle 7).
 
 A message's first text is durable at once: a message takes its place in the thread with its first durable
 event, so holding its beginning back would let whatever happened after it (a reply that completed within the

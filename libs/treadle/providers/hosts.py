@@ -3,6 +3,7 @@ provider thread back, L10.5)."""
 
 from __future__ import annotations
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
@@ -53,7 +54,7 @@ class HostClient:
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)
 
-    async def verb(self, host_id: str, verb: str, request) -> hp.TurnAccepted | hp.HostFailure:
+    async def verb(self, host_id: str, verb: str, request: msgspec.Struct) -> hp.TurnAccepted | hp.HostFailure:
         """One of ``protocol.VERB_REQUESTS`` on the host that holds the session."""
         return hp.turn_reply.decode(await self._request(subjects.host(host_id, verb), hp.encode(request)))
 

@@ -6,7 +6,7 @@ travels only in the runtime's environment (the sandbox's allow-listed one): Code
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -50,7 +50,7 @@ def codex_args(access: McpAccess | None) -> list[str]:
     ]
 
 
-def acp_server(access: McpAccess, token_in: Literal["header", "env"]) -> dict:
+def acp_server(access: McpAccess, token_in: Literal["header", "env"]) -> dict[str, Any]:
     """ACP's ``McpServer`` of the http kind, for ``session/new`` and ``session/load``. ``header``: the token is the
     header's value, as ACP specifies (it travels on the agent's stdin; an agent that keeps MCP clients in its own
     process, like codex-acp, never shows it). ``env``: the header names the variable, which the agent expands
@@ -60,7 +60,7 @@ def acp_server(access: McpAccess, token_in: Literal["header", "env"]) -> dict:
     return {"type": "http", "name": SERVER, "url": access.url, "headers": headers}
 
 
-def claude_servers(access: McpAccess | None) -> dict[str, dict]:
+def claude_servers(access: McpAccess | None) -> dict[str, dict[str, Any]]:
     """``ClaudeAgentOptions.mcp_servers``: an http server whose Authorization header names the variable."""
     if access is None:
         return {}

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from treadle.core.providers.model import ProviderCapabilities
@@ -34,7 +36,7 @@ class StartTurn(msgspec.Struct, kw_only=True):
     attempt_id: str
     root_node_id: str
     text: str
-    script: dict | None = None
+    script: dict[str, Any] | None = None
     recovery: bool = False  # L9.3: the retry of a turn a failure cut off (the provider thread may hold its prompt)
 
 
@@ -108,7 +110,7 @@ class Summarise(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     provider: str
     text: str  # the whole prompt (summarise.provider_prompt)
     model: str | None = None
-    script: dict | None = None  # the scripted provider's steps (tests)
+    script: dict[str, Any] | None = None  # the scripted provider's steps (tests)
     timeout: float = 60.0  # seconds the turn may take
 
 

@@ -1,11 +1,17 @@
-"""Which adapter serves which provider. Real runtimes are imported only when a session asks for them,
-so a host without Codex or Claude Code installed still serves the scripted provider."""
+"""The providers: each one's name, what orchestration may know of it (its ``ProviderSpec``, given to the core
+as data in ``CATALOGUE``) and which adapter serves it. Adding a provider is a row of ``PROVIDERS``.
+
+Real runtimes are imported only when a session asks for them, so a host without Codex or Claude Code
+installed still serves the scripted provider."""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from treadle.core.providers.catalogue import Catalogue, ProviderSpec
 
 from .base import ProviderAdapter, UnknownProvider
 from .protocol import PlaceSession
@@ -13,15 +19,41 @@ from .protocol import PlaceSession
 if TYPE_CHECKING:
     from ..sandbox.host import Sandbox
 
-# provider name -> "module:Class"; every class is constructed as ``Class(workspace, request, state_dir)``
-ADAPTERS: dict[str, str] = {
-    "scripted": "treadle.providers.scripted:ScriptedAdapter",
-    "scripted-b": "treadle.providers.scripted:ScriptedAdapter",  # a second scripted provider to switch to (L5)
-    "codex": "treadle.providers.codex:CodexAdapter",
-    "claude": "treadle.providers.claude:ClaudeAdapter",
-}
-ACP_PREFIX = "acp-"  # acp-<name>: an ACP agent configured by name (TREADLE_ACP_AGENTS), all served by one adapter
-ACP_ADAPTER = "treadle.providers.acp:AcpAdapter"
+
+@dataclass(frozen=True)
+class Provider:
+    spec: ProviderSpec
+    adapter: str  # "module:Class", constructed as ``Class(workspace, request, state_dir)``
+
+
+SCRIPTED = "treadle.providers.scripted:ScriptedAdapter"
+PROVIDERS: tuple[Provider, ...] = (
+    # plays the script a message carries (core/script.py), which may name its capability profile
+    Provider(ProviderSpec(name="scripted", turn_options="script"), SCRIPTED),
+    Provider(ProviderSpec(name="scripted-b", turn_options="script"), SCRIPTED),  # a second one to switch to (L5)
+    # a turn may plan first (Codex's collaboration mode), as a task delegated in plan mode does
+    Provider(
+        ProviderSpec(
+            name="codex",
+            turn_options="options",
+            options={"collaboration_mode": ("plan", "default")},
+            plan={"collaboration_mode": "plan"},
+        ),
+        "treadle.providers.codex:CodexAdapter",
+    ),
+    Provider(ProviderSpec(name="claude"), "treadle.providers.claude:ClaudeAdapter"),
+    # acp-<name>: an ACP agent configured by name (TREADLE_ACP_AGENTS), all served by one adapter
+    Provider(ProviderSpec(name="acp-", family=True, member="agent"), "treadle.providers.acp:AcpAdapter"),
+)
+CATALOGUE = Catalogue(tuple(p.spec for p in PROVIDERS))
+ADAPTERS: dict[str, str] = {p.spec.name: p.adapter for p in PROVIDERS if not p.spec.family}
+
+
+def offered() -> list[str]:
+    """The names a caller may pick on this deployment: every provider, and each family's configured members."""
+    from .acp.settings import configured_providers
+
+    return [*ADAPTERS, *configured_providers()]
 
 
 class AdapterClass(Protocol):
@@ -43,11 +75,13 @@ if TYPE_CHECKING:  # the type checker holds each class of ADAPTERS to that (impo
 
 
 def adapter_class(provider: str) -> AdapterClass:
-    target = ADAPTERS.get(provider) or (ACP_ADAPTER if provider.startswith(ACP_PREFIX) else None)
+    family = next((p.adapter for p in PROVIDERS if p.spec.family and p.spec.names(provider)), None)
+    target = ADAPTERS.get(provider) or family
     if target is None:
         raise UnknownProvider(f"provider {provider!r} is not known to this host")
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    adapter: AdapterClass = getattr(importlib.import_module(module), cls)
+    return adapter
 
 
 def create_adapter(

@@ -1,4 +1,4 @@
-"""The scripted provider: plays a script (README "Scripted provider") deterministically, with the capability
+"""The scripted provider: plays a script (docs/providers.md, "The scripted provider") deterministically, with the capability
 profile the script asks for, so every lifecycle and degradation path can be driven from a test."""
 
 from __future__ import annotations
@@ -9,6 +9,10 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from treadle.sandbox.host import Sandbox
 
 from treadle.core import provider_events as pe
 from treadle.core import script as sc
@@ -39,7 +43,7 @@ class Conversation:
     def __init__(self, root: Path | None, native_ref: str) -> None:
         name = hashlib.sha256(native_ref.encode()).hexdigest()[:32]  # refs are data, never path parts
         self._path = root / f"{name}.jsonl" if root is not None else None
-        self.turns: list[dict] = []
+        self.turns: list[dict[str, Any]] = []
         if self._path is not None and self._path.exists():
             self.turns = [json.loads(line) for line in self._path.read_text().splitlines() if line.strip()]
 
@@ -82,7 +86,9 @@ class ScriptedAdapter(ProviderAdapter):
 
     writes_as_tenant = True  # takes the host's sandbox only for the tenant's uid (it starts no runtime process)
 
-    def __init__(self, workspace: Path, request: PlaceSession, state_dir: Path | None = None, sandbox=None) -> None:
+    def __init__(
+        self, workspace: Path, request: PlaceSession, state_dir: Path | None = None, sandbox: Sandbox | None = None
+    ) -> None:
         super().__init__(workspace)
         # files it writes into the workspace belong to the tenant's uid (treadle.sandbox.identity) when the host
         # sandboxes runtimes; without a sandbox (TREADLE_SANDBOX=off, adapter tests) to the host's user
@@ -96,17 +102,17 @@ class ScriptedAdapter(ProviderAdapter):
             else None
         )
         self._conversation: Conversation | None = None
-        self._pending: dict[str, asyncio.Future] = {}
+        self._pending: dict[str, asyncio.Future[Response]] = {}
         self._turns = 0
         self._forks = 0
-        self._plays: dict[str, asyncio.Task] = {}  # attempt id -> its play, which an interrupt cancels
+        self._plays: dict[str, asyncio.Task[Any]] = {}  # attempt id -> its play, which an interrupt cancels
         # Attempts whose turn began but whose play is not made yet -> interrupted meanwhile: the play is
         # cancelled as soon as it exists (else an early interrupt was lost and the turn played on for ever).
         self._starting: dict[str, bool] = {}
         self._steers: dict[str, list[str]] = {}  # attempt id -> steers not yet played
         self._woken: dict[str, asyncio.Event] = {}
         # attempt id -> the earlier turns (``recall``): the conversation's list and how many of it came before
-        self._remembered: dict[str, tuple[list[dict], int]] = {}
+        self._remembered: dict[str, tuple[list[dict[str, Any]], int]] = {}
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         # A scripted conversation keeps no native state, so any thread it created resumes; a ref it never
@@ -124,7 +130,7 @@ class ScriptedAdapter(ProviderAdapter):
         self._forks += 1
         return f"{self._fresh_ref}~{self._forks}~fork-of~{self._ref}@{at_turn_ref or 'end'}"
 
-    async def rollback(self, turns: int) -> dict | None:
+    async def rollback(self, turns: int) -> dict[str, Any] | None:
         """L10.5, only with the ``rollback`` capability: the provider thread forgets its last ``turns`` turns."""
         if not self.capabilities.rollback:
             raise Unsupported("this profile cannot roll a provider thread back")
@@ -134,7 +140,7 @@ class ScriptedAdapter(ProviderAdapter):
         await asyncio.to_thread(conversation.drop_last, turns)
         return await self.snapshot()
 
-    async def snapshot(self) -> dict:
+    async def snapshot(self) -> dict[str, Any]:
         if not self.capabilities.read_snapshot and not self.capabilities.rollback:
             raise Unsupported("this profile has no readable snapshot")
         return {"native_ref": self._ref, "turns": [dict(t) for t in self._require_conversation().turns]}
@@ -223,7 +229,7 @@ class ScriptedAdapter(ProviderAdapter):
         await sink.text_done(message_id, node_id, reply)
         return True
 
-    async def _play(self, steps: list, turn: Turn, sink: TurnSink, node_id: str) -> bool:
+    async def _play(self, steps: list[Any], turn: Turn, sink: TurnSink, node_id: str) -> bool:
         """Play ``steps``; True when a steer cut them short (the whole turn then ends)."""
         plan_id = turn.ids.next("plan")
         caps = self.capabilities
@@ -317,7 +323,7 @@ class ScriptedAdapter(ProviderAdapter):
 
     async def _ask(self, step: sc.Approval | sc.Question, turn: Turn, sink: TurnSink, parent_id: str) -> Response:
         request_id, node_id = turn.ids.next("req"), turn.ids.next("node")
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         parent = None if parent_id == turn.root_node_id else parent_id
         if isinstance(step, sc.Question):

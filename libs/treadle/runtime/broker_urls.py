@@ -9,7 +9,7 @@ none, so a client that failed over to a discovered node would otherwise be refus
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 
@@ -23,9 +23,9 @@ class BrokerUrls(NamedTuple):
         """The comma-separated list without credentials (what may be shown or handed to a tenant)."""
         return ",".join(self.servers)
 
-    def connect_options(self) -> dict:
+    def connect_options(self) -> dict[str, Any]:
         """``servers`` and, when the URLs carried them, ``user``/``password`` for ``nats.connect``."""
-        options: dict = {"servers": self.servers}
+        options: dict[str, Any] = {"servers": self.servers}
         if self.user is not None:
             options.update(user=self.user, password=self.password)
         return options

@@ -10,7 +10,7 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -33,7 +33,7 @@ class ManualClock:
 
     def __init__(self, start: float = 1_000.0) -> None:
         self._now = start
-        self._sleepers: list[tuple[float, int, asyncio.Future]] = []
+        self._sleepers: list[tuple[float, int, asyncio.Future[Any]]] = []
         self._order = itertools.count()
 
     def now(self) -> float:

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 from nats.aio.msg import Msg
@@ -25,8 +25,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..eventlog import tracing
 from ..eventlog.errors import LogError
+from ..eventlog.nats_patches import Acks, connection_of
 from . import dead_letters, logs
-from .acks import Acks
 from .mailbox import Mailboxes
 from .metrics import DEAD_LETTERS, HANDLER_RETRIES
 from .pull import LingeringPull
@@ -87,15 +87,15 @@ class PullConsumer:
         self._mailboxes = mailboxes if mailboxes is not None else Mailboxes()  # an empty one is falsy: not `or`
         self._beats: dict[int, tuple[Msg, float]] = {}  # in hand: when its next in_progress is due
         self._sweep: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._pull: LingeringPull | None = None
         self._stopping = False
-        self._running: set[asyncio.Task] = set()  # mailbox tasks at work on this consumer's messages
-        self._cut: set[asyncio.Task] = set()  # of those, the ones stop() cancelled
+        self._running: set[asyncio.Task[Any]] = set()  # mailbox tasks at work on this consumer's messages
+        self._cut: set[asyncio.Task[Any]] = set()  # of those, the ones stop() cancelled
         self._idle = asyncio.Event()  # set while none is
         self._idle.set()
         self._replays: Subscription | None = None
-        self._acks = Acks(js._nc)
+        self._acks = Acks(connection_of(js))
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -108,7 +108,7 @@ class PullConsumer:
             filter_subject=self._filters[0] if len(self._filters) == 1 else None,
         )
         await self._js.add_consumer(self._stream, config)
-        self._replays = await self._js._nc.subscribe(
+        self._replays = await connection_of(self._js).subscribe(
             dead_letters.replay_subject(self._durable), queue="replay", cb=self._replay
         )
         self._pull = LingeringPull(self._js, self._stream, self._durable, self._batch, sink=self._deliver)
@@ -166,7 +166,13 @@ class PullConsumer:
             raw = await self._js.get_msg(self._stream, seq)
             assert raw.subject is not None
             reply = f"$JS.ACK.{self._stream}.{self._durable}.1.{seq}.0.{time.time_ns()}.0"
-            msg = Msg(_client=self._js._nc, subject=raw.subject, reply=reply, data=raw.data or b"", headers=raw.headers)
+            msg = Msg(
+                _client=connection_of(self._js),
+                subject=raw.subject,
+                reply=reply,
+                data=raw.data or b"",
+                headers=raw.headers,
+            )
             self._mailboxes.submit(self._key_of(msg), functools.partial(self._process, msg))
         except Exception as exc:
             await request.respond(f"refused: {exc}".encode())

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from nats.aio.client import Client as NATS
 from nats.js.api import KeyValueConfig
@@ -64,7 +64,7 @@ class PartitionLeases:
         self._member_revision = 0
         self._watched = asyncio.Event()
         self._wake = asyncio.Event()  # a record was deleted (a replica handed back or left): act now
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         # Set by stop() besides cancelling: Python 3.11's wait_for (inside nats-py's requests) can swallow a
         # cancellation that coincides with its reply, and the loop must end all the same.
         self._closing = False
@@ -278,9 +278,9 @@ class PartitionedWork:
         self.leases: PartitionLeases | None = None
         self.partitions = 0
         self._stopping = False
-        self._winding_down: set[asyncio.Task] = set()  # work of lost partitions, stopping in the background
+        self._winding_down: set[asyncio.Task[Any]] = set()  # work of lost partitions, stopping in the background
         self._migration = Migration(nc.jetstream(), legacy, self._owns, ttl / 3) if legacy else None
-        self._waiting: dict[int, asyncio.Task] = {}  # partitions held while the migration runs, not started
+        self._waiting: dict[int, asyncio.Task[Any]] = {}  # partitions held while the migration runs, not started
 
     def _owns(self, partition: int) -> bool:
         return self.leases is not None and partition in self.leases.owned

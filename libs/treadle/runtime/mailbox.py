@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -15,8 +16,8 @@ Job = Callable[[], Awaitable[None]]
 
 class Mailboxes:
     def __init__(self) -> None:
-        self._queues: dict[Hashable, deque] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._queues: dict[Hashable, deque[Any]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self._arrivals: dict[Hashable, asyncio.Event] = {}

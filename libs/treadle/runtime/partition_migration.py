@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -65,7 +65,7 @@ async def remaining(js: JetStreamContext, durables: tuple[tuple[str, str], ...])
     return left
 
 
-async def retire(js: JetStreamContext, durables) -> None:
+async def retire(js: JetStreamContext, durables: Iterable[tuple[str, str]]) -> None:
     for stream, durable in durables:
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(stream, durable)
@@ -80,7 +80,7 @@ class Migration:
         self._js, self._legacy, self._owns, self._period = js, legacy, owns, period
         self.done = asyncio.Event()
         self._unit: Unit | None = None  # the old consumers, while this replica works them off
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
 
     async def start(self) -> None:
         if not await remaining(self._js, self._legacy.durables):

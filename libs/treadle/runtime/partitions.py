@@ -1,4 +1,4 @@
-"""Thread-keyed work is spread over a fixed number of partitions (ARCHITECTURE "Scaling out").
+"""Thread-keyed work is spread over a fixed number of partitions (docs/concepts.md "Scaling out").
 
 The broker, not Python, assigns the partition: a subject mapping of the service account (``auth.conf``)
 appends ``{{partition(N, 2)}}`` of the thread-id token to every event and provider-event subject, so
@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 DEFAULT_PARTITIONS = 8
 PROBE = "treadle.partitions.probe"
@@ -103,7 +104,7 @@ async def discover(nc: NATS, timeout: float = 5.0) -> int:
     unmapped (or not at all)."""
     answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-    async def on_probe(msg) -> None:
+    async def on_probe(msg: Msg) -> None:
         if not answer.done():
             answer.set_result(msg.subject)
 

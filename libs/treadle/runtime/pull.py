@@ -16,12 +16,13 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from ..eventlog import nats_direct
+from ..eventlog import nats_patches
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ class LingeringPull:
         expires: float = IDLE_WAIT,
         sink: Callable[[Msg], None] | None = None,
     ) -> None:
-        self._nc = js._nc  # nats-py keeps the connection and API prefix of a context private
-        self._subject = f"{js._prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._nc = nats_patches.connection_of(js)
+        self._subject = f"{nats_patches.api_prefix(js)}.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._durable = durable
         self._request_body = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
         self._batch, self._expires = batch, expires
@@ -58,13 +59,13 @@ class LingeringPull:
         self._left = 0  # deliveries the outstanding request may still bring; 0: none outstanding
         self._retry_after = 0.0  # >0: the last request failed or was refused; ask again after this long
         self._lapse: asyncio.TimerHandle | None = None
-        self._asking: asyncio.Future | None = None  # the publish of the last request
+        self._asking: asyncio.Future[Any] | None = None  # the publish of the last request
         self._sub: Subscription | None = None
         self._sink = sink
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
-        self._sub = await nats_direct.subscribe(self._nc, self._inbox, self._on_msg)
+        self._sub = await nats_patches.subscribe(self._nc, self._inbox, self._on_msg)
         await self._request()
 
     async def _request(self) -> None:

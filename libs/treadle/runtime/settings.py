@@ -56,6 +56,16 @@ class GatewaySettings(WorkerSettings):
     max_script_bytes: int = Field(default=256 * 1024, gt=0)  # a message's script as JSON
     max_streams_per_token: int = Field(default=20, ge=0)  # open SSE streams, per replica (0: no limit)
     max_streams_per_tenant: int = Field(default=200, ge=0)
+    # Browser origins allowed to call the API from another origin (CORS), as a JSON list of scheme://host[:port];
+    # none by default. Bearer tokens only: a cross-origin request never carries the console's session cookie.
+    cors_origins: tuple[str, ...] = ()
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _exact_origins(cls, origins: tuple[str, ...]) -> tuple[str, ...]:
+        from treadle.runtime.origins import check_origin
+
+        return tuple(check_origin(origin) for origin in origins)
 
 
 class CoordinatorSettings(WorkerSettings):

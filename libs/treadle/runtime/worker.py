@@ -16,8 +16,8 @@ import uvloop
 from nats.aio.client import Client as NATS
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from ..eventlog import nats_direct, streams, tracing
-from . import broker_urls, heap, logs, metrics, nats_headers, nats_metadata, nats_writes
+from ..eventlog import nats_patches, streams, tracing
+from . import broker_urls, heap, logs, metrics
 from .settings import Shared, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -32,10 +32,7 @@ async def connect(url: str, name: str, *, user: str | None = None, password: str
     """A connection that reconnects forever: workers outlive broker restarts. ``url`` may list every node of
     a cluster (comma-separated): the client fails over to whichever answers. ``user``/``password`` are the
     service credentials (``TREADLE_NATS_USER``/``_PASSWORD``); they may also come in the URL."""
-    nats_headers.install()
-    nats_metadata.install()
-    nats_writes.install()
-    nats_direct.install()
+    nats_patches.install()
     options = broker_urls.parse(url).connect_options()
     if user:
         options.update(user=user, password=password)

@@ -211,7 +211,7 @@ def _kill_all(path: Path, wait: float) -> None:
         time.sleep(0.02)
 
 
-def _set(path: Path, name: str, value, wanted: bool) -> None:
+def _set(path: Path, name: str, value: object, wanted: bool) -> None:
     if wanted and value is not None:
         (path / name).write_text(str(value))
 

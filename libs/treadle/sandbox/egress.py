@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 from urllib.parse import urlsplit
 
 from treadle.sandbox.http_filter import McpRequests, Refused
@@ -217,7 +218,7 @@ class Egress:
         self.request_timeout, self.connect_timeout = request_timeout, connect_timeout
         self.counts = EgressCounts()
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
         self._clients: set[TunnelEnd] = set()
         self._closing = False
 
@@ -356,7 +357,7 @@ def _remove_stale_socket(path: Path) -> None:
     os.unlink(path)
 
 
-def world_reachable(path: str | os.PathLike) -> bool:
+def world_reachable(path: str | os.PathLike[str]) -> bool:
     """True when any uid may traverse to ``path`` and read and execute it (an unprivileged sandbox must)."""
     path = Path(os.path.realpath(path))
     try:

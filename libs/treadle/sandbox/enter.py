@@ -10,16 +10,19 @@ replaces itself with ``argv + ARGS`` under exactly ``env``: whatever environment
 (the Claude Code CLI's, which the SDK passes to the wrapper script that calls this).
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 import resource
 import sys
+from typing import Any
 
 CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 2, 4, 4096, 16384, 1 << 18
 
 
-def _mount(libc, source, target, fstype, flags, data=None):
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     if (
         libc.mount(
             source and source.encode(), target.encode(), fstype and fstype.encode(), flags, data and data.encode()
@@ -30,7 +33,7 @@ def _mount(libc, source, target, fstype, flags, data=None):
         raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
 
 
-def stage(root, staged):
+def stage(root: str, staged: list[tuple[str, str, bool]]) -> None:
     """In a private mount namespace (this process and what it execs only): a tmpfs at ``root`` and each
     host path bind-mounted onto ``root/<i>``. Every source is opened without following links and must sit
     exactly at the path given (no link in any component), so a tenant cannot swap one of its dirs for a
@@ -54,7 +57,7 @@ def stage(root, staged):
             os.close(fd)
 
 
-def main(args):
+def main(args: list[str]) -> int:
     if not args:
         sys.stderr.write("enter.py: usage: enter.py LAUNCH.json [ARGS...]\n")
         return 125

@@ -292,7 +292,7 @@ class Relay:
 
 def run_child(argv: list[str]) -> int:
     pending: list[int] = []
-    child: list[subprocess.Popen] = []
+    child: list[subprocess.Popen[bytes]] = []
 
     def pass_on(signum: int, frame: object) -> None:
         if child:

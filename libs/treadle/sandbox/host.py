@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -199,7 +199,7 @@ class Sandbox:
     identities: TenantIdentities
     runtime_dir: Path
     result: ProbeResult | None = None
-    _etc_written: set = field(default_factory=set)
+    _etc_written: set[Any] = field(default_factory=set)
     homes: dict[str, set[Path]] = field(default_factory=dict)  # tenant -> its runtimes' homes (the disk budget's)
 
     @property
@@ -388,7 +388,7 @@ class Sandbox:
         os.chmod(path, 0o700)
 
     @staticmethod
-    def _write_launch(launch_file: Path, wrapper: Path, payload: dict) -> None:
+    def _write_launch(launch_file: Path, wrapper: Path, payload: dict[str, Any]) -> None:
         fd = os.open(launch_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(payload, f)

@@ -12,8 +12,10 @@ import contextlib
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from treadle.core.ids import is_token
 
@@ -30,7 +32,7 @@ class TenantIds:
     uid: int
     gid: int
 
-    def spawn_kwargs(self) -> dict:
+    def spawn_kwargs(self) -> dict[str, Any]:
         """``subprocess``/``asyncio`` keyword arguments that start a child as this tenant: setresgid,
         setgroups([]) and setresuid in the child, which also drops every capability root had."""
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
@@ -90,7 +92,7 @@ class TenantIdentities:
         os.replace(tmp, self.root / RECORD)
 
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:

@@ -10,7 +10,7 @@ from . import View
 
 
 class ProviderCapabilities(View, kw_only=True):
-    """What an adapter can do, published when a session starts (LIFECYCLES "Capabilities")."""
+    """What an adapter can do, published when a session starts (docs/requirements.md "Capabilities")."""
 
     version: int = 1
     create_empty_thread: bool = False

@@ -1,3 +1,7 @@
+import contextlib
+
+from nats.aio.client import Client as NATS
+
 from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.git import Workspaces
 from treadle.runtime.settings import CheckpointsSettings, Shared
@@ -9,7 +13,7 @@ from .service import CheckpointService
 async def main() -> None:
     shared, own = Shared(), CheckpointsSettings()
 
-    async def make(nc, stack):
+    async def make(nc: NATS, stack: contextlib.AsyncExitStack) -> CheckpointService:
         workspaces = Workspaces(
             shared.workspaces,
             (shared.state_dir / "shadow").resolve(),

@@ -1,3 +1,7 @@
+import contextlib
+
+from nats.aio.client import Client as NATS
+
 from treadle.runtime.settings import CoordinatorSettings, Shared
 from treadle.runtime.worker import run, serve
 
@@ -7,7 +11,7 @@ from .service import Coordinator
 async def main() -> None:
     shared, own = Shared(), CoordinatorSettings()
 
-    async def make(nc, stack):
+    async def make(nc: NATS, stack: contextlib.AsyncExitStack) -> Coordinator:
         return Coordinator(nc, shared, own)
 
     await serve("coordinator", shared, own, make)

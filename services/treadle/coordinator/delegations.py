@@ -33,6 +33,7 @@ from treadle.core.thread.events import ThreadCreated
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime.settings import CoordinatorSettings
 
 from .admission import Admission
@@ -87,7 +88,7 @@ class Delegations:
         admitted = child.thread is not None  # by an earlier try of this command, whose parent append lost a race
         policy = await self._admission.policy(command.tenant)
         running = 0 if admitted else await self.running_children(command.tenant)
-        plan = delegation.plan(state, command, self.bounds(policy), running, admitted=admitted)
+        plan = delegation.plan(state, command, self.bounds(policy), running, CATALOGUE, admitted=admitted)
         check_mode(policy, str(plan.input["runtime_mode"]), "a delegated task")
         if child.thread is None:
             created = plan.create[0]
@@ -104,7 +105,7 @@ class Delegations:
         if child.runs:
             child_run_id = child.runs[0].id
         else:
-            ctx = reaction_ctx(f"{command.id}|delegate-task", command.issued_at, f"user:{command.user}")
+            ctx = reaction_ctx(f"{command.id}|delegate-task", command.issued_at, f"user:{command.user}", CATALOGUE)
             task = msgspec.structs.replace(command, thread=child_id, body=plan.first_message)
             events, sent = send_message(child, task, plan.first_message, ctx)
             await self._store.append(
@@ -128,6 +129,7 @@ class Delegations:
         assert child.thread is not None and child.lineage is not None and child.lineage.parent_thread_id
         at = task.ended_at or datetime.now(UTC)  # the envelope ids of a redelivered reaction are the same ones
         parent_id = child.lineage.parent_thread_id
+        child_id = child.thread.id  # a refreshed child is the same thread: its id does not change
         for _ in range(MAX_TRIES):
             parent = await self._store.refresh(tenant, parent_id)
             events = delegation.finish(parent, child, task) if parent.thread is not None else []
@@ -143,7 +145,7 @@ class Delegations:
             except AppendConflict:
                 continue  # the parent moved on (its run streams): read it again, maybe recorded by another try
         else:
-            raise AppendConflict(f"the result of {child.thread.id} could not be recorded on {parent_id}")
+            raise AppendConflict(None, f"the result of {child_id} could not be recorded on {parent_id}")
         for _ in range(MAX_TRIES):
             events = delegation.ended(child, task)
             if not events:
@@ -156,8 +158,8 @@ class Delegations:
                 )  # fmt: skip
                 return
             except AppendConflict:
-                child = await self._store.refresh(tenant, child.thread.id)
-        raise AppendConflict(f"{child.thread.id} could not be marked reported")
+                child = await self._store.refresh(tenant, child_id)
+        raise AppendConflict(None, f"{child_id} could not be marked reported")
 
     async def _cascade(self, tenant: str, run: Run) -> None:
         """An interrupted run's async tasks are interrupted too when the tenant's setting says so (the policy's

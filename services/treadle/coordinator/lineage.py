@@ -13,6 +13,7 @@ from treadle.core.state import ThreadState
 from treadle.eventlog.errors import Conflict as AppendConflict
 from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore
+from treadle.providers.registry import CATALOGUE
 
 
 class LineageCommands:
@@ -83,4 +84,4 @@ class LineageCommands:
         fork_state = None
         if merge_back_from is not None:
             fork_state = await self._store.refresh(command.tenant, merge_back_from)
-        return context_sends.decide(state, command, fork_state, Ctx.for_command(command))
+        return context_sends.decide(state, command, fork_state, Ctx.for_command(command, CATALOGUE))

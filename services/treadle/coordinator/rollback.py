@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 from treadle.checkpoints.protocol import CheckpointError, RefName, Restore
 from treadle.core import events as ev
@@ -34,6 +35,7 @@ from treadle.eventlog.store import ThreadStore
 from treadle.ports import CheckpointStore, HostDirectory
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostUnavailable
+from treadle.providers.registry import CATALOGUE
 
 log = logging.getLogger(__name__)
 ACTOR = "coordinator"
@@ -101,7 +103,7 @@ class Rollbacks:
         self, tenant: str, thread: str, state: ThreadState, rb: Rollback, ctx: Ctx
     ) -> ProviderOutcome:
         """L10.5: what becomes of the provider conversation once the files are restored."""
-        step = steps.provider_step(state, tenant, thread, rb, hosts=self._hosts is not None)
+        step = steps.provider_step(state, tenant, thread, rb, CATALOGUE, hosts=self._hosts is not None)
         resumed_here = step.resume is not None
         if step.resume is not None:
             placed, error = await self._resume(step.resume, home(state))
@@ -127,7 +129,7 @@ class Rollbacks:
         return outcome
 
     async def _append(
-        self, tenant: str, thread: str, state: ThreadState, events: list, ctx: Ctx, rb: Rollback, step: str
+        self, tenant: str, thread: str, state: ThreadState, events: list[Any], ctx: Ctx, rb: Rollback, step: str
     ) -> None:
         await self._store.append(
             tenant,

@@ -4,8 +4,10 @@ starts; the run supervisor decides *how*."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -13,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from treadle import ports
+from treadle.api.constraints import violation
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.core import placement
 from treadle.core.commands import Accepted, Command, Rejected
@@ -38,6 +41,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime import partitions
 from treadle.runtime.consumer import PartitionConsumers, PullConsumer
 from treadle.runtime.leases import PartitionedWork
@@ -54,8 +58,28 @@ from .rollback import Rollbacks
 from .volume_loss import WATCHER_PARTITION, VolumeLoss
 
 log = logging.getLogger(__name__)
+# A decision made outside the pure core (lineage, answers): the events to append and the receipt.
+Decider = Callable[[ThreadState, Command], Awaitable[tuple[list[Any], Accepted]]]
 
 _command_decoder = msgspec.json.Decoder(Command)
+
+
+class _Tagged(msgspec.Struct):
+    type: str = ""
+
+
+class _Wrapped(msgspec.Struct):
+    body: _Tagged = msgspec.field(default_factory=_Tagged)
+
+
+def _body_tag(data: bytes) -> str | None:
+    """The body's tag of a command that failed to decode: which member of ``Body`` its path goes through."""
+    try:
+        return msgspec.json.decode(data, type=_Wrapped).body.type or None
+    except msgspec.DecodeError:
+        return None
+
+
 _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
@@ -161,6 +185,11 @@ class Coordinator:
             if isinstance(command.body, CreateThread):
                 command.thread = command.thread or thread_id_for(command.id, command.issued_at)
             subjects.token(command.thread or "", "thread")
+        except msgspec.ValidationError as exc:  # a field over its limit is refused with its own code
+            refused = violation(exc, Command, tag=_body_tag(msg.data))
+            reply = Rejected(code=refused.code, message=refused.message, details=refused.details) if refused else None
+            await msg.respond(_encode(reply or Rejected(code="bad_request", message=str(exc))))
+            return
         except (msgspec.DecodeError, ValueError) as exc:
             await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
             return
@@ -188,13 +217,15 @@ class Coordinator:
         COMMANDS.labels(verb, "rejected" if isinstance(reply, Rejected) else "accepted").inc()
         await msg.respond(_encode(reply))
 
-    async def _decide_and_append(self, command: Command, decider=None):
+    async def _decide_and_append(self, command: Command, decider: Decider | None = None) -> Accepted | Rejected:
         if not self._admission.creates_thread(command):
             return await self._decide_and_append_admitted(command, decider)
         async with self._admission.creation_lock(command.tenant):  # counted and appended one at a time
             return await self._decide_and_append_admitted(command, decider)
 
-    async def _decide_and_append_admitted(self, command: Command, decider=None):
+    async def _decide_and_append_admitted(
+        self, command: Command, decider: Decider | None = None
+    ) -> Accepted | Rejected:
         tenant, thread = command.tenant, command.thread or ""
         tenant_policy = None
         # A pure decision may first be made on the cache (see ``_cached``); only one that is appended counts.
@@ -202,7 +233,7 @@ class Coordinator:
         tries = 0
         home: str | None = None  # a new thread's volume, placed once: a try after a conflict keeps the workspace
         while tries < MAX_DECISION_TRIES:
-            ctx = Ctx.for_command(command)
+            ctx = Ctx.for_command(command, CATALOGUE)
             state = self._cached(tenant, thread) if pure else None
             pure = False  # once: after a conflict or an answer without an append, the log is read
             on_cache = state is not None
@@ -341,7 +372,7 @@ class Coordinator:
 
     async def _record_answer(
         self, effects: list[answers.DeliverAnswer], state: ThreadState, command: Command
-    ) -> tuple[list, Accepted]:
+    ) -> tuple[list[Any], Accepted]:
         """The decider of an answer: its record (appended by the caller) and, in ``effects``, its delivery. A
         request whose callback is gone is recorded ``not_resumable`` here, then refused."""
         decision = answers.decide(state, command)

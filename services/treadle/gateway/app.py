@@ -10,7 +10,9 @@ from functools import partial
 from typing import Annotated
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import Litestar, Response, get, post
+from litestar.config.cors import CORSConfig
+from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from litestar.middleware import DefineMiddleware
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
@@ -21,8 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from treadle.api import CreateThreadRequest, MessageAccepted, SendMessageRequest, ThreadCreated
 from treadle.checkpoints.client import CheckpointClient
-from treadle.core.thread.commands import CreateThread, SendMessage
+from treadle.core.errors import DomainError
 from treadle.eventlog import streams
 from treadle.eventlog.errors import Unavailable as LogUnavailable
 from treadle.eventlog.log import EventLog
@@ -37,19 +40,21 @@ from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
 from treadle.runtime.worker import connect
+from treadle.usecases import messages, threads
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
+    HttpRequest,
     IdempotencyKey,
     MinSeq,
+    Who,
     app_state,
-    check_message_size,
-    check_new_thread_mode,
     documented,
     json_response,
+    message_limits,
     path_id,
     principal,
     thread_doc,
@@ -74,10 +79,11 @@ from .openapi import (
     event_stream,
 )
 from .params import number
+from .reads import reads_of
 from .sse import thread_events
 from .stream_slots import StreamSlots
 
-# --- request and response shapes (the OpenAPI document is generated from these) --------------------
+# --- parameters (the bodies and receipts are the contract's, ``treadle.api``) -----------------------
 
 MAX_RECENT_RUNS = 1000
 Runs = Annotated[
@@ -93,38 +99,6 @@ Runs = Annotated[
 _encode = msgspec.json.Encoder().encode
 
 
-class CreateThreadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    title: str = ""
-    provider: str = "scripted"
-    model: str | None = None
-    runtime_mode: str = "approval_required"
-    workspace: str | None = None
-
-
-class ThreadCreated(msgspec.Struct, kw_only=True):
-    thread_id: str
-    seq: int
-
-
-class SendMessageRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    text: str
-    mode: str = "auto"
-    target_run_id: str | None = None
-    provider: str | None = None
-    model: str | None = None  # L5.4: this run's model; a provider thread started under another is not resumed
-    script: dict | None = None
-    clean_context: bool = False  # L5.4: start a fresh provider thread with a full summary
-    merge_back_from: str | None = None  # L7: a fork of this thread whose results this message brings home
-
-
-class MessageAccepted(msgspec.Struct, kw_only=True):
-    thread_id: str
-    message_id: str
-    run_id: str
-    disposition: str
-    seq: int
-
-
 # --- routes -----------------------------------------------------------------------------------------
 
 
@@ -136,15 +110,10 @@ class MessageAccepted(msgspec.Struct, kw_only=True):
     responses=errors(BODY, COMMAND, ADMITTED, CREATE),
 )
 async def create_thread(
-    request: Request, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
+    request: HttpRequest, who: Who, data: JSONBody[CreateThreadRequest], idempotency_key: IdempotencyKey = None
 ) -> ThreadCreated:
-    who = await principal(request)
-    await check_new_thread_mode(request, who.tenant, data.runtime_mode)
-    body = CreateThread(**msgspec.structs.asdict(data))
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="create", thread=None, body=body, idempotency_key=idempotency_key
-    )
-    return ThreadCreated(thread_id=accepted.thread_id, seq=accepted.seq)
+    state = app_state(request)
+    return await threads.create(who, state.commands, state.policies, data, idempotency_key)
 
 
 @get(
@@ -153,8 +122,9 @@ async def create_thread(
     tags=["threads"],
     summary="The thread's projection: runs, attempts, nodes, messages, requests, plans, checkpoints, activity",
 )
-async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None) -> Response:
-    who = await principal(request)
+async def get_thread(
+    request: HttpRequest, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None, runs: Runs = None
+) -> Response[bytes]:
     thread = path_id(thread_id, "thr")
     window = number(runs, "runs", low=1, high=MAX_RECENT_RUNS)
     if window is None:
@@ -173,27 +143,14 @@ async def get_thread(request: Request, thread_id: FromPath[str], min_seq: MinSeq
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, SEND),
 )
 async def send_message(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
     thread_id: FromPath[str],
     data: JSONBody[SendMessageRequest],
     idempotency_key: IdempotencyKey = None,
 ) -> MessageAccepted:
-    who = await principal(request)
-    thread = path_id(thread_id, "thr")
-    if data.target_run_id is not None:
-        path_id(data.target_run_id, "run")
-    check_message_size(request, data.text, data.script)
-    body = SendMessage(**msgspec.structs.asdict(data))
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="send", thread=thread, body=body, idempotency_key=idempotency_key
-    )
-    return MessageAccepted(
-        thread_id=thread,
-        message_id=accepted.message_id or "",
-        run_id=accepted.run_id or "",
-        disposition=accepted.disposition or "",
-        seq=accepted.seq,
-    )
+    commands, limits = app_state(request).commands, message_limits(request)
+    return await messages.send(who, commands, limits, thread_id, data, idempotency_key)
 
 
 @get(
@@ -202,8 +159,7 @@ async def send_message(
     tags=["runs"],
     responses=errors(PARAMS, PATH_ID, {404: ("run_not_found",)}),
 )
-async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
-    who = await principal(request)
+async def get_run(request: HttpRequest, who: Who, run_id: FromPath[str], min_seq: MinSeq = None) -> RunView:
     run_id = path_id(run_id, "run")
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
     if thread is None:
@@ -224,12 +180,12 @@ async def get_run(request: Request, run_id: FromPath[str], min_seq: MinSeq = Non
     | errors(PARAMS, PATH_ID, THREAD_READ, {400: ("invalid_last_event_id",), 429: ("quota_exceeded",)}),
 )
 async def stream_events(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
     thread_id: FromPath[str],
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
     after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None,
 ) -> Stream:
-    who = await principal(request)
     thread = path_id(thread_id, "thr")
     start = number(after, "after") or 0
     if last_event_id is not None:
@@ -249,12 +205,12 @@ READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly canno
 
 
 @get("/healthz", include_in_schema=False)
-async def healthz() -> dict:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @get("/readyz", include_in_schema=False)
-async def readyz(request: Request) -> Response:
+async def readyz(request: HttpRequest) -> Response[dict[str, str]]:
     """Ready when both of what every request needs answer: the broker and the projection store."""
     state = app_state(request)
     if not state.nc.is_connected:
@@ -267,8 +223,27 @@ async def readyz(request: Request) -> Response:
 
 
 @get("/metrics", include_in_schema=False)
-async def metrics() -> Response:
+async def metrics() -> Response[bytes]:
     return Response(metrics_text("gateway"), media_type=CONTENT_TYPE_LATEST)
+
+
+# What a browser on an allowed origin may send and read: the API's own request and answer headers.
+CORS_REQUEST_HEADERS = ["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID", "X-Treadle-Min-Seq"]
+CORS_ANSWER_HEADERS = ["Retry-After", "WWW-Authenticate"]
+
+
+def cors(origins: tuple[str, ...]) -> CORSConfig | None:
+    """None (no CORS headers at all: same origin only) unless origins are configured. Never with credentials:
+    the console's cookie stays same-site, a cross-origin client sends its bearer token."""
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        allow_headers=CORS_REQUEST_HEADERS,
+        allow_credentials=False,
+        expose_headers=CORS_ANSWER_HEADERS,
+    )
 
 
 def create_app(shared: Shared | None = None, own: GatewaySettings | None = None) -> Litestar:
@@ -315,11 +290,14 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *lineage.ROUTES,
             *policy.ROUTES,
             *console.ROUTES,
+            *reference.ROUTES,
             *mcp.ROUTES,
         ],
         lifespan=[lifespan, mcp.lifespan],
+        dependencies={"who": Provide(principal), "reads": Provide(reads_of, sync_to_thread=False)},
         exception_handlers={
             ApiError: handlers.on_api_error,
+            DomainError: handlers.on_domain_error,
             HTTPException: handlers.on_http_error,
             RecursionError: handlers.on_too_deep,
             NatsError: handlers.on_broker_unavailable,
@@ -329,6 +307,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             Exception: handlers.on_unexpected,
         },
         openapi_config=openapi.config(),
+        cors_config=cors(own.cors_origins),
         request_max_body_size=own.max_body_bytes,
         middleware=[
             http_spans,

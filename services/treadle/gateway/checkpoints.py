@@ -10,22 +10,25 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
+from treadle.api.rollbacks import NodeRollbackRequest, RollbackRequest
 from treadle.checkpoints.client import CheckpointUnavailable
 from treadle.checkpoints.protocol import CheckpointError, DiffRequest, FileStat
-from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.projections import parts
-from treadle.views.checkpoints import Checkpoint, RollbackView, rollback_view
+from treadle.usecases import rollbacks
+from treadle.views.checkpoints import Checkpoint, RollbackView
 from treadle.views.thread import Thread, run_change
 
 from .deps import (
+    HttpRequest,
     IdempotencyKey,
     MinSeq,
-    logged_view,
+    Reads,
+    Who,
+    app_state,
     path_id,
-    principal,
     thread_of,
     thread_read,
     thread_view,
@@ -64,16 +67,6 @@ class Diff(msgspec.Struct, kw_only=True):
     patch_bytes: int
 
 
-class RollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    to_run_ordinal: int
-    interrupt_active: bool = False
-
-
-class NodeRollbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    checkpoint_id: str
-    thread_id: str | None = None  # optional: saves looking the node up among the tenant's recent threads
-
-
 MaxBytes = Annotated[str | None, QueryParameter(description=f"1..{MAX_DIFF_BYTES}, {DEFAULT_DIFF_BYTES}")]
 
 
@@ -96,7 +89,7 @@ def _usable(c: Checkpoint | None, what: str) -> Checkpoint:
 
 
 async def _diff(
-    request: Request,
+    request: HttpRequest,
     tenant: str,
     thread: Thread,
     old: Checkpoint | None,
@@ -149,8 +142,9 @@ async def _diff(
     tags=["checkpoints"],
     responses=errors(PARAMS, PATH_ID, DIFF, {404: ("run_not_found",)}),
 )
-async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None) -> Diff:
-    who = await principal(request)
+async def run_diff(
+    request: HttpRequest, who: Who, run_id: FromPath[str], max_bytes: MaxBytes = None, min_seq: MinSeq = None
+) -> Diff:
     run_id = path_id(run_id, "run")
     limit = _max_bytes(max_bytes)
     thread = await thread_of(request, who.tenant, run_id, wanted_seq(request, min_seq))
@@ -179,14 +173,14 @@ async def run_diff(request: Request, run_id: FromPath[str], max_bytes: MaxBytes 
     responses=errors(PARAMS, PATH_ID, THREAD_READ, DIFF, {400: ("invalid_range",)}),
 )
 async def thread_diff(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
     thread_id: FromPath[str],
     from_: Annotated[str | None, QueryParameter(name="from", description="a run ordinal")] = None,
     to: Annotated[str | None, QueryParameter(name="to", description="a run ordinal")] = None,
     max_bytes: MaxBytes = None,
     min_seq: MinSeq = None,
 ) -> Diff:
-    who = await principal(request)
     thread = path_id(thread_id, "thr")
     from_ordinal, to_ordinal = number(from_, "from", high=MAX_ORDINAL), number(to, "to", high=MAX_ORDINAL)
     limit = _max_bytes(max_bytes)
@@ -209,27 +203,6 @@ async def thread_diff(
 # --- rollbacks --------------------------------------------------------------------------------------
 
 
-async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str | None) -> RollbackView:
-    """The rollback as recorded in the log (the projection may lag a few milliseconds behind it)."""
-    state = await logged_view(request, tenant, thread)
-    record = next((r for r in reversed(state.rollbacks) if r.id == rollback_id), None) if state else None
-    if state is None or record is None:
-        raise ApiError(
-            503,
-            "unavailable",
-            "the rollback was accepted but its record is not readable yet; retry",
-            headers={"Retry-After": "1"},
-        )
-    if record.status == "failed":
-        raise ApiError(
-            409,
-            "rollback_failed",
-            record.error or "the restore failed",
-            details={"rollback": msgspec.to_builtins(record)},
-        )
-    return rollback_view(record, thread, state.seq)
-
-
 @post(
     "/v1/threads/{thread_id:str}/rollback",
     status_code=200,
@@ -238,15 +211,14 @@ async def _outcome(request: Request, tenant: str, thread: str, rollback_id: str 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {400: ("invalid_ordinal",), 409: ("run_active",)}),
 )
 async def rollback_thread(
-    request: Request, thread_id: FromPath[str], data: JSONBody[RollbackRequest], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
+    thread_id: FromPath[str],
+    data: JSONBody[RollbackRequest],
+    idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    who = await principal(request)
-    thread = path_id(thread_id, "thr")
-    body = RollbackThread(to_run_ordinal=data.to_run_ordinal, interrupt_active=data.interrupt_active)
-    accepted = await request.app.state.commands.send(
-        tenant=who.tenant, user=who.user, verb="rollback", thread=thread, body=body, idempotency_key=idempotency_key
-    )
-    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
+    return await rollbacks.thread(who, app_state(request).commands, reads, thread_id, data, idempotency_key)
 
 
 @post(
@@ -257,32 +229,14 @@ async def rollback_thread(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ROLLBACK, {404: ("node_not_found", "checkpoint_not_found")}),
 )
 async def rollback_node(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     node_id: FromPath[str],
     data: JSONBody[NodeRollbackRequest],
     idempotency_key: IdempotencyKey = None,
 ) -> RollbackView:
-    who = await principal(request)
-    node_id = path_id(node_id, "node")
-    path_id(data.checkpoint_id, "ckpt")
-    thread = path_id(data.thread_id, "thr") if data.thread_id else await _thread_of_node(request, who.tenant, node_id)
-    body = RollbackNode(node_id=node_id, checkpoint_id=data.checkpoint_id)
-    accepted = await request.app.state.commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="node-rollback",
-        thread=thread,
-        body=body,
-        idempotency_key=idempotency_key,
-    )
-    return await _outcome(request, who.tenant, thread, accepted.rollback_id)
-
-
-async def _thread_of_node(request: Request, tenant: str, node_id: str) -> str:
-    thread = await thread_of(request, tenant, node_id)
-    if thread is None:
-        raise ApiError(404, "node_not_found", f"node {node_id} not found")
-    return thread
+    return await rollbacks.node(who, app_state(request).commands, reads, node_id, data, idempotency_key)
 
 
 ROUTES = [run_diff, thread_diff, rollback_thread, rollback_node]

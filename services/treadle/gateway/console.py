@@ -5,6 +5,7 @@ does goes through the public ``/v1`` API, the same as any client."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -43,11 +44,11 @@ class SessionInfo(msgspec.Struct, kw_only=True):
 
 
 @get("/", include_in_schema=False)
-async def page() -> Response:
+async def page() -> Response[Any]:
     return Response((STATIC / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
 
 
-def _cookie(request: Request, value: str, max_age: int) -> Cookie:
+def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
     return Cookie(
         key=sessions.COOKIE,
         value=value,
@@ -60,7 +61,7 @@ def _cookie(request: Request, value: str, max_age: int) -> Cookie:
 
 
 @post("/console/session", status_code=201, include_in_schema=False)
-async def sign_in(request: Request, data: JSONBody[SignIn]) -> Response:
+async def sign_in(request: Request[Any, Any, Any], data: JSONBody[SignIn]) -> Response[Any]:
     sid, who, expires = await sessions.open_session(request, data.token.strip())
     info = SessionInfo(
         tenant=who.tenant,
@@ -74,7 +75,7 @@ async def sign_in(request: Request, data: JSONBody[SignIn]) -> Response:
     )
 
 
-def _sid(request: Request) -> str:
+def _sid(request: Request[Any, Any, Any]) -> str:
     sid = request.cookies.get(sessions.COOKIE)
     if not sid:
         raise ApiError(401, "unauthorized", "not signed in", headers={"WWW-Authenticate": "Bearer"})
@@ -82,7 +83,7 @@ def _sid(request: Request) -> str:
 
 
 @get("/console/session", include_in_schema=False)
-async def current(request: Request) -> Response:
+async def current(request: Request[Any, Any, Any]) -> Response[Any]:
     """Whether this browser is signed in: a probe the page makes on load, so "no" is an answer, not an error."""
     sid = request.cookies.get(sessions.COOKIE)
     try:
@@ -101,7 +102,7 @@ async def current(request: Request) -> Response:
 
 
 @delete("/console/session", status_code=200, include_in_schema=False)
-async def sign_out(request: Request) -> Response:
+async def sign_out(request: Request[Any, Any, Any]) -> Response[Any]:
     sid = _sid(request)
     await sessions.principal(request, sid)  # a signed-in page of this origin, with its CSRF token
     await sessions.close_session(request, sid)

@@ -1,37 +1,17 @@
-"""HTTP routes for life inside a run (L3 queue, L8 interrupt, L11 requests, L12 plans and activity).
-
-Ids in paths resolve to their thread through the projection's index, so clients never need the thread id.
-"""
+"""HTTP routes for life inside a run (L3 queue, L8 interrupt, L11 requests, L12 plans and activity): adapters
+over ``treadle.usecases``. Ids in paths resolve to their thread through the projection's index, so clients
+never need the thread id."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-import msgspec
-from litestar import Request, delete, get, patch, post
+from litestar import delete, get, patch, post
 from litestar.params import FromPath, JSONBody
 
-from treadle.core.plans.commands import ImplementPlan
-from treadle.core.plans.decide import implementation_text
-from treadle.core.requests.commands import RespondRequest
-from treadle.core.run.commands import InterruptRun
-from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
-from treadle.projections import parts
+from treadle.api import Acknowledged, EditBody, ImplementBody, Implemented, InterruptRequest, ReorderBody, RespondBody
+from treadle.usecases import plans, queue, requests, runs
 from treadle.views.runs import QueueView
-from treadle.views.thread import queue_view
 
-from .deps import (
-    IdempotencyKey,
-    MinSeq,
-    app_state,
-    check_message_size,
-    owner,
-    path_id,
-    principal,
-    thread_read,
-    thread_view,
-)
-from .errors import ApiError
+from .deps import HttpRequest, IdempotencyKey, MinSeq, Reads, Who, app_state, message_limits, wanted_seq
 from .openapi import (
     ADMITTED,
     BODY,
@@ -50,65 +30,6 @@ from .openapi import (
 )
 
 
-class InterruptRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    allow_destructive: bool = True  # without native interrupt, stop the provider session (L8.3)
-
-
-class Acknowledged(msgspec.Struct, kw_only=True):
-    """An acknowledgement, not the outcome (L8.2): the run's status says when it actually ended."""
-
-    thread_id: str
-    run_id: str | None
-    disposition: str
-    seq: int
-
-
-class RespondBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    decision: Literal["accept", "accept_for_session", "decline", "cancel"] | None = None
-    answers: dict[str, str] | None = None
-    message: str | None = None
-
-
-class ReorderBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    order: list[str]
-
-
-class EditBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    text: str
-    script: dict | None = None
-
-
-class ImplementBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    as_: Literal["run", "thread"] = msgspec.field(name="as", default="run")
-
-
-class Implemented(msgspec.Struct, kw_only=True):
-    plan_id: str
-    as_: str = msgspec.field(name="as")
-    thread_id: str
-    run_id: str
-
-
-async def _send(request: Request, verb: str, thread: str, body, key: str | None) -> Acknowledged:
-    who = await principal(request)
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb=verb, thread=thread, body=body, idempotency_key=key
-    )
-    return Acknowledged(
-        thread_id=thread, run_id=accepted.run_id, disposition=accepted.disposition or "", seq=accepted.seq
-    )
-
-
-async def _interrupt(
-    request: Request, entity_id: str, prefix: str, data: InterruptRequest | None, key: str | None
-) -> Acknowledged:
-    who = await principal(request)
-    thread = await owner(request, who.tenant, entity_id, prefix, f"{prefix}_not_found")
-    target = {"run_id": entity_id} if prefix == "run" else {"node_id": entity_id}
-    body = InterruptRun(**target, allow_destructive=data.allow_destructive if data else True)
-    return await _send(request, "interrupt", thread, body, key)
-
-
 @post(
     "/v1/runs/{run_id:str}/interrupt",
     status_code=202,
@@ -117,12 +38,16 @@ async def _interrupt(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_run(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     run_id: FromPath[str],
     data: JSONBody[InterruptRequest | None] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    return await _interrupt(request, run_id, "run", data, idempotency_key)
+    destructive = data.allow_destructive if data else True
+    commands = app_state(request).commands
+    return await runs.interrupt(who, commands, reads, run_id, "run", idempotency_key, allow_destructive=destructive)
 
 
 @post(
@@ -133,12 +58,16 @@ async def interrupt_run(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, INTERRUPT),
 )
 async def interrupt_node(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     node_id: FromPath[str],
     data: JSONBody[InterruptRequest | None] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    return await _interrupt(request, node_id, "node", data, idempotency_key)
+    destructive = data.allow_destructive if data else True
+    commands = app_state(request).commands
+    return await runs.interrupt(who, commands, reads, node_id, "node", idempotency_key, allow_destructive=destructive)
 
 
 @post(
@@ -149,12 +78,14 @@ async def interrupt_node(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, RESPOND),
 )
 async def respond(
-    request: Request, request_id: FromPath[str], data: JSONBody[RespondBody], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
+    request_id: FromPath[str],
+    data: JSONBody[RespondBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    who = await principal(request)
-    thread = await owner(request, who.tenant, request_id, "req", "request_not_found")
-    body = RespondRequest(request_id=request_id, decision=data.decision, answers=data.answers, message=data.message)
-    return await _send(request, "respond", thread, body, idempotency_key)
+    return await requests.answer(who, app_state(request).commands, reads, request_id, data, idempotency_key)
 
 
 @get(
@@ -163,9 +94,11 @@ async def respond(
     tags=["queue"],
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
-async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> QueueView:
-    who = await principal(request)
-    return await thread_read(request, who.tenant, path_id(thread_id, "thr"), parts.queue, queue_view, min_seq)
+async def get_queue(
+    request: HttpRequest, who: Who, reads: Reads, thread_id: FromPath[str], min_seq: MinSeq = None
+) -> QueueView:
+    wanted_seq(request, min_seq)  # validated: every read reflects the thread's last event when it came
+    return await queue.read(who, reads, thread_id)
 
 
 @patch(
@@ -175,12 +108,13 @@ async def get_queue(request: Request, thread_id: FromPath[str], min_seq: MinSeq 
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, REORDER),
 )
 async def reorder_queue(
-    request: Request, thread_id: FromPath[str], data: JSONBody[ReorderBody], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    thread_id: FromPath[str],
+    data: JSONBody[ReorderBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    thread = path_id(thread_id, "thr")
-    for run_id in data.order:
-        path_id(run_id, "run")
-    return await _send(request, "queue", thread, ReorderQueue(order=data.order), idempotency_key)
+    return await queue.reorder(who, app_state(request).commands, thread_id, data, idempotency_key)
 
 
 @patch(
@@ -190,15 +124,15 @@ async def reorder_queue(
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, QUEUED_RUN, EDIT, {429: ("quota_exceeded",)}),
 )
 async def edit_queued(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
     thread_id: FromPath[str],
     run_id: FromPath[str],
     data: JSONBody[EditBody],
     idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    check_message_size(request, data.text, data.script)
-    body = EditQueued(run_id=path_id(run_id, "run"), text=data.text, script=data.script)
-    return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
+    commands, limits = app_state(request).commands, message_limits(request)
+    return await queue.edit(who, commands, limits, thread_id, run_id, data, idempotency_key)
 
 
 @delete(
@@ -209,10 +143,13 @@ async def edit_queued(
     responses=errors(PATH_ID, COMMAND, ON_THREAD, QUEUED_RUN),
 )
 async def cancel_queued(
-    request: Request, thread_id: FromPath[str], run_id: FromPath[str], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    thread_id: FromPath[str],
+    run_id: FromPath[str],
+    idempotency_key: IdempotencyKey = None,
 ) -> Acknowledged:
-    body = CancelQueued(run_id=path_id(run_id, "run"))
-    return await _send(request, "queue", path_id(thread_id, "thr"), body, idempotency_key)
+    return await queue.cancel(who, app_state(request).commands, thread_id, run_id, idempotency_key)
 
 
 @post(
@@ -226,59 +163,14 @@ async def cancel_queued(
     ),
 )
 async def implement_plan(
-    request: Request, plan_id: FromPath[str], data: JSONBody[ImplementBody], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
+    plan_id: FromPath[str],
+    data: JSONBody[ImplementBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Implemented:
-    who = await principal(request)
-    thread = await owner(request, who.tenant, plan_id, "plan", "plan_not_found")
-    commands = app_state(request).commands
-    if data.as_ == "run":
-        accepted = await commands.send(
-            tenant=who.tenant,
-            user=who.user,
-            verb="plan",
-            thread=thread,
-            body=ImplementPlan(plan_id=plan_id),
-            idempotency_key=idempotency_key,
-        )
-        return Implemented(plan_id=plan_id, as_="run", thread_id=thread, run_id=accepted.run_id or "")
-    state = await thread_view(request, who.tenant, thread)
-    plan = state.plan(plan_id)
-    if plan is None or plan.kind != "proposed_plan" or plan.status == "implemented":
-        raise ApiError(409, "plan_not_implementable", f"plan {plan_id} is not an open proposed plan")
-    assert state.thread is not None
-    source = state.thread
-    # Three commands, each idempotent under a key derived from the client's: a retry redoes none twice.
-    key = idempotency_key or f"implement-{plan_id}"
-    created = await commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="create",
-        thread=None,
-        idempotency_key=f"{key}|create",
-        body=CreateThread(
-            title=f"Plan from {source.title or source.id}"[:200],
-            provider=source.provider,
-            model=source.model,
-            runtime_mode=source.runtime_mode,
-        ),
-    )
-    sent = await commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="send",
-        thread=created.thread_id,
-        idempotency_key=f"{key}|send",
-        body=SendMessage(text=implementation_text(plan.text)),  # the text the coordinator gives an implementing run
-    )
-    await commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="plan",
-        thread=thread,
-        idempotency_key=f"{key}|link",
-        body=ImplementPlan(plan_id=plan_id, as_="thread", thread_id=created.thread_id),
-    )
-    return Implemented(plan_id=plan_id, as_="thread", thread_id=created.thread_id, run_id=sent.run_id or "")
+    return await plans.implement(who, app_state(request).commands, reads, plan_id, data, idempotency_key)
 
 
 ROUTES = [

@@ -6,22 +6,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeAlias, TypeVar
 
 import msgspec
 from litestar import Request, Response
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, QueryParameter
 
-from treadle.core.errors import DomainError
 from treadle.core.ids import is_id
-from treadle.core.policy import ROLES, check_mode
+from treadle.core.policy import ROLES
 from treadle.eventlog.subjects import parse_event_subject
 from treadle.ops.tokens import Principal
 from treadle.projections import notices
 from treadle.projections.parts import Missing, Snapshot
 from treadle.runtime.settings import GatewaySettings
+from treadle.usecases.ids import checked
+from treadle.usecases.messages import MessageLimits
+from treadle.usecases.ports import ThreadReads
 from treadle.views.of_state import replay
 from treadle.views.thread import ThreadView
 
@@ -29,6 +32,12 @@ from . import sessions
 from .errors import ApiError
 from .params import number
 
+HttpRequest: TypeAlias = Request[Any, Any, State]  # whose ``app.state`` holds what ``create_app`` opened
+
+# The dependencies every route may ask for by name (``create_app`` provides them): the caller, resolved from its
+# bearer token, session cookie or the ``/mcp`` door; and the thread reads the use cases work through.
+Who = NamedDependency[Principal]
+Reads = NamedDependency[ThreadReads]
 IdempotencyKey = Annotated[str | None, HeaderParameter(name="Idempotency-Key")]
 MinSeq = Annotated[
     str | None,
@@ -46,12 +55,12 @@ T = TypeVar("T")
 PRINCIPAL_KEY = "treadle.principal"  # an ASGI scope key: set by server code only, never from a request
 
 
-def app_state(request: Request) -> State:
+def app_state(request: HttpRequest) -> State:
     """The handles the app's lifespan opened: nc, log, commands, tokens, policies, projections, checkpoints."""
     return request.app.state
 
 
-async def principal(request: Request) -> Principal:
+async def principal(request: HttpRequest) -> Principal:
     if isinstance(known := request.scope.get(PRINCIPAL_KEY), Principal):  # resolved at a mount's door (``/mcp``)
         return known
     header = request.headers.get("authorization", "")
@@ -60,7 +69,7 @@ async def principal(request: Request) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-    found = await app_state(request).tokens.resolve(token.strip())
+    found: Principal | None = await app_state(request).tokens.resolve(token.strip())
     if found is None:
         raise ApiError(401, "unauthorized", "unknown or revoked token", headers={"WWW-Authenticate": "Bearer"})
     if found.role not in ROLES:  # a token made before roles were checked, with a role that means nothing
@@ -69,10 +78,9 @@ async def principal(request: Request) -> Principal:
 
 
 def path_id(value: str, prefix: str) -> str:
-    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key."""
-    if not is_id(value, prefix):
-        raise ApiError(400, "invalid_id", f"{value!r} is not a valid {prefix} id")
-    return value
+    """Path ids are ours; anything else (dots, wildcards, other prefixes) never reaches a subject or key: the
+    use cases' rule (``usecases.ids.checked``), a typed 400 ``invalid_id``."""
+    return checked(value, prefix)
 
 
 MIN_SEQ_HEADER = "X-Treadle-Min-Seq"  # the same as ``min_seq``, for clients that set it once for every read
@@ -81,7 +89,7 @@ MinSeqHeader = Annotated[
 ]
 
 
-def wanted_seq(request: Request, min_seq: str | None) -> int | None:
+def wanted_seq(request: HttpRequest, min_seq: str | None) -> int | None:
     """The stream sequence a read must reflect: the highest of ``min_seq`` and the ``X-Treadle-Min-Seq`` header."""
     asked = [number(min_seq, "min_seq"), number(request.headers.get(MIN_SEQ_HEADER), MIN_SEQ_HEADER)]
     return max((s for s in asked if s), default=None)
@@ -90,7 +98,7 @@ def wanted_seq(request: Request, min_seq: str | None) -> int | None:
 PROJECTION_WAIT = 2.0  # seconds a read waits for the projector before it folds the thread's log itself
 
 
-async def projected(request: Request, tenant: str, thread: str) -> bool:
+async def projected(request: HttpRequest, tenant: str, thread: str) -> bool:
     """Whether the thread's projection reflects every event of the thread the stream held when the read came,
     waiting up to ``PROJECTION_WAIT`` for the projector (it writes a few ms after the log has an event) and
     waking on its notice. By default, not only with the client's ``min_seq``: a client that saw a run end on
@@ -106,7 +114,7 @@ async def projected(request: Request, tenant: str, thread: str) -> bool:
     return await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT)
 
 
-def _check_min_seq(request: Request, min_seq: str | None, *, own: bool) -> None:
+def _check_min_seq(request: HttpRequest, min_seq: str | None, *, own: bool) -> None:
     """A malformed ``min_seq`` (or header) is still a 400, though every read now waits for the thread's last event."""
     if own:
         wanted_seq(request, min_seq)
@@ -115,7 +123,7 @@ def _check_min_seq(request: Request, min_seq: str | None, *, own: bool) -> None:
 
 
 async def thread_doc(
-    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+    request: HttpRequest, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> bytes:
     """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
     The read waits briefly for the projector to reach the thread's last event (``projected``), and folds the log
@@ -127,17 +135,17 @@ async def thread_doc(
     return doc if doc is not None else await folded_doc(request, tenant, thread)
 
 
-async def folded_doc(request: Request, tenant: str, thread: str) -> bytes:
+async def folded_doc(request: HttpRequest, tenant: str, thread: str) -> bytes:
     """The thread's document folded from its log now (and stored, for the reads after it); 404 when none."""
     state = app_state(request)
-    doc = await state.projections.refold(await state.log.read(tenant, thread))
+    doc: bytes | None = await state.projections.refold(await state.log.read(tenant, thread))
     if doc is None:
         raise ApiError(404, "thread_not_found", f"thread {thread} not found")
     return doc
 
 
 async def thread_read(
-    request: Request,
+    request: HttpRequest,
     tenant: str,
     thread: str,
     read: Callable[[Snapshot], Awaitable[T]],
@@ -154,24 +162,25 @@ async def thread_read(
     doc = None
     if await projected(request, tenant, thread):
         try:
-            return await state.projections.read(tenant, thread, read)
+            found: T = await state.projections.read(tenant, thread, read)
+            return found
         except Missing:
             doc = await state.projections.doc(tenant, thread)
     return whole(_view_decoder.decode(doc if doc is not None else await folded_doc(request, tenant, thread)))
 
 
 async def thread_view(
-    request: Request, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
+    request: HttpRequest, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> ThreadView:
     return _view_decoder.decode(await thread_doc(request, tenant, thread, min_seq, own=own))
 
 
-async def logged_view(request: Request, tenant: str, thread: str) -> ThreadView | None:
+async def logged_view(request: HttpRequest, tenant: str, thread: str) -> ThreadView | None:
     """The thread's views folded from its log right now, not from the projection (which may lag behind it)."""
     return replay(await app_state(request).log.read(tenant, thread))
 
 
-async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int | None = None) -> str | None:
+async def thread_of(request: HttpRequest, tenant: str, entity_id: str, wanted: int | None = None) -> str | None:
     """The thread of a run, node, request or plan. The index is written by the projector just after the event
     is stored, so a client acting on an id it has only just been given may be a moment early: a miss is
     looked up again for up to a second before it counts as unknown. A client that says which sequence it has
@@ -180,7 +189,8 @@ async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int |
     projections = app_state(request).projections
     for delay in (0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.35):
         await asyncio.sleep(delay)
-        if (thread := await projections.thread_of(tenant, entity_id)) is not None:
+        thread: str | None = await projections.thread_of(tenant, entity_id)
+        if thread is not None:
             return thread
     if wanted and (subject := await app_state(request).log.subject_at(wanted)) is not None:
         owner_tenant, thread, _ = parse_event_subject(subject)
@@ -189,45 +199,16 @@ async def thread_of(request: Request, tenant: str, entity_id: str, wanted: int |
     return None
 
 
-async def owner(request: Request, tenant: str, entity_id: str, prefix: str, missing: str) -> str:
-    """The thread of a path id of this tenant, or a typed 404 (``missing``)."""
-    thread = await thread_of(request, tenant, path_id(entity_id, prefix))
-    if thread is None:
-        raise ApiError(404, missing, f"{entity_id} not found")
-    return thread
-
-
-async def check_new_thread_mode(request: Request, tenant: str, mode: str) -> None:
-    """Early refusal at the door; the coordinator decides it again for every path that makes a thread."""
-    try:
-        check_mode(await app_state(request).policies.get(tenant), mode, "a new thread")
-    except DomainError as exc:
-        raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
-
-
-def check_message_size(request: Request, text: str, script: dict | None) -> None:
-    """400 before anything reaches the broker: a message's text and its script each have a limit."""
+def message_limits(request: HttpRequest) -> MessageLimits:
+    """This deployment's limits of a message (``GatewaySettings``), within the contract's."""
     own: GatewaySettings = app_state(request).settings
-    if len(text) > own.max_text_chars:
-        raise ApiError(
-            400,
-            "text_too_long",
-            f"text is at most {own.max_text_chars} characters",
-            {"field": "text", "limit": own.max_text_chars, "size": len(text)},
-        )
-    if script is not None and (size := len(msgspec.json.encode(script))) > own.max_script_bytes:
-        raise ApiError(
-            400,
-            "script_too_large",
-            f"script is at most {own.max_script_bytes} bytes as JSON",
-            {"field": "script", "limit": own.max_script_bytes, "size": size},
-        )
+    return MessageLimits(text_chars=own.max_text_chars, script_bytes=own.max_script_bytes)
 
 
-def json_response(content: bytes, status: int = 200) -> Response:
+def json_response(content: bytes, status: int = 200) -> Response[bytes]:
     return Response(content=content, media_type="application/json", status_code=status)
 
 
-def documented(model: type) -> dict:
+def documented(model: type) -> dict[int, ResponseSpec]:
     """For routes that pass stored JSON through untouched: the OpenAPI document still names its shape."""
     return {200: ResponseSpec(data_container=model, description="OK", generate_examples=False)}

@@ -3,31 +3,47 @@
 from __future__ import annotations
 
 import logging
+from typing import Any, TypeAlias
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from treadle.api.constraints import violation
+from treadle.core.errors import BadRequest, DomainError
+
 log = logging.getLogger(__name__)
+AnyRequest: TypeAlias = Request[Any, Any, Any]
 
 
 class ApiError(Exception):
     def __init__(
-        self, status: int, code: str, message: str, details: dict | None = None, headers: dict | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.details, self.headers = status, code, message, details or {}, headers
 
 
-def body(code: str, message: str, details: dict | None = None) -> dict:
+def body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
 RETRYABLE = (429, 503)  # always with Retry-After, as the OpenAPI document says
 
 
-def on_api_error(request: Request, exc: ApiError) -> Response:
+def on_api_error(request: AnyRequest, exc: ApiError) -> Response[dict[str, Any]]:
     headers = exc.headers or ({"Retry-After": "1"} if exc.status in RETRYABLE else None)
     return Response(body(exc.code, exc.message, exc.details), status_code=exc.status, headers=headers)
+
+
+def on_domain_error(request: AnyRequest, exc: DomainError) -> Response[dict[str, Any]]:
+    """A use case's refusal (``treadle.usecases``): the same shape as the gateway's own."""
+    return on_api_error(request, ApiError(exc.status, exc.code, exc.message, exc.details))
 
 
 _CODES = {
@@ -43,7 +59,9 @@ _CODES = {
 }
 
 
-def on_http_error(request: Request, exc: HTTPException) -> Response:
+def on_http_error(request: AnyRequest, exc: HTTPException) -> Response[dict[str, Any]]:
+    if isinstance(exc, ValidationException) and (refused := refusal(request, exc)) is not None:
+        return on_domain_error(request, refused)
     details = {}
     if isinstance(exc, ValidationException) and exc.extra:
         details = {"problems": exc.extra}
@@ -54,12 +72,12 @@ def on_http_error(request: Request, exc: HTTPException) -> Response:
     )
 
 
-def on_too_deep(request: Request, exc: RecursionError) -> Response:
+def on_too_deep(request: AnyRequest, exc: RecursionError) -> Response[dict[str, Any]]:
     """JSON nested deeper than the decoder recurses: a typed 400, not a crash of the request."""
     return Response(body("bad_request", "the request body is nested too deeply"), status_code=400)
 
 
-def on_broker_unavailable(request: Request, exc: Exception) -> Response:
+def on_broker_unavailable(request: AnyRequest, exc: Exception) -> Response[dict[str, Any]]:
     """The broker did not answer (a NATS node lost, a stream electing its leader): a typed, retryable 503,
     not an internal error; a repeat with the same Idempotency-Key is the same request."""
     log.warning("broker unavailable on %s %s: %r", request.method, request.url.path, exc)
@@ -70,7 +88,7 @@ def on_broker_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
-def on_store_unavailable(request: Request, exc: Exception) -> Response:
+def on_store_unavailable(request: AnyRequest, exc: Exception) -> Response[dict[str, Any]]:
     """Redis is down or restarting (the embedded stack restarts it): retryable, like a broker outage."""
     log.warning("projection store unavailable on %s %s: %r", request.method, request.url.path, exc)
     return Response(
@@ -80,6 +98,17 @@ def on_store_unavailable(request: Request, exc: Exception) -> Response:
     )
 
 
-def on_unexpected(request: Request, exc: Exception) -> Response:
+def on_unexpected(request: AnyRequest, exc: Exception) -> Response[dict[str, Any]]:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return Response(body("internal", "internal error"), status_code=500)
+
+
+def refusal(request: AnyRequest, exc: ValidationException) -> BadRequest | None:
+    """A body field over its limit (a constraint of its ``treadle.api`` type): the field's own typed 400."""
+    cause, handler = exc.__cause__, request.scope.get("route_handler")
+    data = handler.parsed_fn_signature.parameters.get("data") if handler is not None else None
+    if not isinstance(cause, msgspec.ValidationError) or data is None:
+        return None
+    body = next((t for t in data.inner_types if t.is_subclass_of(msgspec.Struct)), data) if data.is_optional else data
+    found = violation(cause, body.annotation, skip=1)  # the path starts at the handler's ``data``
+    return BadRequest(found.message, code=found.code, details=found.details) if found else None

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 from litestar.enums import ScopeType
@@ -32,7 +34,7 @@ MAX_BUCKETS = 100_000
 class TokenBuckets:
     """``rate`` requests per second sustained, up to ``burst`` at once, per key."""
 
-    def __init__(self, rate: float, burst: int, clock=time.monotonic) -> None:
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate, self.burst, self._clock = rate, max(burst, 1), clock
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
 
@@ -82,7 +84,7 @@ async def bucket_key(scope: Scope, tokens: TokenStore | None, credentials: Sessi
     return f"a:{client[0]}"
 
 
-def session_credentials(state) -> SessionCredentials | None:
+def session_credentials(state: Any) -> SessionCredentials | None:
     """The app's one store of session credentials (its bucket handle is looked up once, not per request)."""
     store = getattr(state, "session_credentials", None)
     if store is None and getattr(state, "nc", None) is not None:

@@ -1,45 +1,34 @@
-"""HTTP routes for thread lineage: fork (L6), handoff artifacts (L5.5) and the lineage tree."""
+"""HTTP routes for thread lineage: fork (L6, over ``usecases.lineage``), handoff artifacts (L5.5) and the
+lineage tree."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-import msgspec
-from litestar import Request, get, post
+from litestar import get, post
 from litestar.params import FromPath, JSONBody
 
-from treadle.core.lineage.commands import ForkSource, ForkThread
+from treadle.api import ForkBody, Forked
 from treadle.projections import parts
+from treadle.usecases import lineage
 from treadle.views.lineage import HandoffView, LineageNode, LineageView
 from treadle.views.thread import ThreadHead, handoff_view, lineage_node, thread_head
 
-from .deps import IdempotencyKey, MinSeq, app_state, path_id, principal, thread_of, thread_read, thread_view, wanted_seq
+from .deps import (
+    HttpRequest,
+    IdempotencyKey,
+    MinSeq,
+    Who,
+    app_state,
+    path_id,
+    thread_of,
+    thread_read,
+    thread_view,
+    wanted_seq,
+)
 from .errors import ApiError
 from .openapi import ADMITTED, BODY, COMMAND, FORK, ON_THREAD, PARAMS, PATH_ID, THREAD_READ, errors
 
 MAX_DEPTH = 64  # a lineage deeper than this is cut off in the tree view
 MAX_NODES = 500
-
-
-class ForkSourceBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    type: Literal["run", "node", "provider_thread"]
-    id: str
-    turn: str | None = None
-
-
-class ForkBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    source: ForkSourceBody
-    title: str = ""
-    on_active: Literal["latest_checkpoint", "refuse"] = "latest_checkpoint"
-
-
-class Forked(msgspec.Struct, kw_only=True):
-    thread_id: str
-    parent_thread_id: str
-    seq: int  # of the parent's record of the fork
-
-
-_PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
 
 
 @post(
@@ -50,19 +39,13 @@ _PREFIXES = {"run": "run", "node": "node", "provider_thread": "pth"}
     responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, ADMITTED, FORK),
 )
 async def fork_thread(
-    request: Request, thread_id: FromPath[str], data: JSONBody[ForkBody], idempotency_key: IdempotencyKey = None
+    request: HttpRequest,
+    who: Who,
+    thread_id: FromPath[str],
+    data: JSONBody[ForkBody],
+    idempotency_key: IdempotencyKey = None,
 ) -> Forked:
-    who = await principal(request)
-    thread = path_id(thread_id, "thr")
-    source = data.source
-    path_id(source.id, _PREFIXES[source.type])
-    body = ForkThread(
-        source=ForkSource(type=source.type, id=source.id, turn=source.turn), title=data.title, on_active=data.on_active
-    )
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="fork", thread=thread, body=body, idempotency_key=idempotency_key
-    )
-    return Forked(thread_id=accepted.thread_id, parent_thread_id=thread, seq=accepted.seq)
+    return await lineage.fork(who, app_state(request).commands, thread_id, data, idempotency_key)
 
 
 @get(
@@ -71,8 +54,7 @@ async def fork_thread(
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, {404: ("handoff_not_found",)}),
 )
-async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
-    who = await principal(request)
+async def get_handoff(request: HttpRequest, who: Who, handoff_id: FromPath[str], min_seq: MinSeq = None) -> HandoffView:
     handoff_id = path_id(handoff_id, "hoff")
     thread = await thread_of(request, who.tenant, handoff_id, wanted_seq(request, min_seq))
     view = handoff_view(await thread_view(request, who.tenant, thread, min_seq), handoff_id) if thread else None
@@ -87,8 +69,7 @@ async def get_handoff(request: Request, handoff_id: FromPath[str], min_seq: MinS
     tags=["lineage"],
     responses=errors(PARAMS, PATH_ID, THREAD_READ),
 )
-async def get_lineage(request: Request, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
-    who = await principal(request)
+async def get_lineage(request: HttpRequest, who: Who, thread_id: FromPath[str], min_seq: MinSeq = None) -> LineageView:
     thread = path_id(thread_id, "thr")
 
     async def head_of(thread: str, own: bool) -> ThreadHead:

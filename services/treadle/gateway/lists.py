@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
-from litestar import Request, Response, get
+from litestar import Response, get
 from litestar.params import FromPath, QueryParameter
 
+from treadle.usecases import messages, threads
 from treadle.views.pages import (
     ActivityPage,
     CheckpointPage,
@@ -29,14 +30,16 @@ from treadle.views.pages import (
 
 from . import cursors
 from .deps import (
+    HttpRequest,
     MinSeq,
     MinSeqHeader,
+    Reads,
+    Who,
     app_state,
     documented,
     folded_doc,
     json_response,
     path_id,
-    principal,
     projected,
     thread_doc,
     wanted_seq,
@@ -87,7 +90,7 @@ def _limit(value: str | None) -> int:
     return number(value, "limit", low=1, high=MAX_LIMIT) or DEFAULT_LIMIT
 
 
-def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
+def _position(request: HttpRequest, tenant: str, cursor: str | None, **bound: str) -> cursors.Position | None:
     if cursor is None:
         return None
     try:
@@ -96,13 +99,13 @@ def _position(request: Request, tenant: str, cursor: str | None, **bound: str) -
         raise ApiError(400, "invalid_cursor", f"cursor: {exc}", {"parameter": "cursor"}) from None
 
 
-def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response:
+def _page(items: list[bytes], next_cursor: str | None, seq: int | None) -> Response[bytes]:
     tail = msgspec.json.encode({"next_cursor": next_cursor, "seq": seq})
     return json_response(b'{"items":[' + b",".join(items) + b"]," + tail[1:])
 
 
-async def _items(
-    request: Request, tenant: str, thread: str, name: str, start: int, count: int
+async def items(
+    request: HttpRequest, tenant: str, thread: str, name: str, start: int, count: int
 ) -> tuple[int, int, list[bytes]]:
     """(seq, total, items start..start+count) of the thread's list ``name``, reflecting its last event at least:
     from the stored items when the projection has them, else from the whole document (folded from the log
@@ -124,7 +127,9 @@ async def _items(
 
 
 async def _thread_list(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: str,
     name: str,
     limit: str | None,
@@ -133,17 +138,16 @@ async def _thread_list(
     *,
     keep: Callable[[bytes], bool] | None = None,
     filter: str = "",
-) -> Response:
+) -> Response[bytes]:
     """One page of a thread's list ``name``; with ``keep``, only the items it accepts (a filter, named by
     ``filter`` in the cursor), looking at ``SCAN`` items at most."""
-    who = await principal(request)
     thread = path_id(thread_id, "thr")
     count = _limit(limit)
     wanted_seq(request, min_seq)  # validated: a malformed one is a 400 (every list waits for the last event)
     position = _position(request, who.tenant, cursor, list=name, thread=thread, filter=filter)
     start = position.index if position else 0
-    seq, total, window = await _items(
-        request, who.tenant, thread, name, start, count if keep is None else max(count, SCAN)
+    seq, total, window = await messages.items(
+        who, reads, thread, name, start, count if keep is None else max(count, SCAN)
     )
     if start > total:
         raise ApiError(400, "invalid_cursor", "cursor: beyond the end of the list", {"parameter": "cursor"})
@@ -166,20 +170,28 @@ async def _thread_list(
     tags=["threads"],
     responses=documented(ThreadPage) | errors(PARAMS, CURSOR),
 )
-async def list_threads(request: Request, limit: Limit = None, cursor: Cursor = None, q: Search = None) -> Response:
-    who = await principal(request)
-    count = _limit(limit)
+async def list_threads(
+    who: Who, reads: Reads, limit: Limit = None, cursor: Cursor = None, q: Search = None
+) -> Response[bytes]:
+    found, more = await threads.page(who, reads, _limit(limit), cursor, q)
+    return _page(found, more, None)
+
+
+async def threads_page(
+    request: HttpRequest, tenant: str, count: int, cursor: str | None, q: str | None
+) -> tuple[list[bytes], str | None]:
+    """A page of the tenant's thread summaries, newest first, and the next page's cursor (None: the last)."""
     if q is not None:
-        return await _search_threads(request, who.tenant, _needle(q), count, cursor)
-    position = _position(request, who.tenant, cursor, list="threads")
+        return await _search_threads(request, tenant, _needle(q), count, cursor)
+    position = _position(request, tenant, cursor, list="threads")
     after = (position.score, position.after_id) if position else None
-    rows = await app_state(request).projections.threads(who.tenant, count + 1, after)
+    rows = await app_state(request).projections.threads(tenant, count + 1, after)
     page = rows[:count]
     more = None
     if len(rows) > count:
         score, last, _ = page[-1]
-        more = cursors.encode(app_state(request).cursor_key, who.tenant, cursors.after_thread(score, last))
-    return _page([summary for _, _, summary in page if summary], more, None)
+        more = cursors.encode(app_state(request).cursor_key, tenant, cursors.after_thread(score, last))
+    return [summary for _, _, summary in page if summary], more
 
 
 def _needle(q: str) -> str:
@@ -193,7 +205,9 @@ def _needle(q: str) -> str:
     return q.casefold()
 
 
-async def _search_threads(request: Request, tenant: str, needle: str, count: int, cursor: str | None) -> Response:
+async def _search_threads(
+    request: HttpRequest, tenant: str, needle: str, count: int, cursor: str | None
+) -> tuple[list[bytes], str | None]:
     """The tenant's threads whose title contains ``needle``, newest first, looking at ``SCAN`` threads at most:
     a page may hold fewer than ``count`` and still go on. The cursor is bound to the search by a digest (a
     search may be longer than a cursor), so it continues only the same search."""
@@ -216,7 +230,7 @@ async def _search_threads(request: Request, tenant: str, needle: str, count: int
         if end
         else None
     )
-    return _page(items, more, None)
+    return items, more
 
 
 @get(
@@ -226,14 +240,16 @@ async def _search_threads(request: Request, tenant: str, needle: str, count: int
     responses=documented(RunPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_runs(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
-    return await _thread_list(request, thread_id, "runs", limit, cursor, min_seq)
+) -> Response[bytes]:
+    return await _thread_list(request, who, reads, thread_id, "runs", limit, cursor, min_seq)
 
 
 @get(
@@ -243,14 +259,16 @@ async def list_runs(
     responses=documented(MessagePage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_messages(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
-    return await _thread_list(request, thread_id, "messages", limit, cursor, min_seq)
+) -> Response[bytes]:
+    return await _thread_list(request, who, reads, thread_id, "messages", limit, cursor, min_seq)
 
 
 @get(
@@ -260,19 +278,23 @@ async def list_messages(
     responses=documented(ActivityPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_activity(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     run_id: Annotated[str | None, QueryParameter(description="only this run's activity")] = None,
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     if run_id is None:
-        return await _thread_list(request, thread_id, "activity", limit, cursor, min_seq)
+        return await _thread_list(request, who, reads, thread_id, "activity", limit, cursor, min_seq)
     wanted_run = path_id(run_id, "run")
     return await _thread_list(
         request,
+        who,
+        reads,
         thread_id,
         "activity",
         limit,
@@ -290,16 +312,18 @@ async def list_activity(
     responses=documented(RequestPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_requests(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     status: Annotated[str | None, QueryParameter(description=", ".join(REQUEST_STATUSES))] = None,
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
+) -> Response[bytes]:
     if status is None:
-        return await _thread_list(request, thread_id, "requests", limit, cursor, min_seq)
+        return await _thread_list(request, who, reads, thread_id, "requests", limit, cursor, min_seq)
     if status not in REQUEST_STATUSES:
         raise ApiError(
             400,
@@ -309,6 +333,8 @@ async def list_requests(
         )
     return await _thread_list(
         request,
+        who,
+        reads,
         thread_id,
         "requests",
         limit,
@@ -326,14 +352,16 @@ async def list_requests(
     responses=documented(CheckpointPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_checkpoints(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
-    return await _thread_list(request, thread_id, "checkpoints", limit, cursor, min_seq)
+) -> Response[bytes]:
+    return await _thread_list(request, who, reads, thread_id, "checkpoints", limit, cursor, min_seq)
 
 
 @get(
@@ -343,14 +371,16 @@ async def list_checkpoints(
     responses=documented(HandoffPage) | errors(PARAMS, PATH_ID, THREAD_READ, CURSOR),
 )
 async def list_handoffs(
-    request: Request,
+    request: HttpRequest,
+    who: Who,
+    reads: Reads,
     thread_id: FromPath[str],
     limit: Limit = None,
     cursor: Cursor = None,
     min_seq: MinSeq = None,
     x_treadle_min_seq: MinSeqHeader = None,
-) -> Response:
-    return await _thread_list(request, thread_id, "handoffs", limit, cursor, min_seq)
+) -> Response[bytes]:
+    return await _thread_list(request, who, reads, thread_id, "handoffs", limit, cursor, min_seq)
 
 
 ROUTES = [list_threads, list_runs, list_messages, list_activity, list_requests, list_checkpoints, list_handoffs]

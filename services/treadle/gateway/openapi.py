@@ -64,12 +64,12 @@ COMMAND: Codes = {
 # The coordinator, per command (treadle.core deciders; coordinator.admission: policy and quotas).
 ON_THREAD: Codes = {404: ("thread_not_found",)}  # core.decide.require_thread: every command but a create
 ADMITTED: Codes = {403: ("mode_not_allowed",), 429: ("quota_exceeded",)}  # core.policy, core.quotas
-CREATE: Codes = {  # core.limits.check_sizes, core.thread.decide.create_thread; coordinator placement
+CREATE: Codes = {  # treadle.api.limits (the body's constraints), core.thread.decide.create_thread; placement
     400: ("invalid_title", "invalid_provider", "invalid_model", "invalid_runtime_mode", "invalid_workspace"),
     409: ("thread_exists",),
     503: ("no_volume",),
 }
-SEND: Codes = {  # core.limits, core.thread.decide.send_message, core.lineage.context_sends and decide
+SEND: Codes = {  # treadle.api.limits, core.thread.decide.send_message, core.lineage.context_sends, decide
     400: (
         "text_too_long",
         "script_too_large",
@@ -361,7 +361,7 @@ def finish(document: dict[str, Any]) -> dict[str, Any]:
 class _FinishedJson(JsonRenderPlugin):
     """Serves the finished document (rendered once, like Litestar's own)."""
 
-    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+    def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
         if getattr(self, "_bytes", None) is None:
             self._bytes = self.render_json(request, finish(msgspec.json.decode(msgspec.json.encode(openapi_schema))))
         return self._bytes
@@ -379,7 +379,9 @@ def config() -> OpenAPIConfig:
         security=[{"bearer": []}],
         components=Components(
             security_schemes={
-                "bearer": SecurityScheme(type="http", scheme="bearer", description="an API token (`treadle token`)")
+                "bearer": SecurityScheme(
+                    type="http", scheme="bearer", description="an API token (`treadle tokens create`)"
+                )
             }
         ),
         tags=[Tag(name=name, description=text) for name, text in sorted(TAGS.items())],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import msgspec
-from litestar import Request, get, put
+from litestar import get, put
 from litestar.params import JSONBody
 
 from treadle.core.errors import DomainError
@@ -14,7 +14,7 @@ from treadle.core.policy import DEFAULT_MODES, TenantPolicy, require_role
 from treadle.core.thread.model import RuntimeMode
 from treadle.ops.tokens import Principal
 
-from .deps import app_state, principal
+from .deps import HttpRequest, Who, app_state
 from .errors import ApiError
 from .openapi import BODY, errors
 
@@ -37,8 +37,7 @@ def as_api_error(exc: DomainError) -> ApiError:
     return ApiError(exc.status, exc.code, exc.message, exc.details)
 
 
-async def admin(request: Request) -> Principal:
-    who = await principal(request)
+def admin(request: HttpRequest, who: Who) -> Principal:
     try:
         require_role(who.role, "admin", f"{request.method} {request.url.path}")
     except DomainError as exc:
@@ -52,9 +51,10 @@ async def admin(request: Request) -> Principal:
     tags=["policy"],
     responses=errors(),
 )
-async def get_policy(request: Request) -> TenantPolicy:
-    who = await admin(request)
-    return await app_state(request).policies.get(who.tenant)
+async def get_policy(request: HttpRequest, who: Who) -> TenantPolicy:
+    admin(request, who)
+    policy: TenantPolicy = await app_state(request).policies.get(who.tenant)
+    return policy
 
 
 @put(
@@ -63,12 +63,13 @@ async def get_policy(request: Request) -> TenantPolicy:
     tags=["policy"],
     responses=errors(BODY, {400: ("invalid_policy",)}),
 )
-async def put_policy(request: Request, data: JSONBody[PolicyBody]) -> TenantPolicy:
-    who = await admin(request)
+async def put_policy(request: HttpRequest, who: Who, data: JSONBody[PolicyBody]) -> TenantPolicy:
+    admin(request, who)
     fields = msgspec.structs.asdict(data)
     wanted = TenantPolicy(**{**fields, "allowed_modes": tuple(data.allowed_modes)})
     try:
-        return await app_state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
+        stored: TenantPolicy = await app_state(request).policies.put(who.tenant, wanted, actor=f"user:{who.user}")
+        return stored
     except DomainError as exc:
         raise as_api_error(exc) from None
 

@@ -15,6 +15,7 @@ import hmac
 import re
 import secrets
 import time
+from typing import Any
 
 import msgspec
 from litestar import Request
@@ -42,7 +43,7 @@ def _unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, {"session": "invalid"}, headers={"WWW-Authenticate": "Bearer"})
 
 
-async def _csrf_key(request: Request) -> bytes:
+async def _csrf_key(request: Request[Any, Any, Any]) -> bytes:
     state = request.app.state
     key = getattr(state, "csrf_key", None)
     if key is None:
@@ -50,11 +51,11 @@ async def _csrf_key(request: Request) -> bytes:
     return key
 
 
-async def csrf_token(request: Request, sid: str) -> str:
+async def csrf_token(request: Request[Any, Any, Any], sid: str) -> str:
     return hmac.new(await _csrf_key(request), sid.encode(), hashlib.sha256).hexdigest()
 
 
-async def open_session(request: Request, token: str) -> tuple[str, Principal, float]:
+async def open_session(request: Request[Any, Any, Any], token: str) -> tuple[str, Principal, float]:
     """A new session for a token that resolves now: (session id, principal, expiry as a Unix time)."""
     if not same_origin(request):  # another site signing this browser in to its own account (login CSRF)
         raise ApiError(403, "forbidden", "a cross-site request cannot sign in", {"csrf": "site"})
@@ -69,12 +70,12 @@ async def open_session(request: Request, token: str) -> tuple[str, Principal, fl
     return sid, who, expires
 
 
-async def close_session(request: Request, sid: str) -> None:
+async def close_session(request: Request[Any, Any, Any], sid: str) -> None:
     kv = await request.app.state.nc.jetstream().key_value(BUCKET)
     await kv.delete(digest(sid))
 
 
-async def find(request: Request, sid: str) -> WebSession:
+async def find(request: Request[Any, Any, Any], sid: str) -> WebSession:
     if not _SID.fullmatch(sid):
         raise _unauthorized("not a session cookie")
     kv = await request.app.state.nc.jetstream().key_value(BUCKET)
@@ -90,7 +91,7 @@ async def find(request: Request, sid: str) -> WebSession:
     return record
 
 
-def same_origin(request: Request) -> bool:
+def same_origin(request: Request[Any, Any, Any]) -> bool:
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
@@ -101,10 +102,10 @@ def same_origin(request: Request) -> bool:
     return origin in (f"http://{host}", f"https://{host}")
 
 
-async def principal(request: Request, sid: str) -> Principal:
+async def principal(request: Request[Any, Any, Any], sid: str) -> Principal:
     """The principal of a cookie-authenticated request; writes must prove they come from a console page."""
     record = await find(request, sid)
-    who = await request.app.state.tokens.resolve_digest(record.token_digest)
+    who: Principal | None = await request.app.state.tokens.resolve_digest(record.token_digest)
     if who is None:
         raise _unauthorized("the session's token was revoked")
     if request.method not in SAFE_METHODS:

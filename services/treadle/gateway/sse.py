@@ -14,7 +14,7 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.eventlog import subjects
-from treadle.runtime.nats_metadata import stream_sequence
+from treadle.eventlog.nats_patches import stream_sequence
 
 KEEPALIVE = 15.0
 BACKLOG = 10_000

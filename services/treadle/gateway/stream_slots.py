@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from .errors import ApiError
 
@@ -50,7 +50,7 @@ class StreamSlots:
 
 
 class _Held:
-    def __init__(self, stream: AsyncIterator[bytes], release) -> None:
+    def __init__(self, stream: AsyncIterator[bytes], release: Callable[[], object]) -> None:
         self._stream = stream
         self._release = weakref.finalize(self, release)  # runs once: at the end, at aclose or when collected
 

@@ -16,10 +16,12 @@ import os
 import time
 import uuid
 from collections import OrderedDict
+from typing import Any
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -48,7 +50,7 @@ EPOCH_CHECK_SECONDS = 1.0
 IDLE_TURN = 5.0  # an idle partition's loop still comes round this often, so a flushed Redis is rebuilt
 
 
-def _exit_if_crashed(task: asyncio.Task) -> None:
+def _exit_if_crashed(task: asyncio.Task[Any]) -> None:
     """A projector whose loop died must not look healthy: exit so the supervisor restarts it."""
     if not task.cancelled() and task.exception() is not None:
         log.error("projector loop crashed", exc_info=task.exception())
@@ -116,7 +118,7 @@ class Projector:
             await self._store.set_epoch(uuid.uuid4().hex)
             log.info("projections rebuilt from the log: %d threads", count)
 
-    async def _project(self, partition: int, msgs) -> None:
+    async def _project(self, partition: int, msgs: list[Msg]) -> None:
         touched: dict[tuple[str, str], tuple[ThreadState, list[str], Changes]] = {}
         for msg in msgs:
             try:
@@ -205,7 +207,7 @@ class PartitionProjector:
         self._p = projector
         self.partition = partition
         self._durable, self._filter = durable, filter_
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._stopping = False
         self._fetching = False  # waiting for messages: nothing to finish, so stop() need not wait
         self._acked = 0  # stream sequence acknowledged last
@@ -237,21 +239,22 @@ class PartitionProjector:
         self._acked, self._next = info.ack_floor.stream_seq, info.delivered.consumer_seq + 1
         await self._follow()
 
-    async def _follow(self) -> None:
+    async def _follow(self) -> LingeringPull:
         pull = LingeringPull(self._p._js, subjects.EVENTS_STREAM, self._durable, self._p._batch)
         await pull.start()
         self._pull = pull
+        return pull
 
-    async def _recreate(self, start: int):
+    async def _recreate(self, start: int) -> ConsumerInfo:
         js = self._p._js
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
         return await js.add_consumer(subjects.EVENTS_STREAM, self._config(start))
 
-    async def _rewind(self) -> None:
+    async def _rewind(self) -> LingeringPull:
         info = await self._recreate(self._acked + 1)
-        self._next = info.delivered.consumer_seq + 1
-        await self._follow()
+        self._next = (info.delivered.consumer_seq if info.delivered is not None else 0) + 1  # new: delivered 0
+        return await self._follow()
 
     async def start(self) -> None:
         await self._bind()
@@ -275,10 +278,10 @@ class PartitionProjector:
         while not self._stopping:
             try:
                 await self._p._ensure_epoch()
-                if self._pull is None:  # a delivery went astray: read again from the floor
-                    await self._rewind()
+                # None: a delivery went astray, read again from the floor
+                pull = self._pull if self._pull is not None else await self._rewind()
                 self._fetching = True
-                msgs = await self._pull.take(IDLE_TURN)
+                msgs = await pull.take(IDLE_TURN)
             except Exception as exc:
                 log.warning("%s: fetch failed: %r", self._durable, exc)
                 await asyncio.sleep(0.5)  # backoff while the broker or Redis is away
@@ -292,7 +295,7 @@ class PartitionProjector:
                 log.warning(
                     "%s: a delivery went astray; reading again from stream sequence %d", self._durable, self._acked + 1
                 )
-                pull, self._pull = self._pull, None
+                self._pull = None
                 await pull.close()  # what it holds is read again from the floor
                 continue
             self._next += len(msgs)
@@ -320,7 +323,7 @@ def _oldest_open(state: ThreadState) -> float | None:
     return min((r.queued_at.timestamp() for r in runs if r is not None and not r.terminal), default=None)
 
 
-def _previous(msg) -> int:
+def _previous(msg: Msg) -> int:
     """The stream sequence of the thread's event before ``msg``: the fence its append carried (the first event of
     an append), or the message just before it (the rest of an atomic batch, which is stored contiguously).
     0 (nothing to check) for an event published without a fence."""

@@ -1,3 +1,7 @@
+import contextlib
+
+from nats.aio.client import Client as NATS
+
 from treadle.providers.registry import check_model_urls
 from treadle.runtime.settings import ProviderHostSettings, Shared
 from treadle.runtime.worker import run, serve
@@ -11,7 +15,7 @@ async def main() -> None:
     if SandboxSettings().mode == "on":
         check_model_urls()
 
-    async def make(nc, stack):
+    async def make(nc: NATS, stack: contextlib.AsyncExitStack) -> ProviderHost:
         return ProviderHost(nc, shared, own)
 
     await serve("provider-host", shared, own, make)

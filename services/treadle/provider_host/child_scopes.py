@@ -10,11 +10,15 @@ that fails here is only logged: the supervisor's request then makes (or reports 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from treadle.checkpoints.client import CheckpointClient
 from treadle.checkpoints.protocol import Capture
 from treadle.core import provider_events as pe
 from treadle.core.checkpoints import child_scopes
+
+if TYPE_CHECKING:
+    from .publisher import TurnPublisher
 
 log = logging.getLogger(__name__)
 
@@ -23,24 +27,42 @@ class ChildScopeSink:
     """A turn sink that captures a subagent's scope around its start and end, then passes the event on."""
 
     def __init__(
-        self, sink, checkpoints: CheckpointClient, *, tenant: str, thread: str, workspace: str, volume: str
+        self,
+        sink: TurnPublisher,
+        checkpoints: CheckpointClient,
+        *,
+        tenant: str,
+        thread: str,
+        workspace: str,
+        volume: str,
     ) -> None:
         self._sink = sink
         self._checkpoints = checkpoints
         self._volume = volume
-        self._base = dict(tenant=tenant, thread=thread, workspace=workspace)
+        self._tenant, self._thread, self._workspace = tenant, thread, workspace
         self._scopes: dict[str, str] = {}  # open subagent node -> its scope
 
-    async def event(self, body: pe.Body) -> None:
+    async def event(self, body: pe.AnyBody) -> None:
         if isinstance(body, pe.ToolStarted) and body.kind in child_scopes.CHECKPOINTABLE:
             scope = child_scopes.scope_for_new(self._scopes, body.node_id, body.parent_id)
             self._scopes[body.node_id] = scope
-            await self._capture(Capture(**self._base, scope=scope, ordinal=child_scopes.BASELINE, status="baseline"))
+            await self._capture(
+                Capture(
+                    tenant=self._tenant,
+                    thread=self._thread,
+                    workspace=self._workspace,
+                    scope=scope,
+                    ordinal=child_scopes.BASELINE,
+                    status="baseline",
+                )
+            )
         elif isinstance(body, pe.ToolCompleted) and body.node_id in self._scopes:
             scope = self._scopes[body.node_id]
             await self._capture(
                 Capture(
-                    **self._base,
+                    tenant=self._tenant,
+                    thread=self._thread,
+                    workspace=self._workspace,
                     scope=scope,
                     ordinal=child_scopes.END,
                     status=body.status,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -59,16 +60,16 @@ class TurnPublisher:
         )
         self._lock = asyncio.Lock()  # other reports wait while the turn's end (or a full outbox) is being stored
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
-        self._outbox: list[pe.Body] = []  # events not yet sent, in order
-        self._sender: asyncio.Future | None = None
+        self._outbox: list[pe.AnyBody] = []  # events not yet sent, in order
+        self._sender: asyncio.Future[Any] | None = None
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
         self._live_queue: list[LiveDelta] = []  # raw chunks not yet sent live, consecutive ones of a message merged
-        self._live_sender: asyncio.Future | None = None
+        self._live_sender: asyncio.Future[Any] | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         # The turn's trace context, taken once (made inside the turn's span): every event of the turn carries it
         self._trace = tracing.inject(None)
 
-    async def event(self, body: pe.Body) -> None:
+    async def event(self, body: pe.AnyBody) -> None:
         async with self._lock:
             if isinstance(body, pe.TurnCompleted):
                 # Text of a message the provider never completed (an interrupt cut it off) is still buffered:
@@ -90,7 +91,7 @@ class TurnPublisher:
             start -= 1
         del self._outbox[start:]
 
-    def _publish(self, body: pe.Body) -> None:
+    def _publish(self, body: pe.AnyBody) -> None:
         self._raise_failure()  # the connection closed under an earlier event: nothing more can be stored
         self._outbox.append(body)
         if self._sender is None or self._sender.done():
@@ -114,7 +115,7 @@ class TurnPublisher:
             batch, self._outbox = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:]
             await self._store(batch)
 
-    async def _store(self, bodies: list[pe.Body]) -> None:
+    async def _store(self, bodies: list[pe.AnyBody]) -> None:
         """Store ``bodies`` (in order) in as few messages as fit, retrying until stored: a lost provider event
         would leave its run waiting forever, and the stream's dedupe window makes a resend that landed harmless."""
         budget = min(MAX_EVENT_BYTES, self._nc.max_payload // 4)
@@ -225,11 +226,11 @@ class TurnPublisher:
         self._timers.clear()
 
 
-def _delta_of(body: pe.Body, message_id: str) -> bool:
+def _delta_of(body: pe.AnyBody, message_id: str) -> bool:
     return isinstance(body, pe.TextDelta) and body.message_id == message_id
 
 
-def _retrieved(sender: asyncio.Future) -> None:
+def _retrieved(sender: asyncio.Future[Any]) -> None:
     """A sender nobody waits for any more (its turn was cancelled) must not log 'exception never retrieved'."""
     if not sender.cancelled() and (failure := sender.exception()) is not None:
         log.info("provider events not stored: %r", failure)

@@ -9,10 +9,12 @@ import logging
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from treadle.checkpoints.archive import JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
@@ -24,7 +26,15 @@ from treadle.eventlog import subjects, tracing
 from treadle.ops.policies import PolicyStore
 from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
-from treadle.providers.base import ProviderAdapter, ResumeFailed, RuntimeLost, Turn, UnknownProvider, Unsupported
+from treadle.providers.base import (
+    ProviderAdapter,
+    ResumeFailed,
+    RuntimeLost,
+    Turn,
+    TurnSink,
+    UnknownProvider,
+    Unsupported,
+)
 from treadle.providers.mcp_access import McpAccess
 from treadle.providers.registry import adapter_class, create_adapter
 from treadle.runtime.cancelling import cancel_and_wait
@@ -59,7 +69,7 @@ class Session:
         self.adapter = adapter
         self.native_ref = native_ref
         self.resumed = resumed
-        self.turns: dict[str, asyncio.Task] = {}  # attempt id -> its turn, until the turn is done
+        self.turns: dict[str, asyncio.Task[Any]] = {}  # attempt id -> its turn, until the turn is done
         self.started: set[str] = set()  # every attempt whose turn started here: a redelivered start is not played twice
         self.playing: dict[str, Turn] = {}  # attempt id -> the turn while it plays
         self.interrupted_early: set[str] = set()  # attempts interrupted while their turn waited for an earlier one
@@ -88,10 +98,10 @@ class Session:
 class _Heard:
     """A turn sink that notes when the session last heard from its runtime, and which requests wait."""
 
-    def __init__(self, sink, session: Session, clock: Clock) -> None:
+    def __init__(self, sink: TurnSink, session: Session, clock: Clock) -> None:
         self._sink, self._session, self._clock = sink, session, clock
 
-    async def event(self, body: pe.Body) -> None:
+    async def event(self, body: pe.AnyBody) -> None:
         self._session.heard = self._clock.now()
         if isinstance(body, pe.RequestOpened):
             self._session.awaiting.add(body.request_id)
@@ -121,9 +131,9 @@ class ProviderHost:
         self._clock = clock or SystemClock()
         self._sessions: dict[str, Session] = {}
         self._opening = 0  # placements in progress, counted against capacity
-        self._background: set[asyncio.Task] = set()  # placements and session ends running on their own
-        self._subs: list = []
-        self._heartbeat: asyncio.Task | None = None
+        self._background: set[asyncio.Task[Any]] = set()  # placements and session ends running on their own
+        self._subs: list[Any] = []
+        self._heartbeat: asyncio.Task[Any] | None = None
         self._checkpoints = CheckpointClient(nc, timeout=10.0)  # child scopes (child_scopes.py), on self._volume
         self._credentials = SessionCredentials(self._js)  # issue 21: per-session MCP credentials
         self._policies = PolicyStore(self._js)
@@ -132,7 +142,7 @@ class ProviderHost:
         self._disk = DiskWatch(
             self._sessions, self._clock, self._disk_roots, self._disk_budget, self._end_session, own.disk_check_seconds
         )
-        self._seat = None  # the placement queue-group subscription, held only while there is room
+        self._seat: Subscription | None = None  # the placement queue-group subscription, held only while there is room
         self._seat_lock = asyncio.Lock()
         self._placing = asyncio.Lock()  # one placement decides (and releases) at a time
         # session id -> its placement in progress: a supervisor that gave up waiting (a runtime whose start takes
@@ -147,7 +157,7 @@ class ProviderHost:
             grace=own.shed_grace_seconds,
         )
         self._stopping = False
-        self._loops: list[asyncio.Task] = []
+        self._loops: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
@@ -204,7 +214,7 @@ class ProviderHost:
         must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         await cancel_and_wait(self._loops)
-        failures = await asyncio.gather(self._unsubscribe(), return_exceptions=True)
+        failures: list[BaseException | None] = [*await asyncio.gather(self._unsubscribe(), return_exceptions=True)]
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
         failures += await asyncio.gather(*sessions, return_exceptions=True)
         first = next((f for f in failures if isinstance(f, BaseException)), None)
@@ -577,6 +587,7 @@ class ProviderHost:
     async def _on_verb_traced(self, msg: Msg) -> None:
         verb = msg.subject.split(".", 3)[3]
         kind = hp.VERB_REQUESTS.get(verb)
+        reply: hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure
         try:
             if kind is None:
                 reply = hp.HostFailure(code="bad_request", message=f"unknown verb {verb}")
@@ -601,11 +612,14 @@ class ProviderHost:
         await msg.respond(_encode(reply))
 
     async def _control(
-        self, session: Session, verb: str, request
+        self,
+        session: Session,
+        verb: str,
+        request: hp.SteerTurn | hp.StopTurn | hp.Respond | hp.ForkThread | hp.RollbackTurns,
     ) -> hp.TurnAccepted | hp.Forked | hp.RolledBack | hp.HostFailure:
         """Steer, interrupt, stop, answer: each reaches the live runtime or says why it cannot."""
         session.last_active = self._clock.now()
-        if verb == "request.respond":
+        if isinstance(request, hp.Respond):  # request.respond
             answer = _encode(request.response)
             if request.request_id in session.answered:
                 if session.answered[request.request_id] == answer:
@@ -615,9 +629,11 @@ class ProviderHost:
             session.answered[request.request_id] = answer
             session.awaiting.discard(request.request_id)
             return hp.TurnAccepted()
-        if verb == "thread.fork":  # L6.2: the live session forks its own provider thread (it holds the writer)
+        if isinstance(
+            request, hp.ForkThread
+        ):  # L6.2: the live session forks its own provider thread (it holds the writer)
             return hp.Forked(native_ref=await session.adapter.fork(request.at_turn))
-        if verb == "thread.rollback":
+        if isinstance(request, hp.RollbackTurns):
             rolled = await self._roll_back(session, request)
             if isinstance(rolled, hp.RolledBack) and not rolled.already:  # kept as the conversation now ends
                 await self._native.keep(session.request, session.adapter)
@@ -631,7 +647,7 @@ class ProviderHost:
             return hp.TurnAccepted()
         if turn is None:
             return hp.HostFailure(code="not_active", message=f"attempt {request.attempt_id} is not playing here")
-        if verb == "turn.interrupt":
+        if isinstance(request, hp.StopTurn):  # turn.interrupt (session.stop returned above)
             await session.adapter.interrupt(turn)
             return hp.TurnAccepted()
         if request.message_id in session.steered:
@@ -682,7 +698,7 @@ class ProviderHost:
         task.add_done_callback(lambda _: session.turns.pop(request.attempt_id, None))
         return hp.TurnAccepted()
 
-    async def _play(self, session: Session, request: hp.StartTurn, earlier: list[asyncio.Task]) -> None:
+    async def _play(self, session: Session, request: hp.StartTurn, earlier: list[asyncio.Task[Any]]) -> None:
         # A turn reports its end before its adapter's run_turn has returned (it still closes the turn), and the
         # supervisor starts the next run on that report: a runtime plays one turn at a time, and its adapter
         # refuses a turn that comes while the last one closes, so this one waits for the earlier ones to end.
@@ -697,7 +713,7 @@ class ProviderHost:
 
     async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:
         ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))
-        publisher = TurnPublisher(
+        turn_publisher = TurnPublisher(
             self._nc,
             tenant=request.tenant,
             thread=request.thread,
@@ -708,7 +724,7 @@ class ProviderHost:
             ids=ids,
         )
         publisher = ChildScopeSink(
-            publisher,
+            turn_publisher,
             self._checkpoints,
             tenant=request.tenant,
             thread=request.thread,

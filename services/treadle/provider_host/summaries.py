@@ -9,12 +9,14 @@ import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter, Response, Turn
 from treadle.providers.registry import create_adapter
+from treadle.sandbox.host import Sandbox
 
 
 class _Collect:
@@ -25,9 +27,9 @@ class _Collect:
         self._root = root_node_id
         self.replies: dict[str, str] = {}  # message id -> completed text, in order
         self.completed: pe.TurnCompleted | None = None
-        self._answers: set[asyncio.Task] = set()
+        self._answers: set[asyncio.Task[Any]] = set()
 
-    async def event(self, body: pe.Body) -> None:
+    async def event(self, body: pe.AnyBody) -> None:
         if isinstance(body, pe.TextCompleted) and body.node_id == self._root:
             self.replies[body.message_id] = body.text
         elif isinstance(body, pe.RequestOpened):  # answered after the adapter has registered its callback
@@ -44,7 +46,9 @@ class _Collect:
         await self.event(pe.TextCompleted(message_id=message_id, node_id=node_id, text=text))
 
 
-async def summarise(request: hp.Summarise, scratch_root: Path, sandbox=None) -> hp.Summary | hp.HostFailure:
+async def summarise(
+    request: hp.Summarise, scratch_root: Path, sandbox: Sandbox | None = None
+) -> hp.Summary | hp.HostFailure:
     name = f"summary-{uuid.uuid4().hex[:16]}"
     workspace, runtime = scratch_root / name / "workspace", scratch_root / name / "runtime"
     workspace.mkdir(parents=True)

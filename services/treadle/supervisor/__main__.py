@@ -1,3 +1,7 @@
+import contextlib
+
+from nats.aio.client import Client as NATS
+
 from treadle.runtime.settings import Shared, SupervisorSettings
 from treadle.runtime.worker import run, serve
 
@@ -7,7 +11,7 @@ from .service import Supervisor
 async def main() -> None:
     shared, own = Shared(), SupervisorSettings()
 
-    async def make(nc, stack):
+    async def make(nc: NATS, stack: contextlib.AsyncExitStack) -> Supervisor:
         return Supervisor(nc, shared, own)
 
     await serve("supervisor", shared, own, make)

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from treadle.eventlog import subjects
 
@@ -28,7 +30,7 @@ class FreedCapacity:
         self._any: dict[str, asyncio.Event] = {}  # per volume, only volumes with a run waiting since it was set
         # (volume, tenant) -> set at that tenant's next announcement on that volume
         self._tenants: dict[tuple[str, str], asyncio.Event] = {}
-        self._sub = None
+        self._sub: Subscription | None = None
 
     async def start(self) -> None:
         self._sub = await self._nc.subscribe(self._subject, cb=self._on_freed)
@@ -39,7 +41,7 @@ class FreedCapacity:
                 await self._sub.unsubscribe()
             self._sub = None
 
-    async def _on_freed(self, msg) -> None:
+    async def _on_freed(self, msg: Msg) -> None:
         volume = msg.subject.rsplit(".", 1)[-1]
         room = self._any.pop(volume, None)
         if room is not None:

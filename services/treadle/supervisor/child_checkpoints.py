@@ -7,6 +7,7 @@ checkpoint joins the node's event in one decision.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from treadle.checkpoints.protocol import Capture, CheckpointError
@@ -32,8 +33,8 @@ async def with_child_checkpoints(
         if isinstance(e, ev.NodeStarted) and e.kind in child_scopes.CHECKPOINTABLE:
             scope = child_scopes.scope_of_new(run, e.node_id, e.parent_id)
             out.append(await _capture(client, state, run, ctx, e.node_id, scope, child_scopes.BASELINE, "baseline"))
-        elif isinstance(e, ev.NodeCompleted) and (scope := child_scopes.scope_of(run, e.node_id)) is not None:
-            out.append(await _capture(client, state, run, ctx, e.node_id, scope, child_scopes.END, e.status))
+        elif isinstance(e, ev.NodeCompleted) and (ended := child_scopes.scope_of(run, e.node_id)) is not None:
+            out.append(await _capture(client, state, run, ctx, e.node_id, ended, child_scopes.END, e.status))
     return out
 
 
@@ -52,17 +53,23 @@ async def _capture(
         previous_ordinal=previous,
     )
     kind = "baseline" if ordinal == child_scopes.BASELINE else "node"
-    base = dict(
-        checkpoint_id=ctx.ids.next("ckpt"), run_id=run.id, scope=scope, ordinal=ordinal, kind=kind, node_id=node_id
+    captured = functools.partial(
+        ev.CheckpointCaptured,
+        checkpoint_id=ctx.ids.next("ckpt"),
+        run_id=run.id,
+        scope=scope,
+        ordinal=ordinal,
+        kind=kind,
+        node_id=node_id,
     )
     try:
         # CheckpointUnavailable propagates: the provider event is retried
         got = await client.capture(request, volume=state.thread.volume)
     except CheckpointError as exc:  # L10.4: an error summary instead of a checkpoint
         log.warning("child checkpoint %s/%s of %s failed: %s", scope, ordinal, state.thread.id, exc)
-        return ev.CheckpointCaptured(**base, status="error")
-    return ev.CheckpointCaptured(
-        **base, status=status, ref=got.ref, commit=got.commit, tree=got.tree, unchanged=got.unchanged,
+        return captured(status="error")
+    return captured(
+        status=status, ref=got.ref, commit=got.commit, tree=got.tree, unchanged=got.unchanged,
         files=[FileChange(path=f.path, change=f.change, added=f.added, removed=f.removed) for f in got.files],
         skipped=[f"{s.path} ({s.reason})" for s in got.skipped],
         files_total=got.files_total if got.files_total > len(got.files) else None,

@@ -17,7 +17,7 @@ from nats.js.errors import NotFoundError
 from treadle import ports
 from treadle.checkpoints.client import CheckpointClient, CheckpointUnavailable
 from treadle.checkpoints.hydrate import Hydrate
-from treadle.checkpoints.protocol import Capture, CheckpointError
+from treadle.checkpoints.protocol import Capture, Captured, CheckpointError
 from treadle.core import events as ev
 from treadle.core import provider_events as pe
 from treadle.core.checkpoints import child_scopes
@@ -25,18 +25,18 @@ from treadle.core.ctx import Ctx, reaction_ctx
 from treadle.core.lineage import start_context
 from treadle.core.provider_events import ProviderEvent, provider_event_decoder
 from treadle.core.providers import settings as provider_settings
-from treadle.core.providers.model import ProviderCapabilities
+from treadle.core.providers.model import ProviderCapabilities, ProviderSession
 from treadle.core.run import recovery
 from treadle.core.run import supervision as sv
 from treadle.core.run.model import Run
 from treadle.core.state import ThreadState, provider_cause
-from treadle.core.turn_options import scripted_capabilities
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient, HostGone
+from treadle.providers.registry import CATALOGUE
 from treadle.runtime import partitions
 from treadle.runtime.consumer import Later, PartitionConsumers, PullConsumer, Retryable
 from treadle.runtime.leases import PartitionedWork
@@ -45,7 +45,7 @@ from treadle.runtime.metrics import APPEND_CONFLICTS, CHECKPOINT_SECONDS, RUN_DU
 from treadle.runtime.partition_migration import UNPARTITIONED_PROVIDER, Legacy, unpartitioned_event_types
 from treadle.runtime.settings import Shared, SupervisorSettings
 
-from .capacity import FreedCapacity
+from .capacity import FreedCapacity, Ticket
 from .child_checkpoints import with_child_checkpoints
 from .summariser import ProviderSummariser
 
@@ -301,6 +301,7 @@ class Supervisor:
                     await self._append(tenant, thread, state, resolved, ctx)
                     if run.terminal:
                         continue  # an unresolvable transfer failed the run
+            assert state.thread is not None  # a thread with a pending attempt was created
             ticket = self._freed.ticket(state.thread.volume, tenant)
             try:
                 await self._hydrate(state, run)
@@ -308,9 +309,10 @@ class Supervisor:
                 # The home's checkpoint service does not answer (its node lost?): the run waits like one no host
                 # can take, woken by the node's return (its hosts' freed signal) or by the thread's move elsewhere.
                 gone = hp.HostFailure(code="capacity", message=f"the workspace volume does not answer: {exc}")
-                state = await self._hold(tenant, thread, state, run, gone, ticket, ctx)
-                if state is None:
+                held = await self._hold(tenant, thread, state, run, gone, ticket, ctx)
+                if held is None:
                     return
+                state = held
                 placement, holds = placement - 1, holds + 1
                 continue
             if not start_context.session_fits(state, run):
@@ -320,9 +322,10 @@ class Supervisor:
                     raise Retryable(f"run {run.id} is placed by the next supervisor; this one stops")
                 placed = await self._place(state, run, ctx)
                 if isinstance(placed, hp.HostFailure) and placed.code in HOLD_CODES:
-                    state = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
-                    if state is None:
+                    held = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
+                    if held is None:
                         return
+                    state = held
                     placement, holds = placement - 1, holds + 1
                     continue
                 if isinstance(placed, hp.HostFailure):
@@ -377,9 +380,10 @@ class Supervisor:
             if (
                 isinstance(reply, hp.HostFailure) and reply.code in HOLD_CODES
             ):  # the tenant runs as many turns as it may: the session waits with the run
-                state = await self._hold(tenant, thread, state, run, reply, ticket, ctx)
-                if state is None:
+                held = await self._hold(tenant, thread, state, run, reply, ticket, ctx)
+                if held is None:
                     return
+                state = held
                 placement, holds = placement - 1, holds + 1
                 continue
             if isinstance(reply, hp.TurnAccepted):
@@ -395,7 +399,7 @@ class Supervisor:
             await self._append(
                 tenant, thread, state, [ev.ProviderStopped(session_id=session.id, reason="host_lost_session")], ctx
             )
-        raise Retryable(f"could not place run {run.id} after {MAX_PLACEMENTS} tries")
+        raise Retryable(f"could not place the pending run of {thread} after {MAX_PLACEMENTS} tries")
 
     async def _follow_through(self, tenant: str, thread: str, state: ThreadState, seed: str) -> None:
         """Send the running attempt what it is owed (L3.2 steers, L8 interrupts). Sent first, recorded after:
@@ -460,7 +464,7 @@ class Supervisor:
             workspace=state.thread.workspace,
             runtime_mode=state.thread.runtime_mode,
             model=run.model,
-            capabilities=scripted_capabilities(run.provider, run.script),
+            capabilities=CATALOGUE.script_capabilities(run.provider, run.script),
         )
         try:
             reply = await self._hosts.place(request, volume=state.thread.volume)
@@ -488,7 +492,7 @@ class Supervisor:
         return reply
 
     async def _hold(
-        self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure, ticket, ctx: Ctx
+        self, tenant: str, thread: str, state: ThreadState, run: Run, refused: hp.HostFailure, ticket: Ticket, ctx: Ctx
     ) -> ThreadState | None:
         """L9.3: no host can take the run now. Say so on the run (``queued`` with the reason) once per reason,
         wait until a host announces room (or the recheck time passes), and return the thread as it is then.
@@ -540,7 +544,7 @@ class Supervisor:
         )
         return reply.native_ref if isinstance(reply, hp.Forked) else None
 
-    async def _release(self, session) -> None:
+    async def _release(self, session: ProviderSession) -> None:
         """A session replaced by a provider switch (L5) is stopped on its host: its runtime is not left idle
         there. Best effort: the host's idle reaping is the backstop."""
         try:
@@ -555,7 +559,9 @@ class Supervisor:
             source = await self._store.refresh(tenant, source_id)
             if source.thread is not None:
                 sources[source_id] = source
-        target = start_context.target_capabilities(state, run, scripted_capabilities(run.provider, run.script), sources)
+        target = start_context.target_capabilities(
+            state, run, CATALOGUE.script_capabilities(run.provider, run.script), sources
+        )
         ids = copy.copy(ctx.ids)  # the same ids again, for the provider summariser's material
         reasoning = self._handoff_reasoning
         events = start_context.resolve_start_context(state, run, target, sources, ctx, reasoning)
@@ -621,7 +627,9 @@ class Supervisor:
                 "workspace of %s hydrated from the archive at %s (%d files)", state.thread.id, made.commit, made.files
             )
 
-    async def _capture_or_none(self, state: ThreadState, ordinal: int, status: str, previous: int | None):
+    async def _capture_or_none(
+        self, state: ThreadState, ordinal: int, status: str, previous: int | None
+    ) -> Captured | None:
         assert state.thread is not None
         before = state.checkpoint(previous) if previous is not None else None
         request = Capture(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -36,7 +37,7 @@ class ProviderSummariser:
         provider: str,
         *,
         model: str | None = None,
-        script: dict | None = None,
+        script: dict[str, Any] | None = None,
         timeout: float = 60.0,
     ) -> None:
         self._hosts = hosts

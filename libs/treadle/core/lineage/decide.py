@@ -1,4 +1,4 @@
-"""Thread lineage as pure decisions (LIFECYCLES L6, L7): forks with their stable source points, and what a
+"""Thread lineage as pure decisions (requirements L6, L7): forks with their stable source points, and what a
 message asks of its run's context (merge-back, clean context). Resolving that context when the run starts is
 start_context.py."""
 

@@ -1,4 +1,4 @@
-"""The starting context of a run (LIFECYCLES L4.2, L5, L6.2, L7.1): the one provider-neutral hook every run
+"""The starting context of a run (requirements L4.2, L5, L6.2, L7.1): the one provider-neutral hook every run
 passes before its provider sees it, and where its provider session must be placed.
 
 Nothing here knows a provider by name: native fork needs the capabilities the source provider published and

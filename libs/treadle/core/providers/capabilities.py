@@ -1,4 +1,4 @@
-"""Capability profiles and what they mean to a client (LIFECYCLES "Capabilities and degradation").
+"""Capability profiles and what they mean to a client (docs/requirements.md "Capabilities").
 
 Orchestration branches on these typed results, never on provider names.
 """

@@ -10,7 +10,7 @@ from treadle.core.entity import Entity
 
 
 class ProviderCapabilities(Entity, kw_only=True):
-    """What an adapter can do, published when a session starts (LIFECYCLES "Capabilities")."""
+    """What an adapter can do, published when a session starts (docs/requirements.md "Capabilities")."""
 
     version: int = 1
     create_empty_thread: bool = False

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from treadle.api.limits import Id
+
 
 class RollbackThread(msgspec.Struct, kw_only=True, tag="thread.rollback", forbid_unknown_fields=True):
     to_run_ordinal: int
@@ -11,5 +13,5 @@ class RollbackThread(msgspec.Struct, kw_only=True, tag="thread.rollback", forbid
 
 
 class RollbackNode(msgspec.Struct, kw_only=True, tag="node.rollback", forbid_unknown_fields=True):
-    node_id: str
-    checkpoint_id: str
+    node_id: Id
+    checkpoint_id: Id

@@ -1,4 +1,4 @@
-"""Rollbacks (LIFECYCLES L10.5, L10.6): the decisions, pure (their fold is rollback/evolve.py).
+"""Rollbacks (requirements L10.5, L10.6): the decisions, pure (their fold is rollback/evolve.py).
 
 A rollback is three facts: ``rollback.started`` (accepted; what will be restored, which runs and
 checkpoints it makes obsolete; new runs wait behind it), then, once the checkpoint service has restored

@@ -17,12 +17,12 @@ import msgspec
 from treadle.core import events as ev
 from treadle.core.checkpoints.results import Restored
 from treadle.core.ids import IdFactory
+from treadle.core.providers.catalogue import Catalogue
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.rollback import decide as rollback
 from treadle.core.rollback.decide import ProviderOutcome, ProviderPlan
 from treadle.core.rollback.model import Rollback
 from treadle.core.run import supervision as sv
-from treadle.core.turn_options import SCRIPTED_PROVIDERS
 from treadle.core.view import ThreadView
 
 
@@ -142,7 +142,9 @@ def diverged(plan: ProviderPlan, error: str) -> ProviderOutcome:
     return ProviderOutcome(context="divergent", provider_thread_id=plan.provider_thread_id, error=error)
 
 
-def provider_step(state: ThreadView, tenant: str, thread: str, rb: Rollback, *, hosts: bool = True) -> ProviderStep:
+def provider_step(
+    state: ThreadView, tenant: str, thread: str, rb: Rollback, providers: Catalogue, *, hosts: bool = True
+) -> ProviderStep:
     """L10.5: what becomes of the provider conversation once the files are restored, or what must be asked
     to know. ``hosts``: whether provider hosts can be asked at all (else every provider thread diverges)."""
     if rb.provider_session_id is not None:
@@ -200,7 +202,7 @@ def provider_step(state: ThreadView, tenant: str, thread: str, rb: Rollback, *, 
         workspace=state.thread.workspace,
         runtime_mode=state.thread.runtime_mode,
         model=model,
-        capabilities=plan.capabilities if plan.provider in SCRIPTED_PROVIDERS else None,
+        capabilities=plan.capabilities if providers.plays_scripts(plan.provider) else None,
     )
     return ProviderStep(plan=plan, resume=resume)
 

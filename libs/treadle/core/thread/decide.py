@@ -4,7 +4,6 @@ active one, by dispatch mode) and dispatching the head of the queue."""
 from __future__ import annotations
 
 import posixpath
-import re
 from typing import get_args
 
 from treadle.core.commands import Accepted, Command
@@ -13,6 +12,7 @@ from treadle.core.envelope import Payload
 from treadle.core.errors import BadRequest, Conflict, NotFound, Unprocessable, check
 from treadle.core.ids import TOKEN
 from treadle.core.limits import MAX_TEXT_CHARS
+from treadle.core.providers.catalogue import Catalogue
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.rollback import decide as rollback
 from treadle.core.run.events import InterruptRequested, RunDispatched, RunQueued, RunSteered
@@ -21,26 +21,17 @@ from treadle.core.run.steering import undelivered_steers
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.events import ThreadCreated
 from treadle.core.thread.model import DispatchMode, RuntimeMode
-from treadle.core.turn_options import SCRIPTED_PROVIDERS, check_turn_options, scripted_capabilities
 from treadle.core.view import ThreadView
 
-# "scripted-b" is a second provider served by the scripted adapter: two providers to switch between (L5) in
-# tests and demos without real runtimes. Orchestration treats it like any other provider.
-PROVIDERS = (*SCRIPTED_PROVIDERS, "codex", "claude")
-# acp-<name>: an ACP agent the provider hosts have configured by that name (issue 22)
-ACP_PROVIDER = re.compile(r"acp-[a-z0-9][a-z0-9_-]{0,39}")
-
-
-def known_provider(name: str) -> bool:
-    return name in PROVIDERS or ACP_PROVIDER.fullmatch(name) is not None
-
-
-PROVIDER_CHOICES = ", ".join((*PROVIDERS, "acp-<agent>"))
 MODES: tuple[str, ...] = get_args(DispatchMode)
 RUNTIME_MODES: tuple[str, ...] = get_args(RuntimeMode)
 
 Decision = tuple[list[Payload], Accepted]
 DEFAULT_VOLUME = "local"  # the one volume of a deployment that places nothing (and of threads made before homes)
+
+
+def check_provider(providers: Catalogue, name: str) -> None:
+    check(providers.known(name), BadRequest, f"provider must be one of {providers.choices}", code="invalid_provider")
 
 
 def normalise_workspace(path: str) -> str:
@@ -68,12 +59,7 @@ def create_thread(state: ThreadView, command: Command, body: CreateThread, ctx: 
         if state.thread.command_id == command.id:
             return [], Accepted(seq=state.seq, thread_id=thread_id, duplicate=True)
         raise Conflict(f"thread {thread_id} already exists", code="thread_exists")
-    check(
-        known_provider(body.provider),
-        BadRequest,
-        f"provider must be one of {PROVIDER_CHOICES}",
-        code="invalid_provider",
-    )
+    check_provider(ctx.providers, body.provider)
     check(
         body.runtime_mode in RUNTIME_MODES,
         BadRequest,
@@ -114,11 +100,11 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     check(bool(body.text.strip()), BadRequest, "text must not be empty", code="empty_text")
     check(body.mode in MODES, BadRequest, f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
     provider = body.provider or thread.provider
-    check(known_provider(provider), BadRequest, f"provider must be one of {PROVIDER_CHOICES}", code="invalid_provider")
+    check_provider(ctx.providers, provider)
     check(body.model is None or len(body.model) > 0, BadRequest, "model must not be empty", code="invalid_model")
     if body.script is not None:
         try:
-            check_turn_options(provider, body.script)
+            ctx.providers.check_turn_options(provider, body.script)
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
 
@@ -143,7 +129,7 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     steerable = active is not None and provider == active.provider and rollback.pending(state) is None
     if steerable and body.mode in ("auto", "steer_active", "restart_active"):
         if active is not None and (target is None or target == active.id):
-            steering = _steering(state, active, body.mode)
+            steering = _steering(state, active, body.mode, ctx.providers)
             if steering is not None and _steers_overflow(state, active, body):
                 if body.mode != "auto":
                     raise Conflict(
@@ -191,7 +177,7 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
         events += rollback.roll_back_active(state, command.user, ctx)
     preempting = body.mode in ("start_immediately", "rollback_active") and busy
     if preempting and active is not None and body.mode == "start_immediately":
-        caps = capabilities_for(state, active)
+        caps = capabilities_for(state, active, ctx.providers)
         if caps is not None and not caps.interrupt:
             raise Conflict(
                 "the active run cannot be interrupted to start this one",
@@ -234,13 +220,13 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     return events, Accepted(seq=0, thread_id=thread.id, message_id=message_id, run_id=run_id, disposition=disposition)
 
 
-def capabilities_for(state: ThreadView, run: Run) -> ProviderCapabilities | None:
+def capabilities_for(state: ThreadView, run: Run, providers: Catalogue) -> ProviderCapabilities | None:
     """What the provider running ``run`` can do: its live session's declaration, or the capability profile its
     script asks for before a session exists. None: not known yet."""
     session = state.live_session
     if session is not None and session.provider == run.provider and session.capabilities is not None:
         return session.capabilities
-    return scripted_capabilities(run.provider, run.script)
+    return providers.script_capabilities(run.provider, run.script)
 
 
 def _steers_overflow(state: ThreadView, run: Run, body: SendMessage) -> bool:
@@ -250,11 +236,11 @@ def _steers_overflow(state: ThreadView, run: Run, body: SendMessage) -> bool:
     return pending + len(body.text) > MAX_TEXT_CHARS
 
 
-def _steering(state: ThreadView, run: Run, mode: str) -> str | None:
+def _steering(state: ThreadView, run: Run, mode: str, providers: Catalogue) -> str | None:
     """L3.2/L3.3: how a message steers ``run``: natively, by interrupt and restart, or not at all (None).
     With capabilities not known yet, ``auto`` and ``steer_active`` prefer native steering and the supervisor
     falls back at delivery time; a provider that can do neither gets the steer as a superseding run."""
-    caps = capabilities_for(state, run)
+    caps = capabilities_for(state, run, providers)
     if mode == "restart_active":
         return "restart" if caps is None or caps.interrupt else None
     if caps is None or caps.active_steering:

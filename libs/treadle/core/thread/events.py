@@ -6,12 +6,17 @@ from typing import Any
 
 from treadle.core.envelope import Payload, event
 
+# The provider of a thread.created that names none. Events are stored without their default values
+# (omit_defaults), so this value is part of the stored format: the log's threads of this provider carry it
+# only through here. The one provider name in the core; changing it means rewriting those events.
+DEFAULT_PROVIDER = "scripted"
+
 
 @event("thread.created")
 class ThreadCreated(Payload, kw_only=True):
     thread_id: str
     title: str = ""
-    provider: str = "scripted"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     runtime_mode: str = "approval_required"
     workspace: str

@@ -5,17 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from treadle.api.modes import DispatchMode as DispatchMode
+from treadle.api.modes import RuntimeMode as RuntimeMode
 from treadle.core.entity import Entity
+from treadle.core.thread.events import DEFAULT_PROVIDER
 
 MessageStatus = Literal["streaming", "completed", "incomplete"]
-
-
-RuntimeMode = Literal["approval_required", "auto_accept_edits", "full_access"]
-
-
-DispatchMode = Literal[
-    "auto", "start_immediately", "queue_after_active", "steer_active", "restart_active", "reject", "rollback_active"
-]
 
 
 class Move(Entity, kw_only=True):
@@ -32,7 +27,7 @@ class Thread(Entity, kw_only=True):
     id: str
     tenant: str
     title: str = ""
-    provider: str = "scripted"
+    provider: str = DEFAULT_PROVIDER
     model: str | None = None
     runtime_mode: RuntimeMode = "approval_required"
     workspace: str

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from treadle.core.envelope import Payload
 from treadle.core.errors import BadRequest, Conflict, NotFound, check
+from treadle.core.providers.catalogue import Catalogue
 from treadle.core.run.events import RunCancelled
 from treadle.core.run.model import Run
 from treadle.core.thread.commands import CancelQueued, EditQueued, ReorderQueue
 from treadle.core.thread.events import QueueReordered, RunEdited
-from treadle.core.turn_options import check_turn_options
 from treadle.core.view import ThreadView
 
 
@@ -39,12 +39,12 @@ def reorder(state: ThreadView, body: ReorderQueue) -> list[Payload]:
     return [] if body.order == state.queue else [QueueReordered(order=list(body.order))]
 
 
-def edit(state: ThreadView, body: EditQueued) -> list[Payload]:
+def edit(state: ThreadView, body: EditQueued, providers: Catalogue) -> list[Payload]:
     run = _queued(state, body.run_id)
     check(bool(body.text.strip()), BadRequest, "text must not be empty", code="empty_text")
     if body.script is not None:
         try:
-            check_turn_options(run.provider, body.script)
+            providers.check_turn_options(run.provider, body.script)
         except ValueError as exc:
             raise BadRequest(str(exc), code="invalid_script") from None
     return [RunEdited(run_id=run.id, text=body.text, script=body.script if body.script is not None else run.script)]

@@ -1,7 +1,7 @@
 """The generic ACP adapter: one Agent Client Protocol agent process per provider session, JSON-RPC over stdio.
 
 A provider thread is an ACP session (its id is the native ref). What the agent can do is read from its
-``initialize`` answer and mapped onto Treadle's capabilities (LIFECYCLES "Capabilities and degradation"):
+``initialize`` answer and mapped onto Treadle's capabilities (docs/requirements.md "Capabilities"):
 ACP has no active steering (Treadle interrupts and restarts), ``session/cancel`` is the interrupt, a session
 resumes through ``session/load`` (or ``session/resume``) and only where the agent offers one (else resuming
 fails typed and L9.4's replacement runs), and forks are portable (ACP forks only at a session's end).
@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from treadle.core import provider_events as pe
 from treadle.core.ids import is_token
@@ -45,7 +46,7 @@ _OPTION_KINDS = {
 _END = object()  # queued when the process exits under a playing turn
 
 
-def capabilities_of(init: dict) -> ProviderCapabilities:
+def capabilities_of(init: dict[str, Any]) -> ProviderCapabilities:
     """Treadle's capabilities of an agent from its ``initialize`` answer."""
     del init  # every ACP agent maps alike today; resume (can_resume) and MCP (session params) read it
     return ProviderCapabilities(
@@ -71,11 +72,11 @@ def capabilities_of(init: dict) -> ProviderCapabilities:
     )
 
 
-def takes_http_mcp(init: dict) -> bool:
+def takes_http_mcp(init: dict[str, Any]) -> bool:
     return bool(((init.get("agentCapabilities") or {}).get("mcpCapabilities") or {}).get("http"))
 
 
-def can_resume(init: dict) -> bool:
+def can_resume(init: dict[str, Any]) -> bool:
     agent = init.get("agentCapabilities") or {}
     return bool(agent.get("loadSession")) or "resume" in (agent.get("sessionCapabilities") or {})
 
@@ -104,10 +105,10 @@ class AcpAdapter(ProviderAdapter):
         self._sandbox = sandbox if sandbox is not None and sandbox.enabled else None
         self._prepared: Prepared | None = None
         self._rpc: RpcProcess | None = None
-        self._init: dict = {}
+        self._init: dict[str, Any] = {}
         self.session_id: str | None = None
         self._files = WorkspaceFiles(workspace)
-        self._queue: asyncio.Queue | None = None  # what the playing turn consumes
+        self._queue: asyncio.Queue[Any] | None = None  # what the playing turn consumes
         self._live: dict[str, LiveRequest] = {}
         self._cancelled = False
         self._turns = 0
@@ -116,7 +117,7 @@ class AcpAdapter(ProviderAdapter):
         # a loaded session's replay: the text of its last user message, and whether that message is still arriving
         self._replayed: tuple[str, bool] | None = None
         self._loading: str | None = None  # the session whose replay is arriving
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- process ---------------------------------------------------------------------------------
 
@@ -228,7 +229,7 @@ class AcpAdapter(ProviderAdapter):
         if self._queue is not None:
             self._queue.put_nowait((_END, rpc))
 
-    async def _call(self, method: str, params: dict, timeout: float | None = None) -> dict:
+    async def _call(self, method: str, params: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         rpc = await self._start()
         return await rpc.request(method, params, timeout or self.agent.request_timeout) or {}
 
@@ -237,7 +238,7 @@ class AcpAdapter(ProviderAdapter):
         """Issue 21: the orchestrator's MCP server (an http one) reaches only an agent that takes http servers."""
         return self.mcp_access is not None and takes_http_mcp(self._init)
 
-    def _session_params(self) -> dict:
+    def _session_params(self) -> dict[str, Any]:
         """``cwd`` and ``mcpServers`` of ``session/new`` and ``session/load``: the configured servers the agent
         takes (stdio is the baseline; http/sse where it says so), and the orchestrator's with the session's
         credential where it takes http (no stdio bridge is offered: the credential would need a process)."""
@@ -331,7 +332,7 @@ class AcpAdapter(ProviderAdapter):
         if rpc is None or rpc.exited.is_set():
             raise RuntimeLost(rpc.describe_exit() if rpc else f"ACP agent {self.agent_name} is not running")
         translator = TurnTranslator(turn, str(self.workspace))
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queue, self._translator, self._cancelled = queue, translator, False
         if turn.script:
             await sink.event(pe.TurnCompleted(status="failed", error="ACP agents take no turn options"))
@@ -362,7 +363,7 @@ class AcpAdapter(ProviderAdapter):
             self._queue = self._translator = None
             self._live.clear()  # L11.3: a request outlives its turn only as not resumable
 
-    async def _play(self, translator: TurnTranslator, queue: asyncio.Queue, sink: TurnSink) -> None:
+    async def _play(self, translator: TurnTranslator, queue: asyncio.Queue[Any], sink: TurnSink) -> None:
         root = translator.turn.root_node_id
         while True:
             kind, payload = await queue.get()
@@ -397,7 +398,7 @@ class AcpAdapter(ProviderAdapter):
                 await self._report(out, root, sink)
                 return
 
-    def _allowed_by_credential(self, params: dict) -> str | None:
+    def _allowed_by_credential(self, params: dict[str, Any]) -> str | None:
         """The agent's allow-once option when the request is a call of one of Treadle's own MCP tools that the
         session's credential grants: those are allowed by the credential's tool list, as for native Codex and
         Claude (the gateway checks the credential on every call), not asked of the user. None: ask."""
@@ -421,7 +422,7 @@ class AcpAdapter(ProviderAdapter):
 
     # --- what the agent sends ----------------------------------------------------------------------
 
-    def _on_notification(self, method: str, params: dict) -> None:
+    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method != "session/update" or params.get("sessionId") not in (self.session_id, self._loading):
             return
         update = params.get("update") or {}
@@ -430,7 +431,7 @@ class AcpAdapter(ProviderAdapter):
         else:  # between turns (a loaded session's replay, command lists): nothing to report
             self._replay(update)
 
-    def _replay(self, update: dict) -> None:
+    def _replay(self, update: dict[str, Any]) -> None:
         """Follow a loaded session's replay to its last user message (L9.3: a recovery must not send the
         prompt the session already holds)."""
         kind = update.get("sessionUpdate")
@@ -440,7 +441,7 @@ class AcpAdapter(ProviderAdapter):
         elif self._replayed is not None:  # anything else ends the user message
             self._replayed = (self._replayed[0], False)
 
-    def _on_request(self, rpc_id: int | str, method: str, params: dict) -> None:
+    def _on_request(self, rpc_id: int | str, method: str, params: dict[str, Any]) -> None:
         if params.get("sessionId") != self.session_id:
             self._background(self._error(rpc_id, -32602, "unknown session"))
         elif method == "session/request_permission":
@@ -453,10 +454,10 @@ class AcpAdapter(ProviderAdapter):
         else:
             self._background(self._error(rpc_id, -32601, f"Treadle does not serve {method}"))
 
-    async def _serve_file(self, rpc_id: int | str, method: str, params: dict) -> None:
+    async def _serve_file(self, rpc_id: int | str, method: str, params: dict[str, Any]) -> None:
         try:
             if method == "fs/read_text_file":
-                result: dict | None = await asyncio.to_thread(self._files.read, params)
+                result: dict[str, Any] | None = await asyncio.to_thread(self._files.read, params)
             else:
                 await asyncio.to_thread(self._files.write, params)
                 result = None
@@ -465,7 +466,7 @@ class AcpAdapter(ProviderAdapter):
             return
         await self._answer(rpc_id, result)
 
-    async def _answer(self, rpc_id: int | str, result: dict | None) -> None:
+    async def _answer(self, rpc_id: int | str, result: dict[str, Any] | None) -> None:
         if self._rpc is not None:
             with contextlib.suppress(ProcessGone):
                 await self._rpc.reply(rpc_id, result)
@@ -475,7 +476,7 @@ class AcpAdapter(ProviderAdapter):
             with contextlib.suppress(ProcessGone):
                 await self._rpc.reply_error(rpc_id, code, message)
 
-    def _background(self, work) -> None:
+    def _background(self, work: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 MAX_BYTES = 16 * 1024 * 1024  # one file read or written through the protocol
 
@@ -68,7 +69,7 @@ class WorkspaceFiles:
             raise _refused(exc, parts) from None
         return fd
 
-    def read(self, params: dict) -> dict:
+    def read(self, params: dict[str, Any]) -> dict[str, Any]:
         parts = self._parts(params.get("path"))
         line, limit = params.get("line"), params.get("limit")
         for value, what in ((line, "line"), (limit, "limit")):
@@ -94,7 +95,7 @@ class WorkspaceFiles:
             text = "".join(lines[start : start + limit if limit is not None else None])
         return {"content": text}
 
-    def write(self, params: dict) -> None:
+    def write(self, params: dict[str, Any]) -> None:
         parts = self._parts(params.get("path"))
         content = params.get("content")
         if not isinstance(content, str):

@@ -1,7 +1,7 @@
 """Settings of the generic ACP provider (``TREADLE_ACP_*``): agent instances configured by name.
 
 ``TREADLE_ACP_AGENTS`` is a JSON object, agent name -> ``AcpAgent``; agent ``claude`` is the provider
-``acp-claude``. A preset fills in the command and private home of an agent ``make setup`` installs; anything
+``acp-claude``. A preset fills in the command and private home of an agent ``make providers`` (and ``make setup``) installs; anything
 the entry sets itself wins. Only the variables the entry names reach the agent: ``env`` (fixed values) and
 ``env_allow`` (copied from the host's environment when set there).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,7 +38,7 @@ class AcpAgent(BaseModel, extra="forbid"):
     model_url: str | None = None  # the model API the agent calls: its sandbox's only egress
     models: list[str] = []  # model ids a thread may ask for (session/set_model); empty: the agent's default only
     modes: dict[str, str] = {}  # Treadle runtime mode -> the agent's session mode id (session/set_mode)
-    mcp_servers: list[dict] = []  # ACP McpServer entries passed at session start where the agent takes them
+    mcp_servers: list[dict[str, Any]] = []  # ACP McpServer entries passed at session start where the agent takes them
     # How the orchestrator's MCP server (issue 21) carries the session's credential to an agent that takes http
     # servers: as the Authorization header's value (ACP's shape), or as ``${ORCHESTRATOR_MCP_TOKEN}`` there with
     # the value in the agent's environment, for an agent that puts its servers on a command line (mcp_access.py)
@@ -71,7 +71,7 @@ class AcpAgent(BaseModel, extra="forbid"):
         first = self.command[0]
         found = first if "/" in first else shutil.which(first)
         if found is None or not Path(found).exists():
-            raise AcpNotConfigured(f"the ACP agent's command {first!r} is not installed (run `make setup`)")
+            raise AcpNotConfigured(f"the ACP agent's command {first!r} is not installed (run `make providers`)")
         return [found, *self.command[1:]]
 
 

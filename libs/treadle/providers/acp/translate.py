@@ -10,7 +10,7 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from treadle.core import provider_events as pe
 from treadle.core.plans.model import TodoItem
@@ -40,12 +40,12 @@ class LiveRequest:
     """A permission request waiting for the user: the agent's callback id and the options it offered."""
 
     rpc_id: int | str
-    options: list[dict]
+    options: list[dict[str, Any]]
 
 
 @dataclass
 class Outcome:
-    events: list[pe.Body] = field(default_factory=list)
+    events: list[pe.AnyBody] = field(default_factory=list)
     text: list[tuple[str, str]] = field(default_factory=list)  # (message id, chunk)
     text_done: list[tuple[str, str]] = field(default_factory=list)  # (message id, full text)
     opened: list[tuple[str, LiveRequest]] = field(default_factory=list)
@@ -58,12 +58,12 @@ class TurnTranslator:
         self._message: tuple[str, list[str]] | None = None  # the open assistant message: id, its chunks
         self._thought: tuple[str, list[str]] | None = None  # the open reasoning node: id, its chunks
         self._nodes: dict[str, str] = {}  # ACP tool call id -> Treadle node id
-        self._calls: dict[str, dict] = {}  # ACP tool call id -> what is known of it (merged updates)
+        self._calls: dict[str, dict[str, Any]] = {}  # ACP tool call id -> what is known of it (merged updates)
         self._plan_id: str | None = None
 
     # --- session/update ---------------------------------------------------------------------------
 
-    def update(self, update: dict) -> Outcome:
+    def update(self, update: dict[str, Any]) -> Outcome:
         out = Outcome()
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
@@ -106,7 +106,7 @@ class TurnTranslator:
         # user_message_chunk (a loaded session's replay), usage, commands, modes, config: nothing to report
         return out
 
-    def _tool(self, update: dict, out: Outcome) -> None:
+    def _tool(self, update: dict[str, Any], out: Outcome) -> None:
         call_id = str(update.get("toolCallId") or "")
         known = self._calls.setdefault(call_id, {})
         known.update({k: v for k, v in update.items() if v not in (None, [], {}) or k == "status"})
@@ -161,7 +161,7 @@ class TurnTranslator:
 
     # --- session/request_permission ---------------------------------------------------------------
 
-    def permission(self, rpc_id: int | str, params: dict) -> Outcome:
+    def permission(self, rpc_id: int | str, params: dict[str, Any]) -> Outcome:
         """A permission request as a Treadle approval in the one request shape: the exact ``command`` and its
         ``cwd``, or the ``files`` with a diff each (paths relative to the workspace: the host's own path is
         never shown), the model's words as ``description``, and the agent's options as they were offered."""
@@ -173,9 +173,9 @@ class TurnTranslator:
         acp_kind = known.get("kind") or "other"
         kind = _REQUEST_KIND.get(acp_kind, "file_read" if acp_kind in _READS else "command")
         given = known.get("rawInput")
-        raw: dict = given if isinstance(given, dict) else {}
+        raw: dict[str, Any] = given if isinstance(given, dict) else {}
         title = str(known.get("title") or "")
-        detail: dict = {"tool": acp_kind, "title": title, "options": options}
+        detail: dict[str, Any] = {"tool": acp_kind, "title": title, "options": options}
         if call_id in self._nodes:
             detail["tool_node_id"] = self._nodes[call_id]
         opened = pe.RequestOpened(
@@ -218,7 +218,7 @@ class TurnTranslator:
 _CODEX_MCP_ASK = re.compile(r'Allow the (.+) MCP server to run tool "(.+)"\?')
 
 
-def mcp_call_of(params: dict) -> tuple[str, str] | None:
+def mcp_call_of(params: dict[str, Any]) -> tuple[str, str] | None:
     """(server, tool) when a permission request asks to call an MCP tool, as the agent names them; None for
     any other call. Read from what the agent itself writes, never from the model's words: claude-agent-acp
     titles the call with Claude Code's tool name ``mcp__<server>__<tool>`` (kind ``other``: a command's or a
@@ -241,11 +241,11 @@ def mcp_call_of(params: dict) -> tuple[str, str] | None:
     return None
 
 
-def _dict(value: object) -> dict:
+def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def offered_options(params: dict) -> list[dict]:
+def offered_options(params: dict[str, Any]) -> list[dict[str, Any]]:
     """The options of a permission request: ``{id, label, kind}`` each, as the agent offered them."""
     return [
         {"id": str(o.get("optionId")), "label": str(o.get("name") or o.get("optionId")), "kind": o.get("kind")}
@@ -260,8 +260,8 @@ def _text(content: object) -> str:
     return ""
 
 
-def _tool_input(call: dict) -> dict:
-    data: dict = {"kind": call.get("kind")}
+def _tool_input(call: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {"kind": call.get("kind")}
     if call.get("rawInput"):
         data["input"] = call["rawInput"]
     locations = [loc.get("path") for loc in call.get("locations") or [] if isinstance(loc, dict)]
@@ -270,7 +270,7 @@ def _tool_input(call: dict) -> dict:
     return data
 
 
-def _tool_output(call: dict) -> str | None:
+def _tool_output(call: dict[str, Any]) -> str | None:
     texts = []
     for item in call.get("content") or []:
         if not isinstance(item, dict):
@@ -288,7 +288,7 @@ def _tool_output(call: dict) -> str | None:
     return str(raw) if raw else None
 
 
-def _command(raw: dict) -> str | None:
+def _command(raw: dict[str, Any]) -> str | None:
     command = raw.get("command")
     if isinstance(command, list) and command:
         words = [str(w) for w in command]
@@ -300,7 +300,9 @@ def _command(raw: dict) -> str | None:
     return None
 
 
-def _changes(call: dict, raw: dict, shown: Callable[[str], str]) -> tuple[list[str], dict[str, str]]:
+def _changes(
+    call: dict[str, Any], raw: dict[str, Any], shown: Callable[[str], str]
+) -> tuple[list[str], dict[str, str]]:
     """The paths a call touches as ``shown`` writes them, and the diff of each the agent showed."""
     paths: list[str] = []
     diffs: dict[str, str] = {}
@@ -321,11 +323,11 @@ def _changes(call: dict, raw: dict, shown: Callable[[str], str]) -> tuple[list[s
     return paths, diffs
 
 
-def _target(raw: dict) -> str:
+def _target(raw: dict[str, Any]) -> str:
     """What a tool that is neither a command nor a file acts on, from its input."""
     for key in ("url", "query", "pattern"):
-        if isinstance(raw.get(key), str) and raw[key]:
-            return raw[key]
+        if isinstance(value := raw.get(key), str) and value:
+            return value
     return ""
 
 
@@ -333,7 +335,7 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_PROMPT_CHARS else text[: MAX_PROMPT_CHARS - 1] + "…"
 
 
-def _diff(item: dict) -> str:
+def _diff(item: dict[str, Any]) -> str:
     path = str(item.get("path") or "file")
     old = str(item.get("oldText") or "").splitlines(keepends=True)
     new = str(item.get("newText") or "").splitlines(keepends=True)
@@ -341,11 +343,11 @@ def _diff(item: dict) -> str:
     return "".join(difflib.unified_diff(old, new, before, path))
 
 
-def _description(call: dict, raw: dict) -> str | None:
+def _description(call: dict[str, Any], raw: dict[str, Any]) -> str | None:
     """What the model said the call is for: secondary to the action itself (issue 25)."""
     for key in ("description", "reason", "justification"):
-        if isinstance(raw.get(key), str) and raw[key]:
-            return raw[key]
+        if isinstance(value := raw.get(key), str) and value:
+            return value
     texts = [
         _text(i.get("content")) for i in call.get("content") or [] if isinstance(i, dict) and i.get("type") == "content"
     ]

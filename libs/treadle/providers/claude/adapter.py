@@ -86,7 +86,7 @@ def _import_runtime() -> None:
             raise
         raise ClaudeUnavailable(
             "the Claude runtime (claude-agent-sdk) is not installed on this provider host: "
-            "pip install 'treadle[claude]'"
+            "`make providers` in a checkout, else pip install 'treadle[claude]'"
         ) from exc
 
 
@@ -136,7 +136,7 @@ class ClaudeAdapter(ProviderAdapter):
         self.session_id: str | None = None
         self._approvals: Approvals | None = None  # once the runtime is imported
         self._client: ClaudeSDKClient | None = None
-        self._reader: asyncio.Task | None = None
+        self._reader: asyncio.Task[Any] | None = None
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
         self._turn_lock = asyncio.Lock()
         self._playing: tuple[Turn, TurnTranslator] | None = None
@@ -468,7 +468,7 @@ class ClaudeAdapter(ProviderAdapter):
         await asyncio.to_thread(self.store.record_fork, new_id, fork)
         return new_id
 
-    async def rollback(self, turns: int) -> dict | None:
+    async def rollback(self, turns: int) -> dict[str, Any] | None:
         """L10.5: drop the last ``turns`` turns. The session keeps its id; the CLI is restarted to resume it
         at the end of the last kept turn, and that point is recorded until a new turn is written after it
         (the dropped turns stay in the transcript file as a dead branch). Returns the remaining turns."""

@@ -15,7 +15,7 @@ import json
 import logging
 from typing import Any
 
-from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
+from claude_agent_sdk import PermissionResult, PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
 from treadle.core import provider_events as pe
 from treadle.core.requests.model import FileEdit, Question, QuestionOption, action_prompt, clipped_diff
@@ -53,7 +53,7 @@ def _diff(path: str, old: str, new: str) -> str:
     return clipped_diff("".join(line if line.endswith("\n") else line + "\n" for line in lines))
 
 
-def file_edits(tool_name: str, tool_input: dict) -> list[FileEdit]:
+def file_edits(tool_name: str, tool_input: dict[str, Any]) -> list[FileEdit]:
     """What an editing tool call would change, from its input alone."""
     path = str(tool_input.get("file_path") or tool_input.get("notebook_path") or "")
     if tool_name == "Write":
@@ -74,7 +74,7 @@ def file_edits(tool_name: str, tool_input: dict) -> list[FileEdit]:
     return []
 
 
-def tool_action(tool_name: str, tool_input: dict) -> str:
+def tool_action(tool_name: str, tool_input: dict[str, Any]) -> str:
     """The action of a tool call that is neither a shell command nor an edit: the tool and what it acts on
     (the input's target, else the whole input), never the model's description of it."""
     target = next((tool_input[k] for k in ("file_path", "path", "pattern", "url", "query") if tool_input.get(k)), None)
@@ -98,7 +98,9 @@ class Approvals:
     def pending(self) -> list[str]:
         return [r for r, f in self._pending.items() if not f.done()]
 
-    async def can_use_tool(self, tool_name: str, tool_input: dict[str, Any], ctx: ToolPermissionContext):
+    async def can_use_tool(
+        self, tool_name: str, tool_input: dict[str, Any], ctx: ToolPermissionContext
+    ) -> PermissionResult:
         turn = self.turn
         if turn is None or turn.finished:
             return PermissionResultDeny(message="No Treadle turn is playing; the tool call was refused.")
@@ -108,7 +110,9 @@ class Approvals:
             return await self._question(turn, tool_input, ctx)
         return await self._approval(turn, tool_name, tool_input, ctx)
 
-    async def _approval(self, turn: TurnTranslator, tool_name: str, tool_input: dict, ctx: ToolPermissionContext):
+    async def _approval(
+        self, turn: TurnTranslator, tool_name: str, tool_input: dict[str, Any], ctx: ToolPermissionContext
+    ) -> PermissionResult:
         detail: dict[str, Any] = {
             "tool": tool_name,
             "input": tool_input,
@@ -153,7 +157,9 @@ class Approvals:
         message = answer.message or f"The user declined this {tool_name} call."
         return PermissionResultDeny(message=message, interrupt=answer.decision == "cancel")
 
-    async def _question(self, turn: TurnTranslator, tool_input: dict, ctx: ToolPermissionContext):
+    async def _question(
+        self, turn: TurnTranslator, tool_input: dict[str, Any], ctx: ToolPermissionContext
+    ) -> PermissionResult:
         questions = [q for q in tool_input.get("questions") or [] if isinstance(q, dict) and q.get("question")]
         shown = [
             Question(
@@ -189,7 +195,7 @@ class Approvals:
         turn: TurnTranslator,
         kind: str,
         prompt: str,
-        detail: dict,
+        detail: dict[str, Any],
         native_ref: str | None,
         answer_keys: frozenset[str] | None = None,
         *,

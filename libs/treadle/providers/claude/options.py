@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from claude_agent_sdk import ClaudeAgentOptions
-from claude_agent_sdk.types import CanUseToolShadowedWarning
+from claude_agent_sdk.types import CanUseTool, CanUseToolShadowedWarning
 
 from ..mcp_access import McpAccess, claude_allowed_tools, claude_servers, runtime_env
 from .settings import PERMISSION_MODES, ClaudeSettings
@@ -76,7 +76,7 @@ def session_options(
     config_dir: Path,
     runtime_mode: str,
     model: str | None,
-    can_use_tool,
+    can_use_tool: CanUseTool,
     stderr: Callable[[str], None],
     session_id: str | None = None,
     resume: str | None = None,

@@ -12,6 +12,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -144,7 +145,7 @@ class SessionStore:
             return []
         rewind = self.pending_rewind(session_id)
         leaf = leaf or (rewind.at if rewind else None)
-        entries: dict[str, dict] = {}
+        entries: dict[str, dict[str, Any]] = {}
         newest = None
         with path.open() as lines:
             for line in lines:
@@ -156,7 +157,7 @@ class SessionStore:
                 if uuid and not entry.get("isSidechain"):
                     entries[uuid] = entry
                     newest = uuid
-        chain: list[dict] = []
+        chain: list[dict[str, Any]] = []
         at = leaf or newest
         while at in entries and len(chain) <= len(entries):
             chain.append(entries[at])

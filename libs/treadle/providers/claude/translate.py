@@ -44,7 +44,7 @@ _TODO_STATUSES: dict[Any, Literal["pending", "in_progress", "completed"]] = {
 }
 
 
-def tool_title(name: str, tool_input: dict) -> str:
+def tool_title(name: str, tool_input: dict[str, Any]) -> str:
     """A tool node's title: what the call acts on (its command, file, pattern or URL), the model's description
     of it only when the input names nothing else."""
     detail = (
@@ -210,7 +210,7 @@ class TurnTranslator:
                 )
             )
 
-    async def _todos(self, node: str, tool_input: dict) -> None:
+    async def _todos(self, node: str, tool_input: dict[str, Any]) -> None:
         items = []
         for todo in tool_input.get("todos") or []:
             if isinstance(todo, dict) and todo.get("content"):

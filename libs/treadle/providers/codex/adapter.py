@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from treadle.core import provider_events as pe
 from treadle.core.providers.model import ProviderCapabilities
@@ -89,17 +90,17 @@ class CodexAdapter(ProviderAdapter):
         self._model = request.model or self._settings.model
         self._rpc: RpcProcess | None = None
         self._thread_id: str | None = None
-        self._queue: asyncio.Queue | None = None  # messages of the playing turn
+        self._queue: asyncio.Queue[Any] | None = None  # messages of the playing turn
         self._translator: TurnTranslator | None = None
         self._turn_known = asyncio.Event()
         self._live: dict[str, LiveRequest] = {}
-        self._exit_watch: asyncio.Task | None = None
+        self._exit_watch: asyncio.Task[Any] | None = None
         self._closed: dict[str, asyncio.Event] = {}  # threads being let go of -> set on thread/closed
-        self._usage: dict | None = None  # codex's token usage after the last turn (shown in snapshots)
+        self._usage: dict[str, Any] | None = None  # codex's token usage after the last turn (shown in snapshots)
         # Codex keeps a turn's collaboration mode for the turns after it: the mode the thread is in, None when
         # not known (a resumed thread), so a turn that asks for none is put back to default explicitly
         self._mode: str | None = None
-        self._tasks: set[asyncio.Task] = set()  # fire-and-forget replies, kept referenced until done
+        self._tasks: set[asyncio.Task[Any]] = set()  # fire-and-forget replies, kept referenced until done
 
     @property
     def thread_id(self) -> str | None:
@@ -190,11 +191,11 @@ class CodexAdapter(ProviderAdapter):
         if self._queue is not None:
             self._queue.put_nowait((_END, rpc))
 
-    async def _call(self, method: str, params: dict) -> dict:
+    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         rpc = await self._ensure_process()
         return await rpc.request(method, params, self._settings.request_timeout) or {}
 
-    def _thread_overrides(self) -> dict:
+    def _thread_overrides(self) -> dict[str, Any]:
         return {
             "cwd": str(self.workspace),
             "model": self._model,
@@ -220,7 +221,7 @@ class CodexAdapter(ProviderAdapter):
         self._thread_id, self._mode = result["thread"]["id"], "default"
         return self._thread_id, False
 
-    async def _resume(self, native_ref: str) -> dict:
+    async def _resume(self, native_ref: str) -> dict[str, Any]:
         self._mode = None  # whatever mode the thread was left in
         params = {"threadId": native_ref, "excludeTurns": True, **self._thread_overrides()}
         loop = asyncio.get_running_loop()
@@ -286,7 +287,7 @@ class CodexAdapter(ProviderAdapter):
         if at_turn_ref:
             params["lastTurnId"] = at_turn_ref
         result = await self._call("thread/fork", params)
-        forked = result["thread"]["id"]
+        forked: str = result["thread"]["id"]
         # The fork belongs to the session that will open it: this process must let go of it, or codex
         # refuses to resume it elsewhere ("already has an active writer").
         closed = self._closed.setdefault(forked, asyncio.Event())
@@ -298,7 +299,7 @@ class CodexAdapter(ProviderAdapter):
             self._closed.pop(forked, None)
         return forked
 
-    async def rollback(self, turns: int) -> dict | None:
+    async def rollback(self, turns: int) -> dict[str, Any] | None:
         if turns < 1:
             raise ValueError("rollback needs at least one turn")
         thread_id = self._require_thread()
@@ -309,7 +310,7 @@ class CodexAdapter(ProviderAdapter):
         await self._call("thread/revert", {"threadId": thread_id, "beforeTurnId": newest[turns - 1]["id"]})
         return await self.snapshot()
 
-    async def snapshot(self) -> dict:
+    async def snapshot(self) -> dict[str, Any]:
         result = await self._call("thread/read", {"threadId": self._require_thread(), "includeTurns": True})
         thread = result["thread"]
         return {
@@ -398,7 +399,7 @@ class CodexAdapter(ProviderAdapter):
             )
 
     @staticmethod
-    def _requested_mode(script: dict | None) -> str:
+    def _requested_mode(script: dict[str, Any] | None) -> str:
         """A Codex turn's options travel in the message's ``script``: ``{"collaboration_mode": "plan"}``;
         a turn that names no mode is a default-mode turn."""
         options = dict(script or {})
@@ -409,7 +410,7 @@ class CodexAdapter(ProviderAdapter):
             raise ValueError(f"codex turn options: collaboration_mode must be plan or default, not {mode!r}")
         return mode
 
-    def _mode_option(self, mode: str) -> dict:
+    def _mode_option(self, mode: str) -> dict[str, Any]:
         return {
             "collaborationMode": {
                 "mode": mode,
@@ -464,7 +465,7 @@ class CodexAdapter(ProviderAdapter):
             if live.rpc_id == rpc_id:
                 self._live.pop(request_id, None)
 
-    def _background(self, work) -> None:
+    def _background(self, work: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -474,14 +475,14 @@ class CodexAdapter(ProviderAdapter):
             with contextlib.suppress(ProcessGone):
                 await self._rpc.reply_error(rpc_id, -32601, f"Treadle does not serve {method}")
 
-    def _on_notification(self, method: str, params: dict) -> None:
+    def _on_notification(self, method: str, params: dict[str, Any]) -> None:
         if method == "thread/closed" and params.get("threadId") in self._closed:
             self._closed[params["threadId"]].set()
             return
         if self._queue is not None and params.get("threadId") == self._thread_id:
             self._queue.put_nowait(("notification", method, params, None))
 
-    def _on_request(self, rpc_id: int | str, method: str, params: dict) -> None:
+    def _on_request(self, rpc_id: int | str, method: str, params: dict[str, Any]) -> None:
         if self._queue is not None and params.get("threadId") == self._thread_id:
             self._queue.put_nowait(("request", method, params, rpc_id))
         else:
@@ -559,11 +560,11 @@ def _valid_thread_id(value: str) -> str:
     return value
 
 
-def _text_input(text: str) -> dict:
+def _text_input(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text, "text_elements": []}
 
 
-def _answers(live: LiveRequest, response: Response) -> dict:
+def _answers(live: LiveRequest, response: Response) -> dict[str, Any]:
     """Treadle answers (question id, or "0" for the only question) → Codex's ``{id: {answers: [...]}}``. The
     model reads only these answers, so a free-text ``message`` answers every question not answered otherwise."""
     given = dict(response.answers or {})
@@ -577,9 +578,9 @@ def _answers(live: LiveRequest, response: Response) -> dict:
     return {qid: {"answers": [given[qid]]} for qid in live.question_ids if qid in given}
 
 
-def _item_summary(item: dict) -> dict:
+def _item_summary(item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
-    summary: dict = {"type": kind}
+    summary: dict[str, Any] = {"type": kind}
     if kind == "userMessage":
         summary["text"] = " ".join(c.get("text", "") for c in item.get("content") or [] if c.get("type") == "text")
     elif kind in ("agentMessage", "plan"):

@@ -54,8 +54,8 @@ class ProcessGone(Exception):
     """The app-server process exited; every pending and later request fails with this."""
 
 
-Notify = Callable[[str, dict], None]
-ServerRequest = Callable[[int | str, str, dict], None]
+Notify = Callable[[str, dict[str, Any]], None]
+ServerRequest = Callable[[int | str, str, dict[str, Any]], None]
 
 
 class RpcProcess:
@@ -74,17 +74,17 @@ class RpcProcess:
         jsonrpc: bool = False,
     ) -> None:
         self._runtime = runtime  # how errors and logs name the process
-        self._envelope: dict = {"jsonrpc": "2.0"} if jsonrpc else {}
+        self._envelope: dict[str, Any] = {"jsonrpc": "2.0"} if jsonrpc else {}
         self._on_notification = on_notification
         self._on_request = on_request
         self._proc: asyncio.subprocess.Process | None = None
         self._next_id = 0
-        self._pending: dict[int, tuple[str, asyncio.Future]] = {}
-        self._reader: asyncio.Task | None = None
-        self._stderr_task: asyncio.Task | None = None
+        self._pending: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        self._reader: asyncio.Task[Any] | None = None
+        self._stderr_task: asyncio.Task[Any] | None = None
         self._transport: asyncio.SubprocessTransport | None = None
         self._gone = asyncio.Event()  # the server process exited (its stdio may still be open)
-        self._exit_watch: asyncio.Task | None = None
+        self._exit_watch: asyncio.Task[Any] | None = None
         self._write_lock = asyncio.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
         self.exited = asyncio.Event()
@@ -112,12 +112,12 @@ class RpcProcess:
         self._stderr_task = asyncio.create_task(self._drain_stderr(), name=f"codex-stderr:{self._proc.pid}")
         self._exit_watch = asyncio.create_task(self._watch_exit(), name=f"codex-exit:{self._proc.pid}")
 
-    async def request(self, method: str, params: dict | None, timeout: float) -> Any:
+    async def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> Any:
         if self.exited.is_set():
             raise ProcessGone(self.describe_exit())
         request_id = self._next_id
         self._next_id += 1
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (method, future)
         try:
             await self._send({**self._envelope, "id": request_id, "method": method, "params": params or {}})
@@ -126,19 +126,19 @@ class RpcProcess:
         finally:
             self._pending.pop(request_id, None)
 
-    async def notify(self, method: str, params: dict | None = None) -> None:
-        message: dict = {**self._envelope, "method": method}
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {**self._envelope, "method": method}
         if params is not None:
             message["params"] = params
         await self._send(message)
 
-    async def reply(self, request_id: int | str, result: dict | None) -> None:
+    async def reply(self, request_id: int | str, result: dict[str, Any] | None) -> None:
         await self._send({**self._envelope, "id": request_id, "result": result})
 
     async def reply_error(self, request_id: int | str, code: int, message: str) -> None:
         await self._send({**self._envelope, "id": request_id, "error": {"code": code, "message": message}})
 
-    async def _send(self, message: dict) -> None:
+    async def _send(self, message: dict[str, Any]) -> None:
         assert self._proc and self._proc.stdin
         async with self._write_lock:
             try:
@@ -177,7 +177,7 @@ class RpcProcess:
             if not future.done():
                 future.set_exception(gone)
 
-    def _dispatch(self, message: dict) -> None:
+    def _dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if method is None:
             entry = self._pending.get(message.get("id"))  # type: ignore[arg-type]  # any JSON id: one not ours finds nothing

@@ -45,6 +45,6 @@ class CodexSettings(BaseSettings):
         if found:
             return Path(found)
         raise CodexNotInstalled(
-            "codex is not installed: run `make setup` (installs @openai/codex "
+            "codex is not installed: run `make providers` (installs @openai/codex "
             f"{PINNED_VERSION} into .tools/codex) or set TREADLE_CODEX_BINARY"
         )

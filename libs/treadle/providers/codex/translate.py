@@ -5,7 +5,7 @@ ids) and nothing else; it never talks to the process."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from treadle.core import provider_events as pe
 from treadle.core.plans.model import TodoItem
@@ -34,7 +34,7 @@ class LiveRequest:
 class Outcome:
     """What one message of the turn means: events to report, text to stream, and whether the turn ended."""
 
-    events: list[pe.Body] = field(default_factory=list)
+    events: list[pe.AnyBody] = field(default_factory=list)
     text: list[tuple[str, str]] = field(default_factory=list)  # (message id, chunk) live deltas
     text_done: list[tuple[str, str]] = field(default_factory=list)  # (message id, full text)
     opened: list[tuple[str, LiveRequest]] = field(default_factory=list)
@@ -49,22 +49,24 @@ class TurnTranslator:
         self._streamed: set[str] = set()
         self._joined: set[str] = set()  # steers (Treadle message ids) whose place in the turn was reported
         self._nodes: dict[str, str] = {}  # codex item id -> Treadle node id
-        self._changes: dict[str, list[dict]] = {}  # fileChange item id -> its changes, for its approval prompt
+        self._changes: dict[
+            str, list[dict[str, Any]]
+        ] = {}  # fileChange item id -> its changes, for its approval prompt
         self._edits: dict[str, list[FileEdit]] = {}  # fileChange item id -> the files it changes, with diffs
         self._commands: dict[str, str] = {}
         self._cwds: dict[str, str] = {}  # commandExecution item id -> its working directory
         self._todo_plan_id: str | None = None
         self._error: str | None = None
-        self.usage: dict | None = None
+        self.usage: dict[str, Any] | None = None
 
-    def mine(self, params: dict) -> bool:
+    def mine(self, params: dict[str, Any]) -> bool:
         """A message of this turn: a message naming another turn is a leftover of an earlier one."""
         turn_id = params.get("turnId") or (params.get("turn") or {}).get("id")
         return turn_id is None or self.native_turn_id is None or turn_id == self.native_turn_id
 
     # --- notifications ------------------------------------------------------------------------
 
-    def notification(self, method: str, params: dict) -> Outcome:
+    def notification(self, method: str, params: dict[str, Any]) -> Outcome:
         out = Outcome()
         if method == "item/started":
             self._item_started(params.get("item") or {}, out)
@@ -112,7 +114,7 @@ class TurnTranslator:
             out.finished = pe.TurnCompleted(status=status, error=error if status == "failed" else None)
         return out
 
-    def _item_started(self, item: dict, out: Outcome) -> None:
+    def _item_started(self, item: dict[str, Any], out: Outcome) -> None:
         kind, item_id = item.get("type"), item.get("id", "")
         if kind == "agentMessage":
             self._messages[item_id] = self.turn.ids.next("msg")
@@ -143,14 +145,16 @@ class TurnTranslator:
         elif kind:
             self._start_node(item_id, _generic_title(item), {"type": kind}, out)
 
-    def _start_node(self, item_id: str, title: str, data: dict | None, out: Outcome, kind: str = "tool") -> None:
+    def _start_node(
+        self, item_id: str, title: str, data: dict[str, Any] | None, out: Outcome, kind: str = "tool"
+    ) -> None:
         node_id = self.turn.ids.next("node")
         self._nodes[item_id] = node_id
         out.events.append(
             pe.ToolStarted(node_id=node_id, parent_id=self.turn.root_node_id, kind=kind, title=title, input=data)
         )
 
-    def _item_completed(self, item: dict, out: Outcome) -> None:
+    def _item_completed(self, item: dict[str, Any], out: Outcome) -> None:
         kind, item_id = item.get("type"), item.get("id", "")
         if kind == "agentMessage":
             message_id = self._messages.pop(item_id, None) or self.turn.ids.next("msg")
@@ -191,7 +195,7 @@ class TurnTranslator:
 
     # --- server requests ----------------------------------------------------------------------
 
-    def request(self, rpc_id: int | str, method: str, params: dict) -> Outcome | None:
+    def request(self, rpc_id: int | str, method: str, params: dict[str, Any]) -> Outcome | None:
         """A server request of this turn as a Treadle request, or None when Treadle cannot serve it."""
         ids, out = self.turn.ids, Outcome()
         request_id, node_id = ids.next("req"), ids.next("node")
@@ -238,7 +242,7 @@ class TurnTranslator:
         return out
 
 
-def _file_edit(change: dict) -> FileEdit:
+def _file_edit(change: dict[str, Any]) -> FileEdit:
     """A change of a fileChange item: its path, kind (add, delete, update; a move names its target) and diff."""
     kind = change.get("kind") or {}
     move_to = kind.get("move_path") or kind.get("movePath")
@@ -250,14 +254,14 @@ def _file_edit(change: dict) -> FileEdit:
     )
 
 
-def _command_text(item: dict) -> str:
+def _command_text(item: dict[str, Any]) -> str:
     actions = item.get("commandActions") or []
     if len(actions) == 1 and actions[0].get("command"):
         return str(actions[0]["command"])  # without codex's `/bin/bash -lc '…'` wrapper
     return str(item.get("command") or "")
 
 
-def _generic_title(item: dict) -> str:
+def _generic_title(item: dict[str, Any]) -> str:
     kind = item.get("type", "tool")
     for key in ("tool", "query", "path", "name"):
         if item.get(key):

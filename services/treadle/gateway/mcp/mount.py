@@ -16,7 +16,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from treadle.ops.session_credentials import is_session_credential
 from treadle.ops.tokens import Principal
 
-from ..deps import PRINCIPAL_KEY, app_state, principal
+from ..deps import PRINCIPAL_KEY, HttpRequest, app_state, principal
 from ..errors import ApiError, body
 from ..limits import session_credentials
 from .base import CREDENTIAL_KEY
@@ -50,7 +50,7 @@ async def _refuse(send: Send, exc: ApiError) -> None:
     await send(end)
 
 
-async def _authenticate(request: Request) -> None:
+async def _authenticate(request: HttpRequest) -> None:
     """A user's token (its tenant, any tool) or a provider session's credential (its tenant, its tools), which
     the routes the tools call then see as the request's principal."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")

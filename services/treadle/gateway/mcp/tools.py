@@ -1,43 +1,29 @@
-"""The thread tools: each one is the HTTP route's own command or read (``deps``, ``lists``, ``control``,
-``lineage``), with the caller's bearer token and tenant; results are the public views, failures typed
-(:mod:`.errors`). A ``client_request_id`` is the route's ``Idempotency-Key``, so a retried call is the same call."""
+"""The thread tools: each one is an adapter over the use case the HTTP route calls (``treadle.usecases``), with
+the caller's bearer token and tenant; arguments become the contract's types (``usecases.arguments.parse``: the same
+limits, the same typed refusals), results are the public views, failures typed (:mod:`.errors`). A
+``client_request_id`` is the route's ``Idempotency-Key``, so a retried call is the same call."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from functools import partial
 from typing import Annotated, Any, Literal
 
 import msgspec
-from litestar import Request
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListToolsResult
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from treadle.core.run.model import TERMINAL_RUN_STATUSES
-from treadle.core.thread.commands import CreateThread, SendMessage
-from treadle.core.thread.decide import PROVIDERS
-from treadle.projections import parts
-from treadle.providers.acp.settings import configured_providers as acp_providers
-from treadle.views.thread import RunView, ThreadHead, ThreadView, run_view, thread_head
+from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest
+from treadle.api.limits import MAX_NAME_CHARS, MAX_TITLE_CHARS
+from treadle.core.errors import DomainError
+from treadle.providers.registry import offered
+from treadle.usecases import lineage, messages, runs
+from treadle.usecases import threads as thread_cases
+from treadle.usecases.arguments import parse
 
-from .. import control, deps, lineage, lists
-from ..deps import app_state, check_message_size, check_new_thread_mode, path_id, principal
 from ..errors import ApiError
 from . import tasks
-from .base import (
-    CREDENTIAL_KEY,
-    MAX_WAIT_SECONDS,
-    SCRIPT,
-    RequestId,
-    ThreadId,
-    builtins,
-    guarded,
-    key,
-    request_of,
-)
+from .base import CREDENTIAL_KEY, MAX_WAIT_SECONDS, SCRIPT, Ports, RequestId, ThreadId, guarded, key, ports
 from .errors import CODES, KINDS, invalid, tool_error
 
 MAX_THREADS_AT_ONCE = 20
@@ -48,7 +34,7 @@ SEND_MODES = {"auto": "auto", "queue": "queue_after_active", "steer": "steer_act
 
 class NewThread(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str = Field(default="", max_length=200)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     provider: str = "scripted"
     model: str | None = None
     runtime_mode: str = "approval_required"
@@ -56,45 +42,20 @@ class NewThread(BaseModel):
     script: dict[str, Any] | None = Field(default=None, description=SCRIPT)
 
 
-async def _create(request: Request, spec: NewThread, request_id: str | None) -> dict[str, Any]:
-    who = await principal(request)
-    await check_new_thread_mode(request, who.tenant, spec.runtime_mode)
-    body = CreateThread(title=spec.title, provider=spec.provider, model=spec.model, runtime_mode=spec.runtime_mode)
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant,
-        user=who.user,
-        verb="create",
-        thread=None,
-        body=body,
-        idempotency_key=key(request_id, "create"),
-    )
-    made: dict[str, Any] = {"thread_id": accepted.thread_id, "seq": accepted.seq}
-    if spec.text is not None:
-        made["message"] = await _send(
-            request, accepted.thread_id or "", spec.text, "auto", None, key(request_id, "send"), script=spec.script
-        )
-    return made
-
-
-async def _send(
-    request: Request, thread: str, text: str, mode: str, target_run_id: str | None, idem: str | None, **more: Any
-) -> dict[str, Any]:
-    who = await principal(request)
-    thread = path_id(thread, "thr")
-    if target_run_id is not None:
-        path_id(target_run_id, "run")
-    check_message_size(request, text, more.get("script"))
-    body = SendMessage(text=text, mode=SEND_MODES[mode], target_run_id=target_run_id, **more)
-    accepted = await app_state(request).commands.send(
-        tenant=who.tenant, user=who.user, verb="send", thread=thread, body=body, idempotency_key=idem
-    )
-    return {
-        "thread_id": thread,
-        "message_id": accepted.message_id,
-        "run_id": accepted.run_id,
-        "disposition": accepted.disposition,
-        "seq": accepted.seq,
-    }
+async def _create(call: Ports, spec: NewThread, request_id: str | None) -> dict[str, Any]:
+    """A thread and, with a text, its first message: both checked before either is made (bad input changes
+    nothing)."""
+    thread = parse(CreateThreadRequest, spec.model_dump(exclude={"text", "script"}))
+    first = parse(SendMessageRequest, {"text": spec.text, "script": spec.script}) if spec.text is not None else None
+    if first is not None:
+        messages.within(call.limits, first.text, first.script)
+    made = await thread_cases.create(call.who, call.commands, call.policies, thread, key(request_id, "create"))
+    answer: dict[str, Any] = msgspec.to_builtins(made)
+    if first is not None:
+        idem = key(request_id, "send")
+        sent = await messages.send(call.who, call.commands, call.limits, made.thread_id, first, idem)
+        answer["message"] = msgspec.to_builtins(sent)
+    return answer
 
 
 def _bounded(item: dict[str, Any], max_chars: int) -> bool:
@@ -147,27 +108,6 @@ class _Server(MCPServer):
             raise
 
 
-async def _waited_run(run_id: str | None, snap: parts.Snapshot) -> tuple[RunView | None, int]:
-    """``thread_wait``'s read: the run (the thread's newest without an id) and the sequence it reflects."""
-    run = await (parts.run(snap, run_id) if run_id is not None else parts.latest_run(snap))
-    return run, snap.sequence
-
-
-def _run_of(run_id: str | None, view: ThreadView) -> tuple[RunView | None, int]:
-    """The same answer from the whole document (a thread not wholly projected yet)."""
-    target = run_id or (view.runs[-1].id if view.runs else None)
-    return (run_view(view, target) if target else None), view.seq
-
-
-async def _head(snap: parts.Snapshot) -> tuple[ThreadHead, int]:
-    """``thread_transfers``' read: the thread's lineage, transfers and handoffs, without its runs."""
-    return await parts.head(snap), snap.sequence
-
-
-def _head_of(view: ThreadView) -> tuple[ThreadHead, int]:
-    return thread_head(view), view.seq
-
-
 def server() -> MCPServer:
     mcp = _Server(
         "treadle",
@@ -178,13 +118,12 @@ def server() -> MCPServer:
     @mcp.tool()
     async def capabilities(ctx: Context) -> dict[str, Any]:
         """What this caller may use: providers, runtime modes, send modes and the tools' limits."""
-        request = request_of(ctx)
-        who = await guarded("capabilities", principal(request))
-        policy = await app_state(request).policies.get(who.tenant)
+        call = await guarded("capabilities", ports(ctx))
+        policy = await call.policies.get(call.who.tenant)
         return {
-            "tenant": who.tenant,
-            "user": who.user,
-            "providers": [*PROVIDERS, *acp_providers()],
+            "tenant": call.who.tenant,
+            "user": call.who.user,
+            "providers": offered(),
             "runtime_modes": list(policy.allowed_modes),
             "send_modes": list(SEND_MODES),
             "limits": {
@@ -192,14 +131,14 @@ def server() -> MCPServer:
                 "read_items": MAX_READ_ITEMS,
                 "text_chars": MAX_TEXT_CHARS,
                 "wait_seconds": MAX_WAIT_SECONDS,
-                "message_chars": app_state(request).settings.max_text_chars,
+                "message_chars": call.limits.text_chars,
             },
         }
 
     @mcp.tool()
     async def thread_start(
         ctx: Context,
-        title: Annotated[str, Field(max_length=200)] = "",
+        title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] = "",
         provider: str = "scripted",
         model: str | None = None,
         runtime_mode: str = "approval_required",
@@ -211,7 +150,9 @@ def server() -> MCPServer:
         spec = NewThread(
             title=title, provider=provider, model=model, runtime_mode=runtime_mode, text=text, script=script
         )
-        return await guarded("thread_start", _create(request_of(ctx), spec, client_request_id))
+        return await guarded(
+            "thread_start", _create(await guarded("thread_start", ports(ctx)), spec, client_request_id)
+        )
 
     @mcp.tool()
     async def create_threads(
@@ -220,14 +161,16 @@ def server() -> MCPServer:
         client_request_id: RequestId = None,
     ) -> dict[str, Any]:
         """Create 1–20 threads at once (each may start with a first message); in the order given."""
-        request = request_of(ctx)
+        call = await guarded("create_threads", ports(ctx))
         made: list[dict[str, Any]] = []
         for i, spec in enumerate(threads):
             try:
-                made.append(await _create(request, spec, key(client_request_id, str(i))))
-            except ApiError as exc:  # those made stay made: the same client_request_id answers them again
-                exc.details = {**exc.details, "index": i, "created": made}
-                raise tool_error("create_threads", exc) from None
+                made.append(await _create(call, spec, key(client_request_id, str(i))))
+            except (ApiError, DomainError) as exc:  # those made stay made: the same client_request_id answers them
+                status = exc.status
+                failed = exc if isinstance(exc, ApiError) else ApiError(status, exc.code, exc.message, exc.details)
+                failed.details = {**failed.details, "index": i, "created": made}
+                raise tool_error("create_threads", failed) from None
         return {"threads": made}
 
     @mcp.tool()
@@ -239,15 +182,19 @@ def server() -> MCPServer:
         status: Annotated[
             ThreadStatus | None, Field(description="active: a run under way; else the last run's")
         ] = None,
-        provider: Annotated[str | None, Field(max_length=64)] = None,
+        provider: Annotated[str | None, Field(max_length=MAX_NAME_CHARS)] = None,
     ) -> dict[str, Any]:
         """The tenant's threads, newest first: ``{items, next_cursor, seq}``; pass ``next_cursor`` for more.
         ``search`` is the list's own (``GET /v1/threads?q=``); ``status`` and ``provider`` filter each page,
         so a page may hold fewer than ``limit`` and still have a ``next_cursor``."""
-        call = lists.list_threads.fn(request_of(ctx), limit=str(limit), cursor=cursor, q=search)
-        page = builtins(await guarded("thread_list", call))
-        page["items"] = [t for t in page["items"] if _listed(t, status, provider)]
-        return page
+
+        async def listed() -> dict[str, Any]:
+            call = await ports(ctx)
+            found, more = await thread_cases.page(call.who, call.reads, limit, cursor, search)
+            items = [summary for summary in map(msgspec.json.decode, found) if _listed(summary, status, provider)]
+            return {"items": items, "next_cursor": more, "seq": None}
+
+        return await guarded("thread_list", listed())
 
     @mcp.tool()
     async def thread_read(
@@ -261,19 +208,17 @@ def server() -> MCPServer:
     ) -> dict[str, Any]:
         """Messages or activity of a thread from position ``after``; read again with ``next_position`` for what
         came since. Texts longer than ``max_chars`` are cut and flagged ``truncated``."""
-        request = request_of(ctx)
 
         async def read() -> dict[str, Any]:
-            who = await principal(request)
-            thread = path_id(thread_id, "thr")
+            call = await ports(ctx)
             # a thread of no one's (or another tenant's) is a 404 from the read itself, as on the list routes
             # every read reflects the thread's last event when it came: ``min_seq`` (still accepted) asks no more
-            seq, total, window = await lists._items(request, who.tenant, thread, view, after, limit)
+            seq, total, window = await messages.items(call.who, call.reads, thread_id, view, after, limit)
             items = [msgspec.json.decode(raw) for raw in window]
             truncated = [_bounded(item, max_chars) for item in items]
             end = min(after, total) + len(items)
             return {
-                "thread_id": thread,
+                "thread_id": thread_id,
                 "view": view,
                 "items": items,
                 "next_position": end,
@@ -297,18 +242,17 @@ def server() -> MCPServer:
         client_request_id: RequestId = None,
     ) -> dict[str, Any]:
         """Send a message: starts a run, queues it, steers the active run or restarts it with this message."""
-        call = _send(
-            request_of(ctx),
-            thread_id,
-            text,
-            mode,
-            target_run_id,
-            key(client_request_id, "send"),
-            provider=provider,
-            model=model,
-            script=script,
-        )
-        return await guarded("thread_send", call)
+
+        async def send() -> dict[str, Any]:
+            call = await ports(ctx)
+            fields = {"text": text, "mode": SEND_MODES[mode], "target_run_id": target_run_id}
+            message = parse(SendMessageRequest, {**fields, "provider": provider, "model": model, "script": script})
+            idem = key(client_request_id, "send")
+            sent = await messages.send(call.who, call.commands, call.limits, thread_id, message, idem)
+            answer: dict[str, Any] = msgspec.to_builtins(sent)
+            return answer
+
+        return await guarded("thread_send", send())
 
     @mcp.tool()
     async def thread_wait(
@@ -319,34 +263,26 @@ def server() -> MCPServer:
     ) -> dict[str, Any]:
         """Wait until the run (default: the thread's latest) has ended, up to ``timeout_seconds``. A wait that
         times out changes nothing: ``timed_out`` is true and ``run`` is the run as it is now."""
-        request = request_of(ctx)
 
         async def wait() -> dict[str, Any]:
-            who = await principal(request)
-            thread = path_id(thread_id, "thr")
-            wanted = path_id(run_id, "run") if run_id is not None else None
-            deadline = time.monotonic() + timeout_seconds
-            delay = 0.02
-            while True:
-                # The run alone, read from its stored parts: a poll costs the same however long the thread is
-                run, seq = await deps.thread_read(
-                    request, who.tenant, thread, partial(_waited_run, wanted), partial(_run_of, wanted)
-                )
-                if wanted is not None and run is None:
-                    raise ApiError(404, "run_not_found", f"run {wanted} not found")
-                ended = run is None or run.status in TERMINAL_RUN_STATUSES
-                if ended or time.monotonic() >= deadline:
-                    return {"timed_out": not ended, "run": msgspec.to_builtins(run) if run else None, "seq": seq}
-                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))  # the projection, polled
-                delay = min(delay * 2, 0.25)
+            call = await ports(ctx)
+            run, seq, ended = await runs.wait(call.who, call.reads, thread_id, run_id, timeout_seconds)
+            return {"timed_out": not ended, "run": msgspec.to_builtins(run) if run else None, "seq": seq}
 
         return await guarded("thread_wait", wait())
 
     @mcp.tool()
     async def thread_interrupt(ctx: Context, run_id: str, client_request_id: RequestId = None) -> dict[str, Any]:
         """Ask the run to stop (L8): acknowledged now; ``thread_wait`` says when it is interrupted."""
-        call = control._interrupt(request_of(ctx), run_id, "run", None, key(client_request_id, "interrupt"))
-        return builtins(await guarded("thread_interrupt", call))
+
+        async def interrupt() -> dict[str, Any]:
+            call = await ports(ctx)
+            idem = key(client_request_id, "interrupt")
+            acknowledged = await runs.interrupt(call.who, call.commands, call.reads, run_id, "run", idem)
+            answer: dict[str, Any] = msgspec.to_builtins(acknowledged)
+            return answer
+
+        return await guarded("thread_interrupt", interrupt())
 
     @mcp.tool()
     async def thread_fork(
@@ -354,28 +290,31 @@ def server() -> MCPServer:
         thread_id: ThreadId,
         source_type: Literal["run", "node", "provider_thread"],
         source_id: str,
-        title: Annotated[str, Field(max_length=200)] = "",
+        title: Annotated[str, Field(max_length=MAX_TITLE_CHARS)] = "",
         on_active: Literal["latest_checkpoint", "refuse"] = "latest_checkpoint",
         client_request_id: RequestId = None,
     ) -> dict[str, Any]:
         """Fork the thread at a run, node or provider thread (L6): a new thread with lineage and a pending
         context transfer."""
-        body = lineage.ForkBody(
-            source=lineage.ForkSourceBody(type=source_type, id=source_id), title=title, on_active=on_active
-        )
-        call = lineage.fork_thread.fn(
-            request_of(ctx), thread_id=thread_id, data=body, idempotency_key=key(client_request_id, "fork")
-        )
-        return builtins(await guarded("thread_fork", call))
+
+        async def fork() -> dict[str, Any]:
+            call = await ports(ctx)
+            source = {"type": source_type, "id": source_id}
+            body = parse(ForkBody, {"source": source, "title": title, "on_active": on_active})
+            idem = key(client_request_id, "fork")
+            forked = await lineage.fork(call.who, call.commands, thread_id, body, idem)
+            answer: dict[str, Any] = msgspec.to_builtins(forked)
+            return answer
+
+        return await guarded("thread_fork", fork())
 
     @mcp.tool()
     async def thread_transfers(ctx: Context, thread_id: ThreadId) -> dict[str, Any]:
         """The thread's context transfers (fork, merge-back), its lineage and its provider handoffs."""
-        request = request_of(ctx)
 
         async def read() -> dict[str, Any]:
-            who = await principal(request)
-            head, seq = await deps.thread_read(request, who.tenant, path_id(thread_id, "thr"), _head, _head_of)
+            call = await ports(ctx)
+            head, seq = await thread_cases.head(call.who, call.reads, thread_id)
             return {
                 "thread_id": thread_id,
                 "transfers": msgspec.to_builtins(head.transfers),
