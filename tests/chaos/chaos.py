@@ -51,7 +51,8 @@ class Killer:
     runtime_pause: tuple[float, float] = (4.0, 8.0)
     restart_after: float | None = None  # seconds in: one graceful restart of the whole stack (None: never)
     # Seconds in: one workspace node lost (kill -9 of its hosts and checkpoint service, its directory deleted),
-    # back, empty, ``node_loss_down`` seconds later (None: never; needs a stack of several workspace nodes).
+    # back, empty, ``node_loss_down`` seconds later, whatever else happens (None: never; needs a stack of several
+    # workspace nodes).
     node_loss_after: float | None = None
     node_loss_down: float = 5.0
     kills: list[tuple[str, str]] = field(default_factory=list)
@@ -138,7 +139,7 @@ class Killer:
             for name in sorted(n for n, v in self.stack.volume_of.items() if v == volume):
                 await self.stack.processes.halt(name)
             shutil.rmtree(self.stack.nodes[volume], ignore_errors=True)
-        await _pause(stop, self.node_loss_down)  # down that long (less once the talking is over)
+        await asyncio.sleep(self.node_loss_down)  # down that long even past the talking: its threads must move
         async with self.calm:
             self.stack.nodes[volume].mkdir(parents=True, exist_ok=True)
             await self.stack.processes.start()  # only the halted ones are not running

@@ -2,14 +2,15 @@
 cluster, many threads sending scripted messages, and a killer sending SIGKILL or SIGTERM to random workers and
 SIGKILL to one NATS node at a time, at random times (seeded), once the loss of a whole workspace node with its
 directory (TREADLE_CHAOS_NODE_LOSS_AFTER seconds in, default 60% of the talking time; "0": never; on
-TREADLE_CHAOS_WORKSPACE_NODES nodes, default 3, one provider host each), kill -9 to redis-server (restarted by the stack)
+TREADLE_CHAOS_WORKSPACE_NODES nodes, default 3, one provider host each; down 20 s, so its threads move),
+kill -9 to redis-server (restarted by the stack)
 every TREADLE_CHAOS_REDIS_KILL_EVERY seconds (default "8,14"; "0": never), and once, TREADLE_CHAOS_RESTART_AFTER
 seconds in (default half the talking time; 0: never), a graceful stop and start of the whole stack, as SIGTERM to
 `treadle up` and a new `treadle up` on the same state dir. The scripted provider has no runtime process of its
 own to kill alone; the soak with the real runtimes kills those. Afterwards every message has exactly one completed run with its whole reply, each thread's
-runs ran in the order their messages were sent, every message's file is in its thread's workspace on its home
-(nothing lost beyond the last checkpoint), and `treadle check` (log invariants, every projection against a
-replay of the log) passes.
+runs ran in the order their messages were sent, `treadle check` (log invariants, every projection against a
+replay of the log) passes; then every thread answers once more, and every file a captured checkpoint recorded
+is in its workspace on its home (nothing lost beyond the last checkpoint).
 
 Each thread sends its messages in batches of BATCH (queued behind one another) and waits for them, batch after
 batch, for TREADLE_CHAOS_SECONDS (default 35) while the killer works; then the killer stops and the last
@@ -52,6 +53,7 @@ RESTART_AFTER = float(os.environ.get("TREADLE_CHAOS_RESTART_AFTER", str(SECONDS 
 # Seconds in when one workspace node is lost with its disk, once ("0": never): after the restart (which would
 # start it again), so it stays down past the bound and its threads move by themselves.
 NODE_LOSS_AFTER = float(os.environ.get("TREADLE_CHAOS_NODE_LOSS_AFTER", str(SECONDS * 0.6))) or None
+NODE_DOWN = 20.0  # past the volume record's 10 s TTL and the 2 s bound below: its threads are moved first
 REPLY = "chaos " * 30
 
 
@@ -126,7 +128,7 @@ async def _chaos(tmp_path, output: WorkerOutput) -> None:
             # The scripted provider runs in its host's process: no runtime process to kill alone (the soak does).
             killer = Killer(
                 stack, SEED, pause=PAUSE, redis_pause=REDIS_PAUSE, restart_after=RESTART_AFTER,
-                node_loss_after=NODE_LOSS_AFTER, node_loss_down=SECONDS,
+                node_loss_after=NODE_LOSS_AFTER, node_loss_down=NODE_DOWN,
             )  # fmt: skip
             talking_done = asyncio.Event()
             log = EventLog(nc)
