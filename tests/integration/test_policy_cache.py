@@ -4,6 +4,7 @@ Time is a ManualClock, so "after one second" is a step of the clock, and "the wa
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 
@@ -106,3 +107,26 @@ async def test_a_deleted_policy_is_the_default_again(nc: NatsClient, reader):
     info = await nc.jetstream().stream_info("KV_treadle-policies")
     await cache.delivered(info.state.last_seq)
     assert (await cache.get(tenant)) == TenantPolicy()
+
+
+async def test_a_bucket_without_direct_gets_is_probed_through_its_leader(nc, nats_url):
+    """On a cluster the bucket answers no direct gets (``streams.DIRECT``): the probe asks the stream's leader."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    info = await js.stream_info("KV_treadle-policies")
+    await js.update_stream(dataclasses.replace(info.config, allow_direct=False))
+    reader = await nats.connect(nats_url)
+    store = CountingStore(reader.jetstream())
+    cache = PolicyCache(store, ManualClock())
+    try:
+        await cache.start()
+        while not cache.fresh():
+            await reader.flush()
+        tenant = _tenant()
+        _, revision = await PolicyStore(js).write(tenant, TenantPolicy(max_threads=4), actor="admin")
+        await cache.delivered(revision)
+        assert (await cache.get(tenant)).max_threads == 4 and store.reads == 0
+    finally:
+        await cache.stop()
+        await reader.close()
+        await js.update_stream(dataclasses.replace(info.config, allow_direct=True))
