@@ -130,3 +130,15 @@ async def test_a_bucket_without_direct_gets_is_probed_through_its_leader(nc, nat
         await cache.stop()
         await reader.close()
         await js.update_stream(dataclasses.replace(info.config, allow_direct=True))
+
+
+async def test_an_idle_cache_stops_probing_and_the_first_read_after_goes_to_the_bucket_and_wakes_it(nc, reader):
+    cache, store, clock = reader
+    tenant = _tenant()
+    await PolicyStore(nc.jetstream()).put(tenant, TenantPolicy(max_threads=6), actor="admin")
+    clock.advance(BOUND)  # no read for a bound: the probe loop parks until one comes
+    assert not cache.fresh()
+    assert (await cache.get(tenant)).max_threads == 6 and store.reads == 1  # from the bucket, as before the cache
+    while not cache.fresh():  # the read woke the probe, which confirms the cache again
+        await nc.flush()
+    assert (await cache.get(tenant)).max_threads == 6 and store.reads == 1

@@ -6,7 +6,9 @@ The watch alone cannot promise that (a stalled watch looks like a quiet one), so
 ``PROBE`` seconds, with a direct get when the bucket allows it, whether any record follows the last revision the
 watch delivered. Only "none" confirms the cache: every ``PUT`` answered before the probe was sent is then in it.
 The cache answers while its last confirmation was sent less than ``BOUND`` ago; otherwise each read goes to the
-bucket (``PolicyStore.get``) as before, so a stalled watch or a slow broker costs speed, never the bound.
+bucket (``PolicyStore.get``) as before, so a stalled watch or a slow broker costs speed, never the bound. Probes
+stop while nothing reads the cache (an idle process asks the broker nothing); the next read goes to the bucket
+and starts them again.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class PolicyCache:
         self._seen = 0  # the last revision the watch delivered: every record up to it is in ``_known``
         self._confirmed: float | None = None  # when the last probe that found nothing newer was sent
         self._delivered = asyncio.Condition()
+        self._last_read: float | None = None  # when a read last asked: probes run only while reads come
+        self._reading = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._watcher: KeyValue.KeyWatcher | None = None
 
@@ -70,6 +74,8 @@ class PolicyCache:
         return self._confirmed is not None and self._clock.now() - self._confirmed < self._bound
 
     async def get(self, tenant: str) -> TenantPolicy:
+        self._last_read = self._clock.now()
+        self._reading.set()
         known = self._known.get(tenant)
         if self.fresh() and (known is None or known[0] is not None):
             return known[0] if known is not None and known[0] is not None else TenantPolicy()
@@ -115,6 +121,9 @@ class PolicyCache:
             except (NatsError, TimeoutError) as exc:  # unconfirmed meanwhile: reads go to the bucket
                 log.info("policy cache probe failed: %r", exc)
             await self._clock.sleep(PROBE)
+            if self._last_read is None or self._clock.now() - self._last_read >= self._bound:
+                self._reading.clear()  # idle: no probe until a read comes (it goes to the bucket meanwhile)
+                await self._reading.wait()
 
     async def _probe(self, direct: bool) -> None:
         """Confirms the cache when nothing follows what the watch delivered; else waits for the watch to bring
