@@ -19,13 +19,13 @@ from treadle.core.state import fold
 from treadle.eventlog.log import EventLog
 from treadle.projections.check import check_log
 from treadle.runtime.leases import LeaseTable
-from treadle.runtime.partitions import DEFAULT_PARTITIONS, partition_of
+from treadle.runtime.partitions import for_machine, partition_of
 
 pytestmark = pytest.mark.e2e
 
 TTL = 3.0
 ENV = {"TREADLE_LEASE_TTL": str(TTL)}
-P = DEFAULT_PARTITIONS
+P = for_machine(replicas=2)  # what the embedded stack of two replicas chose on this machine
 REPLY = "".join(f"part {i:02d}. " for i in range(30))
 QUEUE = "queue_after_active"  # follow-ups wait for the active run (L3.6), rather than steer it
 STREAMING = {"steps": [{"type": "text", "text": REPLY, "chunk": 10, "delay_ms": 50}]}  # about 1.5 s

@@ -20,7 +20,7 @@ from tests.support.helpers import wait_for
 from treadle.cli.stack import WORKERS
 from treadle.core.commands import Reply
 from treadle.projections.check import check_log
-from treadle.runtime.partitions import DEFAULT_PARTITIONS
+from treadle.runtime import partitions
 
 pytestmark = pytest.mark.e2e
 
@@ -261,8 +261,10 @@ async def test_hostile_command_and_provider_payloads_are_rejected_and_leave_the_
         assert set(replies) <= {"Rejected", "Accepted"}, replies  # every command got an answer
         assert not any(o.startswith("ANSWERED") for o in internal), internal
 
+        count = await partitions.discover(stack_nc)
+
         async def provider_consumer_settled() -> bool:  # one durable consumer per partition
-            for partition in range(DEFAULT_PARTITIONS):
+            for partition in range(count):
                 info = await js.consumer_info("TREADLE_PROVIDER", f"supervisor-provider-p{partition}")
                 if info.num_pending or info.num_ack_pending:
                     return False

@@ -232,3 +232,24 @@ def test_the_partition_count_is_kept_from_the_first_render_and_a_different_one_i
     assert conf.read_text() == before and [c.tenant for c in auth.credentials()] == ["acme"]
     monkeypatch.setenv("TREADLE_PARTITIONS", "4")  # the same count again is fine
     auth.render()
+
+
+def test_the_embedded_stack_pins_a_count_for_the_machine_and_a_stack_made_before_keeps_its_own(tmp_path, monkeypatch):
+    """Issue 38: ``treadle up`` on 2 cores does not need 32 durable consumers; a broker partitioned otherwise
+    (before this default, or by the operator) keeps its count, and asking for another one is refused."""
+    monkeypatch.delenv("TREADLE_PARTITIONS", raising=False)
+    fresh = BrokerAuth(tmp_path / "fresh", default_partitions=2)
+    fresh.init()
+    assert "partition(2,2)" in (fresh.server_dir / "auth.conf").read_text()
+    older = BrokerAuth(tmp_path / "older")  # made with the deployment default
+    older.init()
+    again = BrokerAuth(tmp_path / "older", default_partitions=2)  # started again by the new embedded stack
+    again.render()
+    assert "partition(8,2)" in (again.server_dir / "auth.conf").read_text()
+    monkeypatch.setenv("TREADLE_PARTITIONS", "2")
+    with pytest.raises(PartitionsChanged, match="partitioned 8 ways"):
+        again.render()
+    monkeypatch.setenv("TREADLE_PARTITIONS", "16")  # the operator's setting wins over the machine's on a new broker
+    chosen = BrokerAuth(tmp_path / "chosen", default_partitions=2)
+    chosen.init()
+    assert "partition(16,2)" in (chosen.server_dir / "auth.conf").read_text()

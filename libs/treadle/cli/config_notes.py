@@ -95,7 +95,7 @@ NOTES: dict[str, str] = {
 
 # Variables read outside the settings classes (each name must occur in the code under libs/ or services/).
 DIRECT: dict[str, str] = {
-    "TREADLE_PARTITIONS": "partitions of the thread id, written into the `auth.conf` Treadle renders (service account mappings; workers ask the broker); kept from the first render (`auth/partitions`), a different value later is refused",
+    "TREADLE_PARTITIONS": "partitions of the thread id, written into the `auth.conf` Treadle renders (service account mappings; workers ask the broker); unset: 8, or one per core up to 8 for `treadle up`'s own nats-server; kept from the first render (`auth/partitions`), a different value later is refused",
     "TREADLE_API_URL": "the gateway the SDK (`Treadle()`, `AsyncTreadle()`) and the CLI's client commands call when none is given; the CLI then falls back to what `treadle up` wrote to `.treadle/api-url`",
     "TREADLE_TOKEN": "the bearer token the SDK and the CLI's client commands send when none is given; the CLI then falls back to `.treadle/dev-token`",
 }

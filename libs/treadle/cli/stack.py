@@ -10,8 +10,10 @@ from pathlib import Path
 
 import httpx
 
+from ..ops.broker_auth import BrokerAuth
 from ..ops.processes import ProcessSupervisor
 from ..ops.servers import NatsCluster, NatsServer, RedisServer, free_port
+from ..runtime import partitions
 
 WORKERS = {
     "gateway": "treadle.gateway",
@@ -147,7 +149,13 @@ class Stack:
         if self._nats_url is None:
             nats_dir = self.state_dir / "nats"
             if self.nats is None:
-                self.nats = NatsCluster(nats_dir, self.nats_cluster) if self.nats_cluster > 1 else NatsServer(nats_dir)
+                if self.nats_cluster > 1:  # a cluster keeps the deployment default
+                    self.nats = NatsCluster(nats_dir, self.nats_cluster)
+                else:  # one broker on this machine: partitions for its cores (a stack made before keeps its count)
+                    auth = BrokerAuth(
+                        nats_dir, default_partitions=partitions.for_machine(len(self.replicas["coordinator"]))
+                    )
+                    self.nats = NatsServer(nats_dir, auth=auth)
             await self.nats.start()
             self.nats.supervise()  # restarted like a worker when it dies
             if self.nats_cluster > 1:

@@ -152,9 +152,11 @@ class BrokerAuth:
     """The authorization state of one nats-server, kept in ``<server dir>/auth/``: the service user's
     password (0600), the tenant credentials (hashes only) and the rendered ``auth.conf``."""
 
-    def __init__(self, server_dir: Path) -> None:
+    def __init__(self, server_dir: Path, default_partitions: int = partitions.DEFAULT_PARTITIONS) -> None:
+        """``default_partitions``: the count a first render without ``TREADLE_PARTITIONS`` pins."""
         self.server_dir = Path(server_dir)
         self.dir = self.server_dir / AUTH_DIR
+        self.default_partitions = default_partitions
 
     # --- service user ---------------------------------------------------------------------------
 
@@ -254,7 +256,9 @@ class BrokerAuth:
                 "users": [{"user": service.user, "password": _service_hash(self.dir, service.password)}],
                 "exports": [export for cred in creds for export in service_exports(cred)],
                 # thread partitions of the events (runtime/partitions.py), as many as when first rendered
-                "mappings": partitions.nats_mappings(partitions.pinned_count(self.dir / "partitions")),
+                "mappings": partitions.nats_mappings(
+                    partitions.pinned_count(self.dir / "partitions", self.default_partitions)
+                ),
             }
         }
         for cred in creds:

@@ -37,11 +37,22 @@ class PolicyStore:
             return TenantPolicy()
         return msgspec.json.decode(entry.value, type=TenantPolicy) if entry.value else TenantPolicy()
 
+    @property
+    def js(self) -> JetStreamContext:
+        return self._js
+
+    async def bucket(self) -> KeyValue:
+        return await self._bucket()
+
     async def put(self, tenant: str, policy: TenantPolicy, actor: str) -> TenantPolicy:
+        return (await self.write(tenant, policy, actor))[0]
+
+    async def write(self, tenant: str, policy: TenantPolicy, actor: str) -> tuple[TenantPolicy, int]:
+        """``put`` that also tells the stored revision (a cache orders its own write against the watch's)."""
         if not is_token(tenant):
             raise ValueError(f"tenant {tenant!r} is not a token ([A-Za-z0-9_-], 1..64 characters)")
         stored = msgspec.structs.replace(validated(policy), updated_at=datetime.now(UTC), updated_by=actor)
-        await (await self._bucket()).put(tenant, msgspec.json.encode(stored))
+        revision = await (await self._bucket()).put(tenant, msgspec.json.encode(stored))
         await audit.record(
             self._js,
             tenant=tenant,
@@ -54,4 +65,4 @@ class PolicyStore:
                 if k not in ("updated_at", "updated_by")
             },
         )
-        return stored
+        return stored, revision

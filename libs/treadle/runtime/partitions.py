@@ -8,7 +8,8 @@ inserting) the token keeps every existing reader whole: the OCC fence and the pe
 ``treadle.evt.<tenant>.>`` are unchanged. A consumer of one partition filters on the last token.
 
 The partition count is a property of the broker config (``TREADLE_PARTITIONS`` when ``auth.conf`` is
-first rendered: ``treadle broker init`` or ``treadle up``; kept beside it from then on). Workers never configure it: they ask the broker
+first rendered: ``treadle broker init`` or ``treadle up``; kept beside it from then on). Unset, a deployment's
+broker gets ``DEFAULT_PARTITIONS`` and the embedded stack's one broker a count for the machine (:func:`for_machine`). Workers never configure it: they ask the broker
 (:func:`discover`), which answers through a mapping of a probe subject onto a literal carrying the count, so
 the two can never disagree.
 """
@@ -40,15 +41,28 @@ def configured_count() -> int:
     return count
 
 
+def for_machine(replicas: int = 1, cpus: int | None = None) -> int:
+    """The partition count of the embedded stack (``treadle up``: one broker and the workers on this machine):
+    one per core up to ``DEFAULT_PARTITIONS``, rounded up to a multiple of the worker replicas (each then holds as
+    many). Partitions spread
+    thread-keyed work over replicas; beyond the cores they buy no parallelism, and each costs a durable consumer
+    per worker kind (four) whose state nats-server keeps writing. A deployment's broker keeps the default: its
+    replicas scale out later, and the count cannot change in place."""
+    cores = cpus if cpus is not None else os.cpu_count() or 1
+    count = max(1, min(DEFAULT_PARTITIONS, cores))
+    return -(-count // replicas) * replicas  # a multiple of the replicas: each holds as many
+
+
 class PartitionsChanged(ValueError):
     """``TREADLE_PARTITIONS`` differs from the count a broker's streams were first partitioned with."""
 
 
-def pinned_count(pin: Path) -> int:
+def pinned_count(pin: Path, default: int = DEFAULT_PARTITIONS) -> int:
     """The partition count of a broker whose config is rendered from the directory holding ``pin``: the one
     it was first rendered with, kept in ``pin``. A different count would send each thread's events to another
     partition than its unacknowledged ones, and a later render by a process without the setting (issuing a
-    tenant credential) would silently fall back to the default: so a set count that differs is refused."""
+    tenant credential) would silently fall back to the default: so a set count that differs is refused.
+    ``default`` applies to the first render only, without the setting."""
     asked = configured_count() if os.environ.get("TREADLE_PARTITIONS", "").strip() else None
     if pin.is_file():
         count = int(pin.read_text())
@@ -58,7 +72,7 @@ def pinned_count(pin: Path) -> int:
                 "the count of a deployment cannot change in place"
             )
         return count
-    count = asked or DEFAULT_PARTITIONS
+    count = asked or default
     pin.parent.mkdir(parents=True, exist_ok=True)
     pin.write_text(f"{count}\n")
     return count

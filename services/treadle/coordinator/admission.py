@@ -20,18 +20,24 @@ from treadle.core.thread.commands import CreateThread, EditQueued, SendMessage
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
 from treadle.ops.policies import PolicyStore
+from treadle.ops.policy_cache import PolicyCache
 from treadle.ports import EventLog
 from treadle.runtime.settings import CoordinatorSettings
+from treadle.usecases.ports import PolicyBook
 
 _GUARDED = (CreateThread, SendMessage, ForkThread, ImplementPlan, EditQueued, DelegateTask)
 
 
 class Admission:
     def __init__(
-        self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings, policies: PolicyStore | None = None
+        self, js: JetStreamContext, log: EventLog, own: CoordinatorSettings, policies: PolicyBook | None = None
     ) -> None:
         self._log = log
-        self._policies = policies if policies is not None else PolicyStore(js)  # anything with ``get(tenant)``
+        # A watched cache unless given one (tests pass a twin): a command's policy costs no broker round trip.
+        self._cache: PolicyCache | None = None
+        if policies is None:
+            self._cache = policies = PolicyCache(PolicyStore(js))
+        self._policies = policies
         self._defaults = quotas.Quotas(
             max_threads=own.max_threads_per_tenant,
             max_queued_runs=own.max_queued_runs,
@@ -43,6 +49,14 @@ class Admission:
         # tenant -> (last thread.created sequence, threads then): while no thread was made since, the count
         # stands, so a flood of creates refused at the limit costs one direct get each, not a count.
         self._counted: dict[str, tuple[int, int]] = {}
+
+    async def start(self) -> None:
+        if self._cache is not None:
+            await self._cache.start()
+
+    async def stop(self) -> None:
+        if self._cache is not None:
+            await self._cache.stop()
 
     def guards(self, command: Command) -> bool:
         return isinstance(command.body, _GUARDED)

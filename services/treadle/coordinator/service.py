@@ -37,7 +37,6 @@ from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
-from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
@@ -50,6 +49,7 @@ from treadle.runtime.metrics import APPEND_CONFLICTS, COMMANDS
 from treadle.runtime.partition_migration import Legacy, unpartitioned_event_types
 from treadle.runtime.settings import CoordinatorSettings, Shared
 from treadle.runtime.volumes import Volumes
+from treadle.usecases.ports import PolicyBook
 
 from .admission import Admission
 from .delegations import Delegations
@@ -105,7 +105,7 @@ class Coordinator:
         log: ports.EventLog | None = None,
         checkpoints: ports.CheckpointStore | None = None,
         hosts: ports.HostDirectory | None = None,
-        policies: PolicyStore | None = None,
+        policies: PolicyBook | None = None,
         volumes: ports.VolumeDirectory | None = None,
     ) -> None:
         self._nc = nc
@@ -163,6 +163,7 @@ class Coordinator:
         return PartitionConsumers([consumer, VolumeLoss(self._nc, self._volume_lost_seconds)])
 
     async def start(self) -> None:
+        await self._admission.start()
         self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)
         await self.work.start()
 
@@ -173,6 +174,7 @@ class Coordinator:
             await self._mailboxes.drain(10.0)  # the commands taken before the unsubscribe
         except TimeoutError:
             await self._mailboxes.cancel()
+        await self._admission.stop()
 
     # --- commands ----------------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from treadle.eventlog.log import EventLog
 from treadle.eventlog.tracing import http_spans
 from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
+from treadle.ops.policy_cache import PolicyCache
 from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections import parts
 from treadle.projections.connect import redis_client
@@ -264,13 +265,15 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.log = EventLog(nc)
         app.state.commands = Commands(nc, own.command_timeout)
         app.state.tokens = TokenStore(nc.jetstream())
-        app.state.policies = PolicyStore(nc.jetstream())
+        app.state.policies = policies = PolicyCache(PolicyStore(nc.jetstream()))  # a PUT here applies here at once
+        await policies.start()
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc)  # each diff goes to its thread's home volume
         app.state.cursor_key = await shared_key(nc.jetstream(), "page-cursors")
         try:
             yield
         finally:
+            await policies.stop()
             with contextlib.suppress(Exception):
                 await nc.drain()
             await redis.aclose()
