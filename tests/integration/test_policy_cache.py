@@ -142,3 +142,20 @@ async def test_an_idle_cache_stops_probing_and_the_first_read_after_goes_to_the_
     while not cache.fresh():  # the read woke the probe, which confirms the cache again
         await nc.flush()
     assert (await cache.get(tenant)).max_threads == 6 and store.reads == 1
+
+
+async def test_a_command_carrying_a_newer_revision_reads_the_bucket_even_while_the_cache_is_confirmed(nc, reader):
+    """Read-your-writes across processes: the gateway that took a PUT stamps its revision on the commands it sends
+    (``Command.policy_revision``), and a coordinator whose watch has not brought it yet reads the bucket."""
+    cache, store, _ = reader
+    tenant = _tenant()
+    await cache.get(tenant)  # the default, from memory
+    _, revision = await PolicyStore(nc.jetstream()).write(tenant, TenantPolicy(max_queued_runs=7), actor="admin")
+    if cache.revision(tenant) < revision:  # the watch may have brought it already: then memory is as good
+        reads = store.reads
+        assert (await cache.get(tenant, at_least=revision)).max_queued_runs == 7
+        assert store.reads == reads + 1
+    await cache.delivered(revision)
+    reads = store.reads
+    assert (await cache.get(tenant, at_least=revision)).max_queued_runs == 7
+    assert store.reads == reads  # once the watch has it, from memory again

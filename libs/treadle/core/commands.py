@@ -47,6 +47,9 @@ class Command(msgspec.Struct, kw_only=True):
     thread: str | None = None
     issued_at: datetime
     body: Body
+    # The tenant policy's revision the sender knew (at least its own PUT's): the coordinator decides on a policy
+    # no older, so a change applies at once to commands sent through the replica that took it.
+    policy_revision: int = 0
 
 
 class Accepted(msgspec.Struct, kw_only=True, omit_defaults=True, tag="accepted"):

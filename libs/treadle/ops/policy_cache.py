@@ -73,10 +73,19 @@ class PolicyCache:
         """True while the cache may answer: confirmed by a probe sent less than the bound ago."""
         return self._confirmed is not None and self._clock.now() - self._confirmed < self._bound
 
-    async def get(self, tenant: str) -> TenantPolicy:
+    def revision(self, tenant: str) -> int:
+        """The revision of ``tenant``'s policy this cache holds (0: none known)."""
+        known = self._known.get(tenant)
+        return known[1] if known is not None else 0
+
+    async def get(self, tenant: str, at_least: int = 0) -> TenantPolicy:
+        """The policy, from memory while confirmed and no older than revision ``at_least`` (a command sent through
+        the replica that took a ``PUT`` carries its revision), else from the bucket."""
         self._last_read = self._clock.now()
         self._reading.set()
         known = self._known.get(tenant)
+        if at_least > self.revision(tenant):
+            return await self._store.get(tenant)
         if self.fresh() and (known is None or known[0] is not None):
             return known[0] if known is not None and known[0] is not None else TenantPolicy()
         return await self._store.get(tenant)  # unconfirmed, or a record the cache could not read: as before

@@ -67,8 +67,11 @@ class Admission:
     def creation_lock(self, tenant: str) -> asyncio.Lock:
         return self._creating[tenant]
 
-    async def policy(self, tenant: str) -> TenantPolicy:
+    async def policy(self, tenant: str, at_least: int = 0) -> TenantPolicy:
+        """``at_least``: the policy revision the command's sender knew; an older cached one is not used."""
         try:
+            if self._cache is not None:
+                return await self._cache.get(tenant, at_least)
             return await self._policies.get(tenant)
         except NatsError as exc:  # the decision loop retries an unavailable broker like a failed append
             raise Unavailable(f"tenant policy of {tenant} unreadable: {exc!r}") from None

@@ -86,7 +86,7 @@ class Delegations:
         if child.thread is not None and child.thread.command_id != command.id:
             raise Conflict(f"thread {child_id} exists already", code="thread_exists")
         admitted = child.thread is not None  # by an earlier try of this command, whose parent append lost a race
-        policy = await self._admission.policy(command.tenant)
+        policy = await self._admission.policy(command.tenant, command.policy_revision)
         running = 0 if admitted else await self.running_children(command.tenant)
         plan = delegation.plan(state, command, self.bounds(policy), running, CATALOGUE, admitted=admitted)
         check_mode(policy, str(plan.input["runtime_mode"]), "a delegated task")

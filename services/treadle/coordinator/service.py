@@ -252,7 +252,7 @@ class Coordinator:
                 require_thread(state, command)  # before any decider: they may rely on the thread being there
                 fence = None
                 if self._admission.guards(command):
-                    tenant_policy = tenant_policy or await self._admission.policy(tenant)
+                    tenant_policy = tenant_policy or await self._admission.policy(tenant, command.policy_revision)
                     fence = await self._admission.check(tenant_policy, state, command)
                 if isinstance(command.body, CreateThread) and state.thread is None:
                     ctx.home = home = home or await self._place(tenant)

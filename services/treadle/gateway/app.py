@@ -263,9 +263,9 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         await streams.ensure(nc.jetstream(), shared.stream_replicas)
         app.state.nc = nc
         app.state.log = EventLog(nc)
-        app.state.commands = Commands(nc, own.command_timeout)
         app.state.tokens = TokenStore(nc.jetstream())
         app.state.policies = policies = PolicyCache(PolicyStore(nc.jetstream()))  # a PUT here applies here at once
+        app.state.commands = Commands(nc, own.command_timeout, policies.revision)  # … and at any coordinator
         await policies.start()
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc)  # each diff goes to its thread's home volume

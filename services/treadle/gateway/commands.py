@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import msgspec
@@ -35,8 +36,9 @@ class IdempotencyRecord(msgspec.Struct, kw_only=True):
 
 
 class Commands:
-    def __init__(self, nc: NATS, timeout: float) -> None:
+    def __init__(self, nc: NATS, timeout: float, policy_revision: Callable[[str], int] = lambda tenant: 0) -> None:
         self._nc = nc
+        self._policy_revision = policy_revision  # the tenant policy's revision this replica knows
         self._js = nc.jetstream()
         self._timeout = timeout
         self._kv: KeyValue | None = None
@@ -89,7 +91,15 @@ class Commands:
         fingerprint = hashlib.sha256(f"{verb}|{thread}|".encode() + encoded).hexdigest()
         command_id, issued_at = await self._identity(tenant, idempotency_key, fingerprint)
         payload = _encode(
-            Command(id=command_id, tenant=tenant, user=user, thread=thread, issued_at=issued_at, body=body)
+            Command(
+                id=command_id,
+                tenant=tenant,
+                user=user,
+                thread=thread,
+                issued_at=issued_at,
+                body=body,
+                policy_revision=self._policy_revision(tenant),
+            )
         )
         deadline = time.monotonic() + self._timeout
         delay = 0.05
