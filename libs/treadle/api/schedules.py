@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 import msgspec
 
 from treadle.api.constraints import coded, limited
-from treadle.api.limits import Model, Provider, RuntimeModeName, Text, Title
-from treadle.api.modes import DispatchMode
+from treadle.api.limits import Model, Provider, Text, Title
+from treadle.api.modes import DispatchMode, RuntimeMode
+from treadle.api.threads import RuntimeModeChoice
 
 OnActive = Literal["skip", "queue", "dispatch"]
 Cron = Annotated[str, limited(120, "invalid_cron")]
@@ -34,7 +35,7 @@ class ScheduleBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     paused: bool = False
     # a tenant-level schedule's new thread per firing
     title: Title = ""
-    runtime_mode: RuntimeModeName = "approval_required"
+    runtime_mode: RuntimeModeChoice = "approval_required"
 
 
 class ScheduleUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -49,7 +50,7 @@ class ScheduleUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mode: SendMode | None = None
     on_active: OnActive | None = None
     title: Title | None = None
-    runtime_mode: RuntimeModeName | None = None
+    runtime_mode: RuntimeModeChoice | None = None
 
 
 class Schedule(msgspec.Struct, kw_only=True):
@@ -65,10 +66,10 @@ class Schedule(msgspec.Struct, kw_only=True):
     interval_seconds: int | None
     provider: str | None = None
     model: str | None = None
-    mode: str = "auto"
-    on_active: str = "skip"
+    mode: DispatchMode = "auto"
+    on_active: OnActive = "skip"
     title: str = ""
-    runtime_mode: str = "approval_required"
+    runtime_mode: RuntimeMode = "approval_required"
     paused: bool = False
     next_at: datetime | None = None  # the next planned firing (None: paused, or it never fires again)
     fired: int = 0

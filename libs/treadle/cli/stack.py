@@ -20,8 +20,14 @@ WORKERS = {
     "provider-host": "treadle.provider_host",
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
+    "scheduler": "treadle.scheduler",
 }
-REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
+REPLICATED = (
+    "coordinator",
+    "supervisor",
+    "projector",
+    "scheduler",
+)  # thread-keyed workers that share partitions by lease
 _PREFIX = {
     "gateway": "GATEWAY",
     "coordinator": "COORDINATOR",
@@ -29,6 +35,7 @@ _PREFIX = {
     "provider-host": "PROVIDER_HOST",
     "checkpoints": "CHECKPOINTS",
     "projector": "PROJECTOR",
+    "scheduler": "SCHEDULER",
 }
 
 
