@@ -1,6 +1,7 @@
 """The scheduler: makes the firings of due schedules (docs/schedules.md).
 
-Exactly once, across replicas and restarts, by two fences. A schedule belongs to one partition (of its id),
+Exactly once, across replicas and restarts, by two fences. A schedule belongs to one partition (its thread's;
+a tenant schedule's own id's),
 and a replica looks only at the schedules of the partitions it leases (``runtime.leases``), so replicas do
 not race in the common case. Each firing is sent with the Idempotency-Key ``schedule:<id>:<planned time>``,
 so a second sender (a replica taking over mid-firing, a restart between the send and the record) gets the
@@ -109,16 +110,18 @@ class Scheduler:
                 log.warning("scheduler tick failed: %r", exc)
             await asyncio.sleep(self._own.tick_seconds)  # the loop's period, not synchronisation
 
-    def _mine(self, schedule_id: str) -> bool:
+    def _mine(self, schedule: Schedule) -> bool:
+        """A thread's schedules are one partition's (its thread's), so one replica's scan sees all of them."""
         count = self._work.partitions
-        return count > 0 and partitions.partition_of(schedule_id, count) in self._work.units
+        key = schedule.thread_id or schedule.schedule_id
+        return count > 0 and partitions.partition_of(key, count) in self._work.units
 
     async def tick(self, now: datetime) -> int:
         """Makes the due firings of the schedules this replica leases; how many schedules it recorded."""
         window = timedelta(seconds=self._own.catch_up_seconds)
         recorded = 0
         for tenant, schedule, revision in await self._store.entries():
-            if schedule.paused or schedule.next_at is None or not self._mine(schedule.schedule_id):
+            if schedule.paused or schedule.next_at is None or not self._mine(schedule):
                 continue
             catch_up = decide(timing_of(schedule), schedule.next_at, now, window)
             if catch_up is None:
