@@ -88,3 +88,8 @@ class ScheduleView(msgspec.Struct, kw_only=True):
 
 class ScheduleList(msgspec.Struct, kw_only=True):
     schedules: list[Schedule]
+
+
+class ScheduleDeleted(msgspec.Struct, kw_only=True):
+    schedule_id: str
+    deleted: bool = True

@@ -37,6 +37,7 @@ from .results import (
     Policy,
     ThreadCreated,
 )
+from .schedule_ops import OPERATIONS as schedule_operations
 
 T = TypeVar("T")
 
@@ -391,6 +392,7 @@ OPERATIONS: tuple[str, ...] = (
     "get_lineage",
     "get_policy",
     "put_policy",
+    *schedule_operations,  # client/schedules.py
 )
 
 

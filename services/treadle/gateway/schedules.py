@@ -9,7 +9,7 @@ from typing import Annotated
 from litestar import delete, get, patch, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from treadle.api.schedules import ScheduleBody, ScheduleList, ScheduleUpdate, ScheduleView
+from treadle.api.schedules import ScheduleBody, ScheduleDeleted, ScheduleList, ScheduleUpdate, ScheduleView
 from treadle.usecases import schedules
 
 from .deps import HttpRequest, Reads, Who, app_state, message_limits
@@ -113,26 +113,28 @@ async def update_schedule(
 
 @delete(
     THREAD + "/{schedule_id:str}",
-    status_code=204,
+    status_code=200,
     summary="Delete a schedule",
     tags=["schedules"],
     responses=errors(PATH_ID, NOT_FOUND),
 )
 async def delete_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str]
-) -> None:
+) -> ScheduleDeleted:
     await schedules.remove(who, app_state(request).schedules, schedule_id, thread_id)
+    return ScheduleDeleted(schedule_id=schedule_id)
 
 
 @delete(
     TENANT + "/{schedule_id:str}",
-    status_code=204,
+    status_code=200,
     summary="Delete a schedule",
     tags=["schedules"],
     responses=errors(PATH_ID, NOT_FOUND),
 )
-async def delete_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str]) -> None:
+async def delete_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str]) -> ScheduleDeleted:
     await schedules.remove(who, app_state(request).schedules, schedule_id, None)
+    return ScheduleDeleted(schedule_id=schedule_id)
 
 
 PAUSING = errors(PATH_ID, NOT_FOUND, {409: ("schedule_changed",)})
