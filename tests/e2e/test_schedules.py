@@ -220,3 +220,30 @@ async def test_schedules_per_tenant_quota(world: World) -> None:
     r = await api.request("POST", "/v1/schedules", json={"text": "two", "interval_seconds": 60})
     assert r.status_code == 429 and r.json()["error"]["details"]["quota"] == "schedules_per_tenant", r.text
     await api.client.aclose()
+
+
+async def test_an_agent_schedules_a_follow_up_on_its_own_thread_only(world: World) -> None:
+    from tests.support.mcp_client import ToolFailed, call, mcp_session
+    from treadle.ops.session_credentials import SessionCredentials
+
+    api = await world.api()
+    own, other = await api.create_thread(title="agent's"), await api.create_thread(title="not the agent's")
+    tools = ("schedule_follow_up", "schedule_list", "schedule_delete")
+    token = await SessionCredentials(world.nc.jetstream()).mint(
+        tenant=api.tenant, thread=own, session_id="ps_schedules", capabilities=tools
+    )
+    async with mcp_session(world.stack.api_url, token) as agent:
+        made = await call(agent, "schedule_follow_up", thread_id=own, text="check CI", interval_seconds=3600)
+        sid = made["schedule"]["schedule_id"]
+        assert len(made["next_firings"]) == 5
+        assert [s["schedule_id"] for s in (await call(agent, "schedule_list", thread_id=own))["schedules"]] == [sid]
+        with pytest.raises(ToolFailed) as refused:
+            await call(agent, "schedule_follow_up", thread_id=other, text="not mine", interval_seconds=3600)
+        assert refused.value.code == "forbidden"
+        with pytest.raises(ToolFailed) as bad:
+            await call(agent, "schedule_follow_up", thread_id=own, text="bad", cron="0 25 * * *")
+        assert bad.value.code == "invalid_cron"
+        await call(agent, "schedule_delete", thread_id=own, schedule_id=sid)
+    assert (await schedule_of(api, f"/v1/threads/{own}/schedules"))["schedules"] == []
+    assert (await schedule_of(api, f"/v1/threads/{other}/schedules"))["schedules"] == []
+    await api.client.aclose()

@@ -143,6 +143,9 @@ class ProviderHostSettings(WorkerSettings):
         "delegate_task",
         "task_status",
         "task_cancel",
+        "schedule_follow_up",
+        "schedule_list",
+        "schedule_delete",
     )
     mcp_idle_seconds: float = Field(default=1800.0, gt=0)
     mcp_lifetime_seconds: float = Field(default=8 * 3600.0, gt=0)
