@@ -247,3 +247,21 @@ async def test_an_agent_schedules_a_follow_up_on_its_own_thread_only(world: Worl
     assert (await schedule_of(api, f"/v1/threads/{own}/schedules"))["schedules"] == []
     assert (await schedule_of(api, f"/v1/threads/{other}/schedules"))["schedules"] == []
     await api.client.aclose()
+
+
+async def test_after_long_downtime_only_the_latest_missed_firing_is_made(world: World) -> None:
+    """Last in this module: it moves the shared clock days ahead. Five days of 60 s firings missed: the latest
+    (30 s old, within the hour's window) fires once, the other 7,199 are counted as skipped."""
+    api = await world.api()
+    thread = await api.create_thread(title="was down")
+    view = await make(api, f"/v1/threads/{thread}/schedules", text="catch up")
+    path = f"/v1/threads/{thread}/schedules/{view['schedule']['schedule_id']}"
+    latest = created(view) + timedelta(days=5)
+    world.set_clock(latest + timedelta(seconds=30))
+    fired = await until(api, path, lambda s: s["last_outcome"] is not None)
+    assert (fired["fired"], fired["skipped"], fired["last_outcome"]) == (1, 7199, "started")
+    assert datetime.fromisoformat(fired["last_fired_at"]) == latest
+    assert datetime.fromisoformat(fired["next_at"]) == latest + timedelta(seconds=60)
+    await api.wait_run(fired["last_run_id"])
+    assert len(await runs_of(api, thread)) == 1
+    await api.client.aclose()
