@@ -6,7 +6,7 @@ and a replica looks only at the schedules of the partitions it leases (``runtime
 not race in the common case. Each firing is sent with the Idempotency-Key ``schedule:<id>:<planned time>``,
 so a second sender (a replica taking over mid-firing, a restart between the send and the record) gets the
 first one's receipt instead of a second run. The record of the firing (the next planned time) is written
-fenced on the revision read; a loser reads again on its next tick.
+fenced on the revision read; a loser sees the winner's record through its watch of the bucket.
 
 A firing goes through ``usecases.messages.send`` (and ``usecases.threads.create`` for a tenant schedule) as
 the schedule's creator: the tenant's policy and quotas decide it as they decide a user's message."""
@@ -31,7 +31,7 @@ from treadle.core.schedules.catchup import CatchUp, decide
 from treadle.gateway.commands import Commands
 from treadle.gateway.errors import ApiError
 from treadle.ops.policies import PolicyStore
-from treadle.ops.schedules import ScheduleStore, Stale
+from treadle.ops.schedules import BUCKET, ScheduleStore, Stale
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.settings import SchedulerSettings, Shared
@@ -88,17 +88,41 @@ class Scheduler:
             make=lambda partition: _Held(),
             stream_replicas=shared.stream_replicas,
         )
-        self._task: asyncio.Task[Any] | None = None
+        self._js = js
+        self._known: dict[str, tuple[str, Schedule, int]] = {}  # KV key -> (tenant, schedule, revision)
+        self._loaded = asyncio.Event()
+        self._tasks: list[asyncio.Task[Any]] = []
 
     async def start(self) -> None:
+        """Follows the bucket (a watch, not a scan per tick), then leases partitions and ticks."""
+        self._watcher = await (await self._js.key_value(BUCKET)).watch("*.*")
+        self._tasks.append(asyncio.create_task(self._follow(), name="scheduler:watch"))
+        await asyncio.wait_for(self._loaded.wait(), 30)
         await self._work.start()
-        self._task = asyncio.create_task(self._run(), name="scheduler")
+        self._tasks.append(asyncio.create_task(self._run(), name="scheduler"))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self._watcher.stop()
         await self._work.stop()
+
+    async def _follow(self) -> None:
+        async for entry in self._watcher:
+            if entry is None:  # the stored schedules are all in
+                self._loaded.set()
+                continue
+            if entry.operation in ("DEL", "PURGE") or not entry.value:
+                self._known.pop(entry.key, None)
+                continue
+            try:
+                schedule = msgspec.json.decode(entry.value, type=Schedule)
+            except msgspec.DecodeError:
+                log.error("schedule record %s does not decode; left alone", entry.key)
+                continue
+            self._known[entry.key] = (entry.key.split(".", 1)[0], schedule, entry.revision or 0)
 
     async def _run(self) -> None:
         while True:
@@ -120,7 +144,7 @@ class Scheduler:
         """Makes the due firings of the schedules this replica leases; how many schedules it recorded."""
         window = timedelta(seconds=self._own.catch_up_seconds)
         recorded = 0
-        for tenant, schedule, revision in await self._store.entries():
+        for tenant, schedule, revision in list(self._known.values()):
             if schedule.paused or schedule.next_at is None or not self._mine(schedule):
                 continue
             catch_up = decide(timing_of(schedule), schedule.next_at, now, window)
@@ -150,7 +174,10 @@ class Scheduler:
             last_run_id=run,
             updated_at=now,
         )
-        await self._store.replace(tenant, record, revision)
+        written = await self._store.replace(tenant, record, revision)
+        key = f"{tenant}.{schedule.schedule_id}"
+        if self._known.get(key, ("", schedule, 0))[2] < written:  # ahead of the watch: no second look at it
+            self._known[key] = (tenant, record, written)
         log.info(
             "schedule %s of %s: %s (planned %s, %d skipped)",
             schedule.schedule_id,
