@@ -313,6 +313,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         cascade_interrupts: bool | None = None,
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
+        max_schedules: int | None = None,
     ) -> Policy:
         return await self.call(
             calls.put_policy(
@@ -325,6 +326,7 @@ class AsyncTreadle(AsyncScheduleMethods):
                 cascade_interrupts=cascade_interrupts,
                 max_disk_bytes=max_disk_bytes,
                 max_disk_files=max_disk_files,
+                max_schedules=max_schedules,
             )
         )
 

@@ -306,6 +306,7 @@ class Treadle(ScheduleMethods):
         cascade_interrupts: bool | None = None,
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
+        max_schedules: int | None = None,
     ) -> Policy:
         return self.call(
             calls.put_policy(
@@ -318,6 +319,7 @@ class Treadle(ScheduleMethods):
                 cascade_interrupts=cascade_interrupts,
                 max_disk_bytes=max_disk_bytes,
                 max_disk_files=max_disk_files,
+                max_schedules=max_schedules,
             )
         )
 
