@@ -178,3 +178,26 @@ def test_catch_up_skips_firings_older_than_the_window() -> None:
         IntervalTiming(60, anchor), anchor + timedelta(seconds=60), anchor + timedelta(days=30), timedelta(minutes=5)
     )
     assert far is not None and far.fire_at == anchor + timedelta(days=30) and far.skipped == 10_000
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seconds=st.integers(60, 7200),
+    steps=st.integers(0, 300),
+    extra=st.integers(0, 7199),
+    window=st.integers(0, 20_000),
+)
+def test_interval_catch_up_counted_equals_the_firings_walked(seconds: int, steps: int, extra: int, window: int) -> None:
+    anchor = datetime(2026, 1, 1, tzinfo=UTC)
+    every = IntervalTiming(seconds, anchor)
+    due = anchor + timedelta(seconds=seconds)
+    now = due + timedelta(seconds=steps * seconds + extra % seconds)
+    walked = [due]
+    while (following := every.after(walked[-1])) is not None and following <= now:
+        walked.append(following)
+    decision = decide(every, due, now, timedelta(seconds=window))
+    assert decision is not None
+    in_window = now - walked[-1] <= timedelta(seconds=window)
+    assert decision.fire_at == (walked[-1] if in_window else None)
+    assert decision.skipped == len(walked) - (1 if in_window else 0)
+    assert decision.next_at == every.after(now)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .timing import Timing
+from .timing import IntervalTiming, Timing
 
 COUNT_CAP = 10_000
 
@@ -26,6 +26,12 @@ def decide(when: Timing, due: datetime, now: datetime, window: timedelta) -> Cat
     """None while ``due`` is still ahead; else which firing to make, how many were skipped, and the next."""
     if due > now:
         return None
+    if isinstance(when, IntervalTiming):  # counted, not walked: a week down costs as little as a minute
+        missed = int((now - due).total_seconds() // when.seconds)
+        latest = due + timedelta(seconds=missed * when.seconds)
+        fire = latest if now - latest <= window else None
+        skipped = missed if fire is not None else missed + 1
+        return CatchUp(fire_at=fire, skipped=min(skipped, COUNT_CAP), next_at=when.after(now))
     latest, missed = due, 0
     moment = due
     while missed < COUNT_CAP:
