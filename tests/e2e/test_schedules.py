@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import nats
 import pytest
@@ -97,6 +98,10 @@ async def test_interval_schedule_fires_once_across_two_replicas_and_a_restart(wo
     assert fired["last_outcome"] == "started"
     assert datetime.fromisoformat(fired["next_at"]) == first + timedelta(seconds=60)
     await api.wait_run(fired["last_run_id"])
+    async with httpx.AsyncClient() as http:  # the replica that fired counted it
+        ports = [world.stack.health_ports[n] for n in world.stack.replicas["scheduler"]]
+        texts = [(await http.get(f"http://127.0.0.1:{port}/metrics")).text for port in ports]
+    assert any('treadle_schedule_firings_total{outcome="started"}' in text for text in texts)
 
     for name in world.stack.replicas["scheduler"]:  # both replicas, the clock still at the first firing
         await world.stack.processes.restart(name)

@@ -34,6 +34,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.ops.schedules import BUCKET, ScheduleStore, Stale
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.metrics import SCHEDULE_FIRINGS, SCHEDULE_SKIPPED
 from treadle.runtime.settings import SchedulerSettings, Shared
 from treadle.usecases import messages, threads
 from treadle.usecases.messages import MessageLimits
@@ -178,6 +179,8 @@ class Scheduler:
         key = f"{tenant}.{schedule.schedule_id}"
         if self._known.get(key, ("", schedule, 0))[2] < written:  # ahead of the watch: no second look at it
             self._known[key] = (tenant, record, written)
+        SCHEDULE_FIRINGS.labels(outcome.split(":", 1)[0]).inc()  # refused:<code> counts as refused
+        SCHEDULE_SKIPPED.inc(catch_up.skipped)
         log.info(
             "schedule %s of %s: %s (planned %s, %d skipped)",
             schedule.schedule_id,
