@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from treadle.api.schedules import Schedule, ScheduleBody, ScheduleUpdate
-from treadle.core.errors import BadRequest, Conflict, NotFound, QuotaExceeded
+from treadle.core.errors import BadRequest, Conflict, Forbidden, NotFound, QuotaExceeded
 from treadle.core.ids import new_id
 from treadle.core.policy import TenantPolicy
 from treadle.usecases import schedules
@@ -120,7 +120,8 @@ async def test_a_new_timing_replans_and_pause_resume_plan_from_now() -> None:
     view = await made(book, ScheduleBody(text="x", interval_seconds=3600))
     sid = view.schedule.schedule_id
     later = NOW + timedelta(minutes=10)
-    changed = await schedules.change(Who(), book, MessageLimits(), sid, THREAD, ScheduleUpdate(cron="0 * * * *"), later)
+    update = ScheduleUpdate(cron="0 * * * *")
+    changed = await schedules.change(Who(), book, Policies(), MessageLimits(), sid, THREAD, update, later)
     assert changed.schedule.interval_seconds is None and changed.schedule.next_at == datetime(
         2026, 3, 28, 13, tzinfo=UTC
     )
@@ -128,6 +129,17 @@ async def test_a_new_timing_replans_and_pause_resume_plan_from_now() -> None:
     assert paused.schedule.next_at is None and paused.next_firings == []
     resumed = await schedules.pause(Who(), book, sid, None, False, NOW + timedelta(hours=5, minutes=1))
     assert resumed.schedule.next_at == datetime(2026, 3, 28, 18, tzinfo=UTC)  # no firing made up for the pause
+
+
+async def test_a_tenant_schedule_keeps_to_the_allowed_runtime_modes() -> None:
+    book = Book()
+    with pytest.raises(Forbidden):
+        await made(book, ScheduleBody(text="x", interval_seconds=60, runtime_mode="full_access"), thread=None)
+    sid = (await made(book, ScheduleBody(text="x", interval_seconds=60), thread=None)).schedule.schedule_id
+    with pytest.raises(Forbidden):
+        update = ScheduleUpdate(runtime_mode="full_access")
+        await schedules.change(Who(), book, Policies(), MessageLimits(), sid, None, update, NOW)
+    assert book.records[("acme", sid)][0].runtime_mode == "approval_required"
 
 
 async def test_a_thread_schedule_is_reached_through_its_own_thread_only() -> None:

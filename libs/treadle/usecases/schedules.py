@@ -118,6 +118,7 @@ async def listed(who: Caller, book: ScheduleBook, thread: str | None) -> list[Sc
 async def change(
     who: Caller,
     book: ScheduleBook,
+    policies: PolicyBook,
     limits: MessageLimits,
     schedule_id: str,
     thread: str | None,
@@ -133,6 +134,8 @@ async def change(
         fields["cron"] = None
     if "text" in fields:
         within(limits, fields["text"], None)
+    if schedule.thread_id is None and "runtime_mode" in fields:
+        check_mode(await policies.get(who.tenant), fields["runtime_mode"], "a scheduled thread")
     changed = msgspec.structs.replace(schedule, **fields, updated_at=now)
     when = timing_of(changed)
     if {"cron", "interval_seconds", "timezone"} & fields.keys():

@@ -89,26 +89,26 @@ async def get_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str
     THREAD + "/{schedule_id:str}",
     summary="Change a schedule",
     tags=["schedules"],
-    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID),
+    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID, {403: ("mode_not_allowed",)}),
 )
 async def update_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str], data: JSONBody[ScheduleUpdate]
 ) -> ScheduleView:
-    book, limits = app_state(request).schedules, message_limits(request)
-    return await schedules.change(who, book, limits, schedule_id, thread_id, data)
+    state, limits = app_state(request), message_limits(request)
+    return await schedules.change(who, state.schedules, state.policies, limits, schedule_id, thread_id, data)
 
 
 @patch(
     TENANT + "/{schedule_id:str}",
     summary="Change a schedule",
     tags=["schedules"],
-    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID),
+    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID, {403: ("mode_not_allowed",)}),
 )
 async def update_schedule(
     request: HttpRequest, who: Who, schedule_id: FromPath[str], data: JSONBody[ScheduleUpdate]
 ) -> ScheduleView:
-    book, limits = app_state(request).schedules, message_limits(request)
-    return await schedules.change(who, book, limits, schedule_id, None, data)
+    state, limits = app_state(request), message_limits(request)
+    return await schedules.change(who, state.schedules, state.policies, limits, schedule_id, None, data)
 
 
 @delete(
