@@ -18,8 +18,20 @@ from .openapi import BODY, PARAMS, PATH_ID, THREAD_READ, Codes, errors
 THREAD = "/v1/threads/{thread_id:str}/schedules"
 TENANT = "/v1/schedules"
 NOT_FOUND: Codes = {404: ("schedule_not_found",)}
-INVALID: Codes = {
-    400: ("invalid_cron", "invalid_timezone", "invalid_interval", "invalid_schedule", "text_too_long"),
+INVALID: Codes = {  # core.schedules (timing, cron), api.schedules' field types, usecases.messages.within
+    400: (
+        "invalid_cron",
+        "invalid_timezone",
+        "invalid_interval",
+        "invalid_schedule",
+        "text_too_long",
+        "invalid_title",
+        "invalid_provider",
+        "invalid_model",
+        "invalid_mode",
+        "invalid_runtime_mode",
+        "invalid_id",
+    ),
     409: ("schedule_changed",),
 }
 Count = Annotated[int, QueryParameter(ge=1, le=50, description="how many next firing times to list")]
