@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 KIND = "scheduler"
 
 
+class Unanswered(Exception):
+    """The coordinator did not decide the firing (unavailable): it is sent again, with its key, next tick."""
+
+
 @dataclass(frozen=True)
 class Creator:
     tenant: str
@@ -156,6 +160,8 @@ class Scheduler:
                 recorded += 1
             except Stale:
                 log.info("schedule %s changed while firing; read again next tick", schedule.schedule_id)
+            except Unanswered as why:
+                log.warning("schedule %s: no answer (%s); tried again next tick", schedule.schedule_id, why)
         return recorded
 
     async def _fire(self, tenant: str, schedule: Schedule, revision: int, catch_up: CatchUp, now: datetime) -> None:
@@ -210,6 +216,8 @@ class Scheduler:
             )
             accepted = await messages.send(who, self._commands, self._limits, thread, message, key)
         except (ApiError, DomainError) as refused:
+            if refused.status >= 500 or refused.code == "idempotency_conflict":
+                raise Unanswered(refused.code) from None  # not recorded: the next tick sends it again
             if refused.code == "run_active":
                 return "skipped_active", thread, None
             return f"refused:{refused.code}", thread, None
