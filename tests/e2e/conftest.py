@@ -1,4 +1,4 @@
-"""One embedded deployment (its own nats-server, redis-server and six worker processes) for the e2e tests."""
+"""One embedded deployment (its own nats-server, redis-server and seven worker processes) for the e2e tests."""
 
 from __future__ import annotations
 

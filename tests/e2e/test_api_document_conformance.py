@@ -108,6 +108,26 @@ async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack)
             json={"checkpoint_id": f"ckpt{NOWHERE}", "thread_id": thread},
         )
 
+        # schedules, paused (the session stack's scheduler runs on the real clock)
+        on = f"/v1/threads/{thread}/schedules"
+        weekly = {"text": "weekly", "cron": "0 9 * * mon", "timezone": "Europe/Berlin", "paused": True}
+        sid = (await call("POST", on, 201, json=weekly))["schedule"]["schedule_id"]
+        tid = (await call("POST", "/v1/schedules", 201, json={"text": "t", "interval_seconds": 60, "paused": True}))[
+            "schedule"
+        ]["schedule_id"]
+        await call("POST", on, 400, json={"text": "x", "cron": "61 * * * *"})
+        await call("GET", on, 200)
+        await call("GET", "/v1/schedules", 200)
+        await call("GET", f"{on}/{sid}", 200, params={"count": "3"})
+        await call("GET", f"/v1/schedules/{tid}", 200)
+        await call("GET", f"/v1/schedules/sch{NOWHERE}", 404)
+        await call("PATCH", f"{on}/{sid}", 200, json={"text": "weekly, changed"})
+        await call("PATCH", f"/v1/schedules/{tid}", 200, json={"interval_seconds": 120})
+        for scope, schedule in ((on, sid), ("/v1/schedules", tid)):
+            await call("POST", f"{scope}/{schedule}/resume", 200)
+            await call("POST", f"{scope}/{schedule}/pause", 200)
+            await call("DELETE", f"{scope}/{schedule}", 200)
+
         for path in (f"/v1/runs/run{NOWHERE}", f"/v1/handoffs/hoff{NOWHERE}", f"/v1/threads/thr{NOWHERE}/lineage"):
             await call("GET", path, 404)
         await call("GET", "/v1/threads/nope", 400)

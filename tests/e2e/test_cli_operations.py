@@ -187,6 +187,19 @@ async def test_L3_6_L10_L6_every_operation_through_the_cli_answers_parseable_jso
     assert (await admin.json("policy", "get"))["max_children_per_run"] == 4
     cli.json_commands |= admin.json_commands
 
+    # schedules: a thread's (paused: the session stack's scheduler runs on the real clock) and the tenant's
+    made = await cli.json("schedules", "create", "tick", "--thread", thread, "--cron", "0 9 * * mon", "--paused")
+    sid = made["schedule"]["schedule_id"]
+    assert (await cli.json("schedules", "list", "--thread", thread))["schedules"][0]["schedule_id"] == sid
+    assert len((await cli.json("schedules", "show", sid, "--count", "3"))["next_firings"]) == 0  # paused
+    changed = await cli.json("schedules", "update", sid, "--thread", thread, "--timezone", "Europe/Berlin")
+    assert changed["schedule"]["timezone"] == "Europe/Berlin"
+    assert len((await cli.json("schedules", "resume", sid))["next_firings"]) == 5
+    assert (await cli.json("schedules", "pause", sid, "--thread", thread))["schedule"]["paused"] is True
+    bad = await cli.json("schedules", "create", "x", "--interval-seconds", "5", code=exits.FAILED)
+    assert (bad["status"], bad["code"]) == (400, "invalid_interval")
+    assert (await cli.json("schedules", "delete", sid))["deleted"] is True
+
     uncovered = set(COMMANDS.values()) - cli.json_commands
     assert uncovered == {"requests answer"}  # answered in the test below
 

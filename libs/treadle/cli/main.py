@@ -32,6 +32,7 @@ from .output import as_json, json_line
 from .parsers import add_api_parsers, add_policy_api_parsers
 from .policy import add_policy_fields, cmd_policy_set, cmd_policy_show
 from .render import stderr
+from .schedules import add_schedule_parsers
 from .up import cmd_up
 
 # The top-level modules of the server extra's packages (pyproject.toml): a command that cannot import one needs it
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_api_parsers(sub, api)
     add_policy_api_parsers(policy, api)
+    add_schedule_parsers(sub, api)
 
     projections = sub.add_parser("projections", help="Redis read models").add_subparsers(
         dest="action", required=True, metavar="ACTION"

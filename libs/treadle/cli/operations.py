@@ -23,6 +23,7 @@ from .exits import RunNotCompleted
 from .output import as_json, builtins, emit, json_line
 from .policy import policy_fields
 from .render import console, files_text, print_run, short, status_text, when
+from .schedules import COMMANDS as SCHEDULE_COMMANDS
 
 COMMANDS: dict[str, str] = {
     "create_thread": "threads create",
@@ -54,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "get_lineage": "lineage",
     "get_policy": "policy get",
     "put_policy": "policy put",
+    **SCHEDULE_COMMANDS,
 }
 
 

@@ -20,6 +20,7 @@ QUOTAS = (
     "max_running_children",
     "max_disk_bytes",
     "max_disk_files",
+    "max_schedules",
 )
 
 
@@ -41,6 +42,7 @@ def add_policy_fields(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-running-children", type=int, help="the tenant's delegated tasks not yet finished")
     parser.add_argument("--max-disk-bytes", type=int, help="what its workspaces and runtime homes may hold")
     parser.add_argument("--max-disk-files", type=int, help="files (inodes) its workspaces and runtime homes may hold")
+    parser.add_argument("--max-schedules", type=int, help="its schedules (docs/schedules.md; default 100)")
     parser.add_argument(
         "--cascade-interrupts",
         action=argparse.BooleanOptionalAction,

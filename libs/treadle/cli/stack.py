@@ -1,4 +1,4 @@
-"""The embedded deployment: nats-server with JetStream, redis-server and the six workers, all supervised OS
+"""The embedded deployment: nats-server with JetStream, redis-server and the seven workers, all supervised OS
 processes (restarted with backoff when they die). ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
 
 from __future__ import annotations
@@ -22,8 +22,14 @@ WORKERS = {
     "provider-host": "treadle.provider_host",
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
+    "scheduler": "treadle.scheduler",
 }
-REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
+REPLICATED = (
+    "coordinator",
+    "supervisor",
+    "projector",
+    "scheduler",
+)  # thread-keyed workers that share partitions by lease
 _PREFIX = {
     "gateway": "GATEWAY",
     "coordinator": "COORDINATOR",
@@ -31,6 +37,7 @@ _PREFIX = {
     "provider-host": "PROVIDER_HOST",
     "checkpoints": "CHECKPOINTS",
     "projector": "PROJECTOR",
+    "scheduler": "SCHEDULER",
 }
 
 
@@ -200,7 +207,7 @@ class Stack:
                 self.processes.add(name, [sys.executable, "-m", module], env)
 
     async def _ensure_streams(self) -> None:
-        """Create the replicated streams and buckets once, before six workers ask a fresh cluster for the
+        """Create the replicated streams and buckets once, before the workers ask a fresh cluster for the
         same at the same moment (each would wait on the others' creations and time out)."""
         import nats
 

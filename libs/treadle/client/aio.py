@@ -29,6 +29,7 @@ from . import calls
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
 from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .schedules import AsyncScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
 
@@ -59,7 +60,7 @@ class AsyncPage(Generic[T]):
             page = await page.next_page()
 
 
-class AsyncTreadle:
+class AsyncTreadle(AsyncScheduleMethods):
     """``async with AsyncTreadle(url, token) as client: ...``; ``AsyncTreadle()`` reads TREADLE_API_URL and
     TREADLE_TOKEN."""
 
@@ -312,6 +313,7 @@ class AsyncTreadle:
         cascade_interrupts: bool | None = None,
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
+        max_schedules: int | None = None,
     ) -> Policy:
         return await self.call(
             calls.put_policy(
@@ -324,6 +326,7 @@ class AsyncTreadle:
                 cascade_interrupts=cascade_interrupts,
                 max_disk_bytes=max_disk_bytes,
                 max_disk_files=max_disk_files,
+                max_schedules=max_schedules,
             )
         )
 

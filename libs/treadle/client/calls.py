@@ -37,6 +37,7 @@ from .results import (
     Policy,
     ThreadCreated,
 )
+from .schedule_ops import OPERATIONS as schedule_operations
 
 T = TypeVar("T")
 
@@ -339,6 +340,7 @@ def put_policy(
     cascade_interrupts: bool | None = None,
     max_disk_bytes: int | None = None,
     max_disk_files: int | None = None,
+    max_schedules: int | None = None,
 ) -> Call[Policy]:
     """The whole policy: a field left out (None) is the deployment's default, not the stored value."""
     body = _present(
@@ -351,6 +353,7 @@ def put_policy(
         cascade_interrupts=cascade_interrupts,
         max_disk_bytes=max_disk_bytes,
         max_disk_files=max_disk_files,
+        max_schedules=max_schedules,
     )
     return Call("put_policy", "PUT", "/v1/policy", Policy, body=body)
 
@@ -391,6 +394,7 @@ OPERATIONS: tuple[str, ...] = (
     "get_lineage",
     "get_policy",
     "put_policy",
+    *schedule_operations,  # client/schedules.py
 )
 
 

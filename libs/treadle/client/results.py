@@ -83,5 +83,6 @@ class Policy(msgspec.Struct, kw_only=True):
     cascade_interrupts: bool | None = None
     max_disk_bytes: int | None = None  # disk budget of its workspaces and runtime homes; None: the deployment's
     max_disk_files: int | None = None
+    max_schedules: int | None = None  # schedules of the tenant; None: 100
     updated_at: datetime | None = None
     updated_by: str | None = None

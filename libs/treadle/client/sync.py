@@ -29,6 +29,7 @@ from . import calls
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
 from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .schedules import ScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
 
@@ -58,7 +59,7 @@ class SyncPage(Generic[T]):
             page = page.next_page()
 
 
-class Treadle:
+class Treadle(ScheduleMethods):
     """``with Treadle(url, token) as client: ...``; ``Treadle()`` reads TREADLE_API_URL and TREADLE_TOKEN."""
 
     def __init__(
@@ -305,6 +306,7 @@ class Treadle:
         cascade_interrupts: bool | None = None,
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
+        max_schedules: int | None = None,
     ) -> Policy:
         return self.call(
             calls.put_policy(
@@ -317,6 +319,7 @@ class Treadle:
                 cascade_interrupts=cascade_interrupts,
                 max_disk_bytes=max_disk_bytes,
                 max_disk_files=max_disk_files,
+                max_schedules=max_schedules,
             )
         )
 

@@ -16,7 +16,24 @@ _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 PREFIXES = frozenset(
-    {"thr", "msg", "run", "att", "node", "req", "ckpt", "xfer", "hoff", "ps", "pth", "turn", "cmd", "evt", "plan"}
+    {
+        "thr",
+        "msg",
+        "run",
+        "att",
+        "node",
+        "req",
+        "ckpt",
+        "xfer",
+        "hoff",
+        "ps",
+        "pth",
+        "turn",
+        "cmd",
+        "evt",
+        "plan",
+        "sch",
+    }
 )
 
 

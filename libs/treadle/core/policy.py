@@ -34,6 +34,7 @@ class TenantPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     # Disk budget of its workspaces and runtime homes (issue 36; None: TREADLE_PROVIDER_HOST_DISK_BUDGET_…)
     max_disk_bytes: int | None = None
     max_disk_files: int | None = None
+    max_schedules: int | None = None  # schedules of the tenant (None: core/schedules DEFAULT_MAX_SCHEDULES)
     updated_at: datetime | None = None
     updated_by: str | None = None
 
@@ -52,6 +53,7 @@ def validated(policy: TenantPolicy) -> TenantPolicy:
         "max_delegation_depth",
         "max_children_per_run",
         "max_running_children",
+        "max_schedules",
     ):
         value = getattr(policy, name)
         check(

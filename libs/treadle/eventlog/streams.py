@@ -81,6 +81,7 @@ BUCKETS = (
     # Workspace volumes' heartbeats (checkpoint services) and operators' drain marks (runtime/volumes.py)
     KeyValueConfig(bucket="treadle-volumes", history=1, ttl=10.0),
     KeyValueConfig(bucket="treadle-volume-drains", history=1),
+    KeyValueConfig(bucket="treadle-schedules", history=1),  # tenants' schedules and their firings (ops/schedules.py)
 )
 
 # Workspace checkpoints off the node (git packs and manifests; checkpoints/archive.py, durable.py).

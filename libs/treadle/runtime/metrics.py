@@ -67,6 +67,15 @@ HTTP_DURATION = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
 )
 
+SCHEDULE_FIRINGS = Counter(
+    "treadle_schedule_firings_total",
+    "Schedule firings recorded by this scheduler: started, queued, …, skipped_active, missed, refused",
+    ["outcome"],
+)
+SCHEDULE_SKIPPED = Counter(
+    "treadle_schedule_missed_total", "Firings missed past the catch-up window (downtime), not made"
+)
+
 # Each process exports only the families it can move (a gateway reporting provider sessions would say 0 where
 # it knows nothing). Families of every worker: the consumer kit's, the log's appends, build info.
 _COMMON = (BUILD_INFO, HANDLER_RETRIES, DEAD_LETTERS, EVENTS_APPENDED)
@@ -77,6 +86,7 @@ OWN: dict[str, tuple[MetricWrapperBase, ...]] = {
     "projector": (PROJECTION_LAG, PROJECTION_REWINDS, PROJECTED, RUN_OLDEST_ACTIVE),
     "provider-host": (LIVE_SESSIONS, SESSIONS_RELEASED, PLACEMENTS_REFUSED),
     "checkpoints": (),
+    "scheduler": (SCHEDULE_FIRINGS, SCHEDULE_SKIPPED),
 }
 
 

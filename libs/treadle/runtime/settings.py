@@ -143,6 +143,9 @@ class ProviderHostSettings(WorkerSettings):
         "delegate_task",
         "task_status",
         "task_cancel",
+        "schedule_follow_up",
+        "schedule_list",
+        "schedule_delete",
     )
     mcp_idle_seconds: float = Field(default=1800.0, gt=0)
     mcp_lifetime_seconds: float = Field(default=8 * 3600.0, gt=0)
@@ -184,3 +187,14 @@ class CheckpointsSettings(WorkerSettings):
 class ProjectorSettings(WorkerSettings):
     model_config = SettingsConfigDict(env_prefix="TREADLE_PROJECTOR_", extra="ignore")
     batch: int = 256
+
+
+class SchedulerSettings(WorkerSettings):
+    model_config = SettingsConfigDict(env_prefix="TREADLE_SCHEDULER_", extra="ignore")
+    # How often the due schedules are looked for: a firing is at most this late.
+    tick_seconds: float = Field(default=1.0, gt=0)
+    # Catch-up bound: after downtime, the latest missed firing is made if at most this old; older ones are skipped.
+    catch_up_seconds: float = Field(default=3600.0, ge=0)
+    command_timeout: float = Field(default=10.0, gt=0)
+    # Test only: a file holding the scheduler's "now" (ISO 8601); the e2e tests move time by rewriting it.
+    clock_file: str | None = None

@@ -33,6 +33,7 @@ from treadle.eventlog.tracing import http_spans
 from treadle.ops.keys import shared_key
 from treadle.ops.policies import PolicyStore
 from treadle.ops.policy_cache import PolicyCache
+from treadle.ops.schedules import ScheduleStore
 from treadle.ops.tokens import TokenStore, token_id
 from treadle.projections import parts
 from treadle.projections.connect import redis_client
@@ -45,7 +46,7 @@ from treadle.runtime.worker import connect
 from treadle.usecases import messages, threads
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference, schedules
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -267,6 +268,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.policies = policies = PolicyCache(PolicyStore(nc.jetstream()))  # a PUT here applies here at once
         app.state.commands = Commands(nc, own.command_timeout, policies.revision)  # … and at any coordinator
         await policies.start()
+        app.state.schedules = ScheduleStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)
         app.state.checkpoints = CheckpointClient(nc)  # each diff goes to its thread's home volume
         app.state.cursor_key = await shared_key(nc.jetstream(), "page-cursors")
@@ -293,6 +295,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *checkpoints.ROUTES,
             *lineage.ROUTES,
             *policy.ROUTES,
+            *schedules.ROUTES,
             *console.ROUTES,
             *reference.ROUTES,
             *mcp.ROUTES,

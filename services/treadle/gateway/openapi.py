@@ -181,6 +181,7 @@ TAGS = {
     "checkpoints": "Diffs and rollbacks (L10)",
     "lineage": "Forks, handoffs and the lineage tree (L5.5, L6)",
     "policy": "The tenant's policy (admin)",
+    "schedules": "Messages sent on a cron expression or an interval (docs/schedules.md)",
 }
 
 RETRY_AFTER = {

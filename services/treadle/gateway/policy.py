@@ -31,6 +31,7 @@ class PolicyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cascade_interrupts: bool | None = None
     max_disk_bytes: int | None = None  # the tenant's workspaces and runtime homes (issue 36)
     max_disk_files: int | None = None
+    max_schedules: int | None = None  # docs/schedules.md
 
 
 def as_api_error(exc: DomainError) -> ApiError:

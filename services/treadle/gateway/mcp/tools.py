@@ -22,7 +22,7 @@ from treadle.usecases import threads as thread_cases
 from treadle.usecases.arguments import parse
 
 from ..errors import ApiError
-from . import tasks
+from . import schedules, tasks
 from .base import CREDENTIAL_KEY, MAX_WAIT_SECONDS, SCRIPT, Ports, RequestId, ThreadId, guarded, key, ports
 from .errors import CODES, KINDS, invalid, tool_error
 
@@ -326,6 +326,7 @@ def server() -> MCPServer:
         return await guarded("thread_transfers", read())
 
     tasks.register(mcp)
+    schedules.register(mcp)
     return mcp
 
 
