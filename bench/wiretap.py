@@ -30,13 +30,14 @@ class Wiretap:
         self._proc, self._out = proc, out
 
     @classmethod
-    async def start(cls, nats_url: str) -> Wiretap:
+    async def start(cls, nats_url: str, subject: str = ">") -> Wiretap:
         out = Path(tempfile.mkstemp(prefix="wiretap-", suffix=".pickle")[1])
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             __file__,
             nats_url,
             str(out),
+            subject,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )
@@ -59,7 +60,7 @@ class Wiretap:
             self._out.unlink(missing_ok=True)
 
 
-async def _tap(nats_url: str, out: str) -> None:
+async def _tap(nats_url: str, out: str, subject: str) -> None:
     import nats
 
     nc = await nats.connect(nats_url, name="treadle-wiretap", pending_size=512 * 1024 * 1024)
@@ -69,12 +70,13 @@ async def _tap(nats_url: str, out: str) -> None:
     async def on_msg(msg) -> None:
         records.append((clock(), msg.subject, msg.reply or None, msg.data, msg.headers))
 
-    await nc.subscribe(">", cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**31)
+    await nc.subscribe(subject, cb=on_msg, pending_msgs_limit=10_000_000, pending_bytes_limit=2**31)
     await nc.flush()
     sys.stdout.buffer.write(READY)
     sys.stdout.flush()
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.buffer.read)  # until the bench closes our stdin
+    await nc.flush()  # the server sent us every message it had routed here before this PONG
     await nc.drain()  # what the subscription holds is recorded before the connection closes
     Path(out).write_bytes(pickle.dumps(records))
 
@@ -86,4 +88,4 @@ if __name__ == "__main__":
         uvloop.install()  # the workers' loop: the tap reads as fast as they do
     except ImportError:
         pass
-    asyncio.run(_tap(sys.argv[1], sys.argv[2]))
+    asyncio.run(_tap(sys.argv[1], sys.argv[2], sys.argv[3]))

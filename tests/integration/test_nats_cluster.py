@@ -108,6 +108,7 @@ async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conf
                 for stale in ([_created(thread, "again")], [_created(thread, "a"), _created(thread, "b")]):
                     with pytest.raises(Conflict):  # one event, and an atomic batch
                         await EventLog(nc).append("acme", thread, 0, stale)
+                won = 0
                 for race in range(20):
                     tip = await EventLog(nc).last_seq("acme", thread)
                     results = await asyncio.gather(
@@ -122,8 +123,14 @@ async def test_every_node_maps_events_to_partitions_and_a_stale_append_is_a_conf
                         ),
                         return_exceptions=True,
                     )
-                    assert sum(isinstance(r, int) for r in results) == 1, results
                     assert all(isinstance(r, (int, Conflict)) for r in results), results
+                    wins = sum(isinstance(r, int) for r in results)
+                    if wins == 0:  # a follower answered the tip's direct get before it had the last race's append
+                        last = (await nc.jetstream().stream_info("TREADLE_EVENTS")).state.last_seq  # the leader's
+                        assert last != tip, results
+                    assert wins <= 1, results
+                    won += wins
+                assert won > 0  # most races start from a current tip: the fence lets exactly one through
             finally:
                 await nc.close()
 
