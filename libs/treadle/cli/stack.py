@@ -1,4 +1,4 @@
-"""The embedded deployment: nats-server with JetStream, redis-server and the six workers, all supervised OS
+"""The embedded deployment: nats-server with JetStream, redis-server and the seven workers, all supervised OS
 processes (restarted with backoff when they die). ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ WORKERS = {
     "provider-host": "treadle.provider_host",
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
+    "deliveries": "treadle.deliveries",  # webhooks (docs/webhooks.md)
 }
-REPLICATED = ("coordinator", "supervisor", "projector")  # thread-keyed workers that share partitions by lease
+REPLICATED = (
+    "coordinator",
+    "supervisor",
+    "projector",
+    "deliveries",
+)  # thread-keyed workers that share partitions by lease
 _PREFIX = {
     "gateway": "GATEWAY",
     "coordinator": "COORDINATOR",
@@ -29,6 +35,7 @@ _PREFIX = {
     "provider-host": "PROVIDER_HOST",
     "checkpoints": "CHECKPOINTS",
     "projector": "PROJECTOR",
+    "deliveries": "WEBHOOKS",
 }
 
 

@@ -44,7 +44,7 @@ from treadle.runtime.worker import connect
 from treadle.usecases import messages, threads
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference, webhooks
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -290,6 +290,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *checkpoints.ROUTES,
             *lineage.ROUTES,
             *policy.ROUTES,
+            *webhooks.ROUTES,
             *console.ROUTES,
             *reference.ROUTES,
             *mcp.ROUTES,

@@ -1,0 +1,270 @@
+"""The webhook delivery worker: a follower of ``TREADLE_EVENTS`` that POSTs each event to the tenant's
+endpoints that take it (docs/webhooks.md). Each replica follows the partitions it leases (runtime/leases.py),
+one durable consumer per partition, apart from the thread workers: a slow receiver never holds up a thread.
+
+An event is acknowledged once every endpoint it matched has it delivered or dead-lettered, so a crash delivers
+it again (at least once; the delivery id stays the same, and a finished record is not sent twice). Within a
+partition the deliveries of one (endpoint, thread) go one after the other in stream order; other pairs go in
+parallel. While an event waits, its ack deadline is pushed on (``in_progress``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from treadle.core.envelope import Envelope
+from treadle.core.events import decode_event
+from treadle.eventlog import subjects
+from treadle.runtime import partitions
+from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.settings import Shared, WebhooksSettings
+from treadle.webhooks.addresses import AllowList
+from treadle.webhooks.model import Delivery, Endpoint, body, delivery_id, matches, schedule
+from treadle.webhooks.sender import Limits, Outcome, post
+from treadle.webhooks.store import DeliveryStore, EndpointStore
+
+log = logging.getLogger(__name__)
+DURABLE = "webhooks"  # one per partition: "webhooks-p3"
+ENDPOINTS_FRESH = 1.0  # seconds a tenant's endpoint list is reused before it is read again
+ACK_WAIT = 30.0
+PROGRESS_EVERY = 10.0
+CONCURRENT_POSTS = 64
+
+
+class TenantRate:
+    """Deliveries per minute per tenant (a token bucket per tenant): over it, a delivery waits, never drops."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate, self._burst = per_minute / 60.0, float(per_minute)
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def wait_for(self, tenant: str) -> float:
+        """Seconds until ``tenant`` may send; 0 takes a token now."""
+        now = self._clock()
+        tokens, at = self._buckets.get(tenant, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - at) * self._rate)
+        if tokens >= 1:
+            self._buckets[tenant] = (tokens - 1, now)
+            return 0.0
+        self._buckets[tenant] = (tokens, now)
+        return (1 - tokens) / self._rate
+
+
+class Deliveries:
+    """What the partitions of one replica share: the stores, the endpoint cache, the rate and the rules."""
+
+    def __init__(self, nc: NATS, own: WebhooksSettings, shared: Shared | None = None) -> None:
+        shared = shared or Shared()
+        self.nc, self.js = nc, nc.jetstream()
+        self.own = own
+        self.endpoints = EndpointStore(self.js)
+        self.records = DeliveryStore(self.js)
+        self.allow = AllowList.parse(own.allow_hosts)
+        self.limits = Limits(own.connect_timeout, own.read_timeout, own.max_response_bytes)
+        self.waits = schedule(own.backoff_base, own.backoff_max, own.retry_for)
+        self.rate = TenantRate(own.deliveries_per_minute)
+        self.posting = asyncio.Semaphore(CONCURRENT_POSTS)
+        self._cache: dict[str, tuple[float, list[Endpoint]]] = {}
+        self.work = PartitionedWork(
+            nc,
+            kind="deliveries",
+            replica=shared.replica_name("deliveries"),
+            ttl=shared.lease_ttl,
+            make=lambda p: PartitionDeliveries(self, p),
+            stream_replicas=shared.stream_replicas,
+        )
+
+    async def start(self) -> None:
+        await self.work.start()
+
+    async def stop(self) -> None:
+        await self.work.stop()
+
+    async def tenant_endpoints(self, tenant: str) -> list[Endpoint]:
+        now = time.monotonic()
+        cached = self._cache.get(tenant)
+        if cached is not None and now - cached[0] < ENDPOINTS_FRESH:
+            return cached[1]
+        found = await self.endpoints.list(tenant)
+        self._cache[tenant] = (now, found)
+        return found
+
+    async def deliver(self, endpoint: Endpoint, event: Envelope) -> None:
+        """Send ``event`` to ``endpoint`` until acknowledged or the retries run out (then dead-lettered)."""
+        ident = delivery_id(endpoint.id, event.id)
+        record = await self.records.get(endpoint.tenant, endpoint.id, ident)
+        if record is not None and record.status != "pending":
+            return  # redelivered after a crash: already finished
+        now = datetime.now(UTC)
+        if record is None:
+            record = Delivery(
+                id=ident,
+                endpoint=endpoint.id,
+                tenant=endpoint.tenant,
+                thread=event.thread,
+                event_id=event.id,
+                event_type=event.type,
+                seq=event.seq or 0,
+                created_at=now,
+                updated_at=now,
+                body=body(event, ident).decode(),
+            )
+            await self.records.put(record)
+        while True:
+            outcome = await self.attempt(endpoint, record)
+            if outcome.ok:
+                return
+            if record.attempts > len(self.waits):
+                record.status = "failed"
+                await self.records.put(record)
+                log.warning("webhook %s: delivery %s dead-lettered: %s", endpoint.id, ident, record.error)
+                return
+            await asyncio.sleep(self.waits[record.attempts - 1])  # the retry backoff
+            current = await self.endpoints.get(endpoint.tenant, endpoint.id)
+            if current is None or not current.enabled:
+                record.status, record.error = "failed", "the endpoint was deleted or disabled"
+                await self.records.put(record)
+                return
+            endpoint = current  # a new URL or secret applies to the next attempt
+
+    async def attempt(self, endpoint: Endpoint, record: Delivery) -> Outcome:
+        """One POST of ``record``, its outcome written to the record."""
+        while (wait := self.rate.wait_for(endpoint.tenant)) > 0:
+            await asyncio.sleep(wait)  # the tenant's deliveries per minute
+        async with self.posting:
+            outcome = await post(
+                endpoint.url, record.body.encode(), endpoint.secret, record.id, self.allow, self.limits
+            )
+        now = datetime.now(UTC)
+        record.attempts += 1
+        record.updated_at = now
+        record.response_status, record.error = outcome.status, outcome.error
+        if outcome.ok:
+            record.status, record.delivered_at = "delivered", now
+        await self.records.put(record)
+        return outcome
+
+
+class _Pending:
+    """An event waiting for its endpoints: acknowledged when the last one is done."""
+
+    def __init__(self, msg: Msg, count: int) -> None:
+        self.msg, self.left = msg, count
+
+
+class PartitionDeliveries:
+    def __init__(self, owner: Deliveries, partition: int) -> None:
+        self._o = owner
+        self.partition = partition
+        self._durable = f"{DURABLE}-p{partition}"
+        self._task: asyncio.Task[Any] | None = None
+        self._progress: asyncio.Task[Any] | None = None
+        self._lanes: dict[tuple[str, str], asyncio.Queue[tuple[Endpoint, Envelope, _Pending]]] = {}
+        self._lane_tasks: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self._pending: dict[int, _Pending] = {}  # stream sequence -> event not acknowledged yet
+
+    async def start(self) -> None:
+        config = ConsumerConfig(
+            durable_name=self._durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ACK_WAIT,
+            max_ack_pending=10_000,
+            deliver_policy=DeliverPolicy.NEW,
+            filter_subject=partitions.events_filter(self.partition),
+        )
+        self._sub = await self._o.js.pull_subscribe(
+            partitions.events_filter(self.partition),
+            durable=self._durable,
+            stream=subjects.EVENTS_STREAM,
+            config=config,
+        )
+        self._task = asyncio.create_task(self._loop(), name=f"deliveries:p{self.partition}")
+        self._progress = asyncio.create_task(self._keep_alive())
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        tasks = [t for t in (self._task, self._progress, *self._lane_tasks.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for pending in self._pending.values():  # the next owner sends them again at once
+            with contextlib.suppress(Exception):
+                await pending.msg.nak()
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                msgs = await self._sub.fetch(self._o.own.batch, timeout=5.0)
+            except (TimeoutError, NatsTimeout):
+                continue
+            except Exception as exc:
+                log.warning("%s: fetch failed: %r", self._durable, exc)
+                await asyncio.sleep(0.5)  # backoff while the broker is away
+                continue
+            for msg in msgs:
+                try:
+                    await self._route(msg)
+                except Exception as exc:  # a store that is away: the event comes again after its ack wait
+                    log.warning("%s: routing seq %d failed: %r", self._durable, msg.metadata.sequence.stream, exc)
+
+    async def _route(self, msg: Msg) -> None:
+        seq = msg.metadata.sequence.stream
+        if seq in self._pending:
+            return  # a redelivery of an event still in hand
+        tenant, _thread, _type = subjects.parse_event_subject(msg.subject)
+        endpoints = await self._o.tenant_endpoints(tenant)
+        if not endpoints:
+            await msg.ack()
+            return
+        event = decode_event(msg.data, seq)
+        chosen = [e for e in endpoints if matches(e, event)]
+        if not chosen:
+            await msg.ack()
+            return
+        pending = self._pending[seq] = _Pending(msg, len(chosen))
+        for endpoint in chosen:
+            key = (endpoint.id, event.thread)
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = asyncio.Queue()
+                self._lane_tasks[key] = asyncio.create_task(self._drain(key, lane))
+            lane.put_nowait((endpoint, event, pending))
+
+    async def _drain(self, key: tuple[str, str], lane: asyncio.Queue[tuple[Endpoint, Envelope, _Pending]]) -> None:
+        """One (endpoint, thread)'s deliveries in order; the lane ends when it runs dry."""
+        while not lane.empty():
+            endpoint, event, pending = lane.get_nowait()
+            while True:
+                try:
+                    await self._o.deliver(endpoint, event)
+                    break
+                except Exception as exc:  # the record store is away: the same delivery again, in order
+                    log.warning("webhook %s: delivery of %s failed: %r", endpoint.id, event.id, exc)
+                    await asyncio.sleep(1.0)  # backoff while the store is away
+            pending.left -= 1
+            if pending.left == 0:
+                self._pending.pop(pending.msg.metadata.sequence.stream, None)
+                with contextlib.suppress(Exception):
+                    await pending.msg.ack()
+        self._lanes.pop(key, None)
+        self._lane_tasks.pop(key, None)
+
+    async def _keep_alive(self) -> None:
+        """Events waiting for a slow receiver keep their place: their ack deadline is pushed on."""
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY)  # a period, not synchronisation
+            for pending in list(self._pending.values()):
+                with contextlib.suppress(Exception):
+                    await pending.msg.in_progress()
