@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError, NoKeysError
+from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from treadle.core.ids import is_token
@@ -28,10 +28,17 @@ class _Bucket:
         return self._kv
 
     async def keys(self, prefix: str) -> list[str]:
+        """The keys under ``prefix``, filtered by the broker (nats-py's ``keys`` reads every key of the bucket)."""
+        watcher = await (await self.kv()).watch(prefix + ">", ignore_deletes=True, meta_only=True)
+        found: list[str] = []
         try:
-            return list(await (await self.kv()).keys(filters=[prefix + ">"]))
-        except NoKeysError:
-            return []
+            async for entry in watcher:
+                if entry is None:
+                    break
+                found.append(entry.key)
+        finally:
+            await watcher.stop()
+        return found
 
     async def get(self, key: str) -> bytes | None:
         try:
