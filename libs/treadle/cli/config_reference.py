@@ -55,6 +55,7 @@ def _sections() -> list[tuple[str, type[BaseSettings], str]]:
         ("Provider host", s.ProviderHostSettings, "TREADLE_PROVIDER_HOST_"),
         ("Checkpoint service", s.CheckpointsSettings, "TREADLE_CHECKPOINTS_"),
         ("Projection writer", s.ProjectorSettings, "TREADLE_PROJECTOR_"),
+        ("Webhooks (delivery worker and gateway)", s.WebhooksSettings, "TREADLE_WEBHOOKS_"),
         ("Runtime sandbox (provider host)", SandboxSettings, "TREADLE_SANDBOX_"),
         ("Codex provider", CodexSettings, "TREADLE_CODEX_"),
         ("Claude provider", ClaudeSettings, "TREADLE_CLAUDE_"),
