@@ -17,7 +17,7 @@ import sys
 from rich.markup import escape
 
 from ..client import ApiError
-from . import check, completion, consumers, dead_letters, exits, volumes
+from . import check, completion, consumers, dead_letters, exits, volumes, webhooks
 from .admin import (
     cmd_backup,
     cmd_projections_rebuild,
@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_api_parsers(sub, api)
     add_policy_api_parsers(policy, api)
+    webhooks.add_parser(sub, api)
 
     projections = sub.add_parser("projections", help="Redis read models").add_subparsers(
         dest="action", required=True, metavar="ACTION"

@@ -54,6 +54,13 @@ COMMANDS: dict[str, str] = {
     "get_lineage": "lineage",
     "get_policy": "policy get",
     "put_policy": "policy put",
+    "create_webhook": "webhooks create",  # cli/webhooks.py
+    "list_webhooks": "webhooks list",
+    "get_webhook": "webhooks show",
+    "update_webhook": "webhooks update",
+    "delete_webhook": "webhooks delete",
+    "list_deliveries": "webhooks deliveries",
+    "replay_delivery": "webhooks replay",
 }
 
 

@@ -13,6 +13,7 @@ import msgspec
 from treadle.core.envelope import PAYLOADS
 from treadle.core.errors import BadRequest, DomainError, NotFound, QuotaExceeded
 from treadle.core.ids import is_id, new_id
+from treadle.usecases.ids import checked
 from treadle.webhooks.addresses import AllowList, UnsafeTarget, checked_addresses, parse_url
 from treadle.webhooks.model import ANY_EVENT, Delivery, Endpoint
 from treadle.webhooks.sender import Limits, post
@@ -128,7 +129,7 @@ async def create(
 
 
 async def get(store: EndpointStore, tenant: str, endpoint_id: str) -> Endpoint:
-    found = await store.get(tenant, endpoint_id)
+    found = await store.get(tenant, checked(endpoint_id, "whk"))
     if found is None:
         raise EndpointNotFound(f"webhook {endpoint_id} not found")
     return found
@@ -162,9 +163,11 @@ async def update(
     return changed
 
 
-async def delete(store: EndpointStore, tenant: str, endpoint_id: str) -> None:
+async def delete(store: EndpointStore, tenant: str, endpoint_id: str) -> Endpoint:
+    found = await get(store, tenant, endpoint_id)
     if not await store.delete(tenant, endpoint_id):
         raise EndpointNotFound(f"webhook {endpoint_id} not found")
+    return found
 
 
 async def deliveries(
@@ -188,7 +191,7 @@ async def replay(
     """One more attempt of a delivery, now, to the endpoint's current URL and secret; the record says how it went
     (delivered, or failed again with the new error)."""
     endpoint = await get(store, tenant, endpoint_id)
-    record = await records.get(tenant, endpoint_id, delivery_id)
+    record = await records.get(tenant, endpoint_id, checked(delivery_id, "dlv"))
     if record is None:
         raise DeliveryNotFound(f"delivery {delivery_id} not found")
     if record.status == "pending":

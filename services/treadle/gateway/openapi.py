@@ -181,6 +181,7 @@ TAGS = {
     "checkpoints": "Diffs and rollbacks (L10)",
     "lineage": "Forks, handoffs and the lineage tree (L5.5, L6)",
     "policy": "The tenant's policy (admin)",
+    "webhooks": "Signed webhooks: endpoints and their deliveries (admin; docs/webhooks.md)",
 }
 
 RETRY_AFTER = {
@@ -251,7 +252,16 @@ PARAMETERS = {
     "status": "only requests with this status (e.g. `pending`)",
     "run_id": "only entries of this run",
 }
-PATH_IDS = {"thread": "thr", "run": "run", "node": "node", "request": "req", "plan": "plan", "handoff": "hoff"}
+PATH_IDS = {
+    "thread": "thr",
+    "run": "run",
+    "node": "node",
+    "request": "req",
+    "plan": "plan",
+    "handoff": "hoff",
+    "webhook": "whk",
+    "delivery": "dlv",
+}
 
 
 # Numbers in query strings and headers are strings of ASCII digits (params.number), read as such

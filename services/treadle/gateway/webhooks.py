@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 from litestar import delete, get, patch, post
 from litestar.datastructures import State
-from litestar.params import JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from treadle.runtime.settings import WebhooksSettings
 from treadle.usecases import webhooks as usecase
@@ -18,7 +18,7 @@ from treadle.webhooks.sender import Limits
 from treadle.webhooks.store import DeliveryStore, EndpointStore
 
 from .deps import HttpRequest, Who, app_state
-from .openapi import BODY, errors
+from .openapi import BODY, PARAMS, PATH_ID, errors
 from .params import number
 from .policy import admin
 
@@ -112,9 +112,9 @@ async def list_webhooks(request: HttpRequest, who: Who) -> WebhookList:
     "/v1/webhooks/{webhook_id:str}",
     summary="One webhook endpoint (admin)",
     tags=["webhooks"],
-    responses=errors(WEBHOOK),
+    responses=errors(PATH_ID, WEBHOOK),
 )
-async def get_webhook(request: HttpRequest, who: Who, webhook_id: str) -> EndpointView:
+async def get_webhook(request: HttpRequest, who: Who, webhook_id: FromPath[str]) -> EndpointView:
     admin(request, who)
     return view(await usecase.get(_handles(request).endpoints, who.tenant, webhook_id))
 
@@ -123,10 +123,10 @@ async def get_webhook(request: HttpRequest, who: Who, webhook_id: str) -> Endpoi
     "/v1/webhooks/{webhook_id:str}",
     summary="Change a webhook endpoint (admin): URL, events, thread filter, secret, description, enabled",
     tags=["webhooks"],
-    responses=errors(BODY, INVALID, WEBHOOK),
+    responses=errors(BODY, PATH_ID, INVALID, WEBHOOK),
 )
 async def update_webhook(
-    request: HttpRequest, who: Who, webhook_id: str, data: JSONBody[WebhookChange]
+    request: HttpRequest, who: Who, webhook_id: FromPath[str], data: JSONBody[WebhookChange]
 ) -> EndpointView:
     admin(request, who)
     h = _handles(request)
@@ -147,26 +147,26 @@ async def update_webhook(
 
 @delete(
     "/v1/webhooks/{webhook_id:str}",
-    status_code=204,
-    summary="Delete a webhook endpoint (admin); deliveries still being retried are dropped",
+    status_code=200,
+    summary="Delete a webhook endpoint (admin), answering what it was; deliveries being retried are dropped",
     tags=["webhooks"],
-    responses=errors(WEBHOOK),
+    responses=errors(PATH_ID, WEBHOOK),
 )
-async def delete_webhook(request: HttpRequest, who: Who, webhook_id: str) -> None:
+async def delete_webhook(request: HttpRequest, who: Who, webhook_id: FromPath[str]) -> EndpointView:
     admin(request, who)
-    await usecase.delete(_handles(request).endpoints, who.tenant, webhook_id)
+    return view(await usecase.delete(_handles(request).endpoints, who.tenant, webhook_id))
 
 
 @get(
     "/v1/webhooks/{webhook_id:str}/deliveries",
     summary="A webhook endpoint's deliveries, newest first (admin); status=failed lists the dead letters",
     tags=["webhooks"],
-    responses=errors(INVALID, WEBHOOK),
+    responses=errors(PARAMS, PATH_ID, INVALID, WEBHOOK),
 )
 async def list_deliveries(
     request: HttpRequest,
     who: Who,
-    webhook_id: str,
+    webhook_id: FromPath[str],
     status: Annotated[str | None, QueryParameter(description="pending, delivered or failed")] = None,
     limit: Annotated[str | None, QueryParameter(description="at most this many, 1..500 (100)")] = None,
 ) -> DeliveryList:
@@ -182,9 +182,11 @@ async def list_deliveries(
     status_code=200,
     summary="Send a finished (delivered or dead-lettered) delivery once more, now (admin)",
     tags=["webhooks"],
-    responses=errors(REPLAY),
+    responses=errors(PATH_ID, REPLAY),
 )
-async def replay_delivery(request: HttpRequest, who: Who, webhook_id: str, delivery_id: str) -> DeliveryView:
+async def replay_delivery(
+    request: HttpRequest, who: Who, webhook_id: FromPath[str], delivery_id: FromPath[str]
+) -> DeliveryView:
     admin(request, who)
     h = _handles(request)
     record = await usecase.replay(h.endpoints, h.records, who.tenant, webhook_id, delivery_id, h.allow, h.limits)
