@@ -171,3 +171,15 @@ def test_a_url_names_its_target() -> None:
     assert parse_url("https://Example.com/a?b=1").host == "example.com"
     assert parse_url("https://example.com/a?b=1").path == "/a?b=1"
     assert parse_url("http://[::1]:8080").port == 8080 and parse_url("http://[::1]:8080").host == "::1"
+
+
+def test_a_tenant_over_its_deliveries_per_minute_waits_and_others_do_not() -> None:
+    from treadle.deliveries.service import TenantRate
+
+    now = [0.0]
+    rate = TenantRate(60, clock=lambda: now[0])  # one a second, 60 at once
+    assert [rate.wait_for("acme") for _ in range(60)] == [0.0] * 60
+    assert rate.wait_for("acme") == pytest.approx(1.0)  # the 61st waits for a token, it is not dropped
+    assert rate.wait_for("globex") == 0.0  # another tenant has its own budget
+    now[0] = 1.0
+    assert rate.wait_for("acme") == 0.0

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, six workers)")
+    up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, seven workers)")
     up.add_argument("--port", type=int, default=8700, help="gateway port (default 8700)")
     up.add_argument(
         "--demo",
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
+        help="run N replicas each of coordinator, supervisor, projector and webhooks, sharing the thread "
         "partitions by lease (default 1)",
     )
     up.set_defaults(func=cmd_up, interrupt_ok=True, extra="embedded")  # the server and a nats-server binary

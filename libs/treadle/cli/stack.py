@@ -20,14 +20,10 @@ WORKERS = {
     "provider-host": "treadle.provider_host",
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
-    "deliveries": "treadle.deliveries",  # webhooks (docs/webhooks.md)
+    "webhooks": "treadle.deliveries",  # the webhook delivery worker (docs/webhooks.md)
 }
-REPLICATED = (
-    "coordinator",
-    "supervisor",
-    "projector",
-    "deliveries",
-)  # thread-keyed workers that share partitions by lease
+# Thread-keyed workers that share partitions by lease
+REPLICATED = ("coordinator", "supervisor", "projector", "webhooks")
 _PREFIX = {
     "gateway": "GATEWAY",
     "coordinator": "COORDINATOR",
@@ -35,7 +31,7 @@ _PREFIX = {
     "provider-host": "PROVIDER_HOST",
     "checkpoints": "CHECKPOINTS",
     "projector": "PROJECTOR",
-    "deliveries": "WEBHOOKS",
+    "webhooks": "WEBHOOKS",
 }
 
 
@@ -56,7 +52,7 @@ class Stack:
     ) -> None:
         """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
         cluster of that many nodes, with every stream and bucket replicated on 3 of them. ``replicas``: how many
-        of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease.
+        of each thread-keyed worker (coordinator, supervisor, projector, webhooks) run, sharing the partitions by lease.
         ``workspace_nodes``: 1 keeps every workspace on volume "local" in the state dir; N runs N workspace nodes
         on this machine, volumes node-1..node-N, each with its own directory (``nodes/node-<i>``: workspaces,
         checkpoints, runtimes), checkpoint service and ``provider_hosts`` provider hosts."""
@@ -199,7 +195,7 @@ class Stack:
                 self.processes.add(name, [sys.executable, "-m", module], env)
 
     async def _ensure_streams(self) -> None:
-        """Create the replicated streams and buckets once, before six workers ask a fresh cluster for the
+        """Create the replicated streams and buckets once, before the workers ask a fresh cluster for the
         same at the same moment (each would wait on the others' creations and time out)."""
         import nats
 

@@ -14,7 +14,7 @@ async def main() -> None:
     async def make(nc: NATS, stack: contextlib.AsyncExitStack) -> Deliveries:
         return Deliveries(nc, own, shared)
 
-    await serve("deliveries", shared, own, make)
+    await serve("webhooks", shared, own, make)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,8 @@ class Deliveries:
         self._cache: dict[str, tuple[float, list[Endpoint]]] = {}
         self.work = PartitionedWork(
             nc,
-            kind="deliveries",
-            replica=shared.replica_name("deliveries"),
+            kind="webhooks",
+            replica=shared.replica_name("webhooks"),
             ttl=shared.lease_ttl,
             make=lambda p: PartitionDeliveries(self, p),
             stream_replicas=shared.stream_replicas,
