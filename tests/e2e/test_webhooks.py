@@ -27,6 +27,7 @@ SETTINGS = {
     "TREADLE_WEBHOOKS_BACKOFF_MAX": "0.4",
     "TREADLE_WEBHOOKS_RETRY_FOR": "1.5",
     "TREADLE_WEBHOOKS_READ_TIMEOUT": "2",
+    "TREADLE_WEBHOOKS_MAX_ENDPOINTS_PER_TENANT": "3",
 }
 _tenants = itertools.count(1)
 
@@ -215,3 +216,11 @@ async def test_another_tenant_and_a_member_can_neither_see_nor_touch_an_endpoint
     finally:
         await other.close()
         await member.close()
+
+
+async def test_a_tenant_past_its_endpoint_quota_is_refused(admin: Api, receiver: Receiver) -> None:
+    for n in range(3):
+        await _register(admin, receiver.url(f"/{n}"), ["run.completed"])
+    r = await admin.request("POST", "/v1/webhooks", json={"url": receiver.url("/4"), "events": ["run.completed"]})
+    assert r.status_code == 429 and r.json()["error"]["code"] == "quota_exceeded", r.text
+    assert len((await admin.request("GET", "/v1/webhooks")).json()["items"]) == 3

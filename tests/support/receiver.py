@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 
@@ -13,6 +14,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    received_at: float  # wall clock (time.time()), for a latency measured against an event's `at`
 
 
 @dataclass
@@ -59,7 +61,7 @@ class Receiver:
                 headers[name.strip().lower()] = value.strip()
             body = await reader.readexactly(int(headers.get("content-length", "0")))
             answer = self.answers[min(len(self.requests), len(self.answers) - 1)]
-            self.requests.append(Received(line.decode().split(" ")[1], headers, body))
+            self.requests.append(Received(line.decode().split(" ")[1], headers, body, time.time()))
             self.arrived.set()
             if self.stall:
                 await asyncio.Event().wait()
