@@ -31,11 +31,12 @@ from treadle.runtime.settings import Shared, WebhooksSettings
 from treadle.webhooks.addresses import AllowList
 from treadle.webhooks.model import Delivery, Endpoint, body, delivery_id, matches, schedule
 from treadle.webhooks.sender import Limits, Outcome, post
-from treadle.webhooks.store import DeliveryStore, EndpointStore
+from treadle.webhooks.store import DeliveryStore
+
+from .index import EndpointIndex
 
 log = logging.getLogger(__name__)
 DURABLE = "webhooks"  # one per partition: "webhooks-p3"
-ENDPOINTS_FRESH = 1.0  # seconds a tenant's endpoint list is reused before it is read again
 ACK_WAIT = 30.0
 PROGRESS_EVERY = 10.0
 CONCURRENT_POSTS = 64
@@ -62,20 +63,19 @@ class TenantRate:
 
 
 class Deliveries:
-    """What the partitions of one replica share: the stores, the endpoint cache, the rate and the rules."""
+    """What the partitions of one replica share: the records, the endpoint index, the rate and the rules."""
 
     def __init__(self, nc: NATS, own: WebhooksSettings, shared: Shared | None = None) -> None:
         shared = shared or Shared()
         self.nc, self.js = nc, nc.jetstream()
         self.own = own
-        self.endpoints = EndpointStore(self.js)
         self.records = DeliveryStore(self.js)
         self.allow = AllowList.parse(own.allow_hosts)
         self.limits = Limits(own.connect_timeout, own.read_timeout, own.max_response_bytes)
         self.waits = schedule(own.backoff_base, own.backoff_max, own.retry_for)
         self.rate = TenantRate(own.deliveries_per_minute)
         self.posting = asyncio.Semaphore(CONCURRENT_POSTS)
-        self._cache: dict[str, tuple[float, list[Endpoint]]] = {}
+        self.index = EndpointIndex(self.js)
         self.work = PartitionedWork(
             nc,
             kind="webhooks",
@@ -86,19 +86,12 @@ class Deliveries:
         )
 
     async def start(self) -> None:
+        await self.index.start()
         await self.work.start()
 
     async def stop(self) -> None:
         await self.work.stop()
-
-    async def tenant_endpoints(self, tenant: str) -> list[Endpoint]:
-        now = time.monotonic()
-        cached = self._cache.get(tenant)
-        if cached is not None and now - cached[0] < ENDPOINTS_FRESH:
-            return cached[1]
-        found = await self.endpoints.list(tenant)
-        self._cache[tenant] = (now, found)
-        return found
+        await self.index.stop()
 
     async def deliver(self, endpoint: Endpoint, event: Envelope) -> None:
         """Send ``event`` to ``endpoint`` until acknowledged or the retries run out (then dead-lettered)."""
@@ -131,7 +124,7 @@ class Deliveries:
                 log.warning("webhook %s: delivery %s dead-lettered: %s", endpoint.id, ident, record.error)
                 return
             await asyncio.sleep(self.waits[record.attempts - 1])  # the retry backoff
-            current = await self.endpoints.get(endpoint.tenant, endpoint.id)
+            current = next((e for e in self.index.of(endpoint.tenant) if e.id == endpoint.id), None)
             if current is None or not current.enabled:
                 record.status, record.error = "failed", "the endpoint was deleted or disabled"
                 await self.records.put(record)
@@ -224,7 +217,7 @@ class PartitionDeliveries:
         if seq in self._pending:
             return  # a redelivery of an event still in hand
         tenant, _thread, _type = subjects.parse_event_subject(msg.subject)
-        endpoints = await self._o.tenant_endpoints(tenant)
+        endpoints = self._o.index.of(tenant)
         if not endpoints:
             await msg.ack()
             return
