@@ -19,14 +19,15 @@ from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 
 from treadle.core.envelope import Envelope
 from treadle.core.events import decode_event
 from treadle.eventlog import subjects
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
+from treadle.runtime.pull import LingeringPull
 from treadle.runtime.settings import Shared, WebhooksSettings
 from treadle.webhooks.addresses import AllowList
 from treadle.webhooks.model import Delivery, Endpoint, body, delivery_id, matches, schedule
@@ -40,6 +41,7 @@ DURABLE = "webhooks"  # one per partition: "webhooks-p3"
 ACK_WAIT = 30.0
 PROGRESS_EVERY = 10.0
 CONCURRENT_POSTS = 64
+IDLE_TURN = 5.0
 
 
 class TenantRate:
@@ -176,12 +178,14 @@ class PartitionDeliveries:
             deliver_policy=DeliverPolicy.NEW,
             filter_subject=partitions.events_filter(self.partition),
         )
-        self._sub = await self._o.js.pull_subscribe(
-            partitions.events_filter(self.partition),
-            durable=self._durable,
-            stream=subjects.EVENTS_STREAM,
-            config=config,
-        )
+        js = self._o.js
+        try:
+            await js.consumer_info(subjects.EVENTS_STREAM, self._durable)
+        except NotFoundError:
+            await js.add_consumer(subjects.EVENTS_STREAM, config)
+        # Not nats-py's fetch: after a first message it waits out its whole timeout for a full batch.
+        self._pull = LingeringPull(js, subjects.EVENTS_STREAM, self._durable, self._o.own.batch)
+        await self._pull.start()
         self._task = asyncio.create_task(self._loop(), name=f"deliveries:p{self.partition}")
         self._progress = asyncio.create_task(self._keep_alive())
 
@@ -190,18 +194,15 @@ class PartitionDeliveries:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for pending in self._pending.values():  # the next owner sends them again at once
+        untaken = await self._pull.close()
+        for msg in [*(p.msg for p in self._pending.values()), *untaken]:  # the next owner sends them at once
             with contextlib.suppress(Exception):
-                await pending.msg.nak()
-        with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
+                await msg.nak()
 
     async def _loop(self) -> None:
         while True:
             try:
-                msgs = await self._sub.fetch(self._o.own.batch, timeout=5.0)
-            except (TimeoutError, NatsTimeout):
-                continue
+                msgs = await self._pull.take(IDLE_TURN)
             except Exception as exc:
                 log.warning("%s: fetch failed: %r", self._durable, exc)
                 await asyncio.sleep(0.5)  # backoff while the broker is away
