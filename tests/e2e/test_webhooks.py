@@ -5,7 +5,9 @@ member and another tenant can neither see nor touch an endpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from asyncio.subprocess import PIPE
 
 import msgspec
 import nats
@@ -224,3 +226,48 @@ async def test_a_tenant_past_its_endpoint_quota_is_refused(admin: Api, receiver:
     r = await admin.request("POST", "/v1/webhooks", json={"url": receiver.url("/4"), "events": ["run.completed"]})
     assert r.status_code == 429 and r.json()["error"]["code"] == "quota_exceeded", r.text
     assert len((await admin.request("GET", "/v1/webhooks")).json()["items"]) == 3
+
+
+async def test_the_sdk_and_the_cli_manage_endpoints_and_read_deliveries(
+    hooks_stack, admin: Api, receiver: Receiver, tmp_path
+) -> None:
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    from treadle.client import AsyncTreadle
+
+    async with AsyncTreadle(hooks_stack.api_url, admin.token, timeout=30) as client:
+        made = await client.create_webhook(receiver.url(), ["run.completed"], description="sdk")
+        hook = made.webhook.id
+        assert [w.id for w in (await client.list_webhooks()).items] == [hook]
+        assert (await client.update_webhook(hook, description="changed")).description == "changed"
+        thread = await admin.create_thread()
+        await _run(admin, thread)
+        (got,) = await receiver.wait(1)
+        verify(made.secret, got.headers["treadle-signature"], got.body)
+        (record,) = await wait_for(lambda: _all_delivered(admin, hook, 1), timeout=10, what="delivered")
+        listed = (await client.list_deliveries(hook, status="delivered")).items
+        assert [d.id for d in listed] == [record["id"]] and listed[0].event_type == "run.completed"
+        again = await client.replay_delivery(hook, record["id"])
+        assert again.status == "delivered" and again.attempts == 2 and len(receiver.requests) == 2
+
+    treadle = Path(sys.executable).parent / "treadle"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TREADLE_")}
+    api = ["--api", hooks_stack.api_url, "--token", admin.token, "--output", "json"]
+
+    async def cli(*args: str) -> dict:
+        proc = await asyncio.create_subprocess_exec(
+            str(treadle), "webhooks", *args, *api, cwd=tmp_path, env=clean, stdout=PIPE, stderr=PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        return json.loads(out)
+
+    assert (await cli("show", hook))["description"] == "changed"
+    assert [d["id"] for d in (await cli("deliveries", hook))["items"]] == [record["id"]]
+    assert (await cli("update", hook, "--disable"))["enabled"] is False
+    created = await cli("create", receiver.url("/cli"), "--event", "run.failed", "--event", "request.opened")
+    assert created["secret"].startswith("whsec_") and created["webhook"]["events"] == ["run.failed", "request.opened"]
+    assert (await cli("delete", created["webhook"]["id"]))["id"] == created["webhook"]["id"]
