@@ -271,3 +271,22 @@ async def test_the_sdk_and_the_cli_manage_endpoints_and_read_deliveries(
     created = await cli("create", receiver.url("/cli"), "--event", "run.failed", "--event", "request.opened")
     assert created["secret"].startswith("whsec_") and created["webhook"]["events"] == ["run.failed", "request.opened"]
     assert (await cli("delete", created["webhook"]["id"]))["id"] == created["webhook"]["id"]
+
+
+async def test_a_delivery_cut_short_by_a_worker_crash_is_sent_again(
+    hooks_stack, admin: Api, receiver: Receiver
+) -> None:
+    receiver.stall = True  # the first attempt is in flight when the worker dies
+    made = await _register(admin, receiver.url(), ["run.completed"])
+    thread = await admin.create_thread()
+    await _run(admin, thread)
+    await receiver.wait(1)
+    restarts = hooks_stack.processes.restarts("webhooks")
+    await hooks_stack.processes.kill("webhooks")
+    receiver.stall = False
+    await wait_for(lambda: hooks_stack.processes.restarts("webhooks") > restarts, timeout=20, what="webhooks back")
+    first, again = await receiver.wait(2, timeout=25)
+    assert first.headers["treadle-delivery"] == again.headers["treadle-delivery"]  # at least once, same id
+    verify(made["secret"], again.headers["treadle-signature"], again.body)
+    (record,) = await wait_for(lambda: _all_delivered(admin, made["webhook"]["id"], 1), timeout=10, what="delivered")
+    assert record["status"] == "delivered"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -180,9 +181,19 @@ class PartitionDeliveries:
         )
         js = self._o.js
         try:
-            await js.consumer_info(subjects.EVENTS_STREAM, self._durable)
+            info = await js.consumer_info(subjects.EVENTS_STREAM, self._durable)
         except NotFoundError:
             await js.add_consumer(subjects.EVENTS_STREAM, config)
+        else:
+            # Deliveries still outstanding belong to a reader that is gone (a crash): read again from the floor
+            # now rather than after their ack wait. What is read twice finds its finished record and is skipped.
+            if info.num_ack_pending and info.ack_floor is not None and info.ack_floor.stream_seq:
+                with contextlib.suppress(NotFoundError):
+                    await js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
+                again = dataclasses.replace(
+                    config, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=info.ack_floor.stream_seq + 1
+                )
+                await js.add_consumer(subjects.EVENTS_STREAM, again)
         # Not nats-py's fetch: after a first message it waits out its whole timeout for a full batch.
         self._pull = LingeringPull(js, subjects.EVENTS_STREAM, self._durable, self._o.own.batch)
         await self._pull.start()
