@@ -21,6 +21,7 @@ class Received:
 class Receiver:
     answers: list[bytes] = field(default_factory=lambda: [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"])
     stall: bool = False  # read the request, never answer
+    stall_after_answer: bool = False  # answer, then keep the connection open
     requests: list[Received] = field(default_factory=list)
     connections: int = 0
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
@@ -67,6 +68,8 @@ class Receiver:
                 await asyncio.Event().wait()
             writer.write(answer)
             await writer.drain()
+            if self.stall_after_answer:
+                await asyncio.Event().wait()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:

@@ -74,3 +74,10 @@ async def test_an_error_status_is_a_failure_and_nothing_listening_is_one_too(rec
     await receiver.stop()
     gone = await post(f"http://127.0.0.1:{port}/", b"{}", SECRET, "dlv_1", LOOPBACK, QUICK)
     assert not gone.ok and gone.status is None and "connect" in (gone.error or "")
+
+
+async def test_an_answer_whose_connection_stays_open_is_taken_at_its_headers(receiver: Receiver) -> None:
+    receiver.answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial"]  # body never finished
+    receiver.stall_after_answer = True
+    outcome = await post(receiver.url(), b"{}", SECRET, "dlv_1", LOOPBACK, QUICK)
+    assert outcome.ok and outcome.status == 200
