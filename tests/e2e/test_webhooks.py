@@ -186,6 +186,19 @@ async def test_bad_input_is_refused_and_nothing_is_stored(admin: Api, receiver: 
         r = await admin.request("POST", "/v1/webhooks", json=body)
         assert r.status_code == 400, (body, r.text)
     assert (await admin.request("GET", "/v1/webhooks")).json()["items"] == []
+    hook = (await _register(admin, receiver.url(), ["run.completed"]))["webhook"]["id"]
+    for method, path, params, code in (
+        ("GET", "/v1/webhooks/whk.>", {}, "invalid_id"),
+        ("DELETE", "/v1/webhooks/thr_01kbq0v8y3f6x5n2w9c4h7j1ad", {}, "invalid_id"),
+        ("POST", f"/v1/webhooks/{hook}/deliveries/dlv_x*/replay", {}, "invalid_id"),
+        ("GET", f"/v1/webhooks/{hook}/deliveries", {"status": "lost"}, "invalid_webhook"),
+        ("GET", f"/v1/webhooks/{hook}/deliveries", {"limit": "1e9"}, "invalid_parameter"),
+    ):
+        r = await admin.request(method, path, params=params)
+        assert r.status_code == 400 and r.json()["error"]["code"] == code, (path, r.text)
+    r = await admin.request("PATCH", f"/v1/webhooks/{hook}", json={"url": "http://169.254.169.254/"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_webhook"
+    assert (await admin.request("GET", f"/v1/webhooks/{hook}")).json()["url"] == receiver.url()  # unchanged
 
 
 async def test_another_tenant_and_a_member_can_neither_see_nor_touch_an_endpoint(
