@@ -43,6 +43,7 @@ ACK_WAIT = 30.0
 PROGRESS_EVERY = 10.0
 CONCURRENT_POSTS = 64
 IDLE_TURN = 5.0
+LANE_GRACE = 5.0  # seconds a stopping partition lets its deliveries in hand finish
 
 
 class TenantRate:
@@ -201,10 +202,18 @@ class PartitionDeliveries:
         self._progress = asyncio.create_task(self._keep_alive())
 
     async def stop(self, timeout: float = 10.0) -> None:
-        tasks = [t for t in (self._task, self._progress, *self._lane_tasks.values()) if t is not None]
-        for task in tasks:
+        """Take no more events; let the deliveries in hand finish for a while (a POST cut short is sent again by
+        the next owner: a duplicate at the receiver), then give back what is left."""
+        loops = [t for t in (self._task, self._progress) if t is not None]
+        for task in loops:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*loops, return_exceptions=True)
+        lanes = list(self._lane_tasks.values())
+        if lanes:
+            await asyncio.wait(lanes, timeout=min(timeout, LANE_GRACE))
+        for task in lanes:
+            task.cancel()
+        await asyncio.gather(*lanes, return_exceptions=True)
         untaken = await self._pull.close()
         for msg in [*(p.msg for p in self._pending.values()), *untaken]:  # the next owner sends them at once
             with contextlib.suppress(Exception):
