@@ -303,3 +303,18 @@ async def test_a_delivery_cut_short_by_a_worker_crash_is_sent_again(
     verify(made["secret"], again.headers["treadle-signature"], again.body)
     (record,) = await wait_for(lambda: _all_delivered(admin, made["webhook"]["id"], 1), timeout=10, what="delivered")
     assert record["status"] == "delivered"
+
+
+async def test_a_redirect_at_delivery_is_not_followed_and_ends_in_a_dead_letter(admin: Api, receiver: Receiver) -> None:
+    receiver.answers = [answer(307, "Temporary Redirect", "Location: http://169.254.169.254/latest/meta-data\r\n")]
+    made = await _register(admin, receiver.url(), ["run.completed"])
+    hook = made["webhook"]["id"]
+    thread = await admin.create_thread()
+    await _run(admin, thread)
+
+    async def dead() -> list[dict] | None:
+        return await _deliveries(admin, hook, "failed") or None
+
+    (letter,) = await wait_for(dead, timeout=20, what="a dead letter")
+    assert letter["response_status"] == 307 and "redirect" in letter["error"]
+    assert len(receiver.requests) == letter["attempts"] and {r.path for r in receiver.requests} == {"/hook"}
