@@ -25,6 +25,7 @@ case "$worker" in
     supervisor)    exec python -m treadle.supervisor "$@" ;;
     projector)     exec python -m treadle.projector "$@" ;;
     scheduler)     exec python -m treadle.scheduler "$@" ;;
+    webhooks)      exec python -m treadle.deliveries "$@" ;;
     provider-host) writable "$state_dir"; exec python -m treadle.provider_host "$@" ;;
     checkpoints)   writable "$state_dir"; exec python -m treadle.checkpoints_service "$@" ;;
     broker-init)   # auth.conf for the NATS nodes (service user from the password variable; tenant credentials kept)

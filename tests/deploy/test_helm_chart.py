@@ -41,13 +41,16 @@ def test_the_chart_lints_strict_and_renders_the_promised_resources():
     assert listing == sorted(
         ["Secret/t-treadle", "ServiceMonitor/t-treadle", "ConfigMap/t-treadle-nats"]
         + [f"{kind}/t-treadle-{name}" for kind, name in [("StatefulSet", "nats"), ("StatefulSet", "workspace")]]
-        + [f"Deployment/t-treadle-{w}" for w in ("gateway", "coordinator", "supervisor", "projector", "scheduler")]
+        + [
+            f"Deployment/t-treadle-{w}"
+            for w in ("gateway", "coordinator", "supervisor", "projector", "scheduler", "webhooks")
+        ]
         + ["Deployment/t-treadle-redis"]
         + [f"Service/t-treadle-{w}" for w in ("nats", "redis", "gateway", "coordinator", "supervisor", "projector")]
-        + ["Service/t-treadle-scheduler"]
+        + ["Service/t-treadle-scheduler", "Service/t-treadle-webhooks"]
         + ["Service/t-treadle-workspace"]
         + [f"PodDisruptionBudget/t-treadle-{w}" for w in ("nats", "gateway", "coordinator", "supervisor", "projector")]
-        + ["PodDisruptionBudget/t-treadle-scheduler"]
+        + ["PodDisruptionBudget/t-treadle-scheduler", "PodDisruptionBudget/t-treadle-webhooks"]
         + ["PodDisruptionBudget/t-treadle-workspace", "ServiceAccount/t-treadle"]
         + [f"NetworkPolicy/t-treadle-{p}" for p in ("default-deny", "nats", "redis", "gateway", "metrics")]
         + ["NetworkPolicy/t-treadle-workspace-egress"]
@@ -111,7 +114,16 @@ def test_every_worker_is_probed_and_every_workload_has_a_disruption_budget():
         d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
         for d in _of(docs, "PodDisruptionBudget").values()
     }
-    assert budgets == {"nats", "gateway", "coordinator", "supervisor", "projector", "scheduler", "workspace-node"}
+    assert budgets == {
+        "nats",
+        "gateway",
+        "coordinator",
+        "supervisor",
+        "projector",
+        "scheduler",
+        "webhooks",
+        "workspace-node",
+    }
 
 
 def test_workspace_nodes_have_stable_ids_and_checkpoints_route_to_the_node_holding_the_workspace():
@@ -187,7 +199,7 @@ def test_issue41_only_the_workers_reach_nats_and_redis_and_only_the_gateway_is_o
     deny = policies["t-treadle-default-deny"]
     assert deny["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/instance": "t"}}
     assert deny["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in deny["spec"]  # nothing unless allowed
-    workers = {"gateway", "coordinator", "supervisor", "projector", "workspace-node"}
+    workers = {"gateway", "coordinator", "supervisor", "projector", "webhooks", "workspace-node"}
     by_port = {r["ports"][0]["port"]: r for r in policies["t-treadle-nats"]["spec"]["ingress"]}
     assert _peers(by_port[4222]) == workers | {"scheduler"} and _peers(by_port[6222]) == {"nats"}
     assert by_port[8222]["from"] == [{"namespaceSelector": {}}]  # the monitor port to scrapers only
@@ -228,7 +240,7 @@ def test_issue41_no_pod_mounts_an_api_token_and_nats_and_replicas_spread_over_no
     soft = _render({**VALUES, "nats": {"antiAffinity": "soft"}})
     affinity = _of(soft, "StatefulSet")["t-treadle-nats"]["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert list(affinity) == ["preferredDuringSchedulingIgnoredDuringExecution"]
-    for name in ("gateway", "coordinator", "supervisor", "projector"):
+    for name in ("gateway", "coordinator", "supervisor", "projector", "webhooks"):
         spread = workloads[f"t-treadle-{name}"]["spec"]["template"]["spec"]["topologySpreadConstraints"]
         assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
         assert all(c["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == name for c in spread)

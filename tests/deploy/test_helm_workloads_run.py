@@ -34,6 +34,7 @@ MODULES = {  # deploy/entrypoint.sh: the container's first argument names the wo
     "coordinator": "treadle.coordinator",
     "supervisor": "treadle.supervisor",
     "projector": "treadle.projector",
+    "webhooks": "treadle.deliveries",
     "provider-host": "treadle.provider_host",
     "checkpoints": "treadle.checkpoints_service",
 }

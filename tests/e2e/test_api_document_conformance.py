@@ -11,13 +11,14 @@ import schemathesis
 
 from tests.e2e.test_api_fuzz import CHECKS
 from tests.support.scripts import HANG, approval, script, text, write
+from treadle.ops.tokens import TokenStore
 
 pytestmark = pytest.mark.e2e
 
 NOWHERE = "_00000000000000000000000000"
 
 
-async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack):
+async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack, stack_nc):
     async with httpx.AsyncClient(base_url=stack.api_url, timeout=15) as http:
         schema = schemathesis.openapi.from_dict((await http.get("/schema/openapi.json")).json())
         seen: dict[str, set[int]] = {}
@@ -134,6 +135,7 @@ async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack)
         await call("GET", "/v1/policy", 403)
         await call("PUT", "/v1/policy", 403, json={"allowed_modes": ["approval_required"]})
         await call("POST", "/v1/threads", 401, headers={"Authorization": "Bearer nope"}, json={})
+        await _webhooks(call, await TokenStore(stack_nc.jetstream()).create(api.tenant, "root", "admin"))
         await call(
             "POST",
             "/v1/threads",
@@ -144,3 +146,27 @@ async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack)
 
     operations = {op.ok().definition.raw["operationId"] for op in schema.get_all_operations()}
     assert operations - {"stream_events"} <= seen.keys(), f"not called: {sorted(operations - seen.keys())}"
+
+
+async def _webhooks(call, admin_token: str) -> None:
+    """Every webhook operation, refused to a member and answered to an admin. The endpoint is a public literal
+    address filtered to a thread that does not exist: nothing is ever sent to it (and no name is looked up)."""
+    hook, delivery = f"whk{NOWHERE}", f"dlv{NOWHERE}"
+    await call("GET", "/v1/webhooks", 403)
+    admin = {"headers": {"Authorization": f"Bearer {admin_token}"}}
+    made = await call(
+        "POST",
+        "/v1/webhooks",
+        201,
+        json={"url": "https://93.184.216.34/hook", "events": ["run.completed"], "threads": [f"thr{NOWHERE}"]},
+        **admin,
+    )
+    hook = made["webhook"]["id"]
+    await call("POST", "/v1/webhooks", 400, json={"url": "http://10.0.0.1/", "events": ["run.completed"]}, **admin)
+    await call("GET", "/v1/webhooks", 200, **admin)
+    await call("GET", f"/v1/webhooks/{hook}", 200, **admin)
+    await call("GET", f"/v1/webhooks/whk{NOWHERE}", 404, **admin)
+    await call("PATCH", f"/v1/webhooks/{hook}", 200, json={"description": "conformance"}, **admin)
+    await call("GET", f"/v1/webhooks/{hook}/deliveries", 200, params={"status": "failed"}, **admin)
+    await call("POST", f"/v1/webhooks/{hook}/deliveries/{delivery}/replay", 404, **admin)
+    await call("DELETE", f"/v1/webhooks/{hook}", 200, **admin)

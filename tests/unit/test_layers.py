@@ -17,6 +17,7 @@ LAYERS = {
     "views": 10,
     "client": 15,  # the SDK: decodes into the views and the contract's receipts
     "sandbox": 10,
+    "webhooks": 20,  # endpoints, matching, signing, address checks and the sender: the SDK's verifier below it
     "eventlog": 30,
     "runtime": 40,  # the worker kit
     "projections": 50,

@@ -25,6 +25,7 @@ from treadle.client.errors import ApiError
 from treadle.core.policy import TenantPolicy
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.gateway import checkpoints
+from treadle.webhooks.model import DeliveryView, EndpointView
 
 FAST = RetryPolicy(attempts=4, total=5, max_delay=0.01, first_delay=0.001)
 CREATED = {"thread_id": "thr_1", "seq": 3}
@@ -46,6 +47,8 @@ def fields(struct: type) -> set[str]:
         (results.CheckpointPoint, checkpoints.CheckpointPoint),
         (results.FileStat, GatewayFileStat),
         (results.Policy, TenantPolicy),
+        (results.Webhook, EndpointView),
+        (results.WebhookDelivery, DeliveryView),
     ],
 )
 def test_the_sdks_answer_shapes_are_the_gateways(mine, gateways):

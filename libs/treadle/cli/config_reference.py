@@ -56,6 +56,7 @@ def _sections() -> list[tuple[str, type[BaseSettings], str]]:
         ("Checkpoint service", s.CheckpointsSettings, "TREADLE_CHECKPOINTS_"),
         ("Projection writer", s.ProjectorSettings, "TREADLE_PROJECTOR_"),
         ("Scheduler", s.SchedulerSettings, "TREADLE_SCHEDULER_"),
+        ("Webhooks (delivery worker and gateway)", s.WebhooksSettings, "TREADLE_WEBHOOKS_"),
         ("Runtime sandbox (provider host)", SandboxSettings, "TREADLE_SANDBOX_"),
         ("Codex provider", CodexSettings, "TREADLE_CODEX_"),
         ("Claude provider", ClaudeSettings, "TREADLE_CLAUDE_"),

@@ -17,7 +17,7 @@ import sys
 from rich.markup import escape
 
 from ..client import ApiError
-from . import check, completion, consumers, dead_letters, exits, volumes
+from . import check, completion, consumers, dead_letters, exits, volumes, webhooks
 from .admin import (
     cmd_backup,
     cmd_projections_rebuild,
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text", help="text (default) or json")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, six workers)")
+    up = sub.add_parser("up", parents=[state], help="run the whole stack locally (NATS, Redis, eight workers)")
     up.add_argument("--port", type=int, default=8700, help="gateway port (default 8700)")
     up.add_argument(
         "--demo",
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="run N replicas each of coordinator, supervisor and projector, sharing the thread "
+        help="run N replicas each of coordinator, supervisor, projector and webhooks, sharing the thread "
         "partitions by lease (default 1)",
     )
     up.set_defaults(func=cmd_up, interrupt_ok=True, extra="embedded")  # the server and a nats-server binary
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_api_parsers(sub, api)
     add_policy_api_parsers(policy, api)
     add_schedule_parsers(sub, api)
+    webhooks.add_parser(sub, api)
 
     projections = sub.add_parser("projections", help="Redis read models").add_subparsers(
         dest="action", required=True, metavar="ACTION"

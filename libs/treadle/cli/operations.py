@@ -56,6 +56,13 @@ COMMANDS: dict[str, str] = {
     "get_policy": "policy get",
     "put_policy": "policy put",
     **SCHEDULE_COMMANDS,
+    "create_webhook": "webhooks create",  # cli/webhooks.py
+    "list_webhooks": "webhooks list",
+    "get_webhook": "webhooks show",
+    "update_webhook": "webhooks update",
+    "delete_webhook": "webhooks delete",
+    "list_deliveries": "webhooks deliveries",
+    "replay_delivery": "webhooks replay",
 }
 
 

@@ -1,4 +1,4 @@
-"""The embedded deployment: nats-server with JetStream, redis-server and the seven workers, all supervised OS
+"""The embedded deployment: nats-server with JetStream, redis-server and the eight workers, all supervised OS
 processes (restarted with backoff when they die). ``treadle up`` runs it; the e2e and chaos tests drive it (and kill parts of it)."""
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ WORKERS = {
     "checkpoints": "treadle.checkpoints_service",
     "projector": "treadle.projector",
     "scheduler": "treadle.scheduler",
+    "webhooks": "treadle.deliveries",  # the webhook delivery worker (docs/webhooks.md)
 }
 REPLICATED = (
     "coordinator",
     "supervisor",
     "projector",
     "scheduler",
+    "webhooks",
 )  # thread-keyed workers that share partitions by lease
 _PREFIX = {
     "gateway": "GATEWAY",
@@ -38,6 +40,7 @@ _PREFIX = {
     "checkpoints": "CHECKPOINTS",
     "projector": "PROJECTOR",
     "scheduler": "SCHEDULER",
+    "webhooks": "WEBHOOKS",
 }
 
 
@@ -58,7 +61,7 @@ class Stack:
     ) -> None:
         """``nats_cluster``: 1 runs one nats-server (the default, and the quickest); 3 or more a JetStream
         cluster of that many nodes, with every stream and bucket replicated on 3 of them. ``replicas``: how many
-        of each thread-keyed worker (coordinator, supervisor, projector) run, sharing the partitions by lease.
+        of each thread-keyed worker (coordinator, supervisor, projector, scheduler, webhooks) run, sharing the partitions by lease.
         ``workspace_nodes``: 1 keeps every workspace on volume "local" in the state dir; N runs N workspace nodes
         on this machine, volumes node-1..node-N, each with its own directory (``nodes/node-<i>``: workspaces,
         checkpoints, runtimes), checkpoint service and ``provider_hosts`` provider hosts."""

@@ -247,7 +247,7 @@ async def cmd_up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     try:
         broker = "nats-server" if args.nats_cluster == 1 else f"a {args.nats_cluster}-node NATS cluster"
-        with console.status(f"starting {broker}, redis-server and 6 workers…"):
+        with console.status(f"starting {broker}, redis-server and 8 workers…"):
             try:
                 await stack.start()
             except ServerNotFound as exc:

@@ -28,7 +28,21 @@ from treadle.views.thread import RunView, ThreadSummary, ThreadView
 from . import calls
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
-from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .results import (
+    Acknowledged,
+    CreatedWebhook,
+    Diff,
+    Forked,
+    Implemented,
+    MessageAccepted,
+    Page,
+    Policy,
+    ThreadCreated,
+    Webhook,
+    WebhookDelivery,
+    WebhookDeliveryList,
+    WebhookList,
+)
 from .schedules import AsyncScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
@@ -329,6 +343,64 @@ class AsyncTreadle(AsyncScheduleMethods):
                 max_schedules=max_schedules,
             )
         )
+
+    # --- webhooks (admins; docs/webhooks.md) ---------------------------------------------------------
+
+    async def create_webhook(
+        self,
+        url: str,
+        events: list[str],
+        *,
+        threads: list[str] | None = None,
+        secret: str | None = None,
+        description: str = "",
+    ) -> CreatedWebhook:
+        """Register an endpoint; the answer's ``secret`` is shown this once."""
+        return await self.call(
+            calls.create_webhook(url, events, threads=threads, secret=secret, description=description)
+        )
+
+    async def list_webhooks(self) -> WebhookList:
+        return await self.call(calls.list_webhooks())
+
+    async def get_webhook(self, webhook_id: str) -> Webhook:
+        return await self.call(calls.get_webhook(webhook_id))
+
+    async def update_webhook(
+        self,
+        webhook_id: str,
+        *,
+        url: str | None = None,
+        events: list[str] | None = None,
+        threads: list[str] | None = None,
+        secret: str | None = None,
+        description: str | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        return await self.call(
+            calls.update_webhook(
+                webhook_id,
+                url=url,
+                events=events,
+                threads=threads,
+                secret=secret,
+                description=description,
+                enabled=enabled,
+            )
+        )
+
+    async def delete_webhook(self, webhook_id: str) -> Webhook:
+        return await self.call(calls.delete_webhook(webhook_id))
+
+    async def list_deliveries(
+        self, webhook_id: str, *, status: str | None = None, limit: int | None = None
+    ) -> WebhookDeliveryList:
+        """The endpoint's deliveries, newest first; ``status="failed"``: its dead letters."""
+        return await self.call(calls.list_deliveries(webhook_id, status=status, limit=limit))
+
+    async def replay_delivery(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
+        """Send a delivered or dead-lettered delivery once more, now."""
+        return await self.call(calls.replay_delivery(webhook_id, delivery_id))
 
     # --- the event stream ----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from treadle.views.thread import RunView, ThreadSummary, ThreadView
 from .errors import ApiError, Unreachable
 from .results import (
     Acknowledged,
+    CreatedWebhook,
     Diff,
     Forked,
     Implemented,
@@ -36,6 +37,10 @@ from .results import (
     Page,
     Policy,
     ThreadCreated,
+    Webhook,
+    WebhookDelivery,
+    WebhookDeliveryList,
+    WebhookList,
 )
 from .schedule_ops import OPERATIONS as schedule_operations
 
@@ -358,6 +363,54 @@ def put_policy(
     return Call("put_policy", "PUT", "/v1/policy", Policy, body=body)
 
 
+# --- webhooks (admins; docs/webhooks.md) -------------------------------------------------------------
+
+
+def create_webhook(
+    url: str, events: list[str], *, threads: list[str] | None = None, secret: str | None = None, description: str = ""
+) -> Call[CreatedWebhook]:
+    body = _present(url=url, events=events, threads=threads, secret=secret, description=description or None)
+    return Call("create_webhook", "POST", "/v1/webhooks", CreatedWebhook, body=body)
+
+
+def list_webhooks() -> Call[WebhookList]:
+    return Call("list_webhooks", "GET", "/v1/webhooks", WebhookList)
+
+
+def get_webhook(webhook_id: str) -> Call[Webhook]:
+    return Call("get_webhook", "GET", f"/v1/webhooks/{_p(webhook_id)}", Webhook)
+
+
+def update_webhook(
+    webhook_id: str,
+    *,
+    url: str | None = None,
+    events: list[str] | None = None,
+    threads: list[str] | None = None,
+    secret: str | None = None,
+    description: str | None = None,
+    enabled: bool | None = None,
+) -> Call[Webhook]:
+    body = _present(url=url, events=events, threads=threads, secret=secret, description=description, enabled=enabled)
+    return Call("update_webhook", "PATCH", f"/v1/webhooks/{_p(webhook_id)}", Webhook, body=body)
+
+
+def delete_webhook(webhook_id: str) -> Call[Webhook]:
+    return Call("delete_webhook", "DELETE", f"/v1/webhooks/{_p(webhook_id)}", Webhook)
+
+
+def list_deliveries(
+    webhook_id: str, *, status: str | None = None, limit: int | None = None
+) -> Call[WebhookDeliveryList]:
+    path = f"/v1/webhooks/{_p(webhook_id)}/deliveries"
+    return Call("list_deliveries", "GET", path, WebhookDeliveryList, params=_present(status=status, limit=limit))
+
+
+def replay_delivery(webhook_id: str, delivery_id: str) -> Call[WebhookDelivery]:
+    path = f"/v1/webhooks/{_p(webhook_id)}/deliveries/{_p(delivery_id)}/replay"
+    return Call("replay_delivery", "POST", path, WebhookDelivery)
+
+
 def events_path(thread_id: str) -> str:
     """The thread's Server-Sent Events (operation ``stream_events``; the clients' ``stream_events``)."""
     return f"/v1/threads/{_p(thread_id)}/events"
@@ -395,6 +448,13 @@ OPERATIONS: tuple[str, ...] = (
     "get_policy",
     "put_policy",
     *schedule_operations,  # client/schedules.py
+    "create_webhook",
+    "list_webhooks",
+    "get_webhook",
+    "update_webhook",
+    "delete_webhook",
+    "list_deliveries",
+    "replay_delivery",
 )
 
 

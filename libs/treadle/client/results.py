@@ -14,6 +14,11 @@ import msgspec
 from treadle.api import Acknowledged, Forked, Implemented, MessageAccepted, ThreadCreated
 
 __all__ = [
+    "CreatedWebhook",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookDeliveryList",
+    "WebhookList",
     "Acknowledged",
     "CheckpointPoint",
     "Diff",
@@ -86,3 +91,47 @@ class Policy(msgspec.Struct, kw_only=True):
     max_schedules: int | None = None  # schedules of the tenant; None: 100
     updated_at: datetime | None = None
     updated_by: str | None = None
+
+
+class Webhook(msgspec.Struct, kw_only=True):
+    """A webhook endpoint (admin; docs/webhooks.md). Its secret is never shown after creation."""
+
+    id: str
+    url: str
+    events: list[str]
+    threads: list[str]
+    description: str
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class CreatedWebhook(msgspec.Struct, kw_only=True):
+    webhook: Webhook
+    secret: str  # shown this once: verify deliveries with it (treadle.client.webhooks.verify)
+
+
+class WebhookList(msgspec.Struct, kw_only=True):
+    items: list[Webhook]
+
+
+class WebhookDelivery(msgspec.Struct, kw_only=True):
+    """One event for one endpoint: status pending (being retried), delivered or failed (dead-lettered)."""
+
+    id: str
+    endpoint: str
+    thread: str
+    event_id: str
+    event_type: str
+    seq: int
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    response_status: int | None = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    delivered_at: datetime | None = None
+
+
+class WebhookDeliveryList(msgspec.Struct, kw_only=True):
+    items: list[WebhookDelivery]

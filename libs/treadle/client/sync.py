@@ -28,7 +28,21 @@ from treadle.views.thread import RunView, ThreadSummary, ThreadView
 from . import calls
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
-from .results import Acknowledged, Diff, Forked, Implemented, MessageAccepted, Page, Policy, ThreadCreated
+from .results import (
+    Acknowledged,
+    CreatedWebhook,
+    Diff,
+    Forked,
+    Implemented,
+    MessageAccepted,
+    Page,
+    Policy,
+    ThreadCreated,
+    Webhook,
+    WebhookDelivery,
+    WebhookDeliveryList,
+    WebhookList,
+)
 from .schedules import ScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
@@ -322,6 +336,62 @@ class Treadle(ScheduleMethods):
                 max_schedules=max_schedules,
             )
         )
+
+    # --- webhooks (admins; docs/webhooks.md) ---------------------------------------------------------
+
+    def create_webhook(
+        self,
+        url: str,
+        events: list[str],
+        *,
+        threads: list[str] | None = None,
+        secret: str | None = None,
+        description: str = "",
+    ) -> CreatedWebhook:
+        """Register an endpoint; the answer's ``secret`` is shown this once."""
+        return self.call(calls.create_webhook(url, events, threads=threads, secret=secret, description=description))
+
+    def list_webhooks(self) -> WebhookList:
+        return self.call(calls.list_webhooks())
+
+    def get_webhook(self, webhook_id: str) -> Webhook:
+        return self.call(calls.get_webhook(webhook_id))
+
+    def update_webhook(
+        self,
+        webhook_id: str,
+        *,
+        url: str | None = None,
+        events: list[str] | None = None,
+        threads: list[str] | None = None,
+        secret: str | None = None,
+        description: str | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        return self.call(
+            calls.update_webhook(
+                webhook_id,
+                url=url,
+                events=events,
+                threads=threads,
+                secret=secret,
+                description=description,
+                enabled=enabled,
+            )
+        )
+
+    def delete_webhook(self, webhook_id: str) -> Webhook:
+        return self.call(calls.delete_webhook(webhook_id))
+
+    def list_deliveries(
+        self, webhook_id: str, *, status: str | None = None, limit: int | None = None
+    ) -> WebhookDeliveryList:
+        """The endpoint's deliveries, newest first; ``status="failed"``: its dead letters."""
+        return self.call(calls.list_deliveries(webhook_id, status=status, limit=limit))
+
+    def replay_delivery(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
+        """Send a delivered or dead-lettered delivery once more, now."""
+        return self.call(calls.replay_delivery(webhook_id, delivery_id))
 
     # --- the event stream ----------------------------------------------------------------------------
 

@@ -82,6 +82,8 @@ BUCKETS = (
     KeyValueConfig(bucket="treadle-volumes", history=1, ttl=10.0),
     KeyValueConfig(bucket="treadle-volume-drains", history=1),
     KeyValueConfig(bucket="treadle-schedules", history=1),  # tenants' schedules and their firings (ops/schedules.py)
+    KeyValueConfig(bucket="treadle-webhooks", history=1),  # webhook endpoints (webhooks/store.py)
+    KeyValueConfig(bucket="treadle-webhook-deliveries", history=1, ttl=7 * DAY),  # their delivery records
 )
 
 # Workspace checkpoints off the node (git packs and manifests; checkpoints/archive.py, durable.py).

@@ -198,3 +198,23 @@ class SchedulerSettings(WorkerSettings):
     command_timeout: float = Field(default=10.0, gt=0)
     # Test only: a file holding the scheduler's "now" (ISO 8601); the e2e tests move time by rewriting it.
     clock_file: str | None = None
+
+
+class WebhooksSettings(WorkerSettings):
+    """The delivery worker's (services/treadle/deliveries) and the gateway's rules for webhooks (docs/webhooks.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="TREADLE_WEBHOOKS_", extra="ignore")
+    # Host names or CIDRs that may receive webhooks although private, loopback or link-local (a JSON list,
+    # e.g. ["10.1.2.0/24", "hooks.internal"]); empty by default: public addresses only.
+    allow_hosts: tuple[str, ...] = ()
+    connect_timeout: float = Field(default=5.0, gt=0)  # seconds to connect to a receiver
+    read_timeout: float = Field(default=10.0, gt=0)  # seconds from the request sent to the answer read
+    max_response_bytes: int = Field(default=64 * 1024, gt=0)  # of a receiver's answer read, at most
+    # Retries: waits of backoff_base·2^n seconds, at most backoff_max each, while their sum stays within
+    # retry_for seconds; then the delivery is dead-lettered (status failed, replayable).
+    backoff_base: float = Field(default=1.0, gt=0)
+    backoff_max: float = Field(default=300.0, gt=0)  # the longest wait between two attempts
+    retry_for: float = Field(default=3600.0, ge=0)  # seconds of waits before a delivery is dead-lettered
+    max_endpoints_per_tenant: int = Field(default=20, ge=1)  # webhook endpoints a tenant may register
+    deliveries_per_minute: int = Field(default=600, ge=1)  # per tenant, per worker replica
+    batch: int = Field(default=256, gt=0)  # events fetched at once per partition

@@ -46,7 +46,7 @@ from treadle.runtime.worker import connect
 from treadle.usecases import messages, threads
 from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_head
 
-from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference, schedules
+from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference, schedules, webhooks
 from . import errors as handlers
 from .commands import Commands
 from .deps import (
@@ -296,6 +296,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
             *lineage.ROUTES,
             *policy.ROUTES,
             *schedules.ROUTES,
+            *webhooks.ROUTES,
             *console.ROUTES,
             *reference.ROUTES,
             *mcp.ROUTES,

@@ -182,6 +182,7 @@ TAGS = {
     "lineage": "Forks, handoffs and the lineage tree (L5.5, L6)",
     "policy": "The tenant's policy (admin)",
     "schedules": "Messages sent on a cron expression or an interval (docs/schedules.md)",
+    "webhooks": "Signed webhooks: endpoints and their deliveries (admin; docs/webhooks.md)",
 }
 
 RETRY_AFTER = {
@@ -252,7 +253,16 @@ PARAMETERS = {
     "status": "only requests with this status (e.g. `pending`)",
     "run_id": "only entries of this run",
 }
-PATH_IDS = {"thread": "thr", "run": "run", "node": "node", "request": "req", "plan": "plan", "handoff": "hoff"}
+PATH_IDS = {
+    "thread": "thr",
+    "run": "run",
+    "node": "node",
+    "request": "req",
+    "plan": "plan",
+    "handoff": "hoff",
+    "webhook": "whk",
+    "delivery": "dlv",
+}
 
 
 # Numbers in query strings and headers are strings of ASCII digits (params.number), read as such
