@@ -53,8 +53,12 @@ from treadle.core.thread.events import (
     MessageDelta,
     QueueReordered,
     RunEdited,
+    ThreadArchived,
     ThreadCreated,
+    ThreadDeleted,
     ThreadMoved,
+    ThreadRenamed,
+    ThreadUnarchived,
 )
 
 __all__ = [
@@ -106,10 +110,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "SteerDelivered",
     "SteerJoined",
+    "ThreadArchived",
     "ThreadCreated",
+    "ThreadDeleted",
     "ThreadDelegated",
     "ThreadForked",
     "ThreadMoved",
+    "ThreadRenamed",
+    "ThreadUnarchived",
     "TransferFailed",
     "UnknownEvent",
     "decode_event",

@@ -30,7 +30,7 @@ from treadle.core.requests import answers
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback import decide as rollback
 from treadle.core.state import ThreadState
-from treadle.core.thread.commands import CreateThread
+from treadle.core.thread.commands import CreateThread, DeleteThread
 from treadle.core.thread.decide import dispatch_next
 from treadle.core.thread.events import ThreadCreated
 from treadle.eventlog import subjects, tracing
@@ -53,6 +53,7 @@ from treadle.runtime.volumes import Volumes
 
 from .admission import Admission
 from .delegations import Delegations
+from .erasure import Erasure, ErasureFailed
 from .lineage import LineageCommands
 from .rollback import Rollbacks
 from .volume_loss import WATCHER_PARTITION, VolumeLoss
@@ -126,6 +127,7 @@ class Coordinator:
             self._store, self._checkpoints, self._admission, own, self._decide_and_append
         )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
+        self._erasure = Erasure(self._js)  # a deleted thread's data (issue 39)
         self._volume_lost_seconds = own.volume_lost_seconds
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -213,6 +215,8 @@ class Coordinator:
                 reply = await self._decide_and_append(command)  # decided by LineageCommands / Delegations, fenced
             elif wants_context(command):
                 reply = await self._decide_and_append(command, self._lineage.send)
+            elif isinstance(command.body, DeleteThread):
+                reply = await self._delete(command)
             else:
                 reply = await self._decide_and_append(command)
         except Exception:
@@ -301,6 +305,19 @@ class Coordinator:
             except LogError as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    async def _delete(self, command: Command) -> Accepted | Rejected:
+        """The tombstone first (the thread is gone for every reader and command from then on), then the erasure
+        of its data; a repeated delete finds the tombstone and erases again, resuming a stopped erasure."""
+        reply = await self._decide_and_append(command)
+        if isinstance(reply, Rejected):
+            return reply
+        try:
+            await self._erasure.erase(command.tenant, reply.thread_id, reply.seq)
+        except ErasureFailed as exc:
+            return Rejected(code="erasure_incomplete", message=str(exc), status=503)
+        self._store.forget(command.tenant, reply.thread_id)
+        return reply
 
     async def _place(self, tenant: str) -> str:
         """The home of a new thread of ``tenant``: a live volume with room, the tenant's threads spread
