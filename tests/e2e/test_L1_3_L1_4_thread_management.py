@@ -144,6 +144,9 @@ async def test_L1_4_delete_is_refused_during_a_run_then_erases_the_thread_everyw
     await api.post(f"/v1/requests/{request['id']}/respond", {"decision": "accept"}, expect=200)
     await api.wait_run(sent["run_id"])
     assert await _objects_of(stack_nc, api.tenant, thread), "the run's checkpoints were archived"
+    workspace = stack.workspace_of(api.tenant, thread)
+    assert (workspace / "secret.txt").read_text() == "s3cret\n"
+    shadows = stack.node_dir_of(api.tenant, thread)
     assert await _messages_of_thread(stack_nc, api.tenant, thread) > 5
 
     deleted = await _delete(api, thread)
@@ -157,6 +160,8 @@ async def test_L1_4_delete_is_refused_during_a_run_then_erases_the_thread_everyw
     tombstone = [e async for e in _events(stack_nc, api.tenant, thread)]
     assert [e.type for e in tombstone] == ["thread.deleted"] and tombstone[0].data.by == "alice"
     assert await _objects_of(stack_nc, api.tenant, thread) == []
+    assert not workspace.exists()  # the thread's own workspace, and every git dir naming its checkpoints
+    assert not [p for p in shadows.rglob("*.git") if _names_thread(p, thread)]
     redis = Redis.from_url(stack.redis_url)
     try:
         doc_key = f"treadle:{{{api.tenant}}}:thread:{thread}"
@@ -180,6 +185,13 @@ async def test_L1_4_delete_is_refused_during_a_run_then_erases_the_thread_everyw
     assert r.status_code == 404 and await _code(r) == "thread_not_found"
 
 
+def _names_thread(gitdir, thread: str) -> bool:
+    """Whether a git dir holds a checkpoint ref of ``thread`` (loose or packed)."""
+    refs = gitdir / "refs" / "treadle" / "checkpoints" / thread
+    packed = gitdir / "packed-refs"
+    return refs.exists() or (packed.exists() and f"/{thread}/" in packed.read_text())
+
+
 async def _events(stack_nc, tenant: str, thread: str):
     from treadle.eventlog.log import EventLog
 
@@ -187,7 +199,7 @@ async def _events(stack_nc, tenant: str, thread: str):
         yield e
 
 
-async def test_L1_4_a_fork_of_a_deleted_thread_keeps_working(api):
+async def test_L1_4_a_fork_of_a_deleted_thread_keeps_working(api, stack):
     source = await api.create_thread(title="parent")
     first = await api.send(source, "one", script=script(write("a.txt", "a\n"), text("one")))
     await api.wait_run(first["run_id"])
@@ -198,6 +210,8 @@ async def test_L1_4_a_fork_of_a_deleted_thread_keeps_working(api):
     await api.wait_run(sent["run_id"])
     doc = await api.thread(child)
     assert doc["thread"]["title"] == "child" and doc["runs"][-1]["status"] == "completed"
+    workspace = stack.workspace_of(api.tenant, child)
+    assert (workspace / "a.txt").read_text() == "a\n" and (workspace / "b.txt").read_text() == "b\n"
     r = await api.request("GET", f"/v1/threads/{child}/lineage")
     assert r.status_code == 200, r.text
     assert r.json()["root_thread_id"] == child  # the deleted parent is no longer readable

@@ -127,7 +127,7 @@ class Coordinator:
             self._store, self._checkpoints, self._admission, own, self._decide_and_append
         )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
-        self._erasure = Erasure(self._js)  # a deleted thread's data (issue 39)
+        self._erasure = Erasure(nc, own.checkpoint_timeout)  # a deleted thread's data (L1.4)
         self._volume_lost_seconds = own.volume_lost_seconds
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -313,8 +313,10 @@ class Coordinator:
         if isinstance(reply, Rejected):
             return reply
         try:
-            await self._erasure.erase(command.tenant, reply.thread_id, reply.seq)
-        except ErasureFailed as exc:
+            state = await self._store.refresh(command.tenant, reply.thread_id)
+            assert state.thread is not None and state.thread.deleted  # nothing but a delete follows a tombstone
+            await self._erasure.erase(command.tenant, state.thread, reply.seq)
+        except (ErasureFailed, LogError) as exc:
             return Rejected(code="erasure_incomplete", message=str(exc), status=503)
         self._store.forget(command.tenant, reply.thread_id)
         return reply

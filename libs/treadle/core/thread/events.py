@@ -109,3 +109,4 @@ class ThreadDeleted(Payload, kw_only=True):
     by: str
     workspace: str
     volume: str = "local"
+    provider_threads: list[str] = []  # their ids: the provider-native state kept off the node goes too

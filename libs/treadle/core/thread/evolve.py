@@ -115,6 +115,7 @@ def _thread_deleted(state: ThreadView, e: Envelope, d: ThreadDeleted) -> None:
             volume=d.volume,
         )
     state.thread.deleted = True
+    state.thread.erase_provider_threads = list(d.provider_threads)
 
 
 FOLDS: Folds = {

@@ -58,7 +58,12 @@ def delete_thread(state: ThreadView, command: Command, body: DeleteThread) -> De
     if thread.deleted:
         return [], Accepted(seq=state.seq, thread_id=thread.id, disposition="deleted", duplicate=True)
     check_idle(state, "deleting")
-    tombstone = ThreadDeleted(by=command.user, workspace=thread.workspace, volume=thread.volume)
+    tombstone = ThreadDeleted(
+        by=command.user,
+        workspace=thread.workspace,
+        volume=thread.volume,
+        provider_threads=[p.id for p in state.provider_threads],
+    )
     return [tombstone], Accepted(seq=0, thread_id=thread.id, disposition="deleted")
 
 
