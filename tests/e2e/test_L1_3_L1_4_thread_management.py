@@ -4,6 +4,8 @@ tenant's thread is a 404 that changes nothing; a fork of a deleted thread keeps 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from redis.asyncio import Redis
 
@@ -175,6 +177,10 @@ async def test_L1_4_delete_is_refused_during_a_run_then_erases_the_thread_everyw
         assert report.ok, report.summary()  # `treadle check`: the log and the projections agree on a deleted thread
     finally:
         await redis.aclose()
+
+    audited = await stack_nc.jetstream().get_last_msg("TREADLE_AUDIT", f"treadle.audit.{api.tenant}.thread.deleted")
+    record = json.loads(audited.data)
+    assert (record["target"], record["actor"], record["details"]["repeated"]) == (thread, "alice", False)
 
     again = await _delete(api, thread)  # deleting again answers the same and changes nothing
     assert again["thread_id"] == thread

@@ -37,6 +37,7 @@ from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
+from treadle.ops import audit
 from treadle.ops.policies import PolicyStore
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
@@ -316,7 +317,17 @@ class Coordinator:
             state = await self._store.refresh(command.tenant, reply.thread_id)
             assert state.thread is not None and state.thread.deleted  # nothing but a delete follows a tombstone
             await self._erasure.erase(command.tenant, state.thread, reply.seq)
-        except (ErasureFailed, LogError) as exc:
+            # Once erased, each time (a repeat says so): a record lost to a failure here is made by the retry.
+            details = {"tombstone_seq": reply.seq, "repeated": reply.duplicate}
+            await audit.record(
+                self._js,
+                tenant=command.tenant,
+                action="thread.deleted",
+                target=reply.thread_id,
+                actor=command.user,
+                details=details,
+            )
+        except (ErasureFailed, LogError, NatsError) as exc:
             return Rejected(code="erasure_incomplete", message=str(exc), status=503)
         self._store.forget(command.tenant, reply.thread_id)
         return reply
