@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from tests.support.api import make_api
 from tests.support.lineage import fork
+from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import approval, script, text, write
 from treadle.eventlog.streams import CHECKPOINTS_BUCKET
 from treadle.eventlog.subjects import EVENTS_STREAM, thread_events
@@ -221,3 +222,24 @@ async def test_L1_4_a_fork_of_a_deleted_thread_keeps_working(api, stack):
     r = await api.request("GET", f"/v1/threads/{child}/lineage")
     assert r.status_code == 200, r.text
     assert r.json()["root_thread_id"] == child  # the deleted parent is no longer readable
+
+
+async def test_L1_3_an_agent_archives_and_renames_threads_with_the_mcp_tool_and_cannot_delete(api):
+    async with mcp_session(api.client.base_url, api.token) as mcp:
+        tools = {t.name for t in (await mcp.list_tools()).tools}
+        assert "thread_update" in tools and not any("delete" in name for name in tools)
+        started = await call(mcp, "thread_start", title="child of an agent")
+        thread = started["thread_id"]
+        done = await call(mcp, "thread_update", thread_id=thread, title="tidied", archived=True)
+        assert done["changed"] is True
+        assert (await call(mcp, "thread_update", thread_id=thread, archived=True))["changed"] is False
+        listed = await call(mcp, "thread_list", archived="only")
+        assert [(t["id"], t["title"], t["archived"]) for t in listed["items"]] == [(thread, "tidied", True)]
+        assert thread not in {t["id"] for t in (await call(mcp, "thread_list"))["items"]}
+        with pytest.raises(ToolFailed) as refused:
+            await call(mcp, "thread_update", thread_id=thread, title="x" * 201)
+        assert refused.value.kind == "invalid_request"
+        with pytest.raises(ToolFailed) as refused:
+            await call(mcp, "thread_update", thread_id="thr_..>", title="x")
+        assert refused.value.kind in ("invalid_request", "not_found")
+    assert (await api.thread(thread))["thread"]["title"] == "tidied"
