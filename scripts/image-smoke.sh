@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the image (deploy/Dockerfile) with podman from base images made here from Debian's packages, starts
-# the stack of deploy/compose.yaml with podman-compose, and plays one scripted run through the API: the image
-# proven as far as a machine without an image registry allows. Not part of `make test` (minutes, root, and a
-# container engine): run it by hand as root on a Debian machine, `scripts/image-smoke.sh`; exit 0 when the run
-# completed, with its checkpoint.
+# the stack of deploy/compose.yaml with podman-compose, and plays one scripted run through the API on each of its
+# two workspace nodes (each run's file on its node's volume only): the image proven as far as a machine without
+# an image registry allows. Not part of `make test` (minutes, root, and a
+# container engine): run it by hand as root on a Debian machine, `scripts/image-smoke.sh`; exit 0 when both runs
+# completed, with their checkpoints.
 #
 # Needs: podman, podman-compose, runc, debootstrap (apt-get install -y podman podman-compose runc debootstrap),
 # Debian's mirror, PyPI and npm reachable (the Dockerfile installs from requirements/all.lock and npm). No image
@@ -95,19 +96,40 @@ if ! ready; then
     done
     exit 1
 fi
-say "every worker is ready; one scripted run that writes a file"
+say "every worker is ready; a scripted run on each workspace node"
 nats_url="nats://treadle:$TREADLE_NATS_PASSWORD@nats-1:4222"  # the CLI takes its credentials from the URL
 token=$(podman exec "${project}_gateway_1" treadle -o json tokens create --nats-url "$nats_url" --tenant smoke \
     --user smoke | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])')
 auth=(-H "Authorization: Bearer $token" -H "Content-Type: application/json")
-thread=$(curl -sf "${auth[@]}" -d '{}' "$api/v1/threads" | python3 -c 'import json, sys; print(json.load(sys.stdin)["thread_id"])')
+field() { python3 -c "import json, sys; print($1)"; }  # prints a Python expression over json.load(sys.stdin)
 script='{"steps": [{"type": "write_file", "path": "smoke.txt", "content": "from the image\n"}, {"type": "text", "text": "done"}]}'
-run=$(curl -sf "${auth[@]}" -d "{\"text\": \"smoke\", \"script\": $script}" "$api/v1/threads/$thread/messages" |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["run_id"])')
-for _ in $(seq 60); do
-    status=$(curl -sf "${auth[@]}" "$api/v1/runs/$run" | python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["status"], (r.get("checkpoint") or {}).get("files"))')
-    case "$status" in completed*|failed*|interrupted*|cancelled*) break ;; esac
-    sleep 1  # polling the run's status over HTTP
+# The coordinator spreads one tenant's threads over the live nodes: a few creations give each node one.
+declare -A on
+for _ in 1 2 3 4 5 6; do
+    thread=$(curl -sf "${auth[@]}" -d '{}' "$api/v1/threads" | field 'json.load(sys.stdin)["thread_id"]')
+    volume=$(curl -sf "${auth[@]}" "$api/v1/threads/$thread" | field 'json.load(sys.stdin)["thread"]["volume"]')
+    [ -n "${on[$volume]:-}" ] || on[$volume]=$thread
+    if [ "${#on[@]}" -ge 2 ]; then break; fi
 done
-say "run $run: $status"
-case "$status" in completed*smoke.txt*) say "OK: image built, stack started, a run completed with its checkpoint" ;; *) exit 1 ;; esac
+[ -n "${on[node-1]:-}" ] && [ -n "${on[node-2]:-}" ] || { say "threads were not placed on both nodes: ${!on[*]}"; exit 1; }
+for volume in node-1 node-2; do
+    thread=${on[$volume]}
+    run=$(curl -sf "${auth[@]}" -d "{\"text\": \"smoke\", \"script\": $script}" "$api/v1/threads/$thread/messages" |
+        field 'json.load(sys.stdin)["run_id"]')
+    for _ in $(seq 60); do
+        status=$(curl -sf "${auth[@]}" "$api/v1/runs/$run" | field '(lambda r: r["status"] + " " + str((r.get("checkpoint") or {}).get("files")))(json.load(sys.stdin))')
+        case "$status" in completed*|failed*|interrupted*|cancelled*) break ;; esac
+        sleep 1  # polling the run's status over HTTP
+    done
+    say "run $run of $thread on $volume: $status"
+    case "$status" in completed*smoke.txt*) ;; *) exit 1 ;; esac
+    n=${volume#node-}
+    # The file is on that node's volume, and only there.
+    podman exec "${project}_checkpoints-${n}_1" test -f "/var/lib/treadle/workspaces/smoke/threads/$thread/smoke.txt" ||
+        { say "smoke.txt of $thread is not on $volume"; exit 1; }
+    other=$((3 - n))
+    if podman exec "${project}_checkpoints-${other}_1" test -e "/var/lib/treadle/workspaces/smoke/threads/$thread"; then
+        say "$thread's workspace is on node-$other too"; exit 1
+    fi
+done
+say "OK: image built, stack started, a run completed with its checkpoint on each of the two workspace nodes"

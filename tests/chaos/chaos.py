@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -49,6 +50,11 @@ class Killer:
     runtimes: Sequence[str] = ()  # runtime processes to kill -9 one at a time (none: the scripted provider)
     runtime_pause: tuple[float, float] = (4.0, 8.0)
     restart_after: float | None = None  # seconds in: one graceful restart of the whole stack (None: never)
+    # Seconds in: one workspace node lost (kill -9 of its hosts and checkpoint service, its directory deleted),
+    # back, empty, ``node_loss_down`` seconds later, whatever else happens (None: never; needs a stack of several
+    # workspace nodes).
+    node_loss_after: float | None = None
+    node_loss_down: float = 5.0
     kills: list[tuple[str, str]] = field(default_factory=list)
     calm: asyncio.Lock = field(default_factory=asyncio.Lock)  # each act holds it: nothing overlaps the restart
 
@@ -62,6 +68,8 @@ class Killer:
             acts.append(self._runtimes(stop))
         if self.restart_after is not None:
             acts.append(self._restart(stop))
+        if self.node_loss_after is not None and len(self.stack.nodes) > 1:
+            acts.append(self._node_loss(stop))
         await asyncio.gather(*acts)
 
     async def _workers(self, stop: asyncio.Event) -> None:
@@ -118,6 +126,23 @@ class Killer:
             async with self.calm:
                 self.kills.append(("stack", "restart"))
                 await self.stack.restart()
+
+    async def _node_loss(self, stop: asyncio.Event) -> None:
+        """Once: a workspace node's machine and disk are lost. Its threads move by themselves (the coordinator's
+        watch of lost volumes); the node comes back empty while the other acts go on."""
+        assert self.node_loss_after is not None
+        volume = random.Random(f"{self.seed}/volumes").choice(sorted(self.stack.nodes))
+        if not await _pause(stop, self.node_loss_after):
+            return
+        async with self.calm:
+            self.kills.append((f"volume:{volume}", "lost"))
+            for name in sorted(n for n, v in self.stack.volume_of.items() if v == volume):
+                await self.stack.processes.halt(name)
+            shutil.rmtree(self.stack.nodes[volume], ignore_errors=True)
+        await asyncio.sleep(self.node_loss_down)  # down that long even past the talking: its threads must move
+        async with self.calm:
+            self.stack.nodes[volume].mkdir(parents=True, exist_ok=True)
+            await self.stack.processes.start()  # only the halted ones are not running
 
     async def _nodes(self, stop: asyncio.Event) -> None:
         """One node down at a time: a cluster of three keeps its quorum, and the node comes back with its data

@@ -2,8 +2,9 @@
 and sync, and the dict client) and of the MCP ``thread_wait`` tool read the run, or a one-item page for the
 thread's sequence, never the whole thread document, which costs the thread's length (208 ms at 10,000 runs:
 bench/run.py scenario F); so do the delegation tools and the console's read of the last runs (``?runs=``). The
-whole document is the one read that asks Redis for HGETALL (``ProjectionStore.doc``): none is asked on a thread at
-rest. (A read whose snapshot the projector moves three times in a row falls back to it: ``parts.TRIES``.)"""
+whole document is the one read that asks Redis for HGETALL (``ProjectionStore.doc``): none is asked, on a thread
+the projector is writing (every read of only what it answers with is one Redis call, which it cannot move
+under) nor on a thread at rest."""
 
 from __future__ import annotations
 
@@ -49,12 +50,12 @@ async def test_waits_on_a_playing_and_an_ended_run_read_no_whole_thread_document
                     mcp, "delegate_task", parent_thread_id=thread, task="sum it", mode="wait", script=script(text("42"))
                 )
                 assert task["finalised"] and task["result"]["summary"] == "42"
-                # Each wait reads the run again on each event, the same read as on an ended run, below. While the
-                # projector writes the thread, a read whose snapshot moved three times falls back to the whole
-                # document (parts.TRIES): so whole reads are counted on threads nothing writes to any more.
+                # Each wait reads the run again on each event, the same read as on an ended run, below.
+                before = await _whole_reads(redis)
                 playing = asyncio.create_task(_every_wait(api, mcp, sdk, sync, thread, run))
                 await api.post(f"/v1/runs/{run}/interrupt", expect=202)
                 assert await playing == ["interrupted"] * 5
+                assert await _whole_reads(redis) == before
                 await api.wait_thread(thread, lambda doc: doc["active_run_id"] is None, "the thread at rest")
 
                 before = await _whole_reads(redis)

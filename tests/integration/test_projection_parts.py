@@ -1,7 +1,7 @@
 """Reads of a thread's parts (projections/parts.py) against a real Redis: each answers byte for byte what the
 same view function answers from the whole document, however the projector wrote it (whole, or event by event
-as changed parts), and the places they go by stay exactly what a replay of the log gives after a projector
-crash mid-write and after a rebuild of another view version.
+as changed parts), and the places and answers they go by (projections/places.py, questions.py) stay exactly
+what a replay of the log gives after a projector crash mid-write and after a rebuild of another view version.
 
 The threads are those of ``fixtures/replay-events.jsonl`` (tools, a subagent, a queue, an interrupt, a plan,
 checkpoints, a fork with handoffs, a rollback) and a long thread of bench/frozen_state.py's shape."""
@@ -19,7 +19,7 @@ from msgspec.structs import replace
 
 from treadle.core.events import Envelope, ThreadCreated, decode_event
 from treadle.core.state import ThreadState, evolve, fold
-from treadle.projections import check, document, parts, places
+from treadle.projections import check, document, parts, places, questions
 from treadle.projections.document import Changes
 from treadle.projections.store import ProjectionStore, all_indexed, indexed, keys
 from treadle.views import VIEW_VERSION, of_state
@@ -145,12 +145,14 @@ async def test_places_stay_the_replays_after_a_projector_crash_mid_write(redis):
     for thread in threads:
         await _assert_reads_equal_the_whole(store, fold([e for e in recorded[: half + 20] if e.thread == thread]))
 
-    # Places lost on their own: parts reads fall back (Missing), the next changed-parts write is sent whole.
+    # Places and answers lost on their own: reads that follow them fall back (Missing), the next changed-parts
+    # write is sent whole.
     state = states[threads[0]] = fold([e for e in recorded[: half + 20] if e.thread == threads[0]])
     tenant, thread = state.thread.tenant, state.thread.id
     await redis.delete(keys(tenant, thread)[4])
-    with pytest.raises(parts.Missing):
-        await store.read(tenant, thread, partial(parts.run, run_id=state.runs[0].id))
+    for reader in (partial(parts.recent, runs=3), partial(parts.run, run_id=state.runs[0].id), parts.queue):
+        with pytest.raises(parts.Missing):
+            await store.read(tenant, thread, reader)
     rest = [e for e in recorded[half + 20 :] if e.thread == thread]
     for e in rest:  # a fork (a changed part), then a rollback (everything changes)
         changes = Changes(state)
@@ -178,7 +180,7 @@ async def test_a_rebuild_of_another_view_version_replaces_the_places_whole(redis
     assert await store._pipeline([(state, [], Changes(state))]) == [-1]
     await store.write([(state, all_indexed(state), None)])  # as rebuild() writes every thread
     assert await redis.hget(places_key, "r:run_gone") is None
-    assert await redis.hgetall(places_key) == places.stored(state)
+    assert await redis.hgetall(places_key) == places.stored(state) | questions.stored(state)
     await _assert_reads_equal_the_whole(store, state)
 
 
@@ -196,8 +198,9 @@ async def test_part_reads_never_answer_with_another_threads_or_tenants_items(red
     for odd in ("", "0", f"{run_a},0", "seq", f"r:{run_a}", "*"):
         assert await store.read("partshostile", a.thread.id, partial(parts.run, run_id=odd)) is None
     # A document with a hole (a part gone) is not answered from: the reader takes the whole path.
-    await redis.hdel(keys("partshostile", a.thread.id)[0], "f:queue", f"l:messages:{len(a.messages) - 1}")
-    for reader in (parts.queue, partial(parts.run, run_id=a.messages[-1].run_id)):
+    await redis.hdel(keys("partshostile", a.thread.id)[0], f"l:messages:{len(a.messages) - 1}")
+    await redis.hdel(keys("partshostile", a.thread.id)[4], "q:queue")
+    for reader in (parts.queue, partial(parts.recent, runs=3)):
         with pytest.raises(parts.Missing):
             await store.read("partshostile", a.thread.id, reader)
 
@@ -273,3 +276,13 @@ async def test_a_thread_without_runs_has_no_latest_run(redis):
     assert await store.read(state.thread.tenant, state.thread.id, parts.latest_run) is None
     alone = await store.read(state.thread.tenant, state.thread.id, partial(parts.recent, runs=3))
     assert _same(alone, recent(of_state.thread_view(state), 3))
+
+
+async def test_reads_by_script_survive_a_redis_that_lost_its_scripts(redis):
+    """The reads that follow an answer to its items are sent by their SHA: a Redis restarted or flushed of its
+    scripts gets them again, and the answer is the same."""
+    store = ProjectionStore(redis)
+    [state] = (await _project(store, [replace(e, tenant="partsflush") for e in thread_events(3)], 100)).values()
+    await _assert_reads_equal_the_whole(store, state)
+    await redis.script_flush()
+    await _assert_reads_equal_the_whole(store, state)

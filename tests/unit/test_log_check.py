@@ -237,7 +237,7 @@ def _state():
 def _stored(state, **changes):
     import msgspec
 
-    from treadle.projections import document, places, store
+    from treadle.projections import document, places, questions, store
     from treadle.projections.check import Stored
 
     base = Stored(
@@ -246,6 +246,7 @@ def _stored(state, **changes):
         summary=msgspec.json.encode(store.summary(state)),
         index={"r1": "thr_1"},
         places=places.stored(state),
+        answers=questions.stored(state),
     )
     return msgspec.structs.replace(base, **changes)
 
@@ -264,9 +265,11 @@ def test_a_projection_equal_to_the_replay_passes_and_each_drift_is_named():
     assert [p.kind for p in compare_projection(state, _stored(state, seq=3))] == ["projection_stale"]
     assert [p.kind for p in compare_projection(state, _stored(state, summary=b"{}"))] == ["summary_mismatch"]
     assert [p.kind for p in compare_projection(state, _stored(state, index={"r1": None}))] == ["index_mismatch"]
-    moved = _stored(state, places={**places.stored(state), b"r:r1": b"7"})
+    moved = _stored(state, places={**places.stored(state), b"rm:r1": b"7"})
     [p] = compare_projection(state, moved)
-    assert p.kind == "places_mismatch" and "r:r1" in p.detail
+    assert p.kind == "places_mismatch" and "rm:r1" in p.detail
+    [p] = compare_projection(state, _stored(state, answers={}))
+    assert p.kind == "answers_mismatch" and "q:run:r1" in p.detail
 
 
 def test_L3_6_queued_runs_with_nothing_active_to_wait_for_are_a_stalled_queue():

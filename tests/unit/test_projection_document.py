@@ -93,7 +93,7 @@ def test_only_domain_types_shaped_like_their_view_are_encoded_as_they_are():
 def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_keep_provider_threads_do():
     """Issue 24: a provider thread's covered ordinals grow with every run; its part is written when it changes
     (a run completed), not on every event, and not encoded for a batch of events that keep it. Over the recorded
-    log, no event of ``KEEP_PROVIDER_THREADS`` changes the provider threads."""
+    log, no event whose trait says it keeps them (``provider_threads=False``) changes the provider threads."""
     state = new_thread()
     send(state, "one")
     run = state.runs[-1]
@@ -132,7 +132,7 @@ def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_ke
         s = states.setdefault(e.thread, ThreadState())
         before = of_state.encoded_part(s, "provider_threads")
         evolve(s, e)
-        if type(e.data) in document.KEEP_PROVIDER_THREADS:
+        if not e.data.TRAITS.provider_threads:
             kept += 1
             assert of_state.encoded_part(s, "provider_threads") == before, row["seq"]
     assert kept > 30

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from treadle.checkpoints import capture as captures
+from treadle.checkpoints import eviction
 from treadle.checkpoints import restore as ops
 from treadle.checkpoints.durable import Durable, Where
 from treadle.checkpoints.locks import exclusive
@@ -73,6 +74,7 @@ DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024  # git hosts warn at 50 MB; a checkpoi
 class _Workspace:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
+    used: float = field(default_factory=time.monotonic)  # when a request last touched it (eviction's first look)
     repos: dict[Path, Repo] = field(default_factory=dict)
 
 
@@ -127,6 +129,7 @@ class Workspaces:
         check_token("thread", thread)
         path, tenant_root = self._resolve(tenant, workspace)
         async with self._locked(path) as ws:
+            await eviction.revive(self, ws, tenant, path, tenant_root)
             if path.is_dir():
                 repo = await self._open(ws, tenant, thread, path, tenant_root)
                 return WorkspaceReady(path=str(path), git=repo.user_gitdir is not None, created=False)
@@ -214,6 +217,18 @@ class Workspaces:
 
         return await hydrate.hydrate(self, req)
 
+    async def revive(self, tenant: str, workspace: str) -> bool:
+        """An evicted workspace rebuilt from the archive as it was left (eviction.py); False: it was not evicted."""
+        check_token("tenant", tenant)
+        path, tenant_root = self._resolve(tenant, workspace)
+        async with self._locked(path) as ws:
+            return await eviction.revive(self, ws, tenant, path, tenant_root)
+
+    def idle_for(self, tenant: str, workspace: str) -> float | None:
+        """Seconds since this process last served a request on the workspace (None: not since it started)."""
+        ws = self._workspaces.get(self.tenant_root(tenant) / workspace)
+        return None if ws is None else time.monotonic() - ws.used
+
     def where(self, tenant: str, thread: str, repo: Repo) -> Where:
         """Where the archive keeps ``thread``'s checkpoints of the workspace ``repo`` serves."""
         return Where(tenant, workspace_key(repo.worktree.relative_to(self.tenant_root(tenant)).as_posix()), thread)
@@ -232,6 +247,7 @@ class Workspaces:
         check_token("thread", thread)
         path, tenant_root = self._resolve(tenant, workspace)
         async with self._locked(path) as ws:
+            await eviction.revive(self, ws, tenant, path, tenant_root)  # evicted: as it was, before it is read
             if not path.is_dir():
                 raise CheckpointError("workspace_missing", f"workspace {workspace!r} does not exist")
             repo = await self._open(ws, tenant, thread, path, tenant_root)
@@ -368,11 +384,14 @@ class Workspaces:
                 raise
 
     @contextlib.asynccontextmanager
-    async def _locked(self, path: Path) -> AsyncIterator[_Workspace]:
+    async def _locked(self, path: Path, *, touch: bool = True) -> AsyncIterator[_Workspace]:
+        """The workspace's lock in this process; ``touch``: a request's use (False: eviction's own look)."""
         ws = self._workspaces.get(path)
         if ws is None:
             ws = self._workspaces[path] = _Workspace()
         self._workspaces.move_to_end(path)
+        if touch:
+            ws.used = time.monotonic()
         ws.users += 1
         self._evict()
         try:

@@ -82,21 +82,62 @@ async def hydrate(ws: Workspaces, req: Hydrate) -> Hydrated:
     relative = path.relative_to(tenant_root)
     where = Where(req.tenant, workspace_key(relative.as_posix()), req.thread)
     async with ws._locked(path) as slot:
+        revived = await revive(ws, slot, req.tenant, path, tenant_root)  # evicted: back as it was left, then looked at
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             raise CheckpointError("bad_request", f"workspace {req.workspace!r} is not a directory")
         shadow = checkpoint_gitdir(ws._shadow_root, req.tenant, req.thread, relative)
         if shadow in slot.repos and not (path.is_dir() and shadow.is_dir()):  # deleted under it: tips of the old one
             slot.repos.pop(shadow).close()
-        if path.is_dir() and any(os.scandir(path)):
-            return await _present(ws, durable, slot, req, path, tenant_root, where)
+        unused = path.is_dir() and await asyncio.to_thread(_unused, path, shadow)
+        if path.is_dir() and any(os.scandir(path)) and not unused:
+            present = await _present(ws, durable, slot, req, path, tenant_root, where)
+            return msgspec.structs.replace(present, created=True) if revived else present
         if durable is None:
             raise CheckpointError(
                 "workspace_missing", f"workspace {req.workspace!r} is missing and there is no archive"
             )
         manifest, commit, tree = _target(await durable.load_typed(where), req)
+        if unused:
+            await asyncio.to_thread(shutil.rmtree, path / ".git")  # the build is renamed over an empty directory
         for stale in [slot.repos.pop(shadow)] if shadow in slot.repos else []:  # its tips and trees are of the old one
             stale.close()
         return await _build(ws, durable, where, manifest, req, path, shadow, (commit, tree))
+
+
+_MAIN = b"ref: refs/heads/main\n"  # what `git init -b main` leaves in HEAD
+
+
+def pristine(dotgit: Path) -> bool:
+    """A workspace's `.git` holds nothing that `git init -b main` (what prepare and hydrate run) would not make."""
+    if not os.path.lexists(dotgit):
+        return True
+    if dotgit.is_symlink() or not dotgit.is_dir():
+        return False
+    if os.path.lexists(dotgit / "index") or os.path.lexists(dotgit / "packed-refs"):
+        return False
+    try:
+        if (dotgit / "HEAD").read_bytes() != _MAIN:
+            return False
+    except OSError:
+        return False
+    return not any(names for sub in ("refs", "objects") for _, _, names in os.walk(dotgit / sub))
+
+
+def _unused(path: Path, shadow: Path) -> bool:
+    """A workspace as prepare made it and nothing touched since (no file, a pristine `.git`, no checkpoint): a
+    move tried before prepared it for a thread that had no checkpoint yet. It is made anew, not refused."""
+    if {e.name for e in os.scandir(path)} != {".git"} or not pristine(path / ".git"):
+        return False
+    refs = shadow / "refs" / "treadle"
+    if (shadow / "packed-refs").exists() or any(names for _, _, names in os.walk(refs)):
+        return False
+    return True
+
+
+async def revive(ws: Workspaces, slot: _Workspace, tenant: str, path: Path, tenant_root: Path) -> bool:
+    from .eviction import revive  # it builds with this module
+
+    return await revive(ws, slot, tenant, path, tenant_root)
 
 
 async def _present(

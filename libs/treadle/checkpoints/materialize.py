@@ -143,6 +143,8 @@ class MaterializeHandler:
         if not is_token(req.tenant):
             raise CheckpointError("bad_request", f"invalid tenant {req.tenant!r}")
         ws.tenant_root(req.tenant)  # made the tenant's (0700, its uid) before anything is built in it
+        _resolve(self._root, req.tenant, req.source_workspace)  # this verb's own checks first, its own errors
+        await ws.revive(req.tenant, req.source_workspace)  # an evicted source: its git dir back from the archive
         return await asyncio.to_thread(
             materialize, self._root, self._shadow_root, req, launch=ws.launch(req.tenant), base=ws.git.base_env
         )

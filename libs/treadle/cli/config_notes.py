@@ -69,6 +69,8 @@ NOTES: dict[str, str] = {
     "TREADLE_CHECKPOINTS_RUN_AS_TENANT": "checkpoint git runs as the tenant's uid: unset = when the service is root and other users can reach the state and workspace dirs (else a warning, and git runs as the service); `true` = required; `false` = never",
     "TREADLE_CHECKPOINTS_DURABLE": "copy every checkpoint to the broker's Object Store before the capture answers (`false`: this node's disk only)",
     "TREADLE_CHECKPOINTS_ARCHIVE_TIMEOUT": "copy every checkpoint to the broker's Object Store before the capture answers (`false`: this node's disk only)",
+    "TREADLE_CHECKPOINTS_EVICT_IDLE_SECONDS": "a thread's own workspace idle this long (no event, run or live session) whose disk holds exactly its last durable checkpoint leaves the node, restored by its next request (0: never; only with durable checkpoints; see scale-out.md)",
+    "TREADLE_CHECKPOINTS_EVICT_INTERVAL_SECONDS": "how often the checkpoint service looks for idle workspaces to evict",
     "TREADLE_CHECKPOINTS_MAX_FILE_BYTES": "files larger than this are left out of checkpoints, listed as skipped (`too_large`) in the checkpoint summary and never overwritten or deleted by a restore; `0`: no limit",
     "TREADLE_<WORKER>_METRICS_PORT": "`/metrics`, `/healthz`, `/readyz` of a non-HTTP worker",
     "TREADLE_<WORKER>_STOP_SECONDS": "a graceful stop (SIGTERM) of a non-HTTP worker ends within this even while the broker is away; unfinished work is redelivered to the next owner",

@@ -2,10 +2,10 @@
 it without walking every run (bench/run.py scenario F: the walk made each run's start cost the thread's length).
 
 ``Completed`` holds the thread's completed runs; ``evolve`` tells it about every event after folding it. Only
-the folds of ``NAMED`` change the status of a run, and only of the run the event names (``run_id``); any other
-event (a rollback marks many runs) makes it count again at the next question. ``Coverage`` answers per provider
-thread: the completed ordinals its ``covered_ordinals`` lacks, kept from a log of the ordinals whose
-completion changed. Both are caches: the plain computation over ``runs`` gives the same answer.
+events without the trait ``other_runs`` change the status of a run, and only of the run the event names
+(``run_id``); any other event (a rollback marks many runs) makes it count again at the next question.
+``Coverage`` answers per provider thread: the completed ordinals its ``covered_ordinals`` lacks, kept from a
+log of the ordinals whose completion changed. Both are caches: the plain computation over ``runs`` gives the same answer.
 """
 
 from __future__ import annotations
@@ -14,70 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from treadle.core.checkpoints.events import CheckpointCaptured
-from treadle.core.lineage.events import ContextDelivered, ContextResolved, HandoffCreated
-from treadle.core.plans.events import PlanUpdated
-from treadle.core.providers.events import ProviderAttached, ProviderStopped
-from treadle.core.requests.events import RequestOpened, RequestResolved
-from treadle.core.run.events import (
-    AttemptEnded,
-    AttemptStarted,
-    InterruptRequested,
-    InterruptSent,
-    NodeCompleted,
-    NodeStarted,
-    RunCancelled,
-    RunCompleted,
-    RunDispatched,
-    RunFailed,
-    RunHeld,
-    RunInterrupted,
-    RunQueued,
-    RunStarted,
-    RunSteered,
-    RunWarning,
-    SteerDelivered,
-    SteerJoined,
-)
 from treadle.core.run.model import Run
-from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated
-
-# Events whose fold changes the status of no run but the one named by their ``run_id`` (the events of every run).
-NAMED: frozenset[type] = frozenset(
-    {
-        ThreadCreated,
-        MessageCreated,
-        MessageDelta,
-        MessageCompleted,
-        RunQueued,
-        RunDispatched,
-        RunHeld,
-        RunStarted,
-        RunCompleted,
-        RunFailed,
-        RunInterrupted,
-        RunCancelled,
-        AttemptStarted,
-        AttemptEnded,
-        NodeStarted,
-        NodeCompleted,
-        RunWarning,
-        RunSteered,
-        SteerDelivered,
-        SteerJoined,
-        InterruptRequested,
-        InterruptSent,
-        ProviderAttached,
-        ProviderStopped,
-        RequestOpened,
-        RequestResolved,
-        PlanUpdated,
-        CheckpointCaptured,
-        ContextResolved,
-        ContextDelivered,
-        HandoffCreated,
-    }
-)
 
 
 class Completed:
@@ -97,7 +34,7 @@ class Completed:
 
     def after(self, runs: list[Run], payload: Any, find: Callable[[str], Run | None]) -> None:
         """``payload`` was folded into the state whose runs are ``runs`` (``find``: a run by id)."""
-        if type(payload) not in NAMED:
+        if payload.TRAITS.other_runs:
             self.dirty = True
         elif not self.dirty and runs is self._runs and (run_id := getattr(payload, "run_id", None)):
             if (run := find(run_id)) is not None:

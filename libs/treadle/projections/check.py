@@ -42,9 +42,9 @@ from treadle.core.state import ThreadState, evolve
 
 from ..eventlog import subjects
 from ..runtime.volumes import Volumes
-from . import document, places, store
+from . import document, places, questions, store
 
-TERMINAL = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+TERMINAL = ev.RUN_ENDING
 _summary_encoder = msgspec.json.Encoder()
 
 
@@ -339,6 +339,7 @@ class Stored(msgspec.Struct, kw_only=True, frozen=True):
     summary: bytes | None
     index: dict[str, str | None]
     places: dict[bytes, bytes] = {}
+    answers: dict[bytes, bytes] = {}  # the answers stored whole (``questions``)
 
 
 def _first_difference(expected: object, stored: object, path: str = "") -> str:
@@ -359,7 +360,8 @@ def _first_difference(expected: object, stored: object, path: str = "") -> str:
 
 def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
     """A thread's projection against the replay of its log: the document byte for byte (``document.encode``
-    gives exactly the bytes Redis reassembles), its places, its summary, and the index of its runs and requests."""
+    gives exactly the bytes Redis reassembles), its places, its stored answers, its summary, and the index of
+    its runs and requests."""
     t = state.thread
     if t is None:  # events of a thread that was never created: the log half reports them
         return []
@@ -397,6 +399,16 @@ def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
         )
         problems.append(
             problem("places_mismatch", f"places of {t.id} differ from the replay at {', '.join(wrong[:5])}")
+        )
+    if stored.answers != (expected_answers := questions.stored(state)):
+        wrong = sorted(k.decode() for k in expected_answers.keys() ^ stored.answers.keys())
+        wrong += sorted(
+            k.decode()
+            for k in expected_answers.keys() & stored.answers.keys()
+            if expected_answers[k] != stored.answers[k]
+        )
+        problems.append(
+            problem("answers_mismatch", f"answers of {t.id} differ from the replay at {', '.join(wrong[:5])}")
         )
     for entity, thread in stored.index.items():
         if thread != t.id:
@@ -467,7 +479,8 @@ async def read_stored(redis: Redis, tenant: str, thread: str, ids: list[str]) ->
         seq=int(seq) if seq else 0,
         summary=summary,
         index={i: o.decode() if o else None for i, o in zip(ids, owners)},
-        places=stored_places,
+        places={k: v for k, v in stored_places.items() if not k.startswith(b"q:")},
+        answers={k: v for k, v in stored_places.items() if k.startswith(b"q:")},
     )
 
 

@@ -23,77 +23,6 @@ VERSION = str(VIEW_VERSION).encode()
 LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 _encode = msgspec.json.Encoder().encode
 
-# Events whose fold changes only: the small fields, appended list elements, the run named by the event's
-# `run_id` and the message named by its `message_id`. Any other event makes the next write a full one.
-LOCAL_EVENTS = frozenset(
-    {
-        ev.ThreadCreated,
-        ev.ThreadMoved,
-        ev.MessageCreated,
-        ev.MessageDelta,
-        ev.MessageCompleted,
-        ev.RunQueued,
-        ev.RunDispatched,
-        ev.RunHeld,
-        ev.RunStarted,
-        ev.RunCompleted,
-        ev.RunFailed,
-        ev.RunInterrupted,
-        ev.RunCancelled,
-        ev.AttemptStarted,
-        ev.AttemptEnded,
-        ev.NodeStarted,
-        ev.NodeCompleted,
-        ev.ProviderAttached,
-        ev.ProviderStopped,
-        ev.RequestOpened,
-        ev.RequestResolved,
-        ev.PlanUpdated,
-        ev.CheckpointCaptured,
-        ev.RunWarning,
-        ev.RunSteered,
-        ev.SteerDelivered,
-        ev.InterruptRequested,
-        ev.InterruptSent,
-        ev.QueueReordered,
-        ev.PlanImplemented,
-        ev.ThreadForked,
-        ev.ChildForked,
-        ev.HandoffCreated,
-        ev.ContextResolved,
-        ev.TransferFailed,
-    }
-)
-
-
-# Events whose fold leaves the provider threads as they were: their part (whose covered ordinals grow with the
-# thread) is not even encoded for a batch of only these (a run's end, an attach, a delivered context change it).
-KEEP_PROVIDER_THREADS = frozenset(
-    {
-        ev.MessageCreated,
-        ev.MessageDelta,
-        ev.MessageCompleted,
-        ev.RunQueued,
-        ev.RunDispatched,
-        ev.RunHeld,
-        ev.RunStarted,
-        ev.AttemptStarted,
-        ev.AttemptEnded,
-        ev.NodeStarted,
-        ev.NodeCompleted,
-        ev.RunWarning,
-        ev.CheckpointCaptured,
-        ev.RequestOpened,
-        ev.RequestResolved,
-        ev.PlanUpdated,
-        ev.RunSteered,
-        ev.SteerDelivered,
-        ev.SteerJoined,
-        ev.InterruptRequested,
-        ev.InterruptSent,
-    }
-)
-
 
 class Changes:
     """What a batch of events changed in one thread's state, noted while they are folded."""
@@ -110,11 +39,12 @@ class Changes:
         self.message_ids: set[str] = set()
 
     def note(self, payload: ev.Payload) -> None:
-        if type(payload) not in KEEP_PROVIDER_THREADS:
+        traits = payload.TRAITS  # what the event's fold may change (``core.envelope.Traits``)
+        if traits.provider_threads:
             self.provider_threads = True
         # A steer carried over (to a superseding run or a restart attempt) changes messages it does not name.
         moved = getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None)
-        if type(payload) not in LOCAL_EVENTS or moved:
+        if not traits.local or moved:
             self.everything = True
             return
         if run_id := getattr(payload, "run_id", None):

@@ -1,17 +1,15 @@
-"""Where things are in a thread's stored lists, so a read by id fetches the items it returns and nothing else
-(``parts``): a hash beside the document, written in the same Lua call and carrying the same ``seq`` and ``v``.
+"""Where the items of the thread's last runs are in its stored lists, so the read of its last runs
+(``parts.recent``) fetches those items and nothing else: a hash beside the document, written in the same Lua
+call and carrying the same ``seq`` and ``v``. The answers a read of one run, its diff or the queue follows
+(``questions``) share the hash.
 
-    r:<run id>         the run's position in ``runs``
-    m:<message id>     the message's position in ``messages``
-    rm:<run id>        the positions of the run's messages, in order ("3,4,7")
-    ra:<run id>        the positions of the run's activity, in order
-    c:<checkpoint id>  the checkpoint's position in ``checkpoints``
-    co:<ordinal>       the positions of the checkpoints of that run ordinal, in order
+    rm:<run id>        the positions of the run's messages in ``messages``, in order ("3,4,7")
+    ra:<run id>        the positions of the run's activity in ``activity``, in order
+    co:<ordinal>       the positions of the checkpoints of that run ordinal in ``checkpoints``, in order
 
-Each place is what the state's own lookups answer (the newest run or message of an id, as the views'
-``run``/``message`` find them; the first checkpoint of an id, as ``checkpoint_by_id``). A write of changed parts
-adds the places of what was appended; a whole write replaces the hash (the store deletes it first), so a place
-left by a message that moved (runs, or its place when a steer joins) never survives the write that moved it.
+A write of changed parts adds the places of what was appended; a whole write replaces the hash (the store
+deletes it first), so a place left by a message that moved (runs, or its place when a steer joins) never
+survives the write that moved it.
 """
 
 from __future__ import annotations
@@ -26,39 +24,22 @@ def _joined(positions: list[int]) -> str:
     return ",".join(map(str, positions))
 
 
-def _at(state: ThreadState, name: str, item_id: str) -> int:
-    at = state.position(name, item_id)
-    assert at is not None  # the id of an item of that list
-    return at
-
-
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
-    """Flat ``field, value, …`` for HSET: the places of what a batch appended (an item never changes its id or
-    ordinal) and the messages and activity of the runs it added them to. A message leaves its run or its place
-    only when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
+    """Flat ``field, value, …`` for HSET: the places of the messages, activity and checkpoints a batch appended
+    (an item never changes its run or ordinal) and the runs it added. A message leaves its run or its place only
+    when messages move (``ThreadState.moves``), and then the write is whole (``Changes.whole``)."""
     changes = changes or Changes(None)
     out: list[str | int] = []
-    run_ids: set[str] = set()
-    for i in changes.appended(state, "runs"):
-        run_id = state.runs[i].id
-        run_ids.add(run_id)
-        out += [f"r:{run_id}", _at(state, "runs", run_id)]
+    run_ids = {state.runs[i].id for i in changes.appended(state, "runs")}
     for i in changes.appended(state, "messages"):
-        m = state.messages[i]
-        out += [f"m:{m.id}", _at(state, "messages", m.id)]
-        if m.run_id is not None:
-            run_ids.add(m.run_id)
+        if (run_id := state.messages[i].run_id) is not None:
+            run_ids.add(run_id)
     for run_id in sorted(run_ids):
         if positions := state.run_message_positions(run_id):
             out += [f"rm:{run_id}", _joined(positions)]
     for run_id in sorted({state.activity[i].run_id for i in changes.appended(state, "activity")}):
         out += [f"ra:{run_id}", _joined(state.run_activity_positions(run_id))]
-    ordinals: set[int] = set()
-    for i in changes.appended(state, "checkpoints"):
-        c = state.checkpoints[i]
-        ordinals.add(c.ordinal)
-        out += [f"c:{c.id}", state.checkpoint_positions("id", c.id)[0]]
-    for ordinal in sorted(ordinals):
+    for ordinal in sorted({state.checkpoints[i].ordinal for i in changes.appended(state, "checkpoints")}):
         out += [f"co:{ordinal}", _joined(state.checkpoint_positions("ordinal", ordinal))]
     return out
 

@@ -1,6 +1,7 @@
-"""Redis read models. Each thread's document (its view's changed parts, see ``document``) is written
-together with the stream sequence it reflects, its view version, its tenant-list entry and its run index in
-one Lua call, and only if it is newer: a redelivered or replayed event can never move a projection backwards.
+"""Redis read models. Each thread's document (its view's changed parts, see ``document``) and the answers
+kept per question (``questions``) are written together with the stream sequence they reflect, the view
+version, the thread's tenant-list entry and its run index in one Lua call, and only if it is newer: a
+redelivered or replayed event can never move a projection backwards.
 Readers get views (``treadle.views``), never the domain's state.
 
 Keys share the ``{tenant}`` hash tag, so one tenant's keys live in one cluster slot.
@@ -21,11 +22,11 @@ from treadle.core.state import ThreadState, fold
 
 from ..views import VIEW_VERSION, of_state
 from ..views.thread import ThreadView
-from . import document, parts, places
+from . import document, parts, places, questions
 
 # ARGV: seq, thread id, created (ms), summary, whole (1: every part, 0: changed parts only), view version, base
 # (the seq the changes are on top of), n, n run ids to index, m, m elements of place field/value pairs
-# (``places``), then field/value pairs of the document. Changed parts on top of anything but the document at
+# (``places`` and ``questions``: they share the places' hash), then field/value pairs of the document. Changed parts on top of anything but the document at
 # their base (Redis was flushed, another writer wrote since, or the places are missing or out of step with the
 # document: written before places existed) would make a document with holes or stale parts: that write is
 # refused with -1 and the caller sends the whole document. A document of another view version counts as
@@ -145,21 +146,7 @@ keys = _keys  # document, tenant list, summaries, index, places: what `treadle c
 summary = of_state.summary  # the thread's list item, stored beside the document
 
 
-def indexed(payload: ev.Payload) -> list[str]:
-    """Ids an event makes addressable on their own (``/v1/runs/{id}``, ``/v1/requests/{id}``, …)."""
-    if isinstance(payload, ev.RunQueued):
-        return [payload.run_id, payload.root_node_id]
-    if isinstance(payload, ev.AttemptStarted):
-        return [payload.root_node_id]
-    if isinstance(payload, ev.NodeStarted):
-        return [payload.node_id]
-    if isinstance(payload, ev.RequestOpened):
-        return [payload.request_id, payload.node_id]
-    if isinstance(payload, ev.PlanUpdated):
-        return [payload.plan_id]
-    if isinstance(payload, ev.HandoffCreated):
-        return [payload.handoff_id]
-    return []
+indexed = ev.indexed  # the ids an event makes addressable alone: its trait ``indexes``
 
 
 def all_indexed(state: ThreadState) -> list[str]:
@@ -243,7 +230,8 @@ class ProjectionStore:
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
                 whole = changes is None or changes.whole(state)
-                where = places.fields(state, changes)
+                # the places and the answers share their hash (its seq and v): what a read by id follows
+                where = [*places.fields(state, changes), *questions.fields(state, changes)]
                 args = [
                     state.seq,
                     t.id,

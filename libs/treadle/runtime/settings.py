@@ -173,6 +173,12 @@ class CheckpointsSettings(WorkerSettings):
     # false: checkpoints live on this node's disk only. Archive requests time out after archive_timeout.
     durable: bool = True
     archive_timeout: float = Field(default=30.0, gt=0)
+    # Issue 35: a thread's own workspace with no event, run or live session for this long, whose disk holds
+    # exactly its last durable checkpoint, leaves the node (restored by its next request); 0: never. A day: far
+    # past the hosts' session idle time (900 s), so a thread in use never waits for a restore, while a node's
+    # disk holds about a day's active threads. Only with ``durable``.
+    evict_idle_seconds: float = Field(default=86400.0, ge=0)
+    evict_interval_seconds: float = Field(default=300.0, gt=0)  # how often idle workspaces are looked for
 
 
 class ProjectorSettings(WorkerSettings):

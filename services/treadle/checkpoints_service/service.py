@@ -29,6 +29,8 @@ from treadle.eventlog import subjects, tracing
 from treadle.runtime.settings import CheckpointsSettings
 from treadle.runtime.volumes import Announcer
 
+from .eviction import IdleEviction
+
 __all__ = ["CheckpointService"]
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,12 @@ class CheckpointService:
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._announcer = Announcer(nc.jetstream(), self._volume, announce) if announce is not None else None
+        self._eviction: IdleEviction | None = None
+        if retention is not None and retention.evict_idle_seconds > 0 and workspaces.durable is not None:
+            self._eviction = IdleEviction(
+                nc, workspaces, self._volume, retention.evict_idle_seconds, retention.evict_interval_seconds,
+                self._announcer,
+            )  # fmt: skip
 
     async def start(self) -> None:
         handlers: dict[str, Handler] = {
@@ -85,6 +93,8 @@ class CheckpointService:
             self._sweeper = asyncio.create_task(self._sweep(self._retention), name="ckpt-retention")
         if self._announcer is not None:
             await self._announcer.start()  # once it answers: placed threads find it
+        if self._eviction is not None:
+            self._eviction.start()
 
     async def stop(self) -> None:
         """Stop taking requests, then let the ones in flight finish and reply."""
@@ -92,6 +102,8 @@ class CheckpointService:
             await self._announcer.stop()  # no new thread is placed here from now on
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._eviction is not None:
+            await self._eviction.stop()
         subs, self._subs = self._subs, []
         for sub in subs:
             try:
@@ -131,6 +143,10 @@ class CheckpointService:
             await msg.respond(encode(reply))
         except Exception:
             log.warning("could not reply to checkpoint %s", verb, exc_info=True)
+
+    @property
+    def eviction(self) -> IdleEviction | None:
+        return self._eviction
 
     async def _prepare(self, data: bytes) -> msgspec.Struct:
         req = decode_prepare(data)

@@ -22,7 +22,7 @@ from treadle.core.commands import Accepted, Command, Rejected
 from treadle.core.ctx import Ctx, reaction_ctx, thread_id_for
 from treadle.core.decide import decide, require_thread
 from treadle.core.errors import DomainError
-from treadle.core.events import RunEnded, decode_event
+from treadle.core.events import RUN_ENDING, RunEnded, decode_event
 from treadle.core.limits import check_sizes
 from treadle.core.lineage.commands import DelegateTask, ForkThread
 from treadle.core.lineage.context_sends import wants_context
@@ -86,7 +86,7 @@ _encode = msgspec.json.encode
 MAX_DECISION_TRIES = 8
 DELIVERY_TRIES = 3  # an answer the provider failed to take is offered again this often, then the command's retry
 REMEMBERED_ANSWERS = 10_000  # a retry on another replica (or after a restart) asks the host, which takes it as once
-RUN_ENDED = ("run.completed", "run.failed", "run.interrupted", "run.cancelled")
+RUN_ENDED = RUN_ENDING  # the event types that end a run (their trait ``ends_run``)
 RUN_ENDED_DURABLE = "coordinator-run-ended"  # one per partition: "coordinator-run-ended-p3"
 
 

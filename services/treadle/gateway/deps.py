@@ -161,19 +161,17 @@ async def thread_read(
     *,
     own: bool = True,
 ) -> T:
-    """A read of only the parts of the thread it answers with (``read``, see ``projections.parts``), with the
-    guarantees of ``thread_doc``: when the projection is behind the thread's last event, or its parts are not
-    all stored, the same answer is shaped by ``whole`` from the whole document (folded from the log if need be)."""
-    state = app_state(request)
+    """A read of only what the thread answers with (``read``, one Redis call: see ``projections.parts``), with
+    the guarantees of ``thread_doc``: when the projection is behind the thread's last event, or not (wholly)
+    stored in this view version, the same answer is shaped by ``whole`` from the thread folded from its log."""
     _check_min_seq(request, min_seq, own=own)
-    doc = None
     if await projected(request, tenant, thread):
         try:
-            found: T = await state.projections.read(tenant, thread, read)
+            found: T = await app_state(request).projections.read(tenant, thread, read)
             return found
         except Missing:
-            doc = await state.projections.doc(tenant, thread)
-    return whole(_view_decoder.decode(doc if doc is not None else await folded_doc(request, tenant, thread)))
+            pass
+    return whole(_view_decoder.decode(await folded_doc(request, tenant, thread)))
 
 
 async def thread_view(

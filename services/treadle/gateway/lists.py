@@ -42,7 +42,6 @@ from .deps import (
     json_response,
     path_id,
     projected,
-    thread_doc,
     wanted_seq,
 )
 from .errors import ApiError
@@ -117,8 +116,8 @@ async def items(
     request: HttpRequest, tenant: str, thread: str, name: str, start: int, count: int
 ) -> tuple[int, int, list[bytes]]:
     """(seq, total, items start..start+count) of the thread's list ``name``, reflecting its last event at least:
-    from the stored items when the projection has them, else from the whole document (folded from the log
-    when the projection is behind or missing, as every read does)."""
+    from the stored items when the projection has them, else from the thread folded from its log (when the
+    projection is behind, or not (wholly) stored in this view version)."""
     store = app_state(request).projections
     if await projected(request, tenant, thread):
         if name == "requests":  # a short list stored whole, not item by item
@@ -127,9 +126,7 @@ async def items(
                 return part[0], len(every), [bytes(r) for r in every[start : start + count]]
         elif (got := await store.slice(tenant, thread, name, start, count)) is not None:
             return got.seq, got.total, got.items
-        doc = await thread_doc(request, tenant, thread, own=False)  # not projected (wholly) yet
-    else:
-        doc = await folded_doc(request, tenant, thread)
+    doc = await folded_doc(request, tenant, thread)
     whole: Any = msgspec.json.decode(doc, type=_DOCS[name])
     every = getattr(whole, name)
     return whole.seq, len(every), [bytes(r) for r in every[start : start + count]]

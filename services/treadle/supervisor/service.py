@@ -596,6 +596,16 @@ class Supervisor:
         checkpoint service's memory) when it is there. A service or archive that does not answer retries the
         message (a long hydrate still running is then waited for, and found done)."""
         before = state.checkpoint(run.ordinal - 1)
+        if before is None or before.commit is None:  # that capture failed (L10.4): the newest one before it
+            before = max(
+                (
+                    c
+                    for c in state.checkpoints
+                    if c.scope == "root" and c.commit and not c.stale and c.ordinal < run.ordinal
+                ),
+                key=lambda c: c.ordinal,
+                default=None,
+            )
         if state.thread is None or before is None or before.commit is None:
             return
         request = Hydrate(

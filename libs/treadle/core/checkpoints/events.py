@@ -6,7 +6,7 @@ from treadle.core.checkpoints.model import ChildCheckpoint, FileChange
 from treadle.core.envelope import Payload, event
 
 
-@event("checkpoint.captured")
+@event("checkpoint.captured", local=True, other_runs=False, provider_threads=False)
 class CheckpointCaptured(Payload, kw_only=True):
     checkpoint_id: str
     run_id: str | None = None

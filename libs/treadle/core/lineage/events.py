@@ -9,7 +9,7 @@ import msgspec
 from treadle.core.envelope import Payload, event
 
 
-@event("thread.forked")
+@event("thread.forked", local=True, other_runs=True, provider_threads=True)
 class ThreadForked(Payload, kw_only=True):
     """L6.1, on the new thread right after its ``thread.created``: its lineage and a pending fork transfer.
     Nothing else: no provider, session, provider thread or summary until its first run."""
@@ -21,7 +21,7 @@ class ThreadForked(Payload, kw_only=True):
     fidelity: str | None = None  # "synthetic" when only a low-fidelity fork is possible (L6.4)
 
 
-@event("thread.child_forked")
+@event("thread.child_forked", local=True, other_runs=True, provider_threads=True)
 class ChildForked(Payload, kw_only=True):
     """On the source thread: a fork was made from it. Its own history is untouched."""
 
@@ -42,7 +42,7 @@ class ContextRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     base_point: dict[str, Any] | None = None
 
 
-@event("handoff.created")
+@event("handoff.created", local=True, other_runs=False, provider_threads=True, indexes=("handoff_id",))
 class HandoffCreated(Payload, kw_only=True):
     """L5.5: a context handoff artifact, stored before the provider sees it."""
 
@@ -63,7 +63,7 @@ class HandoffCreated(Payload, kw_only=True):
     fallback: str | None = None  # why a configured provider-backed summariser was not used
 
 
-@event("context.resolved")
+@event("context.resolved", local=True, other_runs=False, provider_threads=True)
 class ContextResolved(Payload, kw_only=True):
     """L5.2/L6.2: the provider thread a run starts on and the context it gets; resolves its transfers."""
 
@@ -77,7 +77,7 @@ class ContextResolved(Payload, kw_only=True):
     transfers: dict[str, str] = {}  # transfer id -> resolved_native | resolved_portable
 
 
-@event("context.delivered")
+@event("context.delivered", local=False, other_runs=False, provider_threads=True)
 class ContextDelivered(Payload, kw_only=True):
     """The provider took the turn carrying the resolved context: transfers consumed, coverage extended."""
 
@@ -85,7 +85,7 @@ class ContextDelivered(Payload, kw_only=True):
     provider_thread_id: str
 
 
-@event("transfer.failed")
+@event("transfer.failed", local=True, other_runs=True, provider_threads=True)
 class TransferFailed(Payload, kw_only=True):
     """A transfer that cannot be resolved; the run that needed it fails before any provider work."""
 
@@ -94,7 +94,7 @@ class TransferFailed(Payload, kw_only=True):
     error: str
 
 
-@event("thread.delegated")
+@event("thread.delegated", local=False, other_runs=True, provider_threads=True)
 class ThreadDelegated(Payload, kw_only=True):
     """On a delegated task's thread, right after its ``thread.created``: lineage ``subagent`` pointing at the
     parent run's app-owned node (issue 21). Its first run is the task."""
@@ -108,7 +108,7 @@ class ThreadDelegated(Payload, kw_only=True):
     role: str = ""
 
 
-@event("delegation.started")
+@event("delegation.started", local=False, other_runs=True, provider_threads=True)
 class DelegationStarted(Payload, kw_only=True):
     """On the parent thread: the app-owned ``subagent`` node of its run, standing for the child thread."""
 
@@ -121,7 +121,7 @@ class DelegationStarted(Payload, kw_only=True):
     input: dict[str, Any] = {}
 
 
-@event("delegation.finished")
+@event("delegation.finished", local=False, other_runs=True, provider_threads=True)
 class DelegationFinished(Payload, kw_only=True):
     """On the parent thread, once the child's task run ended: its node finalised and the result transfer."""
 
@@ -134,7 +134,7 @@ class DelegationFinished(Payload, kw_only=True):
     summary: str
 
 
-@event("delegation.ended")
+@event("delegation.ended", local=False, other_runs=True, provider_threads=True)
 class DelegationEnded(Payload, kw_only=True):
     """On the child, after its parent recorded the result: the task no longer counts as a running child."""
 

@@ -8,7 +8,7 @@ from treadle.core.envelope import Payload, event
 from treadle.core.plans.model import TodoItem
 
 
-@event("plan.implemented")
+@event("plan.implemented", local=True, other_runs=True, provider_threads=True)
 class PlanImplemented(Payload, kw_only=True):
     plan_id: str
     run_id: str
@@ -16,7 +16,7 @@ class PlanImplemented(Payload, kw_only=True):
     as_: str = msgspec.field(name="as")
 
 
-@event("plan.updated")
+@event("plan.updated", local=True, other_runs=False, provider_threads=False, indexes=("plan_id",))
 class PlanUpdated(Payload, kw_only=True):
     plan_id: str
     run_id: str

@@ -6,7 +6,7 @@ from treadle.core.envelope import Payload, event
 from treadle.core.providers.model import ProviderCapabilities, ProviderThreadSettings
 
 
-@event("provider.attached")
+@event("provider.attached", local=True, other_runs=False, provider_threads=True)
 class ProviderAttached(Payload, kw_only=True):
     """A provider session is live for this app thread, with its provider thread (created or resumed)."""
 
@@ -22,7 +22,7 @@ class ProviderAttached(Payload, kw_only=True):
     settings: ProviderThreadSettings | None = None  # L5.4: what the run that placed it asked for
 
 
-@event("provider.resume_failed")
+@event("provider.resume_failed", local=False, other_runs=True, provider_threads=True)
 class ProviderResumeFailed(Payload, kw_only=True):
     """L9.4: the provider thread could not be resumed; it is kept in the graph, marked unusable."""
 
@@ -30,7 +30,7 @@ class ProviderResumeFailed(Payload, kw_only=True):
     reason: str
 
 
-@event("provider.stopped")
+@event("provider.stopped", local=True, other_runs=False, provider_threads=True)
 class ProviderStopped(Payload, kw_only=True):
     """L9.3: the live runtime is gone; the provider thread and its native ref are kept."""
 

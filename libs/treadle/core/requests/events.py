@@ -8,7 +8,7 @@ from treadle.core.envelope import Payload, event
 from treadle.core.requests.model import FileEdit, Question
 
 
-@event("request.opened")
+@event("request.opened", local=True, other_runs=False, provider_threads=False, indexes=("request_id", "node_id"))
 class RequestOpened(Payload, kw_only=True):
     request_id: str
     run_id: str
@@ -26,7 +26,7 @@ class RequestOpened(Payload, kw_only=True):
     questions: list[Question] = []
 
 
-@event("request.resolved")
+@event("request.resolved", local=True, other_runs=False, provider_threads=False)
 class RequestResolved(Payload, kw_only=True):
     request_id: str
     run_id: str

@@ -6,7 +6,7 @@ from treadle.core.checkpoints.model import FileChange
 from treadle.core.envelope import Payload, event
 
 
-@event("rollback.started")
+@event("rollback.started", local=False, other_runs=True, provider_threads=True)
 class RollbackStarted(Payload, kw_only=True):
     """A rollback was accepted: new runs wait until it completes or fails. ``kind=thread`` rolls the thread
     back to run ``to_run_ordinal``; ``kind=node`` restores a child node's checkpoint (L10.6)."""
@@ -23,7 +23,7 @@ class RollbackStarted(Payload, kw_only=True):
     after_run_id: str | None = None  # carried out once this run (interrupted for it) has ended
 
 
-@event("rollback.completed")
+@event("rollback.completed", local=False, other_runs=True, provider_threads=True)
 class RollbackCompleted(Payload, kw_only=True):
     """The files are restored (``files``: what changed). Later runs are ``rolled_back``, later checkpoints
     stale; ``provider_context`` says what became of the provider conversation."""
@@ -42,7 +42,7 @@ class RollbackCompleted(Payload, kw_only=True):
     provider_error: str | None = None
 
 
-@event("rollback.provider_requested")
+@event("rollback.provider_requested", local=False, other_runs=True, provider_threads=True)
 class RollbackProviderRequested(Payload, kw_only=True):
     """The files are restored and provider thread ``provider_thread_id`` is asked (through ``session_id`` on
     ``host_id``) to drop its last ``turns`` turns (L10.5). Recorded before the host is asked: a coordinator
@@ -55,7 +55,7 @@ class RollbackProviderRequested(Payload, kw_only=True):
     turns: int
 
 
-@event("rollback.failed")
+@event("rollback.failed", local=False, other_runs=True, provider_threads=True)
 class RollbackFailed(Payload, kw_only=True):
     """The restore could not be done; nothing is marked rolled back (files may be as the error says)."""
 

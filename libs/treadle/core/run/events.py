@@ -9,7 +9,7 @@ from treadle.core.envelope import Payload, event
 from treadle.core.lineage.events import ContextRequest
 
 
-@event("run.queued")
+@event("run.queued", local=True, other_runs=False, provider_threads=False, indexes=("run_id", "root_node_id"))
 class RunQueued(Payload, kw_only=True):
     """L2.1 in one fact: the user message, its run (ordinal N) with root node and first attempt, and — when
     nothing else is active — its dispatch. One event, so the decision is atomic without a batch."""
@@ -32,12 +32,12 @@ class RunQueued(Payload, kw_only=True):
     context: ContextRequest | None = None  # L5.4 clean context / L7.1 merge-back asked with the message
 
 
-@event("run.dispatched")
+@event("run.dispatched", local=True, other_runs=False, provider_threads=False)
 class RunDispatched(Payload, kw_only=True):
     run_id: str
 
 
-@event("run.held")
+@event("run.held", local=True, other_runs=False, provider_threads=False)
 class RunHeld(Payload, kw_only=True):
     """L9.3: no provider host can take the run's attempt now; the run waits ``queued`` for ``reason``
     (``capacity``: every host is busy; ``tenant_quota``: its tenant is at a limit; ``sandbox_unavailable``: no host
@@ -48,7 +48,7 @@ class RunHeld(Payload, kw_only=True):
     reason: str
 
 
-@event("run.started")
+@event("run.started", local=True, other_runs=False, provider_threads=False)
 class RunStarted(Payload, kw_only=True):
     """L2.2: the provider accepted the turn; root node and run are running."""
 
@@ -68,27 +68,27 @@ class RunEnded(Payload, kw_only=True):
     error: str | None = None
 
 
-@event("run.completed")
+@event("run.completed", local=True, other_runs=False, provider_threads=True, ends_run="completed")
 class RunCompleted(RunEnded, kw_only=True):
     pass
 
 
-@event("run.failed")
+@event("run.failed", local=True, other_runs=False, provider_threads=True, ends_run="failed")
 class RunFailed(RunEnded, kw_only=True):
     pass
 
 
-@event("run.interrupted")
+@event("run.interrupted", local=True, other_runs=False, provider_threads=True, ends_run="interrupted")
 class RunInterrupted(RunEnded, kw_only=True):
     pass
 
 
-@event("run.cancelled")
+@event("run.cancelled", local=True, other_runs=False, provider_threads=True, ends_run="cancelled")
 class RunCancelled(RunEnded, kw_only=True):
     pass
 
 
-@event("attempt.started")
+@event("attempt.started", local=True, other_runs=False, provider_threads=False, indexes=("root_node_id",))
 class AttemptStarted(Payload, kw_only=True):
     """A further attempt at a run (recovery, steering restart); the first attempt comes with run.queued."""
 
@@ -100,7 +100,7 @@ class AttemptStarted(Payload, kw_only=True):
     script: dict[str, Any] | None = None
 
 
-@event("attempt.ended")
+@event("attempt.ended", local=True, other_runs=False, provider_threads=False)
 class AttemptEnded(Payload, kw_only=True):
     """An attempt that will not complete its run (lost with its provider, interrupted, failed)."""
 
@@ -110,7 +110,7 @@ class AttemptEnded(Payload, kw_only=True):
     reason: str | None = None
 
 
-@event("node.started")
+@event("node.started", local=True, other_runs=False, provider_threads=False, indexes=("node_id",))
 class NodeStarted(Payload, kw_only=True):
     node_id: str
     run_id: str
@@ -122,7 +122,7 @@ class NodeStarted(Payload, kw_only=True):
     native_thread_ref: str | None = None  # L6.4: the provider thread a subagent owns (forkable natively)
 
 
-@event("node.completed")
+@event("node.completed", local=True, other_runs=False, provider_threads=False)
 class NodeCompleted(Payload, kw_only=True):
     node_id: str
     run_id: str
@@ -130,7 +130,7 @@ class NodeCompleted(Payload, kw_only=True):
     output: str | None = None
 
 
-@event("run.warning")
+@event("run.warning", local=True, other_runs=False, provider_threads=False)
 class RunWarning(Payload, kw_only=True):
     """A provider error that does not end the run (L2.5)."""
 
@@ -138,7 +138,7 @@ class RunWarning(Payload, kw_only=True):
     message: str
 
 
-@event("run.steered")
+@event("run.steered", local=True, other_runs=False, provider_threads=False)
 class RunSteered(Payload, kw_only=True):
     """A user message that steers the active run (L3.2/L3.3): attached to the run, delivered by the
     supervisor natively or through an interrupt and a replacement attempt."""
@@ -151,7 +151,7 @@ class RunSteered(Payload, kw_only=True):
     script: dict[str, Any] | None = None
 
 
-@event("steer.delivered")
+@event("steer.delivered", local=True, other_runs=False, provider_threads=False)
 class SteerDelivered(Payload, kw_only=True):
     """The provider accepted a native steer into the attempt's turn."""
 
@@ -160,7 +160,7 @@ class SteerDelivered(Payload, kw_only=True):
     message_id: str
 
 
-@event("steer.joined")
+@event("steer.joined", local=False, other_runs=False, provider_threads=False)
 class SteerJoined(Payload, kw_only=True):
     """The runtime reported where a native steer joined its conversation (L3.2): the steer takes its place in
     the thread's messages here, after what the runtime reported before it. The steer is appended when the user
@@ -171,7 +171,7 @@ class SteerJoined(Payload, kw_only=True):
     message_id: str
 
 
-@event("interrupt.requested")
+@event("interrupt.requested", local=True, other_runs=False, provider_threads=False)
 class InterruptRequested(Payload, kw_only=True):
     """L8.1: someone asked; the run ends only when the provider says so (L8.2)."""
 
@@ -181,7 +181,7 @@ class InterruptRequested(Payload, kw_only=True):
     by: str | None = None
 
 
-@event("interrupt.sent")
+@event("interrupt.sent", local=True, other_runs=False, provider_threads=False)
 class InterruptSent(Payload, kw_only=True):
     """How the interrupt reached the provider: ``native`` or ``stop_session`` (L8.3's degradation)."""
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from typing import Literal, cast
 
 from treadle.core import activity
 from treadle.core.checkpoints.evolve import checkpoint_captured
@@ -130,40 +129,39 @@ def _run_started(state: ThreadView, e: Envelope, d: RunStarted) -> None:
 EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run's, its attempt's and root node's
 
 
-def _run_ended(status: EndStatus) -> Callable[[ThreadView, Envelope, RunEnded], None]:
-    def handle(state: ThreadView, e: Envelope, d: RunEnded) -> None:
-        run = state.run(d.run_id)
-        if run is None or run.terminal:
-            return
-        if d.checkpoint is not None:
-            checkpoint_captured(state, e, d.checkpoint)
-            run.checkpoint_id = d.checkpoint.checkpoint_id
-        run.status = status
-        run.waiting_reason = None
-        run.ended_at = e.at
-        run.error = d.error
-        for att in run.attempts:
-            if att.id == d.attempt_id:
-                att.status = status
-                att.ended_at = e.at
-                root = run.node(att.root_node_id)
-                if root is not None:
-                    root.status = status
-                    root.ended_at = e.at
-        if state.active_run_id == d.run_id:
-            state.active_run_id = None
-        if d.run_id in state.queue:
-            state.queue.remove(d.run_id)
-        for plan in state.plans:  # L2.3: the run's todo lists are final with it
-            if plan.run_id == d.run_id and plan.status == "open" and plan.kind == "todo_list":
-                plan.status = "final"
-        # Coverage goes to the provider thread the run actually ran on (L5.3: switching leaves several).
-        ended = next((a for a in run.attempts if a.id == d.attempt_id), None)
-        pth = state.provider_thread_of(ended.provider_thread_id if ended else None) or state.provider_thread
-        if pth is not None and status == "completed" and not state.covers(pth, run.ordinal):
-            pth.covered_ordinals.append(run.ordinal)
-
-    return handle
+def _run_ended(state: ThreadView, e: Envelope, d: RunEnded) -> None:
+    """Every event that ends a run: the status it ends in is the event's trait (``ends_run``)."""
+    status = cast("EndStatus", d.TRAITS.ends_run)
+    run = state.run(d.run_id)
+    if run is None or run.terminal:
+        return
+    if d.checkpoint is not None:
+        checkpoint_captured(state, e, d.checkpoint)
+        run.checkpoint_id = d.checkpoint.checkpoint_id
+    run.status = status
+    run.waiting_reason = None
+    run.ended_at = e.at
+    run.error = d.error
+    for att in run.attempts:
+        if att.id == d.attempt_id:
+            att.status = status
+            att.ended_at = e.at
+            root = run.node(att.root_node_id)
+            if root is not None:
+                root.status = status
+                root.ended_at = e.at
+    if state.active_run_id == d.run_id:
+        state.active_run_id = None
+    if d.run_id in state.queue:
+        state.queue.remove(d.run_id)
+    for plan in state.plans:  # L2.3: the run's todo lists are final with it
+        if plan.run_id == d.run_id and plan.status == "open" and plan.kind == "todo_list":
+            plan.status = "final"
+    # Coverage goes to the provider thread the run actually ran on (L5.3: switching leaves several).
+    ended = next((a for a in run.attempts if a.id == d.attempt_id), None)
+    pth = state.provider_thread_of(ended.provider_thread_id if ended else None) or state.provider_thread
+    if pth is not None and status == "completed" and not state.covers(pth, run.ordinal):
+        pth.covered_ordinals.append(run.ordinal)
 
 
 def _attempt_started(state: ThreadView, e: Envelope, d: AttemptStarted) -> None:
@@ -247,10 +245,10 @@ FOLDS: Folds = {
     RunDispatched: _run_dispatched,
     RunHeld: _run_held,
     RunStarted: _run_started,
-    RunCompleted: _run_ended("completed"),
-    RunFailed: _run_ended("failed"),
-    RunInterrupted: _run_ended("interrupted"),
-    RunCancelled: _run_ended("cancelled"),
+    RunCompleted: _run_ended,
+    RunFailed: _run_ended,
+    RunInterrupted: _run_ended,
+    RunCancelled: _run_ended,
     AttemptStarted: _attempt_started,
     AttemptEnded: _attempt_ended,
     NodeStarted: _node_started,

@@ -14,7 +14,7 @@ from treadle.core.checkpoints.model import FileChange
 from treadle.core.checkpoints.results import Captured
 from treadle.core.ctx import Ctx
 from treadle.core.disk import DISK_QUOTA
-from treadle.core.envelope import Payload
+from treadle.core.envelope import PAYLOADS, Payload
 from treadle.core.plans.events import PlanUpdated
 from treadle.core.providers.events import ProviderAttached, ProviderStopped
 from treadle.core.providers.model import ProviderCapabilities
@@ -26,10 +26,8 @@ from treadle.core.run.events import (
     InterruptRequested,
     NodeCompleted,
     NodeStarted,
-    RunCancelled,
-    RunCompleted,
+    RunEnded,
     RunFailed,
-    RunInterrupted,
     RunQueued,
     RunStarted,
     RunWarning,
@@ -43,11 +41,9 @@ from treadle.core.trimming import MAX_EVENT_BYTES, within
 from treadle.core.view import ThreadView
 
 MAX_RECOVERY_ATTEMPTS = 3
-_RUN_ENDED = {
-    "completed": RunCompleted,
-    "failed": RunFailed,
-    "interrupted": RunInterrupted,
-    "cancelled": RunCancelled,
+# The event that ends a run in each status, by its trait (``ends_run``).
+_RUN_ENDED: dict[str, type[RunEnded]] = {
+    cls.TRAITS.ends_run: cls for cls in PAYLOADS.values() if cls.TRAITS.ends_run and issubclass(cls, RunEnded)
 }
 
 

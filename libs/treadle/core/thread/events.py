@@ -12,7 +12,7 @@ from treadle.core.envelope import Payload, event
 DEFAULT_PROVIDER = "scripted"
 
 
-@event("thread.created")
+@event("thread.created", local=True, other_runs=False, provider_threads=True)
 class ThreadCreated(Payload, kw_only=True):
     thread_id: str
     title: str = ""
@@ -26,7 +26,7 @@ class ThreadCreated(Payload, kw_only=True):
     volume: str = "local"
 
 
-@event("thread.moved")
+@event("thread.moved", local=True, other_runs=True, provider_threads=True)
 class ThreadMoved(Payload, kw_only=True):
     """The thread's home changed (a volume forgotten, an operator's move): its workspace is restored on
     ``to_volume`` from ``checkpoint_id`` (None: its last durable checkpoint, or empty when it has none)."""
@@ -37,7 +37,7 @@ class ThreadMoved(Payload, kw_only=True):
     checkpoint_id: str | None = None
 
 
-@event("message.created")
+@event("message.created", local=True, other_runs=False, provider_threads=False)
 class MessageCreated(Payload, kw_only=True):
     message_id: str
     role: str
@@ -46,7 +46,7 @@ class MessageCreated(Payload, kw_only=True):
     author: str | None = None
 
 
-@event("message.delta")
+@event("message.delta", local=True, other_runs=False, provider_threads=False)
 class MessageDelta(Payload, kw_only=True):
     """Coalesced assistant text (≤ 1 per message per 250 ms or 4 KiB); the first one opens the message."""
 
@@ -57,7 +57,7 @@ class MessageDelta(Payload, kw_only=True):
     text: str
 
 
-@event("message.completed")
+@event("message.completed", local=True, other_runs=False, provider_threads=False)
 class MessageCompleted(Payload, kw_only=True):
     message_id: str
     run_id: str
@@ -67,12 +67,12 @@ class MessageCompleted(Payload, kw_only=True):
     status: str = "completed"
 
 
-@event("queue.reordered")
+@event("queue.reordered", local=True, other_runs=True, provider_threads=True)
 class QueueReordered(Payload, kw_only=True):
     order: list[str]
 
 
-@event("run.edited")
+@event("run.edited", local=False, other_runs=True, provider_threads=True)
 class RunEdited(Payload, kw_only=True):
     """A queued run's message was edited before it started (L3.6)."""
 
@@ -81,27 +81,28 @@ class RunEdited(Payload, kw_only=True):
     script: dict[str, Any] | None = None
 
 
-# Management of the thread (issue 39): one event per fact, so each is its own audit line and its own subject
-# (``…thread.renamed``), filterable on the broker, and a fold per fact stays trivial.
-@event("thread.renamed")
+# Management of the thread (L1.3, L1.4): one event per fact, so each is its own audit line and its own subject
+# (``…thread.renamed``), filterable on the broker, and a fold per fact stays trivial. Not ``local``: rare, so the
+# projection writes the thread's document whole after them.
+@event("thread.renamed", local=False, other_runs=False, provider_threads=False)
 class ThreadRenamed(Payload, kw_only=True):
     title: str
     by: str
 
 
-@event("thread.archived")
+@event("thread.archived", local=False, other_runs=False, provider_threads=False)
 class ThreadArchived(Payload, kw_only=True):
     """Out of the default list; refuses new messages until unarchived. History and workspace stay."""
 
     by: str
 
 
-@event("thread.unarchived")
+@event("thread.unarchived", local=False, other_runs=False, provider_threads=False)
 class ThreadUnarchived(Payload, kw_only=True):
     by: str
 
 
-@event("thread.deleted")
+@event("thread.deleted", local=False, other_runs=False, provider_threads=False)
 class ThreadDeleted(Payload, kw_only=True):
     """The tombstone: the one event of the thread the log keeps once its data is erased. It carries what the
     erasure needs to be resumed from it alone (the workspace and its home volume) and who deleted it."""
