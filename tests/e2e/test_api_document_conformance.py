@@ -108,6 +108,15 @@ async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack)
             json={"checkpoint_id": f"ckpt{NOWHERE}", "thread_id": thread},
         )
 
+        # L1.3, L1.4 on the (idle) fork: rename and archive, a typed refusal, then delete and its 404s
+        fork = forked["thread_id"]
+        await call("PATCH", f"/v1/threads/{fork}", 200, json={"title": "renamed", "archived": True})
+        await call("PATCH", f"/v1/threads/{fork}", 400, json={"title": "x" * 201})
+        await call("GET", "/v1/threads", 200, params={"archived": "only"})
+        await call("DELETE", f"/v1/threads/{fork}", 200)
+        await call("PATCH", f"/v1/threads/{fork}", 404, json={"archived": False})
+        await call("DELETE", f"/v1/threads/thr{NOWHERE}", 404)
+
         for path in (f"/v1/runs/run{NOWHERE}", f"/v1/handoffs/hoff{NOWHERE}", f"/v1/threads/thr{NOWHERE}/lineage"):
             await call("GET", path, 404)
         await call("GET", "/v1/threads/nope", 400)
