@@ -9,10 +9,12 @@ import json
 import pytest
 from redis.asyncio import Redis
 
+from tests.e2e.test_cli import treadle
 from tests.support.api import make_api
 from tests.support.lineage import fork
 from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import approval, script, text, write
+from treadle.client import AsyncTreadle, NotFound, Treadle
 from treadle.eventlog.streams import CHECKPOINTS_BUCKET
 from treadle.eventlog.subjects import EVENTS_STREAM, thread_events
 from treadle.projections.check import check_projections
@@ -243,3 +245,32 @@ async def test_L1_3_an_agent_archives_and_renames_threads_with_the_mcp_tool_and_
             await call(mcp, "thread_update", thread_id="thr_..>", title="x")
         assert refused.value.kind in ("invalid_request", "not_found")
     assert (await api.thread(thread))["thread"]["title"] == "tidied"
+
+
+async def test_L1_3_L1_4_the_sdk_and_the_cli_rename_archive_and_delete(api, stack, tmp_path):
+    async with AsyncTreadle(stack.api_url, api.token) as client:
+        thread = (await client.create_thread(title="sdk")).thread_id
+        changed = await client.update_thread(thread, title="sdk renamed")
+        assert changed.changed and (await client.get_thread(thread)).thread.title == "sdk renamed"
+        assert (await client.archive_thread(thread)).changed
+        assert [t.id async for t in await client.list_threads(archived="only")] == [thread]
+        assert (await client.unarchive_thread(thread)).changed
+        with Treadle(stack.api_url, api.token) as sync:  # the sync client: the same calls
+            assert sync.update_thread(thread, title="sync").changed
+            assert sync.archive_thread(thread).changed
+
+        flags = ["--api", stack.api_url, "--token", api.token]
+        code, out, err = await treadle("threads", "unarchive", thread, *flags, cwd=tmp_path)
+        assert code == 0, out + err
+        code, out, err = await treadle("threads", "rename", thread, "from the cli", *flags, cwd=tmp_path)
+        assert code == 0 and "updated" in out, out + err
+        code, out, err = await treadle("threads", "list", "--archived", "include", "-o", "json", *flags, cwd=tmp_path)
+        assert code == 0 and json.loads(out)["items"][0]["title"] == "from the cli", out + err
+        code, out, err = await treadle("threads", "delete", thread, *flags, cwd=tmp_path)  # no terminal, no --yes
+        assert code != 0 and "--yes" in err, out + err
+        assert (await client.get_thread(thread)).thread.title == "from the cli"
+        code, out, err = await treadle("threads", "delete", thread, "--yes", *flags, cwd=tmp_path)
+        assert code == 0 and "deleted" in out, out + err
+        with pytest.raises(NotFound):
+            await client.get_thread(thread)
+        assert (await client.delete_thread(thread)).thread_id == thread  # a repeat answers the same
