@@ -5,6 +5,7 @@ tenant's thread is a 404 that changes nothing; a fork of a deleted thread keeps 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from redis.asyncio import Redis
@@ -15,6 +16,7 @@ from tests.support.lineage import fork
 from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import approval, script, text, write
 from treadle.client import AsyncTreadle, NotFound, Treadle
+from treadle.core import events as ev
 from treadle.eventlog.streams import CHECKPOINTS_BUCKET
 from treadle.eventlog.subjects import EVENTS_STREAM, thread_events
 from treadle.projections.check import check_projections
@@ -274,3 +276,29 @@ async def test_L1_3_L1_4_the_sdk_and_the_cli_rename_archive_and_delete(api, stac
         with pytest.raises(NotFound):
             await client.get_thread(thread)
         assert (await client.delete_thread(thread)).thread_id == thread  # a repeat answers the same
+
+
+async def test_L1_4_a_delete_that_stopped_after_its_tombstone_is_finished_by_the_next(api, stack, stack_nc, log):
+    """The coordinator appends the tombstone, then erases: a crash between the two leaves a deleted thread whose
+    data is all still there. Its reads are already 404s, and the next delete erases everything."""
+    thread = await api.create_thread(title="half deleted")
+    sent = await api.send(thread, "write", script=script(write("left.txt", "still here\n"), text("ok")))
+    await api.wait_run(sent["run_id"])
+    doc = await api.thread(thread)
+    tombstone = ev.ThreadDeleted(by="alice", workspace=doc["thread"]["workspace"], volume=doc["thread"]["volume"])
+    envelope = ev.Envelope(
+        id=f"evt_{api.tenant}_tombstone", type=ev.ThreadDeleted.TYPE, tenant=api.tenant, thread=thread,
+        at=datetime.now(UTC), command_id="cmd_crashed_delete", actor="alice", data=tombstone,
+    )  # fmt: skip
+    await log.append(api.tenant, thread, doc["seq"], [envelope])  # what a coordinator that then crashed appended
+    r = await api.request("GET", f"/v1/threads/{thread}")
+    assert r.status_code == 404, r.text
+    assert await _messages_of_thread(stack_nc, api.tenant, thread) > 1 and await _objects_of(
+        stack_nc, api.tenant, thread
+    )
+    assert stack.workspace_of(api.tenant, thread).exists()
+
+    await _delete(api, thread)
+    assert await _messages_of_thread(stack_nc, api.tenant, thread) == 1
+    assert await _objects_of(stack_nc, api.tenant, thread) == []
+    assert not stack.workspace_of(api.tenant, thread).exists()
