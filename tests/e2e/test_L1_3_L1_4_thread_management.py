@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from tests.e2e.test_cli import treadle
 from tests.support.api import make_api
+from tests.support.helpers import wait_for
 from tests.support.lineage import fork
 from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import approval, script, text, write
@@ -302,3 +303,30 @@ async def test_L1_4_a_delete_that_stopped_after_its_tombstone_is_finished_by_the
     assert await _messages_of_thread(stack_nc, api.tenant, thread) == 1
     assert await _objects_of(stack_nc, api.tenant, thread) == []
     assert not stack.workspace_of(api.tenant, thread).exists()
+
+
+async def test_L1_4_a_projector_behind_the_erasure_erases_the_views_from_the_tombstone(api, stack, stack_nc):
+    """The projector folds the tombstone after the erasure purged the events before it: it needs none of them."""
+    thread = await api.create_thread(title="projected late")
+    sent = await api.send(thread, "hi", script=script(text("hello")))
+    await api.wait_run(sent["run_id"])
+    await stack.processes.halt("projector")
+    try:
+        await _delete(api, thread)
+        assert await _messages_of_thread(stack_nc, api.tenant, thread) == 1
+    finally:
+        await stack.processes.start()
+    await stack.wait_ready(names=["projector"])
+    redis = Redis.from_url(stack.redis_url)
+    try:
+        doc_key = f"treadle:{{{api.tenant}}}:thread:{thread}"
+        await wait_for(lambda: _erased(redis, doc_key), timeout=30, what="the projector erased the thread's views")
+        assert await redis.hget(f"treadle:{{{api.tenant}}}:summaries", thread) is None
+    finally:
+        await redis.aclose()
+    r = await api.request("GET", f"/v1/threads/{thread}")
+    assert r.status_code == 404, r.text
+
+
+async def _erased(redis, doc_key: str) -> bool:
+    return await redis.hget(doc_key, "deleted") == b"1"
