@@ -18,8 +18,10 @@ from tests.support.mcp_client import ToolFailed, call, mcp_session
 from tests.support.scripts import approval, script, text, write
 from treadle.client import AsyncTreadle, NotFound, Treadle
 from treadle.core import events as ev
+from treadle.core.policy import TenantPolicy
 from treadle.eventlog.streams import CHECKPOINTS_BUCKET
 from treadle.eventlog.subjects import EVENTS_STREAM, thread_events
+from treadle.ops.policies import PolicyStore
 from treadle.projections.check import check_projections
 
 pytestmark = pytest.mark.e2e
@@ -330,3 +332,13 @@ async def test_L1_4_a_projector_behind_the_erasure_erases_the_views_from_the_tom
 
 async def _erased(redis, doc_key: str) -> bool:
     return await redis.hget(doc_key, "deleted") == b"1"
+
+
+async def test_L1_4_a_deleted_thread_no_longer_counts_against_the_tenants_thread_limit(api, stack_nc):
+    await PolicyStore(stack_nc.jetstream()).put(api.tenant, TenantPolicy(max_threads=2), "test")
+    first = await api.create_thread(title="one")
+    await api.create_thread(title="two")
+    r = await api.request("POST", "/v1/threads", json={"title": "three"})
+    assert r.status_code == 429 and await _code(r) == "quota_exceeded", r.text
+    await _delete(api, first)  # not the newest thread: the coordinator's count must not be the cached one
+    await api.create_thread(title="three")
