@@ -342,3 +342,24 @@ async def test_L1_4_a_deleted_thread_no_longer_counts_against_the_tenants_thread
     assert r.status_code == 429 and await _code(r) == "quota_exceeded", r.text
     await _delete(api, first)  # not the newest thread: the coordinator's count must not be the cached one
     await api.create_thread(title="three")
+
+
+async def test_L1_3_paging_the_default_list_skips_archived_threads_between_pages(api):
+    made = [await api.create_thread(title=f"t{i}") for i in range(6)]
+    for thread in (made[1], made[2], made[4]):  # newest first: t5, [t4], t3, [t2], [t1], t0
+        await _patch(api, thread, {"archived": True})
+    seen, cursor = [], None
+    while True:
+        params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        r = await api.request("GET", "/v1/threads", params=params)
+        assert r.status_code == 200, r.text
+        seen += [t["id"] for t in r.json()["items"]]
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [made[5], made[3], made[0]]
+    r = await api.request("GET", "/v1/threads", params={"limit": 2, "archived": "only"})
+    assert [t["id"] for t in r.json()["items"]] == [made[4], made[2]]
+    cursor = r.json()["next_cursor"]
+    r = await api.request("GET", "/v1/threads", params={"limit": 2, "cursor": cursor})  # another filter's cursor
+    assert r.status_code == 400 and await _code(r) == "invalid_cursor", r.text

@@ -248,14 +248,19 @@ async def _search_threads(
     archived: ArchivedFilter = "include",
 ) -> tuple[list[bytes], str | None]:
     """The tenant's threads whose title contains ``needle`` (None: any) and kept by ``archived``, newest first,
-    looking at ``SCAN`` threads at most: a page may hold fewer than ``count`` and still go on. The cursor is
+    looking at ``SCAN`` threads at most (a page's worth when none of those is left out): a page may hold fewer than ``count`` and still go on. The cursor is
     bound to the filter by a digest (a search may be longer than a cursor), so it continues only the same one."""
     bound = "" if needle is None else "q=" + hashlib.sha256(needle.encode(errors="surrogatepass")).hexdigest()[:32]
     if archived != "include":
         bound += f"&archived={archived}"
     position = _position(request, tenant, cursor, list="threads", filter=bound)
     after = (position.score, position.after_id) if position else None
-    rows = await app_state(request).projections.threads(tenant, SCAN + 1, after)
+    # A page's worth first: when nothing in it is filtered out (the default list of a tenant with few archived
+    # threads), that is the answer, and only a filtered page reads on, up to SCAN.
+    projections = app_state(request).projections
+    rows = await projections.threads(tenant, count + 1, after)
+    if len(rows) > count and sum(1 for _, _, s in rows[:count] if s and _kept(s, needle, archived)) < count:
+        rows = await projections.threads(tenant, SCAN + 1, after)
     items: list[bytes] = []
     end: tuple[int, str] | None = None
     for i, (score, thread, summary) in enumerate(rows[:SCAN]):
