@@ -1,4 +1,4 @@
-"""Erasing a deleted thread's data (issue 39), from its tombstone: every step is idempotent, so a delete
+"""Erasing a deleted thread's data (L1.4) from its tombstone: every step is idempotent, so a delete
 repeated after a step failed resumes where it stopped.
 
 - the event log: every event of the thread before its tombstone (a subject-filtered purge below the tombstone's

@@ -1,4 +1,4 @@
-"""Managing a thread as a whole (issue 39): renaming, archiving and deleting it.
+"""Managing a thread as a whole (L1.3, L1.4): renaming, archiving and deleting it.
 
 Rules: a rename is allowed at any time (a run goes on under the new title); archiving refuses while a run is
 active or queued or a rollback waits (409 ``thread_busy``), so an archived thread is always idle, and it
