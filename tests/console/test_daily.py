@@ -377,3 +377,44 @@ async def test_the_composer_offers_the_providers_the_deployment_configured(conso
     offered = await console.page.locator("#providers-send option").evaluate_all("os => os.map((o) => o.value)")
     assert offered == session["providers"]
     assert console.errors == []
+
+
+async def test_L1_3_L1_4_rename_archive_and_delete_from_the_thread_page(console, api):
+    thread = await api.create_thread(title="before")
+    await run_to_end(api, thread, "hello", script({"type": "text", "text": "hi"}))
+    page = console.page
+    await console.sign_in(api.token)
+    await open_thread(console, thread)
+    side = page.locator("nav#sidebar")
+    item = side.locator(f"li[data-thread={thread}]")
+    await page.locator(".threadactions button.rename").click()
+    await page.locator("input.newtitle").fill("after")
+    await page.locator(".renameform button[type=submit]").click()
+    await expect(page.locator(".thread h1")).to_have_text("after")
+    await expect(item.locator(".ttitle")).to_have_text("after")
+    # Archived: out of the sidebar unless asked for, and the page says why a message would be refused.
+    await page.locator(".threadactions button.archive").click()
+    await expect(page.locator(".thead .archived")).to_be_visible()
+    await expect(item).to_have_count(0)
+    await side.locator("input.showarchived").check()
+    await expect(item.locator(".archivedtag")).to_have_count(1)
+    await console.shot("thread-archived")
+    assert await console.accessibility() == []
+    await page.locator(".threadactions button.archive").click()  # now "Unarchive"
+    await expect(page.locator(".threadactions button.archive")).to_have_text("Archive")
+    await expect(item.locator(".archivedtag")).to_have_count(0)
+    # Delete asks first; keeping it changes nothing.
+    await page.locator(".threadactions button.delete").click()
+    confirm = page.locator(".manage .confirm")
+    await expect(confirm).to_contain_text("erased for good")
+    assert await console.accessibility() == []
+    await confirm.locator("button", has_text="Keep it").click()
+    await expect(confirm).to_have_count(0)
+    assert (await api.thread(thread))["thread"]["title"] == "after"
+    await page.locator(".threadactions button.delete").click()
+    await page.locator("button.confirm-delete").click()
+    await page.wait_for_url(re.compile(r"#/$"))
+    await expect(item).to_have_count(0)
+    r = await api.request("GET", f"/v1/threads/{thread}")
+    assert r.status_code == 404
+    assert console.errors == []

@@ -128,6 +128,14 @@ async def test_real_answers_of_every_kind_are_what_the_document_says(api, stack,
             await call("POST", f"{scope}/{schedule}/resume", 200)
             await call("POST", f"{scope}/{schedule}/pause", 200)
             await call("DELETE", f"{scope}/{schedule}", 200)
+        # L1.3, L1.4 on the (idle) fork: rename and archive, a typed refusal, then delete and its 404s
+        fork = forked["thread_id"]
+        await call("PATCH", f"/v1/threads/{fork}", 200, json={"title": "renamed", "archived": True})
+        await call("PATCH", f"/v1/threads/{fork}", 400, json={"title": "x" * 201})
+        await call("GET", "/v1/threads", 200, params={"archived": "only"})
+        await call("DELETE", f"/v1/threads/{fork}", 200)
+        await call("PATCH", f"/v1/threads/{fork}", 404, json={"archived": False})
+        await call("DELETE", f"/v1/threads/thr{NOWHERE}", 404)
 
         for path in (f"/v1/runs/run{NOWHERE}", f"/v1/handoffs/hoff{NOWHERE}", f"/v1/threads/thr{NOWHERE}/lineage"):
             await call("GET", path, 404)

@@ -25,6 +25,7 @@ TOOLS = {
     "thread_send",
     "thread_wait",
     "thread_interrupt",
+    "thread_update",
     "thread_fork",
     "thread_transfers",
     "delegate_task",

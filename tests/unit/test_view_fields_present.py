@@ -83,6 +83,7 @@ def test_the_thread_list_item_carries_active_run_id_last_run_status_and_last_act
         "title": "",
         "provider": "scripted",
         "created_at": "2026-01-01T00:00:00+00:00",
+        "archived": False,
         "seq": 1,
         "runs": 0,
         "active_run_id": None,

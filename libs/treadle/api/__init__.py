@@ -12,7 +12,7 @@ from treadle.api.queue import EditBody, ReorderBody
 from treadle.api.requests import RespondBody
 from treadle.api.rollbacks import NodeRollbackRequest, RollbackRequest
 from treadle.api.runs import Acknowledged, InterruptRequest
-from treadle.api.threads import CreateThreadRequest, ThreadCreated
+from treadle.api.threads import CreateThreadRequest, ThreadCreated, ThreadDeleted, ThreadUpdated, UpdateThreadRequest
 
 __all__ = [
     "Acknowledged",
@@ -31,4 +31,7 @@ __all__ = [
     "RollbackRequest",
     "SendMessageRequest",
     "ThreadCreated",
+    "ThreadDeleted",
+    "ThreadUpdated",
+    "UpdateThreadRequest",
 ]

@@ -1,4 +1,4 @@
-"""Creating a thread: ``POST /v1/threads``."""
+"""Creating a thread (``POST /v1/threads``), renaming or archiving it (``PATCH``) and deleting it (``DELETE``)."""
 
 from __future__ import annotations
 
@@ -22,5 +22,25 @@ class CreateThreadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
 
 class ThreadCreated(msgspec.Struct, kw_only=True):
+    thread_id: str
+    seq: int
+
+
+class UpdateThreadRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """At least one field; a field left out (or null) stays as it is."""
+
+    title: Title | None = None
+    archived: bool | None = None
+
+
+class ThreadUpdated(msgspec.Struct, kw_only=True):
+    thread_id: str
+    seq: int  # read with min_seq=seq to see the change
+    changed: bool  # False: the thread already was so (nothing appended)
+
+
+class ThreadDeleted(msgspec.Struct, kw_only=True):
+    """The thread's tombstone is in the log and its data erased (a repeated delete answers the same)."""
+
     thread_id: str
     seq: int

@@ -9,6 +9,7 @@ covers them all, and that each command exists)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "create_thread": "threads create",
     "list_threads": "threads list",
     "get_thread": "threads show",
+    "update_thread": "threads rename",  # also `threads archive` and `threads unarchive`
+    "delete_thread": "threads delete",
     "send_message": "send",  # also `steer` (mode steer_active/restart_active) and `switch` (provider)
     "get_run": "runs show",
     "list_runs": "runs list",
@@ -320,6 +323,44 @@ async def cmd_queue_cancel(args: argparse.Namespace) -> int:
         lambda c: c.cancel_queued(args.thread, args.run, idempotency_key=args.idempotency_key),
         _ack("queued run cancelled"),
     )
+
+
+async def cmd_threads_rename(args: argparse.Namespace) -> int:
+    return await _update(args, title=args.title)
+
+
+async def cmd_threads_archive(args: argparse.Namespace) -> int:
+    return await _update(args, archived=True)
+
+
+async def cmd_threads_unarchive(args: argparse.Namespace) -> int:
+    return await _update(args, archived=False)
+
+
+async def _update(args: argparse.Namespace, **change: Any) -> int:
+    def show(done: dict[str, Any]) -> None:
+        what = "updated" if done["changed"] else "unchanged (it already was so)"
+        console.print(Text.assemble(("✓ ", "green"), "thread ", (done["thread_id"], "bold"), f" {what}"))
+
+    return await _call(
+        args, lambda c: c.update_thread(args.thread, idempotency_key=args.idempotency_key, **change), show
+    )
+
+
+async def cmd_threads_delete(args: argparse.Namespace) -> int:
+    """Deleting erases the thread's data for good: asked on a terminal, else only with ``--yes``."""
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("deleting a thread erases its data for good: pass --yes to confirm")
+        answer = input(f"delete thread {args.thread} and erase its events, workspace checkpoints and views? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            console.print("[dim]not deleted[/]")
+            return 0
+
+    def show(done: dict[str, Any]) -> None:
+        console.print(Text.assemble(("✓ ", "green"), "deleted thread ", (done["thread_id"], "bold")))
+
+    return await _call(args, lambda c: c.delete_thread(args.thread, idempotency_key=args.idempotency_key), show)
 
 
 async def cmd_plans_implement(args: argparse.Namespace) -> int:

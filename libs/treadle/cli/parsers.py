@@ -66,12 +66,35 @@ def add_api_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser], ap
     tl = threads.add_parser("list", parents=[api], help="list threads, newest first")
     _paged(tl)
     tl.add_argument("--search", help="only threads whose title contains this, ignoring case")
+    tl.add_argument(
+        "--archived",
+        choices=("exclude", "include", "only"),
+        help="archived threads: left out (exclude, the default), listed too (include) or alone (only)",
+    )
     tl.set_defaults(func=cmd_threads_list)
     ts = threads.add_parser("show", parents=[api], help="a thread's runs, messages, checkpoints and activity")
     ts.add_argument("thread")
     ts.add_argument("--activity", type=int, default=20, help="how many activity lines (default 20)")
     ts.add_argument("--runs", type=int, metavar="N", help="only the last N runs (all by default)")
     ts.set_defaults(func=cmd_threads_show)
+    tr = threads.add_parser("rename", parents=[api], help="give a thread a new title (L1.3)")
+    tr.add_argument("thread")
+    tr.add_argument("title")
+    _key(tr)
+    tr.set_defaults(func=ops.cmd_threads_rename)
+    for action, func, help in (
+        ("archive", ops.cmd_threads_archive, "archive a thread: out of the default list, no new messages (L1.3)"),
+        ("unarchive", ops.cmd_threads_unarchive, "unarchive a thread"),
+    ):
+        ta = threads.add_parser(action, parents=[api], help=help)
+        ta.add_argument("thread")
+        _key(ta)
+        ta.set_defaults(func=func)
+    td = threads.add_parser("delete", parents=[api], help="delete a thread and erase its data (L1.4)")
+    td.add_argument("thread")
+    td.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    _key(td)
+    td.set_defaults(func=ops.cmd_threads_delete)
 
     send = sub.add_parser("send", parents=[api], help="send a message to a thread (starts or queues a run)")
     _message(send)

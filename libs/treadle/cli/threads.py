@@ -44,7 +44,7 @@ async def cmd_threads_create(args: argparse.Namespace) -> int:
 
 async def cmd_threads_list(args: argparse.Namespace) -> int:
     async with api_client(args) as client:
-        page = await client.list_threads(limit=args.limit, cursor=args.cursor, q=args.search)
+        page = await client.list_threads(limit=args.limit, cursor=args.cursor, q=args.search, archived=args.archived)
         items = [t async for t in page] if args.all else page.items
     if as_json(args):
         json_line({"items": items, "next_cursor": None if args.all else page.next_cursor})
@@ -62,7 +62,7 @@ async def cmd_threads_list(args: argparse.Namespace) -> int:
     for t in threads:
         table.add_row(
             Text(t["id"], style="bold"),
-            t.get("title") or "",
+            Text(t.get("title") or "") + Text(" (archived)" if t.get("archived") else "", "dim"),
             t.get("provider", ""),
             str(t.get("runs", 0)),
             status_text(t.get("last_run_status")),

@@ -38,6 +38,8 @@ from .results import (
     Page,
     Policy,
     ThreadCreated,
+    ThreadDeleted,
+    ThreadUpdated,
     Webhook,
     WebhookDelivery,
     WebhookDeliveryList,
@@ -144,9 +146,39 @@ class AsyncTreadle(AsyncScheduleMethods):
         return await self.call(calls.create_thread(**kw))
 
     async def list_threads(
-        self, *, limit: int | None = None, cursor: str | None = None, q: str | None = None
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        q: str | None = None,
+        archived: Literal["exclude", "include", "only"] | None = None,
     ) -> AsyncPage[ThreadSummary]:
-        return await self._page(calls.list_threads(limit=limit, cursor=cursor, q=q))
+        """``archived``: archived threads left out (the default), included, or alone."""
+        return await self._page(calls.list_threads(limit=limit, cursor=cursor, q=q, archived=archived))
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        archived: bool | None = None,
+        idempotency_key: str | None = None,
+    ) -> ThreadUpdated:
+        """Rename, archive or unarchive (L1.3); ``changed`` is False when the thread already was so."""
+        return await self.call(
+            calls.update_thread(thread_id, title=title, archived=archived, idempotency_key=idempotency_key)
+        )
+
+    async def archive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+        return await self.update_thread(thread_id, archived=True, idempotency_key=idempotency_key)
+
+    async def unarchive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+        return await self.update_thread(thread_id, archived=False, idempotency_key=idempotency_key)
+
+    async def delete_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadDeleted:
+        """Delete the thread and erase its data (L1.4): refused (409 ``thread_busy``) while a run is active or
+        queued; a repeat answers the same and finishes an erasure that stopped."""
+        return await self.call(calls.delete_thread(thread_id, idempotency_key=idempotency_key))
 
     async def get_thread(self, thread_id: str, *, runs: int | None = None) -> ThreadView:
         """The thread's document; with ``runs``, only its last N runs (see ``calls.get_thread``)."""

@@ -37,6 +37,8 @@ from .results import (
     Page,
     Policy,
     ThreadCreated,
+    ThreadDeleted,
+    ThreadUpdated,
     Webhook,
     WebhookDelivery,
     WebhookDeliveryList,
@@ -120,10 +122,31 @@ def create_thread(
 
 
 def list_threads(
-    *, limit: int | None = None, cursor: str | None = None, q: str | None = None
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+    q: str | None = None,
+    archived: Literal["exclude", "include", "only"] | None = None,
 ) -> Call[Page[ThreadSummary]]:
-    """``q``: only threads whose title contains it, ignoring case (the cursor continues the same search)."""
-    return Call("list_threads", "GET", "/v1/threads", Page[ThreadSummary], params=_page(limit, cursor, q=q))
+    """``q``: only threads whose title contains it, ignoring case (the cursor continues the same search);
+    ``archived``: archived threads left out (the default), included, or alone."""
+    params = _page(limit, cursor, q=q, archived=archived)
+    return Call("list_threads", "GET", "/v1/threads", Page[ThreadSummary], params=params)
+
+
+def update_thread(
+    thread_id: str, *, title: str | None = None, archived: bool | None = None, idempotency_key: str | None = None
+) -> Call[ThreadUpdated]:
+    """Rename (``title``), archive (``archived=True``) or unarchive (``False``) a thread (L1.3)."""
+    path = f"/v1/threads/{_p(thread_id)}"
+    body = _present(title=title, archived=archived)
+    return Call("update_thread", "PATCH", path, ThreadUpdated, body=body, idempotency_key=idempotency_key)
+
+
+def delete_thread(thread_id: str, *, idempotency_key: str | None = None) -> Call[ThreadDeleted]:
+    """Delete a thread and erase its data (L1.4); a repeat answers the same."""
+    path = f"/v1/threads/{_p(thread_id)}"
+    return Call("delete_thread", "DELETE", path, ThreadDeleted, idempotency_key=idempotency_key)
 
 
 def get_thread(thread_id: str, *, runs: int | None = None) -> Call[ThreadView]:
@@ -421,6 +444,8 @@ OPERATIONS: tuple[str, ...] = (
     "create_thread",
     "list_threads",
     "get_thread",
+    "update_thread",
+    "delete_thread",
     "send_message",
     "get_run",
     "list_runs",

@@ -11,7 +11,7 @@ from typing import Generic, Literal, TypeVar
 
 import msgspec
 
-from treadle.api import Acknowledged, Forked, Implemented, MessageAccepted, ThreadCreated
+from treadle.api import Acknowledged, Forked, Implemented, MessageAccepted, ThreadCreated, ThreadDeleted, ThreadUpdated
 
 __all__ = [
     "CreatedWebhook",
@@ -29,6 +29,8 @@ __all__ = [
     "Page",
     "Policy",
     "ThreadCreated",
+    "ThreadDeleted",
+    "ThreadUpdated",
 ]
 
 T = TypeVar("T")

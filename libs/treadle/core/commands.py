@@ -14,7 +14,15 @@ from treadle.core.plans.commands import ImplementPlan
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback.commands import RollbackNode, RollbackThread
 from treadle.core.run.commands import InterruptRun
-from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
+from treadle.core.thread.commands import (
+    CancelQueued,
+    CreateThread,
+    DeleteThread,
+    EditQueued,
+    ReorderQueue,
+    SendMessage,
+    UpdateThread,
+)
 
 __all__ = [
     "Accepted",
@@ -23,6 +31,7 @@ __all__ = [
     "Command",
     "CreateThread",
     "DelegateTask",
+    "DeleteThread",
     "EditQueued",
     "ForkSource",
     "ForkThread",
@@ -35,6 +44,7 @@ __all__ = [
     "RollbackNode",
     "RollbackThread",
     "SendMessage",
+    "UpdateThread",
 ]
 
 
@@ -86,4 +96,6 @@ Body = (
     | RollbackNode
     | ForkThread
     | DelegateTask
+    | UpdateThread
+    | DeleteThread
 )

@@ -7,31 +7,38 @@ from __future__ import annotations
 
 from treadle.core.commands import Accepted, Command
 from treadle.core.ctx import Ctx
-from treadle.core.errors import BadRequest, NotFound
+from treadle.core.errors import BadRequest
 from treadle.core.limits import check_sizes
 from treadle.core.plans import decide as plans
 from treadle.core.plans.commands import ImplementPlan
 from treadle.core.rollback import decide as rollback
 from treadle.core.run import interrupts
 from treadle.core.run.commands import InterruptRun
-from treadle.core.thread import queue
-from treadle.core.thread.commands import CancelQueued, CreateThread, EditQueued, ReorderQueue, SendMessage
+from treadle.core.thread import manage, queue
+from treadle.core.thread.commands import (
+    CancelQueued,
+    CreateThread,
+    DeleteThread,
+    EditQueued,
+    ReorderQueue,
+    SendMessage,
+    UpdateThread,
+)
 from treadle.core.thread.decide import Decision, capabilities_for, create_thread, send_message
 from treadle.core.thread.model import Thread
 from treadle.core.view import ThreadView
 
 
 def require_thread(state: ThreadView, command: Command) -> None:
-    """Every command but a create needs its thread; another tenant's thread is not in this tenant's log."""
-    if state.thread is None and not isinstance(command.body, CreateThread):
+    """Every command but a create needs its thread; another tenant's thread is not in this tenant's log, and a
+    deleted thread is found by a delete alone."""
+    if not isinstance(command.body, CreateThread):
         the_thread(state, command)
 
 
 def the_thread(state: ThreadView, command: Command) -> Thread:
     """The thread a command other than a create is for (NotFound when there is none)."""
-    if state.thread is None:
-        raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
-    return state.thread
+    return manage.live_thread(state, command)
 
 
 def decide(state: ThreadView, command: Command, ctx: Ctx) -> Decision:
@@ -42,6 +49,10 @@ def decide(state: ThreadView, command: Command, ctx: Ctx) -> Decision:
     if isinstance(body, CreateThread):
         return create_thread(state, command, body, ctx)
     thread = the_thread(state, command)
+    if isinstance(body, UpdateThread):
+        return manage.update_thread(state, command, body)
+    if isinstance(body, DeleteThread):
+        return manage.delete_thread(state, command, body)
     if isinstance(body, SendMessage):
         return send_message(state, command, body, ctx)
     if isinstance(body, rollback.ROLLBACK_COMMANDS):

@@ -65,8 +65,14 @@ from treadle.core.thread.events import MessageCreated as MessageCreated
 from treadle.core.thread.events import MessageDelta as MessageDelta
 from treadle.core.thread.events import QueueReordered as QueueReordered
 from treadle.core.thread.events import RunEdited as RunEdited
+
+# Managing a thread (L1.3, L1.4)
+from treadle.core.thread.events import ThreadArchived as ThreadArchived
 from treadle.core.thread.events import ThreadCreated as ThreadCreated
+from treadle.core.thread.events import ThreadDeleted as ThreadDeleted
 from treadle.core.thread.events import ThreadMoved as ThreadMoved
+from treadle.core.thread.events import ThreadRenamed as ThreadRenamed
+from treadle.core.thread.events import ThreadUnarchived as ThreadUnarchived
 
 # The types of the events that end a run, in the order they were declared (the coordinator's run-end consumers
 # filter on them; ``treadle check`` finds a run's end by them).

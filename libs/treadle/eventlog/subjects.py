@@ -36,6 +36,11 @@ def thread_creations(tenant: str) -> str:
     return f"treadle.evt.{token(tenant, 'tenant')}.*.thread.created.*"
 
 
+def thread_deletions(tenant: str) -> str:
+    """Every (partitioned) ``thread.deleted`` of a tenant: a thread count taken before the last one is stale."""
+    return f"treadle.evt.{token(tenant, 'tenant')}.*.thread.deleted.*"
+
+
 def command(tenant: str, verb: str) -> str:
     return f"treadle.cmd.{token(tenant, 'tenant')}.thread.{verb}"
 

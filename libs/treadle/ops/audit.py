@@ -1,4 +1,5 @@
-"""The audit trail of security-relevant operations (API tokens and broker credentials issued or revoked):
+"""The audit trail of security-relevant operations (API tokens and broker credentials issued or revoked, a
+thread's data erased):
 stream ``TREADLE_AUDIT`` on ``treadle.audit.<tenant>.<action>``, one JSON record per operation.
 
 A stream of its own, not TREADLE_EVENTS: these are facts about a tenant's access, not about a thread, and
@@ -27,6 +28,7 @@ ACTIONS = (
     "broker_credential.revoked",
     "broker_credential.reset",
     "policy.updated",
+    "thread.deleted",  # its data erased (L1.4): the thread's own log keeps its tombstone alone
 )
 
 

@@ -89,6 +89,7 @@ class _Steer:
 @dataclass
 class _Thread:
     created: bool = False
+    deleted: bool = False  # its tombstone came: nothing may follow
     next_ordinal: int = 1
     runs: set[str] = field(default_factory=set)
     ended: dict[str, int] = field(default_factory=dict)  # run id -> seq of its terminal event
@@ -145,6 +146,11 @@ class _Checker:
             if thread.created:
                 self.problem(seq, subject, "duplicate_thread_created", env.thread)
             thread.created = True
+            return
+        if thread.deleted:
+            self.problem(seq, subject, "after_tombstone", f"{env.type} after the thread was deleted")
+        if env.type == "thread.deleted":  # once its data is erased, the tombstone is the thread's one event
+            thread.created = thread.deleted = True
             return
         if not thread.created:
             self.problem(seq, subject, "no_thread_created", f"{env.type} before the thread was created")
@@ -364,6 +370,10 @@ def compare_projection(state: ThreadState, stored: Stored) -> list[Problem]:
     def problem(kind: str, detail: str) -> Problem:
         return Problem(seq=state.seq, subject=key, kind=kind, detail=detail)
 
+    if t.deleted:
+        if stored.doc is not None or stored.summary is not None or any(stored.index.values()):
+            return [problem("projection_not_erased", f"thread {t.id} is deleted but Redis still holds its views")]
+        return []
     if stored.doc is None:
         return [problem("projection_missing", f"thread {t.id} has {state.seq} as its last event but no document")]
     if stored.seq != state.seq:
@@ -529,5 +539,5 @@ async def homes_not_live(nc: NATS, folded: dict[tuple[str, str], ThreadState]) -
             detail=f"{tenant}/{thread} lives on volume {state.thread.volume!r}, which no checkpoint service announces",
         )
         for (tenant, thread), state in sorted(folded.items())
-        if state.thread is not None and state.thread.volume not in live
+        if state.thread is not None and not state.thread.deleted and state.thread.volume not in live
     ]

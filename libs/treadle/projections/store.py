@@ -72,6 +72,28 @@ redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 return 1
 """
 
+# A deleted thread (its tombstone, ARGV[1] its seq, ARGV[2] its id, ARGV[3] the view version): its document and
+# places go, leaving a marker of the seq alone (so a stale or concurrent write of an older fold is refused by
+# _WRITE as not newer, and readers find no document), and so do its list entry, summary and every index entry
+# naming it (a scan: deletions are rare, and a tombstone alone no longer knows its runs).
+_ERASE = """
+local cur = redis.call('HGET', KEYS[1], 'seq')
+if cur and redis.call('HGET', KEYS[1], 'deleted') and tonumber(cur) >= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[5])
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'v', ARGV[3], 'deleted', '1')
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[3], ARGV[2])
+local cursor = '0'
+repeat
+  local r = redis.call('HSCAN', KEYS[4], cursor, 'COUNT', 1000)
+  cursor = r[1]
+  for i = 1, #r[2], 2 do
+    if r[2][i + 1] == ARGV[2] then redis.call('HDEL', KEYS[4], r[2][i]) end
+  end
+until cursor == '0'
+return 1
+"""
+
 # A page of the tenant's threads, newest first, read at once: after the thread ARGV[2] (found by rank, so
 # threads created meanwhile shift nothing; by its score ARGV[3] if it were gone), ARGV[1] of them, each as
 # id, score, summary ('' when its summary is missing).
@@ -156,14 +178,21 @@ class ProjectionStore:
         self._redis = redis
         self._script = redis.register_script(_WRITE)  # only for its sha: sent with EVALSHA below
         self._threads_page = redis.register_script(_THREADS_PAGE)
+        self._erase = redis.register_script(_ERASE)
         self._queued: list[tuple[list[Item], asyncio.Future[None]]] = []
         self._writer: asyncio.Task[Any] | None = None
 
     async def write(self, items: Iterable[Item]) -> None:
         """Write each item; stale writes are dropped by the script, and changes refused for lack of a base are
         resent whole. Returns once Redis has them, together with whatever other writes were queued."""
+        items = list(items)
+        for state, _, _ in items:
+            if state.thread is not None and state.thread.deleted:
+                await self.erase(state.thread.tenant, state.thread.id, state.seq)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queued.append(([item for item in items if item[0].thread is not None], done))
+        self._queued.append(
+            ([item for item in items if item[0].thread is not None and not item[0].thread.deleted], done)
+        )
         if self._writer is None or self._writer.done():
             # A task of its own, not the caller's: a writer cancelled (its partition stopped) must not strand
             # the writes of the others queued behind it.
@@ -227,6 +256,10 @@ class ProjectionStore:
                 pipe.evalsha(self._script.sha, 5, *_keys(t.tenant, t.id), *args)
             return await pipe.execute()
 
+    async def erase(self, tenant: str, thread: str, seq: int) -> None:
+        """Forget a deleted thread's projection (``_ERASE``); ``seq``: its tombstone's."""
+        await self._erase(keys=_keys(tenant, thread), args=[seq, thread, VIEW_VERSION])
+
     # The client (connect.redis_client) does not decode responses: Redis replies are bytes, which its types cannot tell.
 
     async def doc(self, tenant: str, thread: str) -> bytes | None:
@@ -251,7 +284,9 @@ class ProjectionStore:
         """Fold a thread's events (its whole log), write its document whole and return it; None when the
         events hold no thread. For a reader that found the document missing or of another view version."""
         state = fold(events)
-        if state.thread is None:
+        if state.thread is None or state.thread.deleted:
+            if state.thread is not None:
+                await self.write([(state, [], None)])  # erased, in case the projector has not yet
             return None
         await self.write([(state, all_indexed(state), None)])
         return encode_state(state)

@@ -4,12 +4,14 @@ new shape of the projections changes its implementation (the gateway's ``reads``
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from treadle.core.commands import Accepted, Body
 from treadle.core.policy import TenantPolicy
 from treadle.views.runs import QueueView
 from treadle.views.thread import RunView, ThreadHead, ThreadView
+
+ArchivedFilter = Literal["exclude", "include", "only"]  # archived threads in a list: left out, in, alone
 
 
 class Caller(Protocol):
@@ -78,7 +80,7 @@ class ThreadReads(Protocol):
         ...
 
     async def threads(
-        self, tenant: str, count: int, cursor: str | None, search: str | None
+        self, tenant: str, count: int, cursor: str | None, search: str | None, archived: ArchivedFilter = "exclude"
     ) -> tuple[list[bytes], str | None]:
         """A page of the tenant's thread summaries (JSON), newest first, and the cursor of the next."""
         ...

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import msgspec
 
-VIEW_VERSION = 8  # bump on any change to a view's JSON or its places: stored documents of another version are rebuilt
+VIEW_VERSION = 9  # bump on any change to a view's JSON or its places: stored documents of another version are rebuilt
 
 
 class View(msgspec.Struct, kw_only=True):

@@ -122,6 +122,7 @@ def summary(state: ThreadState) -> ThreadSummary:
         title=t.title,
         provider=t.provider,
         created_at=t.created_at.isoformat(),
+        archived=t.archived,
         seq=state.seq,
         runs=len(state.runs),
         active_run_id=state.active_run_id,
@@ -133,4 +134,4 @@ def summary(state: ThreadState) -> ThreadSummary:
 def replay(events: Iterable[ev.Envelope]) -> ThreadView | None:
     """The views of a thread folded from its events (None: the log has no such thread)."""
     state = fold(events)
-    return thread_view(state) if state.thread is not None else None
+    return thread_view(state) if state.thread is not None and not state.thread.deleted else None

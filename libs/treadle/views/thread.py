@@ -39,6 +39,7 @@ class Thread(View, kw_only=True):
     parent_thread_id: str | None = None
     volume: str = "local"  # its home: the workspace volume its workspace and provider sessions are on
     moves: list[Move] = msgspec.field(default_factory=list)
+    archived: bool = False  # out of the default list; refuses new messages until unarchived
 
 
 class ThreadView(View, kw_only=True):
@@ -93,6 +94,7 @@ class ThreadSummary(View, kw_only=True):
     title: str
     provider: str
     created_at: str
+    archived: bool = False
     seq: int
     runs: int
     active_run_id: str | None = None
@@ -117,6 +119,7 @@ def summary(view: ThreadView) -> ThreadSummary:
         title=t.title,
         provider=t.provider,
         created_at=t.created_at.isoformat(),
+        archived=t.archived,
         seq=view.seq,
         runs=len(view.runs),
         active_run_id=view.active_run_id,

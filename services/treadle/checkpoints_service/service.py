@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from treadle.checkpoints import hydrate, materialize
+from treadle.checkpoints import erase, hydrate, materialize
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.protocol import (
     CheckpointError,
@@ -82,6 +82,7 @@ class CheckpointService:
             "prune": self._prune,
             materialize.VERB: materialize.MaterializeHandler.serving(self._workspaces),  # L6.5: a fork's workspace
             hydrate.VERB: self._hydrate,  # a thread's workspace made from the archive (off the node)
+            erase.VERB: self._erase,  # a deleted thread's refs, and its own workspace (L1.4)
         }
         for verb, handler in handlers.items():
             sub = await self._nc.subscribe(
@@ -173,6 +174,9 @@ class CheckpointService:
 
     async def _hydrate(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.hydrate(hydrate.decode(data))
+
+    async def _erase(self, data: bytes) -> msgspec.Struct:
+        return await erase.erase(self._workspaces, erase.decode(data))
 
     async def _prune(self, data: bytes) -> msgspec.Struct:
         return await self._workspaces.prune(decode_prune(data))

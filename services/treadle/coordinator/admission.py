@@ -49,6 +49,7 @@ class Admission:
         # tenant -> (last thread.created sequence, threads then): while no thread was made since, the count
         # stands, so a flood of creates refused at the limit costs one direct get each, not a count.
         self._counted: dict[str, tuple[int, int]] = {}
+        self._deleted: dict[str, int] = {}  # the tenant's last thread.deleted when its count was last checked
 
     async def start(self) -> None:
         if self._cache is not None:
@@ -94,6 +95,11 @@ class Admission:
             return None
         creations = subjects.thread_creations(command.tenant)
         fence = (creations, await self._log.last_seq_of(creations))  # read before counting
+        # A deletion (on any replica) purges a thread.created: a count cached before it is one too many.
+        deleted = await self._log.last_seq_of(subjects.thread_deletions(command.tenant))
+        if deleted != self._deleted.get(command.tenant, 0):
+            self._counted.pop(command.tenant, None)
+            self._deleted[command.tenant] = deleted
         quotas.check_thread_count(limits, await self._threads_at(command.tenant, fence[1]))
         return fence
 
@@ -107,6 +113,7 @@ class Admission:
         count = await self.thread_count(tenant)
         if len(self._counted) >= 100_000:
             self._counted.clear()
+            self._deleted.clear()
         self._counted[tenant] = (creation_seq, count)
         return count
 

@@ -30,13 +30,14 @@ from treadle.core.requests import answers
 from treadle.core.requests.commands import RespondRequest
 from treadle.core.rollback import decide as rollback
 from treadle.core.state import ThreadState
-from treadle.core.thread.commands import CreateThread
+from treadle.core.thread.commands import CreateThread, DeleteThread
 from treadle.core.thread.decide import dispatch_next
 from treadle.core.thread.events import ThreadCreated
 from treadle.eventlog import subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
+from treadle.ops import audit
 from treadle.providers import protocol as hp
 from treadle.providers.base import Response
 from treadle.providers.hosts import HostClient, HostUnavailable
@@ -53,6 +54,7 @@ from treadle.usecases.ports import PolicyBook
 
 from .admission import Admission
 from .delegations import Delegations
+from .erasure import Erasure, ErasureFailed
 from .lineage import LineageCommands
 from .rollback import Rollbacks
 from .volume_loss import WATCHER_PARTITION, VolumeLoss
@@ -126,6 +128,7 @@ class Coordinator:
             self._store, self._checkpoints, self._admission, own, self._decide_and_append
         )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
+        self._erasure = Erasure(nc, own.checkpoint_timeout)  # a deleted thread's data (L1.4)
         self._volume_lost_seconds = own.volume_lost_seconds
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
         # Commands are requests any replica may answer (the queue group); OCC on the log orders them.
@@ -215,6 +218,8 @@ class Coordinator:
                 reply = await self._decide_and_append(command)  # decided by LineageCommands / Delegations, fenced
             elif wants_context(command):
                 reply = await self._decide_and_append(command, self._lineage.send)
+            elif isinstance(command.body, DeleteThread):
+                reply = await self._delete(command)
             else:
                 reply = await self._decide_and_append(command)
         except Exception:
@@ -303,6 +308,31 @@ class Coordinator:
             except LogError as exc:
                 return Rejected(code="unavailable", message=str(exc), status=503)
         return Rejected(code="busy", message="the thread is busy; retry", status=503)
+
+    async def _delete(self, command: Command) -> Accepted | Rejected:
+        """The tombstone first (the thread is gone for every reader and command from then on), then the erasure
+        of its data; a repeated delete finds the tombstone and erases again, resuming a stopped erasure."""
+        reply = await self._decide_and_append(command)
+        if isinstance(reply, Rejected):
+            return reply
+        try:
+            state = await self._store.refresh(command.tenant, reply.thread_id)
+            assert state.thread is not None and state.thread.deleted  # nothing but a delete follows a tombstone
+            await self._erasure.erase(command.tenant, state.thread, reply.seq)
+            # Once erased, each time (a repeat says so): a record lost to a failure here is made by the retry.
+            details = {"tombstone_seq": reply.seq, "repeated": reply.duplicate}
+            await audit.record(
+                self._js,
+                tenant=command.tenant,
+                action="thread.deleted",
+                target=reply.thread_id,
+                actor=command.user,
+                details=details,
+            )
+        except (ErasureFailed, LogError, NatsError) as exc:
+            return Rejected(code="erasure_incomplete", message=str(exc), status=503)
+        self._store.forget(command.tenant, reply.thread_id)
+        return reply
 
     async def _place(self, tenant: str) -> str:
         """The home of a new thread of ``tenant``: a live volume with room, the tenant's threads spread

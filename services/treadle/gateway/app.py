@@ -10,7 +10,7 @@ from functools import partial
 from typing import Annotated
 
 import msgspec
-from litestar import Litestar, Response, get, post
+from litestar import Litestar, Response, delete, get, patch, post
 from litestar.config.cors import CORSConfig
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
@@ -23,7 +23,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from treadle.api import CreateThreadRequest, MessageAccepted, SendMessageRequest, ThreadCreated
+from treadle.api import (
+    CreateThreadRequest,
+    MessageAccepted,
+    SendMessageRequest,
+    ThreadCreated,
+    ThreadDeleted,
+    ThreadUpdated,
+    UpdateThreadRequest,
+)
 from treadle.checkpoints.client import CheckpointClient
 from treadle.core.errors import DomainError
 from treadle.eventlog import streams
@@ -73,11 +81,13 @@ from .openapi import (
     BODY,
     COMMAND,
     CREATE,
+    DELETE,
     ON_THREAD,
     PARAMS,
     PATH_ID,
     SEND,
     THREAD_READ,
+    UPDATE,
     errors,
     event_stream,
 )
@@ -136,6 +146,35 @@ async def get_thread(
         request, who.tenant, thread, partial(parts.recent, runs=window), partial(recent, runs=window), min_seq
     )
     return json_response(_encode(view))
+
+
+@patch(
+    "/v1/threads/{thread_id:str}",
+    summary="Rename, archive or unarchive a thread (L1.3): archived threads leave the default list and take no messages",
+    tags=["threads"],
+    responses=errors(PATH_ID, BODY, COMMAND, ON_THREAD, UPDATE),
+)
+async def update_thread(
+    request: HttpRequest,
+    who: Who,
+    thread_id: FromPath[str],
+    data: JSONBody[UpdateThreadRequest],
+    idempotency_key: IdempotencyKey = None,
+) -> ThreadUpdated:
+    return await threads.update(who, app_state(request).commands, thread_id, data, idempotency_key)
+
+
+@delete(
+    "/v1/threads/{thread_id:str}",
+    status_code=200,
+    summary="Delete a thread and erase its data (L1.4); refused while a run is active or queued",
+    tags=["threads"],
+    responses=errors(PATH_ID, COMMAND, ON_THREAD, DELETE),
+)
+async def delete_thread(
+    request: HttpRequest, who: Who, thread_id: FromPath[str], idempotency_key: IdempotencyKey = None
+) -> ThreadDeleted:
+    return await threads.delete(who, app_state(request).commands, thread_id, idempotency_key)
 
 
 @post(
@@ -284,6 +323,8 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         route_handlers=[
             create_thread,
             get_thread,
+            update_thread,
+            delete_thread,
             send_message,
             get_run,
             stream_events,

@@ -82,7 +82,10 @@ async def get_lineage(request: HttpRequest, who: Who, thread_id: FromPath[str], 
         parent = root.lineage.parent_thread_id if root.lineage else None
         if parent is None:
             break
-        root = await head_of(parent, False)
+        try:
+            root = await head_of(parent, False)
+        except ApiError:  # a deleted ancestor (L1.4): the tree starts below it
+            break
     seen: set[str] = set()
 
     async def build(head: ThreadHead, depth: int) -> LineageNode:

@@ -18,6 +18,7 @@ from litestar import Response, get
 from litestar.params import FromPath, QueryParameter
 
 from treadle.usecases import messages, threads
+from treadle.usecases.ports import ArchivedFilter
 from treadle.views.pages import (
     ActivityPage,
     CheckpointPage,
@@ -59,6 +60,13 @@ Search = Annotated[
     str | None,
     QueryParameter(description=f"only threads whose title contains this, ignoring case (1..{MAX_SEARCH} characters)"),
 ]
+Archived = Annotated[
+    str | None,
+    QueryParameter(
+        description="archived threads: exclude (the default: left out), include (listed with the others) or only"
+    ),
+]
+ARCHIVED_CHOICES = ("exclude", "include", "only")
 CURSOR = {400: ("invalid_cursor",)}  # _position, _thread_list
 
 
@@ -72,6 +80,7 @@ class _StatusOf(msgspec.Struct):
 
 class _TitleOf(msgspec.Struct):
     title: str = ""
+    archived: bool = False
 
 
 _run_of = msgspec.json.Decoder(_RunOf)
@@ -168,18 +177,39 @@ async def _thread_list(
     responses=documented(ThreadPage) | errors(PARAMS, CURSOR),
 )
 async def list_threads(
-    who: Who, reads: Reads, limit: Limit = None, cursor: Cursor = None, q: Search = None
+    who: Who, reads: Reads, limit: Limit = None, cursor: Cursor = None, q: Search = None, archived: Archived = None
 ) -> Response[bytes]:
-    found, more = await threads.page(who, reads, _limit(limit), cursor, q)
+    found, more = await threads.page(who, reads, _limit(limit), cursor, q, _archived(archived))
     return _page(found, more, None)
 
 
+def _archived(value: str | None) -> ArchivedFilter:
+    if value is None or value == "exclude":
+        return "exclude"
+    if value == "include":
+        return "include"
+    if value == "only":
+        return "only"
+    raise ApiError(
+        400,
+        "invalid_parameter",
+        f"archived must be one of {', '.join(ARCHIVED_CHOICES)}",
+        {"parameter": "archived", "choices": list(ARCHIVED_CHOICES)},
+    )
+
+
 async def threads_page(
-    request: HttpRequest, tenant: str, count: int, cursor: str | None, q: str | None
+    request: HttpRequest,
+    tenant: str,
+    count: int,
+    cursor: str | None,
+    q: str | None,
+    archived: ArchivedFilter = "include",
 ) -> tuple[list[bytes], str | None]:
-    """A page of the tenant's thread summaries, newest first, and the next page's cursor (None: the last)."""
-    if q is not None:
-        return await _search_threads(request, tenant, _needle(q), count, cursor)
+    """A page of the tenant's thread summaries, newest first, and the next page's cursor (None: the last).
+    Leaving archived threads out (or keeping them alone) filters a scan, as a search does."""
+    if q is not None or archived != "include":
+        return await _search_threads(request, tenant, _needle(q) if q is not None else None, count, cursor, archived)
     position = _position(request, tenant, cursor, list="threads")
     after = (position.score, position.after_id) if position else None
     rows = await app_state(request).projections.threads(tenant, count + 1, after)
@@ -202,20 +232,39 @@ def _needle(q: str) -> str:
     return q.casefold()
 
 
+def _kept(summary: bytes, needle: str | None, archived: ArchivedFilter) -> bool:
+    found = _title_of.decode(summary)
+    if archived != "include" and found.archived != (archived == "only"):
+        return False
+    return needle is None or needle in found.title.casefold()
+
+
 async def _search_threads(
-    request: HttpRequest, tenant: str, needle: str, count: int, cursor: str | None
+    request: HttpRequest,
+    tenant: str,
+    needle: str | None,
+    count: int,
+    cursor: str | None,
+    archived: ArchivedFilter = "include",
 ) -> tuple[list[bytes], str | None]:
-    """The tenant's threads whose title contains ``needle``, newest first, looking at ``SCAN`` threads at most:
-    a page may hold fewer than ``count`` and still go on. The cursor is bound to the search by a digest (a
-    search may be longer than a cursor), so it continues only the same search."""
-    bound = "q=" + hashlib.sha256(needle.encode(errors="surrogatepass")).hexdigest()[:32]
+    """The tenant's threads whose title contains ``needle`` (None: any) and kept by ``archived``, newest first,
+    looking at ``SCAN`` threads at most (a page's worth when none of those is left out): a page may hold fewer than ``count`` and still go on. The cursor is
+    bound to the filter by a digest (a search may be longer than a cursor), so it continues only the same one."""
+    bound = "" if needle is None else "q=" + hashlib.sha256(needle.encode(errors="surrogatepass")).hexdigest()[:32]
+    if archived != "include":
+        bound += f"&archived={archived}"
     position = _position(request, tenant, cursor, list="threads", filter=bound)
     after = (position.score, position.after_id) if position else None
-    rows = await app_state(request).projections.threads(tenant, SCAN + 1, after)
+    # A page's worth first: when nothing in it is filtered out (the default list of a tenant with few archived
+    # threads), that is the answer, and only a filtered page reads on, up to SCAN.
+    projections = app_state(request).projections
+    rows = await projections.threads(tenant, count + 1, after)
+    if len(rows) > count and sum(1 for _, _, s in rows[:count] if s and _kept(s, needle, archived)) < count:
+        rows = await projections.threads(tenant, SCAN + 1, after)
     items: list[bytes] = []
     end: tuple[int, str] | None = None
     for i, (score, thread, summary) in enumerate(rows[:SCAN]):
-        if summary and needle in _title_of.decode(summary).title.casefold():
+        if summary and _kept(summary, needle, archived):
             items.append(summary)
             if len(items) == count:
                 end = (score, thread) if i + 1 < len(rows) else None

@@ -89,9 +89,12 @@ SEND: Codes = {  # treadle.api.limits, core.thread.decide.send_message, core.lin
         "rollback_in_progress",
         "invalid_mode",
         "nothing_to_merge",
+        "thread_archived",
     ),
     422: ("steering_unavailable", "not_a_fork"),
 }
+UPDATE: Codes = {400: ("invalid_title", "empty_update"), 409: ("thread_busy",)}  # core.thread.manage
+DELETE: Codes = {409: ("thread_busy",), 503: ("erasure_incomplete",)}  # core.thread.manage, coordinator.erasure
 INTERRUPT: Codes = {  # core.run.interrupts
     400: ("invalid_target", "invalid_id"),
     404: ("run_not_found", "node_not_found"),
@@ -171,7 +174,7 @@ def errors(*groups: Codes) -> dict[int, ResponseSpec]:
 # --- the document ---------------------------------------------------------------------------------
 
 TAGS = {
-    "threads": "Threads: create, list, read (L1)",
+    "threads": "Threads: create, list, read (L1); rename, archive, delete (L1.3, L1.4)",
     "messages": "Messages: each starts or queues a run (L2, L3)",
     "runs": "Runs and their nodes: read, interrupt (L8), activity (L12.4)",
     "events": "The thread's events as Server-Sent Events",

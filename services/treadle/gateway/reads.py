@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 from treadle.projections import parts
+from treadle.usecases.ports import ArchivedFilter
 from treadle.views.runs import QueueView
 from treadle.views.thread import RunView, ThreadHead, ThreadView, queue_view, run_view, thread_head
 
@@ -73,9 +74,9 @@ class GatewayReads:
         return await lists.items(self._request, tenant, thread, name, start, count)
 
     async def threads(
-        self, tenant: str, count: int, cursor: str | None, search: str | None
+        self, tenant: str, count: int, cursor: str | None, search: str | None, archived: ArchivedFilter = "exclude"
     ) -> tuple[list[bytes], str | None]:
-        return await lists.threads_page(self._request, tenant, count, cursor, search)
+        return await lists.threads_page(self._request, tenant, count, cursor, search, archived)
 
 
 def reads_of(request: deps.HttpRequest) -> GatewayReads:

@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from treadle.core import events as ev
 from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
 from treadle.eventlog import subjects, tracing
@@ -135,7 +136,8 @@ class Projector:
                 # index with the document, and a rebuild that comes later finds this write newer and skips it.
                 # A cached one is written only where this batch changed it.
                 entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
-            if entry[0].seq < (previous := _previous(msg)):
+            # A tombstone needs no history (the thread's views are erased), and the erasure may have purged it.
+            if entry[0].seq < (previous := _previous(msg)) and not isinstance(e.data, ev.ThreadDeleted):
                 await self._catch_up(key, entry, previous, e.seq or 0)
             entry[2].fold(entry[0], e)
             entry[1].extend(indexed(e.data))

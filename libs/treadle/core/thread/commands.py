@@ -42,3 +42,14 @@ class EditQueued(msgspec.Struct, kw_only=True, tag="queue.edit", forbid_unknown_
 
 class CancelQueued(msgspec.Struct, kw_only=True, tag="queue.cancel", forbid_unknown_fields=True):
     run_id: Id
+
+
+class UpdateThread(msgspec.Struct, kw_only=True, tag="thread.update", forbid_unknown_fields=True):
+    """Rename and/or archive (True) or unarchive (False) the thread; None leaves that field as it is."""
+
+    title: Title | None = None
+    archived: bool | None = None
+
+
+class DeleteThread(msgspec.Struct, kw_only=True, tag="thread.delete", forbid_unknown_fields=True):
+    """Erase the thread's data. Repeated on a deleted thread it answers again and the erasure resumes."""

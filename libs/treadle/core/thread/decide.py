@@ -18,6 +18,7 @@ from treadle.core.rollback import decide as rollback
 from treadle.core.run.events import InterruptRequested, RunDispatched, RunQueued, RunSteered
 from treadle.core.run.model import Run
 from treadle.core.run.steering import undelivered_steers
+from treadle.core.thread import manage
 from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.core.thread.events import ThreadCreated
 from treadle.core.thread.model import DispatchMode, RuntimeMode
@@ -87,6 +88,8 @@ def send_message(state: ThreadView, command: Command, body: SendMessage, ctx: Ct
     if thread is None:
         raise NotFound(f"thread {command.thread} not found", code="thread_not_found")
     previous = state.message_for_command(command.id)
+    if previous is None:
+        manage.check_open(thread)
     if previous is not None:
         run = state.run(previous.run_id or "")
         return [], Accepted(

@@ -79,3 +79,35 @@ class RunEdited(Payload, kw_only=True):
     run_id: str
     text: str
     script: dict[str, Any] | None = None
+
+
+# Management of the thread (L1.3, L1.4): one event per fact, so each is its own audit line and its own subject
+# (``…thread.renamed``), filterable on the broker, and a fold per fact stays trivial. Not ``local``: rare, so the
+# projection writes the thread's document whole after them.
+@event("thread.renamed", local=False, other_runs=False, provider_threads=False)
+class ThreadRenamed(Payload, kw_only=True):
+    title: str
+    by: str
+
+
+@event("thread.archived", local=False, other_runs=False, provider_threads=False)
+class ThreadArchived(Payload, kw_only=True):
+    """Out of the default list; refuses new messages until unarchived. History and workspace stay."""
+
+    by: str
+
+
+@event("thread.unarchived", local=False, other_runs=False, provider_threads=False)
+class ThreadUnarchived(Payload, kw_only=True):
+    by: str
+
+
+@event("thread.deleted", local=False, other_runs=False, provider_threads=False)
+class ThreadDeleted(Payload, kw_only=True):
+    """The tombstone: the one event of the thread the log keeps once its data is erased. It carries what the
+    erasure needs to be resumed from it alone (the workspace and its home volume) and who deleted it."""
+
+    by: str
+    workspace: str
+    volume: str = "local"
+    provider_threads: list[str] = []  # their ids: the provider-native state kept off the node goes too

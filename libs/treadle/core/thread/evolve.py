@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from treadle.core.envelope import Envelope
-from treadle.core.thread.events import MessageCompleted, MessageCreated, MessageDelta, ThreadCreated, ThreadMoved
+from treadle.core.thread.events import (
+    MessageCompleted,
+    MessageCreated,
+    MessageDelta,
+    ThreadArchived,
+    ThreadCreated,
+    ThreadDeleted,
+    ThreadMoved,
+    ThreadRenamed,
+    ThreadUnarchived,
+)
 from treadle.core.thread.model import Message, Move, Thread
 from treadle.core.view import Folds, ThreadView
 
@@ -76,9 +86,45 @@ def _thread_moved(state: ThreadView, e: Envelope, d: ThreadMoved) -> None:
     )
 
 
+def _thread_renamed(state: ThreadView, e: Envelope, d: ThreadRenamed) -> None:
+    if state.thread is not None:
+        state.thread.title = d.title
+
+
+def _thread_archived(state: ThreadView, e: Envelope, d: ThreadArchived) -> None:
+    if state.thread is not None:
+        state.thread.archived = True
+
+
+def _thread_unarchived(state: ThreadView, e: Envelope, d: ThreadUnarchived) -> None:
+    if state.thread is not None:
+        state.thread.archived = False
+
+
+def _thread_deleted(state: ThreadView, e: Envelope, d: ThreadDeleted) -> None:
+    """Once the erasure purged the log the tombstone is all there is: the thread is rebuilt from it alone, just
+    enough for a repeated delete to find its workspace and home."""
+    if state.thread is None:
+        state.thread = Thread(
+            id=e.thread,
+            tenant=e.tenant,
+            workspace=d.workspace,
+            created_by="",
+            created_at=e.at,
+            command_id=e.command_id,
+            volume=d.volume,
+        )
+    state.thread.deleted = True
+    state.thread.erase_provider_threads = list(d.provider_threads)
+
+
 FOLDS: Folds = {
     ThreadCreated: _thread_created,
     ThreadMoved: _thread_moved,
+    ThreadRenamed: _thread_renamed,
+    ThreadArchived: _thread_archived,
+    ThreadUnarchived: _thread_unarchived,
+    ThreadDeleted: _thread_deleted,
     MessageCreated: _message_created,
     MessageDelta: _message_delta,
     MessageCompleted: _message_completed,

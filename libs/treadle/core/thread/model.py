@@ -37,6 +37,9 @@ class Thread(Entity, kw_only=True):
     parent_thread_id: str | None = None
     volume: str = "local"  # its home: the workspace volume every workspace and session request goes to
     moves: list[Move] = []  # how it got there, oldest first
+    archived: bool = False  # out of the default list, refuses new messages (thread.archived)
+    deleted: bool = False  # tombstoned: every command but a delete finds no thread (thread.deleted)
+    erase_provider_threads: list[str] = []  # a deleted thread's provider threads, whose native state goes too
 
 
 class Message(Entity, kw_only=True):

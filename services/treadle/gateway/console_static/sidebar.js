@@ -59,7 +59,9 @@ export function startSidebar(nav) {
   stopSidebar();
   const search = h("input", { type: "search", placeholder: "Search threads", "aria-label": "Search threads", maxLength: 200 });
   const list = h("ul.tlist", { role: "list" }, h("li", skeleton(4))); // until the first read answers
-  state = { nav, search, list, items: [], query: "", timer: null, typing: null, generation: 0, current: null };
+  const archived = h("input.showarchived", { type: "checkbox" }); // archived threads are left out unless asked for
+  state = { nav, search, list, items: [], query: "", archived: false, timer: null, typing: null, generation: 0, current: null };
+  archived.addEventListener("change", () => { state.archived = archived.checked; refreshSidebar(); });
   search.addEventListener("input", () => {
     clearTimeout(state.typing);
     state.typing = setTimeout(() => { state.query = search.value.trim(); refreshSidebar(); }, 250);
@@ -72,7 +74,8 @@ export function startSidebar(nav) {
     const next = links[Math.max(0, Math.min(links.length - 1, i + (ev.key === "ArrowDown" ? 1 : -1)))];
     if (next) { ev.preventDefault(); next.focus(); }
   });
-  nav.replaceChildren(h("div.navhead", h("a.button.newthread", { href: "#/new" }, "+ New thread"), search), list);
+  nav.replaceChildren(h("div.navhead", h("a.button.newthread", { href: "#/new" }, "+ New thread"), search,
+    h("label.small.muted", archived, " Show archived")), list);
   nav.hidden = false;
   refreshSidebar();
   return stopSidebar;
@@ -100,6 +103,7 @@ export async function refreshSidebar() {
   try {
     const qs = new URLSearchParams({ limit: String(LIMIT) });
     if (s.query) qs.set("q", s.query);
+    if (s.archived) qs.set("archived", "include");
     const doc = await get("/v1/threads?" + qs);
     await readWaiting(doc.items);
     if (mine !== s.generation || state !== s) return;
@@ -122,7 +126,8 @@ function draw() {
         h("span.ttitle", t.title || "(untitled)"),
         n ? h("span.badge", { title: `${n} request(s) wait for you`, "aria-label": `${n} waiting` }, String(n)) : null,
         unread(t) && t.id !== s.current ? h("span.unread", { title: "new since you last looked", "aria-label": "unread" }) : null,
-        h("span.tmeta", h(`span.status.${st}`, statusLabel(st)), " ", h("span.muted", t.provider))));
+        h("span.tmeta", h(`span.status.${st}`, statusLabel(st)), " ", h("span.muted", t.provider),
+          t.archived ? h("span.muted.archivedtag", " · archived") : "")));
   });
   s.list.replaceChildren(...(rows.length ? rows : [h("li.muted.empty", s.query ? "No thread's title matches." : "No threads yet.")]));
 }

@@ -86,6 +86,7 @@ export async function threadScreen(id, isCurrent = () => true) {
   const view = {
     header: h("section.card.thead"), notice: h("div.notice", { role: "status" }), runs: h("section.runs"),
     queue: h("div"), handoffs: h("div"), activity: h("div"), composer: h("section.card.composer"),
+    manage: h("div.manage"), // a rename field or a delete confirmation: kept across re-renders
   };
   root.append(h("div.cols", h("div.mainc", view.header, view.notice, view.runs, view.composer),
     h("aside.side", view.queue, view.handoffs, view.activity)));
@@ -144,6 +145,16 @@ export async function threadScreen(id, isCurrent = () => true) {
         t.parent_thread_id ? h("span", " · forked from ", h("a", { href: "#/t/" + t.parent_thread_id }, t.parent_thread_id)) : null),
       // (replaceChildren and append write a null as the text "null": an absent part is "")
       caps.steering ? h("div.muted.small", `steering ${caps.steering} · interrupt ${said(caps.interrupt)} · fork ${said(caps.fork)}`) : "",
+      t.archived ? h("div.archived.muted", "Archived: out of the thread list, and new messages are refused until it is unarchived.") : "",
+      h("div.actions.threadactions",
+        h("button.small.rename", { type: "button", onclick: () => renameForm(t) }, "Rename"),
+        h("button.small.archive", { type: "button", onclick: (e) => act(e, async () => {
+          const r = await patch(`/v1/threads/${id}`, { archived: !t.archived }, id);
+          refreshSidebar();
+          return r;
+        }) }, t.archived ? "Unarchive" : "Archive"),
+        h("button.small.delete", { type: "button", onclick: () => confirmDelete(t) }, "Delete…")),
+      view.manage,
     );
     const full = doc.runs.length >= RECENT_RUNS; // earlier runs may exist: say so rather than count them
     // A queued run is drawn once, in the queue; it gets its card when it starts.
@@ -303,6 +314,39 @@ export async function threadScreen(id, isCurrent = () => true) {
       opened.set(run.id, pane);
       box.replaceChildren(pane);
     } catch (e) { box.replaceChildren(errorBox(e)); }
+  }
+
+  function renameForm(t) {
+    const field = h("input.newtitle", { type: "text", value: t.title || "", maxLength: 200, "aria-label": "New title" });
+    const form = h("form.renameform", {
+      onsubmit: (ev) => { ev.preventDefault(); act(ev, async () => {
+        const r = await patch(`/v1/threads/${id}`, { title: field.value.trim() }, id);
+        view.manage.replaceChildren();
+        refreshSidebar();
+        return r;
+      }); },
+    }, field, h("button.small", { type: "submit" }, "Save"), h("button.small", { type: "button", onclick: () => view.manage.replaceChildren() }, "Cancel"));
+    view.manage.replaceChildren(form);
+    field.focus();
+  }
+
+  // Deleting erases the thread's data for good (no undo): the page asks first, and says what goes.
+  function confirmDelete(t) {
+    view.manage.replaceChildren(h("div.confirm", { role: "alertdialog", "aria-label": "Confirm deleting the thread" },
+      h("p", h("b", `Delete “${t.title || "(untitled)"}”? `),
+        `Its ${doc.runs.length} run(s), messages, checkpoints and workspace are erased for good; forks of it stay.`),
+      doc.active_run_id || doc.queue.length ? h("p.muted", "A run is active or queued: interrupt it first, or the deletion is refused.") : "",
+      h("div.actions",
+        h("button.danger.confirm-delete", { type: "button", onclick: async (ev) => {
+          ev.target.disabled = true;
+          try {
+            await del(`/v1/threads/${id}`, id);
+            refreshSidebar();
+            location.hash = "#/";
+          } catch (e) { showError(view.manage, e); ev.target.disabled = false; }
+        } }, "Delete for good"),
+        h("button", { type: "button", onclick: () => view.manage.replaceChildren() }, "Keep it"))));
+    view.manage.querySelector(".confirm-delete").focus();
   }
 
   // Rollback undoes every later run: the page names them and asks before it does anything.
@@ -475,5 +519,6 @@ const EVENT_TYPES = [
   "rollback.provider_requested", "rollback.started", "run.cancelled", "run.completed", "run.dispatched",
   "run.edited", "run.failed", "run.held", "run.interrupted", "run.queued", "run.started", "run.steered",
   "run.warning", "run.superseded", "session.started", "session.stopped", "steer.joined", "thread.child_forked",
-  "thread.created", "thread.forked", "transfer.consumed", "transfer.failed",
+  "thread.created", "thread.forked", "thread.renamed", "thread.archived", "thread.unarchived", "transfer.consumed",
+  "transfer.failed",
 ];

@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ListToolsResult
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest
+from treadle.api import CreateThreadRequest, ForkBody, SendMessageRequest, UpdateThreadRequest
 from treadle.api.limits import MAX_NAME_CHARS, MAX_TITLE_CHARS
 from treadle.core.errors import DomainError
 from treadle.providers.registry import offered
@@ -183,14 +183,17 @@ def server() -> MCPServer:
             ThreadStatus | None, Field(description="active: a run under way; else the last run's")
         ] = None,
         provider: Annotated[str | None, Field(max_length=MAX_NAME_CHARS)] = None,
+        archived: Annotated[
+            Literal["exclude", "include", "only"], Field(description="archived threads: left out, listed too, alone")
+        ] = "exclude",
     ) -> dict[str, Any]:
         """The tenant's threads, newest first: ``{items, next_cursor, seq}``; pass ``next_cursor`` for more.
-        ``search`` is the list's own (``GET /v1/threads?q=``); ``status`` and ``provider`` filter each page,
-        so a page may hold fewer than ``limit`` and still have a ``next_cursor``."""
+        ``search`` and ``archived`` are the list's own (``GET /v1/threads?q=&archived=``); ``status`` and
+        ``provider`` filter each page, so a page may hold fewer than ``limit`` and still have a ``next_cursor``."""
 
         async def listed() -> dict[str, Any]:
             call = await ports(ctx)
-            found, more = await thread_cases.page(call.who, call.reads, limit, cursor, search)
+            found, more = await thread_cases.page(call.who, call.reads, limit, cursor, search, archived)
             items = [summary for summary in map(msgspec.json.decode, found) if _listed(summary, status, provider)]
             return {"items": items, "next_cursor": more, "seq": None}
 
@@ -283,6 +286,30 @@ def server() -> MCPServer:
             return answer
 
         return await guarded("thread_interrupt", interrupt())
+
+    @mcp.tool()
+    async def thread_update(
+        ctx: Context,
+        thread_id: ThreadId,
+        title: Annotated[str | None, Field(max_length=MAX_TITLE_CHARS)] = None,
+        archived: Annotated[
+            bool | None, Field(description="true: archive (no run active or queued); false: unarchive")
+        ] = None,
+        client_request_id: RequestId = None,
+    ) -> dict[str, Any]:
+        """Rename a thread, or archive it (out of the default list, no new messages) or unarchive it (L1.3): an
+        agent tidying up the child threads it made. ``changed`` is false when it already was so. Deleting a
+        thread (erasing its data) is not a tool: it is left to people (HTTP, SDK, CLI, console)."""
+
+        async def update() -> dict[str, Any]:
+            call = await ports(ctx)
+            body = parse(UpdateThreadRequest, {"title": title, "archived": archived})
+            idem = key(client_request_id, "update")
+            updated = await thread_cases.update(call.who, call.commands, thread_id, body, idem)
+            answer: dict[str, Any] = msgspec.to_builtins(updated)
+            return answer
+
+        return await guarded("thread_update", update())
 
     @mcp.tool()
     async def thread_fork(
