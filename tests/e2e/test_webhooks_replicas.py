@@ -16,7 +16,9 @@ from tests.support.receiver import Receiver
 from treadle.cli.stack import Stack
 from treadle.ops.tokens import TokenStore
 from treadle.runtime.leases import LeaseTable
-from treadle.runtime.partitions import DEFAULT_PARTITIONS as P
+from treadle.runtime.partitions import for_machine
+
+P = for_machine(replicas=2)  # what the embedded stack of two replicas chose on this machine
 
 pytestmark = pytest.mark.e2e
 

@@ -257,6 +257,8 @@ class Supervisor:
         ctx: Ctx,
         causation_id: str | None = None,
     ) -> None:
+        if state.thread is not None and state.thread.deleted:
+            return  # a deleted thread's log is its tombstone alone: a session reaped after it is not recorded
         try:
             await self._store.append(
                 tenant,
