@@ -1,5 +1,5 @@
-"""Two replicas of the webhook delivery worker share the thread partitions: every event is sent once, whichever
-replica holds its partition, and when one replica stops the other takes its partitions over."""
+"""Two replicas of the webhook delivery worker share the thread partitions: every event is delivered, as one
+delivery whichever replica holds its partition, and when one replica stops the other takes its partitions over."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.api import Api
 from tests.support.helpers import quiet, wait_for
-from tests.support.receiver import Receiver
+from tests.support.receiver import Received, Receiver
 from treadle.cli.stack import Stack
 from treadle.ops.tokens import TokenStore
 from treadle.runtime.leases import LeaseTable
@@ -45,10 +45,21 @@ async def test_two_replicas_send_each_event_once_and_one_takes_over_when_the_oth
 
             await stack.processes.halt("webhooks-2")  # its partitions pass to "webhooks" once its leases lapse
             later = await asyncio.gather(*(api.create_thread(title=f"u{i}") for i in range(8)))
-            got = await receiver.wait(24, timeout=60)
+            expected = {*first, *later}
+            await wait_for(lambda: _threads(receiver.requests) >= expected, timeout=60, what="every thread delivered")
+            got = list(receiver.requests)
         finally:
             await api.close()
             await receiver.stop()
             await nc.close()
-    threads = collections.Counter(msgspec.json.decode(g.body)["thread_id"] for g in got)
-    assert set(threads) == {*first, *later} and set(threads.values()) == {1}
+    deliveries: dict[str, set[str]] = collections.defaultdict(set)
+    for g in got:
+        deliveries[msgspec.json.decode(g.body)["thread_id"]].add(g.headers["treadle-delivery"])
+    assert set(deliveries) == expected
+    # At least once: a post whose record the halted replica had not written yet is sent again by the one that
+    # takes its partition over, as the same delivery (one id per thread), so a receiver can drop the repeat.
+    assert all(len(ids) == 1 for ids in deliveries.values()), deliveries
+
+
+def _threads(requests: list[Received]) -> set[str]:
+    return {msgspec.json.decode(r.body)["thread_id"] for r in requests}
