@@ -23,7 +23,9 @@ P = for_machine(replicas=2)  # what the embedded stack of two replicas chose on 
 pytestmark = pytest.mark.e2e
 
 
-async def test_two_replicas_send_each_event_once_and_one_takes_over_when_the_other_stops(tmp_path) -> None:
+async def test_two_replicas_deliver_each_event_as_one_delivery_and_one_takes_over_when_the_other_stops(
+    tmp_path,
+) -> None:
     env = {"TREADLE_WEBHOOKS_ALLOW_HOSTS": '["127.0.0.1/32"]'}
     receiver = await Receiver().start()
     async with Stack(tmp_path / "stack", env=env, replicas=2, on_output=quiet) as stack:
