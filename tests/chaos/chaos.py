@@ -277,8 +277,10 @@ def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str | Cal
             wrong.append(f"run {after} started at seq {starts[0]}, before run {before} ended at {end_seq[before]}")
     finals = {}
     for e in events:
-        if isinstance(e.data, ev.MessageCompleted):
-            finals.setdefault((e.data.run_id, e.data.attempt_id), []).append(e.data.text)
+        # a run's end may carry its turn's last message (RunEnded.message) instead of a message.completed
+        completed = e.data.message if isinstance(e.data, ev.RunEnded) else e.data
+        if isinstance(completed, ev.MessageCompleted):
+            finals.setdefault((completed.run_id, completed.attempt_id), []).append(completed.text)
     for _, d in ended:
         got = finals.get((d.run_id, d.attempt_id), [])
         text = next((q.text for q in queued if q.run_id == d.run_id), "")

@@ -114,6 +114,24 @@ async def test_events_arrive_once_signed_and_in_order_per_thread(admin: Api, rec
     assert len(receiver.requests) == 3  # once each
 
 
+async def test_L2_3_a_receiver_of_message_completed_gets_the_reply_a_run_end_carries(
+    admin: Api, receiver: Receiver
+) -> None:
+    """A run's end may carry its turn's last message (``RunEnded.message``, no ``message.completed`` stored for
+    it): the receiver still gets that message as a ``message.completed``, then the run's end, both signed."""
+    made = await _register(admin, receiver.url(), ["message.completed", "run.completed"])
+    thread = await admin.create_thread(title="carried")
+    run_id = await _run(admin, thread, "the reply")
+    got = await receiver.wait(2)
+    bodies = [msgspec.json.decode(r.body) for r in got]
+    for request in got:
+        verify(made["secret"], request.headers["treadle-signature"], request.body)
+    assert [b["type"] for b in bodies] == ["message.completed", "run.completed"]
+    assert bodies[0]["data"]["text"] == "the reply" and bodies[0]["data"]["run_id"] == run_id
+    assert bodies[0]["seq"] <= bodies[1]["seq"] and bodies[0]["delivery_id"] != bodies[1]["delivery_id"]
+    await wait_for(lambda: _all_delivered(admin, made["webhook"]["id"], 2), timeout=10, what="two delivered records")
+
+
 async def _all_delivered(api: Api, hook: str, count: int) -> list[dict] | None:
     records = await _deliveries(api, hook)
     return records if len(records) == count and all(r["status"] == "delivered" for r in records) else None

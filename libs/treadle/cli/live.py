@@ -73,8 +73,7 @@ class RunView:
             if not m.live:
                 m.text += d["text"]
         elif kind == "message.completed":
-            m = self._item(d["message_id"], _Message)
-            m.text, m.done = d["text"], True
+            self._completed(d)
         elif kind == "node.started":
             self._items[d["node_id"]] = {
                 "kind": d["kind"],
@@ -95,9 +94,15 @@ class RunView:
             self._items[f"warning{event.id}"] = {"warning": d.get("message", "")}
         elif kind in ("run.queued", "run.dispatched", "run.started"):
             self.status = {"run.queued": "queued", "run.dispatched": "starting", "run.started": "running"}[kind]
-        elif kind.startswith("run.") and kind.split(".")[1] in TERMINAL:
+        elif _ends_run(kind):
+            if d.get("message"):  # the turn's last message, carried by the run's end
+                self._completed(d["message"])
             self.status, self.error = kind.split(".")[1], d.get("error")
             self.done.set()
+
+    def _completed(self, d: dict[str, Any]) -> None:
+        m = self._item(d["message_id"], _Message)
+        m.text, m.done = d["text"], True
 
     def waiting(self, request_id: str) -> bool:
         item = self._items.get(request_id)
@@ -251,13 +256,14 @@ class Tail:
             if d["message_id"] not in self._live:  # history, or live deltas were lost: durable text instead
                 self._text(d["message_id"], d["text"])
             return
-        if event.event == "message.completed":
+        completed = d if event.event == "message.completed" else d.get("message") if _ends_run(event.event) else None
+        if completed:  # a message's completion, or a run's end carrying its last message
             # The last durable delta may stop short of the end (the tail comes with the completion).
-            printed = self._printed.get(d["message_id"], "")
-            if d["text"].startswith(printed):
-                self._text(d["message_id"], d["text"][len(printed) :])
-            elif self._open != d["message_id"]:
-                self._text(d["message_id"], d["text"])
+            printed = self._printed.get(completed["message_id"], "")
+            if completed["text"].startswith(printed):
+                self._text(completed["message_id"], completed["text"][len(printed) :])
+            elif self._open != completed["message_id"]:
+                self._text(completed["message_id"], completed["text"])
         self._end()
         console.print(
             Text(f"#{event.id:<6} {event.event:<20} {summarise(event.event, d)}", style="dim"), soft_wrap=True
@@ -281,3 +287,7 @@ class Tail:
         if self._open is not None:
             console.print()
             self._open = None
+
+
+def _ends_run(kind: str) -> bool:
+    return kind.startswith("run.") and kind.split(".")[1] in TERMINAL

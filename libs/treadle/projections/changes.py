@@ -92,6 +92,8 @@ class Changes:
             self.run_ids.add(run_id)
         if message_id := getattr(payload, "message_id", None):
             self.message_ids.add(message_id)
+        if (carried := _carried(payload)) is not None:  # a run's end with its last message: that message too
+            self.message_ids.add(carried.message_id)
 
     def whole(self, state: ThreadState) -> bool:
         """Whether the write must be whole: an event changed what it does not name and its lists were not kept
@@ -150,10 +152,17 @@ def _may_move(payload: ev.Payload) -> bool:
     return bool(getattr(payload, "supersedes_run_id", None) or getattr(payload, "message_ids", None))
 
 
+def _carried(payload: ev.Payload) -> ev.MessageCompleted | None:
+    """The message completion a run's end carries (``RunEnded.message``), if any."""
+    return payload.message if isinstance(payload, ev.RunEnded) else None
+
+
 def _unnamed(state: ThreadState, payload: ev.Payload) -> bool:
     """The event may change items it does not name: not local, a carry-over, or a message it names that exists
     under another run (a steer that came too late moves to the run that supersedes its own)."""
     if not payload.TRAITS.local or _may_move(payload):
+        return True
+    if (carried := _carried(payload)) is not None and _unnamed(state, carried):
         return True
     message_id, run_id = getattr(payload, "message_id", None), getattr(payload, "run_id", None)
     if not message_id or not run_id:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import msgspec
 
 from treadle.core.envelope import Envelope
+from treadle.core.run.events import RunEnded
 
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 ANY_EVENT = "*"
@@ -109,6 +110,17 @@ def matches(endpoint: Endpoint, event: Envelope) -> bool:
         and (ANY_EVENT in endpoint.events or event.type in endpoint.events)
         and (not endpoint.threads or event.thread in endpoint.threads)
     )
+
+
+def as_sent(event: Envelope) -> list[Envelope]:
+    """The events receivers get for ``event``. A run's end that carries its turn's last message
+    (``RunEnded.message``, which replaced the ``message.completed`` appended before it) is sent as that
+    ``message.completed`` (id ``<event id>.message``, the run end's sequence), then as itself: an endpoint that
+    asked for either type gets what it got before."""
+    carried = event.data.message if isinstance(event.data, RunEnded) else None
+    if carried is None:
+        return [event]
+    return [msgspec.structs.replace(event, id=f"{event.id}.message", type=carried.TYPE, data=carried), event]
 
 
 def delivery_id(endpoint_id: str, event_id: str) -> str:

@@ -31,7 +31,7 @@ from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.pull import LingeringPull
 from treadle.runtime.settings import Shared, WebhooksSettings
 from treadle.webhooks.addresses import AllowList
-from treadle.webhooks.model import Delivery, Endpoint, body, delivery_id, matches, schedule
+from treadle.webhooks.model import Delivery, Endpoint, as_sent, body, delivery_id, matches, schedule
 from treadle.webhooks.sender import Limits, Outcome, post
 from treadle.webhooks.store import DeliveryStore
 
@@ -243,18 +243,18 @@ class PartitionDeliveries:
             await msg.ack()
             return
         event = decode_event(msg.data, seq)
-        chosen = [e for e in endpoints if matches(e, event)]
+        chosen = [(endpoint, sent) for sent in as_sent(event) for endpoint in endpoints if matches(endpoint, sent)]
         if not chosen:
             await msg.ack()
             return
         pending = self._pending[seq] = _Pending(msg, len(chosen))
-        for endpoint in chosen:
+        for endpoint, sent in chosen:
             key = (endpoint.id, event.thread)
             lane = self._lanes.get(key)
             if lane is None:
                 lane = self._lanes[key] = asyncio.Queue()
                 self._lane_tasks[key] = asyncio.create_task(self._drain(key, lane))
-            lane.put_nowait((endpoint, event, pending))
+            lane.put_nowait((endpoint, sent, pending))
 
     async def _drain(self, key: tuple[str, str], lane: asyncio.Queue[tuple[Endpoint, Envelope, _Pending]]) -> None:
         """One (endpoint, thread)'s deliveries in order; the lane ends when it runs dry."""

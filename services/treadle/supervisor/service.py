@@ -170,8 +170,11 @@ class Supervisor:
             return
         if isinstance(event.body, pe.SessionStopped):
             state = await self._fold_last_words(tenant, thread, state, msg.subject, seq, event.session_id)
-        for part in parts:
-            state = await self._fold(tenant, thread, state, seq, part)
+        i = 0
+        while i < len(parts):
+            then = parts[i + 1] if i + 1 < len(parts) else None
+            state, took_then = await self._fold(tenant, thread, state, seq, parts[i], then)
+            i += 2 if took_then else 1
         await self._hand_over(tenant, thread, state, f"prov|{seq}")
 
     async def _fold_last_words(
@@ -206,14 +209,24 @@ class Supervisor:
             ):
                 try:
                     for part in earlier.parts():
-                        state = await self._fold(tenant, thread, state, raw.seq, part)
+                        state, _ = await self._fold(tenant, thread, state, raw.seq, part)
                 except Later:  # it waits for an earlier one still: the stop is judged on what is folded
                     break
             start = raw.seq + 1
         return state
 
-    async def _fold(self, tenant: str, thread: str, state: ThreadState, seq: int, event: ProviderEvent) -> ThreadState:
-        """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it."""
+    async def _fold(
+        self,
+        tenant: str,
+        thread: str,
+        state: ThreadState,
+        seq: int,
+        event: ProviderEvent,
+        then: ProviderEvent | None = None,
+    ) -> tuple[ThreadState, bool]:
+        """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it, and
+        whether ``then`` (the part after it) was folded with it: a turn's end right after its last message's
+        completion is one event (``RunEnded.message``), so an ordinary run appends one event fewer."""
         ctx = reaction_ctx(event.id, datetime.now(UTC), ACTOR)
         reaction = sv.react(state, event, ctx)
         if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
@@ -223,6 +236,8 @@ class Supervisor:
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
+        if then is not None and (carried := sv.carried_message(state, reaction, then)) is not None:
+            return await self._end_with(tenant, thread, state, seq, then, carried, ctx), True
         events = await with_child_checkpoints(
             self._checkpoints, state, state.run(event.run_id or ""), list(reaction.events), ctx
         )
@@ -243,6 +258,30 @@ class Supervisor:
                 causation_id=provider_cause(seq, event.index, event.attempt_id or ""),
             )
         if run is not None and run.ended_at is not None:
+            RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+        return state, False
+
+    async def _end_with(
+        self,
+        tenant: str,
+        thread: str,
+        state: ThreadState,
+        seq: int,
+        end: ProviderEvent,
+        carried: ev.MessageCompleted,
+        ctx: Ctx,
+    ) -> ThreadState:
+        """The run's end (provider event ``end``) carrying its last message's completion, both folded at once: the
+        causation names ``end``'s index, so after a crash the two come back together or not at all."""
+        assert isinstance(end.body, pe.TurnCompleted)
+        run = state.run(carried.run_id)
+        assert run is not None  # ``carried_message`` found it
+        status = sv.turn_status(state, run, end.body)
+        capture = await self._capture(state, run, ctx, status)
+        events = sv.finalize(state, run, end.body, capture, ctx, carried=carried)
+        causation = provider_cause(seq, end.index, end.attempt_id or "")
+        await self._append(tenant, thread, state, events, ctx, causation_id=causation)
+        if run.ended_at is not None:
             RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
         return state
 

@@ -7,6 +7,7 @@ from typing import Any
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.envelope import Payload, event
 from treadle.core.lineage.events import ContextRequest
+from treadle.core.thread.events import MessageCompleted
 
 
 @event("run.queued", local=True, other_runs=False, provider_threads=False, indexes=("run_id", "root_node_id"))
@@ -60,32 +61,37 @@ class RunStarted(Payload, kw_only=True):
 
 
 class RunEnded(Payload, kw_only=True):
-    """A terminal run carries its checkpoint (L10.2): the barrier's last step and its result land together."""
+    """A terminal run carries its checkpoint (L10.2): the barrier's last step and its result land together.
+
+    ``message``: the completion of the turn's last message, when the provider reported it in the same burst as
+    the turn's end. It folds exactly as a ``message.completed`` right before this event would (logs written
+    before it have that event instead), so an ordinary run is one event shorter."""
 
     run_id: str
     attempt_id: str
     checkpoint: CheckpointCaptured | None = None
     error: str | None = None
+    message: MessageCompleted | None = None
 
 
 @event("run.completed", local=True, other_runs=False, provider_threads=True, ends_run="completed")
 class RunCompleted(RunEnded, kw_only=True):
-    pass
+    """A run's end as completed: its checkpoint and (``message``) the turn's last message when reported with the end."""
 
 
 @event("run.failed", local=True, other_runs=False, provider_threads=True, ends_run="failed")
 class RunFailed(RunEnded, kw_only=True):
-    pass
+    """A run's end as failed: its checkpoint and (``message``) the turn's last message when reported with the end."""
 
 
 @event("run.interrupted", local=True, other_runs=False, provider_threads=True, ends_run="interrupted")
 class RunInterrupted(RunEnded, kw_only=True):
-    pass
+    """A run's end as interrupted: its checkpoint and (``message``) the turn's last message when reported with the end."""
 
 
 @event("run.cancelled", local=True, other_runs=False, provider_threads=True, ends_run="cancelled")
 class RunCancelled(RunEnded, kw_only=True):
-    pass
+    """A run's end as cancelled: its checkpoint and (``message``) the turn's last message when reported with the end."""
 
 
 @event("attempt.started", local=True, other_runs=False, provider_threads=False, indexes=("root_node_id",))

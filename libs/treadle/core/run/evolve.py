@@ -25,6 +25,7 @@ from treadle.core.run.events import (
     RunWarning,
 )
 from treadle.core.run.model import Attempt, ExecutionNode, Run, script_bytes
+from treadle.core.thread.evolve import message_completed
 from treadle.core.thread.model import Message
 from treadle.core.view import Folds, ThreadView
 
@@ -132,6 +133,8 @@ EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run'
 def _run_ended(state: ThreadView, e: Envelope, d: RunEnded) -> None:
     """Every event that ends a run: the status it ends in is the event's trait (``ends_run``)."""
     status = cast("EndStatus", d.TRAITS.ends_run)
+    if d.message is not None:  # the turn's last message, carried: folded as its own event before this one was
+        message_completed(state, e, d.message)
     run = state.run(d.run_id)
     if run is None or run.terminal:
         return

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
+import msgspec
+
 from treadle.core import provider_events as pe
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.checkpoints.model import FileChange
@@ -42,6 +44,7 @@ from treadle.core.view import ThreadView
 
 MAX_RECOVERY_ATTEMPTS = 3
 # The event that ends a run in each status, by its trait (``ends_run``).
+_encode = msgspec.json.Encoder().encode
 _RUN_ENDED: dict[str, type[RunEnded]] = {
     cls.TRAITS.ends_run: cls for cls in PAYLOADS.values() if cls.TRAITS.ends_run and issubclass(cls, RunEnded)
 }
@@ -349,7 +352,8 @@ def never_started(state: ThreadView, run: Run, turn: pe.TurnCompleted, ctx: Ctx)
     )
 
 
-def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
+def _close_messages(state: ThreadView, run: Run, completed: str | None = None) -> list[Payload]:
+    """The attempt's messages still streaming, closed as incomplete (but ``completed``, which its end carries)."""
     att = run.attempt
     return [
         within(
@@ -364,7 +368,7 @@ def _close_messages(state: ThreadView, run: Run) -> list[Payload]:
             MAX_EVENT_BYTES,  # the text streamed in pieces: together they can be more than one event holds
         )
         for m in state.run_messages(run.id)
-        if m.attempt_id == att.id and m.status == "streaming"
+        if m.attempt_id == att.id and m.status == "streaming" and m.id != completed
     ]
 
 
@@ -427,19 +431,44 @@ def restart(state: ThreadView, run: Run, ctx: Ctx) -> list[Payload]:
     return events
 
 
+def carried_message(state: ThreadView, reaction: Reaction, then: pe.ProviderEvent | None) -> MessageCompleted | None:
+    """The message completion ``reaction`` appends, when the next event of the same burst (``then``) ends the turn
+    and the run's end can carry it (``RunEnded.message``): one event instead of two, folding the same. Not when an
+    interrupt was asked: a restart (L3.3) or a weak provider's status reads the messages folded before the end."""
+    if then is None or not isinstance(then.body, pe.TurnCompleted) or reaction.finalize is not None:
+        return None
+    if len(reaction.events) != 1 or not isinstance(message := reaction.events[0], MessageCompleted):
+        return None
+    run = state.run(message.run_id)
+    if run is None or run.terminal or run.attempt.id != message.attempt_id or then.attempt_id != message.attempt_id:
+        return None
+    return message if run.attempt.interrupt is None else None
+
+
 def finalize(
-    state: ThreadView, run: Run, turn: pe.TurnCompleted, capture: CheckpointCaptured, ctx: Ctx | None = None
+    state: ThreadView,
+    run: Run,
+    turn: pe.TurnCompleted,
+    capture: CheckpointCaptured,
+    ctx: Ctx | None = None,
+    carried: MessageCompleted | None = None,
 ) -> list[Payload]:
     """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
     requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
     root turn ends a run). Usually that is the single terminal event; leftovers make it one atomic batch,
     so nothing can observe a terminal run with open parts. Steers the turn never took become the next run,
-    superseding this one and starting at once (L3.4)."""
+    superseding this one and starting at once (L3.4). ``carried``: the turn's last message completion, not
+    appended yet (``carried_message``): the terminal event carries it, or it goes first when both would not
+    fit in one event."""
     att = run.attempt
     status = turn_status(state, run, turn)
-    events = _close_messages(state, run) + _close_children(state, run)
+    events = _close_messages(state, run, carried.message_id if carried else None) + _close_children(state, run)
     error = turn.error if status != "interrupted" or turn.error else None
-    events.append(_RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error))
+    end = _RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error, message=carried)
+    if carried is not None and len(_encode(end)) > MAX_EVENT_BYTES:
+        end = msgspec.structs.replace(end, message=None)
+        events.insert(0, carried)
+    events.append(end)
     steers = undelivered_steers(state, run)
     if steers and ctx is not None:
         ids = ctx.ids

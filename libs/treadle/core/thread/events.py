@@ -59,6 +59,11 @@ class MessageDelta(Payload, kw_only=True):
 
 @event("message.completed", local=True, other_runs=False, provider_threads=False)
 class MessageCompleted(Payload, kw_only=True):
+    """An assistant message's whole text. A turn's last one reported with the turn's end rides in the run's end.
+
+    Since the run's end carries that one (``RunEnded.message``, the same fields), an ordinary run has no event of
+    this type; logs written before have one right before the end. Webhooks still send it as this type."""
+
     message_id: str
     run_id: str
     attempt_id: str

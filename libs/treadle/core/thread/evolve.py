@@ -42,7 +42,7 @@ def _message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
     state.text_bytes += len(d.text.encode())
 
 
-def _message_completed(state: ThreadView, e: Envelope, d: MessageCompleted) -> None:
+def message_completed(state: ThreadView, e: Envelope, d: MessageCompleted) -> None:
     m = state.message(d.message_id)
     if m is None:
         m = _streamed(state, e, d)
@@ -127,5 +127,5 @@ FOLDS: Folds = {
     ThreadDeleted: _thread_deleted,
     MessageCreated: _message_created,
     MessageDelta: _message_delta,
-    MessageCompleted: _message_completed,
+    MessageCompleted: message_completed,
 }
