@@ -28,11 +28,10 @@ from treadle.api import CreateThreadRequest, SendMessageRequest
 from treadle.api.schedules import Schedule
 from treadle.core.errors import DomainError
 from treadle.core.schedules.catchup import CatchUp, decide
-from treadle.gateway.commands import Commands
-from treadle.gateway.errors import ApiError
 from treadle.ops.policies import PolicyStore
 from treadle.ops.schedules import BUCKET, ScheduleStore, Stale
 from treadle.runtime import partitions
+from treadle.runtime.commands import CommandSender
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import SCHEDULE_FIRINGS, SCHEDULE_SKIPPED
 from treadle.runtime.settings import SchedulerSettings, Shared
@@ -83,7 +82,7 @@ class Scheduler:
         js = nc.jetstream()
         self._store = ScheduleStore(js)
         self._policies = PolicyStore(js)
-        self._commands = Commands(nc, own.command_timeout)
+        self._commands = CommandSender(nc, own.command_timeout)
         self._limits = MessageLimits()
         self._work = PartitionedWork(
             nc,
@@ -215,7 +214,7 @@ class Scheduler:
                 SendMessageRequest,
             )
             accepted = await messages.send(who, self._commands, self._limits, thread, message, key)
-        except (ApiError, DomainError) as refused:
+        except DomainError as refused:  # the sender's refusals (CommandRefused) are DomainErrors too
             if refused.status >= 500 or refused.code == "idempotency_conflict":
                 raise Unanswered(refused.code) from None  # not recorded: the next tick sends it again
             if refused.code == "run_active":
