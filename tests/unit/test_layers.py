@@ -38,9 +38,6 @@ ALLOWED = {
     # The schema generator reads the gateway's routes for the OpenAPI document; the views package
     # (issue 18, item 1) gives it the documents to generate from instead.
     ("libs/treadle/cli/schemas.py", "gateway"),
-    # The scheduler sends each firing through the gateway's command bus (Idempotency-Key records, retries), so a
-    # firing is exactly a user's message; the bus belongs in a library once a third user needs it.
-    ("services/treadle/scheduler/service.py", "gateway"),
 }
 
 

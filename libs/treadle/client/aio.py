@@ -19,32 +19,10 @@ import httpx
 
 from treadle.api.lineage import SourceType
 from treadle.api.requests import Decision
-from treadle.views.checkpoints import Checkpoint, RollbackView
-from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
-from treadle.views.requests import Activity, RuntimeRequest
-from treadle.views.runs import Message, QueueView, Run
-from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
-from . import calls
+from . import calls, results
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
-from .results import (
-    Acknowledged,
-    CreatedWebhook,
-    Diff,
-    Forked,
-    Implemented,
-    MessageAccepted,
-    Page,
-    Policy,
-    ThreadCreated,
-    ThreadDeleted,
-    ThreadUpdated,
-    Webhook,
-    WebhookDelivery,
-    WebhookDeliveryList,
-    WebhookList,
-)
 from .schedules import AsyncScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
@@ -58,7 +36,7 @@ class AsyncPage(Generic[T]):
     """One page of a list (``items``, ``next_cursor``, ``seq``); ``async for item in page`` goes through its
     items and those of every following page, fetched as needed."""
 
-    def __init__(self, client: AsyncTreadle, call: Call[Page[T]], page: Page[T]) -> None:
+    def __init__(self, client: AsyncTreadle, call: Call[results.Page[T]], page: results.Page[T]) -> None:
         self._client, self._call = client, call
         self.items, self.next_cursor, self.seq = page.items, page.next_cursor, page.seq
 
@@ -136,12 +114,12 @@ class AsyncTreadle(AsyncScheduleMethods):
                 raise error
             await asyncio.sleep(wait)
 
-    async def _page(self, call: Call[Page[T]]) -> AsyncPage[T]:
+    async def _page(self, call: Call[results.Page[T]]) -> AsyncPage[T]:
         return AsyncPage(self, call, await self.call(call))
 
     # --- threads, messages, runs ---------------------------------------------------------------------
 
-    async def create_thread(self, **kw: Any) -> ThreadCreated:
+    async def create_thread(self, **kw: Any) -> results.ThreadCreated:
         """``title``, ``provider``, ``model``, ``runtime_mode``, ``workspace``, ``idempotency_key``."""
         return await self.call(calls.create_thread(**kw))
 
@@ -152,7 +130,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         cursor: str | None = None,
         q: str | None = None,
         archived: Literal["exclude", "include", "only"] | None = None,
-    ) -> AsyncPage[ThreadSummary]:
+    ) -> AsyncPage[results.ThreadSummary]:
         """``archived``: archived threads left out (the default), included, or alone."""
         return await self._page(calls.list_threads(limit=limit, cursor=cursor, q=q, archived=archived))
 
@@ -163,55 +141,57 @@ class AsyncTreadle(AsyncScheduleMethods):
         title: str | None = None,
         archived: bool | None = None,
         idempotency_key: str | None = None,
-    ) -> ThreadUpdated:
+    ) -> results.ThreadUpdated:
         """Rename, archive or unarchive (L1.3); ``changed`` is False when the thread already was so."""
         return await self.call(
             calls.update_thread(thread_id, title=title, archived=archived, idempotency_key=idempotency_key)
         )
 
-    async def archive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+    async def archive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadUpdated:
         return await self.update_thread(thread_id, archived=True, idempotency_key=idempotency_key)
 
-    async def unarchive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+    async def unarchive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadUpdated:
         return await self.update_thread(thread_id, archived=False, idempotency_key=idempotency_key)
 
-    async def delete_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadDeleted:
+    async def delete_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadDeleted:
         """Delete the thread and erase its data (L1.4): refused (409 ``thread_busy``) while a run is active or
         queued; a repeat answers the same and finishes an erasure that stopped."""
         return await self.call(calls.delete_thread(thread_id, idempotency_key=idempotency_key))
 
-    async def get_thread(self, thread_id: str, *, runs: int | None = None) -> ThreadView:
+    async def get_thread(self, thread_id: str, *, runs: int | None = None) -> results.ThreadView:
         """The thread's document; with ``runs``, only its last N runs (see ``calls.get_thread``)."""
         return await self.call(calls.get_thread(thread_id, runs=runs))
 
-    async def send_message(self, thread_id: str, text: str, **kw: Any) -> MessageAccepted:
+    async def send_message(self, thread_id: str, text: str, **kw: Any) -> results.MessageAccepted:
         """``mode``, ``provider``, ``model``, ``script``, ``target_run_id``, ``clean_context``,
         ``merge_back_from``, ``idempotency_key``."""
         return await self.call(calls.send_message(thread_id, text, **kw))
 
-    async def get_run(self, run_id: str) -> RunView:
+    async def get_run(self, run_id: str) -> results.RunView:
         return await self.call(calls.get_run(run_id))
 
-    async def list_runs(self, thread_id: str, *, limit: int | None = None, cursor: str | None = None) -> AsyncPage[Run]:
+    async def list_runs(
+        self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> AsyncPage[results.Run]:
         return await self._page(calls.list_runs(thread_id, limit=limit, cursor=cursor))
 
     async def list_messages(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> AsyncPage[Message]:
+    ) -> AsyncPage[results.Message]:
         return await self._page(calls.list_messages(thread_id, limit=limit, cursor=cursor))
 
     # --- life inside a run ---------------------------------------------------------------------------
 
     async def interrupt_run(
         self, run_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return await self.call(
             calls.interrupt_run(run_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
         )
 
     async def interrupt_node(
         self, node_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return await self.call(
             calls.interrupt_node(node_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
         )
@@ -224,7 +204,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         answers: dict[str, str] | None = None,
         message: str | None = None,
         idempotency_key: str | None = None,
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         """Answer an approval (``decision``) or a question (``answers``, ``message``)."""
         return await self.call(
             calls.respond(
@@ -234,20 +214,20 @@ class AsyncTreadle(AsyncScheduleMethods):
 
     async def list_requests(
         self, thread_id: str, *, status: str | None = None, limit: int | None = None, cursor: str | None = None
-    ) -> AsyncPage[RuntimeRequest]:
+    ) -> AsyncPage[results.RuntimeRequest]:
         return await self._page(calls.list_requests(thread_id, status=status, limit=limit, cursor=cursor))
 
     async def list_activity(
         self, thread_id: str, *, run_id: str | None = None, limit: int | None = None, cursor: str | None = None
-    ) -> AsyncPage[Activity]:
+    ) -> AsyncPage[results.Activity]:
         return await self._page(calls.list_activity(thread_id, run_id=run_id, limit=limit, cursor=cursor))
 
-    async def get_queue(self, thread_id: str) -> QueueView:
+    async def get_queue(self, thread_id: str) -> results.QueueView:
         return await self.call(calls.get_queue(thread_id))
 
     async def reorder_queue(
         self, thread_id: str, order: list[str], *, idempotency_key: str | None = None
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return await self.call(calls.reorder_queue(thread_id, order, idempotency_key=idempotency_key))
 
     async def edit_queued(
@@ -258,27 +238,29 @@ class AsyncTreadle(AsyncScheduleMethods):
         *,
         script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return await self.call(
             calls.edit_queued(thread_id, run_id, text, script=script, idempotency_key=idempotency_key)
         )
 
-    async def cancel_queued(self, thread_id: str, run_id: str, *, idempotency_key: str | None = None) -> Acknowledged:
+    async def cancel_queued(
+        self, thread_id: str, run_id: str, *, idempotency_key: str | None = None
+    ) -> results.Acknowledged:
         return await self.call(calls.cancel_queued(thread_id, run_id, idempotency_key=idempotency_key))
 
     async def implement_plan(
         self, plan_id: str, *, as_: Literal["run", "thread"] = "run", idempotency_key: str | None = None
-    ) -> Implemented:
+    ) -> results.Implemented:
         return await self.call(calls.implement_plan(plan_id, as_=as_, idempotency_key=idempotency_key))
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
     async def list_checkpoints(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> AsyncPage[Checkpoint]:
+    ) -> AsyncPage[results.Checkpoint]:
         return await self._page(calls.list_checkpoints(thread_id, limit=limit, cursor=cursor))
 
-    async def run_diff(self, run_id: str, *, max_bytes: int | None = None) -> Diff:
+    async def run_diff(self, run_id: str, *, max_bytes: int | None = None) -> results.Diff:
         return await self.call(calls.run_diff(run_id, max_bytes=max_bytes))
 
     async def thread_diff(
@@ -288,7 +270,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         from_ordinal: int | None = None,
         to_ordinal: int | None = None,
         max_bytes: int | None = None,
-    ) -> Diff:
+    ) -> results.Diff:
         return await self.call(
             calls.thread_diff(thread_id, from_ordinal=from_ordinal, to_ordinal=to_ordinal, max_bytes=max_bytes)
         )
@@ -300,7 +282,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         *,
         interrupt_active: bool = False,
         idempotency_key: str | None = None,
-    ) -> RollbackView:
+    ) -> results.RollbackView:
         return await self.call(
             calls.rollback_thread(
                 thread_id, to_run_ordinal, interrupt_active=interrupt_active, idempotency_key=idempotency_key
@@ -314,7 +296,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         *,
         thread_id: str | None = None,
         idempotency_key: str | None = None,
-    ) -> RollbackView:
+    ) -> results.RollbackView:
         return await self.call(
             calls.rollback_node(node_id, checkpoint_id, thread_id=thread_id, idempotency_key=idempotency_key)
         )
@@ -327,24 +309,24 @@ class AsyncTreadle(AsyncScheduleMethods):
         source_type: SourceType,
         source_id: str,
         **kw: Any,
-    ) -> Forked:
+    ) -> results.Forked:
         """``turn``, ``title``, ``on_active`` (latest_checkpoint, refuse), ``idempotency_key``."""
         return await self.call(calls.fork_thread(thread_id, source_type, source_id, **kw))
 
     async def list_handoffs(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> AsyncPage[ContextHandoff]:
+    ) -> AsyncPage[results.ContextHandoff]:
         return await self._page(calls.list_handoffs(thread_id, limit=limit, cursor=cursor))
 
-    async def get_handoff(self, handoff_id: str) -> HandoffView:
+    async def get_handoff(self, handoff_id: str) -> results.HandoffView:
         return await self.call(calls.get_handoff(handoff_id))
 
-    async def get_lineage(self, thread_id: str) -> LineageView:
+    async def get_lineage(self, thread_id: str) -> results.LineageView:
         return await self.call(calls.get_lineage(thread_id))
 
     # --- policy (admins) -----------------------------------------------------------------------------
 
-    async def get_policy(self) -> Policy:
+    async def get_policy(self) -> results.Policy:
         return await self.call(calls.get_policy())
 
     async def put_policy(
@@ -360,7 +342,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
         max_schedules: int | None = None,
-    ) -> Policy:
+    ) -> results.Policy:
         return await self.call(
             calls.put_policy(
                 allowed_modes=allowed_modes,
@@ -386,16 +368,16 @@ class AsyncTreadle(AsyncScheduleMethods):
         threads: list[str] | None = None,
         secret: str | None = None,
         description: str = "",
-    ) -> CreatedWebhook:
+    ) -> results.CreatedWebhook:
         """Register an endpoint; the answer's ``secret`` is shown this once."""
         return await self.call(
             calls.create_webhook(url, events, threads=threads, secret=secret, description=description)
         )
 
-    async def list_webhooks(self) -> WebhookList:
+    async def list_webhooks(self) -> results.WebhookList:
         return await self.call(calls.list_webhooks())
 
-    async def get_webhook(self, webhook_id: str) -> Webhook:
+    async def get_webhook(self, webhook_id: str) -> results.Webhook:
         return await self.call(calls.get_webhook(webhook_id))
 
     async def update_webhook(
@@ -408,7 +390,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         secret: str | None = None,
         description: str | None = None,
         enabled: bool | None = None,
-    ) -> Webhook:
+    ) -> results.Webhook:
         return await self.call(
             calls.update_webhook(
                 webhook_id,
@@ -421,16 +403,16 @@ class AsyncTreadle(AsyncScheduleMethods):
             )
         )
 
-    async def delete_webhook(self, webhook_id: str) -> Webhook:
+    async def delete_webhook(self, webhook_id: str) -> results.Webhook:
         return await self.call(calls.delete_webhook(webhook_id))
 
     async def list_deliveries(
         self, webhook_id: str, *, status: str | None = None, limit: int | None = None
-    ) -> WebhookDeliveryList:
+    ) -> results.WebhookDeliveryList:
         """The endpoint's deliveries, newest first; ``status="failed"``: its dead letters."""
         return await self.call(calls.list_deliveries(webhook_id, status=status, limit=limit))
 
-    async def replay_delivery(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
+    async def replay_delivery(self, webhook_id: str, delivery_id: str) -> results.WebhookDelivery:
         """Send a delivered or dead-lettered delivery once more, now."""
         return await self.call(calls.replay_delivery(webhook_id, delivery_id))
 
@@ -494,12 +476,14 @@ class AsyncTreadle(AsyncScheduleMethods):
 
     # --- waiting -------------------------------------------------------------------------------------
 
-    async def wait_run(self, run_id: str, timeout: float | None = None, statuses: Iterable[str] = TERMINAL) -> RunView:
+    async def wait_run(
+        self, run_id: str, timeout: float | None = None, statuses: Iterable[str] = TERMINAL
+    ) -> results.RunView:
         """The run once its status is one of ``statuses`` (by default, once it has ended). TimeoutError after
         ``timeout`` seconds."""
         wanted = frozenset(statuses)
 
-        async def read() -> RunView | None:
+        async def read() -> results.RunView | None:
             run = await self.get_run(run_id)
             return run if run.status in wanted else None
 
@@ -509,7 +493,7 @@ class AsyncTreadle(AsyncScheduleMethods):
                 return run
             return await self._until(run.thread_id, read, RUN_EVENTS)
 
-    async def _accepted_run(self, run_id: str) -> RunView:
+    async def _accepted_run(self, run_id: str) -> results.RunView:
         """The run; one this client was just told of (a send's answer) may not be in the read model's index
         for a moment: a 404 is asked again for up to ACCEPTED_GRACE seconds."""
         loop = asyncio.get_running_loop()
@@ -524,11 +508,11 @@ class AsyncTreadle(AsyncScheduleMethods):
 
     async def wait_request(
         self, thread_id: str, timeout: float | None = None, *, besides: Iterable[str] = ()
-    ) -> RuntimeRequest:
+    ) -> results.RuntimeRequest:
         """The thread's first pending runtime request other than ``besides`` (ids), once there is one."""
         skip = frozenset(besides)
 
-        async def read() -> RuntimeRequest | None:
+        async def read() -> results.RuntimeRequest | None:
             page = await self.list_requests(thread_id, status="pending")
             async for request in page:
                 if request.id not in skip:

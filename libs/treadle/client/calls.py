@@ -20,25 +20,33 @@ import msgspec
 from treadle.api.lineage import OnActive, SourceType
 from treadle.api.modes import DispatchMode, RuntimeMode
 from treadle.api.requests import Decision
-from treadle.views.checkpoints import Checkpoint, RollbackView
-from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
-from treadle.views.requests import Activity, RuntimeRequest
-from treadle.views.runs import Message, QueueView, Run
-from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
 from .errors import ApiError, Unreachable
 from .results import (
     Acknowledged,
+    Activity,
+    Checkpoint,
+    ContextHandoff,
     CreatedWebhook,
     Diff,
     Forked,
+    HandoffView,
     Implemented,
+    LineageView,
+    Message,
     MessageAccepted,
     Page,
     Policy,
+    QueueView,
+    RollbackView,
+    Run,
+    RuntimeRequest,
+    RunView,
     ThreadCreated,
     ThreadDeleted,
+    ThreadSummary,
     ThreadUpdated,
+    ThreadView,
     Webhook,
     WebhookDelivery,
     WebhookDeliveryList,

@@ -1,7 +1,8 @@
-"""What the write routes answer and the shapes only the SDK needs (a page of a list, a diff, a policy), as
-msgspec Structs. The receipts of the writes are the contract's own (:mod:`treadle.api`), the reads decode into
-the views of :mod:`treadle.views`; the rest mirror the gateway's answer shapes (a unit test keeps the two in
-step), so the SDK imports nothing of the server.
+"""Every type an SDK call answers with, named once for the request builders and both clients: the receipts of
+the writes are the contract's own (:mod:`treadle.api`), the reads decode into the views of
+:mod:`treadle.views` (both re-exported here), and the shapes only the SDK needs (a page of a list, a diff, a
+policy, webhooks) are msgspec Structs that mirror the gateway's answers (a unit test keeps the two in step), so
+the SDK imports nothing of the server.
 """
 
 from __future__ import annotations
@@ -12,8 +13,26 @@ from typing import Generic, Literal, TypeVar
 import msgspec
 
 from treadle.api import Acknowledged, Forked, Implemented, MessageAccepted, ThreadCreated, ThreadDeleted, ThreadUpdated
+from treadle.views.checkpoints import Checkpoint, RollbackView
+from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
+from treadle.views.requests import Activity, RuntimeRequest
+from treadle.views.runs import Message, QueueView, Run
+from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
 __all__ = [
+    "Activity",
+    "Checkpoint",
+    "ContextHandoff",
+    "HandoffView",
+    "LineageView",
+    "Message",
+    "QueueView",
+    "RollbackView",
+    "Run",
+    "RunView",
+    "RuntimeRequest",
+    "ThreadSummary",
+    "ThreadView",
     "CreatedWebhook",
     "Webhook",
     "WebhookDelivery",

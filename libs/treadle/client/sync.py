@@ -19,32 +19,10 @@ import httpx
 
 from treadle.api.lineage import SourceType
 from treadle.api.requests import Decision
-from treadle.views.checkpoints import Checkpoint, RollbackView
-from treadle.views.lineage import ContextHandoff, HandoffView, LineageView
-from treadle.views.requests import Activity, RuntimeRequest
-from treadle.views.runs import Message, QueueView, Run
-from treadle.views.thread import RunView, ThreadSummary, ThreadView
 
-from . import calls
+from . import calls, results
 from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
 from .errors import ApiError, NotFound, QuotaExceeded
-from .results import (
-    Acknowledged,
-    CreatedWebhook,
-    Diff,
-    Forked,
-    Implemented,
-    MessageAccepted,
-    Page,
-    Policy,
-    ThreadCreated,
-    ThreadDeleted,
-    ThreadUpdated,
-    Webhook,
-    WebhookDelivery,
-    WebhookDeliveryList,
-    WebhookList,
-)
 from .schedules import ScheduleMethods
 from .settings import resolve
 from .sse import Resume, SseEvent, SseParser, stream_headers
@@ -58,7 +36,7 @@ class SyncPage(Generic[T]):
     """One page of a list (``items``, ``next_cursor``, ``seq``); ``for item in page`` goes through its
     items and those of every following page, fetched as needed."""
 
-    def __init__(self, client: Treadle, call: Call[Page[T]], page: Page[T]) -> None:
+    def __init__(self, client: Treadle, call: Call[results.Page[T]], page: results.Page[T]) -> None:
         self._client, self._call = client, call
         self.items, self.next_cursor, self.seq = page.items, page.next_cursor, page.seq
 
@@ -133,12 +111,12 @@ class Treadle(ScheduleMethods):
                 raise error
             time.sleep(wait)
 
-    def _page(self, call: Call[Page[T]]) -> SyncPage[T]:
+    def _page(self, call: Call[results.Page[T]]) -> SyncPage[T]:
         return SyncPage(self, call, self.call(call))
 
     # --- threads, messages, runs ---------------------------------------------------------------------
 
-    def create_thread(self, **kw: Any) -> ThreadCreated:
+    def create_thread(self, **kw: Any) -> results.ThreadCreated:
         """``title``, ``provider``, ``model``, ``runtime_mode``, ``workspace``, ``idempotency_key``."""
         return self.call(calls.create_thread(**kw))
 
@@ -149,7 +127,7 @@ class Treadle(ScheduleMethods):
         cursor: str | None = None,
         q: str | None = None,
         archived: Literal["exclude", "include", "only"] | None = None,
-    ) -> SyncPage[ThreadSummary]:
+    ) -> SyncPage[results.ThreadSummary]:
         """``archived``: archived threads left out (the default), included, or alone."""
         return self._page(calls.list_threads(limit=limit, cursor=cursor, q=q, archived=archived))
 
@@ -160,55 +138,57 @@ class Treadle(ScheduleMethods):
         title: str | None = None,
         archived: bool | None = None,
         idempotency_key: str | None = None,
-    ) -> ThreadUpdated:
+    ) -> results.ThreadUpdated:
         """Rename, archive or unarchive (L1.3); ``changed`` is False when the thread already was so."""
         return self.call(
             calls.update_thread(thread_id, title=title, archived=archived, idempotency_key=idempotency_key)
         )
 
-    def archive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+    def archive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadUpdated:
         return self.update_thread(thread_id, archived=True, idempotency_key=idempotency_key)
 
-    def unarchive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadUpdated:
+    def unarchive_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadUpdated:
         return self.update_thread(thread_id, archived=False, idempotency_key=idempotency_key)
 
-    def delete_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> ThreadDeleted:
+    def delete_thread(self, thread_id: str, *, idempotency_key: str | None = None) -> results.ThreadDeleted:
         """Delete the thread and erase its data (L1.4): refused (409 ``thread_busy``) while a run is active or
         queued; a repeat answers the same and finishes an erasure that stopped."""
         return self.call(calls.delete_thread(thread_id, idempotency_key=idempotency_key))
 
-    def get_thread(self, thread_id: str, *, runs: int | None = None) -> ThreadView:
+    def get_thread(self, thread_id: str, *, runs: int | None = None) -> results.ThreadView:
         """The thread's document; with ``runs``, only its last N runs (see ``calls.get_thread``)."""
         return self.call(calls.get_thread(thread_id, runs=runs))
 
-    def send_message(self, thread_id: str, text: str, **kw: Any) -> MessageAccepted:
+    def send_message(self, thread_id: str, text: str, **kw: Any) -> results.MessageAccepted:
         """``mode``, ``provider``, ``model``, ``script``, ``target_run_id``, ``clean_context``,
         ``merge_back_from``, ``idempotency_key``."""
         return self.call(calls.send_message(thread_id, text, **kw))
 
-    def get_run(self, run_id: str) -> RunView:
+    def get_run(self, run_id: str) -> results.RunView:
         return self.call(calls.get_run(run_id))
 
-    def list_runs(self, thread_id: str, *, limit: int | None = None, cursor: str | None = None) -> SyncPage[Run]:
+    def list_runs(
+        self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> SyncPage[results.Run]:
         return self._page(calls.list_runs(thread_id, limit=limit, cursor=cursor))
 
     def list_messages(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> SyncPage[Message]:
+    ) -> SyncPage[results.Message]:
         return self._page(calls.list_messages(thread_id, limit=limit, cursor=cursor))
 
     # --- life inside a run ---------------------------------------------------------------------------
 
     def interrupt_run(
         self, run_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return self.call(
             calls.interrupt_run(run_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
         )
 
     def interrupt_node(
         self, node_id: str, *, allow_destructive: bool | None = None, idempotency_key: str | None = None
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return self.call(
             calls.interrupt_node(node_id, allow_destructive=allow_destructive, idempotency_key=idempotency_key)
         )
@@ -221,7 +201,7 @@ class Treadle(ScheduleMethods):
         answers: dict[str, str] | None = None,
         message: str | None = None,
         idempotency_key: str | None = None,
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         """Answer an approval (``decision``) or a question (``answers``, ``message``)."""
         return self.call(
             calls.respond(
@@ -231,18 +211,20 @@ class Treadle(ScheduleMethods):
 
     def list_requests(
         self, thread_id: str, *, status: str | None = None, limit: int | None = None, cursor: str | None = None
-    ) -> SyncPage[RuntimeRequest]:
+    ) -> SyncPage[results.RuntimeRequest]:
         return self._page(calls.list_requests(thread_id, status=status, limit=limit, cursor=cursor))
 
     def list_activity(
         self, thread_id: str, *, run_id: str | None = None, limit: int | None = None, cursor: str | None = None
-    ) -> SyncPage[Activity]:
+    ) -> SyncPage[results.Activity]:
         return self._page(calls.list_activity(thread_id, run_id=run_id, limit=limit, cursor=cursor))
 
-    def get_queue(self, thread_id: str) -> QueueView:
+    def get_queue(self, thread_id: str) -> results.QueueView:
         return self.call(calls.get_queue(thread_id))
 
-    def reorder_queue(self, thread_id: str, order: list[str], *, idempotency_key: str | None = None) -> Acknowledged:
+    def reorder_queue(
+        self, thread_id: str, order: list[str], *, idempotency_key: str | None = None
+    ) -> results.Acknowledged:
         return self.call(calls.reorder_queue(thread_id, order, idempotency_key=idempotency_key))
 
     def edit_queued(
@@ -253,25 +235,25 @@ class Treadle(ScheduleMethods):
         *,
         script: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> Acknowledged:
+    ) -> results.Acknowledged:
         return self.call(calls.edit_queued(thread_id, run_id, text, script=script, idempotency_key=idempotency_key))
 
-    def cancel_queued(self, thread_id: str, run_id: str, *, idempotency_key: str | None = None) -> Acknowledged:
+    def cancel_queued(self, thread_id: str, run_id: str, *, idempotency_key: str | None = None) -> results.Acknowledged:
         return self.call(calls.cancel_queued(thread_id, run_id, idempotency_key=idempotency_key))
 
     def implement_plan(
         self, plan_id: str, *, as_: Literal["run", "thread"] = "run", idempotency_key: str | None = None
-    ) -> Implemented:
+    ) -> results.Implemented:
         return self.call(calls.implement_plan(plan_id, as_=as_, idempotency_key=idempotency_key))
 
     # --- checkpoints ---------------------------------------------------------------------------------
 
     def list_checkpoints(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> SyncPage[Checkpoint]:
+    ) -> SyncPage[results.Checkpoint]:
         return self._page(calls.list_checkpoints(thread_id, limit=limit, cursor=cursor))
 
-    def run_diff(self, run_id: str, *, max_bytes: int | None = None) -> Diff:
+    def run_diff(self, run_id: str, *, max_bytes: int | None = None) -> results.Diff:
         return self.call(calls.run_diff(run_id, max_bytes=max_bytes))
 
     def thread_diff(
@@ -281,7 +263,7 @@ class Treadle(ScheduleMethods):
         from_ordinal: int | None = None,
         to_ordinal: int | None = None,
         max_bytes: int | None = None,
-    ) -> Diff:
+    ) -> results.Diff:
         return self.call(
             calls.thread_diff(thread_id, from_ordinal=from_ordinal, to_ordinal=to_ordinal, max_bytes=max_bytes)
         )
@@ -293,7 +275,7 @@ class Treadle(ScheduleMethods):
         *,
         interrupt_active: bool = False,
         idempotency_key: str | None = None,
-    ) -> RollbackView:
+    ) -> results.RollbackView:
         return self.call(
             calls.rollback_thread(
                 thread_id, to_run_ordinal, interrupt_active=interrupt_active, idempotency_key=idempotency_key
@@ -307,7 +289,7 @@ class Treadle(ScheduleMethods):
         *,
         thread_id: str | None = None,
         idempotency_key: str | None = None,
-    ) -> RollbackView:
+    ) -> results.RollbackView:
         return self.call(
             calls.rollback_node(node_id, checkpoint_id, thread_id=thread_id, idempotency_key=idempotency_key)
         )
@@ -320,24 +302,24 @@ class Treadle(ScheduleMethods):
         source_type: SourceType,
         source_id: str,
         **kw: Any,
-    ) -> Forked:
+    ) -> results.Forked:
         """``turn``, ``title``, ``on_active`` (latest_checkpoint, refuse), ``idempotency_key``."""
         return self.call(calls.fork_thread(thread_id, source_type, source_id, **kw))
 
     def list_handoffs(
         self, thread_id: str, *, limit: int | None = None, cursor: str | None = None
-    ) -> SyncPage[ContextHandoff]:
+    ) -> SyncPage[results.ContextHandoff]:
         return self._page(calls.list_handoffs(thread_id, limit=limit, cursor=cursor))
 
-    def get_handoff(self, handoff_id: str) -> HandoffView:
+    def get_handoff(self, handoff_id: str) -> results.HandoffView:
         return self.call(calls.get_handoff(handoff_id))
 
-    def get_lineage(self, thread_id: str) -> LineageView:
+    def get_lineage(self, thread_id: str) -> results.LineageView:
         return self.call(calls.get_lineage(thread_id))
 
     # --- policy (admins) -----------------------------------------------------------------------------
 
-    def get_policy(self) -> Policy:
+    def get_policy(self) -> results.Policy:
         return self.call(calls.get_policy())
 
     def put_policy(
@@ -353,7 +335,7 @@ class Treadle(ScheduleMethods):
         max_disk_bytes: int | None = None,
         max_disk_files: int | None = None,
         max_schedules: int | None = None,
-    ) -> Policy:
+    ) -> results.Policy:
         return self.call(
             calls.put_policy(
                 allowed_modes=allowed_modes,
@@ -379,14 +361,14 @@ class Treadle(ScheduleMethods):
         threads: list[str] | None = None,
         secret: str | None = None,
         description: str = "",
-    ) -> CreatedWebhook:
+    ) -> results.CreatedWebhook:
         """Register an endpoint; the answer's ``secret`` is shown this once."""
         return self.call(calls.create_webhook(url, events, threads=threads, secret=secret, description=description))
 
-    def list_webhooks(self) -> WebhookList:
+    def list_webhooks(self) -> results.WebhookList:
         return self.call(calls.list_webhooks())
 
-    def get_webhook(self, webhook_id: str) -> Webhook:
+    def get_webhook(self, webhook_id: str) -> results.Webhook:
         return self.call(calls.get_webhook(webhook_id))
 
     def update_webhook(
@@ -399,7 +381,7 @@ class Treadle(ScheduleMethods):
         secret: str | None = None,
         description: str | None = None,
         enabled: bool | None = None,
-    ) -> Webhook:
+    ) -> results.Webhook:
         return self.call(
             calls.update_webhook(
                 webhook_id,
@@ -412,16 +394,16 @@ class Treadle(ScheduleMethods):
             )
         )
 
-    def delete_webhook(self, webhook_id: str) -> Webhook:
+    def delete_webhook(self, webhook_id: str) -> results.Webhook:
         return self.call(calls.delete_webhook(webhook_id))
 
     def list_deliveries(
         self, webhook_id: str, *, status: str | None = None, limit: int | None = None
-    ) -> WebhookDeliveryList:
+    ) -> results.WebhookDeliveryList:
         """The endpoint's deliveries, newest first; ``status="failed"``: its dead letters."""
         return self.call(calls.list_deliveries(webhook_id, status=status, limit=limit))
 
-    def replay_delivery(self, webhook_id: str, delivery_id: str) -> WebhookDelivery:
+    def replay_delivery(self, webhook_id: str, delivery_id: str) -> results.WebhookDelivery:
         """Send a delivered or dead-lettered delivery once more, now."""
         return self.call(calls.replay_delivery(webhook_id, delivery_id))
 
@@ -495,12 +477,14 @@ class Treadle(ScheduleMethods):
 
     # --- waiting -------------------------------------------------------------------------------------
 
-    def wait_run(self, run_id: str, timeout: float | None = None, statuses: Iterable[str] = TERMINAL) -> RunView:
+    def wait_run(
+        self, run_id: str, timeout: float | None = None, statuses: Iterable[str] = TERMINAL
+    ) -> results.RunView:
         """The run once its status is one of ``statuses`` (by default, once it has ended). TimeoutError after
         ``timeout`` seconds."""
         wanted = frozenset(statuses)
 
-        def read() -> RunView | None:
+        def read() -> results.RunView | None:
             run = self.get_run(run_id)
             return run if run.status in wanted else None
 
@@ -510,7 +494,7 @@ class Treadle(ScheduleMethods):
             return run
         return self._until(run.thread_id, read, RUN_EVENTS, deadline)
 
-    def _accepted_run(self, run_id: str) -> RunView:
+    def _accepted_run(self, run_id: str) -> results.RunView:
         """The run; one this client was just told of (a send's answer) may not be in the read model's index
         for a moment: a 404 is asked again for up to ACCEPTED_GRACE seconds."""
         deadline = time.monotonic() + (ACCEPTED_GRACE if self.seen.thread_of(run_id) else 0)
@@ -524,11 +508,11 @@ class Treadle(ScheduleMethods):
 
     def wait_request(
         self, thread_id: str, timeout: float | None = None, *, besides: Iterable[str] = ()
-    ) -> RuntimeRequest:
+    ) -> results.RuntimeRequest:
         """The thread's first pending runtime request other than ``besides`` (ids), once there is one."""
         skip = frozenset(besides)
 
-        def read() -> RuntimeRequest | None:
+        def read() -> results.RuntimeRequest | None:
             return next((r for r in self.list_requests(thread_id, status="pending") if r.id not in skip), None)
 
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -41,9 +41,6 @@ class PolicyStore:
     def js(self) -> JetStreamContext:
         return self._js
 
-    async def bucket(self) -> KeyValue:
-        return await self._bucket()
-
     async def put(self, tenant: str, policy: TenantPolicy, actor: str) -> TenantPolicy:
         return (await self.write(tenant, policy, actor))[0]
 

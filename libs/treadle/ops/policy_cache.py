@@ -1,6 +1,6 @@
-"""Tenant policies served from memory, kept current by a KV watch, with a bound on staleness: a policy change
-applies to every command accepted more than ``BOUND`` seconds after its ``PUT`` answered, and at once on the
-replica that took the ``PUT``.
+"""Tenant policies served from memory, kept current by a KV watch (``runtime.kv_follow``, opened again when it
+ends), with a bound on staleness: a policy change applies to every command accepted more than ``BOUND`` seconds
+after its ``PUT`` answered, and at once on the replica that took the ``PUT``.
 
 The watch alone cannot promise that (a stalled watch looks like a quiet one), so a probe asks the bucket every
 ``PROBE`` seconds, with a direct get when the bucket allows it, whether any record follows the last revision the
@@ -21,9 +21,9 @@ from typing import Any
 import msgspec
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
-from nats.js.kv import KeyValue
 
 from treadle.core.policy import TenantPolicy
+from treadle.runtime import kv_follow
 from treadle.runtime.clock import Clock, SystemClock
 
 from .policies import BUCKET, PolicyStore
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 BOUND = 1.0  # seconds: how late a PUT answered elsewhere may apply (the decision in issue 38)
 PROBE = 0.25  # seconds between probes: a few per bound, so a live cache is always confirmed
 _STREAM = f"KV_{BUCKET}"
-_DELETED = ("DEL", "PURGE")
 
 
 class PolicyCache:
@@ -50,13 +49,12 @@ class PolicyCache:
         self._last_read: float | None = None  # when a read last asked: probes run only while reads come
         self._reading = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
-        self._watcher: KeyValue.KeyWatcher | None = None
 
     async def start(self) -> None:
-        kv = await self._store.bucket()
         direct = bool((await self._store.js.stream_info(_STREAM)).config.allow_direct)
-        self._watcher = await kv.watchall()
-        self._tasks.append(asyncio.create_task(self._follow(self._watcher), name="policies:watch"))
+        self._tasks.append(
+            asyncio.create_task(kv_follow.follow(self._store.js, BUCKET, self._on), name="policies:watch")
+        )
         self._tasks.append(asyncio.create_task(self._probe_loop(direct), name="policies:probe"))
 
     async def stop(self) -> None:
@@ -65,9 +63,6 @@ class PolicyCache:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._watcher is not None:
-            with contextlib.suppress(Exception):
-                await self._watcher.stop()
 
     def fresh(self) -> bool:
         """True while the cache may answer: confirmed by a probe sent less than the bound ago."""
@@ -105,21 +100,20 @@ class PolicyCache:
         if known is None or known[1] < revision:  # never an older record over a newer one
             self._known[tenant] = (policy, revision)
 
-    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
-        async for entry in watcher:
-            if entry is None:  # the initial records are in
-                continue
-            revision = entry.revision or 0
-            if entry.operation in _DELETED or not entry.value:
-                self._apply(entry.key, TenantPolicy(), revision)
-            else:
-                try:
-                    self._apply(entry.key, msgspec.json.decode(entry.value, type=TenantPolicy), revision)
-                except msgspec.MsgspecError:  # the bucket read will raise it to whoever asks
-                    self._apply(entry.key, None, revision)
-            async with self._delivered:
-                self._seen = max(self._seen, revision)
-                self._delivered.notify_all()
+    async def _on(self, item: kv_follow.Record | kv_follow.Mark) -> None:
+        """A record of the watch (a reopened one delivers the stored records again: ``_apply`` keeps the newest)."""
+        if not isinstance(item, kv_follow.Record):
+            return
+        if item.value is None:
+            self._apply(item.key, TenantPolicy(), item.revision)
+        else:
+            try:
+                self._apply(item.key, msgspec.json.decode(item.value, type=TenantPolicy), item.revision)
+            except msgspec.MsgspecError:  # the bucket read will raise it to whoever asks
+                self._apply(item.key, None, item.revision)
+        async with self._delivered:
+            self._seen = max(self._seen, item.revision)
+            self._delivered.notify_all()
 
     async def _probe_loop(self, direct: bool) -> None:
         while True:

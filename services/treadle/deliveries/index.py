@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
 
+from treadle.runtime import kv_follow
 from treadle.webhooks.model import Endpoint
 from treadle.webhooks.store import ENDPOINTS_BUCKET
 
-log = logging.getLogger(__name__)
 _decoder = msgspec.json.Decoder(Endpoint)
 
 
@@ -23,6 +22,7 @@ class EndpointIndex:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
         self._by_tenant: dict[str, dict[str, Endpoint]] = {}
+        self._fresh: dict[str, dict[str, Endpoint]] | None = None  # the index a (re)opened watch is building
         self._task: asyncio.Task[Any] | None = None
         self.loaded = asyncio.Event()
 
@@ -30,7 +30,9 @@ class EndpointIndex:
         return list(self._by_tenant.get(tenant, {}).values())
 
     async def start(self, timeout: float = 30.0) -> None:
-        self._task = asyncio.create_task(self._follow(), name="webhooks:endpoints")
+        self._task = asyncio.create_task(
+            kv_follow.follow(self._js, ENDPOINTS_BUCKET, self._on), name="webhooks:endpoints"
+        )
         await asyncio.wait_for(self.loaded.wait(), timeout)
 
     async def stop(self) -> None:
@@ -39,33 +41,19 @@ class EndpointIndex:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _follow(self) -> None:
-        while True:
-            try:
-                await self._watch()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("endpoint watch ended, opening it again: %r", exc)
-            await asyncio.sleep(1.0)  # backoff while the broker is away
-
-    async def _watch(self) -> None:
-        kv = await self._js.key_value(ENDPOINTS_BUCKET)
-        watcher = await kv.watchall()
-        fresh: dict[str, dict[str, Endpoint]] = {}
-        initial = True
-        try:
-            async for entry in watcher:
-                if entry is None:  # the stored endpoints are all in: serve them
-                    if initial:
-                        self._by_tenant, initial = fresh, False
-                        self.loaded.set()
-                    continue
-                index = fresh if initial else self._by_tenant
-                tenant, _, endpoint = entry.key.partition(".")
-                if entry.operation in ("DEL", "PURGE") or not entry.value:
-                    index.get(tenant, {}).pop(endpoint, None)
-                else:
-                    index.setdefault(tenant, {})[endpoint] = _decoder.decode(entry.value)
-        finally:
-            await watcher.stop()
+    async def _on(self, item: kv_follow.Record | kv_follow.Mark) -> None:
+        """A (re)opened watch builds a fresh index from the stored endpoints and serves it once they are all in;
+        the last index serves meanwhile."""
+        if item is kv_follow.Mark.OPENED:
+            self._fresh = {}
+        elif item is kv_follow.Mark.LOADED:
+            if self._fresh is not None:
+                self._by_tenant, self._fresh = self._fresh, None
+                self.loaded.set()
+        else:
+            index = self._by_tenant if self._fresh is None else self._fresh
+            tenant, _, endpoint = item.key.partition(".")
+            if item.value is None:
+                index.get(tenant, {}).pop(endpoint, None)
+            else:
+                index.setdefault(tenant, {})[endpoint] = _decoder.decode(item.value)

@@ -47,6 +47,7 @@ from treadle.projections import parts
 from treadle.projections.connect import redis_client
 from treadle.projections.store import ProjectionStore
 from treadle.runtime.access_log import access_log
+from treadle.runtime.commands import CommandSender
 from treadle.runtime.metrics import exposition as metrics_text
 from treadle.runtime.metrics import http_metrics
 from treadle.runtime.settings import GatewaySettings, Shared
@@ -56,7 +57,6 @@ from treadle.views.thread import RunView, ThreadView, recent, run_view, thread_h
 
 from . import checkpoints, console, control, lineage, lists, mcp, openapi, policy, reference, schedules, webhooks
 from . import errors as handlers
-from .commands import Commands
 from .deps import (
     HttpRequest,
     IdempotencyKey,
@@ -305,7 +305,7 @@ def create_app(shared: Shared | None = None, own: GatewaySettings | None = None)
         app.state.log = EventLog(nc)
         app.state.tokens = TokenStore(nc.jetstream())
         app.state.policies = policies = PolicyCache(PolicyStore(nc.jetstream()))  # a PUT here applies here at once
-        app.state.commands = Commands(nc, own.command_timeout, policies.revision)  # … and at any coordinator
+        app.state.commands = CommandSender(nc, own.command_timeout, policies.revision)  # … and at any coordinator
         await policies.start()
         app.state.schedules = ScheduleStore(nc.jetstream())
         app.state.projections = ProjectionStore(redis)

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any, NamedTuple
 
 from litestar import delete, get, patch, post
+from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from treadle.api.schedules import ScheduleBody, ScheduleDeleted, ScheduleList, ScheduleUpdate, ScheduleView
@@ -34,7 +36,22 @@ INVALID: Codes = {  # core.schedules (timing, cron), api.schedules' field types,
     ),
     409: ("schedule_changed",),
 }
+Route = Callable[[Callable[..., Any]], HTTPRouteHandler]
 Count = Annotated[int, QueryParameter(ge=1, le=50, description="how many next firing times to list")]
+
+
+class Scoped(NamedTuple):
+    """One operation's route on a thread's schedule and on the tenant's: two handlers (two operation ids), the
+    same summary, answers and status on both paths."""
+
+    thread: Route
+    tenant: Route
+
+
+def scoped(route: type[HTTPRouteHandler], suffix: str, **spec: Any) -> Scoped:
+    return Scoped(
+        route(THREAD + suffix, tags=["schedules"], **spec), route(TENANT + suffix, tags=["schedules"], **spec)
+    )
 
 
 @post(
@@ -75,34 +92,33 @@ async def list_tenant_schedules(request: HttpRequest, who: Who) -> ScheduleList:
     return ScheduleList(schedules=await schedules.listed(who, app_state(request).schedules, None))
 
 
-@get(
-    THREAD + "/{schedule_id:str}",
-    summary="A schedule and its next firing times",
-    tags=["schedules"],
-    responses=errors(PARAMS, PATH_ID, NOT_FOUND),
+ONE = "/{schedule_id:str}"
+READ = scoped(get, ONE, summary="A schedule and its next firing times", responses=errors(PARAMS, PATH_ID, NOT_FOUND))
+CHANGE = scoped(
+    patch,
+    ONE,
+    summary="Change a schedule",
+    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID, {403: ("mode_not_allowed",)}),
 )
+DELETE = scoped(delete, ONE, status_code=200, summary="Delete a schedule", responses=errors(PATH_ID, NOT_FOUND))
+PAUSING = errors(PATH_ID, NOT_FOUND, {409: ("schedule_changed",)})
+PAUSE = scoped(post, ONE + "/pause", status_code=200, summary="Pause a schedule", responses=PAUSING)
+RESUME = scoped(post, ONE + "/resume", status_code=200, summary="Resume a schedule from now on", responses=PAUSING)
+
+
+@READ.thread
 async def get_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str], count: Count = 5
 ) -> ScheduleView:
     return await schedules.read(who, app_state(request).schedules, schedule_id, thread_id, count)
 
 
-@get(
-    TENANT + "/{schedule_id:str}",
-    summary="A schedule and its next firing times",
-    tags=["schedules"],
-    responses=errors(PARAMS, PATH_ID, NOT_FOUND),
-)
+@READ.tenant
 async def get_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str], count: Count = 5) -> ScheduleView:
     return await schedules.read(who, app_state(request).schedules, schedule_id, None, count)
 
 
-@patch(
-    THREAD + "/{schedule_id:str}",
-    summary="Change a schedule",
-    tags=["schedules"],
-    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID, {403: ("mode_not_allowed",)}),
-)
+@CHANGE.thread
 async def update_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str], data: JSONBody[ScheduleUpdate]
 ) -> ScheduleView:
@@ -110,12 +126,7 @@ async def update_thread_schedule(
     return await schedules.change(who, state.schedules, state.policies, limits, schedule_id, thread_id, data)
 
 
-@patch(
-    TENANT + "/{schedule_id:str}",
-    summary="Change a schedule",
-    tags=["schedules"],
-    responses=errors(PATH_ID, BODY, NOT_FOUND, INVALID, {403: ("mode_not_allowed",)}),
-)
+@CHANGE.tenant
 async def update_schedule(
     request: HttpRequest, who: Who, schedule_id: FromPath[str], data: JSONBody[ScheduleUpdate]
 ) -> ScheduleView:
@@ -123,13 +134,7 @@ async def update_schedule(
     return await schedules.change(who, state.schedules, state.policies, limits, schedule_id, None, data)
 
 
-@delete(
-    THREAD + "/{schedule_id:str}",
-    status_code=200,
-    summary="Delete a schedule",
-    tags=["schedules"],
-    responses=errors(PATH_ID, NOT_FOUND),
-)
+@DELETE.thread
 async def delete_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str]
 ) -> ScheduleDeleted:
@@ -137,65 +142,32 @@ async def delete_thread_schedule(
     return ScheduleDeleted(schedule_id=schedule_id)
 
 
-@delete(
-    TENANT + "/{schedule_id:str}",
-    status_code=200,
-    summary="Delete a schedule",
-    tags=["schedules"],
-    responses=errors(PATH_ID, NOT_FOUND),
-)
+@DELETE.tenant
 async def delete_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str]) -> ScheduleDeleted:
     await schedules.remove(who, app_state(request).schedules, schedule_id, None)
     return ScheduleDeleted(schedule_id=schedule_id)
 
 
-PAUSING = errors(PATH_ID, NOT_FOUND, {409: ("schedule_changed",)})
-
-
-@post(
-    THREAD + "/{schedule_id:str}/pause",
-    status_code=200,
-    summary="Pause a schedule",
-    tags=["schedules"],
-    responses=PAUSING,
-)
+@PAUSE.thread
 async def pause_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str]
 ) -> ScheduleView:
     return await schedules.pause(who, app_state(request).schedules, schedule_id, thread_id, True)
 
 
-@post(
-    THREAD + "/{schedule_id:str}/resume",
-    status_code=200,
-    summary="Resume a schedule from now on",
-    tags=["schedules"],
-    responses=PAUSING,
-)
+@RESUME.thread
 async def resume_thread_schedule(
     request: HttpRequest, who: Who, thread_id: FromPath[str], schedule_id: FromPath[str]
 ) -> ScheduleView:
     return await schedules.pause(who, app_state(request).schedules, schedule_id, thread_id, False)
 
 
-@post(
-    TENANT + "/{schedule_id:str}/pause",
-    status_code=200,
-    summary="Pause a schedule",
-    tags=["schedules"],
-    responses=PAUSING,
-)
+@PAUSE.tenant
 async def pause_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str]) -> ScheduleView:
     return await schedules.pause(who, app_state(request).schedules, schedule_id, None, True)
 
 
-@post(
-    TENANT + "/{schedule_id:str}/resume",
-    status_code=200,
-    summary="Resume a schedule from now on",
-    tags=["schedules"],
-    responses=PAUSING,
-)
+@RESUME.tenant
 async def resume_schedule(request: HttpRequest, who: Who, schedule_id: FromPath[str]) -> ScheduleView:
     return await schedules.pause(who, app_state(request).schedules, schedule_id, None, False)
 

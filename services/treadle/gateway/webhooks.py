@@ -70,7 +70,9 @@ class Webhooks:
         self.max_endpoints = settings.max_endpoints_per_tenant
 
 
-def _handles(request: HttpRequest) -> Webhooks:
+def _admin(request: HttpRequest, who: Who) -> Webhooks:
+    """The webhook handles, for a tenant's admin only (403 otherwise): no route reaches them unchecked."""
+    admin(request, who)
     state = app_state(request)
     if not isinstance(found := getattr(state, "webhooks", None), Webhooks):
         found = state.webhooks = Webhooks(state)
@@ -85,8 +87,7 @@ def _handles(request: HttpRequest) -> Webhooks:
     responses=errors(BODY, INVALID, QUOTA),
 )
 async def create_webhook(request: HttpRequest, who: Who, data: JSONBody[NewWebhook]) -> CreatedWebhook:
-    admin(request, who)
-    h = _handles(request)
+    h = _admin(request, who)
     made = await usecase.create(
         h.endpoints,
         who.tenant,
@@ -104,8 +105,7 @@ async def create_webhook(request: HttpRequest, who: Who, data: JSONBody[NewWebho
 
 @get("/v1/webhooks", summary="The tenant's webhook endpoints (admin)", tags=["webhooks"], responses=errors())
 async def list_webhooks(request: HttpRequest, who: Who) -> WebhookList:
-    admin(request, who)
-    return WebhookList(items=[view(e) for e in await _handles(request).endpoints.list(who.tenant)])
+    return WebhookList(items=[view(e) for e in await _admin(request, who).endpoints.list(who.tenant)])
 
 
 @get(
@@ -115,8 +115,7 @@ async def list_webhooks(request: HttpRequest, who: Who) -> WebhookList:
     responses=errors(PATH_ID, WEBHOOK),
 )
 async def get_webhook(request: HttpRequest, who: Who, webhook_id: FromPath[str]) -> EndpointView:
-    admin(request, who)
-    return view(await usecase.get(_handles(request).endpoints, who.tenant, webhook_id))
+    return view(await usecase.get(_admin(request, who).endpoints, who.tenant, webhook_id))
 
 
 @patch(
@@ -128,8 +127,7 @@ async def get_webhook(request: HttpRequest, who: Who, webhook_id: FromPath[str])
 async def update_webhook(
     request: HttpRequest, who: Who, webhook_id: FromPath[str], data: JSONBody[WebhookChange]
 ) -> EndpointView:
-    admin(request, who)
-    h = _handles(request)
+    h = _admin(request, who)
     changed = await usecase.update(
         h.endpoints,
         who.tenant,
@@ -153,8 +151,7 @@ async def update_webhook(
     responses=errors(PATH_ID, WEBHOOK),
 )
 async def delete_webhook(request: HttpRequest, who: Who, webhook_id: FromPath[str]) -> EndpointView:
-    admin(request, who)
-    return view(await usecase.delete(_handles(request).endpoints, who.tenant, webhook_id))
+    return view(await usecase.delete(_admin(request, who).endpoints, who.tenant, webhook_id))
 
 
 @get(
@@ -170,8 +167,7 @@ async def list_deliveries(
     status: Annotated[str | None, QueryParameter(description="pending, delivered or failed")] = None,
     limit: Annotated[str | None, QueryParameter(description="at most this many, 1..500 (100)")] = None,
 ) -> DeliveryList:
-    admin(request, who)
-    h = _handles(request)
+    h = _admin(request, who)
     count = number(limit, "limit", low=1, high=500) or 100
     found = await usecase.deliveries(h.endpoints, h.records, who.tenant, webhook_id, status, count)
     return DeliveryList(items=[delivery_view(d) for d in found])
@@ -187,8 +183,7 @@ async def list_deliveries(
 async def replay_delivery(
     request: HttpRequest, who: Who, webhook_id: FromPath[str], delivery_id: FromPath[str]
 ) -> DeliveryView:
-    admin(request, who)
-    h = _handles(request)
+    h = _admin(request, who)
     record = await usecase.replay(h.endpoints, h.records, who.tenant, webhook_id, delivery_id, h.allow, h.limits)
     return delivery_view(record)
 

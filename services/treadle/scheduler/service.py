@@ -28,11 +28,10 @@ from treadle.api import CreateThreadRequest, SendMessageRequest
 from treadle.api.schedules import Schedule
 from treadle.core.errors import DomainError
 from treadle.core.schedules.catchup import CatchUp, decide
-from treadle.gateway.commands import Commands
-from treadle.gateway.errors import ApiError
 from treadle.ops.policies import PolicyStore
 from treadle.ops.schedules import BUCKET, ScheduleStore, Stale
-from treadle.runtime import partitions
+from treadle.runtime import kv_follow, partitions
+from treadle.runtime.commands import CommandSender
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import SCHEDULE_FIRINGS, SCHEDULE_SKIPPED
 from treadle.runtime.settings import SchedulerSettings, Shared
@@ -83,7 +82,7 @@ class Scheduler:
         js = nc.jetstream()
         self._store = ScheduleStore(js)
         self._policies = PolicyStore(js)
-        self._commands = Commands(nc, own.command_timeout)
+        self._commands = CommandSender(nc, own.command_timeout)
         self._limits = MessageLimits()
         self._work = PartitionedWork(
             nc,
@@ -100,8 +99,9 @@ class Scheduler:
 
     async def start(self) -> None:
         """Follows the bucket (a watch, not a scan per tick), then leases partitions and ticks."""
-        self._watcher = await (await self._js.key_value(BUCKET)).watch("*.*")
-        self._tasks.append(asyncio.create_task(self._follow(), name="scheduler:watch"))
+        self._tasks.append(
+            asyncio.create_task(kv_follow.follow(self._js, BUCKET, self._on, "*.*"), name="scheduler:watch")
+        )
         await asyncio.wait_for(self._loaded.wait(), 30)
         await self._work.start()
         self._tasks.append(asyncio.create_task(self._run(), name="scheduler"))
@@ -110,24 +110,22 @@ class Scheduler:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self._watcher.stop()
         await self._work.stop()
 
-    async def _follow(self) -> None:
-        async for entry in self._watcher:
-            if entry is None:  # the stored schedules are all in
-                self._loaded.set()
-                continue
-            if entry.operation in ("DEL", "PURGE") or not entry.value:
-                self._known.pop(entry.key, None)
-                continue
-            try:
-                schedule = msgspec.json.decode(entry.value, type=Schedule)
-            except msgspec.DecodeError:
-                log.error("schedule record %s does not decode; left alone", entry.key)
-                continue
-            self._known[entry.key] = (entry.key.split(".", 1)[0], schedule, entry.revision or 0)
+    async def _on(self, item: kv_follow.Record | kv_follow.Mark) -> None:
+        if item is kv_follow.Mark.LOADED:  # the stored schedules are all in
+            self._loaded.set()
+        if not isinstance(item, kv_follow.Record):
+            return
+        if item.value is None:
+            self._known.pop(item.key, None)
+            return
+        try:
+            schedule = msgspec.json.decode(item.value, type=Schedule)
+        except msgspec.DecodeError:
+            log.error("schedule record %s does not decode; left alone", item.key)
+            return
+        self._known[item.key] = (item.key.split(".", 1)[0], schedule, item.revision)
 
     async def _run(self) -> None:
         while True:
@@ -215,7 +213,7 @@ class Scheduler:
                 SendMessageRequest,
             )
             accepted = await messages.send(who, self._commands, self._limits, thread, message, key)
-        except (ApiError, DomainError) as refused:
+        except DomainError as refused:  # the sender's refusals (CommandRefused) are DomainErrors too
             if refused.status >= 500 or refused.code == "idempotency_conflict":
                 raise Unanswered(refused.code) from None  # not recorded: the next tick sends it again
             if refused.code == "run_active":

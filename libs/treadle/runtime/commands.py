@@ -1,4 +1,6 @@
-"""Sending thread commands to the coordinator, with idempotency keys and retries."""
+"""Sending thread commands to the coordinator, with idempotency keys and retries: the command bus of every
+worker that acts for a user (the gateway's routes and tools, the scheduler's firings). A refusal is a
+``CommandRefused``, a ``DomainError`` carrying the status the coordinator (or this sender) gave it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import hashlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -21,12 +24,19 @@ from treadle.core.ids import new_id
 from treadle.core.limits import check_sizes
 from treadle.eventlog import subjects, tracing
 
-from .errors import ApiError
-
 _reply = msgspec.json.Decoder(Reply)
 _encode = msgspec.json.Encoder().encode
 MAX_KEY = 255
 ENVELOPE_BYTES = 1024  # a command's id, tenant, user, thread and time around its body
+
+
+class CommandRefused(DomainError):
+    """The command was not taken: the coordinator's rejection, a bad Idempotency-Key, or no answer in time (503,
+    retryable like the coordinator's own 429s and 503s)."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, code=code, details=details)
+        self.status = status
 
 
 class IdempotencyRecord(msgspec.Struct, kw_only=True):
@@ -35,7 +45,7 @@ class IdempotencyRecord(msgspec.Struct, kw_only=True):
     fingerprint: str
 
 
-class Commands:
+class CommandSender:
     def __init__(self, nc: NATS, timeout: float, policy_revision: Callable[[str], int] = lambda tenant: 0) -> None:
         self._nc = nc
         self._policy_revision = policy_revision  # the tenant policy's revision this replica knows
@@ -49,7 +59,7 @@ class Commands:
         if key is None:
             return new_id("cmd", int(now.timestamp() * 1000)), now
         if not 0 < len(key) <= MAX_KEY:
-            raise ApiError(400, "invalid_idempotency_key", f"Idempotency-Key must be 1..{MAX_KEY} characters")
+            raise CommandRefused(400, "invalid_idempotency_key", f"Idempotency-Key must be 1..{MAX_KEY} characters")
         if self._kv is None:
             self._kv = await self._js.key_value("treadle-idempotency")
         kv_key = f"{tenant}.{hashlib.sha256(key.encode()).hexdigest()[:40]}"
@@ -64,11 +74,11 @@ class Commands:
         try:
             entry = await self._kv.get(kv_key)
         except KeyNotFoundError:
-            raise ApiError(409, "idempotency_conflict", "Idempotency-Key is being processed; retry") from None
+            raise CommandRefused(409, "idempotency_conflict", "Idempotency-Key is being processed; retry") from None
         assert entry.value is not None  # created with a record above; a deleted key raises KeyNotFoundError
         stored = msgspec.json.decode(entry.value, type=IdempotencyRecord)
         if stored.fingerprint != fingerprint:
-            raise ApiError(422, "idempotency_key_reused", "Idempotency-Key was used with a different request")
+            raise CommandRefused(422, "idempotency_key_reused", "Idempotency-Key was used with a different request")
         return stored.command_id, stored.issued_at
 
     async def send(
@@ -76,13 +86,10 @@ class Commands:
     ) -> Accepted:
         # Every size limit before anything reaches the broker: a command over its message limit would fail
         # to send, which reads as the broker being down (a 503 whose retry never succeeds).
-        try:
-            check_sizes(body)
-        except DomainError as exc:
-            raise ApiError(exc.status, exc.code, exc.message, exc.details) from None
+        check_sizes(body)
         encoded = _encode(body)
         if len(encoded) + ENVELOPE_BYTES > self._nc.max_payload:  # the field limits keep within it: a backstop
-            raise ApiError(
+            raise CommandRefused(
                 413,
                 "too_large",
                 f"the command is {len(encoded)} bytes; the broker takes {self._nc.max_payload - ENVELOPE_BYTES}",
@@ -116,14 +123,12 @@ class Commands:
                 if isinstance(reply, Rejected):
                     if reply.status == 503 and time.monotonic() < deadline:
                         raise NatsTimeout
-                    # a quota: retry when it frees; the thread still busy at the deadline: retry soon
-                    retry = {"Retry-After": "1"} if reply.status in (429, 503) else None
-                    raise ApiError(reply.status, reply.code, reply.message, reply.details, headers=retry)
+                    # a quota (retry when it frees) or the thread still busy at the deadline (retry soon): the
+                    # gateway answers a 429 or 503 with Retry-After
+                    raise CommandRefused(reply.status, reply.code, reply.message, reply.details)
                 return reply
             except (TimeoutError, NatsTimeout, NoRespondersError):
                 if time.monotonic() >= deadline:
-                    raise ApiError(
-                        503, "unavailable", "the thread coordinator did not answer; retry", headers={"Retry-After": "1"}
-                    ) from None
+                    raise CommandRefused(503, "unavailable", "the thread coordinator did not answer; retry") from None
                 await asyncio.sleep(delay)  # backoff before re-sending the same command
                 delay = min(delay * 2, 1.0)
