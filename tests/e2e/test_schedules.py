@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from treadle.scheduler.service import Scheduler
 
 pytestmark = pytest.mark.e2e
 _tenants = itertools.count(1)
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 class World:
@@ -44,7 +45,7 @@ class World:
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     state = tmp_path_factory.mktemp("schedstack")
     clock = state / "clock"
-    clock.write_text("2000-01-01T00:00:00+00:00")  # nothing is due until a test moves the clock
+    clock.write_text(EPOCH.isoformat())  # nothing is due until a test moves the clock
     env = {"TREADLE_SCHEDULER_CLOCK_FILE": str(clock), "TREADLE_SCHEDULER_TICK_SECONDS": "0.1"}
     async with Stack(state / "stack", env=env, on_output=quiet, replicas=2) as stack:
         nc = await nats.connect(stack.nats_url)
@@ -52,6 +53,13 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             yield World(stack, nc, clock)
         finally:
             await nc.close()
+
+
+@pytest.fixture(autouse=True)
+def rewound(world: World) -> None:
+    """Each test starts with nothing due: a clock an earlier test left at its own schedule's time plus a minute
+    would make a schedule this test creates a few seconds later due at once (a pause could come too late)."""
+    world.set_clock(EPOCH)
 
 
 async def make(api: Api, path: str, **body: Any) -> dict[str, Any]:
