@@ -84,7 +84,7 @@ def test_L3_2_a_joined_steer_is_listed_after_the_text_streamed_before_it() -> No
     steer = state.message("msg_steer")
     assert steer is not None and state.position("messages", "msg_steer") == 2
     # a projection writes the messages that changed places (the steer and those after it), and their run's places
-    assert touched.positions["messages"] == {1, 2} and touched.left == set()
+    assert touched.positions == {"messages": {1, 2}} and touched.left == set()
 
 
 def test_L3_2_a_join_naming_no_steer_of_its_run_changes_nothing() -> None:

@@ -150,7 +150,7 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
             self.__dict__.get("_ix", {}).pop(name, None)
         touched: Touched | None = self.__dict__.get("_touched")
         if touched is not None:
-            touched.positions["messages"].update(positions)
+            touched.add("messages", positions)
             touched.left.update(run_id for run_id in left if run_id is not None)
 
     # --- what the folds rewrite, recorded while a writer watches (``core.touched``) ---
@@ -166,13 +166,13 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         """The fold rewrote the items at ``positions`` of list ``name`` (one of ``touched.LISTS``)."""
         touched: Touched | None = self.__dict__.get("_touched")
         if touched is not None:
-            touched.positions[name].update(positions)
+            touched.add(name, positions)
 
     def touch_id(self, name: str, item_id: str) -> None:
         """The fold rewrote the run, message or handoff (``name``: "runs", "messages", "handoffs") with this id."""
         touched: Touched | None = self.__dict__.get("_touched")
         if touched is not None and (at := self.position(name, item_id)) is not None:
-            touched.positions[name].add(at)
+            touched.add(name, (at,))
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         for c in reversed(self.checkpoints):

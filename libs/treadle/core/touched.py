@@ -12,14 +12,20 @@ as the oracle: over recorded and generated logs, the record holds every item who
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 LISTS = ("messages", "runs", "checkpoints", "activity", "handoffs")  # the parts that grow with the thread
 
 
 class Touched:
-    """Positions of the items the folds rewrote, per list, and the runs messages moved away from."""
+    """Positions of the items the folds rewrote, per list (one of ``LISTS``), and the runs messages moved away
+    from. Small while empty: the projector keeps one in each state it caches."""
 
     __slots__ = ("positions", "left")
 
     def __init__(self) -> None:
-        self.positions: dict[str, set[int]] = {name: set() for name in LISTS}
+        self.positions: dict[str, set[int]] = {}
         self.left: set[str] = set()
+
+    def add(self, name: str, positions: Iterable[int]) -> None:
+        self.positions.setdefault(name, set()).update(positions)

@@ -25,7 +25,7 @@ class Changes:
     __slots__ = ("everything", "lengths", "run_ids", "message_ids", "base", "provider_threads", "_touched")
 
     def __init__(self, before: ThreadState | None) -> None:
-        self.everything = before is None
+        self.everything = before is None  # the batch is on a state just loaded: written whole
         self.provider_threads = False  # an event of the batch may have changed them
         self.base = before.seq if before is not None else 0  # the sequence the changes are on top of
         self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
@@ -50,17 +50,13 @@ class Changes:
         if message_id := getattr(payload, "message_id", None):
             self.message_ids.add(message_id)
 
-    def whole(self, state: ThreadState) -> bool:
-        """Whether the write must be whole: the batch is on a state just loaded."""
-        return self.everything
-
     def appended(self, state: ThreadState, name: str) -> range:
         """Positions of the items of list ``name`` the batch added (all of them when everything changed)."""
         return range(0 if self.everything else self.lengths[name], len(getattr(state, name)))
 
     def touched(self, name: str) -> set[int]:
         """Positions of items of list ``name`` the folds rewrote without their events naming them."""
-        return set() if self.everything else self._touched.positions[name]
+        return set() if self.everything else self._touched.positions.get(name, set())
 
     @property
     def left(self) -> set[str]:
@@ -71,7 +67,7 @@ class Changes:
         if self.everything:
             return range(len(items))
         changed = set(range(self.lengths[name], len(items)))
-        changed.update(i for i in self._touched.positions[name] if i < len(items))
+        changed.update(i for i in self._touched.positions.get(name, ()) if i < len(items))
         ids = self.run_ids if name == "runs" else self.message_ids if name == "messages" else None
         for item_id in ids or ():
             if (i := state.position(name, item_id)) is not None:

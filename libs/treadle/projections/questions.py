@@ -80,7 +80,7 @@ def _queue(state: ThreadState) -> QueueView:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str]:
     """Flat ``field, value, …`` for HSET: the answers this batch changed."""
-    everything = changes is None or changes.whole(state)
+    everything = changes is None or changes.everything
     out: list[bytes | str] = []
     changed: set[str] = set() if everything or changes is None else _changed_runs(state, changes)
     for run_id in [r.id for r in state.runs] if everything or changes is None else sorted(changed):
