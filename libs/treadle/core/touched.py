@@ -1,7 +1,7 @@
 """Which items of a thread's long lists the folds rewrote in place, recorded while a writer watches the state
 (the projection writer, from one batch of events to the next: ``ThreadState.watch``), so that it writes those
 items, and places anew the runs messages left, without comparing the lists before and after each event (that
-cost CPU in the thread's length: about 190 ms per such event at 10,000 runs, bench/unnamed_writes.py).
+cost CPU in the thread's length: 180–260 ms per such event at 10,000 runs, bench/unnamed_writes.py).
 
 An event whose trait says it is ``local`` names what it changes (its run, its message); the folds of the others
 (a rollback, an edit, a delegation, a context delivery) and of a steer carried over or joined say which items
