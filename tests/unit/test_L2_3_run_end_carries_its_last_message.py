@@ -98,7 +98,7 @@ def test_L2_3_the_projections_writes_of_a_run_end_carrying_a_message_reassemble_
         changes = changes_.Changes(state)
         state = states.setdefault(e.thread, ThreadState())
         changes.fold(state, e)
-        if changes.whole(state):
+        if changes.everything:
             stored[e.thread] = {}
         stored.setdefault(e.thread, {}).update(_stored(document.fields(state, None if changes.everything else changes)))
         assert document.assemble(stored[e.thread]) == msgspec.json.encode(thread_view(state)), e.seq
@@ -139,10 +139,9 @@ def test_L2_3_the_run_end_carries_the_streamed_message_instead_of_closing_it_inc
     assert isinstance(end, ev.RunCompleted) and end.message is not None and end.message.text == "partial answer"
     stored = _stored(document.fields(state))
     changes = changes_.Changes(state)
-    changes.before(state, end)
     apply(state, events)
     changes.note(end)
-    assert not changes.whole(state)
+    assert not changes.everything
     stored.update(_stored(document.fields(state, changes)))  # the streamed message is written: the end names it
     assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
     m = state.message("msg_a")

@@ -70,7 +70,8 @@ def _runs_and_messages(state: ThreadState) -> tuple[list[bytes], list[bytes], li
 def test_traits_say_what_the_folds_change_over_the_recorded_log():
     """Over every event of the recorded log: an event without ``other_runs`` changes the status of no run but
     its own; without ``provider_threads`` it keeps the provider threads; a ``local`` one changes no run or
-    message but those it names (unless messages moved: ``ThreadState.moves``), and no other list but at its end."""
+    message but those it names or its fold says it rewrote (a steer carried over: ``ThreadState.touch``), and no
+    other list but at its end."""
     states: dict[str, ThreadState] = {}
     checked = 0
     for line in FIXTURES.read_text().splitlines():
@@ -78,7 +79,7 @@ def test_traits_say_what_the_folds_change_over_the_recorded_log():
         e = decode_event(json.dumps(row["data"]).encode(), row["seq"])
         state = states.setdefault(e.thread, ThreadState())
         before = copy.deepcopy(state)
-        moves = state.moves
+        touched = state.watch()
         evolve(state, e)
         traits, d = e.data.TRAITS, e.data
         named_run, named_message = getattr(d, "run_id", None), getattr(d, "message_id", None)
@@ -91,11 +92,14 @@ def test_traits_say_what_the_folds_change_over_the_recorded_log():
             assert of_state.encoded_part(state, "provider_threads") == of_state.encoded_part(
                 before, "provider_threads"
             ), (row["seq"], e.type)
-        if traits.local and state.moves == moves:
-            for r, a, b in zip(before.runs, runs0, runs1):
-                assert a == b or r.id == named_run, (row["seq"], e.type, r.id)
-            for m, a, b in zip(before.messages, messages0, messages1):
-                assert a == b or m.id == named_message, (row["seq"], e.type, m.id)
+        if traits.local:
+            for i, (r, a, b) in enumerate(zip(before.runs, runs0, runs1)):
+                assert a == b or r.id == named_run or i in touched.positions.get("runs", ()), (row["seq"], e.type, r.id)
+            for i, (m, a, b) in enumerate(zip(before.messages, messages0, messages1)):
+                assert a == b or m.id == named_message or i in touched.positions.get("messages", ()), (
+                    row["seq"],
+                    e.type,
+                )
             for name in ("checkpoints", "activity", "handoffs"):
                 old, new = getattr(before, name), getattr(state, name)
                 assert msgspec.json.encode(new[: len(old)]) == msgspec.json.encode(old), (row["seq"], e.type, name)

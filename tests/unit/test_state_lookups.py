@@ -45,7 +45,7 @@ def test_messages_moved_to_another_run_are_found_under_it() -> None:
     state = ThreadState(messages=[_msg(i, "run_old") for i in range(4)])
     assert len(state.run_messages("run_old")) == 4
     state.messages[2].run_id = "run_new"
-    state.messages_moved()
+    state.messages_moved([2], ["run_old"])
     assert [m.id for m in state.run_messages("run_new")] == ["msg_2"]
     assert [m.id for m in state.run_messages("run_old")] == ["msg_0", "msg_1", "msg_3"]
 

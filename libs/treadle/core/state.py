@@ -37,6 +37,7 @@ from treadle.core.run import steering as steering_fold
 from treadle.core.run.model import Attempt, Run
 from treadle.core.thread import evolve as thread_fold
 from treadle.core.thread.model import Message, Thread
+from treadle.core.touched import Touched
 
 PROVIDER_CAUSE = "prov:"
 X = TypeVar("X")
@@ -60,7 +61,8 @@ def _run_id(x: Any) -> Any:
     return x.run_id
 
 
-# dict=True: the lookup indexes (``_ix``) ride along as an attribute that is neither a field nor encoded.
+# dict=True: the lookup indexes (``_ix``) and a watching writer's record of what the folds rewrote (``_touched``)
+# ride along as attributes that are neither fields nor encoded.
 class ThreadState(msgspec.Struct, kw_only=True, dict=True):
     thread: Thread | None = None
     seq: int = 0
@@ -101,7 +103,8 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         return self._index("runs", lambda: Index[Run](_id)).find(self.runs, run_id)
 
     def position(self, name: str, item_id: str) -> int | None:
-        """Where the run or message (``name``: "runs" or "messages") with this id is in its list."""
+        """Where the run, message or handoff (``name``: "runs", "messages", "handoffs") with this id is in its
+        list (the newest with it)."""
         items: list[Any] = getattr(self, name)
         return self._index(name, lambda: Index[Any](_id)).position(items, item_id)
 
@@ -139,19 +142,37 @@ class ThreadState(msgspec.Struct, kw_only=True, dict=True):
         """The checkpoints captured for one run (its root and child scopes), in order."""
         return [self.checkpoints[i] for i in self.checkpoint_positions("run_id", run_id)]
 
-    def messages_moved(self) -> None:
-        """Messages changed runs (a steer carried over to the run that supersedes its own) or places (a steer
-        joining where its runtime took it in): index them again, and count it (``moves``: a writer of changed
-        parts learns that the messages need placing anew)."""
+    def messages_moved(self, positions: Iterable[int], left: Iterable[str | None] = ()) -> None:
+        """Messages (at ``positions`` now) changed runs (a steer carried over to the run that supersedes its own:
+        ``left``, the runs they left) or places (a steer joining where its runtime took it in): index them
+        again, and record both for a watching writer (``touch``)."""
         for name in ("messages", "message_commands", "run_messages"):
             self.__dict__.get("_ix", {}).pop(name, None)
-        self.__dict__["moves"] = self.moves + 1
+        touched: Touched | None = self.__dict__.get("_touched")
+        if touched is not None:
+            touched.add("messages", positions)
+            touched.left.update(run_id for run_id in left if run_id is not None)
 
-    @property
-    def moves(self) -> int:
-        """How often messages changed runs in this state's fold (not a field: never encoded)."""
-        moves: int = self.__dict__.get("moves", 0)
-        return moves
+    # --- what the folds rewrite, recorded while a writer watches (``core.touched``) ---
+
+    def watch(self) -> Touched:
+        """Record from now on which items of the long lists the folds rewrite, in a fresh record (the projection
+        writer's, per batch). Kept beside the fields like the indexes: never encoded, never compared, and a
+        state nobody watches (the coordinator's, the supervisor's) records nothing."""
+        touched = self.__dict__["_touched"] = Touched()
+        return touched
+
+    def touch(self, name: str, *positions: int) -> None:
+        """The fold rewrote the items at ``positions`` of list ``name`` (one of ``touched.LISTS``)."""
+        touched: Touched | None = self.__dict__.get("_touched")
+        if touched is not None:
+            touched.add(name, positions)
+
+    def touch_id(self, name: str, item_id: str) -> None:
+        """The fold rewrote the run, message or handoff (``name``: "runs", "messages", "handoffs") with this id."""
+        touched: Touched | None = self.__dict__.get("_touched")
+        if touched is not None and (at := self.position(name, item_id)) is not None:
+            touched.add(name, (at,))
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None:
         for c in reversed(self.checkpoints):
@@ -238,6 +259,7 @@ def evolve(state: ThreadState, e: Envelope) -> ThreadState:
         state.provider_seq = max(state.provider_seq, int(seq))
         if index and int(index) and (att := _reporting_attempt(state, e.data, attempt_id)) is not None:
             att.provider_index = max(att.provider_index, int(index))
+            state.touch_id("runs", att.run_id)  # the attempt may be another run's than the event names
     return state
 
 

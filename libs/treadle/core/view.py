@@ -6,7 +6,7 @@ module can compose them without any slice importing it. ``ThreadState`` is its o
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from treadle.core.activity import Activity
@@ -57,8 +57,20 @@ class ThreadView(Protocol):
 
     def run_messages(self, run_id: str) -> list[Message]: ...
 
-    def messages_moved(self) -> None:
-        """Say that messages changed runs or places (their indexes index them again)."""
+    def position(self, name: str, item_id: str) -> int | None:
+        """Where the run, message or handoff (``name``) with this id is in its list."""
+        ...
+
+    def messages_moved(self, positions: Iterable[int], left: Iterable[str | None] = ()) -> None:
+        """Say that messages (at ``positions`` now) changed runs (``left``: the runs they left) or places."""
+        ...
+
+    def touch(self, name: str, *positions: int) -> None:
+        """Say that the fold rewrote the items at ``positions`` of the long list ``name`` (``core.touched``)."""
+        ...
+
+    def touch_id(self, name: str, item_id: str) -> None:
+        """Say that the fold rewrote the run, message or handoff (``name``) with this id."""
         ...
 
     def checkpoint(self, ordinal: int, scope: str = "root") -> Checkpoint | None: ...

@@ -24,25 +24,28 @@ def _joined(positions: list[int]) -> str:
     return ",".join(map(str, positions))
 
 
+def _written(state: ThreadState, changes: Changes, name: str) -> list[int]:
+    """The items of list ``name`` the batch appended or its folds rewrote (moved, for messages)."""
+    return [*changes.appended(state, name), *changes.touched(name)]
+
+
 def fields(state: ThreadState, changes: Changes | None = None) -> list[str | int]:
     """Flat ``field, value, …`` for HSET: the places of the messages, activity and checkpoints a batch appended
-    or rewrote, of the runs and ordinals they belonged to before (an item changes its run or place only when
-    messages move, ``ThreadState.moves``) and of the runs it added. A place left empty is written as "" (the
-    store deletes it); a whole write leaves it out."""
+    or rewrote, of the runs messages left (an item changes its run or place only when messages move:
+    ``ThreadState.messages_moved``) and of the runs it added. A place left empty is written as "" (the store
+    deletes it); a whole write leaves it out."""
     changes = changes or Changes(None)
     out: list[str | int] = []
-    run_ids = {state.runs[i].id for i in changes.appended(state, "runs")} | changes.former_owners(state, "messages")
-    for i in [*changes.appended(state, "messages"), *changes.diffed(state, "messages")]:
+    run_ids = {state.runs[i].id for i in changes.appended(state, "runs")} | changes.left
+    for i in _written(state, changes, "messages"):
         if (run_id := state.messages[i].run_id) is not None:
             run_ids.add(run_id)
     for run_id in sorted(run_ids):
         if (positions := state.run_message_positions(run_id)) or not changes.everything:
             out += [f"rm:{run_id}", _joined(positions)]
-    activity = [*changes.appended(state, "activity"), *changes.diffed(state, "activity")]
-    for run_id in sorted({state.activity[i].run_id for i in activity} | changes.former_owners(state, "activity")):
+    for run_id in sorted({state.activity[i].run_id for i in _written(state, changes, "activity")}):
         out += [f"ra:{run_id}", _joined(state.run_activity_positions(run_id))]
-    checkpoints = [*changes.appended(state, "checkpoints"), *changes.diffed(state, "checkpoints")]
-    ordinals = {state.checkpoints[i].ordinal for i in checkpoints} | changes.former_owners(state, "checkpoints")
+    ordinals = {state.checkpoints[i].ordinal for i in _written(state, changes, "checkpoints")}
     for ordinal in sorted(ordinals):
         out += [f"co:{ordinal}", _joined(state.checkpoint_positions("ordinal", ordinal))]
     return out

@@ -17,7 +17,6 @@ queue, the active run or a queued run changed. A write of everything (``Changes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -36,13 +35,14 @@ QUEUE = "q:queue"
 _WRITTEN = "written_queue"  # in the state's __dict__: (seq, the queue and active run as last written)
 
 
-def _changed_runs(state: ThreadState, changes: Changes) -> Iterable[str]:
+def _changed_runs(state: ThreadState, changes: Changes) -> set[str]:
+    """The runs whose answer the batch may have changed: the runs it appended or rewrote, those of the messages and
+    checkpoints it appended or rewrote, and those messages left."""
     ids = {state.runs[i].id for i in changes.indices(state, "runs", state.runs)}
     ids |= {m.run_id for i in changes.indices(state, "messages", state.messages) if (m := state.messages[i]).run_id}
-    ids |= changes.former_owners(state, "messages") | changes.former_checkpoint_runs(state)
-    checkpoints = [*changes.appended(state, "checkpoints"), *changes.diffed(state, "checkpoints")]
+    checkpoints = changes.indices(state, "checkpoints", state.checkpoints)
     ids |= {c.run_id for i in checkpoints if (c := state.checkpoints[i]).run_id}
-    return sorted(ids)
+    return ids | changes.left
 
 
 def run_places(state: ThreadState, run_id: str) -> str | None:
@@ -80,9 +80,10 @@ def _queue(state: ThreadState) -> QueueView:
 
 def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | str]:
     """Flat ``field, value, …`` for HSET: the answers this batch changed."""
-    everything = changes is None or changes.whole(state)
+    everything = changes is None or changes.everything
     out: list[bytes | str] = []
-    for run_id in [r.id for r in state.runs] if everything or changes is None else _changed_runs(state, changes):
+    changed: set[str] = set() if everything or changes is None else _changed_runs(state, changes)
+    for run_id in [r.id for r in state.runs] if everything or changes is None else sorted(changed):
         if (where := run_places(state, run_id)) is not None:
             out += [RUN + run_id, where]
     if state.runs and (everything or changes is None or changes.appended(state, "runs")):
@@ -95,8 +96,7 @@ def fields(state: ThreadState, changes: Changes | None = None) -> list[bytes | s
         or last is None
         or last[0] != changes.base
         or last[1] != queue
-        or not changes.run_ids.isdisjoint(state.queue)
-        or changes.compared
+        or not changed.isdisjoint(state.queue)  # a queued run or its message rewritten (an edit)
     ):
         out += [QUEUE, _encode(_queue(state))]
     state.__dict__[_WRITTEN] = (state.seq, queue)

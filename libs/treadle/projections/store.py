@@ -236,7 +236,7 @@ class ProjectionStore:
                 t = state.thread
                 assert t is not None
                 created = int(t.created_at.timestamp() * 1000)
-                whole = changes is None or changes.whole(state)
+                whole = changes is None or changes.everything
                 # the places and the answers share their hash (its seq and v): what a read by id follows
                 where = [*places.fields(state, changes), *questions.fields(state, changes)]
                 args = [

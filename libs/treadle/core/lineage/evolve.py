@@ -129,6 +129,7 @@ def _context_delivered(state: ThreadView, e: Envelope, d: ContextDelivered) -> N
         if (h := state.handoff(handoff_id)) is None:
             continue
         h.delivered = True
+        state.touch_id("handoffs", handoff_id)
         if pth is not None and h.strategy in ("delta", "full_thread_summary"):  # this thread's own runs
             pth.covered_ordinals = sorted(set(pth.covered_ordinals) | set(h.covered_ordinals))
     for transfer_id in context.transfer_ids:
@@ -179,6 +180,7 @@ def _delegation_started(state: ThreadView, e: Envelope, d: DelegationStarted) ->
             started_at=e.at,
         )
     )
+    state.touch_id("runs", d.run_id)
     lineage = state.lineage = state.lineage or Lineage()
     if all(c.get("thread_id") != d.child_thread_id for c in lineage.children):
         lineage.children.append(
@@ -199,6 +201,7 @@ def _delegation_finished(state: ThreadView, e: Envelope, d: DelegationFinished) 
     node = run.node(d.node_id) if run else None
     if node is not None:
         node.status, node.output, node.ended_at = d.status, d.summary, e.at  # type: ignore[assignment]  # events carry plain str (a value this version does not know still decodes); the fold stores it as is
+        state.touch_id("runs", d.run_id)
     state.transfers.append(
         ContextTransfer(
             id=d.transfer_id,

@@ -32,10 +32,12 @@ def fold_completed(state: ThreadView, e: Envelope, d: RollbackCompleted) -> None
         run = state.run(run_id)
         if run is not None:
             run.status = "rolled_back"
+            state.touch_id("runs", run_id)
     stale = set(r.stale_checkpoint_ids)
-    for c in state.checkpoints:
+    for i, c in enumerate(state.checkpoints):
         if c.id in stale:
             c.stale = True
+            state.touch("checkpoints", i)
     r.provider_thread_id = d.provider_thread_id or r.provider_thread_id
     r.provider_error = d.provider_error
     if d.provider_context == "divergent":

@@ -33,8 +33,9 @@ from treadle.core.view import Folds, ThreadView
 def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
     steer = state.message(d.message_id)
     if steer is not None:  # a steer that came too late for its run moves to the run that supersedes it
+        left, at = steer.run_id, state.position("messages", d.message_id)
         steer.run_id, steer.delivered = d.run_id, True
-        state.messages_moved()
+        state.messages_moved(() if at is None else (at,), (left,))
     else:
         state.text_bytes += len(d.text.encode())
         state.messages.append(
@@ -50,10 +51,13 @@ def _run_queued(state: ThreadView, e: Envelope, d: RunQueued) -> None:
         )
     if d.supersedes_run_id and (old := state.run(d.supersedes_run_id)) is not None:
         old.superseded_by = d.run_id
-        for m in state.messages:  # every undelivered steer of the old run rides along with this one
+        state.touch_id("runs", old.id)
+        moved = []
+        for i, m in enumerate(state.messages):  # every undelivered steer of the old run rides along with this one
             if m.run_id == old.id and not m.delivered:
                 m.run_id, m.delivered = d.run_id, True
-        state.messages_moved()
+                moved.append(i)
+        state.messages_moved(moved, (old.id,))
     run = Run(
         id=d.run_id,
         ordinal=d.ordinal,
@@ -182,9 +186,10 @@ def _attempt_started(state: ThreadView, e: Envelope, d: AttemptStarted) -> None:
             script=d.script,
         )
     )
-    for message_id in d.message_ids:
+    for message_id in d.message_ids:  # the steers a restart carries over: not the message the event names
         if (m := state.message(message_id)) is not None:
             m.delivered = True
+            state.touch_id("messages", message_id)
     run.nodes.append(_root_turn(d.root_node_id, d.run_id, d.attempt_id))
     run.status = "starting"
 

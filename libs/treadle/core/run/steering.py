@@ -47,7 +47,7 @@ def _steer_joined(state: ThreadView, e: Envelope, d: SteerJoined) -> None:
         return
     at = next(i for i in range(len(state.messages) - 1, -1, -1) if state.messages[i] is m)  # a recent message
     state.messages.append(state.messages.pop(at))
-    state.messages_moved()
+    state.messages_moved(range(at, len(state.messages)))  # it and every message after it changed places
 
 
 def _attempt_of(state: ThreadView, run_id: str, attempt_id: str) -> Attempt | None:
@@ -80,8 +80,10 @@ def _run_edited(state: ThreadView, e: Envelope, d: RunEdited) -> None:
     if (m := state.message(run.message_id)) is not None:
         state.text_bytes += len(d.text.encode()) - len(m.text.encode())
         m.text = d.text
+        state.touch_id("messages", run.message_id)
     state.text_bytes += script_bytes(d.script) - script_bytes(run.script)
     run.script = d.script
+    state.touch_id("runs", d.run_id)
 
 
 FOLDS: Folds = {

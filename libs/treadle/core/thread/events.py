@@ -87,8 +87,8 @@ class RunEdited(Payload, kw_only=True):
 
 
 # Management of the thread (L1.3, L1.4): one event per fact, so each is its own audit line and its own subject
-# (``…thread.renamed``), filterable on the broker, and a fold per fact stays trivial. Not ``local``: rare, so the
-# projection writes the thread's document whole after them.
+# (``…thread.renamed``), filterable on the broker, and a fold per fact stays trivial. Not ``local`` (they name no
+# run or message), and their folds rewrite no item of the long lists: the projection writes the thread's field.
 @event("thread.renamed", local=False, other_runs=False, provider_threads=False)
 class ThreadRenamed(Payload, kw_only=True):
     title: str
