@@ -16,6 +16,7 @@ from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections import changes as changes_
 from treadle.projections import check
+from treadle.projections.connect import redis_client
 from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state, keys
 from treadle.projector.service import Projector
 from treadle.runtime import partitions
@@ -271,6 +272,21 @@ async def test_writes_made_while_redis_forgot_the_script_load_it_again(redis):
     await redis.script_flush()
     await store.write([(state, [], None)])
     assert (await store.view("proj", state.thread.id)).seq == state.seq
+
+
+async def test_a_write_on_a_connection_redis_dropped_goes_again_on_a_fresh_one(redis_url, redis):
+    """The store packs and sends its writes on a pooled connection itself: one that died with a restarted
+    Redis is retried once on a fresh connection (as ``connect.redis_client`` retries any command), and every
+    reply is read, so the connection goes back to the pool in step with Redis."""
+    client = redis_client(redis_url)
+    store = ProjectionStore(client)
+    first, second = _created(f"thr_dropped{next(_n)}"), _created(f"thr_dropped{next(_n)}")
+    await store.write([(first, [], None)])
+    await redis.client_kill_filter(_type="normal", skipme=True)  # the store's pooled connection too
+    await store.write([(first, [], None), (second, [], None)])  # the first again: refused as not newer
+    assert await store._pipeline([(first, [], None), (second, [], None)]) == [0, 0]
+    assert (await store.view("proj", second.thread.id)).seq == second.seq
+    await client.aclose()
 
 
 async def test_overlapping_writes_all_land_and_a_cancelled_writer_strands_nobody(redis):
