@@ -18,7 +18,8 @@ from treadle.projections import changes as changes_
 from treadle.projections import check
 from treadle.projections.connect import redis_client
 from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state, keys
-from treadle.projector.service import Projector
+from treadle.projector import service
+from treadle.projector.service import ACK_EVERY, Projector
 from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
 from treadle.views import VIEW_VERSION
@@ -242,6 +243,29 @@ async def test_events_delivered_to_a_replica_that_died_are_projected_by_the_next
         await wait_for(lambda: _doc_is(store, stray, replay), timeout=10, what="the stray thread projected")
     finally:
         await second.stop()
+
+
+async def test_batches_written_share_an_ack_and_a_stopped_projector_acks_what_it_wrote(nc, redis):
+    """Batches written within ``ACK_EVERY`` are acknowledged by one ack (AckPolicy.ALL); a projector stopped
+    before that ack went acknowledges what it wrote, so its next reader does not read it again."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())
+    await projector.start()
+    thread = f"thr_proj{next(_n)}"
+    partition = partitions.partition_of(thread, projector.work.partitions)
+    service.ACK_EVERY = 3600.0  # held back until the stop
+    try:
+        last = await write_thread(log, thread)
+        replay = encode_state(fold(await log.read("proj", thread)))
+        await wait_for(lambda: _doc_is(store, thread, replay), timeout=10, what="the thread projected")
+        info = await nc.jetstream().consumer_info("TREADLE_EVENTS", f"projector-p{partition}")
+        assert info.ack_floor.stream_seq < last and info.num_ack_pending > 0
+    finally:
+        service.ACK_EVERY = ACK_EVERY
+        await projector.stop()
+    info = await nc.jetstream().consumer_info("TREADLE_EVENTS", f"projector-p{partition}")
+    assert info.ack_floor.stream_seq >= last and info.num_ack_pending == 0
 
 
 async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
