@@ -16,8 +16,10 @@ from treadle.eventlog.errors import Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.projections import changes as changes_
 from treadle.projections import check
+from treadle.projections.connect import redis_client
 from treadle.projections.store import EPOCH_KEY, ProjectionStore, encode_state, keys
-from treadle.projector.service import Projector
+from treadle.projector import service
+from treadle.projector.service import ACK_EVERY, Projector
 from treadle.runtime import partitions
 from treadle.runtime.settings import ProjectorSettings
 from treadle.views import VIEW_VERSION
@@ -243,6 +245,29 @@ async def test_events_delivered_to_a_replica_that_died_are_projected_by_the_next
         await second.stop()
 
 
+async def test_batches_written_share_an_ack_and_a_stopped_projector_acks_what_it_wrote(nc, redis):
+    """Batches written within ``ACK_EVERY`` are acknowledged by one ack (AckPolicy.ALL); a projector stopped
+    before that ack went acknowledges what it wrote, so its next reader does not read it again."""
+    await streams.ensure(nc.jetstream())
+    log, store = EventLog(nc), ProjectionStore(redis)
+    projector = Projector(nc, redis, ProjectorSettings())
+    await projector.start()
+    thread = f"thr_proj{next(_n)}"
+    partition = partitions.partition_of(thread, projector.work.partitions)
+    service.ACK_EVERY = 3600.0  # held back until the stop
+    try:
+        last = await write_thread(log, thread)
+        replay = encode_state(fold(await log.read("proj", thread)))
+        await wait_for(lambda: _doc_is(store, thread, replay), timeout=10, what="the thread projected")
+        info = await nc.jetstream().consumer_info("TREADLE_EVENTS", f"projector-p{partition}")
+        assert info.ack_floor.stream_seq < last and info.num_ack_pending > 0
+    finally:
+        service.ACK_EVERY = ACK_EVERY
+        await projector.stop()
+    info = await nc.jetstream().consumer_info("TREADLE_EVENTS", f"projector-p{partition}")
+    assert info.ack_floor.stream_seq >= last and info.num_ack_pending == 0
+
+
 async def _doc_is(store: ProjectionStore, thread: str, expected: bytes) -> bool:
     return await store.doc("proj", thread) == expected
 
@@ -271,6 +296,21 @@ async def test_writes_made_while_redis_forgot_the_script_load_it_again(redis):
     await redis.script_flush()
     await store.write([(state, [], None)])
     assert (await store.view("proj", state.thread.id)).seq == state.seq
+
+
+async def test_a_write_on_a_connection_redis_dropped_goes_again_on_a_fresh_one(redis_url, redis):
+    """The store packs and sends its writes on a pooled connection itself: one that died with a restarted
+    Redis is retried once on a fresh connection (as ``connect.redis_client`` retries any command), and every
+    reply is read, so the connection goes back to the pool in step with Redis."""
+    client = redis_client(redis_url)
+    store = ProjectionStore(client)
+    first, second = _created(f"thr_dropped{next(_n)}"), _created(f"thr_dropped{next(_n)}")
+    await store.write([(first, [], None)])
+    await redis.client_kill_filter(_type="normal", skipme=True)  # the store's pooled connection too
+    await store.write([(first, [], None), (second, [], None)])  # the first again: refused as not newer
+    assert await store._pipeline([(first, [], None), (second, [], None)]) == [0, 0]
+    assert (await store.view("proj", second.thread.id)).seq == second.seq
+    await client.aclose()
 
 
 async def test_overlapping_writes_all_land_and_a_cancelled_writer_strands_nobody(redis):

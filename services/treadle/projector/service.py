@@ -50,6 +50,9 @@ UNPARTITIONED = -1  # the key of the old single consumer's folded states while i
 CACHE = 20_000
 EPOCH_CHECK_SECONDS = 1.0
 IDLE_TURN = 5.0  # an idle partition's loop still comes round this often, so a flushed Redis is rebuilt
+# Batches written within this many seconds share one ack (AckPolicy.ALL): under load a partition sees a batch
+# of one or two events per run, and every ack is a publish here and a consumer-state update in the broker.
+ACK_EVERY = 0.1
 
 
 def _exit_if_crashed(task: asyncio.Task[Any]) -> None:
@@ -196,7 +199,9 @@ class Projector:
 
 class PartitionProjector:
     """The projection writer of one partition: per fetched batch, group by thread, fold, write all documents
-    in one pipeline, then ack (AckPolicy.ALL: one ack per batch).
+    in one pipeline, then ack (AckPolicy.ALL: the batches written within ``ACK_EVERY`` share one ack). An ack
+    held back is no loss: what a crash leaves unacknowledged was written, and is read again and refused by the
+    store as not newer (at least once, as before).
 
     Acknowledging everything up to a message is safe only while this reader saw every delivery before it.
     A delivery can go astray: to the pull request of a replica that died or lost the lease, or into a broker
@@ -214,6 +219,9 @@ class PartitionProjector:
         self._acked = 0  # stream sequence acknowledged last
         self._next = 1  # delivery (consumer) sequence expected next
         self._pull: LingeringPull | None = None  # None after a delivery went astray, until read again
+        self._unacked: Msg | None = None  # the last message of the batches written since the last ack
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._acking: set[asyncio.Task[None]] = set()
 
     def _config(self, start: int | None) -> ConsumerConfig:
         return ConsumerConfig(
@@ -253,6 +261,7 @@ class PartitionProjector:
         return await js.add_consumer(subjects.EVENTS_STREAM, self._config(start))
 
     async def _rewind(self) -> LingeringPull:
+        self._forget_ack()  # an ack for the consumer being replaced
         info = await self._recreate(self._acked + 1)
         self._next = (info.delivered.consumer_seq if info.delivered is not None else 0) + 1  # new: delivered 0
         return await self._follow()
@@ -272,6 +281,9 @@ class PartitionProjector:
                 self._task.cancel()
                 await asyncio.gather(self._task, return_exceptions=True)
         self._p._forget_partition(self.partition)
+        if self._pull is not None and (written := self._unacked) is not None:  # not to be read again
+            self._forget_ack()
+            await self._ack(written)
         if self._pull is not None:
             await self._pull.close()  # left unacknowledged: the next owner reads them again from the floor
 
@@ -308,8 +320,7 @@ class PartitionProjector:
                     batch["treadle.partition"] = self.partition
                     with tracing.spans_per_trace("project", (m.headers for m in msgs), batch):
                         await self._p._project(self.partition, msgs)
-                    await msgs[-1].ack()  # AckPolicy.ALL: acknowledges the whole batch
-                    self._acked = msgs[-1].metadata.sequence.stream
+                    self._ack_soon(msgs[-1])  # AckPolicy.ALL: acknowledges every batch up to it
                     PROJECTED.inc(len(msgs))
                     PROJECTION_LAG.labels(self.partition).set(msgs[-1].metadata.num_pending)
                     break
@@ -318,6 +329,35 @@ class PartitionProjector:
                     self._p._states.get(self.partition, OrderedDict()).clear()
                     await asyncio.sleep(delay)  # backoff while Redis is away
                     delay = min(delay * 2, 5.0)
+
+    def _ack_soon(self, msg: Msg) -> None:
+        """Acknowledge ``msg``, with every batch before it, once ``ACK_EVERY`` has passed since the first
+        written batch still unacknowledged."""
+        self._unacked = msg
+        if self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_EVERY, self._ack_due)
+
+    def _ack_due(self) -> None:
+        self._ack_timer = None
+        msg, self._unacked = self._unacked, None
+        if msg is not None:
+            task = asyncio.create_task(self._ack(msg))
+            self._acking.add(task)
+            task.add_done_callback(self._acking.discard)
+
+    def _forget_ack(self) -> None:
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
+        self._unacked = None
+
+    async def _ack(self, msg: Msg) -> None:
+        try:
+            await msg.ack()
+        except Exception as exc:  # the connection is away: the batches are read again from the floor
+            log.warning("%s: ack failed: %r", self._durable, exc)
+            return
+        self._acked = max(self._acked, msg.metadata.sequence.stream)
 
 
 def _oldest_open(state: ThreadState) -> float | None:
