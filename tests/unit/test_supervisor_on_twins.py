@@ -270,3 +270,35 @@ async def test_a_workspace_the_volume_lost_is_hydrated_before_the_next_run_start
     state = await tw.state(thread)
     checkpoint = state.checkpoint(state.run(second.run_id).ordinal)
     assert [(f.path, f.change) for f in checkpoint.files] == [("b.txt", "added")]  # run one's file was there
+
+
+async def test_a_warm_turn_on_the_session_that_saw_its_workspace_captured_starts_without_a_hydrate(tmp_path):
+    """Issue 35's hydrate is skipped on the warm path: the base checkpoint was captured under the still live
+    session (eviction never takes a workspace whose thread has one), so the turn goes to the host marked
+    unhydrated, and only a host that finds the workspace gone sends the supervisor to hydrate it first."""
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread = (await tw.command(coordinator, CreateThread(title="t"))).thread_id
+    first = await tw.command(coordinator, SendMessage(text="one"), thread=thread)
+    await tw.wake(supervisor)
+    await tw.play(supervisor, thread, first.run_id, {"a.txt": "one\n"})
+    await tw.run_ended(coordinator)
+    asked = len(tw.checkpoints.hydrates)
+
+    second = await tw.command(coordinator, SendMessage(text="two"), thread=thread)
+    await tw.wake(supervisor)
+    assert len(tw.checkpoints.hydrates) == asked  # nothing asked of the checkpoint service before the turn
+    start = tw.hosts.verbs("turn.start")[-1]
+    assert start.unhydrated and start.attempt_id == (await tw.state(thread)).run(second.run_id).attempt.id
+    await tw.play(supervisor, thread, second.run_id, {"b.txt": "two\n"})
+    await tw.run_ended(coordinator)
+
+    workspace = (await tw.state(thread)).thread.workspace
+    tw.checkpoints.lose(TENANT, workspace)  # gone under the live session (its disk, or by hand)
+    third = await tw.command(coordinator, SendMessage(text="three"), thread=thread)
+    await tw.wake(supervisor)
+    assert len(tw.checkpoints.hydrates) == asked + 1  # the host refused the unhydrated turn: hydrated, then started
+    assert tw.checkpoints.files(TENANT, workspace) == {"a.txt": "one\n", "b.txt": "two\n"}
+    start = tw.hosts.verbs("turn.start")[-1]
+    assert not start.unhydrated and start.attempt_id == (await tw.state(thread)).run(third.run_id).attempt.id

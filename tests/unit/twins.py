@@ -64,7 +64,8 @@ class Request:
 
 class Twins:
     def __init__(self, tmp_path: Path) -> None:
-        self.log, self.checkpoints, self.hosts = MemoryEventLog(), MemoryCheckpoints(), MemoryHosts()
+        self.log, self.checkpoints = MemoryEventLog(), MemoryCheckpoints()
+        self.hosts = MemoryHosts(on_disk=self.checkpoints.on_disk)
         self.volumes = MemoryVolumes()
         self.shared = Shared(state_dir=tmp_path)
         self._ids = itertools.count(1)

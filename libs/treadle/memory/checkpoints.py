@@ -111,12 +111,17 @@ class MemoryCheckpoints:
         self.workspaces: dict[tuple[str, str], _Workspace] = {}
         self.archived: dict[tuple[str, str], _Workspace] = {}  # every workspace's checkpoints, off the "disk"
         self.volumes: list[str] = []  # the volume each request was addressed to (one volume here)
+        self.hydrates: list[Hydrate] = []  # every hydrate asked, in order
 
     # --- the test's side ---------------------------------------------------------------------------
 
     def files(self, tenant: str, workspace: str) -> Files:
         """The workspace's files, for the test (or the agent) to read and write; it must exist."""
         return self._workspace(tenant, workspace).files
+
+    def on_disk(self, tenant: str, workspace: str) -> bool:
+        """The workspace is on the volume (the hosts' disk): what a host checks before an unhydrated turn."""
+        return (tenant, self._path(workspace)) in self.workspaces
 
     def lose(self, tenant: str, workspace: str) -> None:
         """The volume lost the workspace (a disk, an eviction): only its archived checkpoints are left."""
@@ -270,6 +275,7 @@ class MemoryCheckpoints:
 
     async def hydrate(self, request: Hydrate, *, volume: str) -> Hydrated:
         self.volumes.append(volume)
+        self.hydrates.append(request)
         check_token("tenant", request.tenant)
         check_token("thread", request.thread)
         check_commit(request.commit, "commit")

@@ -10,6 +10,7 @@ not published: tests feed the supervisor the events a turn would report. ``calls
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -53,8 +54,10 @@ class MemoryHost:
 
 
 class MemoryHosts:
-    def __init__(self) -> None:
+    def __init__(self, on_disk: Callable[[str, str], bool] | None = None) -> None:
+        """``on_disk(tenant, workspace)``: whether a session's workspace is on the hosts' disk (None: always)."""
         self.hosts: dict[str, MemoryHost] = {}
+        self.on_disk = on_disk
         self.calls: list[
             tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]
         ] = []  # (host id or "", verb, request)
@@ -191,6 +194,9 @@ class MemoryHosts:
         if isinstance(request, hp.StartTurn):
             if request.attempt_id in session.started:
                 return hp.TurnAccepted(already=True)
+            placed = session.request
+            if request.unhydrated and self.on_disk is not None and not self.on_disk(placed.tenant, placed.workspace):
+                return hp.HostFailure(code=hp.WORKSPACE_MISSING, message=f"workspace {placed.workspace} is not here")
             session.started.add(request.attempt_id)
             session.playing[request.attempt_id] = request
             session.turns += 1

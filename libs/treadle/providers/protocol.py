@@ -28,6 +28,9 @@ class PlaceSession(msgspec.Struct, kw_only=True):
     ephemeral: bool = False  # L5.5: a throwaway provider thread (a summary): the runtime keeps nothing of it
 
 
+WORKSPACE_MISSING = "workspace_missing"  # an unhydrated turn's workspace is not on the host's disk (StartTurn)
+
+
 class StartTurn(msgspec.Struct, kw_only=True):
     session_id: str
     tenant: str
@@ -38,6 +41,9 @@ class StartTurn(msgspec.Struct, kw_only=True):
     text: str
     script: dict[str, Any] | None = None
     recovery: bool = False  # L9.3: the retry of a turn a failure cut off (the provider thread may hold its prompt)
+    # The supervisor did not hydrate the workspace (it saw it captured under this live session): the host refuses
+    # the turn with ``workspace_missing`` when the workspace is not on its disk, and the supervisor hydrates then.
+    unhydrated: bool = False
 
 
 class SteerTurn(msgspec.Struct, kw_only=True):

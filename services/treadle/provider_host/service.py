@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,16 @@ ROLLBACK_SETTLE_SECONDS = 5.0  # how long a rollback waits for a turn that has e
 # How long a turn's start waits for the session's earlier turn to close. Past it the adapter's own guard refuses
 # the turn, and the supervisor settles the attempt that never started (supervision.never_started).
 TURN_SETTLE_SECONDS = 30.0
+
+
+def _on_disk(workspace: Path) -> bool:
+    """The workspace is a directory with something in it (a hydrate would find it present; a lost or evicted one
+    is gone, or left empty). One stat and one directory read: on the turn's path instead of a hydrate request."""
+    try:
+        with os.scandir(workspace) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
 
 
 class Session:
@@ -686,6 +697,10 @@ class ProviderHost:
         session.last_active = self._clock.now()
         if request.attempt_id in session.started:
             return hp.TurnAccepted(already=True)  # a redelivered start: the turn is playing or has played
+        if request.unhydrated and not _on_disk(session.adapter.workspace):
+            return hp.HostFailure(
+                code=hp.WORKSPACE_MISSING, message=f"workspace {session.request.workspace} is not here"
+            )
         tenant = session.request.tenant
         # Not this session: a turn it is still closing (a steer restarting its attempt) is being replaced.
         busy_here = sum(

@@ -48,6 +48,7 @@ from treadle.runtime.settings import Shared, SupervisorSettings
 from .capacity import FreedCapacity, Ticket
 from .child_checkpoints import with_child_checkpoints
 from .summariser import ProviderSummariser
+from .warm_workspaces import WarmWorkspaces
 
 log = logging.getLogger(__name__)
 ACTOR = "supervisor"
@@ -89,6 +90,7 @@ class Supervisor:
         self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
         self._js = js
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
+        self._warm = WarmWorkspaces(own.cache_threads)  # workspaces a warm turn need not hydrate
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
         # a thread's dispatches and provider events are never handled by two replicas at once.
         legacy = Legacy(
@@ -345,7 +347,7 @@ class Supervisor:
             assert state.thread is not None  # a thread with a pending attempt was created
             ticket = self._freed.ticket(state.thread.volume, tenant)
             try:
-                await self._hydrate(state, run)
+                unhydrated = await self._hydrate(state, run)
             except CheckpointUnavailable as exc:
                 # The home's checkpoint service does not answer (its node lost?): the run waits like one no host
                 # can take, woken by the node's return (its hosts' freed signal) or by the thread's move elsewhere.
@@ -409,6 +411,7 @@ class Supervisor:
                         text=text,
                         script=att.script if att.message_ids else run.script,
                         recovery=att.reason == "provider_recovery",
+                        unhydrated=unhydrated,
                     ),
                 )
             except HostGone:
@@ -434,6 +437,10 @@ class Supervisor:
                         tenant, thread, state, [ev.ContextDelivered(run_id=run.id, provider_thread_id=pth.id)], ctx
                     )
                 return
+            if reply.code == hp.WORKSPACE_MISSING:  # lost or evicted under the live session: hydrated next time
+                self._warm.forget(tenant, thread)
+                placement -= 1
+                continue
             if reply.code != "unknown_session":
                 raise Retryable(f"host {session.host_id} refused the turn: {reply.code} {reply.message}")
             # The host no longer has the session (it restarted): record that and place it again.
@@ -628,14 +635,22 @@ class Supervisor:
         checkpoint = sv.checkpoint_captured(
             ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status, captured=captured
         )
+        assert state.thread is not None
+        if captured is not None and run.attempt.session_id is not None:
+            self._warm.captured(
+                state.thread.tenant, state.thread.id, volume=state.thread.volume, workspace=state.thread.workspace,
+                commit=captured.commit, session_id=run.attempt.session_id,
+            )  # fmt: skip
         checkpoint.children = child_scopes.summaries(state.run_checkpoints(run.id), run.id)  # L10.3
         return checkpoint
 
-    async def _hydrate(self, state: ThreadState, run: Run) -> None:
+    async def _hydrate(self, state: ThreadState, run: Run) -> bool:
         """Before a provider works in the workspace it must hold the run's previous checkpoint: a workspace this
         volume lost (its disk, an eviction) is made from the checkpoint archive. A no-op (answered from the
         checkpoint service's memory) when it is there. A service or archive that does not answer retries the
-        message (a long hydrate still running is then waited for, and found done)."""
+        message (a long hydrate still running is then waited for, and found done). True: not asked, as the
+        workspace was captured at that checkpoint under the live session (warm_workspaces.py); the host then
+        checks that it is on its disk."""
         before = state.checkpoint(run.ordinal - 1)
         if before is None or before.commit is None:  # that capture failed (L10.4): the newest one before it
             before = max(
@@ -648,7 +663,18 @@ class Supervisor:
                 default=None,
             )
         if state.thread is None or before is None or before.commit is None:
-            return
+            return False
+        thread = state.thread
+        session = state.live_session
+        if (
+            session is not None
+            and start_context.session_fits(state, run)
+            and self._warm.holds(
+                thread.tenant, thread.id, volume=thread.volume, workspace=thread.workspace, commit=before.commit,
+                session_id=session.id,
+            )
+        ):  # fmt: skip
+            return True  # at that commit, and not evicted since (warm_workspaces.py): nothing to ask
         request = Hydrate(
             tenant=state.thread.tenant,
             thread=state.thread.id,
@@ -662,11 +688,12 @@ class Supervisor:
             if exc.code == "store_unavailable":  # the archive, not the volume: retried in place (not a hold)
                 raise Retryable(exc.message) from None
             log.warning("workspace of %s not hydrated: %s", state.thread.id, exc)
-            return
+            return False
         if made.created:
             log.info(
                 "workspace of %s hydrated from the archive at %s (%d files)", state.thread.id, made.commit, made.files
             )
+        return False
 
     async def _capture_or_none(
         self, state: ThreadState, ordinal: int, status: str, previous: int | None
