@@ -38,9 +38,8 @@ async def env(tmp_path, monkeypatch, mock, homes_root):
 
     async def on_event(msg) -> None:
         for event in pe.provider_event_decoder.decode(msg.data).parts():
-            kinds = reported[event.attempt_id or ""]
-            if not kinds or kinds[-1] != type(event.body).__name__:  # deltas coalesce as the machine's timing has it
-                kinds.append(type(event.body).__name__)
+            if not isinstance(event.body, pe.TextDelta):  # streamed or folded into the text's end, as timing has it
+                reported[event.attempt_id or ""].append(type(event.body).__name__)
 
     await nc.subscribe("treadle.prov.>", cb=on_event)
     clock = ManualClock()
@@ -104,10 +103,12 @@ async def test_the_first_placement_adopts_its_warmed_runtime_and_reports_what_a_
     mock.on("warm hello", [Text("Hello from a warm runtime.", chunks=3)])
     mock.on("cold hello", [Text("Hello from a warm runtime.", chunks=3)])
     adapter = await warmed(nc, host, hint("ps_warm"))
-    pid = adapter.pid
+    pid, provider_thread = adapter.pid, adapter.thread_id
+    assert provider_thread is not None  # opened ahead too
 
     warm_events = await play(nc, placement("ps_warm"), "att_warm", "warm hello", reported)
     assert host._sessions["ps_warm"].adapter is adapter and adapter.pid == pid  # the same process, adopted
+    assert host._sessions["ps_warm"].native_ref == provider_thread == adapter.thread_id
     assert "ps_warm" not in host._warmer.pool
 
     cold_events = await play(nc, placement("ps_cold", thread="thr_2"), "att_cold", "cold hello", reported)

@@ -448,10 +448,12 @@ class ProviderHost:
                 self._opening += 1
             try:
                 await self._sync_seat()
-                adapter = await self._warmer.adopt(request)  # launched ahead (warm.py), else started now
-                if adapter is None:
+                warmed = await self._warmer.adopt(request)  # launched and opened ahead (warm.py), else now
+                if warmed is None:
                     adapter = self._adapter(request)
                     await self._grant_mcp(adapter, request)
+                else:
+                    adapter = warmed[0]
                 fresh_ref = f"scripted-{request.provider_thread_id}"
                 if request.fork_from is not None:
                     try:
@@ -463,8 +465,11 @@ class ProviderHost:
                         raise
                 else:
                     try:
-                        await self._native.restore(request, adapter)
-                        native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
+                        if warmed is not None:
+                            native_ref, resumed = warmed[1]
+                        else:
+                            await self._native.restore(request, adapter)
+                            native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
                     except BaseException:  # ResumeFailed becomes resume_failed (L9.4); nothing is left open
                         await adapter.close()
                         await self._credentials.revoke_session(request.session_id)

@@ -1,7 +1,8 @@
 """Runtimes launched ahead of their placement. A new thread's first run waits for its runtime's start (the sandbox,
 the process, its handshake): most of its first turn. When the supervisor dispatches such a run it names the session it
 is about to place (``WarmSession``) before it checkpoints the workspace and resolves the run's context; one host of
-the volume launches that session's runtime meanwhile, and the placement naming the same session adopts it.
+the volume launches that session's runtime and opens its fresh provider thread meanwhile, and the placement naming
+the same session adopts both.
 
 Nothing is shared: a warmed runtime is launched as its own session (its tenant's uid, workspace, home and MCP
 credential), and only the placement of that session id, tenant, thread and settings adopts it. The pool is bounded:
@@ -31,7 +32,7 @@ class Warm:
     request: hp.WarmSession
     adapter: ProviderAdapter
     since: float  # on the host's clock
-    launch: asyncio.Task[None]
+    launch: asyncio.Task[tuple[str, bool]]  # the runtime started and its fresh provider thread opened
 
 
 class WarmPool:
@@ -125,18 +126,21 @@ class Warmer:
             WARM_SESSIONS.labels("evicted").inc()
             self._discard_later(old)
 
-        async def launch() -> None:
+        async def launch() -> tuple[str, bool]:
             await self._grant(adapter, placement)
             await adapter.warm()
+            # The placement adopting it opens a fresh thread with these very settings (WarmSession.matches)
+            return await adapter.open_thread(None, f"scripted-{placement.provider_thread_id}")
 
         task = asyncio.create_task(launch(), name=f"warm:{request.session_id}")
         self.pool.add(Warm(request, adapter, self._clock.now(), task))
         WARM_SESSIONS.labels("launched").inc()
         return True
 
-    async def adopt(self, request: hp.PlaceSession) -> ProviderAdapter | None:
-        """The runtime warmed for this very placement, launched (None: there is none, or it failed; the session
-        starts as it would have). A runtime warmed under the same session id for anything else is stopped."""
+    async def adopt(self, request: hp.PlaceSession) -> tuple[ProviderAdapter, tuple[str, bool]] | None:
+        """The runtime warmed for this very placement, launched, and what its ``open_thread`` returned (None: there
+        is none, or it failed; the session starts as it would have). One warmed under the same session id for
+        anything else is stopped."""
         warm = self.pool.take(request.session_id)
         stopping = self.pool.discarding.get(request.session_id)
         if stopping is not None:
@@ -147,7 +151,7 @@ class Warmer:
             await self._discard(warm, "failed")
             return None
         try:
-            await asyncio.shield(warm.launch)
+            opened = await asyncio.shield(warm.launch)
         except asyncio.CancelledError:
             self._discard_later(warm)
             raise
@@ -157,7 +161,7 @@ class Warmer:
             return None
         warm.adapter.adopt(request)
         WARM_SESSIONS.labels("adopted").inc()
-        return warm.adapter
+        return warm.adapter, opened
 
     async def run(self) -> None:
         """Stops the runtimes no placement adopted in time."""
