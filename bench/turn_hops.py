@@ -92,12 +92,12 @@ def label(subject: str, reply: str | None, data: bytes, thread: str, acks: dict[
         return "live publish" if parts[1] == "live" else (f"append {what}" if parts[1] == "evt" else f"publish {what}")
     if subject in acks:
         return acks.pop(subject)
-    if subject.startswith(("treadle.cmd.", "treadle.host.", "treadle.ckpt.")):
+    if subject.startswith(("treadle.cmd.", "treadle.host.", "treadle.ckpt.", "treadle.place.", "treadle.warm.")):
         m = THREAD.search(data)
         name = None
         if m and m.group(1).decode() == thread:
             name = "request " + ".".join(parts[:2] + parts[-2:])
-        elif subject.startswith("treadle.ckpt."):
+        elif subject.startswith(("treadle.ckpt.", "treadle.place.", "treadle.warm.")):
             name = "request " + ".".join(parts[:2] + parts[-1:])
         if name and reply:
             acks[reply] = "reply to " + name
@@ -241,6 +241,14 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     last = direct_marks[-1]
     for mark in sorted(last, key=lambda name: last[name]):
         print(f"  {statistics.median(m[mark] for m in direct_marks[2:]) * 1000:8.1f}   {mark}")
+    first_t0, first_end, _ = marks[0]
+    acks0: dict[str, str] = {}
+    print(f"\n--- the first turn's timeline (run.completed on SSE at {(first_end - first_t0) * 1000:.1f} ms)")
+    for t, subject, reply, data in records:
+        if first_t0 - 0.002 <= t <= first_end + 0.002 and (name := label(subject, reply, data, thread, acks0)):
+            print(f"  {(t - first_t0) * 1000:8.2f} ms  {name}")
+    for i, t in enumerate(http_arrivals[0]):
+        print(f"  {t * 1000:8.2f} ms  model request {i} arrived")
     total, lines = sorted(timelines)[len(timelines) // 2]
     print(f"\n--- the median turn's timeline (run.completed on SSE at {total * 1000:.1f} ms)")
     for t, name in lines:

@@ -327,7 +327,15 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
         assert isinstance(started, hp.TurnAccepted), started
     running = [t for t in asyncio.all_tasks() - before if t.get_name().startswith(("host:", "turn:"))]
     names = {t.get_name() for t in running}
-    assert names == {"host:heartbeat", "host:watcher", "host:reaper", "host:disk", "turn:att_1", "turn:att_2"}, names
+    assert names == {
+        "host:heartbeat",
+        "host:watcher",
+        "host:reaper",
+        "host:disk",
+        "host:warm",
+        "turn:att_1",
+        "turn:att_2",
+    }, names
     await nc.close()
     with pytest.raises(ConnectionClosedError):
         await host.stop()

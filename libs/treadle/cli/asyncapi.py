@@ -167,6 +167,7 @@ def internal_schema() -> dict[str, Any]:
         hosts.HostFailure,
         hosts.Summarise,
         hosts.Summary,
+        hosts.WarmSession,
         checkpoints.PrepareWorkspace,
         checkpoints.WorkspaceReady,
         checkpoints.Capture,
@@ -358,6 +359,17 @@ def asyncapi() -> str:
             ["Summarise", "SummaryReply"],
         ),
         *_channel(
+            "hostWarming",
+            "treadle.warm.{volume}",
+            "Internal: a hint, no reply, to the queue group of every provider host of the volume: a new thread's "
+            "session is about to be placed; the host may launch its runtime now, and the placement naming the same "
+            "session adopts it.",
+            {
+                "volume": "workspace volume: the thread's home (its thread.created or thread.moved), served by the node with that TREADLE_VOLUME"
+            },
+            ["WarmSession"],
+        ),
+        *_channel(
             "checkpoints",
             "treadle.ckpt.{volume}.{verb}",
             "Internal: the checkpoint service of one workspace volume, request/reply.",
@@ -387,6 +399,7 @@ def asyncapi() -> str:
         ("placeSessionOnAFullHost", "send", "hostShedding", ["PlaceSession"], "HostReply"),
         ("startTurn", "send", "hostVerbs", ["StartTurn"], "HostReply"),
         ("summarise", "send", "hostSummaries", ["Summarise"], "SummaryReply"),
+        ("warmSession", "send", "hostWarming", ["WarmSession"], None),
         ("requestCheckpoint", "send", "checkpoints", ["PrepareWorkspace", "Capture"], "CheckpointReply"),
         ("receiveAudit", "receive", "audit", ["AuditRecord"], None),
     ]
@@ -441,6 +454,12 @@ def asyncapi() -> str:
         "Provider host reply (SessionPlaced, TurnAccepted or HostFailure)",
         "internal.json#/$defs/HostFailure",
         example(hosts.HostFailure, code="capacity", message="no spare capacity"),
+    )
+    lines += _message(
+        "WarmSession",
+        "Launch the runtime of a session about to be placed",
+        "internal.json#/$defs/WarmSession",
+        example(hosts.WarmSession),
     )
     lines += _message(
         "Summarise", "Ask a provider for a handoff summary", "internal.json#/$defs/Summarise", example(hosts.Summarise)

@@ -88,6 +88,11 @@ def host_summarise(volume: str) -> str:
     return f"treadle.summarise.{token(volume, 'volume')}"
 
 
+def host_warm(volume: str) -> str:
+    """A session about to be placed on ``volume``: one host of it may launch its runtime ahead (queue group)."""
+    return f"treadle.warm.{token(volume, 'volume')}"
+
+
 def host(host_id: str, verb: str) -> str:
     return f"treadle.host.{token(host_id, 'host')}.{verb}"
 

@@ -59,7 +59,7 @@ class MemoryHosts:
         self.hosts: dict[str, MemoryHost] = {}
         self.on_disk = on_disk
         self.calls: list[
-            tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise]
+            tuple[str, str, HostRequest | hp.PlaceSession | hp.Summarise | hp.WarmSession]
         ] = []  # (host id or "", verb, request)
         self.summaries: list[str] = []  # what summarise answers, in order (empty: no host answers)
         self.volumes: list[str] = []  # the volume each placement or summary was addressed to (one volume here)
@@ -96,6 +96,9 @@ class MemoryHosts:
         return [request for _, v, request in self.calls if v == verb]
 
     # --- the port ----------------------------------------------------------------------------------
+
+    async def warm(self, request: hp.WarmSession, *, volume: str) -> None:
+        self.calls.append(("", "warm", request))  # scripted sessions start at once: nothing to launch ahead
 
     async def place(
         self, request: hp.PlaceSession, timeout: float | None = None, full: bool = False, *, volume: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -14,6 +14,9 @@ from treadle.core.ids import IdFactory
 from treadle.core.providers.model import ProviderCapabilities
 
 from .mcp_access import McpAccess
+
+if TYPE_CHECKING:
+    from .protocol import PlaceSession
 
 
 class Unsupported(Exception):
@@ -100,6 +103,7 @@ class ProviderAdapter(abc.ABC):
     name: str
     capabilities: ProviderCapabilities
     mcp_access: McpAccess | None = None  # issue 21: set by the host before the runtime starts
+    warms = False  # its runtime's start is worth launching ahead of the placement (``warm``)
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
@@ -158,6 +162,16 @@ class ProviderAdapter(abc.ABC):
         kept). True when it restored something; raises ``native_state.NativeStateRefused`` for bytes it will not
         write (the resume then fails over to the replacement path as without them)."""
         return False
+
+    async def warm(self) -> None:
+        """Launch the runtime (sandbox, process, handshake) before any provider thread is opened, for a placement
+        of this very session to adopt (provider_host/warm.py). Only adapters with ``warms`` are warmed."""
+        return None
+
+    def adopt(self, request: PlaceSession) -> None:
+        """The placement of the session this adapter was warmed for (same tenant, thread, session and settings:
+        ``WarmSession.matches``) takes it over; it names the provider thread."""
+        raise Unsupported("this provider is not warmed ahead of its placement")
 
     async def abandon(self) -> None:
         """The host lets go of the session without anyone asking (it is stopping; L9.3 retries its turns on

@@ -3,6 +3,8 @@ provider thread back, L10.5)."""
 
 from __future__ import annotations
 
+import logging
+
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
@@ -13,6 +15,8 @@ from treadle.providers import protocol as hp
 from treadle.runtime.consumer import Retryable
 
 from ..eventlog import tracing
+
+log = logging.getLogger(__name__)
 
 
 class HostUnavailable(Retryable):
@@ -50,6 +54,13 @@ class HostClient:
         room (L9.3)."""
         subject = subjects.host_shed(volume) if full else subjects.host_place(volume)
         return hp.place_reply.decode(await self._request(subject, hp.encode(request), timeout))
+
+    async def warm(self, request: hp.WarmSession, *, volume: str) -> None:
+        """A hint, best effort: a host of ``volume`` may launch the session's runtime before its placement."""
+        try:
+            await self._nc.publish(subjects.host_warm(volume), hp.encode(request), headers=tracing.inject(None))
+        except Exception as exc:  # the placement starts the runtime as it would have
+            log.info("warm hint not sent: %r", exc)
 
     async def start_turn(self, host_id: str, request: hp.StartTurn) -> hp.TurnAccepted | hp.HostFailure:
         return await self.verb(host_id, "turn.start", request)

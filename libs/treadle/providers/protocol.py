@@ -1,5 +1,6 @@
 """Requests to provider hosts: ``treadle.place.<volume>`` (queue group of the hosts with room),
-``treadle.host.<host_id>.<verb>`` and ``treadle.summarise.<volume>`` (queue group of every host)."""
+``treadle.host.<host_id>.<verb>``, ``treadle.summarise.<volume>`` (queue group of every host) and
+``treadle.warm.<volume>`` (a hint, no reply: start the runtime of a session about to be placed)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,44 @@ class PlaceSession(msgspec.Struct, kw_only=True):
 
 
 WORKSPACE_MISSING = "workspace_missing"  # an unhydrated turn's workspace is not on the host's disk (StartTurn)
+
+
+class WarmSession(msgspec.Struct, kw_only=True):
+    """A run of a new thread is on its way to a placement with this session id: a host may launch its runtime
+    (sandbox, process, handshake) now, and the placement that names the same session, tenant, thread and
+    settings adopts it. Everything the runtime holds is this session's: nothing is shared across threads."""
+
+    tenant: str
+    thread: str
+    provider: str
+    session_id: str
+    workspace: str
+    runtime_mode: str = "approval_required"
+    model: str | None = None
+
+    def matches(self, request: PlaceSession) -> bool:
+        """The placement opens a fresh provider thread of this very session (never a resume or a fork)."""
+        return (
+            request.native_ref is None
+            and request.fork_from is None
+            and not request.ephemeral
+            and (request.tenant, request.thread, request.provider, request.session_id, request.workspace)
+            == (self.tenant, self.thread, self.provider, self.session_id, self.workspace)
+            and (request.runtime_mode, request.model) == (self.runtime_mode, self.model)
+        )
+
+    def placement(self) -> PlaceSession:
+        """The session the runtime is launched as (its provider thread is named at adoption)."""
+        return PlaceSession(
+            tenant=self.tenant,
+            thread=self.thread,
+            provider=self.provider,
+            session_id=self.session_id,
+            provider_thread_id="pth_warm",
+            workspace=self.workspace,
+            runtime_mode=self.runtime_mode,
+            model=self.model,
+        )
 
 
 class StartTurn(msgspec.Struct, kw_only=True):
@@ -133,6 +172,7 @@ class HostFailure(msgspec.Struct, kw_only=True, tag="failure"):
 
 
 place_reply = msgspec.json.Decoder(SessionPlaced | HostFailure)
+warm_request = msgspec.json.Decoder(WarmSession)
 turn_reply = msgspec.json.Decoder(TurnAccepted | HostFailure)
 fork_reply = msgspec.json.Decoder(Forked | HostFailure)
 rollback_reply = msgspec.json.Decoder(RolledBack | HostFailure)

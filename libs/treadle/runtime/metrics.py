@@ -53,6 +53,11 @@ NATIVE_STATE = Counter(
     "Provider resume states kept off the node: stored, unchanged, restored, store_failed, restore_failed",
     ["outcome"],
 )
+WARM_SESSIONS = Counter(
+    "treadle_warm_sessions_total",
+    "Runtimes launched ahead of their placement (provider_host/warm.py): launched, adopted, expired, evicted, failed",
+    ["outcome"],
+)
 RUNS_HELD = Counter("treadle_runs_held_total", "Runs that went back to queued to wait for a provider", ["reason"])
 
 # --- what every process says about itself, and the gateway's HTTP traffic

@@ -126,6 +126,11 @@ class ProviderHostSettings(WorkerSettings):
     tenant_sessions: int = Field(default=500, ge=0)
     tenant_runs: int = Field(default=100, ge=0)
     shed_grace_seconds: float = Field(default=1.0, ge=0)
+    # Runtimes launched ahead of a new thread's first placement (provider_host/warm.py): at most this many per host
+    # (0: off; a tenant holds at most half, at least one), each an extra sandboxed runtime in memory until its
+    # placement adopts it or warm_seconds pass.
+    warm_sessions: int = Field(default=4, ge=0)
+    warm_seconds: float = Field(default=30.0, gt=0)
     # Issue 21: the orchestrator's MCP server as a runtime reaches it (unset: runtimes get no MCP access); each
     # real runtime's session gets its own credential for these tools, expiring when idle and at a lifetime.
     mcp_url: str | None = None

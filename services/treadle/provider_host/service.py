@@ -52,6 +52,7 @@ from .native_states import NativeStates
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
+from .warm import Warmer, WarmPool
 from .watcher import HOST_RESTARTED, HostWatcher, report_all
 
 log = logging.getLogger(__name__)
@@ -169,6 +170,14 @@ class ProviderHost:
         )
         self._stopping = False
         self._loops: list[asyncio.Task[Any]] = []
+        self._warmer = Warmer(
+            WarmPool(own.warm_sessions, own.warm_seconds),
+            self._clock,
+            self._adapter,
+            self._grant_mcp,
+            self._revoke_warmed,
+            self._may_warm,
+        )
 
     async def start(self) -> None:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
@@ -188,6 +197,10 @@ class ProviderHost:
                 subjects.host_summarise(self._volume), queue="summarisers", cb=self._take_summary_request
             )
         )
+        if self._own.warm_sessions:
+            self._subs.append(
+                await self._nc.subscribe(subjects.host_warm(self._volume), queue="warmers", cb=self._on_warm)
+            )
         await self._sync_seat()  # before the report: the runs it reports are placed again at once
         await self._report_previous_life()
         self._subs.append(
@@ -217,6 +230,7 @@ class ProviderHost:
                 ("watcher", watcher.run()),
                 ("reaper", reaper.run()),
                 ("disk", self._disk.run()),
+                ("warm", self._warmer.run()),
             )
         ]
 
@@ -227,7 +241,7 @@ class ProviderHost:
         await cancel_and_wait(self._loops)
         failures: list[BaseException | None] = [*await asyncio.gather(self._unsubscribe(), return_exceptions=True)]
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
-        failures += await asyncio.gather(*sessions, return_exceptions=True)
+        failures += await asyncio.gather(*sessions, self._warmer.stop(), return_exceptions=True)
         first = next((f for f in failures if isinstance(f, BaseException)), None)
         if first is not None:
             raise first
@@ -445,8 +459,12 @@ class ProviderHost:
                 self._opening += 1
             try:
                 await self._sync_seat()
-                adapter = self._adapter(request)
-                await self._grant_mcp(adapter, request)
+                warmed = await self._warmer.adopt(request)  # launched and opened ahead (warm.py), else now
+                if warmed is None:
+                    adapter = self._adapter(request)
+                    await self._grant_mcp(adapter, request)
+                else:
+                    adapter = warmed[0]
                 fresh_ref = f"scripted-{request.provider_thread_id}"
                 if request.fork_from is not None:
                     try:
@@ -458,8 +476,11 @@ class ProviderHost:
                         raise
                 else:
                     try:
-                        await self._native.restore(request, adapter)
-                        native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
+                        if warmed is not None:
+                            native_ref, resumed = warmed[1]
+                        else:
+                            await self._native.restore(request, adapter)
+                            native_ref, resumed = await adapter.open_thread(request.native_ref, fresh_ref)
                     except BaseException:  # ResumeFailed becomes resume_failed (L9.4); nothing is left open
                         await adapter.close()
                         await self._credentials.revoke_session(request.session_id)
@@ -567,6 +588,37 @@ class ProviderHost:
             await adapter.close()
             raise
         return native_ref, True
+
+    # --- runtimes launched ahead of their placement (warm.py) ----------------------------------------
+
+    async def _on_warm(self, msg: Msg) -> None:
+        try:
+            request = hp.warm_request.decode(msg.data)
+            for value, what in ((request.tenant, "tenant"), (request.thread, "thread"), (request.session_id, "id")):
+                subjects.token(value, what)
+        except (msgspec.DecodeError, ValueError) as exc:
+            log.info("warm hint ignored: %s", exc)
+            return
+        self._warmer.offer(request)
+
+    def _may_warm(self, request: hp.WarmSession) -> bool:
+        """Room for one more runtime of the tenant: the host not full or stopping, the tenant under its session
+        limit counting the runtimes warmed for it, and the session not placed here already."""
+        if self._stopping or request.session_id in self._sessions or request.session_id in self._in_flight:
+            return False
+        if len(self._sessions) + self._opening >= self._own.capacity:
+            return False
+        limit = self._limits.tenant_sessions
+        if limit:
+            here = sum(1 for s in self._sessions.values() if s.tenant == request.tenant)
+            held = here + self._elsewhere("tenants").get(request.tenant, 0) + len(self._warmer.pool.of(request.tenant))
+            if held >= limit:
+                return False
+        return True
+
+    async def _revoke_warmed(self, session_id: str) -> None:
+        if self._own.mcp_url is not None:
+            await self._credentials.revoke_session(session_id)
 
     async def _grant_mcp(self, adapter: ProviderAdapter, request: hp.PlaceSession) -> None:
         """Issue 21: a real runtime's session gets its own MCP credential (scoped to its tenant, thread, session

@@ -90,7 +90,7 @@ class Supervisor:
         self._closing = asyncio.Event()  # held runs stop waiting: their messages go to the next owner
         self._js = js
         self._mailboxes = Mailboxes()  # dispatches and provider events of one thread are handled one at a time
-        self._warm = WarmWorkspaces(own.cache_threads)  # workspaces a warm turn need not hydrate
+        self._warm_workspaces = WarmWorkspaces(own.cache_threads)  # workspaces a warm turn need not hydrate
         # Each replica consumes the partitions it leases; one lease covers both consumers of a partition, so
         # a thread's dispatches and provider events are never handled by two replicas at once.
         legacy = Legacy(
@@ -336,6 +336,9 @@ class Supervisor:
                 continue
             # Each step is a fact of its own, appended alone: a crash between them resumes at the next step.
             ordinal = sv.baseline_ordinal(state, run)
+            # A new thread's first session: its runtime starts on a host while the steps below run (its id is the
+            # first of this step's, so a redelivery names the same session and finds it placed or warm).
+            session_id = await self._warm(state, run, ctx) if ordinal is not None else None
             if ordinal is not None:
                 await self._append(tenant, thread, state, [await self._capture_baseline(state, run, ordinal, ctx)], ctx)
             if start_context.needs_context(state, run):  # L5/L6/L7: resolve the run's context before any provider work
@@ -363,7 +366,7 @@ class Supervisor:
                     # The whole stack may be stopping: a session placed now lands on a host about to stop, and
                     # the run loses one more attempt. The next owner of this message places it.
                     raise Retryable(f"run {run.id} is placed by the next supervisor; this one stops")
-                placed = await self._place(state, run, ctx)
+                placed = await self._place(state, run, ctx, session_id)
                 if isinstance(placed, hp.HostFailure) and placed.code in HOLD_CODES:
                     held = await self._hold(tenant, thread, state, run, placed, ticket, ctx)
                     if held is None:
@@ -438,7 +441,7 @@ class Supervisor:
                     )
                 return
             if reply.code == hp.WORKSPACE_MISSING:  # lost or evicted under the live session: hydrated next time
-                self._warm.forget(tenant, thread)
+                self._warm_workspaces.forget(tenant, thread)
                 placement -= 1
                 continue
             if reply.code != "unknown_session":
@@ -493,9 +496,32 @@ class Supervisor:
                 ctx,
             )
 
-    async def _place(self, state: ThreadState, run: Run, ctx: Ctx) -> hp.SessionPlaced | hp.HostFailure:
+    async def _warm(self, state: ThreadState, run: Run, ctx: Ctx) -> str | None:
+        """The id of the session a fresh thread's first placement will open, after hinting a host to launch its
+        runtime now (provider_host/warm.py); None when the run may resume, fork or reuse a provider thread."""
+        if state.thread is None or state.live_session is not None or start_context.sources_needed(state, run):
+            return None
+        where = start_context.placement(state, run)
+        if where.provider_thread_id is not None or where.fork_from is not None or where.native_ref is not None:
+            return None
+        session_id = ctx.ids.next("ps")
+        hint = hp.WarmSession(
+            tenant=state.thread.tenant,
+            thread=state.thread.id,
+            provider=run.provider,
+            session_id=session_id,
+            workspace=state.thread.workspace,
+            runtime_mode=state.thread.runtime_mode,
+            model=run.model,
+        )
+        await self._hosts.warm(hint, volume=state.thread.volume)
+        return session_id
+
+    async def _place(
+        self, state: ThreadState, run: Run, ctx: Ctx, session_id: str | None = None
+    ) -> hp.SessionPlaced | hp.HostFailure:
         """A session on the provider thread the run must use (start_context.placement). A refused native fork is
-        returned for the caller to record; other failures are retried."""
+        returned for the caller to record; other failures are retried. ``session_id``: the one hinted (``_warm``)."""
         assert state.thread is not None
         where = start_context.placement(state, run)
         if where.fork_from is not None and (forked := await self._fork_on_live_source(state, run)) is not None:
@@ -504,7 +530,7 @@ class Supervisor:
             tenant=state.thread.tenant,
             thread=state.thread.id,
             provider=run.provider,
-            session_id=ctx.ids.next("ps"),
+            session_id=session_id or ctx.ids.next("ps"),
             provider_thread_id=where.provider_thread_id or ctx.ids.next("pth"),
             native_ref=where.native_ref,
             fork_from=where.fork_from,
@@ -637,7 +663,7 @@ class Supervisor:
         )
         assert state.thread is not None
         if captured is not None and run.attempt.session_id is not None:
-            self._warm.captured(
+            self._warm_workspaces.captured(
                 state.thread.tenant, state.thread.id, volume=state.thread.volume, workspace=state.thread.workspace,
                 commit=captured.commit, session_id=run.attempt.session_id,
             )  # fmt: skip
@@ -669,7 +695,7 @@ class Supervisor:
         if (
             session is not None
             and start_context.session_fits(state, run)
-            and self._warm.holds(
+            and self._warm_workspaces.holds(
                 thread.tenant, thread.id, volume=thread.volume, workspace=thread.workspace, commit=before.commit,
                 session_id=session.id,
             )

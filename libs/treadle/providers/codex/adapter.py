@@ -69,6 +69,7 @@ class CodexAdapter(ProviderAdapter):
     name = "codex"
     capabilities = CAPABILITIES
     sandboxed = True  # the host's launcher runs the app-server (treadle.sandbox)
+    warms = True  # the app-server's start (sandbox, process, initialize) is most of a first turn's wait
 
     def __init__(
         self,
@@ -184,6 +185,18 @@ class CodexAdapter(ProviderAdapter):
             orchestrator_url=mcp_access.egress_url(self.mcp_access),
         )
         return self._prepared.command, {}
+
+    async def warm(self) -> None:
+        try:
+            await self._ensure_process()
+        except BaseException:
+            await self.close()
+            raise
+
+    def adopt(self, request: PlaceSession) -> None:
+        if (request.tenant, request.session_id) != (self._request.tenant, self._request.session_id):
+            raise ValueError("a warmed runtime is adopted by its own session only")
+        self._request = request
 
     async def _watch_exit(self, rpc: RpcProcess) -> None:
         await rpc.exited.wait()
