@@ -151,6 +151,39 @@ async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, proj
     assert await store.doc("proj", thread) == encode_state(fold(await log.read("proj", thread)))
 
 
+async def test_a_restarted_projector_writes_only_what_the_next_event_changed(nc, redis, projector):
+    """A thread whose document Redis holds at the event's base is not written whole by a projector that had to
+    fold it again from the log (a restart, a partition's new owner): its write costs what the event changed."""
+    log, store = EventLog(nc), ProjectionStore(redis)
+    thread = f"thr_proj{next(_n)}"
+    last = await write_thread(log, thread)
+    await wait_for(lambda: store.doc("proj", thread), what="first projection")
+    key = f"treadle:{{proj}}:thread:{thread}"
+    await redis.hset(key, "l:messages:0", b"untouched")  # the user's message: the next event does not change it
+    projector._states.clear()  # as after a restart: nothing cached in memory
+    seq = await log.append(
+        "proj",
+        thread,
+        last,
+        [
+            envelope(
+                thread,
+                ev.MessageCompleted(
+                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
+                ),
+                20,
+            )
+        ],
+    )
+
+    async def written():
+        return int(await redis.hget(key, "seq") or 0) >= seq
+
+    await wait_for(written, what="the event projected")
+    assert await redis.hget(key, "l:messages:0") == b"untouched"  # a whole write would have replaced it
+    assert b'"text":"done"' in await redis.hget(key, "l:messages:1")
+
+
 async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, redis, projector):
     log, store = EventLog(nc), ProjectionStore(redis)
     thread = f"thr_proj{next(_n)}"

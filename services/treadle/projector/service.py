@@ -35,7 +35,7 @@ from treadle.eventlog.log import BATCH_SEQUENCE, EventLog, fenced_after
 from treadle.projections import notices
 from treadle.projections.changes import Changes
 from treadle.projections.rebuild import rebuild
-from treadle.projections.store import ProjectionStore, all_indexed, indexed
+from treadle.projections.store import ProjectionStore, indexed
 from treadle.runtime import partitions
 from treadle.runtime.leases import PartitionedWork
 from treadle.runtime.metrics import PROJECTED, PROJECTION_LAG, PROJECTION_REWINDS, RUN_OLDEST_ACTIVE
@@ -134,11 +134,13 @@ class Projector:
             key = (e.tenant, e.thread)
             entry = touched.get(key)
             if entry is None:
-                state, cached = await self._state(partition, key, e.seq or 0)
-                # A state just loaded is written whole, with every id it holds indexed: Redis may have lost the
-                # index with the document, and a rebuild that comes later finds this write newer and skips it.
-                # A cached one is written only where this batch changed it.
-                entry = touched[key] = (state, [] if cached else all_indexed(state), Changes(state if cached else None))
+                state = await self._state(partition, key, e.seq or 0)
+                # Written only where this batch changed it, a state just loaded (a restart, a new owner of the
+                # partition) too: the store's script takes changes only on top of the document at their base, and
+                # a thread Redis lost (with its index) or another writer moved on is sent again whole, every id
+                # it holds indexed (``ProjectionStore.write``). A restart costs no write of every thread's length.
+                # A new thread (nothing folded yet) is written whole at once: it has no base to write on.
+                entry = touched[key] = (state, [], Changes(state if state.seq else None))
             # A tombstone needs no history (the thread's views are erased), and the erasure may have purged it.
             if entry[0].seq < (previous := _previous(msg)) and not isinstance(e.data, ev.ThreadDeleted):
                 await self._catch_up(key, entry, previous, e.seq or 0)
@@ -155,10 +157,9 @@ class Projector:
             else:
                 open_runs[key] = since
 
-    async def _state(self, partition: int, key: tuple[str, str], seq: int) -> tuple[ThreadState, bool]:
+    async def _state(self, partition: int, key: tuple[str, str], seq: int) -> ThreadState:
         states = self._states.setdefault(partition, OrderedDict())
         state = states.get(key)
-        cached = state is not None
         if state is None:
             # Redis holds views, not the state: fold the thread's log up to just before this event.
             state = ThreadState()
@@ -170,7 +171,7 @@ class Projector:
             while len(states) > CACHE:
                 states.popitem(last=False)
         states.move_to_end(key)
-        return state, cached
+        return state
 
     async def _catch_up(
         self, key: tuple[str, str], entry: tuple[ThreadState, list[str], Changes], previous: int, seq: int
