@@ -6,7 +6,7 @@ and of a steer carried over or joining (which moves messages between runs or pla
 the long lists they rewrote and which runs messages left, in the state they fold (``core.touched``: the
 changes watch the state from their batch's start). With what each list had before the batch (its items after
 are appended), that is every item the batch changed: no list is encoded or compared, and an event that rewrites
-no item (a rename, an archive) costs nothing list-wise. A batch on a state just loaded is written whole.
+no item (a rename, an archive) costs nothing list-wise. A batch with no state to start from (a new thread) is written whole.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Changes:
     __slots__ = ("everything", "lengths", "run_ids", "message_ids", "base", "provider_threads", "_touched")
 
     def __init__(self, before: ThreadState | None) -> None:
-        self.everything = before is None  # the batch is on a state just loaded: written whole
+        self.everything = before is None  # nothing folded before the batch: written whole
         self.provider_threads = False  # an event of the batch may have changed them
         self.base = before.seq if before is not None else 0  # the sequence the changes are on top of
         self.lengths = {name: len(getattr(before, name)) for name in LISTS} if before is not None else {}
