@@ -41,8 +41,8 @@ class Counting:
         self.puts: list[tuple[str, int]] = []
         self.deletes: list[str] = []
 
-    async def put(self, name: str, data: bytes) -> None:
-        await self.inner.put(name, data)
+    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+        await self.inner.put(name, data, new=new)
         self.puts.append((name, len(data)))
 
     async def get(self, name: str) -> bytes | None:
@@ -327,11 +327,11 @@ class FailingManifestWrite(MemoryArchive):
 
     fail_next_manifest = False
 
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
         if self.fail_next_manifest and name.endswith("/manifest"):
             self.fail_next_manifest = False
             raise ArchiveUnavailable(f"put {name}: unavailable")
-        await super().put(name, data)
+        await super().put(name, data, new=new)
 
 
 async def test_a_manifest_write_that_failed_leaves_the_checkpoint_to_the_retry(nats_url, tmp_path):

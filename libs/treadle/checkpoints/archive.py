@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar, cast
@@ -38,7 +39,11 @@ class CheckpointArchive(Protocol):
     are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
     answer raises ``ArchiveUnavailable``."""
 
-    async def put(self, name: str, data: bytes) -> None: ...
+    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+        """``new``: the caller knows of no earlier object under ``name`` (a pack of a commit its manifest does not
+        list), so the archive need not look for one to replace; one left by a write that failed before its
+        manifest named it (another node's, rarely) then stays as unreferenced bytes, never as a wrong read."""
+        ...
 
     async def get(self, name: str) -> bytes | None: ...
 
@@ -61,10 +66,18 @@ class JetStreamArchive:
         self._name = bucket
         self._timeout = timeout
         self._bucket: ObjectStore | None = None
+        # The chunks' nuid of names this process last read the meta of or wrote (None: no object), so that a
+        # rewrite needs no look-up of the version it replaces: a manifest's is read by its digest check just
+        # before (durable.py), which is as recent as the look-up was. Bounded; a miss looks it up as before.
+        self._nuids: OrderedDict[str, str | None] = OrderedDict()
 
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
         async def put() -> None:
-            await _put(self._js, await self._store(), self._name, name, data)
+            known = self._nuids.pop(
+                name, None if new else _UNKNOWN
+            )  # forgotten until this write is known to have landed
+            nuid = await _put(self._js, await self._store(), self._name, name, data, known)
+            self._remember(name, nuid)
 
         await self._bounded("put", name, put())
 
@@ -80,6 +93,7 @@ class JetStreamArchive:
 
     async def delete(self, name: str) -> None:
         async def delete() -> None:
+            self._nuids.pop(name, None)
             try:
                 await (await self._store()).delete(name)
             except (ObjectNotFoundError, ObjectDeletedError):
@@ -89,15 +103,24 @@ class JetStreamArchive:
 
     async def digest(self, name: str) -> str | None:
         async def digest() -> str | None:
+            self._nuids.pop(name, None)
             try:
                 info = await (await self._store()).get_info(name)
             except (ObjectNotFoundError, ObjectDeletedError):
+                self._remember(name, None)
                 return None
+            self._remember(name, None if info.deleted else info.nuid)
             if info.deleted or not info.digest:
                 return None
             return base64.urlsafe_b64decode(info.digest.removeprefix("SHA-256=")).hex()  # the Object Store's
 
         return await self._bounded("digest", name, digest())
+
+    def _remember(self, name: str, nuid: str | None) -> None:
+        self._nuids[name] = nuid
+        self._nuids.move_to_end(name)
+        while len(self._nuids) > _NUIDS_KEPT:
+            self._nuids.popitem(last=False)
 
     async def _store(self) -> ObjectStore:
         if self._bucket is None:
@@ -110,20 +133,28 @@ class JetStreamArchive:
                 return await step
         except (TimeoutError, NatsError, OSError) as exc:  # nats.errors.Error: every client and API error
             self._bucket = None  # looked up again next time (the bucket may be re-created)
+            self._nuids.clear()
             raise ArchiveUnavailable(f"checkpoint archive {self._name}: {verb} {name} failed: {exc!r}") from None
 
 
 _CHUNK = 128 * 1024  # the Object Store's default chunk size, as nats-py writes it
+_NUIDS_KEPT = 4096
+_UNKNOWN = "?"  # not a nuid nats writes
 
 
-async def _put(js: JetStreamContext, store: ObjectStore, bucket: str, name: str, data: bytes) -> None:
+async def _put(
+    js: JetStreamContext, store: ObjectStore, bucket: str, name: str, data: bytes, known: str | None = _UNKNOWN
+) -> str:
     """An Object Store write as nats-py's ``put`` makes it (chunks on a new subject, then the meta message, then
     the chunks a previous version left are purged), with the look-up of that previous version sent while the
-    chunks are: one round trip less per write, two per capture (its pack and the manifest)."""
+    chunks are (one round trip less per write), or none when ``known`` gives its nuid (None: no object). Returns
+    the nuid written."""
     stream, nuid = f"OBJ_{bucket}", uuid.uuid4().hex
     chunks = f"$O.{bucket}.C.{nuid}"
 
     async def previous() -> str | None:
+        if known != _UNKNOWN:
+            return known
         try:
             info = await store.get_info(name)
         except (ObjectNotFoundError, ObjectDeletedError):
@@ -159,3 +190,4 @@ async def _put(js: JetStreamContext, store: ObjectStore, bucket: str, name: str,
         raise
     if old is not None and old != nuid:
         await js.purge_stream(stream, subject=f"$O.{bucket}.C.{old}")
+    return nuid

@@ -136,7 +136,9 @@ class Durable:
                 # will name is stored before the manifest is written, as always.
                 # Both finish before either's failure is raised: no write of this capture outlives it.
                 got, put = await asyncio.gather(
-                    self._fresh(where), self.archive.put(where.pack(commit), fresh.data), return_exceptions=True
+                    self._fresh(where),
+                    self.archive.put(where.pack(commit), fresh.data, new=True),
+                    return_exceptions=True,
                 )
                 for failed in (got, put):
                     if isinstance(failed, BaseException):
@@ -263,7 +265,7 @@ class Durable:
             # The incremental capture's pack holds every object of ``commit`` its parent lacks, and the archive
             # holds the parent's: no git process, the bytes as they are on disk.
             if sent is None:
-                await self.archive.put(where.pack(commit), fresh.data)
+                await self.archive.put(where.pack(commit), fresh.data, new=True)
             manifest.stored[commit] = Stored(pack=commit, after=[fresh.parent])
             return
         # Cut against where the workspace was (the new commit's parent, as a rule) and the newest commit stored:
@@ -272,7 +274,7 @@ class Durable:
         after = list(
             dict.fromkeys(c for c in (manifest.head, next(reversed(manifest.stored), None)) if c in manifest.stored)
         )
-        await self.archive.put(where.pack(commit), await self._pack(repo, [commit], after))
+        await self.archive.put(where.pack(commit), await self._pack(repo, [commit], after), new=True)
         manifest.stored[commit] = Stored(pack=commit, after=after)
 
     async def _snapshot(self, repo: Repo, commits: list[str]) -> bytes:

@@ -16,7 +16,7 @@ class MemoryArchive:
         self.puts = 0
         self.put_bytes = 0
 
-    async def put(self, name: str, data: bytes) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
         self._up("put", name)
         self.blobs[name] = bytes(data)
         self.puts += 1
