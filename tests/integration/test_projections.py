@@ -86,6 +86,12 @@ async def write_thread(log: EventLog, thread: str) -> int:
     return seq
 
 
+async def complete_reply(log: EventLog, thread: str, last: int) -> int:
+    """Append the completion of ``write_thread``'s streamed reply (``msg_2``) with the text "done"."""
+    done = ev.MessageCompleted(message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done")
+    return await log.append("proj", thread, last, [envelope(thread, done, 20)])
+
+
 @pytest.fixture
 async def projector(nc, redis):
     await streams.ensure(nc.jetstream())
@@ -126,20 +132,7 @@ async def test_a_thread_lost_from_redis_is_refolded_from_the_log(nc, redis, proj
     await redis.delete(f"treadle:{{proj}}:thread:{thread}")
     await redis.hdel("treadle:{proj}:runs", "run_1", "node_1")  # a restarted Redis lost the index with it
     projector._states.clear()  # as after a restart: nothing cached in memory either
-    seq = await log.append(
-        "proj",
-        thread,
-        last,
-        [
-            envelope(
-                thread,
-                ev.MessageCompleted(
-                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
-                ),
-                20,
-            )
-        ],
-    )
+    seq = await complete_reply(log, thread, last)
 
     async def refolded():
         state = await store.view("proj", thread)
@@ -161,20 +154,7 @@ async def test_a_restarted_projector_writes_only_what_the_next_event_changed(nc,
     key = f"treadle:{{proj}}:thread:{thread}"
     await redis.hset(key, "l:messages:0", b"untouched")  # the user's message: the next event does not change it
     projector._states.clear()  # as after a restart: nothing cached in memory
-    seq = await log.append(
-        "proj",
-        thread,
-        last,
-        [
-            envelope(
-                thread,
-                ev.MessageCompleted(
-                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
-                ),
-                20,
-            )
-        ],
-    )
+    seq = await complete_reply(log, thread, last)
 
     async def written():
         return int(await redis.hget(key, "seq") or 0) >= seq
@@ -190,20 +170,7 @@ async def test_changed_parts_are_never_written_on_top_of_a_flushed_document(nc, 
     last = await write_thread(log, thread)
     await wait_for(lambda: store.doc("proj", thread), what="first projection")
     await redis.delete(f"treadle:{{proj}}:thread:{thread}")  # the projector still caches the thread
-    seq = await log.append(
-        "proj",
-        thread,
-        last,
-        [
-            envelope(
-                thread,
-                ev.MessageCompleted(
-                    message_id="msg_2", run_id="run_1", attempt_id="att_1", node_id="node_1", text="done"
-                ),
-                20,
-            )
-        ],
-    )
+    seq = await complete_reply(log, thread, last)
 
     async def whole():
         state = await store.view("proj", thread)
