@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -65,10 +66,7 @@ class WarmPool:
             return [self._warm.pop(own[0].request.session_id)]
         if len(self._warm) < self.size:
             return []
-        counts: dict[str, int] = {}
-        for warm in self._warm.values():
-            counts[warm.request.tenant] = counts.get(warm.request.tenant, 0) + 1
-        busiest = max(counts, key=lambda t: counts[t])
+        busiest = Counter(w.request.tenant for w in self._warm.values()).most_common(1)[0][0]
         return [self._warm.pop(self.of(busiest)[0].request.session_id)]
 
     def add(self, warm: Warm) -> None:

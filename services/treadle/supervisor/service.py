@@ -63,6 +63,12 @@ LAST_WORDS = 64  # at most this many earlier messages of a provider thread read 
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested", "thread.moved")
 
 
+def _observe_end(run: Run | None) -> None:
+    """A run the fold just ended counts in the run-duration histogram."""
+    if run is not None and run.ended_at is not None:
+        RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+
+
 class Supervisor:
     """``log``, ``checkpoints`` and ``hosts``: the ports it works through, over ``nc`` unless given (tests pass
     the in-memory twins of ``treadle.memory``)."""
@@ -259,8 +265,7 @@ class Supervisor:
                 ctx,
                 causation_id=provider_cause(seq, event.index, event.attempt_id or ""),
             )
-        if run is not None and run.ended_at is not None:
-            RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+        _observe_end(run)
         return state, False
 
     async def _end_with(
@@ -283,8 +288,7 @@ class Supervisor:
         events = sv.finalize(state, run, end.body, capture, ctx, carried=carried)
         causation = provider_cause(seq, end.index, end.attempt_id or "")
         await self._append(tenant, thread, state, events, ctx, causation_id=causation)
-        if run.ended_at is not None:
-            RUN_DURATION.labels(run.status).observe((run.ended_at - run.queued_at).total_seconds())
+        _observe_end(run)
         return state
 
     # --- steps -------------------------------------------------------------------------------------
