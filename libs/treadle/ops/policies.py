@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
 from treadle.core.ids import is_token
 from treadle.core.policy import TenantPolicy, validated
+from treadle.eventlog.kv_bucket import LazyBucket
 
 from . import audit
 
@@ -21,12 +21,7 @@ BUCKET = "treadle-policies"
 class PolicyStore:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
-        self._kv: KeyValue | None = None
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self._js.key_value(BUCKET)
-        return self._kv
+        self._bucket = LazyBucket(js, BUCKET)
 
     async def get(self, tenant: str) -> TenantPolicy:
         """Read on every decision that needs it, so a change applies to the next command: a direct get where the

@@ -11,11 +11,11 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
 
 from treadle.api.schedules import Schedule
 from treadle.core.errors import Conflict, NotFound
 from treadle.core.ids import is_id, is_token
+from treadle.eventlog.kv_bucket import LazyBucket
 
 BUCKET = "treadle-schedules"
 _decode = msgspec.json.Decoder(Schedule).decode
@@ -34,12 +34,7 @@ class Stale(Exception):
 class ScheduleStore:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
-        self._kv: KeyValue | None = None
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self._js.key_value(BUCKET)
-        return self._kv
+        self._bucket = LazyBucket(js, BUCKET)
 
     async def create(self, tenant: str, schedule: Schedule) -> int:
         return await (await self._bucket()).create(key(tenant, schedule.schedule_id), msgspec.json.encode(schedule))

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
 from treadle.core.credentials import MintingHost, SessionCredential, in_force, needs_touch, refusal
 from treadle.core.ids import is_token
+from treadle.eventlog.kv_bucket import LazyBucket
 from treadle.eventlog.kv_latest import latest
 
 from .tokens import digest
@@ -35,19 +35,12 @@ def is_session_credential(token: str) -> bool:
 class SessionCredentials:
     def __init__(self, js: JetStreamContext) -> None:
         self._js = js
-        self._kv: KeyValue | None = None
-        self._hosts: KeyValue | None = None
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self._js.key_value(BUCKET)
-        return self._kv
+        self._bucket = LazyBucket(js, BUCKET)
+        self._hosts = LazyBucket(js, HOSTS)
 
     async def _minting_host(self, host_id: str) -> MintingHost | None:
-        if self._hosts is None:
-            self._hosts = await self._js.key_value(HOSTS)
         try:
-            entry = await self._hosts.get(host_id)
+            entry = await (await self._hosts()).get(host_id)
         except KeyNotFoundError:
             return None
         return msgspec.json.decode(entry.value, type=MintingHost) if entry.value else None

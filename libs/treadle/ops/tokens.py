@@ -15,10 +15,10 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError
-from nats.js.kv import KeyValue
 
 from treadle.core.ids import is_token
 from treadle.core.policy import ROLES
+from treadle.eventlog.kv_bucket import LazyBucket
 
 from . import audit
 
@@ -49,14 +49,9 @@ class UnknownToken(LookupError):
 class TokenStore:
     def __init__(self, js: JetStreamContext, cache_seconds: float = 5.0) -> None:
         self._js = js
-        self._kv: KeyValue | None = None
+        self._bucket = LazyBucket(js, BUCKET)
         self._cache: dict[str, tuple[float, Principal | None]] = {}
         self._ttl = cache_seconds
-
-    async def _bucket(self) -> KeyValue:
-        if self._kv is None:
-            self._kv = await self._js.key_value(BUCKET)
-        return self._kv
 
     async def create(self, tenant: str, user: str, role: str = "member") -> str:
         if not (is_token(tenant) and is_token(user)):
