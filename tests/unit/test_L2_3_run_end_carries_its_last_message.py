@@ -16,6 +16,7 @@ from treadle.core import provider_events as pe
 from treadle.core.ctx import reaction_ctx
 from treadle.core.events import decode_event
 from treadle.core.run import supervision as sv
+from treadle.core.run.model import Run
 from treadle.core.state import ThreadState, evolve
 from treadle.core.trimming import MAX_EVENT_BYTES
 from treadle.projections import changes as changes_
@@ -104,6 +105,23 @@ def test_L2_3_the_projections_writes_of_a_run_end_carrying_a_message_reassemble_
         assert document.assemble(stored[e.thread]) == msgspec.json.encode(thread_view(state)), e.seq
 
 
+def _turn_end(state: ThreadState, run: Run, index: int, status: str) -> pe.ProviderEvent:
+    """The provider's report that ``run``'s turn ended, as part ``index`` of its message."""
+    assert state.thread is not None
+    return pe.ProviderEvent(
+        id="evt_p",
+        tenant="acme",
+        thread=state.thread.id,
+        session_id="ps_1",
+        provider_thread_id="pth",
+        run_id=run.id,
+        attempt_id=run.attempt.id,
+        index=index,
+        at=run.queued_at,
+        body=pe.TurnCompleted(status=status),
+    )
+
+
 def _burst_end(text: str) -> tuple[ThreadState, list[ev.Payload]]:
     """A thread whose run streamed ``text`` and reported its completion and the turn's end in one burst."""
     state = new_thread()
@@ -113,18 +131,7 @@ def _burst_end(text: str) -> tuple[ThreadState, list[ev.Payload]]:
     apply(state, [ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id="ps_1", turn_id="turn_1")])
     apply(state, [ev.MessageDelta(message_id="msg_a", run_id=run.id, attempt_id=att.id, node_id="n", text="par")])
     completion = ev.MessageCompleted(message_id="msg_a", run_id=run.id, attempt_id=att.id, node_id="n", text=text)
-    then = pe.ProviderEvent(
-        id="evt_p",
-        tenant="acme",
-        thread=state.thread.id,
-        session_id="ps_1",
-        provider_thread_id="pth",
-        run_id=run.id,
-        attempt_id=att.id,
-        index=3,
-        at=run.queued_at,
-        body=pe.TurnCompleted(status="completed"),
-    )
+    then = _turn_end(state, run, 3, "completed")
     carried = sv.carried_message(state, sv.Reaction([completion]), then)
     assert carried is completion
     capture = ev.CheckpointCaptured(checkpoint_id="ckpt_1", run_id=run.id, ordinal=1, status="completed")
@@ -166,18 +173,7 @@ def test_L2_3_no_carrying_once_an_interrupt_was_asked():
     apply(state, [ev.RunStarted(run_id=run.id, attempt_id=att.id, session_id="ps_1", turn_id="turn_1")])
     apply(state, [ev.InterruptRequested(run_id=run.id, attempt_id=att.id)])
     completion = ev.MessageCompleted(message_id="msg_a", run_id=run.id, attempt_id=att.id, node_id="n", text="t")
-    then = pe.ProviderEvent(
-        id="evt_p",
-        tenant="acme",
-        thread=state.thread.id,
-        session_id="ps_1",
-        provider_thread_id="pth",
-        run_id=run.id,
-        attempt_id=att.id,
-        index=2,
-        at=run.queued_at,
-        body=pe.TurnCompleted(status="interrupted"),
-    )
+    then = _turn_end(state, run, 2, "interrupted")
     assert sv.carried_message(state, sv.Reaction([completion]), then) is None
 
 
