@@ -406,12 +406,34 @@ async def test_a_rollback_s_retired_checkpoints_do_not_come_back(volume: Volume)
     assert fresh.previous_commit == base.commit and not fresh.unchanged
 
 
+async def test_L9_a_capture_the_caller_never_recorded_comes_back_with_its_files(volume: Volume):
+    """A node captured run 2 into the archive and was lost before its reply left: the thread's log still ends at
+    checkpoint 1, and the workspace is hydrated at it elsewhere. It comes back as the disk held it, so the capture's
+    retry, which finds ordinal 2's ref made, names a checkpoint whose files are in the workspace."""
+    await volume.client.prepare(TENANT, volume.thread, WS)
+    volume.write({"m0.txt": "zero\n"})
+    await volume.capture(0, None, status="baseline")
+    volume.write({"m1.txt": "one\n"})
+    recorded = await volume.capture(1, 0)
+    volume.write({"m2.txt": "two\n"})
+    unrecorded = await volume.capture(2, 1)
+    volume.lose_disk()
+    made = await volume.hydrate(commit=recorded.commit)  # what the log knows
+    assert made.created and made.commit == unrecorded.commit
+    assert volume.read() == {"m0.txt": "zero\n", "m1.txt": "one\n", "m2.txt": "two\n"}
+    retried = await volume.capture(2, 1)
+    assert retried.commit == unrecorded.commit and [f.path for f in retried.files] == ["m2.txt"]
+
+
 async def test_a_checkpoint_is_found_by_the_id_its_capture_was_given(volume: Volume):
     await volume.client.prepare(TENANT, volume.thread, WS)
     volume.write({"a.txt": "one\n"})
     first = await volume.capture(0, None, status="baseline", checkpoint_id="ckpt_first")
     volume.write({"a.txt": "two\n"})
     await volume.capture(1, 0, checkpoint_id="ckpt_second")
+    await volume.client.restore(  # the head back at the first (a later head would come back instead)
+        Restore(tenant=TENANT, thread=volume.thread, workspace=WS, restore_id="rbk_1", commit=first.commit)
+    )
     volume.lose_disk()
     made = await volume.hydrate(checkpoint_id="ckpt_first")
     assert made.created and made.commit == first.commit and made.checkpoint_id == "ckpt_first"

@@ -5,8 +5,9 @@ Into a workspace that is missing or empty: the thread's packs are indexed into i
 the archive's bytes only, nothing fetched from anywhere else), its checkpoint refs are set as the manifest
 names them (so diff, restore and rollback work as before) and the checkpoint's tree is checked out through the
 private index, in a directory beside the final one that is renamed into place: a crash never leaves half a
-workspace. A workspace that exists and whose git dir holds that checkpoint is left as it is (idempotent); one
-that holds something else is refused. Paths are validated exactly as ``prepare`` validates them.
+workspace. The workspace comes back as the disk held it: at the archive's head when that descends from the
+checkpoint asked for (``_as_left``). A workspace that exists and whose git dir holds that checkpoint is left as it
+is (idempotent); one that holds something else is refused. Paths are validated exactly as ``prepare`` validates them.
 """
 
 from __future__ import annotations
@@ -203,6 +204,7 @@ async def _build(
             async with exclusive(repo):
                 packs = await _objects(ws, durable, repo, where, manifest)
                 refs = await _refs(ws, repo, where, manifest)
+                commit, tree = await _as_left(ws, repo, manifest, commit, tree)
                 with contextlib.suppress(FileNotFoundError):
                     repo.index.unlink()  # the private index of a lost worktree: the one built here replaces it
                 # The private index becomes the checkpoint's tree, with the stat data of the files it writes, so
@@ -227,6 +229,21 @@ async def _build(
         refs=refs,
         packs=packs,
     )
+
+
+async def _as_left(ws: Workspaces, repo: Repo, manifest: Manifest, commit: str, tree: str) -> tuple[str, str]:
+    """What the lost disk held: the archive's head when it descends from the requested checkpoint, else that
+    checkpoint. A head past it is a capture the caller's log has not recorded yet (a node lost before its reply
+    left): the capture's retry then finds its ref made from the very worktree it names, never a ref ahead of a
+    worktree that lacks its files."""
+    head = manifest.head
+    if head is None or head == commit:
+        return commit, tree
+    check_commit(head, "head")
+    rc, _, _ = await ws.git.run(repo, "merge-base", "--is-ancestor", commit, head)
+    if rc != 0:  # not on the requested checkpoint's line (a rollback's restore left the head elsewhere)
+        return commit, tree
+    return head, manifest.head_tree or (await ws.git.check(repo, "rev-parse", f"{head}^{{tree}}")).decode().strip()
 
 
 async def _objects(ws: Workspaces, durable: Durable, repo: Repo, where: Where, manifest: Manifest) -> int:

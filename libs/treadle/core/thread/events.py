@@ -29,7 +29,8 @@ class ThreadCreated(Payload, kw_only=True):
 @event("thread.moved", local=True, other_runs=True, provider_threads=True)
 class ThreadMoved(Payload, kw_only=True):
     """The thread's home changed (a volume forgotten, an operator's move): its workspace is restored on
-    ``to_volume`` from ``checkpoint_id`` (None: its last durable checkpoint, or empty when it has none)."""
+    ``to_volume`` from ``checkpoint_id`` (None: its last durable checkpoint, or empty when it has none), or from
+    a later capture of it that the archive holds and this log has not recorded yet."""
 
     from_volume: str
     to_volume: str
