@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
+import nats
+import pytest
+from nats.errors import Error as NatsError
+
 from treadle.eventlog import streams, subjects
 from treadle.gateway import sse
+from treadle.ops.servers import NatsServer
 
 
 async def test_an_idle_stream_sends_keepalives_then_the_next_event(nc, monkeypatch):
@@ -24,3 +29,20 @@ async def test_an_idle_stream_sends_keepalives_then_the_next_event(nc, monkeypat
         assert frame == b'event: live.delta\ndata: {"text":"hi"}\n\n'
     finally:
         await frames.aclose()
+
+
+async def test_a_stream_the_broker_cannot_open_fails_at_once_and_leaves_no_subscription(tmp_path):
+    """No events stream (a broker that lost it, or not yet made): the first frame raises the broker's error, which
+    the route answers as a typed 503 before any byte of the stream, and the live subscription made first is gone."""
+    server = NatsServer(tmp_path / "nats", auth=False)  # its own: the shared one holds the streams
+    await server.start()
+    conn = await nats.connect(server.url)
+    try:
+        frames = sse.thread_events(conn, "acme", "thr_nostream", 0)
+        with pytest.raises(NatsError):
+            await anext(frames)
+        left = [sub.subject for sub in conn._subs.values()]  # nats-py's table of this connection's subscriptions
+        assert all(subject.endswith(".*") for subject in left), left  # only its request inbox
+    finally:
+        await conn.close()
+        await server.stop()

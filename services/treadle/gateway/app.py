@@ -238,9 +238,19 @@ async def stream_events(
     holder = getattr(request.state, "stream_holder", None) or token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read
     stream = slots.held(holder, who.tenant, thread_events(app_state(request).nc, who.tenant, thread, start))
+    # Subscribed before the answer starts: a broker that does not answer is a typed 503, not a cut stream.
+    connected = await anext(stream)
     return Stream(
-        stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        _after(connected, stream),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+async def _after(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for frame in rest:
+        yield frame
 
 
 READY_PING_SECONDS = 1.0  # a Redis that cannot answer a PING this quickly cannot serve reads either

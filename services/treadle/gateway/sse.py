@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.eventlog import subjects
@@ -82,18 +83,26 @@ class _Inbox:
 
 
 async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:
+    """The thread's frames from stream sequence ``after`` on, with its live deltas. The first frame comes once
+    both subscriptions are made (the route waits for it, so a broker that does not answer is a 503)."""
     inbox = _Inbox()
-    js = nc.jetstream()
-    live = await nc.subscribe(subjects.live(tenant, thread), cb=inbox.receiver("live"))
     config = (
         ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
         if after
         else ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
     )
-    durable = await js.subscribe(
-        subjects.thread_events(tenant, thread), cb=inbox.receiver("evt"), ordered_consumer=True, config=config
-    )
+    subs: list[Subscription] = []
     try:
+        subs.append(await nc.subscribe(subjects.live(tenant, thread), cb=inbox.receiver("live")))
+        subs.append(
+            await nc.jetstream().subscribe(
+                subjects.thread_events(tenant, thread),
+                stream=subjects.EVENTS_STREAM,  # known: no JetStream API request to look it up
+                cb=inbox.receiver("evt"),
+                ordered_consumer=True,
+                config=config,
+            )
+        )
         yield b": connected\n\n"
         while not inbox.overflow:
             if not inbox.items:
@@ -109,6 +118,6 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
             yield b"".join(chunk)
     finally:
         inbox.close()
-        for sub in (live, durable):
+        for sub in subs:
             with contextlib.suppress(Exception):  # the connection may already be draining at shutdown
                 await sub.unsubscribe()
