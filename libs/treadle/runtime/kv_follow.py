@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import cast
@@ -32,7 +32,8 @@ class Record:
     key: str
     value: bytes | None  # None: deleted or purged
     revision: int
-    stored_at: datetime | None = None  # the broker's time of this revision (None when it did not say)
+    # the broker's time of this revision (None when it did not say); a revision is the same record whenever read
+    stored_at: datetime | None = field(default=None, compare=False)
 
 
 async def follow(
