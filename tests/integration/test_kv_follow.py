@@ -40,6 +40,7 @@ async def test_a_bucket_made_after_the_follower_started_is_followed_from_its_fir
         else:
             assert await _next(items) is Mark.LOADED
         assert stored == Record("a.1", b"one", first)
+        assert isinstance(stored, Record) and stored.stored_at is not None  # the broker's time of the revision
 
         changed = await kv.put("a.1", b"two")
         assert await _next(items) == Record("a.1", b"two", changed)

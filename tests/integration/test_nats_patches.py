@@ -125,6 +125,32 @@ async def test_patch_6_a_context_s_connection_and_api_prefix_reach_the_broker(nc
     assert msgspec.json.decode(answer.data)["type"] == "io.nats.jetstream.api.v1.account_info_response"
 
 
+async def test_patch_7_an_ordered_consumer_with_a_callback_loses_its_poller_and_flow_control_still_flows(
+    stream,
+) -> None:
+    """A few MiB through an ordered consumer whose poller is gone: the broker asks for flow control on the way
+    (a request left unanswered would stall the consumer), and every message arrives, in order."""
+    nc, name, prefix = stream
+    js = nc.jetstream()
+    count, size = 3000, 2048
+    for i in range(count):
+        await js.publish(f"{prefix}.bulk", b"%08d" % i + b"x" * size)
+    got: list[bytes] = []
+
+    async def take(msg: Msg) -> None:
+        got.append(msg.data[:8])
+
+    psub = await js.subscribe(f"{prefix}.bulk", cb=take, ordered_consumer=True)
+    nats_patches.stop_flow_control_poller(psub)
+    try:
+        task = psub._sub._jsi._fctask
+        await wait_for(lambda: task.done(), what="the poller cancelled")
+        await wait_for(lambda: len(got) == count, timeout=30, what="every message")
+        assert got == [b"%08d" % i for i in range(count)]
+    finally:
+        await psub.unsubscribe()
+
+
 async def test_with_another_nats_py_the_patches_stay_off_and_the_public_paths_carry_the_traffic(
     stream, monkeypatch, caplog
 ) -> None:

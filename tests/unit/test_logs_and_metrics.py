@@ -88,3 +88,19 @@ def test_each_process_exports_only_its_own_families_and_build_info():
         assert "treadle_build_info" in _families(text) and b'treadle_build_info{python="' in text
         assert b"process_" in text or b"python_gc" in text  # the runtime's own collectors stay
     assert metrics.exposition("unknown-kind")  # a kind with no families of its own still gets the common ones
+
+
+def test_a_line_s_timestamp_is_datetime_s_own_rounding_to_the_millisecond():
+    """The date and time are formatted once a second and the milliseconds added: the text is the one
+    ``datetime.fromtimestamp`` gives, also where its microsecond rounding carries into the next second."""
+
+    def reference(t: float) -> str:
+        moment = datetime.datetime.fromtimestamp(t, tz=datetime.UTC)
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+    base = 1_796_000_000
+    times = [base + k / 10_000 for k in range(20_000)]  # two seconds in 0.1 ms steps
+    times += [base + s + f for s in range(50) for f in (0.0, 0.0005, 0.9994995, 0.9995, 0.9999995, 0.99999951)]
+    times += [978286730.124, 0.0, 1.5e-7]
+    for t in times:
+        assert logs.utc_iso(t) == reference(t), t

@@ -30,8 +30,10 @@ The patches (``install`` puts 1–4 in place for every client of the process; wo
    ``_ackd``): an ack queued in the pending buffer without waking the flusher; it leaves with the next write,
    within ``WINDOW`` at the latest (a worker killed inside it gets those messages redelivered).
 6. A JetStream context's connection and API prefix (``JetStreamContext._nc``, ``_prefix``): read, never set.
+7. An ordered consumer's flow-control poller (``_JSI._fctask``): cancelled for a callback subscription (the SSE
+   streams), where it only woke four times a second per open stream to find nothing to answer.
 
-Each has its test on a real broker: tests/integration/test_nats_patches.py (the version, 1, 2, 6 and the
+Each has its test on a real broker: tests/integration/test_nats_patches.py (the version, 1, 2, 6, 7 and the
 public paths with the patches off), test_nats_writes.py (3), test_nats_direct.py (4), test_consumer_acks.py (5);
 tests/unit/test_nats_headers.py and test_nats_metadata.py compare 1 and 2 with nats-py's own on arbitrary input.
 
@@ -54,6 +56,8 @@ What upstream could take, one paragraph per patch:
    raising as ``ack`` does for a closed or draining connection and an acked message.
 6. Expose ``JetStreamContext.connection`` and ``JetStreamContext.api_prefix`` as read-only properties (a
    pull consumer built on ``CONSUMER.MSG.NEXT`` requests needs both).
+7. Start the flow-control poller only for a subscription without a callback, or answer a deferred
+   flow-control request from the message path instead of a 250 ms loop.
 """
 
 from __future__ import annotations
@@ -358,6 +362,22 @@ def connection_of(js: JetStreamContext) -> Client:
 def api_prefix(js: JetStreamContext) -> str:
     prefix: str = js._prefix
     return prefix
+
+
+# --- 7. an ordered consumer's flow-control poller -------------------------------------------------------
+
+
+def stop_flow_control_poller(psub: JetStreamContext.PushSubscription) -> None:
+    """Cancel the task nats-py starts for every ordered consumer to answer flow control late, when the
+    subscription has a callback: it wakes every 250 ms, and for such a subscription it never has anything to send.
+    (The read loop answers a flow-control request at once when ``delivered`` has reached the data before it; with
+    a callback ``delivered`` counts every message as it is read, so it always has.)"""
+    if not ACTIVE:
+        return
+    sub: Subscription = psub._sub
+    jsi = sub._jsi
+    if sub._cb is not None and jsi is not None and jsi._fctask is not None:
+        jsi._fctask.cancel()
 
 
 # --- installing 1–4 ------------------------------------------------------------------------------------

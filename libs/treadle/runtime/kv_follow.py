@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
+from typing import cast
 
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 log = logging.getLogger(__name__)
 RETRY = 1.0  # seconds between a watch ending and the next one opening
@@ -29,6 +32,8 @@ class Record:
     key: str
     value: bytes | None  # None: deleted or purged
     revision: int
+    # the broker's time of this revision (None when it did not say); a revision is the same record whenever read
+    stored_at: datetime | None = field(default=None, compare=False)
 
 
 async def follow(
@@ -45,7 +50,9 @@ async def follow(
                         await handle(Mark.LOADED)
                         continue
                     deleted = entry.operation in ("DEL", "PURGE") or not entry.value
-                    await handle(Record(entry.key, None if deleted else entry.value, entry.revision or 0))
+                    await handle(
+                        Record(entry.key, None if deleted else entry.value, entry.revision or 0, _stored_at(entry))
+                    )
             finally:
                 with contextlib.suppress(Exception):  # the connection may be gone with the watch
                     await watcher.stop()
@@ -54,3 +61,8 @@ async def follow(
         except Exception as exc:
             log.warning("watch of %s ended, opening it again: %r", bucket, exc)
         await asyncio.sleep(RETRY)  # backoff while the broker is away
+
+
+def _stored_at(entry: KeyValue.Entry) -> datetime | None:
+    """nats-py annotates ``created`` as an int, but a watch fills it with the message's timestamp (a datetime)."""
+    return cast("datetime | None", entry.created)

@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import datetime
 import logging
+import math
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -92,10 +93,19 @@ def current() -> dict[str, str]:
     return dict(_ids.get() or {})
 
 
+_second: list[Any] = [None, ""]  # the last whole second formatted, and its text up to the milliseconds
+
+
 def utc_iso(created: float) -> str:
-    """``2026-12-04T10:19:29.123Z``: ISO-8601, UTC, milliseconds."""
-    moment = datetime.datetime.fromtimestamp(created, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """``2026-12-04T10:19:29.123Z``: ISO-8601, UTC, milliseconds (the date and time part is formatted once a
+    second: lines come in bursts)."""
+    second = math.floor(created)
+    micros = round((created - second) * 1e6)  # as datetime.fromtimestamp rounds
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    if _second[0] != second:
+        _second[:] = [second, datetime.datetime.fromtimestamp(second, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.")]
+    return f"{_second[1]}{micros // 1000:03d}Z"
 
 
 class _JsonFormatter(logging.Formatter):
@@ -141,6 +151,9 @@ def setup(worker: str, level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # No format here prints the caller's file and line, the thread or the process: skip finding them per record.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.getLogger("nats").setLevel(logging.WARNING)
     adopt_library_loggers()
 

@@ -170,14 +170,27 @@ class PartitionDeliveries:
         self._lanes: dict[tuple[str, str], asyncio.Queue[tuple[Endpoint, Envelope, _Pending]]] = {}
         self._lane_tasks: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._pending: dict[int, _Pending] = {}  # stream sequence -> event not acknowledged yet
+        self._pull: LingeringPull | None = None  # None: standing down (no endpoint anywhere) or not started
 
     async def start(self) -> None:
+        if self._o.index.any():
+            self._pull = await self._open()
+        else:
+            await self._forget()
+        self._task = asyncio.create_task(self._loop(), name=f"deliveries:p{self.partition}")
+        self._progress = asyncio.create_task(self._keep_alive())
+
+    async def _open(self) -> LingeringPull:
+        """Follow the partition with its durable consumer: the one that exists, or a new one from the oldest
+        endpoint's creation (a partition that stood down) or from now (no time known)."""
+        since = self._o.index.since()
         config = ConsumerConfig(
             durable_name=self._durable,
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=ACK_WAIT,
             max_ack_pending=10_000,
-            deliver_policy=DeliverPolicy.NEW,
+            deliver_policy=DeliverPolicy.NEW if since is None else DeliverPolicy.BY_START_TIME,
+            opt_start_time=since,
             filter_subject=partitions.events_filter(self.partition),
         )
         js = self._o.js
@@ -192,14 +205,24 @@ class PartitionDeliveries:
                 with contextlib.suppress(NotFoundError):
                     await js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
                 again = dataclasses.replace(
-                    config, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=info.ack_floor.stream_seq + 1
+                    config,
+                    deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=info.ack_floor.stream_seq + 1,
+                    opt_start_time=None,
                 )
                 await js.add_consumer(subjects.EVENTS_STREAM, again)
         # Not nats-py's fetch: after a first message it waits out its whole timeout for a full batch.
-        self._pull = LingeringPull(js, subjects.EVENTS_STREAM, self._durable, self._o.own.batch)
-        await self._pull.start()
-        self._task = asyncio.create_task(self._loop(), name=f"deliveries:p{self.partition}")
-        self._progress = asyncio.create_task(self._keep_alive())
+        pull = LingeringPull(js, subjects.EVENTS_STREAM, self._durable, self._o.own.batch)
+        await pull.start()
+        return pull
+
+    async def _forget(self) -> None:
+        """Stand down: no endpoint anywhere, so no consumer (what it still held was for endpoints now gone)."""
+        pull, self._pull = self._pull, None
+        if pull is not None:
+            await pull.close()
+        with contextlib.suppress(NotFoundError):
+            await self._o.js.delete_consumer(subjects.EVENTS_STREAM, self._durable)
 
     async def stop(self, timeout: float = 10.0) -> None:
         """Take no more events; let the deliveries in hand finish for a while (a POST cut short is sent again by
@@ -214,7 +237,7 @@ class PartitionDeliveries:
         for task in lanes:
             task.cancel()
         await asyncio.gather(*lanes, return_exceptions=True)
-        untaken = await self._pull.close()
+        untaken = await self._pull.close() if self._pull is not None else []
         for msg in [*(p.msg for p in self._pending.values()), *untaken]:  # the next owner sends them at once
             with contextlib.suppress(Exception):
                 await msg.nak()
@@ -222,6 +245,12 @@ class PartitionDeliveries:
     async def _loop(self) -> None:
         while True:
             try:
+                if self._pull is None:
+                    await self._o.index.wanted.wait()
+                    self._pull = await self._open()
+                elif not self._o.index.any() and not self._pending:
+                    await self._forget()
+                    continue
                 msgs = await self._pull.take(IDLE_TURN)
             except Exception as exc:
                 log.warning("%s: fetch failed: %r", self._durable, exc)
