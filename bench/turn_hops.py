@@ -92,6 +92,10 @@ def label(subject: str, reply: str | None, data: bytes, thread: str, acks: dict[
         return "live publish" if parts[1] == "live" else (f"append {what}" if parts[1] == "evt" else f"publish {what}")
     if subject in acks:
         return acks.pop(subject)
+    if subject.startswith("treadle.projected.") and parts[3] == thread:
+        return f"projected notice {data.decode()}"
+    if subject.startswith("$JS.API.DIRECT.GET.") and thread.encode() in data:
+        return "direct get (a read's last sequence, or a log read)"
     if subject.startswith(("treadle.cmd.", "treadle.host.", "treadle.ckpt.", "treadle.place.", "treadle.warm.")):
         m = THREAD.search(data)
         name = None
@@ -152,6 +156,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     direct_marks: list[dict[str, float]] = []
     http_arrivals: list[list[float]] = []
     returned: list[float] = []  # wait_run's return after run.completed was seen on the SSE stream
+    ends: list[float] = []  # per turn: when the timeline ends (wait_run's return, or run.completed on SSE)
     walls: list[int] = []  # per turn: wall-clock ns minus perf_counter ns
     await direct.adapter.open_thread(None, "unused")
     try:
@@ -194,6 +199,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
                     else:
                         returned.append(0.0)
                     end = await asyncio.wait_for(f, 60)
+                    ends.append(end + returned[-1])
                     marks.append((t0, end, sent["run_id"]))
                     http_arrivals.append([t - t0 for t in arrivals.times[k:]])
                     await asyncio.sleep(0.2)  # a quiet gap, so a turn's tail is not the next one's head
@@ -208,12 +214,12 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
     warm = marks[2:]
     hop: dict[str, list[float]] = collections.defaultdict(list)
     timelines = []
-    for t0, end, _ in warm:
+    for (t0, end, _), until in zip(warm, ends[2:], strict=True):
         acks: dict[str, str] = {}
         seen: dict[str, float] = {}
         lines = []
         for t, subject, reply, data in records:
-            if not t0 - 0.002 <= t <= end + 0.002:
+            if not t0 - 0.002 <= t <= until + 0.002:
                 continue
             name = label(subject, reply, data, thread, acks)
             if name:

@@ -311,6 +311,12 @@ class ProjectionStore:
     async def doc(self, tenant: str, thread: str) -> bytes | None:
         return document.assemble(cast("dict[bytes, bytes]", await self._redis.hgetall(_keys(tenant, thread)[0])))
 
+    async def doc_at(self, tenant: str, thread: str) -> tuple[int, bytes] | None:
+        """The document with the sequence it reflects, from one read; None as ``doc``."""
+        stored = cast("dict[bytes, bytes]", await self._redis.hgetall(_keys(tenant, thread)[0]))
+        doc = document.assemble(stored)
+        return None if doc is None else (int(stored[b"seq"]), doc)
+
     async def read(self, tenant: str, thread: str, reader: Callable[[parts.Snapshot], Awaitable[T]]) -> T:
         """``reader`` over one snapshot of the thread's stored parts (``parts``), fetching only what it reads;
         ``parts.Missing`` when they are not (wholly) there in this view version."""

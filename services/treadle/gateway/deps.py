@@ -105,20 +105,29 @@ def wanted_seq(request: HttpRequest, min_seq: str | None) -> int | None:
 PROJECTION_WAIT = 2.0  # seconds a read waits for the projector before it folds the thread's log itself
 
 
-async def projected(request: HttpRequest, tenant: str, thread: str) -> bool:
-    """Whether the thread's projection reflects every event of the thread the stream held when the read came,
-    waiting up to ``PROJECTION_WAIT`` for the projector (it writes a few ms after the log has an event) and
-    waking on its notice. By default, not only with the client's ``min_seq``: a client that saw a run end on
-    the stream and reads it at once must see it ended, with or without the SDK. The client's ``min_seq`` asks
-    for no more than that (a larger one is another thread's sequence: the thread's last event is all it can
-    mean). False: the projector is further behind; read the log instead."""
+async def fresh(
+    request: HttpRequest, tenant: str, thread: str, read: Callable[[], Awaitable[tuple[int, T] | None]]
+) -> tuple[int, T] | None:
+    """What ``read`` finds in the projection (the sequence it reflects, and its answer), once it reflects every
+    event of the thread the stream held when the read came: it waits up to ``PROJECTION_WAIT`` for the projector
+    (it writes a few ms after the log has an event), woken by its notice. By default, not only with the client's
+    ``min_seq``: a client that saw a run end on the stream and reads it at once must see it ended, with or
+    without the SDK. The client's ``min_seq`` asks for no more than that (a larger one is another thread's
+    sequence: the thread's last event is all it can mean). None: not (wholly) in the projection, or the
+    projector is further behind: fold the log instead.
+
+    The read is made beside the direct get of the thread's last sequence, not after a look at the projection's:
+    when the projection has it, as nearly every read's does, the read costs one round trip less (the SDK's wait
+    for a run's end is one). A read found behind is made again once the projector has caught up."""
     state = app_state(request)
-    # One direct get (the thread's last sequence right now) beside one look at the projection: one round trip's
-    # time for a projection that has it, as nearly every read's is
-    target, have = await asyncio.gather(state.log.last_seq(tenant, thread), state.projections.seq(tenant, thread))
-    if have >= target:
-        return True
-    return await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT)
+    target, got = await asyncio.gather(state.log.last_seq(tenant, thread), read())
+    if got is not None and got[0] >= target:
+        return got
+    if not target:  # the log holds no event of the thread: nothing to wait for (an unknown id's 404)
+        return None
+    if not await notices.reached(state.nc, state.projections, tenant, thread, target, PROJECTION_WAIT):
+        return None
+    return await read()  # the projection never goes back: this one reflects ``target`` at least
 
 
 def _check_min_seq(request: HttpRequest, min_seq: str | None, *, own: bool) -> None:
@@ -133,13 +142,12 @@ async def thread_doc(
     request: HttpRequest, tenant: str, thread: str, min_seq: str | None = None, *, own: bool = True
 ) -> bytes:
     """The thread's document (its view's JSON); a thread missing from Redis is folded from the log on demand.
-    The read waits briefly for the projector to reach the thread's last event (``projected``), and folds the log
+    The read waits briefly for the projector to reach the thread's last event (``fresh``), and folds the log
     itself when the projector is further behind: a read never goes back in time.
     ``own=False``: a thread the request does not name (a lineage's parent), which the header does not concern."""
-    state = app_state(request)
     _check_min_seq(request, min_seq, own=own)
-    doc = await state.projections.doc(tenant, thread) if await projected(request, tenant, thread) else None
-    return doc if doc is not None else await folded_doc(request, tenant, thread)
+    got = await fresh(request, tenant, thread, lambda: app_state(request).projections.doc_at(tenant, thread))
+    return got[1] if got is not None else await folded_doc(request, tenant, thread)
 
 
 async def folded_doc(request: HttpRequest, tenant: str, thread: str) -> bytes:
@@ -165,12 +173,23 @@ async def thread_read(
     the guarantees of ``thread_doc``: when the projection is behind the thread's last event, or not (wholly)
     stored in this view version, the same answer is shaped by ``whole`` from the thread folded from its log."""
     _check_min_seq(request, min_seq, own=own)
-    if await projected(request, tenant, thread):
+
+    async def stored() -> tuple[int, T] | None:
+        snaps: list[Snapshot] = []
+
+        async def reader(snap: Snapshot) -> T:
+            snaps.append(snap)
+            return await read(snap)
+
         try:
-            found: T = await app_state(request).projections.read(tenant, thread, read)
-            return found
+            found = await app_state(request).projections.read(tenant, thread, reader)
         except Missing:
-            pass
+            return None
+        return (snaps[0].sequence if snaps and snaps[0].seq is not None else 0), found
+
+    got = await fresh(request, tenant, thread, stored)
+    if got is not None:
+        return got[1]
     return whole(_view_decoder.decode(await folded_doc(request, tenant, thread)))
 
 

@@ -39,9 +39,9 @@ from .deps import (
     app_state,
     documented,
     folded_doc,
+    fresh,
     json_response,
     path_id,
-    projected,
     wanted_seq,
 )
 from .errors import ApiError
@@ -119,13 +119,18 @@ async def items(
     from the stored items when the projection has them, else from the thread folded from its log (when the
     projection is behind, or not (wholly) stored in this view version)."""
     store = app_state(request).projections
-    if await projected(request, tenant, thread):
+
+    async def stored() -> tuple[int, tuple[int, int, list[bytes]]] | None:
         if name == "requests":  # a short list stored whole, not item by item
-            if (part := await store.part(tenant, thread, name)) is not None:
-                every = _raw_items.decode(part[1])
-                return part[0], len(every), [bytes(r) for r in every[start : start + count]]
-        elif (got := await store.slice(tenant, thread, name, start, count)) is not None:
-            return got.seq, got.total, got.items
+            if (part := await store.part(tenant, thread, name)) is None:
+                return None
+            every = _raw_items.decode(part[1])
+            return part[0], (part[0], len(every), [bytes(r) for r in every[start : start + count]])
+        got = await store.slice(tenant, thread, name, start, count)
+        return None if got is None else (got.seq, (got.seq, got.total, got.items))
+
+    if (found := await fresh(request, tenant, thread, stored)) is not None:
+        return found[1]
     doc = await folded_doc(request, tenant, thread)
     whole: Any = msgspec.json.decode(doc, type=_DOCS[name])
     every = getattr(whole, name)
