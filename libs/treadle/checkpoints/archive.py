@@ -237,20 +237,22 @@ async def _put(
                 raise failed
         old, count = cast(tuple[str | None, int], tuple(results))
         digest = hashlib.sha256(data).digest()
-        info = api.ObjectInfo(
-            name=name,
-            bucket=bucket,
-            nuid=nuid,
-            size=len(data),
-            chunks=count,
-            mtime=datetime.now(UTC).isoformat(),
-            digest="SHA-256=" + base64.urlsafe_b64encode(digest).decode(),
-            options=api.ObjectMetaOptions(max_chunk_size=_CHUNK),
-        )
+        # The meta as nats-py's ObjectInfo.as_dict() writes it, made directly (as_dict walks the dataclass).
+        info = {
+            "name": name,
+            "bucket": bucket,
+            "nuid": nuid,
+            "size": len(data),
+            "mtime": datetime.now(UTC).isoformat(),
+            "chunks": count,
+            "digest": "SHA-256=" + base64.urlsafe_b64encode(digest).decode(),
+            "deleted": False,
+            "options": {"max_chunk_size": _CHUNK},
+        }
         headers: dict[str, str] = {api.Header.ROLLUP: MSG_ROLLUP_SUBJECT}
         if last_seq is not None:
             headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE] = str(last_seq)
-        ack = await js.publish(_meta_subject(bucket, name), json.dumps(info.as_dict()).encode(), headers=headers)
+        ack = await js.publish(_meta_subject(bucket, name), json.dumps(info).encode(), headers=headers)
     except BaseException:
         with contextlib.suppress(Exception):  # best effort: the broker may be what failed
             await js.purge_stream(stream, subject=chunks)

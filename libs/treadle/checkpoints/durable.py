@@ -137,6 +137,7 @@ class Durable:
                     and (_holds(manifest, ref, commit) or not own)
                     and (checkpoint_id is None or manifest.ids.get(checkpoint_id) == commit)
                 ):
+                    self._put_back(where, holding, manifest)
                     return
                 if sent is not None and commit in manifest.stored and manifest.stored[commit].pack == commit:
                     del manifest.stored[commit]  # another writer's entry: its pack is the one just replaced
@@ -159,7 +160,7 @@ class Durable:
                     return
         raise CheckpointError("store_unavailable", f"the manifest of {where.thread} kept changing; try again")
 
-    async def sync(self, repo: Repo, where: Where, head: tuple[str, str] | None = None) -> Manifest:
+    async def sync(self, repo: Repo, where: Where, head: tuple[str, str] | None = None) -> None:
         """Make the manifest name exactly the thread's checkpoint refs of the git dir (after a restore moved
         or added some, or retention deleted some); ``head``: (commit, tree) the workspace is now at."""
         out = await self._git.check(
@@ -169,10 +170,11 @@ class Durable:
         async with _unavailable_is_typed():
             for _ in range(_ATTEMPTS):
                 holding, manifest = await self._current(where)
-                if not await self._follow(repo, where, manifest, refs, head) or await self._save(
-                    where, manifest, holding
-                ):
-                    return manifest
+                if not await self._follow(repo, where, manifest, refs, head):
+                    self._put_back(where, holding, manifest)
+                    return
+                if await self._save(where, manifest, holding):
+                    return
         raise CheckpointError("store_unavailable", f"the manifest of {where.thread} kept changing; try again")
 
     async def _follow(
@@ -206,11 +208,12 @@ class Durable:
         before = await self.load_typed(where)
         if before is None:
             return []
-        manifest = await self.sync(repo, where)
-        if set(manifest.refs) == set(before.refs) and manifest.head == before.head:
-            return []
+        await self.sync(repo, where)
         async with _unavailable_is_typed():
-            holding = self._holding(where)
+            holding, manifest = await self._current(where)
+            if set(manifest.refs) == set(before.refs) and manifest.head == before.head:
+                self._put_back(where, holding, manifest)
+                return []
             commits = sorted({e.commit for e in manifest.refs.values()} | ({manifest.head} if manifest.head else set()))
             before_packs = {s.pack for s in manifest.stored.values()}
             manifest.stored = {}
@@ -242,19 +245,22 @@ class Durable:
         return _copy(manifest)
 
     async def _current(self, where: Where) -> tuple[Holding, Manifest]:
-        """The manifest to change (this process's copy, else read), with what the archive must still hold for
-        the change to be written (``_save``)."""
-        known = self._known.get(where)
+        """The manifest to change, with what the archive must still hold for the change to be written
+        (``_save``). This process's copy itself, taken out of the cache (no copy made of it, however long the
+        thread): a successful ``_save`` (or ``_put_back``, unchanged) returns it; a change that fails half-way
+        leaves no copy, and the next change reads the manifest again."""
+        known = self._known.pop(where, None)
         if known is None:
             await self.load(where)
-            known = self._known.get(where)
+            known = self._known.pop(where, None)
         if known is None:
             return Holding(None), Manifest()
-        return Holding(known[0]), _copy(known[1])
+        return Holding(known[0]), known[1]
 
-    def _holding(self, where: Where) -> Holding:
-        known = self._known.get(where)
-        return Holding(known[0] if known is not None else None)
+    def _put_back(self, where: Where, holding: Holding, manifest: Manifest) -> None:
+        """A manifest from ``_current`` that was not changed, back in the cache."""
+        if holding.digest is not None:
+            self._known[where] = (holding.digest, manifest)
 
     async def load_typed(self, where: Where) -> Manifest | None:
         async with _unavailable_is_typed():
@@ -272,15 +278,15 @@ class Durable:
         self._known.pop(where, None)
 
     async def _save(self, where: Where, manifest: Manifest, holding: Holding) -> bool:
-        """Write ``manifest`` if the archive still holds ``holding``; False: another process wrote it since (this
-        process's copy is dropped, so the caller's next ``_current`` reads it again)."""
+        """Write ``manifest`` (from ``_current``: the caller changes it no more) if the archive still holds
+        ``holding``; False: another process wrote it since (the caller's next ``_current`` reads it again)."""
         data = _encode.encode(manifest)
         self._known.pop(where, None)  # unknown until the write is known to have landed
         try:
             await self.archive.put(where.manifest, data, holding=holding)
         except ArchiveConflict:
             return False
-        self._known[where] = (hashlib.sha256(data).hexdigest(), _decode.decode(data))  # not the caller's to change
+        self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
         return True
 
     async def _store(
