@@ -92,7 +92,7 @@ class JetStreamArchive:
             # forgotten until this write is known to have landed
             seen = self._versions.pop(name, None)
             if holding is not None:
-                if seen is None or seen.digest != holding.digest:
+                if seen is None or seen.digest != holding.digest or seen.seq is None:
                     seen = await self._version(await self._store(), name)
                 if seen.digest != holding.digest:
                     self._remember(name, seen)
@@ -112,20 +112,14 @@ class JetStreamArchive:
 
     async def get(self, name: str) -> bytes | None:
         async def get() -> bytes | None:
-            store = await self._store()
             self._versions.pop(name, None)
-            seen = await self._version(store, name)
-            if seen.digest is None:
-                self._remember(name, seen)
-                return None
             try:
-                got = await store.get(name)
+                got = await (await self._store()).get(name)
             except (ObjectNotFoundError, ObjectDeletedError):
                 return None
-            data = bytes(got.data or b"")
-            if hashlib.sha256(data).hexdigest() == seen.digest:  # else rewritten in between: looked up next time
-                self._remember(name, seen)
-            return data
+            # Its sequence is not in what nats-py returns: a conditional write of it looks that up first.
+            self._remember(name, _Version(_hex(got.info.digest), got.info.nuid, None))
+            return bytes(got.data or b"")
 
         return await self._bounded("get", name, get())
 
@@ -159,8 +153,7 @@ class JetStreamArchive:
         seq = msg.seq or 0
         if info.deleted:
             return _Version(None, None, seq)
-        digest = base64.urlsafe_b64decode((info.digest or "").removeprefix("SHA-256=")).hex()  # the Object Store's
-        return _Version(digest or None, info.nuid, seq)
+        return _Version(_hex(info.digest), info.nuid, seq)
 
     def _remember(self, name: str, version: _Version) -> None:
         self._versions[name] = version
@@ -192,7 +185,12 @@ _WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: the subject's last seque
 class _Version(NamedTuple):
     digest: str | None  # hex SHA-256 of the data (None: no object)
     nuid: str | None  # its chunks' nuid
-    seq: int  # the stream sequence of its meta message (0: none ever)
+    seq: int | None  # the stream sequence of its meta message (0: none ever; None: not known)
+
+
+def _hex(digest: str | None) -> str | None:
+    """The Object Store's digest (``SHA-256=<urlsafe base64>``) as hex."""
+    return base64.urlsafe_b64decode((digest or "").removeprefix("SHA-256=")).hex() or None
 
 
 def _meta_subject(bucket: str, name: str) -> str:
