@@ -19,12 +19,13 @@ import nats
 import pytest
 
 from tests.support.volumes import OnVolume
-from treadle.checkpoints.archive import ArchiveUnavailable, JetStreamArchive
+from treadle.checkpoints.archive import ArchiveUnavailable, Holding, JetStreamArchive
 from treadle.checkpoints.client import CheckpointClient
-from treadle.checkpoints.durable import Manifest
+from treadle.checkpoints.durable import Manifest, _decode
 from treadle.checkpoints.git import Workspaces
 from treadle.checkpoints.hydrate import Hydrate, request_hydrate
 from treadle.checkpoints.protocol import Capture, CheckpointError, DiffRequest, Prune, RefName, Restore
+from treadle.checkpoints.repo import workspace_key
 from treadle.checkpoints_service.service import CheckpointService
 from treadle.eventlog import streams
 from treadle.memory import MemoryArchive
@@ -41,8 +42,8 @@ class Counting:
         self.puts: list[tuple[str, int]] = []
         self.deletes: list[str] = []
 
-    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
-        await self.inner.put(name, data, new=new)
+    async def put(self, name: str, data: bytes, *, new: bool = False, holding: Holding | None = None) -> None:
+        await self.inner.put(name, data, new=new, holding=holding)
         self.puts.append((name, len(data)))
 
     async def get(self, name: str) -> bytes | None:
@@ -327,11 +328,11 @@ class FailingManifestWrite(MemoryArchive):
 
     fail_next_manifest = False
 
-    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False, holding: Holding | None = None) -> None:
         if self.fail_next_manifest and name.endswith("/manifest"):
             self.fail_next_manifest = False
             raise ArchiveUnavailable(f"put {name}: unavailable")
-        await super().put(name, data, new=new)
+        await super().put(name, data, new=new, holding=holding)
 
 
 async def test_a_manifest_write_that_failed_leaves_the_checkpoint_to_the_retry(nats_url, tmp_path):
@@ -548,3 +549,56 @@ async def test_L9_captures_after_a_full_capture_or_off_the_watched_tree_store_ev
             )
         )
         assert checkpointed() == states[n]
+
+
+async def test_a_node_with_a_stale_manifest_never_drops_what_another_node_archived(nats_url, tmp_path):
+    """A thread taken over by another node while this one still runs: each writes the manifest from its own copy
+    with no read before the write, so the archive refuses the stale one, which reads it again and adds its
+    checkpoint to the other's. Both are in the archive, and a third node hydrates either."""
+    nc, nc_b = await nats.connect(nats_url), await nats.connect(nats_url)
+    await streams.ensure(nc.jetstream())
+    thread = f"thr_{uuid.uuid4().hex[:8]}"
+    nodes = [
+        Workspaces(tmp_path / n / "ws", tmp_path / n / "shadow", archive=JetStreamArchive(c.jetstream()))
+        for n, c in (("a", nc), ("b", nc_b), ("c", nc), ("d", nc_b))
+    ]
+    a, b, c, d = nodes
+
+    def write(node: Workspaces, name: str, text: str) -> None:
+        (node.tenant_root(TENANT) / WS / name).write_text(text)
+
+    async def capture(node: Workspaces, ordinal: int, previous: int | None):
+        return await node.capture(
+            Capture(tenant=TENANT, thread=thread, workspace=WS, ordinal=ordinal, previous_ordinal=previous)
+        )
+
+    try:
+        await a.prepare(TENANT, thread, WS)
+        write(a, "a.txt", "one\n")
+        await capture(a, 0, None)
+        write(a, "a.txt", "two\n")
+        one = await capture(a, 1, 0)
+        assert (await b.hydrate(Hydrate(tenant=TENANT, thread=thread, workspace=WS))).commit == one.commit
+        write(b, "b.txt", "b's\n")
+        on_b = await capture(b, 2, 1)
+        write(a, "a.txt", "a's\n")
+        on_a = await capture(a, 3, 1)  # a's copy of the manifest predates b's write
+        data = await a.durable.archive.get(f"{TENANT}/{workspace_key(WS)}/{thread}/manifest")  # type: ignore[union-attr]
+        assert data is not None
+        manifest = _decode.decode(data)
+        assert {manifest.refs[r.ref].commit for r in (one, on_b, on_a)} == {one.commit, on_b.commit, on_a.commit}
+        assert manifest.head == on_a.commit and {on_a.commit, on_b.commit} <= set(manifest.stored)
+        for node, commit, files in (
+            (c, on_b.commit, {"a.txt": "two\n", "b.txt": "b's\n"}),
+            (d, on_a.commit, {"a.txt": "a's\n"}),
+        ):
+            assert (
+                await node.hydrate(Hydrate(tenant=TENANT, thread=thread, workspace=WS, commit=commit))
+            ).commit == commit
+            top = node.tenant_root(TENANT) / WS
+            assert {p.name: p.read_text() for p in top.iterdir() if p.is_file()} == files
+    finally:
+        for node in nodes:
+            node.close()
+        await nc_b.close()
+        await nc.close()

@@ -1,6 +1,7 @@
 """The checkpoint archive port's contract (``ports.CheckpointArchive``), run on the JetStream Object Store (a real
 broker) and on the in-memory twin: whole writes read back byte for byte, last write wins, a missing or deleted
-name reads as None, deletes are idempotent, and a store that does not answer fails as ``ArchiveUnavailable``."""
+name reads as None, deletes are idempotent, a conditional write lands only on the version it was made from, and a
+store that does not answer fails as ``ArchiveUnavailable``."""
 
 from __future__ import annotations
 
@@ -12,18 +13,19 @@ from collections.abc import AsyncIterator
 import nats
 import pytest
 
-from treadle.checkpoints.archive import BUCKET, ArchiveUnavailable, JetStreamArchive
+from treadle.checkpoints.archive import BUCKET, ArchiveConflict, ArchiveUnavailable, Holding, JetStreamArchive
 from treadle.eventlog import streams
 from treadle.memory import MemoryArchive
 from treadle.ops.servers import NatsServer
 
 
 class Outage:
-    """An archive, and a way to make it stop answering."""
+    """An archive, and a way to make it stop answering; ``other``: another process's view of the same store."""
 
-    def __init__(self, archive, down) -> None:
+    def __init__(self, archive, down, other=None) -> None:
         self.archive = archive
         self.down = down
+        self.other = other if other is not None else archive
 
 
 @pytest.fixture(params=["jetstream", "memory"])
@@ -40,10 +42,13 @@ async def store(request, tmp_path) -> AsyncIterator[Outage]:
     server = NatsServer(tmp_path / "nats", auth=False)
     await server.start()
     nc = await nats.connect(server.url, max_reconnect_attempts=1, reconnect_time_wait=0.1)
+    nc2 = await nats.connect(server.url, max_reconnect_attempts=1, reconnect_time_wait=0.1)
     try:
         await streams.ensure(nc.jetstream())
-        yield Outage(JetStreamArchive(nc.jetstream(), timeout=5.0), server.stop)
+        other = JetStreamArchive(nc2.jetstream(), timeout=5.0)
+        yield Outage(JetStreamArchive(nc.jetstream(), timeout=5.0), server.stop, other)
     finally:
+        await nc2.close()
         await nc.close()
         await server.stop()
 
@@ -75,6 +80,31 @@ async def test_a_digest_names_the_content_without_reading_it(store):
     assert await store.archive.digest(held) == hashlib.sha256(b"manifest v2").hexdigest()
     await store.archive.delete(held)
     assert await store.archive.digest(held) is None
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_a_conditional_write_lands_only_on_the_version_it_was_made_from(store):
+    """A manifest's writers (a node, and one that took its thread over): a write made from a version another
+    wrote over is refused whole, whatever this process last saw, and the version it would have replaced stays."""
+    held = name()
+    await store.archive.put(held, b"v1", holding=Holding(None))  # nothing there: created
+    with pytest.raises(ArchiveConflict):
+        await store.archive.put(held, b"v1 again", holding=Holding(None))
+    await store.archive.put(held, b"v2", holding=Holding(sha(b"v1")))
+    await store.other.put(held, b"v3 elsewhere", holding=Holding(sha(b"v2")))  # the other process knew nothing
+    with pytest.raises(ArchiveConflict):  # this one last wrote v2 itself: the store, not its memory, decides
+        await store.archive.put(held, b"v3 here", holding=Holding(sha(b"v2")))
+    assert await store.archive.get(held) == b"v3 elsewhere"
+    await store.archive.put(held, b"v4", holding=Holding(sha(b"v3 elsewhere")))
+    assert await store.other.get(held) == b"v4"
+    await store.other.delete(held)
+    with pytest.raises(ArchiveConflict):
+        await store.archive.put(held, b"v5", holding=Holding(sha(b"v4")))
+    await store.archive.put(held, b"v5", holding=Holding(None))  # deleted: as if never written
+    assert await store.other.get(held) == b"v5"
 
 
 async def test_deletes_are_idempotent_and_deleted_names_read_as_none(store):

@@ -13,18 +13,19 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar, cast
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext, api
-from nats.js.errors import ObjectDeletedError, ObjectNotFoundError
+from nats.js.errors import APIError, NotFoundError, ObjectDeletedError, ObjectNotFoundError
 from nats.js.kv import MSG_ROLLUP_SUBJECT
 from nats.js.object_store import ObjectStore
 
 from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
 
-__all__ = ["BUCKET", "ArchiveUnavailable", "CheckpointArchive", "JetStreamArchive"]
+__all__ = ["BUCKET", "ArchiveConflict", "ArchiveUnavailable", "CheckpointArchive", "Holding", "JetStreamArchive"]
 
 
 T = TypeVar("T")
@@ -34,15 +35,29 @@ class ArchiveUnavailable(Exception):
     """The archive did not answer, or refused: nothing can be made durable (or read back) now."""
 
 
+class ArchiveConflict(Exception):
+    """A conditional write found the name holding something else than the writer based its data on: nothing
+    was written; read it again and redo the change."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What a conditional write expects the name to hold: the SHA-256 (hex) of its data (None: nothing)."""
+
+    digest: str | None
+
+
 class CheckpointArchive(Protocol):
     """Named blobs off the node (git packs and manifests of checkpoints): as durable as the event log. Writes
     are whole and last-write-wins; a name never written, or deleted, reads as None. A store that does not
     answer raises ``ArchiveUnavailable``."""
 
-    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False, holding: Holding | None = None) -> None:
         """``new``: the caller knows of no earlier object under ``name`` (a pack of a commit its manifest does not
         list), so the archive need not look for one to replace; one left by a write that failed before its
-        manifest named it (another node's, rarely) then stays as unreferenced bytes, never as a wrong read."""
+        manifest named it (another node's, rarely) then stays as unreferenced bytes, never as a wrong read.
+        ``holding``: write only if ``name`` still holds that, checked atomically with the write; else
+        ``ArchiveConflict`` and nothing changed (a manifest's writers: one read-modify-write never undoes another)."""
         ...
 
     async def get(self, name: str) -> bytes | None: ...
@@ -66,34 +81,51 @@ class JetStreamArchive:
         self._name = bucket
         self._timeout = timeout
         self._bucket: ObjectStore | None = None
-        # The chunks' nuid of names this process last read the meta of or wrote (None: no object), so that a
-        # rewrite needs no look-up of the version it replaces: a manifest's is read by its digest check just
-        # before (durable.py), which is as recent as the look-up was. Bounded; a miss looks it up as before.
-        self._nuids: OrderedDict[str, str | None] = OrderedDict()
+        # The version of names this process last read the meta of or wrote, so that a rewrite needs no look-up
+        # of the version it replaces (its chunks' nuid), and a conditional one none of what the name holds (its
+        # meta message's sequence, which the broker checks as it stores the new meta). Bounded; a miss looks it
+        # up as before.
+        self._versions: OrderedDict[str, _Version] = OrderedDict()
 
-    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False, holding: Holding | None = None) -> None:
         async def put() -> None:
-            known = self._nuids.pop(
-                name, None if new else _UNKNOWN
-            )  # forgotten until this write is known to have landed
-            nuid = await _put(self._js, await self._store(), self._name, name, data, known)
-            self._remember(name, nuid)
+            # forgotten until this write is known to have landed
+            seen = self._versions.pop(name, None)
+            if holding is not None:
+                if seen is None or seen.digest != holding.digest or seen.seq is None:
+                    seen = await self._version(await self._store(), name)
+                if seen.digest != holding.digest:
+                    self._remember(name, seen)
+                    raise ArchiveConflict(f"checkpoint archive {self._name}: {name} changed")
+            known = seen.nuid if seen is not None else None if new else _UNKNOWN
+            try:
+                written = await _put(
+                    self._js, await self._store(), self._name, name, data, known, seen.seq if holding and seen else None
+                )
+            except APIError as exc:
+                if exc.err_code == _WRONG_LAST_SEQUENCE:
+                    raise ArchiveConflict(f"checkpoint archive {self._name}: {name} changed") from None
+                raise
+            self._remember(name, written)
 
         await self._bounded("put", name, put())
 
     async def get(self, name: str) -> bytes | None:
         async def get() -> bytes | None:
+            self._versions.pop(name, None)
             try:
                 got = await (await self._store()).get(name)
             except (ObjectNotFoundError, ObjectDeletedError):
                 return None
+            # Its sequence is not in what nats-py returns: a conditional write of it looks that up first.
+            self._remember(name, _Version(_hex(got.info.digest), got.info.nuid, None))
             return bytes(got.data or b"")
 
         return await self._bounded("get", name, get())
 
     async def delete(self, name: str) -> None:
         async def delete() -> None:
-            self._nuids.pop(name, None)
+            self._versions.pop(name, None)
             try:
                 await (await self._store()).delete(name)
             except (ObjectNotFoundError, ObjectDeletedError):
@@ -103,24 +135,31 @@ class JetStreamArchive:
 
     async def digest(self, name: str) -> str | None:
         async def digest() -> str | None:
-            self._nuids.pop(name, None)
-            try:
-                info = await (await self._store()).get_info(name)
-            except (ObjectNotFoundError, ObjectDeletedError):
-                self._remember(name, None)
-                return None
-            self._remember(name, None if info.deleted else info.nuid)
-            if info.deleted or not info.digest:
-                return None
-            return base64.urlsafe_b64decode(info.digest.removeprefix("SHA-256=")).hex()  # the Object Store's
+            self._versions.pop(name, None)
+            seen = await self._version(await self._store(), name)
+            self._remember(name, seen)
+            return seen.digest
 
         return await self._bounded("digest", name, digest())
 
-    def _remember(self, name: str, nuid: str | None) -> None:
-        self._nuids[name] = nuid
-        self._nuids.move_to_end(name)
-        while len(self._nuids) > _NUIDS_KEPT:
-            self._nuids.popitem(last=False)
+    async def _version(self, store: ObjectStore, name: str) -> _Version:
+        """What ``name`` holds now, from its meta message (one request)."""
+        meta = _meta_subject(self._name, name)
+        try:
+            msg = await self._js.get_last_msg(f"OBJ_{self._name}", meta)
+        except NotFoundError:
+            return _Version(None, None, 0)
+        info = api.ObjectInfo.from_response(json.loads(msg.data or b"{}"))
+        seq = msg.seq or 0
+        if info.deleted:
+            return _Version(None, None, seq)
+        return _Version(_hex(info.digest), info.nuid, seq)
+
+    def _remember(self, name: str, version: _Version) -> None:
+        self._versions[name] = version
+        self._versions.move_to_end(name)
+        while len(self._versions) > _VERSIONS_KEPT:
+            self._versions.popitem(last=False)
 
     async def _store(self) -> ObjectStore:
         if self._bucket is None:
@@ -133,27 +172,50 @@ class JetStreamArchive:
                 return await step
         except (TimeoutError, NatsError, OSError) as exc:  # nats.errors.Error: every client and API error
             self._bucket = None  # looked up again next time (the bucket may be re-created)
-            self._nuids.clear()
+            self._versions.clear()
             raise ArchiveUnavailable(f"checkpoint archive {self._name}: {verb} {name} failed: {exc!r}") from None
 
 
 _CHUNK = 128 * 1024  # the Object Store's default chunk size, as nats-py writes it
-_NUIDS_KEPT = 4096
+_VERSIONS_KEPT = 4096
 _UNKNOWN = "?"  # not a nuid nats writes
+_WRONG_LAST_SEQUENCE = 10071  # JetStream's error code: the subject's last sequence is not the expected one
+
+
+class _Version(NamedTuple):
+    digest: str | None  # hex SHA-256 of the data (None: no object)
+    nuid: str | None  # its chunks' nuid
+    seq: int | None  # the stream sequence of its meta message (0: none ever; None: not known)
+
+
+def _hex(digest: str | None) -> str | None:
+    """The Object Store's digest (``SHA-256=<urlsafe base64>``) as hex."""
+    return base64.urlsafe_b64decode((digest or "").removeprefix("SHA-256=")).hex() or None
+
+
+def _meta_subject(bucket: str, name: str) -> str:
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
 
 
 async def _put(
-    js: JetStreamContext, store: ObjectStore, bucket: str, name: str, data: bytes, known: str | None = _UNKNOWN
-) -> str:
+    js: JetStreamContext,
+    store: ObjectStore,
+    bucket: str,
+    name: str,
+    data: bytes,
+    known: str | None = _UNKNOWN,
+    last_seq: int | None = None,
+) -> _Version:
     """An Object Store write as nats-py's ``put`` makes it (chunks on a new subject, then the meta message, then
     the chunks a previous version left are purged), with the look-up of that previous version sent while the
-    chunks are (one round trip less per write), or none when ``known`` gives its nuid (None: no object). Returns
-    the nuid written."""
+    chunks are (one round trip less per write), or none when ``known`` gives its nuid (None: no object).
+    ``last_seq``: the meta is stored only if it replaces that meta message (else the broker refuses it, and the
+    chunks go). Returns the version written."""
     stream, nuid = f"OBJ_{bucket}", uuid.uuid4().hex
     chunks = f"$O.{bucket}.C.{nuid}"
 
     async def previous() -> str | None:
-        if known != _UNKNOWN:
+        if known != _UNKNOWN or last_seq is not None:  # a conditional write knows the nuid it replaces
             return known
         try:
             info = await store.get_info(name)
@@ -172,22 +234,27 @@ async def _put(
             if isinstance(failed, BaseException):
                 raise failed
         old, count = cast(tuple[str | None, int], tuple(results))
-        info = api.ObjectInfo(
-            name=name,
-            bucket=bucket,
-            nuid=nuid,
-            size=len(data),
-            chunks=count,
-            mtime=datetime.now(UTC).isoformat(),
-            digest="SHA-256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode(),
-            options=api.ObjectMetaOptions(max_chunk_size=_CHUNK),
-        )
-        meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
-        await js.publish(meta, json.dumps(info.as_dict()).encode(), headers={api.Header.ROLLUP: MSG_ROLLUP_SUBJECT})
+        digest = hashlib.sha256(data).digest()
+        # The meta as nats-py's ObjectInfo.as_dict() writes it, made directly (as_dict walks the dataclass).
+        info = {
+            "name": name,
+            "bucket": bucket,
+            "nuid": nuid,
+            "size": len(data),
+            "mtime": datetime.now(UTC).isoformat(),
+            "chunks": count,
+            "digest": "SHA-256=" + base64.urlsafe_b64encode(digest).decode(),
+            "deleted": False,
+            "options": {"max_chunk_size": _CHUNK},
+        }
+        headers: dict[str, str] = {api.Header.ROLLUP: MSG_ROLLUP_SUBJECT}
+        if last_seq is not None:
+            headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE] = str(last_seq)
+        ack = await js.publish(_meta_subject(bucket, name), json.dumps(info).encode(), headers=headers)
     except BaseException:
         with contextlib.suppress(Exception):  # best effort: the broker may be what failed
             await js.purge_stream(stream, subject=chunks)
         raise
     if old is not None and old != nuid:
         await js.purge_stream(stream, subject=f"$O.{bucket}.C.{old}")
-    return nuid
+    return _Version(digest.hex(), nuid, ack.seq)

@@ -18,15 +18,14 @@ every kept checkpoint and deletes the packs before it. Git runs as every checkpo
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from treadle.checkpoints.archive import ArchiveUnavailable
+from treadle.checkpoints.archive import ArchiveConflict, ArchiveUnavailable, Holding
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.refs import thread_prefix
 from treadle.checkpoints.repo import FreshPack, Repo
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
     from treadle.checkpoints.archive import CheckpointArchive
 
 __all__ = ["Durable", "Entry", "Manifest", "Where"]
+
+_ATTEMPTS = 4  # conditional writes of one change before it fails (each lost to another writer of the manifest)
 
 
 class Entry(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,13 +99,14 @@ class Where:
 
 class Durable:
     """Copies a git dir's checkpoints to the archive. Callers hold the git dir's lock (git.Workspaces), so the
-    manifest of a thread has one writer at a time; it is read again before every write."""
+    manifest of a thread has one writer per node; a node that took the thread over may write it too, so every
+    write of it is conditional on the archive still holding the version it was made from."""
 
     def __init__(self, archive: CheckpointArchive, git: GitRunner) -> None:
         self.archive = archive
         self._git = git
-        # The manifest as this process last wrote or read it, with its SHA-256: checked against the archive's
-        # digest (no read) before it is used for a write, since another process may have written since.
+        # The manifest as this process last wrote or read it, with its SHA-256: what a write made from it
+        # expects the archive to hold (another process may have written since: then it is read again).
         self._known: dict[Where, tuple[str, Manifest]] = {}
 
     async def keep(
@@ -120,45 +122,45 @@ class Durable:
     ) -> None:
         """A capture's checkpoint (``ref`` holds ``commit``) in the archive before the capture answers; a
         commit the archive already holds costs no request (the unchanged capture, ``own`` False: most).
-        An unchanged capture writes no ref: its commit is recorded under its holder only if the archive lacks it."""
-        known = self._known.get(where, (None, None))[1]
-        if (
-            known is not None
-            and known.head == commit
-            and (_holds(known, ref, commit) or not own)
-            and (checkpoint_id is None or known.ids.get(checkpoint_id) == commit)
-        ):
-            return
-        fresh = repo.fresh if own and repo.fresh is not None and repo.fresh.commit == commit else None
-        async with _unavailable_is_typed():
-            if fresh is not None and known is not None and fresh.parent in known.stored and commit not in known.stored:
-                # The pack as the capture wrote it goes while the cached manifest is checked: what the manifest
-                # will name is stored before the manifest is written, as always.
-                # Both finish before either's failure is raised: no write of this capture outlives it.
-                got, put = await asyncio.gather(
-                    self._fresh(where),
-                    self.archive.put(where.pack(commit), fresh.data, new=True),
-                    return_exceptions=True,
-                )
-                for failed in (got, put):
-                    if isinstance(failed, BaseException):
-                        raise failed
-                manifest = cast(Manifest | None, got) or Manifest()
-                if commit in manifest.stored:  # another writer stored it since: that entry's pack was just replaced
-                    del manifest.stored[commit]
-                await self._store(repo, where, manifest, commit, sent=fresh)
-                manifest.refs[ref] = Entry(commit=commit, tree=tree)
-            else:
-                manifest = await self._fresh(where) or Manifest()
-                if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
-                    await self._store(repo, where, manifest, commit)
-                    manifest.refs[ref] = Entry(commit=commit, tree=tree)
-            manifest.head, manifest.head_tree = commit, tree
-            if checkpoint_id is not None:
-                manifest.ids[checkpoint_id] = commit
-            await self._save(where, manifest)
+        An unchanged capture writes no ref: its commit is recorded under its holder only if the archive lacks it.
 
-    async def sync(self, repo: Repo, where: Where, head: tuple[str, str] | None = None) -> Manifest:
+        The manifest is changed from this process's copy and written only if the archive still holds that copy
+        (a conditional write, no read before it); when another process wrote it since, it is read again and the
+        change made anew."""
+        fresh = repo.fresh if own and repo.fresh is not None and repo.fresh.commit == commit else None
+        sent: FreshPack | None = None  # the capture's own pack, once it is stored under ``commit``'s name
+        async with _unavailable_is_typed():
+            for _ in range(_ATTEMPTS):
+                holding, manifest = await self._current(where)
+                if (
+                    manifest.head == commit
+                    and (_holds(manifest, ref, commit) or not own)
+                    and (checkpoint_id is None or manifest.ids.get(checkpoint_id) == commit)
+                ):
+                    self._put_back(where, holding, manifest)
+                    return
+                if sent is not None and commit in manifest.stored and manifest.stored[commit].pack == commit:
+                    del manifest.stored[commit]  # another writer's entry: its pack is the one just replaced
+                if (
+                    fresh is not None
+                    and sent is None
+                    and fresh.parent in manifest.stored
+                    and commit not in manifest.stored
+                ):
+                    # The pack as the capture wrote it (no git process); the manifest names it only once it is stored.
+                    await self.archive.put(where.pack(commit), fresh.data, new=True)
+                    sent = fresh
+                if not _holds(manifest, ref, commit) and (own or commit not in manifest.stored):
+                    manifest.refs[ref] = Entry(commit=commit, tree=tree)
+                await self._store(repo, where, manifest, commit, sent=sent)
+                manifest.head, manifest.head_tree = commit, tree
+                if checkpoint_id is not None:
+                    manifest.ids[checkpoint_id] = commit
+                if await self._save(where, manifest, holding):
+                    return
+        raise CheckpointError("store_unavailable", f"the manifest of {where.thread} kept changing; try again")
+
+    async def sync(self, repo: Repo, where: Where, head: tuple[str, str] | None = None) -> None:
         """Make the manifest name exactly the thread's checkpoint refs of the git dir (after a restore moved
         or added some, or retention deleted some); ``head``: (commit, tree) the workspace is now at."""
         out = await self._git.check(
@@ -166,23 +168,38 @@ class Durable:
         )
         refs = {name: (commit, tree) for name, commit, tree in (line.split("\0") for line in out.decode().splitlines())}
         async with _unavailable_is_typed():
-            manifest = await self._fresh(where) or Manifest()
-            changed = False
-            for name in [n for n in manifest.refs if n not in refs]:
-                del manifest.refs[name]
+            for _ in range(_ATTEMPTS):
+                holding, manifest = await self._current(where)
+                if not await self._follow(repo, where, manifest, refs, head):
+                    self._put_back(where, holding, manifest)
+                    return
+                if await self._save(where, manifest, holding):
+                    return
+        raise CheckpointError("store_unavailable", f"the manifest of {where.thread} kept changing; try again")
+
+    async def _follow(
+        self,
+        repo: Repo,
+        where: Where,
+        manifest: Manifest,
+        refs: dict[str, tuple[str, str]],
+        head: tuple[str, str] | None,
+    ) -> bool:
+        """``manifest`` changed to name exactly ``refs`` (and ``head``); False: it already did."""
+        changed = False
+        for name in [n for n in manifest.refs if n not in refs]:
+            del manifest.refs[name]
+            changed = True
+        for name, (commit, tree) in refs.items():
+            if not _holds(manifest, name, commit):
+                await self._store(repo, where, manifest, commit)
+                manifest.refs[name] = Entry(commit=commit, tree=tree)
                 changed = True
-            for name, (commit, tree) in refs.items():
-                if not _holds(manifest, name, commit):
-                    await self._store(repo, where, manifest, commit)
-                    manifest.refs[name] = Entry(commit=commit, tree=tree)
-                    changed = True
-            if head is not None and manifest.head != head[0]:
-                await self._store(repo, where, manifest, head[0])
-                manifest.head, manifest.head_tree = head
-                changed = True
-            if changed:
-                await self._save(where, manifest)
-        return manifest
+        if head is not None and manifest.head != head[0]:
+            await self._store(repo, where, manifest, head[0])
+            manifest.head, manifest.head_tree = head
+            changed = True
+        return changed
 
     async def compact(self, repo: Repo, where: Where) -> list[str]:
         """Retention: the manifest follows the refs retention left, and the packs only pruned checkpoints
@@ -191,10 +208,12 @@ class Durable:
         before = await self.load_typed(where)
         if before is None:
             return []
-        manifest = await self.sync(repo, where)
-        if set(manifest.refs) == set(before.refs) and manifest.head == before.head:
-            return []
+        await self.sync(repo, where)
         async with _unavailable_is_typed():
+            holding, manifest = await self._current(where)
+            if set(manifest.refs) == set(before.refs) and manifest.head == before.head:
+                self._put_back(where, holding, manifest)
+                return []
             commits = sorted({e.commit for e in manifest.refs.values()} | ({manifest.head} if manifest.head else set()))
             before_packs = {s.pack for s in manifest.stored.values()}
             manifest.stored = {}
@@ -205,7 +224,8 @@ class Durable:
                 manifest.shallow = commits
             gone = sorted(before_packs - {s.pack for s in manifest.stored.values()})
             manifest.ids = {i: c for i, c in manifest.ids.items() if c in manifest.stored}
-            await self._save(where, manifest)
+            if not await self._save(where, manifest, holding):  # nothing deleted: the next sweep compacts again
+                raise CheckpointError("store_unavailable", f"the manifest of {where.thread} changed during retention")
             for name in gone:
                 await self.archive.delete(where.pack(name))
         return gone
@@ -224,12 +244,23 @@ class Durable:
         self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
         return _copy(manifest)
 
-    async def _fresh(self, where: Where) -> Manifest | None:
-        """The manifest, from this process's copy when the archive still holds that (one small request)."""
-        known = self._known.get(where)
-        if known is not None and await self.archive.digest(where.manifest) == known[0]:
-            return _copy(known[1])
-        return await self.load(where)
+    async def _current(self, where: Where) -> tuple[Holding, Manifest]:
+        """The manifest to change, with what the archive must still hold for the change to be written
+        (``_save``). This process's copy itself, taken out of the cache (no copy made of it, however long the
+        thread): a successful ``_save`` (or ``_put_back``, unchanged) returns it; a change that fails half-way
+        leaves no copy, and the next change reads the manifest again."""
+        known = self._known.pop(where, None)
+        if known is None:
+            await self.load(where)
+            known = self._known.pop(where, None)
+        if known is None:
+            return Holding(None), Manifest()
+        return Holding(known[0]), known[1]
+
+    def _put_back(self, where: Where, holding: Holding, manifest: Manifest) -> None:
+        """A manifest from ``_current`` that was not changed, back in the cache."""
+        if holding.digest is not None:
+            self._known[where] = (holding.digest, manifest)
 
     async def load_typed(self, where: Where) -> Manifest | None:
         async with _unavailable_is_typed():
@@ -246,11 +277,17 @@ class Durable:
     def forget(self, where: Where) -> None:
         self._known.pop(where, None)
 
-    async def _save(self, where: Where, manifest: Manifest) -> None:
+    async def _save(self, where: Where, manifest: Manifest, holding: Holding) -> bool:
+        """Write ``manifest`` (from ``_current``: the caller changes it no more) if the archive still holds
+        ``holding``; False: another process wrote it since (the caller's next ``_current`` reads it again)."""
         data = _encode.encode(manifest)
         self._known.pop(where, None)  # unknown until the write is known to have landed
-        await self.archive.put(where.manifest, data)
-        self._known[where] = (hashlib.sha256(data).hexdigest(), _decode.decode(data))  # not the caller's to change
+        try:
+            await self.archive.put(where.manifest, data, holding=holding)
+        except ArchiveConflict:
+            return False
+        self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
+        return True
 
     async def _store(
         self, repo: Repo, where: Where, manifest: Manifest, commit: str, *, sent: FreshPack | None = None

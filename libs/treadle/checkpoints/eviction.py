@@ -104,14 +104,17 @@ async def evict(
 async def revive(ws: Workspaces, slot: _Workspace, tenant: str, path: Path, tenant_root: Path) -> bool:
     """Under the workspace's lock: an evicted workspace is rebuilt from the archive as it was left. True when it
     was; False when it was not evicted (one stat)."""
-    relative = path.relative_to(tenant_root).as_posix()
-    stone = tombstone(ws._shadow_root, tenant, relative)
+    stone = slot.stone
+    if stone is None:  # the slot is the resolved path's: its record's name, made once
+        stone = slot.stone = tombstone(ws._shadow_root, tenant, path.relative_to(tenant_root).as_posix())
     try:
         left = _decode(stone.read_bytes())
     except FileNotFoundError:
         return False
     except msgspec.DecodeError:
+        relative = path.relative_to(tenant_root).as_posix()
         raise CheckpointError("internal", f"the eviction record of {relative!r} is unreadable") from None
+    relative = path.relative_to(tenant_root).as_posix()
     rebuilt = False
     if not os.path.lexists(path):
         durable = ws.durable

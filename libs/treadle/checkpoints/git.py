@@ -76,6 +76,7 @@ class _Workspace:
     users: int = 0
     used: float = field(default_factory=time.monotonic)  # when a request last touched it (eviction's first look)
     repos: dict[Path, Repo] = field(default_factory=dict)
+    stone: Path | None = None  # where its eviction record would be (eviction.tombstone), once asked
 
 
 class Workspaces:
@@ -115,6 +116,10 @@ class Workspaces:
         self._tenant_roots: dict[str, Path] = {}
         self._workspaces: OrderedDict[Path, _Workspace] = OrderedDict()
         self._shadows: dict[tuple[str, str, Path], Path] = {}  # (tenant, thread, resolved workspace) -> git dir
+        # (tenant, workspace as asked) -> the path it is while no component is a symlink, and the components to
+        # lstat (every request) to know that it still is: the string work done once, the file system's every time.
+        self._paths: dict[tuple[str, str], tuple[Path, tuple[str, ...]]] = {}
+        self._wheres: dict[tuple[str, str, Path], Where] = {}  # (tenant, thread, worktree) -> where in the archive
 
     def close(self) -> None:
         """Release the git worker threads (after the service has stopped sending requests)."""
@@ -231,7 +236,14 @@ class Workspaces:
 
     def where(self, tenant: str, thread: str, repo: Repo) -> Where:
         """Where the archive keeps ``thread``'s checkpoints of the workspace ``repo`` serves."""
-        return Where(tenant, workspace_key(repo.worktree.relative_to(self.tenant_root(tenant)).as_posix()), thread)
+        key = (tenant, thread, repo.worktree)
+        where = self._wheres.get(key)
+        if where is None:
+            if len(self._wheres) >= _SHADOWS_KEPT:
+                self._wheres.clear()
+            relative = repo.worktree.relative_to(self.tenant_root(tenant)).as_posix()
+            where = self._wheres[key] = Where(tenant, workspace_key(relative), thread)
+        return where
 
     async def _compact(self, tenant: str, repo: Repo, deleted: list[str]) -> None:
         """Retention in the archive: each thread that lost refs here loses them (and the packs only they needed)
@@ -257,6 +269,9 @@ class Workspaces:
     # -- workspaces and git dirs ---------------------------------------------------------------
 
     def _resolve(self, tenant: str, workspace: str) -> tuple[Path, Path]:
+        known = self._paths.get((tenant, workspace))
+        if known is not None and _unlinked(known[1]):
+            return known[0], self._tenant_roots[tenant]
         rel = PurePosixPath(workspace)
         if not workspace or "\0" in workspace or rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise CheckpointError("path_escape", f"invalid workspace path {workspace!r}")
@@ -264,8 +279,17 @@ class Workspaces:
             tenant_root = self._tenant_roots.get(tenant)
             if tenant_root is None:  # Treadle's own directory, not the agent's: resolved once
                 tenant_root = self._tenant_roots[tenant] = self._tenant_root(tenant)
-            # The agent's: resolved every time (symlinks may change), by lstat alone while there is none.
-            path = _unlinked(tenant_root, rel) or (tenant_root / rel).resolve()
+            # The agent's: resolved every time (symlinks may change), by lstat alone while there is none. Below
+            # the resolved tenant root, with no "..", no symlink and every component there, the path is its own
+            # resolved path, inside the root.
+            components = tuple(f"{tenant_root}/{PurePosixPath(*rel.parts[: i + 1])}" for i in range(len(rel.parts)))
+            if _unlinked(components):
+                path = Path(components[-1])
+                if len(self._paths) >= _SHADOWS_KEPT:
+                    self._paths.clear()
+                self._paths[(tenant, workspace)] = (path, components)
+            else:
+                path = (tenant_root / rel).resolve()
         except (OSError, RuntimeError) as e:  # RuntimeError: symlink loop
             raise CheckpointError("bad_request", f"cannot resolve workspace {workspace!r}: {e}") from None
         if path == tenant_root or not path.is_relative_to(tenant_root):
@@ -472,15 +496,13 @@ def _harden(gitdir: Path, owner: tuple[int, int] | None) -> None:
     make_dirs(gitdir / "treadle", owner)
 
 
-def _unlinked(top: Path, rel: PurePosixPath) -> Path | None:
-    """``top / rel`` when every component below ``top`` (resolved) exists and none is a symlink: then it is its
-    own resolved path, found with one lstat per component. None: resolve it (a symlink, or something missing)."""
-    path = str(top)
-    for part in rel.parts:
-        path += "/" + part
+def _unlinked(components: tuple[str, ...]) -> bool:
+    """Every one of ``components`` (a path's, below the resolved tenant root, outermost first) exists and none is a
+    symlink: one lstat each. False: resolve it (a symlink, or something missing)."""
+    for path in components:
         try:
             if stat.S_ISLNK(os.lstat(path).st_mode):
-                return None
+                return False
         except OSError:
-            return None
-    return Path(path)
+            return False
+    return True

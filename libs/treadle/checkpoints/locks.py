@@ -28,7 +28,7 @@ async def exclusive(repo: Repo) -> AsyncIterator[None]:
         await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
     try:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(repo.index.with_name("index.lock"))
+            os.unlink(f"{repo.gitdir}/treadle/index.lock")  # repo.index's lock
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from treadle.checkpoints.archive import ArchiveUnavailable
+from treadle.checkpoints.archive import ArchiveConflict, ArchiveUnavailable, Holding
 
 
 class MemoryArchive:
@@ -16,8 +16,10 @@ class MemoryArchive:
         self.puts = 0
         self.put_bytes = 0
 
-    async def put(self, name: str, data: bytes, *, new: bool = False) -> None:
+    async def put(self, name: str, data: bytes, *, new: bool = False, holding: Holding | None = None) -> None:
         self._up("put", name)
+        if holding is not None and await self.digest(name) != holding.digest:
+            raise ArchiveConflict(f"checkpoint archive (memory): {name} changed")
         self.blobs[name] = bytes(data)
         self.puts += 1
         self.put_bytes += len(data)
