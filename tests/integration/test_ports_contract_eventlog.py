@@ -98,6 +98,7 @@ async def test_a_repeated_envelope_is_not_stored_twice(log, tenant):
     assert await log.append(tenant, "thr_d", seq, [e]) == seq
     later = await log.append(tenant, "thr_d", seq, [note(tenant, "thr_d", "later")])
     assert await log.append(tenant, "thr_d", later, [e]) == seq
+    assert await log.append_checked(tenant, "thr_d", later, [e]) == (seq, True)  # said to be a repeat
     with pytest.raises(Conflict):
         await log.append(tenant, "thr_d", later, [note(tenant, "thr_d", "new"), e])
     assert [x.data.text for x in await log.read(tenant, "thr_d")] == ["once", "later"]

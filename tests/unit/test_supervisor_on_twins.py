@@ -203,7 +203,7 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
     await tw.wake(supervisor)
     state = await tw.state(created.thread_id)
     session, run = state.live_session, state.run(sent.run_id)
-    appends, append = 0, tw.log.append
+    appends, append = 0, tw.log.append_checked
 
     async def failing_once(*args, **kwargs):
         nonlocal appends
@@ -212,7 +212,7 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
             raise Unavailable("broker away")
         return await append(*args, **kwargs)
 
-    tw.log.append = failing_once  # type: ignore[method-assign]
+    tw.log.append_checked = failing_once  # type: ignore[method-assign]
     node = run.attempt.root_node_id
     await tw.report(
         supervisor,

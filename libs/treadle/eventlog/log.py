@@ -24,6 +24,7 @@ from treadle.core.events import decode_event, encode_event
 
 from . import nats_patches, subjects, tracing
 from .errors import Conflict, Rejected, Unavailable
+from .port import Appended
 
 ELSS = "Nats-Expected-Last-Subject-Sequence"
 ELSS_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
@@ -130,6 +131,16 @@ class EventLog:
         events: Sequence[Envelope],
         fence: tuple[str, int] | None = None,
     ) -> int:
+        return (await self.append_checked(tenant, thread, expected_seq, events, fence)).seq
+
+    async def append_checked(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> Appended:
         """Append ``events`` iff the thread's last sequence is ``expected_seq`` (0: the thread is new).
         Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected.
         ``fence`` (filter subject, its last sequence) replaces the thread's fence for a decision that is wider
@@ -155,7 +166,7 @@ class EventLog:
                 {**fence_headers, "Nats-Msg-Id": events[0].id},
             )
             assert ack is not None
-            return ack.seq
+            return Appended(ack.seq, ack.duplicate)
         batch = uuid.uuid4().hex
         last = len(events)
         for i, (e, payload) in enumerate(zip(events, payloads), start=1):
@@ -167,7 +178,7 @@ class EventLog:
                 headers["Nats-Batch-Commit"] = "1"
                 ack = await self._request(subject, payload, headers)
                 assert ack is not None
-                return ack.seq
+                return Appended(ack.seq)  # a batch holding a stored envelope is refused (10201), never a duplicate
             if i == 1:
                 await self._request(subject, payload, headers)  # the server replies once it opened the batch
             else:

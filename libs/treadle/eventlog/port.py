@@ -4,9 +4,17 @@ JetStream implementation is ``log.EventLog``; the in-memory twin is ``treadle.me
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from treadle.core.envelope import Envelope
+
+
+class Appended(NamedTuple):
+    """Where an append's last event is, and whether the log had stored these envelopes already (a retry): then
+    what is stored is their first append, which may have been decided on another state than this one."""
+
+    seq: int
+    duplicate: bool = False
 
 
 class EventLog(Protocol):
@@ -24,6 +32,19 @@ class EventLog(Protocol):
     ) -> int:
         """Append iff the thread's last sequence is ``expected_seq`` (or ``fence``'s filter subject's last
         sequence is its number); the sequence of the last event appended."""
+        ...
+
+    async def append_checked(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> Appended:
+        """``append``, saying whether the envelopes were stored already. A replicated stream's leader answers a
+        repeated envelope id as a duplicate before it looks at the fence, so a duplicate says nothing of the
+        state the events were decided on."""
         ...
 
     async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:

@@ -83,6 +83,14 @@ class ThreadStore:
         self._remember(key, state)
         return state
 
+    async def _read_tail(self, tenant: str, thread: str, state: ThreadState, through: int) -> None:
+        for e in await self.log.read(tenant, thread, after=state.seq):
+            evolve(state, e)
+        key = (tenant, thread)
+        if state.seq < through:  # a replica behind the leader answered the read: the next load reads again
+            self._stale.add(key)
+        self._remember(key, state)
+
     def distrust(self, which: Callable[[str, str], bool]) -> None:
         """Cached threads that another process may have written to meanwhile (``which(tenant, thread)``): the
         next load reads their tail. A stale state is fenced when it leads to an append, but a decision to
@@ -139,13 +147,20 @@ class ThreadStore:
         )
         with tracing.span(f"append {envelopes[0].type}", attributes=attributes, kind="producer"):
             try:
-                last = await self.log.append(tenant, thread, state.seq, envelopes, fence)
+                appended = await self.log.append_checked(tenant, thread, state.seq, envelopes, fence)
             except Conflict:
                 self._stale.add((tenant, thread))
                 raise
             except Exception:
                 self.forget(tenant, thread)
                 raise
+            last = appended.seq
+            if appended.duplicate:
+                # A retried decision: the log holds its first append, decided on whatever state that was (another
+                # replica's, or this one's before a lost ack), and a replicated stream acks it without the fence.
+                # Folding this decision would give the state events the log does not hold: read what it holds.
+                await self._read_tail(tenant, thread, state, last)
+                return last
             first = last - len(envelopes) + 1  # an atomic batch is stored contiguously: last-n+1 … last
             for i, e in enumerate(envelopes):
                 e.seq = first + i

@@ -14,6 +14,7 @@ from treadle.core.events import decode_event, encode_event
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Conflict, Rejected
 from treadle.eventlog.log import ELSS, ELSS_SUBJECT, MAX_BATCH
+from treadle.eventlog.port import Appended
 from treadle.runtime.partitions import DEFAULT_PARTITIONS, partition_of
 
 MAX_PAYLOAD = 1024 * 1024  # the broker's default max_payload, which the stream's max_msg_size matches
@@ -67,6 +68,16 @@ class MemoryEventLog:
         events: Sequence[Envelope],
         fence: tuple[str, int] | None = None,
     ) -> int:
+        return (await self.append_checked(tenant, thread, expected_seq, events, fence)).seq
+
+    async def append_checked(
+        self,
+        tenant: str,
+        thread: str,
+        expected_seq: int,
+        events: Sequence[Envelope],
+        fence: tuple[str, int] | None = None,
+    ) -> Appended:
         if not events:
             raise ValueError("nothing to append")
         if len(events) > MAX_BATCH:
@@ -81,7 +92,7 @@ class MemoryEventLog:
         if actual != fence_seq:
             raise Conflict(actual, f"wrong last sequence: {actual}")
         if len(events) == 1 and events[0].id in self._ids:
-            return self._ids[events[0].id]  # the broker acknowledges a duplicate with the original's sequence
+            return Appended(self._ids[events[0].id], True)  # the broker acks a duplicate with the original's seq
         if len(events) > 1 and any(e.id in self._ids for e in events):
             raise Conflict(None, "atomic batch contains a duplicate message")
         for i, (e, payload) in enumerate(zip(events, payloads)):
@@ -91,7 +102,7 @@ class MemoryEventLog:
                 headers.update({ELSS: str(fence_seq), ELSS_SUBJECT: fence_subject})
             self.messages.append(StoredMessage(seq, self._stored_subject(tenant, thread, e.type), payload, headers))
             self._ids[e.id] = seq
-        return len(self.messages)
+        return Appended(len(self.messages))
 
     async def read(self, tenant: str, thread: str, after: int = 0) -> list[Envelope]:
         return await self.read_subject(subjects.thread_events(tenant, thread), after)
