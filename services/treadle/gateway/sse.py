@@ -15,7 +15,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from treadle.eventlog import subjects
-from treadle.eventlog.nats_patches import stop_flow_control_poller, stream_sequence
+from treadle.eventlog.nats_patches import stream_sequence
 
 KEEPALIVE = 15.0
 BACKLOG = 10_000
@@ -94,15 +94,15 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
     subs: list[Subscription] = []
     try:
         subs.append(await nc.subscribe(subjects.live(tenant, thread), cb=inbox.receiver("live")))
-        durable = await nc.jetstream().subscribe(
-            subjects.thread_events(tenant, thread),
-            stream=subjects.EVENTS_STREAM,  # known: no JetStream API request to look it up
-            cb=inbox.receiver("evt"),
-            ordered_consumer=True,
-            config=config,
+        subs.append(
+            await nc.jetstream().subscribe(
+                subjects.thread_events(tenant, thread),
+                stream=subjects.EVENTS_STREAM,  # known: no JetStream API request to look it up
+                cb=inbox.receiver("evt"),
+                ordered_consumer=True,
+                config=config,
+            )
         )
-        subs.append(durable)
-        stop_flow_control_poller(durable)  # a wake-up every 250 ms per open stream, for nothing (nats_patches, 7)
         yield b": connected\n\n"
         while not inbox.overflow:
             if not inbox.items:
