@@ -44,6 +44,7 @@ from treadle.providers.protocol import PlaceSession  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms
+TYPING = 1.5  # s between a thread's creation and its first message: a user typing it
 
 
 class Sink:
@@ -153,6 +154,12 @@ async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> t
                     if n >= 2:
                         direct_times.append(d)
                         http_times.append(h)
+                # A user creates a thread, then types: its runtime starts meanwhile (supervisor/first_session.py)
+                typed = OverHttp(client)
+                await typed.open()
+                await asyncio.sleep(TYPING)
+                FIRST["http_after_typing_ms"] = round(await typed.turn("bench typed") * 1000, 1)
+                typed.follower.cancel()
             finally:
                 http.follower.cancel()
                 await direct.adapter.close()
@@ -177,6 +184,7 @@ async def main() -> None:
     mock = await MockResponses().start()
     for n in range(args.turns + 2):
         mock.on(f"bench {n}", [Text(REPLY, chunks=3)])
+    mock.on("bench typed", [Text(REPLY, chunks=3)])
     homes = ROOT / ".tools" / "bench-homes" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
     work = Path(tempfile.mkdtemp(prefix="codex-bench-"))
     try:
@@ -204,7 +212,8 @@ async def main() -> None:
     )
     print(
         f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms "
-        f"(session start; sandbox {result['sandbox']})"
+        f"(session start; sandbox {result['sandbox']}); HTTP {FIRST.get('http_after_typing_ms')} ms when sent "
+        f"{TYPING} s after the thread's creation"
     )
     print(json.dumps(result))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 
+import msgspec
 import nats
 import pytest
 
@@ -149,3 +150,18 @@ async def test_a_tenant_starting_many_threads_holds_at_most_its_share_of_the_poo
     clock.advance(pool.seconds)  # not adopted in time: stopped
     await wait_for(lambda: len(pool) == 0 and not pool.discarding, timeout=30, what="the pool's expiry")
     assert mine.pid is None and launched[-1].pid is None
+
+
+async def test_a_hint_sent_at_a_threads_creation_launches_only_into_free_room(env):
+    """Issue 38 (the first turn): a creation's hint is a guess (the thread may never get a message), so it never
+    stops another runtime; a tenant creating threads in a loop cannot churn the host's runtimes."""
+    nc, host, _, _ = env
+    pool = host._warmer.pool
+    typed = await warmed(nc, host, hint("ps_typed", thread="thr_a"))
+    guess = msgspec.structs.replace(hint("ps_created", thread="thr_b"), speculative=True)
+    assert host._warmer.offer(guess) is False  # acme holds its share
+    assert list(pool._warm) == ["ps_typed"] and typed.pid is not None and not pool.discarding
+
+    elsewhere = await warmed(nc, host, msgspec.structs.replace(hint("ps_g", "globex", "thr_c"), speculative=True))
+    assert elsewhere.pid is not None and len(pool) == pool.size  # room for globex: launched
+    assert host._warmer.offer(msgspec.structs.replace(hint("ps_g2", "globex", "thr_d"), speculative=True)) is False

@@ -302,3 +302,32 @@ async def test_a_warm_turn_on_the_session_that_saw_its_workspace_captured_starts
     assert tw.checkpoints.files(TENANT, workspace) == {"a.txt": "one\n", "b.txt": "two\n"}
     start = tw.hosts.verbs("turn.start")[-1]
     assert not start.unhydrated and start.attempt_id == (await tw.state(thread)).run(third.run_id).attempt.id
+
+
+async def test_a_new_threads_runtime_is_hinted_at_its_creation_under_the_session_its_first_run_opens(tmp_path):
+    """Issue 38 (the first turn): the runtime starts while the user types the first message. The creation's hint
+    is speculative (the host launches it only into free room) and names the session the first run then places; a
+    later session of the thread never gets that id again."""
+    tw = Twins(tmp_path)
+    tw.hosts.add("host-1")
+    coordinator, supervisor = tw.coordinator(), tw.supervisor()
+    thread = (await tw.command(coordinator, CreateThread(title="t"))).thread_id
+    await tw.wake(supervisor)
+    [hint] = tw.hosts.verbs("warm")
+    assert hint.speculative and (hint.tenant, hint.thread) == (TENANT, thread)
+
+    sent = await tw.command(coordinator, SendMessage(text="go"), thread=thread)
+    await tw.wake(supervisor)
+    again = tw.hosts.verbs("warm")[-1]
+    assert again.session_id == hint.session_id and not again.speculative  # the dispatch's own hint, certain now
+    state = await tw.state(thread)
+    assert tw.hosts.verbs("place")[-1].session_id == hint.session_id == state.live_session.id
+    assert state.run(sent.run_id).attempt.status == "pending"
+
+    lost = state.live_session
+    tw.hosts.remove("host-1")
+    tw.hosts.add("host-2")
+    await tw.report(supervisor, thread, lost.id, pe.SessionStopped(reason="host_restarted"), pth="pth_x")
+    state = await tw.state(thread)
+    assert state.live_session is not None and state.live_session.id != hint.session_id
+    assert len(tw.hosts.verbs("warm")) == 2  # a thread that has had a session is never hinted at its creation's id

@@ -21,7 +21,7 @@ from treadle.eventlog.errors import LogError
 from treadle.memory import MemoryCheckpoints, MemoryEventLog, MemoryHosts, MemoryVolumes, StoredMessage
 from treadle.runtime.consumer import Retryable
 from treadle.runtime.settings import CoordinatorSettings, Shared, SupervisorSettings
-from treadle.supervisor.service import WAKE_EVENTS, Supervisor
+from treadle.supervisor.service import PARTITION_WAKE_EVENTS, Supervisor
 
 TENANT = "acme"
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
@@ -119,7 +119,7 @@ class Twins:
         return await self.deliver(coordinator._on_run_ended, RUN_ENDED)
 
     async def wake(self, supervisor: Supervisor) -> list[StoredMessage]:
-        return await self.deliver(supervisor._on_dispatched, WAKE_EVENTS)
+        return await self.deliver(supervisor._on_dispatched, PARTITION_WAKE_EVENTS)
 
     async def report(
         self,

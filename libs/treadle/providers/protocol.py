@@ -44,6 +44,9 @@ class WarmSession(msgspec.Struct, kw_only=True):
     workspace: str
     runtime_mode: str = "approval_required"
     model: str | None = None
+    # Sent when the thread is created, before any run asks for it: launched only into room the pool has, never
+    # stopping another runtime (a tenant creating threads in a loop cannot churn the host's runtimes).
+    speculative: bool = False
 
     def matches(self, request: PlaceSession) -> bool:
         """The placement opens a fresh provider thread of this very session (never a resume or a fork)."""

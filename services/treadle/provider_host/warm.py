@@ -1,8 +1,8 @@
 """Runtimes launched ahead of their placement. A new thread's first run waits for its runtime's start (the sandbox,
-the process, its handshake): most of its first turn. When the supervisor dispatches such a run it names the session it
-is about to place (``WarmSession``) before it checkpoints the workspace and resolves the run's context; one host of
-the volume launches that session's runtime and opens its fresh provider thread meanwhile, and the placement naming
-the same session adopts both.
+the process, its handshake): most of its first turn. The supervisor names the session that run will place
+(``WarmSession``) when the thread is created (speculative: launched only into free room) and again when it dispatches
+the run; one host of the volume launches that session's runtime and opens its fresh provider thread meanwhile, and
+the placement naming the same session adopts both.
 
 Nothing is shared: a warmed runtime is launched as its own session (its tenant's uid, workspace, home and MCP
 credential), and only the placement of that session id, tenant, thread and settings adopts it. The pool is bounded:
@@ -58,6 +58,10 @@ class WarmPool:
     def of(self, tenant: str) -> list[Warm]:
         return [w for w in self._warm.values() if w.request.tenant == tenant]
 
+    def has_room(self, tenant: str) -> bool:
+        """One more of ``tenant`` fits without stopping anything."""
+        return len(self._warm) < self.size and len(self.of(tenant)) < self.per_tenant
+
     def make_way(self, tenant: str) -> list[Warm]:
         """Taken out of the pool so that one more of ``tenant`` fits: its own oldest when it holds its share, else
         the oldest of the tenant holding the most when the pool is full."""
@@ -105,7 +109,7 @@ class Warmer:
 
     def offer(self, request: hp.WarmSession) -> bool:
         """Launch ``request``'s runtime unless the pool is off, the host or tenant has no room, or the session is
-        known here already. Whatever must make way is stopped in the background."""
+        known here already. Whatever must make way is stopped in the background (never for a speculative one)."""
         if self.pool.size == 0 or request.session_id in self.pool or request.session_id in self.pool.discarding:
             return False
         try:
@@ -113,6 +117,8 @@ class Warmer:
         except UnknownProvider:
             return False
         if not warms or not self._may(request):
+            return False
+        if request.speculative and not self.pool.has_room(request.tenant):
             return False
         placement = request.placement()
         try:

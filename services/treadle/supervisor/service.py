@@ -47,6 +47,7 @@ from treadle.runtime.settings import Shared, SupervisorSettings
 
 from .capacity import FreedCapacity, Ticket
 from .child_checkpoints import with_child_checkpoints
+from .first_session import creation_hint, first_session_id
 from .summariser import ProviderSummariser
 from .warm_workspaces import WarmWorkspaces
 
@@ -61,6 +62,8 @@ LAST_WORDS = 64  # at most this many earlier messages of a provider thread read 
 # Thread events that may leave the supervisor something to do: a run to hand over, a steer or interrupt to send,
 # a run held on a lost volume to place on the thread's new home (thread.moved).
 WAKE_EVENTS = ("run.queued", "run.dispatched", "run.steered", "interrupt.requested", "thread.moved")
+# A new thread's first runtime is launched ahead (first_session.py); the legacy durables keep their filters.
+PARTITION_WAKE_EVENTS = (*WAKE_EVENTS, "thread.created")
 
 
 def _observe_end(run: Run | None) -> None:
@@ -141,7 +144,7 @@ class Supervisor:
         self._store.distrust(lambda tenant, thread: partitions.partition_of(thread, count) == partition)
         return self._consumers(
             f"-p{partition}",
-            partitions.event_types_filters(WAKE_EVENTS, partition),
+            partitions.event_types_filters(PARTITION_WAKE_EVENTS, partition),
             partitions.provider_filter(partition),
         )
 
@@ -157,9 +160,15 @@ class Supervisor:
     # --- handlers ----------------------------------------------------------------------------------
 
     async def _on_dispatched(self, msg: Msg) -> None:
-        """A run was queued (maybe dispatched with it) or dispatched: hand it over if the state says so."""
-        tenant, thread, _ = subjects.parse_event_subject(msg.subject)
+        """A run was queued (maybe dispatched with it) or dispatched: hand it over if the state says so. A thread
+        was created: its first session's runtime may start now."""
+        tenant, thread, kind = subjects.parse_event_subject(msg.subject)
         state = await self._store.through(tenant, thread, msg)
+        if kind == "thread.created":  # its runs are handed over on their own messages
+            if (hint := creation_hint(state)) is not None:
+                assert state.thread is not None
+                await self._hosts.warm(hint, volume=state.thread.volume)
+            return
         await self._hand_over(tenant, thread, state, f"dispatch|{msg.metadata.sequence.stream}")
 
     async def _on_provider_event(self, msg: Msg) -> None:
@@ -508,7 +517,7 @@ class Supervisor:
         where = start_context.placement(state, run)
         if where.provider_thread_id is not None or where.fork_from is not None or where.native_ref is not None:
             return None
-        session_id = ctx.ids.next("ps")
+        session_id = first_session_id(state) or ctx.ids.next("ps")
         hint = hp.WarmSession(
             tenant=state.thread.tenant,
             thread=state.thread.id,
