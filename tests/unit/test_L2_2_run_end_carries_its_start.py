@@ -22,7 +22,9 @@ from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
 from treadle.memory import StoredMessage
+from treadle.projections import changes as changes_
 from treadle.projections import document
+from treadle.views.of_state import thread_view
 from treadle.webhooks.model import as_sent
 
 from .twins import consume
@@ -200,3 +202,22 @@ async def test_L2_2_a_turn_start_reported_alone_is_appended_at_once(tmp_path):
     await consume(supervisor._on_provider_event, _burst(thread, session, pth, run, [pe.TurnStarted()], seq=60))
     assert (await tw.log.read(TENANT, thread))[-1].type == "run.started"
     assert (await tw.state(thread)).run(run.id).status == "running"
+
+
+def test_L2_2_the_projections_writes_of_a_run_end_carrying_its_start_reassemble_to_the_thread():
+    """The writer writes what an event names and what its folds touched: the run the carried start changed too."""
+    state, started, message, end = _ran()
+    stored = _stored(document.fields(state))
+    changes = changes_.Changes(state)
+    changes.fold(state, _envelope(state, state.seq + 3, msgspec.structs.replace(end, started=started, message=message)))
+    assert not changes.everything
+    stored.update(_stored(document.fields(state, changes)))
+    assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
+
+
+def _stored(fields: list) -> dict[bytes, bytes]:
+    pairs = iter(fields)
+    out = {b"seq": b"1"}
+    for name, value in zip(pairs, pairs):
+        out[name.encode()] = value if isinstance(value, bytes) else str(value).encode()
+    return out
