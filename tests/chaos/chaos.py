@@ -272,7 +272,7 @@ def verdict(events: Sequence[ev.Envelope], sent: Sequence[str], reply: str | Cal
     end_seq = {d.run_id: seq for seq, d in ended}
     by_ordinal = sorted(ordinals, key=ordinals.__getitem__)
     for before, after in zip(by_ordinal, by_ordinal[1:]):
-        starts = [e.seq for e in events if isinstance(e.data, ev.RunStarted) and e.data.run_id == after]
+        starts = [e.seq for e in events if _started(e.data) and e.data.run_id == after]
         if starts and before in end_seq and starts[0] < end_seq[before]:
             wrong.append(f"run {after} started at seq {starts[0]}, before run {before} ended at {end_seq[before]}")
     finals = {}
@@ -315,3 +315,8 @@ async def treadle_check(stack: Stack, *args: str, settle: float = 60) -> tuple[i
 
 def problems(report: dict) -> Iterable[str]:
     return (f"seq {p['seq']} {p['kind']}: {p['detail']} [{p['subject']}]" for p in report["problems"][:30])
+
+
+def _started(d: ev.Payload) -> bool:
+    """A run's start: its run.started, or its end carrying it (``RunEnded.started``, a turn over at once)."""
+    return isinstance(d, ev.RunStarted) or (isinstance(d, ev.RunEnded) and d.started is not None)

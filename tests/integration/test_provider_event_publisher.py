@@ -181,3 +181,39 @@ async def test_L2_2_a_reply_completed_within_its_burst_is_stored_as_its_completi
         ("TextCompleted", "Running it"),
         ("TurnCompleted", None),
     ]
+
+
+async def test_L2_2_a_turn_over_within_a_few_loop_turns_of_its_start_is_one_provider_message(nc):
+    """A runtime that reports its turn's end a few loop turns after the start (the scripted runtime: its play is a
+    task of its own) has the start held for it: one provider message, so the supervisor appends one event."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    publisher = _publisher(nc, "atonce", 6)
+    await publisher.event(pe.TurnStarted(native_turn_ref="t-1"))
+    for _ in range(3):  # the runtime's own hand-overs (its play task, its end), no waiting for anything
+        await asyncio.sleep(0)
+    await publisher.text_done("msg_a", "node_r", "Hello")
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    sub = await js.subscribe("treadle.prov.acme.thr_atonce.>", ordered_consumer=True)
+    stored = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    await sub.unsubscribe()
+    assert [type(p.body).__name__ for p in stored.parts()] == ["TurnStarted", "TextCompleted", "TurnCompleted"]
+
+
+async def test_L2_2_a_turn_start_followed_by_a_wait_is_stored_at_once_alone(nc):
+    """A real runtime waits for its model after the start: the start is stored without waiting for anything
+    more (users see the run running), and what follows goes in a message of its own."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    sub = await js.subscribe("treadle.prov.acme.thr_waits.>", ordered_consumer=True)
+    publisher = _publisher(nc, "waits", 7)
+    await publisher.event(pe.TurnStarted(native_turn_ref="t-1"))
+    first = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)  # nothing else reported yet
+    assert [type(p.body).__name__ for p in first.parts()] == ["TurnStarted"]
+    await publisher.text_done("msg_a", "node_r", "Hello")
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    second = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    await sub.unsubscribe()
+    assert [(type(p.body).__name__, p.index) for p in second.parts()] == [("TextCompleted", 2), ("TurnCompleted", 3)]

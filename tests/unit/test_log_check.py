@@ -107,6 +107,15 @@ def test_L10_2_a_run_that_reached_its_provider_and_ended_without_a_checkpoint_is
     assert kinds == ["no_checkpoint"]
 
 
+def test_L10_2_a_run_whose_end_carries_its_start_counts_as_started():
+    """A turn over at once: its end carries the run's start (``RunEnded.started``), no run.started before it."""
+    started = ev.RunStarted(run_id="r1", attempt_id="att_r1", session_id="ses_1", turn_id="turn_r1")
+    bare = _event(3, ev.RunCompleted(run_id="r1", attempt_id="att_r1", started=started))
+    assert _kinds([_created(), _queued(2, "r1", 1), bare]) == ["no_checkpoint"]
+    whole = _event(3, ev.RunCompleted(run_id="r1", attempt_id="att_r1", started=started, checkpoint=_checkpoint("r1")))
+    assert check_events([_created(), _queued(2, "r1", 1), whole]).ok
+
+
 def test_L10_4_a_missing_or_error_summary_counts_as_the_runs_checkpoint():
     for status in ("missing", "error"):
         ended = _ended(4, "r1", _checkpoint("r1", status), kind=ev.RunFailed)

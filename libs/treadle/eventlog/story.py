@@ -52,7 +52,9 @@ def line(e: Envelope) -> tuple[str, Fields] | None:
         return f"attempt ended {get('status')}" + (f": {reason}" if reason else ""), {"reason": reason}
     if kind in ("run.completed", "run.failed", "run.interrupted", "run.cancelled"):
         reason = _text(get("error"))
-        return f"run {kind.split('.')[1]}" + (f": {reason}" if reason else ""), {"reason": reason}
+        started = get("started")  # the run's start, carried by its end (a turn over at once)
+        ended: Fields = {"reason": reason} | ({"session": started.session_id} if started is not None else {})
+        return f"run {kind.split('.')[1]}" + (f": {reason}" if reason else ""), ended
     if kind == "interrupt.requested":
         return f"interrupt requested ({get('reason')})", {"reason": get("reason"), "by": get("by")}
     if kind == "provider.attached":

@@ -214,6 +214,9 @@ class _Checker:
             if d.run_id and d.scope == "root":
                 t.checkpointed.add(d.run_id)
         elif isinstance(d, ev.RunEnded):
+            if d.started is not None:  # the run's start, carried by its end (a turn over at once)
+                t.started.add(d.run_id)
+                t.sessions[d.started.attempt_id] = d.started.session_id
             self.run_ended(t, seq, subject, env.type, d)
 
     def queued_message(self, t: _Thread, seq: int, subject: str, env: ev.Envelope, d: ev.RunQueued) -> None:

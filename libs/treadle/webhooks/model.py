@@ -113,14 +113,18 @@ def matches(endpoint: Endpoint, event: Envelope) -> bool:
 
 
 def as_sent(event: Envelope) -> list[Envelope]:
-    """The events receivers get for ``event``. A run's end that carries its turn's last message
-    (``RunEnded.message``, which replaced the ``message.completed`` appended before it) is sent as that
-    ``message.completed`` (id ``<event id>.message``, the run end's sequence), then as itself: an endpoint that
-    asked for either type gets what it got before."""
-    carried = event.data.message if isinstance(event.data, RunEnded) else None
-    if carried is None:
+    """The events receivers get for ``event``. A run's end that carries its start (``RunEnded.started``) or its
+    turn's last message (``RunEnded.message``), which replaced the ``run.started`` and ``message.completed``
+    appended before it, is sent as those (ids ``<event id>.started`` and ``<event id>.message``, the run end's
+    sequence), then as itself: an endpoint that asked for any of these types gets what it got before."""
+    if not isinstance(event.data, RunEnded) or (event.data.started is None and event.data.message is None):
         return [event]
-    return [msgspec.structs.replace(event, id=f"{event.id}.message", type=carried.TYPE, data=carried), event]
+    carried = [("started", event.data.started), ("message", event.data.message)]
+    return [
+        msgspec.structs.replace(event, id=f"{event.id}.{name}", type=payload.TYPE, data=payload)
+        for name, payload in carried
+        if payload is not None
+    ] + [event]
 
 
 def delivery_id(endpoint_id: str, event_id: str) -> str:

@@ -30,6 +30,7 @@ _encode = msgspec.json.Encoder().encode
 log = logging.getLogger(__name__)
 TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 6-byte escapes it fits
 MAX_BATCH = 64  # events in one provider message; with this many waiting, the reporting runtime waits too
+START_HOLD_LOOP_TURNS = 8  # how long a turn's start waits for its end in the same burst (``_end_follows``)
 
 
 class TurnPublisher:
@@ -111,9 +112,24 @@ class TurnPublisher:
 
     async def _send_outbox(self) -> None:
         while self._outbox:
+            size = MAX_BATCH
+            if isinstance(self._outbox[0], pe.TurnStarted) and not await self._end_follows():
+                size = 1  # the start goes alone, now: the rest is stored together while it is
             await self._send_live()
-            batch, self._outbox = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:]
+            batch, self._outbox = self._outbox[:size], self._outbox[size:]
             await self._store(batch)
+
+    async def _end_follows(self) -> bool:
+        """Whether the turn's end follows its start in the same burst: what a runtime reports without waiting for
+        anything (a turn over at once; the scripted runtime) lands within a few loop turns, no timer. The start
+        then goes with it, and the supervisor appends the run's end carrying its start (``RunEnded.started``),
+        one event where there were two. A runtime that waits for anything after the start (every real turn)
+        gets its start sent at once, as before, and users see the run running."""
+        for _ in range(START_HOLD_LOOP_TURNS):
+            if any(isinstance(body, pe.TurnCompleted) for body in self._outbox):
+                return True
+            await asyncio.sleep(0)
+        return any(isinstance(body, pe.TurnCompleted) for body in self._outbox)
 
     async def _store(self, bodies: list[pe.AnyBody]) -> None:
         """Store ``bodies`` (in order) in as few messages as fit, retrying until stored: a lost provider event

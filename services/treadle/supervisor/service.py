@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import msgspec
@@ -189,9 +190,8 @@ class Supervisor:
             state = await self._fold_last_words(tenant, thread, state, msg.subject, seq, event.session_id)
         i = 0
         while i < len(parts):
-            then = parts[i + 1] if i + 1 < len(parts) else None
-            state, took_then = await self._fold(tenant, thread, state, seq, parts[i], then)
-            i += 2 if took_then else 1
+            state, taken = await self._fold(tenant, thread, state, seq, parts[i], parts[i + 1 :])
+            i += taken
         await self._hand_over(tenant, thread, state, f"prov|{seq}")
 
     async def _fold_last_words(
@@ -239,11 +239,12 @@ class Supervisor:
         state: ThreadState,
         seq: int,
         event: ProviderEvent,
-        then: ProviderEvent | None = None,
-    ) -> tuple[ThreadState, bool]:
+        rest: Sequence[ProviderEvent] = (),
+    ) -> tuple[ThreadState, int]:
         """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it, and
-        whether ``then`` (the part after it) was folded with it: a turn's end right after its last message's
-        completion is one event (``RunEnded.message``), so an ordinary run appends one event fewer."""
+        how many parts it folded, the parts after it (``rest``) included: a turn's end right after its last
+        message's completion is one event (``RunEnded.message``), and so is a turn's start with its end (and that
+        completion) when the provider reported them together (``RunEnded.started``)."""
         ctx = reaction_ctx(event.id, datetime.now(UTC), ACTOR)
         reaction = sv.react(state, event, ctx)
         if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
@@ -253,8 +254,11 @@ class Supervisor:
             reaction = sv.react(state, event, ctx)
         if reaction.wait:
             raise Later(f"provider event {event.index} of {event.attempt_id} is ahead of its turn's earlier events")
-        if then is not None and (carried := sv.carried_message(state, reaction, then)) is not None:
-            return await self._end_with(tenant, thread, state, seq, then, carried, ctx), True
+        if (both := sv.started_and_ended(state, reaction, event, rest)) is not None:
+            state = await self._end_with(tenant, thread, state, seq, both.end, both.message, ctx, both.started)
+            return state, both.parts
+        if rest and (carried := sv.carried_message(state, reaction, rest[0])) is not None:
+            return await self._end_with(tenant, thread, state, seq, rest[0], carried, ctx), 2
         events = await with_child_checkpoints(
             self._checkpoints, state, state.run(event.run_id or ""), list(reaction.events), ctx
         )
@@ -275,7 +279,7 @@ class Supervisor:
                 causation_id=provider_cause(seq, event.index, event.attempt_id or ""),
             )
         _observe_end(run)
-        return state, False
+        return state, 1
 
     async def _end_with(
         self,
@@ -284,17 +288,19 @@ class Supervisor:
         state: ThreadState,
         seq: int,
         end: ProviderEvent,
-        carried: ev.MessageCompleted,
+        carried: ev.MessageCompleted | None,
         ctx: Ctx,
+        started: ev.RunStarted | None = None,
     ) -> ThreadState:
-        """The run's end (provider event ``end``) carrying its last message's completion, both folded at once: the
-        causation names ``end``'s index, so after a crash the two come back together or not at all."""
+        """The run's end (provider event ``end``) carrying its last message's completion and maybe its start, all
+        folded at once: the causation names ``end``'s index, so after a crash they come back together or not at
+        all (the provider message's parts before the end are then folded already: ignored by their index)."""
         assert isinstance(end.body, pe.TurnCompleted)
-        run = state.run(carried.run_id)
-        assert run is not None  # ``carried_message`` found it
+        run = state.run(end.run_id or "")
+        assert run is not None  # ``carried_message`` / ``started_and_ended`` found it
         status = sv.turn_status(state, run, end.body)
-        capture = await self._capture(state, run, ctx, status)
-        events = sv.finalize(state, run, end.body, capture, ctx, carried=carried)
+        capture = await self._capture(state, run, ctx, status, started.session_id if started is not None else None)
+        events = sv.finalize(state, run, end.body, capture, ctx, carried=carried, started=started)
         causation = provider_cause(seq, end.index, end.attempt_id or "")
         await self._append(tenant, thread, state, events, ctx, causation_id=causation)
         _observe_end(run)
@@ -666,8 +672,12 @@ class Supervisor:
             ctx, ordinal=ordinal, run_id=None, kind="baseline", status="baseline", captured=captured
         )
 
-    async def _capture(self, state: ThreadState, run: Run, ctx: Ctx, status: str) -> ev.CheckpointCaptured:
-        """L10.2: the run's checkpoint, with its diff from the previous root checkpoint."""
+    async def _capture(
+        self, state: ThreadState, run: Run, ctx: Ctx, status: str, session_id: str | None = None
+    ) -> ev.CheckpointCaptured:
+        """L10.2: the run's checkpoint, with its diff from the previous root checkpoint. ``session_id``: the one the
+        run's attempt ran on, when its start is not folded yet (``RunEnded.started``)."""
+        session_id = session_id or run.attempt.session_id
         before = state.checkpoint(run.ordinal - 1)
         previous = run.ordinal - 1 if before is not None and before.commit is not None else None
         captured = await self._capture_or_none(state, run.ordinal, status, previous)
@@ -675,10 +685,10 @@ class Supervisor:
             ctx, ordinal=run.ordinal, run_id=run.id, kind="run", status=status, captured=captured
         )
         assert state.thread is not None
-        if captured is not None and run.attempt.session_id is not None:
+        if captured is not None and session_id is not None:
             self._warm_workspaces.captured(
                 state.thread.tenant, state.thread.id, volume=state.thread.volume, workspace=state.thread.workspace,
-                commit=captured.commit, session_id=run.attempt.session_id,
+                commit=captured.commit, session_id=session_id,
             )  # fmt: skip
         checkpoint.children = child_scopes.summaries(state.run_checkpoints(run.id), run.id)  # L10.3
         return checkpoint

@@ -65,13 +65,19 @@ class RunEnded(Payload, kw_only=True):
 
     ``message``: the completion of the turn's last message, when the provider reported it in the same burst as
     the turn's end. It folds exactly as a ``message.completed`` right before this event would (logs written
-    before it have that event instead), so an ordinary run is one event shorter."""
+    before it have that event instead), so an ordinary run is one event shorter.
+
+    ``started``: the run's start, when the provider reported the turn's start in the same burst as its end (a
+    turn that was over as soon as it began). It folds exactly as a ``run.started`` right before this event (and
+    its ``message``) would; logs written before have that event instead, and a turn whose start comes alone
+    still gets its ``run.started`` at once."""
 
     run_id: str
     attempt_id: str
     checkpoint: CheckpointCaptured | None = None
     error: str | None = None
     message: MessageCompleted | None = None
+    started: RunStarted | None = None
 
 
 @event("run.completed", local=True, other_runs=False, provider_threads=True, ends_run="completed")

@@ -137,6 +137,8 @@ EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run'
 def _run_ended(state: ThreadView, e: Envelope, d: RunEnded) -> None:
     """Every event that ends a run: the status it ends in is the event's trait (``ends_run``)."""
     status = cast("EndStatus", d.TRAITS.ends_run)
+    if d.started is not None:  # the run's start, carried: folded as its own event before this one was
+        _run_started(state, e, d.started)
     if d.message is not None:  # the turn's last message, carried: folded as its own event before this one was
         message_completed(state, e, d.message)
     run = state.run(d.run_id)

@@ -6,6 +6,7 @@ what happened into thread events.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import msgspec
@@ -243,13 +244,7 @@ def react(state: ThreadView, event: pe.ProviderEvent, ctx: Ctx) -> Reaction:
             ]
         )
     if isinstance(body, pe.TextCompleted):
-        return Reaction(
-            [
-                MessageCompleted(
-                    message_id=body.message_id, run_id=run.id, attempt_id=att.id, node_id=body.node_id, text=body.text
-                )
-            ]
-        )
+        return Reaction([_completion(run, body)])
     if isinstance(body, pe.SteerJoined):
         # Recorded even when it names no steer of this run (its fold then changes nothing): the play's next
         # events wait for this one to be folded.
@@ -445,6 +440,48 @@ def carried_message(state: ThreadView, reaction: Reaction, then: pe.ProviderEven
     return message if run.attempt.interrupt is None else None
 
 
+def _completion(run: Run, body: pe.TextCompleted) -> MessageCompleted:
+    return MessageCompleted(
+        message_id=body.message_id, run_id=run.id, attempt_id=run.attempt.id, node_id=body.node_id, text=body.text
+    )
+
+
+class StartedAndEnded:
+    """A turn whose start and end the provider reported in one burst (``started_and_ended``): the run's end
+    carries its start (``RunEnded.started``) and its one message's completion (``message``), if any."""
+
+    __slots__ = ("end", "message", "parts", "started")
+
+    def __init__(self, started: RunStarted, message: MessageCompleted | None, end: pe.ProviderEvent) -> None:
+        self.started, self.message, self.end = started, message, end
+        self.parts = 3 if message is not None else 2  # the provider events it folds: start, [completion,] end
+
+
+def started_and_ended(
+    state: ThreadView, reaction: Reaction, start: pe.ProviderEvent, rest: Sequence[pe.ProviderEvent]
+) -> StartedAndEnded | None:
+    """When ``reaction`` is the run's start (``start`` folded) and the next parts of the same provider message
+    (``rest``) are the turn's end, maybe after one message's completion, all in order (consecutive indexes, same
+    attempt and session): one event, the run's end carrying both, folding as the three did. A start reported
+    alone is not held back: it is appended at once (users see the run running)."""
+    if reaction.finalize is not None or len(reaction.events) != 1 or not rest:
+        return None
+    started = reaction.events[0]
+    if not isinstance(started, RunStarted) or start.index < 1:
+        return None
+    follow = list(rest[:2]) if isinstance(rest[0].body, pe.TextCompleted) else [rest[0]]
+    if not isinstance(follow[-1].body, pe.TurnCompleted):
+        return None
+    for i, part in enumerate(follow, start=1):
+        if (part.index, part.attempt_id, part.session_id) != (start.index + i, started.attempt_id, start.session_id):
+            return None
+    run = state.run(started.run_id)
+    if run is None or run.terminal or run.attempt.id != started.attempt_id or run.attempt.interrupt is not None:
+        return None  # an interrupt asked already: its status and a restart read what was folded before the end
+    body = follow[0].body
+    return StartedAndEnded(started, _completion(run, body) if isinstance(body, pe.TextCompleted) else None, follow[-1])
+
+
 def finalize(
     state: ThreadView,
     run: Run,
@@ -452,6 +489,7 @@ def finalize(
     capture: CheckpointCaptured,
     ctx: Ctx | None = None,
     carried: MessageCompleted | None = None,
+    started: RunStarted | None = None,
 ) -> list[Payload]:
     """L2.3, the finalization barrier, in order: close open assistant messages, close child nodes and
     requests the provider left open, then the run's terminal status with its checkpoint (L2.4: only the
@@ -459,15 +497,18 @@ def finalize(
     so nothing can observe a terminal run with open parts. Steers the turn never took become the next run,
     superseding this one and starting at once (L3.4). ``carried``: the turn's last message completion, not
     appended yet (``carried_message``): the terminal event carries it, or it goes first when both would not
-    fit in one event."""
+    fit in one event. ``started``: the run's start, not appended yet (``started_and_ended``): the terminal event
+    carries it too, or it goes first (before ``carried``) when they would not fit in one event."""
     att = run.attempt
     status = turn_status(state, run, turn)
     events = _close_messages(state, run, carried.message_id if carried else None) + _close_children(state, run)
     error = turn.error if status != "interrupted" or turn.error else None
-    end = _RUN_ENDED[status](run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error, message=carried)
-    if carried is not None and len(_encode(end)) > MAX_EVENT_BYTES:
-        end = msgspec.structs.replace(end, message=None)
-        events.insert(0, carried)
+    end = _RUN_ENDED[status](
+        run_id=run.id, attempt_id=att.id, checkpoint=capture, error=error, message=carried, started=started
+    )
+    if (carried is not None or started is not None) and len(_encode(end)) > MAX_EVENT_BYTES:
+        end = msgspec.structs.replace(end, message=None, started=None)
+        events[:0] = [e for e in (started, carried) if e is not None]
     events.append(end)
     steers = undelivered_steers(state, run)
     if steers and ctx is not None:
