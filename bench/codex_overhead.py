@@ -2,7 +2,7 @@
 ``CodexAdapter`` and through the HTTP API of a private stack with real workers, against the test tree's
 mock Responses API on 127.0.0.1 (so model time is the same, and small, on both paths).
 
-    scripts/loopback-only.sh .venv/bin/python bench/codex_overhead.py [--turns 20]
+    scripts/loopback-only.sh .venv/bin/python bench/codex_overhead.py [--turns 20] [--direct-sandbox]
 
 Direct: ``run_turn`` called → ``TurnCompleted`` reported (one app-server, one thread).
 HTTP: ``POST /v1/threads/{id}/messages`` sent → ``run.completed`` seen on the thread's SSE stream (one
@@ -10,6 +10,10 @@ thread; the provider session stays warm between runs, as in production). The two
 turn, so a busy machine slows both alike; the paired difference is the steadier number.
 The difference of the medians is what Treadle adds per turn: events through NATS, the supervisor's
 fold, the checkpoint (git) before the run completes, projections and the gateway.
+
+``--direct-sandbox``: the direct app-server runs in the host's sandbox too (its own, under the same cgroup tree
+and weight): on a machine others load, a sandboxed runtime and a bare one get different CPU shares, and the
+difference would be read as Treadle's.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from treadle.ops.tokens import TokenStore  # noqa: E402
 from treadle.providers.base import Turn  # noqa: E402
 from treadle.providers.codex import CodexAdapter, CodexSettings  # noqa: E402
 from treadle.providers.protocol import PlaceSession  # noqa: E402
+from treadle.sandbox.host import Sandbox, SandboxSettings  # noqa: E402
+from treadle.sandbox.identity import TenantIdentities  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms
@@ -71,9 +77,15 @@ def env_for(mock: MockResponses, homes: Path) -> dict[str, str]:
 class Direct:
     """One app-server and thread driven through ``CodexAdapter``."""
 
-    def __init__(self, mock: MockResponses, homes: Path, work: Path) -> None:
+    def __init__(self, mock: MockResponses, homes: Path, work: Path, sandboxed: bool = False) -> None:
         workspace = work / "direct-ws"
-        workspace.mkdir()
+        sandbox = None
+        if sandboxed:  # the layout a host's sandbox expects: <workspaces>/<tenant>/<workspace>, no links on the way
+            homes = homes.resolve()
+            sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(homes / "ws"), homes / "rt")
+            assert sandbox.start().ok, sandbox.result
+            workspace = homes / "ws" / "bench" / "direct-ws"
+        workspace.mkdir(parents=True)
         settings = CodexSettings(
             base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key=SecretStr("sk-mock"), home_root=homes
         )
@@ -85,7 +97,7 @@ class Direct:
             provider_thread_id="pth_bench",
             workspace=str(workspace),
         )
-        self.adapter = CodexAdapter(workspace, request, work / "rt" / "ps_bench", settings)
+        self.adapter = CodexAdapter(workspace, request, work / "rt" / "ps_bench", settings, sandbox=sandbox)
         self.n = 0
 
     async def turn(self, text: str) -> float:
@@ -132,7 +144,9 @@ class OverHttp:
         return end - start
 
 
-async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> tuple[list[float], list[float]]:
+async def measure(
+    mock: MockResponses, homes: Path, work: Path, turns: int, sandboxed: bool
+) -> tuple[list[float], list[float]]:
     """Turns alternate between the two paths, so both see the same machine load. The first turn of each
     (app-server start; over HTTP also session placement and, unless TREADLE_SANDBOX=off, the sandbox) is
     kept in ``FIRST``."""
@@ -142,7 +156,7 @@ async def measure(mock: MockResponses, homes: Path, work: Path, turns: int) -> t
         token = await TokenStore(nc.jetstream()).create("bench", "alice")
         await nc.close()
         async with TreadleClient(stack.api_url, token, timeout=30) as client:
-            direct, http = Direct(mock, homes, work), OverHttp(client)
+            direct, http = Direct(mock, homes, work, sandboxed), OverHttp(client)
             await direct.adapter.open_thread(None, "unused")
             await http.open()
             try:
@@ -180,6 +194,7 @@ def summary(times: list[float]) -> dict:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--direct-sandbox", action="store_true", help="the direct app-server sandboxed as well")
     args = parser.parse_args()
     mock = await MockResponses().start()
     for n in range(args.turns + 2):
@@ -188,7 +203,7 @@ async def main() -> None:
     homes = ROOT / ".tools" / "bench-homes" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
     work = Path(tempfile.mkdtemp(prefix="codex-bench-"))
     try:
-        direct_times, http_times = await measure(mock, homes, work, args.turns)
+        direct_times, http_times = await measure(mock, homes, work, args.turns, args.direct_sandbox)
     finally:
         await mock.stop()
         shutil.rmtree(homes, ignore_errors=True)
@@ -202,6 +217,7 @@ async def main() -> None:
         "overhead_paired_median_ms": round(statistics.median(paired), 1),
         "first_turn": FIRST,
         "sandbox": os.environ.get("TREADLE_SANDBOX", "on"),
+        "direct_sandbox": args.direct_sandbox,
     }
     print(f"{'path':<16}{'n':>4}{'median':>10}{'p10':>10}{'p90':>10}{'min':>10}   (ms)")
     for name, s in (("direct adapter", d), ("HTTP API", h)):

@@ -200,3 +200,31 @@ async def test_issue36_the_disk_budget_counts_what_a_sandboxed_command_really_wr
     assert (workspace / "sparse.bin").stat().st_size == 3 << 30
     assert 32 << 20 <= used.bytes < 33 << 20, used
     assert over(used, DiskBudget(bytes=16 << 20)) is not None and over(used, DiskBudget(bytes=64 << 20)) is None
+
+
+async def test_issue38_the_runtimes_tree_is_weighed_against_the_hosts_processes(world):
+    """The cgroup tree every runtime sits in weighs as ten ordinary processes (the setting's default), not as
+    one: a turn waits on its runtime, and Treadle's own background work may wait on it instead."""
+    support = world.sandbox.result.cgroups
+    assert "cpu" in support.covers(), support.describe()
+    sandbox = Sandbox(SandboxSettings(mode="on"), world.sandbox.identities, world.runtime_dir)
+    sandbox.start()
+    home = world.runtime_dir / "weight-home"
+    prepared = await sandbox.prepare(
+        tenant=TENANT,
+        name=f"w-{uuid.uuid4().hex[:8]}",
+        workspace=world.workspace(TENANT),
+        homes=[home],
+        binaries=[],
+        argv=["/bin/true"],
+        runtime_env={},
+        model_urls=[],
+        home=home,
+    )
+    try:
+        (cpu,) = [Path(p).parent for p in prepared._cgroup.procs if "cpu" in Path(p).parts or support.v2]
+        weighed = ("cpu.weight", "1000") if support.v2 else ("cpu.shares", "10240")
+        assert (cpu.parent / weighed[0]).read_text().strip() == weighed[1]  # the host's group
+        assert (cpu.parent.parent / weighed[0]).read_text().strip() == weighed[1]  # treadle-sandbox
+    finally:
+        await prepared.close()

@@ -155,6 +155,28 @@ def test_cgroup_v2_group_gets_the_limits(tmp_path):
     assert group.procs == [str(path / "cgroup.procs")]
 
 
+def test_issue38_the_runtimes_tree_weighs_more_than_one_process_under_cgroup_v1(tmp_path):
+    """Every runtime is in treadle-sandbox/<host>/<runtime>, and a group weighs as one process: at the
+    default all runtimes together had the CPU share of one Treadle worker while a turn waited on them."""
+    support = cgroups.CgroupSupport(v1={"cpu": tmp_path / "cpu"})
+    cgroups.create(support, "ps_1-1", Limits(cpus=1.0, cpu_weight=1000), host="h1")
+    tree = tmp_path / "cpu/treadle-sandbox"
+    assert (tree / "cpu.shares").read_text() == (tree / "h1/cpu.shares").read_text() == "10240"
+    assert not (tree / "h1/ps_1-1/cpu.shares").exists()  # runtimes share their tree alike
+    cgroups.create(cgroups.CgroupSupport(v1={"cpu": tmp_path / "off"}), "ps_2-1", Limits(cpus=1.0, cpu_weight=None))
+    assert not (tmp_path / "off/treadle-sandbox/cpu.shares").exists()
+
+
+def test_issue38_the_runtimes_tree_weighs_more_than_one_process_under_cgroup_v2(tmp_path):
+    support = cgroups.CgroupSupport(v2=tmp_path, v2_controllers=frozenset({"memory", "cpu"}))
+    cgroups.create(support, "s", Limits(cpu_weight=1000), host="h1")
+    tree = tmp_path / "treadle-sandbox"
+    assert (tree / "cpu.weight").read_text() == (tree / "h1/cpu.weight").read_text() == "1000"
+    assert not (tree / "h1/s/cpu.weight").exists()
+    cgroups.create(cgroups.CgroupSupport(v2=tmp_path / "m", v2_controllers=frozenset({"memory"})), "s", Limits())
+    assert not (tmp_path / "m/treadle-sandbox/cpu.weight").exists()  # no cpu controller: nothing to weigh
+
+
 def test_reowning_a_workspace_never_follows_its_links(tmp_path):
     from treadle.sandbox.host import _chown_tree
 

@@ -53,6 +53,7 @@ NOTES: dict[str, str] = {
     "TREADLE_SANDBOX_MEMORY_MB": "limits per runtime process group (cgroup; `0`: none); the CPU default leaves the host and the other tenants half the machine whatever one runtime does; where no cgroup limits processes, `_PIDS` becomes RLIMIT_NPROC of the tenant's uid",
     "TREADLE_SANDBOX_PIDS": "limits per runtime process group (cgroup; `0`: none); the CPU default leaves the host and the other tenants half the machine whatever one runtime does; where no cgroup limits processes, `_PIDS` becomes RLIMIT_NPROC of the tenant's uid",
     "TREADLE_SANDBOX_CPUS": "limits per runtime process group (cgroup; `0`: none); the CPU default leaves the host and the other tenants half the machine whatever one runtime does; where no cgroup limits processes, `_PIDS` becomes RLIMIT_NPROC of the tenant's uid",
+    "TREADLE_SANDBOX_CPU_WEIGHT": "CPU weight of the runtimes' cgroup tree against the host's own processes when the CPUs are contended (cgroup v2 units, 100: one ordinary process; `0`: the kernel's default, which made all runtimes together weigh as one process and a turn wait on Treadle's background work); each runtime stays capped by `_CPUS`",
     "TREADLE_SANDBOX_TMP_MB": "size of a sandbox's private `/tmp` (tmpfs, counted in its memory)",
     "TREADLE_SANDBOX_BWRAP": "the binaries the launcher runs",
     "TREADLE_SANDBOX_SETPRIV": "the binaries the launcher runs",

@@ -23,6 +23,7 @@ ROOT = Path("/sys/fs/cgroup")
 GROUP = "treadle-sandbox"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 CFS_PERIOD_US = 100_000
+V1_SHARES_PER_WEIGHT = 1024 / 100  # cpu.shares 1024 is cgroup v2's cpu.weight 100: one ordinary process
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,9 @@ def create(support: CgroupSupport, name: str, limits: Limits, host: str = "") ->
         path = parent / name
         path.mkdir(exist_ok=True)
         group.dirs.append(path)
+        if "cpu" in support.v2_controllers and limits.cpu_weight:
+            for tree in {support.v2 / GROUP, parent}:  # the runtimes' tree weighs against the host's processes
+                _set(tree, "cpu.weight", limits.cpu_weight, True)
         _set(
             path, "memory.max", limits.memory_mb and limits.memory_mb * 1024 * 1024, "memory" in support.v2_controllers
         )
@@ -156,6 +160,9 @@ def create(support: CgroupSupport, name: str, limits: Limits, host: str = "") ->
         path = (base / GROUP / host if host else base / GROUP) / name
         path.mkdir(parents=True, exist_ok=True)
         group.dirs.append(path)
+        if controller == "cpu" and limits.cpu_weight:
+            for tree in {base / GROUP, path.parent}:  # the runtimes' tree weighs against the host's processes
+                _set(tree, "cpu.shares", round(limits.cpu_weight * V1_SHARES_PER_WEIGHT), True)
         if controller == "memory":
             assert limits.memory_mb  # an unset limit skipped its controller above
             _set(path, "memory.limit_in_bytes", limits.memory_mb * 1024 * 1024, True)

@@ -61,12 +61,17 @@ class SandboxSettings(BaseSettings):
     # every core of a 2-core host, and a busy runtime starved the host and the other tenants)
     cpus: float | None = Field(default_factory=default_cpus)
     tmp_mb: int | None = 1024
+    cpu_weight: int | None = Field(default=1000, ge=0, le=10_000)
     bwrap: str = "bwrap"
     setpriv: str = "setpriv"
 
     def limits(self) -> Limits:
         return Limits(
-            memory_mb=self.memory_mb or None, pids=self.pids or None, cpus=self.cpus or None, tmp_mb=self.tmp_mb or None
+            memory_mb=self.memory_mb or None,
+            pids=self.pids or None,
+            cpus=self.cpus or None,
+            tmp_mb=self.tmp_mb or None,
+            cpu_weight=self.cpu_weight or None,
         )
 
 

@@ -81,6 +81,10 @@ class Limits:
     memory_mb: int | None = 4096
     pids: int | None = 512
     cpus: float | None = 2.0  # CPU bandwidth in cores (cgroup cpu quota)
+    # The runtimes' tree against the host's own processes when the CPUs are contended (cgroup v2 units: 100 is one
+    # ordinary process). Every runtime sits in a group of groups, and a group weighs as one process: unweighted,
+    # all runtimes together got the share of one worker, and a turn waited on Treadle's own background work.
+    cpu_weight: int | None = 1000
     tmp_mb: int | None = 1024  # size of the private /tmp (tmpfs)
 
 
