@@ -164,7 +164,9 @@ async def main() -> None:
         print(f"{'codex launch':<14}{'prepare':>9}{'initialize':>12}{'thread/start':>14}{'total':>8}   (median ms)")
         for mode in ("off", "on"):
             r = result[mode]
-            print(f"{'sandbox ' + mode:<14}{r['prepare']:>9}{r['initialize']:>12}{r['thread_start']:>14}{r['launch']:>8}")
+            print(
+                f"{'sandbox ' + mode:<14}{r['prepare']:>9}{r['initialize']:>12}{r['thread_start']:>14}{r['launch']:>8}"
+            )
         print(json.dumps(result))
         return
     codex_mock = await MockResponses().start()
