@@ -138,9 +138,8 @@ async def launches(root: Path, sandbox: TimedSandbox, rounds: int) -> dict:
                     times[mode][key].append(value)
     finally:
         await codex_mock.stop()
-    result = {mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()} for mode, t in times.items()}
-    result["n"] = rounds
-    return result
+    result: dict = {mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()} for mode, t in times.items()}
+    return {**result, "n": rounds}
 
 
 async def main() -> None:
