@@ -18,6 +18,7 @@ from treadle.sandbox.launcher import (
     build,
     passwd_files,
     sandbox_env,
+    system_mounts,
 )
 
 IDS = TenantIds(200_007, 200_007)
@@ -182,3 +183,20 @@ def test_the_default_cpu_limit_leaves_the_host_cpus_of_its_own(monkeypatch):
         assert SandboxSettings().cpus == limit
     monkeypatch.setenv("TREADLE_SANDBOX_CPUS", "3")
     assert SandboxSettings().cpus == 3.0  # the operator's choice stands
+
+
+def test_masked_system_files_are_bound_over_with_dev_null_after_the_system(tmp_path):
+    program = tmp_path / "usr" / "bin" / "lsb_release"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    (tmp_path / "link").symlink_to(program)
+    mounts = system_mounts(
+        [str(tmp_path / "usr")], masked=[str(program), str(tmp_path / "link"), str(tmp_path / "missing")]
+    )
+    assert mounts == (
+        Mount("ro", str(tmp_path / "usr"), str(tmp_path / "usr")),
+        Mount("mask", os.devnull, str(program)),
+    )
+    argv = build(_spec(system=mounts), ["/bin/true"]).argv
+    usr, mask = argv.index(str(tmp_path / "usr")), argv.index(str(program))
+    assert usr < mask and argv[mask - 2 : mask + 1] == ["--ro-bind", os.devnull, str(program)]
