@@ -68,7 +68,13 @@ def main(args: list[str]) -> int:
         sys.stderr.write("enter.py: usage: enter.py LAUNCH [ARGS...]\n")
         return 125
     with open(args[0], "rb") as f:
-        launch = marshal.load(f)
+        data = f.read()
+    if data.startswith(b"{"):  # written as JSON by a host that started before this file was replaced
+        import json
+
+        launch = json.loads(data)
+    else:
+        launch = marshal.loads(data)
     if launch.get("staged"):
         try:
             stage(launch["stage"], launch["staged"])
