@@ -2,10 +2,15 @@
 alternating round by round on the same machine, against the test tree's mock model APIs on 127.0.0.1.
 
     scripts/loopback-only.sh .venv/bin/python bench/sandbox_overhead.py [--rounds 5] [--turns 5]
+    scripts/loopback-only.sh .venv/bin/python bench/sandbox_overhead.py --launch [--rounds 9]
 
 start: a new adapter's ``open_thread`` plus its first turn (process start, sandbox preparation: ownership,
 cgroups, egress, bwrap, the forwarder); warm: later turns on the open runtime (through the egress path when
 sandboxed). Medians in ms.
+
+--launch: what a provider host's warm pool does for a new thread (``warm()`` then ``open_thread``), Codex only,
+split into prepare (the host's ``Sandbox.prepare``), spawn to ``initialize`` answered (the launch chain, then
+the app-server's own start) and ``thread/start``; the wait a thread's first message can see.
 """
 
 from __future__ import annotations
@@ -97,18 +102,72 @@ def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api)
     return ClaudeAdapter(workspace, request, state, settings=claude, sandbox=sandbox)
 
 
+class TimedSandbox(Sandbox):
+    """Records how long each ``prepare`` took (the host's share of a sandboxed launch)."""
+
+    prepared: list[float]
+
+    async def prepare(self, **kwargs):
+        start = time.perf_counter()
+        try:
+            return await super().prepare(**kwargs)
+        finally:
+            self.prepared.append(time.perf_counter() - start)
+
+
+async def launches(root: Path, sandbox: TimedSandbox, rounds: int) -> dict:
+    """``warm()`` + ``open_thread`` of fresh Codex adapters, unsandboxed and sandboxed alternately."""
+    codex_mock = await MockResponses().start()
+    phases = ("prepare", "initialize", "thread_start", "launch")
+    times: dict[str, dict[str, list[float]]] = {mode: {k: [] for k in phases} for mode in ("off", "on")}
+    try:
+        for r in range(rounds):
+            for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                adapter = make("codex", root, sandbox if mode == "on" else None, codex_mock, None)
+                sandbox.prepared = []
+                try:
+                    t0 = time.perf_counter()
+                    await adapter.warm()
+                    t1 = time.perf_counter()
+                    await adapter.open_thread(None, "unused")
+                    t2 = time.perf_counter()
+                finally:
+                    await adapter.close()
+                prepare = sum(sandbox.prepared)
+                for key, value in zip(phases, (prepare, t1 - t0 - prepare, t2 - t1, t2 - t0), strict=True):
+                    times[mode][key].append(value)
+    finally:
+        await codex_mock.stop()
+    result: dict = {mode: {k: round(statistics.median(v) * 1000, 1) for k, v in t.items()} for mode, t in times.items()}
+    return {**result, "n": rounds}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--only", choices=["codex", "claude"], default=None)
+    parser.add_argument("--launch", action="store_true", help="launch time of a warmed Codex runtime only")
     args = parser.parse_args()
     root = ROOT / ".treadle" / "bench-sandbox" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
     root.mkdir(parents=True)
-    sandbox = Sandbox(
+    sandbox = TimedSandbox(
         SandboxSettings(mode="on"), TenantIdentities(root / "workspaces"), root / "provider-runtimes" / "host-1"
     )
     assert sandbox.start().ok, sandbox.result
+    if args.launch:
+        try:
+            result = await launches(root, sandbox, args.rounds)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print(f"{'codex launch':<14}{'prepare':>9}{'initialize':>12}{'thread/start':>14}{'total':>8}   (median ms)")
+        for mode in ("off", "on"):
+            r = result[mode]
+            print(
+                f"{'sandbox ' + mode:<14}{r['prepare']:>9}{r['initialize']:>12}{r['thread_start']:>14}{r['launch']:>8}"
+            )
+        print(json.dumps(result))
+        return
     codex_mock = await MockResponses().start()
     results: dict = {}
     try:

@@ -272,3 +272,38 @@ def root_egress_path() -> Iterator[Path]:
         with socket.socket(socket.AF_UNIX) as s:
             s.bind(str(path))
             yield path
+
+
+# The child's start as Popen gave it (forward.py spawns it itself): no descriptor beyond stdio, and the signals
+# Python ignores (SIGPIPE, SIGXFSZ) back to their default, so a runtime's pipelines die of SIGPIPE as anywhere.
+SHOW_CHILD = "grep SigIgn /proc/$$/status; ls /proc/$$/fd | sort -n | tr '\\n' ' '"
+
+
+def test_the_child_gets_stdio_only_and_default_signals(root_egress_path):
+    read_end, write_end = os.pipe()  # inheritable descriptors the forwarder itself was given
+    os.set_inheritable(read_end, True)
+    os.set_inheritable(write_end, True)
+    try:
+        done = subprocess.run(
+            [ROOT_PYTHON, "-I", "-S", str(FORWARD_SCRIPT), "--unix", str(root_egress_path), "--proxy", "3128"]
+            + ["--", "/bin/sh", "-c", SHOW_CHILD],
+            capture_output=True,
+            timeout=30,
+            env=ENV,
+            close_fds=False,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.returncode == 0, done.stderr
+    ignored, fds = done.stdout.decode().splitlines()
+    assert int(ignored.split()[1], 16) & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)) == 0
+    assert fds.split() == ["0", "1", "2"]
+
+
+def test_a_runtime_that_cannot_be_executed_is_status_126(root_egress_path, tmp_path):
+    not_executable = tmp_path / "runtime"
+    not_executable.write_text("#!/bin/sh\n")
+    done = forward_directly("--unix", str(root_egress_path), "--", str(not_executable))
+    assert done.returncode == 126 and done.stdout == b""
+    assert done.stderr.decode() == f"forward: {not_executable}: Permission denied\n"

@@ -18,6 +18,7 @@ from treadle.sandbox.launcher import (
     build,
     passwd_files,
     sandbox_env,
+    system_mounts,
 )
 
 IDS = TenantIds(200_007, 200_007)
@@ -204,3 +205,39 @@ def test_the_default_cpu_limit_leaves_the_host_cpus_of_its_own(monkeypatch):
         assert SandboxSettings().cpus == limit
     monkeypatch.setenv("TREADLE_SANDBOX_CPUS", "3")
     assert SandboxSettings().cpus == 3.0  # the operator's choice stands
+
+
+def test_masked_system_files_are_bound_over_with_dev_null_after_the_system(tmp_path):
+    program = tmp_path / "usr" / "bin" / "lsb_release"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    (tmp_path / "link").symlink_to(program)
+    mounts = system_mounts(
+        [str(tmp_path / "usr")], masked=[str(program), str(tmp_path / "link"), str(tmp_path / "missing")]
+    )
+    assert mounts == (
+        Mount("ro", str(tmp_path / "usr"), str(tmp_path / "usr")),
+        Mount("mask", os.devnull, str(program)),
+    )
+    argv = build(_spec(system=mounts), ["/bin/true"]).argv
+    usr, mask = argv.index(str(tmp_path / "usr")), argv.index(str(program))
+    assert usr < mask and argv[mask - 2 : mask + 1] == ["--ro-bind", os.devnull, str(program)]
+
+
+@pytest.mark.parametrize("encoding", ["marshal", "json"])
+def test_enter_runs_a_launch_file_as_written_now_and_by_a_host_started_before_marshal(tmp_path, encoding):
+    """A host process that started before an upgrade still writes JSON launch files for the new enter.py."""
+    import json
+    import marshal
+    import subprocess
+    import sys
+
+    from treadle.sandbox.host import ENTER_SCRIPT
+
+    payload = {"argv": ["/bin/sh", "-c", 'echo "$GREETING $1"', "sh"], "env": {"GREETING": "hello"}}
+    launch = tmp_path / "launch"
+    launch.write_bytes(marshal.dumps(payload) if encoding == "marshal" else json.dumps(payload).encode())
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(ENTER_SCRIPT), str(launch), "tenant"], capture_output=True, env={}, timeout=30
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"hello tenant\n", b"")

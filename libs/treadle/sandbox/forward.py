@@ -20,7 +20,6 @@ import selectors
 import signal
 import socket
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -291,19 +290,26 @@ class Relay:
 
 
 def run_child(argv: list[str]) -> int:
+    # os.posix_spawnp rather than subprocess: every runtime's start waits for this interpreter, and importing
+    # subprocess was a fifth of it. As Popen did: PATH lookup, the signals Python ignores back to their
+    # default (a runtime must die of SIGPIPE as it would anywhere), and no descriptor but stdin/stdout/stderr
+    # reaches the child (close_fds).
     pending: list[int] = []
-    child: list[subprocess.Popen[bytes]] = []
+    child: list[int] = []
 
     def pass_on(signum: int, frame: object) -> None:
         if child:
-            child[0].send_signal(signum)
+            os.kill(child[0], signum)
         else:
             pending.append(signum)  # arrived before the child existed: delivered once it does
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, pass_on)
     try:
-        child.append(subprocess.Popen(argv))
+        closes = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()]
+        child.append(
+            os.posix_spawnp(argv[0], argv, os.environ, file_actions=closes, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        )
     except FileNotFoundError:
         fail(f"{argv[0]}: not found")
         return NOT_FOUND
@@ -311,9 +317,25 @@ def run_child(argv: list[str]) -> int:
         fail(f"{argv[0]}: {failed.strerror or failed}")
         return CANNOT_EXECUTE
     for early in pending:
-        child[0].send_signal(early)
-    status = child[0].wait()
-    return 128 - status if status < 0 else status
+        os.kill(child[0], early)
+    _, status = os.waitpid(child[0], 0)
+    child.clear()  # reaped: its pid may be another process's from here on
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def _inheritable_fds() -> list[int]:
+    """Descriptors above stderr that an exec would pass on (whatever this process was itself given)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+    return found
 
 
 def warn(message: str) -> None:

@@ -64,6 +64,11 @@ ETC_PATHS = (
     "/etc/os-release",
     "/etc/lsb-release",
 )
+# System programs a sandbox does not get (bound over with /dev/null: not executable, nothing to read).
+# ``lsb_release``: Codex's app-server runs ``lsb_release -a`` twice before it answers ``initialize`` (its
+# user agent's OS name), a shell script of some eight processes each, a fifth of a sandboxed launch on a
+# busy host; without it Codex reads /etc/os-release, which the sandbox has, and so can a tenant's command.
+MASKED_PATHS = ("/usr/bin/lsb_release",)
 # Host variables a runtime may inherit (values only; never secrets): locale and time zone.
 ENV_ALLOW = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ")
 FORBIDDEN_PREFIXES = ("TREADLE_",)
@@ -90,7 +95,7 @@ class Limits:
 
 @dataclass(frozen=True, slots=True)
 class Mount:
-    kind: str  # "ro" | "rw" | "symlink"
+    kind: str  # "ro" | "rw" | "symlink" | "mask" (source: /dev/null, bound read-only over dest)
     source: str
     dest: str
 
@@ -169,14 +174,20 @@ def check_env(env: Mapping[str, str]) -> None:
         raise SandboxConfigError(f"a sandbox never gets Treadle's own settings: {', '.join(bad)}")
 
 
-def system_mounts(paths: Iterable[str] = SYSTEM_PATHS + ETC_PATHS) -> tuple[Mount, ...]:
-    """The read-only system view of this machine (I/O: looks at which paths exist and which are links)."""
+def system_mounts(
+    paths: Iterable[str] = SYSTEM_PATHS + ETC_PATHS, masked: Iterable[str] = MASKED_PATHS
+) -> tuple[Mount, ...]:
+    """The read-only system view of this machine (I/O: looks at which paths exist and which are links);
+    the ``masked`` files that exist come last, over what the system paths showed of them."""
     mounts = []
     for path in paths:
         if os.path.islink(path):
             mounts.append(Mount("symlink", os.readlink(path), path))
         elif os.path.exists(path):
             mounts.append(Mount("ro", path, path))
+    for path in masked:
+        if os.path.isfile(path) and not os.path.islink(path):  # a link would be followed to where it points
+            mounts.append(Mount("mask", os.devnull, path))
     return tuple(mounts)
 
 
@@ -216,6 +227,8 @@ def bwrap_args(spec: SandboxSpec, stager: _Stager | None = None) -> list[str]:
     for mount in spec.system:
         if mount.kind == "symlink":
             args += ["--symlink", mount.source, mount.dest]
+        elif mount.kind == "mask":
+            args += ["--ro-bind", os.devnull, mount.dest]
         else:
             args += ["--ro-bind" if mount.kind == "ro" else "--bind", mount.source, mount.dest]
     for dest, source in sorted(spec.etc.items()):
