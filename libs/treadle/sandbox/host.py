@@ -168,6 +168,23 @@ def _chown_tree(path: Path, ids: TenantIds) -> None:
                     os.chown(name, ids.uid, ids.gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
+def socket_dir(path: Path, uid: int, gid: int) -> None:
+    """A runtime's egress dir in its host's. The host's dir goes with the last runtime that stops in it
+    (``Prepared.close``), maybe between the two mkdirs here: it is then made again."""
+    while True:
+        with contextlib.suppress(FileExistsError):  # (Path.mkdir's exist_ok raises if it is gone by its check)
+            os.mkdir(path.parent, 0o711)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:
+            continue
+        break
+    os.chown(path, uid, gid)
+    os.chmod(path, 0o700)
+
+
 @dataclass
 class Prepared:
     command: list[str]
@@ -386,11 +403,8 @@ class Sandbox:
         return forward, egress
 
     def _socket_dir(self, path: Path, ids: TenantIds) -> None:
-        for parent in (EGRESS_ROOT, path.parent):
-            parent.mkdir(mode=0o711, exist_ok=True)
-        path.mkdir(exist_ok=True)
-        os.chown(path, ids.uid, ids.gid)
-        os.chmod(path, 0o700)
+        EGRESS_ROOT.mkdir(mode=0o711, exist_ok=True)
+        socket_dir(path, ids.uid, ids.gid)
 
     @staticmethod
     def _write_launch(launch_file: Path, wrapper: Path, payload: dict[str, Any]) -> None:
