@@ -145,3 +145,35 @@ def monkeypatch_module():
 @pytest.fixture
 def marker_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+async def run_script(
+    world: World, settings: SandboxSettings, script: str, workspace: Path, tenant: str
+) -> tuple[int, str, object]:
+    """``script`` run by bash in a sandbox of ``settings`` for ``tenant``: (exit status, output, what was prepared)."""
+    sandbox = Sandbox(settings, world.sandbox.identities, world.runtime_dir)
+    sandbox.start()
+    home = world.runtime_dir / "script-home"
+    prepared = await sandbox.prepare(
+        tenant=tenant,
+        name=f"script-{uuid.uuid4().hex[:8]}",
+        workspace=workspace,
+        homes=[home],
+        binaries=[],
+        argv=["/bin/bash", "-c", script],
+        runtime_env={},
+        model_urls=[],
+        home=home,
+    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *prepared.command,
+            env={},
+            cwd=workspace,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode(errors="replace"), prepared
+    finally:
+        await prepared.close()

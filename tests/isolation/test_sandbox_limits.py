@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
+from tests.isolation.sandbox_fixtures import World, monkeypatch_module, run_script, world  # noqa: F401
 from treadle.sandbox.host import Sandbox, SandboxSettings
 
 TENANT = "limited"
@@ -18,32 +18,7 @@ async def _run(world: World, settings: SandboxSettings, script: str) -> tuple[in
 
 
 async def _run_in(world: World, settings: SandboxSettings, script: str, workspace: Path) -> tuple[int, str, object]:
-    sandbox = Sandbox(settings, world.sandbox.identities, world.runtime_dir)
-    sandbox.start()
-    home = world.runtime_dir / "limits-home"
-    prepared = await sandbox.prepare(
-        tenant=TENANT,
-        name=f"lim-{uuid.uuid4().hex[:8]}",
-        workspace=workspace,
-        homes=[home],
-        binaries=[],
-        argv=["/bin/bash", "-c", script],
-        runtime_env={},
-        model_urls=[],
-        home=home,
-    )
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *prepared.command,
-            env={},
-            cwd=workspace,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        return proc.returncode, out.decode(errors="replace"), prepared
-    finally:
-        await prepared.close()
+    return await run_script(world, settings, script, workspace, TENANT)
 
 
 async def test_a_sandbox_cannot_start_more_processes_than_its_limit(world):

@@ -3,40 +3,15 @@ it masks (``launcher.MASKED_PATHS``: Codex's app-server ran ``lsb_release`` twic
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-
-from tests.isolation.sandbox_fixtures import World, monkeypatch_module, world  # noqa: F401
+from tests.isolation.sandbox_fixtures import monkeypatch_module, run_script, world  # noqa: F401
+from treadle.sandbox.host import SandboxSettings
 
 TENANT = "viewer"
 SCRIPT = "lsb_release -a 2>/dev/null; echo lsb=$?; . /etc/os-release && echo id=$ID; ls /usr/bin | grep -c ."
 
 
-async def _run(world: World, script: str) -> str:
-    home = world.runtime_dir / "view-home"
-    prepared = await world.sandbox.prepare(
-        tenant=TENANT,
-        name=f"view-{uuid.uuid4().hex[:8]}",
-        workspace=world.workspace(TENANT),
-        homes=[home],
-        binaries=[],
-        argv=["/bin/bash", "-c", script],
-        runtime_env={},
-        model_urls=[],
-        home=home,
-    )
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *prepared.command, env={}, cwd=world.workspace(TENANT), stdout=asyncio.subprocess.PIPE
-        )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        return out.decode(errors="replace")
-    finally:
-        await prepared.close()
-
-
 async def test_a_sandbox_runs_no_lsb_release_but_reads_os_release(world):
-    out = await _run(world, SCRIPT)
+    _, out, _ = await run_script(world, SandboxSettings(mode="on"), SCRIPT, world.workspace(TENANT), TENANT)
     lines = out.split()
     assert "lsb=126" in lines, out  # there, but neither executable nor readable
     assert "id=debian" in lines, out  # what Codex reads instead

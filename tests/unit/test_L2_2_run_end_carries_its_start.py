@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import msgspec
 
+from tests.support.stored_fields import as_stored
 from tests.unit.domain_helpers import T0, apply, new_thread, send
 from tests.unit.twins import TENANT, Twins
 from treadle.core import events as ev
@@ -207,17 +208,9 @@ async def test_L2_2_a_turn_start_reported_alone_is_appended_at_once(tmp_path):
 def test_L2_2_the_projections_writes_of_a_run_end_carrying_its_start_reassemble_to_the_thread():
     """The writer writes what an event names and what its folds touched: the run the carried start changed too."""
     state, started, message, end = _ran()
-    stored = _stored(document.fields(state))
+    stored = as_stored(document.fields(state))
     changes = changes_.Changes(state)
     changes.fold(state, _envelope(state, state.seq + 3, msgspec.structs.replace(end, started=started, message=message)))
     assert not changes.everything
-    stored.update(_stored(document.fields(state, changes)))
+    stored.update(as_stored(document.fields(state, changes)))
     assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
-
-
-def _stored(fields: list) -> dict[bytes, bytes]:
-    pairs = iter(fields)
-    out = {b"seq": b"1"}
-    for name, value in zip(pairs, pairs):
-        out[name.encode()] = value if isinstance(value, bytes) else str(value).encode()
-    return out

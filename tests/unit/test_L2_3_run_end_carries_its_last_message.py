@@ -10,6 +10,7 @@ from pathlib import Path
 
 import msgspec
 
+from tests.support.stored_fields import as_stored
 from tests.unit.domain_helpers import apply, new_thread, send
 from treadle.core import events as ev
 from treadle.core import provider_events as pe
@@ -81,14 +82,6 @@ def test_L2_3_an_old_log_still_folds_its_message_completions():
         assert m is not None and (m.status, m.text) == (e.data.status, e.data.text), e.seq
 
 
-def _stored(fields: list) -> dict[bytes, bytes]:
-    pairs = iter(fields)
-    out = {b"seq": b"1"}
-    for name, value in zip(pairs, pairs):
-        out[name.encode()] = value if isinstance(value, bytes) else str(value).encode()
-    return out
-
-
 def test_L2_3_the_projections_writes_of_a_run_end_carrying_a_message_reassemble_to_the_thread():
     """The writer writes what an event names: the carried message is named too, so it is written."""
     _, new, _ = _as_bursts(_recorded())
@@ -101,7 +94,9 @@ def test_L2_3_the_projections_writes_of_a_run_end_carrying_a_message_reassemble_
         changes.fold(state, e)
         if changes.everything:
             stored[e.thread] = {}
-        stored.setdefault(e.thread, {}).update(_stored(document.fields(state, None if changes.everything else changes)))
+        stored.setdefault(e.thread, {}).update(
+            as_stored(document.fields(state, None if changes.everything else changes))
+        )
         assert document.assemble(stored[e.thread]) == msgspec.json.encode(thread_view(state)), e.seq
 
 
@@ -144,12 +139,12 @@ def test_L2_3_the_run_end_carries_the_streamed_message_instead_of_closing_it_inc
     assert [type(p) for p in events] == [ev.RunCompleted]
     end = events[0]
     assert isinstance(end, ev.RunCompleted) and end.message is not None and end.message.text == "partial answer"
-    stored = _stored(document.fields(state))
+    stored = as_stored(document.fields(state))
     changes = changes_.Changes(state)
     apply(state, events)
     changes.note(end)
     assert not changes.everything
-    stored.update(_stored(document.fields(state, changes)))  # the streamed message is written: the end names it
+    stored.update(as_stored(document.fields(state, changes)))  # the streamed message is written: the end names it
     assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
     m = state.message("msg_a")
     assert m is not None and (m.status, m.text) == ("completed", "partial answer")

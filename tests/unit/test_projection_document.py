@@ -5,6 +5,7 @@ from pathlib import Path
 
 import msgspec
 
+from tests.support.stored_fields import as_stored
 from tests.unit.domain_helpers import apply, new_thread, send
 from treadle.core import events as ev
 from treadle.core.events import decode_event
@@ -16,19 +17,11 @@ from treadle.views import VIEW_VERSION, of_state
 from treadle.views.of_state import thread_view
 
 
-def _stored(fields: list) -> dict[bytes, bytes]:
-    pairs = iter(fields)
-    out = {b"seq": b"1"}
-    for name, value in zip(pairs, pairs):
-        out[name.encode()] = value if isinstance(value, bytes) else str(value).encode()
-    return out
-
-
 def test_parts_reassemble_to_exactly_the_views_json():
     state = new_thread(title='tricky "messages":[] title')
     send(state, "one")
     assert document.encode(state) == msgspec.json.encode(thread_view(state))
-    assert document.assemble(_stored(document.fields(state))) == msgspec.json.encode(thread_view(state))
+    assert document.assemble(as_stored(document.fields(state))) == msgspec.json.encode(thread_view(state))
 
 
 def test_a_batch_rewrites_only_the_parts_it_changed():
@@ -37,7 +30,7 @@ def test_a_batch_rewrites_only_the_parts_it_changed():
         send(state, f"m{i}")
         run = state.active_run or state.runs[-1]
         apply(state, [ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)])
-    stored = _stored(document.fields(state))
+    stored = as_stored(document.fields(state))
     changes = changes_.Changes(state)
     last = state.runs[-1]
     delta = ev.RunWarning(run_id=last.id, message="slow")
@@ -47,7 +40,7 @@ def test_a_batch_rewrites_only_the_parts_it_changed():
     keys = written[0::2]
     assert "l:runs:4" in keys and "l:runs:0" not in keys and "l:messages:0" not in keys
     assert [k for k in keys if str(k).startswith("l:activity:")] == [f"l:activity:{len(state.activity) - 1}"]
-    stored.update(_stored(written))
+    stored.update(as_stored(written))
     assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
 
 
@@ -71,7 +64,7 @@ def test_events_that_rewrite_no_item_write_no_item():
 def test_parts_of_another_view_version_reassemble_to_nothing():
     state = new_thread()
     send(state, "x")
-    stored = _stored(document.fields(state))
+    stored = as_stored(document.fields(state))
     assert stored[b"v"] == str(VIEW_VERSION).encode() and document.assemble(stored) is not None
     stored[b"v"] = str(VIEW_VERSION + 1).encode()
     assert document.assemble(stored) is None
@@ -116,7 +109,7 @@ def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_ke
         capabilities=ProviderCapabilities(),
     )
     apply(state, [attached])
-    stored = _stored(document.fields(state))
+    stored = as_stored(document.fields(state))
     for payloads, changed in (
         ([ev.RunStarted(run_id=run.id, attempt_id=run.attempt.id, session_id="ps_1", turn_id="t")], False),
         ([ev.RunCompleted(run_id=run.id, attempt_id=run.attempt.id)], True),
@@ -128,7 +121,7 @@ def test_a_write_carries_the_small_fields_that_changed_and_the_events_said_to_ke
             changes.note(p)
         written = document.fields(state, changes)
         assert ("f:provider_threads" in written[0::2]) == changed, payloads
-        stored.update(_stored(written))
+        stored.update(as_stored(written))
         assert document.assemble(stored) == msgspec.json.encode(thread_view(state))
     assert state.provider_threads[0].covered_ordinals == [1]
 

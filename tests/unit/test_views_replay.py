@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 
+from tests.support.stored_fields import as_stored
 from treadle.core.events import decode_event
 from treadle.core.state import ThreadState, evolve
 from treadle.projections import document
@@ -50,14 +51,6 @@ def _ordered(value, free: bool = False):
     return value
 
 
-def _stored(fields: list) -> dict[bytes, bytes]:
-    pairs = iter(fields)
-    out = {b"seq": b"1"}
-    for name, value in zip(pairs, pairs):
-        out[name.encode()] = value if isinstance(value, bytes) else str(value).encode()
-    return out
-
-
 def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
     expected = json.loads((FIXTURES / "replay-views.json").read_text())
     docs = expected["documents"]
@@ -66,7 +59,7 @@ def test_views_of_a_log_recorded_before_them_are_the_documents_the_api_served():
     got: dict[str, object] = {}
     for thread, view in views.items():
         state = states[thread]
-        assert document.assemble(_stored(document.fields(state))) == document.encode(state)  # as Redis holds it
+        assert document.assemble(as_stored(document.fields(state))) == document.encode(state)  # as Redis holds it
         got[f"/v1/threads/{thread}"] = json.loads(document.encode(state))
         for run in view.runs:
             got[f"/v1/runs/{run.id}"] = _json(run_view(view, run.id))
