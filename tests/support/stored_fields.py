@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
 
-def as_stored(fields: list) -> dict[bytes, bytes]:
+
+def as_stored(fields: list[Any]) -> dict[bytes, bytes]:
     pairs = iter(fields)
     out = {b"seq": b"1"}
     for name, value in zip(pairs, pairs):
