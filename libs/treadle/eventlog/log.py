@@ -70,6 +70,22 @@ def _raise_for(err: _ApiError) -> None:
     raise Rejected(err.err_code or err.code, err.description)
 
 
+def batch_payloads(tenant: str, thread: str, events: Sequence[Envelope], limit: int) -> list[bytes]:
+    """The encoded events of one append, every one checked before any is sent: a batch must never be abandoned
+    half sent (ValueError for a malformed call, Rejected for an event over the broker's message limit)."""
+    if not events:
+        raise ValueError("nothing to append")
+    if len(events) > MAX_BATCH:
+        raise ValueError(f"at most {MAX_BATCH} events per decision")
+    if any(e.tenant != tenant or e.thread != thread for e in events):
+        # Readers find a thread by its envelopes: one stored under another thread's subject poisons both.
+        raise ValueError(f"an event of another thread cannot be appended to {tenant}/{thread}")
+    payloads = [encode_event(e) for e in events]
+    if any(len(p) > limit for p in payloads):
+        raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
+    return payloads
+
+
 def fenced_after(headers: dict[str, Any] | None) -> int | None:
     """The thread's previous stream sequence as a stored event's fence says (None: it carried no fence). A fence
     wider than its thread (a new thread fenced on its tenant's creations) is only ever its thread's first
@@ -145,20 +161,9 @@ class EventLog:
         Returns the stream sequence of the last event. Raises Conflict, Unavailable or Rejected.
         ``fence`` (filter subject, its last sequence) replaces the thread's fence for a decision that is wider
         than one thread: a new thread counted against its tenant's (its own subjects are empty anyway)."""
-        if not events:
-            raise ValueError("nothing to append")
-        if len(events) > MAX_BATCH:
-            raise ValueError(f"at most {MAX_BATCH} events per decision")
-        if any(e.tenant != tenant or e.thread != thread for e in events):
-            # Readers find a thread by its envelopes: one stored under another thread's subject poisons both.
-            raise ValueError(f"an event of another thread cannot be appended to {tenant}/{thread}")
+        payloads = batch_payloads(tenant, thread, events, self._nc.max_payload)
         fence_subject, fence_seq = fence or (subjects.thread_events(tenant, thread), expected_seq)
         fence_headers = {ELSS: str(fence_seq), ELSS_SUBJECT: fence_subject}
-        # Encode and size-check everything first: a batch must never be abandoned half sent.
-        payloads = [encode_event(e) for e in events]
-        limit = self._nc.max_payload
-        if any(len(p) > limit for p in payloads):
-            raise Rejected(413, f"an event exceeds the broker's {limit}-byte message limit")
         if len(events) == 1:
             ack = await self._request(
                 subjects.event(tenant, thread, events[0].type),

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from treadle.core.envelope import Envelope
-from treadle.core.events import decode_event, encode_event
+from treadle.core.events import decode_event
 from treadle.eventlog import subjects
-from treadle.eventlog.errors import Conflict, Rejected
-from treadle.eventlog.log import ELSS, ELSS_SUBJECT, MAX_BATCH
+from treadle.eventlog.errors import Conflict
+from treadle.eventlog.log import ELSS, ELSS_SUBJECT, batch_payloads
 from treadle.eventlog.port import Appended
 from treadle.runtime.partitions import DEFAULT_PARTITIONS, partition_of
 
@@ -78,16 +78,8 @@ class MemoryEventLog:
         events: Sequence[Envelope],
         fence: tuple[str, int] | None = None,
     ) -> Appended:
-        if not events:
-            raise ValueError("nothing to append")
-        if len(events) > MAX_BATCH:
-            raise ValueError(f"at most {MAX_BATCH} events per decision")
-        if any(e.tenant != tenant or e.thread != thread for e in events):
-            raise ValueError(f"an event of another thread cannot be appended to {tenant}/{thread}")
+        payloads = batch_payloads(tenant, thread, events, self._max_payload)
         fence_subject, fence_seq = fence or (subjects.thread_events(tenant, thread), expected_seq)
-        payloads = [encode_event(e) for e in events]
-        if any(len(p) > self._max_payload for p in payloads):
-            raise Rejected(413, f"an event exceeds the broker's {self._max_payload}-byte message limit")
         actual = self._last(fence_subject)
         if actual != fence_seq:
             raise Conflict(actual, f"wrong last sequence: {actual}")
