@@ -14,12 +14,10 @@ from tests.unit.domain_helpers import T0, apply, new_thread, send
 from tests.unit.twins import TENANT, Twins
 from treadle.core import events as ev
 from treadle.core import provider_events as pe
-from treadle.core.commands import Accepted
 from treadle.core.ctx import reaction_ctx
 from treadle.core.providers.model import ProviderCapabilities
 from treadle.core.run import supervision as sv
 from treadle.core.state import ThreadState, evolve
-from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import Unavailable
 from treadle.memory import StoredMessage
@@ -143,12 +141,8 @@ def test_L2_2_a_webhook_receiver_still_gets_the_carried_start_as_a_run_started()
 
 async def _playing(tw: Twins):
     coordinator, supervisor = tw.coordinator(), tw.supervisor()
-    created = await tw.command(coordinator, CreateThread(title="t"))
-    sent = await tw.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
-    assert isinstance(sent, Accepted), sent
-    await tw.wake(supervisor)
-    state = await tw.state(created.thread_id)
-    return supervisor, created.thread_id, state, state.live_session, state.run(sent.run_id)
+    thread, state, run_id = await tw.dispatched(coordinator, supervisor)
+    return supervisor, thread, state, state.live_session, state.run(run_id)
 
 
 def _burst(thread: str, session, pth: str, run, bodies: list[pe.AnyBody], seq: int) -> StoredMessage:

@@ -19,15 +19,11 @@ THREAD = "thr_twin"
 
 async def running(tw: Twins, coordinator, supervisor) -> tuple[str, str]:
     """A thread whose run is playing on host-1; (thread, run id)."""
-    created = await tw.command(coordinator, CreateThread(title="t"))
-    sent = await tw.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
-    assert isinstance(sent, Accepted), sent
-    await tw.wake(supervisor)
-    state = await tw.state(created.thread_id)
-    session, run = state.live_session, state.run(sent.run_id)
+    thread, state, run_id = await tw.dispatched(coordinator, supervisor)
+    session, run = state.live_session, state.run(run_id)
     await tw.report(
         supervisor,
-        created.thread_id,
+        thread,
         session.id,
         pe.TurnStarted(),
         pth=state.session_thread(session.id).id,
@@ -35,7 +31,7 @@ async def running(tw: Twins, coordinator, supervisor) -> tuple[str, str]:
         attempt_id=run.attempt.id,
         index=1,
     )
-    return created.thread_id, sent.run_id
+    return thread, run_id
 
 
 async def test_L9_3_a_lost_session_gets_a_recovery_attempt_that_resumes_its_provider_thread_elsewhere(tmp_path):
@@ -197,12 +193,8 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
     tw = Twins(tmp_path)
     tw.hosts.add("host-1")
     coordinator, supervisor = tw.coordinator(), tw.supervisor()
-    created = await tw.command(coordinator, CreateThread(title="t"))
-    sent = await tw.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
-    assert isinstance(sent, Accepted), sent
-    await tw.wake(supervisor)
-    state = await tw.state(created.thread_id)
-    session, run = state.live_session, state.run(sent.run_id)
+    thread, state, run_id = await tw.dispatched(coordinator, supervisor)
+    session, run = state.live_session, state.run(run_id)
     appends, append = 0, tw.log.append_checked
 
     async def failing_once(*args, **kwargs):
@@ -216,7 +208,7 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
     node = run.attempt.root_node_id
     await tw.report(
         supervisor,
-        created.thread_id,
+        thread,
         session.id,
         pe.TurnStarted(),
         then=[
@@ -230,7 +222,7 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
         index=1,
     )
     assert appends > 2  # the message was handled again after the failure
-    log = await tw.log.read(TENANT, created.thread_id)
+    log = await tw.log.read(TENANT, thread)
     stored = [e.type for e in log]
     for kind in ("run.started", "message.delta", "run.completed"):
         assert stored.count(kind) == 1, stored
@@ -238,7 +230,7 @@ async def test_L2_2_L9_3_a_provider_message_of_several_events_is_folded_in_order
     assert "message.completed" not in stored, stored
     ended = next(e.data for e in log if isinstance(e.data, ev.RunCompleted))
     assert ended.message is not None and ended.message.message_id == "msg_a"
-    state = await tw.state(created.thread_id)
+    state = await tw.state(thread)
     assert state.run(run.id).status == "completed" and state.run(run.id).attempt.provider_index == 4
     assert [m.text for m in state.run_messages(run.id) if m.id == "msg_a"] == ["Hello"]
 

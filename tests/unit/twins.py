@@ -13,9 +13,10 @@ from nats.aio.client import Client as NATS
 
 from treadle.coordinator.service import RUN_ENDED, Coordinator
 from treadle.core import provider_events as pe
-from treadle.core.commands import Body, Command, Reply
+from treadle.core.commands import Accepted, Body, Command, Reply
 from treadle.core.policy import TenantPolicy
 from treadle.core.state import ThreadState, fold
+from treadle.core.thread.commands import CreateThread, SendMessage
 from treadle.eventlog import subjects
 from treadle.eventlog.errors import LogError
 from treadle.memory import MemoryCheckpoints, MemoryEventLog, MemoryHosts, MemoryVolumes, StoredMessage
@@ -120,6 +121,14 @@ class Twins:
 
     async def wake(self, supervisor: Supervisor) -> list[StoredMessage]:
         return await self.deliver(supervisor._on_dispatched, PARTITION_WAKE_EVENTS)
+
+    async def dispatched(self, coordinator: Coordinator, supervisor: Supervisor) -> tuple[str, ThreadState, str]:
+        """A new thread's message sent and handed to a provider: (thread, its state after, the run's id)."""
+        created = await self.command(coordinator, CreateThread(title="t"))
+        sent = await self.command(coordinator, SendMessage(text="go"), thread=created.thread_id)
+        assert isinstance(sent, Accepted), sent
+        await self.wake(supervisor)
+        return created.thread_id, await self.state(created.thread_id), sent.run_id
 
     async def report(
         self,
