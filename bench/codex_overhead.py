@@ -50,6 +50,10 @@ from treadle.sandbox.identity import TenantIdentities  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms
+# The direct runtime's tenant: never the stack's ("bench"). Codex keeps one home per tenant, and a home shared with
+# the root-run direct app-server gets directories the sandboxed runtime cannot write: it then fails to save its
+# transcript every turn ("Permission denied"), which made its turns faster than a working runtime's.
+DIRECT_TENANT = "direct"
 TYPING = 1.5  # s between a thread's creation and its first message: a user typing it
 
 
@@ -84,13 +88,13 @@ class Direct:
             homes = homes.resolve()
             sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(homes / "ws"), homes / "rt")
             assert sandbox.start().ok, sandbox.result
-            workspace = homes / "ws" / "bench" / "direct-ws"
+            workspace = homes / "ws" / DIRECT_TENANT / "direct-ws"
         workspace.mkdir(parents=True)
         settings = CodexSettings(
             base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key=SecretStr("sk-mock"), home_root=homes
         )
         request = PlaceSession(
-            tenant="bench",
+            tenant=DIRECT_TENANT,
             thread="thr",
             provider="codex",
             session_id="ps_bench",
