@@ -32,9 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.codex.codex_mock
+sys.path.insert(0, str(ROOT / "bench"))
 
 import nats  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
+from sampling import Procs  # noqa: E402
 
 from tests.codex.codex_mock import MockResponses, Text  # noqa: E402
 from treadle.cli.stack import Stack  # noqa: E402
@@ -50,6 +52,7 @@ from treadle.sandbox.identity import TenantIdentities  # noqa: E402
 
 REPLY = "A short plain reply from the mock model."
 FIRST: dict = {}  # first turn of each path, ms
+CPU: dict = {}  # ms of CPU per warm turn (both paths), by process
 # The direct runtime's tenant: never the stack's ("bench"). Codex keeps one home per tenant, and a home shared with
 # the root-run direct app-server gets directories the sandboxed runtime cannot write: it then fails to save its
 # transcript every turn ("Permission denied"), which made its turns faster than a working runtime's.
@@ -168,12 +171,17 @@ async def measure(
             await http.open()
             try:
                 FIRST["http_ms"] = round(await http.turn("bench 0") * 1000, 1)
+                procs = Procs(stack)
                 for n in range(1, turns + 2):  # two warm-up turns each
+                    if n == 2:
+                        cpu0 = procs.cpu_apart()
                     d = await direct.turn(f"bench {n}")
                     h = await http.turn(f"bench {n}")
                     if n >= 2:
                         direct_times.append(d)
                         http_times.append(h)
+                cpu1 = procs.cpu_apart()
+                CPU.update({k: round((cpu1[k] - cpu0[k]) * 1000 / turns, 2) for k in cpu0 if k != "bench-client"})
                 # A user creates a thread, then types: its runtime starts meanwhile (supervisor/first_session.py)
                 typed = OverHttp(client)
                 await typed.open()
@@ -222,6 +230,7 @@ async def main() -> None:
         "overhead_median_ms": round(h["median_ms"] - d["median_ms"], 1),
         "overhead_paired_median_ms": round(statistics.median(paired), 1),
         "first_turn": FIRST,
+        "cpu_ms_per_turn": CPU,
         "sandbox": os.environ.get("TREADLE_SANDBOX", "on"),
         "direct_sandbox": args.direct_sandbox,
     }
@@ -236,6 +245,12 @@ async def main() -> None:
         f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms sent at once "
         f"(session start; sandbox {result['sandbox']}); HTTP {FIRST.get('http_after_typing_ms')} ms when sent "
         f"{TYPING} s after the thread's creation"
+    )
+    treadle = sum(v for k, v in CPU.items() if k not in ("runtimes", "direct runtime"))
+    print(
+        f"CPU per warm turn, ms: Treadle {treadle:.1f} ("
+        + ", ".join(f"{k} {v}" for k, v in CPU.items() if k not in ("runtimes", "direct runtime"))
+        + f"); the runtime {CPU.get('runtimes')} sandboxed, {CPU.get('direct runtime')} driven directly"
     )
     print(json.dumps(result))
 

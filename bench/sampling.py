@@ -14,7 +14,7 @@ from treadle.ops.servers import NatsServer
 
 
 class Procs:
-    """The stack's processes by name; CPU includes reaped children and live descendants (git)."""
+    """The stack's processes by name; CPU includes reaped children and live descendants (git, runtimes)."""
 
     def __init__(self, stack: Stack) -> None:
         self.pids: dict[str, int] = {}
@@ -34,11 +34,7 @@ class Procs:
         try:
             t = p.cpu_times()
             total = t.user + t.system + t.children_user + t.children_system
-            for child in p.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    c = child.cpu_times()
-                    total += c.user + c.system
-            return total
+            return total + sum(Procs._own(c) for c in Procs._descendants(p))
         except psutil.Error:
             return float("nan")
 
@@ -47,6 +43,35 @@ class Procs:
         t = self.me.cpu_times()
         out["bench-client"] = t.user + t.system
         return out
+
+    def cpu_apart(self) -> dict[str, float]:
+        """As ``cpu``, with the provider host's live descendants (its runtimes in their sandboxes) apart as
+        ``runtimes``, and the bench's own children that are not the stack's (a runtime it drives directly) as
+        ``direct runtime``: what a real turn costs Treadle, set against what the runtime itself costs."""
+        out = self.cpu()
+        host = self._procs.get("provider-host")
+        out["runtimes"] = sum(self._own(c) for c in self._descendants(host)) if host else 0.0
+        out["provider-host"] -= out["runtimes"]
+        stack = set(self.pids.values())
+        for p in self._procs.values():
+            stack.update(c.pid for c in self._descendants(p))
+        out["direct runtime"] = sum(self._own(c) for c in self._descendants(self.me) if c.pid not in stack)
+        return out
+
+    @staticmethod
+    def _descendants(p: psutil.Process) -> list[psutil.Process]:
+        try:
+            return p.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    @staticmethod
+    def _own(p: psutil.Process) -> float:
+        try:
+            t = p.cpu_times()
+            return t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            return 0.0
 
     @staticmethod
     def machine_busy() -> float:

@@ -228,6 +228,7 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
         for hop_name, after in seen.items():
             hop[hop_name].append(after)
         timelines.append((end - t0, lines))
+    census(records, warm, ends[2:])
     totals = sorted(e - t for t, e, _ in warm)
     print(
         f"{kind}: {len(warm)} warm turns, POST → run.completed on SSE median {statistics.median(totals) * 1000:.1f} ms"
@@ -263,6 +264,45 @@ async def run(kind: str, turns: int, otel: bool, wait_run: bool) -> None:
         await receiver.__aexit__(None, None, None)
         spans_of(receiver.spans, warm)
         hop_table(receiver.spans, marks, walls, http_arrivals, returned, direct_marks, records, thread)
+
+
+def kind_of(subject: str) -> str:
+    """A subject with its ids and sequences cut off: what the broker carried, by kind."""
+    parts = subject.split(".")
+    if subject.startswith("$JS.ACK"):
+        return "$JS.ACK (consumer acks)"
+    if subject.startswith("$JS.API."):
+        return ".".join(parts[:5] if parts[2] in ("CONSUMER", "STREAM") else parts[:4])
+    if subject.startswith(("_INBOX", "$JS.")):
+        return parts[0] + " (replies, deliveries to inboxes)"
+    if subject.startswith("$KV."):
+        return "$KV." + parts[1]
+    if subject.startswith("$O."):
+        return "$O." + parts[1] + "." + parts[2]
+    return ".".join(parts[:3])
+
+
+def census(records: list, warm: list, ends: list) -> None:
+    """Every message the broker carried from a warm turn's POST to the next POST (the turn and its tail), by
+    kind: what a turn costs nats-server."""
+    counts: collections.Counter[str] = collections.Counter()
+    sizes: collections.Counter[str] = collections.Counter()
+    windows = [
+        (t0, warm[i + 1][0] if i + 1 < len(warm) else end) for i, ((t0, _, _), end) in enumerate(zip(warm, ends))
+    ]
+    for t, subject, _, data in records:
+        for a, b in windows:
+            if a <= t < b:
+                counts[kind_of(subject)] += 1
+                sizes[kind_of(subject)] += len(data)
+                break
+    n = len(windows)
+    print(
+        f"messages per warm turn and its tail (mean of {n}): {sum(counts.values()) / n:.1f}, "
+        f"{sum(sizes.values()) / n / 1024:.1f} KiB"
+    )
+    for kind, count in counts.most_common():
+        print(f"  {count / n:6.1f} {sizes[kind] / n:9.0f} B  {kind}")
 
 
 def provider_ats(records: list, thread: str, start: int, end: int) -> list[tuple[str, int]]:
