@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import nats  # noqa: E402
-from codex_overhead import OverHttp, Sink, summary  # noqa: E402
+from codex_overhead import DIRECT_TENANT, OverHttp, Sink, direct_workspace, summary  # noqa: E402
 
 from tests.acp.acp_support import acp_env, acp_settings  # noqa: E402
 from tests.claude.mock_api import MockMessagesApi  # noqa: E402
@@ -96,10 +96,9 @@ async def main() -> None:
                 token = await TokenStore(nc.jetstream()).create("bench", "alice")
                 await nc.close()
                 async with TreadleClient(stack.api_url, token, timeout=30) as client:
-                    ws = work / "direct-ws"
-                    ws.mkdir()
+                    ws = direct_workspace(work / "direct-ws")
                     request = PlaceSession(
-                        tenant="bench", thread="thr", provider=provider, session_id="ps_bench",
+                        tenant=DIRECT_TENANT, thread="thr", provider=provider, session_id="ps_bench",
                         provider_thread_id="pth", workspace=str(ws),
                     )  # fmt: skip
                     adapter = AcpAdapter(ws, request, work / "rt" / "ps_bench", acp_settings(claude, codex, homes))

@@ -28,8 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.claude.mock_api
+sys.path.insert(0, str(ROOT / "bench"))
 
 import nats  # noqa: E402
+from codex_overhead import direct_workspace  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
 from tests.claude.mock_api import MockMessagesApi  # noqa: E402
@@ -69,8 +71,7 @@ class Direct:
     """An open adapter on its own workspace: a turn is ``run_turn`` to its end."""
 
     def __init__(self, api: MockMessagesApi, root: Path) -> None:
-        workspace = root / "direct-workspace"
-        workspace.mkdir()
+        workspace = direct_workspace(root / "direct-workspace")
         request = PlaceSession(
             tenant="bench",
             thread="thr_bench",

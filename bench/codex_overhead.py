@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +61,15 @@ DIRECT_TENANT = "direct"
 TYPING = 1.5  # s between a thread's creation and its first message: a user typing it
 
 
+def direct_workspace(path: Path) -> Path:
+    """The directly driven runtime's workspace, made as a thread's new one is: a git repository
+    (checkpoints/git.py). Codex runs git for every turn's context there (about 10 ms of its CPU here), so in a
+    plain directory that work would be counted as Treadle's."""
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    return path
+
+
 class Sink:
     def __init__(self) -> None:
         self.done = asyncio.Event()
@@ -92,7 +102,7 @@ class Direct:
             sandbox = Sandbox(SandboxSettings(mode="on"), TenantIdentities(homes / "ws"), homes / "rt")
             assert sandbox.start().ok, sandbox.result
             workspace = homes / "ws" / DIRECT_TENANT / "direct-ws"
-        workspace.mkdir(parents=True)
+        direct_workspace(workspace)
         settings = CodexSettings(
             base_url=mock.base_url, api_key_env="BENCH_MODEL_KEY", api_key=SecretStr("sk-mock"), home_root=homes
         )
