@@ -8,22 +8,20 @@ import nats
 from tests.support.helpers import wait_for
 from treadle.checkpoints.archive import JetStreamArchive
 from treadle.cli.stack import Stack
-from treadle.provider_host.native_states import object_name
+from treadle.provider_host.native_states import NativeStates, object_name
 
 
 async def kept(stack: Stack, tenant: str, provider: str, provider_thread_id: str, holding: str) -> None:
-    """Returns once the kept state of the provider thread holds ``holding`` (its bytes are gzipped: compared
-    after unpacking)."""
-    from treadle.providers.native_state import members
-
+    """Returns once the kept state of the provider thread holds ``holding`` (in one of its files, as a restore
+    would give them back)."""
     nc = await nats.connect(stack.nats_url)
     try:
-        archive = JetStreamArchive(nc.jetstream())
+        keeper = NativeStates(JetStreamArchive(nc.jetstream()))
         name = object_name(tenant, provider, provider_thread_id)
 
         async def there() -> bool:
-            data = await archive.get(name)
-            return data is not None and any(holding.encode() in v for v in members(data).values())
+            files = await keeper.fetch(name)
+            return files is not None and any(holding.encode() in v for v in files.values())
 
         await wait_for(there, timeout=30, interval=0.1, what=f"the native state of {provider_thread_id} kept")
     finally:

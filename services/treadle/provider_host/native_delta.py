@@ -1,0 +1,131 @@
+"""Issue 35: what a turn changed in a provider thread's native files, against what this host last stored of
+them (``Mark``): a file that is the same file (device and inode), not shorter, whose last stored bytes are still
+where they were, was appended to, and only its new bytes are read and sealed into a segment (with the trailing
+segments ``merge_from`` takes in, read back from the file); a file of the same size and mtime is not read at
+all; anything else (replaced, shorter, rewritten in place, or not known here) is stored whole again. The
+runtime owns these files: a rewrite in place that keeps a file's length, mtime and last bytes goes unseen,
+which only gives back content the runtime itself wrote; what a restore gives is always the bytes one manifest
+names, checked."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from treadle.providers.native_manifest import KeptFile, Manifest, Segment, merge_from, seal
+from treadle.providers.native_state import MAX_BYTES, NativeFiles, NativeStateRefused, open_regular, open_root
+
+TAIL = 4096  # the last stored bytes of a file kept to tell an append from a rewrite
+_READ = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One file as it was when stored: its identity, size, mtime, and its last stored bytes."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    tail: bytes
+
+
+@dataclass(slots=True)
+class Plan:
+    """What to write: the new segments (index -> stored bytes), then ``manifest``; ``marks`` once it landed."""
+
+    manifest: Manifest
+    segments: dict[int, bytes] = field(default_factory=dict)
+    marks: dict[str, Mark] = field(default_factory=dict)
+    appended: int = 0  # unpacked bytes sealed (the turn's delta and what merged with it)
+
+    def changes(self, previous: Manifest) -> bool:
+        return bool(self.segments) or self.manifest.files != previous.files
+
+
+def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_bytes: int = MAX_BYTES) -> Plan | None:
+    """The store that makes ``manifest`` (what the archive holds, ``marks`` its files as this host stored them)
+    hold ``native``'s files now; None when none of them is a regular file. Over ``max_bytes`` in all:
+    ``NativeStateRefused``."""
+    try:
+        root_fd = open_root(native.root)
+    except FileNotFoundError:
+        return None
+    listed = {kept.path: kept for kept in manifest.files}
+    files: list[KeptFile] = []
+    out = Plan(manifest)
+    index, total = manifest.next, 0
+    try:
+        for relative in sorted(set(native.files)):
+            fd = open_regular(root_fd, relative)
+            if fd is None:
+                continue
+            try:
+                kept, mark, budget = listed.get(relative), marks.get(relative), max_bytes - total
+                st = os.fstat(fd)
+                if st.st_size > budget:
+                    raise NativeStateRefused(f"the native state under {native.root} is over {max_bytes} bytes")
+                same = kept is not None and mark is not None and _same(mark, kept, st)
+                if same and kept is not None and mark is not None and st.st_size == mark.size:
+                    files.append(kept)  # unchanged: not read
+                    out.marks[relative] = mark
+                    total += mark.size
+                    continue
+                keep: tuple[Segment, ...] = ()
+                start = 0
+                if same and kept is not None and mark is not None and _tail_is_there(fd, mark):
+                    sizes = [s.size for s in kept.segments]
+                    cut = merge_from(sizes, st.st_size - mark.size)
+                    keep, start = kept.segments[:cut], sum(sizes[:cut])
+                data = _read(fd, start, budget - start)
+                end = start + len(data)
+                if end > budget:
+                    raise NativeStateRefused(f"the native state under {native.root} is over {max_bytes} bytes")
+                if mark is not None and keep and end < mark.size:  # shrank while read: whole, from the start
+                    keep, start, data = (), 0, _read(fd, 0, budget)
+                    end = len(data)
+                segments = keep
+                if data:
+                    segment, stored = seal(index, data)
+                    out.segments[index], segments, index = stored, (*keep, segment), index + 1
+                    out.appended += len(data)
+                files.append(KeptFile(relative, segments))
+                after = os.fstat(fd)
+                tail = (mark.tail + data[mark.size - start :] if keep and mark is not None else data)[-TAIL:]
+                out.marks[relative] = Mark(after.st_dev, after.st_ino, end, after.st_mtime_ns, tail)
+                total += end
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+    if not files:
+        return None
+    named = {s.index for kept in files for s in kept.segments}
+    dropped = {s.index for kept in manifest.files for s in kept.segments} - named
+    out.manifest = Manifest(tuple(files), index, tuple(sorted(dropped.union(manifest.drop) - named)))
+    return out
+
+
+def _same(mark: Mark, kept: KeptFile, st: os.stat_result) -> bool:
+    """The file this host stored, as the manifest still lists it, and not shorter; when not grown, untouched."""
+    if (st.st_dev, st.st_ino) != (mark.device, mark.inode) or kept.size != mark.size or st.st_size < mark.size:
+        return False
+    return st.st_size > mark.size or st.st_mtime_ns == mark.mtime_ns
+
+
+def _tail_is_there(fd: int, mark: Mark) -> bool:
+    at = mark.size - len(mark.tail)
+    return os.pread(fd, len(mark.tail), at) == mark.tail
+
+
+def _read(fd: int, offset: int, limit: int) -> bytes:
+    """From ``offset`` to the end of the file, at most ``limit`` + 1 bytes (one more tells it is over)."""
+    parts: list[bytes] = []
+    got = 0
+    while got <= limit:
+        chunk = os.pread(fd, min(_READ, limit + 1 - got), offset + got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
