@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import nats
 import pytest
 
@@ -134,12 +135,21 @@ async def test_an_appended_rollout_uploads_only_what_the_turn_added_and_restores
     await keeper.keep(REQUEST, adapter)
     second = await manifest(archive)
     written = dict(archive.puts)
-    assert set(written) == {segment_name(NAME, first.next), NAME}  # one new segment, then the manifest
-    assert written[segment_name(NAME, first.next)] < len(delta)  # its bytes, gzipped: never the whole file
+    assert set(written) == {NAME}  # a turn's few KB travel in the manifest: one write
+    assert written[NAME] < len(delta) + 1024  # its bytes gzipped (base64), never the whole file
     state = {k.path: k for k in second.files}
     assert state["state.jsonl"].segments[:-1] == {k.path: k for k in first.files}["state.jsonl"].segments
     assert state["state.jsonl"].segments[-1].size == len(delta)
     assert state["small.json"] == {k.path: k for k in first.files}["small.json"]  # not read, not written
+
+    archive.puts.clear()
+    big = lines(500, "c")  # ~50 KB in one turn: a segment of its own (with the 4 KB), then the manifest
+    adapter.append(big)
+    await keeper.keep(REQUEST, adapter)
+    third = await manifest(archive)
+    assert [name for name, _ in archive.puts] == [segment_name(NAME, second.next), NAME]
+    assert archive.puts[1][1] < 4096
+    assert [s.inline is None for s in {k.path: k for k in third.files}["state.jsonl"].segments] == [True, True]
 
     archive.puts.clear()
     await keeper.keep(REQUEST, adapter)  # nothing changed: nothing sent
@@ -168,7 +178,7 @@ async def test_appends_merge_into_few_segments_and_a_fresh_host_restores_them(tm
 async def test_a_file_that_was_not_simply_appended_to_is_stored_whole(tmp_path, archive, change):
     adapter = Files(tmp_path / "home", "state.jsonl")
     path = adapter.home / "state.jsonl"
-    adapter.append(lines(200))
+    adapter.append(lines(600))  # ~60 KB: a segment of its own
     keeper = NativeStates(archive)
     await keeper.keep(REQUEST, adapter)
     adapter.append(lines(10, "b"))
@@ -203,7 +213,7 @@ async def test_a_write_stopped_before_its_manifest_leaves_the_earlier_state_and_
     keeper = NativeStates(archive)
     await keeper.keep(REQUEST, adapter)
     earlier = (adapter.home / "state.jsonl").read_bytes()
-    adapter.append(lines(10, "b"))
+    adapter.append(lines(400, "b"))  # ~40 KB: a segment of its own
     archive.fail_manifest = True
     failed = outcome("store_failed")
     await keeper.keep(REQUEST, adapter)  # the segment is written, the manifest is not
@@ -249,6 +259,11 @@ async def kept_with(archive: Spied, manifest_: Manifest, segments: dict[int, byt
     await archive.put(NAME, encode(manifest_))
 
 
+def inlined(index: int, size: int) -> Segment:
+    segment, data = seal(index, b"x" * size)
+    return msgspec.structs.replace(segment, inline=data)
+
+
 def one_file(*segments: Segment, path: str = "state.jsonl", next_: int = 10) -> Manifest:
     return Manifest((KeptFile(path, segments),), next_)
 
@@ -271,7 +286,13 @@ async def test_an_archive_whose_manifest_and_segments_disagree_restores_nothing(
     await kept_with(archive, one_file(good, bomb), {0: stored, 1: gzip.compress(b"\0" * 8 * 1024 * 1024)})
     with pytest.raises(NativeStateRefused):
         await keeper.fetch(NAME)
+    inline = msgspec.structs.replace(other, inline=stored)  # kept in the manifest, but another segment's bytes
+    await kept_with(archive, one_file(good, inline), {0: stored})
+    with pytest.raises(NativeStateRefused):
+        await keeper.fetch(NAME)
     await kept_with(archive, one_file(good, other), {0: stored, 1: other_stored})
+    assert await keeper.fetch(NAME) == {"state.jsonl": b"line one\nline two\n"}
+    await kept_with(archive, one_file(good, msgspec.structs.replace(other, inline=other_stored)), {0: stored})
     assert await keeper.fetch(NAME) == {"state.jsonl": b"line one\nline two\n"}
 
 
@@ -284,9 +305,19 @@ async def test_an_archive_whose_manifest_and_segments_disagree_restores_nothing(
         one_file(seal(12, b"x")[0]),  # an index never written
         one_file(Segment(0, 64 * 1024 * 1024, "0" * 64), Segment(1, 1, "0" * 64)),  # over the bound
         one_file(*(seal(i, b"x")[0] for i in range(MAX_SEGMENTS + 1)), next_=MAX_SEGMENTS + 1),
+        one_file(*(inlined(i, 30_000) for i in range(9))),  # more kept in the manifest than it may
         Manifest((KeptFile("a", ()), KeptFile("a", ())), 1),
     ],
-    ids=["dotdot", "absolute", "index-twice", "index-unwritten", "over-bound", "too-many-segments", "name-twice"],
+    ids=[
+        "dotdot",
+        "absolute",
+        "index-twice",
+        "index-unwritten",
+        "over-bound",
+        "too-many-segments",
+        "too-much-inline",
+        "name-twice",
+    ],
 )
 async def test_a_hostile_manifest_is_refused_before_any_segment_is_read(archive, hostile):
     await archive.put(NAME, encode(hostile))

@@ -3,7 +3,9 @@ turn that appended to a rollout stores only what it appended. The manifest, unde
 lists each file as the segments (``<name>/<index>``, gzipped) whose bytes make it, each with its size and
 SHA-256; a reader fetches exactly those and checks every one, so it gets byte-identical files or refuses (a
 crash between a segment's write and the manifest's leaves the earlier manifest and the segments it names).
-Indices only grow: a new segment never replaces one a manifest names. An object under the name that is not a
+Indices only grow: a new segment never replaces one a manifest names. Small segments (a turn's few KB, and
+what they merge into up to ``INLINE_BYTES``) travel inside the manifest itself, so a typical turn is one
+write and no delete. An object under the name that is not a
 manifest is the single gzipped tar an earlier release kept (``native_state.members`` reads it)."""
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ MAGIC = b"treadle-native-state/2\n"  # never the start of a gzip stream (\x1f\x8
 MAX_SEGMENTS = 32  # per file; merging keeps far fewer (see ``merge_from``)
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 COMPRESS_LEVEL = 3
+INLINE_BYTES = 16 * 1024  # unpacked: a segment this small is kept in the manifest
+INLINE_TOTAL = 256 * 1024  # unpacked, over the manifest's inline segments
 _INDEX_LIMIT = 2**53
 
 Index = Annotated[int, msgspec.Meta(ge=0, lt=_INDEX_LIMIT)]
@@ -30,6 +34,7 @@ class Segment(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     index: Index
     size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BYTES)]  # unpacked
     sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]  # of the unpacked bytes
+    inline: bytes | None = None  # its stored bytes, when kept in the manifest (else under ``segment_name``)
 
 
 class KeptFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -83,6 +88,8 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Manifest:
             indices.add(segment.index)
     if sum(kept.size for kept in manifest.files) > max_bytes:
         raise NativeStateRefused(f"the native state is over {max_bytes} bytes")
+    if sum(s.size for kept in manifest.files for s in kept.segments if s.inline is not None) > INLINE_TOTAL:
+        raise NativeStateRefused(f"the manifest keeps more than {INLINE_TOTAL} bytes in itself")
     if len(manifest.drop) > MAX_MEMBERS * MAX_SEGMENTS or indices.intersection(manifest.drop):
         raise NativeStateRefused("the manifest drops segments it names")
     return manifest
@@ -92,6 +99,11 @@ def seal(index: int, raw: bytes) -> tuple[Segment, bytes]:
     """``raw`` as segment ``index``: its entry in a manifest and the bytes stored."""
     digest = hashlib.sha256(raw).hexdigest()
     return Segment(index, len(raw), digest), gzip.compress(raw, compresslevel=COMPRESS_LEVEL, mtime=0)
+
+
+def stored(manifest: Manifest) -> list[int]:
+    """The indices of the segments ``manifest`` names that are objects of their own (not inline)."""
+    return [s.index for kept in manifest.files for s in kept.segments if s.inline is None]
 
 
 def unseal(segment: Segment, data: bytes) -> bytes:
@@ -110,15 +122,16 @@ def unseal(segment: Segment, data: bytes) -> bytes:
 
 
 def assemble(manifest: Manifest, segments: dict[int, bytes]) -> dict[str, bytes]:
-    """The files of ``manifest`` (decoded by ``decode``) from its segments as stored (index -> bytes)."""
+    """The files of ``manifest`` (decoded by ``decode``) from its inline segments and the others as stored
+    (index -> bytes)."""
     files: dict[str, bytes] = {}
     for kept in manifest.files:
         parts: list[bytes] = []
         for segment in kept.segments:
-            stored = segments.get(segment.index)
-            if stored is None:
+            data = segment.inline if segment.inline is not None else segments.get(segment.index)
+            if data is None:
                 raise NativeStateRefused(f"segment {segment.index} of {kept.path!r} is missing")
-            parts.append(unseal(segment, stored))
+            parts.append(unseal(segment, data))
         files[kept.path] = b"".join(parts)
     return files
 

@@ -12,7 +12,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from treadle.providers.native_manifest import KeptFile, Manifest, Segment, merge_from, seal
+import msgspec
+
+from treadle.providers.native_manifest import (
+    INLINE_BYTES,
+    INLINE_TOTAL,
+    KeptFile,
+    Manifest,
+    Segment,
+    merge_from,
+    seal,
+    stored,
+)
 from treadle.providers.native_state import MAX_BYTES, NativeFiles, NativeStateRefused, open_regular, open_root
 
 TAIL = 4096  # the last stored bytes of a file kept to tell an append from a rewrite
@@ -32,7 +43,8 @@ class Mark:
 
 @dataclass(slots=True)
 class Plan:
-    """What to write: the new segments (index -> stored bytes), then ``manifest``; ``marks`` once it landed."""
+    """What to write: the new segments kept apart (index -> stored bytes), then ``manifest``; ``marks`` once it
+    landed."""
 
     manifest: Manifest
     segments: dict[int, bytes] = field(default_factory=dict)
@@ -54,7 +66,7 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
     listed = {kept.path: kept for kept in manifest.files}
     files: list[KeptFile] = []
     out = Plan(manifest)
-    index, total = manifest.next, 0
+    index, total, inline = manifest.next, 0, 0
     try:
         for relative in sorted(set(native.files)):
             fd = open_regular(root_fd, relative)
@@ -70,6 +82,7 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                     files.append(kept)  # unchanged: not read
                     out.marks[relative] = mark
                     total += mark.size
+                    inline += _inline(kept.segments)
                     continue
                 keep: tuple[Segment, ...] = ()
                 start = 0
@@ -85,9 +98,15 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                     keep, start, data = (), 0, _read(fd, 0, budget)
                     end = len(data)
                 segments = keep
+                inline += _inline(keep)
                 if data:
-                    segment, stored = seal(index, data)
-                    out.segments[index], segments, index = stored, (*keep, segment), index + 1
+                    segment, sealed = seal(index, data)
+                    if len(data) <= INLINE_BYTES and inline + len(data) <= INLINE_TOTAL:
+                        segment = msgspec.structs.replace(segment, inline=sealed)
+                        inline += len(data)
+                    else:
+                        out.segments[index] = sealed
+                    segments, index = (*keep, segment), index + 1
                     out.appended += len(data)
                 files.append(KeptFile(relative, segments))
                 after = os.fstat(fd)
@@ -100,10 +119,15 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
         os.close(root_fd)
     if not files:
         return None
-    named = {s.index for kept in files for s in kept.segments}
-    dropped = {s.index for kept in manifest.files for s in kept.segments} - named
-    out.manifest = Manifest(tuple(files), index, tuple(sorted(dropped.union(manifest.drop) - named)))
+    out.manifest = Manifest(tuple(files), index)
+    named = set(stored(out.manifest))
+    dropped = set(stored(manifest)).union(manifest.drop) - named
+    out.manifest = msgspec.structs.replace(out.manifest, drop=tuple(sorted(dropped)))
     return out
+
+
+def _inline(segments: tuple[Segment, ...]) -> int:
+    return sum(s.size for s in segments if s.inline is not None)
 
 
 def _same(mark: Mark, kept: KeptFile, st: os.stat_result) -> bool:

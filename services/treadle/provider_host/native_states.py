@@ -22,7 +22,15 @@ import msgspec
 from treadle.checkpoints.archive import ArchiveConflict, ArchiveUnavailable, CheckpointArchive, Holding
 from treadle.eventlog import subjects
 from treadle.providers.base import ProviderAdapter
-from treadle.providers.native_manifest import Manifest, assemble, decode, encode, is_manifest, segment_name
+from treadle.providers.native_manifest import (
+    Manifest,
+    assemble,
+    decode,
+    encode,
+    is_manifest,
+    segment_name,
+    stored,
+)
 from treadle.providers.native_state import MAX_BYTES, NativeStateRefused, members
 from treadle.providers.protocol import PlaceSession
 from treadle.runtime.metrics import NATIVE_STATE
@@ -155,9 +163,8 @@ class NativeStates:
         self._kept.pop(name, None)
         await self._archive.delete(name)
         self._remember(name, _Kept(Manifest(next=kept.manifest.next), None, {}))
-        named = [s.index for f in kept.manifest.files for s in f.segments]
         with contextlib.suppress(ArchiveUnavailable):
-            await self._delete_segments(name, [*named, *kept.manifest.drop])
+            await self._delete_segments(name, [*stored(kept.manifest), *kept.manifest.drop])
 
     def _remember(self, name: str, kept: _Kept) -> None:
         self._kept[name] = kept
@@ -174,7 +181,7 @@ class NativeStates:
         if not is_manifest(data):
             return await asyncio.to_thread(members, data, self._max_bytes)
         manifest = decode(data, self._max_bytes)
-        indices = [s.index for kept in manifest.files for s in kept.segments]
+        indices = stored(manifest)
         slots = asyncio.Semaphore(_FETCHES)
 
         async def one(index: int) -> tuple[int, bytes | None]:
