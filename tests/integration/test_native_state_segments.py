@@ -33,6 +33,7 @@ from treadle.providers.native_manifest import (
     merge_from,
     seal,
     segment_name,
+    stored,
 )
 from treadle.providers.native_state import NativeFiles, NativeStateRefused, pack
 from treadle.providers.protocol import PlaceSession
@@ -147,7 +148,8 @@ async def test_an_appended_rollout_uploads_only_what_the_turn_added_and_restores
     adapter.append(big)
     await keeper.keep(REQUEST, adapter)
     third = await manifest(archive)
-    assert [name for name, _ in archive.puts] == [segment_name(NAME, second.next), NAME]
+    segment = {k.path: k for k in third.files}["state.jsonl"].segments[-1]
+    assert [name for name, _ in archive.puts] == [segment_name(NAME, segment.index), NAME]
     assert archive.puts[1][1] < 4096
     assert [s.inline is None for s in {k.path: k for k in third.files}["state.jsonl"].segments] == [True, True]
 
@@ -164,14 +166,16 @@ async def test_appends_merge_into_few_segments_and_a_fresh_host_restores_them(tm
     adapter = Files(tmp_path / "home", "state.jsonl")
     keeper = NativeStates(archive)
     for turn in range(100):
-        adapter.append(lines(5, str(turn)))
+        adapter.append(lines(20, str(turn)))  # ~2 KB
         await keeper.keep(REQUEST, adapter)
     kept = await manifest(archive)
     assert len(kept.files[0].segments) <= 8  # binary counting: log2(100) + 1
     assert await NativeStates(archive).fetch(NAME) == {"state.jsonl": (adapter.home / "state.jsonl").read_bytes()}
-    dropped = {i for i in range(kept.next)} - {s.index for s in kept.files[0].segments}
-    for index in sorted(dropped)[:20]:  # what merged away was deleted
-        assert await archive.get(segment_name(NAME, index)) is None
+    named = {segment_name(NAME, index) for index in stored(kept)}
+    written = {name for name, _ in archive.puts if name != NAME}
+    assert named and written - named
+    for name in written - named:  # what merged away was deleted
+        assert await archive.get(name) is None
 
 
 @pytest.mark.parametrize("change", ["shrink", "rewrite-tail", "replace", "touch"])
@@ -218,8 +222,8 @@ async def test_a_write_stopped_before_its_manifest_leaves_the_earlier_state_and_
     failed = outcome("store_failed")
     await keeper.keep(REQUEST, adapter)  # the segment is written, the manifest is not
     assert outcome("store_failed") == failed + 1
-    kept = await manifest(archive)
-    assert await archive.get(segment_name(NAME, kept.next)) is not None  # the segment nothing names
+    orphan = archive.puts[-1][0]
+    assert orphan != NAME and await archive.get(orphan) is not None  # the segment nothing names
     assert await keeper.fetch(NAME) == {"state.jsonl": earlier}  # never a mix, never a shorter file
     archive.fail_manifest = False
     for host in (keeper, NativeStates(archive)):  # the same host, or one restarted: the turn is kept
@@ -228,17 +232,30 @@ async def test_a_write_stopped_before_its_manifest_leaves_the_earlier_state_and_
         assert await host.fetch(NAME) == {"state.jsonl": (adapter.home / "state.jsonl").read_bytes()}
 
 
-async def test_a_manifest_written_by_another_host_since_is_not_overwritten_blindly(tmp_path, archive):
+async def test_a_manifest_written_by_another_host_since_is_never_overwritten_or_damaged(tmp_path, archive):
     one, other = Files(tmp_path / "one", "state.jsonl"), Files(tmp_path / "other", "state.jsonl")
-    one.append(lines(50))
+    one.append(lines(400))  # ~40 KB: segments of their own
     first = NativeStates(archive)
     await first.keep(REQUEST, one)
-    other.append(lines(80, "o"))
-    await NativeStates(archive).keep(REQUEST, other)  # the session moved and came back
-    one.append(lines(5, "b"))
+    other.append(lines(800, "o"))
+    second = NativeStates(archive)
+    await second.keep(REQUEST, other)  # the session moved and came back
+    one.append(lines(300, "b"))
+    archive.fail_manifest = True
+    await first.keep(REQUEST, one)  # stopped after its segment: the other host's state is whole
+    assert await first.fetch(NAME) == {"state.jsonl": (other.home / "state.jsonl").read_bytes()}
+    archive.fail_manifest = False
     await first.keep(REQUEST, one)  # its append would name segments the other host dropped: stored whole
     assert [s.size for s in (await manifest(archive)).files[0].segments] == [(one.home / "state.jsonl").stat().st_size]
     assert await first.fetch(NAME) == {"state.jsonl": (one.home / "state.jsonl").read_bytes()}
+    other.append(lines(300, "p"))
+    conflicts = outcome("stored")
+    await second.keep(REQUEST, other)  # what it remembers was replaced: its write is refused, then made whole
+    assert outcome("stored") == conflicts + 1
+    assert [s.size for s in (await manifest(archive)).files[0].segments] == [
+        (other.home / "state.jsonl").stat().st_size
+    ]
+    assert await second.fetch(NAME) == {"state.jsonl": (other.home / "state.jsonl").read_bytes()}
 
 
 async def test_an_earlier_releases_single_tar_restores_and_is_replaced_by_a_manifest(tmp_path, archive):
@@ -264,8 +281,8 @@ def inlined(index: int, size: int) -> Segment:
     return msgspec.structs.replace(segment, inline=data)
 
 
-def one_file(*segments: Segment, path: str = "state.jsonl", next_: int = 10) -> Manifest:
-    return Manifest((KeptFile(path, segments),), next_)
+def one_file(*segments: Segment, path: str = "state.jsonl") -> Manifest:
+    return Manifest((KeptFile(path, segments),))
 
 
 async def test_an_archive_whose_manifest_and_segments_disagree_restores_nothing(archive):
@@ -302,17 +319,17 @@ async def test_an_archive_whose_manifest_and_segments_disagree_restores_nothing(
         one_file(seal(0, b"x")[0], path="../escaped.jsonl"),
         one_file(seal(0, b"x")[0], path="/etc/passwd"),
         one_file(seal(0, b"x")[0], seal(0, b"y")[0]),  # one index named twice
-        one_file(seal(12, b"x")[0]),  # an index never written
+        one_file(Segment(-1, 1, "0" * 64)),  # not an index
         one_file(Segment(0, 64 * 1024 * 1024, "0" * 64), Segment(1, 1, "0" * 64)),  # over the bound
-        one_file(*(seal(i, b"x")[0] for i in range(MAX_SEGMENTS + 1)), next_=MAX_SEGMENTS + 1),
+        one_file(*(seal(i, b"x")[0] for i in range(MAX_SEGMENTS + 1))),
         one_file(*(inlined(i, 30_000) for i in range(9))),  # more kept in the manifest than it may
-        Manifest((KeptFile("a", ()), KeptFile("a", ())), 1),
+        Manifest((KeptFile("a", ()), KeptFile("a", ()))),
     ],
     ids=[
         "dotdot",
         "absolute",
         "index-twice",
-        "index-unwritten",
+        "index-negative",
         "over-bound",
         "too-many-segments",
         "too-much-inline",

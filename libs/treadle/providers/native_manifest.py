@@ -3,7 +3,8 @@ turn that appended to a rollout stores only what it appended. The manifest, unde
 lists each file as the segments (``<name>/<index>``, gzipped) whose bytes make it, each with its size and
 SHA-256; a reader fetches exactly those and checks every one, so it gets byte-identical files or refuses (a
 crash between a segment's write and the manifest's leaves the earlier manifest and the segments it names).
-Indices only grow: a new segment never replaces one a manifest names. Small segments (a turn's few KB, and
+A segment's index is drawn at random: a write never replaces a segment that any manifest names, even one
+a host it does not know of wrote since (its conditional manifest write then fails, and nothing is mixed). Small segments (a turn's few KB, and
 what they merge into up to ``INLINE_BYTES``) travel inside the manifest itself, so a typical turn is one
 write and no delete. An object under the name that is not a
 manifest is the single gzipped tar an earlier release kept (``native_state.members`` reads it)."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import secrets
 import zlib
 from typing import Annotated
 
@@ -48,7 +50,6 @@ class KeptFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     files: tuple[KeptFile, ...] = ()
-    next: Index = 0  # the first index no segment of this state's history was written at
     drop: tuple[Index, ...] = ()  # segments no longer named, deleted once this manifest landed
 
 
@@ -83,8 +84,8 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Manifest:
             raise NativeStateRefused(f"{kept.path!r} is listed twice or in more than {MAX_SEGMENTS} segments")
         paths.add(kept.path)
         for segment in kept.segments:
-            if segment.index in indices or segment.index >= manifest.next:
-                raise NativeStateRefused(f"segment {segment.index} is named twice or was never written")
+            if segment.index in indices:
+                raise NativeStateRefused(f"segment {segment.index} is named twice")
             indices.add(segment.index)
     if sum(kept.size for kept in manifest.files) > max_bytes:
         raise NativeStateRefused(f"the native state is over {max_bytes} bytes")
@@ -93,6 +94,14 @@ def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Manifest:
     if len(manifest.drop) > MAX_MEMBERS * MAX_SEGMENTS or indices.intersection(manifest.drop):
         raise NativeStateRefused("the manifest drops segments it names")
     return manifest
+
+
+def new_index(taken: set[int]) -> int:
+    """An index for a new segment, none of ``taken`` (which it joins)."""
+    while (index := secrets.randbelow(_INDEX_LIMIT)) in taken:
+        pass
+    taken.add(index)
+    return index
 
 
 def seal(index: int, raw: bytes) -> tuple[Segment, bytes]:

@@ -21,6 +21,7 @@ from treadle.providers.native_manifest import (
     Manifest,
     Segment,
     merge_from,
+    new_index,
     seal,
     stored,
 )
@@ -66,7 +67,8 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
     listed = {kept.path: kept for kept in manifest.files}
     files: list[KeptFile] = []
     out = Plan(manifest)
-    index, total, inline = manifest.next, 0, 0
+    taken = {s.index for kept in manifest.files for s in kept.segments}.union(manifest.drop)
+    total, inline = 0, 0
     try:
         for relative in sorted(set(native.files)):
             fd = open_regular(root_fd, relative)
@@ -100,13 +102,13 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                 segments = keep
                 inline += _inline(keep)
                 if data:
-                    segment, sealed = seal(index, data)
+                    segment, sealed = seal(new_index(taken), data)
                     if len(data) <= INLINE_BYTES and inline + len(data) <= INLINE_TOTAL:
                         segment = msgspec.structs.replace(segment, inline=sealed)
                         inline += len(data)
                     else:
-                        out.segments[index] = sealed
-                    segments, index = (*keep, segment), index + 1
+                        out.segments[segment.index] = sealed
+                    segments = (*keep, segment)
                     out.appended += len(data)
                 files.append(KeptFile(relative, segments))
                 after = os.fstat(fd)
@@ -119,7 +121,7 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
         os.close(root_fd)
     if not files:
         return None
-    out.manifest = Manifest(tuple(files), index)
+    out.manifest = Manifest(tuple(files))
     named = set(stored(out.manifest))
     dropped = set(stored(manifest)).union(manifest.drop) - named
     out.manifest = msgspec.structs.replace(out.manifest, drop=tuple(sorted(dropped)))

@@ -162,7 +162,7 @@ class NativeStates:
         """No state at all under ``name`` (the manifest first, so no reader finds it half gone)."""
         self._kept.pop(name, None)
         await self._archive.delete(name)
-        self._remember(name, _Kept(Manifest(next=kept.manifest.next), None, {}))
+        self._remember(name, _Kept(Manifest(), None, {}))
         with contextlib.suppress(ArchiveUnavailable):
             await self._delete_segments(name, [*stored(kept.manifest), *kept.manifest.drop])
 
