@@ -35,7 +35,7 @@ from treadle.providers.native_manifest import (
     segment_name,
     stored,
 )
-from treadle.providers.native_state import NativeFiles, NativeStateRefused, pack
+from treadle.providers.native_state import MAX_MEMBERS, NativeFiles, NativeStateRefused, pack
 from treadle.providers.protocol import PlaceSession
 from treadle.runtime.metrics import NATIVE_STATE
 
@@ -343,6 +343,15 @@ async def test_a_hostile_manifest_is_refused_before_any_segment_is_read(archive,
     for broken in (b"treadle-native-state/2\n{", b"treadle-native-state/2\n" + b'{"files": [], "extra": 1}'):
         with pytest.raises(NativeStateRefused):
             decode(broken)
+
+
+def test_a_manifest_too_large_to_read_back_is_never_written():
+    with pytest.raises(NativeStateRefused):  # what would not be read back is never written
+        encode(
+            Manifest(
+                tuple(KeptFile(f"f{i}", tuple(seal(i * 4 + j, b"x")[0] for j in range(4))) for i in range(MAX_MEMBERS))
+            )
+        )
 
 
 def test_segments_merge_as_a_binary_count_and_never_exceed_the_bound():

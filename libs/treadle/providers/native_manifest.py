@@ -62,7 +62,11 @@ def is_manifest(data: bytes) -> bool:
 
 
 def encode(manifest: Manifest) -> bytes:
-    return MAGIC + msgspec.json.encode(manifest)
+    """Refused (``NativeStateRefused``) past what ``decode`` reads back."""
+    data = MAGIC + msgspec.json.encode(manifest)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise NativeStateRefused(f"the native state's manifest is over {MAX_MANIFEST_BYTES} bytes")
+    return data
 
 
 def decode(data: bytes, max_bytes: int = MAX_BYTES) -> Manifest:

@@ -20,6 +20,7 @@ from treadle.providers.native_manifest import (
     KeptFile,
     Manifest,
     Segment,
+    encode,
     merge_from,
     new_index,
     seal,
@@ -48,6 +49,7 @@ class Plan:
     landed."""
 
     manifest: Manifest
+    encoded: bytes = b""  # the manifest as written
     segments: dict[int, bytes] = field(default_factory=dict)
     marks: dict[str, Mark] = field(default_factory=dict)
     appended: int = 0  # unpacked bytes sealed (the turn's delta and what merged with it)
@@ -58,8 +60,8 @@ class Plan:
 
 def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_bytes: int = MAX_BYTES) -> Plan | None:
     """The store that makes ``manifest`` (what the archive holds, ``marks`` its files as this host stored them)
-    hold ``native``'s files now; None when none of them is a regular file. Over ``max_bytes`` in all:
-    ``NativeStateRefused``."""
+    hold ``native``'s files now; None when none of them is a regular file. Over ``max_bytes`` in all, or a
+    manifest too large to read back: ``NativeStateRefused``."""
     try:
         root_fd = open_root(native.root)
     except FileNotFoundError:
@@ -125,6 +127,7 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
     named = set(stored(out.manifest))
     dropped = set(stored(manifest)).union(manifest.drop) - named
     out.manifest = msgspec.structs.replace(out.manifest, drop=tuple(sorted(dropped)))
+    out.encoded = encode(out.manifest)
     return out
 
 

@@ -26,7 +26,6 @@ from treadle.providers.native_manifest import (
     Manifest,
     assemble,
     decode,
-    encode,
     is_manifest,
     segment_name,
     stored,
@@ -132,7 +131,7 @@ class NativeStates:
         await asyncio.gather(
             *(self._archive.put(segment_name(name, i), data, new=True) for i, data in planned.segments.items())
         )
-        encoded = encode(planned.manifest)
+        encoded = planned.encoded
         self._kept.pop(name, None)  # not known until the manifest's put answers
         try:
             await self._archive.put(name, encoded, holding=Holding(kept.digest))
