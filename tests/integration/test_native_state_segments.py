@@ -24,6 +24,7 @@ from treadle.provider_host.native_states import NativeStates, object_name
 from treadle.providers.base import ProviderAdapter, Turn, TurnSink
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.native_manifest import (
+    INLINE_TOTAL,
     MAX_SEGMENTS,
     KeptFile,
     Manifest,
@@ -428,3 +429,17 @@ async def test_codex_remembers_its_rollout_and_looks_again_only_when_it_is_gone(
     fresh = CodexAdapter(tmp_path, resuming, tmp_path / "runtime" / "ps_2", CodexSettings(home_root=codex_home_root))
     await keeper.restore(resuming, fresh)
     assert (home / later).read_bytes().count(b"\n") == 10 and not (home / ROLLOUT).exists()
+
+
+async def test_many_small_files_keep_the_manifest_within_its_inline_bound(tmp_path, archive):
+    names = tuple(f"sessions/{i:02d}.json" for i in range(40))
+    adapter = Files(tmp_path / "home", *names)
+    keeper = NativeStates(archive)
+    for turn in range(3):  # 40 files of ~10 KB, then ~4 KB more each turn: more than a manifest keeps
+        for name in names:
+            adapter.append(lines(100 if turn == 0 else 40, f"{turn}"), name)
+        await keeper.keep(REQUEST, adapter)
+        kept = await manifest(archive)
+        assert sum(s.size for k in kept.files for s in k.segments if s.inline is not None) <= INLINE_TOTAL
+        assert stored(kept)  # the rest are objects of their own
+        assert await NativeStates(archive).fetch(NAME) == {n: (adapter.home / n).read_bytes() for n in names}

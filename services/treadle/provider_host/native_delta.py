@@ -69,7 +69,8 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
     listed = {kept.path: kept for kept in manifest.files}
     files: list[KeptFile] = []
     out = Plan(manifest)
-    taken = {s.index for kept in manifest.files for s in kept.segments}.union(manifest.drop)
+    earlier = {s.index for kept in manifest.files for s in kept.segments}
+    taken = earlier.union(manifest.drop)
     total, inline = 0, 0
     try:
         for relative in sorted(set(native.files)):
@@ -101,11 +102,13 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                 if mark is not None and keep and end < mark.size:  # shrank while read: whole, from the start
                     keep, start, data = (), 0, _read(fd, 0, budget)
                     end = len(data)
+                    if end > budget:
+                        raise NativeStateRefused(f"the native state under {native.root} is over {max_bytes} bytes")
                 segments = keep
                 inline += _inline(keep)
                 if data:
                     segment, sealed = seal(new_index(taken), data)
-                    if len(data) <= INLINE_BYTES and inline + len(data) <= INLINE_TOTAL:
+                    if len(data) <= INLINE_BYTES:
                         segment = msgspec.structs.replace(segment, inline=sealed)
                         inline += len(data)
                     else:
@@ -123,12 +126,29 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
         os.close(root_fd)
     if not files:
         return None
-    out.manifest = Manifest(tuple(files))
+    out.manifest = Manifest(tuple(_spill(files, out, inline - INLINE_TOTAL, earlier)))
     named = set(stored(out.manifest))
     dropped = set(stored(manifest)).union(manifest.drop) - named
     out.manifest = msgspec.structs.replace(out.manifest, drop=tuple(sorted(dropped)))
     out.encoded = encode(out.manifest)
     return out
+
+
+def _spill(files: list[KeptFile], out: Plan, over: int, earlier: set[int]) -> list[KeptFile]:
+    """``files`` with this store's inline segments made objects of their own until the manifest keeps at most
+    ``INLINE_TOTAL`` in itself (``over``: by how much it would); the ones it already kept were within it."""
+    if over <= 0:
+        return files
+    spilled: list[KeptFile] = []
+    for file in files:
+        segments = list(file.segments)
+        for at, segment in enumerate(segments):
+            if over > 0 and segment.inline is not None and segment.index not in earlier:
+                out.segments[segment.index] = segment.inline
+                segments[at] = msgspec.structs.replace(segment, inline=None)
+                over -= segment.size
+        spilled.append(KeptFile(file.path, tuple(segments)))
+    return spilled
 
 
 def _inline(segments: tuple[Segment, ...]) -> int:
