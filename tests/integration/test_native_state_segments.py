@@ -22,6 +22,8 @@ from treadle.eventlog import streams
 from treadle.ops.servers import NatsServer
 from treadle.provider_host.native_states import NativeStates, object_name
 from treadle.providers.base import ProviderAdapter, Turn, TurnSink
+from treadle.providers.claude import ClaudeAdapter
+from treadle.providers.claude.settings import ClaudeSettings
 from treadle.providers.codex import CodexAdapter, CodexSettings
 from treadle.providers.native_manifest import (
     INLINE_TOTAL,
@@ -443,3 +445,34 @@ async def test_many_small_files_keep_the_manifest_within_its_inline_bound(tmp_pa
         assert sum(s.size for k in kept.files for s in k.segments if s.inline is not None) <= INLINE_TOTAL
         assert stored(kept)  # the rest are objects of their own
         assert await NativeStates(archive).fetch(NAME) == {n: (adapter.home / n).read_bytes() for n in names}
+
+
+async def test_claude_remembers_its_transcript_and_searches_again_only_when_it_is_gone(tmp_path):
+    session = "5b0c9a36-3f43-4d0e-9a43-4f0d8d1f2a11"
+    request = PlaceSession(
+        tenant="acme", thread="thr_1", provider="claude", session_id="ps_1", provider_thread_id="pth_1",
+        native_ref=session, workspace=str(tmp_path),
+    )  # fmt: skip
+    adapter = ClaudeAdapter(
+        tmp_path, request, tmp_path / "runtime" / "ps_1", ClaudeSettings(threads_dir=tmp_path / "threads")
+    )
+    adapter.session_id = session
+    transcript = f"projects/-srv-ws-acme-thr_1/{session}.jsonl"
+    (adapter.store.root / transcript).parent.mkdir(parents=True)
+    (adapter.store.root / transcript).write_bytes(lines(3))
+    searches: list[str] = []
+    search = adapter.store.transcript
+
+    def counted(session_id: str) -> Path | None:
+        searches.append(session_id)
+        return search(session_id)
+
+    adapter.store.transcript = counted  # type: ignore[method-assign]
+    for _ in range(3):
+        native = await adapter.native_state()
+        assert native is not None and native.files == (transcript,)
+    assert searches == [session]  # found once, then only checked
+    (adapter.store.root / transcript).unlink()
+    os.symlink(tmp_path, adapter.store.root / transcript)  # replaced by a link: searched again, left out
+    assert await adapter.native_state() is None
+    assert searches == [session, session]

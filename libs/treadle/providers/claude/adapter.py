@@ -134,6 +134,7 @@ class ClaudeAdapter(ProviderAdapter):
         threads = self.settings.threads_dir or Path(state_dir).parent.parent / "claude-threads"
         self.store = SessionStore(Path(threads) / request.tenant)
         self.session_id: str | None = None
+        self._transcript: tuple[str, str] | None = None  # (session id, its transcript) once found (issue 35)
         self._approvals: Approvals | None = None  # once the runtime is imported
         self._client: ClaudeSDKClient | None = None
         self._reader: asyncio.Task[Any] | None = None
@@ -167,7 +168,10 @@ class ClaudeAdapter(ProviderAdapter):
         named, not searched for)."""
         if self.session_id is None or self.request.ephemeral:
             return None
-        files = await asyncio.to_thread(self.store.resume_files, self.session_id)
+        session_id = self.session_id
+        known = self._transcript[1] if self._transcript and self._transcript[0] == session_id else None
+        files = await asyncio.to_thread(self.store.resume_files, session_id, known)
+        self._transcript = (session_id, files[0]) if files else None
         return native_state.NativeFiles(self.store.root, tuple(files)) if files else None
 
     async def restore_native_state(
