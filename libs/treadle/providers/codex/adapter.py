@@ -263,8 +263,9 @@ class CodexAdapter(ProviderAdapter):
 
     def _rollouts_kept(self, home: Path, thread_id: str) -> tuple[str, ...]:
         """The rollouts found before, while each is still a regular file; else (a new thread's first, written
-        once it has a turn; one gone or replaced) found again. Codex appends a resumed thread to its rollout,
-        and a fork is another thread (another provider thread, kept under its own name)."""
+        once it has a turn; one gone or replaced; a revert's new one, see ``rollback``) found again. Codex
+        appends a resumed thread to its rollout, and a fork is another thread (another provider thread, kept
+        under its own name)."""
         found = self._known_rollouts.get(thread_id, ())
         if not found or not all(_is_regular(home / name) for name in found):
             found = tuple(self._rollouts(home, thread_id))
@@ -334,6 +335,7 @@ class CodexAdapter(ProviderAdapter):
         if len(newest) < turns:
             raise ValueError(f"the provider thread has {len(newest)} turns, cannot drop {turns}")
         await self._call("thread/revert", {"threadId": thread_id, "beforeTurnId": newest[turns - 1]["id"]})
+        self._known_rollouts = {}  # the revert wrote a new rollout beside the earlier ones: found again
         return await self.snapshot()
 
     async def snapshot(self) -> dict[str, Any]:
@@ -568,7 +570,11 @@ class CodexAdapter(ProviderAdapter):
             await self._prepared.close()
 
 
-_ROLLOUT = re.compile(r"sessions/\d{4}/\d{2}/\d{2}/rollout-[0-9T:.-]{1,40}-(?P<thread>[0-9a-f-]{36})\.jsonl")
+# A thread's rollout, and each one ``thread/revert`` writes for it (``…-<thread id>_<uuid>.jsonl``, the earlier
+# ones left as they were): a resume reads the newest, so all are kept, as the node had them.
+_ROLLOUT = re.compile(
+    r"sessions/\d{4}/\d{2}/\d{2}/rollout-[0-9T:.-]{1,40}-(?P<thread>[0-9a-f-]{36})(?:_[0-9a-f-]{36})?\.jsonl"
+)
 
 
 def _rollout_of(name: str, thread_id: str) -> bool:
