@@ -1,9 +1,10 @@
 """A provider's resume state (issue 35): chosen files under a runtime's home (``NativeFiles``), read without
-following a link, and put back (the host keeps them in segments, ``native_manifest``; ``pack``/``members`` read
-and write the single gzipped tar an earlier release kept). The runtime is hostile and owns its home: reading never follows a link (every step opens the next
-name under its parent's descriptor with O_NOFOLLOW), and a restore writes only regular files and directories
-inside the target, refusing a member that names a link, a device, an absolute path or ``..``. Sizes are bounded
-both ways, so neither a grown home nor a crafted archive can fill a disk or the store."""
+following a link, and put back (the host keeps them as segments, ``native_manifest``; ``pack`` and
+``members`` write and read the single gzipped tar an earlier release kept). The runtime is hostile and owns
+its home: reading never follows a link (every step opens the next name under its parent's descriptor with
+O_NOFOLLOW), and a restore writes only regular files and directories inside the target, refusing a member
+that names a link, a device, an absolute path or ``..``. Sizes are bounded both ways, so neither a grown home
+nor a crafted archive can fill a disk or the store."""
 
 from __future__ import annotations
 
