@@ -9,6 +9,7 @@ names, checked."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -28,19 +29,20 @@ from treadle.providers.native_manifest import (
 )
 from treadle.providers.native_state import MAX_BYTES, NativeFiles, NativeStateRefused, open_regular, open_root
 
-TAIL = 4096  # the last stored bytes of a file kept to tell an append from a rewrite
+TAIL = 4096  # how many of a file's last stored bytes tell an append from a rewrite (their digest is kept)
 _READ = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """One file as it was when stored: its identity, size, mtime, and its last stored bytes."""
+    """One file as it was when stored: its identity, size, mtime, and the SHA-256 of its last stored bytes
+    (up to ``TAIL``; a digest, so a home of many files costs this host little memory)."""
 
     device: int
     inode: int
     size: int
     mtime_ns: int
-    tail: bytes
+    tail: bytes  # SHA-256 of the last min(size, TAIL) bytes
 
 
 @dataclass(slots=True)
@@ -91,7 +93,8 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                     continue
                 keep: tuple[Segment, ...] = ()
                 start = 0
-                if same and kept is not None and mark is not None and _tail_is_there(fd, mark):
+                before = _tail_if_there(fd, mark) if same and mark is not None else None
+                if before is not None and kept is not None and mark is not None:
                     sizes = [s.size for s in kept.segments]
                     cut = merge_from(sizes, st.st_size - mark.size)
                     keep, start = kept.segments[:cut], sum(sizes[:cut])
@@ -117,8 +120,8 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                     out.appended += len(data)
                 files.append(KeptFile(relative, segments))
                 after = os.fstat(fd)
-                tail = (mark.tail + data[mark.size - start :] if keep and mark is not None else data)[-TAIL:]
-                out.marks[relative] = Mark(after.st_dev, after.st_ino, end, after.st_mtime_ns, tail)
+                last = (before + data[mark.size - start :] if keep and before is not None and mark else data)[-TAIL:]
+                out.marks[relative] = Mark(after.st_dev, after.st_ino, end, after.st_mtime_ns, _digest(last))
                 total += end
             finally:
                 os.close(fd)
@@ -162,9 +165,15 @@ def _same(mark: Mark, kept: KeptFile, st: os.stat_result) -> bool:
     return st.st_size > mark.size or st.st_mtime_ns == mark.mtime_ns
 
 
-def _tail_is_there(fd: int, mark: Mark) -> bool:
-    at = mark.size - len(mark.tail)
-    return os.pread(fd, len(mark.tail), at) == mark.tail
+def _tail_if_there(fd: int, mark: Mark) -> bytes | None:
+    """The file's last bytes as stored when they are still where they were, else None."""
+    length = min(mark.size, TAIL)
+    last = os.pread(fd, length, mark.size - length)
+    return last if _digest(last) == mark.tail else None
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 def _read(fd: int, offset: int, limit: int) -> bytes:
