@@ -38,7 +38,7 @@ from treadle.providers.native_manifest import (
     segment_name,
     stored,
 )
-from treadle.providers.native_state import MAX_MEMBERS, NativeFiles, NativeStateRefused, pack
+from treadle.providers.native_state import MAX_MEMBERS, NativeFiles, NativeStateRefused, pack, restore
 from treadle.providers.protocol import PlaceSession
 from treadle.runtime.metrics import NATIVE_STATE
 
@@ -181,7 +181,7 @@ async def test_appends_merge_into_few_segments_and_a_fresh_host_restores_them(tm
         assert await archive.get(name) is None
 
 
-@pytest.mark.parametrize("change", ["shrink", "rewrite-tail", "replace", "touch"])
+@pytest.mark.parametrize("change", ["shrink", "rewrite-tail", "replace-other"])
 async def test_a_file_that_was_not_simply_appended_to_is_stored_whole(tmp_path, archive, change):
     adapter = Files(tmp_path / "home", "state.jsonl")
     path = adapter.home / "state.jsonl"
@@ -195,16 +195,15 @@ async def test_a_file_that_was_not_simply_appended_to_is_stored_whole(tmp_path, 
     data = path.read_bytes()
     if change == "shrink":  # a rollback that cut the conversation short
         os.truncate(path, len(data) // 2)
-    elif change == "rewrite-tail":  # same length, its last lines rewritten in place
+    elif change == "rewrite-tail":  # in place, its last lines, then grown
         with path.open("r+b") as file:
             file.seek(len(data) - 100)
             file.write(b"X" * 100)
-    elif change == "replace":  # renamed over: another file, longer
+        adapter.append(b"more\n")
+    else:  # renamed over by another file, longer
         staging = path.with_suffix(".new")
-        staging.write_bytes(data + b"more\n")
+        staging.write_bytes(b"other\n" + data)
         staging.replace(path)
-    else:  # same bytes, its mtime moved: not known to be the same
-        os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000_000))
     archive.puts.clear()
     await keeper.keep(REQUEST, adapter)
     after = await manifest(archive)
@@ -212,6 +211,39 @@ async def test_a_file_that_was_not_simply_appended_to_is_stored_whole(tmp_path, 
     assert await keeper.fetch(NAME) == {"state.jsonl": path.read_bytes()}
     for segment in before.files[0].segments:  # what the new manifest no longer names is gone
         assert await archive.get(segment_name(NAME, segment.index)) is None
+
+
+@pytest.mark.parametrize("change", ["restarted", "replaced", "touched", "restored"])
+async def test_a_file_whose_stored_bytes_are_still_its_start_sends_only_what_follows(tmp_path, archive, change):
+    """Not known to this host as stored (a restarted host, a file renamed over by a longer copy, one touched,
+    one a restore wrote): its stored segments are checked against it, and not sent again."""
+    adapter = Files(tmp_path / "home", "state.jsonl")
+    path = adapter.home / "state.jsonl"
+    adapter.append(lines(600))  # ~60 KB: a segment of its own
+    keeper = NativeStates(archive)
+    await keeper.keep(REQUEST, adapter)
+    before = await manifest(archive)
+    data = path.read_bytes()
+    if change == "restarted":
+        keeper = NativeStates(archive)
+    elif change == "replaced":
+        staging = path.with_suffix(".new")
+        staging.write_bytes(data)
+        staging.replace(path)
+    elif change == "touched":
+        os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000_000))
+    else:
+        path.unlink()
+        restore(adapter.home, await keeper.fetch(NAME) or {})
+    archive.puts.clear()
+    await keeper.keep(REQUEST, adapter)  # nothing new: nothing sent
+    assert archive.puts == []
+    adapter.append(lines(10, "b"))
+    await keeper.keep(REQUEST, adapter)
+    after = await manifest(archive)
+    assert [name for name, _ in archive.puts] == [NAME]
+    assert after.files[0].segments[0] == before.files[0].segments[0]
+    assert await keeper.fetch(NAME) == {"state.jsonl": path.read_bytes()}
 
 
 async def test_a_write_stopped_before_its_manifest_leaves_the_earlier_state_and_is_redone(tmp_path, archive):

@@ -2,10 +2,12 @@
 them (``Mark``): a file that is the same file (device and inode), not shorter, whose last stored bytes are still
 where they were, was appended to, and only its new bytes are read and sealed into a segment (with the trailing
 segments ``merge_from`` takes in, read back from the file); a file of the same size and mtime is not read at
-all; anything else (replaced, shorter, rewritten in place, or not known here) is stored whole again. The
-runtime owns these files: a rewrite in place that keeps a file's length, mtime and last bytes goes unseen,
-which only gives back content the runtime itself wrote; what a restore gives is always the bytes one manifest
-names, checked."""
+all. One not known here that way (a restarted host, a restore, a file renamed over or touched) is checked
+against the kept segments' digests and, when it still begins with them, treated the same; anything else
+(shorter, rewritten) is stored whole again. The runtime owns these files: a rewrite in place before a file's
+last 4 KB goes unseen while it is the same file, which only gives back bytes the runtime itself wrote (Codex
+appends, and a revert writes a new rollout); what a restore gives is always the bytes one manifest names,
+checked."""
 
 from __future__ import annotations
 
@@ -94,15 +96,17 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                 keep: tuple[Segment, ...] = ()
                 start = 0
                 before = _tail_if_there(fd, mark) if same and mark is not None else None
-                if before is not None and kept is not None and mark is not None:
+                if before is None and kept is not None and st.st_size >= kept.size:
+                    before = _stored_prefix(fd, kept)  # not known here (restarted, restored, replaced): checked
+                if before is not None and kept is not None:
                     sizes = [s.size for s in kept.segments]
-                    cut = merge_from(sizes, st.st_size - mark.size)
+                    cut = merge_from(sizes, st.st_size - kept.size)
                     keep, start = kept.segments[:cut], sum(sizes[:cut])
                 data = _read(fd, start, budget - start)
                 end = start + len(data)
                 if end > budget:
                     raise NativeStateRefused(f"the native state under {native.root} is over {max_bytes} bytes")
-                if mark is not None and keep and end < mark.size:  # shrank while read: whole, from the start
+                if kept is not None and keep and end < kept.size:  # shrank while read: whole, from the start
                     keep, start, data = (), 0, _read(fd, 0, budget)
                     end = len(data)
                     if end > budget:
@@ -120,7 +124,7 @@ def plan(native: NativeFiles, manifest: Manifest, marks: dict[str, Mark], max_by
                     out.appended += len(data)
                 files.append(KeptFile(relative, segments))
                 after = os.fstat(fd)
-                last = (before + data[mark.size - start :] if keep and before is not None and mark else data)[-TAIL:]
+                last = (before + data[kept.size - start :] if keep and before is not None and kept else data)[-TAIL:]
                 out.marks[relative] = Mark(after.st_dev, after.st_ino, end, after.st_mtime_ns, _digest(last))
                 total += end
             finally:
@@ -170,6 +174,19 @@ def _tail_if_there(fd: int, mark: Mark) -> bytes | None:
     length = min(mark.size, TAIL)
     last = os.pread(fd, length, mark.size - length)
     return last if _digest(last) == mark.tail else None
+
+
+def _stored_prefix(fd: int, kept: KeptFile) -> bytes | None:
+    """When the file begins with exactly the bytes ``kept``'s segments hold (each range's SHA-256 checked), its
+    last ``TAIL`` of them; else None. Reads that much of the file, but packs and sends none of it."""
+    at = 0
+    last = b""
+    for segment in kept.segments:
+        data = os.pread(fd, segment.size, at)
+        if hashlib.sha256(data).hexdigest() != segment.sha256:
+            return None
+        last, at = (last + data)[-TAIL:], at + segment.size
+    return last
 
 
 def _digest(data: bytes) -> bytes:
