@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 
 from tests.codex.codex_mock import MockResponses
+from tests.support.helpers import wait_for
+from treadle.client import TreadleClient
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
 from treadle.providers.base import Turn
@@ -133,3 +135,22 @@ def place(
         workspace=str(workspace),
         runtime_mode=runtime_mode,
     )
+
+
+async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
+    """The answer waits for the provider too (a Codex process may be started to resume the thread): a 503
+    from an impatient gateway is asked again with the same idempotency key, which names the same rollback."""
+    key = uuid.uuid4().hex
+
+    async def answered():
+        r = await client.request(
+            "POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to}, headers={"Idempotency-Key": key}
+        )
+        if r.status_code == 503:
+            return None
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    rollback = await wait_for(answered, timeout=90, interval=0.2, what=f"rollback of {thread} answered")
+    assert rollback["status"] == "completed", rollback
+    return rollback

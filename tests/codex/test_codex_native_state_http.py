@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from tests.codex.codex_mock import Text
-from tests.codex.codex_support import TENANT
+from tests.codex.codex_support import TENANT, roll_back
 from tests.support.native_states import kept
 
 pytestmark = pytest.mark.e2e
@@ -74,3 +74,42 @@ async def test_L9_2_a_codex_thread_resumes_natively_on_a_node_whose_home_never_h
     told = next(r.body["input"] for r in mock.requests[since:] if "which number" in r.prompt)
     said = [i for i in told if i.get("type") == "message" and i.get("role") == "assistant"]
     assert "Remembered: 417." in json.dumps(said), json.dumps(told)
+
+
+async def test_L10_5_a_rolled_back_codex_thread_resumes_natively_without_its_dropped_turn_on_a_new_node(
+    client, codex_stack, mock, homes_root
+):
+    """``thread/revert`` writes a new rollout beside the thread's first (``…-<thread id>_<uuid>.jsonl``) and
+    later turns go there: it is what is kept from then on, so a lost node resumes the conversation as it now is,
+    not as it was before the rollback."""
+    mock.on("remember the word quince", [Text("Remembered: quince.")])
+    mock.on("now remember the word medlar", [Text("Remembered: medlar.")])
+    mock.on("then remember the word sloe", [Text("Remembered: sloe.")])
+    mock.on("which words do you remember", [Text("Quince and sloe.")])
+    thread = (await client.create_thread(title="rolled back", provider="codex", runtime_mode="full_access"))[
+        "thread_id"
+    ]
+    for prompt in ("remember the word quince", "now remember the word medlar"):
+        sent = await client.send(thread, prompt)
+        assert (await client.wait_run(sent["run_id"], timeout=90))["status"] == "completed"
+    await roll_back(client, thread, 1)
+    sent = await client.send(thread, "then remember the word sloe")
+    assert (await client.wait_run(sent["run_id"], timeout=90))["status"] == "completed"
+    pth = (await client.get_thread(thread))["provider_threads"][0]["id"]
+    files = await kept(codex_stack, TENANT, "codex", pth, "Remembered: sloe.", where=lambda name: "_" in name)
+    assert len(files) == 2, sorted(files)  # the first rollout, as the revert left it, and the revert's own
+
+    await codex_stack.processes.halt("provider-host")
+    shutil.rmtree(homes_root / TENANT)
+    await codex_stack.processes.start()
+    await codex_stack.wait_ready(names=["provider-host"])
+
+    since = len(mock.requests)
+    sent = await client.send(thread, "which words do you remember")
+    run = await client.wait_run(sent["run_id"], timeout=90)
+    assert run["status"] == "completed", run
+    doc = await client.get_thread(thread)
+    assert len(doc["provider_threads"]) == 1, doc["provider_threads"]  # resumed, not replaced
+    told = json.dumps(next(r.body["input"] for r in mock.requests[since:] if "which words" in r.prompt))
+    assert "Remembered: quince." in told and "Remembered: sloe." in told, told
+    assert "Remembered: medlar." not in told, told

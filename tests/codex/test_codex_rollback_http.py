@@ -4,14 +4,12 @@ request to the model carries only the kept history."""
 
 from __future__ import annotations
 
-import uuid
-
 import nats
 import pytest
 
 from tests.codex.codex_mock import Exec, Text
+from tests.codex.codex_support import roll_back
 from tests.support.helpers import wait_for
-from treadle.client import TreadleClient
 from treadle.providers import protocol as hp
 from treadle.providers.hosts import HostClient
 
@@ -25,25 +23,6 @@ def workspace_of(codex_stack, thread: str):
 def files(codex_stack, thread: str) -> set[str]:
     root = workspace_of(codex_stack, thread)
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".git" not in p.parts}
-
-
-async def roll_back(client: TreadleClient, thread: str, to: int) -> dict:
-    """The answer waits for the provider too (a Codex process may be started to resume the thread): a 503
-    from an impatient gateway is asked again with the same idempotency key, which names the same rollback."""
-    key = uuid.uuid4().hex
-
-    async def answered():
-        r = await client.request(
-            "POST", f"/v1/threads/{thread}/rollback", json={"to_run_ordinal": to}, headers={"Idempotency-Key": key}
-        )
-        if r.status_code == 503:
-            return None
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    rollback = await wait_for(answered, timeout=90, interval=0.2, what=f"rollback of {thread} answered")
-    assert rollback["status"] == "completed", rollback
-    return rollback
 
 
 async def three_codex_runs(client, mock, name: str) -> tuple[str, list[dict]]:

@@ -28,7 +28,7 @@ from treadle.providers.base import ProviderAdapter, Turn, TurnSink
 from treadle.providers.claude import ClaudeAdapter
 from treadle.providers.claude.settings import ClaudeSettings
 from treadle.providers.codex import CodexAdapter, CodexSettings
-from treadle.providers.native_state import NativeStateRefused, members, pack, restore, walk
+from treadle.providers.native_state import NativeFiles, NativeStateRefused, members, pack, restore, walk
 from treadle.providers.protocol import PlaceSession
 from treadle.runtime.metrics import NATIVE_STATE
 
@@ -161,9 +161,11 @@ def codex(workspace: Path, home_root: Path) -> CodexAdapter:
     return CodexAdapter(workspace, request, workspace.parent / "runtime" / "ps_1", CodexSettings(home_root=home_root))
 
 
-def fetching(data: bytes | None) -> Callable[[], Awaitable[bytes | None]]:
-    async def fetch() -> bytes | None:
-        return data
+def fetching(data: bytes | None) -> Callable[[], Awaitable[dict[str, bytes] | None]]:
+    """What the host's fetch gives for ``data`` kept as an earlier release's single tar."""
+
+    async def fetch() -> dict[str, bytes] | None:
+        return None if data is None else members(data)
 
     return fetch
 
@@ -181,7 +183,7 @@ async def test_codex_restores_only_the_threads_own_rollout_and_only_when_it_is_m
     assert await adapter.restore_native_state(THREAD, fetching(tar_of(member(ROLLOUT), data=b"kept"))) is True
     assert (codex_home_root / "acme" / ROLLOUT).read_bytes() == b"kept"
 
-    async def never() -> bytes | None:
+    async def never() -> dict[str, bytes] | None:
         raise AssertionError("the archive is not read when the node has the rollout")
 
     assert await adapter.restore_native_state(THREAD, never) is False
@@ -191,13 +193,14 @@ async def test_codex_restores_only_the_threads_own_rollout_and_only_when_it_is_m
 
 
 class Holding(ProviderAdapter):
-    """An adapter whose native state is whatever the test sets."""
+    """An adapter whose native state is the file ``state`` under ``home``, when the test wrote it."""
 
     name = "holding"
 
-    def __init__(self) -> None:
+    def __init__(self, home: Path) -> None:
         super().__init__(Path("."))
-        self.state: bytes | None = None
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
 
     async def open_thread(self, native_ref: str | None, fresh_ref: str) -> tuple[str, bool]:
         return fresh_ref, False
@@ -205,8 +208,11 @@ class Holding(ProviderAdapter):
     async def run_turn(self, turn: Turn, sink: TurnSink) -> None:
         return None
 
-    async def native_state(self) -> bytes | None:
-        return self.state
+    async def native_state(self) -> NativeFiles | None:
+        return NativeFiles(self.home, ("state",)) if (self.home / "state").exists() else None
+
+    def write(self, data: bytes) -> None:
+        (self.home / "state").write_bytes(data)
 
 
 def outcome(label: str) -> float:
@@ -225,19 +231,20 @@ async def test_state_is_stored_when_it_changed_and_an_outage_does_not_fail_the_t
             workspace="ws",
         )  # fmt: skip
         name = object_name("acme", "codex", "pth_1")
-        keeper, adapter = NativeStates(archive), Holding()
+        keeper, adapter = NativeStates(archive), Holding(tmp_path / "home")
         await keeper.keep(request, adapter)  # nothing to keep
         assert await archive.get(name) is None
-        adapter.state = b"one"
+        adapter.write(b"one")
         stored, unchanged = outcome("stored"), outcome("unchanged")
         await keeper.keep(request, adapter)
         await keeper.keep(request, adapter)
-        assert await archive.get(name) == b"one"
+        assert await keeper.fetch(name) == {"state": b"one"}
         assert (outcome("stored"), outcome("unchanged")) == (stored + 1, unchanged + 1)
-        await NativeStates(archive).keep(request, adapter)  # a restarted host asks the archive's digest
+        await NativeStates(archive).keep(request, adapter)  # a restarted host checks the file against the kept
         assert (outcome("stored"), outcome("unchanged")) == (stored + 1, unchanged + 2)
+        assert await keeper.fetch(name) == {"state": b"one"}
 
-        adapter.state = b"two"
+        adapter.write(b"two")
         failed = outcome("store_failed")
         await server.stop()
         await keeper.keep(request, adapter)  # returns: logged and counted, never raised
@@ -279,7 +286,8 @@ async def test_claude_restores_only_the_sessions_transcript_and_records(tmp_path
     assert sorted(walk(tmp_path / "threads" / "acme")) == [f"forks/{SESSION}.ended.json", TRANSCRIPT]
     assert await adapter.restore_native_state(SESSION, fetching(kept)) is False  # the node has it now
     adapter.session_id = SESSION
-    assert sorted(members(await adapter.native_state() or b"")) == [f"forks/{SESSION}.ended.json", TRANSCRIPT]
+    native = await adapter.native_state()
+    assert native is not None and sorted(native.files) == [f"forks/{SESSION}.ended.json", TRANSCRIPT]
 
 
 async def test_an_acp_home_is_restored_only_where_there_is_none_and_never_outside_it(tmp_path):
@@ -308,19 +316,16 @@ async def test_a_state_grown_past_its_bound_drops_the_kept_one_so_no_older_conve
             tenant="acme", thread="thr_1", provider="codex", session_id="ps_1", provider_thread_id="pth_1",
             workspace="ws",
         )  # fmt: skip
-        (tmp_path / "home").mkdir()
-        (tmp_path / "home" / "state").write_bytes(b"0" * 1024)
-
-        class Growing(Holding):
-            async def native_state(self) -> bytes | None:
-                return pack(tmp_path / "home", ["state"], max_bytes=2048)
-
-        keeper = NativeStates(archive)
-        await keeper.keep(request, Growing())
+        adapter = Holding(tmp_path / "home")
+        adapter.write(b"0" * 1024)
+        keeper = NativeStates(archive, max_bytes=2048)
+        await keeper.keep(request, adapter)
         assert await archive.get(object_name("acme", "codex", "pth_1")) is not None
-        (tmp_path / "home" / "state").write_bytes(b"0" * 4096)
-        await keeper.keep(request, Growing())  # refused as too large: never raised
+        with (tmp_path / "home" / "state").open("ab") as grown:
+            grown.write(b"0" * 4096)
+        await keeper.keep(request, adapter)  # refused as too large: never raised
         assert await archive.get(object_name("acme", "codex", "pth_1")) is None
+        assert await archive.get(object_name("acme", "codex", "pth_1") + "/0") is None
     finally:
         await nc.close()
         await server.stop()

@@ -3,28 +3,36 @@ it after the turn has reported its end, so a node lost at once may lose the last
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import nats
 
 from tests.support.helpers import wait_for
 from treadle.checkpoints.archive import JetStreamArchive
 from treadle.cli.stack import Stack
-from treadle.provider_host.native_states import object_name
+from treadle.provider_host.native_states import NativeStates, object_name
 
 
-async def kept(stack: Stack, tenant: str, provider: str, provider_thread_id: str, holding: str) -> None:
-    """Returns once the kept state of the provider thread holds ``holding`` (its bytes are gzipped: compared
-    after unpacking)."""
-    from treadle.providers.native_state import members
-
+async def kept(
+    stack: Stack,
+    tenant: str,
+    provider: str,
+    provider_thread_id: str,
+    holding: str,
+    where: Callable[[str], bool] = lambda name: True,
+) -> dict[str, bytes]:
+    """Returns the kept files of the provider thread once one of them that ``where`` takes (by name) holds
+    ``holding``, as a restore would give them back."""
     nc = await nats.connect(stack.nats_url)
     try:
-        archive = JetStreamArchive(nc.jetstream())
+        keeper = NativeStates(JetStreamArchive(nc.jetstream()))
         name = object_name(tenant, provider, provider_thread_id)
 
-        async def there() -> bool:
-            data = await archive.get(name)
-            return data is not None and any(holding.encode() in v for v in members(data).values())
+        async def there() -> dict[str, bytes] | None:
+            files = await keeper.fetch(name)
+            found = files is not None and any(holding.encode() in v for k, v in files.items() if where(k))
+            return files if found else None
 
-        await wait_for(there, timeout=30, interval=0.1, what=f"the native state of {provider_thread_id} kept")
+        return await wait_for(there, timeout=30, interval=0.1, what=f"the native state of {provider_thread_id} kept")
     finally:
         await nc.close()

@@ -14,6 +14,7 @@ from treadle.core.ids import IdFactory
 from treadle.core.providers.model import ProviderCapabilities
 
 from .mcp_access import McpAccess
+from .native_state import NativeFiles
 
 if TYPE_CHECKING:
     from .protocol import PlaceSession
@@ -151,15 +152,18 @@ class ProviderAdapter(abc.ABC):
         """The provider's own view of the open thread (capability ``read_snapshot``)."""
         raise Unsupported("this provider has no readable snapshot")
 
-    async def native_state(self) -> bytes | None:
-        """Issue 35: what the runtime needs to resume the open provider thread natively, packed (see
-        ``native_state.pack``), for the host to keep off the node after each turn; None: nothing to keep."""
+    async def native_state(self) -> NativeFiles | None:
+        """Issue 35: the files the runtime needs to resume the open provider thread natively, for the host to
+        keep off the node after each turn (it stores what changed since); None: nothing to keep. Called after
+        every turn: cheap (no search of the runtime's home once the files are known)."""
         return None
 
-    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+    async def restore_native_state(
+        self, native_ref: str, fetch: Callable[[], Awaitable[dict[str, bytes] | None]]
+    ) -> bool:
         """Issue 35, before ``open_thread(native_ref)``: when the runtime's own state of ``native_ref`` is missing
-        here (another node, a lost disk), put back what ``fetch`` returns (the kept bytes, None when none were
-        kept). True when it restored something; raises ``native_state.NativeStateRefused`` for bytes it will not
+        here (another node, a lost disk), put back what ``fetch`` returns (the kept files by relative name, each
+        name plain and every byte checked; None when none were kept). True when it restored something; raises ``native_state.NativeStateRefused`` for bytes it will not
         write (the resume then fails over to the replacement path as without them)."""
         return False
 

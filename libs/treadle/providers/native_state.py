@@ -1,8 +1,10 @@
-"""A provider's resume state as bytes (issue 35): chosen files under a runtime's home packed into a gzipped tar,
-and put back. The runtime is hostile and owns its home: reading never follows a link (every step opens the next
-name under its parent's descriptor with O_NOFOLLOW), and a restore writes only regular files and directories
-inside the target, refusing a member that names a link, a device, an absolute path or ``..``. Sizes are bounded
-both ways, so neither a grown home nor a crafted archive can fill a disk or the store."""
+"""A provider's resume state (issue 35): chosen files under a runtime's home (``NativeFiles``), read without
+following a link, and put back (the host keeps them as segments, ``native_manifest``; ``pack`` and
+``members`` write and read the single gzipped tar an earlier release kept). The runtime is hostile and owns
+its home: reading never follows a link (every step opens the next name under its parent's descriptor with
+O_NOFOLLOW), and a restore writes only regular files and directories inside the target, refusing a member
+that names a link, a device, an absolute path or ``..``. Sizes are bounded both ways, so neither a grown home
+nor a crafted archive can fill a disk or the store."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import stat
 import tarfile
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 MAX_BYTES = 64 * 1024 * 1024  # what one provider thread may keep off the node, unpacked
@@ -29,11 +32,24 @@ class NativeStateRefused(ValueError):
     nothing was written, and the resume takes the replacement path."""
 
 
+@dataclass(frozen=True, slots=True)
+class NativeFiles:
+    """What a runtime needs to resume a provider thread natively: ``files`` (relative to ``root``)."""
+
+    root: Path
+    files: tuple[str, ...]
+
+
 def _parts(relative: str) -> tuple[str, ...]:
     path = PurePosixPath(relative)
     if not relative or path.is_absolute() or any(p in ("", ".", "..") for p in relative.split("/")):
         raise NativeStateRefused(f"{relative!r} is not a plain relative path")
     return path.parts
+
+
+def check_name(relative: str) -> None:
+    """Refuses a name that is not a plain relative path (absolute, empty steps, ``.`` or ``..``)."""
+    _parts(relative)
 
 
 def _open_dir(root_fd: int, parts: Iterable[str], create: bool = False) -> int:
@@ -54,6 +70,30 @@ def _open_dir(root_fd: int, parts: Iterable[str], create: bool = False) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def open_regular(root_fd: int, relative: str) -> int | None:
+    """A read descriptor of the regular file ``relative`` under ``root_fd``, no step through a link; None when
+    it is gone, a link, or not a regular file (the caller closes it)."""
+    parts = _parts(relative)
+    try:
+        parent = _open_dir(root_fd, parts[:-1])
+    except NativeStateRefused:
+        return None
+    try:
+        fd = os.open(parts[-1], _READ_FLAGS, dir_fd=parent)
+    except OSError:
+        return None  # a link (ELOOP), gone, or unreadable
+    finally:
+        os.close(parent)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def open_root(root: Path) -> int:
+    return os.open(root, _DIR_FLAGS)
 
 
 def walk(root: Path) -> list[str]:

@@ -126,28 +126,26 @@ class AcpAdapter(ProviderAdapter):
         root = self._settings.home_root or self._state_dir.parent / "acp-homes"
         return Path(root) / self.agent_name / self._request.tenant
 
-    async def native_state(self) -> bytes | None:
-        """Issue 35: the agent's whole home (its session storage is its own affair), bounded by ``native_state``."""
+    async def native_state(self) -> native_state.NativeFiles | None:
+        """Issue 35: the agent's whole home (its session storage is its own affair, so it is listed anew after
+        every turn; unchanged files are not read, and appended ones only for what they gained)."""
         if self.session_id is None or self._request.ephemeral:
             return None
         home = self.home()
+        files = await asyncio.to_thread(native_state.walk, home)
+        return native_state.NativeFiles(home, tuple(files)) if files else None
 
-        def packed() -> bytes | None:
-            files = native_state.walk(home)
-            return native_state.pack(home, files) if files else None
-
-        return await asyncio.to_thread(packed)
-
-    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+    async def restore_native_state(
+        self, native_ref: str, fetch: Callable[[], Awaitable[dict[str, bytes] | None]]
+    ) -> bool:
         """Before ``session/load``: only into a home that is not there at all (a new node, a lost disk), since
         what an agent keeps of one session cannot be told apart in a home it shares with the tenant's others."""
         home = self.home()
         if await asyncio.to_thread(home.exists):
             return False
-        data = await fetch()
-        if data is None:
+        files = await fetch()
+        if files is None:
             return False
-        files = await asyncio.to_thread(native_state.members, data)
         await asyncio.to_thread(native_state.restore, home, files)
         return True
 

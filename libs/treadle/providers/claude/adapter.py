@@ -134,6 +134,7 @@ class ClaudeAdapter(ProviderAdapter):
         threads = self.settings.threads_dir or Path(state_dir).parent.parent / "claude-threads"
         self.store = SessionStore(Path(threads) / request.tenant)
         self.session_id: str | None = None
+        self._transcript: tuple[str, str] | None = None  # (session id, its transcript) once found (issue 35)
         self._approvals: Approvals | None = None  # once the runtime is imported
         self._client: ClaudeSDKClient | None = None
         self._reader: asyncio.Task[Any] | None = None
@@ -162,28 +163,28 @@ class ClaudeAdapter(ProviderAdapter):
         self.store.link_into(self._config_dir)
         return self.store.transcript(session_id) is not None or self.store.pending_fork(session_id) is not None
 
-    async def native_state(self) -> bytes | None:
-        """Issue 35: the session's transcript and Treadle's records of where it ends (``store.resume_files``)."""
+    async def native_state(self) -> native_state.NativeFiles | None:
+        """Issue 35: the session's transcript and Treadle's records of where it ends (``store.resume_files``:
+        named, not searched for)."""
         if self.session_id is None or self.request.ephemeral:
             return None
         session_id = self.session_id
+        known = self._transcript[1] if self._transcript and self._transcript[0] == session_id else None
+        files = await asyncio.to_thread(self.store.resume_files, session_id, known)
+        self._transcript = (session_id, files[0]) if files else None
+        return native_state.NativeFiles(self.store.root, tuple(files)) if files else None
 
-        def packed() -> bytes | None:
-            files = self.store.resume_files(session_id)
-            return native_state.pack(self.store.root, files) if files else None
-
-        return await asyncio.to_thread(packed)
-
-    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+    async def restore_native_state(
+        self, native_ref: str, fetch: Callable[[], Awaitable[dict[str, bytes] | None]]
+    ) -> bool:
         """Before ``open_thread``, so ``_prepare`` finds the transcript (and ``resume_point`` the records)."""
         session_id = _valid_session_id(native_ref)
         await asyncio.to_thread(self.store.ensure)
         if await asyncio.to_thread(self.store.transcript, session_id) is not None:
             return False  # this node still has it
-        data = await fetch()
-        if data is None:
+        files = await fetch()
+        if files is None:
             return False
-        files = await asyncio.to_thread(native_state.members, data)
         strays = [name for name in files if not self.store.resume_file_of(name, session_id)]
         if strays or not any(name.startswith("projects/") for name in files):
             raise native_state.NativeStateRefused(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +64,19 @@ class SessionStore:
     def transcript(self, session_id: str) -> Path | None:
         return next(iter(self.projects.glob(f"*/{session_id}.jsonl")), None)
 
-    def resume_files(self, session_id: str) -> list[str]:
+    def resume_files(self, session_id: str, known: str | None = None) -> list[str]:
         """Issue 35: what a resume of ``session_id`` reads here (relative to the store's root): its transcript
-        and Treadle's records of where the conversation now ends. Empty when nothing was written yet."""
-        transcript = self.transcript(session_id)
-        if transcript is None or transcript.is_symlink():
-            return []
+        and Treadle's records of where the conversation now ends. Empty when nothing was written yet.
+        ``known``: the transcript as an earlier call named it, taken while it is still a regular file there
+        (one session's CLI keeps one workspace, so one project), instead of searching every project."""
+        if known is not None and _regular(self.root / known):
+            kept = [known]
+        else:
+            transcript = self.transcript(session_id)
+            if transcript is None or transcript.is_symlink():
+                return []
+            kept = [f"projects/{transcript.parent.name}/{transcript.name}"]
         records = [f"forks/{session_id}.{suffix}" for suffix in ("ended.json", "rewind.json")]
-        kept = [f"projects/{transcript.parent.name}/{transcript.name}"]
         return kept + [r for r in records if (self.root / r).is_file()]
 
     @staticmethod
@@ -169,3 +175,10 @@ class SessionStore:
             elif turns:
                 turns[-1][1] = entry["uuid"]
         return [(prompt, last) for prompt, last in turns]
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

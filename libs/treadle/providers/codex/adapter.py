@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -91,6 +92,8 @@ class CodexAdapter(ProviderAdapter):
         self._model = request.model or self._settings.model
         self._rpc: RpcProcess | None = None
         self._thread_id: str | None = None
+        self._native_home: Path | None = None  # the tenant's CODEX_HOME, once the native state was asked for
+        self._known_rollouts: dict[str, tuple[str, ...]] = {}  # thread id -> its rollouts found (issue 35)
         self._queue: asyncio.Queue[Any] | None = None  # messages of the playing turn
         self._translator: TurnTranslator | None = None
         self._turn_known = asyncio.Event()
@@ -252,33 +255,44 @@ class CodexAdapter(ProviderAdapter):
     # --- native state off the node (issue 35) ---------------------------------------------------
 
     def _rollouts(self, home: Path, thread_id: str) -> list[str]:
-        """The thread's rollout files in ``home`` (``sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl``)."""
+        """The thread's rollout files in ``home`` (``sessions/YYYY/MM/DD/rollout-<time>-<thread id>.jsonl``): a
+        walk of the tenant's whole ``sessions`` tree, so done once per thread and session (``_rollouts_kept``)."""
         return [
             f"sessions/{p}" for p in native_state.walk(home / "sessions") if _rollout_of(f"sessions/{p}", thread_id)
         ]
 
-    async def native_state(self) -> bytes | None:
+    def _rollouts_kept(self, home: Path, thread_id: str) -> tuple[str, ...]:
+        """The rollouts found before, while each is still a regular file; else (a new thread's first, written
+        once it has a turn; one gone or replaced; a revert's new one, see ``rollback``) found again. Codex
+        appends a resumed thread to its rollout, and a fork is another thread (another provider thread, kept
+        under its own name)."""
+        found = self._known_rollouts.get(thread_id, ())
+        if not found or not all(_is_regular(home / name) for name in found):
+            found = tuple(self._rollouts(home, thread_id))
+            self._known_rollouts = {thread_id: found} if found else {}
+        return found
+
+    async def native_state(self) -> native_state.NativeFiles | None:
         """The open thread's rollout: all Codex needs to resume it (its sqlite state is an index it rebuilds)."""
         if self._thread_id is None or self._request.ephemeral:
             return None
         thread_id = self._thread_id
-        home = prepare_home(self._home_root(), self._request.tenant, self._settings)
+        if self._native_home is None:
+            self._native_home = prepare_home(self._home_root(), self._request.tenant, self._settings)
+        home = self._native_home
+        found = await asyncio.to_thread(self._rollouts_kept, home, thread_id)
+        return native_state.NativeFiles(home, found) if found else None
 
-        def packed() -> bytes | None:
-            found = self._rollouts(home, thread_id)
-            return native_state.pack(home, found) if found else None
-
-        return await asyncio.to_thread(packed)
-
-    async def restore_native_state(self, native_ref: str, fetch: Callable[[], Awaitable[bytes | None]]) -> bool:
+    async def restore_native_state(
+        self, native_ref: str, fetch: Callable[[], Awaitable[dict[str, bytes] | None]]
+    ) -> bool:
         thread_id = _valid_thread_id(native_ref)
         home = prepare_home(self._home_root(), self._request.tenant, self._settings)
         if await asyncio.to_thread(self._rollouts, home, thread_id):
             return False  # this node still has it
-        data = await fetch()
-        if data is None:
+        files = await fetch()
+        if files is None:
             return False
-        files = await asyncio.to_thread(native_state.members, data)
         strays = [name for name in files if not _rollout_of(name, thread_id)]
         if strays or not files:
             raise native_state.NativeStateRefused(f"codex native state of {thread_id} holds {strays or 'nothing'}")
@@ -321,6 +335,7 @@ class CodexAdapter(ProviderAdapter):
         if len(newest) < turns:
             raise ValueError(f"the provider thread has {len(newest)} turns, cannot drop {turns}")
         await self._call("thread/revert", {"threadId": thread_id, "beforeTurnId": newest[turns - 1]["id"]})
+        self._known_rollouts = {}  # the revert wrote a new rollout beside the earlier ones: found again
         return await self.snapshot()
 
     async def snapshot(self) -> dict[str, Any]:
@@ -555,12 +570,23 @@ class CodexAdapter(ProviderAdapter):
             await self._prepared.close()
 
 
-_ROLLOUT = re.compile(r"sessions/\d{4}/\d{2}/\d{2}/rollout-[0-9T:.-]{1,40}-(?P<thread>[0-9a-f-]{36})\.jsonl")
+# A thread's rollout, and each one ``thread/revert`` writes for it (``…-<thread id>_<uuid>.jsonl``, the earlier
+# ones left as they were): a resume reads the newest, so all are kept, as the node had them.
+_ROLLOUT = re.compile(
+    r"sessions/\d{4}/\d{2}/\d{2}/rollout-[0-9T:.-]{1,40}-(?P<thread>[0-9a-f-]{36})(?:_[0-9a-f-]{36})?\.jsonl"
+)
 
 
 def _rollout_of(name: str, thread_id: str) -> bool:
     found = _ROLLOUT.fullmatch(name)
     return found is not None and found["thread"] == thread_id
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _valid_thread_id(value: str) -> str:
