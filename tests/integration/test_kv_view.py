@@ -12,6 +12,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.js.errors import NotFoundError
 
+from tests.support.helpers import wait_for
 from treadle.ops.servers import NatsServer
 from treadle.runtime.kv_view import KvView
 
@@ -73,13 +74,14 @@ async def test_L9_3_records_the_buckets_ttl_removed_are_gone_from_the_view(nc: N
         await kv.put("changed", b"1")  # delivered by the watch: gone a TTL after it arrived
         assert set(await view.read(confirmed=True)) == {"opening", "changed"}
 
-        async with asyncio.timeout(30):  # the broker's own expiry: until a get finds neither record
-            while True:
-                try:
-                    await kv.get("opening")
-                except NotFoundError:
-                    break
-                await asyncio.sleep(0.1)
+        async def expired() -> bool:  # by the broker's own TTL
+            try:
+                await kv.get("opening")
+            except NotFoundError:
+                return True
+            return False
+
+        await wait_for(expired, timeout=30, what="the broker's expiry of the record")
         now[0] += 1.0
         assert await view.read() == {}
     finally:
@@ -147,9 +149,9 @@ async def test_L9_3_after_a_broker_restart_the_view_is_read_again_from_the_start
         for store in (tmp_path / "nats").rglob("jetstream"):
             store.rename(store.with_name("jetstream-lost"))
         await server.start()
-        async with asyncio.timeout(30):  # until the client is back on the new broker
-            while nc.stats["reconnects"] == reconnected or not nc.is_connected:
-                await asyncio.sleep(0.05)
+        await wait_for(
+            lambda: nc.stats["reconnects"] != reconnected and nc.is_connected, timeout=30, what="the reconnect"
+        )
         assert not view.complete  # a reconnect: what it holds may be another broker's
         kv = await js.create_key_value(bucket="hosts", history=1)
         await kv.put("new", b"2")  # sequence 1 again, below what the view had applied
