@@ -6,6 +6,10 @@ live on and this watcher has never seen announced, is lost: its threads are move
 workspace hydrated on its new home from the checkpoint archive first. One coordinator replica watches at a time:
 the holder of partition 0's lease, as part of that partition's work, so a replica that loses the lease stops
 watching before another starts; the moves are fenced on each thread's last event anyway.
+
+The records are looked at in an in-memory view of the bucket (``runtime.kv_view``, which drops a record when the
+bucket's TTL does), confirmed against the stream's last sequence at each look: a stalled watch would look like
+every volume gone quiet, so a view that is behind answers with a complete read of the bucket instead.
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ from collections.abc import Callable
 
 from nats.aio.client import Client as NATS
 
-from treadle.eventlog.kv_latest import latest
 from treadle.eventlog.log import EventLog
 from treadle.ops import rehoming
+from treadle.runtime.kv_view import KvView
 from treadle.runtime.volumes import BUCKET
 
 log = logging.getLogger(__name__)
@@ -35,11 +39,13 @@ class VolumeLoss:
         self._nc, self._lost, self._clock = nc, lost_seconds, clock
         self.period = max(0.2, min(lost_seconds / 4, 5.0))
         self._task: asyncio.Task[None] | None = None
+        self._view = KvView(nc.jetstream(), BUCKET)
         self._looked = False
         # volume -> (its record's revision, None when gone; when this watcher first saw it so)
         self._seen: dict[str, tuple[int | None, float]] = {}
 
     async def start(self) -> None:
+        await self._view.start()
         self._task = asyncio.create_task(self._run(), name="coordinator:volume-loss")
 
     async def stop(self, timeout: float = 10.0) -> None:
@@ -47,6 +53,7 @@ class VolumeLoss:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self._task, timeout)
+        await self._view.stop()
 
     async def _run(self) -> None:
         while True:
@@ -63,7 +70,7 @@ class VolumeLoss:
             for volume in set((await rehoming.homes(EventLog(self._nc))).values()):
                 self._seen[volume] = (None, now)
             self._looked = True
-        records = await latest(self._nc.jetstream(), BUCKET)
+        records = await self._view.read(confirmed=True)
         revisions = {key: entry.revision for key, entry in records.items()}
         for volume in set(self._seen) | set(revisions):
             revision = revisions.get(volume)

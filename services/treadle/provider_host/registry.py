@@ -4,6 +4,10 @@ and ``treadle-sessions`` (one record per live session, keyed ``<host>.<session>`
 A heartbeat is a fresh revision of the host's record. Readers judge liveness by whether the revision moves
 on *their own* clock (``watcher.py``), so clock skew between machines cannot kill a healthy host; the
 bucket's TTL only sweeps records of hosts that are long gone.
+
+A host reads both buckets every heartbeat period (its peers' loads, its watcher): once ``follow`` is called the
+reads come from in-memory views kept by one watch per bucket (``runtime.kv_view``), each a complete read of its
+bucket whenever it answers, like the read of the bucket it replaces.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from treadle.eventlog.kv_latest import latest
+from treadle.eventlog.kv_latest import Latest, latest
+from treadle.runtime.kv_view import KvView
 
 log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
@@ -55,23 +60,41 @@ class Registry:
         self._js = js
         self.hosts = hosts
         self.sessions = sessions
+        self._views: dict[str, KvView] = {}
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> Registry:
         return cls(js, await js.key_value(cls.HOSTS), await js.key_value(cls.SESSIONS))
+
+    async def follow(self) -> None:
+        """Read the buckets from in-memory views from now on."""
+        for bucket in (self.HOSTS, self.SESSIONS):
+            if bucket not in self._views:
+                self._views[bucket] = view = KvView(self._js, bucket)
+                await view.start()
+
+    async def close(self) -> None:
+        for view in self._views.values():
+            await view.stop()
+        self._views = {}
+
+    async def _latest(self, bucket: str, confirmed: bool = True) -> dict[str, Latest]:
+        """``confirmed``: as of a moment during the call (one request to the stream), as a judge needs."""
+        view = self._views.get(bucket)
+        return await view.read(confirmed) if view is not None else await latest(self._js, bucket)
 
     async def beat(self, record: HostRecord) -> None:
         await self.hosts.put(record.host_id, _encode(record))
 
     async def host_revisions(self) -> dict[str, int]:
         """Every registered host and the revision of its latest heartbeat."""
-        return {host_id: entry.revision for host_id, entry in (await latest(self._js, self.HOSTS)).items()}
+        return {host_id: entry.revision for host_id, entry in (await self._latest(self.HOSTS)).items()}
 
     async def peers(self, host_id: str) -> list[HostRecord]:
-        """The latest heartbeat of every other registered host."""
+        """The latest heartbeat of every other registered host (as the view has them: hints, not judgments)."""
         return [
             msgspec.json.decode(entry.value, type=HostRecord)
-            for key, entry in (await latest(self._js, self.HOSTS)).items()
+            for key, entry in (await self._latest(self.HOSTS, confirmed=False)).items()
             if key != host_id and entry.value
         ]
 
@@ -85,7 +108,7 @@ class Registry:
         """host id -> session id -> record, for every recorded live session (one complete read of the bucket:
         a restarted host that missed one of its sessions would leave that session's run waiting for ever)."""
         found: dict[str, dict[str, SessionRecord]] = {}
-        for key, entry in (await latest(self._js, self.SESSIONS)).items():
+        for key, entry in (await self._latest(self.SESSIONS)).items():
             host_id, _, session_id = key.partition(".")
             if entry.value:
                 found.setdefault(host_id, {})[session_id] = msgspec.json.decode(entry.value, type=SessionRecord)

@@ -182,6 +182,7 @@ class ProviderHost:
     async def start(self) -> None:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
         self._registry = await Registry.open(self._js)
+        await self._registry.follow()
         await self._registry.beat(self._record())  # registered before it takes any session
         # Known before the first placement: a full host that knows no peer refuses without a hint to ask again
         # elsewhere, and the run waits out the supervisor's recheck.
@@ -239,6 +240,8 @@ class ProviderHost:
         must end with the host; the first failure is raised after."""
         self._stopping = True  # ending the sessions below frees room: the seat must not be taken again
         await cancel_and_wait(self._loops)
+        if hasattr(self, "_registry"):
+            await self._registry.close()
         failures: list[BaseException | None] = [*await asyncio.gather(self._unsubscribe(), return_exceptions=True)]
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
         failures += await asyncio.gather(*sessions, self._warmer.stop(), return_exceptions=True)

@@ -9,6 +9,9 @@ watcher judges nobody while its own heartbeat is stale, and starts every count a
 Several watchers reporting the same session is harmless: the stop event's id is derived from the session and
 its boot, so the stream drops the copies, and the supervisor ignores a stop for a session no longer live.
 
+Each look reads the registry's in-memory views (``registry.py``), confirmed against the streams' last sequences:
+what it judges on is the buckets as of a moment during the look, never a partial read or a stalled watch.
+
 It also reports this host's own sessions left by an earlier boot, which the restarted host reports at its
 start: a session that start missed would leave its run waiting for ever.
 """
