@@ -121,3 +121,35 @@ async def test_requests_time_out_fail_without_responders_and_forget_what_they_ga
         assert nc._resp_map == {}
     finally:
         await nc.close()
+
+
+async def test_a_subscription_made_direct_takes_what_was_queued_first_in_order(nats_url):
+    """``make_direct`` on a callback subscription (the SSE stream's ordered consumer): messages already queued for
+    its task reach the handler before any later one, and the task takes nothing more."""
+    nc = await nats.connect(nats_url)
+    try:
+        release = asyncio.Event()
+        by_task: list[bytes] = []
+        direct: list[bytes] = []
+
+        async def slow(msg) -> None:
+            by_task.append(msg.data)
+            await release.wait()
+
+        sub = await nc.subscribe("direct.late", cb=slow)
+        for i in range(100):
+            await nc.publish("direct.late", b"%d" % i)
+        await nc.flush()
+        await wait_for(lambda: sub._pending_queue.qsize() == 99, what="the task holding 0, the rest queued")
+        nats_patches.make_direct(sub, lambda msg: direct.append(msg.data))
+        for i in range(100, 200):
+            await nc.publish("direct.late", b"%d" % i)
+        await nc.flush()
+        await wait_for(lambda: len(direct) == 199, what="every later message handled")
+        release.set()
+        await nc.flush()  # a round trip: the task has ended its callback and found its old queue empty
+        assert by_task == [b"0"]
+        assert direct == [b"%d" % i for i in range(1, 200)]
+        assert sub.pending_msgs == 0 and sub.pending_bytes == 0
+    finally:
+        await nc.close()

@@ -24,7 +24,8 @@ The patches (``install`` puts 1–4 and 8 in place for every client of the proce
    flush, a connection not connected and any transport but plain TCP keep nats-py's own path.
 4. Direct subscriptions (``Subscription._pending_queue``, ``Client._init_request_sub``): a subscription's
    queue replaced by an object that calls a synchronous handler from the read loop, in parse order; for
-   PubAcks, direct-get answers, pull deliveries and ``request``'s replies (no queue, no task step each).
+   PubAcks, direct-get answers, pull deliveries, ``request``'s replies and an SSE stream's deliveries (no queue,
+   no task step each).
    A handler must be quick; one that raises is logged and its message dropped, as nats-py does.
 5. Deferred acks (``Client._send_command``, ``_pending_data_size``, ``_flush_pending``; ``Msg._check_reply``,
    ``_ackd``): an ack queued in the pending buffer without waking the flusher; it leaves with the next write,
