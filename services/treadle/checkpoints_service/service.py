@@ -123,11 +123,13 @@ class CheckpointService:
 
     async def _handle(self, verb: str, handler: Handler, msg: Msg) -> None:
         try:
-            with tracing.span(
+            with tracing.nats_span(
                 f"checkpoint {verb}",
+                msg.subject,
+                "process",
                 msg.headers,
-                tracing.nats_attributes(msg.subject, "process") | {"treadle.volume": self._volume},
                 kind="server",
+                extra={"treadle.volume": self._volume},
             ):  # in the requester's trace
                 reply = await handler(msg.data)
         except msgspec.DecodeError as e:  # includes ValidationError

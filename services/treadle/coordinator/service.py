@@ -201,11 +201,13 @@ class Coordinator:
         self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._traced_command(msg, command))
 
     async def _traced_command(self, msg: Msg, command: Command) -> None:
-        with tracing.span(
+        with tracing.nats_span(
             f"command {type(command.body).__name__}",
+            msg.subject,
+            "process",
             msg.headers,
-            tracing.nats_attributes(msg.subject, "process") | {"treadle.tenant": command.tenant},
             kind="server",
+            extra={"treadle.tenant": command.tenant},
         ):
             await self._handle_command(msg, command)
 
