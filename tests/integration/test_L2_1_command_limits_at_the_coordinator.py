@@ -14,7 +14,7 @@ from treadle.api import limits as lim
 from treadle.coordinator.service import Coordinator
 from treadle.core import events as ev
 from treadle.core.commands import Command, DelegateTask, Rejected, Reply, SendMessage
-from treadle.eventlog import streams, subjects
+from treadle.eventlog import nats_patches, streams, subjects
 from treadle.eventlog.log import EventLog
 from treadle.runtime.settings import CoordinatorSettings, Shared
 
@@ -52,7 +52,8 @@ async def test_L2_1_a_raw_command_over_a_limit_is_refused_with_its_code_and_appe
         command_id="cmd_test", actor="test", data=created,
     )  # fmt: skip
     before = await log.append("acme", thread, 0, [envelope])
-    sub = await nc.subscribe(subjects.command("acme", verb), cb=coordinator._on_command)
+    # as the coordinator subscribes: handed over by the read loop, the refusal sent from a task of its own
+    sub = await nats_patches.subscribe(nc, subjects.command("acme", verb), coordinator._take_command)
     try:
         command = Command(
             id=f"cmd_{next(_n)}", tenant="acme", user="u", thread=thread, issued_at=datetime.now(UTC), body=body

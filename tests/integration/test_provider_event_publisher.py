@@ -13,7 +13,9 @@ from nats.errors import ConnectionClosedError
 
 from treadle.core import provider_events as pe
 from treadle.core.ids import IdFactory
-from treadle.eventlog import streams
+from treadle.eventlog import streams, subjects
+from treadle.eventlog.errors import Unavailable
+from treadle.eventlog.log import acked_publish
 from treadle.provider_host.publisher import TurnPublisher
 
 
@@ -217,3 +219,18 @@ async def test_L2_2_a_turn_start_followed_by_a_wait_is_stored_at_once_alone(nc):
     second = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
     await sub.unsubscribe()
     assert [(type(p.body).__name__, p.index) for p in second.parts()] == [("TextCompleted", 2), ("TurnCompleted", 3)]
+
+
+async def test_an_acked_publish_gives_the_stored_sequence_once_and_fails_typed_without_a_stream(nc):
+    """``acked_publish`` (the turn publisher's store): the sequence a message was stored at, the same one for a
+    resend of its Msg-Id, and ``Unavailable`` for a subject no stream takes."""
+    await streams.ensure(nc.jetstream())
+    subject = subjects.provider("acme", "thr_acked", "pth_1")
+    first = await acked_publish(nc, subject, b"{}", {"Nats-Msg-Id": "evt_acked_1"})
+    again = await acked_publish(nc, subject, b"{}", {"Nats-Msg-Id": "evt_acked_1"})
+    other = await acked_publish(nc, subject, b"{}", {"Nats-Msg-Id": "evt_acked_2"})
+    assert first == again and other == first + 1
+    stored = await nc.jetstream().get_msg(subjects.PROVIDER_STREAM, first)
+    assert stored.subject is not None and stored.subject.startswith(subject + ".")  # its partition token added
+    with pytest.raises(Unavailable):
+        await acked_publish(nc, "nobody.stores.this", b"{}", {"Nats-Msg-Id": "evt_acked_3"})

@@ -15,7 +15,7 @@ async def test_a_timer_armed_for_an_earlier_wait_does_not_end_a_later_wait_early
     inbox = sse._Inbox()
     first = asyncio.ensure_future(inbox.wait())
     await asyncio.sleep(0)
-    await inbox.receiver("live")(object())  # a delivery ends the first wait; the timer stays armed
+    inbox.receiver("live")(object())  # a delivery ends the first wait; the timer stays armed
     await first
     inbox.items.clear()
 

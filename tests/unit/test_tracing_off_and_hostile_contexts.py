@@ -29,6 +29,8 @@ headers = {{"Nats-Msg-Id": "x"}}
 with tracing.span("s", {{"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}}):
     with tracing.spans_per_trace("project", [headers]):
         same = tracing.inject(headers) is headers and tracing.inject(None) is None
+# a NATS message's span builds no attributes: the one shared do-nothing context
+same = same and tracing.nats_span("h", "a.b", "process", headers, extra={{"k": "v"}}, n=1) is tracing.span("h")
 loaded = [m for m in sys.modules if m.startswith(("opentelemetry.sdk.trace", "opentelemetry.exporter"))]
 print(json.dumps({{"same": same, "loaded": loaded}}))
 """

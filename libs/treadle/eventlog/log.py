@@ -70,6 +70,20 @@ def _raise_for(err: _ApiError) -> None:
     raise Rejected(err.err_code or err.code, err.description)
 
 
+async def acked_publish(nc: NATS, subject: str, payload: bytes, headers: dict[str, str], timeout: float = 5.0) -> int:
+    """A message stored in the stream that takes ``subject``: the sequence its PubAck gives (``js.publish`` reads
+    the same answer with ``json.loads`` and a dataclass, 13 µs a message). Raises as an append does for an error
+    answer, ``Unavailable`` when no stream answers, nats' ``TimeoutError`` when nothing does in time."""
+    try:
+        msg = await nc.request(subject, payload, timeout=timeout, headers=headers)
+    except NoRespondersError:
+        raise Unavailable(f"no stream stores {subject}") from None
+    ack = _ack_decoder.decode(msg.data)
+    if ack.error is not None:
+        _raise_for(ack.error)
+    return ack.seq
+
+
 def batch_payloads(tenant: str, thread: str, events: Sequence[Envelope], limit: int) -> list[bytes]:
     """The encoded events of one append, every one checked before any is sent: a batch must never be abandoned
     half sent (ValueError for a malformed call, Rejected for an event over the broker's message limit)."""

@@ -12,7 +12,7 @@ new version until the patches are checked against it and ``WRITTEN_FOR`` moves. 
 JetStream context (:func:`connection_of`, :func:`api_prefix`) have no fallback and stay on: they read plain
 attributes, and a missing one fails at once.
 
-The patches (``install`` puts 1–4 in place for every client of the process; workers call it at connect):
+The patches (``install`` puts 1–4 and 8 in place for every client of the process; workers call it at connect):
 
 1. Header blocks (``Client._parse_header_lines``): one regex search per header name instead of a generator
    over its characters (~3 µs per header, about half of nats-py's parsing of every delivery and PubAck).
@@ -24,7 +24,8 @@ The patches (``install`` puts 1–4 in place for every client of the process; wo
    flush, a connection not connected and any transport but plain TCP keep nats-py's own path.
 4. Direct subscriptions (``Subscription._pending_queue``, ``Client._init_request_sub``): a subscription's
    queue replaced by an object that calls a synchronous handler from the read loop, in parse order; for
-   PubAcks, direct-get answers, pull deliveries and ``request``'s replies (no queue, no task step each).
+   PubAcks, direct-get answers, pull deliveries, ``request``'s replies and an SSE stream's deliveries (no queue,
+   no task step each).
    A handler must be quick; one that raises is logged and its message dropped, as nats-py does.
 5. Deferred acks (``Client._send_command``, ``_pending_data_size``, ``_flush_pending``; ``Msg._check_reply``,
    ``_ackd``): an ack queued in the pending buffer without waking the flusher; it leaves with the next write,
@@ -32,6 +33,9 @@ The patches (``install`` puts 1–4 in place for every client of the process; wo
 6. A JetStream context's connection and API prefix (``JetStreamContext._nc``, ``_prefix``): read, never set.
 7. An ordered consumer's flow-control poller (``_JSI._fctask``): cancelled for a callback subscription (the SSE
    streams), where it only woke four times a second per open stream to find nothing to answer.
+8. Requests (``Client._request_new_style``): a counter for the reply token and a timer that fails the future,
+   instead of a NUID and a random token (a getrandom call), a done callback and ``asyncio.wait_for``'s waiter
+   and extra loop step per request (the commands, turn starts, captures and provider events of every run).
 
 Each has its test on a real broker: tests/integration/test_nats_patches.py (the version, 1, 2, 6, 7 and the
 public paths with the patches off), test_nats_writes.py (3), test_nats_direct.py (4), test_consumer_acks.py (5);
@@ -58,6 +62,8 @@ What upstream could take, one paragraph per patch:
    pull consumer built on ``CONSUMER.MSG.NEXT`` requests needs both).
 7. Start the flow-control poller only for a subscription without a callback, or answer a deferred
    flow-control request from the message path instead of a 250 ms loop.
+8. Make a request's token a per-client counter (the inbox prefix is already unique) and time it out with
+   ``call_later`` on its future rather than ``asyncio.wait_for``.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib.metadata
+import itertools
 import logging
 import re
 from collections.abc import Callable
@@ -75,6 +82,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.aio.transport import TcpTransport
 from nats.errors import ConnectionClosedError, ConnectionDrainingError, NotJSMessageError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.client import JetStreamContext
 from nats.protocol.command import pub_cmd
 
@@ -281,9 +289,20 @@ async def subscribe(nc: Client, subject: str, handler: Handler, queue: str = "")
             log.exception("handler of %s failed; message dropped", subject)
 
     sub = await nc.subscribe(subject, queue=queue, cb=fallback)
-    if ACTIVE:
-        sub._pending_queue = _Direct(sub, handler)  # type: ignore[assignment]
+    make_direct(sub, handler)
     return sub
+
+
+def make_direct(sub: Subscription, handler: Handler) -> None:
+    """From now on the read loop hands ``sub``'s messages to ``handler`` (a subscription made with a callback, e.g.
+    JetStream's); those already queued go to it first, in order. With the patches off its callback goes on."""
+    if not ACTIVE:
+        return
+    queued = sub._pending_queue
+    sub._pending_queue = direct = _Direct(sub, handler)  # type: ignore[assignment]
+    while not queued.empty():  # the subscription's task, woken for them, finds the old queue empty
+        direct.put_nowait(queued.get_nowait())
+        queued.task_done()
 
 
 _ORIGINAL_INIT_REQUEST_SUB = Client._init_request_sub
@@ -292,7 +311,7 @@ _ORIGINAL_INIT_REQUEST_SUB = Client._init_request_sub
 async def _init_request_sub(self: Any) -> None:
     """nats-py's reply subscription for ``request``, with its future resolved by the read loop."""
     await _ORIGINAL_INIT_REQUEST_SUB(self)
-    prefix = bytes(self._resp_sub_prefix).decode()
+    prefix = self._resp_inbox = bytes(self._resp_sub_prefix).decode()
     cut = len(prefix)
     answers = self._resp_map
 
@@ -304,6 +323,39 @@ async def _init_request_sub(self: Any) -> None:
     for sub in self._subs.values():
         if sub.subject == prefix + "*":
             sub._pending_queue = _Direct(sub, resolve)
+
+
+_ORIGINAL_REQUEST = Client._request_new_style
+_tokens = itertools.count()  # a request's token: unique in the process (the inbox prefix is the connection's)
+
+
+async def _request_new_style(
+    self: Any, subject: str, payload: bytes, timeout: float = 1, headers: dict[str, Any] | None = None
+) -> Msg:
+    """nats-py's ``request`` without a random token (a getrandom call and a NUID), a done callback, and
+    ``asyncio.wait_for``'s waiter and extra loop step: a counter, and a timer that fails the future."""
+    if self.is_draining_pubs:
+        raise ConnectionDrainingError
+    if not self._resp_sub_prefix:
+        await self._init_request_sub()
+    token = str(next(_tokens))
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Msg] = loop.create_future()
+    answers = self._resp_map
+    answers[token] = future
+    expiry = loop.call_later(timeout, _expire, future)
+    try:
+        inbox = self._resp_inbox or bytes(self._resp_sub_prefix).decode()  # made before the patches went in
+        await self.publish(subject, payload, reply=inbox + token, headers=headers)
+        return await future
+    finally:
+        expiry.cancel()
+        answers.pop(token, None)
+
+
+def _expire(future: asyncio.Future[Msg]) -> None:
+    if not future.done():
+        future.set_exception(NatsTimeoutError())
 
 
 def request_subscription(nc: Client) -> Subscription | None:
@@ -380,19 +432,21 @@ def stop_flow_control_poller(psub: JetStreamContext.PushSubscription) -> None:
         jsi._fctask.cancel()
 
 
-# --- installing 1–4 ------------------------------------------------------------------------------------
+# --- installing 1–4 and 8 ------------------------------------------------------------------------------------
 
 
 def install() -> bool:
-    """Put patches 1–4 in place for every nats-py client of this process (idempotent). False: left out,
+    """Put patches 1–4 and 8 in place for every nats-py client of this process (idempotent). False: left out,
     the installed nats-py is not the one they were written for (logged)."""
     if not check_version():
         return False
     Client._parse_header_lines = staticmethod(parse_header_lines)  # type: ignore[method-assign]
     Msg.Metadata._from_reply = classmethod(lambda _cls, reply: metadata_from_reply(reply))  # type: ignore[method-assign,assignment]
     Client._write_scheduled = False  # type: ignore[attr-defined]
+    Client._resp_inbox = None  # type: ignore[attr-defined]  # the request inbox prefix as text (patch 8)
     Client._flush_pending = _flush_pending  # type: ignore[method-assign]
     Client._init_request_sub = _init_request_sub  # type: ignore[method-assign]
+    Client._request_new_style = _request_new_style  # type: ignore[method-assign]
     return True
 
 
@@ -402,3 +456,4 @@ def uninstall() -> None:
     Msg.Metadata._from_reply = _ORIGINAL_METADATA  # type: ignore[method-assign]
     Client._flush_pending = _ORIGINAL_FLUSH  # type: ignore[method-assign]
     Client._init_request_sub = _ORIGINAL_INIT_REQUEST_SUB  # type: ignore[method-assign]
+    Client._request_new_style = _ORIGINAL_REQUEST  # type: ignore[method-assign]

@@ -142,10 +142,13 @@ class ThreadStore:
         ]
         # one producer span per decision: its trace context goes out with the events, and the story's lines of
         # what was appended carry its ids
-        attributes = tracing.nats_attributes(
-            subjects.thread_events(tenant, thread), "send", batch_message_count=len(envelopes)
-        )
-        with tracing.span(f"append {envelopes[0].type}", attributes=attributes, kind="producer"):
+        with tracing.nats_span(
+            f"append {envelopes[0].type}",
+            subjects.thread_events(tenant, thread),
+            "send",
+            kind="producer",
+            batch_message_count=len(envelopes),
+        ):
             try:
                 appended = await self.log.append_checked(tenant, thread, state.seq, envelopes, fence)
             except Conflict:

@@ -151,6 +151,22 @@ def span(
     return _span(name, headers, attributes or {}, kind)
 
 
+def nats_span(
+    name: str,
+    subject: str,
+    operation: str,
+    headers: dict[str, str] | None = None,
+    kind: Kind = "internal",
+    extra: dict[str, str | int] | None = None,
+    **more: str | int,
+) -> contextlib.AbstractContextManager[None]:
+    """``span`` of a NATS message, its attributes ``nats_attributes`` and ``extra``: built only while tracing is on
+    (every message a worker handles or appends passes here)."""
+    if _provider is None:
+        return _OFF
+    return _span(name, headers, nats_attributes(subject, operation, **more) | (extra or {}), kind)
+
+
 def nats_attributes(subject: str, operation: str, **more: str | int) -> dict[str, str | int]:
     """The messaging semantic conventions' attributes of a NATS message (``process``, ``send``, ``receive``)."""
     found: dict[str, str | int] = {

@@ -233,11 +233,13 @@ class PullConsumer:
         ids = logs.ids_of(msg.data)
         with (
             logs.bound(**ids),
-            tracing.span(
+            tracing.nats_span(
                 f"handle {self._durable}",
+                msg.subject,
+                "process",
                 msg.headers,
-                tracing.nats_attributes(msg.subject, "process", consumer_group_name=self._durable),
                 kind="consumer",
+                consumer_group_name=self._durable,
             ),
         ):
             await self._settle_bound(msg)  # every log line about this message names its thread and run

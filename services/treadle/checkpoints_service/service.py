@@ -25,7 +25,7 @@ from treadle.checkpoints.protocol import (
     decode_restore,
     encode,
 )
-from treadle.eventlog import subjects, tracing
+from treadle.eventlog import nats_patches, subjects, tracing
 from treadle.runtime.settings import CheckpointsSettings
 from treadle.runtime.volumes import Announcer
 
@@ -85,8 +85,8 @@ class CheckpointService:
             erase.VERB: self._erase,  # a deleted thread's refs, and its own workspace (L1.4)
         }
         for verb, handler in handlers.items():
-            sub = await self._nc.subscribe(
-                subjects.checkpoint(self._volume, verb), queue=QUEUE, cb=self._dispatcher(verb, handler)
+            sub = await nats_patches.subscribe(
+                self._nc, subjects.checkpoint(self._volume, verb), self._dispatcher(verb, handler), QUEUE
             )
             self._subs.append(sub)
         if self._retention is not None and self._retention.retention_idle_days > 0:
@@ -113,8 +113,8 @@ class CheckpointService:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _dispatcher(self, verb: str, handler: Handler) -> Callable[[Msg], Awaitable[None]]:
-        async def on_message(msg: Msg) -> None:
+    def _dispatcher(self, verb: str, handler: Handler) -> Callable[[Msg], None]:
+        def on_message(msg: Msg) -> None:  # called by the read loop: the request's own task starts now
             task = asyncio.create_task(self._handle(verb, handler, msg), name=f"ckpt-{verb}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -123,11 +123,13 @@ class CheckpointService:
 
     async def _handle(self, verb: str, handler: Handler, msg: Msg) -> None:
         try:
-            with tracing.span(
+            with tracing.nats_span(
                 f"checkpoint {verb}",
+                msg.subject,
+                "process",
                 msg.headers,
-                tracing.nats_attributes(msg.subject, "process") | {"treadle.volume": self._volume},
                 kind="server",
+                extra={"treadle.volume": self._volume},
             ):  # in the requester's trace
                 reply = await handler(msg.data)
         except msgspec.DecodeError as e:  # includes ValidationError

@@ -3,6 +3,7 @@ starts; the run supervisor decides *how*."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -33,7 +34,7 @@ from treadle.core.state import ThreadState
 from treadle.core.thread.commands import CreateThread, DeleteThread
 from treadle.core.thread.decide import dispatch_next
 from treadle.core.thread.events import ThreadCreated
-from treadle.eventlog import subjects, tracing
+from treadle.eventlog import nats_patches, subjects, tracing
 from treadle.eventlog.errors import Conflict, LogError, Unavailable
 from treadle.eventlog.log import EventLog
 from treadle.eventlog.store import ThreadStore
@@ -128,6 +129,7 @@ class Coordinator:
             self._store, self._checkpoints, self._admission, own, self._decide_and_append
         )  # issue 21
         self._mailboxes = Mailboxes()  # commands and reactions of one thread run one at a time
+        self._replies: set[asyncio.Future[None]] = set()  # refusals being sent (held: a task is kept only weakly)
         self._erasure = Erasure(nc, own.checkpoint_timeout)  # a deleted thread's data (L1.4)
         self._volume_lost_seconds = own.volume_lost_seconds
         # Reactions to run ends are thread-keyed: each replica runs them for the partitions it leases.
@@ -167,7 +169,7 @@ class Coordinator:
 
     async def start(self) -> None:
         await self._admission.start()
-        self._sub = await self._nc.subscribe(subjects.COMMANDS_ALL, queue="coordinator", cb=self._on_command)
+        self._sub = await nats_patches.subscribe(self._nc, subjects.COMMANDS_ALL, self._take_command, "coordinator")
         await self.work.start()
 
     async def stop(self) -> None:
@@ -181,7 +183,19 @@ class Coordinator:
 
     # --- commands ----------------------------------------------------------------------------------
 
+    def _take_command(self, msg: Msg) -> None:
+        """A command as the read loop hands it over: into its thread's mailbox, or refused at once."""
+        if (refusal := self._admit(msg)) is not None:
+            replying = asyncio.ensure_future(msg.respond(refusal))
+            self._replies.add(replying)
+            replying.add_done_callback(self._replies.discard)
+
     async def _on_command(self, msg: Msg) -> None:
+        if (refusal := self._admit(msg)) is not None:
+            await msg.respond(refusal)
+
+    def _admit(self, msg: Msg) -> bytes | None:
+        """The command handed to its thread's mailbox (None), or the encoded refusal to answer it with."""
         try:
             command = _command_decoder.decode(msg.data)
             tenant = subjects.token(command.tenant, "tenant")
@@ -193,19 +207,20 @@ class Coordinator:
         except msgspec.ValidationError as exc:  # a field over its limit is refused with its own code
             refused = violation(exc, Command, tag=_body_tag(msg.data))
             reply = Rejected(code=refused.code, message=refused.message, details=refused.details) if refused else None
-            await msg.respond(_encode(reply or Rejected(code="bad_request", message=str(exc))))
-            return
+            return _encode(reply or Rejected(code="bad_request", message=str(exc)))
         except (msgspec.DecodeError, ValueError) as exc:
-            await msg.respond(_encode(Rejected(code="bad_request", message=str(exc))))
-            return
+            return _encode(Rejected(code="bad_request", message=str(exc)))
         self._mailboxes.submit(f"{command.tenant}.{command.thread}", lambda: self._traced_command(msg, command))
+        return None
 
     async def _traced_command(self, msg: Msg, command: Command) -> None:
-        with tracing.span(
+        with tracing.nats_span(
             f"command {type(command.body).__name__}",
+            msg.subject,
+            "process",
             msg.headers,
-            tracing.nats_attributes(msg.subject, "process") | {"treadle.tenant": command.tenant},
             kind="server",
+            extra={"treadle.tenant": command.tenant},
         ):
             await self._handle_command(msg, command)
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from treadle.eventlog import subjects
+from treadle.eventlog import nats_patches, subjects
 from treadle.eventlog.nats_patches import stream_sequence
 
 KEEPALIVE = 15.0
@@ -45,8 +45,8 @@ class _Inbox:
         self._idle_since = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
-    def receiver(self, kind: str) -> Callable[[Msg], Awaitable[None]]:
-        async def put(msg: Msg) -> None:
+    def receiver(self, kind: str) -> Callable[[Msg], None]:
+        def put(msg: Msg) -> None:  # called by the connection's read loop (nats_patches.subscribe)
             if len(self.items) >= BACKLOG:  # a client this slow is cut off; it resumes with Last-Event-ID
                 self.overflow = True
                 return
@@ -93,16 +93,21 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
     )
     subs: list[Subscription] = []
     try:
-        subs.append(await nc.subscribe(subjects.live(tenant, thread), cb=inbox.receiver("live")))
-        subs.append(
-            await nc.jetstream().subscribe(
-                subjects.thread_events(tenant, thread),
-                stream=subjects.EVENTS_STREAM,  # known: no JetStream API request to look it up
-                cb=inbox.receiver("evt"),
-                ordered_consumer=True,
-                config=config,
-            )
+        subs.append(await nats_patches.subscribe(nc, subjects.live(tenant, thread), inbox.receiver("live")))
+        put = inbox.receiver("evt")
+
+        async def queued(msg: Msg) -> None:  # nats-py's task: with the patches off only
+            put(msg)
+
+        events = await nc.jetstream().subscribe(
+            subjects.thread_events(tenant, thread),
+            stream=subjects.EVENTS_STREAM,  # known: no JetStream API request to look it up
+            cb=queued,
+            ordered_consumer=True,
+            config=config,
         )
+        nats_patches.make_direct(events._sub, put)  # the ordered consumer's checks stay in nats-py's read loop
+        subs.append(events)
         yield b": connected\n\n"
         while not inbox.overflow:
             if not inbox.items:

@@ -24,6 +24,7 @@ from treadle.core.ids import IdFactory
 from treadle.core.provider_events import LiveDelta
 from treadle.core.trimming import MAX_EVENT_BYTES, within
 from treadle.eventlog import subjects, tracing
+from treadle.eventlog.log import acked_publish
 from treadle.providers.coalesce import Coalescer
 
 _encode = msgspec.json.Encoder().encode
@@ -47,7 +48,6 @@ class TurnPublisher:
         ids: IdFactory,
     ) -> None:
         self._nc = nc
-        self._js = nc.jetstream()
         self._ids = ids
         self._subject = subjects.provider(tenant, thread, provider_thread_id)
         self._live = subjects.live(tenant, thread)
@@ -159,7 +159,7 @@ class TurnPublisher:
         delay = 0.1
         while True:
             try:
-                await self._js.publish(self._subject, payload, headers=headers)
+                await acked_publish(self._nc, self._subject, payload, headers)
                 return
             except (asyncio.CancelledError, ConnectionClosedError):
                 raise  # a closed connection never comes back: the host is going away, and its sessions with it

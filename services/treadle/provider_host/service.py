@@ -647,11 +647,13 @@ class ProviderHost:
         return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
 
     async def _on_verb(self, msg: Msg) -> None:
-        with tracing.span(
+        with tracing.nats_span(
             f"host {msg.subject.split('.', 3)[-1]}",
+            msg.subject,
+            "process",
             msg.headers,
-            tracing.nats_attributes(msg.subject, "process") | {"treadle.host": self.host_id},
             kind="server",
+            extra={"treadle.host": self.host_id},
         ):
             await self._on_verb_traced(msg)
 

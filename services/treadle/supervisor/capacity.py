@@ -13,7 +13,7 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from treadle.eventlog import subjects
+from treadle.eventlog import nats_patches, subjects
 
 
 class Ticket:
@@ -33,7 +33,7 @@ class FreedCapacity:
         self._sub: Subscription | None = None
 
     async def start(self) -> None:
-        self._sub = await self._nc.subscribe(self._subject, cb=self._on_freed)
+        self._sub = await nats_patches.subscribe(self._nc, self._subject, self._on_freed)  # one per turn
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -41,7 +41,7 @@ class FreedCapacity:
                 await self._sub.unsubscribe()
             self._sub = None
 
-    async def _on_freed(self, msg: Msg) -> None:
+    def _on_freed(self, msg: Msg) -> None:
         volume = msg.subject.rsplit(".", 1)[-1]
         room = self._any.pop(volume, None)
         if room is not None:
