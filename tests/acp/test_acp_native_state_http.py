@@ -4,13 +4,12 @@ that lost its disk still loads the agent's session (``session/load``) instead of
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from tests.acp.acp_support import TENANT
 from tests.codex.codex_mock import Text
-from tests.support.native_states import kept
+from tests.support.native_states import kept, lose_the_node
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +26,7 @@ async def test_L9_2_an_acp_session_loads_natively_after_its_host_lost_the_agents
     await kept(acp_stack, TENANT, "acp-codex", pth, "Remembered: quince.")
 
     # The node is lost: its host and the agent die at once, and the agent's home goes with the disk
-    await acp_stack.processes.halt("provider-host")
-    shutil.rmtree(homes_root / "codex" / TENANT)
-    await acp_stack.processes.start()
-    await acp_stack.wait_ready(names=["provider-host"])
+    await lose_the_node(acp_stack, homes_root / "codex" / TENANT)
 
     since = len(codex_api.requests)
     second = await client.send(thread, "which fruit did I name")

@@ -3,12 +3,10 @@ provider host that lost its disk still resumes the Claude session natively."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from tests.claude.claude_stack import claude_stack, mock_claude_api  # noqa: F401  (fixtures)
-from tests.support.native_states import kept
+from tests.support.native_states import kept, lose_the_node
 from tests.support.provider_http import tenant_client
 
 pytestmark = pytest.mark.e2e
@@ -30,10 +28,7 @@ async def test_L9_2_a_claude_session_resumes_natively_after_its_host_lost_its_di
     await kept(claude_stack, "claude-native", "claude", pth, "Mock Claude heard: remember the word kumquat")
 
     # The node is lost: its host and runtime die at once, and every runtime file of the host goes with its disk
-    await claude_stack.processes.halt("provider-host")
-    shutil.rmtree(claude_stack.state_dir / "provider-runtimes")
-    await claude_stack.processes.start()
-    await claude_stack.wait_ready(names=["provider-host"])
+    await lose_the_node(claude_stack, claude_stack.state_dir / "provider-runtimes")
 
     since = len(mock_claude_api.seen)
     second = await client.send(thread, "which word did I ask you to remember")

@@ -4,13 +4,12 @@ provider host that lost its disk (the tenant's CODEX_HOME gone) still resumes th
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 from tests.codex.codex_mock import Text
 from tests.codex.codex_support import TENANT, roll_back
-from tests.support.native_states import kept
+from tests.support.native_states import kept, lose_the_node
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +26,7 @@ async def test_L9_2_a_codex_thread_resumes_natively_after_its_host_lost_the_code
     await kept(codex_stack, TENANT, "codex", pth, "Remembered: kumquat.")
 
     # The node is lost: its host and runtime die at once and its disk goes with them (the tenant's homes)
-    await codex_stack.processes.halt("provider-host")
-    shutil.rmtree(homes_root / TENANT)
-    await codex_stack.processes.start()
-    await codex_stack.wait_ready(names=["provider-host"])
+    await lose_the_node(codex_stack, homes_root / TENANT)
 
     since = len(mock.requests)
     second = await client.send(thread, "which word did I ask you to remember")
@@ -99,10 +95,7 @@ async def test_L10_5_a_rolled_back_codex_thread_resumes_natively_without_its_dro
     files = await kept(codex_stack, TENANT, "codex", pth, "Remembered: sloe.", where=lambda name: "_" in name)
     assert len(files) == 2, sorted(files)  # the first rollout, as the revert left it, and the revert's own
 
-    await codex_stack.processes.halt("provider-host")
-    shutil.rmtree(homes_root / TENANT)
-    await codex_stack.processes.start()
-    await codex_stack.wait_ready(names=["provider-host"])
+    await lose_the_node(codex_stack, homes_root / TENANT)
 
     since = len(mock.requests)
     sent = await client.send(thread, "which words do you remember")

@@ -3,7 +3,9 @@ it after the turn has reported its end, so a node lost at once may lose the last
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import nats
 
@@ -36,3 +38,12 @@ async def kept(
         return await wait_for(there, timeout=30, interval=0.1, what=f"the native state of {provider_thread_id} kept")
     finally:
         await nc.close()
+
+
+async def lose_the_node(stack: Stack, homes: Path) -> None:
+    """The host's node is lost: its host and runtimes die at once and ``homes`` (what its disk held of the
+    runtimes' own state) goes with it; a new host starts on an empty disk."""
+    await stack.processes.halt("provider-host")
+    shutil.rmtree(homes)
+    await stack.processes.start()
+    await stack.wait_ready(names=["provider-host"])
