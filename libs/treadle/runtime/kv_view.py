@@ -35,7 +35,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import NotFoundError
 from nats.js.kv import KeyValue
 
-from treadle.eventlog import kv_latest
+from treadle.eventlog import kv_latest, nats_patches
 from treadle.eventlog.kv_latest import Latest
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class KvView:
     def __init__(self, js: JetStreamContext, bucket: str, clock: Callable[[], float] = time.monotonic) -> None:
         self._js, self._bucket, self._clock = js, bucket, clock
         self._ttl: float | None = None  # the bucket's, read at each opening
-        self._nc: NATS = js._nc  # whose reconnect count says the view must be read again
+        self._nc: NATS = nats_patches.connection_of(js)  # whose reconnect count says the view must be read again
         self._prefix, self._stream = f"$KV.{bucket}.", f"KV_{bucket}"
         self._records: dict[str, Latest] = {}
         self._expires: dict[str, tuple[float, bool]] = {}  # key -> (when dropped on our clock, confirm with a get)
