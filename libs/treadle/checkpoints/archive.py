@@ -25,7 +25,15 @@ from nats.js.object_store import ObjectStore
 
 from ..eventlog.streams import CHECKPOINTS_BUCKET as BUCKET
 
-__all__ = ["BUCKET", "ArchiveConflict", "ArchiveUnavailable", "CheckpointArchive", "Holding", "JetStreamArchive"]
+__all__ = [
+    "BUCKET",
+    "ArchiveConflict",
+    "ArchiveDamaged",
+    "ArchiveUnavailable",
+    "CheckpointArchive",
+    "Holding",
+    "JetStreamArchive",
+]
 
 
 T = TypeVar("T")
@@ -33,6 +41,16 @@ T = TypeVar("T")
 
 class ArchiveUnavailable(Exception):
     """The archive did not answer, or refused: nothing can be made durable (or read back) now."""
+
+
+class ArchiveDamaged(ArchiveUnavailable):
+    """``name`` is there but its bytes are not (its meta names chunks the stream no longer holds, or chunks that do
+    not add up to its digest): it can never be read. ``digest``: what the meta says it holds, so that a writer can
+    replace it with a conditional write."""
+
+    def __init__(self, message: str, digest: str | None) -> None:
+        super().__init__(message)
+        self.digest = digest
 
 
 class ArchiveConflict(Exception):
@@ -93,7 +111,7 @@ class JetStreamArchive:
             seen = self._versions.pop(name, None)
             if holding is not None:
                 if seen is None or seen.digest != holding.digest or seen.seq is None:
-                    seen = await self._version(await self._store(), name)
+                    seen = await self._version(name)
                 if seen.digest != holding.digest:
                     self._remember(name, seen)
                     raise ArchiveConflict(f"checkpoint archive {self._name}: {name} changed")
@@ -113,13 +131,21 @@ class JetStreamArchive:
     async def get(self, name: str) -> bytes | None:
         async def get() -> bytes | None:
             self._versions.pop(name, None)
-            try:
-                got = await (await self._store()).get(name)
-            except (ObjectNotFoundError, ObjectDeletedError):
-                return None
-            # Its sequence is not in what nats-py returns: a conditional write of it looks that up first.
-            self._remember(name, _Version(_hex(got.info.digest), got.info.nuid, None))
-            return bytes(got.data or b"")
+            for _ in range(2):  # a meta replaced (and its chunks purged) between the two reads: once more
+                found = await self._info(name)
+                info, seq = found
+                if info is None:
+                    self._remember(name, _Version(None, None, seq))
+                    return None
+                version = _Version(_hex(info.digest), info.nuid, seq)
+                data = await self._chunks(info)
+                if data is not None and hashlib.sha256(data).hexdigest() == version.digest:
+                    self._remember(name, version)
+                    return data
+                if await self._info(name) == found:
+                    self._remember(name, version)
+                    raise ArchiveDamaged(f"checkpoint archive {self._name}: {name} lost its data", version.digest)
+            raise ArchiveUnavailable(f"checkpoint archive {self._name}: {name} kept changing while read")
 
         return await self._bounded("get", name, get())
 
@@ -136,24 +162,50 @@ class JetStreamArchive:
     async def digest(self, name: str) -> str | None:
         async def digest() -> str | None:
             self._versions.pop(name, None)
-            seen = await self._version(await self._store(), name)
+            seen = await self._version(name)
             self._remember(name, seen)
             return seen.digest
 
         return await self._bounded("digest", name, digest())
 
-    async def _version(self, store: ObjectStore, name: str) -> _Version:
+    async def _version(self, name: str) -> _Version:
         """What ``name`` holds now, from its meta message (one request)."""
-        meta = _meta_subject(self._name, name)
+        info, seq = await self._info(name)
+        return _Version(None, None, seq) if info is None else _Version(_hex(info.digest), info.nuid, seq)
+
+    async def _info(self, name: str) -> tuple[api.ObjectInfo | None, int]:
+        """``name``'s meta (None: no object, or a deleted one) and the sequence of its meta message (0: none)."""
         try:
-            msg = await self._js.get_last_msg(f"OBJ_{self._name}", meta)
+            msg = await self._js.get_last_msg(f"OBJ_{self._name}", _meta_subject(self._name, name))
         except NotFoundError:
-            return _Version(None, None, 0)
+            return None, 0
         info = api.ObjectInfo.from_response(json.loads(msg.data or b"{}"))
-        seq = msg.seq or 0
-        if info.deleted:
-            return _Version(None, None, seq)
-        return _Version(_hex(info.digest), info.nuid, seq)
+        return None if info.deleted or not info.nuid else info, msg.seq or 0
+
+    async def _chunks(self, info: api.ObjectInfo) -> bytes | None:
+        """The bytes of the version ``info`` describes (None: its chunks are not all there). A lone chunk (a
+        manifest, most packs) is one direct read; more are read in order through an ordered consumer, which is
+        given up (not left subscribed) however the read ends."""
+        if not info.size:
+            return b""
+        stream, subject = f"OBJ_{self._name}", f"$O.{self._name}.C.{info.nuid}"
+        try:
+            last = await self._js.get_last_msg(stream, subject)
+        except NotFoundError:
+            return None  # every chunk gone: an ordered consumer would wait for ever
+        if (info.chunks or 0) <= 1:
+            return bytes(last.data or b"")
+        sub = await self._js.subscribe(subject, ordered_consumer=True)
+        parts: list[bytes] = []
+        try:
+            while True:
+                msg = await sub.next_msg(timeout=self._timeout)
+                parts.append(msg.data)
+                if msg.metadata.num_pending == 0:
+                    return b"".join(parts)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     def _remember(self, name: str, version: _Version) -> None:
         self._versions[name] = version
@@ -250,11 +302,22 @@ async def _put(
         headers: dict[str, str] = {api.Header.ROLLUP: MSG_ROLLUP_SUBJECT}
         if last_seq is not None:
             headers[api.Header.EXPECTED_LAST_SUBJECT_SEQUENCE] = str(last_seq)
-        ack = await js.publish(_meta_subject(bucket, name), json.dumps(info).encode(), headers=headers)
+        meta = json.dumps(info).encode()
     except BaseException:
-        with contextlib.suppress(Exception):  # best effort: the broker may be what failed
-            await js.purge_stream(stream, subject=chunks)
+        await _purge(js, stream, chunks)  # no meta was sent: the new chunks are nobody's
         raise
+    try:
+        ack = await js.publish(_meta_subject(bucket, name), meta, headers=headers)
+    except APIError:
+        await _purge(js, stream, chunks)  # the broker refused the meta: nobody's either
+        raise
+    # Any other failure (no ack in time, a lost connection, a cancellation) may follow a meta the broker stored:
+    # its chunks stay, since a meta without its chunks can never be read. Unreferenced chunks are the cost.
     if old is not None and old != nuid:
         await js.purge_stream(stream, subject=f"$O.{bucket}.C.{old}")
     return _Version(digest.hex(), nuid, ack.seq)
+
+
+async def _purge(js: JetStreamContext, stream: str, subject: str) -> None:
+    with contextlib.suppress(Exception):  # best effort: the broker may be what failed
+        await js.purge_stream(stream, subject=subject)

@@ -19,13 +19,14 @@ every kept checkpoint and deletes the packs before it. Git runs as every checkpo
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from treadle.checkpoints.archive import ArchiveConflict, ArchiveUnavailable, Holding
+from treadle.checkpoints.archive import ArchiveConflict, ArchiveDamaged, ArchiveUnavailable, Holding
 from treadle.checkpoints.protocol import CheckpointError
 from treadle.checkpoints.refs import thread_prefix
 from treadle.checkpoints.repo import FreshPack, Repo
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from treadle.checkpoints.archive import CheckpointArchive
 
 __all__ = ["Durable", "Entry", "Manifest", "Where"]
+
+log = logging.getLogger(__name__)
 
 _ATTEMPTS = 4  # conditional writes of one change before it fails (each lost to another writer of the manifest)
 
@@ -108,6 +111,8 @@ class Durable:
         # The manifest as this process last wrote or read it, with its SHA-256: what a write made from it
         # expects the archive to hold (another process may have written since: then it is read again).
         self._known: dict[Where, tuple[str, Manifest]] = {}
+        # Manifests whose bytes the archive lost (``ArchiveDamaged``): the next change rebuilds them from the git dir.
+        self._lost: set[Where] = set()
 
     async def keep(
         self,
@@ -132,6 +137,8 @@ class Durable:
         async with _unavailable_is_typed():
             for _ in range(_ATTEMPTS):
                 holding, manifest = await self._current(where)
+                if where in self._lost:  # every checkpoint ref of the git dir, not only this one
+                    await self._follow(repo, where, manifest, await self._refs(repo, where), None)
                 if (
                     manifest.head == commit
                     and (_holds(manifest, ref, commit) or not own)
@@ -163,10 +170,7 @@ class Durable:
     async def sync(self, repo: Repo, where: Where, head: tuple[str, str] | None = None) -> None:
         """Make the manifest name exactly the thread's checkpoint refs of the git dir (after a restore moved
         or added some, or retention deleted some); ``head``: (commit, tree) the workspace is now at."""
-        out = await self._git.check(
-            repo, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(tree)", thread_prefix(where.thread) + "/"
-        )
-        refs = {name: (commit, tree) for name, commit, tree in (line.split("\0") for line in out.decode().splitlines())}
+        refs = await self._refs(repo, where)
         async with _unavailable_is_typed():
             for _ in range(_ATTEMPTS):
                 holding, manifest = await self._current(where)
@@ -176,6 +180,13 @@ class Durable:
                 if await self._save(where, manifest, holding):
                     return
         raise CheckpointError("store_unavailable", f"the manifest of {where.thread} kept changing; try again")
+
+    async def _refs(self, repo: Repo, where: Where) -> dict[str, tuple[str, str]]:
+        """The thread's checkpoint refs in the git dir: name -> (commit, tree)."""
+        out = await self._git.check(
+            repo, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(tree)", thread_prefix(where.thread) + "/"
+        )
+        return {name: (commit, tree) for name, commit, tree in (line.split("\0") for line in out.decode().splitlines())}
 
     async def _follow(
         self,
@@ -251,7 +262,12 @@ class Durable:
         leaves no copy, and the next change reads the manifest again."""
         known = self._known.pop(where, None)
         if known is None:
-            await self.load(where)
+            try:
+                await self.load(where)
+            except ArchiveDamaged as exc:  # replaced by a manifest made anew, written over what the meta names
+                log.warning("the archive lost the manifest of %s: rebuilt from the git dir", where.thread)
+                self._lost.add(where)
+                return Holding(exc.digest), Manifest()
             known = self._known.pop(where, None)
         if known is None:
             return Holding(None), Manifest()
@@ -287,6 +303,7 @@ class Durable:
         except ArchiveConflict:
             return False
         self._known[where] = (hashlib.sha256(data).hexdigest(), manifest)
+        self._lost.discard(where)
         return True
 
     async def _store(

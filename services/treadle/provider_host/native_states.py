@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 import msgspec
 
-from treadle.checkpoints.archive import ArchiveConflict, ArchiveUnavailable, CheckpointArchive, Holding
+from treadle.checkpoints.archive import (
+    ArchiveConflict,
+    ArchiveDamaged,
+    ArchiveUnavailable,
+    CheckpointArchive,
+    Holding,
+)
 from treadle.eventlog import subjects
 from treadle.providers.base import ProviderAdapter
 from treadle.providers.native_manifest import (
@@ -114,7 +120,12 @@ class NativeStates:
         if kept is not None:
             self._kept.move_to_end(name)
             return kept
-        data = await self._archive.get(name)
+        try:
+            data = await self._archive.get(name)
+        except ArchiveDamaged as exc:  # its bytes are lost: replaced whole, like a broken one
+            kept = _Kept(Manifest(), exc.digest, {})
+            self._remember(name, kept)
+            return kept
         manifest = Manifest()
         if data is not None and is_manifest(data):
             with contextlib.suppress(NativeStateRefused):  # a broken one is replaced whole
