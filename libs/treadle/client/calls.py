@@ -75,6 +75,15 @@ RUN_EVENTS = frozenset(
         "rollback.completed",
     }
 )
+STARTED_BY_TEXT = b'"started":'  # a turn's first text carrying its run's start (``message.delta``'s ``started``)
+
+
+def wakes(kinds: frozenset[str], kind: str, data: bytes) -> bool:
+    """Whether an event (its type and JSON) is one of ``kinds``: a ``message.delta`` carrying its run's start counts
+    as the ``run.started`` it replaced (logs written before have that event)."""
+    return kind in kinds or (kind == "message.delta" and "run.started" in kinds and STARTED_BY_TEXT in data)
+
+
 MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
 
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from .calls import RUN_EVENTS, TERMINAL, Seen
+from .calls import RUN_EVENTS, TERMINAL, Seen, wakes
 from .errors import ApiError, RateLimited, Unreachable
 from .events import Follow, follow, parse_sse, signal_first
 from .sse import SseEvent
@@ -301,7 +301,7 @@ class TreadleClient:
                 thread_id = found["thread_id"]
             # The run alone is read, first and after each event: never the whole thread, whose cost is its length.
             return await self._wait(
-                thread_id, reached, read=run, wake=lambda event: event.event in RUN_EVENTS, poll=None
+                thread_id, reached, read=run, wake=lambda event: wakes(RUN_EVENTS, event.event, event.data), poll=None
             )
 
     async def wait_thread(

@@ -7,6 +7,10 @@ collects what comes meanwhile), its raw chunks as one live message, always befor
 UI never sees live text after the event that completes its message. The turn's end waits until everything
 is stored.
 
+A turn's start waits up to ``START_HOLD`` for the turn's first output (a model's first text): stored together, the
+supervisor appends that text's ``message.delta`` carrying the run's start (``MessageDelta.started``), a provider
+message and a durable event fewer per turn. A start with nothing after it within the hold is stored alone.
+
 A message's completion that would go alone waits up to ``COMPLETION_HOLD`` for what the runtime reports next:
 a turn's last message is completed a few ms before the turn's end (Codex ~13 ms, Claude Code ~3-16 ms), and
 stored together the supervisor appends one event (``RunEnded.message``) where there were two — a provider
@@ -38,6 +42,9 @@ log = logging.getLogger(__name__)
 TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 6-byte escapes it fits
 MAX_BATCH = 64  # events in one provider message; with this many waiting, the reporting runtime waits too
 START_HOLD_LOOP_TURNS = 8  # how long a turn's start waits for its end in the same burst (``_end_follows``)
+# Seconds a turn's start waits for the turn's first output: with it, the supervisor appends one event where there
+# were two (the first text's ``message.delta`` carries ``run.started``); users see the run running that much later
+START_HOLD = 0.25
 COMPLETION_HOLD = 0.05  # seconds an opened message's lone completion waits for the next report (the turn's end)
 
 
@@ -122,13 +129,14 @@ class TurnPublisher:
 
     async def _send_outbox(self) -> None:
         while self._outbox:
-            size = MAX_BATCH
-            if isinstance(self._outbox[0], pe.TurnStarted) and not await self._end_follows():
-                size = 1  # the start goes alone, now: the rest is stored together while it is
+            if isinstance(self._outbox[0], pe.TurnStarted):
+                if len(self._outbox) == 1:
+                    await self._next_report(START_HOLD)  # the first output, which carries the start
+                await self._end_follows()
             elif self._opened_completion_last():
                 await self._next_report(COMPLETION_HOLD)
             await self._send_live()
-            batch, self._outbox = self._outbox[:size], self._outbox[size:]
+            batch, self._outbox = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:]
             self._opened.update(body.message_id for body in batch if isinstance(body, pe.TextDelta))
             await self._store(batch)
 
@@ -146,8 +154,7 @@ class TurnPublisher:
         """Whether the turn's end follows its start in the same burst: what a runtime reports without waiting for
         anything (a turn over at once; the scripted runtime) lands within a few loop turns, no timer. The start
         then goes with it, and the supervisor appends the run's end carrying its start (``RunEnded.started``),
-        one event where there were two. A runtime that waits for anything after the start (every real turn)
-        gets its start sent at once, as before, and users see the run running."""
+        one event where there were two."""
         for _ in range(START_HOLD_LOOP_TURNS):
             if any(isinstance(body, pe.TurnCompleted) for body in self._outbox):
                 return True
