@@ -75,6 +75,9 @@ RUN_EVENTS = frozenset(
         "rollback.completed",
     }
 )
+# The events after which a run not ended may have ended (the domain's run ends, and a rollback's end): a wait for
+# a run's end reads it again on these alone, no read on its start or anything else mid-turn.
+ENDING_EVENTS = frozenset({"run.completed", "run.failed", "run.interrupted", "run.cancelled", "rollback.completed"})
 STARTED_BY_TEXT = b'"started":'  # a turn's first text carrying its run's start (``message.delta``'s ``started``)
 
 
