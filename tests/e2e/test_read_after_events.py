@@ -53,9 +53,11 @@ async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(a
 
 
 async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_alone(api, stack):
-    """The SDK's dict client reads the run (min_seq: its sequence), before following the stream and after each of
-    its events, and never the whole thread document (it costs the thread's length): one read between the run's
-    end on the stream and the answer. The thread's sequence comes from a one-item runs page, read once."""
+    """The SDK's dict client reads the run (min_seq: its sequence) and never the whole thread document (it costs
+    the thread's length): one read between the run's end on the stream and the answer. A run it sent itself had
+    not ended at the sequence it was accepted at: it follows the stream from there and reads the run once, after
+    its end (issue 38: no read before the stream nor on the run's start, mid-turn). A run another client sent is
+    read first, the thread's sequence coming from a one-item runs page, read once."""
     async with TreadleClient(stack.api_url, api.token) as client:
         thread = (await client.create_thread())["thread_id"]
         for i in range(3):
@@ -71,8 +73,22 @@ async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_al
             run = await client.wait_run(sent["run_id"], timeout=30)
             client._http.event_hooks["request"] = []
             assert run["status"] == "completed" and run["checkpoint"] is not None, (i, run)
+            assert asked == [f"GET /v1/threads/{thread}/events", f"GET /v1/runs/{sent['run_id']}"], asked
+        async with TreadleClient(stack.api_url, api.token) as other:
+            steps = script(text("done", delay_ms=300))
+            sent = await client.send(thread, "round 3", script=steps)
+            asked = []
+
+            async def record_other(request, asked: list[str] = asked) -> None:
+                asked.append(f"{request.method} {request.url.path}")
+
+            other._http.event_hooks["request"] = [record_other]
+            run = await other.wait_run(sent["run_id"], timeout=30)
+            assert run["status"] == "completed", run
             streamed = asked.index(f"GET /v1/threads/{thread}/events")
-            assert asked[:streamed] == [f"GET /v1/threads/{thread}/runs", f"GET /v1/runs/{sent['run_id']}"], asked
+            assert asked[:streamed] == [f"GET /v1/runs/{sent['run_id']}", f"GET /v1/threads/{thread}/runs"] + [
+                f"GET /v1/runs/{sent['run_id']}"
+            ], asked
             assert asked[streamed + 1 :] and set(asked[streamed + 1 :]) == {f"GET /v1/runs/{sent['run_id']}"}, asked
 
 
