@@ -4,6 +4,7 @@ however far the projector trails the log (L2.3: nothing observes a terminal run 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -238,3 +239,30 @@ async def test_L8_L11_a_plain_read_after_run_interrupted_on_the_stream_shows_its
         assert run["status"] == "interrupted", run
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+async def test_L2_2_a_stream_asked_without_live_deltas_gets_the_durable_events_alone(api, stack):
+    """Issue 38: the SDK's waits read durable events only, yet the gateway sent every raw chunk as a live.delta
+    frame for the client to drop (a frame each, mid-turn). ``live=false`` asks for none; the durable events are
+    the same as the default stream's, which still carries the live text."""
+    async with TreadleClient(stack.api_url, api.token) as client:
+        thread = (await client.create_thread())["thread_id"]
+        connected = [asyncio.Event(), asyncio.Event()]
+
+        async def until_end(live: bool, ready: asyncio.Event) -> list:
+            seen = []
+            async with contextlib.aclosing(client.events(thread, connected=ready, live=live)) as events:
+                async for event in events:
+                    seen.append(event)
+                    if event.event == "run.completed":
+                        return seen
+            return seen
+
+        both = [asyncio.create_task(until_end(live, ready)) for live, ready in zip((True, False), connected)]
+        for ready in connected:
+            await asyncio.wait_for(ready.wait(), 10)
+        await client.send(thread, "stream", script=script(text("streamed in many pieces " * 4, delay_ms=5, chunk=5)))
+        with_live, durable = await asyncio.wait_for(asyncio.gather(*both), 30)
+    assert any(e.event == "live.delta" for e in with_live)
+    assert not any(e.event == "live.delta" or e.id is None for e in durable), [e.event for e in durable]
+    assert [e.id for e in durable] == [e.id for e in with_live if e.id is not None]

@@ -246,12 +246,18 @@ class TreadleClient:
     # --- events -----------------------------------------------------------------------------------
 
     async def events(
-        self, thread_id: str, last_event_id: int | None = None, *, connected: asyncio.Event | None = None
+        self,
+        thread_id: str,
+        last_event_id: int | None = None,
+        *,
+        connected: asyncio.Event | None = None,
+        live: bool = True,
     ) -> AsyncGenerator[SseEvent, None]:
         """The thread's events after ``last_event_id`` (from the start when None), then live until closed.
 
         ``connected`` is set when the gateway's first line arrives: it sends one only once it is subscribed,
-        so anything published after that (a reply to a message sent then) is in this stream.
+        so anything published after that (a reply to a message sent then) is in this stream. ``live=False``: the
+        durable events alone (the gateway sends no ``live.delta``).
         """
         headers = {"Accept": "text/event-stream"}
         if last_event_id is not None:
@@ -260,7 +266,11 @@ class TreadleClient:
         timeout = httpx.Timeout(self._http.timeout.connect, read=None)
         try:
             async with self._http.stream(
-                "GET", f"/v1/threads/{thread_id}/events", headers=headers, timeout=timeout
+                "GET",
+                f"/v1/threads/{thread_id}/events",
+                headers=headers,
+                timeout=timeout,
+                params=None if live else {"live": "false"},
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
