@@ -318,5 +318,6 @@ def problems(report: dict) -> Iterable[str]:
 
 
 def _started(d: ev.Payload) -> bool:
-    """A run's start: its run.started, or its end carrying it (``RunEnded.started``, a turn over at once)."""
-    return isinstance(d, ev.RunStarted) or (isinstance(d, ev.RunEnded) and d.started is not None)
+    """A run's start: its run.started, its first text carrying it (``MessageDelta.started``), or its end carrying
+    it (``RunEnded.started``, a turn over at once)."""
+    return isinstance(d, ev.RunStarted) or (isinstance(d, (ev.RunEnded, ev.MessageDelta)) and d.started is not None)

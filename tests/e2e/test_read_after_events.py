@@ -4,6 +4,7 @@ however far the projector trails the log (L2.3: nothing observes a terminal run 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -53,9 +54,11 @@ async def test_L2_3_the_sdks_wait_run_and_reads_after_it_never_go_back_in_time(a
 
 
 async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_alone(api, stack):
-    """The SDK's dict client reads the run (min_seq: its sequence), before following the stream and after each of
-    its events, and never the whole thread document (it costs the thread's length): one read between the run's
-    end on the stream and the answer. The thread's sequence comes from a one-item runs page, read once."""
+    """The SDK's dict client reads the run (min_seq: its sequence) and never the whole thread document (it costs
+    the thread's length): one read between the run's end on the stream and the answer. A run it sent itself had
+    not ended at the sequence it was accepted at: it follows the stream from there and reads the run once, after
+    its end (issue 38: no read before the stream nor on the run's start, mid-turn). A run another client sent is
+    read first, the thread's sequence coming from a one-item runs page, read once."""
     async with TreadleClient(stack.api_url, api.token) as client:
         thread = (await client.create_thread())["thread_id"]
         for i in range(3):
@@ -71,8 +74,22 @@ async def test_L2_3_once_the_stream_shows_the_runs_end_wait_run_reads_the_run_al
             run = await client.wait_run(sent["run_id"], timeout=30)
             client._http.event_hooks["request"] = []
             assert run["status"] == "completed" and run["checkpoint"] is not None, (i, run)
+            assert asked == [f"GET /v1/threads/{thread}/events", f"GET /v1/runs/{sent['run_id']}"], asked
+        async with TreadleClient(stack.api_url, api.token) as other:
+            steps = script(text("done", delay_ms=300))
+            sent = await client.send(thread, "round 3", script=steps)
+            asked = []
+
+            async def record_other(request, asked: list[str] = asked) -> None:
+                asked.append(f"{request.method} {request.url.path}")
+
+            other._http.event_hooks["request"] = [record_other]
+            run = await other.wait_run(sent["run_id"], timeout=30)
+            assert run["status"] == "completed", run
             streamed = asked.index(f"GET /v1/threads/{thread}/events")
-            assert asked[:streamed] == [f"GET /v1/threads/{thread}/runs", f"GET /v1/runs/{sent['run_id']}"], asked
+            assert asked[:streamed] == [f"GET /v1/runs/{sent['run_id']}", f"GET /v1/threads/{thread}/runs"] + [
+                f"GET /v1/runs/{sent['run_id']}"
+            ], asked
             assert asked[streamed + 1 :] and set(asked[streamed + 1 :]) == {f"GET /v1/runs/{sent['run_id']}"}, asked
 
 
@@ -222,3 +239,30 @@ async def test_L8_L11_a_plain_read_after_run_interrupted_on_the_stream_shows_its
         assert run["status"] == "interrupted", run
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+async def test_L2_2_a_stream_asked_without_live_deltas_gets_the_durable_events_alone(api, stack):
+    """Issue 38: the SDK's waits read durable events only, yet the gateway sent every raw chunk as a live.delta
+    frame for the client to drop (a frame each, mid-turn). ``live=false`` asks for none; the durable events are
+    the same as the default stream's, which still carries the live text."""
+    async with TreadleClient(stack.api_url, api.token) as client:
+        thread = (await client.create_thread())["thread_id"]
+        connected = [asyncio.Event(), asyncio.Event()]
+
+        async def until_end(live: bool, ready: asyncio.Event) -> list:
+            seen = []
+            async with contextlib.aclosing(client.events(thread, connected=ready, live=live)) as events:
+                async for event in events:
+                    seen.append(event)
+                    if event.event == "run.completed":
+                        return seen
+            return seen
+
+        both = [asyncio.create_task(until_end(live, ready)) for live, ready in zip((True, False), connected)]
+        for ready in connected:
+            await asyncio.wait_for(ready.wait(), 10)
+        await client.send(thread, "stream", script=script(text("streamed in many pieces " * 4, delay_ms=5, chunk=5)))
+        with_live, durable = await asyncio.wait_for(asyncio.gather(*both), 30)
+    assert any(e.event == "live.delta" for e in with_live)
+    assert not any(e.event == "live.delta" or e.id is None for e in durable), [e.event for e in durable]
+    assert [e.id for e in durable] == [e.id for e in with_live if e.id is not None]

@@ -203,9 +203,9 @@ async def test_L2_2_a_turn_over_within_a_few_loop_turns_of_its_start_is_one_prov
     assert [type(p.body).__name__ for p in stored.parts()] == ["TurnStarted", "TextCompleted", "TurnCompleted"]
 
 
-async def test_L2_2_a_turn_start_followed_by_a_wait_is_stored_at_once_alone(nc):
-    """A real runtime waits for its model after the start: the start is stored without waiting for anything
-    more (users see the run running), and what follows goes in a message of its own."""
+async def test_L2_2_a_turn_start_followed_by_a_wait_is_stored_alone_once_its_hold_ends(nc):
+    """A runtime that reports nothing within the start's hold (a slow model): the start is stored alone once the
+    hold ends (users see the run running), and what follows goes in a message of its own."""
     js = nc.jetstream()
     await streams.ensure(js)
     sub = await js.subscribe("treadle.prov.acme.thr_waits.>", ordered_consumer=True)
@@ -219,6 +219,54 @@ async def test_L2_2_a_turn_start_followed_by_a_wait_is_stored_at_once_alone(nc):
     second = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
     await sub.unsubscribe()
     assert [(type(p.body).__name__, p.index) for p in second.parts()] == [("TextCompleted", 2), ("TurnCompleted", 3)]
+
+
+async def test_L2_2_an_opened_message_completed_just_before_the_turn_end_is_stored_with_the_end(nc):
+    """Issue 38: a turn's last message completes a few ms before the turn's end (Codex, Claude Code); sent alone,
+    the completion cost a provider message and a durable event of its own. Its message opened by a stored delta,
+    the completion waits for the next report: the turn's end, stored with it (one ``run.completed`` carrying
+    the message). With nothing after it, it is stored once the hold ends, the turn still playing."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    sub = await js.subscribe("treadle.prov.acme.thr_held.>", ordered_consumer=True)
+    publisher = _publisher(nc, "held", 8)
+    await publisher.text("msg_a", "node_r", "Hello")  # the first text is stored at once: the message is opened
+    opened = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    assert [type(p.body).__name__ for p in opened.parts()] == ["TextDelta"]
+    await publisher.text_done("msg_a", "node_r", "Hello world")
+    await nc.flush()  # a broker round trip between the completion and the end: it was sent alone by then
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    ended = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    assert [(type(p.body).__name__, p.index) for p in ended.parts()] == [("TextCompleted", 2), ("TurnCompleted", 3)]
+    publisher.close()
+
+    later = _publisher(nc, "held", 9)
+    await later.text("msg_b", "node_r", "Thinking")
+    await sub.next_msg(timeout=10)
+    await later.text_done("msg_b", "node_r", "Thinking aloud")  # then nothing: the runtime waits for something
+    alone = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    assert [type(p.body).__name__ for p in alone.parts()] == ["TextCompleted"]
+    await later.event(pe.TurnCompleted(status="completed"))
+    later.close()
+    await sub.unsubscribe()
+
+
+async def test_L2_2_a_turn_start_and_its_first_text_within_the_hold_are_one_provider_message(nc):
+    """Issue 38: a turn's start waits for the first output (a model's first text, ms later with a fast model): one
+    provider message, so the supervisor appends the text's ``message.delta`` carrying the run's start."""
+    js = nc.jetstream()
+    await streams.ensure(js)
+    sub = await js.subscribe("treadle.prov.acme.thr_first.>", ordered_consumer=True)
+    publisher = _publisher(nc, "first", 10)
+    await publisher.event(pe.TurnStarted(native_turn_ref="t-1"))
+    await nc.flush()  # a broker round trip before the first text: the start went alone by then
+    await publisher.text("msg_a", "node_r", "Hel")
+    first = pe.provider_event_decoder.decode((await sub.next_msg(timeout=10)).data)
+    assert [(type(p.body).__name__, p.index) for p in first.parts()] == [("TurnStarted", 1), ("TextDelta", 2)]
+    await publisher.text_done("msg_a", "node_r", "Hello")
+    await publisher.event(pe.TurnCompleted(status="completed"))
+    publisher.close()
+    await sub.unsubscribe()
 
 
 async def test_an_acked_publish_gives_the_stored_sequence_once_and_fails_typed_without_a_stream(nc):

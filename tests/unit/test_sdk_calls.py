@@ -20,8 +20,9 @@ from treadle.client import (
     Unavailable,
     results,
 )
-from treadle.client.calls import TERMINAL, retryable
+from treadle.client.calls import ENDING_EVENTS, TERMINAL, retryable
 from treadle.client.errors import ApiError
+from treadle.core.events import RUN_ENDING
 from treadle.core.policy import TenantPolicy
 from treadle.core.run.model import TERMINAL_RUN_STATUSES
 from treadle.gateway import checkpoints
@@ -57,6 +58,10 @@ def test_the_sdks_answer_shapes_are_the_gateways(mine, gateways):
 
 def test_the_sdks_terminal_statuses_are_the_domains():
     assert TERMINAL == TERMINAL_RUN_STATUSES
+
+
+def test_the_sdks_run_ending_events_are_every_event_the_domain_ends_a_run_with():
+    assert RUN_ENDING and set(RUN_ENDING) <= ENDING_EVENTS and ENDING_EVENTS - set(RUN_ENDING) == {"rollback.completed"}
 
 
 def gateway(*answers: tuple[int, dict, dict]):

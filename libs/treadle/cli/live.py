@@ -69,6 +69,8 @@ class RunView:
         self._recent.append(f"#{event.id} {event.event}")
         kind = event.event
         if kind == "message.delta":
+            if d.get("started"):  # the run's start, carried by the turn's first text
+                self.status = "running"
             m = self._item(d["message_id"], _Message)
             if not m.live:
                 m.text += d["text"]

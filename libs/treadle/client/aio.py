@@ -21,7 +21,7 @@ from treadle.api.lineage import SourceType
 from treadle.api.requests import Decision
 
 from . import calls, results
-from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
+from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable, wakes
 from .errors import ApiError, NotFound, QuotaExceeded
 from .schedules import AsyncScheduleMethods
 from .settings import resolve
@@ -533,7 +533,7 @@ class AsyncTreadle(AsyncScheduleMethods):
         try:
             async with contextlib.aclosing(self.stream_events(thread_id, seq, live=False)) as events:
                 async for event in events:
-                    if event.event in wake and (found := await read()) is not None:
+                    if wakes(wake, event.event, event.data) and (found := await read()) is not None:
                         return found
         except QuotaExceeded:
             pass

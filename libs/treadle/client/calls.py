@@ -75,6 +75,18 @@ RUN_EVENTS = frozenset(
         "rollback.completed",
     }
 )
+# The events after which a run not ended may have ended (the domain's run ends, and a rollback's end): a wait for
+# a run's end reads it again on these alone, no read on its start or anything else mid-turn.
+ENDING_EVENTS = frozenset({"run.completed", "run.failed", "run.interrupted", "run.cancelled", "rollback.completed"})
+STARTED_BY_TEXT = b'"started":'  # a turn's first text carrying its run's start (``message.delta``'s ``started``)
+
+
+def wakes(kinds: frozenset[str], kind: str, data: bytes) -> bool:
+    """Whether an event (its type and JSON) is one of ``kinds``: a ``message.delta`` carrying its run's start counts
+    as the ``run.started`` it replaced (logs written before have that event)."""
+    return kind in kinds or (kind == "message.delta" and "run.started" in kinds and STARTED_BY_TEXT in data)
+
+
 MAX_REMEMBERED = 10_000  # threads and runs whose last seen sequence a client keeps
 
 

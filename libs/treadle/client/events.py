@@ -53,7 +53,9 @@ class Follow:
         while True:
             failure: ApiError | None = None
             try:
-                async with contextlib.aclosing(self.client.events(self.thread_id, state.last_id)) as events:
+                # Without live deltas the gateway is asked for none: no frame per raw chunk, sent to be dropped
+                stream = self.client.events(self.thread_id, state.last_id, live=state.live)
+                async with contextlib.aclosing(stream) as events:
                     async for event in events:
                         if state.accept(event):  # none replayed twice after a reconnect
                             yield event

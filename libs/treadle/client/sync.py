@@ -21,7 +21,7 @@ from treadle.api.lineage import SourceType
 from treadle.api.requests import Decision
 
 from . import calls, results
-from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable
+from .calls import RUN_EVENTS, TERMINAL, Call, RetryPolicy, Seen, decode, keyed, retryable, unreachable, wakes
 from .errors import ApiError, NotFound, QuotaExceeded
 from .schedules import ScheduleMethods
 from .settings import resolve
@@ -530,7 +530,7 @@ class Treadle(ScheduleMethods):
             events = self.stream_events(thread_id, seq, live=False, deadline=deadline)
             with contextlib.closing(events):
                 for event in events:
-                    if event.event in wake and (found := read()) is not None:
+                    if wakes(wake, event.event, event.data) and (found := read()) is not None:
                         return found
         except QuotaExceeded:
             pass

@@ -43,6 +43,8 @@ def line(e: Envelope) -> tuple[str, Fields] | None:
         return f"run held: {get('reason')}", {"reason": get("reason")}
     if kind == "run.started":
         return "run started", {"session": get("session_id")}
+    if kind == "message.delta" and (started := get("started")) is not None:  # carried by the turn's first text
+        return "run started", {"session": started.session_id}
     if kind == "attempt.started":
         reason = get("reason")
         verb = "run restarted for a steer" if reason == "steering_restart" else "run recovered with a new attempt"

@@ -202,6 +202,9 @@ class _Checker:
         elif isinstance(d, ev.RunStarted):
             t.started.add(d.run_id)
             t.sessions[d.attempt_id] = d.session_id
+        elif isinstance(d, ev.MessageDelta) and d.started is not None:  # the run's start, carried by its first text
+            t.started.add(d.run_id)
+            t.sessions[d.started.attempt_id] = d.started.session_id
         elif isinstance(d, ev.ProviderStopped):
             t.stopped.add(d.session_id)
         elif isinstance(d, ev.RequestOpened):

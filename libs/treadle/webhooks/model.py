@@ -9,8 +9,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from treadle.core.envelope import Envelope
+from treadle.core.envelope import Envelope, Payload
 from treadle.core.run.events import RunEnded
+from treadle.core.thread.events import MessageDelta
 
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 ANY_EVENT = "*"
@@ -116,10 +117,15 @@ def as_sent(event: Envelope) -> list[Envelope]:
     """The events receivers get for ``event``. A run's end that carries its start (``RunEnded.started``) or its
     turn's last message (``RunEnded.message``), which replaced the ``run.started`` and ``message.completed``
     appended before it, is sent as those (ids ``<event id>.started`` and ``<event id>.message``, the run end's
-    sequence), then as itself: an endpoint that asked for any of these types gets what it got before."""
-    if not isinstance(event.data, RunEnded) or (event.data.started is None and event.data.message is None):
+    sequence), then as itself: an endpoint that asked for any of these types gets what it got before. So is a
+    turn's first text carrying the run's start (``MessageDelta.started``): a ``run.started``, then itself."""
+    carried: list[tuple[str, Payload | None]]
+    if isinstance(event.data, MessageDelta) and event.data.started is not None:
+        carried = [("started", event.data.started)]
+    elif not isinstance(event.data, RunEnded) or (event.data.started is None and event.data.message is None):
         return [event]
-    carried = [("started", event.data.started), ("message", event.data.message)]
+    else:
+        carried = [("started", event.data.started), ("message", event.data.message)]
     return [
         msgspec.structs.replace(event, id=f"{event.id}.{name}", type=payload.TYPE, data=payload)
         for name, payload in carried

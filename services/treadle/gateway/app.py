@@ -227,6 +227,9 @@ async def stream_events(
     thread_id: FromPath[str],
     last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID")] = None,
     after: Annotated[str | None, QueryParameter(description="a stream sequence")] = None,
+    live: Annotated[
+        bool, QueryParameter(description="false: durable events only, no live.delta frames (a wait for a run's end)")
+    ] = True,
 ) -> Stream:
     thread = path_id(thread_id, "thr")
     start = number(after, "after") or 0
@@ -237,7 +240,7 @@ async def stream_events(
     slots: StreamSlots = app_state(request).stream_slots
     holder = getattr(request.state, "stream_holder", None) or token_id(bearer(request.scope) or "")
     slots.open(holder, who.tenant)  # 429 before any subscription: the generator subscribes when first read
-    stream = slots.held(holder, who.tenant, thread_events(app_state(request).nc, who.tenant, thread, start))
+    stream = slots.held(holder, who.tenant, thread_events(app_state(request).nc, who.tenant, thread, start, live))
     # Subscribed before the answer starts: a broker that does not answer is a typed 503, not a cut stream.
     connected = await anext(stream)
     return Stream(

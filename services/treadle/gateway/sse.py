@@ -82,9 +82,10 @@ class _Inbox:
             self._timer.cancel()
 
 
-async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> AsyncIterator[bytes]:
-    """The thread's frames from stream sequence ``after`` on, with its live deltas. The first frame comes once
-    both subscriptions are made (the route waits for it, so a broker that does not answer is a 503)."""
+async def thread_events(nc: NATS, tenant: str, thread: str, after: int, live: bool = True) -> AsyncIterator[bytes]:
+    """The thread's frames from stream sequence ``after`` on, with its live deltas unless ``live`` is False (a
+    reader waiting for durable events: no live subscription, no frame per raw chunk). The first frame comes once
+    the subscriptions are made (the route waits for it, so a broker that does not answer is a 503)."""
     inbox = _Inbox()
     config = (
         ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
@@ -93,7 +94,8 @@ async def thread_events(nc: NATS, tenant: str, thread: str, after: int) -> Async
     )
     subs: list[Subscription] = []
     try:
-        subs.append(await nats_patches.subscribe(nc, subjects.live(tenant, thread), inbox.receiver("live")))
+        if live:
+            subs.append(await nats_patches.subscribe(nc, subjects.live(tenant, thread), inbox.receiver("live")))
         put = inbox.receiver("evt")
 
         async def queued(msg: Msg) -> None:  # nats-py's task: with the patches off only

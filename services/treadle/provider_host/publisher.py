@@ -5,7 +5,17 @@ What a runtime reports in one burst (read in one go) is sent together, once the 
 its normalised events as one provider message (``ProviderEvent.then``; while one is being stored, the next
 collects what comes meanwhile), its raw chunks as one live message, always before the next durable one, so a
 UI never sees live text after the event that completes its message. The turn's end waits until everything
-is stored."""
+is stored.
+
+A turn's start waits up to ``START_HOLD`` for the turn's first output (a model's first text): stored together, the
+supervisor appends that text's ``message.delta`` carrying the run's start (``MessageDelta.started``), a provider
+message and a durable event fewer per turn. A start with nothing after it within the hold is stored alone.
+
+A message's completion that would go alone waits up to ``COMPLETION_HOLD`` for what the runtime reports next:
+a turn's last message is completed a few ms before the turn's end (Codex ~13 ms, Claude Code ~3-16 ms), and
+stored together the supervisor appends one event (``RunEnded.message``) where there were two — a provider
+message and a durable event fewer per turn, on the turn's critical end. Only a message already opened by a
+stored delta waits: its place in the thread is taken, so the wait reorders nothing (live text showed it)."""
 
 from __future__ import annotations
 
@@ -32,6 +42,10 @@ log = logging.getLogger(__name__)
 TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 6-byte escapes it fits
 MAX_BATCH = 64  # events in one provider message; with this many waiting, the reporting runtime waits too
 START_HOLD_LOOP_TURNS = 8  # how long a turn's start waits for its end in the same burst (``_end_follows``)
+# Seconds a turn's start waits for the turn's first output: with it, the supervisor appends one event where there
+# were two (the first text's ``message.delta`` carries ``run.started``); users see the run running that much later
+START_HOLD = 0.25
+COMPLETION_HOLD = 0.05  # seconds an opened message's lone completion waits for the next report (the turn's end)
 
 
 class TurnPublisher:
@@ -63,6 +77,8 @@ class TurnPublisher:
         self._index = 0  # numbers the turn's events, so the supervisor can fold them in order after a crash
         self._outbox: list[pe.AnyBody] = []  # events not yet sent, in order
         self._sender: asyncio.Future[Any] | None = None
+        self._reported = asyncio.Event()  # set when an event joins the outbox (ends a completion's hold)
+        self._opened: set[str] = set()  # messages with a delta handed to the broker: their place is taken
         self._buffers: dict[str, tuple[Coalescer, str]] = {}
         self._live_queue: list[LiveDelta] = []  # raw chunks not yet sent live, consecutive ones of a message merged
         self._live_sender: asyncio.Future[Any] | None = None
@@ -95,6 +111,7 @@ class TurnPublisher:
     def _publish(self, body: pe.AnyBody) -> None:
         self._raise_failure()  # the connection closed under an earlier event: nothing more can be stored
         self._outbox.append(body)
+        self._reported.set()
         if self._sender is None or self._sender.done():
             self._sender = asyncio.ensure_future(self._send_outbox())
             self._sender.add_done_callback(_retrieved)
@@ -112,19 +129,32 @@ class TurnPublisher:
 
     async def _send_outbox(self) -> None:
         while self._outbox:
-            size = MAX_BATCH
-            if isinstance(self._outbox[0], pe.TurnStarted) and not await self._end_follows():
-                size = 1  # the start goes alone, now: the rest is stored together while it is
+            if isinstance(self._outbox[0], pe.TurnStarted):
+                if len(self._outbox) == 1:
+                    await self._next_report(START_HOLD)  # the first output, which carries the start
+                await self._end_follows()
+            elif self._opened_completion_last():
+                await self._next_report(COMPLETION_HOLD)
             await self._send_live()
-            batch, self._outbox = self._outbox[:size], self._outbox[size:]
+            batch, self._outbox = self._outbox[:MAX_BATCH], self._outbox[MAX_BATCH:]
+            self._opened.update(body.message_id for body in batch if isinstance(body, pe.TextDelta))
             await self._store(batch)
+
+    def _opened_completion_last(self) -> bool:
+        last = self._outbox[-1]
+        return isinstance(last, pe.TextCompleted) and last.message_id in self._opened and len(self._outbox) < MAX_BATCH
+
+    async def _next_report(self, timeout: float) -> None:
+        """Wait until the runtime reports anything more, at most ``timeout`` seconds."""
+        self._reported.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._reported.wait(), timeout)
 
     async def _end_follows(self) -> bool:
         """Whether the turn's end follows its start in the same burst: what a runtime reports without waiting for
         anything (a turn over at once; the scripted runtime) lands within a few loop turns, no timer. The start
         then goes with it, and the supervisor appends the run's end carrying its start (``RunEnded.started``),
-        one event where there were two. A runtime that waits for anything after the start (every real turn)
-        gets its start sent at once, as before, and users see the run running."""
+        one event where there were two."""
         for _ in range(START_HOLD_LOOP_TURNS):
             if any(isinstance(body, pe.TurnCompleted) for body in self._outbox):
                 return True

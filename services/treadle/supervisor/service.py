@@ -244,7 +244,8 @@ class Supervisor:
         """Fold one provider event (one part of message ``seq``) into the thread; returns the state after it, and
         how many parts it folded, the parts after it (``rest``) included: a turn's end right after its last
         message's completion is one event (``RunEnded.message``), and so is a turn's start with its end (and that
-        completion) when the provider reported them together (``RunEnded.started``)."""
+        completion) when the provider reported them together (``RunEnded.started``), and a turn's start with its
+        first text (``MessageDelta.started``)."""
         ctx = reaction_ctx(event.id, datetime.now(UTC), ACTOR)
         reaction = sv.react(state, event, ctx)
         if reaction.wait or (reaction is sv.IGNORE and _cache_may_be_behind(state, event)):
@@ -257,6 +258,11 @@ class Supervisor:
         if (both := sv.started_and_ended(state, reaction, event, rest)) is not None:
             state = await self._end_with(tenant, thread, state, seq, both.end, both.message, ctx, both.started)
             return state, both.parts
+        if (opened := sv.started_with_text(state, reaction, event, rest)) is not None:
+            text = rest[0]  # the causation names the text's index: after a crash both come back, or neither
+            causation = provider_cause(seq, text.index, text.attempt_id or "")
+            await self._append(tenant, thread, state, [opened], ctx, causation_id=causation)
+            return state, 2
         if rest and (carried := sv.carried_message(state, reaction, rest[0])) is not None:
             return await self._end_with(tenant, thread, state, seq, rest[0], carried, ctx), 2
         events = await with_child_checkpoints(

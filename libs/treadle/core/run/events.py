@@ -7,6 +7,7 @@ from typing import Any
 from treadle.core.checkpoints.events import CheckpointCaptured
 from treadle.core.envelope import Payload, event
 from treadle.core.lineage.events import ContextRequest
+from treadle.core.run.started import RunStarted as RunStarted
 from treadle.core.thread.events import MessageCompleted
 
 
@@ -47,17 +48,6 @@ class RunHeld(Payload, kw_only=True):
     run_id: str
     attempt_id: str
     reason: str
-
-
-@event("run.started", local=True, other_runs=False, provider_threads=False)
-class RunStarted(Payload, kw_only=True):
-    """L2.2: the provider accepted the turn; root node and run are running."""
-
-    run_id: str
-    attempt_id: str
-    session_id: str
-    turn_id: str
-    native_turn_ref: str | None = None
 
 
 class RunEnded(Payload, kw_only=True):

@@ -25,7 +25,8 @@ from treadle.core.run.events import (
     RunWarning,
 )
 from treadle.core.run.model import Attempt, ExecutionNode, Run, script_bytes
-from treadle.core.thread.evolve import message_completed
+from treadle.core.thread.events import MessageDelta
+from treadle.core.thread.evolve import message_completed, message_delta
 from treadle.core.thread.model import Message
 from treadle.core.view import Folds, ThreadView
 
@@ -129,6 +130,12 @@ def _run_started(state: ThreadView, e: Envelope, d: RunStarted) -> None:
     if root is not None:
         root.status = "running"
         root.started_at = e.at
+
+
+def _message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
+    if d.started is not None:  # the run's start, carried by its first text: folded as its own event before it was
+        _run_started(state, e, d.started)
+    message_delta(state, e, d)
 
 
 EndStatus = Literal["completed", "failed", "interrupted", "cancelled"]  # a run's, its attempt's and root node's
@@ -255,6 +262,7 @@ FOLDS: Folds = {
     RunDispatched: _run_dispatched,
     RunHeld: _run_held,
     RunStarted: _run_started,
+    MessageDelta: _message_delta,
     RunCompleted: _run_ended,
     RunFailed: _run_ended,
     RunInterrupted: _run_ended,

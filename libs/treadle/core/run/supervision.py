@@ -482,6 +482,35 @@ def started_and_ended(
     return StartedAndEnded(started, _completion(run, body) if isinstance(body, pe.TextCompleted) else None, follow[-1])
 
 
+def started_with_text(
+    state: ThreadView, reaction: Reaction, start: pe.ProviderEvent, rest: Sequence[pe.ProviderEvent]
+) -> MessageDelta | None:
+    """When ``reaction`` is the run's start (``start`` folded) and the next part of the same provider message
+    (``rest``) is the turn's first text, in order (the next index, same attempt and session): one event, that
+    text's ``message.delta`` carrying the start (``MessageDelta.started``), folding as the two did. A provider
+    host holds a start briefly for the first output (``provider_host.publisher``)."""
+    if reaction.finalize is not None or len(reaction.events) != 1 or not rest:
+        return None
+    started, text = reaction.events[0], rest[0]
+    if not isinstance(started, RunStarted) or start.index < 1 or not isinstance(text.body, pe.TextDelta):
+        return None
+    if (text.index, text.attempt_id, text.session_id) != (start.index + 1, started.attempt_id, start.session_id):
+        return None
+    run = state.run(started.run_id)
+    if run is None or run.terminal or run.attempt.id != started.attempt_id:
+        return None
+    body = text.body
+    delta = MessageDelta(
+        message_id=body.message_id,
+        run_id=run.id,
+        attempt_id=started.attempt_id,
+        node_id=body.node_id,
+        text=body.text,
+        started=started,
+    )
+    return delta if len(_encode(delta)) <= MAX_EVENT_BYTES else None  # too big together: two events, as before
+
+
 def finalize(
     state: ThreadView,
     run: Run,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from treadle.core.envelope import Payload, event
+from treadle.core.run.started import RunStarted
 
 # The provider of a thread.created that names none. Events are stored without their default values
 # (omit_defaults), so this value is part of the stored format: the log's threads of this provider carry it
@@ -49,13 +50,18 @@ class MessageCreated(Payload, kw_only=True):
 
 @event("message.delta", local=True, other_runs=False, provider_threads=False)
 class MessageDelta(Payload, kw_only=True):
-    """Coalesced assistant text (≤ 1 per message per 250 ms or 4 KiB); the first one opens the message."""
+    """Coalesced assistant text (≤ 1 per message per 250 ms or 4 KiB); the first one opens the message.
+
+    ``started``: the run's start, when the provider reported it with the turn's first text (a start waits briefly
+    for the first output). It folds exactly as a ``run.started`` right before this event would; logs written
+    before have that event instead, and a start with no text soon after still gets its ``run.started``."""
 
     message_id: str
     run_id: str
     attempt_id: str
     node_id: str
     text: str
+    started: RunStarted | None = None
 
 
 @event("message.completed", local=True, other_runs=False, provider_threads=False)

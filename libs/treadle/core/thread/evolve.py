@@ -33,7 +33,8 @@ def _message_created(state: ThreadView, e: Envelope, d: MessageCreated) -> None:
     )
 
 
-def _message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
+def message_delta(state: ThreadView, e: Envelope, d: MessageDelta) -> None:
+    """The text of a delta (its carried start, if any, is the run's fold: ``run.evolve``)."""
     m = state.message(d.message_id)
     if m is None:
         m = _streamed(state, e, d)
@@ -126,6 +127,5 @@ FOLDS: Folds = {
     ThreadUnarchived: _thread_unarchived,
     ThreadDeleted: _thread_deleted,
     MessageCreated: _message_created,
-    MessageDelta: _message_delta,
     MessageCompleted: message_completed,
 }
