@@ -43,8 +43,9 @@ TEXT_PIECE_CHARS = 32_768  # a larger raw chunk is published in pieces: even as 
 MAX_BATCH = 64  # events in one provider message; with this many waiting, the reporting runtime waits too
 START_HOLD_LOOP_TURNS = 8  # how long a turn's start waits for its end in the same burst (``_end_follows``)
 # Seconds a turn's start waits for the turn's first output: with it, the supervisor appends one event where there
-# were two (the first text's ``message.delta`` carries ``run.started``); users see the run running that much later
-START_HOLD = 0.25
+# were two (the first text's ``message.delta`` carries ``run.started``); users see the run running that much later,
+# so it stays below what they notice (a real model's first token mostly comes later: its start then goes alone)
+START_HOLD = 0.05
 COMPLETION_HOLD = 0.05  # seconds an opened message's lone completion waits for the next report (the turn's end)
 
 
