@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTER_SCRIPT = Path(__file__).with_name("enter.py")
+ATTACH_SCRIPT = Path(__file__).with_name("attach.py")
 PROXY_PORT = 3128  # the forwarder's CONNECT proxy inside every sandbox (HTTPS_PROXY)
 PROBE_UID = 65534  # the probe switches to nobody: any unprivileged uid shows the same
 EGRESS_ROOT = Path("/run/treadle-egress")  # short paths: a Unix socket's path has at most 107 bytes
@@ -344,6 +345,30 @@ class Sandbox:
             _cgroup=group,
             _egress=egress,
         )
+
+    async def attach(self, prepared: Prepared, pid: int, workspace: Path) -> None:
+        """Bind ``workspace`` into the running sandbox of ``prepared`` (bwrap running as ``pid``), at its own path
+        (attach.py): a spare runtime launched with a placeholder takes its thread's workspace. Made the tenant's
+        and checked for links first, as at a launch; SandboxUnavailable when it cannot be bound."""
+        ids = prepared.ids
+        await asyncio.to_thread(self._own, ids, workspace, (), self.runtime_dir / "sandbox")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            str(ATTACH_SCRIPT),
+            str(pid),
+            os.path.normpath(os.path.abspath(workspace)),
+            str(ids.uid),
+            str(ids.gid),
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        _, err = await process.communicate()
+        if process.returncode != 0:
+            raise SandboxUnavailable(f"workspace {workspace} not bound into the sandbox: {err.decode().strip()[:300]}")
 
     def _own(self, ids: TenantIds, workspace: Path, homes: Sequence[Path], files: Path) -> None:
         files.mkdir(parents=True, exist_ok=True)
