@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from . import cgroups
+from . import attach, cgroups
 from .identity import TenantIdentities, TenantIds
 from .launcher import Forward, Limits, SandboxSpec, build, passwd_files, sandbox_env, system_mounts
 
@@ -351,24 +351,16 @@ class Sandbox:
         (attach.py): a spare runtime launched with a placeholder takes its thread's workspace. Made the tenant's
         and checked for links first, as at a launch; SandboxUnavailable when it cannot be bound."""
         ids = prepared.ids
-        await asyncio.to_thread(self._own, ids, workspace, (), self.runtime_dir / "sandbox")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            str(ATTACH_SCRIPT),
-            str(pid),
-            os.path.normpath(os.path.abspath(workspace)),
-            str(ids.uid),
-            str(ids.gid),
-            env={},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        _, err = await process.communicate()
-        if process.returncode != 0:
-            raise SandboxUnavailable(f"workspace {workspace} not bound into the sandbox: {err.decode().strip()[:300]}")
+        source = os.path.normpath(os.path.abspath(workspace))
+
+        def bind() -> None:
+            self._own(ids, workspace, (), self.runtime_dir / "sandbox")
+            attach.bind(pid, source, ids.uid, ids.gid)
+
+        try:
+            await asyncio.to_thread(bind)
+        except OSError as exc:
+            raise SandboxUnavailable(f"workspace {workspace} not bound into the sandbox: {exc}") from exc
 
     def _own(self, ids: TenantIds, workspace: Path, homes: Sequence[Path], files: Path) -> None:
         files.mkdir(parents=True, exist_ok=True)
