@@ -80,7 +80,7 @@ async def warmed(host: ProviderHost, request: hp.WarmSession):
 
 
 async def spare_of(host: ProviderHost, tenant: str = "acme"):
-    """The tenant's spare, once started (it starts after the runtime warmed before it)."""
+    """The tenant's spare, once started (it starts when a turn of the tenant has ended)."""
     spare = await wait_for(lambda: host._spares._spares.get((tenant, "codex")), what="the spare")
     await wait_for(spare.launch.done, timeout=60, what="the spare's start")
     assert spare.launch.exception() is None and spare.ready
@@ -90,6 +90,16 @@ async def spare_of(host: ProviderHost, tenant: str = "acme"):
 def inside(adapter, path: Path) -> Path:
     """``path`` as the sandbox of ``adapter``'s runtime sees it (through its first process's root)."""
     return Path(f"/proc/{sandbox_pid(adapter.pid)}/root") / str(path).lstrip("/")
+
+
+async def spare_after_a_turn(env, mock, tenant: str = "acme"):
+    """A turn of ``tenant`` on a thread of its own, then the spare its end starts."""
+    nc, host, _, reported, _ = env
+    mock.on(f"hello from {tenant}", [Text("Hello.", chunks=1)])
+    request = hint(f"ps_{tenant}_0", tenant=tenant, thread=f"thr_{tenant}_0")
+    await warmed(host, request)
+    await play(nc, placement(request), f"att_{tenant}_0", f"hello from {tenant}", reported)
+    return await spare_of(host, tenant)
 
 
 async def play(nc, request: hp.PlaceSession, attempt: str, text: str, reported) -> list[str]:
@@ -118,7 +128,9 @@ async def test_a_tenants_next_thread_takes_its_spare_with_only_its_own_workspace
     mock.on("spare hello", [Text("Hello from a spare runtime.", chunks=3)])
     mock.on("first hello", [Text("Hello from a spare runtime.", chunks=3)])
     first = hint("ps_first")
+    assert len(host._spares) == 0
     await warmed(host, first)
+    assert len(host._spares) == 0  # not while the thread's runtime starts, nor its first turn plays
     first_events = await play(nc, placement(first), "att_first", "first hello", reported)
     spare = await spare_of(host)
     pid = spare.adapter.pid
@@ -137,12 +149,11 @@ async def test_a_tenants_next_thread_takes_its_spare_with_only_its_own_workspace
     assert spare_events == first_events and spare_events[-1] == "TurnCompleted"
 
 
-async def test_a_spare_is_never_taken_by_another_tenant_and_once_only(env):
+async def test_a_spare_is_never_taken_by_another_tenant_and_once_only(env, mock):
     """Tenant mismatch and the adoption race: globex's hint starts its own runtime; of two hints of acme at once,
     one takes the spare and the other starts a runtime of its own."""
     _, host, _, _, _ = env
-    await warmed(host, hint("ps_a0"))
-    spare = await spare_of(host)
+    spare = await spare_after_a_turn(env, mock)
 
     globex = await warmed(host, hint("ps_g", tenant="globex", thread="thr_g"))
     assert globex.adapter is not spare.adapter and globex.adapter._prepared.ids != spare.adapter._prepared.ids
@@ -155,10 +166,9 @@ async def test_a_spare_is_never_taken_by_another_tenant_and_once_only(env):
     assert one.launch.exception() is None and two.launch.exception() is None
 
 
-async def test_a_spare_whose_process_exited_is_stopped_not_handed_over(env):
+async def test_a_spare_whose_process_exited_is_stopped_not_handed_over(env, mock):
     _, host, _, _, _ = env
-    await warmed(host, hint("ps_a0"))
-    spare = await spare_of(host)
+    spare = await spare_after_a_turn(env, mock)
     os.kill(spare.adapter.pid, signal.SIGKILL)
     await wait_for(lambda: not spare.ready, what="the spare's exit")
 
@@ -168,10 +178,9 @@ async def test_a_spare_whose_process_exited_is_stopped_not_handed_over(env):
     assert spare.adapter.pid is None
 
 
-async def test_a_workspace_that_is_a_link_is_never_bound_into_a_spare(env):
+async def test_a_workspace_that_is_a_link_is_never_bound_into_a_spare(env, mock):
     nc, host, _, _, workspaces = env
-    await warmed(host, hint("ps_a0"))
-    spare = await spare_of(host)
+    spare = await spare_after_a_turn(env, mock)
     other = workspaces / "acme" / "w_other"
     other.mkdir(parents=True)
     (other / "secret").write_text("another thread's")
@@ -195,10 +204,9 @@ async def test_a_workspace_that_is_a_link_is_never_bound_into_a_spare(env):
     assert spare.adapter.pid is None
 
 
-async def test_a_spare_not_taken_in_time_is_stopped(env):
+async def test_a_spare_not_taken_in_time_is_stopped(env, mock):
     _, host, clock, _, _ = env
-    await warmed(host, hint("ps_a0"))
-    spare = await spare_of(host)
+    spare = await spare_after_a_turn(env, mock)
     clock.advance(host._spares.seconds)
     await wait_for(lambda: len(host._spares) == 0 and not host._spares._stopping, timeout=30, what="the expiry")
     assert spare.adapter.pid is None and not spare.ready

@@ -829,6 +829,8 @@ class ProviderHost:
             "provider turn", attributes={"treadle.run.id": request.run_id, "treadle.attempt.id": request.attempt_id}
         ):
             await self._play_traced(session, request)
+        if getattr(session.adapter, "spares", False):  # the tenant's next thread: a spare, once this turn is over
+            self._spares.want(session.tenant, session.request.provider)
 
     async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:
         ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))

@@ -7,9 +7,9 @@ thread's workspace is bound into its sandbox (``Sandbox.attach``) and its provid
 
 A spare is its tenant's only (its uid, its runtime home, its sandbox), holds no workspace until it is taken (an
 empty placeholder of its own) and is taken once: it leaves the pool for good, and a spare whose process exited is
-stopped, never handed over. A tenant that just had a runtime warmed on this host gets one spare, launched once that
-runtime's start is over (it never slows it); at most ``size`` on a host, one per tenant and provider, each stopped
-when not taken within ``seconds``. Hosts that give sessions credentials of their own (MCP) launch none: a
+stopped, never handed over. A tenant whose turn just ended on this host gets one spare (started then, it slows
+neither a runtime's start nor a turn's: a thread's first turn at once would have waited on the CPU it takes); at
+most ``size`` on a host, one per tenant and provider, each stopped when not taken within ``seconds``. Hosts that give sessions credentials of their own (MCP) launch none: a
 credential names its session and thread, which a spare does not have yet."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from treadle.providers import protocol as hp
 from treadle.providers.base import ProviderAdapter
@@ -75,9 +74,9 @@ class Spares:
     def of(self, tenant: str) -> list[Spare]:
         return [s for s in self._spares.values() if s.tenant == tenant]
 
-    def want(self, tenant: str, provider: str, after: asyncio.Future[Any] | None = None) -> bool:
-        """Launch a spare of ``tenant`` for ``provider`` (once ``after`` is done) unless it has one, the pool is
-        full or the host has no room: never at another runtime's expense."""
+    def want(self, tenant: str, provider: str) -> bool:
+        """Launch a spare of ``tenant`` for ``provider`` unless it has one, the pool is full or the host has no
+        room: never at another runtime's expense."""
         key = (tenant, provider)
         if self.size == 0 or key in self._spares or len(self._spares) >= self.size or not self._may(tenant):
             return False
@@ -88,12 +87,7 @@ class Spares:
             log.info("no spare runtime for tenant %s: %r", tenant, exc)
             return False
 
-        async def launch() -> None:
-            if after is not None:
-                await asyncio.wait([after])  # the runtime being started for a thread now goes first
-            await adapter.warm()
-
-        task = asyncio.create_task(launch(), name=f"spare:{spare_id}")
+        task = asyncio.create_task(adapter.warm(), name=f"spare:{spare_id}")
         self._spares[key] = Spare(tenant, provider, spare_id, adapter, self._clock.now(), task)
         WARM_SESSIONS.labels("spare_launched").inc()
         return True

@@ -152,8 +152,6 @@ class Warmer:
         task = asyncio.create_task(launch(), name=f"warm:{request.session_id}")
         self.pool.add(Warm(request, adapter, self._clock.now(), task))
         WARM_SESSIONS.labels("launched").inc()
-        if spares is not None:  # the tenant's next thread: a spare, started once this runtime is
-            spares.want(request.tenant, request.provider, after=task)
         return True
 
     async def adopt(self, request: hp.PlaceSession) -> tuple[ProviderAdapter, tuple[str, bool]] | None:
