@@ -207,9 +207,11 @@ async def test_a_workspace_that_is_a_link_is_never_bound_into_a_spare(env, mock)
 async def test_a_spare_not_taken_in_time_is_stopped(env, mock):
     _, host, clock, _, _ = env
     spare = await spare_after_a_turn(env, mock)
+    placeholder = spare.adapter.workspace
+    assert placeholder.is_dir() and not list(placeholder.iterdir())
     clock.advance(host._spares.seconds)
     await wait_for(lambda: len(host._spares) == 0 and not host._spares._stopping, timeout=30, what="the expiry")
-    assert spare.adapter.pid is None and not spare.ready
+    assert spare.adapter.pid is None and not spare.ready and not placeholder.exists()
 
 
 async def test_a_host_that_gives_sessions_credentials_keeps_no_spares(env):

@@ -35,6 +35,11 @@ def _check(result: int, what: str) -> int:
     return result
 
 
+def _uids(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/status") as f:
+        return next({int(u) for u in line.split()[1:]} for line in f if line.startswith("Uid:"))
+
+
 def sandbox_pid(bwrap_pid: int) -> int:
     """The sandbox's first process: bwrap's one child (bwrap itself stays outside, in enter.py's namespace)."""
     with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
@@ -86,6 +91,8 @@ def attach(bwrap_pid: int, source: str, uid: int, gid: int) -> None:
         ns = opened(os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC))
         if sandbox_pid(bwrap_pid) != pid:  # the namespace opened is still the sandbox's (no pid reused meanwhile)
             raise OSError(f"the sandbox of bwrap {bwrap_pid} changed")
+        if _uids(pid) != {uid}:  # the tenant's sandbox, not whatever process took a pid the host let go of
+            raise OSError(f"process {pid} does not run as the tenant")
         if os.fstat(ns).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
             raise OSError(f"process {pid} is not in a sandbox of its own")
         _check(libc.unshare(CLONE_FS), "unshare(CLONE_FS)")  # this thread's own root and cwd from here on

@@ -351,7 +351,9 @@ class Sandbox:
         (attach.py): a spare runtime launched with a placeholder takes its thread's workspace. Made the tenant's
         and checked for links first, as at a launch; SandboxUnavailable when it cannot be bound."""
         ids = prepared.ids
-        source = os.path.normpath(os.path.abspath(workspace))
+        source = str(workspace)
+        if not workspace.is_absolute() or os.path.normpath(source) != source:
+            raise SandboxUnavailable(f"workspace {source!r} is not a plain absolute path")
 
         def bind() -> None:
             self._own(ids, workspace, (), self.runtime_dir / "sandbox")

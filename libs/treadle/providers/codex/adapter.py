@@ -106,6 +106,8 @@ class CodexAdapter(ProviderAdapter):
         # not known (a resumed thread), so a turn that asks for none is put back to default explicitly
         self._mode: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()  # fire-and-forget replies, kept referenced until done
+        # A spare's empty stand-in for a workspace (the host's, its own): removed with the runtime
+        self._placeholder = workspace if request.thread == SPARE_THREAD else None
 
     @property
     def thread_id(self) -> str | None:
@@ -596,6 +598,9 @@ class CodexAdapter(ProviderAdapter):
                 await self._exit_watch
         if self._prepared is not None:
             await self._prepared.close()
+        if self._placeholder is not None:
+            with contextlib.suppress(OSError):  # empty: nothing ran in it (a thread works in its own workspace)
+                self._placeholder.rmdir()
 
 
 # A thread's rollout, and each one ``thread/revert`` writes for it (``…-<thread id>_<uuid>.jsonl``, the earlier
