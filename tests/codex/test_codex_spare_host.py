@@ -55,6 +55,7 @@ async def env(tmp_path, monkeypatch, mock, homes_root):
     own = ProviderHostSettings(host_id="h1", warm_sessions=4, warm_seconds=30.0, spare_runtimes=2, spare_seconds=60.0)
     shared = Shared(state_dir=tmp_path, nats_url=server.url)
     host = ProviderHost(nc, shared, own, clock=clock)
+    host._spares.delay = 0.0  # started as soon as a turn ends (the host's own waits for its run to complete)
     await host.start()
     yield nc, host, clock, reported, shared.workspaces
     await host.stop()

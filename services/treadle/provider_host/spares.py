@@ -7,8 +7,8 @@ thread's workspace is bound into its sandbox (``Sandbox.attach``) and its provid
 
 A spare is its tenant's only (its uid, its runtime home, its sandbox), holds no workspace until it is taken (an
 empty placeholder of its own) and is taken once: it leaves the pool for good, and a spare whose process exited is
-stopped, never handed over. A tenant whose turn just ended on this host gets one spare (started then, it slows
-neither a runtime's start nor a turn's: a thread's first turn at once would have waited on the CPU it takes); at
+stopped, never handed over. A tenant whose turn just ended on this host gets one spare (started a moment later,
+it slows neither a runtime's start nor a turn, nor that turn's run completing: all would wait on its CPU); at
 most ``size`` on a host, one per tenant and provider, each stopped when not taken within ``seconds``. Hosts that give sessions credentials of their own (MCP) launch none: a
 credential names its session and thread, which a spare does not have yet."""
 
@@ -28,6 +28,10 @@ from treadle.runtime.clock import Clock
 from treadle.runtime.metrics import WARM_SESSIONS
 
 log = logging.getLogger(__name__)
+# A spare starts this long after the turn that asked for it ended: meanwhile that turn's run completes (its
+# checkpoint, its events, the client's answer), which the spare's start (two interpreters and Codex's own, some
+# 150 ms of CPU) slowed by as much on a two-core host when it began at once.
+SPARE_DELAY = 1.0
 
 
 @dataclass(eq=False)
@@ -60,9 +64,11 @@ class Spares:
         make: Callable[[str, str, str], ProviderAdapter],
         may: Callable[[str], bool],
         workspace_of: Callable[[hp.PlaceSession], Path],
+        delay: float = SPARE_DELAY,
     ) -> None:
         self.size = size
         self.seconds = seconds
+        self.delay = delay
         self._clock = clock
         self._make, self._may, self._workspace_of = make, may, workspace_of
         self._spares: dict[tuple[str, str], Spare] = {}  # (tenant, provider) -> its one spare
@@ -87,7 +93,12 @@ class Spares:
             log.info("no spare runtime for tenant %s: %r", tenant, exc)
             return False
 
-        task = asyncio.create_task(adapter.warm(), name=f"spare:{spare_id}")
+        async def launch() -> None:
+            if self.delay:
+                await self._clock.sleep(self.delay)
+            await adapter.warm()
+
+        task = asyncio.create_task(launch(), name=f"spare:{spare_id}")
         self._spares[key] = Spare(tenant, provider, spare_id, adapter, self._clock.now(), task)
         WARM_SESSIONS.labels("spare_launched").inc()
         return True
