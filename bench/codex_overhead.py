@@ -14,6 +14,10 @@ fold, the checkpoint (git) before the run completes, projections and the gateway
 ``--direct-sandbox``: the direct app-server runs in the host's sandbox too (its own, under the same cgroup tree
 and weight): on a machine others load, a sandboxed runtime and a bare one get different CPU shares, and the
 difference would be read as Treadle's.
+
+First turns (issue 38): the tenant's first thread on the host, its message sent at once (its runtime starts when
+the thread is created); a thread's message sent 1.5 s after its creation; the tenant's next thread, sent at once
+(served by a spare runtime, provider_host/spares.py; TREADLE_PROVIDER_HOST_SPARE_RUNTIMES=0 to compare without).
 """
 
 from __future__ import annotations
@@ -167,7 +171,8 @@ async def measure(
     """Turns alternate between the two paths, so both see the same machine load. The first turn of each is kept
     in ``FIRST``: the direct one on its started app-server, alone on the machine; over HTTP the message sent as
     soon as its thread exists (the runtime's start then overlaps only the SSE connection: session placement and,
-    unless TREADLE_SANDBOX=off, the sandbox are in it); then a thread's first message sent after a user's typing."""
+    unless TREADLE_SANDBOX=off, the sandbox are in it); then a thread's first message sent after a user's typing;
+    then the tenant's next thread, its message sent at once (a spare runtime of the tenant serves it)."""
     direct_times, http_times = [], []
     async with Stack(work / "stack", env=env_for(mock, homes), on_output=lambda *a: None) as stack:
         nc = await nats.connect(stack.nats_url)
@@ -198,6 +203,15 @@ async def measure(
                 await asyncio.sleep(TYPING)
                 FIRST["http_after_typing_ms"] = round(await typed.turn("bench typed") * 1000, 1)
                 typed.follower.cancel()
+                # The tenant's next thread, its message sent at once: a spare (provider_host/spares.py) started
+                # after the earlier threads' runtimes serves it. Timed from the thread's creation request.
+                await asyncio.sleep(TYPING)  # the spare's start, as between a user's threads
+                following = OverHttp(client)
+                start = time.perf_counter()
+                await following.open()
+                FIRST["http_next_thread_ms"] = round(await following.turn("bench next") * 1000, 1)
+                FIRST["http_next_thread_from_creation_ms"] = round((time.perf_counter() - start) * 1000, 1)
+                following.follower.cancel()
             finally:
                 http.follower.cancel()
                 await direct.adapter.close()
@@ -224,6 +238,7 @@ async def main() -> None:
     for n in range(args.turns + 2):
         mock.on(f"bench {n}", [Text(REPLY, chunks=3)])
     mock.on("bench typed", [Text(REPLY, chunks=3)])
+    mock.on("bench next", [Text(REPLY, chunks=3)])
     homes = ROOT / ".tools" / "bench-homes" / uuid.uuid4().hex[:8]  # CODEX_HOME must not be under /tmp
     work = Path(tempfile.mkdtemp(prefix="codex-bench-"))
     try:
@@ -254,7 +269,8 @@ async def main() -> None:
     print(
         f"first turn: direct {FIRST.get('direct_ms')} ms, HTTP {FIRST.get('http_ms')} ms sent at once "
         f"(session start; sandbox {result['sandbox']}); HTTP {FIRST.get('http_after_typing_ms')} ms when sent "
-        f"{TYPING} s after the thread's creation"
+        f"{TYPING} s after the thread's creation; the tenant's next thread, sent at once: "
+        f"{FIRST.get('http_next_thread_ms')} ms"
     )
     treadle = sum(v for k, v in CPU.items() if k not in ("runtimes", "direct runtime"))
     print(

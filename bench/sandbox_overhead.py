@@ -10,7 +10,10 @@ sandboxed). Medians in ms.
 
 --launch: what a provider host's warm pool does for a new thread (``warm()`` then ``open_thread``), Codex only,
 split into prepare (the host's ``Sandbox.prepare``), spawn to ``initialize`` answered (the launch chain, then
-the app-server's own start) and ``thread/start``; the wait a thread's first message can see.
+the app-server's own start) and ``thread/start``; the wait a thread's first message can see. Then what taking a
+spare costs instead (provider_host/spares.py: started with a placeholder, then ``take_workspace``, which binds the
+workspace into the running sandbox, and ``thread/start``), and the memory (PSS) of one spare's processes, idle
+past ``initialize``.
 """
 
 from __future__ import annotations
@@ -76,18 +79,18 @@ async def turn(adapter, text: str) -> float:
     return time.perf_counter() - start
 
 
-def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api):
+def make(kind: str, root: Path, sandbox: Sandbox | None, codex_mock, claude_api, workspace: Path | None = None):
     session = f"ps_{uuid.uuid4().hex[:8]}"
     request = PlaceSession(
         tenant="bench",
-        thread="thr",
+        thread="spare" if workspace is not None else "thr",
         provider=kind,
         session_id=session,
         provider_thread_id="pth",
         workspace="w",
         runtime_mode="full_access",
     )
-    workspace = root / "workspaces" / "bench" / "w"
+    workspace = workspace or root / "workspaces" / "bench" / "w"
     workspace.mkdir(parents=True, exist_ok=True)
     state = root / "provider-runtimes" / "host-1" / session
     if kind == "codex":
@@ -113,6 +116,60 @@ class TimedSandbox(Sandbox):
             return await super().prepare(**kwargs)
         finally:
             self.prepared.append(time.perf_counter() - start)
+
+
+def tree_pss_kb(pid: int) -> int:
+    """Proportional set size of ``pid`` and every process below it, kB (what one more runtime costs the host)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+async def spares(root: Path, sandbox: TimedSandbox, rounds: int) -> dict:
+    """Spares started as a provider host starts them (a placeholder workspace), then taken: the bind of a thread's
+    workspace into the running sandbox, and ``thread/start``; and each idle spare's memory before it is taken."""
+    codex_mock = await MockResponses().start()
+    times: dict[str, list[float]] = {"attach": [], "thread_start": [], "taken": []}
+    pss: list[int] = []
+    try:
+        for r in range(rounds):
+            adapter = make("codex", root, sandbox, codex_mock, None, workspace=root / "spares" / f"spare{r}")
+            workspace = root / "workspaces" / "bench" / f"w{r}"
+            workspace.mkdir(parents=True, exist_ok=True)
+            request = PlaceSession(
+                tenant="bench",
+                thread=f"thr_{r}",
+                provider="codex",
+                session_id=f"ps_taken{r}",
+                provider_thread_id="pth",
+                workspace=f"w{r}",
+                runtime_mode="full_access",
+            )
+            try:
+                await adapter.warm()
+                await asyncio.sleep(0.5)  # idle, as a spare waits: its memory settled, not a synchronisation
+                pss.append(tree_pss_kb(adapter.pid))
+                t0 = time.perf_counter()
+                await adapter.take_workspace(workspace, request)
+                t1 = time.perf_counter()
+                await adapter.open_thread(None, "unused")
+                t2 = time.perf_counter()
+            finally:
+                await adapter.close()
+            for key, value in zip(times, (t1 - t0, t2 - t1, t2 - t0), strict=True):
+                times[key].append(value)
+    finally:
+        await codex_mock.stop()
+    result: dict = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
+    return {**result, "pss_mb": round(statistics.median(pss) / 1024, 1), "n": rounds}
 
 
 async def launches(root: Path, sandbox: TimedSandbox, rounds: int) -> dict:
@@ -158,6 +215,7 @@ async def main() -> None:
     if args.launch:
         try:
             result = await launches(root, sandbox, args.rounds)
+            result["spare"] = await spares(root, sandbox, args.rounds)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         print(f"{'codex launch':<14}{'prepare':>9}{'initialize':>12}{'thread/start':>14}{'total':>8}   (median ms)")
@@ -166,6 +224,11 @@ async def main() -> None:
             print(
                 f"{'sandbox ' + mode:<14}{r['prepare']:>9}{r['initialize']:>12}{r['thread_start']:>14}{r['launch']:>8}"
             )
+        s = result["spare"]
+        print(
+            f"{'spare taken':<14}{'attach':>9}{s['attach']:>12}{s['thread_start']:>14}{s['taken']:>8}   "
+            f"(one idle spare: {s['pss_mb']} MB PSS)"
+        )
         print(json.dumps(result))
         return
     codex_mock = await MockResponses().start()

@@ -333,6 +333,7 @@ async def test_L9_3_a_host_stopped_after_its_broker_connection_closed_leaves_no_
         "host:reaper",
         "host:disk",
         "host:warm",
+        "host:spares",
         "turn:att_1",
         "turn:att_2",
     }, names

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from .protocol import PlaceSession
 
 
+SPARE_THREAD = "spare"  # the thread a spare runtime is started for: none yet (``take_workspace`` names its own)
+
+
 class Unsupported(Exception):
     """The adapter lacks the capability; orchestration applies the degradation policy instead."""
 
@@ -171,6 +174,11 @@ class ProviderAdapter(abc.ABC):
         """Launch the runtime (sandbox, process, handshake) before any provider thread is opened, for a placement
         of this very session to adopt (provider_host/warm.py). Only adapters with ``warms`` are warmed."""
         return None
+
+    async def take_workspace(self, workspace: Path, request: PlaceSession) -> None:
+        """A spare runtime (``spares``: started for its tenant before any thread, provider_host/spares.py) becomes
+        ``request``'s session, working in ``workspace`` from the thread it opens next."""
+        raise Unsupported("this provider keeps no spare runtimes")
 
     def adopt(self, request: PlaceSession) -> None:
         """The placement of the session this adapter was warmed for (same tenant, thread, session and settings:

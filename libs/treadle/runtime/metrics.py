@@ -55,7 +55,9 @@ NATIVE_STATE = Counter(
 )
 WARM_SESSIONS = Counter(
     "treadle_warm_sessions_total",
-    "Runtimes launched ahead of their placement (provider_host/warm.py): launched, adopted, expired, evicted, failed",
+    "Runtimes launched ahead of their placement (provider_host/warm.py): launched, adopted, expired, evicted, failed;"
+    " spares launched before their thread (provider_host/spares.py): spare_launched, spare_taken, spare_expired,"
+    " spare_failed",
     ["outcome"],
 )
 RUNS_HELD = Counter("treadle_runs_held_total", "Runs that went back to queued to wait for a provider", ["reason"])

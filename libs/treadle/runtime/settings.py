@@ -131,6 +131,12 @@ class ProviderHostSettings(WorkerSettings):
     # placement adopts it or warm_seconds pass.
     warm_sessions: int = Field(default=4, ge=0)
     warm_seconds: float = Field(default=30.0, gt=0)
+    # Spare runtimes (provider_host/spares.py): a tenant whose turn ended here gets one started for its next
+    # thread, before that thread exists, so a first message sent at once need not wait for a runtime's start.
+    # At most this many per host (one per tenant and provider; 0: off; none while mcp_url is set), each stopped
+    # when not taken within spare_seconds. Each costs one idle sandboxed runtime's memory (Codex: about 90 MB PSS).
+    spare_runtimes: int = Field(default=2, ge=0)
+    spare_seconds: float = Field(default=300.0, gt=0)
     # Issue 21: the orchestrator's MCP server as a runtime reaches it (unset: runtimes get no MCP access); each
     # real runtime's session gets its own credential for these tools, expiring when idle and at a lifetime.
     mcp_url: str | None = None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from . import cgroups
+from . import attach, cgroups
 from .identity import TenantIdentities, TenantIds
 from .launcher import Forward, Limits, SandboxSpec, build, passwd_files, sandbox_env, system_mounts
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTER_SCRIPT = Path(__file__).with_name("enter.py")
+ATTACH_SCRIPT = Path(__file__).with_name("attach.py")
 PROXY_PORT = 3128  # the forwarder's CONNECT proxy inside every sandbox (HTTPS_PROXY)
 PROBE_UID = 65534  # the probe switches to nobody: any unprivileged uid shows the same
 EGRESS_ROOT = Path("/run/treadle-egress")  # short paths: a Unix socket's path has at most 107 bytes
@@ -344,6 +345,24 @@ class Sandbox:
             _cgroup=group,
             _egress=egress,
         )
+
+    async def attach(self, prepared: Prepared, pid: int, workspace: Path) -> None:
+        """Bind ``workspace`` into the running sandbox of ``prepared`` (bwrap running as ``pid``), at its own path
+        (attach.py): a spare runtime launched with a placeholder takes its thread's workspace. Made the tenant's
+        and checked for links first, as at a launch; SandboxUnavailable when it cannot be bound."""
+        ids = prepared.ids
+        source = str(workspace)
+        if not workspace.is_absolute() or os.path.normpath(source) != source:
+            raise SandboxUnavailable(f"workspace {source!r} is not a plain absolute path")
+
+        def bind() -> None:
+            self._own(ids, workspace, (), self.runtime_dir / "sandbox")
+            attach.bind(pid, source, ids.uid, ids.gid)
+
+        try:
+            await asyncio.to_thread(bind)
+        except OSError as exc:
+            raise SandboxUnavailable(f"workspace {workspace} not bound into the sandbox: {exc}") from exc
 
     def _own(self, ids: TenantIds, workspace: Path, homes: Sequence[Path], files: Path) -> None:
         files.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ from treadle.ops.policies import PolicyStore
 from treadle.ops.session_credentials import SessionCredentials
 from treadle.providers import protocol as hp
 from treadle.providers.base import (
+    SPARE_THREAD,
     ProviderAdapter,
     ResumeFailed,
     RuntimeLost,
@@ -52,6 +54,7 @@ from .native_states import NativeStates
 from .publisher import TurnPublisher
 from .reaper import IdleReaper
 from .registry import HostRecord, Registry, SessionRecord
+from .spares import Spares
 from .warm import Warmer, WarmPool
 from .watcher import HOST_RESTARTED, HostWatcher, report_all
 
@@ -170,6 +173,15 @@ class ProviderHost:
         )
         self._stopping = False
         self._loops: list[asyncio.Task[Any]] = []
+        # Spares have no session nor thread yet: a host that gives each session its own credential keeps none
+        self._spares = Spares(
+            own.spare_runtimes if own.mcp_url is None and own.warm_sessions else 0,
+            own.spare_seconds,
+            self._clock,
+            self._spare_adapter,
+            self._may_spare,
+            self._workspace_of,
+        )
         self._warmer = Warmer(
             WarmPool(own.warm_sessions, own.warm_seconds),
             self._clock,
@@ -177,10 +189,13 @@ class ProviderHost:
             self._grant_mcp,
             self._revoke_warmed,
             self._may_warm,
+            self._spares,
         )
 
     async def start(self) -> None:
         await asyncio.to_thread(self._sandbox.host_start, self._workspaces)
+        # The placeholders of an earlier life's spares (their runtimes died with it)
+        await asyncio.to_thread(shutil.rmtree, self._runtime_dir / "spares", True)
         self._registry = await Registry.open(self._js)
         await self._registry.follow()
         await self._registry.beat(self._record())  # registered before it takes any session
@@ -232,6 +247,7 @@ class ProviderHost:
                 ("reaper", reaper.run()),
                 ("disk", self._disk.run()),
                 ("warm", self._warmer.run()),
+                ("spares", self._spares.run()),
             )
         ]
 
@@ -244,7 +260,7 @@ class ProviderHost:
             await self._registry.close()
         failures: list[BaseException | None] = [*await asyncio.gather(self._unsubscribe(), return_exceptions=True)]
         sessions = [self._end_session(session_id, "host_stopping") for session_id in list(self._sessions)]
-        failures += await asyncio.gather(*sessions, self._warmer.stop(), return_exceptions=True)
+        failures += await asyncio.gather(*sessions, self._warmer.stop(), self._spares.stop(), return_exceptions=True)
         first = next((f for f in failures if isinstance(f, BaseException)), None)
         if first is not None:
             raise first
@@ -605,19 +621,43 @@ class ProviderHost:
         self._warmer.offer(request)
 
     def _may_warm(self, request: hp.WarmSession) -> bool:
-        """Room for one more runtime of the tenant: the host not full or stopping, the tenant under its session
-        limit counting the runtimes warmed for it, and the session not placed here already."""
-        if self._stopping or request.session_id in self._sessions or request.session_id in self._in_flight:
+        """Room for one more runtime of the tenant, and the session not placed here already."""
+        if request.session_id in self._sessions or request.session_id in self._in_flight:
             return False
-        if len(self._sessions) + self._opening >= self._own.capacity:
+        return self._may_spare(request.tenant)
+
+    def _may_spare(self, tenant: str) -> bool:
+        """Room for one more runtime of the tenant: the host not full or stopping, the tenant under its session
+        limit counting the runtimes warmed and spared for it."""
+        if self._stopping or len(self._sessions) + self._opening >= self._own.capacity:
             return False
         limit = self._limits.tenant_sessions
         if limit:
-            here = sum(1 for s in self._sessions.values() if s.tenant == request.tenant)
-            held = here + self._elsewhere("tenants").get(request.tenant, 0) + len(self._warmer.pool.of(request.tenant))
-            if held >= limit:
+            here = sum(1 for s in self._sessions.values() if s.tenant == tenant)
+            ahead = len(self._warmer.pool.of(tenant)) + len(self._spares.of(tenant))
+            if here + self._elsewhere("tenants").get(tenant, 0) + ahead >= limit:
                 return False
         return True
+
+    def _workspace_of(self, request: hp.PlaceSession) -> Path:
+        return self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace
+
+    def _spare_adapter(self, tenant: str, provider: str, spare_id: str) -> ProviderAdapter:
+        """A spare of ``tenant``: its own session id and an empty placeholder of a workspace, in the host's
+        runtime dir (never under the workspaces: no thread's, and nothing a checkpoint or disk budget sees)."""
+        if not getattr(adapter_class(provider), "spares", False):
+            raise Unsupported(f"{provider} keeps no spare runtimes")
+        self._sandbox.check()
+        request = hp.PlaceSession(
+            tenant=subjects.token(tenant, "tenant"),
+            thread=SPARE_THREAD,
+            provider=provider,
+            session_id=spare_id,
+            provider_thread_id="pth_spare",
+            workspace=spare_id,
+        )
+        placeholder = self._runtime_dir / "spares" / spare_id
+        return create_adapter(request, placeholder, self._runtime_dir / spare_id, self._sandbox)
 
     async def _revoke_warmed(self, session_id: str) -> None:
         if self._own.mcp_url is not None:
@@ -641,7 +681,7 @@ class ProviderHost:
         adapter.mcp_access = McpAccess(url=self._own.mcp_url, token=token, tools=self._own.mcp_tools)
 
     def _adapter(self, request: hp.PlaceSession) -> ProviderAdapter:
-        workspace = self._workspaces / subjects.token(request.tenant, "tenant") / request.workspace
+        workspace = self._workspace_of(request)
         if getattr(adapter_class(request.provider), "sandboxed", False):
             self._sandbox.check()  # SandboxUnavailable: no runtime starts unsandboxed unless TREADLE_SANDBOX=off
         return create_adapter(request, Path(workspace), self._runtime_dir / request.session_id, self._sandbox)
@@ -789,6 +829,8 @@ class ProviderHost:
             "provider turn", attributes={"treadle.run.id": request.run_id, "treadle.attempt.id": request.attempt_id}
         ):
             await self._play_traced(session, request)
+        if getattr(session.adapter, "spares", False):  # the tenant's next thread: a spare, once this turn is over
+            self._spares.want(session.tenant, session.request.provider)
 
     async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:
         ids = IdFactory(request.attempt_id, int(datetime.now(UTC).timestamp() * 1000))

@@ -25,6 +25,8 @@ from treadle.runtime.clock import Clock
 from treadle.runtime.metrics import WARM_SESSIONS
 from treadle.sandbox.host import SandboxUnavailable
 
+from .spares import Spares
+
 log = logging.getLogger(__name__)
 
 
@@ -102,10 +104,12 @@ class Warmer:
         grant: Callable[[ProviderAdapter, hp.PlaceSession], Awaitable[None]],
         revoke: Callable[[str], Awaitable[None]],
         may: Callable[[hp.WarmSession], bool],
+        spares: Spares | None = None,
     ) -> None:
         self.pool = pool
         self._clock = clock
         self._make, self._grant, self._revoke, self._may = make, grant, revoke, may
+        self.spares = spares
 
     def offer(self, request: hp.WarmSession) -> bool:
         """Launch ``request``'s runtime unless the pool is off, the host or tenant has no room, or the session is
@@ -121,18 +125,27 @@ class Warmer:
         if request.speculative and not self.pool.has_room(request.tenant):
             return False
         placement = request.placement()
-        try:
-            adapter = self._make(placement)
-        except (SandboxUnavailable, UnknownProvider, ValueError) as exc:
-            log.info("session %s not warmed: %s", request.session_id, exc)
-            return False
+        # A spare of the tenant started already (spares.py): only the workspace is bound and the thread opened
+        spares = self.spares
+        spare = spares.take(request.tenant, request.provider) if spares is not None else None
+        if spare is not None:
+            adapter = spare.adapter
+        else:
+            try:
+                adapter = self._make(placement)
+            except (SandboxUnavailable, UnknownProvider, ValueError) as exc:
+                log.info("session %s not warmed: %s", request.session_id, exc)
+                return False
         for old in self.pool.make_way(request.tenant):
             WARM_SESSIONS.labels("evicted").inc()
             self._discard_later(old)
 
         async def launch() -> tuple[str, bool]:
-            await self._grant(adapter, placement)
-            await adapter.warm()
+            if spare is not None and spares is not None:
+                await spares.bind(spare, placement)  # spares run on hosts that grant no credentials
+            else:
+                await self._grant(adapter, placement)
+                await adapter.warm()
             # The placement adopting it opens a fresh thread with these very settings (WarmSession.matches)
             return await adapter.open_thread(None, f"scripted-{placement.provider_thread_id}")
 

@@ -22,7 +22,7 @@ from treadle.core.providers.model import ProviderCapabilities
 
 from ...sandbox.host import Prepared, Sandbox
 from .. import mcp_access, native_state
-from ..base import ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
+from ..base import SPARE_THREAD, ProviderAdapter, Response, RuntimeLost, Turn, TurnSink, Unsupported
 from ..base import ResumeFailed as ResumeFailedBase
 from ..protocol import PlaceSession
 from .home import PROVIDER_ID, home_root, prepare_home
@@ -71,6 +71,7 @@ class CodexAdapter(ProviderAdapter):
     capabilities = CAPABILITIES
     sandboxed = True  # the host's launcher runs the app-server (treadle.sandbox)
     warms = True  # the app-server's start (sandbox, process, initialize) is most of a first turn's wait
+    spares = True  # ... so one may be started before its thread exists (take_workspace)
 
     def __init__(
         self,
@@ -105,6 +106,8 @@ class CodexAdapter(ProviderAdapter):
         # not known (a resumed thread), so a turn that asks for none is put back to default explicitly
         self._mode: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()  # fire-and-forget replies, kept referenced until done
+        # A spare's empty stand-in for a workspace (the host's, its own): removed with the runtime
+        self._placeholder = workspace if request.thread == SPARE_THREAD else None
 
     @property
     def thread_id(self) -> str | None:
@@ -113,6 +116,11 @@ class CodexAdapter(ProviderAdapter):
     @property
     def pid(self) -> int | None:
         return self._rpc.pid if self._rpc else None
+
+    @property
+    def running(self) -> bool:
+        """Its app-server started and has not exited."""
+        return self._rpc is not None and not self._rpc.exited.is_set()
 
     # --- process ------------------------------------------------------------------------------
 
@@ -200,6 +208,28 @@ class CodexAdapter(ProviderAdapter):
         if (request.tenant, request.session_id) != (self._request.tenant, self._request.session_id):
             raise ValueError("a warmed runtime is adopted by its own session only")
         self._request = request
+
+    async def take_workspace(self, workspace: Path, request: PlaceSession) -> None:
+        """A spare runtime (started with a placeholder workspace, before its thread existed) becomes ``request``'s:
+        the workspace is bound into its running sandbox (``Sandbox.attach``), and the thread it opens next uses it.
+        Once only, same tenant only, and only while the process it was started as still runs."""
+        rpc = self._rpc
+        if request.tenant != self._request.tenant:
+            raise ValueError("a spare runtime serves its own tenant only")
+        if self._thread_id is not None or self._request.thread != SPARE_THREAD:
+            raise ValueError("a spare runtime takes one workspace, before any thread")
+        if rpc is None or rpc.exited.is_set() or rpc.pid is None:
+            raise RuntimeLost("the spare runtime is not running")
+        self._request = request  # never a spare again, whatever follows
+        if self._host_sandbox is not None:
+            assert self._prepared is not None  # a running sandboxed process was prepared
+            await self._host_sandbox.attach(self._prepared, rpc.pid, workspace)
+        if rpc.exited.is_set():
+            raise RuntimeLost("the spare runtime exited while its workspace was bound")
+        self.workspace = workspace
+        mode = request.runtime_mode if request.runtime_mode in RUNTIME_MODES else "approval_required"
+        self._approval_policy, self._sandbox = RUNTIME_MODES[mode]
+        self._model = request.model or self._settings.model
 
     async def _watch_exit(self, rpc: RpcProcess) -> None:
         await rpc.exited.wait()
@@ -568,6 +598,9 @@ class CodexAdapter(ProviderAdapter):
                 await self._exit_watch
         if self._prepared is not None:
             await self._prepared.close()
+        if self._placeholder is not None:
+            with contextlib.suppress(OSError):  # empty: nothing ran in it (a thread works in its own workspace)
+                self._placeholder.rmdir()
 
 
 # A thread's rollout, and each one ``thread/revert`` writes for it (``…-<thread id>_<uuid>.jsonl``, the earlier
