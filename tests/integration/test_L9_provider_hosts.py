@@ -24,7 +24,7 @@ from treadle.runtime.clock import ManualClock
 from treadle.runtime.settings import ProviderHostSettings, Shared
 
 TENANT = "acme"
-LOOPS_PER_HOST = 5  # heartbeat, host watcher, idle reaper, disk budget, warm pool: parked between ticks
+LOOPS_PER_HOST = 6  # heartbeat, host watcher, idle reaper, disk budget, warm pool, spares: parked between ticks
 
 
 class Hosts:
