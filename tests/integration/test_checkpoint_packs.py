@@ -65,3 +65,27 @@ def test_over_a_long_thread_each_byte_is_copied_a_few_times_not_once_every_merge
             copied += (objects / "pack" / f"{merged}.pack").stat().st_size
     assert copied < 6 * written
     assert len(packs.ours(objects, mine)) < 2 * packs.MERGE_AT
+
+
+def test_merged_packs_verify_whole_with_an_object_in_two_of_them_or_not(tmp_path: Path):
+    """A merge copies each pack's entries as one block, ids and CRCs from the indexes; an object two packs hold (a
+    retried capture's) makes it merge entry by entry instead. Either way git verifies every object and CRC."""
+    for twice in (False, True):
+        gitdir = git_dir(tmp_path / str(twice))
+        objects, mine = gitdir / "objects", gitdir / "treadle"
+        written: dict[bytes, tuple[int, bytes]] = {}
+        for n in range(packs.MERGE_AT):
+            new = blobs(f"p{n}", 5, 400)
+            if twice and n == 3:
+                new |= dict(list(written.items())[:1])  # already in the first pack
+            written |= new
+            packs.write(objects, mine, new)
+        merged = packs.merge(objects, mine)
+        assert merged is not None and packs.ours(objects, mine) == [merged]
+        env = dict(os.environ, GIT_DIR=str(gitdir))
+        subprocess.run(["git", "verify-pack", str(objects / "pack" / f"{merged}.idx")], env=env, check=True)
+        listed = subprocess.run(
+            ["git", "show-index"], input=(objects / "pack" / f"{merged}.idx").read_bytes(), capture_output=True,
+            check=True,
+        ).stdout.decode()  # fmt: skip
+        assert {line.split()[1] for line in listed.splitlines()} == {oid.hex() for oid in written}

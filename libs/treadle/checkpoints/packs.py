@@ -10,6 +10,7 @@ spends opening them) bounded.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import os
@@ -123,6 +124,12 @@ def _write_pack(
     idx += b"".join(struct.pack(">Q", off) for off in large)
     idx += pack_sum
     idx += hashlib.sha1(idx).digest()
+    return _store(pack_dir, treadle_dir, name, body, idx, owner)
+
+
+def _store(
+    pack_dir: str, treadle_dir: Path, name: str, body: bytearray, idx: bytearray, owner: tuple[int, int] | None
+) -> Pack:
     # git finds packs by their .idx: the .pack must be complete before its .idx appears.
     _put(pack_dir, f"{name}.pack", body, owner)
     _put(pack_dir, f"{name}.idx", idx, owner)
@@ -132,6 +139,52 @@ def _write_pack(
     finally:
         os.close(fd)
     return Pack(name, bytes(body), bytes(idx))
+
+
+def _concatenate(
+    objects_dir: Path, treadle_dir: Path, bases: list[Path], owner: tuple[int, int] | None = None
+) -> str | None:
+    """Our packs as one, written without looking at one entry: every entry of ours is a whole object, so each pack's
+    entries move as one block and only their offsets change; ids and CRCs are copied from the indexes. Merging a
+    workspace's first pack (10,000 objects) took ~36 ms entry by entry. None (nothing written) when an object is in
+    two of them, or the result would need the large-offset table: :func:`_read_entries` then merges them."""
+    rows: list[tuple[bytes, bytes, int]] = []  # (id, crc32, offset in the new pack)
+    blocks: list[memoryview] = []
+    at = 12  # the new pack's header
+    for base in bases:
+        table, pack = base.with_suffix(".idx").read_bytes(), base.with_suffix(".pack").read_bytes()
+        n = struct.unpack_from(">I", table, 8 + 255 * 4)[0]
+        ids_at = 8 + 256 * 4
+        crcs_at = ids_at + 20 * n
+        offsets = struct.unpack_from(f">{n}I", table, crcs_at + 4 * n)
+        shift = at - 12
+        rows += [
+            (table[ids_at + 20 * i : ids_at + 20 * i + 20], table[crcs_at + 4 * i : crcs_at + 4 * i + 4], off + shift)
+            for i, off in enumerate(offsets)
+        ]
+        block = memoryview(pack)[12:-20]
+        blocks.append(block)
+        at += len(block)
+    if at >= 0x80000000 or any(o & 0x80000000 for _, _, o in rows):
+        return None
+    rows.sort()
+    ids = [r[0] for r in rows]
+    if len(set(ids)) != len(ids):
+        return None
+    body = bytearray(b"PACK" + struct.pack(">II", 2, len(rows)))
+    for block in blocks:
+        body += block
+    pack_sum = hashlib.sha1(body).digest()
+    body += pack_sum
+    firsts = bytes(oid[0] for oid in ids)
+    fanout = [bisect.bisect_right(firsts, b) for b in range(256)]
+    idx = bytearray(b"\xfftOc" + struct.pack(">I", 2) + struct.pack(">256I", *fanout))
+    idx += b"".join(ids)
+    idx += b"".join(r[1] for r in rows)
+    idx += struct.pack(f">{len(rows)}I", *(r[2] for r in rows))
+    idx += pack_sum
+    idx += hashlib.sha1(idx).digest()
+    return _store(f"{objects_dir}/pack", treadle_dir, f"pack-{pack_sum.hex()}", body, idx, owner).name
 
 
 def _put(where: str, name: str, data: bytes | bytearray, owner: tuple[int, int] | None = None) -> None:
@@ -186,10 +239,12 @@ def merge(objects_dir: Path, treadle_dir: Path, owner: tuple[int, int] | None = 
     if len(small) < MERGE_AT or len(small := _tail(small, sizes)) < 2:
         _rewrite_list(treadle_dir, names)  # forget packs a user's `git gc` took, so the cheap check holds again
         return None
-    entries: dict[bytes, bytes] = {}
-    for n in small:
-        entries.update(_read_entries(objects_dir / "pack" / n))
-    merged = _write_pack(objects_dir, treadle_dir, entries, owner).name
+    merged = _concatenate(objects_dir, treadle_dir, [objects_dir / "pack" / n for n in small], owner)
+    if merged is None:
+        entries: dict[bytes, bytes] = {}
+        for n in small:
+            entries.update(_read_entries(objects_dir / "pack" / n))
+        merged = _write_pack(objects_dir, treadle_dir, entries, owner).name
     _rewrite_list(treadle_dir, [n for n in names if n not in small] + [merged])
     for n in small:
         if n != merged:  # git re-reads the pack directory when an object it expected is gone
