@@ -32,6 +32,7 @@ from treadle.ops.servers import NatsServer
 
 TENANT = "bench"
 PROFILE: Any = None  # a cProfile.Profile to enable around the durable captures (set by a profiling wrapper)
+PROFILED = "durable"  # the mode PROFILE profiles
 
 
 def own_ms() -> tuple[float, float]:
@@ -98,7 +99,7 @@ async def main(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 for mode in modes:
                     await mode.round(
-                        root / TENANT, args.captures, server.pid, profile if mode.name == "durable" else None
+                        root / TENANT, args.captures, server.pid, profile if mode.name == PROFILED else None
                     )
             print(f"\n{args.files} files, {args.captures} captures x {args.rounds} rounds; ms per capture (median)")
             print(f"{'mode':10} {'service':>8} {'git':>6} {'nats':>6} {'total':>6} {'wall':>6}")

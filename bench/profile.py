@@ -3,6 +3,7 @@
     .venv/bin/python bench/profile.py cpu   [--threads 50] [--seconds 12] [--sample 8]
     .venv/bin/python bench/profile.py cpu --threads 1 --grow 2000   # scenario F: one long thread
     .venv/bin/python bench/profile.py trace [--threads 50] [--seconds 6]
+    .venv/bin/python bench/profile.py cpu --threads 10 --files 10000   # scenario D: a file written per run
 
 ``cpu``: while B-style load runs, ``py-spy record`` samples every worker (needs ``pip install py-spy`` into the
 venv; it is not a project dependency) and ``perf record`` samples nats-server if perf is installed. Prints the
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nats  # noqa: E402
 from client import ThreadClient, create_threads, http_client, open_threads  # noqa: E402
+from file_runs import populate  # noqa: E402
 from harness import TENANT, Env, Output  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 from sampling import Procs  # noqa: E402
@@ -76,11 +79,31 @@ async def stop(stack: Stack, env: Env | None, tmp: Path) -> None:
 
 
 async def load(
-    env: Env, threads: int, seconds: float, results: list, started: asyncio.Event | None = None, grow: int = 0
+    env: Env,
+    threads: int,
+    seconds: float,
+    results: list,
+    started: asyncio.Event | None = None,
+    grow: int = 0,
+    files: int = 0,
 ):
+    """``files``: scenario D's load instead (file_runs.py): workspaces of that many files, a file written per run."""
     errors: collections.Counter[str] = collections.Counter()
-    ids = await create_threads(env.http, threads, errors)
+    names = [f"bench-d-{i}" for i in range(threads)] if files else None
+    for name in names or []:
+        populate(env.stack.state_dir / "workspaces" / TENANT / name, files)
+    ids = await create_threads(env.http, threads, errors, names)
     clients = await open_threads(env.http, ids, errors)
+    runs = itertools.count()
+
+    def script() -> dict | None:
+        if not files:
+            return None
+        path = f"out/run_{next(runs)}.txt"
+        return {"steps": [{"type": "write_file", "path": path, "content": "run\n"}, {"type": "text", "text": "ok"}]}
+
+    if files:  # the first capture of a workspace commits all of it: not what a run costs after
+        await asyncio.gather(*(c.run_once("first capture", script()) for c in clients))
     for i in range(grow):  # scenario F: profile threads already this many runs long
         await asyncio.gather(*(c.run_once("growing the thread") for c in clients))
         if i % 500 == 499:
@@ -91,7 +114,7 @@ async def load(
 
     async def loop(c: ThreadClient) -> None:
         while time.perf_counter() < deadline:
-            o = await c.run_once("please summarise the benchmark plan in one short paragraph")
+            o = await c.run_once("please summarise the benchmark plan in one short paragraph", script())
             if o is not None:
                 results.append((c.id, o))
 
@@ -162,7 +185,7 @@ async def cpu(args: argparse.Namespace) -> None:
         await warm_up(env)
         results: list = []
         started = asyncio.Event()
-        task = asyncio.create_task(load(env, args.threads, args.seconds, results, started, args.grow))
+        task = asyncio.create_task(load(env, args.threads, args.seconds, results, started, args.grow, args.files))
         await started.wait()
         await asyncio.sleep(2)  # skip the ramp-up
         outdir = Path(tempfile.mkdtemp(prefix="treadle-pyspy-"))
@@ -176,7 +199,7 @@ async def cpu(args: argparse.Namespace) -> None:
                 procs.append(
                     subprocess.Popen(
                         [
-                            str(VENV_BIN / "py-spy"),
+                            os.environ.get("PY_SPY", str(VENV_BIN / "py-spy")),  # or a py-spy of its own venv
                             "record",
                             "--pid",
                             str(pid),
@@ -281,7 +304,7 @@ async def trace(args: argparse.Namespace) -> None:
         await warm_up(env)
         tap = await Wiretap.start(stack.nats_url)  # a process of its own: its times are not the bench loop's
         results: list = []
-        elapsed, errors = await load(env, args.threads, args.seconds, results)
+        elapsed, errors = await load(env, args.threads, args.seconds, results, files=args.files)
         records = await tap.stop()
         tap = None
         done = [(t, o) for t, o in results if o.status == "run.completed"]
@@ -398,6 +421,7 @@ def main() -> None:
     p.add_argument("--sample", type=int, default=8, help="cpu: seconds of py-spy/perf sampling")
     p.add_argument("--top", type=int, default=18)
     p.add_argument("--grow", type=int, default=0, help="cpu: runs on each thread before sampling (F: --threads 1)")
+    p.add_argument("--files", type=int, default=0, help="scenario D: workspaces of this many files (D: --threads 10)")
     p.add_argument("--timelines", type=int, default=2, help="trace: timelines of runs from the middle")
     p.add_argument("--slowest", type=int, default=0, help="trace: also the timelines of the N slowest runs")
     args = p.parse_args()
