@@ -19,6 +19,7 @@ import pytest
 
 from tests.codex.codex_mock import Text
 from tests.codex.codex_support import codex_env
+from tests.codex.test_codex_warm_host import play
 from tests.support.helpers import wait_for
 from treadle.core import provider_events as pe
 from treadle.eventlog import streams
@@ -101,27 +102,6 @@ async def spare_after_a_turn(env, mock, tenant: str = "acme"):
     await warmed(host, request)
     await play(nc, placement(request), f"att_{tenant}_0", f"hello from {tenant}", reported)
     return await spare_of(host, tenant)
-
-
-async def play(nc, request: hp.PlaceSession, attempt: str, text: str, reported) -> list[str]:
-    hosts = HostClient(nc, timeout=60.0)
-    placed = await hosts.place(request, volume=VOLUME)
-    assert isinstance(placed, hp.SessionPlaced), placed
-    accepted = await hosts.start_turn(
-        placed.host_id,
-        hp.StartTurn(
-            session_id=request.session_id,
-            tenant=request.tenant,
-            thread=request.thread,
-            run_id=f"run_{attempt}",
-            attempt_id=attempt,
-            root_node_id=f"node_{attempt}",
-            text=text,
-        ),
-    )
-    assert isinstance(accepted, hp.TurnAccepted), accepted
-    await wait_for(lambda: "TurnCompleted" in reported[attempt], timeout=60, what="the turn's end")
-    return reported[attempt]
 
 
 async def test_a_tenants_next_thread_takes_its_spare_with_only_its_own_workspace(env, mock):
