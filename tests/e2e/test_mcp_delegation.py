@@ -43,6 +43,13 @@ async def _types(log, tenant: str, thread: str, *types: type) -> list:
     return [e for e in await log.read(tenant, thread) if isinstance(e.data, types)]
 
 
+async def _ended_once(log, tenant: str, task: str) -> None:
+    """The task's own mark is appended after the parent's record of its result (coordinator/delegations.py), so a
+    reader who saw the result finalised waits for the mark, then finds it once."""
+    found = await wait_for(lambda: _types(log, tenant, task, ev.DelegationEnded), timeout=30, what="the task's mark")
+    assert len(found) == 1
+
+
 async def _admin(api: Api, stack, stack_nc) -> Api:
     return Api(stack.api_url, await TokenStore(stack_nc.jetstream()).create(api.tenant, "root", "admin"), api.tenant)
 
@@ -93,7 +100,7 @@ async def test_L5_L6_delegate_async_then_task_status_until_the_result_is_recorde
     assert [c["thread_id"] for c in doc["lineage"]["children"]] == [task]
     assert len(await _types(log, api.tenant, parent, ev.DelegationStarted)) == 1
     assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
-    assert len(await _types(log, api.tenant, task, ev.DelegationEnded)) == 1
+    await _ended_once(log, api.tenant, task)
     assert len([t for t in await _types(log, api.tenant, task, ev.ThreadCreated)]) == 1
 
 
@@ -297,7 +304,7 @@ async def test_L9_a_coordinator_down_when_the_task_ends_finalises_the_parent_onc
         status = await _finalised(mcp, task)
         assert status["result"] == {"status": "completed", "summary": SLOW.strip()}
         assert len(await _types(log, api.tenant, parent, ev.DelegationFinished)) == 1
-        assert len(await _types(log, api.tenant, task, ev.DelegationEnded)) == 1
+        await _ended_once(log, api.tenant, task)
 
 
 async def test_a_session_credential_delegates_from_its_own_threads_active_run_and_lists_only_its_tools(
