@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 from nats.js import JetStreamContext
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from treadle.core.ids import is_token
@@ -28,22 +28,17 @@ class _Bucket:
         return self._kv
 
     async def keys(self, prefix: str) -> list[str]:
-        """The keys under ``prefix``, filtered by the broker (nats-py's ``keys`` reads every key of the bucket)."""
-        watcher = await (await self.kv()).watch(prefix + ">", ignore_deletes=True, meta_only=True)
-        found: list[str] = []
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                found.append(entry.key)
-        finally:
-            await watcher.stop()
-        return found
+        """The keys under ``prefix``, filtered by the broker: the subjects the bucket's stream holds there, in one
+        request. (A KV watch ends its first read on nats-py's marker, which can come before a key the broker
+        already pushed: a listing then read empty.) A deleted key is still listed; its ``get`` is None."""
+        kv_prefix = f"$KV.{self._name}."
+        info = await self._js.stream_info(f"KV_{self._name}", subjects_filter=f"{kv_prefix}{prefix}>")
+        return sorted(subject.removeprefix(kv_prefix) for subject in (info.state.subjects or {}))
 
     async def get(self, key: str) -> bytes | None:
         try:
             entry = await (await self.kv()).get(key)
-        except KeyNotFoundError:
+        except (KeyNotFoundError, KeyDeletedError):  # never written, or deleted or purged since
             return None
         return entry.value or None
 
