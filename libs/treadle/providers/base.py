@@ -108,6 +108,7 @@ class ProviderAdapter(abc.ABC):
     capabilities: ProviderCapabilities
     mcp_access: McpAccess | None = None  # issue 21: set by the host before the runtime starts
     warms = False  # its runtime's start is worth launching ahead of the placement (``warm``)
+    spares = False  # a runtime of it may be started before its thread exists (``take_workspace``)
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace

@@ -645,7 +645,7 @@ class ProviderHost:
     def _spare_adapter(self, tenant: str, provider: str, spare_id: str) -> ProviderAdapter:
         """A spare of ``tenant``: its own session id and an empty placeholder of a workspace, in the host's
         runtime dir (never under the workspaces: no thread's, and nothing a checkpoint or disk budget sees)."""
-        if not getattr(adapter_class(provider), "spares", False):
+        if not getattr(adapter_class(provider), "spares", False):  # as warm.py reads ``warms``
             raise Unsupported(f"{provider} keeps no spare runtimes")
         self._sandbox.check()
         request = hp.PlaceSession(
@@ -829,7 +829,7 @@ class ProviderHost:
             "provider turn", attributes={"treadle.run.id": request.run_id, "treadle.attempt.id": request.attempt_id}
         ):
             await self._play_traced(session, request)
-        if getattr(session.adapter, "spares", False):  # the tenant's next thread: a spare, once this turn is over
+        if session.adapter.spares:  # the tenant's next thread: a spare, once this turn is over
             self._spares.want(session.tenant, session.request.provider)
 
     async def _play_traced(self, session: Session, request: hp.StartTurn) -> None:
